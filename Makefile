@@ -1,0 +1,78 @@
+# vecfs build.  `make` builds the library, tools and daemon into build/;
+# `make test` runs every test; `make asan` runs the unit tests under ASan+UBSan.
+CC      ?= cc
+BUILD   ?= build
+OPT     ?= -O2
+CFLAGS  ?= $(OPT) -g
+WARN    := -Wall -Wextra -Wshadow -Wno-unused-parameter
+BASEFLAGS := -std=c11 -D_GNU_SOURCE -ffp-contract=off -fno-strict-aliasing -pthread \
+	$(WARN) -Iengine -Ilayout
+FUSE_CFLAGS = $(shell pkg-config --cflags fuse3 2>/dev/null)
+FUSE_LIBS   = $(shell pkg-config --libs fuse3 2>/dev/null || echo -lfuse3)
+LIBS    := -llmdb -lxxhash -lzstd -lm -pthread
+SIMD_AVX2 := -mavx2 -mfma -mpopcnt
+
+LAYOUT_SRC := $(wildcard layout/*.c)
+ENGINE_SRC := $(wildcard engine/*.c)
+LIB_SRC    := $(LAYOUT_SRC) $(ENGINE_SRC)
+LIB_OBJ    := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
+FS_SRC     := $(wildcard fs/*.c)
+FS_OBJ     := $(FS_SRC:%.c=$(BUILD)/obj/%.o)
+TEST_SRC   := $(wildcard tests/test_*.c)
+TEST_BIN   := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+TOOLS      := $(BUILD)/vecfs-bench
+DAEMON     := $(if $(FS_SRC),$(BUILD)/vecfs,)
+DEPS_OK    := $(BUILD)/.deps-ok
+
+.PHONY: all test unit asan bench clean deps
+all: $(DEPS_OK) $(BUILD)/libvecfs.a $(TOOLS) $(DAEMON)
+
+$(DEPS_OK): tools/ensure-deps.sh
+	@sh tools/ensure-deps.sh
+	@mkdir -p $(BUILD) && touch $@
+deps: $(DEPS_OK)
+
+$(BUILD)/obj/%_avx2.o: %_avx2.c $(DEPS_OK)
+	@mkdir -p $(dir $@)
+	$(CC) $(BASEFLAGS) $(CFLAGS) $(SIMD_AVX2) -MMD -MP -c $< -o $@
+
+$(BUILD)/obj/fs/%.o: fs/%.c $(DEPS_OK)
+	@mkdir -p $(dir $@)
+	$(CC) $(BASEFLAGS) $(CFLAGS) $(FUSE_CFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/obj/%.o: %.c $(DEPS_OK)
+	@mkdir -p $(dir $@)
+	$(CC) $(BASEFLAGS) $(CFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/libvecfs.a: $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/vecfs-bench: $(BUILD)/obj/tools/vecfs_bench.o $(BUILD)/libvecfs.a
+	$(CC) $(CFLAGS) -o $@ $^ $(LIBS)
+
+$(BUILD)/vecfs: $(FS_OBJ) $(BUILD)/libvecfs.a
+	$(CC) $(CFLAGS) -o $@ $^ $(FUSE_LIBS) $(LIBS)
+
+$(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(BUILD)/libvecfs.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $^ -lcmocka $(LIBS)
+
+# Unit tests (cmocka), one binary per area; the summary line comes last.
+unit: all $(TEST_BIN)
+	@sh tests/run-unit.sh $(TEST_BIN)
+
+test: unit
+
+asan:
+	$(MAKE) BUILD=build-asan OPT="-O1" \
+		CFLAGS="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \
+		LDFLAGS="-fsanitize=address,undefined" unit
+
+bench: all
+	$(BUILD)/vecfs-bench ../shared/data/sift-128
+
+clean:
+	rm -rf build build-asan
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

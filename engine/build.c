@@ -1,0 +1,619 @@
+/*
+ * engine/build.c - building a generation from a snapshot: sample, train
+ * k-means, assign and encode every record (all cores), sort by cluster,
+ * pack posting blocks, publish.  The blocks are written in several
+ * transactions while the generation is `building` (invisible to queries);
+ * the last transaction stores centroids and the assignment map, brings the
+ * generation up to date with writes made during the build, marks it
+ * `ready` and (optionally) flips `active`, atomically.
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "assign.h"
+#include "keys.h"
+#include "record.h"
+
+#define BLOCK_TARGET 1024        /* vectors per posting block */
+#define PUBLISH_TXN_BYTES (64u << 20)
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+uint32_t vf_auto_nlist(uint64_t n)
+{
+	double k = 2.0 * sqrt((double)n);
+	uint64_t r = (uint64_t)llround(k);
+	if (r < 1)
+		r = 1;
+	if (r > n)
+		r = n;
+	if (r > 65536)
+		r = 65536;
+	return (uint32_t)r;
+}
+
+typedef struct build_ctx {
+	vecfs *v;
+	vf_genmeta m;
+	vecfs_progress_fn progress;
+	void *parg;
+	int cancelled;
+	char *err;
+	size_t errlen;
+	/* snapshot */
+	uint64_t n;
+	uint64_t *ids, *seqs;
+	const uint8_t **vecs;   /* into the read transaction's map */
+	/* results */
+	float *centroids;
+	uint32_t *assign;       /* per row */
+	uint8_t *planes;        /* n * pb */
+	vf_code *codes;
+	size_t pb;
+	const char *phase;
+	int last_pct;
+	pthread_mutex_t mu;
+} build_ctx;
+
+/* Report progress; non-zero when the caller asked to stop. */
+static int report(build_ctx *b, const char *phase, int pct)
+{
+	int stop = 0;
+	pthread_mutex_lock(&b->mu);
+	if (b->cancelled) {
+		pthread_mutex_unlock(&b->mu);
+		return 1;
+	}
+	if (phase != b->phase || pct != b->last_pct) {
+		b->phase = phase;
+		b->last_pct = pct;
+		snprintf(b->m.phase, sizeof b->m.phase, "%s", phase);
+		b->m.pct = (uint32_t)pct;
+		if (b->progress)
+			stop = b->progress(b->parg, phase, pct);
+		if (!stop && b->v->closing)
+			stop = 1;
+		if (stop)
+			b->cancelled = 1;
+	}
+	pthread_mutex_unlock(&b->mu);
+	return stop;
+}
+
+static int kmeans_tick(void *arg, int pct)
+{
+	return report(arg, "train", pct);
+}
+
+static void load_vec(const build_ctx *b, uint64_t i, float *out)
+{
+	memcpy(out, b->vecs[i], sizeof(float) * b->m.dim);
+	if (b->m.metric == VECFS_COSINE)
+		vf_to_index_space(VECFS_COSINE, out, out, b->m.dim);
+}
+
+/* ------------------------------------------------------------ encode */
+
+typedef struct enc_job {
+	build_ctx *b;
+	const vf_gen *g;        /* centroids, rotation, rotated centroids */
+	uint64_t lo, hi;
+	int rc;
+	int reporter;
+} enc_job;
+
+#define ENC_CHUNK 4096
+
+static void *enc_run(void *arg)
+{
+	enc_job *j = arg;
+	build_ctx *b = j->b;
+	const vf_gen *g = j->g;
+	uint32_t dim = b->m.dim;
+	vf_encoder enc;
+	float *buf = malloc(sizeof(float) * ENC_CHUNK * dim);
+	if (!buf || vf_encoder_init(&enc, &g->rot, b->m.bits, b->m.metric == VECFS_DOT)) {
+		free(buf);
+		j->rc = -ENOMEM;
+		return NULL;
+	}
+	for (uint64_t c0 = j->lo; c0 < j->hi; c0 += ENC_CHUNK) {
+		uint64_t cn = j->hi - c0 < ENC_CHUNK ? j->hi - c0 : ENC_CHUNK;
+		for (uint64_t i = 0; i < cn; i++)
+			load_vec(b, c0 + i, buf + i * dim);
+		vf_nearest(&g->ci, buf, cn, b->assign + c0, NULL, 1);
+		for (uint64_t i = 0; i < cn; i++) {
+			uint64_t r = c0 + i;
+			uint32_t c = b->assign[r];
+			vf_code *code = &b->codes[r];
+			vf_encode(&enc, buf + i * dim, g->centroids + (size_t)c * dim,
+				  g->rc + (size_t)c * b->m.pdim, b->planes + r * b->pb, code);
+			code->id = b->ids[r];
+			code->seq = b->seqs[r];
+		}
+		if (j->reporter) {
+			int pct = (int)((c0 + cn - j->lo) * 100 / (j->hi - j->lo));
+			if (report(b, "encode", pct)) {
+				j->rc = -ECANCELED;
+				break;
+			}
+		} else {
+			pthread_mutex_lock(&b->mu);
+			int stop = b->cancelled;
+			pthread_mutex_unlock(&b->mu);
+			if (stop) {
+				j->rc = -ECANCELED;
+				break;
+			}
+		}
+	}
+	vf_encoder_free(&enc);
+	free(buf);
+	return NULL;
+}
+
+static int encode_all(build_ctx *b, const vf_gen *g)
+{
+	int nt = b->v->threads;
+	pthread_t tid[16];
+	enc_job jobs[16];
+	int started[16] = {0};
+	if (b->n < 4096)
+		nt = 1;
+	for (int t = 0; t < nt; t++) {
+		jobs[t] = (enc_job){b, g, b->n * t / nt, b->n * (t + 1) / nt, 0, t == 0};
+		if (t > 0)
+			started[t] = pthread_create(&tid[t], NULL, enc_run, &jobs[t]) == 0;
+	}
+	enc_run(&jobs[0]);
+	int rc = jobs[0].rc;
+	for (int t = 1; t < nt; t++) {
+		if (started[t])
+			pthread_join(tid[t], NULL);
+		else
+			enc_run(&jobs[t]);
+		if (!rc)
+			rc = jobs[t].rc;
+	}
+	return rc;
+}
+
+/* ------------------------------------------------------------ publish */
+
+typedef struct meta_job {
+	vecfs *v;
+	vf_genmeta *m;
+	int alloc;     /* allocate the id */
+} meta_job;
+
+static int meta_fn(MDB_txn *txn, void *arg)
+{
+	meta_job *j = arg;
+	int rc;
+	if (j->alloc) {
+		vf_counters cnt;
+		if ((rc = vf_load_counters(txn, j->v->store, &cnt)))
+			return rc;
+		j->m->id = cnt.next_gen++;
+		if (j->m->id == 0)
+			j->m->id = cnt.next_gen++;
+		if ((rc = vf_save_counters(txn, j->v->store, &cnt)))
+			return rc;
+	}
+	return vf_save_genmeta(txn, j->v->store, j->m);
+}
+
+typedef struct blocks_job {
+	build_ctx *b;
+	const uint64_t *order;   /* rows sorted by cluster */
+	const uint64_t *cstart;  /* nlist + 1 offsets into order */
+	uint32_t c_lo, c_hi;     /* clusters written by this transaction */
+	vf_code *tmp;
+	uint8_t *buf;
+} blocks_job;
+
+static int blocks_fn(MDB_txn *txn, void *arg)
+{
+	blocks_job *j = arg;
+	build_ctx *b = j->b;
+	vf_store *s = b->v->store;
+	int rc;
+	for (uint32_t c = j->c_lo; c < j->c_hi; c++) {
+		uint64_t lo = j->cstart[c], hi = j->cstart[c + 1];
+		vf_manifest mf = {0};
+		uint32_t nblocks = (uint32_t)((hi - lo + BLOCK_TARGET - 1) / BLOCK_TARGET);
+		for (uint32_t bi = 0; bi < nblocks; bi++) {
+			/* spread the cluster evenly over its blocks */
+			uint64_t a = lo + (hi - lo) * bi / nblocks;
+			uint64_t e = lo + (hi - lo) * (bi + 1) / nblocks;
+			uint32_t cnt = (uint32_t)(e - a);
+			for (uint32_t i = 0; i < cnt; i++)
+				j->tmp[i] = b->codes[j->order[a + i]];
+			size_t sz = vf_block_size(cnt, b->m.pdim, b->m.bits);
+			vf_block_write(j->buf, j->tmp, cnt, b->m.pdim, b->m.bits);
+			vf_postkey k = vf_post_key(b->m.id, c, VF_PK_BLOCK, bi);
+			if ((rc = vf_put(txn, s->postings, k.b, sizeof k.b, j->buf, sz, 0)))
+				return rc;
+			mf.vectors += cnt;
+		}
+		mf.blocks = nblocks;
+		if ((rc = vf_save_manifest(txn, s, b->m.id, c, &mf)))
+			return rc;
+	}
+	return 0;
+}
+
+typedef struct final_job {
+	build_ctx *b;
+	int activate;
+	const uint32_t *idmap;   /* cluster per record id, ids < id_limit */
+	uint64_t id_limit;
+	vf_gen *g;
+} final_job;
+
+static int final_fn(MDB_txn *txn, void *arg)
+{
+	final_job *j = arg;
+	build_ctx *b = j->b;
+	vf_store *s = b->v->store;
+	vf_genmeta m = b->m;
+	vf_counters cnt;
+	int rc;
+	size_t csz = (size_t)m.nlist * m.dim * 4;
+	uint8_t *cbuf = malloc(csz + 8);
+	if (!cbuf)
+		return -ENOMEM;
+	memcpy(cbuf, b->centroids, csz);
+	uint64_t sum = vf_checksum(cbuf, csz);
+	memcpy(cbuf + csz, &sum, 8);
+	vf_genkey ck = vf_gen_key(m.id, VF_GK_CENTROIDS, 0);
+	rc = vf_put(txn, s->gens, ck.b, sizeof ck.b, cbuf, csz + 8, 0);
+	free(cbuf);
+	if (rc)
+		return rc;
+	if ((rc = vf_assign_write(txn, s, m.id, j->idmap, j->id_limit)))
+		return rc;
+	if ((rc = vf_load_counters(txn, s, &cnt)))
+		return rc;
+	/* writes that landed while this generation was built */
+	m.synced_seq = m.snap_seq;
+	if ((rc = vf_sync_generation(b->v, txn, j->g, &m, &cnt)))
+		return rc;
+	m.state = VECFS_GEN_READY;
+	m.pct = 100;
+	snprintf(m.phase, sizeof m.phase, "done");
+	if ((rc = vf_save_genmeta(txn, s, &m)))
+		return rc;
+	if (j->activate && (rc = vf_save_active(txn, s, m.id)))
+		return rc;
+	return 0;
+}
+
+static int fail_fn(MDB_txn *txn, void *arg)
+{
+	build_ctx *b = arg;
+	int rc = vf_drop_generation_keys(txn, b->v->store, b->m.id);
+	if (rc)
+		return rc;
+	b->m.state = VECFS_GEN_FAILED;
+	snprintf(b->m.phase, sizeof b->m.phase, "failed");
+	return vf_save_genmeta(txn, b->v->store, &b->m);
+}
+
+/* Construct the in-memory routing state from the trained centroids. */
+static int make_gen(build_ctx *b, vf_gen *g)
+{
+	memset(g, 0, sizeof *g);
+	g->id = b->m.id;
+	g->meta = b->m;
+	g->centroids = b->centroids;
+	int rc;
+	if ((rc = vf_rotation_init(&g->rot, b->m.dim, b->m.seed)) ||
+	    (rc = vf_cindex_init(&g->ci, g->centroids, b->m.nlist, b->m.dim)))
+		return rc;
+	g->rc = malloc(sizeof(float) * b->m.nlist * b->m.pdim);
+	g->rc_sum = malloc(sizeof(float) * b->m.nlist);
+	if (!g->rc || !g->rc_sum)
+		return -ENOMEM;
+	for (uint32_t c = 0; c < b->m.nlist; c++) {
+		float *r = g->rc + (size_t)c * b->m.pdim, sm = 0;
+		vf_rotate(&g->rot, g->centroids + (size_t)c * b->m.dim, r);
+		for (uint32_t i = 0; i < b->m.pdim; i++)
+			sm += r[i];
+		g->rc_sum[c] = sm;
+	}
+	return 0;
+}
+
+static void free_gen_parts(vf_gen *g)
+{
+	vf_cindex_free(&g->ci);
+	vf_rotation_free(&g->rot);
+	free(g->rc);
+	free(g->rc_sum);
+}
+
+/* Read the snapshot: ids, seqs and pointers to every live vector. */
+static int snapshot(build_ctx *b, MDB_txn *txn, uint64_t *id_limit)
+{
+	MDB_cursor *cur;
+	MDB_val k, d;
+	uint64_t i = 0;
+	int rc = mdb_cursor_open(txn, b->v->store->records, &cur);
+	if (rc)
+		return vf_mdb_err(rc);
+	*id_limit = 0;
+	for (rc = mdb_cursor_get(cur, &k, &d, MDB_FIRST); rc == 0 && i < b->n;
+	     rc = mdb_cursor_get(cur, &k, &d, MDB_NEXT), i++) {
+		vf_record r;
+		if (vf_record_decode(d.mv_data, d.mv_size, &r) || r.dim != b->m.dim) {
+			rc = -EIO;
+			break;
+		}
+		b->ids[i] = vf_rd_be64(k.mv_data);
+		b->seqs[i] = r.seq;
+		b->vecs[i] = r.vec;
+		if (b->ids[i] + 1 > *id_limit)
+			*id_limit = b->ids[i] + 1;
+	}
+	mdb_cursor_close(cur);
+	if (rc == MDB_NOTFOUND || rc == 0)
+		rc = i == b->n ? 0 : -EIO;
+	return rc > 0 ? vf_mdb_err(rc) : rc;
+}
+
+static int build_locked(build_ctx *b, int activate, uint64_t *gen_out)
+{
+	vecfs *v = b->v;
+	MDB_txn *txn = NULL;
+	vf_counters cnt;
+	vf_stored_config sc;
+	vf_gen g;
+	uint32_t *idmap = NULL;
+	uint64_t *order = NULL, *cstart = NULL, id_limit = 0;
+	int rc, have_gen = 0, registered = 0;
+	double t0 = now_s();
+
+	memset(&g, 0, sizeof g);
+	if ((rc = vf_read_begin(v->store, &txn)))
+		return rc;
+	if ((rc = vf_load_counters(txn, v->store, &cnt)) ||
+	    (rc = vf_load_config(txn, v->store, &sc)))
+		goto out;
+	if (cnt.live == 0 || sc.dim == 0) {
+		vf_seterr(b->err, b->errlen, "build: the store has no records");
+		rc = -ENOENT;
+		goto out;
+	}
+	b->n = cnt.live;
+	b->m.state = VECFS_GEN_BUILDING;
+	b->m.metric = sc.metric;
+	b->m.created = (uint64_t)time(NULL);
+	b->m.snap_seq = cnt.seq;
+	b->m.covered = cnt.live;
+	b->m.parent = vf_load_active(txn, v->store);
+	b->m.dim = sc.dim;
+	b->m.pdim = vf_padded_dim(sc.dim);
+	b->m.bits = sc.bits;
+	b->m.nlist = sc.nlist ? (sc.nlist < b->n ? sc.nlist : (uint32_t)b->n) : vf_auto_nlist(b->n);
+	snprintf(b->m.phase, sizeof b->m.phase, "sample");
+	meta_job mj = {v, &b->m, 1};
+	if ((rc = vf_write(v->store, meta_fn, &mj)))
+		goto out;
+	registered = 1;
+	b->m.seed = sc.seed ^ (b->m.id * 0x9e3779b97f4a7c15ULL);
+
+	rc = -ENOMEM;
+	b->pb = (size_t)b->m.bits * b->m.pdim / 8;
+	b->ids = malloc(sizeof(uint64_t) * b->n);
+	b->seqs = malloc(sizeof(uint64_t) * b->n);
+	b->vecs = malloc(sizeof(void *) * b->n);
+	b->centroids = malloc(sizeof(float) * b->m.nlist * b->m.dim);
+	if (!b->ids || !b->seqs || !b->vecs || !b->centroids)
+		goto out;
+	if ((rc = snapshot(b, txn, &id_limit)))
+		goto out;
+
+	/* train on a bounded sample, spread evenly over the snapshot */
+	uint64_t ns = (uint64_t)b->m.nlist * 40;
+	if (ns < 20000)
+		ns = 20000;
+	if (ns > b->n)
+		ns = b->n;
+	float *sample = malloc(sizeof(float) * ns * b->m.dim);
+	if (!sample) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	for (uint64_t i = 0; i < ns; i++)
+		load_vec(b, i * b->n / ns, sample + i * b->m.dim);
+	if (report(b, "train", 0)) {
+		free(sample);
+		rc = -ECANCELED;
+		goto out;
+	}
+	int iters = b->n > 200000 ? 8 : 12;
+	rc = vf_kmeans(sample, ns, b->m.dim, b->m.nlist, iters, b->m.seed, v->threads,
+		       b->centroids, kmeans_tick, b);
+	free(sample);
+	if (rc)
+		goto out;
+
+	/* assign and encode everything */
+	rc = -ENOMEM;
+	b->assign = malloc(sizeof(uint32_t) * b->n);
+	b->planes = malloc(b->pb * b->n);
+	b->codes = malloc(sizeof(vf_code) * b->n);
+	if (!b->assign || !b->planes || !b->codes)
+		goto out;
+	if ((rc = make_gen(b, &g)))
+		goto out;
+	have_gen = 1;
+	if (report(b, "encode", 0)) {
+		rc = -ECANCELED;
+		goto out;
+	}
+	if ((rc = encode_all(b, &g)))
+		goto out;
+
+	/* sort rows by cluster (stable: ids stay ascending) */
+	rc = -ENOMEM;
+	order = malloc(sizeof(uint64_t) * b->n);
+	cstart = calloc((size_t)b->m.nlist + 1, sizeof(uint64_t));
+	idmap = malloc(sizeof(uint32_t) * (id_limit ? id_limit : 1));
+	if (!order || !cstart || !idmap)
+		goto out;
+	for (uint64_t i = 0; i < b->n; i++)
+		cstart[b->assign[i] + 1]++;
+	for (uint32_t c = 0; c < b->m.nlist; c++)
+		cstart[c + 1] += cstart[c];
+	{
+		uint64_t *fill = malloc(sizeof(uint64_t) * b->m.nlist);
+		if (!fill)
+			goto out;
+		memcpy(fill, cstart, sizeof(uint64_t) * b->m.nlist);
+		for (uint64_t i = 0; i < b->n; i++)
+			order[fill[b->assign[i]]++] = i;
+		free(fill);
+	}
+	memset(idmap, 0xFF, sizeof(uint32_t) * (id_limit ? id_limit : 1));
+	for (uint64_t i = 0; i < b->n; i++)
+		idmap[b->ids[i]] = b->assign[i];
+
+	/* publish blocks in bounded transactions while still `building` */
+	if (report(b, "publish", 0)) {
+		rc = -ECANCELED;
+		goto out;
+	}
+	blocks_job bj = {b, order, cstart, 0, 0, NULL, NULL};
+	bj.tmp = malloc(sizeof(vf_code) * BLOCK_TARGET * 2);
+	bj.buf = malloc(vf_block_size(BLOCK_TARGET * 2, b->m.pdim, b->m.bits));
+	if (!bj.tmp || !bj.buf) {
+		free(bj.tmp);
+		free(bj.buf);
+		rc = -ENOMEM;
+		goto out;
+	}
+	size_t per_vec = vf_block_size(BLOCK_TARGET, b->m.pdim, b->m.bits) / BLOCK_TARGET;
+	while (bj.c_hi < b->m.nlist) {
+		bj.c_lo = bj.c_hi;
+		uint64_t bytes = 0;
+		while (bj.c_hi < b->m.nlist && bytes < PUBLISH_TXN_BYTES) {
+			bytes += (cstart[bj.c_hi + 1] - cstart[bj.c_hi]) * per_vec + 256;
+			bj.c_hi++;
+		}
+		if ((rc = vf_write(v->store, blocks_fn, &bj)))
+			break;
+		if (report(b, "publish", (int)((uint64_t)bj.c_hi * 99 / b->m.nlist))) {
+			rc = -ECANCELED;
+			break;
+		}
+	}
+	free(bj.tmp);
+	free(bj.buf);
+	if (rc)
+		goto out;
+	vf_read_end(v->store, txn);
+	txn = NULL;
+
+	b->m.build_seconds = now_s() - t0;
+	final_job fj = {b, activate, idmap, id_limit, &g};
+	if ((rc = vf_write(v->store, final_fn, &fj)))
+		goto out;
+	*gen_out = b->m.id;
+	rc = 0;
+out:
+	if (txn)
+		vf_read_end(v->store, txn);
+	if (rc == -ECANCELED)
+		vf_seterr(b->err, b->errlen, "build: cancelled");
+	else if (rc && b->err && !b->err[0])
+		vf_seterr(b->err, b->errlen, "build: %s", strerror(-rc));
+	if (rc && registered)
+		vf_write(v->store, fail_fn, b);
+	if (have_gen)
+		free_gen_parts(&g);
+	free(idmap);
+	free(order);
+	free(cstart);
+	free(b->ids);
+	free(b->seqs);
+	free(b->vecs);
+	free(b->centroids);
+	free(b->assign);
+	free(b->planes);
+	free(b->codes);
+	return rc;
+}
+
+int vecfs_build(vecfs *v, int activate, uint64_t *gen_out,
+		vecfs_progress_fn progress, void *parg, char *err, size_t errlen)
+{
+	build_ctx b;
+	uint64_t gen = 0;
+	memset(&b, 0, sizeof b);
+	b.v = v;
+	b.progress = progress;
+	b.parg = parg;
+	b.err = err;
+	b.errlen = errlen;
+	b.last_pct = -1;
+	if (err && errlen)
+		err[0] = 0;
+	pthread_mutex_init(&b.mu, NULL);
+	pthread_mutex_lock(&v->build_mu);
+	int rc = build_locked(&b, activate, &gen);
+	pthread_mutex_unlock(&v->build_mu);
+	pthread_mutex_destroy(&b.mu);
+	if (rc == 0 && gen_out)
+		*gen_out = gen;
+	return rc;
+}
+
+/* ------------------------------------------------------------ automatic first build */
+
+static void *auto_run(void *arg)
+{
+	vecfs *v = arg;
+	uint64_t gen;
+	vecfs_build(v, 1, &gen, NULL, NULL, NULL, 0);
+	return NULL;
+}
+
+void vf_maybe_auto_build(vecfs *v)
+{
+	vecfs_config c;
+	vecfs_stats st;
+	if (vecfs_config_get(v, &c) || c.auto_build == 0)
+		return;
+	pthread_mutex_lock(&v->stat_mu);
+	int busy = v->auto_running || v->closing;
+	pthread_mutex_unlock(&v->stat_mu);
+	if (busy)
+		return;
+	MDB_txn *txn;
+	if (vf_read_begin(v->store, &txn))
+		return;
+	vf_counters cnt;
+	int rc = vf_load_counters(txn, v->store, &cnt);
+	uint64_t active = vf_load_active(txn, v->store);
+	vf_read_end(v->store, txn);
+	(void)st;
+	if (rc || active || cnt.live < c.auto_build)
+		return;
+	pthread_mutex_lock(&v->stat_mu);
+	if (!v->auto_running && !v->closing &&
+	    pthread_create(&v->auto_thread, NULL, auto_run, v) == 0)
+		v->auto_running = 1;
+	pthread_mutex_unlock(&v->stat_mu);
+}

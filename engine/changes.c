@@ -1,0 +1,104 @@
+/*
+ * engine/changes.c - change log and dirty sets.
+ */
+#include "changes.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "keys.h"
+
+void vf_dirty_init(vf_dirty *d)
+{
+	memset(d, 0, sizeof *d);
+}
+
+void vf_dirty_free(vf_dirty *d)
+{
+	free(d->slots);
+	memset(d, 0, sizeof *d);
+}
+
+static uint64_t hash64(uint64_t x)
+{
+	x ^= x >> 31;
+	x *= 0x7fb5d329728ea185ULL;
+	x ^= x >> 27;
+	x *= 0x81dadef4bc2dd44dULL;
+	return x ^ (x >> 33);
+}
+
+static vf_dirty_entry *slot_for(vf_dirty_entry *slots, uint64_t cap, uint64_t id)
+{
+	uint64_t i = hash64(id) & (cap - 1);
+	while (slots[i].id && slots[i].id != id + 1)
+		i = (i + 1) & (cap - 1);
+	return &slots[i];
+}
+
+static int grow(vf_dirty *d)
+{
+	uint64_t cap = d->cap ? d->cap * 2 : 64;
+	vf_dirty_entry *ns = calloc(cap, sizeof *ns);
+	if (!ns)
+		return -ENOMEM;
+	for (uint64_t i = 0; i < d->cap; i++)
+		if (d->slots[i].id)
+			*slot_for(ns, cap, d->slots[i].id - 1) = d->slots[i];
+	free(d->slots);
+	d->slots = ns;
+	d->cap = cap;
+	return 0;
+}
+
+const vf_dirty_entry *vf_dirty_find(const vf_dirty *d, uint64_t id)
+{
+	if (!d->n)
+		return NULL;
+	const vf_dirty_entry *e = slot_for(d->slots, d->cap, id);
+	return e->id ? e : NULL;
+}
+
+int vf_dirty_load(MDB_txn *txn, vf_store *s, uint64_t from, uint64_t to, vf_dirty *d)
+{
+	MDB_cursor *cur;
+	vf_key64 k = vf_key_u64(from + 1);
+	MDB_val key = {8, k.b}, val;
+	int rc;
+	if (to <= from)
+		return 0;
+	if ((rc = mdb_cursor_open(txn, s->changes, &cur)))
+		return vf_mdb_err(rc);
+	for (rc = mdb_cursor_get(cur, &key, &val, MDB_SET_RANGE); rc == 0;
+	     rc = mdb_cursor_get(cur, &key, &val, MDB_NEXT)) {
+		uint64_t seq = vf_rd_be64(key.mv_data);
+		if (seq > to)
+			break;
+		if (val.mv_size != sizeof(vf_change)) {
+			rc = -EIO;
+			break;
+		}
+		vf_change c;
+		memcpy(&c, val.mv_data, sizeof c);
+		if ((d->n + 1) * 2 > d->cap && (rc = grow(d)))
+			break;
+		vf_dirty_entry *e = slot_for(d->slots, d->cap, c.id);
+		if (!e->id) {
+			e->id = c.id + 1;
+			d->n++;
+		}
+		e->seq = seq;
+		e->ch = c;
+	}
+	mdb_cursor_close(cur);
+	if (rc == MDB_NOTFOUND)
+		rc = 0;
+	return rc > 0 ? vf_mdb_err(rc) : rc;
+}
+
+int vf_change_put(MDB_txn *txn, vf_store *s, uint64_t seq, const vf_change *c)
+{
+	vf_key64 k = vf_key_u64(seq);
+	return vf_put(txn, s->changes, k.b, 8, c, sizeof *c, MDB_APPEND);
+}

@@ -1,0 +1,35 @@
+/*
+ * engine/changes.h - the change log (one entry per committed put or delete,
+ * keyed by sequence number) and the dirty set derived from it: the records
+ * changed after a generation's synced_seq, whose postings in that generation
+ * cannot be trusted without checking.
+ */
+#ifndef VF_CHANGES_H
+#define VF_CHANGES_H
+
+#include <lmdb.h>
+#include <stdint.h>
+
+#include "meta.h"
+#include "store.h"
+
+typedef struct vf_dirty_entry {
+	uint64_t id;   /* 0 slot marker is id+1 internally */
+	uint64_t seq;  /* latest change */
+	vf_change ch;
+} vf_dirty_entry;
+
+typedef struct vf_dirty {
+	vf_dirty_entry *slots;
+	uint64_t cap, n;  /* cap is a power of two */
+} vf_dirty;
+
+void vf_dirty_init(vf_dirty *d);
+void vf_dirty_free(vf_dirty *d);
+/* Load the latest change of every id changed in (from, to]. */
+int vf_dirty_load(MDB_txn *txn, vf_store *s, uint64_t from, uint64_t to, vf_dirty *d);
+const vf_dirty_entry *vf_dirty_find(const vf_dirty *d, uint64_t id);
+
+int vf_change_put(MDB_txn *txn, vf_store *s, uint64_t seq, const vf_change *c);
+
+#endif

@@ -1,0 +1,114 @@
+/*
+ * engine/internal.h - the engine's shared internals: the store handle, the
+ * in-memory cache of generations, and helpers between engine modules.
+ */
+#ifndef VF_INTERNAL_H
+#define VF_INTERNAL_H
+
+#include <pthread.h>
+#include <stdio.h>
+
+#include "block.h"
+#include "checksum.h"
+#include "kernels.h"
+#include "kmeans.h"
+#include "meta.h"
+#include "rabitq.h"
+#include "rotation.h"
+#include "store.h"
+#include "vecfs.h"
+
+/* An immutable generation's routing state, loaded once and shared. */
+typedef struct vf_gen {
+	uint64_t id;
+	int refs;               /* guarded by vecfs.gen_mu */
+	vf_genmeta meta;        /* as loaded (state, nlist, dims) */
+	float *centroids;       /* nlist * dim */
+	vf_cindex ci;
+	float *rc;              /* rotated centroids, nlist * pdim */
+	float *rc_sum;          /* nlist */
+	vf_rotation rot;
+	struct vf_gen *next;
+} vf_gen;
+
+#define VF_LAT_RING 4096
+
+struct vecfs {
+	vf_store *store;
+	vf_vcache *vcache;
+	pthread_mutex_t gen_mu;     /* generation cache */
+	vf_gen *gens;
+	pthread_mutex_t build_mu;   /* builds never overlap */
+	pthread_mutex_t stat_mu;    /* in-memory query counters */
+	uint64_t queries;
+	uint32_t lat[VF_LAT_RING];
+	uint64_t nlat;
+	pthread_t auto_thread;
+	int auto_running;           /* guarded by stat_mu */
+	int closing;
+	int threads;
+};
+
+static inline void vf_seterr(char *err, size_t len, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+#include <stdarg.h>
+static inline void vf_seterr(char *err, size_t len, const char *fmt, ...)
+{
+	if (!err || !len)
+		return;
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(err, len, fmt, ap);
+	va_end(ap);
+}
+
+/* meta family */
+int vf_load_config(MDB_txn *txn, vf_store *s, vf_stored_config *c);
+int vf_load_counters(MDB_txn *txn, vf_store *s, vf_counters *c);
+int vf_save_counters(MDB_txn *txn, vf_store *s, const vf_counters *c);
+uint64_t vf_load_active(MDB_txn *txn, vf_store *s);
+int vf_save_active(MDB_txn *txn, vf_store *s, uint64_t gen);
+int vf_load_genmeta(MDB_txn *txn, vf_store *s, uint64_t gen, vf_genmeta *m);
+int vf_save_genmeta(MDB_txn *txn, vf_store *s, const vf_genmeta *m);
+int vf_load_manifest(MDB_txn *txn, vf_store *s, uint64_t gen, uint32_t cluster,
+		     vf_manifest *m);
+int vf_save_manifest(MDB_txn *txn, vf_store *s, uint64_t gen, uint32_t cluster,
+		     const vf_manifest *m);
+
+/* generation cache: a reference, released with vf_gen_put */
+int vf_gen_get(vecfs *v, MDB_txn *txn, uint64_t gen, vf_gen **out);
+void vf_gen_put(vecfs *v, vf_gen *g);
+void vf_gen_forget(vecfs *v, uint64_t gen);
+/* nearest cluster of a vector (in index space) */
+uint32_t vf_gen_nearest(const vf_gen *g, const float *x);
+
+/* index space: cosine vectors are normalized; returns 0 or -EINVAL for a
+ * zero vector */
+int vf_to_index_space(vecfs_metric m, const float *in, float *out, uint32_t dim);
+
+/* Bring a generation's postings up to date with every change after its
+ * synced_seq (tombstones for stale postings, deltas for new versions). */
+int vf_sync_generation(vecfs *v, MDB_txn *txn, vf_gen *g, vf_genmeta *m,
+		       const vf_counters *cnt);
+/* Delete every key of a generation (postings and gens families). */
+int vf_drop_generation_keys(MDB_txn *txn, vf_store *s, uint64_t gen);
+
+/* Posting writes for one changed record while generation g is live. */
+typedef struct vf_posting_writer {
+	vecfs *v;
+	vf_gen *g;
+	vf_encoder enc;
+	uint8_t *planes;
+	uint8_t *buf;
+	float *tmp;
+} vf_posting_writer;
+int vf_pw_init(vf_posting_writer *w, vecfs *v, vf_gen *g);
+void vf_pw_free(vf_posting_writer *w);
+/* Kill the record's current posting in g (if any); with vec != NULL add a
+ * delta posting for version `seq` and return its cluster in *cluster. */
+int vf_pw_apply(vf_posting_writer *w, MDB_txn *txn, uint64_t id, uint64_t seq,
+		const float *vec, uint32_t *cluster);
+
+void vf_maybe_auto_build(vecfs *v);
+
+#endif

@@ -1,0 +1,146 @@
+/*
+ * engine/kernels.c - scalar kernels and run-time dispatch.  The scalar code
+ * mirrors the SIMD lane structure so results are identical.
+ */
+#include "kernels.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "vecfs.h"
+
+static inline float ldf(const void *p, size_t i)
+{
+	float f;
+	memcpy(&f, (const char *)p + 4 * i, 4);
+	return f;
+}
+
+/* Horizontal sum of 8 lanes in the order the AVX2 code uses. */
+static float hsum8(const float l[8])
+{
+	float a0 = l[0] + l[4], a1 = l[1] + l[5], a2 = l[2] + l[6], a3 = l[3] + l[7];
+	float b0 = a0 + a2, b1 = a1 + a3;
+	return b0 + b1;
+}
+
+/* Two accumulators of 8 lanes over 16-float steps, then one 8-float step,
+ * then a lane-wise tail. */
+static float l2sq_scalar(const void *a, const void *b, size_t d)
+{
+	float acc0[8] = {0}, acc1[8] = {0};
+	size_t i = 0;
+	for (; i + 16 <= d; i += 16)
+		for (int l = 0; l < 8; l++) {
+			float x = ldf(a, i + l) - ldf(b, i + l);
+			float y = ldf(a, i + 8 + l) - ldf(b, i + 8 + l);
+			acc0[l] = fmaf(x, x, acc0[l]);
+			acc1[l] = fmaf(y, y, acc1[l]);
+		}
+	if (i + 8 <= d) {
+		for (int l = 0; l < 8; l++) {
+			float x = ldf(a, i + l) - ldf(b, i + l);
+			acc0[l] = fmaf(x, x, acc0[l]);
+		}
+		i += 8;
+	}
+	for (int l = 0; i + l < d; l++) {
+		float x = ldf(a, i + l) - ldf(b, i + l);
+		acc1[l] = fmaf(x, x, acc1[l]);
+	}
+	for (int l = 0; l < 8; l++)
+		acc0[l] += acc1[l];
+	return hsum8(acc0);
+}
+
+static float dot_scalar(const void *a, const void *b, size_t d)
+{
+	float acc0[8] = {0}, acc1[8] = {0};
+	size_t i = 0;
+	for (; i + 16 <= d; i += 16)
+		for (int l = 0; l < 8; l++) {
+			acc0[l] = fmaf(ldf(a, i + l), ldf(b, i + l), acc0[l]);
+			acc1[l] = fmaf(ldf(a, i + 8 + l), ldf(b, i + 8 + l), acc1[l]);
+		}
+	if (i + 8 <= d) {
+		for (int l = 0; l < 8; l++)
+			acc0[l] = fmaf(ldf(a, i + l), ldf(b, i + l), acc0[l]);
+		i += 8;
+	}
+	for (int l = 0; i + l < d; l++)
+		acc1[l] = fmaf(ldf(a, i + l), ldf(b, i + l), acc1[l]);
+	for (int l = 0; l < 8; l++)
+		acc0[l] += acc1[l];
+	return hsum8(acc0);
+}
+
+static void panel_dots_scalar(const float *pts, size_t npts, size_t d,
+			      const float *panel, float *out)
+{
+	for (size_t p = 0; p < npts; p++)
+		for (int j = 0; j < VF_PANEL; j++) {
+			float acc = 0;
+			for (size_t k = 0; k < d; k++)
+				acc = fmaf(pts[p * d + k], panel[k * VF_PANEL + j], acc);
+			out[p * VF_PANEL + j] = acc;
+		}
+}
+
+static void point_panels_scalar(const float *x, size_t d, const float *panels,
+				size_t npanels, float *out)
+{
+	for (size_t i = 0; i < npanels; i++)
+		panel_dots_scalar(x, 1, d, panels + i * d * VF_PANEL, out + i * VF_PANEL);
+}
+
+static uint32_t pass1_scalar(const uint8_t *codes, const uint8_t *lut,
+			     uint32_t groups, const uint8_t *add, const uint8_t *r1,
+			     const uint8_t *e1, const vf_pass1 *p, float *lo)
+{
+	uint32_t mask = 0;
+	for (int v = 0; v < 32; v++) {
+		uint32_t acc = 0;
+		int shift = v >= 16 ? 4 : 0;
+		for (uint32_t g = 0; g < groups; g++) {
+			uint8_t nib = (codes[g * 16 + (v & 15)] >> shift) & 15;
+			acc += lut[g * 16 + nib];
+		}
+		float s1 = (float)acc * p->a + p->b;
+		float r = ldf(r1, v);
+		float est = (ldf(add, v) + p->qc) + r * s1;
+		float bound = fabsf(r) * p->qerr + ldf(e1, v) * p->nq;
+		lo[v] = est - bound;
+		if (lo[v] <= p->thresh)
+			mask |= 1u << v;
+	}
+	return mask;
+}
+
+const vf_kernels vf_kernels_scalar = {
+	"scalar", l2sq_scalar, dot_scalar, panel_dots_scalar, point_panels_scalar,
+	pass1_scalar,
+};
+
+const vf_kernels *vf_kernels_get(void)
+{
+	static const vf_kernels *chosen;
+	const vf_kernels *k = __atomic_load_n(&chosen, __ATOMIC_ACQUIRE);
+	if (k)
+		return k;
+	k = &vf_kernels_scalar;
+#if defined(__x86_64__)
+	const char *force = getenv("VECFS_KERNEL");
+	__builtin_cpu_init();
+	if (!(force && strcmp(force, "scalar") == 0) && __builtin_cpu_supports("avx2") &&
+	    __builtin_cpu_supports("fma"))
+		k = &vf_kernels_avx2;
+#endif
+	__atomic_store_n(&chosen, k, __ATOMIC_RELEASE);
+	return k;
+}
+
+const char *vecfs_kernel_name(void)
+{
+	return vf_kernels_get()->name;
+}

@@ -1,0 +1,54 @@
+/*
+ * engine/kernels.h - the hot numeric loops, with a scalar and an AVX2
+ * implementation chosen at run time.  Both give bit-identical results: the
+ * scalar code performs the same operations (fused multiply-adds, integer
+ * sums) in the same order as the SIMD lanes.
+ */
+#ifndef VF_KERNELS_H
+#define VF_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define VF_PANEL 16 /* centroids per panel */
+
+/* Constants of the first pass for one (query, cluster). */
+typedef struct vf_pass1 {
+	float a, b;      /* S1 = a*acc + b (sign-plane inner product) */
+	float qc;        /* per-cluster distance term */
+	float qerr;      /* worst-case look-up quantization error of S1 */
+	float nq;        /* |q - c| */
+	float thresh;    /* prune when lower bound > thresh */
+} vf_pass1;
+
+typedef struct vf_kernels {
+	const char *name;
+	/* squared L2 distance and dot product of unaligned float arrays */
+	float (*l2sq)(const void *a, const void *b, size_t d);
+	float (*dot)(const void *a, const void *b, size_t d);
+	/* dots of npts points (row-major, d floats each) with one panel of
+	 * VF_PANEL centroids laid out [d][VF_PANEL]; out[p*VF_PANEL + j] */
+	void (*panel_dots)(const float *pts, size_t npts, size_t d,
+			   const float *panel, float *out);
+	/* one point against npanels consecutive panels; out[VF_PANEL*i + j] */
+	void (*point_panels)(const float *x, size_t d, const float *panels,
+			     size_t npanels, float *out);
+	/* First pass over one batch of 32 codes: 4-bit look-up sums into
+	 * est/lower bounds; returns the bit mask of slots whose lower bound is
+	 * at most p->thresh (padding slots included when thresh is infinite:
+	 * callers mask them).  lo[32] receives the lower bounds. */
+	uint32_t (*pass1)(const uint8_t *codes, const uint8_t *lut, uint32_t groups,
+			  const uint8_t *add, const uint8_t *r1, const uint8_t *e1,
+			  const vf_pass1 *p, float *lo);
+} vf_kernels;
+
+extern const vf_kernels vf_kernels_scalar;
+#if defined(__x86_64__)
+extern const vf_kernels vf_kernels_avx2;
+#endif
+
+/* The best implementation this CPU supports (VECFS_KERNEL=scalar forces
+ * the portable one). */
+const vf_kernels *vf_kernels_get(void);
+
+#endif

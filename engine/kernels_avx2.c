@@ -1,0 +1,208 @@
+/*
+ * engine/kernels_avx2.c - AVX2 + FMA kernels (compiled with -mavx2 -mfma).
+ * Lane structure and operation order match kernels.c exactly.
+ */
+#include "kernels.h"
+
+#include <immintrin.h>
+#include <string.h>
+
+static inline float hsum8(__m256 v)
+{
+	__m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
+	__m128 a = _mm_add_ps(lo, hi);             /* a0..a3 = l[i] + l[i+4] */
+	__m128 b = _mm_add_ps(a, _mm_movehl_ps(a, a)); /* b0 = a0+a2, b1 = a1+a3 */
+	__m128 c = _mm_add_ss(b, _mm_movehdup_ps(b));  /* b0 + b1 */
+	return _mm_cvtss_f32(c);
+}
+
+static __m256 tail_load(const void *p, size_t n)
+{
+	float t[8] = {0};
+	memcpy(t, p, 4 * n);
+	return _mm256_loadu_ps(t);
+}
+
+static float l2sq_avx2(const void *a, const void *b, size_t d)
+{
+	const float *x = a, *y = b;
+	__m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+	size_t i = 0;
+	for (; i + 16 <= d; i += 16) {
+		__m256 d0 = _mm256_sub_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i));
+		__m256 d1 = _mm256_sub_ps(_mm256_loadu_ps(x + i + 8), _mm256_loadu_ps(y + i + 8));
+		acc0 = _mm256_fmadd_ps(d0, d0, acc0);
+		acc1 = _mm256_fmadd_ps(d1, d1, acc1);
+	}
+	if (i + 8 <= d) {
+		__m256 d0 = _mm256_sub_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i));
+		acc0 = _mm256_fmadd_ps(d0, d0, acc0);
+		i += 8;
+	}
+	if (i < d) {
+		__m256 d1 = _mm256_sub_ps(tail_load(x + i, d - i), tail_load(y + i, d - i));
+		acc1 = _mm256_fmadd_ps(d1, d1, acc1);
+	}
+	return hsum8(_mm256_add_ps(acc0, acc1));
+}
+
+static float dot_avx2(const void *a, const void *b, size_t d)
+{
+	const float *x = a, *y = b;
+	__m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+	size_t i = 0;
+	for (; i + 16 <= d; i += 16) {
+		acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i), acc0);
+		acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8), _mm256_loadu_ps(y + i + 8), acc1);
+	}
+	if (i + 8 <= d) {
+		acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i), acc0);
+		i += 8;
+	}
+	if (i < d)
+		acc1 = _mm256_fmadd_ps(tail_load(x + i, d - i), tail_load(y + i, d - i), acc1);
+	return hsum8(_mm256_add_ps(acc0, acc1));
+}
+
+/* 4 points x 16 centroids per step: 8 accumulators. */
+static void panel_dots_avx2(const float *pts, size_t npts, size_t d,
+			    const float *panel, float *out)
+{
+	size_t p = 0;
+	for (; p + 4 <= npts; p += 4) {
+		const float *x0 = pts + p * d, *x1 = x0 + d, *x2 = x1 + d, *x3 = x2 + d;
+		__m256 a0 = _mm256_setzero_ps(), b0 = a0, a1 = a0, b1 = a0, a2 = a0,
+		       b2 = a0, a3 = a0, b3 = a0;
+		for (size_t k = 0; k < d; k++) {
+			__m256 c0 = _mm256_loadu_ps(panel + k * VF_PANEL);
+			__m256 c1 = _mm256_loadu_ps(panel + k * VF_PANEL + 8);
+			__m256 v = _mm256_broadcast_ss(x0 + k);
+			a0 = _mm256_fmadd_ps(v, c0, a0);
+			b0 = _mm256_fmadd_ps(v, c1, b0);
+			v = _mm256_broadcast_ss(x1 + k);
+			a1 = _mm256_fmadd_ps(v, c0, a1);
+			b1 = _mm256_fmadd_ps(v, c1, b1);
+			v = _mm256_broadcast_ss(x2 + k);
+			a2 = _mm256_fmadd_ps(v, c0, a2);
+			b2 = _mm256_fmadd_ps(v, c1, b2);
+			v = _mm256_broadcast_ss(x3 + k);
+			a3 = _mm256_fmadd_ps(v, c0, a3);
+			b3 = _mm256_fmadd_ps(v, c1, b3);
+		}
+		float *o = out + p * VF_PANEL;
+		_mm256_storeu_ps(o, a0);
+		_mm256_storeu_ps(o + 8, b0);
+		_mm256_storeu_ps(o + 16, a1);
+		_mm256_storeu_ps(o + 24, b1);
+		_mm256_storeu_ps(o + 32, a2);
+		_mm256_storeu_ps(o + 40, b2);
+		_mm256_storeu_ps(o + 48, a3);
+		_mm256_storeu_ps(o + 56, b3);
+	}
+	for (; p < npts; p++) {
+		const float *x = pts + p * d;
+		__m256 a = _mm256_setzero_ps(), b = a;
+		for (size_t k = 0; k < d; k++) {
+			__m256 v = _mm256_broadcast_ss(x + k);
+			a = _mm256_fmadd_ps(v, _mm256_loadu_ps(panel + k * VF_PANEL), a);
+			b = _mm256_fmadd_ps(v, _mm256_loadu_ps(panel + k * VF_PANEL + 8), b);
+		}
+		_mm256_storeu_ps(out + p * VF_PANEL, a);
+		_mm256_storeu_ps(out + p * VF_PANEL + 8, b);
+	}
+}
+
+/* One point against 4 panels (64 centroids) per step. */
+static void point_panels_avx2(const float *x, size_t d, const float *panels,
+			      size_t npanels, float *out)
+{
+	size_t i = 0, ps = d * VF_PANEL;
+	for (; i + 4 <= npanels; i += 4) {
+		const float *p0 = panels + i * ps, *p1 = p0 + ps, *p2 = p1 + ps, *p3 = p2 + ps;
+		__m256 a0 = _mm256_setzero_ps(), b0 = a0, a1 = a0, b1 = a0, a2 = a0,
+		       b2 = a0, a3 = a0, b3 = a0;
+		for (size_t k = 0; k < d; k++) {
+			__m256 v = _mm256_broadcast_ss(x + k);
+			size_t o = k * VF_PANEL;
+			a0 = _mm256_fmadd_ps(v, _mm256_loadu_ps(p0 + o), a0);
+			b0 = _mm256_fmadd_ps(v, _mm256_loadu_ps(p0 + o + 8), b0);
+			a1 = _mm256_fmadd_ps(v, _mm256_loadu_ps(p1 + o), a1);
+			b1 = _mm256_fmadd_ps(v, _mm256_loadu_ps(p1 + o + 8), b1);
+			a2 = _mm256_fmadd_ps(v, _mm256_loadu_ps(p2 + o), a2);
+			b2 = _mm256_fmadd_ps(v, _mm256_loadu_ps(p2 + o + 8), b2);
+			a3 = _mm256_fmadd_ps(v, _mm256_loadu_ps(p3 + o), a3);
+			b3 = _mm256_fmadd_ps(v, _mm256_loadu_ps(p3 + o + 8), b3);
+		}
+		float *o = out + i * VF_PANEL;
+		_mm256_storeu_ps(o, a0);
+		_mm256_storeu_ps(o + 8, b0);
+		_mm256_storeu_ps(o + 16, a1);
+		_mm256_storeu_ps(o + 24, b1);
+		_mm256_storeu_ps(o + 32, a2);
+		_mm256_storeu_ps(o + 40, b2);
+		_mm256_storeu_ps(o + 48, a3);
+		_mm256_storeu_ps(o + 56, b3);
+	}
+	for (; i < npanels; i++)
+		panel_dots_avx2(x, 1, d, panels + i * ps, out + i * VF_PANEL);
+}
+
+static uint32_t pass1_avx2(const uint8_t *codes, const uint8_t *lut,
+			   uint32_t groups, const uint8_t *add, const uint8_t *r1,
+			   const uint8_t *e1, const vf_pass1 *p, float *lo)
+{
+	const __m256i m4 = _mm256_set1_epi8(0x0F), z = _mm256_setzero_si256();
+	__m256i t0 = z, t1 = z, t2 = z, t3 = z; /* u32 totals, 8 vectors each */
+	uint32_t g = 0;
+	while (g < groups) {
+		uint32_t end = g + 256 < groups ? g + 256 : groups; /* u16 headroom */
+		__m256i a0 = z, a1 = z, a2 = z, a3 = z;
+		for (; g < end; g += 2) {
+			__m256i c = _mm256_loadu_si256((const __m256i *)(codes + g * 16));
+			__m256i l = _mm256_loadu_si256((const __m256i *)(lut + g * 16));
+			__m256i clo = _mm256_and_si256(c, m4);
+			__m256i chi = _mm256_and_si256(_mm256_srli_epi16(c, 4), m4);
+			__m256i rlo = _mm256_shuffle_epi8(l, clo);
+			__m256i rhi = _mm256_shuffle_epi8(l, chi);
+			a0 = _mm256_add_epi16(a0, _mm256_unpacklo_epi8(rlo, z));
+			a1 = _mm256_add_epi16(a1, _mm256_unpackhi_epi8(rlo, z));
+			a2 = _mm256_add_epi16(a2, _mm256_unpacklo_epi8(rhi, z));
+			a3 = _mm256_add_epi16(a3, _mm256_unpackhi_epi8(rhi, z));
+		}
+		/* fold the two 128-bit lanes (even and odd groups) and widen */
+#define FOLD(acc, tot)                                                          \
+	do {                                                                   \
+		__m128i s = _mm_add_epi16(_mm256_castsi256_si128(acc),         \
+					  _mm256_extracti128_si256(acc, 1));   \
+		tot = _mm256_add_epi32(tot, _mm256_cvtepu16_epi32(s));         \
+	} while (0)
+		FOLD(a0, t0);
+		FOLD(a1, t1);
+		FOLD(a2, t2);
+		FOLD(a3, t3);
+#undef FOLD
+	}
+	const __m256 va = _mm256_set1_ps(p->a), vb = _mm256_set1_ps(p->b);
+	const __m256 vqc = _mm256_set1_ps(p->qc), vqe = _mm256_set1_ps(p->qerr);
+	const __m256 vnq = _mm256_set1_ps(p->nq), vth = _mm256_set1_ps(p->thresh);
+	const __m256 absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+	__m256i tot[4] = {t0, t1, t2, t3};
+	uint32_t mask = 0;
+	for (int q = 0; q < 4; q++) {
+		/* totals are < 2^24, so the conversion is exact */
+		__m256 s1 = _mm256_add_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(tot[q]), va), vb);
+		__m256 r = _mm256_loadu_ps((const float *)(r1 + 32 * q));
+		__m256 u = _mm256_add_ps(_mm256_loadu_ps((const float *)(add + 32 * q)), vqc);
+		__m256 est = _mm256_add_ps(u, _mm256_mul_ps(r, s1));
+		__m256 bound = _mm256_add_ps(_mm256_mul_ps(_mm256_and_ps(r, absm), vqe),
+					     _mm256_mul_ps(_mm256_loadu_ps((const float *)(e1 + 32 * q)), vnq));
+		__m256 l = _mm256_sub_ps(est, bound);
+		_mm256_storeu_ps(lo + 8 * q, l);
+		mask |= (uint32_t)_mm256_movemask_ps(_mm256_cmp_ps(l, vth, _CMP_LE_OQ)) << (8 * q);
+	}
+	return mask;
+}
+
+const vf_kernels vf_kernels_avx2 = {
+	"avx2", l2sq_avx2, dot_avx2, panel_dots_avx2, point_panels_avx2, pass1_avx2,
+};

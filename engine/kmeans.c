@@ -1,0 +1,257 @@
+/*
+ * engine/kmeans.c - k-means (k-means++ seeding, Lloyd iterations on all
+ * cores, empty-cluster repair) and nearest-centroid search.
+ */
+#include "kmeans.h"
+
+#include <errno.h>
+#include <float.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels.h"
+#include "rotation.h"
+
+int vf_cindex_init(vf_cindex *ci, const float *centroids, uint32_t k, uint32_t dim)
+{
+	ci->k = k;
+	ci->dim = dim;
+	ci->npanels = (k + VF_PANEL - 1) / VF_PANEL;
+	ci->panels = calloc((size_t)ci->npanels * dim * VF_PANEL, sizeof(float));
+	ci->norms = malloc(sizeof(float) * (size_t)ci->npanels * VF_PANEL);
+	if (!ci->panels || !ci->norms) {
+		vf_cindex_free(ci);
+		return -ENOMEM;
+	}
+	for (uint32_t j = 0; j < ci->npanels * VF_PANEL; j++) {
+		float *pan = ci->panels + (size_t)(j / VF_PANEL) * dim * VF_PANEL;
+		if (j < k) {
+			double n2 = 0;
+			for (uint32_t d = 0; d < dim; d++) {
+				float c = centroids[(size_t)j * dim + d];
+				pan[(size_t)d * VF_PANEL + j % VF_PANEL] = c;
+				n2 += (double)c * c;
+			}
+			ci->norms[j] = (float)n2;
+		} else {
+			ci->norms[j] = FLT_MAX; /* never nearest */
+		}
+	}
+	return 0;
+}
+
+void vf_cindex_free(vf_cindex *ci)
+{
+	free(ci->panels);
+	free(ci->norms);
+	ci->panels = ci->norms = NULL;
+}
+
+void vf_cindex_dots(const vf_cindex *ci, const float *x, float *dots)
+{
+	vf_kernels_get()->point_panels(x, ci->dim, ci->panels, ci->npanels, dots);
+}
+
+typedef struct nearest_job {
+	const vf_cindex *ci;
+	const float *pts;
+	size_t lo, hi;
+	uint32_t *out;
+	float *dist;
+} nearest_job;
+
+#define NB 64 /* points per tile */
+
+static void *nearest_run(void *arg)
+{
+	nearest_job *j = arg;
+	const vf_cindex *ci = j->ci;
+	const vf_kernels *kn = vf_kernels_get();
+	float *dots = malloc(sizeof(float) * NB * VF_PANEL);
+	float best[NB];
+	uint32_t arg_[NB];
+	if (!dots)
+		return (void *)1;
+	for (size_t p0 = j->lo; p0 < j->hi; p0 += NB) {
+		size_t np = j->hi - p0 < NB ? j->hi - p0 : NB;
+		for (size_t i = 0; i < np; i++) {
+			best[i] = FLT_MAX;
+			arg_[i] = 0;
+		}
+		for (uint32_t pn = 0; pn < ci->npanels; pn++) {
+			kn->panel_dots(j->pts + p0 * ci->dim, np, ci->dim,
+				       ci->panels + (size_t)pn * ci->dim * VF_PANEL, dots);
+			const float *nr = ci->norms + pn * VF_PANEL;
+			for (size_t i = 0; i < np; i++)
+				for (int c = 0; c < VF_PANEL; c++) {
+					float dd = nr[c] - 2 * dots[i * VF_PANEL + c];
+					if (dd < best[i]) {
+						best[i] = dd;
+						arg_[i] = pn * VF_PANEL + c;
+					}
+				}
+		}
+		for (size_t i = 0; i < np; i++) {
+			j->out[p0 + i] = arg_[i];
+			if (j->dist)
+				j->dist[p0 + i] = best[i];
+		}
+	}
+	free(dots);
+	return NULL;
+}
+
+void vf_nearest(const vf_cindex *ci, const float *pts, size_t n, uint32_t *out,
+		float *dist, int threads)
+{
+	if (threads < 1)
+		threads = 1;
+	if (threads > 16)
+		threads = 16;
+	if (n < 256)
+		threads = 1;
+	pthread_t tid[16];
+	nearest_job jobs[16];
+	int started[16] = {0};
+	for (int t = 0; t < threads; t++) {
+		jobs[t] = (nearest_job){ci, pts, n * t / threads, n * (t + 1) / threads, out, dist};
+		if (t > 0)
+			started[t] = pthread_create(&tid[t], NULL, nearest_run, &jobs[t]) == 0;
+	}
+	nearest_run(&jobs[0]);
+	for (int t = 1; t < threads; t++) {
+		if (started[t])
+			pthread_join(tid[t], NULL);
+		else
+			nearest_run(&jobs[t]);
+	}
+}
+
+static float sqdist(const float *a, const float *b, uint32_t d)
+{
+	return vf_kernels_get()->l2sq(a, b, d);
+}
+
+/* k-means++ on a subsample: each new center drawn with probability
+ * proportional to the squared distance to the nearest chosen center. */
+static int seed_pp(const float *pts, size_t n, uint32_t dim, uint32_t k,
+		   uint64_t *rng, float *cent)
+{
+	size_t m = n < (size_t)k * 8 ? n : (size_t)k * 8;
+	if (m > 65536 && m > k)
+		m = 65536 > k ? 65536 : k;
+	size_t *idx = malloc(sizeof(size_t) * m);
+	double *d2 = malloc(sizeof(double) * m);
+	if (!idx || !d2) {
+		free(idx);
+		free(d2);
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < m; i++)
+		idx[i] = m == n ? i : (size_t)(vf_splitmix(rng) % n);
+	size_t first = vf_splitmix(rng) % m;
+	memcpy(cent, pts + idx[first] * dim, sizeof(float) * dim);
+	for (size_t i = 0; i < m; i++)
+		d2[i] = sqdist(pts + idx[i] * dim, cent, dim);
+	for (uint32_t c = 1; c < k; c++) {
+		double tot = 0;
+		for (size_t i = 0; i < m; i++)
+			tot += d2[i];
+		size_t pick = 0;
+		if (tot > 0) {
+			double r = (double)(vf_splitmix(rng) >> 11) / 9007199254740992.0 * tot;
+			for (pick = 0; pick + 1 < m && r >= d2[pick]; pick++)
+				r -= d2[pick];
+		} else {
+			pick = vf_splitmix(rng) % m;
+		}
+		float *cc = cent + (size_t)c * dim;
+		memcpy(cc, pts + idx[pick] * dim, sizeof(float) * dim);
+		for (size_t i = 0; i < m; i++) {
+			double dd = sqdist(pts + idx[i] * dim, cc, dim);
+			if (dd < d2[i])
+				d2[i] = dd;
+		}
+	}
+	free(idx);
+	free(d2);
+	return 0;
+}
+
+int vf_kmeans(const float *pts, size_t n, uint32_t dim, uint32_t k, int iters,
+	      uint64_t seed, int threads, float *cent, vf_tick_fn tick, void *targ)
+{
+	uint64_t rng = seed ^ 0x6b6d65616e73ULL;
+	int rc;
+	if (n == 0 || k == 0)
+		return -EINVAL;
+	if (k >= n) {
+		/* every point its own centroid; extra centroids copy point 0 */
+		for (uint32_t c = 0; c < k; c++)
+			memcpy(cent + (size_t)c * dim, pts + (size_t)(c < n ? c : 0) * dim,
+			       sizeof(float) * dim);
+		return 0;
+	}
+	if ((rc = seed_pp(pts, n, dim, k, &rng, cent)))
+		return rc;
+	uint32_t *assign = malloc(sizeof(uint32_t) * n);
+	double *sum = malloc(sizeof(double) * (size_t)k * dim);
+	size_t *cnt = malloc(sizeof(size_t) * k);
+	if (!assign || !sum || !cnt) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	for (int it = 0; it < iters; it++) {
+		vf_cindex ci;
+		if ((rc = vf_cindex_init(&ci, cent, k, dim)))
+			goto out;
+		vf_nearest(&ci, pts, n, assign, NULL, threads);
+		vf_cindex_free(&ci);
+		memset(sum, 0, sizeof(double) * (size_t)k * dim);
+		memset(cnt, 0, sizeof(size_t) * k);
+		for (size_t i = 0; i < n; i++) {
+			double *s = sum + (size_t)assign[i] * dim;
+			const float *p = pts + i * dim;
+			for (uint32_t d = 0; d < dim; d++)
+				s[d] += p[d];
+			cnt[assign[i]]++;
+		}
+		for (uint32_t c = 0; c < k; c++)
+			if (cnt[c])
+				for (uint32_t d = 0; d < dim; d++)
+					cent[(size_t)c * dim + d] = (float)(sum[(size_t)c * dim + d] / cnt[c]);
+		/* empty clusters: split a large cluster in two by perturbing its
+		 * centroid symmetrically */
+		for (uint32_t c = 0; c < k; c++) {
+			if (cnt[c])
+				continue;
+			uint32_t big = 0;
+			for (;;) {
+				big = vf_splitmix(&rng) % k;
+				double p = (double)(cnt[big] > 1 ? cnt[big] - 1 : 0) / (double)(n - k);
+				if ((double)(vf_splitmix(&rng) >> 11) / 9007199254740992.0 < p)
+					break;
+			}
+			float *cb = cent + (size_t)big * dim, *cc = cent + (size_t)c * dim;
+			for (uint32_t d = 0; d < dim; d++) {
+				float eps = 1.0f / 1024 * (d % 2 ? 1 : -1);
+				cc[d] = cb[d] * (1 + eps);
+				cb[d] = cb[d] * (1 - eps);
+			}
+			cnt[c] = cnt[big] / 2;
+			cnt[big] -= cnt[c];
+		}
+		if (tick && tick(targ, (it + 1) * 100 / iters)) {
+			rc = -ECANCELED;
+			goto out;
+		}
+	}
+	rc = 0;
+out:
+	free(assign);
+	free(sum);
+	free(cnt);
+	return rc;
+}

@@ -1,0 +1,35 @@
+/*
+ * engine/kmeans.h - k-means for IVF training and nearest-centroid search.
+ */
+#ifndef VF_KMEANS_H
+#define VF_KMEANS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Centroids in panel layout for fast nearest-centroid search. */
+typedef struct vf_cindex {
+	uint32_t k, dim, npanels;
+	float *panels; /* npanels * dim * VF_PANEL, padding centroids are far */
+	float *norms;  /* k squared norms */
+} vf_cindex;
+
+int vf_cindex_init(vf_cindex *ci, const float *centroids, uint32_t k, uint32_t dim);
+void vf_cindex_free(vf_cindex *ci);
+/* dots[j] = <x, c_j> for all j (npanels*VF_PANEL entries). */
+void vf_cindex_dots(const vf_cindex *ci, const float *x, float *dots);
+/* Index of the nearest centroid (l2) of each of n points; threads >= 1. */
+void vf_nearest(const vf_cindex *ci, const float *pts, size_t n, uint32_t *out,
+		float *dist, int threads);
+
+/* Progress/abort hook: return non-zero to stop. */
+typedef int (*vf_tick_fn)(void *arg, int pct);
+
+/* Train k centroids on n points (row-major, dim floats) with k-means++
+ * seeding on a subsample, Lloyd iterations and empty-cluster repair.
+ * Returns 0, -ECANCELED or -ENOMEM. */
+int vf_kmeans(const float *pts, size_t n, uint32_t dim, uint32_t k, int iters,
+	      uint64_t seed, int threads, float *centroids, vf_tick_fn tick,
+	      void *targ);
+
+#endif

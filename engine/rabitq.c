@@ -1,0 +1,246 @@
+/*
+ * engine/rabitq.c - RaBitQ encoding (extended multi-bit codes) and the
+ * query-side tables.
+ */
+#include "rabitq.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+int vf_encoder_init(vf_encoder *e, const vf_rotation *rot, uint32_t bits, int dot)
+{
+	memset(e, 0, sizeof *e);
+	e->rot = rot;
+	e->bits = bits;
+	e->dot = dot;
+	e->x = malloc(sizeof(float) * rot->pdim);
+	e->vc = malloc(sizeof(float) * rot->pdim);
+	e->k = malloc(rot->pdim);
+	if (!e->x || !e->vc || !e->k) {
+		vf_encoder_free(e);
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+void vf_encoder_free(vf_encoder *e)
+{
+	free(e->x);
+	free(e->vc);
+	free(e->k);
+	memset(e, 0, sizeof *e);
+}
+
+/* Step of the MSE-optimal uniform quantizer of a unit Gaussian with 2^B
+ * levels: the rotated coordinates are close to Gaussian, so the best scale
+ * lies near 1/(step * sigma). */
+static const float gauss_step[9] = {0, 1.596f, 0.9957f, 0.586f, 0.3352f,
+				    0.1881f, 0.1041f, 0.0568f, 0.0308f};
+
+/* Choose levels k_i in [0, kmax] (code y_i = sign(x_i)(k_i + 1/2)) making
+ * cos(y, x) as large as a scan over scales around the Gaussian optimum
+ * finds.  The factors use the code actually chosen, so the estimator is
+ * unbiased whatever scale wins; the scan only tightens the bound. */
+static void best_levels(vf_encoder *e, const float *ax, uint32_t n, uint32_t kmax,
+			double norm)
+{
+	static const float mult[] = {0.6f, 0.7f, 0.8f, 0.9f, 1.0f, 1.1f, 1.25f, 1.45f, 1.7f};
+	uint8_t *k = e->k;
+	if (kmax == 0 || norm == 0) {
+		memset(k, 0, n);
+		return;
+	}
+	float sigma = (float)(norm / sqrt((double)n));
+	float t0 = 1.0f / (gauss_step[e->bits] * sigma);
+	float best = -1, best_t = t0;
+	for (size_t m = 0; m < sizeof mult / sizeof mult[0]; m++) {
+		float t = t0 * mult[m], num = 0, den = 0;
+		for (uint32_t i = 0; i < n; i++) {
+			float lv = t * ax[i];
+			float kk = lv >= (float)kmax ? (float)kmax : floorf(lv);
+			float y = kk + 0.5f;
+			num += ax[i] * y;
+			den += y * y;
+		}
+		float c = num / sqrtf(den);
+		if (c > best) {
+			best = c;
+			best_t = t;
+		}
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		float lv = best_t * ax[i];
+		k[i] = (uint8_t)(lv >= (float)kmax ? kmax : (uint32_t)lv);
+	}
+}
+
+void vf_encode(vf_encoder *e, const float *v, const float *c, const float *rc,
+	       uint8_t *planes, vf_code *out)
+{
+	const vf_rotation *rot = e->rot;
+	uint32_t dim = rot->dim, n = rot->pdim, bits = e->bits;
+	uint32_t kmax = (1u << (bits - 1)) - 1, nbytes = n / 8;
+	float *x = e->x, *ax = e->vc;
+	double norm2 = 0, cr = 0;
+
+	for (uint32_t i = 0; i < dim; i++) {
+		double r = (double)v[i] - c[i];
+		norm2 += r * r;
+		cr += (double)c[i] * r;
+		ax[i] = (float)r;
+	}
+	vf_rotate(rot, ax, x);
+	for (uint32_t i = 0; i < n; i++)
+		ax[i] = fabsf(x[i]);
+	best_levels(e, ax, n, kmax, sqrt(norm2));
+
+	double sum_abs = 0, yx = 0, yy = 0, cdot = 0;
+	uint8_t *u = e->k; /* levels become codes in place */
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t k = u[i];
+		float y = (float)k + 0.5f;
+		sum_abs += ax[i];
+		yx += ax[i] * y;
+		yy += y * y;
+		u[i] = (uint8_t)(x[i] >= 0 ? (1u << (bits - 1)) + k : (1u << (bits - 1)) - 1 - k);
+		cdot += (double)u[i] * rc[i];
+	}
+	for (uint32_t p = 0; p < bits; p++) {
+		uint32_t sh = bits - 1 - p;
+		uint8_t *pl = planes + (size_t)p * nbytes;
+		for (uint32_t j = 0; j < nbytes; j++) {
+			const uint8_t *c8 = u + 8 * j;
+			uint8_t byte = 0;
+			for (int b = 0; b < 8; b++)
+				byte |= (uint8_t)(((c8[b] >> sh) & 1) << b);
+			pl[j] = byte;
+		}
+	}
+	double coef = e->dot ? 1.0 : 2.0;
+	double xn = sqrt(norm2);
+	out->planes = planes;
+	out->add = e->dot ? (float)-cr : (float)norm2;
+	out->cdot = (float)cdot;
+	if (xn == 0 || sum_abs == 0) {
+		out->r1 = out->e1 = out->rb = out->eb = 0;
+		return;
+	}
+	double a1 = sum_abs / (sqrt((double)n) * xn);
+	double ab = yx / (sqrt(yy) * xn);
+	if (a1 > 1)
+		a1 = 1;
+	if (ab > 1)
+		ab = 1;
+	double sq = sqrt((double)n - 1);
+	out->r1 = (float)(-coef * norm2 / (0.5 * sum_abs));
+	out->e1 = (float)(coef * xn * VF_EPS0 * sqrt(1 - a1 * a1) / (a1 * sq));
+	out->rb = (float)(-coef * norm2 / yx);
+	out->eb = (float)(coef * xn * VF_EPS0 * sqrt(1 - ab * ab) / (ab * sq));
+}
+
+int vf_qstate_init(vf_qstate *s, uint32_t pdim, uint32_t bits)
+{
+	s->pdim = pdim;
+	s->bits = bits;
+	s->rq = malloc(sizeof(float) * pdim);
+	s->blut = malloc(sizeof(float) * (pdim / 8) * 256);
+	if (!s->rq || !s->blut) {
+		vf_qstate_free(s);
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+void vf_qstate_free(vf_qstate *s)
+{
+	free(s->rq);
+	free(s->blut);
+	s->rq = s->blut = NULL;
+}
+
+void vf_qstate_set(vf_qstate *s, const vf_rotation *rot, const float *q)
+{
+	vf_rotate(rot, q, s->rq);
+	float sum = 0;
+	for (uint32_t i = 0; i < s->pdim; i++)
+		sum += s->rq[i];
+	s->rq_sum = sum;
+	for (uint32_t j = 0; j < s->pdim / 8; j++) {
+		float *t = s->blut + j * 256;
+		const float *r = s->rq + 8 * j;
+		t[0] = 0;
+		for (uint32_t b = 1; b < 256; b++)
+			t[b] = t[b & (b - 1)] + r[__builtin_ctz(b)];
+	}
+}
+
+int vf_cstate_init(vf_cstate *c, uint32_t pdim)
+{
+	c->lut = malloc(pdim / 4 * 16);
+	c->qr = malloc(sizeof(float) * pdim);
+	if (!c->lut || !c->qr) {
+		vf_cstate_free(c);
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+void vf_cstate_free(vf_cstate *c)
+{
+	free(c->lut);
+	free(c->qr);
+	c->lut = NULL;
+	c->qr = NULL;
+}
+
+void vf_cstate_set(vf_cstate *c, const vf_qstate *q, const float *rc, float rc_sum,
+		   float qc, float nq)
+{
+	uint32_t n = q->pdim, groups = n / 4;
+	float lutf[16], maxrange = 0, msum = 0;
+	float *qr = c->qr;
+	for (uint32_t i = 0; i < n; i++)
+		qr[i] = q->rq[i] - rc[i];
+	c->qr_sum = q->rq_sum - rc_sum;
+	/* group ranges first, to fix one quantization step */
+	for (uint32_t g = 0; g < groups; g++) {
+		float lo = 0, hi = 0;
+		for (int b = 0; b < 4; b++) {
+			float v = qr[4 * g + b];
+			if (v < 0)
+				lo += v;
+			else
+				hi += v;
+		}
+		if (hi - lo > maxrange)
+			maxrange = hi - lo;
+	}
+	float delta = maxrange > 0 ? maxrange / 255.0f : 1.0f;
+	float inv = 1.0f / delta;
+	for (uint32_t g = 0; g < groups; g++) {
+		const float *r = qr + 4 * g;
+		float lo = 0;
+		lutf[0] = 0;
+		for (int e = 1; e < 16; e++) {
+			lutf[e] = lutf[e & (e - 1)] + r[__builtin_ctz(e)];
+			if (lutf[e] < lo)
+				lo = lutf[e];
+		}
+		msum += lo;
+		for (int e = 0; e < 16; e++) {
+			float t = (lutf[e] - lo) * inv;
+			long u = lrintf(t);
+			c->lut[g * 16 + e] = (uint8_t)(u < 0 ? 0 : u > 255 ? 255 : u);
+		}
+	}
+	/* S1 = sum_g lutf[g][code] ~= delta * acc + msum; rounding error at
+	 * most delta/2 per group (plus a little float slack). */
+	c->p1.a = delta;
+	c->p1.b = msum - 0.5f * c->qr_sum;
+	c->p1.qc = qc;
+	c->p1.nq = nq;
+	c->p1.qerr = delta * 0.5f * (float)groups * 1.001f + 1e-6f * maxrange * groups;
+	c->p1.thresh = INFINITY;
+}

@@ -1,0 +1,93 @@
+/*
+ * engine/rabitq.h - RaBitQ codes and estimators.
+ *
+ * A vector v in cluster c is stored as x = R (v - c) (R: the rotation),
+ * quantized to B bits per dimension: u_i in [0, 2^B), reconstructing
+ * y_i = u_i - (2^B - 1)/2, with the scale chosen to maximize cos(y, x).  The
+ * top bit of u_i is the sign of x_i (the sign plane).  For a query q with
+ * qr = R (q - c), <x, qr> is estimated without bias by |x|^2 <y, qr> / <y, x>,
+ * with error at most |x| |qr| eps0 sqrt(1 - a^2) / (a sqrt(pdim - 1)) at the
+ * stated confidence, a = cos(y, x).  The first pass uses the sign plane only
+ * (y = sign(x)/2); the second pass the full code.
+ *
+ * Distances (in index space; cosine indexes unit vectors under l2):
+ *   l2:  |v - q|^2 = |r|^2 + |q - c|^2 - 2 <x, qr>
+ *   dot: -<v, q>   = -<c, r> - <q, c> - <x, qr>
+ * so est = add + qc + rescale * <y, qr>, with per-vector add/rescale/error
+ * factors and per-cluster qc.
+ */
+#ifndef VF_RABITQ_H
+#define VF_RABITQ_H
+
+#include <stdint.h>
+
+#include "block.h"
+#include "kernels.h"
+#include "rotation.h"
+
+#define VF_EPS0 1.9f /* confidence constant of the error bound */
+
+typedef struct vf_encoder {
+	const vf_rotation *rot;
+	uint32_t bits;
+	int dot;        /* 1: dot-product distance, 0: l2 */
+	float *x;       /* pdim scratch */
+	float *vc;      /* dim scratch */
+	uint8_t *k;     /* pdim scratch */
+} vf_encoder;
+
+int vf_encoder_init(vf_encoder *e, const vf_rotation *rot, uint32_t bits, int dot);
+void vf_encoder_free(vf_encoder *e);
+/* Encode v (dim floats) against centroid c (dim) whose rotation is rc
+ * (pdim).  Writes bits*pdim/8 bytes of planes and fills the factors of
+ * `out` (not id/seq; out->planes is set to `planes`). */
+void vf_encode(vf_encoder *e, const float *v, const float *c, const float *rc,
+	       uint8_t *planes, vf_code *out);
+
+/* Per-query state shared by all clusters. */
+typedef struct vf_qstate {
+	uint32_t pdim, bits;
+	float *rq;      /* R q, pdim */
+	float rq_sum;
+	float *blut;    /* (pdim/8) x 256: sums of rq over each byte's set bits */
+} vf_qstate;
+
+int vf_qstate_init(vf_qstate *s, uint32_t pdim, uint32_t bits);
+void vf_qstate_free(vf_qstate *s);
+void vf_qstate_set(vf_qstate *s, const vf_rotation *rot, const float *q);
+
+/* Per-(query, cluster) first-pass table: groups*16 bytes, plus constants. */
+typedef struct vf_cstate {
+	uint8_t *lut;
+	float *qr;      /* pdim scratch */
+	float qr_sum;
+	vf_pass1 p1;
+} vf_cstate;
+
+int vf_cstate_init(vf_cstate *c, uint32_t pdim);
+void vf_cstate_free(vf_cstate *c);
+/* qc: the per-cluster distance term; nq = |q - c|. */
+void vf_cstate_set(vf_cstate *c, const vf_qstate *q, const float *rc, float rc_sum,
+		   float qc, float nq);
+
+/* Second pass: estimate and bound from the full code. */
+static inline void vf_pass2(const vf_qstate *q, const vf_cstate *c,
+			    const uint8_t *planes, float add, float rb, float eb,
+			    float cdot, float *est, float *bound)
+{
+	uint32_t nbytes = q->pdim / 8;
+	float u = 0;
+	for (uint32_t p = 0; p < q->bits; p++) {
+		const uint8_t *pl = planes + (size_t)p * nbytes;
+		float s = 0;
+		for (uint32_t j = 0; j < nbytes; j++)
+			s += q->blut[j * 256 + pl[j]];
+		u += s * (float)(1u << (q->bits - 1 - p));
+	}
+	float half = (float)((1u << q->bits) - 1) * 0.5f;
+	float sy = (u - cdot) - half * c->qr_sum;
+	*est = (add + c->p1.qc) + rb * sy;
+	*bound = eb * c->p1.nq;
+}
+
+#endif

@@ -1,0 +1,895 @@
+/*
+ * engine/search.c - queries.  One read transaction (one snapshot) and one
+ * generation per call:
+ *   probe   the nprobe nearest centroids of each query;
+ *   pass 1  per posting block, 4-bit table look-ups over the sign planes
+ *           give an estimate and a lower bound; a vector whose lower bound
+ *           cannot beat the current k-th upper bound is dropped;
+ *   pass 2  survivors are scored with all bit planes (tighter bound);
+ *   deltas  scored like pass 2; records the generation does not cover are
+ *           scored exactly;
+ *   re-rank candidates in order of lower bound, exact distance on the stored
+ *           vectors, stopping once no remaining bound can enter the top k.
+ * Queries of one call that probe the same cluster share its scan (one range
+ * read, one checksum check, one tombstone load).
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "changes.h"
+#include "keys.h"
+#include "record.h"
+
+/* ------------------------------------------------------------ small heaps */
+
+typedef struct fheap { /* max-heap of the k smallest values */
+	float *v;
+	uint32_t n, k;
+} fheap;
+
+static void fheap_push(fheap *h, float x)
+{
+	if (h->n < h->k) {
+		uint32_t i = h->n++;
+		while (i > 0 && h->v[(i - 1) / 2] < x) {
+			h->v[i] = h->v[(i - 1) / 2];
+			i = (i - 1) / 2;
+		}
+		h->v[i] = x;
+	} else if (x < h->v[0]) {
+		uint32_t i = 0;
+		for (;;) {
+			uint32_t l = 2 * i + 1, m = i;
+			float mv = x;
+			if (l < h->n && h->v[l] > mv)
+				m = l, mv = h->v[l];
+			if (l + 1 < h->n && h->v[l + 1] > mv)
+				m = l + 1;
+			if (m == i)
+				break;
+			h->v[i] = h->v[m];
+			i = m;
+		}
+		h->v[i] = x;
+	}
+}
+
+static inline float fheap_top(const fheap *h)
+{
+	return h->n < h->k ? INFINITY : h->v[0];
+}
+
+typedef struct hit { /* exact result */
+	float d;              /* index units */
+	uint64_t id;
+	const uint8_t *rec;   /* record value, valid in the transaction */
+	size_t reclen;
+} hit;
+
+typedef struct hheap {
+	hit *v;
+	uint32_t n, k;
+} hheap;
+
+static void hheap_push(hheap *h, hit x)
+{
+	uint32_t i;
+	if (h->n < h->k) {
+		i = h->n++;
+		while (i > 0 && h->v[(i - 1) / 2].d < x.d) {
+			h->v[i] = h->v[(i - 1) / 2];
+			i = (i - 1) / 2;
+		}
+		h->v[i] = x;
+		return;
+	}
+	if (!(x.d < h->v[0].d))
+		return;
+	i = 0;
+	for (;;) {
+		uint32_t l = 2 * i + 1, m = i;
+		float mv = x.d;
+		if (l < h->n && h->v[l].d > mv)
+			m = l, mv = h->v[l].d;
+		if (l + 1 < h->n && h->v[l + 1].d > mv)
+			m = l + 1;
+		if (m == i)
+			break;
+		h->v[i] = h->v[m];
+		i = m;
+	}
+	h->v[i] = x;
+}
+
+static inline float hheap_top(const hheap *h)
+{
+	return h->n < h->k ? INFINITY : h->v[0].d;
+}
+
+/* ------------------------------------------------------------ per query */
+
+typedef struct cand {
+	float lo, est;
+	uint64_t id, seq;
+} cand;
+
+typedef struct query {
+	float *q;          /* index space */
+	float qn2;         /* |q|^2 */
+	vf_qstate qs;
+	vf_cstate cs;
+	fheap ub;          /* k smallest upper bounds: the pruning threshold */
+	cand *cands;
+	size_t nc, capc;
+	hheap top;         /* exact results */
+	uint32_t *probe;   /* nprobe clusters, nearest first */
+	float *pdist;
+	vecfs_explain ex;
+} query;
+
+typedef struct search {
+	vecfs *v;
+	MDB_txn *txn;
+	const vf_kernels *kn;
+	vecfs_metric metric;
+	uint32_t dim, k, nprobe, refine;
+	size_t nq;
+	query *qs;
+	vf_gen *g;
+	vf_genmeta gm;
+	vf_dirty dirty;
+	/* per-cluster tombstones: open addressing id -> kill seq */
+	uint64_t *tomb_id, *tomb_seq;
+	uint32_t tomb_cap, tomb_n;
+} search;
+
+static float exact_dist(const search *s, const query *q, const void *vec)
+{
+	switch (s->metric) {
+	case VECFS_L2:
+		return s->kn->l2sq(q->q, vec, s->dim);
+	case VECFS_DOT:
+		return -s->kn->dot(q->q, vec, s->dim);
+	case VECFS_COSINE: {
+		float dv = s->kn->dot(vec, vec, s->dim);
+		float c = dv > 0 ? s->kn->dot(q->q, vec, s->dim) / sqrtf(dv) : 0;
+		float d = 1 - c;
+		if (d < 0)
+			d = 0;
+		if (d > 2)
+			d = 2;
+		return 2 * d; /* index units: squared l2 of unit vectors */
+	}
+	}
+	return 0;
+}
+
+static float to_metric_units(const search *s, float d)
+{
+	return s->metric == VECFS_COSINE ? d * 0.5f : d;
+}
+
+static int cand_push(query *q, cand c)
+{
+	if (q->nc == q->capc) {
+		size_t nc = q->capc ? q->capc * 2 : 256;
+		cand *n = realloc(q->cands, nc * sizeof *n);
+		if (!n)
+			return -ENOMEM;
+		q->cands = n;
+		q->capc = nc;
+	}
+	q->cands[q->nc++] = c;
+	return 0;
+}
+
+/* Drop candidates that can no longer make the top k. */
+static void cand_trim(query *q)
+{
+	float t = fheap_top(&q->ub);
+	size_t w = 0;
+	for (size_t i = 0; i < q->nc; i++)
+		if (q->cands[i].lo <= t)
+			q->cands[w++] = q->cands[i];
+	q->nc = w;
+}
+
+/* ------------------------------------------------------------ tombstones */
+
+static uint64_t mixid(uint64_t x)
+{
+	x ^= x >> 33;
+	x *= 0xff51afd7ed558ccdULL;
+	return x ^ (x >> 29);
+}
+
+static int tomb_add(search *s, uint64_t id, uint64_t seq)
+{
+	if ((s->tomb_n + 1) * 2 > s->tomb_cap) {
+		uint32_t cap = s->tomb_cap ? s->tomb_cap * 2 : 64;
+		uint64_t *ni = malloc(sizeof(uint64_t) * cap), *ns = malloc(sizeof(uint64_t) * cap);
+		if (!ni || !ns) {
+			free(ni);
+			free(ns);
+			return -ENOMEM;
+		}
+		memset(ni, 0xFF, sizeof(uint64_t) * cap);
+		for (uint32_t i = 0; i < s->tomb_cap; i++)
+			if (s->tomb_id[i] != UINT64_MAX) {
+				uint32_t h = mixid(s->tomb_id[i]) & (cap - 1);
+				while (ni[h] != UINT64_MAX)
+					h = (h + 1) & (cap - 1);
+				ni[h] = s->tomb_id[i];
+				ns[h] = s->tomb_seq[i];
+			}
+		free(s->tomb_id);
+		free(s->tomb_seq);
+		s->tomb_id = ni;
+		s->tomb_seq = ns;
+		s->tomb_cap = cap;
+	}
+	uint32_t h = mixid(id) & (s->tomb_cap - 1);
+	while (s->tomb_id[h] != UINT64_MAX && s->tomb_id[h] != id)
+		h = (h + 1) & (s->tomb_cap - 1);
+	if (s->tomb_id[h] == UINT64_MAX)
+		s->tomb_n++;
+	s->tomb_id[h] = id;
+	s->tomb_seq[h] = seq;
+	return 0;
+}
+
+static void tomb_clear(search *s)
+{
+	if (s->tomb_n)
+		memset(s->tomb_id, 0xFF, sizeof(uint64_t) * s->tomb_cap);
+	s->tomb_n = 0;
+}
+
+/* Is posting (id, seq) superseded or deleted in this snapshot? */
+static int stale(const search *s, uint64_t id, uint64_t seq)
+{
+	if (s->tomb_n) {
+		uint32_t h = mixid(id) & (s->tomb_cap - 1);
+		while (s->tomb_id[h] != UINT64_MAX) {
+			if (s->tomb_id[h] == id) {
+				if (seq < s->tomb_seq[h])
+					return 1;
+				break;
+			}
+			h = (h + 1) & (s->tomb_cap - 1);
+		}
+	}
+	if (s->dirty.n) {
+		const vf_dirty_entry *e = vf_dirty_find(&s->dirty, id);
+		if (e && (e->ch.op != VF_OP_PUT || e->seq != seq))
+			return 1;
+	}
+	return 0;
+}
+
+/* ------------------------------------------------------------ scoring */
+
+/* Second pass for one posting; adds a candidate when it can still win. */
+static int score2(search *s, query *q, const uint8_t *planes, float add, float rb,
+		  float eb, float cdot, uint64_t id, uint64_t seq)
+{
+	float est, bound;
+	vf_pass2(&q->qs, &q->cs, planes, add, rb, eb, cdot, &est, &bound);
+	float lo = est - bound;
+	q->ex.pass2_scored++;
+	if (!(lo <= fheap_top(&q->ub))) {
+		q->ex.pass2_pruned++;
+		return 0;
+	}
+	fheap_push(&q->ub, est + bound);
+	int rc = cand_push(q, (cand){lo, est, id, seq});
+	if (rc == 0 && q->nc >= 4096 && q->nc >= 8 * (size_t)s->k * s->refine)
+		cand_trim(q);
+	return rc;
+}
+
+static int scan_block(search *s, query *q, const vf_block *b, int *checked2)
+{
+	uint32_t groups = b->pdim / 4;
+	const uint8_t *add = vf_block_f1(b, 0), *r1 = vf_block_f1(b, 1), *e1 = vf_block_f1(b, 2);
+	const uint8_t *rb = vf_block_f2(b, 0), *eb = vf_block_f2(b, 1), *cd = vf_block_f2(b, 2);
+	int check = s->tomb_n || s->dirty.n;
+	float lo[32];
+	for (uint32_t bt = 0; bt < b->nbatch; bt++) {
+		q->cs.p1.thresh = fheap_top(&q->ub);
+		size_t off = (size_t)bt * 32 * 4;
+		uint32_t mask = s->kn->pass1(b->col[VF_COL_SIGN] + (size_t)bt * groups * 16,
+					     q->cs.lut, groups, add + off, r1 + off, e1 + off,
+					     &q->cs.p1, lo);
+		uint32_t in = b->n - bt * 32 < 32 ? b->n - bt * 32 : 32;
+		if (in < 32)
+			mask &= (1u << in) - 1;
+		q->ex.pass1_scored += in;
+		q->ex.pass1_pruned += in - (uint32_t)__builtin_popcount(mask);
+		while (mask) {
+			uint32_t j = (uint32_t)__builtin_ctz(mask);
+			mask &= mask - 1;
+			uint32_t i = bt * 32 + j;
+			/* the bound may have tightened since the batch began */
+			if (!(lo[j] <= fheap_top(&q->ub))) {
+				q->ex.pass1_pruned++;
+				continue;
+			}
+			uint64_t id = vf_block_id(b, i), seq = vf_block_seq(b, i);
+			if (check && stale(s, id, seq)) {
+				q->ex.stale_skipped++;
+				continue;
+			}
+			if (!*checked2) {
+				if (vf_block_check(s->v->vcache, b, VF_COL_PLANES) ||
+				    vf_block_check(s->v->vcache, b, VF_COL_F2) ||
+				    vf_block_check(s->v->vcache, b, VF_COL_IDS) ||
+				    vf_block_check(s->v->vcache, b, VF_COL_SEQS))
+					return -EIO;
+				*checked2 = 1;
+			}
+			int rc = score2(s, q, vf_block_planes(b, i), vf_ldf(add, i), vf_ldf(rb, i),
+					vf_ldf(eb, i), vf_ldf(cd, i), id, seq);
+			if (rc)
+				return rc;
+		}
+	}
+	return 0;
+}
+
+typedef struct cluster_work {
+	uint32_t cluster;
+	uint32_t rank;        /* best probe rank among its queries */
+	uint32_t first, count;/* range in the query list */
+} cluster_work;
+
+/* Scan one cluster's key range for the queries that probe it. */
+static int scan_cluster(search *s, uint32_t c, const uint32_t *qids, uint32_t nqc)
+{
+	MDB_cursor *cur;
+	vf_postkey start = vf_post_key(s->g->id, c, VF_PK_TOMB, 0);
+	MDB_val k = {sizeof start.b, start.b}, d;
+	int rc = mdb_cursor_open(s->txn, s->v->store->postings, &cur);
+	if (rc)
+		return vf_mdb_err(rc);
+	tomb_clear(s);
+	/* per-query cluster tables */
+	for (uint32_t i = 0; i < nqc; i++) {
+		query *q = &s->qs[qids[i]];
+		const float *cent = s->g->centroids + (size_t)c * s->dim;
+		float nq2 = s->kn->l2sq(q->q, cent, s->dim);
+		float qc = s->metric == VECFS_DOT ? -s->kn->dot(q->q, cent, s->dim) : nq2;
+		vf_cstate_set(&q->cs, &q->qs, s->g->rc + (size_t)c * s->gm.pdim, s->g->rc_sum[c],
+			      qc, sqrtf(nq2));
+		q->ex.clusters_probed++;
+	}
+	/* each query keeps its own table: rebuild per query when several share
+	 * the cluster (tables are small; the scan is shared) */
+	for (rc = mdb_cursor_get(cur, &k, &d, MDB_SET_RANGE); rc == 0;
+	     rc = mdb_cursor_get(cur, &k, &d, MDB_NEXT)) {
+		const uint8_t *kb = k.mv_data;
+		if (k.mv_size != sizeof start.b || memcmp(kb, start.b, 12))
+			break;
+		uint8_t kind = vf_postkey_kind(kb);
+		if (kind == VF_PK_TOMB) {
+			uint64_t ks;
+			if (d.mv_size != 8) {
+				rc = -EIO;
+				break;
+			}
+			memcpy(&ks, d.mv_data, 8);
+			if ((rc = tomb_add(s, vf_postkey_sub(kb), ks)))
+				break;
+		} else if (kind == VF_PK_BLOCK) {
+			vf_block b;
+			int checked2 = 0;
+			if ((rc = vf_block_open(d.mv_data, d.mv_size, &b)) ||
+			    (rc = vf_block_check(s->v->vcache, &b, VF_COL_SIGN)) ||
+			    (rc = vf_block_check(s->v->vcache, &b, VF_COL_F1)))
+				break;
+			if (b.pdim != s->gm.pdim || b.bits != s->gm.bits) {
+				rc = -EIO;
+				break;
+			}
+			for (uint32_t i = 0; i < nqc && rc == 0; i++) {
+				query *q = &s->qs[qids[i]];
+				if (nqc > 1)
+					vf_cstate_set(&q->cs, &q->qs, s->g->rc + (size_t)c * s->gm.pdim,
+						      s->g->rc_sum[c], q->cs.p1.qc, q->cs.p1.nq);
+				rc = scan_block(s, q, &b, &checked2);
+			}
+			if (rc)
+				break;
+		} else if (kind == VF_PK_DELTA) {
+			vf_code code;
+			if ((rc = vf_delta_open(d.mv_data, d.mv_size, s->gm.pdim, s->gm.bits, &code)))
+				break;
+			for (uint32_t i = 0; i < nqc && rc == 0; i++) {
+				query *q = &s->qs[qids[i]];
+				q->ex.delta_scanned++;
+				if (stale(s, code.id, code.seq)) {
+					q->ex.stale_skipped++;
+					continue;
+				}
+				if (nqc > 1)
+					vf_cstate_set(&q->cs, &q->qs, s->g->rc + (size_t)c * s->gm.pdim,
+						      s->g->rc_sum[c], q->cs.p1.qc, q->cs.p1.nq);
+				rc = score2(s, q, code.planes, code.add, code.rb, code.eb, code.cdot,
+					    code.id, code.seq);
+			}
+			if (rc)
+				break;
+		}
+	}
+	mdb_cursor_close(cur);
+	if (rc == MDB_NOTFOUND)
+		rc = 0;
+	return rc > 0 ? vf_mdb_err(rc) : rc;
+}
+
+/* ------------------------------------------------------------ phases */
+
+static int cmp_probe(const void *a, const void *b)
+{
+	const cluster_work *x = a, *y = b;
+	if (x->rank != y->rank)
+		return x->rank < y->rank ? -1 : 1;
+	return x->cluster < y->cluster ? -1 : x->cluster > y->cluster;
+}
+
+/* nprobe nearest centroids of q, nearest first. */
+static int probe(search *s, query *q, float *dots)
+{
+	const vf_gen *g = s->g;
+	uint32_t nl = g->meta.nlist, np = s->nprobe < nl ? s->nprobe : nl;
+	vf_cindex_dots(&g->ci, q->q, dots);
+	/* max-heap of the np best (score, cluster) */
+	uint32_t n = 0;
+	for (uint32_t c = 0; c < nl; c++) {
+		float sc = s->metric == VECFS_DOT ? -dots[c] : g->ci.norms[c] - 2 * dots[c];
+		if (n < np) {
+			uint32_t i = n++;
+			while (i > 0 && q->pdist[(i - 1) / 2] < sc) {
+				q->pdist[i] = q->pdist[(i - 1) / 2];
+				q->probe[i] = q->probe[(i - 1) / 2];
+				i = (i - 1) / 2;
+			}
+			q->pdist[i] = sc;
+			q->probe[i] = c;
+		} else if (sc < q->pdist[0]) {
+			uint32_t i = 0;
+			for (;;) {
+				uint32_t l = 2 * i + 1, m = i;
+				float mv = sc;
+				if (l < n && q->pdist[l] > mv)
+					m = l, mv = q->pdist[l];
+				if (l + 1 < n && q->pdist[l + 1] > mv)
+					m = l + 1;
+				if (m == i)
+					break;
+				q->pdist[i] = q->pdist[m];
+				q->probe[i] = q->probe[m];
+				i = m;
+			}
+			q->pdist[i] = sc;
+			q->probe[i] = c;
+		}
+	}
+	/* heap-sort ascending */
+	for (uint32_t e = n; e > 1; e--) {
+		float td = q->pdist[0];
+		uint32_t tc = q->probe[0];
+		q->pdist[0] = q->pdist[e - 1];
+		q->probe[0] = q->probe[e - 1];
+		q->pdist[e - 1] = td;
+		q->probe[e - 1] = tc;
+		uint32_t i = 0, m2 = e - 1;
+		for (;;) {
+			uint32_t l = 2 * i + 1, m = i;
+			if (l < m2 && q->pdist[l] > q->pdist[m])
+				m = l;
+			if (l + 1 < m2 && q->pdist[l + 1] > q->pdist[m])
+				m = l + 1;
+			if (m == i)
+				break;
+			float fd = q->pdist[i];
+			uint32_t fc = q->probe[i];
+			q->pdist[i] = q->pdist[m];
+			q->probe[i] = q->probe[m];
+			q->pdist[m] = fd;
+			q->probe[m] = fc;
+			i = m;
+		}
+	}
+	return (int)n;
+}
+
+typedef struct pair {
+	uint32_t cluster, rank, q;
+} pair;
+
+static int cmp_pair(const void *a, const void *b)
+{
+	const pair *x = a, *y = b;
+	if (x->cluster != y->cluster)
+		return x->cluster < y->cluster ? -1 : 1;
+	return x->rank < y->rank ? -1 : x->rank > y->rank;
+}
+
+static int scan_ivf(search *s)
+{
+	uint32_t np = s->nprobe < s->g->meta.nlist ? s->nprobe : s->g->meta.nlist;
+	size_t m = s->nq * np;
+	float *dots = malloc(sizeof(float) * s->g->ci.npanels * VF_PANEL);
+	pair *pairs = malloc(sizeof(pair) * (m ? m : 1));
+	cluster_work *work = malloc(sizeof(cluster_work) * (m ? m : 1));
+	uint32_t *qlist = malloc(sizeof(uint32_t) * (m ? m : 1));
+	size_t nw = 0;
+	int rc = 0;
+	if (!dots || !pairs || !work || !qlist) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	for (size_t i = 0; i < s->nq; i++)
+		probe(s, &s->qs[i], dots);
+	if (s->nq == 1) { /* probe order as it is */
+		for (uint32_t r = 0; r < np; r++)
+			work[nw++] = (cluster_work){s->qs[0].probe[r], r, r, 1};
+		qlist[0] = 0;
+		for (uint32_t r = 0; r < np && rc == 0; r++)
+			rc = scan_cluster(s, work[r].cluster, qlist, 1);
+		goto out;
+	}
+	/* group (cluster, query) pairs by cluster; visit clusters in order of
+	 * their best rank so every query meets its nearest clusters early */
+	for (size_t i = 0, j = 0; i < s->nq; i++)
+		for (uint32_t r = 0; r < np; r++, j++)
+			pairs[j] = (pair){s->qs[i].probe[r], r, (uint32_t)i};
+	qsort(pairs, m, sizeof *pairs, cmp_pair);
+	for (size_t i = 0; i < m;) {
+		size_t j = i;
+		while (j < m && pairs[j].cluster == pairs[i].cluster) {
+			qlist[j] = pairs[j].q;
+			j++;
+		}
+		work[nw++] = (cluster_work){pairs[i].cluster, pairs[i].rank, (uint32_t)i,
+					    (uint32_t)(j - i)};
+		i = j;
+	}
+	qsort(work, nw, sizeof *work, cmp_probe);
+	for (size_t w = 0; w < nw && rc == 0; w++)
+		rc = scan_cluster(s, work[w].cluster, qlist + work[w].first, work[w].count);
+out:
+	free(dots);
+	free(pairs);
+	free(work);
+	free(qlist);
+	return rc;
+}
+
+static int fetch_record(search *s, uint64_t id, MDB_val *val, vf_record *r)
+{
+	vf_key64 k = vf_key_u64(id);
+	int rc = vf_get(s->txn, s->v->store->records, k.b, 8, val);
+	if (rc)
+		return vf_mdb_err(rc);
+	return vf_record_decode(val->mv_data, val->mv_size, r);
+}
+
+/* Records changed since the generation was synced and not posted to it. */
+static int scan_uncovered(search *s)
+{
+	for (uint64_t i = 0; i < s->dirty.cap; i++) {
+		const vf_dirty_entry *e = &s->dirty.slots[i];
+		if (!e->id || e->ch.op != VF_OP_PUT || e->ch.gen == s->g->id)
+			continue;
+		MDB_val val;
+		vf_record r;
+		int rc = fetch_record(s, e->ch.id, &val, &r);
+		if (rc == -ENOENT)
+			continue;
+		if (rc)
+			return rc;
+		for (size_t qi = 0; qi < s->nq; qi++) {
+			query *q = &s->qs[qi];
+			q->ex.uncovered_scanned++;
+			hheap_push(&q->top, (hit){exact_dist(s, q, r.vec), e->ch.id, val.mv_data,
+						  val.mv_size});
+		}
+	}
+	return 0;
+}
+
+static int cmp_cand(const void *a, const void *b)
+{
+	const cand *x = a, *y = b;
+	return x->lo < y->lo ? -1 : x->lo > y->lo;
+}
+
+static int rerank(search *s, query *q)
+{
+	cand_trim(q);
+	qsort(q->cands, q->nc, sizeof(cand), cmp_cand);
+	size_t cap = (size_t)s->k * s->refine;
+	size_t n = q->nc < cap ? q->nc : cap;
+	for (size_t i = 0; i < n; i++) {
+		const cand *c = &q->cands[i];
+		if (!(c->lo < hheap_top(&q->top)))
+			break;
+		MDB_val val;
+		vf_record r;
+		int rc = fetch_record(s, c->id, &val, &r);
+		if (rc == -ENOENT || (rc == 0 && r.seq != c->seq)) {
+			q->ex.stale_skipped++;
+			continue;
+		}
+		if (rc)
+			return rc;
+		q->ex.reranked++;
+		hheap_push(&q->top, (hit){exact_dist(s, q, r.vec), c->id, val.mv_data, val.mv_size});
+	}
+	return 0;
+}
+
+static int scan_exact(search *s)
+{
+	MDB_cursor *cur;
+	MDB_val k, d;
+	int rc = mdb_cursor_open(s->txn, s->v->store->records, &cur);
+	if (rc)
+		return vf_mdb_err(rc);
+	for (rc = mdb_cursor_get(cur, &k, &d, MDB_FIRST); rc == 0;
+	     rc = mdb_cursor_get(cur, &k, &d, MDB_NEXT)) {
+		vf_record r;
+		if (vf_record_decode(d.mv_data, d.mv_size, &r) || r.dim != s->dim) {
+			rc = -EIO;
+			break;
+		}
+		uint64_t id = vf_rd_be64(k.mv_data);
+		for (size_t qi = 0; qi < s->nq; qi++) {
+			query *q = &s->qs[qi];
+			q->ex.uncovered_scanned++;
+			float dd = exact_dist(s, q, r.vec);
+			if (dd < hheap_top(&q->top))
+				hheap_push(&q->top, (hit){dd, id, d.mv_data, d.mv_size});
+		}
+	}
+	mdb_cursor_close(cur);
+	return rc == MDB_NOTFOUND ? 0 : rc > 0 ? vf_mdb_err(rc) : rc;
+}
+
+static int cmp_hit(const void *a, const void *b)
+{
+	const hit *x = a, *y = b;
+	if (x->d != y->d)
+		return x->d < y->d ? -1 : 1;
+	return x->id < y->id ? -1 : x->id > y->id;
+}
+
+/* Copy the hits (keys, payloads) out of the transaction. */
+static int collect(search *s, vecfs_results **out)
+{
+	size_t bytes = 0, nh = 0;
+	for (size_t i = 0; i < s->nq; i++) {
+		query *q = &s->qs[i];
+		qsort(q->top.v, q->top.n, sizeof(hit), cmp_hit);
+		for (uint32_t j = 0; j < q->top.n; j++) {
+			vf_record r;
+			if (vf_record_decode(q->top.v[j].rec, q->top.v[j].reclen, &r))
+				return -EIO;
+			bytes += r.keylen + 1 + r.plen;
+		}
+		nh += q->top.n;
+	}
+	vecfs_results *res = calloc(1, sizeof *res);
+	if (!res)
+		return -ENOMEM;
+	res->nq = s->nq;
+	res->count = calloc(s->nq, sizeof(size_t));
+	res->hits = calloc(s->nq, sizeof(vecfs_hit *));
+	vecfs_hit *hits = malloc(sizeof(vecfs_hit) * (nh ? nh : 1) + bytes);
+	if (!res->count || !res->hits || !hits) {
+		free(hits);
+		vecfs_results_free(res);
+		return -ENOMEM;
+	}
+	char *arena = (char *)(hits + (nh ? nh : 1));
+	for (size_t i = 0; i < s->nq; i++) {
+		query *q = &s->qs[i];
+		res->hits[i] = hits;
+		res->count[i] = q->top.n;
+		for (uint32_t j = 0; j < q->top.n; j++, hits++) {
+			vf_record r;
+			vf_record_decode(q->top.v[j].rec, q->top.v[j].reclen, &r);
+			memcpy(arena, r.key, r.keylen);
+			arena[r.keylen] = 0;
+			hits->key = arena;
+			hits->keylen = r.keylen;
+			arena += r.keylen + 1;
+			hits->payload = r.plen ? arena : NULL;
+			hits->payload_len = r.plen;
+			memcpy(arena, r.payload, r.plen);
+			arena += r.plen;
+			hits->distance = to_metric_units(s, q->top.v[j].d);
+		}
+		vecfs_explain *e = &res->explain, *x = &q->ex;
+		e->clusters_probed += x->clusters_probed;
+		e->pass1_scored += x->pass1_scored;
+		e->pass1_pruned += x->pass1_pruned;
+		e->pass2_scored += x->pass2_scored;
+		e->pass2_pruned += x->pass2_pruned;
+		e->reranked += x->reranked;
+		e->delta_scanned += x->delta_scanned;
+		e->uncovered_scanned += x->uncovered_scanned;
+		e->stale_skipped += x->stale_skipped;
+	}
+	res->generation = s->g ? s->g->id : 0;
+	res->explain.generation = res->generation;
+	*out = res;
+	return 0;
+}
+
+void vecfs_results_free(vecfs_results *r)
+{
+	if (!r)
+		return;
+	if (r->hits)
+		free(r->hits[0]);
+	free(r->hits);
+	free(r->count);
+	free(r);
+}
+
+static void query_free(query *q)
+{
+	free(q->q);
+	vf_qstate_free(&q->qs);
+	vf_cstate_free(&q->cs);
+	free(q->ub.v);
+	free(q->cands);
+	free(q->top.v);
+	free(q->probe);
+	free(q->pdist);
+}
+
+static double now_us(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1e6 + ts.tv_nsec * 1e-3;
+}
+
+static void record_latency(vecfs *v, size_t nq, double us)
+{
+	pthread_mutex_lock(&v->stat_mu);
+	v->queries += nq;
+	uint32_t per = (uint32_t)(us / (double)(nq ? nq : 1));
+	for (size_t i = 0; i < nq && i < VF_LAT_RING; i++)
+		v->lat[v->nlat++ % VF_LAT_RING] = per;
+	pthread_mutex_unlock(&v->stat_mu);
+}
+
+int vecfs_search(vecfs *v, const float *queries, size_t nq, uint32_t dim,
+		 const vecfs_query_opts *opts, vecfs_results **out, char *err,
+		 size_t errlen)
+{
+	double t0 = now_us();
+	vecfs_query_opts o = opts ? *opts : (vecfs_query_opts){0};
+	vf_stored_config sc;
+	vf_counters cnt;
+	search s;
+	int rc;
+
+	memset(&s, 0, sizeof s);
+	*out = NULL;
+	if (nq == 0) {
+		vf_seterr(err, errlen, "no query vector");
+		return -EINVAL;
+	}
+	for (size_t i = 0; i < nq * dim; i++)
+		if (!isfinite(queries[i])) {
+			vf_seterr(err, errlen, "query %zu: value %zu is not finite", i / dim + 1,
+				  i % dim + 1);
+			return -EINVAL;
+		}
+	s.v = v;
+	s.kn = vf_kernels_get();
+	if ((rc = vf_read_begin(v->store, &s.txn)))
+		return rc;
+	if ((rc = vf_load_config(s.txn, v->store, &sc)) ||
+	    (rc = vf_load_counters(s.txn, v->store, &cnt)))
+		goto out;
+	if (sc.dim == 0 || dim != sc.dim) {
+		vf_seterr(err, errlen, sc.dim ? "query has dimension %u, the store has dim %u"
+					      : "query has dimension %u, the store has no data yet (dim %u)",
+			  dim, sc.dim);
+		rc = -EINVAL;
+		goto out;
+	}
+	s.metric = (vecfs_metric)sc.metric;
+	s.dim = dim;
+	s.k = o.k ? o.k : sc.k;
+	s.nprobe = o.nprobe ? o.nprobe : sc.nprobe;
+	s.refine = o.refine ? o.refine : sc.refine;
+	if (s.k > 100000 || s.refine > 1000) {
+		vf_seterr(err, errlen, "k must be at most 100000 and refine at most 1000");
+		rc = -EINVAL;
+		goto out;
+	}
+	s.nq = nq;
+	uint64_t active = o.exact ? 0 : vf_load_active(s.txn, v->store);
+	if (active) {
+		if ((rc = vf_gen_get(v, s.txn, active, &s.g)) ||
+		    (rc = vf_load_genmeta(s.txn, v->store, active, &s.gm)))
+			goto out;
+	}
+	s.qs = calloc(nq, sizeof(query));
+	if (!s.qs) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	for (size_t i = 0; i < nq; i++) {
+		query *q = &s.qs[i];
+		q->q = malloc(sizeof(float) * dim);
+		q->top.k = s.k;
+		q->top.v = malloc(sizeof(hit) * s.k);
+		if (!q->q || !q->top.v) {
+			rc = -ENOMEM;
+			goto out;
+		}
+		if (vf_to_index_space(s.metric, queries + i * dim, q->q, dim)) {
+			vf_seterr(err, errlen, "query %zu is a zero vector under the cosine metric",
+				  i + 1);
+			rc = -EINVAL;
+			goto out;
+		}
+		if (!s.g)
+			continue;
+		q->ub.k = s.k;
+		q->ub.v = malloc(sizeof(float) * s.k);
+		q->probe = malloc(sizeof(uint32_t) * (s.nprobe + 1));
+		q->pdist = malloc(sizeof(float) * (s.nprobe + 1));
+		if (!q->ub.v || !q->probe || !q->pdist ||
+		    (rc = vf_qstate_init(&q->qs, s.gm.pdim, s.gm.bits)) ||
+		    (rc = vf_cstate_init(&q->cs, s.gm.pdim))) {
+			rc = rc ? rc : -ENOMEM;
+			goto out;
+		}
+		vf_qstate_set(&q->qs, &s.g->rot, q->q);
+	}
+	if (!s.g) {
+		rc = scan_exact(&s);
+	} else {
+		vf_dirty_init(&s.dirty);
+		if ((rc = vf_dirty_load(s.txn, v->store, s.gm.synced_seq, cnt.seq, &s.dirty)) ||
+		    (rc = scan_uncovered(&s)) || (rc = scan_ivf(&s)))
+			goto out;
+		for (size_t i = 0; i < nq && rc == 0; i++)
+			rc = rerank(&s, &s.qs[i]);
+	}
+	if (rc == 0)
+		rc = collect(&s, out);
+	if (rc == 0) {
+		double us = now_us() - t0;
+		(*out)->explain.micros = (uint64_t)us;
+		record_latency(v, nq, us);
+	}
+out:
+	if (rc == -EIO && err && errlen && !err[0])
+		vf_seterr(err, errlen, "a posting block or record failed its checksum or is damaged");
+	vf_read_end(v->store, s.txn);
+	if (s.qs)
+		for (size_t i = 0; i < nq; i++)
+			query_free(&s.qs[i]);
+	free(s.qs);
+	vf_dirty_free(&s.dirty);
+	free(s.tomb_id);
+	free(s.tomb_seq);
+	vf_gen_put(v, s.g);
+	return rc;
+}

@@ -1,0 +1,249 @@
+/*
+ * vecfs.h - the public interface of the vecfs library (engine + layout).
+ *
+ * A store is one directory holding one LMDB environment.  It keeps records
+ * (key -> float32 vector + optional payload) and immutable index generations
+ * (IVF centroids + RaBitQ posting blocks).  Searches use the active
+ * generation; rows it does not cover are scanned exactly, so results are
+ * correct whichever generation is active.
+ *
+ * Conventions: functions return 0 or a negative errno.  Where a function takes
+ * `char *err, size_t errlen`, a one-line human-readable reason is written
+ * there on failure (may be NULL).  All functions are thread-safe on one
+ * `vecfs` handle unless noted.  No global state: everything hangs off the
+ * handle.
+ */
+#ifndef VECFS_H
+#define VECFS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define VECFS_VERSION "0.1.0"
+
+#define VECFS_KEY_MAX 255           /* bytes of a record key */
+#define VECFS_PAYLOAD_MAX (64 << 10) /* bytes of a record payload */
+#define VECFS_DIM_MAX 4096
+
+typedef struct vecfs vecfs;
+
+typedef enum { VECFS_L2 = 0, VECFS_COSINE = 1, VECFS_DOT = 2 } vecfs_metric;
+
+const char *vecfs_metric_name(vecfs_metric m);
+int vecfs_metric_parse(const char *s, vecfs_metric *out); /* 0 / -EINVAL */
+
+/* ---------------------------------------------------------------- store */
+
+/* Open (creating if missing) the store in directory `dir`.  Fails with
+ * -EBUSY if another process holds the store open. */
+int vecfs_open(const char *dir, vecfs **out, char *err, size_t errlen);
+void vecfs_close(vecfs *v);
+
+/* ---------------------------------------------------------------- config */
+
+typedef struct vecfs_config {
+	uint32_t dim;            /* 0 = unset (fixed by the first write) */
+	vecfs_metric metric;
+	uint32_t nlist;          /* 0 = chosen from N at build time */
+	uint32_t bits;           /* RaBitQ bits per dimension, 1..8 */
+	uint32_t nprobe;         /* query defaults */
+	uint32_t k;
+	uint32_t refine;         /* re-rank candidates per result */
+	uint64_t auto_build;     /* records that trigger a first build; 0 = never */
+	uint32_t compact_deltas; /* deltas per cluster that trigger compaction */
+	uint64_t seed;           /* rotation / sampling seed for the next build */
+} vecfs_config;
+
+void vecfs_config_defaults(vecfs_config *c);
+int vecfs_config_get(vecfs *v, vecfs_config *out);
+/* Replace the configuration.  -EINVAL for bad values, -EBUSY when dim or
+ * metric would change while records exist.  Persistent. */
+int vecfs_config_set(vecfs *v, const vecfs_config *c, char *err, size_t errlen);
+
+/* ---------------------------------------------------------------- writes */
+
+typedef struct vecfs_row {
+	const char *key;      /* NULL: a key is assigned from the store counter */
+	size_t keylen;
+	const float *vec;     /* dim floats */
+	const void *payload;  /* optional, may be NULL */
+	size_t payload_len;
+} vecfs_row;
+
+/* Validate one row against the store (dimension given or configured, finite
+ * values, non-zero under cosine, key syntax, payload size).  `dim` is the
+ * number of floats in row->vec.  Returns 0 or -EINVAL with a reason. */
+int vecfs_row_check(vecfs *v, const vecfs_row *row, uint32_t dim, char *err,
+		    size_t errlen);
+
+/* Commit `n` rows atomically and durably (upsert; within a batch the last row
+ * for a key wins).  If the dimension is unset it is fixed to `dim`.  With an
+ * active generation each row becomes a delta posting in its nearest cluster
+ * and is searchable at once.  On any bad row nothing is committed and
+ * `*bad_row` (if not NULL) is its index. */
+int vecfs_put(vecfs *v, const vecfs_row *rows, size_t n, uint32_t dim,
+	      size_t *bad_row, char *err, size_t errlen);
+
+/* Delete one record durably.  -ENOENT if missing. */
+int vecfs_delete(vecfs *v, const char *key, size_t keylen);
+
+/* Read one record: copies up to `cap` floats into `vec` and sets `*dim`.
+ * -ENOENT if missing.  Payload, if wanted, is copied into `payload`
+ * (capacity `pcap`, may be NULL) and its length into `*plen`. */
+int vecfs_get(vecfs *v, const char *key, size_t keylen, float *vec,
+	      uint32_t cap, uint32_t *dim, void *payload, size_t pcap,
+	      size_t *plen);
+
+/* Iterate live keys in key order, starting after `after` (NULL = first).
+ * Calls fn for each key until it returns non-zero (which stops and is
+ * returned) or `max` keys were given. */
+typedef int (*vecfs_key_fn)(void *arg, const char *key, size_t keylen);
+int vecfs_keys(vecfs *v, const char *after, size_t afterlen, size_t max,
+	       vecfs_key_fn fn, void *arg);
+
+/* ---------------------------------------------------------------- search */
+
+typedef struct vecfs_query_opts {
+	uint32_t k;       /* 0 = config default */
+	uint32_t nprobe;  /* 0 = config default */
+	uint32_t refine;  /* 0 = config default */
+	int exact;        /* 1 = scan every live record */
+} vecfs_query_opts;
+
+typedef struct vecfs_explain {
+	uint64_t generation;       /* 0 = none (exact scan) */
+	uint64_t clusters_probed;
+	uint64_t pass1_scored;     /* postings scored on sign planes */
+	uint64_t pass1_pruned;     /* dropped by the pass-1 bound */
+	uint64_t pass2_scored;     /* survivors scored with extra planes */
+	uint64_t pass2_pruned;
+	uint64_t reranked;         /* exact distances computed on candidates */
+	uint64_t delta_scanned;    /* delta postings scored */
+	uint64_t uncovered_scanned;/* rows not covered by the generation, exact */
+	uint64_t stale_skipped;    /* superseded or deleted postings skipped */
+	uint64_t micros;
+} vecfs_explain;
+
+typedef struct vecfs_hit {
+	const char *key;   /* NUL-terminated, owned by the result set */
+	size_t keylen;
+	float distance;    /* exact distance under the metric */
+	const void *payload;
+	size_t payload_len;
+} vecfs_hit;
+
+typedef struct vecfs_results {
+	size_t nq;            /* query vectors */
+	size_t *count;        /* count[i]: hits of query i */
+	vecfs_hit **hits;     /* hits[i][0..count[i]) in rank order */
+	vecfs_explain explain;/* summed over the batch */
+	uint64_t generation;  /* generation used, 0 = none */
+} vecfs_results;
+
+/* Run `nq` queries of `dim` floats each on one snapshot and one generation.
+ * Returns min(k, live records) hits per query.  -EINVAL on a dimension
+ * mismatch or a bad value. */
+int vecfs_search(vecfs *v, const float *queries, size_t nq, uint32_t dim,
+		 const vecfs_query_opts *opts, vecfs_results **out, char *err,
+		 size_t errlen);
+void vecfs_results_free(vecfs_results *r);
+
+/* ---------------------------------------------------------------- generations */
+
+typedef enum {
+	VECFS_GEN_BUILDING = 0,
+	VECFS_GEN_READY = 1,
+	VECFS_GEN_FAILED = 2
+} vecfs_gen_state;
+
+typedef struct vecfs_gen_info {
+	uint64_t id;
+	vecfs_gen_state state;
+	uint64_t created;        /* unix seconds */
+	uint64_t covered;        /* records covered by its posting blocks */
+	uint32_t nlist;
+	uint32_t bits;
+	uint32_t dim;
+	vecfs_metric metric;
+	uint64_t seed;
+	double build_seconds;
+	uint64_t parent;         /* generation active when it was built, 0 = none */
+	uint64_t delta_postings; /* live delta postings not yet compacted */
+	uint64_t tombstones;
+	uint32_t phase_pct;      /* progress while building */
+	char phase[32];          /* "sample", "train", "encode", "publish", "done" */
+} vecfs_gen_info;
+
+/* Progress callback for builds: phase name and percent (0..100).  A non-zero
+ * return aborts the build (it then fails with -ECANCELED and leaves nothing
+ * visible but a `failed` generation record). */
+typedef int (*vecfs_progress_fn)(void *arg, const char *phase, int pct);
+
+/* Build a generation from the current snapshot; publish it `ready`; flip
+ * `active` to it when `activate`.  Builds never overlap: a second caller
+ * waits.  -ENOENT when there are no records. */
+int vecfs_build(vecfs *v, int activate, uint64_t *gen_out,
+		vecfs_progress_fn progress, void *parg, char *err,
+		size_t errlen);
+
+/* The active generation id (0 = none). */
+uint64_t vecfs_active(vecfs *v);
+/* Make a ready generation active: -ENOENT missing, -EINVAL not ready. */
+int vecfs_activate(vecfs *v, uint64_t gen, char *err, size_t errlen);
+/* Remove a generation: -EBUSY if active, -ENOENT missing. */
+int vecfs_gen_remove(vecfs *v, uint64_t gen);
+/* List generation ids in increasing order; *n gets the total count. */
+int vecfs_gen_list(vecfs *v, uint64_t *ids, size_t cap, size_t *n);
+int vecfs_gen_info_get(vecfs *v, uint64_t gen, vecfs_gen_info *out);
+/* Centroids of a generation: nlist*dim floats (caller frees with free()). */
+int vecfs_gen_centroids(vecfs *v, uint64_t gen, float **out, uint32_t *nlist,
+			uint32_t *dim);
+
+typedef struct vecfs_cluster_info {
+	uint32_t id;
+	uint64_t vectors;    /* live postings (blocks + deltas - tombstoned) */
+	uint32_t blocks;
+	uint64_t deltas;
+	uint64_t tombstones;
+} vecfs_cluster_info;
+/* Per-cluster manifests of a generation (caller frees *out with free()). */
+int vecfs_gen_clusters(vecfs *v, uint64_t gen, vecfs_cluster_info **out,
+		       uint32_t *n);
+
+/* ---------------------------------------------------------------- checks, stats */
+
+/* Verify every posting block checksum and that postings and records agree.
+ * Writes a one-line outcome into msg.  -EIO when something is wrong. */
+int vecfs_verify(vecfs *v, char *msg, size_t msglen);
+
+typedef struct vecfs_stats {
+	uint32_t dim;
+	vecfs_metric metric;
+	uint64_t records;        /* live */
+	uint64_t deleted;        /* deletes since the store was made */
+	uint64_t generations;
+	uint64_t active;         /* 0 = none */
+	uint64_t unindexed;      /* live records with no posting in active */
+	uint64_t delta_postings; /* in the active generation */
+	uint64_t store_bytes;
+	uint64_t ingest_rows;
+	uint64_t queries;
+	uint64_t p50_us, p99_us;
+	uint64_t next_key;       /* the assigned-key counter */
+} vecfs_stats;
+int vecfs_stats_get(vecfs *v, vecfs_stats *out);
+
+/* Stream a consistent compacted copy of the store (an LMDB data.mdb) to fd. */
+int vecfs_backup(vecfs *v, int fd);
+
+/* Which scan kernels are in use ("avx2", "scalar"); for reports. */
+const char *vecfs_kernel_name(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,91 @@
+/*
+ * layout/assign.c - the compressed assignment map.
+ */
+#include "assign.h"
+
+#include <errno.h>
+#include <string.h>
+#include <zstd.h>
+
+#include "keys.h"
+
+static int load_chunk(MDB_txn *txn, vf_store *s, uint64_t gen, uint64_t chunk,
+		      uint32_t *out)
+{
+	vf_genkey k = vf_gen_key(gen, VF_GK_ASSIGN, chunk);
+	MDB_val v;
+	int rc = vf_get(txn, s->gens, k.b, sizeof k.b, &v);
+	if (rc == MDB_NOTFOUND) {
+		memset(out, 0xFF, VF_ASSIGN_CHUNK * 4);
+		return 0;
+	}
+	if (rc)
+		return vf_mdb_err(rc);
+	size_t got = ZSTD_decompress(out, VF_ASSIGN_CHUNK * 4, v.mv_data, v.mv_size);
+	if (ZSTD_isError(got) || got != VF_ASSIGN_CHUNK * 4)
+		return -EIO;
+	return 0;
+}
+
+static int store_chunk(MDB_txn *txn, vf_store *s, uint64_t gen, uint64_t chunk,
+		       const uint32_t *map)
+{
+	uint8_t buf[ZSTD_COMPRESSBOUND(VF_ASSIGN_CHUNK * 4)];
+	ZSTD_CCtx *cc = ZSTD_createCCtx();
+	if (!cc)
+		return -ENOMEM;
+	ZSTD_CCtx_setParameter(cc, ZSTD_c_compressionLevel, 3);
+	ZSTD_CCtx_setParameter(cc, ZSTD_c_checksumFlag, 1);
+	size_t n = ZSTD_compress2(cc, buf, sizeof buf, map, VF_ASSIGN_CHUNK * 4);
+	ZSTD_freeCCtx(cc);
+	if (ZSTD_isError(n))
+		return -EIO;
+	vf_genkey k = vf_gen_key(gen, VF_GK_ASSIGN, chunk);
+	return vf_put(txn, s->gens, k.b, sizeof k.b, buf, n, 0);
+}
+
+int vf_assign_get(MDB_txn *txn, vf_store *s, uint64_t gen, uint64_t id,
+		  uint32_t *cluster)
+{
+	uint32_t map[VF_ASSIGN_CHUNK];
+	int rc = load_chunk(txn, s, gen, id / VF_ASSIGN_CHUNK, map);
+	if (rc)
+		return rc;
+	*cluster = map[id % VF_ASSIGN_CHUNK];
+	return 0;
+}
+
+int vf_assign_set(MDB_txn *txn, vf_store *s, uint64_t gen, uint64_t id,
+		  uint32_t cluster)
+{
+	uint32_t map[VF_ASSIGN_CHUNK];
+	int rc = load_chunk(txn, s, gen, id / VF_ASSIGN_CHUNK, map);
+	if (rc)
+		return rc;
+	if (map[id % VF_ASSIGN_CHUNK] == cluster)
+		return 0;
+	map[id % VF_ASSIGN_CHUNK] = cluster;
+	return store_chunk(txn, s, gen, id / VF_ASSIGN_CHUNK, map);
+}
+
+int vf_assign_write(MDB_txn *txn, vf_store *s, uint64_t gen, const uint32_t *map,
+		    uint64_t n)
+{
+	uint32_t chunk[VF_ASSIGN_CHUNK];
+	for (uint64_t c = 0; c * VF_ASSIGN_CHUNK < n; c++) {
+		uint64_t lo = c * VF_ASSIGN_CHUNK, cnt = n - lo;
+		if (cnt > VF_ASSIGN_CHUNK)
+			cnt = VF_ASSIGN_CHUNK;
+		memset(chunk, 0xFF, sizeof chunk);
+		memcpy(chunk, map + lo, cnt * 4);
+		int all_none = 1;
+		for (uint64_t i = 0; i < cnt && all_none; i++)
+			all_none = chunk[i] == VF_ASSIGN_NONE;
+		if (all_none)
+			continue;
+		int rc = store_chunk(txn, s, gen, c, chunk);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}

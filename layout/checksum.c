@@ -1,0 +1,39 @@
+/*
+ * layout/checksum.c - XXH3 checksums and the verified-column cache.
+ */
+#include "checksum.h"
+
+#include <errno.h>
+#include <xxhash.h>
+
+uint64_t vf_checksum(const void *p, size_t len)
+{
+	return XXH3_64bits(p, len);
+}
+
+static uint64_t mix(uint64_t x)
+{
+	x ^= x >> 33;
+	x *= 0xff51afd7ed558ccdULL;
+	x ^= x >> 33;
+	x *= 0xc4ceb9fe1a85ec53ULL;
+	x ^= x >> 33;
+	return x;
+}
+
+int vf_verify(vf_vcache *cache, const void *p, size_t len, uint64_t sum)
+{
+	uint64_t tag = 0;
+	size_t slot = 0;
+	if (cache) {
+		tag = mix((uint64_t)(uintptr_t)p ^ mix(sum ^ len)) | 1;
+		slot = tag % VF_VCACHE_SLOTS;
+		if (__atomic_load_n(&cache->tag[slot], __ATOMIC_RELAXED) == tag)
+			return 0;
+	}
+	if (XXH3_64bits(p, len) != sum)
+		return -EIO;
+	if (cache)
+		__atomic_store_n(&cache->tag[slot], tag, __ATOMIC_RELAXED);
+	return 0;
+}

@@ -1,0 +1,78 @@
+/*
+ * layout/meta.h - the fixed-size values of the small key families: store
+ * counters, stored configuration, change-log entries, generation metadata
+ * and cluster manifests.  Values are host-endian (little-endian x86-64 and
+ * arm64), written and read with memcpy since LMDB gives no alignment.
+ */
+#ifndef VF_META_H
+#define VF_META_H
+
+#include <stdint.h>
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "vecfs stores little-endian values"
+#endif
+
+#define VF_META_CONFIG "config"
+#define VF_META_COUNTERS "counters"
+#define VF_META_ACTIVE "active"
+
+typedef struct vf_counters {
+	uint64_t next_id;     /* internal record ids */
+	uint64_t seq;         /* last committed change sequence number */
+	uint64_t next_key;    /* assigned user keys */
+	uint64_t next_gen;
+	uint64_t live;
+	uint64_t deleted;     /* deletes since the store was made */
+	uint64_t ingest_rows;
+} vf_counters;
+
+typedef struct vf_stored_config {
+	uint32_t version;
+	uint32_t dim;
+	uint32_t metric;
+	uint32_t nlist;
+	uint32_t bits;
+	uint32_t nprobe;
+	uint32_t k;
+	uint32_t refine;
+	uint64_t auto_build;
+	uint32_t compact_deltas;
+	uint32_t pad;
+	uint64_t seed;
+} vf_stored_config;
+
+enum { VF_OP_PUT = 1, VF_OP_DEL = 2 };
+typedef struct vf_change {
+	uint64_t id;
+	uint64_t gen;     /* generation that got a delta posting for it, 0 none */
+	uint32_t cluster; /* its cluster there */
+	uint32_t op;
+} vf_change;
+
+typedef struct vf_genmeta {
+	uint64_t id;
+	uint32_t state;     /* vecfs_gen_state */
+	uint32_t metric;
+	uint64_t created;
+	uint64_t snap_seq;  /* the snapshot its blocks were built from */
+	uint64_t synced_seq;/* postings and tombstones are exact up to here */
+	uint64_t covered;   /* records in its blocks */
+	uint64_t parent;
+	uint64_t seed;
+	uint32_t nlist, bits, dim, pdim;
+	double build_seconds;
+	uint64_t id_limit;  /* internal ids below this may have assignments */
+	uint32_t pct;
+	char phase[28];
+} vf_genmeta;
+
+typedef struct vf_manifest {
+	uint64_t vectors;    /* postings in packed blocks */
+	uint64_t deltas;     /* delta postings */
+	uint64_t tombstones;
+	uint32_t blocks;
+	uint32_t pad;
+} vf_manifest;
+
+#endif

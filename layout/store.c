@@ -1,0 +1,270 @@
+/*
+ * layout/store.c - LMDB environment, transactions and map growth.
+ */
+#include "store.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define VF_MAP_MIN ((size_t)1 << 30)
+
+int vf_mdb_err(int rc)
+{
+	switch (rc) {
+	case 0: return 0;
+	case MDB_NOTFOUND: return -ENOENT;
+	case MDB_KEYEXIST: return -EEXIST;
+	case MDB_MAP_FULL: return -ENOSPC;
+	case MDB_READERS_FULL: return -EAGAIN;
+	case MDB_CORRUPTED: case MDB_PAGE_NOTFOUND: case MDB_INVALID:
+	case MDB_VERSION_MISMATCH: return -EIO;
+	case MDB_TXN_FULL: case MDB_CURSOR_FULL: case MDB_PAGE_FULL:
+	case MDB_MAP_RESIZED: case MDB_DBS_FULL: case MDB_TLS_FULL:
+	case MDB_BAD_RSLOT: case MDB_BAD_TXN: case MDB_BAD_VALSIZE:
+	case MDB_BAD_DBI: case MDB_INCOMPATIBLE: return -EIO;
+	default: return rc > 0 ? -rc : rc;
+	}
+}
+
+static void seterr(char *err, size_t len, const char *fmt, const char *a, int rc)
+{
+	if (err && len)
+		snprintf(err, len, fmt, a, rc > 0 ? mdb_strerror(rc) : strerror(-rc));
+}
+
+int vf_store_open(const char *dir, size_t mapsize, vf_store **out, char *err,
+		  size_t errlen)
+{
+	vf_store *s = calloc(1, sizeof *s);
+	char path[4200];
+	int rc;
+	struct stat st;
+
+	if (!s)
+		return -ENOMEM;
+	s->lockfd = -1;
+	if (strlen(dir) >= sizeof s->dir) {
+		free(s);
+		return -ENAMETOOLONG;
+	}
+	strcpy(s->dir, dir);
+	if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
+		rc = -errno;
+		seterr(err, errlen, "cannot create store directory %s: %s", dir, rc);
+		free(s);
+		return rc;
+	}
+	snprintf(path, sizeof path, "%s/vecfs.lock", dir);
+	s->lockfd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (s->lockfd < 0) {
+		rc = -errno;
+		seterr(err, errlen, "cannot open %s: %s", path, rc);
+		free(s);
+		return rc;
+	}
+	if (flock(s->lockfd, LOCK_EX | LOCK_NB) != 0) {
+		rc = errno == EWOULDBLOCK ? -EBUSY : -errno;
+		seterr(err, errlen, "store %s is in use by another vecfs process: %s",
+		       dir, rc);
+		close(s->lockfd);
+		free(s);
+		return rc;
+	}
+	pthread_rwlock_init(&s->resize, NULL);
+	pthread_mutex_init(&s->pool_mu, NULL);
+
+	snprintf(path, sizeof path, "%s/data.mdb", dir);
+	size_t fsz = stat(path, &st) == 0 ? (size_t)st.st_size : 0;
+	if (mapsize == 0) {
+		mapsize = VF_MAP_MIN;
+		while (mapsize < fsz * 2)
+			mapsize *= 2;
+	}
+	if (mapsize < fsz)
+		mapsize = fsz;
+	s->mapsize = mapsize;
+
+	if ((rc = mdb_env_create(&s->env)) ||
+	    (rc = mdb_env_set_maxdbs(s->env, 8)) ||
+	    (rc = mdb_env_set_maxreaders(s->env, 512)) ||
+	    (rc = mdb_env_set_mapsize(s->env, mapsize)) ||
+	    (rc = mdb_env_open(s->env, dir, MDB_NOTLS, 0600))) {
+		seterr(err, errlen, "cannot open LMDB in %s: %s", dir, rc);
+		goto fail;
+	}
+	int dead = 0;
+	mdb_reader_check(s->env, &dead);
+
+	MDB_txn *txn;
+	if ((rc = mdb_txn_begin(s->env, NULL, 0, &txn))) {
+		seterr(err, errlen, "cannot start a transaction in %s: %s", dir, rc);
+		goto fail;
+	}
+	if ((rc = mdb_dbi_open(txn, "meta", MDB_CREATE, &s->meta)) ||
+	    (rc = mdb_dbi_open(txn, "records", MDB_CREATE, &s->records)) ||
+	    (rc = mdb_dbi_open(txn, "keys", MDB_CREATE, &s->keys)) ||
+	    (rc = mdb_dbi_open(txn, "changes", MDB_CREATE, &s->changes)) ||
+	    (rc = mdb_dbi_open(txn, "gens", MDB_CREATE, &s->gens)) ||
+	    (rc = mdb_dbi_open(txn, "postings", MDB_CREATE, &s->postings))) {
+		mdb_txn_abort(txn);
+		seterr(err, errlen, "cannot open databases in %s: %s", dir, rc);
+		goto fail;
+	}
+	if ((rc = mdb_txn_commit(txn))) {
+		seterr(err, errlen, "cannot commit in %s: %s", dir, rc);
+		goto fail;
+	}
+	*out = s;
+	return 0;
+fail:
+	if (s->env)
+		mdb_env_close(s->env);
+	close(s->lockfd);
+	pthread_rwlock_destroy(&s->resize);
+	pthread_mutex_destroy(&s->pool_mu);
+	free(s);
+	return vf_mdb_err(rc);
+}
+
+static void pool_drain(vf_store *s)
+{
+	pthread_mutex_lock(&s->pool_mu);
+	for (int i = 0; i < s->npool; i++)
+		mdb_txn_abort(s->pool[i]);
+	s->npool = 0;
+	pthread_mutex_unlock(&s->pool_mu);
+}
+
+void vf_store_close(vf_store *s)
+{
+	if (!s)
+		return;
+	pool_drain(s);
+	mdb_env_close(s->env);
+	close(s->lockfd);
+	pthread_rwlock_destroy(&s->resize);
+	pthread_mutex_destroy(&s->pool_mu);
+	free(s);
+}
+
+int vf_read_begin(vf_store *s, MDB_txn **txn)
+{
+	MDB_txn *t = NULL;
+	int rc;
+
+	pthread_rwlock_rdlock(&s->resize);
+	pthread_mutex_lock(&s->pool_mu);
+	if (s->npool > 0)
+		t = s->pool[--s->npool];
+	pthread_mutex_unlock(&s->pool_mu);
+	if (t) {
+		rc = mdb_txn_renew(t);
+		if (rc) {
+			mdb_txn_abort(t);
+			t = NULL;
+		}
+	}
+	if (!t) {
+		rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &t);
+		if (rc) {
+			pthread_rwlock_unlock(&s->resize);
+			return vf_mdb_err(rc);
+		}
+	}
+	*txn = t;
+	return 0;
+}
+
+void vf_read_end(vf_store *s, MDB_txn *txn)
+{
+	if (!txn)
+		return;
+	mdb_txn_reset(txn);
+	pthread_mutex_lock(&s->pool_mu);
+	if (s->npool < (int)(sizeof s->pool / sizeof s->pool[0])) {
+		s->pool[s->npool++] = txn;
+		txn = NULL;
+	}
+	pthread_mutex_unlock(&s->pool_mu);
+	if (txn)
+		mdb_txn_abort(txn);
+	pthread_rwlock_unlock(&s->resize);
+}
+
+int vf_store_grow(vf_store *s, size_t min_size)
+{
+	int rc = 0;
+	pthread_rwlock_wrlock(&s->resize);
+	pool_drain(s);
+	size_t want = s->mapsize * 2;
+	while (want < min_size)
+		want *= 2;
+	rc = mdb_env_set_mapsize(s->env, want);
+	if (rc == 0)
+		s->mapsize = want;
+	pthread_rwlock_unlock(&s->resize);
+	return vf_mdb_err(rc);
+}
+
+int vf_write(vf_store *s, vf_write_fn fn, void *arg)
+{
+	for (int attempt = 0; attempt < 40; attempt++) {
+		MDB_txn *txn;
+		int rc;
+		pthread_rwlock_rdlock(&s->resize);
+		rc = mdb_txn_begin(s->env, NULL, 0, &txn);
+		if (rc) {
+			pthread_rwlock_unlock(&s->resize);
+			return vf_mdb_err(rc);
+		}
+		rc = fn(txn, arg);
+		if (rc == 0) {
+			rc = mdb_txn_commit(txn);
+		} else {
+			mdb_txn_abort(txn);
+		}
+		pthread_rwlock_unlock(&s->resize);
+		if (rc == MDB_MAP_FULL || rc == -ENOSPC) {
+			int g = vf_store_grow(s, 0);
+			if (g)
+				return g;
+			continue;
+		}
+		return vf_mdb_err(rc);
+	}
+	return -ENOSPC;
+}
+
+uint64_t vf_store_bytes(vf_store *s)
+{
+	MDB_envinfo info;
+	MDB_stat st;
+	if (mdb_env_info(s->env, &info) || mdb_env_stat(s->env, &st))
+		return 0;
+	return (uint64_t)(info.me_last_pgno + 1) * st.ms_psize;
+}
+
+int vf_get(MDB_txn *txn, MDB_dbi dbi, const void *k, size_t kl, MDB_val *out)
+{
+	MDB_val key = {kl, (void *)k};
+	return mdb_get(txn, dbi, &key, out);
+}
+
+int vf_put(MDB_txn *txn, MDB_dbi dbi, const void *k, size_t kl, const void *d,
+	   size_t dl, unsigned flags)
+{
+	MDB_val key = {kl, (void *)k}, val = {dl, (void *)d};
+	return mdb_put(txn, dbi, &key, &val, flags);
+}
+
+int vf_del(MDB_txn *txn, MDB_dbi dbi, const void *k, size_t kl)
+{
+	MDB_val key = {kl, (void *)k};
+	return mdb_del(txn, dbi, &key, NULL);
+}

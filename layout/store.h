@@ -1,0 +1,69 @@
+/*
+ * layout/store.h - the LMDB environment of one store: its databases
+ * (key families), transactions, map growth and error mapping.
+ *
+ * Databases (each a key family; all keys big-endian so byte order is
+ * numeric order):
+ *   meta      "config", "counters", "active"           -> fixed structs
+ *   records   id u64                                    -> record value
+ *   keys      user key bytes                            -> id u64
+ *   changes   seq u64                                   -> vf_change
+ *   gens      gen u64 | kind u8 | sub u64               -> meta, centroids,
+ *                                                          assignment chunks
+ *   postings  gen u64 | cluster u32 | kind u8 | sub u64 -> manifest,
+ *             tombstones, posting blocks, delta postings (one cluster is
+ *             one contiguous key range)
+ */
+#ifndef VF_STORE_H
+#define VF_STORE_H
+
+#include <lmdb.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct vf_store {
+	MDB_env *env;
+	MDB_dbi meta, records, keys, changes, gens, postings;
+	pthread_rwlock_t resize;  /* txns shared, map growth exclusive */
+	pthread_mutex_t pool_mu;  /* pool of reset read transactions */
+	MDB_txn *pool[64];
+	int npool;
+	size_t mapsize;
+	int lockfd;
+	char dir[4096];
+} vf_store;
+
+/* Map an LMDB or errno return (positive) to a negative errno. */
+int vf_mdb_err(int rc);
+
+/* Open the store in `dir` (created if missing).  `mapsize` 0 = automatic.
+ * -EBUSY when another handle or process holds it. */
+int vf_store_open(const char *dir, size_t mapsize, vf_store **out, char *err,
+		  size_t errlen);
+void vf_store_close(vf_store *s);
+
+/* Read transactions: taken from a pool of reset transactions. */
+int vf_read_begin(vf_store *s, MDB_txn **txn);
+void vf_read_end(vf_store *s, MDB_txn *txn);
+
+/* Run fn inside one write transaction and commit it durably.  When the map
+ * is full the transaction is aborted, the map grown and fn run again, so fn
+ * must have no effect outside the transaction.  fn returns 0, a negative
+ * errno, or a positive LMDB code. */
+typedef int (*vf_write_fn)(MDB_txn *txn, void *arg);
+int vf_write(vf_store *s, vf_write_fn fn, void *arg);
+
+/* Grow the map (exclusive): used by vf_write; exposed for tests. */
+int vf_store_grow(vf_store *s, size_t min_size);
+
+/* Bytes used by the data file. */
+uint64_t vf_store_bytes(vf_store *s);
+
+/* Small helpers over one database. */
+int vf_get(MDB_txn *txn, MDB_dbi dbi, const void *k, size_t kl, MDB_val *out);
+int vf_put(MDB_txn *txn, MDB_dbi dbi, const void *k, size_t kl, const void *d,
+	   size_t dl, unsigned flags);
+int vf_del(MDB_txn *txn, MDB_dbi dbi, const void *k, size_t kl);
+
+#endif

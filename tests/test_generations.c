@@ -1,0 +1,1274 @@
+/*
+ * test_generations.c - index generations of the vecfs library: roll-back to
+ * an older generation, aborted builds, activation rules, centroids and
+ * cluster manifests, verify, stats counters and exclusive opening.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <ftw.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "vecfs.h"
+
+/* ------------------------------------------------------------ temp stores */
+
+typedef struct fixture {
+	char dir[64];
+	vecfs *v;
+} fixture;
+
+static int rm_one(const char *path, const struct stat *sb, int flag,
+		  struct FTW *ftw)
+{
+	(void)sb; (void)flag; (void)ftw;
+	remove(path);
+	return 0;
+}
+
+static void rm_rf(const char *dir)
+{
+	nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static int fx_setup(void **state)
+{
+	fixture *f = calloc(1, sizeof *f);
+	if (!f)
+		return -1;
+	strcpy(f->dir, "/tmp/vecfs-test-XXXXXX");
+	if (!mkdtemp(f->dir)) {
+		free(f);
+		return -1;
+	}
+	*state = f;
+	return 0;
+}
+
+static int fx_teardown(void **state)
+{
+	fixture *f = *state;
+	if (!f)
+		return 0;
+	if (f->v)
+		vecfs_close(f->v);
+	rm_rf(f->dir);
+	free(f);
+	return 0;
+}
+
+/* Open the store in f->dir/sub (sub may be NULL for f->dir itself). */
+static vecfs *fx_open(fixture *f, const char *sub)
+{
+	char path[PATH_MAX], err[256] = "";
+	if (sub) {
+		snprintf(path, sizeof path, "%s/%s", f->dir, sub);
+		mkdir(path, 0700);
+	} else {
+		snprintf(path, sizeof path, "%s", f->dir);
+	}
+	vecfs *v = NULL;
+	int rc = vecfs_open(path, &v, err, sizeof err);
+	if (rc != 0)
+		print_message("vecfs_open(%s): %d %s\n", path, rc, err);
+	assert_int_equal(rc, 0);
+	assert_non_null(v);
+	f->v = v;
+	return v;
+}
+
+static void fx_close(fixture *f)
+{
+	if (f->v)
+		vecfs_close(f->v);
+	f->v = NULL;
+}
+
+static void set_config(vecfs *v, uint32_t dim, vecfs_metric metric)
+{
+	vecfs_config c;
+	char err[256] = "";
+	assert_int_equal(vecfs_config_get(v, &c), 0);
+	c.dim = dim;
+	c.metric = metric;
+	c.auto_build = 0;
+	int rc = vecfs_config_set(v, &c, err, sizeof err);
+	if (rc != 0)
+		print_message("vecfs_config_set: %d %s\n", rc, err);
+	assert_int_equal(rc, 0);
+}
+
+static uint64_t build(vecfs *v, int activate)
+{
+	char err[256] = "";
+	uint64_t gen = 0;
+	int rc = vecfs_build(v, activate, &gen, NULL, NULL, err, sizeof err);
+	if (rc != 0)
+		print_message("vecfs_build: %d %s\n", rc, err);
+	assert_int_equal(rc, 0);
+	assert_true(gen != 0);
+	if (activate)
+		assert_true(vecfs_active(v) == gen);
+	return gen;
+}
+
+static vecfs_stats stats(vecfs *v)
+{
+	vecfs_stats s;
+	memset(&s, 0, sizeof s);
+	assert_int_equal(vecfs_stats_get(v, &s), 0);
+	return s;
+}
+
+/* ------------------------------------------------------------ data */
+
+typedef struct rng {
+	uint64_t s;
+	int have;
+	double spare;
+} rng;
+
+static uint64_t rng_next(rng *r)
+{
+	uint64_t z = (r->s += 0x9e3779b97f4a7c15ULL);
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+	return z ^ (z >> 31);
+}
+
+static double rng_unif(rng *r)
+{
+	return (double)(rng_next(r) >> 11) * 0x1.0p-53;
+}
+
+static double rng_gauss(rng *r)
+{
+	if (r->have) {
+		r->have = 0;
+		return r->spare;
+	}
+	double u1 = 1.0 - rng_unif(r), u2 = rng_unif(r);
+	double rad = sqrt(-2.0 * log(u1)), th = 2.0 * M_PI * u2;
+	r->spare = rad * sin(th);
+	r->have = 1;
+	return rad * cos(th);
+}
+
+/* Clustered data: C centers uniform in [-10,10]^d, points = center + N(0,1). */
+typedef struct dataset {
+	size_t n;
+	uint32_t d, nc;
+	float *centers;
+	float *x;
+	uint32_t *label;
+	rng r;
+} dataset;
+
+static void ds_point(dataset *ds, uint32_t c, float *out)
+{
+	for (uint32_t j = 0; j < ds->d; j++)
+		out[j] = ds->centers[(size_t)c * ds->d + j] +
+			 (float)rng_gauss(&ds->r);
+}
+
+/* A fresh point from a random cluster of the same distribution. */
+static uint32_t ds_fresh(dataset *ds, float *out)
+{
+	uint32_t c = (uint32_t)(rng_next(&ds->r) % ds->nc);
+	ds_point(ds, c, out);
+	return c;
+}
+
+static void ds_make(dataset *ds, uint64_t seed, size_t n, uint32_t d,
+		    uint32_t nc)
+{
+	memset(ds, 0, sizeof *ds);
+	ds->n = n;
+	ds->d = d;
+	ds->nc = nc;
+	ds->r.s = seed;
+	ds->centers = malloc((size_t)nc * d * sizeof(float));
+	ds->x = malloc(n * d * sizeof(float));
+	ds->label = malloc(n * sizeof(uint32_t));
+	assert_non_null(ds->centers);
+	assert_non_null(ds->x);
+	assert_non_null(ds->label);
+	for (size_t i = 0; i < (size_t)nc * d; i++)
+		ds->centers[i] = (float)(rng_unif(&ds->r) * 20.0 - 10.0);
+	for (size_t i = 0; i < n; i++)
+		ds->label[i] = ds_fresh(ds, ds->x + i * d);
+}
+
+static void ds_free(dataset *ds)
+{
+	free(ds->centers);
+	free(ds->x);
+	free(ds->label);
+	memset(ds, 0, sizeof *ds);
+}
+
+/* ------------------------------------------------------------ reference */
+
+static double dist_ref(vecfs_metric m, const float *a, const float *b,
+		       uint32_t d)
+{
+	double s = 0, na = 0, nb = 0;
+	for (uint32_t j = 0; j < d; j++) {
+		double x = a[j], y = b[j];
+		switch (m) {
+		case VECFS_L2: s += (x - y) * (x - y); break;
+		default: s += x * y; na += x * x; nb += y * y; break;
+		}
+	}
+	if (m == VECFS_L2)
+		return s;
+	if (m == VECFS_DOT)
+		return -s;
+	return 1.0 - s / (sqrt(na) * sqrt(nb));
+}
+
+/* Allowed |reported - reference| for a float32 implementation: 1e-4
+ * relative plus room for cancellation proportional to the magnitudes. */
+static double dist_tol(vecfs_metric m, const float *a, const float *b,
+		       uint32_t d, double expect)
+{
+	double na = 0, nb = 0;
+	for (uint32_t j = 0; j < d; j++) {
+		na += (double)a[j] * a[j];
+		nb += (double)b[j] * b[j];
+	}
+	double scale = m == VECFS_L2 ? na + nb
+		     : m == VECFS_DOT ? sqrt(na * nb) : 1.0;
+	return 1e-4 * fabs(expect) + 4e-6 * scale + 1e-6;
+}
+
+static double sqnorm(const float *a, uint32_t d)
+{
+	double s = 0;
+	for (uint32_t j = 0; j < d; j++)
+		s += (double)a[j] * a[j];
+	return s;
+}
+
+/* Distance ~0: a record found at its own vector. */
+static int near_zero(vecfs_metric m, float dist, const float *q, uint32_t d)
+{
+	double scale = m == VECFS_COSINE ? 1.0 : 1.0 + sqnorm(q, d);
+	return fabs((double)dist) <= 1e-5 * scale + 1e-5;
+}
+
+/* Top-k of the live rows by (distance, index); returns how many. */
+static size_t knn_ref(vecfs_metric m, const float *x, size_t n, uint32_t d,
+		      const unsigned char *alive, const float *q, size_t k,
+		      size_t *idx, double *dist)
+{
+	size_t have = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (alive && !alive[i])
+			continue;
+		double dd = dist_ref(m, q, x + i * d, d);
+		if (have == k && dd >= dist[k - 1])
+			continue;
+		size_t p = have < k ? have++ : k - 1;
+		while (p > 0 && dist[p - 1] > dd) {
+			dist[p] = dist[p - 1];
+			idx[p] = idx[p - 1];
+			p--;
+		}
+		dist[p] = dd;
+		idx[p] = i;
+	}
+	return have;
+}
+
+/* Row index from a key "<prefix><decimal>", or -1. */
+static long key_index(const char *key, const char *prefix)
+{
+	size_t pl = strlen(prefix);
+	if (strncmp(key, prefix, pl) != 0)
+		return -1;
+	const char *s = key + pl;
+	if (!*s)
+		return -1;
+	char *end;
+	errno = 0;
+	long i = strtol(s, &end, 10);
+	if (*end || errno || i < 0)
+		return -1;
+	return i;
+}
+
+/* ------------------------------------------------------------ writes */
+
+/* Put rows first..first+n of x with keys "<prefix><i>" (prefix NULL:
+ * assigned keys), in batches. */
+static void put_range(vecfs *v, const float *x, size_t first, size_t n,
+		      uint32_t d, const char *prefix)
+{
+	const size_t B = 2000;
+	vecfs_row *rows = calloc(B, sizeof *rows);
+	char (*keys)[32] = calloc(B, sizeof *keys);
+	assert_non_null(rows);
+	assert_non_null(keys);
+	for (size_t off = 0; off < n; off += B) {
+		size_t m = n - off < B ? n - off : B;
+		for (size_t i = 0; i < m; i++) {
+			size_t r = first + off + i;
+			memset(&rows[i], 0, sizeof rows[i]);
+			rows[i].vec = x + r * d;
+			if (prefix) {
+				snprintf(keys[i], sizeof keys[i], "%s%zu", prefix, r);
+				rows[i].key = keys[i];
+				rows[i].keylen = strlen(keys[i]);
+			}
+		}
+		size_t bad = (size_t)-1;
+		char err[256] = "";
+		int rc = vecfs_put(v, rows, m, d, &bad, err, sizeof err);
+		if (rc != 0)
+			print_message("vecfs_put(rows %zu..): %d bad_row %zu %s\n",
+				      first + off, rc, bad, err);
+		assert_int_equal(rc, 0);
+	}
+	free(rows);
+	free(keys);
+}
+
+static int put_one(vecfs *v, const char *key, const float *vec, uint32_t d)
+{
+	vecfs_row row;
+	memset(&row, 0, sizeof row);
+	row.key = key;
+	row.keylen = key ? strlen(key) : 0;
+	row.vec = vec;
+	char err[256] = "";
+	return vecfs_put(v, &row, 1, d, NULL, err, sizeof err);
+}
+
+static void del_key(vecfs *v, const char *key)
+{
+	int rc = vecfs_delete(v, key, strlen(key));
+	if (rc != 0)
+		print_message("vecfs_delete(%s): %d\n", key, rc);
+	assert_int_equal(rc, 0);
+}
+
+/* ------------------------------------------------------------ search */
+
+static vecfs_results *search_opts(vecfs *v, const float *q, size_t nq,
+				  uint32_t d, const vecfs_query_opts *o)
+{
+	vecfs_results *r = NULL;
+	char err[256] = "";
+	int rc = vecfs_search(v, q, nq, d, o, &r, err, sizeof err);
+	if (rc != 0)
+		print_message("vecfs_search: %d %s\n", rc, err);
+	assert_int_equal(rc, 0);
+	assert_non_null(r);
+	assert_int_equal(r->nq, nq);
+	assert_non_null(r->count);
+	assert_non_null(r->hits);
+	return r;
+}
+
+static vecfs_results *search1(vecfs *v, const float *q, uint32_t d,
+			      uint32_t k, int exact)
+{
+	vecfs_query_opts o;
+	memset(&o, 0, sizeof o);
+	o.k = k;
+	o.exact = exact;
+	return search_opts(v, q, 1, d, &o);
+}
+
+/* Every hit is a live row whose exact distance to q is reported, keys are
+ * unique and in rank order. */
+static void check_hits(const vecfs_hit *h, size_t cnt, vecfs_metric m,
+		       const float *x, size_t n, uint32_t d,
+		       const unsigned char *alive, const char *prefix,
+		       const float *q)
+{
+	for (size_t i = 0; i < cnt; i++) {
+		assert_non_null(h[i].key);
+		assert_int_equal(strlen(h[i].key), h[i].keylen);
+		long r = key_index(h[i].key, prefix);
+		if (r < 0 || (size_t)r >= n)
+			print_message("unexpected key '%s' at rank %zu\n",
+				      h[i].key, i);
+		assert_true(r >= 0 && (size_t)r < n);
+		if (alive && !alive[r])
+			print_message("deleted key '%s' returned at rank %zu\n",
+				      h[i].key, i);
+		assert_true(!alive || alive[r]);
+		double want = dist_ref(m, q, x + (size_t)r * d, d);
+		double tol = dist_tol(m, q, x + (size_t)r * d, d, want);
+		if (fabs(h[i].distance - want) > tol)
+			print_message("key %s rank %zu: distance %.9g, exact %.9g\n",
+				      h[i].key, i, h[i].distance, want);
+		assert_true(fabs(h[i].distance - want) <= tol);
+		if (i > 0) {
+			assert_true(h[i].distance >= h[i - 1].distance -
+						     1e-6 * (1 + fabs(h[i].distance)));
+			for (size_t j = 0; j < i; j++)
+				if (strcmp(h[i].key, h[j].key) == 0) {
+					print_message("key %s twice\n", h[i].key);
+					fail();
+				}
+		}
+	}
+}
+
+/* Hits equal the brute-force top-k: same count, and at each rank a key whose
+ * exact distance equals the reference distance at that rank (so keys agree
+ * in order, ties aside). */
+static void check_exact(const vecfs_hit *h, size_t cnt, vecfs_metric m,
+			const float *x, size_t n, uint32_t d,
+			const unsigned char *alive, const char *prefix,
+			const float *q, size_t k)
+{
+	size_t *idx = malloc(k * sizeof *idx);
+	double *dist = malloc(k * sizeof *dist);
+	assert_non_null(idx);
+	assert_non_null(dist);
+	size_t want = knn_ref(m, x, n, d, alive, q, k, idx, dist);
+	if (cnt != want)
+		print_message("got %zu hits, want %zu\n", cnt, want);
+	assert_int_equal(cnt, want);
+	check_hits(h, cnt, m, x, n, d, alive, prefix, q);
+	for (size_t i = 0; i < cnt; i++) {
+		double tol = dist_tol(m, q, x + idx[i] * d, d, dist[i]);
+		if (fabs(h[i].distance - dist[i]) > tol)
+			print_message("%s rank %zu: got %s %.9g, want %s%zu %.9g\n",
+				      vecfs_metric_name(m), i, h[i].key,
+				      h[i].distance, prefix, idx[i], dist[i]);
+		assert_true(fabs(h[i].distance - dist[i]) <= tol);
+	}
+	free(idx);
+	free(dist);
+}
+
+/* ------------------------------------------------------------ generations */
+
+static vecfs_gen_info gen_info(vecfs *v, uint64_t gen)
+{
+	vecfs_gen_info gi;
+	memset(&gi, 0, sizeof gi);
+	int rc = vecfs_gen_info_get(v, gen, &gi);
+	if (rc != 0)
+		print_message("vecfs_gen_info_get(%llu): %d\n",
+			      (unsigned long long)gen, rc);
+	assert_int_equal(rc, 0);
+	assert_true(gi.id == gen);
+	return gi;
+}
+
+static void activate(vecfs *v, uint64_t gen)
+{
+	char err[256] = "";
+	int rc = vecfs_activate(v, gen, err, sizeof err);
+	if (rc != 0)
+		print_message("vecfs_activate(%llu): %d %s\n",
+			      (unsigned long long)gen, rc, err);
+	assert_int_equal(rc, 0);
+	assert_true(vecfs_active(v) == gen);
+}
+
+static void set_key(char *buf, size_t cap, const char *prefix, size_t i)
+{
+	snprintf(buf, cap, "%s%zu", prefix, i);
+}
+
+/* ------------------------------------------------------------ 1. roll-back */
+
+/* Query at every `step`-th live row: the row itself at rank 0, distance ~0,
+ * and every hit consistent with the model.  Returns the summed explain. */
+static vecfs_explain find_own_rows(vecfs *v, const dataset *ds, size_t n,
+				   const unsigned char *alive, size_t step,
+				   size_t start)
+{
+	vecfs_explain sum;
+	memset(&sum, 0, sizeof sum);
+	uint32_t D = ds->d;
+	size_t missed = 0;
+	for (size_t i = start; i < n; i += step) {
+		if (!alive[i])
+			continue;
+		const float *q = ds->x + i * D;
+		vecfs_results *r = search1(v, q, D, 5, 0);
+		char key[32];
+		set_key(key, sizeof key, "r", i);
+		assert_true(r->count[0] > 0);
+		check_hits(r->hits[0], r->count[0], VECFS_L2, ds->x, n, D, alive,
+			   "r", q);
+		if (strcmp(r->hits[0][0].key, key) != 0 ||
+		    !near_zero(VECFS_L2, r->hits[0][0].distance, q, D)) {
+			print_message("row %s: rank 0 is %s at %g (gen %llu)\n", key,
+				      r->hits[0][0].key, r->hits[0][0].distance,
+				      (unsigned long long)r->generation);
+			missed++;
+		}
+		sum.uncovered_scanned += r->explain.uncovered_scanned;
+		sum.delta_scanned += r->explain.delta_scanned;
+		sum.stale_skipped += r->explain.stale_skipped;
+		sum.clusters_probed += r->explain.clusters_probed;
+		vecfs_results_free(r);
+	}
+	assert_int_equal(missed, 0);
+	return sum;
+}
+
+static void test_rollback_finds_uncovered_rows(void **state)
+{
+	fixture *f = *state;
+	const uint32_t D = 16;
+	const size_t NA = 2500, NB = 800, NC = 400, N = NA + NB + NC;
+	vecfs *v = fx_open(f, NULL);
+	set_config(v, D, VECFS_L2);
+	dataset ds;
+	ds_make(&ds, 101, N, D, 24);
+	unsigned char *alive = malloc(N);
+	memset(alive, 1, N);
+
+	put_range(v, ds.x, 0, NA, D, "r");
+	uint64_t ga = build(v, 1);
+	put_range(v, ds.x, NA, NB, D, "r");
+	uint64_t gb = build(v, 1);
+	assert_true(gb != ga);
+	put_range(v, ds.x, NA + NB, NC, D, "r");
+
+	/* deletes: A-era and B-era rows */
+	size_t ndel = 0;
+	for (size_t i = 0; i < NA + NB; i++) {
+		if ((i < NA && i % 10 == 0) || (i >= NA && i % 20 == 1)) {
+			char key[32];
+			set_key(key, sizeof key, "r", i);
+			del_key(v, key);
+			alive[i] = 0;
+			ndel++;
+		}
+	}
+	/* upserts to another cluster: A-, B- and C-era rows */
+	size_t nup = 0, up[200];
+	float *old = malloc(200 * D * sizeof(float));
+	for (size_t i = 3; i < N && nup < 200; i += 25) {
+		if (!alive[i])
+			continue;
+		memcpy(old + nup * D, ds.x + i * D, D * sizeof(float));
+		uint32_t c = (ds.label[i] + 1 + (uint32_t)(i % 7)) % ds.nc;
+		ds_point(&ds, c, ds.x + i * D);
+		put_range(v, ds.x, i, 1, D, "r");
+		up[nup++] = i;
+	}
+	print_message("%zu rows, %zu deleted, %zu upserted; gens A=%llu B=%llu\n",
+		      N, ndel, nup, (unsigned long long)ga,
+		      (unsigned long long)gb);
+	assert_int_equal(stats(v).records, N - ndel);
+
+	/* roll back to A */
+	activate(v, ga);
+	vecfs_stats s = stats(v);
+	print_message("after roll-back: unindexed %llu delta_postings %llu\n",
+		      (unsigned long long)s.unindexed,
+		      (unsigned long long)s.delta_postings);
+	assert_true(s.active == ga);
+	assert_true(s.unindexed > 0);
+
+	vecfs_explain sum = find_own_rows(v, &ds, N, alive, 13, 0);
+	print_message("roll-back queries: uncovered_scanned %llu delta_scanned %llu stale_skipped %llu\n",
+		      (unsigned long long)sum.uncovered_scanned,
+		      (unsigned long long)sum.delta_scanned,
+		      (unsigned long long)sum.stale_skipped);
+	assert_true(sum.uncovered_scanned > 0);
+
+	/* every upserted row at its new place, and never with its old distance */
+	for (size_t t = 0; t < nup; t++) {
+		size_t i = up[t];
+		char key[32];
+		set_key(key, sizeof key, "r", i);
+		vecfs_results *r = search1(v, ds.x + i * D, D, 5, 0);
+		check_hits(r->hits[0], r->count[0], VECFS_L2, ds.x, N, D, alive,
+			   "r", ds.x + i * D);
+		if (strcmp(r->hits[0][0].key, key) != 0)
+			print_message("upserted %s not at rank 0 at its new place (got %s)\n",
+				      key, r->hits[0][0].key);
+		assert_string_equal(r->hits[0][0].key, key);
+		assert_true(r->generation == ga);
+		vecfs_results_free(r);
+		if (t % 3)
+			continue;
+		r = search1(v, old + t * D, D, 10, 0);
+		check_hits(r->hits[0], r->count[0], VECFS_L2, ds.x, N, D, alive,
+			   "r", old + t * D);
+		vecfs_results_free(r);
+	}
+	/* deleted rows never come back, queried where they were */
+	size_t q_at_deleted = 0;
+	for (size_t i = 0; i < N; i += 7) {
+		if (alive[i])
+			continue;
+		int exact = q_at_deleted % 5 == 4;
+		vecfs_results *r = search1(v, ds.x + i * D, D, 10, exact);
+		assert_int_equal(r->count[0], 10);
+		if (exact)
+			check_exact(r->hits[0], r->count[0], VECFS_L2, ds.x, N, D,
+				    alive, "r", ds.x + i * D, 10);
+		else
+			check_hits(r->hits[0], r->count[0], VECFS_L2, ds.x, N, D,
+				   alive, "r", ds.x + i * D);
+		vecfs_results_free(r);
+		q_at_deleted++;
+	}
+	assert_true(q_at_deleted > 10);
+
+	/* new rows written while the old generation is active are found too */
+	float extra[16];
+	ds_fresh(&ds, extra);
+	assert_int_equal(put_one(v, "fresh", extra, D), 0);
+	vecfs_results *r = search1(v, extra, D, 3, 0);
+	assert_string_equal(r->hits[0][0].key, "fresh");
+	vecfs_results_free(r);
+	del_key(v, "fresh");
+
+	/* and forward again to B: same answers */
+	activate(v, gb);
+	find_own_rows(v, &ds, N, alive, 29, 5);
+
+	free(old);
+	free(alive);
+	ds_free(&ds);
+}
+
+/* ------------------------------------------------------------ 2. abort */
+
+typedef struct progress_log {
+	int calls;
+	int bad_pct;
+	int abort_at_encode;
+	int aborted;
+	char phases[256];
+} progress_log;
+
+static int on_progress(void *arg, const char *phase, int pct)
+{
+	progress_log *pl = arg;
+	pl->calls++;
+	if (pct < 0 || pct > 100)
+		pl->bad_pct++;
+	size_t len = strlen(pl->phases);
+	const char *last = strrchr(pl->phases, ' ');
+	last = last ? last + 1 : pl->phases;
+	if (phase && strcmp(last, phase) != 0 && len + strlen(phase) + 2 < sizeof pl->phases)
+		snprintf(pl->phases + len, sizeof pl->phases - len, "%s%s",
+			 len ? " " : "", phase);
+	if (pl->abort_at_encode &&
+	    ((phase && strcmp(phase, "encode") == 0) || pl->calls >= 200)) {
+		pl->aborted = 1;
+		return 1;
+	}
+	return 0;
+}
+
+static void test_aborted_build_keeps_previous(void **state)
+{
+	fixture *f = *state;
+	const uint32_t D = 16;
+	const size_t N = 2500, NQ = 8;
+	vecfs *v = fx_open(f, NULL);
+	set_config(v, D, VECFS_L2);
+	dataset ds;
+	ds_make(&ds, 202, N, D, 20);
+	put_range(v, ds.x, 0, N, D, "r");
+
+	progress_log pl;
+	memset(&pl, 0, sizeof pl);
+	char err[256] = "";
+	uint64_t ga = 0;
+	int rc = vecfs_build(v, 1, &ga, on_progress, &pl, err, sizeof err);
+	if (rc != 0)
+		print_message("vecfs_build: %d %s\n", rc, err);
+	assert_int_equal(rc, 0);
+	print_message("build A=%llu: %d progress calls, phases: %s\n",
+		      (unsigned long long)ga, pl.calls, pl.phases);
+	assert_true(pl.calls > 0);
+	assert_int_equal(pl.bad_pct, 0);
+	assert_true(vecfs_active(v) == ga);
+
+	float *qs = malloc(NQ * D * sizeof(float));
+	for (size_t i = 0; i < NQ; i++)
+		ds_fresh(&ds, qs + i * D);
+	vecfs_query_opts o;
+	memset(&o, 0, sizeof o);
+	o.k = 10;
+	vecfs_results *before = search_opts(v, qs, NQ, D, &o);
+
+	memset(&pl, 0, sizeof pl);
+	pl.abort_at_encode = 1;
+	uint64_t gx = 0;
+	err[0] = 0;
+	rc = vecfs_build(v, 1, &gx, on_progress, &pl, err, sizeof err);
+	print_message("aborted build: rc %d '%s', gen_out %llu, %d calls, phases: %s\n",
+		      rc, err, (unsigned long long)gx, pl.calls, pl.phases);
+	assert_true(pl.aborted);
+	assert_int_equal(rc, -ECANCELED);
+	int aborted_has_reason = err[0] != '\0';
+	assert_true(vecfs_active(v) == ga);
+	assert_true(stats(v).active == ga);
+
+	vecfs_results *after = search_opts(v, qs, NQ, D, &o);
+	assert_true(after->generation == ga);
+	for (size_t i = 0; i < NQ; i++) {
+		assert_int_equal(after->count[i], before->count[i]);
+		for (size_t h = 0; h < after->count[i]; h++) {
+			assert_string_equal(after->hits[i][h].key,
+					    before->hits[i][h].key);
+			assert_true(after->hits[i][h].distance ==
+				    before->hits[i][h].distance);
+		}
+	}
+	vecfs_results_free(after);
+
+	uint64_t ids[16];
+	size_t n = 0;
+	assert_int_equal(vecfs_gen_list(v, ids, 16, &n), 0);
+	assert_true(n >= 1 && n <= 16);
+	int saw_a = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (ids[i] == ga) {
+			saw_a = 1;
+			continue;
+		}
+		vecfs_gen_info gi = gen_info(v, ids[i]);
+		print_message("listed generation %llu: state %d phase %s\n",
+			      (unsigned long long)ids[i], (int)gi.state, gi.phase);
+		assert_true(gi.state != VECFS_GEN_READY);
+		rc = vecfs_activate(v, ids[i], err, sizeof err);
+		assert_true(rc == -EINVAL || rc == -ENOENT);
+		assert_true(vecfs_active(v) == ga);
+	}
+	assert_true(saw_a);
+	if (gx != 0 && gx != ga) {
+		rc = vecfs_activate(v, gx, err, sizeof err);
+		assert_true(rc == -EINVAL || rc == -ENOENT);
+	}
+	assert_true(vecfs_active(v) == ga);
+
+	char msg[256] = "";
+	rc = vecfs_verify(v, msg, sizeof msg);
+	if (rc != 0)
+		print_message("verify after abort: %d %s\n", rc, msg);
+	assert_int_equal(rc, 0);
+
+	/* the store is not wedged: the next build works */
+	uint64_t gc = build(v, 1);
+	assert_true(gc != ga);
+	assert_int_equal(gen_info(v, gc).state, VECFS_GEN_READY);
+	after = search_opts(v, qs, NQ, D, &o);
+	for (size_t i = 0; i < NQ; i++) {
+		assert_int_equal(after->count[i], 10);
+		check_hits(after->hits[i], after->count[i], VECFS_L2, ds.x, N, D,
+			   NULL, "r", qs + i * D);
+	}
+	vecfs_results_free(after);
+	vecfs_results_free(before);
+	free(qs);
+	ds_free(&ds);
+	/* failures write a one-line reason into err */
+	if (!aborted_has_reason)
+		print_message("the aborted build wrote no reason into err\n");
+	assert_true(aborted_has_reason);
+}
+
+/* ------------------------------------------------------------ 3. activate */
+
+static void test_activate_rules(void **state)
+{
+	fixture *f = *state;
+	const uint32_t D = 12;
+	const size_t NA = 1500, NB = 300, N = NA + NB;
+	vecfs *v = fx_open(f, NULL);
+	set_config(v, D, VECFS_COSINE);
+	vecfs_config c;
+	assert_int_equal(vecfs_config_get(v, &c), 0);
+	uint32_t bits_a = c.bits;
+	assert_true(bits_a >= 1 && bits_a <= 8);
+	dataset ds;
+	ds_make(&ds, 303, N, D, 12);
+	put_range(v, ds.x, 0, NA, D, "r");
+	time_t t0 = time(NULL);
+	uint64_t ga = build(v, 1);
+
+	vecfs_gen_info a = gen_info(v, ga);
+	assert_int_equal(a.state, VECFS_GEN_READY);
+	assert_true(a.nlist > 0 && a.nlist <= NA);
+	assert_int_equal(a.dim, D);
+	assert_int_equal(a.metric, VECFS_COSINE);
+	assert_int_equal(a.covered, NA);
+	assert_int_equal(a.bits, bits_a);
+	assert_true(a.parent == 0);
+	assert_true(a.created + 5 >= (uint64_t)t0 && a.created <= (uint64_t)time(NULL) + 5);
+	assert_true(a.build_seconds >= 0);
+	assert_int_equal(a.delta_postings, 0);
+	assert_int_equal(a.tombstones, 0);
+	assert_string_equal(a.phase, "done");
+	assert_int_equal(a.phase_pct, 100);
+
+	/* out-of-range bits and a metric change with records: refused */
+	vecfs_config bad = c;
+	bad.bits = 9;
+	assert_int_equal(vecfs_config_set(v, &bad, NULL, 0), -EINVAL);
+	bad.bits = 0;
+	assert_int_equal(vecfs_config_set(v, &bad, NULL, 0), -EINVAL);
+	bad = c;
+	bad.metric = VECFS_L2;
+	assert_int_equal(vecfs_config_set(v, &bad, NULL, 0), -EBUSY);
+	bad = c;
+	bad.dim = D + 1;
+	assert_int_equal(vecfs_config_set(v, &bad, NULL, 0), -EBUSY);
+
+	put_range(v, ds.x, NA, NB, D, "r");
+	c.nlist = 8;
+	c.bits = bits_a == 2 ? 3 : 2;
+	char err[256] = "";
+	assert_int_equal(vecfs_config_set(v, &c, err, sizeof err), 0);
+	uint64_t gb = build(v, 1);
+	assert_true(gb > ga);
+	vecfs_gen_info b = gen_info(v, gb);
+	assert_int_equal(b.state, VECFS_GEN_READY);
+	assert_int_equal(b.nlist, 8);
+	assert_int_equal(b.bits, c.bits);
+	assert_int_equal(b.covered, N);
+	assert_true(b.parent == ga);
+	assert_int_equal(b.dim, D);
+	assert_int_equal(b.metric, VECFS_COSINE);
+
+	uint64_t missing = gb + 1000;
+	assert_int_equal(vecfs_activate(v, missing, err, sizeof err), -ENOENT);
+	assert_int_equal(vecfs_gen_remove(v, gb), -EBUSY);
+	assert_int_equal(vecfs_gen_remove(v, missing), -ENOENT);
+	vecfs_gen_info gi;
+	assert_int_equal(vecfs_gen_info_get(v, missing, &gi), -ENOENT);
+	assert_true(vecfs_active(v) == gb);
+
+	uint64_t ids[8];
+	size_t n = 0;
+	assert_int_equal(vecfs_gen_list(v, ids, 8, &n), 0);
+	assert_int_equal(n, 2);
+	assert_true(ids[0] == ga && ids[1] == gb);
+	n = 0;
+	ids[1] = 0;
+	assert_int_equal(vecfs_gen_list(v, ids, 1, &n), 0);
+	assert_int_equal(n, 2);
+	assert_true(ids[0] == ga);
+	assert_int_equal(stats(v).generations, 2);
+
+	activate(v, ga);
+	assert_int_equal(vecfs_gen_remove(v, ga), -EBUSY);
+	activate(v, gb);
+
+	assert_int_equal(vecfs_gen_remove(v, ga), 0);
+	assert_int_equal(vecfs_gen_list(v, ids, 8, &n), 0);
+	assert_int_equal(n, 1);
+	assert_true(ids[0] == gb);
+	assert_int_equal(vecfs_gen_info_get(v, ga, &gi), -ENOENT);
+	assert_int_equal(vecfs_activate(v, ga, err, sizeof err), -ENOENT);
+	assert_int_equal(vecfs_gen_remove(v, ga), -ENOENT);
+	float *cent = NULL;
+	uint32_t nl = 0, dd = 0;
+	assert_int_equal(vecfs_gen_centroids(v, ga, &cent, &nl, &dd), -ENOENT);
+	vecfs_stats s = stats(v);
+	assert_int_equal(s.generations, 1);
+	assert_true(s.active == gb);
+
+	/* searches go on */
+	float q[12];
+	ds_fresh(&ds, q);
+	vecfs_results *r = search1(v, q, D, 10, 0);
+	assert_int_equal(r->count[0], 10);
+	assert_true(r->generation == gb);
+	check_hits(r->hits[0], r->count[0], VECFS_COSINE, ds.x, N, D, NULL, "r", q);
+	vecfs_results_free(r);
+
+	/* a newer build gets a larger id than any before, removed ones included */
+	uint64_t gc = build(v, 0);
+	assert_true(gc > gb);
+	assert_true(vecfs_active(v) == gb);
+	assert_int_equal(gen_info(v, gc).state, VECFS_GEN_READY);
+	assert_true(gen_info(v, gc).parent == gb);
+	ds_free(&ds);
+}
+
+/* ------------------------------------------------------------ 4. clusters */
+
+typedef struct cluster_sums {
+	uint64_t vectors, deltas, tombstones, blocks;
+} cluster_sums;
+
+static cluster_sums clusters(vecfs *v, uint64_t gen, uint32_t nlist)
+{
+	vecfs_cluster_info *ci = NULL;
+	uint32_t n = 0;
+	int rc = vecfs_gen_clusters(v, gen, &ci, &n);
+	assert_int_equal(rc, 0);
+	assert_int_equal(n, nlist);
+	assert_non_null(ci);
+	unsigned char *seen = calloc(nlist, 1);
+	cluster_sums s;
+	memset(&s, 0, sizeof s);
+	for (uint32_t i = 0; i < n; i++) {
+		assert_true(ci[i].id < nlist);
+		assert_false(seen[ci[i].id]);
+		seen[ci[i].id] = 1;
+		s.vectors += ci[i].vectors;
+		s.deltas += ci[i].deltas;
+		s.tombstones += ci[i].tombstones;
+		s.blocks += ci[i].blocks;
+	}
+	free(seen);
+	free(ci);
+	return s;
+}
+
+static void test_centroids_and_clusters(void **state)
+{
+	fixture *f = *state;
+	const uint32_t D = 16;
+	const size_t N = 2000, ADD = 40, DEL = 15;
+	vecfs *v = fx_open(f, NULL);
+	set_config(v, D, VECFS_L2);
+	vecfs_config c;
+	char err[256] = "";
+	assert_int_equal(vecfs_config_get(v, &c), 0);
+	c.compact_deltas = 100000; /* keep deltas uncompacted for counting */
+	int rc = vecfs_config_set(v, &c, err, sizeof err);
+	if (rc != 0)
+		print_message("compact_deltas = 100000: %d %s\n", rc, err);
+	assert_int_equal(rc, 0);
+	dataset ds;
+	ds_make(&ds, 404, N + ADD, D, 20);
+	put_range(v, ds.x, 0, N, D, "r");
+	uint64_t gen = build(v, 1);
+	vecfs_gen_info gi = gen_info(v, gen);
+	assert_true(gi.nlist > 0);
+	assert_int_equal(gi.covered, N);
+
+	float *cent = NULL;
+	uint32_t nl = 0, dd = 0;
+	assert_int_equal(vecfs_gen_centroids(v, gen, &cent, &nl, &dd), 0);
+	assert_non_null(cent);
+	assert_int_equal(nl, gi.nlist);
+	assert_int_equal(dd, D);
+	size_t distinct = 0;
+	for (size_t i = 0; i < (size_t)nl * dd; i++) {
+		assert_true(isfinite(cent[i]));
+		/* means of points drawn around centers in [-10,10] */
+		assert_true(fabsf(cent[i]) < 20.0f);
+	}
+	for (uint32_t i = 1; i < nl; i++)
+		if (memcmp(cent, cent + (size_t)i * dd, dd * sizeof(float)) != 0)
+			distinct++;
+	assert_true(nl == 1 || distinct > 0);
+	free(cent);
+
+	cluster_sums s = clusters(v, gen, gi.nlist);
+	print_message("nlist %u: vectors %llu blocks %llu deltas %llu tombstones %llu\n",
+		      gi.nlist, (unsigned long long)s.vectors,
+		      (unsigned long long)s.blocks, (unsigned long long)s.deltas,
+		      (unsigned long long)s.tombstones);
+	assert_int_equal(s.vectors, N);
+	assert_int_equal(s.deltas, 0);
+	assert_int_equal(s.tombstones, 0);
+	assert_true(s.blocks > 0);
+
+	put_range(v, ds.x, N, ADD, D, "r");
+	s = clusters(v, gen, gi.nlist);
+	assert_int_equal(s.deltas, ADD);
+	assert_int_equal(s.vectors, N + ADD);
+	assert_int_equal(gen_info(v, gen).delta_postings, ADD);
+	assert_int_equal(stats(v).delta_postings, ADD);
+
+	for (size_t i = 0; i < DEL; i++) {
+		char key[32];
+		set_key(key, sizeof key, "r", i * 101);
+		del_key(v, key);
+	}
+	s = clusters(v, gen, gi.nlist);
+	assert_int_equal(s.tombstones, DEL);
+	assert_int_equal(s.vectors, N + ADD - DEL);
+	assert_int_equal(s.deltas, ADD);
+	gi = gen_info(v, gen);
+	assert_int_equal(gi.tombstones, DEL);
+	assert_int_equal(gi.covered, N);
+
+	vecfs_cluster_info *ci = NULL;
+	uint32_t n = 0;
+	assert_int_equal(vecfs_gen_clusters(v, gen + 77, &ci, &n), -ENOENT);
+	assert_int_equal(vecfs_gen_centroids(v, gen + 77, &cent, &nl, &dd), -ENOENT);
+	ds_free(&ds);
+}
+
+/* ------------------------------------------------------------ 5. verify */
+
+static void expect_verify_ok(vecfs *v, const char *when)
+{
+	char msg[512] = "";
+	int rc = vecfs_verify(v, msg, sizeof msg);
+	print_message("verify (%s): %d '%s'\n", when, rc, msg);
+	assert_int_equal(rc, 0);
+	assert_true(strncmp(msg, "verify: ok", 10) == 0);
+}
+
+static void test_verify_healthy(void **state)
+{
+	fixture *f = *state;
+	const uint32_t D = 16;
+	const size_t N = 2000;
+	vecfs *v = fx_open(f, NULL);
+	set_config(v, D, VECFS_L2);
+	expect_verify_ok(v, "empty store");
+	dataset ds;
+	ds_make(&ds, 505, N + 200, D, 20);
+	put_range(v, ds.x, 0, N, D, "r");
+	expect_verify_ok(v, "records, no generation");
+	uint64_t ga = build(v, 1);
+	expect_verify_ok(v, "one generation");
+	put_range(v, ds.x, N, 100, D, "r");
+	for (size_t i = 0; i < 50; i++) {
+		char key[32];
+		set_key(key, sizeof key, "r", i * 7);
+		del_key(v, key);
+	}
+	put_range(v, ds.x + 500 * D, 1, 20, D, "r"); /* upserts */
+	expect_verify_ok(v, "deltas, deletes, upserts");
+	build(v, 1);
+	put_range(v, ds.x, N + 100, 100, D, "r");
+	activate(v, ga);
+	expect_verify_ok(v, "rolled back with newer rows");
+	ds_free(&ds);
+}
+
+/* ------------------------------------------------------------ 6. stats */
+
+static void test_stats_counters(void **state)
+{
+	fixture *f = *state;
+	const uint32_t D = 16;
+	const size_t N = 1500;
+	vecfs *v = fx_open(f, NULL);
+	vecfs_config c;
+	assert_int_equal(vecfs_config_get(v, &c), 0);
+	c.auto_build = 0;
+	assert_int_equal(vecfs_config_set(v, &c, NULL, 0), 0);
+
+	vecfs_stats s = stats(v);
+	assert_int_equal(s.records, 0);
+	assert_int_equal(s.deleted, 0);
+	assert_int_equal(s.generations, 0);
+	assert_int_equal(s.active, 0);
+	assert_int_equal(s.ingest_rows, 0);
+	assert_int_equal(s.queries, 0);
+	assert_int_equal(s.next_key, 0);
+	assert_int_equal(s.dim, 0);
+	assert_int_equal(s.delta_postings, 0);
+
+	dataset ds;
+	ds_make(&ds, 606, N + 200, D, 20);
+	put_range(v, ds.x, 0, N, D, NULL);
+	s = stats(v);
+	assert_int_equal(s.records, N);
+	assert_int_equal(s.ingest_rows, N);
+	assert_int_equal(s.dim, D);
+	assert_int_equal(s.metric, VECFS_L2);
+	assert_int_equal(s.next_key, N);
+	assert_true(s.store_bytes > 0);
+
+	float q[4 * 16];
+	for (int i = 0; i < 4; i++)
+		ds_fresh(&ds, q + i * D);
+	for (int i = 0; i < 3; i++)
+		vecfs_results_free(search1(v, q + i * D, D, 5, i == 2));
+	vecfs_query_opts o;
+	memset(&o, 0, sizeof o);
+	o.k = 5;
+	vecfs_results_free(search_opts(v, q, 4, D, &o));
+	s = stats(v);
+	assert_int_equal(s.queries, 7);
+	assert_true(s.p50_us <= s.p99_us);
+
+	uint64_t ga = build(v, 1);
+	s = stats(v);
+	assert_int_equal(s.generations, 1);
+	assert_true(s.active == ga);
+	assert_int_equal(s.unindexed, 0);
+	assert_int_equal(s.delta_postings, 0);
+	assert_int_equal(s.queries, 7);
+
+	put_range(v, ds.x, N, 100, D, "x");
+	s = stats(v);
+	assert_int_equal(s.records, N + 100);
+	assert_int_equal(s.ingest_rows, N + 100);
+	assert_int_equal(s.unindexed, 0);
+	assert_int_equal(s.delta_postings, 100);
+	assert_int_equal(s.next_key, N);
+
+	uint64_t gb = build(v, 1);
+	s = stats(v);
+	assert_int_equal(s.generations, 2);
+	assert_true(s.active == gb);
+	assert_int_equal(s.unindexed, 0);
+	assert_int_equal(s.delta_postings, 0);
+
+	put_range(v, ds.x, N + 100, 50, D, "y");
+	s = stats(v);
+	assert_int_equal(s.unindexed, 0);
+	assert_int_equal(s.delta_postings, 50);
+
+	activate(v, ga);
+	s = stats(v);
+	print_message("rolled back to %llu: unindexed %llu, delta_postings %llu\n",
+		      (unsigned long long)ga, (unsigned long long)s.unindexed,
+		      (unsigned long long)s.delta_postings);
+	assert_true(s.active == ga);
+	assert_int_equal(s.generations, 2);
+	assert_true(s.unindexed >= 50 && s.unindexed <= 150);
+	uint64_t unindexed = s.unindexed;
+
+	for (int i = 0; i < 10; i++) {
+		char key[32];
+		set_key(key, sizeof key, "", (size_t)i * 13);
+		del_key(v, key);
+	}
+	assert_int_equal(vecfs_delete(v, "0", 1), -ENOENT);
+	s = stats(v);
+	assert_int_equal(s.deleted, 10);
+	assert_int_equal(s.records, N + 150 - 10);
+	assert_int_equal(s.unindexed, unindexed);
+
+	activate(v, gb);
+	s = stats(v);
+	assert_int_equal(s.unindexed, 0);
+
+	/* an upsert: one more ingested row, no more records */
+	assert_int_equal(put_one(v, "x1505", ds.x, D), 0);
+	s = stats(v);
+	assert_int_equal(s.records, N + 150 - 10);
+	assert_int_equal(s.ingest_rows, N + 150 + 1);
+	assert_int_equal(s.unindexed, 0);
+	vecfs_results_free(search1(v, q, D, 5, 0));
+	assert_int_equal(stats(v).queries, 8);
+	ds_free(&ds);
+}
+
+/* ------------------------------------------------------------ 7. exclusive */
+
+static void test_exclusive_open(void **state)
+{
+	fixture *f = *state;
+	const uint32_t D = 4;
+	vecfs *v = fx_open(f, NULL);
+	set_config(v, D, VECFS_L2);
+	float a[4] = { 1, 2, 3, 4 }, b[4] = { 4, 3, 2, 1 }, got[4];
+	uint32_t dim = 0;
+	assert_int_equal(put_one(v, "a", a, D), 0);
+
+	char err[256] = "";
+	vecfs *v2 = NULL;
+	int rc = vecfs_open(f->dir, &v2, err, sizeof err);
+	print_message("second open: %d '%s'\n", rc, err);
+	if (rc == 0 && v2)
+		vecfs_close(v2);
+	assert_int_equal(rc, -EBUSY);
+
+	char alt[PATH_MAX];
+	snprintf(alt, sizeof alt, "%s/.", f->dir);
+	v2 = NULL;
+	rc = vecfs_open(alt, &v2, err, sizeof err);
+	if (rc == 0 && v2)
+		vecfs_close(v2);
+	if (rc != -EBUSY)
+		print_message("open via %s: %d\n", alt, rc);
+	assert_int_equal(rc, -EBUSY);
+
+	/* another process (a second daemon) refuses too */
+	fflush(NULL);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		alarm(60);
+		vecfs *vc = NULL;
+		int crc = vecfs_open(f->dir, &vc, NULL, 0);
+		_exit(crc == -EBUSY ? 0 : crc == 0 ? 2 : 1);
+	}
+	int status = 0;
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status));
+	if (WEXITSTATUS(status) != 0)
+		print_message("open in a child process: exit %d (2: it succeeded)\n",
+			      WEXITSTATUS(status));
+	assert_int_equal(WEXITSTATUS(status), 0);
+
+	/* the first handle is unharmed */
+	assert_int_equal(put_one(v, "b", b, D), 0);
+	assert_int_equal(vecfs_get(v, "a", 1, got, 4, &dim, NULL, 0, NULL), 0);
+	assert_memory_equal(got, a, sizeof a);
+	vecfs_results *r = search1(v, b, D, 5, 1);
+	assert_int_equal(r->count[0], 2);
+	assert_string_equal(r->hits[0][0].key, "b");
+	vecfs_results_free(r);
+
+	fx_close(f);
+	v = fx_open(f, NULL);
+	assert_int_equal(stats(v).records, 2);
+	assert_int_equal(vecfs_get(v, "b", 1, got, 4, &dim, NULL, 0, NULL), 0);
+	assert_memory_equal(got, b, sizeof b);
+	v2 = NULL;
+	rc = vecfs_open(f->dir, &v2, err, sizeof err);
+	if (rc == 0 && v2)
+		vecfs_close(v2);
+	assert_int_equal(rc, -EBUSY);
+	fx_close(f);
+
+	/* and once closed, another process may open it */
+	fflush(NULL);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		alarm(60);
+		vecfs *vc = NULL;
+		int crc = vecfs_open(f->dir, &vc, NULL, 0);
+		if (crc == 0)
+			vecfs_close(vc);
+		_exit(crc == 0 ? 0 : 1);
+	}
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status));
+	assert_int_equal(WEXITSTATUS(status), 0);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_rollback_finds_uncovered_rows, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_aborted_build_keeps_previous, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_activate_rules, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_centroids_and_clusters, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_verify_healthy, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_stats_counters, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_exclusive_open, fx_setup, fx_teardown),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

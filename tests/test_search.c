@@ -1,0 +1,1390 @@
+/*
+ * test_search.c - search behaviour of the vecfs library: exact scans against
+ * brute force, ANN recall, delta postings, deletes, upserts, input checks,
+ * assigned keys, persistence and batch queries.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <ftw.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "vecfs.h"
+
+/* ------------------------------------------------------------ temp stores */
+
+typedef struct fixture {
+	char dir[64];
+	vecfs *v;
+} fixture;
+
+static int rm_one(const char *path, const struct stat *sb, int flag,
+		  struct FTW *ftw)
+{
+	(void)sb; (void)flag; (void)ftw;
+	remove(path);
+	return 0;
+}
+
+static void rm_rf(const char *dir)
+{
+	nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static int fx_setup(void **state)
+{
+	fixture *f = calloc(1, sizeof *f);
+	if (!f)
+		return -1;
+	strcpy(f->dir, "/tmp/vecfs-test-XXXXXX");
+	if (!mkdtemp(f->dir)) {
+		free(f);
+		return -1;
+	}
+	*state = f;
+	return 0;
+}
+
+static int fx_teardown(void **state)
+{
+	fixture *f = *state;
+	if (!f)
+		return 0;
+	if (f->v)
+		vecfs_close(f->v);
+	rm_rf(f->dir);
+	free(f);
+	return 0;
+}
+
+/* Open the store in f->dir/sub (sub may be NULL for f->dir itself). */
+static vecfs *fx_open(fixture *f, const char *sub)
+{
+	char path[PATH_MAX], err[256] = "";
+	if (sub) {
+		snprintf(path, sizeof path, "%s/%s", f->dir, sub);
+		mkdir(path, 0700);
+	} else {
+		snprintf(path, sizeof path, "%s", f->dir);
+	}
+	vecfs *v = NULL;
+	int rc = vecfs_open(path, &v, err, sizeof err);
+	if (rc != 0)
+		print_message("vecfs_open(%s): %d %s\n", path, rc, err);
+	assert_int_equal(rc, 0);
+	assert_non_null(v);
+	f->v = v;
+	return v;
+}
+
+static void fx_close(fixture *f)
+{
+	if (f->v)
+		vecfs_close(f->v);
+	f->v = NULL;
+}
+
+static void set_config(vecfs *v, uint32_t dim, vecfs_metric metric)
+{
+	vecfs_config c;
+	char err[256] = "";
+	assert_int_equal(vecfs_config_get(v, &c), 0);
+	c.dim = dim;
+	c.metric = metric;
+	c.auto_build = 0;
+	int rc = vecfs_config_set(v, &c, err, sizeof err);
+	if (rc != 0)
+		print_message("vecfs_config_set: %d %s\n", rc, err);
+	assert_int_equal(rc, 0);
+}
+
+static uint64_t build(vecfs *v, int activate)
+{
+	char err[256] = "";
+	uint64_t gen = 0;
+	int rc = vecfs_build(v, activate, &gen, NULL, NULL, err, sizeof err);
+	if (rc != 0)
+		print_message("vecfs_build: %d %s\n", rc, err);
+	assert_int_equal(rc, 0);
+	assert_true(gen != 0);
+	if (activate)
+		assert_true(vecfs_active(v) == gen);
+	return gen;
+}
+
+static vecfs_stats stats(vecfs *v)
+{
+	vecfs_stats s;
+	memset(&s, 0, sizeof s);
+	assert_int_equal(vecfs_stats_get(v, &s), 0);
+	return s;
+}
+
+/* ------------------------------------------------------------ data */
+
+typedef struct rng {
+	uint64_t s;
+	int have;
+	double spare;
+} rng;
+
+static uint64_t rng_next(rng *r)
+{
+	uint64_t z = (r->s += 0x9e3779b97f4a7c15ULL);
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+	return z ^ (z >> 31);
+}
+
+static double rng_unif(rng *r)
+{
+	return (double)(rng_next(r) >> 11) * 0x1.0p-53;
+}
+
+static double rng_gauss(rng *r)
+{
+	if (r->have) {
+		r->have = 0;
+		return r->spare;
+	}
+	double u1 = 1.0 - rng_unif(r), u2 = rng_unif(r);
+	double rad = sqrt(-2.0 * log(u1)), th = 2.0 * M_PI * u2;
+	r->spare = rad * sin(th);
+	r->have = 1;
+	return rad * cos(th);
+}
+
+/* Clustered data: C centers uniform in [-10,10]^d, points = center + N(0,1). */
+typedef struct dataset {
+	size_t n;
+	uint32_t d, nc;
+	float *centers;
+	float *x;
+	uint32_t *label;
+	rng r;
+} dataset;
+
+static void ds_point(dataset *ds, uint32_t c, float *out)
+{
+	for (uint32_t j = 0; j < ds->d; j++)
+		out[j] = ds->centers[(size_t)c * ds->d + j] +
+			 (float)rng_gauss(&ds->r);
+}
+
+/* A fresh point from a random cluster of the same distribution. */
+static uint32_t ds_fresh(dataset *ds, float *out)
+{
+	uint32_t c = (uint32_t)(rng_next(&ds->r) % ds->nc);
+	ds_point(ds, c, out);
+	return c;
+}
+
+static void ds_make(dataset *ds, uint64_t seed, size_t n, uint32_t d,
+		    uint32_t nc)
+{
+	memset(ds, 0, sizeof *ds);
+	ds->n = n;
+	ds->d = d;
+	ds->nc = nc;
+	ds->r.s = seed;
+	ds->centers = malloc((size_t)nc * d * sizeof(float));
+	ds->x = malloc(n * d * sizeof(float));
+	ds->label = malloc(n * sizeof(uint32_t));
+	assert_non_null(ds->centers);
+	assert_non_null(ds->x);
+	assert_non_null(ds->label);
+	for (size_t i = 0; i < (size_t)nc * d; i++)
+		ds->centers[i] = (float)(rng_unif(&ds->r) * 20.0 - 10.0);
+	for (size_t i = 0; i < n; i++)
+		ds->label[i] = ds_fresh(ds, ds->x + i * d);
+}
+
+static void ds_free(dataset *ds)
+{
+	free(ds->centers);
+	free(ds->x);
+	free(ds->label);
+	memset(ds, 0, sizeof *ds);
+}
+
+/* ------------------------------------------------------------ reference */
+
+static double dist_ref(vecfs_metric m, const float *a, const float *b,
+		       uint32_t d)
+{
+	double s = 0, na = 0, nb = 0;
+	for (uint32_t j = 0; j < d; j++) {
+		double x = a[j], y = b[j];
+		switch (m) {
+		case VECFS_L2: s += (x - y) * (x - y); break;
+		default: s += x * y; na += x * x; nb += y * y; break;
+		}
+	}
+	if (m == VECFS_L2)
+		return s;
+	if (m == VECFS_DOT)
+		return -s;
+	return 1.0 - s / (sqrt(na) * sqrt(nb));
+}
+
+/* Allowed |reported - reference| for a float32 implementation: 1e-4
+ * relative plus room for cancellation proportional to the magnitudes. */
+static double dist_tol(vecfs_metric m, const float *a, const float *b,
+		       uint32_t d, double expect)
+{
+	double na = 0, nb = 0;
+	for (uint32_t j = 0; j < d; j++) {
+		na += (double)a[j] * a[j];
+		nb += (double)b[j] * b[j];
+	}
+	double scale = m == VECFS_L2 ? na + nb
+		     : m == VECFS_DOT ? sqrt(na * nb) : 1.0;
+	return 1e-4 * fabs(expect) + 4e-6 * scale + 1e-6;
+}
+
+static double sqnorm(const float *a, uint32_t d)
+{
+	double s = 0;
+	for (uint32_t j = 0; j < d; j++)
+		s += (double)a[j] * a[j];
+	return s;
+}
+
+/* Distance ~0: a record found at its own vector. */
+static int near_zero(vecfs_metric m, float dist, const float *q, uint32_t d)
+{
+	double scale = m == VECFS_COSINE ? 1.0 : 1.0 + sqnorm(q, d);
+	return fabs((double)dist) <= 1e-5 * scale + 1e-5;
+}
+
+/* Top-k of the live rows by (distance, index); returns how many. */
+static size_t knn_ref(vecfs_metric m, const float *x, size_t n, uint32_t d,
+		      const unsigned char *alive, const float *q, size_t k,
+		      size_t *idx, double *dist)
+{
+	size_t have = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (alive && !alive[i])
+			continue;
+		double dd = dist_ref(m, q, x + i * d, d);
+		if (have == k && dd >= dist[k - 1])
+			continue;
+		size_t p = have < k ? have++ : k - 1;
+		while (p > 0 && dist[p - 1] > dd) {
+			dist[p] = dist[p - 1];
+			idx[p] = idx[p - 1];
+			p--;
+		}
+		dist[p] = dd;
+		idx[p] = i;
+	}
+	return have;
+}
+
+/* Row index from a key "<prefix><decimal>", or -1. */
+static long key_index(const char *key, const char *prefix)
+{
+	size_t pl = strlen(prefix);
+	if (strncmp(key, prefix, pl) != 0)
+		return -1;
+	const char *s = key + pl;
+	if (!*s)
+		return -1;
+	char *end;
+	errno = 0;
+	long i = strtol(s, &end, 10);
+	if (*end || errno || i < 0)
+		return -1;
+	return i;
+}
+
+/* ------------------------------------------------------------ writes */
+
+/* Put rows first..first+n of x with keys "<prefix><i>" (prefix NULL:
+ * assigned keys), in batches. */
+static void put_range(vecfs *v, const float *x, size_t first, size_t n,
+		      uint32_t d, const char *prefix)
+{
+	const size_t B = 2000;
+	vecfs_row *rows = calloc(B, sizeof *rows);
+	char (*keys)[32] = calloc(B, sizeof *keys);
+	assert_non_null(rows);
+	assert_non_null(keys);
+	for (size_t off = 0; off < n; off += B) {
+		size_t m = n - off < B ? n - off : B;
+		for (size_t i = 0; i < m; i++) {
+			size_t r = first + off + i;
+			memset(&rows[i], 0, sizeof rows[i]);
+			rows[i].vec = x + r * d;
+			if (prefix) {
+				snprintf(keys[i], sizeof keys[i], "%s%zu", prefix, r);
+				rows[i].key = keys[i];
+				rows[i].keylen = strlen(keys[i]);
+			}
+		}
+		size_t bad = (size_t)-1;
+		char err[256] = "";
+		int rc = vecfs_put(v, rows, m, d, &bad, err, sizeof err);
+		if (rc != 0)
+			print_message("vecfs_put(rows %zu..): %d bad_row %zu %s\n",
+				      first + off, rc, bad, err);
+		assert_int_equal(rc, 0);
+	}
+	free(rows);
+	free(keys);
+}
+
+static int put_one(vecfs *v, const char *key, const float *vec, uint32_t d)
+{
+	vecfs_row row;
+	memset(&row, 0, sizeof row);
+	row.key = key;
+	row.keylen = key ? strlen(key) : 0;
+	row.vec = vec;
+	char err[256] = "";
+	return vecfs_put(v, &row, 1, d, NULL, err, sizeof err);
+}
+
+static void del_key(vecfs *v, const char *key)
+{
+	int rc = vecfs_delete(v, key, strlen(key));
+	if (rc != 0)
+		print_message("vecfs_delete(%s): %d\n", key, rc);
+	assert_int_equal(rc, 0);
+}
+
+/* ------------------------------------------------------------ search */
+
+static vecfs_results *search_opts(vecfs *v, const float *q, size_t nq,
+				  uint32_t d, const vecfs_query_opts *o)
+{
+	vecfs_results *r = NULL;
+	char err[256] = "";
+	int rc = vecfs_search(v, q, nq, d, o, &r, err, sizeof err);
+	if (rc != 0)
+		print_message("vecfs_search: %d %s\n", rc, err);
+	assert_int_equal(rc, 0);
+	assert_non_null(r);
+	assert_int_equal(r->nq, nq);
+	assert_non_null(r->count);
+	assert_non_null(r->hits);
+	return r;
+}
+
+static vecfs_results *search1(vecfs *v, const float *q, uint32_t d,
+			      uint32_t k, int exact)
+{
+	vecfs_query_opts o;
+	memset(&o, 0, sizeof o);
+	o.k = k;
+	o.exact = exact;
+	return search_opts(v, q, 1, d, &o);
+}
+
+/* Every hit is a live row whose exact distance to q is reported, keys are
+ * unique and in rank order. */
+static void check_hits(const vecfs_hit *h, size_t cnt, vecfs_metric m,
+		       const float *x, size_t n, uint32_t d,
+		       const unsigned char *alive, const char *prefix,
+		       const float *q)
+{
+	for (size_t i = 0; i < cnt; i++) {
+		assert_non_null(h[i].key);
+		assert_int_equal(strlen(h[i].key), h[i].keylen);
+		long r = key_index(h[i].key, prefix);
+		if (r < 0 || (size_t)r >= n)
+			print_message("unexpected key '%s' at rank %zu\n",
+				      h[i].key, i);
+		assert_true(r >= 0 && (size_t)r < n);
+		if (alive && !alive[r])
+			print_message("deleted key '%s' returned at rank %zu\n",
+				      h[i].key, i);
+		assert_true(!alive || alive[r]);
+		double want = dist_ref(m, q, x + (size_t)r * d, d);
+		double tol = dist_tol(m, q, x + (size_t)r * d, d, want);
+		if (fabs(h[i].distance - want) > tol)
+			print_message("key %s rank %zu: distance %.9g, exact %.9g\n",
+				      h[i].key, i, h[i].distance, want);
+		assert_true(fabs(h[i].distance - want) <= tol);
+		if (i > 0) {
+			assert_true(h[i].distance >= h[i - 1].distance -
+						     1e-6 * (1 + fabs(h[i].distance)));
+			for (size_t j = 0; j < i; j++)
+				if (strcmp(h[i].key, h[j].key) == 0) {
+					print_message("key %s twice\n", h[i].key);
+					fail();
+				}
+		}
+	}
+}
+
+/* Hits equal the brute-force top-k: same count, and at each rank a key whose
+ * exact distance equals the reference distance at that rank (so keys agree
+ * in order, ties aside). */
+static void check_exact(const vecfs_hit *h, size_t cnt, vecfs_metric m,
+			const float *x, size_t n, uint32_t d,
+			const unsigned char *alive, const char *prefix,
+			const float *q, size_t k)
+{
+	size_t *idx = malloc(k * sizeof *idx);
+	double *dist = malloc(k * sizeof *dist);
+	assert_non_null(idx);
+	assert_non_null(dist);
+	size_t want = knn_ref(m, x, n, d, alive, q, k, idx, dist);
+	if (cnt != want)
+		print_message("got %zu hits, want %zu\n", cnt, want);
+	assert_int_equal(cnt, want);
+	check_hits(h, cnt, m, x, n, d, alive, prefix, q);
+	for (size_t i = 0; i < cnt; i++) {
+		double tol = dist_tol(m, q, x + idx[i] * d, d, dist[i]);
+		if (fabs(h[i].distance - dist[i]) > tol)
+			print_message("%s rank %zu: got %s %.9g, want %s%zu %.9g\n",
+				      vecfs_metric_name(m), i, h[i].key,
+				      h[i].distance, prefix, idx[i], dist[i]);
+		assert_true(fabs(h[i].distance - dist[i]) <= tol);
+	}
+	free(idx);
+	free(dist);
+}
+
+static int hits_have(const vecfs_hit *h, size_t cnt, const char *key)
+{
+	for (size_t i = 0; i < cnt; i++)
+		if (strcmp(h[i].key, key) == 0)
+			return (int)i;
+	return -1;
+}
+
+/* ------------------------------------------------------------ 1. exact */
+
+static void test_exact_equals_brute_force(void **state)
+{
+	fixture *f = *state;
+	const vecfs_metric metrics[] = { VECFS_L2, VECFS_COSINE, VECFS_DOT };
+	const uint32_t D = 24;
+	const size_t N = 2500, NQ = 24, K = 15;
+
+	for (size_t mi = 0; mi < 3; mi++) {
+		vecfs_metric m = metrics[mi];
+		vecfs *v = fx_open(f, vecfs_metric_name(m));
+		set_config(v, D, m);
+		dataset ds;
+		ds_make(&ds, 1000 + mi, N, D, 20);
+		put_range(v, ds.x, 0, N, D, "k");
+
+		float *qs = malloc(NQ * D * sizeof(float));
+		assert_non_null(qs);
+		for (size_t i = 0; i < NQ; i++) {
+			if (i % 4 == 3) /* a stored vector: its key at rank 0 */
+				memcpy(qs + i * D, ds.x + (i * 97 % N) * D,
+				       D * sizeof(float));
+			else
+				ds_fresh(&ds, qs + i * D);
+		}
+		for (int pass = 0; pass < 2; pass++) {
+			if (pass == 1)
+				build(v, 1);
+			for (size_t i = 0; i < NQ; i++) {
+				vecfs_results *r = search1(v, qs + i * D, D, K, 1);
+				check_exact(r->hits[0], r->count[0], m, ds.x, N, D,
+					    NULL, "k", qs + i * D, K);
+				if (i % 4 == 3 && m != VECFS_DOT) {
+					char key[32];
+					snprintf(key, sizeof key, "k%zu", i * 97 % N);
+					assert_string_equal(r->hits[0][0].key, key);
+				}
+				vecfs_results_free(r);
+			}
+		}
+		free(qs);
+		ds_free(&ds);
+		fx_close(f);
+	}
+}
+
+/* ------------------------------------------------------------ 2. recall */
+
+static void test_recall_default_settings(void **state)
+{
+	fixture *f = *state;
+	const uint32_t D = 32;
+	const size_t N = 20000, NQ = 200, K = 10;
+	vecfs *v = fx_open(f, NULL);
+	set_config(v, D, VECFS_L2);
+	dataset ds;
+	ds_make(&ds, 42, N, D, 50);
+	put_range(v, ds.x, 0, N, D, NULL); /* assigned keys "0".."19999" */
+	assert_int_equal(stats(v).records, N);
+
+	char err[256] = "";
+	uint64_t gen = 0;
+	int rc = vecfs_build(v, 1, &gen, NULL, NULL, err, sizeof err);
+	if (rc != 0)
+		print_message("vecfs_build: %d %s\n", rc, err);
+	assert_int_equal(rc, 0);
+	assert_true(gen != 0);
+	assert_true(vecfs_active(v) == gen);
+
+	float *q = malloc(D * sizeof(float));
+	size_t idx[10];
+	double dist[10];
+	size_t found = 0;
+	vecfs_explain sum;
+	memset(&sum, 0, sizeof sum);
+	vecfs_query_opts o;
+	memset(&o, 0, sizeof o);
+	o.k = K;
+	for (size_t i = 0; i < NQ; i++) {
+		ds_fresh(&ds, q);
+		vecfs_results *r = search_opts(v, q, 1, D, &o);
+		assert_int_equal(r->count[0], K);
+		check_hits(r->hits[0], r->count[0], VECFS_L2, ds.x, N, D, NULL, "",
+			   q);
+		assert_true(r->generation == gen);
+		knn_ref(VECFS_L2, ds.x, N, D, NULL, q, K, idx, dist);
+		for (size_t a = 0; a < K; a++) {
+			char key[32];
+			snprintf(key, sizeof key, "%zu", idx[a]);
+			if (hits_have(r->hits[0], r->count[0], key) >= 0)
+				found++;
+		}
+		if (i == 0)
+			print_message("explain: gen %llu probed %llu pass1 %llu/%llu "
+				      "pass2 %llu/%llu reranked %llu delta %llu "
+				      "uncovered %llu %llu us\n",
+				      (unsigned long long)r->explain.generation,
+				      (unsigned long long)r->explain.clusters_probed,
+				      (unsigned long long)r->explain.pass1_scored,
+				      (unsigned long long)r->explain.pass1_pruned,
+				      (unsigned long long)r->explain.pass2_scored,
+				      (unsigned long long)r->explain.pass2_pruned,
+				      (unsigned long long)r->explain.reranked,
+				      (unsigned long long)r->explain.delta_scanned,
+				      (unsigned long long)r->explain.uncovered_scanned,
+				      (unsigned long long)r->explain.micros);
+		assert_true(r->explain.generation == gen);
+		assert_true(r->explain.clusters_probed > 0);
+		assert_true(r->explain.pass1_scored > 0);
+		assert_true(r->explain.reranked > 0);
+		/* ANN must not be an exhaustive scan in disguise */
+		assert_true(r->explain.pass1_scored < N);
+		assert_true(r->explain.reranked >= K);
+		assert_true(r->explain.uncovered_scanned == 0);
+		sum.clusters_probed += r->explain.clusters_probed;
+		vecfs_results_free(r);
+	}
+	double recall = (double)found / (double)(NQ * K);
+	print_message("recall@10 = %.4f (%zu queries, %.1f clusters probed/query)\n",
+		      recall, NQ, (double)sum.clusters_probed / NQ);
+	assert_true(recall >= 0.95);
+	free(q);
+	ds_free(&ds);
+}
+
+/* ------------------------------------------------------------ 3. min(k, n) */
+
+static void test_min_k_live(void **state)
+{
+	fixture *f = *state;
+	const uint32_t D = 8;
+	vecfs *v = fx_open(f, "three");
+	set_config(v, D, VECFS_L2);
+	dataset ds;
+	ds_make(&ds, 7, 3, D, 2);
+	put_range(v, ds.x, 0, 3, D, "k");
+	float q[8];
+	ds_fresh(&ds, q);
+
+	for (int pass = 0; pass < 2; pass++) {
+		if (pass == 1)
+			build(v, 1);
+		for (int exact = 0; exact < 2; exact++) {
+			vecfs_results *r = search1(v, q, D, 10, exact);
+			if (r->count[0] != 3)
+				print_message("gen %d exact %d: %zu hits\n", pass, exact,
+					      r->count[0]);
+			check_exact(r->hits[0], r->count[0], VECFS_L2, ds.x, 3, D,
+				    NULL, "k", q, 10);
+			assert_int_equal(r->count[0], 3);
+			vecfs_results_free(r);
+			r = search1(v, q, D, 2, exact);
+			check_exact(r->hits[0], r->count[0], VECFS_L2, ds.x, 3, D,
+				    NULL, "k", q, 2);
+			vecfs_results_free(r);
+		}
+	}
+	/* one deleted: two left */
+	unsigned char alive[3] = { 1, 0, 1 };
+	del_key(v, "k1");
+	for (int exact = 0; exact < 2; exact++) {
+		vecfs_results *r = search1(v, q, D, 10, exact);
+		check_exact(r->hits[0], r->count[0], VECFS_L2, ds.x, 3, D, alive,
+			    "k", q, 10);
+		assert_int_equal(r->count[0], 2);
+		vecfs_results_free(r);
+	}
+	ds_free(&ds);
+	fx_close(f);
+
+	/* duplicate vectors (postings equal to their centroid) count too:
+	 * 200 records, 5 distinct vectors */
+	const size_t N = 200;
+	v = fx_open(f, "dups");
+	set_config(v, D, VECFS_L2);
+	ds_make(&ds, 8, N, D, 5);
+	for (size_t i = 5; i < N; i++)
+		memcpy(ds.x + i * D, ds.x + (i % 5) * D, D * sizeof(float));
+	put_range(v, ds.x, 0, N, D, "d");
+	build(v, 1);
+	for (size_t t = 0; t < 6; t++) {
+		if (t < 5)
+			memcpy(q, ds.x + t * D, sizeof q);
+		else
+			ds_fresh(&ds, q);
+		vecfs_results *r = search1(v, q, D, 10, 0);
+		if (r->count[0] != 10)
+			print_message("duplicates: query %zu got %zu hits, want 10\n", t,
+				      r->count[0]);
+		check_exact(r->hits[0], r->count[0], VECFS_L2, ds.x, N, D, NULL,
+			    "d", q, 10);
+		vecfs_results_free(r);
+	}
+	ds_free(&ds);
+}
+
+/* ------------------------------------------------------------ 4. deltas */
+
+static void test_delta_postings_found(void **state)
+{
+	fixture *f = *state;
+	const uint32_t D = 16;
+	const size_t N = 3000, EXTRA = 300;
+	vecfs *v = fx_open(f, NULL);
+	set_config(v, D, VECFS_L2);
+	dataset ds;
+	ds_make(&ds, 11, N + EXTRA + 2, D, 20);
+	put_range(v, ds.x, 0, N, D, "k");
+	uint64_t gen = build(v, 1);
+
+	/* row N: far from everything; row N+1: a fresh point in a cluster */
+	for (uint32_t j = 0; j < D; j++)
+		ds.x[N * D + j] = 100.0f + (float)j;
+	put_range(v, ds.x, N, 2, D, "k");
+	for (size_t i = N; i < N + 2; i++) {
+		const float *q = ds.x + i * D;
+		vecfs_results *r = search1(v, q, D, 10, 0);
+		char key[32];
+		snprintf(key, sizeof key, "k%zu", i);
+		assert_int_equal(r->count[0], 10);
+		check_hits(r->hits[0], r->count[0], VECFS_L2, ds.x, N + 2, D, NULL,
+			   "k", q);
+		if (strcmp(r->hits[0][0].key, key) != 0)
+			print_message("query at new row %s: rank 0 is %s (%g), delta_scanned %llu\n",
+				      key, r->hits[0][0].key, r->hits[0][0].distance,
+				      (unsigned long long)r->explain.delta_scanned);
+		assert_string_equal(r->hits[0][0].key, key);
+		assert_true(near_zero(VECFS_L2, r->hits[0][0].distance, q, D));
+		assert_true(r->explain.delta_scanned > 0);
+		assert_true(r->generation == gen);
+		vecfs_results_free(r);
+	}
+
+	/* a larger batch of new rows: each found at its own vector */
+	put_range(v, ds.x, N + 2, EXTRA, D, "k");
+	size_t total = N + 2 + EXTRA, missed = 0;
+	for (size_t i = N + 2; i < total; i += 5) {
+		const float *q = ds.x + i * D;
+		vecfs_results *r = search1(v, q, D, 5, 0);
+		char key[32];
+		snprintf(key, sizeof key, "k%zu", i);
+		check_hits(r->hits[0], r->count[0], VECFS_L2, ds.x, total, D, NULL,
+			   "k", q);
+		if (strcmp(r->hits[0][0].key, key) != 0) {
+			print_message("new row %s not at rank 0 (got %s %g)\n", key,
+				      r->hits[0][0].key, r->hits[0][0].distance);
+			missed++;
+		}
+		assert_true(r->explain.delta_scanned > 0);
+		vecfs_results_free(r);
+	}
+	assert_int_equal(missed, 0);
+	vecfs_stats s = stats(v);
+	assert_int_equal(s.records, total);
+	assert_int_equal(s.unindexed, 0);
+	ds_free(&ds);
+}
+
+/* ------------------------------------------------------------ 5. deletes */
+
+struct live_check {
+	const unsigned char *alive;
+	size_t n, seen, bad;
+};
+
+static int check_live_key(void *arg, const char *key, size_t keylen)
+{
+	struct live_check *lc = arg;
+	char buf[32];
+	lc->seen++;
+	if (keylen >= sizeof buf) {
+		lc->bad++;
+		return 0;
+	}
+	memcpy(buf, key, keylen);
+	buf[keylen] = 0;
+	long i = key_index(buf, "k");
+	if (i < 0 || (size_t)i >= lc->n || !lc->alive[i]) {
+		print_message("listed key '%s' is not live\n", buf);
+		lc->bad++;
+	}
+	return 0;
+}
+
+static void test_deletes_never_returned(void **state)
+{
+	fixture *f = *state;
+	const uint32_t D = 16;
+	const size_t N = 3000;
+	vecfs *v = fx_open(f, NULL);
+	set_config(v, D, VECFS_L2);
+	dataset ds;
+	ds_make(&ds, 12, N, D, 20);
+	put_range(v, ds.x, 0, N, D, "k");
+	build(v, 1);
+
+	unsigned char *alive = malloc(N);
+	memset(alive, 1, N);
+	size_t ndel = 0;
+	for (size_t i = 0; i < N; i += 10) {
+		char key[32];
+		snprintf(key, sizeof key, "k%zu", i);
+		del_key(v, key);
+		alive[i] = 0;
+		ndel++;
+	}
+	vecfs_stats s = stats(v);
+	assert_int_equal(s.records, N - ndel);
+	assert_int_equal(s.deleted, ndel);
+
+	/* missing and already-deleted keys */
+	assert_int_equal(vecfs_delete(v, "k0", 2), -ENOENT);
+	assert_int_equal(vecfs_delete(v, "nope", 4), -ENOENT);
+	float buf[16];
+	uint32_t dim = 0;
+	assert_int_equal(vecfs_get(v, "k10", 3, buf, D, &dim, NULL, 0, NULL),
+			 -ENOENT);
+	assert_int_equal(vecfs_get(v, "k11", 3, buf, D, &dim, NULL, 0, NULL), 0);
+	assert_int_equal(dim, D);
+	assert_memory_equal(buf, ds.x + 11 * D, D * sizeof(float));
+	assert_int_equal(stats(v).deleted, ndel);
+
+	float q[16];
+	for (size_t t = 0; t < 80; t++) {
+		/* half the queries sit exactly on a deleted vector */
+		if (t % 2 == 0)
+			memcpy(q, ds.x + (t * 10 % N) * D, sizeof q);
+		else
+			ds_fresh(&ds, q);
+		int exact = t % 4 == 1;
+		vecfs_results *r = search1(v, q, D, 20, exact);
+		assert_int_equal(r->count[0], 20);
+		if (exact)
+			check_exact(r->hits[0], r->count[0], VECFS_L2, ds.x, N, D,
+				    alive, "k", q, 20);
+		else
+			check_hits(r->hits[0], r->count[0], VECFS_L2, ds.x, N, D,
+				   alive, "k", q);
+		vecfs_results_free(r);
+	}
+	/* the key listing holds exactly the live keys */
+	struct live_check lc = { alive, N, 0, 0 };
+	assert_int_equal(vecfs_keys(v, NULL, 0, N + 10, check_live_key, &lc), 0);
+	assert_int_equal(lc.bad, 0);
+	assert_int_equal(lc.seen, N - ndel);
+	ds_free(&ds);
+	free(alive);
+}
+
+/* ------------------------------------------------------------ 6. upsert */
+
+static void test_upsert_moves_vector(void **state)
+{
+	fixture *f = *state;
+	const uint32_t D = 16;
+	const size_t N = 3000, MOVES = 20;
+	vecfs *v = fx_open(f, NULL);
+	set_config(v, D, VECFS_L2);
+	dataset ds;
+	ds_make(&ds, 13, N, D, 20);
+	put_range(v, ds.x, 0, N, D, "k");
+	build(v, 1);
+
+	float *old = malloc(MOVES * D * sizeof(float));
+	size_t moved[20];
+	for (size_t t = 0; t < MOVES; t++) {
+		size_t x = t * 149 % N;
+		moved[t] = x;
+		memcpy(old + t * D, ds.x + x * D, D * sizeof(float));
+		/* a fresh point around a different center */
+		uint32_t c = (ds.label[x] + 1 + (uint32_t)t % (ds.nc - 1)) % ds.nc;
+		float nv[16];
+		ds_point(&ds, c, nv);
+		if (t % 5 == 0) { /* moved twice: only the last place counts */
+			float mid[16];
+			ds_point(&ds, (c + 3) % ds.nc, mid);
+			char key[32];
+			snprintf(key, sizeof key, "k%zu", x);
+			assert_int_equal(put_one(v, key, mid, D), 0);
+		}
+		memcpy(ds.x + x * D, nv, sizeof nv);
+		put_range(v, ds.x, x, 1, D, "k");
+	}
+	assert_int_equal(stats(v).records, N);
+
+	for (size_t t = 0; t < MOVES; t++) {
+		size_t x = moved[t];
+		char key[32];
+		snprintf(key, sizeof key, "k%zu", x);
+		float got[16];
+		uint32_t dim = 0;
+		assert_int_equal(vecfs_get(v, key, strlen(key), got, D, &dim, NULL,
+					   0, NULL), 0);
+		assert_memory_equal(got, ds.x + x * D, D * sizeof(float));
+
+		/* at the new place: found, distance ~0 */
+		vecfs_results *r = search1(v, ds.x + x * D, D, 10, 0);
+		check_hits(r->hits[0], r->count[0], VECFS_L2, ds.x, N, D, NULL, "k",
+			   ds.x + x * D);
+		if (strcmp(r->hits[0][0].key, key) != 0)
+			print_message("moved %s not at rank 0 at its new place (got %s)\n",
+				      key, r->hits[0][0].key);
+		assert_string_equal(r->hits[0][0].key, key);
+		assert_true(near_zero(VECFS_L2, r->hits[0][0].distance, ds.x + x * D, D));
+		vecfs_results_free(r);
+
+		/* at the old place: not returned with its old distance */
+		for (int exact = 0; exact < 2; exact++) {
+			r = search1(v, old + t * D, D, 10, exact);
+			check_hits(r->hits[0], r->count[0], VECFS_L2, ds.x, N, D, NULL,
+				   "k", old + t * D);
+			int at = hits_have(r->hits[0], r->count[0], key);
+			if (at >= 0) {
+				print_message("moved %s returned at old place, rank %d dist %g\n",
+					      key, at, r->hits[0][at].distance);
+				assert_false(near_zero(VECFS_L2, r->hits[0][at].distance,
+						       old + t * D, D));
+			}
+			if (exact)
+				check_exact(r->hits[0], r->count[0], VECFS_L2, ds.x, N,
+					    D, NULL, "k", old + t * D, 10);
+			vecfs_results_free(r);
+		}
+	}
+	free(old);
+	ds_free(&ds);
+}
+
+/* ------------------------------------------------------------ 7. bad input */
+
+static void expect_put_einval(vecfs *v, const vecfs_row *rows, size_t n,
+			      uint32_t dim, size_t want_bad, const char *what)
+{
+	vecfs_stats before = stats(v);
+	size_t bad = (size_t)-1;
+	char err[256] = "";
+	int rc = vecfs_put(v, rows, n, dim, &bad, err, sizeof err);
+	if (rc != -EINVAL || bad != want_bad)
+		print_message("%s: rc %d (want -EINVAL) bad_row %zu (want %zu) '%s'\n",
+			      what, rc, bad, want_bad, err);
+	assert_int_equal(rc, -EINVAL);
+	assert_int_equal(bad, want_bad);
+	assert_true(err[0] != '\0');
+	vecfs_stats after = stats(v);
+	assert_int_equal(after.records, before.records);
+	assert_int_equal(after.next_key, before.next_key);
+	assert_int_equal(after.ingest_rows, before.ingest_rows);
+	/* the same bad row is refused by the row check too */
+	err[0] = 0;
+	assert_int_equal(vecfs_row_check(v, &rows[want_bad], dim, err, sizeof err),
+			 -EINVAL);
+}
+
+static void test_bad_input_rejected(void **state)
+{
+	fixture *f = *state;
+	const uint32_t D = 8;
+	vecfs *v = fx_open(f, "l2");
+	vecfs_config c;
+	assert_int_equal(vecfs_config_get(v, &c), 0);
+	c.auto_build = 0;
+	assert_int_equal(vecfs_config_set(v, &c, NULL, 0), 0);
+
+	float good[8] = { 1, 2, 3, 4, 5, 6, 7, 8 };
+	float good2[8] = { 2, 2, 3, 4, 5, 6, 7, 8 };
+	/* first write fixes dim = 8 */
+	assert_int_equal(put_one(v, "first", good, D), 0);
+	assert_int_equal(stats(v).dim, D);
+	assert_int_equal(vecfs_config_get(v, &c), 0);
+	assert_int_equal(c.dim, D);
+	uint64_t nk = stats(v).next_key;
+
+	vecfs_row row;
+	memset(&row, 0, sizeof row);
+	row.key = "a";
+	row.keylen = 1;
+	row.vec = good;
+	char err[256];
+	assert_int_equal(vecfs_row_check(v, &row, D, err, sizeof err), 0);
+
+	float nanv[8], infv[8], ninf[8];
+	memcpy(nanv, good, sizeof good);
+	memcpy(infv, good, sizeof good);
+	memcpy(ninf, good, sizeof good);
+	nanv[3] = NAN;
+	infv[5] = INFINITY;
+	ninf[0] = -INFINITY;
+	row.vec = nanv;
+	expect_put_einval(v, &row, 1, D, 0, "NaN");
+	row.vec = infv;
+	expect_put_einval(v, &row, 1, D, 0, "+Inf");
+	row.vec = ninf;
+	expect_put_einval(v, &row, 1, D, 0, "-Inf");
+	row.vec = good;
+	expect_put_einval(v, &row, 1, D - 1, 0, "wrong dim (7)");
+	float big[9] = { 1, 2, 3, 4, 5, 6, 7, 8, 9 };
+	row.vec = big;
+	expect_put_einval(v, &row, 1, D + 1, 0, "wrong dim (9)");
+	row.vec = good;
+
+	static char longkey[VECFS_KEY_MAX + 2];
+	memset(longkey, 'x', VECFS_KEY_MAX + 1);
+	const char *badkeys[] = { "a/b", "/", "", ".", "..", "a\tb", "a\nb",
+				  longkey };
+	for (size_t i = 0; i < sizeof badkeys / sizeof *badkeys; i++) {
+		char what[64];
+		snprintf(what, sizeof what, "bad key #%zu (len %zu)", i,
+			 strlen(badkeys[i]));
+		row.key = badkeys[i];
+		row.keylen = strlen(badkeys[i]);
+		expect_put_einval(v, &row, 1, D, 0, what);
+	}
+	/* a key with an embedded NUL */
+	row.key = "ab\0c";
+	row.keylen = 4;
+	expect_put_einval(v, &row, 1, D, 0, "key with NUL");
+	/* a key of exactly VECFS_KEY_MAX bytes is fine */
+	longkey[VECFS_KEY_MAX] = 0;
+	row.key = longkey;
+	row.keylen = VECFS_KEY_MAX;
+	assert_int_equal(vecfs_put(v, &row, 1, D, NULL, err, sizeof err), 0);
+
+	/* payload too large */
+	char *payload = calloc(1, VECFS_PAYLOAD_MAX + 1);
+	row.key = "p";
+	row.keylen = 1;
+	row.payload = payload;
+	row.payload_len = VECFS_PAYLOAD_MAX + 1;
+	expect_put_einval(v, &row, 1, D, 0, "payload too large");
+	row.payload_len = VECFS_PAYLOAD_MAX;
+	assert_int_equal(vecfs_put(v, &row, 1, D, NULL, err, sizeof err), 0);
+	free(payload);
+	row.payload = NULL;
+	row.payload_len = 0;
+	assert_int_equal(stats(v).records, 3);
+
+	/* a batch with one bad row among good ones commits none of them */
+	vecfs_row rows[6];
+	memset(rows, 0, sizeof rows);
+	const char *bk[6] = { "g0", "g1", "g2", "g3", NULL, "g5" };
+	for (int i = 0; i < 6; i++) {
+		rows[i].key = bk[i];
+		rows[i].keylen = bk[i] ? strlen(bk[i]) : 0;
+		rows[i].vec = i % 2 ? good : good2;
+	}
+	rows[3].vec = nanv;
+	expect_put_einval(v, rows, 6, D, 3, "batch, row 3 NaN");
+	rows[3].vec = good;
+	rows[5].key = "g/5";
+	rows[5].keylen = 3;
+	expect_put_einval(v, rows, 6, D, 5, "batch, row 5 bad key");
+	rows[5].key = "g5";
+	rows[5].keylen = 2;
+	for (int i = 0; i < 6; i++) {
+		float tmp[8];
+		uint32_t dim;
+		if (bk[i])
+			assert_int_equal(vecfs_get(v, bk[i], strlen(bk[i]), tmp, D,
+						   &dim, NULL, 0, NULL), -ENOENT);
+	}
+	assert_int_equal(stats(v).next_key, nk);
+
+	/* search with a wrong dimension */
+	vecfs_results *r = NULL;
+	vecfs_query_opts o;
+	memset(&o, 0, sizeof o);
+	o.k = 3;
+	assert_int_equal(vecfs_search(v, good, 1, D - 1, &o, &r, err, sizeof err),
+			 -EINVAL);
+	assert_int_equal(vecfs_search(v, big, 1, D + 1, &o, &r, err, sizeof err),
+			 -EINVAL);
+	o.exact = 1;
+	assert_int_equal(vecfs_search(v, good, 1, D - 1, &o, &r, err, sizeof err),
+			 -EINVAL);
+	/* a NaN query vector */
+	o.exact = 0;
+	assert_int_equal(vecfs_search(v, nanv, 1, D, &o, &r, err, sizeof err),
+			 -EINVAL);
+	/* the good batch then goes in whole */
+	assert_int_equal(vecfs_put(v, rows, 6, D, NULL, err, sizeof err), 0);
+	assert_int_equal(stats(v).records, 3 + 6);
+	fx_close(f);
+
+	/* zero vector under cosine */
+	v = fx_open(f, "cos");
+	set_config(v, D, VECFS_COSINE);
+	float zero[8] = { 0 };
+	row.key = "z";
+	row.keylen = 1;
+	row.vec = zero;
+	expect_put_einval(v, &row, 1, D, 0, "zero vector under cosine");
+	rows[2].vec = zero;
+	expect_put_einval(v, rows, 6, D, 2, "batch, zero vector under cosine");
+	assert_int_equal(stats(v).records, 0);
+	row.vec = good;
+	assert_int_equal(vecfs_put(v, &row, 1, D, NULL, err, sizeof err), 0);
+	assert_int_equal(stats(v).records, 1);
+	/* the zero vector is a fine l2 row, and a zero cosine query is refused
+	 * or answered, never a crash */
+	o.exact = 1;
+	int rc = vecfs_search(v, zero, 1, D, &o, &r, err, sizeof err);
+	if (rc == 0)
+		vecfs_results_free(r);
+	else
+		assert_int_equal(rc, -EINVAL);
+}
+
+/* ------------------------------------------------------------ 8. keys */
+
+typedef struct keylist {
+	char keys[64][32];
+	size_t n;
+} keylist;
+
+static int collect_key(void *arg, const char *key, size_t keylen)
+{
+	keylist *kl = arg;
+	if (kl->n < 64 && keylen < 32) {
+		memcpy(kl->keys[kl->n], key, keylen);
+		kl->keys[kl->n][keylen] = 0;
+	}
+	kl->n++;
+	return 0;
+}
+
+static void expect_vec(vecfs *v, const char *key, const float *want, uint32_t D)
+{
+	float got[16];
+	uint32_t dim = 0;
+	int rc = vecfs_get(v, key, strlen(key), got, 16, &dim, NULL, 0, NULL);
+	if (rc != 0)
+		print_message("vecfs_get(%s): %d\n", key, rc);
+	assert_int_equal(rc, 0);
+	assert_int_equal(dim, D);
+	assert_memory_equal(got, want, D * sizeof(float));
+}
+
+static void test_assigned_keys(void **state)
+{
+	fixture *f = *state;
+	const uint32_t D = 4;
+	vecfs *v = fx_open(f, NULL);
+	vecfs_config c;
+	assert_int_equal(vecfs_config_get(v, &c), 0);
+	c.auto_build = 0;
+	assert_int_equal(vecfs_config_set(v, &c, NULL, 0), 0);
+	assert_int_equal(stats(v).next_key, 0);
+
+	float x[20][4];
+	for (int i = 0; i < 20; i++)
+		for (int j = 0; j < 4; j++)
+			x[i][j] = (float)(i * 4 + j) + 0.5f;
+	put_range(v, &x[0][0], 0, 5, D, NULL);
+	assert_int_equal(stats(v).next_key, 5);
+	put_range(v, &x[0][0], 5, 3, D, NULL);
+	assert_int_equal(stats(v).next_key, 8);
+	put_range(v, &x[0][0], 8, 4, D, NULL);
+	assert_int_equal(stats(v).next_key, 12);
+	assert_int_equal(stats(v).records, 12);
+	for (int i = 0; i < 12; i++) {
+		char key[16];
+		snprintf(key, sizeof key, "%d", i);
+		expect_vec(v, key, x[i], D);
+	}
+	float tmp[4];
+	uint32_t dim;
+	assert_int_equal(vecfs_get(v, "12", 2, tmp, 4, &dim, NULL, 0, NULL),
+			 -ENOENT);
+
+	keylist kl;
+	memset(&kl, 0, sizeof kl);
+	assert_int_equal(vecfs_keys(v, NULL, 0, 1000, collect_key, &kl), 0);
+	assert_int_equal(kl.n, 12);
+	for (size_t i = 1; i < kl.n; i++)
+		assert_true(strcmp(kl.keys[i - 1], kl.keys[i]) < 0);
+
+	/* within one batch the last row for a key wins */
+	vecfs_row rows[5];
+	memset(rows, 0, sizeof rows);
+	const char *keys[5] = { "dup", "other", "dup", "3", "dup" };
+	for (int i = 0; i < 5; i++) {
+		rows[i].key = keys[i];
+		rows[i].keylen = strlen(keys[i]);
+		rows[i].vec = x[12 + i];
+	}
+	char err[256] = "";
+	assert_int_equal(vecfs_put(v, rows, 5, D, NULL, err, sizeof err), 0);
+	expect_vec(v, "dup", x[16], D);
+	expect_vec(v, "other", x[13], D);
+	expect_vec(v, "3", x[15], D); /* given keys upsert assigned ones */
+	assert_int_equal(stats(v).records, 14);
+
+	/* a query at the earlier "dup" rows finds only the final one */
+	vecfs_results *r = search1(v, x[12], D, 20, 1);
+	assert_int_equal(r->count[0], 14);
+	int seen = 0;
+	for (size_t i = 0; i < r->count[0]; i++)
+		if (strcmp(r->hits[0][i].key, "dup") == 0) {
+			seen++;
+			double want = dist_ref(VECFS_L2, x[12], x[16], D);
+			assert_true(fabs(r->hits[0][i].distance - want) <=
+				    dist_tol(VECFS_L2, x[12], x[16], D, want));
+		}
+	assert_int_equal(seen, 1);
+	vecfs_results_free(r);
+
+	/* assigned keys continue after given keys were used */
+	put_range(v, &x[0][0], 17, 2, D, NULL);
+	assert_int_equal(stats(v).next_key, 14);
+	expect_vec(v, "12", x[17], D);
+	expect_vec(v, "13", x[18], D);
+	assert_int_equal(stats(v).records, 16);
+}
+
+/* ------------------------------------------------------------ 9. reopen */
+
+static void test_persistence(void **state)
+{
+	fixture *f = *state;
+	const uint32_t D = 16;
+	const size_t N = 2000, NQ = 10, K = 10;
+	vecfs *v = fx_open(f, NULL);
+	vecfs_config c;
+	char err[256] = "";
+	assert_int_equal(vecfs_config_get(v, &c), 0);
+	c.dim = D;
+	c.metric = VECFS_COSINE;
+	c.auto_build = 0;
+	c.nlist = 12;
+	c.bits = 3;
+	c.refine = 7;
+	assert_int_equal(vecfs_config_set(v, &c, err, sizeof err), 0);
+	dataset ds;
+	ds_make(&ds, 21, N, D, 16);
+
+	/* rows with payloads */
+	vecfs_row *rows = calloc(N, sizeof *rows);
+	char (*keys)[16] = calloc(N, sizeof *keys);
+	char (*pay)[24] = calloc(N, sizeof *pay);
+	for (size_t i = 0; i < N; i++) {
+		snprintf(keys[i], sizeof keys[i], "k%zu", i);
+		snprintf(pay[i], sizeof pay[i], "payload-%zu", i);
+		rows[i].key = keys[i];
+		rows[i].keylen = strlen(keys[i]);
+		rows[i].vec = ds.x + i * D;
+		rows[i].payload = pay[i];
+		rows[i].payload_len = strlen(pay[i]);
+	}
+	assert_int_equal(vecfs_put(v, rows, N, D, NULL, err, sizeof err), 0);
+	uint64_t gen = build(v, 1);
+	/* a few rows after the build (delta postings) and a delete */
+	assert_int_equal(put_one(v, "late", ds.x + 5 * D, D), 0);
+	del_key(v, "k7");
+	vecfs_stats s0 = stats(v);
+
+	float *qs = malloc(NQ * D * sizeof(float));
+	for (size_t i = 0; i < NQ; i++)
+		ds_fresh(&ds, qs + i * D);
+	vecfs_query_opts o;
+	memset(&o, 0, sizeof o);
+	o.k = K;
+	vecfs_results *before = search_opts(v, qs, NQ, D, &o);
+	for (size_t i = 0; i < NQ; i++)
+		for (size_t h = 0; h < before->count[i]; h++) {
+			const vecfs_hit *hit = &before->hits[i][h];
+			if (strcmp(hit->key, "late") == 0)
+				continue;
+			char want[24];
+			snprintf(want, sizeof want, "payload-%ld", key_index(hit->key, "k"));
+			assert_int_equal(hit->payload_len, strlen(want));
+			assert_memory_equal(hit->payload, want, strlen(want));
+		}
+	fx_close(f);
+
+	v = fx_open(f, NULL);
+	vecfs_config c2;
+	assert_int_equal(vecfs_config_get(v, &c2), 0);
+	assert_int_equal(c2.dim, D);
+	assert_int_equal(c2.metric, VECFS_COSINE);
+	assert_int_equal(c2.nlist, 12);
+	assert_int_equal(c2.bits, 3);
+	assert_int_equal(c2.refine, 7);
+	assert_int_equal(c2.auto_build, 0);
+	assert_int_equal(c2.nprobe, c.nprobe);
+	assert_int_equal(c2.k, c.k);
+	assert_true(vecfs_active(v) == gen);
+	vecfs_stats s1 = stats(v);
+	assert_int_equal(s1.records, s0.records);
+	assert_int_equal(s1.records, N);
+	assert_int_equal(s1.deleted, s0.deleted);
+	assert_int_equal(s1.generations, s0.generations);
+	assert_true(s1.active == gen);
+	assert_int_equal(s1.next_key, s0.next_key);
+	assert_int_equal(s1.dim, D);
+	assert_int_equal(s1.metric, VECFS_COSINE);
+	vecfs_gen_info gi;
+	assert_int_equal(vecfs_gen_info_get(v, gen, &gi), 0);
+	assert_int_equal(gi.state, VECFS_GEN_READY);
+	assert_int_equal(gi.nlist, 12);
+	assert_int_equal(gi.bits, 3);
+
+	char pbuf[64];
+	size_t plen = 0;
+	float vec[16];
+	uint32_t dim = 0;
+	assert_int_equal(vecfs_get(v, "k42", 3, vec, D, &dim, pbuf, sizeof pbuf,
+				   &plen), 0);
+	assert_int_equal(plen, strlen("payload-42"));
+	assert_memory_equal(pbuf, "payload-42", plen);
+	assert_memory_equal(vec, ds.x + 42 * D, D * sizeof(float));
+	assert_int_equal(vecfs_get(v, "k7", 2, vec, D, &dim, NULL, 0, NULL),
+			 -ENOENT);
+	assert_int_equal(vecfs_get(v, "late", 4, vec, D, &dim, NULL, 0, NULL), 0);
+
+	vecfs_results *after = search_opts(v, qs, NQ, D, &o);
+	assert_true(after->generation == gen);
+	for (size_t i = 0; i < NQ; i++) {
+		assert_int_equal(after->count[i], before->count[i]);
+		for (size_t h = 0; h < after->count[i]; h++) {
+			if (strcmp(after->hits[i][h].key, before->hits[i][h].key) != 0)
+				print_message("query %zu rank %zu: %s before, %s after reopen\n",
+					      i, h, before->hits[i][h].key,
+					      after->hits[i][h].key);
+			assert_string_equal(after->hits[i][h].key,
+					    before->hits[i][h].key);
+			assert_true(after->hits[i][h].distance ==
+				    before->hits[i][h].distance);
+			assert_int_equal(after->hits[i][h].payload_len,
+					 before->hits[i][h].payload_len);
+		}
+	}
+	vecfs_results_free(before);
+	vecfs_results_free(after);
+	free(qs);
+	free(rows);
+	free(keys);
+	free(pay);
+	ds_free(&ds);
+}
+
+/* ------------------------------------------------------------ 10. batch */
+
+static void test_batch_equals_single(void **state)
+{
+	fixture *f = *state;
+	const uint32_t D = 16;
+	const size_t N = 3000, NQ = 5;
+	vecfs *v = fx_open(f, NULL);
+	set_config(v, D, VECFS_L2);
+	dataset ds;
+	ds_make(&ds, 31, N, D, 20);
+	put_range(v, ds.x, 0, N, D, "k");
+
+	float qs[5 * 16];
+	for (size_t i = 0; i < NQ; i++)
+		ds_fresh(&ds, qs + i * D);
+	for (int pass = 0; pass < 2; pass++) {
+		if (pass == 1) {
+			build(v, 1);
+			/* deltas and a delete too */
+			put_range(v, qs, 0, 2, D, "q");
+			del_key(v, "k3");
+		}
+		for (int exact = 0; exact < 2; exact++) {
+			vecfs_query_opts o;
+			memset(&o, 0, sizeof o);
+			o.k = 12;
+			o.exact = exact;
+			vecfs_results *b = search_opts(v, qs, NQ, D, &o);
+			uint64_t probed = 0, reranked = 0;
+			for (size_t i = 0; i < NQ; i++) {
+				vecfs_results *s = search_opts(v, qs + i * D, 1, D, &o);
+				assert_int_equal(b->count[i], s->count[0]);
+				assert_int_equal(b->count[i], 12);
+				for (size_t h = 0; h < s->count[0]; h++) {
+					if (strcmp(b->hits[i][h].key, s->hits[0][h].key) != 0)
+						print_message("pass %d exact %d q %zu rank %zu: batch %s, single %s\n",
+							      pass, exact, i, h, b->hits[i][h].key,
+							      s->hits[0][h].key);
+					assert_string_equal(b->hits[i][h].key,
+							    s->hits[0][h].key);
+					assert_true(fabsf(b->hits[i][h].distance -
+							  s->hits[0][h].distance) <=
+						    1e-6f * (1 + fabsf(s->hits[0][h].distance)));
+				}
+				assert_true(s->generation == b->generation);
+				probed += s->explain.clusters_probed;
+				reranked += s->explain.reranked;
+				vecfs_results_free(s);
+			}
+			/* explain is summed over the batch */
+			if (b->explain.clusters_probed != probed)
+				print_message("batch clusters_probed %llu, singles sum %llu\n",
+					      (unsigned long long)b->explain.clusters_probed,
+					      (unsigned long long)probed);
+			assert_true(b->explain.clusters_probed == probed);
+			assert_true(b->explain.reranked == reranked);
+			vecfs_results_free(b);
+		}
+	}
+	ds_free(&ds);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_exact_equals_brute_force, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_recall_default_settings, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_min_k_live, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_delta_postings_found, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_deletes_never_returned, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_upsert_moves_vector, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_bad_input_rejected, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_assigned_keys, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_persistence, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_batch_equals_single, fx_setup, fx_teardown),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
