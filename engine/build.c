@@ -54,6 +54,9 @@ typedef struct build_ctx {
 	uint64_t n;
 	uint64_t *ids, *seqs;
 	const uint8_t **vecs;   /* into the read transaction's map */
+	const char **keys;      /* likewise */
+	uint32_t *keylens;
+	uint8_t *has_payload;
 	/* results */
 	float *centroids;
 	uint32_t *assign;       /* per row */
@@ -140,6 +143,10 @@ static void *enc_run(void *arg)
 				  g->rc + (size_t)c * b->m.pdim, b->planes + r * b->pb, code);
 			code->id = b->ids[r];
 			code->seq = b->seqs[r];
+			code->vec = b->vecs[r];
+			code->key = b->keys[r];
+			code->keylen = b->keylens[r];
+			code->has_payload = b->has_payload[r];
 		}
 		if (j->reporter) {
 			int pct = (int)((c0 + cn - j->lo) * 100 / (j->hi - j->lo));
@@ -220,6 +227,7 @@ typedef struct blocks_job {
 	uint32_t c_lo, c_hi;     /* clusters written by this transaction */
 	vf_code *tmp;
 	uint8_t *buf;
+	size_t bufcap;
 } blocks_job;
 
 static int blocks_fn(MDB_txn *txn, void *arg)
@@ -239,8 +247,15 @@ static int blocks_fn(MDB_txn *txn, void *arg)
 			uint32_t cnt = (uint32_t)(e - a);
 			for (uint32_t i = 0; i < cnt; i++)
 				j->tmp[i] = b->codes[j->order[a + i]];
-			size_t sz = vf_block_size(cnt, b->m.pdim, b->m.bits);
-			vf_block_write(j->buf, j->tmp, cnt, b->m.pdim, b->m.bits);
+			size_t sz = vf_block_size(j->tmp, cnt, b->m.dim, b->m.pdim, b->m.bits);
+			if (sz > j->bufcap) {
+				uint8_t *nb = realloc(j->buf, sz);
+				if (!nb)
+					return -ENOMEM;
+				j->buf = nb;
+				j->bufcap = sz;
+			}
+			vf_block_write(j->buf, j->tmp, cnt, b->m.dim, b->m.pdim, b->m.bits);
 			vf_postkey k = vf_post_key(b->m.id, c, VF_PK_BLOCK, bi);
 			if ((rc = vf_put(txn, s->postings, k.b, sizeof k.b, j->buf, sz, 0)))
 				return rc;
@@ -363,6 +378,9 @@ static int snapshot(build_ctx *b, MDB_txn *txn, uint64_t *id_limit)
 		b->ids[i] = vf_rd_be64(k.mv_data);
 		b->seqs[i] = r.seq;
 		b->vecs[i] = r.vec;
+		b->keys[i] = r.key;
+		b->keylens[i] = r.keylen;
+		b->has_payload[i] = r.plen > 0;
 		if (b->ids[i] + 1 > *id_limit)
 			*id_limit = b->ids[i] + 1;
 	}
@@ -385,6 +403,11 @@ static int build_locked(build_ctx *b, int activate, uint64_t *gen_out)
 	double t0 = now_s();
 
 	memset(&g, 0, sizeof g);
+	/* the snapshot stays open until the generation is published, and the
+	 * map cannot grow under it: make room for the new blocks first (three
+	 * times the record bytes covers vectors, codes, keys and page slack) */
+	if ((rc = vf_store_reserve(v->store, 3 * vf_store_bytes(v->store) + (64u << 20))))
+		return rc;
 	if ((rc = vf_read_begin(v->store, &txn)))
 		return rc;
 	if ((rc = vf_load_counters(txn, v->store, &cnt)) ||
@@ -418,8 +441,12 @@ static int build_locked(build_ctx *b, int activate, uint64_t *gen_out)
 	b->ids = malloc(sizeof(uint64_t) * b->n);
 	b->seqs = malloc(sizeof(uint64_t) * b->n);
 	b->vecs = malloc(sizeof(void *) * b->n);
+	b->keys = malloc(sizeof(char *) * b->n);
+	b->keylens = malloc(sizeof(uint32_t) * b->n);
+	b->has_payload = malloc(b->n);
 	b->centroids = malloc(sizeof(float) * b->m.nlist * b->m.dim);
-	if (!b->ids || !b->seqs || !b->vecs || !b->centroids)
+	if (!b->ids || !b->seqs || !b->vecs || !b->keys || !b->keylens || !b->has_payload ||
+	    !b->centroids)
 		goto out;
 	if ((rc = snapshot(b, txn, &id_limit)))
 		goto out;
@@ -495,16 +522,13 @@ static int build_locked(build_ctx *b, int activate, uint64_t *gen_out)
 		rc = -ECANCELED;
 		goto out;
 	}
-	blocks_job bj = {b, order, cstart, 0, 0, NULL, NULL};
+	blocks_job bj = {b, order, cstart, 0, 0, NULL, NULL, 0};
 	bj.tmp = malloc(sizeof(vf_code) * BLOCK_TARGET * 2);
-	bj.buf = malloc(vf_block_size(BLOCK_TARGET * 2, b->m.pdim, b->m.bits));
-	if (!bj.tmp || !bj.buf) {
-		free(bj.tmp);
-		free(bj.buf);
+	if (!bj.tmp) {
 		rc = -ENOMEM;
 		goto out;
 	}
-	size_t per_vec = vf_block_size(BLOCK_TARGET, b->m.pdim, b->m.bits) / BLOCK_TARGET;
+	size_t per_vec = (size_t)b->m.dim * 4 + b->pb + 64;
 	while (bj.c_hi < b->m.nlist) {
 		bj.c_lo = bj.c_hi;
 		uint64_t bytes = 0;
@@ -549,6 +573,9 @@ out:
 	free(b->ids);
 	free(b->seqs);
 	free(b->vecs);
+	free(b->keys);
+	free(b->keylens);
+	free(b->has_payload);
 	free(b->centroids);
 	free(b->assign);
 	free(b->planes);

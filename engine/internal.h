@@ -105,9 +105,11 @@ typedef struct vf_posting_writer {
 int vf_pw_init(vf_posting_writer *w, vecfs *v, vf_gen *g);
 void vf_pw_free(vf_posting_writer *w);
 /* Kill the record's current posting in g (if any); with vec != NULL add a
- * delta posting for version `seq` and return its cluster in *cluster. */
+ * delta posting (code, vector, key) for version `seq` and return its
+ * cluster in *cluster. */
 int vf_pw_apply(vf_posting_writer *w, MDB_txn *txn, uint64_t id, uint64_t seq,
-		const float *vec, uint32_t *cluster);
+		const float *vec, const char *key, uint32_t keylen, int has_payload,
+		uint32_t *cluster);
 
 void vf_maybe_auto_build(vecfs *v);
 

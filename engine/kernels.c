@@ -96,7 +96,7 @@ static void point_panels_scalar(const float *x, size_t d, const float *panels,
 
 static uint32_t pass1_scalar(const uint8_t *codes, const uint8_t *lut,
 			     uint32_t groups, const uint8_t *add, const uint8_t *r1,
-			     const uint8_t *e1, const vf_pass1 *p, float *lo)
+			     const uint8_t *e1, const vf_pass1 *p, float *lo, float *hi)
 {
 	uint32_t mask = 0;
 	for (int v = 0; v < 32; v++) {
@@ -111,15 +111,29 @@ static uint32_t pass1_scalar(const uint8_t *codes, const uint8_t *lut,
 		float est = (ldf(add, v) + p->qc) + r * s1;
 		float bound = fabsf(r) * p->qerr + ldf(e1, v) * p->nq;
 		lo[v] = est - bound;
+		hi[v] = est + bound;
 		if (lo[v] <= p->thresh)
 			mask |= 1u << v;
 	}
 	return mask;
 }
 
+static void lut4_scalar(const float *qr, uint32_t groups, const float *base,
+			float inv, uint8_t *out)
+{
+	for (uint32_t g = 0; g < groups; g++)
+		for (int e = 0; e < 16; e++) {
+			float v = base[g];
+			for (int b = 0; b < 4; b++)
+				v = v + ((e >> b) & 1 ? qr[4 * g + b] : 0.0f);
+			float t = v * inv + 0.5f;
+			out[16 * g + e] = (uint8_t)(t <= 0 ? 0 : t >= 255 ? 255 : (int)t);
+		}
+}
+
 const vf_kernels vf_kernels_scalar = {
 	"scalar", l2sq_scalar, dot_scalar, panel_dots_scalar, point_panels_scalar,
-	pass1_scalar,
+	lut4_scalar, pass1_scalar,
 };
 
 const vf_kernels *vf_kernels_get(void)

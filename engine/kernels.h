@@ -33,13 +33,20 @@ typedef struct vf_kernels {
 	/* one point against npanels consecutive panels; out[VF_PANEL*i + j] */
 	void (*point_panels)(const float *x, size_t d, const float *panels,
 			     size_t npanels, float *out);
+	/* First-pass tables: for group g and subset e of its 4 dimensions,
+	 * v = base[g] + the qr values of e's dimensions (added in dimension
+	 * order, +0 for absent ones), out[16g + e] = trunc(clamp(v*inv + .5,
+	 * 0, 255)). */
+	void (*lut4)(const float *qr, uint32_t groups, const float *base, float inv,
+		     uint8_t *out);
 	/* First pass over one batch of 32 codes: 4-bit look-up sums into
-	 * est/lower bounds; returns the bit mask of slots whose lower bound is
-	 * at most p->thresh (padding slots included when thresh is infinite:
-	 * callers mask them).  lo[32] receives the lower bounds. */
+	 * estimates and bounds; returns the bit mask of slots whose lower
+	 * bound is at most p->thresh (padding slots included when thresh is
+	 * infinite: callers mask them).  lo[32] and hi[32] receive the lower
+	 * and upper bounds. */
 	uint32_t (*pass1)(const uint8_t *codes, const uint8_t *lut, uint32_t groups,
 			  const uint8_t *add, const uint8_t *r1, const uint8_t *e1,
-			  const vf_pass1 *p, float *lo);
+			  const vf_pass1 *p, float *lo, float *hi);
 } vf_kernels;
 
 extern const vf_kernels vf_kernels_scalar;

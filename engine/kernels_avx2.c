@@ -149,7 +149,7 @@ static void point_panels_avx2(const float *x, size_t d, const float *panels,
 
 static uint32_t pass1_avx2(const uint8_t *codes, const uint8_t *lut,
 			   uint32_t groups, const uint8_t *add, const uint8_t *r1,
-			   const uint8_t *e1, const vf_pass1 *p, float *lo)
+			   const uint8_t *e1, const vf_pass1 *p, float *lo, float *hi)
 {
 	const __m256i m4 = _mm256_set1_epi8(0x0F), z = _mm256_setzero_si256();
 	__m256i t0 = z, t1 = z, t2 = z, t3 = z; /* u32 totals, 8 vectors each */
@@ -198,11 +198,47 @@ static uint32_t pass1_avx2(const uint8_t *codes, const uint8_t *lut,
 					     _mm256_mul_ps(_mm256_loadu_ps((const float *)(e1 + 32 * q)), vnq));
 		__m256 l = _mm256_sub_ps(est, bound);
 		_mm256_storeu_ps(lo + 8 * q, l);
+		_mm256_storeu_ps(hi + 8 * q, _mm256_add_ps(est, bound));
 		mask |= (uint32_t)_mm256_movemask_ps(_mm256_cmp_ps(l, vth, _CMP_LE_OQ)) << (8 * q);
 	}
 	return mask;
 }
 
+static void lut4_avx2(const float *qr, uint32_t groups, const float *base, float inv,
+		      uint8_t *out)
+{
+	/* lane e of the low/high vector is entry e / e + 8 */
+	const __m256i idx_lo = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+	const __m256i idx_hi = _mm256_setr_epi32(8, 9, 10, 11, 12, 13, 14, 15);
+	__m256 mlo[4], mhi[4];
+	for (int b = 0; b < 4; b++) {
+		__m256i bit = _mm256_set1_epi32(1 << b);
+		mlo[b] = _mm256_castsi256_ps(_mm256_cmpeq_epi32(_mm256_and_si256(idx_lo, bit), bit));
+		mhi[b] = _mm256_castsi256_ps(_mm256_cmpeq_epi32(_mm256_and_si256(idx_hi, bit), bit));
+	}
+	const __m256 vinv = _mm256_set1_ps(inv), half = _mm256_set1_ps(0.5f);
+	const __m256 zero = _mm256_setzero_ps(), top = _mm256_set1_ps(255.0f);
+	for (uint32_t g = 0; g < groups; g++) {
+		__m256 lo = _mm256_set1_ps(base[g]), hi = lo;
+		for (int b = 0; b < 4; b++) {
+			__m256 r = _mm256_set1_ps(qr[4 * g + b]);
+			lo = _mm256_add_ps(lo, _mm256_and_ps(r, mlo[b]));
+			hi = _mm256_add_ps(hi, _mm256_and_ps(r, mhi[b]));
+		}
+		lo = _mm256_add_ps(_mm256_mul_ps(lo, vinv), half);
+		hi = _mm256_add_ps(_mm256_mul_ps(hi, vinv), half);
+		lo = _mm256_min_ps(_mm256_max_ps(lo, zero), top);
+		hi = _mm256_min_ps(_mm256_max_ps(hi, zero), top);
+		__m256i a = _mm256_cvttps_epi32(lo), c = _mm256_cvttps_epi32(hi);
+		__m256i p16 = _mm256_packus_epi32(a, c);      /* lanes: a0-3 c0-3 | a4-7 c4-7 */
+		p16 = _mm256_permute4x64_epi64(p16, 0xD8);   /* a0-3 a4-7 | c0-3 c4-7 */
+		__m128i p8 = _mm_packus_epi16(_mm256_castsi256_si128(p16),
+					      _mm256_extracti128_si256(p16, 1));
+		_mm_storeu_si128((__m128i *)(out + 16 * g), p8);
+	}
+}
+
 const vf_kernels vf_kernels_avx2 = {
-	"avx2", l2sq_avx2, dot_avx2, panel_dots_avx2, point_panels_avx2, pass1_avx2,
+	"avx2", l2sq_avx2, dot_avx2, panel_dots_avx2, point_panels_avx2, lut4_avx2,
+	pass1_avx2,
 };

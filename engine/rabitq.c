@@ -176,11 +176,32 @@ void vf_qstate_set(vf_qstate *s, const vf_rotation *rot, const float *q)
 	}
 }
 
+float vf_code_dot(const vf_qstate *q, const uint8_t *planes)
+{
+	const uint32_t nbytes = q->pdim / 8, bits = q->bits;
+	const float *restrict lut = q->blut;
+	float u = 0;
+	for (uint32_t p = 0; p < bits; p++) {
+		const uint8_t *restrict pl = planes + (size_t)p * nbytes;
+		float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+		/* nbytes is a multiple of 8: four independent sums */
+		for (uint32_t j = 0; j < nbytes; j += 4) {
+			s0 += lut[(size_t)j * 256 + pl[j]];
+			s1 += lut[(size_t)(j + 1) * 256 + pl[j + 1]];
+			s2 += lut[(size_t)(j + 2) * 256 + pl[j + 2]];
+			s3 += lut[(size_t)(j + 3) * 256 + pl[j + 3]];
+		}
+		u += ((s0 + s1) + (s2 + s3)) * (float)(1u << (bits - 1 - p));
+	}
+	return u;
+}
+
 int vf_cstate_init(vf_cstate *c, uint32_t pdim)
 {
 	c->lut = malloc(pdim / 4 * 16);
 	c->qr = malloc(sizeof(float) * pdim);
-	if (!c->lut || !c->qr) {
+	c->base = malloc(sizeof(float) * (pdim / 4));
+	if (!c->lut || !c->qr || !c->base) {
 		vf_cstate_free(c);
 		return -ENOMEM;
 	}
@@ -191,50 +212,36 @@ void vf_cstate_free(vf_cstate *c)
 {
 	free(c->lut);
 	free(c->qr);
+	free(c->base);
 	c->lut = NULL;
-	c->qr = NULL;
+	c->qr = c->base = NULL;
 }
 
 void vf_cstate_set(vf_cstate *c, const vf_qstate *q, const float *rc, float rc_sum,
 		   float qc, float nq)
 {
 	uint32_t n = q->pdim, groups = n / 4;
-	float lutf[16], maxrange = 0, msum = 0;
-	float *qr = c->qr;
+	float maxrange = 0, msum = 0;
+	float *qr = c->qr, *base = c->base;
 	for (uint32_t i = 0; i < n; i++)
 		qr[i] = q->rq[i] - rc[i];
 	c->qr_sum = q->rq_sum - rc_sum;
-	/* group ranges first, to fix one quantization step */
+	/* each group's entries are offset by its most negative subset sum, so
+	 * all are >= 0; one quantization step fits the widest group in 255 */
 	for (uint32_t g = 0; g < groups; g++) {
 		float lo = 0, hi = 0;
 		for (int b = 0; b < 4; b++) {
 			float v = qr[4 * g + b];
-			if (v < 0)
-				lo += v;
-			else
-				hi += v;
+			lo += v < 0 ? v : 0;
+			hi += v > 0 ? v : 0;
 		}
+		base[g] = -lo;
+		msum += lo;
 		if (hi - lo > maxrange)
 			maxrange = hi - lo;
 	}
 	float delta = maxrange > 0 ? maxrange / 255.0f : 1.0f;
-	float inv = 1.0f / delta;
-	for (uint32_t g = 0; g < groups; g++) {
-		const float *r = qr + 4 * g;
-		float lo = 0;
-		lutf[0] = 0;
-		for (int e = 1; e < 16; e++) {
-			lutf[e] = lutf[e & (e - 1)] + r[__builtin_ctz(e)];
-			if (lutf[e] < lo)
-				lo = lutf[e];
-		}
-		msum += lo;
-		for (int e = 0; e < 16; e++) {
-			float t = (lutf[e] - lo) * inv;
-			long u = lrintf(t);
-			c->lut[g * 16 + e] = (uint8_t)(u < 0 ? 0 : u > 255 ? 255 : u);
-		}
-	}
+	vf_kernels_get()->lut4(qr, groups, base, 1.0f / delta, c->lut);
 	/* S1 = sum_g lutf[g][code] ~= delta * acc + msum; rounding error at
 	 * most delta/2 per group (plus a little float slack). */
 	c->p1.a = delta;

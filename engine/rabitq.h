@@ -60,6 +60,7 @@ void vf_qstate_set(vf_qstate *s, const vf_rotation *rot, const float *q);
 typedef struct vf_cstate {
 	uint8_t *lut;
 	float *qr;      /* pdim scratch */
+	float *base;    /* pdim/4 scratch: per-group offsets */
 	float qr_sum;
 	vf_pass1 p1;
 } vf_cstate;
@@ -70,20 +71,15 @@ void vf_cstate_free(vf_cstate *c);
 void vf_cstate_set(vf_cstate *c, const vf_qstate *q, const float *rc, float rc_sum,
 		   float qc, float nq);
 
+/* sum_i u_i (R q)_i for a full code given as bit planes. */
+float vf_code_dot(const vf_qstate *q, const uint8_t *planes);
+
 /* Second pass: estimate and bound from the full code. */
 static inline void vf_pass2(const vf_qstate *q, const vf_cstate *c,
 			    const uint8_t *planes, float add, float rb, float eb,
 			    float cdot, float *est, float *bound)
 {
-	uint32_t nbytes = q->pdim / 8;
-	float u = 0;
-	for (uint32_t p = 0; p < q->bits; p++) {
-		const uint8_t *pl = planes + (size_t)p * nbytes;
-		float s = 0;
-		for (uint32_t j = 0; j < nbytes; j++)
-			s += q->blut[j * 256 + pl[j]];
-		u += s * (float)(1u << (q->bits - 1 - p));
-	}
+	float u = vf_code_dot(q, planes);
 	float half = (float)((1u << q->bits) - 1) * 0.5f;
 	float sy = (u - cdot) - half * c->qr_sum;
 	*est = (add + c->p1.qc) + rb * sy;

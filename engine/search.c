@@ -64,10 +64,13 @@ static inline float fheap_top(const fheap *h)
 	return h->n < h->k ? INFINITY : h->v[0];
 }
 
-typedef struct hit { /* exact result */
+typedef struct hit { /* exact result; pointers valid in the transaction */
 	float d;              /* index units */
 	uint64_t id;
-	const uint8_t *rec;   /* record value, valid in the transaction */
+	const char *key;
+	uint32_t keylen;
+	int has_payload;
+	const uint8_t *rec;   /* record value, when it was read */
 	size_t reclen;
 } hit;
 
@@ -115,7 +118,10 @@ static inline float hheap_top(const hheap *h)
 
 typedef struct cand {
 	float lo, est;
-	uint64_t id, seq;
+	uint64_t id;
+	const uint8_t *base;  /* its posting block or delta posting */
+	uint32_t len;
+	uint32_t idx;         /* in the block; UINT32_MAX for a delta */
 } cand;
 
 typedef struct query {
@@ -274,43 +280,80 @@ static int stale(const search *s, uint64_t id, uint64_t seq)
 
 /* ------------------------------------------------------------ scoring */
 
-/* Second pass for one posting; adds a candidate when it can still win. */
-static int score2(search *s, query *q, const uint8_t *planes, float add, float rb,
-		  float eb, float cdot, uint64_t id, uint64_t seq)
+/* A second-pass result: becomes a candidate unless it can no longer make
+ * the top k or is stale in this snapshot. */
+static int accept(search *s, query *q, float est, float bound, uint64_t id,
+		  uint64_t seq, int check, const uint8_t *base, size_t len, uint32_t idx)
 {
-	float est, bound;
-	vf_pass2(&q->qs, &q->cs, planes, add, rb, eb, cdot, &est, &bound);
 	float lo = est - bound;
 	q->ex.pass2_scored++;
 	if (!(lo <= fheap_top(&q->ub))) {
 		q->ex.pass2_pruned++;
 		return 0;
 	}
+	if (check && stale(s, id, seq)) {
+		q->ex.stale_skipped++;
+		return 0;
+	}
 	fheap_push(&q->ub, est + bound);
-	int rc = cand_push(q, (cand){lo, est, id, seq});
+	int rc = cand_push(q, (cand){lo, est, id, base, (uint32_t)len, idx});
 	if (rc == 0 && q->nc >= 4096 && q->nc >= 8 * (size_t)s->k * s->refine)
 		cand_trim(q);
 	return rc;
 }
 
+#define PF_BATCHES 3 /* batches prefetched ahead of the first pass */
+
+static inline void prefetch_batch(const vf_block *b, uint32_t bt)
+{
+	size_t sz = (size_t)(b->pdim / 4) * 16;
+	const uint8_t *c = b->col[VF_COL_SIGN] + (size_t)bt * sz;
+	for (size_t o = 0; o < sz; o += 64)
+		__builtin_prefetch(c + o);
+	const uint8_t *f = vf_block_f1_batch(b, bt);
+	for (size_t o = 0; o < VF_BATCH * 12; o += 64)
+		__builtin_prefetch(f + o);
+}
+
+/* Score one posting block for one query: pass 1 batch by batch, pass 2
+ * for the survivors of each batch (their data fetched together first). */
 static int scan_block(search *s, query *q, const vf_block *b, int *checked2)
 {
 	uint32_t groups = b->pdim / 4;
-	const uint8_t *add = vf_block_f1(b, 0), *r1 = vf_block_f1(b, 1), *e1 = vf_block_f1(b, 2);
-	const uint8_t *rb = vf_block_f2(b, 0), *eb = vf_block_f2(b, 1), *cd = vf_block_f2(b, 2);
+	size_t pbytes = (size_t)b->bits * (b->pdim / 8);
 	int check = s->tomb_n || s->dirty.n;
-	float lo[32];
+	float lo[32], hi[32];
+	for (uint32_t bt = 0; bt < PF_BATCHES && bt < b->nbatch; bt++)
+		prefetch_batch(b, bt);
 	for (uint32_t bt = 0; bt < b->nbatch; bt++) {
+		if (bt + PF_BATCHES < b->nbatch)
+			prefetch_batch(b, bt + PF_BATCHES);
 		q->cs.p1.thresh = fheap_top(&q->ub);
-		size_t off = (size_t)bt * 32 * 4;
+		const uint8_t *f1 = vf_block_f1_batch(b, bt);
 		uint32_t mask = s->kn->pass1(b->col[VF_COL_SIGN] + (size_t)bt * groups * 16,
-					     q->cs.lut, groups, add + off, r1 + off, e1 + off,
-					     &q->cs.p1, lo);
+					     q->cs.lut, groups, f1, f1 + 128, f1 + 256,
+					     &q->cs.p1, lo, hi);
 		uint32_t in = b->n - bt * 32 < 32 ? b->n - bt * 32 : 32;
 		if (in < 32)
 			mask &= (1u << in) - 1;
 		q->ex.pass1_scored += in;
 		q->ex.pass1_pruned += in - (uint32_t)__builtin_popcount(mask);
+		if (!mask)
+			continue;
+		if (!*checked2) {
+			if (vf_block_check(s->v->vcache, b, VF_COL_PLANES) ||
+			    vf_block_check(s->v->vcache, b, VF_COL_F2) ||
+			    vf_block_check(s->v->vcache, b, VF_COL_IDS))
+				return -EIO;
+			*checked2 = 1;
+		}
+		for (uint32_t m = mask; m; m &= m - 1) {
+			uint32_t i = bt * 32 + (uint32_t)__builtin_ctz(m);
+			const uint8_t *pl = vf_block_planes(b, i);
+			for (size_t o = 0; o < pbytes; o += 64)
+				__builtin_prefetch(pl + o);
+			__builtin_prefetch(vf_block_f2_at(b, i));
+		}
 		while (mask) {
 			uint32_t j = (uint32_t)__builtin_ctz(mask);
 			mask &= mask - 1;
@@ -320,21 +363,12 @@ static int scan_block(search *s, query *q, const vf_block *b, int *checked2)
 				q->ex.pass1_pruned++;
 				continue;
 			}
-			uint64_t id = vf_block_id(b, i), seq = vf_block_seq(b, i);
-			if (check && stale(s, id, seq)) {
-				q->ex.stale_skipped++;
-				continue;
-			}
-			if (!*checked2) {
-				if (vf_block_check(s->v->vcache, b, VF_COL_PLANES) ||
-				    vf_block_check(s->v->vcache, b, VF_COL_F2) ||
-				    vf_block_check(s->v->vcache, b, VF_COL_IDS) ||
-				    vf_block_check(s->v->vcache, b, VF_COL_SEQS))
-					return -EIO;
-				*checked2 = 1;
-			}
-			int rc = score2(s, q, vf_block_planes(b, i), vf_ldf(add, i), vf_ldf(rb, i),
-					vf_ldf(eb, i), vf_ldf(cd, i), id, seq);
+			const uint8_t *f2 = vf_block_f2_at(b, i);
+			float est, bound;
+			vf_pass2(&q->qs, &q->cs, vf_block_planes(b, i), vf_ldf(f1, j), vf_ldf(f2, 0),
+				 vf_ldf(f2, 1), vf_ldf(f2, 2), &est, &bound);
+			int rc = accept(s, q, est, bound, vf_block_id(b, i), vf_block_seq(b, i),
+					check, b->base, b->len, i);
 			if (rc)
 				return rc;
 		}
@@ -348,17 +382,56 @@ typedef struct cluster_work {
 	uint32_t first, count;/* range in the query list */
 } cluster_work;
 
-/* Scan one cluster's key range for the queries that probe it. */
-static int scan_cluster(search *s, uint32_t c, const uint32_t *qids, uint32_t nqc)
+/* One entry of a cluster's key range, located before scanning. */
+typedef struct entry {
+	uint8_t kind;
+	uint64_t sub;
+	const uint8_t *data;
+	size_t len;
+} entry;
+
+/* Collect the entries of cluster c (tombstones, blocks, deltas) and
+ * prefetch the start of each block, so the memory of all probed clusters
+ * is in flight before the first is scored. */
+static int locate_cluster(search *s, MDB_cursor *cur, uint32_t c, entry **ents,
+			  size_t *n, size_t *cap)
 {
-	MDB_cursor *cur;
 	vf_postkey start = vf_post_key(s->g->id, c, VF_PK_TOMB, 0);
 	MDB_val k = {sizeof start.b, start.b}, d;
-	int rc = mdb_cursor_open(s->txn, s->v->store->postings, &cur);
-	if (rc)
-		return vf_mdb_err(rc);
+	int rc;
+	for (rc = mdb_cursor_get(cur, &k, &d, MDB_SET_RANGE); rc == 0;
+	     rc = mdb_cursor_get(cur, &k, &d, MDB_NEXT)) {
+		const uint8_t *kb = k.mv_data;
+		if (k.mv_size != sizeof start.b || memcmp(kb, start.b, 12))
+			break;
+		if (*n == *cap) {
+			size_t nc = *cap ? *cap * 2 : 64;
+			entry *ne = realloc(*ents, nc * sizeof *ne);
+			if (!ne)
+				return -ENOMEM;
+			*ents = ne;
+			*cap = nc;
+		}
+		entry *e = &(*ents)[(*n)++];
+		e->kind = vf_postkey_kind(kb);
+		e->sub = vf_postkey_sub(kb);
+		e->data = d.mv_data;
+		e->len = d.mv_size;
+		if (e->kind == VF_PK_BLOCK)
+			for (size_t o = 0; o < 1024 && o < e->len; o += 64)
+				__builtin_prefetch(e->data + o);
+	}
+	if (rc == MDB_NOTFOUND)
+		rc = 0;
+	return vf_mdb_err(rc);
+}
+
+/* Score the located entries of cluster c for the queries that probe it. */
+static int scan_cluster(search *s, uint32_t c, const entry *ents, size_t nents,
+			const uint32_t *qids, uint32_t nqc)
+{
+	int rc = 0;
 	tomb_clear(s);
-	/* per-query cluster tables */
 	for (uint32_t i = 0; i < nqc; i++) {
 		query *q = &s->qs[qids[i]];
 		const float *cent = s->g->centroids + (size_t)c * s->dim;
@@ -368,34 +441,25 @@ static int scan_cluster(search *s, uint32_t c, const uint32_t *qids, uint32_t nq
 			      qc, sqrtf(nq2));
 		q->ex.clusters_probed++;
 	}
-	/* each query keeps its own table: rebuild per query when several share
-	 * the cluster (tables are small; the scan is shared) */
-	for (rc = mdb_cursor_get(cur, &k, &d, MDB_SET_RANGE); rc == 0;
-	     rc = mdb_cursor_get(cur, &k, &d, MDB_NEXT)) {
-		const uint8_t *kb = k.mv_data;
-		if (k.mv_size != sizeof start.b || memcmp(kb, start.b, 12))
-			break;
-		uint8_t kind = vf_postkey_kind(kb);
-		if (kind == VF_PK_TOMB) {
+	/* each query keeps its own table: rebuilt per query when several share
+	 * the cluster (tables are small; the block reads are shared) */
+	for (size_t ei = 0; ei < nents && rc == 0; ei++) {
+		const entry *e = &ents[ei];
+		if (e->kind == VF_PK_TOMB) {
 			uint64_t ks;
-			if (d.mv_size != 8) {
-				rc = -EIO;
-				break;
-			}
-			memcpy(&ks, d.mv_data, 8);
-			if ((rc = tomb_add(s, vf_postkey_sub(kb), ks)))
-				break;
-		} else if (kind == VF_PK_BLOCK) {
+			if (e->len != 8)
+				return -EIO;
+			memcpy(&ks, e->data, 8);
+			rc = tomb_add(s, e->sub, ks);
+		} else if (e->kind == VF_PK_BLOCK) {
 			vf_block b;
 			int checked2 = 0;
-			if ((rc = vf_block_open(d.mv_data, d.mv_size, &b)) ||
+			if ((rc = vf_block_open(e->data, e->len, &b)) ||
 			    (rc = vf_block_check(s->v->vcache, &b, VF_COL_SIGN)) ||
 			    (rc = vf_block_check(s->v->vcache, &b, VF_COL_F1)))
 				break;
-			if (b.pdim != s->gm.pdim || b.bits != s->gm.bits) {
-				rc = -EIO;
-				break;
-			}
+			if (b.pdim != s->gm.pdim || b.bits != s->gm.bits)
+				return -EIO;
 			for (uint32_t i = 0; i < nqc && rc == 0; i++) {
 				query *q = &s->qs[qids[i]];
 				if (nqc > 1)
@@ -403,33 +467,26 @@ static int scan_cluster(search *s, uint32_t c, const uint32_t *qids, uint32_t nq
 						      s->g->rc_sum[c], q->cs.p1.qc, q->cs.p1.nq);
 				rc = scan_block(s, q, &b, &checked2);
 			}
-			if (rc)
-				break;
-		} else if (kind == VF_PK_DELTA) {
+		} else if (e->kind == VF_PK_DELTA) {
 			vf_code code;
-			if ((rc = vf_delta_open(d.mv_data, d.mv_size, s->gm.pdim, s->gm.bits, &code)))
+			if ((rc = vf_delta_open(e->data, e->len, s->gm.dim, s->gm.pdim, s->gm.bits,
+						&code)))
 				break;
 			for (uint32_t i = 0; i < nqc && rc == 0; i++) {
 				query *q = &s->qs[qids[i]];
+				float est, bound;
 				q->ex.delta_scanned++;
-				if (stale(s, code.id, code.seq)) {
-					q->ex.stale_skipped++;
-					continue;
-				}
 				if (nqc > 1)
 					vf_cstate_set(&q->cs, &q->qs, s->g->rc + (size_t)c * s->gm.pdim,
 						      s->g->rc_sum[c], q->cs.p1.qc, q->cs.p1.nq);
-				rc = score2(s, q, code.planes, code.add, code.rb, code.eb, code.cdot,
-					    code.id, code.seq);
+				vf_pass2(&q->qs, &q->cs, code.planes, code.add, code.rb, code.eb,
+					 code.cdot, &est, &bound);
+				rc = accept(s, q, est, bound, code.id, code.seq, 1, e->data, e->len,
+					    UINT32_MAX);
 			}
-			if (rc)
-				break;
 		}
 	}
-	mdb_cursor_close(cur);
-	if (rc == MDB_NOTFOUND)
-		rc = 0;
-	return rc > 0 ? vf_mdb_err(rc) : rc;
+	return rc;
 }
 
 /* ------------------------------------------------------------ phases */
@@ -509,6 +566,8 @@ static int probe(search *s, query *q, float *dots)
 	return (int)n;
 }
 
+#define LOCATE_AHEAD 16 /* clusters located (and prefetched) at a time */
+
 typedef struct pair {
 	uint32_t cluster, rank, q;
 } pair;
@@ -529,42 +588,64 @@ static int scan_ivf(search *s)
 	pair *pairs = malloc(sizeof(pair) * (m ? m : 1));
 	cluster_work *work = malloc(sizeof(cluster_work) * (m ? m : 1));
 	uint32_t *qlist = malloc(sizeof(uint32_t) * (m ? m : 1));
-	size_t nw = 0;
+	size_t nw = 0, nents = 0, capents = 0;
+	entry *ents = NULL;
+	MDB_cursor *cur = NULL;
 	int rc = 0;
 	if (!dots || !pairs || !work || !qlist) {
 		rc = -ENOMEM;
 		goto out;
 	}
+	if ((rc = mdb_cursor_open(s->txn, s->v->store->postings, &cur))) {
+		rc = vf_mdb_err(rc);
+		goto out;
+	}
 	for (size_t i = 0; i < s->nq; i++)
 		probe(s, &s->qs[i], dots);
 	if (s->nq == 1) { /* probe order as it is */
-		for (uint32_t r = 0; r < np; r++)
-			work[nw++] = (cluster_work){s->qs[0].probe[r], r, r, 1};
-		qlist[0] = 0;
-		for (uint32_t r = 0; r < np && rc == 0; r++)
-			rc = scan_cluster(s, work[r].cluster, qlist, 1);
-		goto out;
-	}
-	/* group (cluster, query) pairs by cluster; visit clusters in order of
-	 * their best rank so every query meets its nearest clusters early */
-	for (size_t i = 0, j = 0; i < s->nq; i++)
-		for (uint32_t r = 0; r < np; r++, j++)
-			pairs[j] = (pair){s->qs[i].probe[r], r, (uint32_t)i};
-	qsort(pairs, m, sizeof *pairs, cmp_pair);
-	for (size_t i = 0; i < m;) {
-		size_t j = i;
-		while (j < m && pairs[j].cluster == pairs[i].cluster) {
-			qlist[j] = pairs[j].q;
-			j++;
+		for (uint32_t r = 0; r < np; r++) {
+			work[nw++] = (cluster_work){s->qs[0].probe[r], r, 0, 1};
+			qlist[r] = 0;
 		}
-		work[nw++] = (cluster_work){pairs[i].cluster, pairs[i].rank, (uint32_t)i,
-					    (uint32_t)(j - i)};
-		i = j;
+	} else {
+		/* group (cluster, query) pairs by cluster; visit clusters in order
+		 * of their best rank so every query meets its nearest clusters
+		 * early */
+		for (size_t i = 0, j = 0; i < s->nq; i++)
+			for (uint32_t r = 0; r < np; r++, j++)
+				pairs[j] = (pair){s->qs[i].probe[r], r, (uint32_t)i};
+		qsort(pairs, m, sizeof *pairs, cmp_pair);
+		for (size_t i = 0; i < m;) {
+			size_t j = i;
+			while (j < m && pairs[j].cluster == pairs[i].cluster) {
+				qlist[j] = pairs[j].q;
+				j++;
+			}
+			work[nw++] = (cluster_work){pairs[i].cluster, pairs[i].rank, (uint32_t)i,
+						    (uint32_t)(j - i)};
+			i = j;
+		}
+		qsort(work, nw, sizeof *work, cmp_probe);
 	}
-	qsort(work, nw, sizeof *work, cmp_probe);
-	for (size_t w = 0; w < nw && rc == 0; w++)
-		rc = scan_cluster(s, work[w].cluster, qlist + work[w].first, work[w].count);
+	/* locate a window of clusters ahead, then score them in order */
+	for (size_t w0 = 0; w0 < nw && rc == 0; w0 += LOCATE_AHEAD) {
+		size_t w1 = w0 + LOCATE_AHEAD < nw ? w0 + LOCATE_AHEAD : nw;
+		size_t first[LOCATE_AHEAD + 1];
+		nents = 0;
+		for (size_t w = w0; w < w1 && rc == 0; w++) {
+			first[w - w0] = nents;
+			rc = locate_cluster(s, cur, work[w].cluster, &ents, &nents, &capents);
+		}
+		first[w1 - w0] = nents;
+		for (size_t w = w0; w < w1 && rc == 0; w++)
+			rc = scan_cluster(s, work[w].cluster, ents + first[w - w0],
+					  first[w - w0 + 1] - first[w - w0], qlist + work[w].first,
+					  work[w].count);
+	}
 out:
+	free(ents);
+	if (cur)
+		mdb_cursor_close(cur);
 	free(dots);
 	free(pairs);
 	free(work);
@@ -598,8 +679,8 @@ static int scan_uncovered(search *s)
 		for (size_t qi = 0; qi < s->nq; qi++) {
 			query *q = &s->qs[qi];
 			q->ex.uncovered_scanned++;
-			hheap_push(&q->top, (hit){exact_dist(s, q, r.vec), e->ch.id, val.mv_data,
-						  val.mv_size});
+			hheap_push(&q->top, (hit){exact_dist(s, q, r.vec), e->ch.id, r.key, r.keylen,
+						  r.plen > 0, val.mv_data, val.mv_size});
 		}
 	}
 	return 0;
@@ -611,27 +692,67 @@ static int cmp_cand(const void *a, const void *b)
 	return x->lo < y->lo ? -1 : x->lo > y->lo;
 }
 
+/* The vector and key of a candidate, from its block (checksums of the
+ * columns checked) or delta posting. */
+static int resolve(search *s, const cand *c, const uint8_t **vec, hit *h)
+{
+	if (c->idx == UINT32_MAX) {
+		vf_code code;
+		int rc = vf_delta_open(c->base, c->len, s->gm.dim, s->gm.pdim, s->gm.bits, &code);
+		if (rc)
+			return rc;
+		*vec = code.vec;
+		h->key = code.key;
+		h->keylen = code.keylen;
+		h->has_payload = code.has_payload;
+		return 0;
+	}
+	vf_block b;
+	if (vf_block_open(c->base, c->len, &b) || b.dim != s->dim ||
+	    vf_block_vec_check(&b, c->idx) ||
+	    vf_block_check(s->v->vcache, &b, VF_COL_KEYS) ||
+	    !(h->key = vf_block_key(&b, c->idx, &h->keylen)))
+		return -EIO;
+	*vec = vf_block_vec(&b, c->idx);
+	h->has_payload = vf_block_has_payload(&b, c->idx);
+	return 0;
+}
+
+#define RERANK_STEP 8 /* candidates whose vectors are fetched together */
+
+/* Exact distances for the candidates, best lower bound first, until no
+ * remaining bound can enter the top k. */
 static int rerank(search *s, query *q)
 {
 	cand_trim(q);
 	qsort(q->cands, q->nc, sizeof(cand), cmp_cand);
 	size_t cap = (size_t)s->k * s->refine;
 	size_t n = q->nc < cap ? q->nc : cap;
-	for (size_t i = 0; i < n; i++) {
-		const cand *c = &q->cands[i];
-		if (!(c->lo < hheap_top(&q->top)))
+	size_t vbytes = (size_t)s->dim * 4;
+	for (size_t i0 = 0; i0 < n; i0 += RERANK_STEP) {
+		const uint8_t *vec[RERANK_STEP];
+		hit h[RERANK_STEP];
+		size_t m = n - i0 < RERANK_STEP ? n - i0 : RERANK_STEP;
+		if (!(q->cands[i0].lo < hheap_top(&q->top)))
 			break;
-		MDB_val val;
-		vf_record r;
-		int rc = fetch_record(s, c->id, &val, &r);
-		if (rc == -ENOENT || (rc == 0 && r.seq != c->seq)) {
-			q->ex.stale_skipped++;
-			continue;
+		for (size_t j = 0; j < m; j++) {
+			int rc = resolve(s, &q->cands[i0 + j], &vec[j], &h[j]);
+			if (rc)
+				return rc;
+			for (size_t o = 0; o < vbytes; o += 64)
+				__builtin_prefetch(vec[j] + o);
 		}
-		if (rc)
-			return rc;
-		q->ex.reranked++;
-		hheap_push(&q->top, (hit){exact_dist(s, q, r.vec), c->id, val.mv_data, val.mv_size});
+		for (size_t j = 0; j < m; j++) {
+			const cand *c = &q->cands[i0 + j];
+			if (!(c->lo < hheap_top(&q->top)))
+				return 0;
+			q->ex.reranked++;
+			h[j].d = exact_dist(s, q, vec[j]);
+			h[j].id = c->id;
+			h[j].rec = NULL;
+			h[j].reclen = 0;
+			hheap_push(&q->top, h[j]);
+		}
 	}
 	return 0;
 }
@@ -656,7 +777,8 @@ static int scan_exact(search *s)
 			q->ex.uncovered_scanned++;
 			float dd = exact_dist(s, q, r.vec);
 			if (dd < hheap_top(&q->top))
-				hheap_push(&q->top, (hit){dd, id, d.mv_data, d.mv_size});
+				hheap_push(&q->top, (hit){dd, id, r.key, r.keylen, r.plen > 0,
+							  d.mv_data, d.mv_size});
 		}
 	}
 	mdb_cursor_close(cur);
@@ -679,10 +801,22 @@ static int collect(search *s, vecfs_results **out)
 		query *q = &s->qs[i];
 		qsort(q->top.v, q->top.n, sizeof(hit), cmp_hit);
 		for (uint32_t j = 0; j < q->top.n; j++) {
+			hit *h = &q->top.v[j];
 			vf_record r;
-			if (vf_record_decode(q->top.v[j].rec, q->top.v[j].reclen, &r))
-				return -EIO;
-			bytes += r.keylen + 1 + r.plen;
+			if (h->has_payload && !h->rec) { /* payloads live in the record */
+				MDB_val val;
+				int rc = fetch_record(s, h->id, &val, &r);
+				if (rc)
+					return rc == -ENOENT ? -EIO : rc;
+				h->rec = val.mv_data;
+				h->reclen = val.mv_size;
+			}
+			bytes += h->keylen + 1;
+			if (h->has_payload) {
+				if (vf_record_decode(h->rec, h->reclen, &r))
+					return -EIO;
+				bytes += r.plen;
+			}
 		}
 		nh += q->top.n;
 	}
@@ -704,18 +838,23 @@ static int collect(search *s, vecfs_results **out)
 		res->hits[i] = hits;
 		res->count[i] = q->top.n;
 		for (uint32_t j = 0; j < q->top.n; j++, hits++) {
-			vf_record r;
-			vf_record_decode(q->top.v[j].rec, q->top.v[j].reclen, &r);
-			memcpy(arena, r.key, r.keylen);
-			arena[r.keylen] = 0;
+			const hit *h = &q->top.v[j];
+			memcpy(arena, h->key, h->keylen);
+			arena[h->keylen] = 0;
 			hits->key = arena;
-			hits->keylen = r.keylen;
-			arena += r.keylen + 1;
-			hits->payload = r.plen ? arena : NULL;
-			hits->payload_len = r.plen;
-			memcpy(arena, r.payload, r.plen);
-			arena += r.plen;
-			hits->distance = to_metric_units(s, q->top.v[j].d);
+			hits->keylen = h->keylen;
+			arena += h->keylen + 1;
+			hits->payload = NULL;
+			hits->payload_len = 0;
+			if (h->has_payload) {
+				vf_record r;
+				vf_record_decode(h->rec, h->reclen, &r);
+				hits->payload = arena;
+				hits->payload_len = r.plen;
+				memcpy(arena, r.payload, r.plen);
+				arena += r.plen;
+			}
+			hits->distance = to_metric_units(s, h->d);
 		}
 		vecfs_explain *e = &res->explain, *x = &q->ex;
 		e->clusters_probed += x->clusters_probed;

@@ -877,7 +877,7 @@ static int verify_gen(MDB_txn *txn, vf_store *s, const vf_genmeta *m, verify_sta
 		} else if (vf_postkey_kind(kb) == VF_PK_DELTA) {
 			vf_code c;
 			st->deltas++;
-			if (vf_delta_open(d.mv_data, d.mv_size, m->pdim, m->bits, &c))
+			if (vf_delta_open(d.mv_data, d.mv_size, m->dim, m->pdim, m->bits, &c))
 				vbad(st, "generation %llu cluster %llu: delta posting checksum mismatch",
 				     m->id, cl);
 		}

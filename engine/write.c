@@ -98,7 +98,7 @@ int vf_pw_init(vf_posting_writer *w, vecfs *v, vf_gen *g)
 	if (rc)
 		return rc;
 	w->planes = malloc((size_t)g->meta.bits * g->meta.pdim / 8);
-	w->buf = malloc(vf_delta_size(g->meta.pdim, g->meta.bits));
+	w->buf = malloc(vf_delta_size(g->meta.dim, g->meta.pdim, g->meta.bits, VECFS_KEY_MAX));
 	w->tmp = malloc(sizeof(float) * g->meta.dim);
 	if (!w->planes || !w->buf || !w->tmp) {
 		vf_pw_free(w);
@@ -130,7 +130,8 @@ static int bump_manifest(MDB_txn *txn, vf_store *s, uint64_t gen, uint32_t c,
 }
 
 int vf_pw_apply(vf_posting_writer *w, MDB_txn *txn, uint64_t id, uint64_t seq,
-		const float *vec, uint32_t *cluster)
+		const float *vec, const char *key, uint32_t keylen, int has_payload,
+		uint32_t *cluster)
 {
 	vf_store *s = w->v->store;
 	vf_gen *g = w->g;
@@ -155,10 +156,15 @@ int vf_pw_apply(vf_posting_writer *w, MDB_txn *txn, uint64_t id, uint64_t seq,
 			  g->rc + (size_t)c * g->meta.pdim, w->planes, &code);
 		code.id = id;
 		code.seq = seq;
-		vf_delta_write(w->buf, &code, g->meta.pdim, g->meta.bits);
+		code.vec = vec;
+		code.key = key;
+		code.keylen = keylen;
+		code.has_payload = has_payload;
+		vf_delta_write(w->buf, &code, g->meta.dim, g->meta.pdim, g->meta.bits);
 		vf_postkey dk = vf_post_key(g->id, c, VF_PK_DELTA, seq);
 		if ((rc = vf_put(txn, s->postings, dk.b, sizeof dk.b, w->buf,
-				 vf_delta_size(g->meta.pdim, g->meta.bits), 0)) ||
+				 vf_delta_size(g->meta.dim, g->meta.pdim, g->meta.bits, keylen),
+				 0)) ||
 		    (rc = bump_manifest(txn, s, g->id, c, 1, 0)))
 			return rc;
 	}
@@ -195,10 +201,10 @@ int vf_sync_generation(vecfs *v, MDB_txn *txn, vf_gen *g, vf_genmeta *m,
 		if (!e->id || e->ch.gen == g->id)
 			continue; /* posted to g when written: already exact */
 		const float *src = NULL;
+		vf_record r = {0};
 		if (e->ch.op == VF_OP_PUT) {
 			vf_key64 k = vf_key_u64(e->ch.id);
 			MDB_val rv;
-			vf_record r;
 			if ((rc = vf_mdb_err(vf_get(txn, v->store->records, k.b, 8, &rv))))
 				break;
 			if ((rc = vf_record_decode(rv.mv_data, rv.mv_size, &r)))
@@ -206,7 +212,7 @@ int vf_sync_generation(vecfs *v, MDB_txn *txn, vf_gen *g, vf_genmeta *m,
 			memcpy(vec, r.vec, sizeof(float) * m->dim);
 			src = vec;
 		}
-		rc = vf_pw_apply(&w, txn, e->ch.id, e->seq, src, NULL);
+		rc = vf_pw_apply(&w, txn, e->ch.id, e->seq, src, r.key, r.keylen, r.plen > 0, NULL);
 	}
 	if (rc == 0)
 		m->synced_seq = cnt->seq;
@@ -350,7 +356,8 @@ static int put_fn(MDB_txn *txn, void *arg)
 			break;
 		vf_change ch = {id, 0, 0, VF_OP_PUT};
 		if (g) {
-			if ((rc = vf_pw_apply(&w, txn, id, seq, r->vec, &ch.cluster)))
+			if ((rc = vf_pw_apply(&w, txn, id, seq, r->vec, key, (uint32_t)klen,
+					       r->payload_len > 0, &ch.cluster)))
 				break;
 			ch.gen = g->id;
 		}
@@ -481,7 +488,7 @@ static int del_fn(MDB_txn *txn, void *arg)
 	uint64_t seq_before = cnt.seq, seq = ++cnt.seq;
 	vf_change ch = {id, 0, 0, VF_OP_DEL};
 	if (g)
-		rc = vf_pw_apply(&w, txn, id, seq, NULL, NULL);
+		rc = vf_pw_apply(&w, txn, id, seq, NULL, NULL, 0, 0, NULL);
 	if (rc == 0)
 		rc = vf_change_put(txn, s, seq, &ch);
 	if (rc == 0 && g && gm.synced_seq == seq_before) {

@@ -7,36 +7,47 @@
 #include <math.h>
 #include <string.h>
 
-#define BLOCK_MAGIC 0x31425656u /* "VVB1" */
-#define DELTA_MAGIC 0x31445656u /* "VVD1" */
+#define BLOCK_MAGIC 0x33425656u /* "VVB3" */
+#define DELTA_MAGIC 0x32445656u /* "VVD2" */
 #define ALIGN 64
 
 typedef struct block_hdr {
 	uint32_t magic;
-	uint32_t n, nbatch, pdim, bits;
-	uint32_t pad;
+	uint32_t n, nbatch, pdim, bits, dim;
 	struct { uint32_t off, len; uint64_t sum; } col[VF_NCOL];
 	uint64_t hdr_sum; /* over everything above */
 } block_hdr;
 
 static size_t up(size_t x) { return (x + ALIGN - 1) & ~(size_t)(ALIGN - 1); }
 
-static void col_lens(uint32_t n, uint32_t pdim, uint32_t bits, uint32_t len[VF_NCOL])
+/* Column lengths; the key column's is given (offsets + bytes). */
+static void col_lens(uint32_t n, uint32_t dim, uint32_t pdim, uint32_t bits,
+		     uint32_t keys, uint32_t len[VF_NCOL])
 {
 	uint32_t nb = (n + VF_BATCH - 1) / VF_BATCH;
 	len[VF_COL_SIGN] = nb * (pdim / 4) * 16;
-	len[VF_COL_PLANES] = n * bits * (pdim / 8);
 	len[VF_COL_F1] = 3 * nb * VF_BATCH * 4;
+	len[VF_COL_PLANES] = n * bits * (pdim / 8);
 	len[VF_COL_F2] = 3 * n * 4;
-	len[VF_COL_IDS] = n * 8;
-	len[VF_COL_SEQS] = n * 8;
+	len[VF_COL_IDS] = n * 16;
+	len[VF_COL_VECS] = n * dim * 4 + n * 8;
+	len[VF_COL_KEYS] = keys;
 }
 
-size_t vf_block_size(uint32_t n, uint32_t pdim, uint32_t bits)
+static uint32_t keys_len(const vf_code *codes, uint32_t n)
+{
+	uint32_t k = 4 * (n + 1);
+	for (uint32_t i = 0; i < n; i++)
+		k += codes[i].keylen;
+	return k;
+}
+
+size_t vf_block_size(const vf_code *codes, uint32_t n, uint32_t dim, uint32_t pdim,
+		     uint32_t bits)
 {
 	uint32_t len[VF_NCOL];
 	size_t off = up(sizeof(block_hdr));
-	col_lens(n, pdim, bits, len);
+	col_lens(n, dim, pdim, bits, keys_len(codes, n), len);
 	for (int c = 0; c < VF_NCOL; c++)
 		off = up(off + len[c]);
 	return off;
@@ -60,12 +71,12 @@ static void pack_signs(uint8_t *dst, const vf_code *codes, uint32_t n, uint32_t 
 	(void)bits;
 }
 
-void vf_block_write(uint8_t *buf, const vf_code *codes, uint32_t n,
+void vf_block_write(uint8_t *buf, const vf_code *codes, uint32_t n, uint32_t dim,
 		    uint32_t pdim, uint32_t bits)
 {
 	block_hdr h;
 	uint32_t len[VF_NCOL];
-	size_t off = up(sizeof h), total = vf_block_size(n, pdim, bits);
+	size_t off = up(sizeof h), total = vf_block_size(codes, n, dim, pdim, bits);
 	uint32_t nb = (n + VF_BATCH - 1) / VF_BATCH, np = nb * VF_BATCH;
 	size_t pb = (size_t)bits * (pdim / 8);
 
@@ -76,7 +87,8 @@ void vf_block_write(uint8_t *buf, const vf_code *codes, uint32_t n,
 	h.nbatch = nb;
 	h.pdim = pdim;
 	h.bits = bits;
-	col_lens(n, pdim, bits, len);
+	h.dim = dim;
+	col_lens(n, dim, pdim, bits, keys_len(codes, n), len);
 	for (int c = 0; c < VF_NCOL; c++) {
 		h.col[c].off = (uint32_t)off;
 		h.col[c].len = len[c];
@@ -87,23 +99,37 @@ void vf_block_write(uint8_t *buf, const vf_code *codes, uint32_t n,
 	float *f1 = (float *)(buf + h.col[VF_COL_F1].off);
 	float *f2 = (float *)(buf + h.col[VF_COL_F2].off);
 	uint8_t *ids = buf + h.col[VF_COL_IDS].off;
-	uint8_t *seqs = buf + h.col[VF_COL_SEQS].off;
+	uint8_t *vecs = buf + h.col[VF_COL_VECS].off;
+	uint8_t *keys = buf + h.col[VF_COL_KEYS].off;
+	uint32_t koff = 4 * (n + 1);
+	for (uint32_t i = 0; i < n; i++) {
+		uint8_t *vp = vecs + (size_t)i * dim * 4;
+		memcpy(vp, codes[i].vec, (size_t)dim * 4);
+		uint64_t vs = vf_checksum(vp, (size_t)dim * 4);
+		memcpy(vecs + (size_t)n * dim * 4 + 8 * i, &vs, 8);
+		memcpy(keys + 4 * i, &koff, 4);
+		memcpy(keys + koff, codes[i].key, codes[i].keylen);
+		koff += codes[i].keylen;
+	}
+	memcpy(keys + 4 * n, &koff, 4);
 	for (uint32_t i = 0; i < np; i++) {
+		float *fb = f1 + (size_t)(i / VF_BATCH) * VF_BATCH * 3 + i % VF_BATCH;
 		if (i < n) {
 			const vf_code *c = &codes[i];
 			memcpy(planes + i * pb, c->planes, pb);
-			f1[i] = c->add;
-			f1[np + i] = c->r1;
-			f1[2 * np + i] = c->e1;
-			f2[i] = c->rb;
-			f2[n + i] = c->eb;
-			f2[2 * n + i] = c->cdot;
-			memcpy(ids + 8 * i, &c->id, 8);
-			memcpy(seqs + 8 * i, &c->seq, 8);
+			fb[0] = c->add;
+			fb[VF_BATCH] = c->r1;
+			fb[2 * VF_BATCH] = c->e1;
+			f2[3 * i] = c->rb;
+			f2[3 * i + 1] = c->eb;
+			f2[3 * i + 2] = c->cdot;
+			uint64_t sq = c->seq | (c->has_payload ? VF_SEQ_PAYLOAD : 0);
+			memcpy(ids + 16 * i, &c->id, 8);
+			memcpy(ids + 16 * i + 8, &sq, 8);
 		} else {
-			f1[i] = INFINITY; /* padding never survives */
-			f1[np + i] = 0;
-			f1[2 * np + i] = 0;
+			fb[0] = INFINITY; /* padding never survives */
+			fb[VF_BATCH] = 0;
+			fb[2 * VF_BATCH] = 0;
 		}
 	}
 	for (int c = 0; c < VF_NCOL; c++)
@@ -116,6 +142,7 @@ int vf_block_open(const void *p, size_t len, vf_block *out)
 {
 	block_hdr h;
 	uint32_t want[VF_NCOL];
+	uint32_t klen;
 	if (len < sizeof h)
 		return -EIO;
 	memcpy(&h, p, sizeof h);
@@ -123,15 +150,19 @@ int vf_block_open(const void *p, size_t len, vf_block *out)
 	    h.hdr_sum != vf_checksum(&h, offsetof(block_hdr, hdr_sum)))
 		return -EIO;
 	if (h.n == 0 || h.n > VF_BLOCK_MAX || h.pdim % 64 || h.bits < 1 || h.bits > 8 ||
-	    h.nbatch != (h.n + VF_BATCH - 1) / VF_BATCH)
+	    h.nbatch != (h.n + VF_BATCH - 1) / VF_BATCH || h.dim == 0 || h.dim > h.pdim)
 		return -EIO;
-	col_lens(h.n, h.pdim, h.bits, want);
+	klen = h.col[VF_COL_KEYS].len;
+	if (klen < 4 * (h.n + 1))
+		return -EIO;
+	col_lens(h.n, h.dim, h.pdim, h.bits, klen, want);
 	out->base = p;
 	out->len = len;
 	out->n = h.n;
 	out->nbatch = h.nbatch;
 	out->pdim = h.pdim;
 	out->bits = h.bits;
+	out->dim = h.dim;
 	for (int c = 0; c < VF_NCOL; c++) {
 		if (h.col[c].len != want[c] || (size_t)h.col[c].off + h.col[c].len > len)
 			return -EIO;
@@ -150,73 +181,113 @@ int vf_block_check(vf_vcache *cache, const vf_block *b, int col)
 uint64_t vf_block_id(const vf_block *b, uint32_t i)
 {
 	uint64_t v;
-	memcpy(&v, b->col[VF_COL_IDS] + 8 * (size_t)i, 8);
+	memcpy(&v, b->col[VF_COL_IDS] + 16 * (size_t)i, 8);
 	return v;
 }
 
 uint64_t vf_block_seq(const vf_block *b, uint32_t i)
 {
 	uint64_t v;
-	memcpy(&v, b->col[VF_COL_SEQS] + 8 * (size_t)i, 8);
-	return v;
+	memcpy(&v, b->col[VF_COL_IDS] + 16 * (size_t)i + 8, 8);
+	return v & ~VF_SEQ_PAYLOAD;
 }
 
-const uint8_t *vf_block_f1(const vf_block *b, int which)
+int vf_block_has_payload(const vf_block *b, uint32_t i)
 {
-	return b->col[VF_COL_F1] + (size_t)which * b->nbatch * VF_BATCH * 4;
+	uint64_t v;
+	memcpy(&v, b->col[VF_COL_IDS] + 16 * (size_t)i + 8, 8);
+	return (v & VF_SEQ_PAYLOAD) != 0;
 }
 
-const uint8_t *vf_block_f2(const vf_block *b, int which)
+int vf_block_vec_check(const vf_block *b, uint32_t i)
 {
-	return b->col[VF_COL_F2] + (size_t)which * b->n * 4;
+	uint64_t sum;
+	memcpy(&sum, b->col[VF_COL_VECS] + (size_t)b->n * b->dim * 4 + 8 * (size_t)i, 8);
+	return vf_checksum(vf_block_vec(b, i), (size_t)b->dim * 4) == sum ? 0 : -EIO;
 }
 
-/* delta: magic u32 | pdim u16 | bits u16 | id u64 | seq u64 | 6 floats |
- * planes | xxh3 u64 of everything before it */
-#define DELTA_HDR 48
-
-size_t vf_delta_size(uint32_t pdim, uint32_t bits)
+const char *vf_block_key(const vf_block *b, uint32_t i, uint32_t *len)
 {
-	return DELTA_HDR + (size_t)bits * (pdim / 8) + 8;
+	const uint8_t *k = b->col[VF_COL_KEYS];
+	uint32_t a, e;
+	memcpy(&a, k + 4 * (size_t)i, 4);
+	memcpy(&e, k + 4 * (size_t)i + 4, 4);
+	if (a > e || e > b->col_len[VF_COL_KEYS] || a < 4 * (b->n + 1))
+		return NULL;
+	*len = e - a;
+	return (const char *)k + a;
 }
 
-void vf_delta_write(uint8_t *buf, const vf_code *c, uint32_t pdim, uint32_t bits)
+float vf_block_f1(const vf_block *b, int which, uint32_t i)
+{
+	return vf_ldf(vf_block_f1_batch(b, i / VF_BATCH), (size_t)which * VF_BATCH + i % VF_BATCH);
+}
+
+float vf_block_f2(const vf_block *b, int which, uint32_t i)
+{
+	return vf_ldf(vf_block_f2_at(b, i), (size_t)which);
+}
+
+/* delta: magic u32 | pdim u16 | bits u16 | id u64 | seq u64 (payload flag) |
+ * 6 floats | dim u32 | keylen u32 | planes | vector | key | xxh3 u64 of all
+ * before it */
+#define DELTA_HDR 56
+
+size_t vf_delta_size(uint32_t dim, uint32_t pdim, uint32_t bits, uint32_t keylen)
+{
+	return DELTA_HDR + (size_t)bits * (pdim / 8) + (size_t)dim * 4 + keylen + 8;
+}
+
+void vf_delta_write(uint8_t *buf, const vf_code *c, uint32_t dim, uint32_t pdim,
+		    uint32_t bits)
 {
 	uint32_t magic = DELTA_MAGIC;
 	uint16_t pd = (uint16_t)pdim, bt = (uint16_t)bits;
 	float f[6] = {c->add, c->r1, c->e1, c->rb, c->eb, c->cdot};
-	size_t pb = (size_t)bits * (pdim / 8);
+	size_t pb = (size_t)bits * (pdim / 8), body;
+	uint64_t sq = c->seq | (c->has_payload ? VF_SEQ_PAYLOAD : 0);
 	memcpy(buf, &magic, 4);
 	memcpy(buf + 4, &pd, 2);
 	memcpy(buf + 6, &bt, 2);
 	memcpy(buf + 8, &c->id, 8);
-	memcpy(buf + 16, &c->seq, 8);
+	memcpy(buf + 16, &sq, 8);
 	memcpy(buf + 24, f, 24);
+	memcpy(buf + 48, &dim, 4);
+	memcpy(buf + 52, &c->keylen, 4);
 	memcpy(buf + DELTA_HDR, c->planes, pb);
-	uint64_t sum = vf_checksum(buf, DELTA_HDR + pb);
-	memcpy(buf + DELTA_HDR + pb, &sum, 8);
+	memcpy(buf + DELTA_HDR + pb, c->vec, (size_t)dim * 4);
+	memcpy(buf + DELTA_HDR + pb + (size_t)dim * 4, c->key, c->keylen);
+	body = DELTA_HDR + pb + (size_t)dim * 4 + c->keylen;
+	uint64_t sum = vf_checksum(buf, body);
+	memcpy(buf + body, &sum, 8);
 }
 
-int vf_delta_open(const void *p, size_t len, uint32_t pdim, uint32_t bits,
-		  vf_code *out)
+int vf_delta_open(const void *p, size_t len, uint32_t dim, uint32_t pdim,
+		  uint32_t bits, vf_code *out)
 {
 	const uint8_t *b = p;
-	uint32_t magic;
+	uint32_t magic, d, kl;
 	uint16_t pd, bt;
-	uint64_t sum;
+	uint64_t sum, sq;
 	float f[6];
 	size_t pb = (size_t)bits * (pdim / 8);
-	if (len != vf_delta_size(pdim, bits))
+	if (len < DELTA_HDR + 8)
 		return -EIO;
 	memcpy(&magic, b, 4);
 	memcpy(&pd, b + 4, 2);
 	memcpy(&bt, b + 6, 2);
-	memcpy(&sum, b + DELTA_HDR + pb, 8);
-	if (magic != DELTA_MAGIC || pd != pdim || bt != bits ||
-	    sum != vf_checksum(b, DELTA_HDR + pb))
+	memcpy(&d, b + 48, 4);
+	memcpy(&kl, b + 52, 4);
+	if (magic != DELTA_MAGIC || pd != pdim || bt != bits || d != dim ||
+	    len != vf_delta_size(dim, pdim, bits, kl))
+		return -EIO;
+	memcpy(&sum, b + len - 8, 8);
+	if (sum != vf_checksum(b, len - 8))
 		return -EIO;
 	memcpy(&out->id, b + 8, 8);
-	memcpy(&out->seq, b + 16, 8);
+	memcpy(&sq, b + 16, 8);
+	out->seq = sq & ~VF_SEQ_PAYLOAD;
+	out->has_payload = (sq & VF_SEQ_PAYLOAD) != 0;
 	memcpy(f, b + 24, 24);
 	out->add = f[0];
 	out->r1 = f[1];
@@ -225,5 +296,8 @@ int vf_delta_open(const void *p, size_t len, uint32_t pdim, uint32_t bits,
 	out->eb = f[4];
 	out->cdot = f[5];
 	out->planes = b + DELTA_HDR;
+	out->vec = b + DELTA_HDR + pb;
+	out->key = (const char *)b + DELTA_HDR + pb + (size_t)dim * 4;
+	out->keylen = kl;
 	return 0;
 }

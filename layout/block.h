@@ -9,11 +9,17 @@
  *           are vectors 0..15 and high nibbles vectors 16..31.
  *   PLANES  per vector, `bits` bit planes of pdim bits (plane 0 = sign bit,
  *           plane p = bit bits-1-p of the code), for the second pass.
- *   F1      first-pass factors: add[], r1[], e1[] (nbatch*32 floats each;
- *           padding slots have add = +inf).
- *   F2      second-pass factors: rb[], eb[], cdot[] (n floats each).
- *   IDS     record ids, u64.     SEQS  record sequence numbers, u64.
- * Delta postings hold one vector each in a small value of their own.
+ *   F1      first-pass factors, per batch: add[32], r1[32], e1[32]
+ *           (padding slots have add = +inf), so a batch is one stream.
+ *   F2      second-pass factors, per vector: rb, eb, cdot (one cache line
+ *           holds a survivor's factors).
+ *   IDS     per vector: record id u64, record sequence number u64 (its top
+ *           bit set when the record has a payload).
+ *   VECS    per vector: the full-precision vector (dim float32), read only
+ *           for re-rank finalists; then one XXH3 per vector, so a finalist
+ *           is checked without hashing the whole column.
+ *   KEYS    (n+1) u32 offsets, then the record keys: finalists only.
+ * A delta posting holds one vector (all of the above) in a value of its own.
  */
 #ifndef VF_BLOCK_H
 #define VF_BLOCK_H
@@ -26,21 +32,27 @@
 #define VF_BATCH 32
 #define VF_BLOCK_MAX 4096 /* vectors per block */
 
-enum { VF_COL_SIGN, VF_COL_PLANES, VF_COL_F1, VF_COL_F2, VF_COL_IDS,
-       VF_COL_SEQS, VF_NCOL };
+enum { VF_COL_SIGN, VF_COL_F1, VF_COL_PLANES, VF_COL_F2, VF_COL_IDS, VF_COL_VECS,
+       VF_COL_KEYS, VF_NCOL };
+
+#define VF_SEQ_PAYLOAD (1ULL << 63) /* in a stored seq: the record has a payload */
 
 /* One encoded vector, as the encoder produces it. */
 typedef struct vf_code {
 	uint64_t id, seq;
+	int has_payload;
 	float add, r1, e1;   /* first pass */
 	float rb, eb, cdot;  /* second pass */
 	const uint8_t *planes; /* bits * pdim/8 bytes */
+	const void *vec;     /* dim float32, not necessarily aligned */
+	const char *key;
+	uint32_t keylen;
 } vf_code;
 
 typedef struct vf_block {
 	const uint8_t *base;
 	size_t len;
-	uint32_t n, nbatch, pdim, bits;
+	uint32_t n, nbatch, pdim, bits, dim;
 	const uint8_t *col[VF_NCOL];
 	uint32_t col_len[VF_NCOL];
 	uint64_t col_sum[VF_NCOL];
@@ -48,10 +60,11 @@ typedef struct vf_block {
 
 static inline size_t vf_plane_bytes(uint32_t pdim) { return pdim / 8; }
 
-/* Bytes a block of n vectors takes. */
-size_t vf_block_size(uint32_t n, uint32_t pdim, uint32_t bits);
+/* Bytes a block of codes[0..n) takes. */
+size_t vf_block_size(const vf_code *codes, uint32_t n, uint32_t dim, uint32_t pdim,
+		     uint32_t bits);
 /* Write a block of codes[0..n) into buf (vf_block_size bytes). */
-void vf_block_write(uint8_t *buf, const vf_code *codes, uint32_t n,
+void vf_block_write(uint8_t *buf, const vf_code *codes, uint32_t n, uint32_t dim,
 		    uint32_t pdim, uint32_t bits);
 /* Parse and check the header: -EIO when malformed or its checksum fails. */
 int vf_block_open(const void *p, size_t len, vf_block *out);
@@ -64,17 +77,36 @@ static inline const uint8_t *vf_block_planes(const vf_block *b, uint32_t i)
 	return b->col[VF_COL_PLANES] + (size_t)i * b->bits * vf_plane_bytes(b->pdim);
 }
 uint64_t vf_block_id(const vf_block *b, uint32_t i);
-uint64_t vf_block_seq(const vf_block *b, uint32_t i);
-/* F1 arrays: add, r1, e1 (each nbatch*32); F2: rb, eb, cdot (each n). */
-const uint8_t *vf_block_f1(const vf_block *b, int which);
-const uint8_t *vf_block_f2(const vf_block *b, int which);
+uint64_t vf_block_seq(const vf_block *b, uint32_t i);      /* flag removed */
+int vf_block_has_payload(const vf_block *b, uint32_t i);
+static inline const uint8_t *vf_block_vec(const vf_block *b, uint32_t i)
+{
+	return b->col[VF_COL_VECS] + (size_t)i * b->dim * 4;
+}
+/* 0 when vector i matches its own checksum, else -EIO. */
+int vf_block_vec_check(const vf_block *b, uint32_t i);
+/* Key of vector i; NULL when the offsets are damaged. */
+const char *vf_block_key(const vf_block *b, uint32_t i, uint32_t *len);
+/* The F1 factors of batch bt: add at +0, r1 at +128, e1 at +256 bytes. */
+static inline const uint8_t *vf_block_f1_batch(const vf_block *b, uint32_t bt)
+{
+	return b->col[VF_COL_F1] + (size_t)bt * VF_BATCH * 12;
+}
+/* which: 0 add, 1 r1, 2 e1 (first pass); 0 rb, 1 eb, 2 cdot (second). */
+float vf_block_f1(const vf_block *b, int which, uint32_t i);
+static inline const uint8_t *vf_block_f2_at(const vf_block *b, uint32_t i)
+{
+	return b->col[VF_COL_F2] + (size_t)i * 12;
+}
+float vf_block_f2(const vf_block *b, int which, uint32_t i);
 
 /* Delta postings. */
-size_t vf_delta_size(uint32_t pdim, uint32_t bits);
-void vf_delta_write(uint8_t *buf, const vf_code *c, uint32_t pdim, uint32_t bits);
+size_t vf_delta_size(uint32_t dim, uint32_t pdim, uint32_t bits, uint32_t keylen);
+void vf_delta_write(uint8_t *buf, const vf_code *c, uint32_t dim, uint32_t pdim,
+		    uint32_t bits);
 /* Parse a delta and check its checksum: -EIO on mismatch. */
-int vf_delta_open(const void *p, size_t len, uint32_t pdim, uint32_t bits,
-		  vf_code *out);
+int vf_delta_open(const void *p, size_t len, uint32_t dim, uint32_t pdim,
+		  uint32_t bits, vf_code *out);
 
 static inline float vf_ldf(const uint8_t *p, size_t i)
 {

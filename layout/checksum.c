@@ -28,12 +28,16 @@ int vf_verify(vf_vcache *cache, const void *p, size_t len, uint64_t sum)
 	if (cache) {
 		tag = mix((uint64_t)(uintptr_t)p ^ mix(sum ^ len)) | 1;
 		slot = tag % VF_VCACHE_SLOTS;
-		if (__atomic_load_n(&cache->tag[slot], __ATOMIC_RELAXED) == tag)
+		if (__atomic_load_n(&cache->tag[slot], __ATOMIC_RELAXED) == tag ||
+		    __atomic_load_n(&cache->tag[slot ^ 1], __ATOMIC_RELAXED) == tag)
 			return 0;
 	}
 	if (XXH3_64bits(p, len) != sum)
 		return -EIO;
-	if (cache)
-		__atomic_store_n(&cache->tag[slot], tag, __ATOMIC_RELAXED);
+	if (cache) {
+		/* keep the newer tag in the first slot, move the older aside */
+		uint64_t old = __atomic_exchange_n(&cache->tag[slot], tag, __ATOMIC_RELAXED);
+		__atomic_store_n(&cache->tag[slot ^ 1], old, __ATOMIC_RELAXED);
+	}
 	return 0;
 }

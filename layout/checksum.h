@@ -13,7 +13,7 @@
 
 uint64_t vf_checksum(const void *p, size_t len);
 
-#define VF_VCACHE_SLOTS 65536
+#define VF_VCACHE_SLOTS (1u << 18) /* two-way: a tag lives in slot s or s^1 */
 typedef struct vf_vcache {
 	uint64_t tag[VF_VCACHE_SLOTS]; /* accessed atomically */
 } vf_vcache;

@@ -12,7 +12,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define VF_MAP_MIN ((size_t)1 << 30)
+#define VF_MAP_MIN ((size_t)16 << 30) /* virtual: the file grows as data does */
+
+/* Read transactions this thread holds: the map cannot grow under them. */
+static __thread int reads_held;
 
 int vf_mdb_err(int rc)
 {
@@ -178,6 +181,7 @@ int vf_read_begin(vf_store *s, MDB_txn **txn)
 		}
 	}
 	*txn = t;
+	reads_held++;
 	return 0;
 }
 
@@ -185,6 +189,7 @@ void vf_read_end(vf_store *s, MDB_txn *txn)
 {
 	if (!txn)
 		return;
+	reads_held--;
 	mdb_txn_reset(txn);
 	pthread_mutex_lock(&s->pool_mu);
 	if (s->npool < (int)(sizeof s->pool / sizeof s->pool[0])) {
@@ -231,6 +236,10 @@ int vf_write(vf_store *s, vf_write_fn fn, void *arg)
 		}
 		pthread_rwlock_unlock(&s->resize);
 		if (rc == MDB_MAP_FULL || rc == -ENOSPC) {
+			/* growing waits for every transaction of the process to end:
+			 * never from a thread that holds one itself */
+			if (reads_held > 0)
+				return -ENOSPC;
 			int g = vf_store_grow(s, 0);
 			if (g)
 				return g;
@@ -239,6 +248,14 @@ int vf_write(vf_store *s, vf_write_fn fn, void *arg)
 		return vf_mdb_err(rc);
 	}
 	return -ENOSPC;
+}
+
+int vf_store_reserve(vf_store *s, uint64_t bytes)
+{
+	uint64_t used = vf_store_bytes(s);
+	if (used + bytes <= s->mapsize)
+		return 0;
+	return vf_store_grow(s, (size_t)(used + bytes));
 }
 
 uint64_t vf_store_bytes(vf_store *s)

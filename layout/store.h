@@ -49,13 +49,18 @@ void vf_read_end(vf_store *s, MDB_txn *txn);
 
 /* Run fn inside one write transaction and commit it durably.  When the map
  * is full the transaction is aborted, the map grown and fn run again, so fn
- * must have no effect outside the transaction.  fn returns 0, a negative
- * errno, or a positive LMDB code. */
+ * must have no effect outside the transaction (from a thread that holds a
+ * read transaction the map cannot grow: -ENOSPC).  fn returns 0, a negative
+ * errno, or an LMDB code. */
 typedef int (*vf_write_fn)(MDB_txn *txn, void *arg);
 int vf_write(vf_store *s, vf_write_fn fn, void *arg);
 
 /* Grow the map (exclusive): used by vf_write; exposed for tests. */
 int vf_store_grow(vf_store *s, size_t min_size);
+
+/* Make sure `bytes` more fit in the map (grows it if not); call with no
+ * transaction of this thread open. */
+int vf_store_reserve(vf_store *s, uint64_t bytes);
 
 /* Bytes used by the data file. */
 uint64_t vf_store_bytes(vf_store *s);
