@@ -97,6 +97,85 @@ int vf_dirty_load(MDB_txn *txn, vf_store *s, uint64_t from, uint64_t to, vf_dirt
 	return rc > 0 ? vf_mdb_err(rc) : rc;
 }
 
+static uint64_t mixid(uint64_t x)
+{
+	x ^= x >> 33;
+	x *= 0xff51afd7ed558ccdULL;
+	return x ^ (x >> 29);
+}
+
+void vf_tombs_free(vf_tombs *t)
+{
+	free(t->id);
+	free(t->seq);
+	memset(t, 0, sizeof *t);
+}
+
+void vf_tombs_clear(vf_tombs *t)
+{
+	if (t->n)
+		memset(t->id, 0xFF, sizeof(uint64_t) * t->cap);
+	t->n = 0;
+}
+
+int vf_tombs_add(vf_tombs *t, uint64_t id, uint64_t seq)
+{
+	if ((t->n + 1) * 2 > t->cap) {
+		uint32_t cap = t->cap ? t->cap * 2 : 64;
+		uint64_t *ni = malloc(sizeof(uint64_t) * cap), *ns = malloc(sizeof(uint64_t) * cap);
+		if (!ni || !ns) {
+			free(ni);
+			free(ns);
+			return -ENOMEM;
+		}
+		memset(ni, 0xFF, sizeof(uint64_t) * cap);
+		for (uint32_t i = 0; i < t->cap; i++)
+			if (t->id[i] != UINT64_MAX) {
+				uint32_t h = mixid(t->id[i]) & (cap - 1);
+				while (ni[h] != UINT64_MAX)
+					h = (h + 1) & (cap - 1);
+				ni[h] = t->id[i];
+				ns[h] = t->seq[i];
+			}
+		free(t->id);
+		free(t->seq);
+		t->id = ni;
+		t->seq = ns;
+		t->cap = cap;
+	}
+	uint32_t h = mixid(id) & (t->cap - 1);
+	while (t->id[h] != UINT64_MAX && t->id[h] != id)
+		h = (h + 1) & (t->cap - 1);
+	if (t->id[h] == UINT64_MAX)
+		t->n++;
+	t->id[h] = id;
+	t->seq[h] = seq;
+	return 0;
+}
+
+int vf_posting_stale(const vf_tombs *t, const vf_dirty *d, uint64_t id, uint64_t seq)
+{
+	if (t->n) {
+		uint32_t h = mixid(id) & (t->cap - 1);
+		while (t->id[h] != UINT64_MAX) {
+			if (t->id[h] == id) {
+				if (seq < t->seq[h])
+					return 1;
+				break;
+			}
+			h = (h + 1) & (t->cap - 1);
+		}
+	}
+	if (d->n) {
+		/* changed since the generation was synced: only a posting of the
+		 * newest version counts */
+		const vf_dirty_entry *e = vf_dirty_find(d, id);
+		if (e && (e->ch.op != VF_OP_PUT || e->seq != seq))
+			return 1;
+	}
+	return 0;
+}
+
 int vf_change_put(MDB_txn *txn, vf_store *s, uint64_t seq, const vf_change *c)
 {
 	vf_key64 k = vf_key_u64(seq);

@@ -32,4 +32,19 @@ const vf_dirty_entry *vf_dirty_find(const vf_dirty *d, uint64_t id);
 
 int vf_change_put(MDB_txn *txn, vf_store *s, uint64_t seq, const vf_change *c);
 
+/* The tombstones of one cluster: id -> kill seq (postings of id with a
+ * lower seq are dead). */
+typedef struct vf_tombs {
+	uint64_t *id, *seq;
+	uint32_t cap, n;
+} vf_tombs;
+
+void vf_tombs_free(vf_tombs *t);
+void vf_tombs_clear(vf_tombs *t);
+int vf_tombs_add(vf_tombs *t, uint64_t id, uint64_t seq);
+
+/* Is posting (id, seq) of a generation superseded or deleted, given its
+ * cluster's tombstones and the generation's dirty set? */
+int vf_posting_stale(const vf_tombs *t, const vf_dirty *d, uint64_t id, uint64_t seq);
+
 #endif

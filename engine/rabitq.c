@@ -167,12 +167,15 @@ void vf_qstate_set(vf_qstate *s, const vf_rotation *rot, const float *q)
 	for (uint32_t i = 0; i < s->pdim; i++)
 		sum += s->rq[i];
 	s->rq_sum = sum;
+	/* entry v of byte j: the sum of rq over the set bits of v, built by
+	 * doubling (independent adds) */
 	for (uint32_t j = 0; j < s->pdim / 8; j++) {
 		float *t = s->blut + j * 256;
 		const float *r = s->rq + 8 * j;
 		t[0] = 0;
-		for (uint32_t b = 1; b < 256; b++)
-			t[b] = t[b & (b - 1)] + r[__builtin_ctz(b)];
+		for (uint32_t k = 0; k < 8; k++)
+			for (uint32_t i = 0; i < (1u << k); i++)
+				t[(1u << k) + i] = t[i] + r[k];
 	}
 }
 

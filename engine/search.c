@@ -149,9 +149,7 @@ typedef struct search {
 	vf_gen *g;
 	vf_genmeta gm;
 	vf_dirty dirty;
-	/* per-cluster tombstones: open addressing id -> kill seq */
-	uint64_t *tomb_id, *tomb_seq;
-	uint32_t tomb_cap, tomb_n;
+	vf_tombs tombs;      /* of the cluster being scanned */
 } search;
 
 static float exact_dist(const search *s, const query *q, const void *vec)
@@ -205,77 +203,9 @@ static void cand_trim(query *q)
 	q->nc = w;
 }
 
-/* ------------------------------------------------------------ tombstones */
-
-static uint64_t mixid(uint64_t x)
+static inline int stale(const search *s, uint64_t id, uint64_t seq)
 {
-	x ^= x >> 33;
-	x *= 0xff51afd7ed558ccdULL;
-	return x ^ (x >> 29);
-}
-
-static int tomb_add(search *s, uint64_t id, uint64_t seq)
-{
-	if ((s->tomb_n + 1) * 2 > s->tomb_cap) {
-		uint32_t cap = s->tomb_cap ? s->tomb_cap * 2 : 64;
-		uint64_t *ni = malloc(sizeof(uint64_t) * cap), *ns = malloc(sizeof(uint64_t) * cap);
-		if (!ni || !ns) {
-			free(ni);
-			free(ns);
-			return -ENOMEM;
-		}
-		memset(ni, 0xFF, sizeof(uint64_t) * cap);
-		for (uint32_t i = 0; i < s->tomb_cap; i++)
-			if (s->tomb_id[i] != UINT64_MAX) {
-				uint32_t h = mixid(s->tomb_id[i]) & (cap - 1);
-				while (ni[h] != UINT64_MAX)
-					h = (h + 1) & (cap - 1);
-				ni[h] = s->tomb_id[i];
-				ns[h] = s->tomb_seq[i];
-			}
-		free(s->tomb_id);
-		free(s->tomb_seq);
-		s->tomb_id = ni;
-		s->tomb_seq = ns;
-		s->tomb_cap = cap;
-	}
-	uint32_t h = mixid(id) & (s->tomb_cap - 1);
-	while (s->tomb_id[h] != UINT64_MAX && s->tomb_id[h] != id)
-		h = (h + 1) & (s->tomb_cap - 1);
-	if (s->tomb_id[h] == UINT64_MAX)
-		s->tomb_n++;
-	s->tomb_id[h] = id;
-	s->tomb_seq[h] = seq;
-	return 0;
-}
-
-static void tomb_clear(search *s)
-{
-	if (s->tomb_n)
-		memset(s->tomb_id, 0xFF, sizeof(uint64_t) * s->tomb_cap);
-	s->tomb_n = 0;
-}
-
-/* Is posting (id, seq) superseded or deleted in this snapshot? */
-static int stale(const search *s, uint64_t id, uint64_t seq)
-{
-	if (s->tomb_n) {
-		uint32_t h = mixid(id) & (s->tomb_cap - 1);
-		while (s->tomb_id[h] != UINT64_MAX) {
-			if (s->tomb_id[h] == id) {
-				if (seq < s->tomb_seq[h])
-					return 1;
-				break;
-			}
-			h = (h + 1) & (s->tomb_cap - 1);
-		}
-	}
-	if (s->dirty.n) {
-		const vf_dirty_entry *e = vf_dirty_find(&s->dirty, id);
-		if (e && (e->ch.op != VF_OP_PUT || e->seq != seq))
-			return 1;
-	}
-	return 0;
+	return vf_posting_stale(&s->tombs, &s->dirty, id, seq);
 }
 
 /* ------------------------------------------------------------ scoring */
@@ -321,7 +251,7 @@ static int scan_block(search *s, query *q, const vf_block *b, int *checked2)
 {
 	uint32_t groups = b->pdim / 4;
 	size_t pbytes = (size_t)b->bits * (b->pdim / 8);
-	int check = s->tomb_n || s->dirty.n;
+	int check = s->tombs.n || s->dirty.n;
 	float lo[32], hi[32];
 	for (uint32_t bt = 0; bt < PF_BATCHES && bt < b->nbatch; bt++)
 		prefetch_batch(b, bt);
@@ -431,7 +361,7 @@ static int scan_cluster(search *s, uint32_t c, const entry *ents, size_t nents,
 			const uint32_t *qids, uint32_t nqc)
 {
 	int rc = 0;
-	tomb_clear(s);
+	vf_tombs_clear(&s->tombs);
 	for (uint32_t i = 0; i < nqc; i++) {
 		query *q = &s->qs[qids[i]];
 		const float *cent = s->g->centroids + (size_t)c * s->dim;
@@ -450,7 +380,7 @@ static int scan_cluster(search *s, uint32_t c, const entry *ents, size_t nents,
 			if (e->len != 8)
 				return -EIO;
 			memcpy(&ks, e->data, 8);
-			rc = tomb_add(s, e->sub, ks);
+			rc = vf_tombs_add(&s->tombs, e->sub, ks);
 		} else if (e->kind == VF_PK_BLOCK) {
 			vf_block b;
 			int checked2 = 0;
@@ -1027,8 +957,7 @@ out:
 			query_free(&s.qs[i]);
 	free(s.qs);
 	vf_dirty_free(&s.dirty);
-	free(s.tomb_id);
-	free(s.tomb_seq);
+	vf_tombs_free(&s.tombs);
 	vf_gen_put(v, s.g);
 	return rc;
 }

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "assign.h"
+#include "changes.h"
 #include "keys.h"
 #include "record.h"
 
@@ -828,7 +829,7 @@ out:
 /* ------------------------------------------------------------ verify */
 
 typedef struct verify_state {
-	uint64_t blocks, deltas, postings, bad, missing;
+	uint64_t blocks, deltas, live, stale, uncovered, bad;
 	char first[256];
 } verify_state;
 
@@ -839,50 +840,111 @@ static void vbad(verify_state *st, const char *fmt, unsigned long long a,
 		snprintf(st->first, sizeof st->first, fmt, a, b);
 }
 
-static int verify_gen(MDB_txn *txn, vf_store *s, const vf_genmeta *m, verify_state *st)
+/* A live posting must match its record: same version, key and vector. */
+static void verify_posting(MDB_txn *txn, vf_store *s, verify_state *st, uint64_t gen,
+			   uint64_t id, uint64_t seq, const char *key, uint32_t keylen,
+			   const void *vec, uint32_t dim)
+{
+	vf_key64 rk = vf_key_u64(id);
+	MDB_val rv;
+	vf_record r;
+	st->live++;
+	if (mdb_get(txn, s->records, &(MDB_val){8, rk.b}, &rv) ||
+	    vf_record_decode(rv.mv_data, rv.mv_size, &r)) {
+		vbad(st, "generation %llu: a live posting names record id %llu, which is missing",
+		     gen, id);
+		return;
+	}
+	if (r.seq != seq || r.keylen != keylen || memcmp(r.key, key, keylen) || r.dim != dim ||
+	    memcmp(r.vec, vec, (size_t)dim * 4))
+		vbad(st, "generation %llu: the posting of record id %llu does not match the record",
+		     gen, id);
+}
+
+static int verify_gen(MDB_txn *txn, vf_store *s, const vf_genmeta *m,
+		      const vf_counters *cnt, verify_state *st)
 {
 	MDB_cursor *cur;
 	uint8_t p[8];
 	MDB_val k = {8, p}, d;
+	vf_dirty dirty;
+	vf_tombs tombs = {0};
+	uint32_t cluster = UINT32_MAX;
 	vf_be64(p, m->id);
-	int rc = mdb_cursor_open(txn, s->postings, &cur);
+	vf_dirty_init(&dirty);
+	int rc = vf_dirty_load(txn, s, m->synced_seq, cnt->seq, &dirty);
 	if (rc)
+		return rc;
+	for (uint64_t i = 0; i < dirty.cap; i++)
+		if (dirty.slots[i].id && dirty.slots[i].ch.op == VF_OP_PUT &&
+		    dirty.slots[i].ch.gen != m->id)
+			st->uncovered++;
+	if ((rc = mdb_cursor_open(txn, s->postings, &cur))) {
+		vf_dirty_free(&dirty);
 		return vf_mdb_err(rc);
+	}
 	for (rc = mdb_cursor_get(cur, &k, &d, MDB_SET_RANGE);
 	     rc == 0 && !memcmp(k.mv_data, p, 8);
 	     rc = mdb_cursor_get(cur, &k, &d, MDB_NEXT)) {
 		const uint8_t *kb = k.mv_data;
 		uint32_t cl = vf_postkey_cluster(kb);
-		if (vf_postkey_kind(kb) == VF_PK_BLOCK) {
+		if (cl != cluster) {
+			vf_tombs_clear(&tombs);
+			cluster = cl;
+		}
+		uint8_t kind = vf_postkey_kind(kb);
+		if (kind == VF_PK_TOMB) {
+			uint64_t ks;
+			if (d.mv_size != 8) {
+				vbad(st, "generation %llu cluster %llu: damaged tombstone", m->id, cl);
+				continue;
+			}
+			memcpy(&ks, d.mv_data, 8);
+			if ((rc = vf_tombs_add(&tombs, vf_postkey_sub(kb), ks)))
+				break;
+		} else if (kind == VF_PK_BLOCK) {
 			vf_block b;
 			st->blocks++;
 			if (vf_block_open(d.mv_data, d.mv_size, &b)) {
-				vbad(st, "generation %llu cluster %llu: block header damaged",
-				     m->id, cl);
+				vbad(st, "generation %llu cluster %llu: block header damaged", m->id, cl);
 				continue;
 			}
-			for (int c = 0; c < VF_NCOL; c++)
+			int ok = 1;
+			for (int c = 0; c < VF_NCOL && ok; c++)
 				if (vf_block_check(NULL, &b, c)) {
 					vbad(st, "generation %llu cluster %llu: block checksum mismatch",
 					     m->id, cl);
+					ok = 0;
+				}
+			for (uint32_t i = 0; i < b.n && ok; i++) {
+				uint64_t id = vf_block_id(&b, i), seq = vf_block_seq(&b, i);
+				uint32_t kl;
+				const char *key = vf_block_key(&b, i, &kl);
+				if (!key || vf_block_vec_check(&b, i)) {
+					vbad(st, "generation %llu cluster %llu: posting damaged", m->id, cl);
 					break;
 				}
-			for (uint32_t i = 0; i < b.n; i++) {
-				vf_key64 rk = vf_key_u64(vf_block_id(&b, i));
-				MDB_val rv;
-				st->postings++;
-				if (mdb_get(txn, s->records, &(MDB_val){8, rk.b}, &rv) == MDB_NOTFOUND)
-					st->missing++; /* deleted since: tombstoned */
+				if (vf_posting_stale(&tombs, &dirty, id, seq))
+					st->stale++;
+				else
+					verify_posting(txn, s, st, m->id, id, seq, key, kl, vf_block_vec(&b, i),
+						       b.dim);
 			}
-		} else if (vf_postkey_kind(kb) == VF_PK_DELTA) {
+		} else if (kind == VF_PK_DELTA) {
 			vf_code c;
 			st->deltas++;
 			if (vf_delta_open(d.mv_data, d.mv_size, m->dim, m->pdim, m->bits, &c))
 				vbad(st, "generation %llu cluster %llu: delta posting checksum mismatch",
 				     m->id, cl);
+			else if (vf_posting_stale(&tombs, &dirty, c.id, c.seq))
+				st->stale++;
+			else
+				verify_posting(txn, s, st, m->id, c.id, c.seq, c.key, c.keylen, c.vec, m->dim);
 		}
 	}
 	mdb_cursor_close(cur);
+	vf_tombs_free(&tombs);
+	vf_dirty_free(&dirty);
 	return rc == MDB_NOTFOUND || rc == 0 ? 0 : vf_mdb_err(rc);
 }
 
@@ -891,7 +953,7 @@ int vecfs_verify(vecfs *v, char *msg, size_t msglen)
 	MDB_txn *txn;
 	verify_state st;
 	uint64_t ids[1024];
-	size_t n;
+	size_t n, nready = 0;
 	vf_counters cnt;
 	memset(&st, 0, sizeof st);
 	int rc = vf_read_begin(v->store, &txn);
@@ -906,8 +968,14 @@ int vecfs_verify(vecfs *v, char *msg, size_t msglen)
 			goto out;
 		if (m.state != VECFS_GEN_READY)
 			continue;
-		if ((rc = verify_gen(txn, v->store, &m, &st)))
+		nready++;
+		uint64_t live0 = st.live, unc0 = st.uncovered;
+		if ((rc = verify_gen(txn, v->store, &m, &cnt, &st)))
 			goto out;
+		/* every live record is either posted once or scanned exactly */
+		if (st.live - live0 + st.uncovered - unc0 != cnt.live)
+			vbad(&st, "generation %llu covers %llu records, the store has %llu live",
+			     m.id, (st.live - live0) + (st.uncovered - unc0));
 	}
 	/* every key maps to a record whose key matches */
 	MDB_cursor *cur;
@@ -948,9 +1016,12 @@ out:
 		return -EIO;
 	}
 	snprintf(msg, msglen,
-		 "verify: ok: %llu records, %zu generation(s), %llu posting blocks, %llu block postings, %llu delta postings",
-		 (unsigned long long)cnt.live, n, (unsigned long long)st.blocks,
-		 (unsigned long long)st.postings, (unsigned long long)st.deltas);
+		 "verify: ok: %llu records, %zu ready generation(s), %llu posting blocks, "
+		 "%llu delta postings, %llu live postings checked against records, "
+		 "%llu superseded",
+		 (unsigned long long)cnt.live, nready, (unsigned long long)st.blocks,
+		 (unsigned long long)st.deltas, (unsigned long long)st.live,
+		 (unsigned long long)st.stale);
 	return 0;
 }
 

@@ -27,7 +27,6 @@
 
 #define PROG "vecfs-bench"
 #define BATCH_ROWS 10000   /* rows per vecfs_put */
-#define WARMUP_QUERIES 100 /* untimed queries before each setting */
 #define RECALL_AT 10       /* ground-truth ids a query is scored against */
 #define MAX_NPROBE 64      /* values in one --nprobe list */
 #define ERRLEN 256
@@ -51,6 +50,9 @@ static const char usage_text[] =
 	"  --queries Q             use only the first Q queries (default all)\n"
 	"  --exact-queries Q       time the exact scan on the first Q queries\n"
 	"                          (default 200; it is the slow baseline)\n"
+	"  --warmup N              untimed queries before each timed setting\n"
+	"                          (default: one pass over all queries, so the\n"
+	"                          figures are steady state, index in memory)\n"
 	"  --reuse PATH            query a store kept by --store PATH as it is\n"
 	"                          (no ingest, no build; for profiling)\n"
 	"  --store PATH            create the store at PATH (must not exist) and keep it\n"
@@ -80,12 +82,14 @@ struct options {
 	size_t queries;          /* 0 = all */
 	size_t exact_queries;    /* queries timed for the exact scan */
 	const char *reuse;       /* an existing store to query as it is */
+	size_t warmup;           /* untimed queries before each setting */
+	int have_warmup;
 	int json, keep, help;
 };
 
 enum opt_id {
 	OPT_METRIC, OPT_NPROBE, OPT_BITS, OPT_REFINE, OPT_NLIST, OPT_K,
-	OPT_QUERIES, OPT_EXACTQ, OPT_REUSE, OPT_STORE, OPT_JSON, OPT_KEEP, OPT_HELP
+	OPT_QUERIES, OPT_EXACTQ, OPT_REUSE, OPT_WARMUP, OPT_STORE, OPT_JSON, OPT_KEEP, OPT_HELP
 };
 
 struct opt_spec {
@@ -100,6 +104,7 @@ static const struct opt_spec opt_table[] = {
 	{ "--nlist", 1, OPT_NLIST },     { "--k", 1, OPT_K },
 	{ "--queries", 1, OPT_QUERIES }, { "--store", 1, OPT_STORE },
 	{ "--exact-queries", 1, OPT_EXACTQ }, { "--reuse", 1, OPT_REUSE },
+	{ "--warmup", 1, OPT_WARMUP },
 	{ "--json", 0, OPT_JSON },       { "--keep", 0, OPT_KEEP },
 	{ "--help", 0, OPT_HELP },       { "-h", 0, OPT_HELP },
 };
@@ -206,6 +211,11 @@ static int apply_opt(struct options *o, const struct opt_spec *spec,
 	case OPT_QUERIES:
 		bad = parse_uint(val, 1, SIZE_MAX, &q) != 0;
 		o->queries = (size_t)q;
+		break;
+	case OPT_WARMUP:
+		bad = parse_uint(val, 0, SIZE_MAX, &q) != 0;
+		o->warmup = (size_t)q;
+		o->have_warmup = 1;
 		break;
 	case OPT_REUSE:
 		bad = *val == '\0';
@@ -799,7 +809,8 @@ static int search_one(struct bench *b, size_t qi, const vecfs_query_opts *qo,
 
 static int warm_up(struct bench *b, const vecfs_query_opts *qo)
 {
-	size_t n = b->nq < WARMUP_QUERIES ? b->nq : WARMUP_QUERIES;
+	size_t want = b->opt->have_warmup ? b->opt->warmup : b->nq;
+	size_t n = b->nq < want ? b->nq : want;
 
 	for (size_t i = 0; i < n; i++) {
 		vecfs_results *r;
