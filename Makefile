@@ -54,7 +54,7 @@ $(BUILD)/vecfs-bench: $(BUILD)/obj/tools/vecfs_bench.o $(BUILD)/libvecfs.a
 $(BUILD)/vecfs: $(FS_OBJ) $(BUILD)/libvecfs.a
 	$(CC) $(CFLAGS) -o $@ $^ $(FUSE_LIBS) $(LIBS)
 
-$(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(BUILD)/libvecfs.a
+$(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(BUILD)/obj/tests/testutil.o $(BUILD)/libvecfs.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $^ -lcmocka $(LIBS)
 

@@ -25,7 +25,7 @@
 #include "kernels.h"
 #include "rotation.h"
 
-#define VF_EPS0 1.9f /* confidence constant of the error bound */
+#define VF_EPS0 2.7f /* bound = eps0 standard deviations: 99.3% two-sided */
 
 typedef struct vf_encoder {
 	const vf_rotation *rot;

@@ -1,0 +1,1107 @@
+/*
+ * test_quant.c - the engine's numeric core: the random rotation, RaBitQ
+ * codes and their estimators and error bounds (both passes), the scalar and
+ * AVX2 kernels, k-means and nearest-centroid search.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "block.h"
+#include "kernels.h"
+#include "kmeans.h"
+#include "rabitq.h"
+#include "rotation.h"
+#include "testutil.h"
+
+/* ------------------------------------------------------------ helpers */
+
+static int have_avx2(void)
+{
+#if defined(__x86_64__)
+	__builtin_cpu_init();
+	return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#else
+	return 0;
+#endif
+}
+
+static const vf_kernels *avx2_kernels(void)
+{
+#if defined(__x86_64__)
+	if (have_avx2())
+		return &vf_kernels_avx2;
+#endif
+	return NULL;
+}
+
+static float *gauss_vec(rng *r, size_t n, double scale)
+{
+	float *v = malloc((n ? n : 1) * sizeof(float));
+	assert_non_null(v);
+	for (size_t i = 0; i < n; i++)
+		v[i] = (float)(rng_gauss(r) * scale);
+	return v;
+}
+
+static double dot_d(const float *a, const float *b, size_t n)
+{
+	double s = 0;
+	for (size_t i = 0; i < n; i++)
+		s += (double)a[i] * b[i];
+	return s;
+}
+
+static double l2_d(const float *a, const float *b, size_t n)
+{
+	double s = 0;
+	for (size_t i = 0; i < n; i++) {
+		double d = (double)a[i] - b[i];
+		s += d * d;
+	}
+	return s;
+}
+
+static int same_float(float a, float b)
+{
+	return memcmp(&a, &b, sizeof a) == 0;
+}
+
+/* ------------------------------------------------------------ 1. rotation */
+
+static void test_rotation_preserves_geometry(void **state)
+{
+	(void)state;
+	static const uint32_t dims[] = { 1, 7, 64, 100, 128, 784 };
+	rng r = { .s = 1 };
+	for (size_t t = 0; t < sizeof dims / sizeof *dims; t++) {
+		uint32_t dim = dims[t], pdim = vf_padded_dim(dim);
+		/* the smallest power of two >= max(dim, 64) */
+		assert_true(pdim >= 64 && pdim >= dim && (pdim & (pdim - 1)) == 0);
+		assert_true(pdim == 64 || pdim / 2 < dim);
+
+		vf_rotation rot, same, other;
+		assert_int_equal(vf_rotation_init(&rot, dim, 42), 0);
+		assert_int_equal(vf_rotation_init(&same, dim, 42), 0);
+		assert_int_equal(vf_rotation_init(&other, dim, 43), 0);
+		assert_int_equal(rot.dim, dim);
+		assert_int_equal(rot.pdim, pdim);
+
+		float *ra = malloc(pdim * sizeof(float)), *rb = malloc(pdim * sizeof(float));
+		float *rs = malloc(pdim * sizeof(float)), *ro = malloc(pdim * sizeof(float));
+		float *sum = malloc(dim * sizeof(float)), *rsum = malloc(pdim * sizeof(float));
+		assert_non_null(ra);
+		assert_non_null(rb);
+		assert_non_null(rs);
+		assert_non_null(ro);
+		assert_non_null(sum);
+		assert_non_null(rsum);
+		double worst_n = 0, worst_ip = 0;
+		for (int k = 0; k < 40; k++) {
+			float *a = gauss_vec(&r, dim, 1.0 + k % 5);
+			float *b = gauss_vec(&r, dim, 0.5);
+			if (k % 4 == 1) /* correlated pairs: a large inner product */
+				for (uint32_t i = 0; i < dim; i++)
+					b[i] = a[i] * 0.7f + b[i];
+			if (k == 0) { /* a basis vector */
+				memset(a, 0, dim * sizeof(float));
+				a[dim - 1] = 1;
+			}
+			vf_rotate(&rot, a, ra);
+			vf_rotate(&rot, b, rb);
+			double na = sqrt(dot_d(a, a, dim)), nb = sqrt(dot_d(b, b, dim));
+			double e = fabs(sqrt(dot_d(ra, ra, pdim)) - na) / na;
+			double f = fabs(dot_d(ra, rb, pdim) - dot_d(a, b, dim)) / (na * nb);
+			worst_n = e > worst_n ? e : worst_n;
+			worst_ip = f > worst_ip ? f : worst_ip;
+			if (e > 1e-5 || f > 1e-5)
+				print_message("dim %u vector %d: norm error %.3g, inner product error %.3g\n",
+					      dim, k, e, f);
+			assert_true(e <= 1e-5);
+			assert_true(f <= 1e-5);
+
+			/* linear: R(a + b) = Ra + Rb */
+			for (uint32_t i = 0; i < dim; i++)
+				sum[i] = a[i] + b[i];
+			vf_rotate(&rot, sum, rsum);
+			for (uint32_t i = 0; i < pdim; i++)
+				assert_true(fabs((double)rsum[i] - ((double)ra[i] + rb[i])) <=
+					    1e-5 * (na + nb));
+
+			/* it mixes: the padding dimensions get their share */
+			if (dim < pdim) {
+				double out = 0;
+				for (uint32_t i = dim; i < pdim; i++)
+					out += (double)ra[i] * ra[i];
+				assert_true(out > 0.02 * na * na);
+			}
+
+			/* deterministic in the seed, and the seed matters */
+			vf_rotate(&same, a, rs);
+			assert_memory_equal(rs, ra, pdim * sizeof(float));
+			vf_rotate(&other, a, ro);
+			double diff = l2_d(ro, ra, pdim);
+			if (diff < 0.1 * na * na)
+				print_message("dim %u: seeds 42 and 43 rotate alike (%g of %g)\n",
+					      dim, diff, na * na);
+			assert_true(diff >= 0.1 * na * na);
+			free(a);
+			free(b);
+		}
+		/* the images of the basis vectors are orthonormal */
+		if (dim <= 128) {
+			float *basis = malloc((size_t)dim * pdim * sizeof(float));
+			float *e = calloc(dim, sizeof(float));
+			assert_non_null(basis);
+			assert_non_null(e);
+			for (uint32_t i = 0; i < dim; i++) {
+				e[i] = 1;
+				vf_rotate(&rot, e, basis + (size_t)i * pdim);
+				e[i] = 0;
+			}
+			for (uint32_t i = 0; i < dim; i++)
+				for (uint32_t j = 0; j <= i; j++) {
+					double ip = dot_d(basis + (size_t)i * pdim,
+							  basis + (size_t)j * pdim, pdim);
+					assert_true(fabs(ip - (i == j)) <= 1e-5);
+				}
+			free(basis);
+			free(e);
+		}
+		print_message("dim %u (pdim %u): worst relative norm error %.2g, inner product %.2g\n",
+			      dim, pdim, worst_n, worst_ip);
+		free(ra);
+		free(rb);
+		free(rs);
+		free(ro);
+		free(sum);
+		free(rsum);
+		vf_rotation_free(&rot);
+		vf_rotation_free(&same);
+		vf_rotation_free(&other);
+	}
+}
+
+/* ------------------------------------------------------------ 2. estimators */
+
+#define E_DIM 128
+#define E_NP 400  /* points: 12 full batches and a half one */
+#define E_NQ 60   /* queries: 24000 pairs */
+
+typedef struct est_stats {
+	size_t pairs;
+	double mean_rel;     /* mean (est - true) / true */
+	double mean_norm;    /* mean (est - true) / (|v - c| |q - c|) */
+	double slope;        /* least squares slope of the error on <v-c, q-c> */
+	double cover2;       /* share with |est - true| <= bound */
+	double mean_rel1;    /* first pass (exact S1): mean (est1 - true) / true */
+	double cover1;       /* share with first-pass lo <= true */
+	double cover1hi;     /* share with first-pass hi >= true */
+	size_t lut_bad;      /* first-pass lo off by more than the LUT error */
+	size_t mask_bad;     /* mask bits disagreeing with lo <= thresh */
+	size_t kernel_diff;  /* first-pass results differing between kernels */
+} est_stats;
+
+/* One cluster (centroid c) of Gaussian points, encoded with `bits`; random
+ * queries around it.  dot: the dot-product variant.  The first pass runs
+ * with kns[0] (and kns[1] when not NULL, which must agree bit for bit). */
+static void run_estimator(int dot, uint32_t bits, uint64_t seed,
+			  const vf_kernels *const kns[2], est_stats *st)
+{
+	rng r = { .s = seed };
+	const uint32_t D = E_DIM;
+	vf_rotation rot;
+	assert_int_equal(vf_rotation_init(&rot, D, seed * 7 + 1), 0);
+	const uint32_t pdim = rot.pdim, groups = pdim / 4;
+	size_t pb = (size_t)bits * vf_plane_bytes(pdim);
+
+	float *c = malloc(D * sizeof(float));
+	float *rc = malloc(pdim * sizeof(float));
+	float *pts = malloc((size_t)E_NP * D * sizeof(float));
+	float *qs = malloc((size_t)E_NQ * D * sizeof(float));
+	uint8_t *planes = malloc(E_NP * pb);
+	vf_code *codes = calloc(E_NP, sizeof *codes);
+	assert_non_null(c);
+	assert_non_null(rc);
+	assert_non_null(pts);
+	assert_non_null(qs);
+	assert_non_null(planes);
+	assert_non_null(codes);
+	for (uint32_t i = 0; i < D; i++)
+		c[i] = (float)(rng_unif(&r) * 10 - 5);
+	for (size_t p = 0; p < E_NP; p++) {
+		double s = 0.5 + 1.5 * rng_unif(&r);
+		for (uint32_t i = 0; i < D; i++)
+			pts[p * D + i] = c[i] + (float)(rng_gauss(&r) * s);
+	}
+	for (size_t q = 0; q < E_NQ; q++) {
+		double s = 0.5 + 1.5 * rng_unif(&r);
+		for (uint32_t i = 0; i < D; i++)
+			qs[q * D + i] = c[i] + (float)(rng_gauss(&r) * s);
+	}
+	vf_rotate(&rot, c, rc);
+	float rc_sum = 0;
+	for (uint32_t i = 0; i < pdim; i++)
+		rc_sum += rc[i];
+
+	vf_encoder enc;
+	assert_int_equal(vf_encoder_init(&enc, &rot, bits, dot), 0);
+	for (size_t p = 0; p < E_NP; p++) {
+		vf_encode(&enc, pts + p * D, c, rc, planes + p * pb, &codes[p]);
+		assert_ptr_equal(codes[p].planes, planes + p * pb);
+		codes[p].id = p;
+		codes[p].seq = p + 1;
+		codes[p].vec = pts + p * D;
+		codes[p].key = "k";
+		codes[p].keylen = 1;
+	}
+	vf_encoder_free(&enc);
+
+	/* the same codes as a posting block, for the first pass */
+	size_t blen = vf_block_size(codes, E_NP, D, pdim, bits);
+	uint8_t *blk = malloc(blen);
+	assert_non_null(blk);
+	vf_block_write(blk, codes, E_NP, D, pdim, bits);
+	vf_block b;
+	assert_int_equal(vf_block_open(blk, blen, &b), 0);
+
+	vf_qstate qst;
+	vf_cstate cst;
+	assert_int_equal(vf_qstate_init(&qst, pdim, bits), 0);
+	assert_int_equal(vf_cstate_init(&cst, pdim), 0);
+
+	double s_rel = 0, s_norm = 0, s_rel1 = 0;
+	double sx = 0, sy = 0, sxx = 0, sxy = 0;
+	size_t in2 = 0, in1 = 0, in1hi = 0, n = 0, lut_bad = 0, mask_bad = 0, kdiff = 0;
+	for (size_t qi = 0; qi < E_NQ; qi++) {
+		const float *q = qs + qi * D;
+		double nq2 = l2_d(q, c, D), qcd = dot_d(q, c, D);
+		vf_qstate_set(&qst, &rot, q);
+		vf_cstate_set(&cst, &qst, rc, rc_sum, dot ? (float)-qcd : (float)nq2,
+			      (float)sqrt(nq2));
+		double truth[E_NP];
+		for (size_t p = 0; p < E_NP; p++) {
+			const float *v = pts + p * D;
+			const vf_code *cd = &codes[p];
+			double t = dot ? -dot_d(q, v, D) : l2_d(q, v, D);
+			truth[p] = t;
+			float est, bound;
+			vf_pass2(&qst, &cst, cd->planes, cd->add, cd->rb, cd->eb, cd->cdot,
+				 &est, &bound);
+			assert_true(isfinite(est) && isfinite(bound) && bound >= 0);
+			double err = est - t;
+			double nr = sqrt(l2_d(v, c, D)), ip = 0;
+			for (uint32_t i = 0; i < D; i++)
+				ip += ((double)v[i] - c[i]) * ((double)q[i] - c[i]);
+			s_rel += err / t;
+			s_norm += err / (nr * sqrt(nq2));
+			sx += ip;
+			sy += err;
+			sxx += ip * ip;
+			sxy += ip * err;
+			if (fabs(err) <= bound)
+				in2++;
+			n++;
+		}
+
+		/* first pass, a batch at a time */
+		for (uint32_t bt = 0; bt < b.nbatch; bt++) {
+			const uint8_t *sign = b.col[VF_COL_SIGN] + (size_t)bt * groups * 16;
+			const uint8_t *f1 = vf_block_f1_batch(&b, bt);
+			const uint8_t *add = f1, *r1 = f1 + VF_BATCH * 4, *e1 = f1 + 2 * VF_BATCH * 4;
+			float lo[VF_BATCH], hi[VF_BATCH], lo2[VF_BATCH], hi2[VF_BATCH];
+			vf_pass1 p1 = cst.p1;
+			uint32_t mask = kns[0]->pass1(sign, cst.lut, groups, add, r1, e1, &p1, lo, hi);
+			assert_int_equal(mask, 0xFFFFFFFFu); /* thresh = +inf */
+			if (kns[1]) {
+				uint32_t m2 = kns[1]->pass1(sign, cst.lut, groups, add, r1, e1, &p1,
+							    lo2, hi2);
+				if (m2 != mask || memcmp(lo, lo2, sizeof lo) != 0 ||
+				    memcmp(hi, hi2, sizeof hi) != 0)
+					kdiff++;
+			}
+			for (uint32_t j = 0; j < VF_BATCH; j++) {
+				uint32_t p = bt * VF_BATCH + j;
+				if (p >= E_NP) {
+					assert_true(isinf(lo[j]) && lo[j] > 0);
+					continue;
+				}
+				const vf_code *cd = &codes[p];
+				/* the sign-plane estimate with an exact inner product */
+				double s1 = 0;
+				for (uint32_t i = 0; i < pdim; i++) {
+					int bit = (cd->planes[i / 8] >> (i % 8)) & 1;
+					s1 += (bit ? 0.5 : -0.5) * (double)cst.qr[i];
+				}
+				double base = (double)cd->add + p1.qc;
+				double est1 = base + (double)cd->r1 * s1;
+				double bnd1 = fabs((double)cd->r1) * p1.qerr + (double)cd->e1 * p1.nq;
+				/* the look-up tables err by at most qerr in S1 */
+				double slack = fabs((double)cd->r1) * p1.qerr +
+					       2e-6 * (fabs(base) + fabs(cd->r1 * s1) + bnd1) + 1e-6;
+				if ((fabs(lo[j] - (est1 - bnd1)) > slack ||
+				     fabs(hi[j] - (est1 + bnd1)) > slack) && lut_bad++ < 5)
+					print_message("bits %u: vector %u: first-pass lo/hi %.6g %.6g, exact S1 gives %.6g %.6g (allowed %.3g)\n",
+						      bits, p, lo[j], hi[j], est1 - bnd1, est1 + bnd1, slack);
+				s_rel1 += (est1 - truth[p]) / truth[p];
+				if (lo[j] <= truth[p])
+					in1++;
+				if (hi[j] >= truth[p])
+					in1hi++;
+			}
+			/* mask: bit set iff lo <= thresh; padding never passes a
+			 * finite threshold */
+			float th[3] = { lo[(bt * 7) % VF_BATCH], -INFINITY, FLT_MAX };
+			if (!isfinite(th[0]))
+				th[0] = lo[0];
+			for (int k = 0; k < 3; k++) {
+				p1.thresh = th[k];
+				for (int kk = 0; kk < 2; kk++) {
+					if (!kns[kk])
+						continue;
+					uint32_t m = kns[kk]->pass1(sign, cst.lut, groups, add, r1, e1,
+								    &p1, lo2, hi2);
+					if (memcmp(lo2, lo, sizeof lo) != 0 ||
+					    memcmp(hi2, hi, sizeof hi) != 0)
+						kdiff++;
+					for (uint32_t j = 0; j < VF_BATCH; j++) {
+						int bit = (int)(m >> j & 1), want = lo[j] <= th[k];
+						if (bt * VF_BATCH + j >= E_NP)
+							want = 0;
+						if (bit != want && mask_bad++ < 5)
+							print_message("%s: mask bit %u is %d: lo %g thresh %g\n",
+								      kns[kk]->name, j, bit, lo[j], th[k]);
+					}
+				}
+			}
+		}
+	}
+	st->pairs = n;
+	st->mean_rel = s_rel / n;
+	st->mean_rel1 = s_rel1 / n;
+	st->mean_norm = s_norm / n;
+	st->slope = (sxy - sx * sy / n) / (sxx - sx * sx / n);
+	st->cover2 = (double)in2 / n;
+	st->cover1 = (double)in1 / n;
+	st->cover1hi = (double)in1hi / n;
+	st->lut_bad = lut_bad;
+	st->mask_bad = mask_bad;
+	st->kernel_diff = kdiff;
+
+	vf_qstate_free(&qst);
+	vf_cstate_free(&cst);
+	free(blk);
+	free(codes);
+	free(planes);
+	free(qs);
+	free(pts);
+	free(rc);
+	free(c);
+	vf_rotation_free(&rot);
+}
+
+static const uint32_t est_bits[] = { 1, 2, 3, 4, 5, 8 };
+#define N_EST_BITS (sizeof est_bits / sizeof *est_bits)
+
+/* The statistics of each metric (0 l2, 1 dot) and bits value, computed once
+ * and shared by the tests below. */
+static est_stats est_cache[2][N_EST_BITS];
+static int est_done[2];
+
+static const est_stats *estimator_runs(int dot)
+{
+	if (est_done[dot])
+		return est_cache[dot];
+	const vf_kernels *kns[2] = { &vf_kernels_scalar, avx2_kernels() };
+	if (!kns[1])
+		print_message("no AVX2+FMA on this CPU: the first pass runs on the scalar kernel only\n");
+	for (size_t t = 0; t < N_EST_BITS; t++) {
+		est_stats *s = &est_cache[dot][t];
+		memset(s, 0, sizeof *s);
+		run_estimator(dot, est_bits[t], 100 + est_bits[t] + 50 * (uint64_t)dot, kns, s);
+		print_message("%s bits %u: %zu pairs, mean rel err %+.5f (pass 1 %+.5f), "
+			      "mean err/(|v-c||q-c|) %+.5f, err slope %+.4f, "
+			      "within bound %.4f, pass-1 lo <= true %.4f (true <= hi %.4f)\n",
+			      dot ? "dot" : "l2", est_bits[t], s->pairs, s->mean_rel,
+			      s->mean_rel1, s->mean_norm, s->slope, s->cover2, s->cover1,
+			      s->cover1hi);
+	}
+	est_done[dot] = 1;
+	return est_cache[dot];
+}
+
+/* Unbiased estimates, first-pass values within the look-up error of the
+ * exact sign-plane estimate, the mask semantics, kernels in agreement. */
+static void check_unbiased(int dot)
+{
+	const est_stats *st = estimator_runs(dot);
+	for (size_t t = 0; t < N_EST_BITS; t++) {
+		const est_stats *s = &st[t];
+		assert_true(s->pairs >= 20000);
+		/* on average, and whatever the true inner product (no scale
+		 * error) */
+		assert_true(fabs(s->mean_rel) < 0.01);
+		assert_true(fabs(s->mean_rel1) < 0.01);
+		assert_true(fabs(s->mean_norm) < 0.01);
+		assert_true(fabs(s->slope) < 0.05);
+		assert_int_equal(s->lut_bad, 0);
+		assert_int_equal(s->mask_bad, 0);
+		assert_int_equal(s->kernel_diff, 0);
+	}
+}
+
+/* The error bounds hold for nearly all pairs: |est - true| <= bound in the
+ * second pass, lo <= true in the first. */
+static void check_bounds(int dot)
+{
+	const est_stats *st = estimator_runs(dot);
+	size_t bad = 0;
+	for (size_t t = 0; t < N_EST_BITS; t++) {
+		const est_stats *s = &st[t];
+		if (s->cover2 < 0.99 || s->cover1 < 0.99) {
+			print_message("%s bits %u: %.2f%% within the second-pass bound, "
+				      "%.2f%% at or above the first-pass lower bound (want >= 99%%)\n",
+				      dot ? "dot" : "l2", est_bits[t], 100 * s->cover2,
+				      100 * s->cover1);
+			bad++;
+		}
+	}
+	assert_int_equal(bad, 0);
+}
+
+static void test_estimator_l2_unbiased(void **state)
+{
+	(void)state;
+	check_unbiased(0);
+}
+
+static void test_estimator_dot_unbiased(void **state)
+{
+	(void)state;
+	check_unbiased(1);
+}
+
+static void test_error_bounds_l2(void **state)
+{
+	(void)state;
+	check_bounds(0);
+}
+
+static void test_error_bounds_dot(void **state)
+{
+	(void)state;
+	check_bounds(1);
+}
+
+/* ------------------------------------------------------------ 3. kernels */
+
+/* Floats copied to `off` bytes past a fresh buffer: unaligned inputs. */
+static void *unaligned_copy(const float *v, size_t n, size_t off, char **buf)
+{
+	*buf = malloc(n * sizeof(float) + off + 1);
+	assert_non_null(*buf);
+	memcpy(*buf + off, v, n * sizeof(float));
+	return *buf + off;
+}
+
+/* Results that must match bit for bit between kernels, and a double
+ * reference within rounding. */
+static size_t float_diffs(const float *a, const float *b, size_t n)
+{
+	size_t d = 0;
+	for (size_t i = 0; i < n; i++)
+		d += memcmp(&a[i], &b[i], sizeof(float)) != 0;
+	return d;
+}
+
+static void check_l2_dot(const vf_kernels *kn, const vf_kernels *ref, rng *r)
+{
+	static const size_t offs[][2] = { { 0, 0 }, { 1, 2 }, { 3, 1 }, { 2, 3 }, { 0, 1 } };
+	size_t bad_ref = 0, bad_bits = 0, bad_align = 0;
+	for (size_t d = 1; d <= 300; d++) {
+		double scale = d % 3 == 0 ? 1e-3 : d % 3 == 1 ? 1.0 : 50.0;
+		float *a = gauss_vec(r, d, scale), *b = gauss_vec(r, d, scale);
+		if (d % 5 == 0) /* nearby vectors: cancellation in a - b */
+			for (size_t i = 0; i < d; i++)
+				b[i] = a[i] + (float)(rng_gauss(r) * scale * 1e-3);
+		double l2 = 0, l2abs = 0, ip = 0, ipabs = 0;
+		for (size_t i = 0; i < d; i++) {
+			double x = (double)a[i] - b[i];
+			l2 += x * x;
+			l2abs += x * x;
+			ip += (double)a[i] * b[i];
+			ipabs += fabs((double)a[i] * b[i]);
+		}
+		float l2_0 = 0, dot_0 = 0;
+		for (size_t o = 0; o < sizeof offs / sizeof *offs; o++) {
+			char *ba, *bb;
+			const void *pa = unaligned_copy(a, d, offs[o][0], &ba);
+			const void *pb = unaligned_copy(b, d, offs[o][1], &bb);
+			float l2f = kn->l2sq(pa, pb, d), dotf = kn->dot(pa, pb, d);
+			/* fp32 sums of d terms: a few ulps per term at most */
+			if (fabs(l2f - l2) > 4e-6 * l2abs + 1e-30 ||
+			    fabs(dotf - ip) > 4e-6 * ipabs + 1e-30) {
+				if (bad_ref++ < 5)
+					print_message("%s d %zu: l2sq %.9g (ref %.9g) dot %.9g (ref %.9g)\n",
+						      kn->name, d, l2f, l2, dotf, ip);
+			}
+			if (o == 0) {
+				l2_0 = l2f;
+				dot_0 = dotf;
+			} else if (!same_float(l2f, l2_0) || !same_float(dotf, dot_0)) {
+				if (bad_align++ < 5)
+					print_message("%s d %zu offsets %zu/%zu: result depends on alignment\n",
+						      kn->name, d, offs[o][0], offs[o][1]);
+			}
+			if (ref && (!same_float(l2f, ref->l2sq(pa, pb, d)) ||
+				    !same_float(dotf, ref->dot(pa, pb, d)))) {
+				if (bad_bits++ < 5)
+					print_message("d %zu offsets %zu/%zu: %s l2sq %.9g dot %.9g, %s %.9g %.9g\n",
+						      d, offs[o][0], offs[o][1], kn->name, l2f, dotf,
+						      ref->name, ref->l2sq(pa, pb, d), ref->dot(pa, pb, d));
+			}
+			free(ba);
+			free(bb);
+		}
+		free(a);
+		free(b);
+	}
+	assert_int_equal(bad_ref, 0);
+	assert_int_equal(bad_align, 0);
+	assert_int_equal(bad_bits, 0);
+}
+
+/* Reference check of rows of panel dots: row i is the point pts + i*pstep
+ * against the panel panels + i*panstep; returns how many values are off. */
+static size_t panel_ref_diffs(const char *what, const vf_kernels *kn, const float *out,
+			      const float *pts, size_t pstep, const float *panels,
+			      size_t panstep, size_t rows, size_t d)
+{
+	size_t bad = 0;
+	for (size_t i = 0; i < rows; i++)
+		for (size_t j = 0; j < VF_PANEL; j++) {
+			const float *x = pts + i * pstep, *pan = panels + i * panstep;
+			double s = 0, sa = 0;
+			for (size_t k = 0; k < d; k++) {
+				double t = (double)x[k] * pan[k * VF_PANEL + j];
+				s += t;
+				sa += fabs(t);
+			}
+			float got = out[i * VF_PANEL + j];
+			if (fabs(got - s) > 4e-6 * sa + 1e-30 && bad++ < 5)
+				print_message("%s %s d %zu rows %zu: [%zu][%zu] %.9g, ref %.9g\n",
+					      kn->name, what, d, rows, i, j, got, s);
+		}
+	return bad;
+}
+
+static void check_panels(const vf_kernels *kn, const vf_kernels *ref, rng *r)
+{
+	static const size_t ds[] = { 1, 2, 3, 8, 15, 16, 17, 100 };
+	static const size_t nps[] = { 1, 2, 3, 4, 5, 7, 8, 9, 64, 65 };
+	size_t bad_ref = 0, bad_bits = 0;
+	for (size_t di = 0; di < sizeof ds / sizeof *ds; di++) {
+		size_t d = ds[di];
+		for (size_t ni = 0; ni < sizeof nps / sizeof *nps; ni++) {
+			size_t np = nps[ni];
+			float *pts = gauss_vec(r, np * d, 1.0);
+			float *panels = gauss_vec(r, np * d * VF_PANEL, 1.0);
+			float *out = malloc(np * VF_PANEL * sizeof(float));
+			float *out2 = malloc(np * VF_PANEL * sizeof(float));
+			assert_non_null(out);
+			assert_non_null(out2);
+			for (int mode = 0; mode < 2; mode++) {
+				/* 0: np points against one panel; 1: one point
+				 * against np panels */
+				const char *what = mode ? "point_panels" : "panel_dots";
+				if (mode == 0) {
+					kn->panel_dots(pts, np, d, panels, out);
+					bad_ref += panel_ref_diffs(what, kn, out, pts, d, panels, 0,
+								   np, d);
+				} else {
+					kn->point_panels(pts, d, panels, np, out);
+					bad_ref += panel_ref_diffs(what, kn, out, pts, 0, panels,
+								   d * VF_PANEL, np, d);
+				}
+				if (!ref)
+					continue;
+				if (mode == 0)
+					ref->panel_dots(pts, np, d, panels, out2);
+				else
+					ref->point_panels(pts, d, panels, np, out2);
+				size_t n = float_diffs(out, out2, np * VF_PANEL);
+				if (n && bad_bits++ < 5)
+					print_message("%s d %zu rows %zu: %zu values differ between %s and %s\n",
+						      what, d, np, n, kn->name, ref->name);
+			}
+			free(pts);
+			free(panels);
+			free(out);
+			free(out2);
+		}
+	}
+	assert_int_equal(bad_ref, 0);
+	assert_int_equal(bad_bits, 0);
+}
+
+/* pass1 against an exact integer look-up sum, and against `ref`. */
+static void check_pass1(const vf_kernels *kn, const vf_kernels *ref, rng *r)
+{
+	static const uint32_t gs[] = { 16, 32, 48, 256, 272, 512, 1024 };
+	size_t bad_ref = 0, bad_bits = 0, bad_mask = 0;
+	for (size_t gi = 0; gi < sizeof gs / sizeof *gs; gi++) {
+		uint32_t groups = gs[gi];
+		for (int t = 0; t < 6; t++) {
+			uint8_t *codes = malloc((size_t)groups * 16);
+			uint8_t *lut = malloc((size_t)groups * 16);
+			float f[3][VF_BATCH];
+			assert_non_null(codes);
+			assert_non_null(lut);
+			vf_pass1 p;
+			if (t == 0) { /* the largest sums: every look-up 255 */
+				memset(codes, 0xFF, (size_t)groups * 16);
+				memset(lut, 0xFF, (size_t)groups * 16);
+				for (int j = 0; j < VF_BATCH; j++) {
+					f[0][j] = 0;
+					f[1][j] = 1;
+					f[2][j] = 0;
+				}
+				p = (vf_pass1){ 1, 0, 0, 0, 0, INFINITY };
+			} else {
+				for (size_t i = 0; i < (size_t)groups * 16; i++) {
+					codes[i] = (uint8_t)rng_next(r);
+					lut[i] = (uint8_t)rng_next(r);
+				}
+				for (int j = 0; j < VF_BATCH; j++) {
+					f[0][j] = (float)(rng_unif(r) * 100);
+					f[1][j] = (float)(rng_gauss(r) * 10);
+					f[2][j] = (float)(rng_unif(r) * 3);
+				}
+				if (t == 1) /* padding slots */
+					for (int j = 20; j < VF_BATCH; j++) {
+						f[0][j] = INFINITY;
+						f[1][j] = 0;
+						f[2][j] = 0;
+					}
+				p.a = (float)(rng_unif(r) * 0.1 + 1e-3);
+				p.b = (float)(rng_gauss(r) * 5);
+				p.qc = (float)(rng_unif(r) * 50);
+				p.qerr = (float)(rng_unif(r) * 0.5);
+				p.nq = (float)(rng_unif(r) * 10);
+				p.thresh = INFINITY;
+			}
+			char *bufs[3];
+			const uint8_t *fp[3];
+			for (int k = 0; k < 3; k++) /* unaligned factor arrays */
+				fp[k] = unaligned_copy(f[k], VF_BATCH, (size_t)k + 1, &bufs[k]);
+
+			float lo[VF_BATCH], hi[VF_BATCH], lo2[VF_BATCH], hi2[VF_BATCH];
+			uint32_t m = kn->pass1(codes, lut, groups, fp[0], fp[1], fp[2], &p, lo, hi);
+			assert_int_equal(m, 0xFFFFFFFFu);
+			for (int j = 0; j < VF_BATCH; j++) {
+				uint64_t acc = 0;
+				for (uint32_t g = 0; g < groups; g++) {
+					uint8_t nib = (codes[g * 16 + (j & 15)] >> (j >= 16 ? 4 : 0)) & 15;
+					acc += lut[g * 16 + nib];
+				}
+				double s1 = (double)acc * p.a + p.b;
+				double est = ((double)f[0][j] + p.qc) + (double)f[1][j] * s1;
+				double bound = fabs((double)f[1][j]) * p.qerr + (double)f[2][j] * p.nq;
+				double want = est - bound, want_hi = est + bound;
+				double tol = 1e-6 * (fabs((double)f[0][j]) + fabs(p.qc) +
+						     fabs((double)f[1][j] * s1) + fabs(bound)) + 1e-30;
+				int ok = isinf(want) ? lo[j] == want && hi[j] == want_hi
+					 : fabs(lo[j] - want) <= tol && fabs(hi[j] - want_hi) <= tol;
+				if (t == 0) /* exact: the sum itself, 255 * groups */
+					ok = lo[j] == (float)(255.0 * groups) && hi[j] == lo[j];
+				if (!ok && bad_ref++ < 5)
+					print_message("%s pass1 groups %u case %d slot %d: lo/hi %.9g %.9g, want %.9g %.9g\n",
+						      kn->name, groups, t, j, lo[j], hi[j], want, want_hi);
+			}
+			float ths[4] = { lo[5], lo[17], -INFINITY, FLT_MAX };
+			for (int k = 0; k < 4; k++) {
+				vf_pass1 pk = p;
+				pk.thresh = ths[k];
+				uint32_t mk = kn->pass1(codes, lut, groups, fp[0], fp[1], fp[2], &pk,
+							lo2, hi2);
+				if (memcmp(lo2, lo, sizeof lo) != 0 || memcmp(hi2, hi, sizeof hi) != 0)
+					bad_mask++;
+				for (int j = 0; j < VF_BATCH; j++)
+					if ((int)(mk >> j & 1) != (lo[j] <= ths[k]) && bad_mask++ < 5)
+						print_message("%s pass1 mask bit %d: %d, lo %g thresh %g\n",
+							      kn->name, j, (int)(mk >> j & 1), lo[j], ths[k]);
+				if (ref) {
+					uint32_t mr = ref->pass1(codes, lut, groups, fp[0], fp[1], fp[2],
+								 &pk, lo2, hi2);
+					if ((mr != mk || float_diffs(lo, lo2, VF_BATCH) ||
+					     float_diffs(hi, hi2, VF_BATCH)) && bad_bits++ < 5)
+						print_message("pass1 groups %u case %d thresh %g: %s and %s differ\n",
+							      groups, t, ths[k], kn->name, ref->name);
+				}
+			}
+			for (int k = 0; k < 3; k++)
+				free(bufs[k]);
+			free(codes);
+			free(lut);
+		}
+	}
+	assert_int_equal(bad_ref, 0);
+	assert_int_equal(bad_mask, 0);
+	assert_int_equal(bad_bits, 0);
+}
+
+/* lut4: entry e of group g = trunc(clamp((base[g] + the qr of e's
+ * dimensions) * inv + 0.5, 0, 255)). */
+static void check_lut4(const vf_kernels *kn, const vf_kernels *ref, rng *r)
+{
+	static const uint32_t gs[] = { 1, 2, 16, 256 };
+	size_t bad_ref = 0, bad_bits = 0;
+	for (size_t gi = 0; gi < sizeof gs / sizeof *gs; gi++) {
+		uint32_t groups = gs[gi];
+		float *qr = gauss_vec(r, (size_t)groups * 4, 2.0);
+		float *base = malloc(groups * sizeof(float));
+		uint8_t *out = malloc((size_t)groups * 16), *out2 = malloc((size_t)groups * 16);
+		assert_non_null(base);
+		assert_non_null(out);
+		assert_non_null(out2);
+		/* offsets making each group's smallest subset sum 0, as the
+		 * first pass uses them; some groups shifted out of range */
+		double maxrange = 0;
+		for (uint32_t g = 0; g < groups; g++) {
+			double mn = INFINITY, mx = -INFINITY;
+			for (int e = 0; e < 16; e++) {
+				double v = 0;
+				for (int b = 0; b < 4; b++)
+					v += (e >> b & 1) ? qr[4 * g + b] : 0;
+				mn = v < mn ? v : mn;
+				mx = v > mx ? v : mx;
+			}
+			base[g] = (float)(-mn + (g % 7 == 3 ? 100 : g % 7 == 5 ? -100 : 0));
+			maxrange = mx - mn > maxrange ? mx - mn : maxrange;
+		}
+		float inv = (float)(255.0 / maxrange);
+		kn->lut4(qr, groups, base, inv, out);
+		for (uint32_t g = 0; g < groups; g++)
+			for (int e = 0; e < 16; e++) {
+				double v = base[g];
+				for (int b = 0; b < 4; b++)
+					if (e >> b & 1)
+						v += qr[4 * g + b];
+				double t = v * inv + 0.5;
+				int want = t <= 0 ? 0 : t >= 255 ? 255 : (int)t;
+				/* float rounding may move a value across an integer */
+				if (abs((int)out[16 * g + e] - want) > 1 && bad_ref++ < 5)
+					print_message("%s lut4 group %u entry %d: %d, want %d\n", kn->name,
+						      g, e, out[16 * g + e], want);
+			}
+		if (ref) {
+			ref->lut4(qr, groups, base, inv, out2);
+			if (memcmp(out, out2, (size_t)groups * 16) != 0 && bad_bits++ < 5)
+				print_message("lut4 groups %u: %s and %s differ\n", groups, kn->name,
+					      ref->name);
+		}
+		free(qr);
+		free(base);
+		free(out);
+		free(out2);
+	}
+	assert_int_equal(bad_ref, 0);
+	assert_int_equal(bad_bits, 0);
+}
+
+static void test_kernels_agree(void **state)
+{
+	(void)state;
+	const vf_kernels *sc = &vf_kernels_scalar, *av = avx2_kernels();
+	rng r = { .s = 3 };
+	assert_non_null(vf_kernels_get());
+	if (!av)
+		print_message("no AVX2+FMA on this CPU: only the scalar kernel is checked, "
+			      "against double-precision references\n");
+	/* each against the references; the AVX2 one also bit for bit
+	 * against the scalar one */
+	check_l2_dot(sc, NULL, &r);
+	check_panels(sc, NULL, &r);
+	check_pass1(sc, NULL, &r);
+	check_lut4(sc, NULL, &r);
+	if (av) {
+		check_l2_dot(av, sc, &r);
+		check_panels(av, sc, &r);
+		check_pass1(av, sc, &r);
+		check_lut4(av, sc, &r);
+	}
+}
+
+/* ------------------------------------------------------------ 4. k-means */
+
+#define KM_K 20
+#define KM_N 2000
+#define KM_D 16
+
+/* Brute-force nearest of k centroids (double). */
+static uint32_t nearest_ref(const float *x, const float *cent, uint32_t k,
+			    uint32_t d, double *best)
+{
+	uint32_t arg = 0;
+	*best = INFINITY;
+	for (uint32_t j = 0; j < k; j++) {
+		double dd = l2_d(x, cent + (size_t)j * d, d);
+		if (dd < *best) {
+			*best = dd;
+			arg = j;
+		}
+	}
+	return arg;
+}
+
+typedef struct tick_log {
+	int calls, last, bad, stop_at;
+} tick_log;
+
+static int on_tick(void *arg, int pct)
+{
+	tick_log *t = arg;
+	t->calls++;
+	if (pct < 0 || pct > 100 || pct < t->last)
+		t->bad++;
+	t->last = pct;
+	return t->stop_at && t->calls >= t->stop_at;
+}
+
+static void test_kmeans_recovers_blobs(void **state)
+{
+	(void)state;
+	const double sigma = 0.02, minsep = 6;
+	rng r = { .s = 77 };
+	float *centers = malloc(KM_K * KM_D * sizeof(float));
+	float *pts = malloc((size_t)KM_N * KM_D * sizeof(float));
+	uint32_t *label = malloc(KM_N * sizeof(uint32_t));
+	assert_non_null(centers);
+	assert_non_null(pts);
+	assert_non_null(label);
+	/* centers in [-10,10]^16, at least minsep apart */
+	for (uint32_t c = 0; c < KM_K; c++) {
+		int ok;
+		do {
+			for (uint32_t d = 0; d < KM_D; d++)
+				centers[c * KM_D + d] = (float)(rng_unif(&r) * 20 - 10);
+			ok = 1;
+			for (uint32_t o = 0; o < c && ok; o++)
+				ok = sqrt(l2_d(centers + c * KM_D, centers + o * KM_D, KM_D)) >= minsep;
+		} while (!ok);
+	}
+	for (size_t i = 0; i < KM_N; i++) {
+		label[i] = (uint32_t)(rng_next(&r) % KM_K);
+		for (uint32_t d = 0; d < KM_D; d++)
+			pts[i * KM_D + d] = centers[label[i] * KM_D + d] +
+					    (float)(rng_gauss(&r) * sigma);
+	}
+
+	float cent[KM_K * KM_D];
+	uint32_t *assign = malloc(KM_N * sizeof(uint32_t));
+	assert_non_null(assign);
+	for (uint64_t seed = 1; seed <= 3; seed++) {
+		tick_log tl = { 0, 0, 0, 0 };
+		int rc = vf_kmeans(pts, KM_N, KM_D, KM_K, 20, seed, 2, cent, on_tick, &tl);
+		assert_int_equal(rc, 0);
+		assert_true(tl.calls > 0);
+		assert_int_equal(tl.bad, 0);
+		assert_int_equal(tl.last, 100);
+		for (size_t i = 0; i < KM_K * KM_D; i++)
+			assert_true(isfinite(cent[i]));
+
+		/* every true center has a centroid where the mean of its blob
+		 * is (sampling error ~ sigma * sqrt(d / 100)) */
+		double worst = 0;
+		uint32_t match[KM_K];
+		for (uint32_t c = 0; c < KM_K; c++) {
+			double dd;
+			match[c] = nearest_ref(centers + c * KM_D, cent, KM_K, KM_D, &dd);
+			if (sqrt(dd) > worst)
+				worst = sqrt(dd);
+			if (sqrt(dd) > 0.04)
+				print_message("seed %llu: center %u: nearest centroid %u at %.4f\n",
+					      (unsigned long long)seed, c, match[c], sqrt(dd));
+		}
+		print_message("seed %llu: worst center-to-centroid distance %.4f (sigma %.2f), %d ticks\n",
+			      (unsigned long long)seed, worst, sigma, tl.calls);
+		assert_true(worst <= 0.04);
+
+		/* no empty cluster: each centroid is the nearest of some point,
+		 * and points go with their blob */
+		vf_cindex ci;
+		assert_int_equal(vf_cindex_init(&ci, cent, KM_K, KM_D), 0);
+		vf_nearest(&ci, pts, KM_N, assign, NULL, 2);
+		size_t cnt[KM_K] = { 0 }, wrong = 0;
+		for (size_t i = 0; i < KM_N; i++) {
+			assert_true(assign[i] < KM_K);
+			cnt[assign[i]]++;
+			wrong += assign[i] != match[label[i]];
+		}
+		for (uint32_t j = 0; j < KM_K; j++) {
+			if (cnt[j] == 0)
+				print_message("seed %llu: centroid %u is nobody's nearest\n",
+					      (unsigned long long)seed, j);
+			assert_true(cnt[j] > 0);
+		}
+		assert_int_equal(wrong, 0);
+		vf_cindex_free(&ci);
+	}
+
+	/* k = 1: the mean */
+	float one[KM_D];
+	assert_int_equal(vf_kmeans(pts, KM_N, KM_D, 1, 5, 9, 1, one, NULL, NULL), 0);
+	for (uint32_t d = 0; d < KM_D; d++) {
+		double m = 0;
+		for (size_t i = 0; i < KM_N; i++)
+			m += pts[i * KM_D + d];
+		m /= KM_N;
+		assert_true(fabs(one[d] - m) <= 1e-4 * (1 + fabs(m)));
+	}
+
+	/* a tick asking to stop cancels */
+	tick_log stop = { 0, 0, 0, 1 };
+	assert_int_equal(vf_kmeans(pts, KM_N, KM_D, KM_K, 20, 1, 2, cent, on_tick, &stop),
+			 -ECANCELED);
+	assert_int_equal(stop.calls, 1);
+	free(assign);
+	free(label);
+	free(pts);
+	free(centers);
+}
+
+static void test_kmeans_small_n(void **state)
+{
+	(void)state;
+	rng r = { .s = 5 };
+	const uint32_t D = 3;
+	static const size_t ns[] = { 1, 2, 5 };
+	for (size_t t = 0; t < sizeof ns / sizeof *ns; t++) {
+		size_t n = ns[t];
+		float *pts = gauss_vec(&r, n * D, 1.0);
+		for (uint32_t k = (uint32_t)n; k <= n + 4; k += 2) {
+			float *cent = malloc((size_t)k * D * sizeof(float));
+			assert_non_null(cent);
+			assert_int_equal(vf_kmeans(pts, n, D, k, 10, 1, 1, cent, NULL, NULL), 0);
+			/* every point is a centroid, every centroid a point */
+			for (size_t i = 0; i < n; i++) {
+				double dd;
+				nearest_ref(pts + i * D, cent, k, D, &dd);
+				assert_true(dd == 0);
+			}
+			for (uint32_t j = 0; j < k; j++) {
+				double dd;
+				nearest_ref(cent + (size_t)j * D, pts, (uint32_t)n, D, &dd);
+				assert_true(dd == 0);
+			}
+			free(cent);
+		}
+		free(pts);
+	}
+	float x[3] = { 1, 2, 3 }, c[3];
+	assert_int_equal(vf_kmeans(x, 0, 3, 1, 10, 1, 1, c, NULL, NULL), -EINVAL);
+	assert_int_equal(vf_kmeans(x, 1, 3, 0, 10, 1, 1, c, NULL, NULL), -EINVAL);
+}
+
+static void test_nearest_brute_force(void **state)
+{
+	(void)state;
+	static const uint32_t ks[] = { 1, 5, 16, 17, 33, 100 };
+	static const uint32_t ds[] = { 1, 3, 16, 100 };
+	rng r = { .s = 6 };
+	const size_t N = 1000;
+	for (size_t ki = 0; ki < sizeof ks / sizeof *ks; ki++)
+		for (size_t di = 0; di < sizeof ds / sizeof *ds; di++) {
+			uint32_t k = ks[ki], d = ds[di];
+			float *cent = gauss_vec(&r, (size_t)k * d, 1.0);
+			float *pts = gauss_vec(&r, N * d, 1.2);
+			uint32_t *o1 = malloc(N * sizeof *o1), *o4 = malloc(N * sizeof *o4);
+			float *d1 = malloc(N * sizeof *d1), *d4 = malloc(N * sizeof *d4);
+			assert_non_null(o1);
+			assert_non_null(o4);
+			assert_non_null(d1);
+			assert_non_null(d4);
+			vf_cindex ci;
+			assert_int_equal(vf_cindex_init(&ci, cent, k, d), 0);
+			assert_int_equal(ci.k, k);
+			assert_int_equal(ci.npanels, (k + VF_PANEL - 1) / VF_PANEL);
+			vf_nearest(&ci, pts, N, o1, d1, 1);
+			vf_nearest(&ci, pts, N, o4, d4, 4);
+			assert_memory_equal(o1, o4, N * sizeof *o1);
+			assert_memory_equal(d1, d4, N * sizeof *d1);
+			/* fewer than 256 points: one thread whatever is asked */
+			vf_nearest(&ci, pts, 100, o4, NULL, 8);
+			assert_memory_equal(o1, o4, 100 * sizeof *o1);
+
+			size_t ties = 0;
+			float *dots = malloc((size_t)ci.npanels * VF_PANEL * sizeof(float));
+			assert_non_null(dots);
+			for (size_t i = 0; i < N; i++) {
+				const float *x = pts + i * d;
+				double best, xx = dot_d(x, x, d), cmax = 0;
+				uint32_t want = nearest_ref(x, cent, k, d, &best);
+				for (uint32_t j = 0; j < k; j++) {
+					double cc = dot_d(cent + (size_t)j * d, cent + (size_t)j * d, d);
+					cmax = cc > cmax ? cc : cmax;
+				}
+				double tol = 1e-5 * (xx + cmax) + 1e-6;
+				double got = l2_d(x, cent + (size_t)o1[i] * d, d);
+				assert_true(o1[i] < k);
+				if (o1[i] != want) {
+					/* only a near tie may go either way */
+					if (got - best > tol)
+						print_message("k %u d %u point %zu: nearest %u (%.7g), brute force %u (%.7g)\n",
+							      k, d, i, o1[i], got, want, best);
+					assert_true(got - best <= tol);
+					ties++;
+				}
+				/* dist: squared distance less |x|^2 */
+				assert_true(fabs(d1[i] + xx - got) <= tol);
+
+				if (i % 50 == 0) {
+					vf_cindex_dots(&ci, x, dots);
+					for (uint32_t j = 0; j < ci.npanels * VF_PANEL; j++) {
+						double want_dot = j < k ? dot_d(x, cent + (size_t)j * d, d) : 0;
+						assert_true(fabs(dots[j] - want_dot) <= tol);
+					}
+				}
+			}
+			assert_true(ties <= N / 100);
+			free(dots);
+			vf_cindex_free(&ci);
+			free(cent);
+			free(pts);
+			free(o1);
+			free(o4);
+			free(d1);
+			free(d4);
+		}
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_rotation_preserves_geometry),
+		cmocka_unit_test(test_estimator_l2_unbiased),
+		cmocka_unit_test(test_estimator_dot_unbiased),
+		cmocka_unit_test(test_error_bounds_l2),
+		cmocka_unit_test(test_error_bounds_dot),
+		cmocka_unit_test(test_kernels_agree),
+		cmocka_unit_test(test_kmeans_recovers_blobs),
+		cmocka_unit_test(test_kmeans_small_n),
+		cmocka_unit_test(test_nearest_brute_force),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
