@@ -356,6 +356,19 @@ static int locate_cluster(search *s, MDB_cursor *cur, uint32_t c, entry **ents,
 	return vf_mdb_err(rc);
 }
 
+/* Start fetching the first batches of the blocks of a located cluster (its
+ * block headers were prefetched when it was located). */
+static void prefetch_cluster(const entry *ents, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		vf_block b;
+		if (ents[i].kind != VF_PK_BLOCK || vf_block_open(ents[i].data, ents[i].len, &b))
+			continue;
+		for (uint32_t bt = 0; bt < PF_BATCHES && bt < b.nbatch; bt++)
+			prefetch_batch(&b, bt);
+	}
+}
+
 /* Score the located entries of cluster c for the queries that probe it. */
 static int scan_cluster(search *s, uint32_t c, const entry *ents, size_t nents,
 			const uint32_t *qids, uint32_t nqc)
@@ -567,10 +580,14 @@ static int scan_ivf(search *s)
 			rc = locate_cluster(s, cur, work[w].cluster, &ents, &nents, &capents);
 		}
 		first[w1 - w0] = nents;
-		for (size_t w = w0; w < w1 && rc == 0; w++)
+		for (size_t w = w0; w < w1 && rc == 0; w++) {
+			if (w + 1 < w1) /* the next cluster's memory while this one scores */
+				prefetch_cluster(ents + first[w + 1 - w0],
+						 first[w + 2 - w0] - first[w + 1 - w0]);
 			rc = scan_cluster(s, work[w].cluster, ents + first[w - w0],
 					  first[w - w0 + 1] - first[w - w0], qlist + work[w].first,
 					  work[w].count);
+		}
 	}
 out:
 	free(ents);
