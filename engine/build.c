@@ -31,7 +31,9 @@ static double now_s(void)
 
 uint32_t vf_auto_nlist(uint64_t n)
 {
-	double k = 2.0 * sqrt((double)n);
+	/* clusters of about sqrt(N) vectors: probing cost (all centroids) and
+	 * scanning cost (the probed clusters) stay balanced */
+	double k = sqrt((double)n);
 	uint64_t r = (uint64_t)llround(k);
 	if (r < 1)
 		r = 1;

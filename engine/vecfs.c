@@ -82,7 +82,7 @@ void vecfs_config_defaults(vecfs_config *c)
 	memset(c, 0, sizeof *c);
 	c->metric = VECFS_L2;
 	c->bits = 4;
-	c->nprobe = 64;
+	c->nprobe = 32;
 	c->k = 10;
 	c->refine = 10;
 	c->auto_build = 10000;
