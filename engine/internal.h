@@ -47,6 +47,7 @@ struct vecfs {
 	int auto_running;           /* guarded by stat_mu */
 	int closing;
 	int threads;
+	uint64_t next_batch;        /* staging ids, guarded by stat_mu */
 };
 
 static inline void vf_seterr(char *err, size_t len, const char *fmt, ...)

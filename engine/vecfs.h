@@ -88,6 +88,22 @@ int vecfs_row_check(vecfs *v, const vecfs_row *row, uint32_t dim, char *err,
 int vecfs_put(vecfs *v, const vecfs_row *rows, size_t n, uint32_t dim,
 	      size_t *bad_row, char *err, size_t errlen);
 
+/* A large write, committed atomically: rows are validated as they are
+ * added and spooled into the store in bounded pieces (memory stays bounded
+ * whatever the size); nothing is visible until vecfs_batch_commit, which
+ * commits all rows (in order: a later row for a key wins) in one durable
+ * transaction.  A batch not committed leaves nothing behind. */
+typedef struct vecfs_batch vecfs_batch;
+int vecfs_batch_begin(vecfs *v, uint32_t dim, vecfs_batch **out);
+/* -EINVAL with a reason (and *bad_row, the index within this call) for a bad
+ * row; the rows before it in this call are kept, the batch stays usable. */
+int vecfs_batch_add(vecfs_batch *b, const vecfs_row *rows, size_t n,
+		    size_t *bad_row, char *err, size_t errlen);
+uint64_t vecfs_batch_rows(const vecfs_batch *b);
+/* Commits and frees the batch (also on failure). */
+int vecfs_batch_commit(vecfs_batch *b, char *err, size_t errlen);
+void vecfs_batch_abort(vecfs_batch *b);
+
 /* Delete one record durably.  -ENOENT if missing. */
 int vecfs_delete(vecfs *v, const char *key, size_t keylen);
 

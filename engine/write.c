@@ -245,16 +245,19 @@ int vf_count_unindexed(vecfs *v, MDB_txn *txn, uint64_t gen, uint64_t *out)
 
 /* ------------------------------------------------------------ put */
 
-typedef struct put_job {
+/* Writing rows into one transaction: begin, a row at a time, end. */
+typedef struct put_ctx {
 	vecfs *v;
-	const vecfs_row *rows;
-	size_t n;
+	MDB_txn *txn;
+	vf_counters cnt;
+	vf_gen *g;            /* the active generation, if any */
+	vf_genmeta gm;
+	vf_posting_writer w;
+	uint64_t seq_before;
 	uint32_t dim;
-	const uint8_t *skip;   /* rows superseded later in the batch */
-	size_t *bad_row;
-	char *err;
-	size_t errlen;
-} put_job;
+	uint8_t *rec;
+	size_t reccap;
+} put_ctx;
 
 /* Load the active generation (if any) and a posting writer for it. */
 static int open_active(vecfs *v, MDB_txn *txn, vf_gen **g, vf_genmeta *m,
@@ -282,98 +285,124 @@ static void close_active(vecfs *v, vf_gen *g, vf_posting_writer *w)
 	}
 }
 
+static int put_begin(put_ctx *c, vecfs *v, MDB_txn *txn, uint32_t dim, char *err,
+		     size_t errlen)
+{
+	vf_stored_config sc;
+	int rc;
+	memset(c, 0, sizeof *c);
+	c->v = v;
+	c->txn = txn;
+	c->dim = dim;
+	if ((rc = vf_load_config(txn, v->store, &sc)) ||
+	    (rc = vf_load_counters(txn, v->store, &c->cnt)))
+		return rc;
+	if (sc.dim == 0) {
+		sc.dim = dim;
+		if ((rc = vf_put(txn, v->store->meta, VF_META_CONFIG, strlen(VF_META_CONFIG), &sc,
+				 sizeof sc, 0)))
+			return rc;
+	} else if (sc.dim != dim) {
+		vf_seterr(err, errlen, "row 1: dimension %u, the store has dim %u", dim, sc.dim);
+		return -EINVAL;
+	}
+	c->seq_before = c->cnt.seq;
+	return open_active(v, txn, &c->g, &c->gm, &c->w);
+}
+
+/* One row: record, key, change log entry and (with an active generation)
+ * its delta posting. */
+static int put_row(put_ctx *c, const vecfs_row *r)
+{
+	vf_store *s = c->v->store;
+	char kbuf[24];
+	const char *key = r->key;
+	size_t klen = r->keylen;
+	uint64_t id;
+	MDB_val v;
+	int rc;
+	if (!key) {
+		klen = (size_t)snprintf(kbuf, sizeof kbuf, "%llu",
+					(unsigned long long)c->cnt.next_key++);
+		key = kbuf;
+	}
+	rc = vf_get(c->txn, s->keys, key, klen, &v);
+	if (rc == 0 && v.mv_size == 8) {
+		memcpy(&id, v.mv_data, 8);
+	} else if (rc == MDB_NOTFOUND) {
+		id = c->cnt.next_id++;
+		c->cnt.live++;
+		if ((rc = vf_put(c->txn, s->keys, key, klen, &id, 8, 0)))
+			return rc;
+	} else {
+		return rc ? rc : -EIO;
+	}
+	uint64_t seq = ++c->cnt.seq;
+	size_t need = vf_record_size(c->dim, klen, r->payload_len);
+	if (need > c->reccap) {
+		uint8_t *nr = realloc(c->rec, need);
+		if (!nr)
+			return -ENOMEM;
+		c->rec = nr;
+		c->reccap = need;
+	}
+	vf_record_encode(c->rec, seq, c->dim, r->vec, key, klen, r->payload, r->payload_len);
+	vf_key64 rk = vf_key_u64(id);
+	if ((rc = vf_put(c->txn, s->records, rk.b, 8, c->rec, need, 0)))
+		return rc;
+	vf_change ch = {id, 0, 0, VF_OP_PUT};
+	if (c->g) {
+		if ((rc = vf_pw_apply(&c->w, c->txn, id, seq, r->vec, key, (uint32_t)klen,
+				      r->payload_len > 0, &ch.cluster)))
+			return rc;
+		ch.gen = c->g->id;
+	}
+	if ((rc = vf_change_put(c->txn, s, seq, &ch)))
+		return rc;
+	c->cnt.ingest_rows++;
+	return 0;
+}
+
+/* Save counters (and the generation's sync point); free the context. */
+static int put_end(put_ctx *c, int rc)
+{
+	vf_store *s = c->v->store;
+	if (rc == 0 && c->g && c->gm.synced_seq == c->seq_before) {
+		c->gm.synced_seq = c->cnt.seq;
+		rc = vf_save_genmeta(c->txn, s, &c->gm);
+	}
+	if (rc == 0)
+		rc = vf_save_counters(c->txn, s, &c->cnt);
+	free(c->rec);
+	close_active(c->v, c->g, &c->w);
+	return rc;
+}
+
+typedef struct put_job {
+	vecfs *v;
+	const vecfs_row *rows;
+	size_t n;
+	uint32_t dim;
+	const uint8_t *skip;   /* rows superseded later in the batch */
+	size_t *bad_row;
+	char *err;
+	size_t errlen;
+} put_job;
+
 static int put_fn(MDB_txn *txn, void *arg)
 {
 	put_job *j = arg;
-	vf_store *s = j->v->store;
-	vf_stored_config sc;
-	vf_counters cnt;
-	vf_gen *g = NULL;
-	vf_genmeta gm;
-	vf_posting_writer w;
-	uint8_t *rec = NULL;
-	size_t reccap = 0;
-	int rc;
-
-	if ((rc = vf_load_config(txn, s, &sc)) || (rc = vf_load_counters(txn, s, &cnt)))
-		return rc;
-	if (sc.dim == 0) {
-		sc.dim = j->dim;
-		if ((rc = vf_put(txn, s->meta, VF_META_CONFIG, strlen(VF_META_CONFIG), &sc,
-				 sizeof sc, 0)))
-			return rc;
-	} else if (sc.dim != j->dim) {
-		vf_seterr(j->err, j->errlen, "row 1: dimension %u, the store has dim %u",
-			  j->dim, sc.dim);
-		if (j->bad_row)
+	put_ctx c;
+	int rc = put_begin(&c, j->v, txn, j->dim, j->err, j->errlen);
+	if (rc) {
+		if (rc == -EINVAL && j->bad_row)
 			*j->bad_row = 0;
-		return -EINVAL;
+		return put_end(&c, rc);
 	}
-	if ((rc = open_active(j->v, txn, &g, &gm, &w)))
-		return rc;
-	uint64_t seq_before = cnt.seq;
-	for (size_t i = 0; i < j->n; i++) {
-		const vecfs_row *r = &j->rows[i];
-		char kbuf[24];
-		const char *key = r->key;
-		size_t klen = r->keylen;
-		uint64_t id;
-		MDB_val v;
-		if (j->skip && j->skip[i])
-			continue;
-		if (!key) {
-			klen = (size_t)snprintf(kbuf, sizeof kbuf, "%llu",
-						(unsigned long long)cnt.next_key++);
-			key = kbuf;
-		}
-		rc = vf_get(txn, s->keys, key, klen, &v);
-		if (rc == 0 && v.mv_size == 8) {
-			memcpy(&id, v.mv_data, 8);
-		} else if (rc == MDB_NOTFOUND) {
-			id = cnt.next_id++;
-			cnt.live++;
-			if ((rc = vf_put(txn, s->keys, key, klen, &id, 8, 0)))
-				break;
-		} else {
-			rc = rc ? rc : -EIO;
-			break;
-		}
-		uint64_t seq = ++cnt.seq;
-		size_t need = vf_record_size(j->dim, klen, r->payload_len);
-		if (need > reccap) {
-			uint8_t *nr = realloc(rec, need);
-			if (!nr) {
-				rc = -ENOMEM;
-				break;
-			}
-			rec = nr;
-			reccap = need;
-		}
-		vf_record_encode(rec, seq, j->dim, r->vec, key, klen, r->payload,
-				 r->payload_len);
-		vf_key64 rk = vf_key_u64(id);
-		if ((rc = vf_put(txn, s->records, rk.b, 8, rec, need, 0)))
-			break;
-		vf_change ch = {id, 0, 0, VF_OP_PUT};
-		if (g) {
-			if ((rc = vf_pw_apply(&w, txn, id, seq, r->vec, key, (uint32_t)klen,
-					       r->payload_len > 0, &ch.cluster)))
-				break;
-			ch.gen = g->id;
-		}
-		if ((rc = vf_change_put(txn, s, seq, &ch)))
-			break;
-		cnt.ingest_rows++;
-	}
-	if (rc == 0 && g && gm.synced_seq == seq_before) {
-		gm.synced_seq = cnt.seq;
-		rc = vf_save_genmeta(txn, s, &gm);
-	}
-	if (rc == 0)
-		rc = vf_save_counters(txn, s, &cnt);
-	free(rec);
-	close_active(j->v, g, &w);
-	return rc;
+	for (size_t i = 0; i < j->n && rc == 0; i++)
+		if (!(j->skip && j->skip[i]))
+			rc = put_row(&c, &j->rows[i]);
+	return put_end(&c, rc);
 }
 
 static uint64_t key_hash(const char *k, size_t n)
@@ -451,6 +480,224 @@ int vecfs_put(vecfs *v, const vecfs_row *rows, size_t n, uint32_t dim,
 	if (rc == 0)
 		vf_maybe_auto_build(v);
 	return rc;
+}
+
+/* ------------------------------------------------------------ batches */
+
+#define BATCH_SPOOL_BYTES (32u << 20) /* rows kept in memory before spooling */
+
+struct vecfs_batch {
+	vecfs *v;
+	uint64_t id;
+	uint32_t dim;
+	vecfs_config cfg;
+	uint64_t rows;       /* added so far */
+	uint64_t spooled;    /* of which in the staging area */
+	/* rows in memory, encoded like staged rows */
+	uint8_t *buf;
+	size_t len, cap;
+	size_t nbuf;
+};
+
+/* A staged row: a record value whose seq says whether the key was given
+ * (1) or is to be assigned at commit (0). */
+static int batch_append(vecfs_batch *b, const vecfs_row *r)
+{
+	size_t klen = r->key ? r->keylen : 0;
+	size_t need = vf_record_size(b->dim, klen, r->payload_len);
+	if (b->len + need + 4 > b->cap) {
+		size_t nc = b->cap ? b->cap * 2 : 1 << 16;
+		while (nc < b->len + need + 4)
+			nc *= 2;
+		uint8_t *nb = realloc(b->buf, nc);
+		if (!nb)
+			return -ENOMEM;
+		b->buf = nb;
+		b->cap = nc;
+	}
+	uint32_t n32 = (uint32_t)need;
+	memcpy(b->buf + b->len, &n32, 4);
+	vf_record_encode(b->buf + b->len + 4, r->key ? 1 : 0, b->dim, r->vec, r->key, klen,
+			 r->payload, r->payload_len);
+	b->len += need + 4;
+	b->nbuf++;
+	return 0;
+}
+
+static int spool_fn(MDB_txn *txn, void *arg)
+{
+	vecfs_batch *b = arg;
+	uint64_t row = b->spooled;
+	for (size_t off = 0; off < b->len; row++) {
+		uint32_t n32;
+		uint8_t k[16];
+		memcpy(&n32, b->buf + off, 4);
+		vf_be64(k, b->id);
+		vf_be64(k + 8, row);
+		int rc = vf_put(txn, b->v->store->staging, k, 16, b->buf + off + 4, n32, MDB_APPEND);
+		if (rc)
+			return rc;
+		off += 4 + n32;
+	}
+	return 0;
+}
+
+static int batch_spool(vecfs_batch *b)
+{
+	int rc = vf_write(b->v->store, spool_fn, b);
+	if (rc == 0) {
+		b->spooled += b->nbuf;
+		b->len = 0;
+		b->nbuf = 0;
+	}
+	return rc;
+}
+
+int vecfs_batch_begin(vecfs *v, uint32_t dim, vecfs_batch **out)
+{
+	vecfs_batch *b = calloc(1, sizeof *b);
+	int rc;
+	if (!b)
+		return -ENOMEM;
+	if (dim == 0 || dim > VECFS_DIM_MAX) {
+		free(b);
+		return -EINVAL;
+	}
+	if ((rc = vecfs_config_get(v, &b->cfg))) {
+		free(b);
+		return rc;
+	}
+	b->v = v;
+	b->dim = dim;
+	pthread_mutex_lock(&v->stat_mu);
+	b->id = ++v->next_batch;
+	pthread_mutex_unlock(&v->stat_mu);
+	*out = b;
+	return 0;
+}
+
+uint64_t vecfs_batch_rows(const vecfs_batch *b)
+{
+	return b->rows;
+}
+
+int vecfs_batch_add(vecfs_batch *b, const vecfs_row *rows, size_t n, size_t *bad_row,
+		    char *err, size_t errlen)
+{
+	char why[200];
+	int rc;
+	for (size_t i = 0; i < n; i++) {
+		if ((rc = row_check(&b->cfg, &rows[i], b->dim, why, sizeof why))) {
+			if (bad_row)
+				*bad_row = i;
+			vf_seterr(err, errlen, "row %llu: %s", (unsigned long long)(b->rows + 1), why);
+			return rc;
+		}
+		if ((rc = batch_append(b, &rows[i])))
+			return rc;
+		b->rows++;
+		if (b->len >= BATCH_SPOOL_BYTES && (rc = batch_spool(b)))
+			return rc;
+	}
+	return 0;
+}
+
+static int drop_staged_fn(MDB_txn *txn, void *arg)
+{
+	vecfs_batch *b = arg;
+	MDB_cursor *cur;
+	uint8_t k0[16];
+	vf_be64(k0, b->id);
+	vf_be64(k0 + 8, 0);
+	MDB_val k = {16, k0}, d;
+	int rc = mdb_cursor_open(txn, b->v->store->staging, &cur);
+	if (rc)
+		return rc;
+	for (rc = mdb_cursor_get(cur, &k, &d, MDB_SET_RANGE);
+	     rc == 0 && !memcmp(k.mv_data, k0, 8);
+	     rc = mdb_cursor_get(cur, &k, &d, MDB_GET_CURRENT))
+		if ((rc = mdb_cursor_del(cur, 0)))
+			break;
+	mdb_cursor_close(cur);
+	return rc == MDB_NOTFOUND || rc == EINVAL ? 0 : rc;
+}
+
+typedef struct commit_job {
+	vecfs_batch *b;
+	char *err;
+	size_t errlen;
+} commit_job;
+
+static int put_staged(put_ctx *c, const void *data, size_t len)
+{
+	vf_record r;
+	if (vf_record_decode(data, len, &r))
+		return -EIO;
+	/* the staged vector may be unaligned: rows take a copy */
+	float vec[VECFS_DIM_MAX];
+	memcpy(vec, r.vec, sizeof(float) * r.dim);
+	vecfs_row row = {r.seq ? r.key : NULL, r.keylen, vec, r.payload, r.plen};
+	return put_row(c, &row);
+}
+
+/* All rows, staged ones first (in order), then the ones in memory, in one
+ * transaction; the staging area is emptied in the same transaction. */
+static int commit_fn(MDB_txn *txn, void *arg)
+{
+	commit_job *j = arg;
+	vecfs_batch *b = j->b;
+	put_ctx c;
+	int rc = put_begin(&c, b->v, txn, b->dim, j->err, j->errlen);
+	if (rc == 0 && b->spooled) {
+		MDB_cursor *cur;
+		uint8_t k0[16];
+		vf_be64(k0, b->id);
+		vf_be64(k0 + 8, 0);
+		MDB_val k = {16, k0}, d;
+		if ((rc = mdb_cursor_open(txn, b->v->store->staging, &cur)) == 0) {
+			for (rc = mdb_cursor_get(cur, &k, &d, MDB_SET_RANGE);
+			     rc == 0 && !memcmp(k.mv_data, k0, 8);
+			     rc = mdb_cursor_get(cur, &k, &d, MDB_NEXT))
+				if ((rc = put_staged(&c, d.mv_data, d.mv_size)))
+					break;
+			mdb_cursor_close(cur);
+			if (rc == MDB_NOTFOUND)
+				rc = 0;
+		}
+		if (rc == 0)
+			rc = drop_staged_fn(txn, b);
+	}
+	for (size_t off = 0; rc == 0 && off < b->len;) {
+		uint32_t n32;
+		memcpy(&n32, b->buf + off, 4);
+		rc = put_staged(&c, b->buf + off + 4, n32);
+		off += 4 + n32;
+	}
+	return put_end(&c, rc);
+}
+
+int vecfs_batch_commit(vecfs_batch *b, char *err, size_t errlen)
+{
+	commit_job j = {b, err, errlen};
+	int rc = b->rows ? vf_write(b->v->store, commit_fn, &j) : 0;
+	vecfs *v = b->v;
+	if (rc && b->spooled)
+		vf_write(v->store, drop_staged_fn, b);
+	free(b->buf);
+	free(b);
+	if (rc == 0)
+		vf_maybe_auto_build(v);
+	return rc;
+}
+
+void vecfs_batch_abort(vecfs_batch *b)
+{
+	if (!b)
+		return;
+	if (b->spooled)
+		vf_write(b->v->store, drop_staged_fn, b);
+	free(b->buf);
+	free(b);
 }
 
 /* ------------------------------------------------------------ delete */

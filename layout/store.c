@@ -114,7 +114,9 @@ int vf_store_open(const char *dir, size_t mapsize, vf_store **out, char *err,
 	    (rc = mdb_dbi_open(txn, "keys", MDB_CREATE, &s->keys)) ||
 	    (rc = mdb_dbi_open(txn, "changes", MDB_CREATE, &s->changes)) ||
 	    (rc = mdb_dbi_open(txn, "gens", MDB_CREATE, &s->gens)) ||
-	    (rc = mdb_dbi_open(txn, "postings", MDB_CREATE, &s->postings))) {
+	    (rc = mdb_dbi_open(txn, "postings", MDB_CREATE, &s->postings)) ||
+	    (rc = mdb_dbi_open(txn, "staging", MDB_CREATE, &s->staging)) ||
+	    (rc = mdb_drop(txn, s->staging, 0))) {
 		mdb_txn_abort(txn);
 		seterr(err, errlen, "cannot open databases in %s: %s", dir, rc);
 		goto fail;

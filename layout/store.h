@@ -13,6 +13,8 @@
  *   postings  gen u64 | cluster u32 | kind u8 | sub u64 -> manifest,
  *             tombstones, posting blocks, delta postings (one cluster is
  *             one contiguous key range)
+ *   staging   batch u64 | row u64 -> rows of a large write not yet
+ *             committed (cleared at open: never visible as records)
  */
 #ifndef VF_STORE_H
 #define VF_STORE_H
@@ -24,7 +26,7 @@
 
 typedef struct vf_store {
 	MDB_env *env;
-	MDB_dbi meta, records, keys, changes, gens, postings;
+	MDB_dbi meta, records, keys, changes, gens, postings, staging;
 	pthread_rwlock_t resize;  /* txns shared, map growth exclusive */
 	pthread_mutex_t pool_mu;  /* pool of reset read transactions */
 	MDB_txn *pool[64];

@@ -1,0 +1,195 @@
+/*
+ * tests/test_batch.c - large atomic writes (vecfs_batch_*): rows spooled
+ * into the store stay invisible until the commit, which applies all of
+ * them in order; an aborted or failed batch leaves nothing behind.
+ */
+#include <errno.h>
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "testutil.h"
+#include "vecfs.h"
+
+#define D 64
+/* enough rows to pass the in-memory bound (32 MiB) and spool twice */
+#define NBIG 140000
+
+static float *rows_of(size_t n, uint64_t seed)
+{
+	rng r = {seed, 0, 0};
+	float *x = malloc(sizeof(float) * n * D);
+	assert_non_null(x);
+	for (size_t i = 0; i < n * D; i++)
+		x[i] = (float)rng_gauss(&r);
+	return x;
+}
+
+static void add_rows(vecfs_batch *b, const float *x, size_t n, const char *prefix)
+{
+	char err[256] = "", key[32];
+	for (size_t i = 0; i < n; i++) {
+		vecfs_row row = {NULL, 0, x + i * D, NULL, 0};
+		if (prefix) {
+			snprintf(key, sizeof key, "%s%zu", prefix, i);
+			row.key = key;
+			row.keylen = strlen(key);
+		}
+		size_t bad = 99;
+		int rc = vecfs_batch_add(b, &row, 1, &bad, err, sizeof err);
+		if (rc)
+			print_message("add %zu: %d %s\n", i, rc, err);
+		assert_int_equal(rc, 0);
+	}
+}
+
+static void test_small_batch_assigns_keys(void **state)
+{
+	fixture *f = *state;
+	vecfs *v = fx_open(f, NULL);
+	char err[256] = "";
+	float *x = rows_of(5, 1);
+	vecfs_batch *b;
+	assert_int_equal(vecfs_batch_begin(v, D, &b), 0);
+	add_rows(b, x, 5, NULL);
+	assert_int_equal(vecfs_batch_rows(b), 5);
+	assert_int_equal(stats(v).records, 0); /* nothing before the commit */
+	assert_int_equal(vecfs_batch_commit(b, err, sizeof err), 0);
+	assert_int_equal(stats(v).records, 5);
+	for (int i = 0; i < 5; i++) {
+		char key[8];
+		float got[D];
+		uint32_t dim = 0;
+		snprintf(key, sizeof key, "%d", i);
+		assert_int_equal(vecfs_get(v, key, strlen(key), got, D, &dim, NULL, 0, NULL), 0);
+		assert_int_equal(dim, D);
+		assert_memory_equal(got, x + i * D, sizeof got);
+	}
+	free(x);
+}
+
+static void test_large_batch_is_atomic(void **state)
+{
+	fixture *f = *state;
+	vecfs *v = fx_open(f, NULL);
+	char err[256] = "";
+	set_config(v, D, VECFS_L2);
+	float *x = rows_of(NBIG, 2), *y = rows_of(1, 3);
+	vecfs_batch *b;
+	assert_int_equal(vecfs_batch_begin(v, D, &b), 0);
+	add_rows(b, x, NBIG, "k");
+	/* the same key again after the spooled rows: the later row wins */
+	vecfs_row again = {"k7", 2, y, NULL, 0};
+	assert_int_equal(vecfs_batch_add(b, &again, 1, NULL, err, sizeof err), 0);
+	/* spooled rows are invisible: no record, no search hit */
+	assert_int_equal(stats(v).records, 0);
+	assert_int_equal(vecfs_get(v, "k0", 2, NULL, 0, &(uint32_t){0}, NULL, 0, NULL), -ENOENT);
+	assert_int_equal(vecfs_batch_commit(b, err, sizeof err), 0);
+	assert_int_equal(stats(v).records, NBIG);
+	float got[D];
+	uint32_t dim;
+	assert_int_equal(vecfs_get(v, "k7", 2, got, D, &dim, NULL, 0, NULL), 0);
+	assert_memory_equal(got, y, sizeof got);
+	assert_int_equal(vecfs_get(v, "k139999", 7, got, D, &dim, NULL, 0, NULL), 0);
+	assert_memory_equal(got, x + (size_t)(NBIG - 1) * D, sizeof got);
+	/* everything passes the consistency check */
+	char msg[512];
+	assert_int_equal(vecfs_verify(v, msg, sizeof msg), 0);
+	free(x);
+	free(y);
+}
+
+static void test_abort_and_bad_rows_leave_nothing(void **state)
+{
+	fixture *f = *state;
+	vecfs *v = fx_open(f, NULL);
+	char err[256] = "";
+	set_config(v, D, VECFS_L2);
+	float *x = rows_of(NBIG, 4);
+	vecfs_batch *b;
+	assert_int_equal(vecfs_batch_begin(v, D, &b), 0);
+	add_rows(b, x, NBIG, "a");
+	/* a bad row is refused with its index; the batch stays usable */
+	float bad[D] = {0};
+	bad[3] = NAN;
+	vecfs_row rows[2] = {{"ok", 2, x, NULL, 0}, {"nan", 3, bad, NULL, 0}};
+	size_t at = 99;
+	assert_int_equal(vecfs_batch_add(b, rows, 2, &at, err, sizeof err), -EINVAL);
+	assert_int_equal(at, 1);
+	assert_non_null(strstr(err, "NaN"));
+	uint64_t before = stats(v).store_bytes;
+	vecfs_batch_abort(b);
+	assert_int_equal(stats(v).records, 0);
+	assert_int_equal(stats(v).ingest_rows, 0);
+	(void)before;
+	/* the spooled rows are gone: a reopened store has none either, and a
+	 * new batch's assigned keys start at 0 */
+	fx_close(f);
+	v = fx_open(f, NULL);
+	assert_int_equal(stats(v).records, 0);
+	assert_int_equal(vecfs_batch_begin(v, D, &b), 0);
+	add_rows(b, x, 3, NULL);
+	assert_int_equal(vecfs_batch_commit(b, err, sizeof err), 0);
+	assert_int_equal(stats(v).records, 3);
+	assert_int_equal(vecfs_get(v, "0", 1, NULL, 0, &(uint32_t){0}, NULL, 0, NULL), 0);
+	free(x);
+}
+
+static void test_batch_with_active_generation(void **state)
+{
+	fixture *f = *state;
+	vecfs *v = fx_open(f, NULL);
+	char err[256] = "";
+	set_config(v, D, VECFS_L2);
+	float *x = rows_of(3000, 5);
+	put_range(v, x, 0, 2000, D, "k");
+	build(v, 1);
+	vecfs_batch *b;
+	assert_int_equal(vecfs_batch_begin(v, D, &b), 0);
+	add_rows(b, x + 2000 * D, 1000, "n");
+	assert_int_equal(vecfs_batch_commit(b, err, sizeof err), 0);
+	/* the new rows are delta postings: an ANN query finds them at once */
+	vecfs_results *r = search1(v, x + 2500 * D, D, 1, 0);
+	assert_int_equal(r->count[0], 1);
+	assert_string_equal(r->hits[0][0].key, "n500");
+	assert_true(r->explain.delta_scanned > 0);
+	vecfs_results_free(r);
+	free(x);
+}
+
+static void test_dimension_mismatch(void **state)
+{
+	fixture *f = *state;
+	vecfs *v = fx_open(f, NULL);
+	char err[256] = "";
+	set_config(v, D, VECFS_L2);
+	vecfs_batch *b;
+	assert_int_equal(vecfs_batch_begin(v, D + 1, &b), 0);
+	float x[D + 1] = {1};
+	vecfs_row row = {"x", 1, x, NULL, 0};
+	size_t at = 9;
+	assert_int_equal(vecfs_batch_add(b, &row, 1, &at, err, sizeof err), -EINVAL);
+	assert_int_equal(at, 0);
+	vecfs_batch_abort(b);
+	assert_int_equal(vecfs_batch_begin(v, 0, &b), -EINVAL);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_small_batch_assigns_keys, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_large_batch_is_atomic, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_abort_and_bad_rows_leave_nothing, fx_setup,
+						fx_teardown),
+		cmocka_unit_test_setup_teardown(test_batch_with_active_generation, fx_setup,
+						fx_teardown),
+		cmocka_unit_test_setup_teardown(test_dimension_mismatch, fx_setup, fx_teardown),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
