@@ -150,6 +150,8 @@ typedef struct search {
 	vf_genmeta gm;
 	vf_dirty dirty;
 	vf_tombs tombs;      /* of the cluster being scanned */
+	uint32_t *surv;      /* first-pass survivors of one block */
+	float *surv_lo;
 } search;
 
 static float exact_dist(const search *s, const query *q, const void *vec)
@@ -245,20 +247,22 @@ static inline void prefetch_batch(const vf_block *b, uint32_t bt)
 		__builtin_prefetch(f + o);
 }
 
-/* Score one posting block for one query: pass 1 batch by batch, pass 2
- * for the survivors of each batch (their data fetched together first). */
+/* Score one posting block for one query: pass 1 over all its batches
+ * first, then the second-pass data of every survivor is fetched at once,
+ * then pass 2 (survivors re-checked against the tightening threshold). */
 static int scan_block(search *s, query *q, const vf_block *b, int *checked2)
 {
 	uint32_t groups = b->pdim / 4;
 	size_t pbytes = (size_t)b->bits * (b->pdim / 8);
 	int check = s->tombs.n || s->dirty.n;
 	float lo[32], hi[32];
+	uint32_t ns = 0;
 	for (uint32_t bt = 0; bt < PF_BATCHES && bt < b->nbatch; bt++)
 		prefetch_batch(b, bt);
+	q->cs.p1.thresh = fheap_top(&q->ub);
 	for (uint32_t bt = 0; bt < b->nbatch; bt++) {
 		if (bt + PF_BATCHES < b->nbatch)
 			prefetch_batch(b, bt + PF_BATCHES);
-		q->cs.p1.thresh = fheap_top(&q->ub);
 		const uint8_t *f1 = vf_block_f1_batch(b, bt);
 		uint32_t mask = s->kn->pass1(b->col[VF_COL_SIGN] + (size_t)bt * groups * 16,
 					     q->cs.lut, groups, f1, f1 + 128, f1 + 256,
@@ -267,41 +271,39 @@ static int scan_block(search *s, query *q, const vf_block *b, int *checked2)
 		if (in < 32)
 			mask &= (1u << in) - 1;
 		q->ex.pass1_scored += in;
-		q->ex.pass1_pruned += in - (uint32_t)__builtin_popcount(mask);
-		if (!mask)
-			continue;
-		if (!*checked2) {
-			if (vf_block_check(s->v->vcache, b, VF_COL_PLANES) ||
-			    vf_block_check(s->v->vcache, b, VF_COL_F2) ||
-			    vf_block_check(s->v->vcache, b, VF_COL_IDS))
-				return -EIO;
-			*checked2 = 1;
-		}
-		for (uint32_t m = mask; m; m &= m - 1) {
-			uint32_t i = bt * 32 + (uint32_t)__builtin_ctz(m);
+		for (; mask; mask &= mask - 1) {
+			uint32_t j = (uint32_t)__builtin_ctz(mask), i = bt * 32 + j;
 			const uint8_t *pl = vf_block_planes(b, i);
 			for (size_t o = 0; o < pbytes; o += 64)
 				__builtin_prefetch(pl + o);
 			__builtin_prefetch(vf_block_f2_at(b, i));
+			s->surv[ns] = i;
+			s->surv_lo[ns++] = lo[j];
 		}
-		while (mask) {
-			uint32_t j = (uint32_t)__builtin_ctz(mask);
-			mask &= mask - 1;
-			uint32_t i = bt * 32 + j;
-			/* the bound may have tightened since the batch began */
-			if (!(lo[j] <= fheap_top(&q->ub))) {
-				q->ex.pass1_pruned++;
-				continue;
-			}
-			const uint8_t *f2 = vf_block_f2_at(b, i);
-			float est, bound;
-			vf_pass2(&q->qs, &q->cs, vf_block_planes(b, i), vf_ldf(f1, j), vf_ldf(f2, 0),
-				 vf_ldf(f2, 1), vf_ldf(f2, 2), &est, &bound);
-			int rc = accept(s, q, est, bound, vf_block_id(b, i), vf_block_seq(b, i),
-					check, b->base, b->len, i);
-			if (rc)
-				return rc;
+	}
+	q->ex.pass1_pruned += b->n - ns;
+	if (ns && !*checked2) {
+		if (vf_block_check(s->v->vcache, b, VF_COL_PLANES) ||
+		    vf_block_check(s->v->vcache, b, VF_COL_F2) ||
+		    vf_block_check(s->v->vcache, b, VF_COL_IDS))
+			return -EIO;
+		*checked2 = 1;
+	}
+	for (uint32_t k = 0; k < ns; k++) {
+		uint32_t i = s->surv[k];
+		/* the bound has tightened since pass 1 */
+		if (!(s->surv_lo[k] <= fheap_top(&q->ub))) {
+			q->ex.pass1_pruned++;
+			continue;
 		}
+		const uint8_t *f2 = vf_block_f2_at(b, i);
+		float est, bound;
+		vf_pass2(&q->qs, &q->cs, vf_block_planes(b, i), vf_block_f1(b, 0, i),
+			 vf_ldf(f2, 0), vf_ldf(f2, 1), vf_ldf(f2, 2), &est, &bound);
+		int rc = accept(s, q, est, bound, vf_block_id(b, i), vf_block_seq(b, i), check,
+				b->base, b->len, i);
+		if (rc)
+			return rc;
 	}
 	return 0;
 }
@@ -915,7 +917,9 @@ int vecfs_search(vecfs *v, const float *queries, size_t nq, uint32_t dim,
 			goto out;
 	}
 	s.qs = calloc(nq, sizeof(query));
-	if (!s.qs) {
+	s.surv = malloc(sizeof(uint32_t) * VF_BLOCK_MAX);
+	s.surv_lo = malloc(sizeof(float) * VF_BLOCK_MAX);
+	if (!s.qs || !s.surv || !s.surv_lo) {
 		rc = -ENOMEM;
 		goto out;
 	}
@@ -975,6 +979,8 @@ out:
 	free(s.qs);
 	vf_dirty_free(&s.dirty);
 	vf_tombs_free(&s.tombs);
+	free(s.surv);
+	free(s.surv_lo);
 	vf_gen_put(v, s.g);
 	return rc;
 }
