@@ -24,7 +24,7 @@ TOOLS      := $(BUILD)/vecfs-bench
 DAEMON     := $(if $(FS_SRC),$(BUILD)/vecfs,)
 DEPS_OK    := $(BUILD)/.deps-ok
 
-.PHONY: all test unit asan bench clean deps
+.PHONY: all test unit mount-test conformance asan bench clean deps
 all: $(DEPS_OK) $(BUILD)/libvecfs.a $(TOOLS) $(DAEMON)
 
 $(DEPS_OK): tools/ensure-deps.sh
@@ -62,12 +62,25 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(BUILD)/obj/tests/testutil.o $(BUILD)/
 unit: all $(TEST_BIN)
 	@sh tests/run-unit.sh $(TEST_BIN)
 
-test: unit
+# Mount-level tests of the daemon (needs /dev/fuse; skipped without it).
+mount-test: all
+	@bash tests/mount_test.sh $(BUILD)/vecfs
+
+test: unit mount-test
+
+# The acceptance suite in ../shared/conformance, run against build/vecfs.
+conformance: all
+	bash ../shared/conformance/run.sh
 
 asan:
 	$(MAKE) BUILD=build-asan OPT="-O1" \
 		CFLAGS="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \
 		LDFLAGS="-fsanitize=address,undefined" unit
+
+# A clustered data set through a live mount: ingest, build, queries, recall.
+.PHONY: demo
+demo: all
+	@BUILD=$(BUILD) bash tools/demo.sh
 
 bench: all
 	$(BUILD)/vecfs-bench ../shared/data/sift-128

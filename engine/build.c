@@ -19,7 +19,6 @@
 #include "keys.h"
 #include "record.h"
 
-#define BLOCK_TARGET 1024        /* vectors per posting block */
 #define PUBLISH_TXN_BYTES (64u << 20)
 
 static double now_s(void)
@@ -241,7 +240,7 @@ static int blocks_fn(MDB_txn *txn, void *arg)
 	for (uint32_t c = j->c_lo; c < j->c_hi; c++) {
 		uint64_t lo = j->cstart[c], hi = j->cstart[c + 1];
 		vf_manifest mf = {0};
-		uint32_t nblocks = (uint32_t)((hi - lo + BLOCK_TARGET - 1) / BLOCK_TARGET);
+		uint32_t nblocks = (uint32_t)((hi - lo + VF_BLOCK_TARGET - 1) / VF_BLOCK_TARGET);
 		for (uint32_t bi = 0; bi < nblocks; bi++) {
 			/* spread the cluster evenly over its blocks */
 			uint64_t a = lo + (hi - lo) * bi / nblocks;
@@ -304,6 +303,7 @@ static int final_fn(MDB_txn *txn, void *arg)
 		return rc;
 	/* writes that landed while this generation was built */
 	m.synced_seq = m.snap_seq;
+	m.blocks_seq = m.snap_seq;
 	if ((rc = vf_sync_generation(b->v, txn, j->g, &m, &cnt)))
 		return rc;
 	m.state = VECFS_GEN_READY;
@@ -525,7 +525,7 @@ static int build_locked(build_ctx *b, int activate, uint64_t *gen_out)
 		goto out;
 	}
 	blocks_job bj = {b, order, cstart, 0, 0, NULL, NULL, 0};
-	bj.tmp = malloc(sizeof(vf_code) * BLOCK_TARGET * 2);
+	bj.tmp = malloc(sizeof(vf_code) * VF_BLOCK_TARGET * 2);
 	if (!bj.tmp) {
 		rc = -ENOMEM;
 		goto out;

@@ -113,5 +113,8 @@ int vf_pw_apply(vf_posting_writer *w, MDB_txn *txn, uint64_t id, uint64_t seq,
 		uint32_t *cluster);
 
 void vf_maybe_auto_build(vecfs *v);
+int vf_count_unindexed(vecfs *v, MDB_txn *txn, uint64_t gen, uint64_t *out);
+uint32_t vf_auto_nlist(uint64_t n);
+#define VF_BLOCK_TARGET 1024 /* vectors per posting block */
 
 #endif

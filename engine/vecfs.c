@@ -1033,7 +1033,6 @@ static int cmp_u32(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-int vf_count_unindexed(vecfs *v, MDB_txn *txn, uint64_t gen, uint64_t *out);
 
 int vecfs_stats_get(vecfs *v, vecfs_stats *out)
 {

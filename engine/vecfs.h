@@ -230,6 +230,21 @@ typedef struct vecfs_cluster_info {
 int vecfs_gen_clusters(vecfs *v, uint64_t gen, vecfs_cluster_info **out,
 		       uint32_t *n);
 
+/* ---------------------------------------------------------------- maintenance */
+
+/* Fold the active generation's delta postings (and rows it does not cover
+ * yet) into packed posting blocks and drop deleted and superseded entries,
+ * in one transaction: running queries keep their snapshot, results do not
+ * change.  Only clusters with deltas or tombstones are rewritten.  Writes
+ * the number of clusters rewritten to *clusters (may be NULL).  -ENOENT
+ * without an active generation. */
+int vecfs_compact(vecfs *v, uint32_t *clusters, char *err, size_t errlen);
+
+/* Rebuild the clusters of the active generation as a new generation and
+ * flip `active` to it (when `activate`). */
+int vecfs_rebalance(vecfs *v, int activate, uint64_t *gen_out,
+		    vecfs_progress_fn progress, void *parg, char *err, size_t errlen);
+
 /* ---------------------------------------------------------------- checks, stats */
 
 /* Verify every posting block checksum and that postings and records agree.
@@ -243,7 +258,8 @@ typedef struct vecfs_stats {
 	uint64_t deleted;        /* deletes since the store was made */
 	uint64_t generations;
 	uint64_t active;         /* 0 = none */
-	uint64_t unindexed;      /* live records with no posting in active */
+	uint64_t unindexed;      /* live records not in active's packed blocks:
+				    in delta postings or scanned exactly */
 	uint64_t delta_postings; /* in the active generation */
 	uint64_t store_bytes;
 	uint64_t ingest_rows;

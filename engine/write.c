@@ -224,6 +224,8 @@ out:
 	return rc;
 }
 
+/* Live records whose current version is newer than the generation's packed
+ * blocks: they sit in delta postings or are scanned exactly. */
 int vf_count_unindexed(vecfs *v, MDB_txn *txn, uint64_t gen, uint64_t *out)
 {
 	vf_genmeta m;
@@ -235,9 +237,9 @@ int vf_count_unindexed(vecfs *v, MDB_txn *txn, uint64_t gen, uint64_t *out)
 	    (rc = vf_load_counters(txn, v->store, &cnt)))
 		return rc;
 	vf_dirty_init(&d);
-	rc = vf_dirty_load(txn, v->store, m.synced_seq, cnt.seq, &d);
+	rc = vf_dirty_load(txn, v->store, m.blocks_seq, cnt.seq, &d);
 	for (uint64_t i = 0; rc == 0 && i < d.cap; i++)
-		if (d.slots[i].id && d.slots[i].ch.op == VF_OP_PUT && d.slots[i].ch.gen != gen)
+		if (d.slots[i].id && d.slots[i].ch.op == VF_OP_PUT)
 			(*out)++;
 	vf_dirty_free(&d);
 	return rc;

@@ -290,6 +290,13 @@ static void test_delta_postings_found(void **state)
 	assert_int_equal(missed, 0);
 	vecfs_stats s = stats(v);
 	assert_int_equal(s.records, total);
+	/* rows in delta postings are not in packed blocks until compaction */
+	assert_int_equal(s.delta_postings, total - N);
+	assert_int_equal(s.unindexed, total - N);
+	char err[256];
+	assert_int_equal(vecfs_compact(v, NULL, err, sizeof err), 0);
+	s = stats(v);
+	assert_int_equal(s.delta_postings, 0);
 	assert_int_equal(s.unindexed, 0);
 	ds_free(&ds);
 }

@@ -1,0 +1,145 @@
+/*
+ * fs/fs.h - declarations shared by the files of the FUSE adapter.
+ *
+ * The adapter maps the vecfs tree (README, config, stats, errors, ctl,
+ * backup, ingest/, records/, query/, generations/) onto the library in
+ * vecfs.h.  It holds no index logic: it parses what users write, calls the
+ * library, and formats what the library returns.
+ */
+#ifndef VECFS_FS_H
+#define VECFS_FS_H
+
+#define FUSE_USE_VERSION 35
+
+#include <fuse_lowlevel.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "vecfs.h"
+
+/* The open store; set once before the session loop starts. */
+extern vecfs *fs_store;
+/* Absolute path of STORE (for temporary files of backups and ingests). */
+extern const char *fs_store_dir;
+/* Set once the daemon is shutting down: running builds stop. */
+extern volatile int fs_stopping;
+
+/* ---------------------------------------------------------------- text.c */
+
+/* A growing byte buffer.  On allocation failure `oom` is set and further
+ * appends are dropped. */
+typedef struct sbuf {
+	char *p;
+	size_t len, cap;
+	int oom;
+} sbuf;
+
+void sb_init(sbuf *b);
+void sb_free(sbuf *b);
+void sb_reset(sbuf *b);
+int sb_reserve(sbuf *b, size_t extra);
+void sb_add(sbuf *b, const void *data, size_t n);
+void sb_adds(sbuf *b, const char *s);
+void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Hand the contents over (NUL-terminated) and leave the buffer empty. */
+char *sb_take(sbuf *b, size_t *len);
+
+/* A float as "%.9g": reads back to the same float32.  Returns its length. */
+int fmt_float(char *out, size_t cap, float f);
+/* Append a JSON string literal. */
+void sb_json_string(sbuf *b, const char *s, size_t n);
+
+/* Parse a decimal unsigned integer (digits only, no sign) up to max. */
+int parse_uint(const char *s, size_t n, uint64_t max, uint64_t *out);
+/* Parse one float32 token (C locale, strtof); rejects overflow. */
+int parse_float(const char *s, size_t n, float *out);
+/* Trim blanks (space, tab, CR) on both sides. */
+void trim(const char **s, size_t *n);
+
+void render_readme(sbuf *b);
+int render_config(sbuf *b);
+int render_stats(sbuf *b);
+/* One `key = value` line into c (syntax only); -EINVAL with an errors line. */
+int config_line(const char *s, size_t n, unsigned line, vecfs_config *c);
+/* Apply `key = value` lines to the configuration, all or nothing. */
+int config_apply_text(const char *text, size_t len);
+
+/* ---------------------------------------------------------------- errors.c */
+
+/* Append one line to `errors` (also written to stderr). */
+void errlog(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void errlogv(const char *fmt, va_list ap);
+char *errors_render(size_t *len);
+void errors_init(void);
+
+/* ---------------------------------------------------------------- ingest.c */
+
+typedef struct ingest ingest;
+
+/* The format for a file name, or -1 when its ending is not one vecfs reads. */
+int ingest_format_of(const char *name);
+ingest *ingest_new(const char *name, int format);
+void ingest_free(ingest *in);
+/* Parse bytes written to the file.  Rows are validated as they complete; a
+ * bad row fails with -EINVAL (and an errors line), after which the file is
+ * dead: nothing of it is committed. */
+int ingest_write(ingest *in, const char *buf, size_t len);
+/* Commit what was written since the last commit (a flush after data).
+ * Returns 0 when nothing was pending. */
+int ingest_commit(ingest *in);
+/* Abandon the file (unlinked while open): nothing more is committed. */
+void ingest_cancel(ingest *in);
+/* Bytes written so far (the file's size). */
+uint64_t ingest_size(ingest *in);
+/* 1 once the file has committed or failed: it has left ingest/. */
+int ingest_done(ingest *in);
+int ingest_pending(ingest *in);
+
+/* ---------------------------------------------------------------- query.c */
+
+typedef struct qsession qsession;
+
+enum { QS_OUT, QS_JSON, QS_STATS };
+
+qsession *qs_new(const char *id);
+void qs_free(qsession *q);
+void qs_in_truncate(qsession *q);
+/* Forget the input and the results (rm of a session's files). */
+void qs_clear(qsession *q);
+int qs_in_write(qsession *q, const char *buf, size_t len);
+/* Run the query when `in` was written since the last run. */
+int qs_in_flush(qsession *q);
+/* A snapshot of out / out.json / stats (malloc'd; *len set). */
+char *qs_render(qsession *q, int which, size_t *len);
+size_t qs_size(qsession *q, int which);
+
+/* ---------------------------------------------------------------- control.c */
+
+/* Run one ctl command line; 0 or -errno (with an errors line). */
+int ctl_exec(const char *line, size_t n);
+/* A file descriptor holding a fresh backup, positioned at 0; or -errno. */
+int backup_open(void);
+/* Live progress of a build started through ctl: 1 if one is running. */
+int build_progress(char *phase, size_t cap, int *pct);
+
+/* ---------------------------------------------------------------- generations.c */
+
+enum { GF_META, GF_CENTROIDS, GF_CLUSTERS, GF_PROGRESS };
+
+int gen_exists(uint64_t gen);
+int gen_render(uint64_t gen, int which, sbuf *b);
+int64_t gen_file_size(uint64_t gen, int which);
+/* Generation id named by a symlink target ("7", "./7", ".../generations/7"). */
+int gen_parse_target(const char *target, uint64_t *gen);
+int gen_parse_name(const char *name, uint64_t *gen);
+/* Make the generation named by a symlink target active (errors line on failure). */
+int gen_activate_target(const char *target, const char *how);
+
+/* ---------------------------------------------------------------- tree.c */
+
+extern const struct fuse_lowlevel_ops fs_ops;
+void tree_init(void);
+void tree_destroy(void);
+
+#endif

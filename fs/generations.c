@@ -1,0 +1,162 @@
+/*
+ * fs/generations.c - the files of generations/<gen>/ (meta,
+ * centroids.fvecs, clusters, progress) and activation through the
+ * `active` symlink.
+ */
+#include "fs.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *state_name(vecfs_gen_state s)
+{
+	switch (s) {
+	case VECFS_GEN_BUILDING: return "building";
+	case VECFS_GEN_READY: return "ready";
+	case VECFS_GEN_FAILED: return "failed";
+	}
+	return "unknown";
+}
+
+int gen_parse_name(const char *name, uint64_t *gen)
+{
+	size_t n = strlen(name);
+	if (n == 0 || n > 20 || (name[0] == '0'))
+		return -ENOENT;
+	if (parse_uint(name, n, UINT64_MAX, gen) || *gen == 0)
+		return -ENOENT;
+	return 0;
+}
+
+int gen_exists(uint64_t gen)
+{
+	vecfs_gen_info gi;
+	return vecfs_gen_info_get(fs_store, gen, &gi) == 0;
+}
+
+static void progress_line(const vecfs_gen_info *gi, sbuf *b)
+{
+	char phase[32];
+	int pct;
+	if (gi->state == VECFS_GEN_READY)
+		sb_adds(b, "done 100%\n");
+	else if (gi->state == VECFS_GEN_FAILED)
+		sb_printf(b, "failed %u%%\n", gi->phase_pct);
+	else if (build_progress(phase, sizeof phase, &pct))
+		sb_printf(b, "%s %d%%\n", phase, pct);
+	else
+		sb_printf(b, "%s %u%%\n", gi->phase[0] ? gi->phase : "building", gi->phase_pct);
+}
+
+int gen_render(uint64_t gen, int which, sbuf *b)
+{
+	vecfs_gen_info gi;
+	int rc = vecfs_gen_info_get(fs_store, gen, &gi);
+	if (rc)
+		return rc;
+	switch (which) {
+	case GF_META:
+		sb_printf(b, "id = %llu\n", (unsigned long long)gi.id);
+		sb_printf(b, "state = %s\n", state_name(gi.state));
+		sb_printf(b, "created = %llu\n", (unsigned long long)gi.created);
+		sb_printf(b, "records = %llu\n", (unsigned long long)gi.covered);
+		sb_printf(b, "nlist = %u\n", gi.nlist);
+		sb_printf(b, "bits = %u\n", gi.bits);
+		sb_printf(b, "dim = %u\n", gi.dim);
+		sb_printf(b, "metric = %s\n", vecfs_metric_name(gi.metric));
+		sb_printf(b, "rotation_seed = %llu\n", (unsigned long long)gi.seed);
+		sb_printf(b, "build_seconds = %.3f\n", gi.build_seconds);
+		if (gi.parent)
+			sb_printf(b, "parent = %llu\n", (unsigned long long)gi.parent);
+		else
+			sb_adds(b, "parent = none\n");
+		sb_printf(b, "delta_postings = %llu\n", (unsigned long long)gi.delta_postings);
+		sb_printf(b, "tombstones = %llu\n", (unsigned long long)gi.tombstones);
+		sb_adds(b, "progress = ");
+		progress_line(&gi, b);
+		break;
+	case GF_PROGRESS:
+		progress_line(&gi, b);
+		break;
+	case GF_CENTROIDS: {
+		float *c = NULL;
+		uint32_t nl = 0, dim = 0;
+		if (gi.state != VECFS_GEN_READY)
+			return 0;
+		if ((rc = vecfs_gen_centroids(fs_store, gen, &c, &nl, &dim)))
+			return rc;
+		if (sb_reserve(b, (size_t)nl * (4 + 4 * (size_t)dim))) {
+			free(c);
+			return -ENOMEM;
+		}
+		for (uint32_t i = 0; i < nl; i++) {
+			int32_t d = (int32_t)dim;
+			sb_add(b, &d, 4);
+			sb_add(b, c + (size_t)i * dim, 4 * (size_t)dim);
+		}
+		free(c);
+		break;
+	}
+	case GF_CLUSTERS: {
+		vecfs_cluster_info *ci = NULL;
+		uint32_t n = 0;
+		if ((rc = vecfs_gen_clusters(fs_store, gen, &ci, &n)))
+			return rc;
+		sb_adds(b, "# cluster\tvectors\tposting_blocks\tdelta_postings\ttombstones\n");
+		for (uint32_t i = 0; i < n; i++)
+			sb_printf(b, "%u\t%llu\t%u\t%llu\t%llu\n", ci[i].id,
+				  (unsigned long long)ci[i].vectors, ci[i].blocks,
+				  (unsigned long long)ci[i].deltas, (unsigned long long)ci[i].tombstones);
+		free(ci);
+		break;
+	}
+	}
+	return b->oom ? -ENOMEM : 0;
+}
+
+int64_t gen_file_size(uint64_t gen, int which)
+{
+	if (which == GF_CENTROIDS) {
+		vecfs_gen_info gi;
+		int rc = vecfs_gen_info_get(fs_store, gen, &gi);
+		if (rc)
+			return rc;
+		if (gi.state != VECFS_GEN_READY)
+			return 0;
+		return (int64_t)gi.nlist * (4 + 4 * (int64_t)gi.dim);
+	}
+	sbuf b;
+	sb_init(&b);
+	int rc = gen_render(gen, which, &b);
+	int64_t n = rc ? rc : (int64_t)b.len;
+	sb_free(&b);
+	return n;
+}
+
+int gen_parse_target(const char *target, uint64_t *gen)
+{
+	char buf[512];
+	snprintf(buf, sizeof buf, "%s", target);
+	size_t n = strlen(buf);
+	while (n > 1 && buf[n - 1] == '/')
+		buf[--n] = 0;
+	const char *base = strrchr(buf, '/');
+	base = base ? base + 1 : buf;
+	return gen_parse_name(base, gen);
+}
+
+int gen_activate_target(const char *target, const char *how)
+{
+	uint64_t gen;
+	char err[256] = "";
+	if (gen_parse_target(target, &gen)) {
+		errlog("generations/active: %s %s: no such generation", how, target);
+		return -ENOENT;
+	}
+	int rc = vecfs_activate(fs_store, gen, err, sizeof err);
+	if (rc)
+		errlog("generations/active: %s %s: %s", how, target, err[0] ? err : strerror(-rc));
+	return rc;
+}

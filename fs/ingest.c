@@ -1,0 +1,1198 @@
+/*
+ * fs/ingest.c - files written into ingest/: incremental parsers for
+ * .csv/.tsv/.txt, .jsonl/.ndjson, .fvecs, .bvecs and .npy.
+ *
+ * Bytes arrive in write() pieces split anywhere.  Each row is parsed and
+ * checked (vecfs_row_check) as soon as it is complete, so a malformed row
+ * fails the write() that completes it.  Good rows wait in a temporary file
+ * and are handed to vecfs_put as one batch when the file is flushed (close),
+ * which commits them atomically.
+ */
+#include "fs.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+enum { F_CSV, F_TSV, F_TXT, F_JSONL, F_FVECS, F_BVECS, F_NPY };
+
+#define SPOOL_BUF ((size_t)1 << 20)
+#define LINE_MAX_BYTES ((size_t)4 << 20)
+#define NPY_HEADER_MAX ((size_t)1 << 20)
+
+
+struct ingest {
+	pthread_mutex_t mu;
+	char *name;
+	int fmt;
+	uint32_t dim;      /* the file's dimension; 0 until known */
+	int dim_from_store;
+	uint64_t written;  /* bytes written */
+	int dirty;         /* bytes written since the last commit */
+	int failed, cancelled, done;
+	/* text formats */
+	sbuf line;
+	uint64_t lineno;   /* lines completed */
+	sbuf key;          /* decoded JSON key */
+	/* binary formats */
+	uint8_t *row;
+	size_t rowlen, rowneed;
+	uint64_t rowno;    /* rows completed */
+	int npy_stage;     /* 0: magic and length, 1: header, 2: data */
+	size_t npy_hlen;
+	uint64_t npy_rows;
+	sbuf npy_hdr;
+	/* spool */
+	int fd;            /* the spool file; -1 until the first row */
+	char *wbuf;
+	size_t wlen;
+	uint64_t fsize;    /* bytes in the file (without wbuf) */
+	size_t n;          /* rows spooled */
+	uint64_t committed; /* rows committed by earlier flushes */
+	float *tmp;        /* VECFS_DIM_MAX floats */
+};
+
+int ingest_format_of(const char *name)
+{
+	static const struct {
+		const char *ext;
+		int fmt;
+	} ends[] = {
+		{".csv", F_CSV},     {".tsv", F_TSV},     {".txt", F_TXT},     {".jsonl", F_JSONL},
+		{".ndjson", F_JSONL}, {".fvecs", F_FVECS}, {".bvecs", F_BVECS}, {".npy", F_NPY},
+	};
+	size_t n = strlen(name);
+	for (size_t i = 0; i < sizeof ends / sizeof ends[0]; i++) {
+		size_t e = strlen(ends[i].ext);
+		if (n > e && !strcmp(name + n - e, ends[i].ext))
+			return ends[i].fmt;
+	}
+	return -1;
+}
+
+ingest *ingest_new(const char *name, int format)
+{
+	ingest *in = calloc(1, sizeof *in);
+	if (!in)
+		return NULL;
+	in->name = strdup(name);
+	in->tmp = malloc(sizeof(float) * (VECFS_DIM_MAX + 1));
+	if (format == F_FVECS || format == F_BVECS || format == F_NPY)
+		in->row = malloc(4 + (size_t)4 * VECFS_DIM_MAX);
+	if (!in->name || !in->tmp ||
+	    ((format == F_FVECS || format == F_BVECS || format == F_NPY) && !in->row)) {
+		free(in->name);
+		free(in->tmp);
+		free(in->row);
+		free(in);
+		return NULL;
+	}
+	pthread_mutex_init(&in->mu, NULL);
+	in->fd = -1;
+	in->fmt = format;
+	in->rowneed = format == F_NPY ? 0 : 4;
+	return in;
+}
+
+static void spool_clear(ingest *in);
+
+void ingest_free(ingest *in)
+{
+	if (!in)
+		return;
+	spool_clear(in);
+	sb_free(&in->line);
+	sb_free(&in->key);
+	sb_free(&in->npy_hdr);
+	free(in->row);
+	free(in->tmp);
+	free(in->name);
+	pthread_mutex_destroy(&in->mu);
+	free(in);
+}
+
+/* ---------------------------------------------------------------- failures */
+
+static const char *unit(const ingest *in)
+{
+	return in->fmt <= F_JSONL ? "line" : "row";
+}
+
+/* Log "ingest/NAME: line N: why", drop everything, and mark the file dead. */
+static int fail_at(ingest *in, int rc, uint64_t where, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+static int fail_at(ingest *in, int rc, uint64_t where, const char *fmt, ...)
+{
+	char why[512];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(why, sizeof why, fmt, ap);
+	va_end(ap);
+	char tail[128];
+	if (in->committed)
+		snprintf(tail, sizeof tail,
+			 "nothing written since the close that committed %llu rows was committed",
+			 (unsigned long long)in->committed);
+	else
+		snprintf(tail, sizeof tail, "nothing of the file was committed");
+	if (where)
+		errlog("ingest/%s: %s %llu: %s; %s", in->name, unit(in), (unsigned long long)where, why,
+		       tail);
+	else
+		errlog("ingest/%s: %s; %s", in->name, why, tail);
+	spool_clear(in);
+	in->failed = 1;
+	in->done = 1;
+	return rc;
+}
+
+/* ---------------------------------------------------------------- spool */
+
+/* Rows wait in an unlinked temporary file next to the store: a record per
+ * row (header, key, payload, vector), written through a small buffer.  At
+ * commit the file is mapped (shared, so its pages stay page cache, not the
+ * daemon's memory) and the row array vecfs_put takes is built in the mapping
+ * behind the records. */
+typedef struct rec_hdr {
+	uint64_t where;
+	uint32_t klen, plen;
+	uint32_t haskey, pad;
+} rec_hdr;
+
+static size_t rec_size(size_t klen, size_t plen, uint32_t dim)
+{
+	size_t s = sizeof(rec_hdr) + klen + plen;
+	s = (s + 3) & ~(size_t)3;
+	s += sizeof(float) * dim;
+	return (s + 7) & ~(size_t)7;
+}
+
+/* An unlinked temporary file in dir; -errno on failure. */
+static int tmpfile_in(const char *dir)
+{
+	int fd = -1;
+#ifdef O_TMPFILE
+	fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+	if (fd >= 0)
+		return fd;
+#endif
+	char path[4096];
+	snprintf(path, sizeof path, "%s/.vecfs-spool.XXXXXX", dir);
+	fd = mkostemp(path, O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	unlink(path);
+	return fd;
+}
+
+static int spool_open(ingest *in)
+{
+	/* next to the store (its disk has room for the rows), else TMPDIR */
+	int fd = tmpfile_in(fs_store_dir);
+	if (fd < 0) {
+		const char *td = getenv("TMPDIR");
+		int fd2 = tmpfile_in(td && td[0] ? td : "/tmp");
+		if (fd2 < 0)
+			return fd;
+		fd = fd2;
+	}
+	in->wbuf = malloc(SPOOL_BUF);
+	if (!in->wbuf) {
+		close(fd);
+		return -ENOMEM;
+	}
+	in->fd = fd;
+	return 0;
+}
+
+static int spool_flush(ingest *in)
+{
+	size_t off = 0;
+	while (off < in->wlen) {
+		ssize_t w = pwrite(in->fd, in->wbuf + off, in->wlen - off,
+				   (off_t)(in->fsize + off));
+		if (w < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		off += (size_t)w;
+	}
+	in->fsize += in->wlen;
+	in->wlen = 0;
+	return 0;
+}
+
+static int spool_put(ingest *in, const void *p, size_t n)
+{
+	while (n) {
+		if (in->wlen == SPOOL_BUF) {
+			int rc = spool_flush(in);
+			if (rc)
+				return rc;
+		}
+		size_t take = SPOOL_BUF - in->wlen;
+		if (take > n)
+			take = n;
+		memcpy(in->wbuf + in->wlen, p, take);
+		in->wlen += take;
+		p = (const char *)p + take;
+		n -= take;
+	}
+	return 0;
+}
+
+static void spool_clear(ingest *in)
+{
+	if (in->fd >= 0)
+		close(in->fd);
+	in->fd = -1;
+	free(in->wbuf);
+	in->wbuf = NULL;
+	in->wlen = 0;
+	in->fsize = 0;
+	in->n = 0;
+}
+
+/* Check a complete row and add it to the spool. */
+static int add_row(ingest *in, uint64_t where, const char *key, size_t klen, uint32_t dim,
+		   const char *payload, size_t plen)
+{
+	char why[300] = "";
+	if (in->dim == 0) {
+		vecfs_config c;
+		int rc = vecfs_config_get(fs_store, &c);
+		if (rc)
+			return fail_at(in, rc, where, "cannot read the configuration: %s", strerror(-rc));
+		in->dim = c.dim ? c.dim : dim;
+		in->dim_from_store = c.dim != 0;
+	}
+	if (dim != in->dim)
+		return fail_at(in, -EINVAL, where, "%u numbers, expected %u (%s)", dim, in->dim,
+			       in->dim_from_store ? "the store's dim" : "the dimension of the file's first row");
+	vecfs_row r = {key, klen, in->tmp, payload, plen};
+	int rc = vecfs_row_check(fs_store, &r, dim, why, sizeof why);
+	if (rc)
+		return fail_at(in, rc, where, "%s", why[0] ? why : strerror(-rc));
+	if (in->fd < 0 && (rc = spool_open(in)))
+		return fail_at(in, rc, where, "cannot create the spool file in %s: %s", fs_store_dir,
+			       strerror(-rc));
+	static const char zeros[8];
+	rec_hdr h = {where, (uint32_t)klen, (uint32_t)plen, key != NULL, 0};
+	size_t head = sizeof h + klen + plen;
+	size_t total = rec_size(klen, plen, dim);
+	if ((rc = spool_put(in, &h, sizeof h)) || (rc = spool_put(in, key, klen)) ||
+	    (rc = spool_put(in, payload, plen)) ||
+	    (rc = spool_put(in, zeros, ((head + 3) & ~(size_t)3) - head)) ||
+	    (rc = spool_put(in, in->tmp, sizeof(float) * dim)) ||
+	    (rc = spool_put(in, zeros, total - ((head + 3) & ~(size_t)3) - sizeof(float) * dim)))
+		return fail_at(in, rc == -ENOSPC || rc == -EDQUOT ? -ENOSPC : rc, where,
+			       "cannot spool the row: %s", strerror(-rc));
+	in->n++;
+	return 0;
+}
+
+/* Map the spool and hand its rows to vecfs_put. */
+static int spool_commit(ingest *in)
+{
+	char err[512] = "";
+	size_t bad = (size_t)-1;
+	int rc = spool_flush(in);
+	if (rc)
+		return fail_at(in, rc, 0, "cannot spool: %s", strerror(-rc));
+	size_t rows_off = (size_t)in->fsize;
+	size_t total = rows_off + in->n * sizeof(vecfs_row);
+	if (ftruncate(in->fd, (off_t)total) != 0) {
+		rc = -errno;
+		return fail_at(in, rc, 0, "cannot spool: %s", strerror(-rc));
+	}
+	char *map = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED, in->fd, 0);
+	if (map == MAP_FAILED) {
+		rc = -errno;
+		return fail_at(in, rc, 0, "cannot map the spool: %s", strerror(-rc));
+	}
+	vecfs_row *rows = (vecfs_row *)(void *)(map + rows_off);
+	size_t off = 0;
+	for (size_t i = 0; i < in->n; i++) {
+		rec_hdr h;
+		memcpy(&h, map + off, sizeof h);
+		const char *k = map + off + sizeof h;
+		size_t head = sizeof h + h.klen + h.plen;
+		rows[i].key = h.haskey ? k : NULL;
+		rows[i].keylen = h.klen;
+		rows[i].payload = h.plen ? k + h.klen : NULL;
+		rows[i].payload_len = h.plen;
+		rows[i].vec = (const float *)(const void *)(map + off + ((head + 3) & ~(size_t)3));
+		off += rec_size(h.klen, h.plen, in->dim);
+	}
+	rc = vecfs_put(fs_store, rows, in->n, in->dim, &bad, err, sizeof err);
+	uint64_t where = 0;
+	if (rc && bad < in->n) {
+		off = 0;
+		for (size_t i = 0; i < bad; i++) {
+			rec_hdr h;
+			memcpy(&h, map + off, sizeof h);
+			off += rec_size(h.klen, h.plen, in->dim);
+		}
+		rec_hdr h;
+		memcpy(&h, map + off, sizeof h);
+		where = h.where;
+	}
+	munmap(map, total);
+	if (rc) {
+		const char *why = err[0] ? err : strerror(-rc);
+		/* the library numbers rows within the batch: name the file's own */
+		if (bad < in->n && !strncmp(why, "row ", 4)) {
+			const char *c = strchr(why, ':');
+			if (c)
+				why = c[1] == ' ' ? c + 2 : c + 1;
+		}
+		return fail_at(in, rc, where, "%s", why);
+	}
+	in->committed += in->n;
+	/* start over for what may still be written */
+	if (ftruncate(in->fd, 0) != 0)
+		spool_clear(in);
+	in->fsize = 0;
+	in->n = 0;
+	return 0;
+}
+
+/* ---------------------------------------------------------------- delimited text */
+
+static int is_blank(char c)
+{
+	return c == ' ' || c == '\t' || c == '\r';
+}
+
+static int delim_line(ingest *in, const char *s, size_t n)
+{
+	uint64_t where = in->lineno;
+	char sep = 0;
+	if (in->fmt == F_TSV)
+		sep = memchr(s, '\t', n) ? '\t' : memchr(s, ',', n) ? ',' : 0;
+	else
+		sep = memchr(s, ',', n) ? ',' : in->fmt == F_CSV && memchr(s, '\t', n) ? '\t' : 0;
+	const char *key = NULL;
+	size_t klen = 0;
+	uint32_t cnt = 0;
+	size_t pos = 0;
+	unsigned field = 0;
+	while (pos <= n) {
+		const char *f;
+		size_t fl;
+		if (sep) {
+			const char *e = memchr(s + pos, sep, n - pos);
+			size_t end = e ? (size_t)(e - s) : n;
+			f = s + pos;
+			fl = end - pos;
+			pos = end + 1;
+			trim(&f, &fl);
+			field++;
+			if (fl == 0)
+				return fail_at(in, -EINVAL, where, "field %u is empty", field);
+		} else {
+			while (pos < n && is_blank(s[pos]))
+				pos++;
+			if (pos >= n)
+				break;
+			size_t st = pos;
+			while (pos < n && !is_blank(s[pos]))
+				pos++;
+			f = s + st;
+			fl = pos - st;
+			field++;
+		}
+		if (!key) {
+			key = f;
+			klen = fl;
+			continue;
+		}
+		if (cnt >= VECFS_DIM_MAX)
+			return fail_at(in, -EINVAL, where, "more than %d numbers", VECFS_DIM_MAX);
+		int rc = parse_float(f, fl, &in->tmp[cnt]);
+		if (rc == -ERANGE)
+			return fail_at(in, -EINVAL, where, "value %u '%.*s' overflows float32", cnt + 1,
+				       (int)(fl > 40 ? 40 : fl), f);
+		if (rc)
+			return fail_at(in, -EINVAL, where, "value %u '%.*s' is not a number", cnt + 1,
+				       (int)(fl > 40 ? 40 : fl), f);
+		cnt++;
+	}
+	if (cnt == 0)
+		return fail_at(in, -EINVAL, where, "a key and no numbers (expected KEY then the vector)");
+	return add_row(in, where, key, klen, cnt, NULL, 0);
+}
+
+/* ---------------------------------------------------------------- JSON lines */
+
+typedef struct jp {
+	const char *p, *e;
+	char err[160];
+} jp;
+
+static void jws(jp *j)
+{
+	while (j->p < j->e && (*j->p == ' ' || *j->p == '\t' || *j->p == '\r' || *j->p == '\n'))
+		j->p++;
+}
+
+static int jfail(jp *j, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int jfail(jp *j, const char *fmt, ...)
+{
+	if (!j->err[0]) {
+		va_list ap;
+		va_start(ap, fmt);
+		vsnprintf(j->err, sizeof j->err, fmt, ap);
+		va_end(ap);
+	}
+	return -EINVAL;
+}
+
+static int hexval(char c)
+{
+	return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
+	       : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+static int jhex4(jp *j, unsigned *out)
+{
+	if (j->e - j->p < 4)
+		return jfail(j, "truncated \\u escape");
+	unsigned v = 0;
+	for (int i = 0; i < 4; i++) {
+		int h = hexval(j->p[i]);
+		if (h < 0)
+			return jfail(j, "bad \\u escape");
+		v = v * 16 + (unsigned)h;
+	}
+	j->p += 4;
+	*out = v;
+	return 0;
+}
+
+static void put_utf8(sbuf *b, unsigned cp)
+{
+	char u[4];
+	size_t n;
+	if (cp < 0x80) {
+		u[0] = (char)cp;
+		n = 1;
+	} else if (cp < 0x800) {
+		u[0] = (char)(0xC0 | (cp >> 6));
+		u[1] = (char)(0x80 | (cp & 0x3F));
+		n = 2;
+	} else if (cp < 0x10000) {
+		u[0] = (char)(0xE0 | (cp >> 12));
+		u[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
+		u[2] = (char)(0x80 | (cp & 0x3F));
+		n = 3;
+	} else {
+		u[0] = (char)(0xF0 | (cp >> 18));
+		u[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
+		u[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
+		u[3] = (char)(0x80 | (cp & 0x3F));
+		n = 4;
+	}
+	sb_add(b, u, n);
+}
+
+/* A string at j->p (which is '"'); decoded into out when not NULL. */
+static int jstring(jp *j, sbuf *out)
+{
+	j->p++;
+	while (j->p < j->e) {
+		const char *run = j->p;
+		while (j->p < j->e && *j->p != '"' && *j->p != '\\' && (unsigned char)*j->p >= 0x20)
+			j->p++;
+		if (out)
+			sb_add(out, run, (size_t)(j->p - run));
+		if (j->p >= j->e)
+			break;
+		char c = *j->p++;
+		if (c == '"')
+			return 0;
+		if (c != '\\')
+			return jfail(j, "control character in a string");
+		if (j->p >= j->e)
+			break;
+		c = *j->p++;
+		unsigned cp;
+		switch (c) {
+		case '"': cp = '"'; break;
+		case '\\': cp = '\\'; break;
+		case '/': cp = '/'; break;
+		case 'b': cp = '\b'; break;
+		case 'f': cp = '\f'; break;
+		case 'n': cp = '\n'; break;
+		case 'r': cp = '\r'; break;
+		case 't': cp = '\t'; break;
+		case 'u':
+			if (jhex4(j, &cp))
+				return -EINVAL;
+			if (cp >= 0xD800 && cp < 0xDC00) {
+				unsigned lo;
+				if (j->e - j->p < 6 || j->p[0] != '\\' || j->p[1] != 'u')
+					return jfail(j, "unpaired surrogate in \\u escape");
+				j->p += 2;
+				if (jhex4(j, &lo))
+					return -EINVAL;
+				if (lo < 0xDC00 || lo > 0xDFFF)
+					return jfail(j, "unpaired surrogate in \\u escape");
+				cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+			} else if (cp >= 0xDC00 && cp <= 0xDFFF) {
+				return jfail(j, "unpaired surrogate in \\u escape");
+			}
+			break;
+		default:
+			return jfail(j, "bad escape '\\%c'", c);
+		}
+		if (out)
+			put_utf8(out, cp);
+	}
+	return jfail(j, "unterminated string");
+}
+
+/* A number: validates JSON grammar, returns the span. */
+static int jnumber(jp *j, const char **s, size_t *n)
+{
+	const char *st = j->p, *p = j->p, *e = j->e;
+	if (p < e && *p == '-')
+		p++;
+	if (p < e && *p == '0')
+		p++;
+	else if (p < e && *p >= '1' && *p <= '9')
+		while (p < e && *p >= '0' && *p <= '9')
+			p++;
+	else
+		return jfail(j, "expected a number");
+	if (p < e && *p == '.') {
+		p++;
+		if (!(p < e && *p >= '0' && *p <= '9'))
+			return jfail(j, "bad number");
+		while (p < e && *p >= '0' && *p <= '9')
+			p++;
+	}
+	if (p < e && (*p == 'e' || *p == 'E')) {
+		p++;
+		if (p < e && (*p == '+' || *p == '-'))
+			p++;
+		if (!(p < e && *p >= '0' && *p <= '9'))
+			return jfail(j, "bad number");
+		while (p < e && *p >= '0' && *p <= '9')
+			p++;
+	}
+	*s = st;
+	*n = (size_t)(p - st);
+	j->p = p;
+	return 0;
+}
+
+static int jlit(jp *j, const char *lit)
+{
+	size_t n = strlen(lit);
+	if ((size_t)(j->e - j->p) < n || memcmp(j->p, lit, n))
+		return jfail(j, "unexpected character '%c'", *j->p);
+	j->p += n;
+	return 0;
+}
+
+/* Any value (skipped, only validated). */
+static int jvalue(jp *j, int depth)
+{
+	const char *s;
+	size_t n;
+	if (depth > 256)
+		return jfail(j, "nested too deeply");
+	jws(j);
+	if (j->p >= j->e)
+		return jfail(j, "unexpected end of line");
+	switch (*j->p) {
+	case '"':
+		return jstring(j, NULL);
+	case '{':
+		j->p++;
+		jws(j);
+		if (j->p < j->e && *j->p == '}') {
+			j->p++;
+			return 0;
+		}
+		for (;;) {
+			jws(j);
+			if (j->p >= j->e || *j->p != '"')
+				return jfail(j, "expected a member name");
+			if (jstring(j, NULL))
+				return -EINVAL;
+			jws(j);
+			if (j->p >= j->e || *j->p != ':')
+				return jfail(j, "expected ':'");
+			j->p++;
+			if (jvalue(j, depth + 1))
+				return -EINVAL;
+			jws(j);
+			if (j->p < j->e && *j->p == ',') {
+				j->p++;
+				continue;
+			}
+			if (j->p < j->e && *j->p == '}') {
+				j->p++;
+				return 0;
+			}
+			return jfail(j, "expected ',' or '}'");
+		}
+	case '[':
+		j->p++;
+		jws(j);
+		if (j->p < j->e && *j->p == ']') {
+			j->p++;
+			return 0;
+		}
+		for (;;) {
+			if (jvalue(j, depth + 1))
+				return -EINVAL;
+			jws(j);
+			if (j->p < j->e && *j->p == ',') {
+				j->p++;
+				continue;
+			}
+			if (j->p < j->e && *j->p == ']') {
+				j->p++;
+				return 0;
+			}
+			return jfail(j, "expected ',' or ']'");
+		}
+	case 't':
+		return jlit(j, "true");
+	case 'f':
+		return jlit(j, "false");
+	case 'n':
+		return jlit(j, "null");
+	default:
+		return jnumber(j, &s, &n);
+	}
+}
+
+static int json_line(ingest *in, const char *s, size_t n)
+{
+	uint64_t where = in->lineno;
+	jp j = {s, s + n, ""};
+	sbuf name;
+	int have_key = 0, have_vec = 0;
+	uint32_t cnt = 0;
+	const char *payload = NULL;
+	size_t plen = 0;
+	int rc = 0;
+	sb_init(&name);
+	sb_reset(&in->key);
+	jws(&j);
+	if (j.p >= j.e || *j.p != '{') {
+		rc = jfail(&j, "expected a JSON object");
+		goto out;
+	}
+	j.p++;
+	jws(&j);
+	if (j.p < j.e && *j.p == '}') {
+		j.p++;
+		goto done;
+	}
+	for (;;) {
+		jws(&j);
+		if (j.p >= j.e || *j.p != '"') {
+			rc = jfail(&j, "expected a member name");
+			goto out;
+		}
+		sb_reset(&name);
+		if ((rc = jstring(&j, &name)))
+			goto out;
+		jws(&j);
+		if (j.p >= j.e || *j.p != ':') {
+			rc = jfail(&j, "expected ':'");
+			goto out;
+		}
+		j.p++;
+		jws(&j);
+		if (name.len == 3 && !memcmp(name.p, "key", 3)) {
+			if (j.p >= j.e || *j.p != '"') {
+				rc = jfail(&j, "\"key\" is not a string");
+				goto out;
+			}
+			sb_reset(&in->key);
+			if ((rc = jstring(&j, &in->key)))
+				goto out;
+			have_key = 1;
+		} else if (name.len == 6 && !memcmp(name.p, "vector", 6)) {
+			if (j.p >= j.e || *j.p != '[') {
+				rc = jfail(&j, "\"vector\" is not an array");
+				goto out;
+			}
+			j.p++;
+			cnt = 0;
+			jws(&j);
+			if (j.p < j.e && *j.p == ']') {
+				j.p++;
+			} else {
+				for (;;) {
+					const char *ns;
+					size_t nl;
+					jws(&j);
+					if (j.p < j.e && (*j.p == '-' || (*j.p >= '0' && *j.p <= '9'))) {
+						if ((rc = jnumber(&j, &ns, &nl)))
+							goto out;
+					} else {
+						rc = jfail(&j, "element %u of \"vector\" is not a number", cnt + 1);
+						goto out;
+					}
+					if (cnt >= VECFS_DIM_MAX) {
+						rc = jfail(&j, "more than %d numbers in \"vector\"", VECFS_DIM_MAX);
+						goto out;
+					}
+					int fr = parse_float(ns, nl, &in->tmp[cnt]);
+					if (fr == -ERANGE) {
+						rc = jfail(&j, "element %u of \"vector\" (%.*s) overflows float32",
+							   cnt + 1, (int)(nl > 40 ? 40 : nl), ns);
+						goto out;
+					}
+					if (fr) {
+						rc = jfail(&j, "element %u of \"vector\" is not a number", cnt + 1);
+						goto out;
+					}
+					cnt++;
+					jws(&j);
+					if (j.p < j.e && *j.p == ',') {
+						j.p++;
+						continue;
+					}
+					if (j.p < j.e && *j.p == ']') {
+						j.p++;
+						break;
+					}
+					rc = jfail(&j, "expected ',' or ']' in \"vector\"");
+					goto out;
+				}
+			}
+			have_vec = 1;
+		} else if (name.len == 7 && !memcmp(name.p, "payload", 7)) {
+			const char *st = j.p;
+			if ((rc = jvalue(&j, 0)))
+				goto out;
+			payload = st;
+			plen = (size_t)(j.p - st);
+		} else {
+			if ((rc = jvalue(&j, 0)))
+				goto out;
+		}
+		jws(&j);
+		if (j.p < j.e && *j.p == ',') {
+			j.p++;
+			continue;
+		}
+		if (j.p < j.e && *j.p == '}') {
+			j.p++;
+			break;
+		}
+		rc = jfail(&j, "expected ',' or '}'");
+		goto out;
+	}
+done:
+	jws(&j);
+	if (j.p != j.e) {
+		rc = jfail(&j, "text after the object");
+		goto out;
+	}
+	if (!have_key) {
+		rc = jfail(&j, "no \"key\"");
+		goto out;
+	}
+	if (!have_vec || cnt == 0) {
+		rc = jfail(&j, "no \"vector\" (or an empty one)");
+		goto out;
+	}
+out:
+	sb_free(&name);
+	if (rc) {
+		if (!strncmp(j.err, "no \"", 4) || strstr(j.err, "\"vector\"") || strstr(j.err, "\"key\""))
+			return fail_at(in, -EINVAL, where, "%s", j.err);
+		if (j.p >= j.e)
+			return fail_at(in, -EINVAL, where, "malformed JSON: %s at the end of the line", j.err);
+		return fail_at(in, -EINVAL, where, "malformed JSON: %s at column %zu", j.err,
+			       (size_t)(j.p - s) + 1);
+	}
+	if (in->key.oom)
+		return fail_at(in, -ENOMEM, where, "out of memory");
+	return add_row(in, where, in->key.p ? in->key.p : "", in->key.len, cnt, payload, plen);
+}
+
+/* ---------------------------------------------------------------- text lines */
+
+static int text_line(ingest *in, const char *s, size_t n)
+{
+	in->lineno++;
+	const char *t = s;
+	size_t tn = n;
+	trim(&t, &tn);
+	if (tn == 0)
+		return 0;
+	if (in->fmt == F_JSONL)
+		return json_line(in, t, tn);
+	if (t[0] == '#')
+		return 0;
+	return delim_line(in, t, tn);
+}
+
+static int text_feed(ingest *in, const char *p, size_t n)
+{
+	while (n) {
+		const char *nl = memchr(p, '\n', n);
+		size_t take = nl ? (size_t)(nl - p) : n;
+		if (in->line.len + take > LINE_MAX_BYTES)
+			return fail_at(in, -EINVAL, in->lineno + 1, "longer than %zu bytes",
+				       LINE_MAX_BYTES);
+		if (!nl) {
+			sb_add(&in->line, p, take);
+			if (in->line.oom)
+				return fail_at(in, -ENOMEM, in->lineno + 1, "out of memory");
+			return 0;
+		}
+		int rc;
+		if (in->line.len) {
+			sb_add(&in->line, p, take);
+			if (in->line.oom)
+				return fail_at(in, -ENOMEM, in->lineno + 1, "out of memory");
+			rc = text_line(in, in->line.p, in->line.len);
+			sb_reset(&in->line);
+		} else {
+			rc = text_line(in, p, take);
+		}
+		if (rc)
+			return rc;
+		p += take + 1;
+		n -= take + 1;
+	}
+	return 0;
+}
+
+/* ---------------------------------------------------------------- binary rows */
+
+static uint32_t rd_le32(const uint8_t *p)
+{
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static float rd_lef32(const uint8_t *p)
+{
+	uint32_t u = rd_le32(p);
+	float f;
+	memcpy(&f, &u, 4);
+	return f;
+}
+
+/* Parse the python-literal header dict of an .npy file. */
+static int npy_header(ingest *in, const char *h, size_t n)
+{
+	char buf[4096];
+	size_t len = n < sizeof buf - 1 ? n : sizeof buf - 1;
+	memcpy(buf, h, len);
+	buf[len] = 0;
+	char *d = strstr(buf, "'descr'");
+	char *fo = strstr(buf, "'fortran_order'");
+	char *sh = strstr(buf, "'shape'");
+	if (!d || !fo || !sh || buf[0] != '{')
+		return fail_at(in, -EINVAL, 0, "not an .npy header (no descr, fortran_order and shape)");
+	d = strchr(d + 7, ':');
+	if (!d)
+		return fail_at(in, -EINVAL, 0, "bad .npy header");
+	d++;
+	while (*d == ' ')
+		d++;
+	if (strncmp(d, "'<f4'", 5) && strncmp(d, "\"<f4\"", 5)) {
+		char *e = strchr(d, ',');
+		int l = e ? (int)(e - d) : 10;
+		return fail_at(in, -EINVAL, 0, "dtype %.*s: expected little-endian float32 ('<f4')", l, d);
+	}
+	fo = strchr(fo + 15, ':');
+	if (!fo)
+		return fail_at(in, -EINVAL, 0, "bad .npy header");
+	fo++;
+	while (*fo == ' ')
+		fo++;
+	if (!strncmp(fo, "True", 4))
+		return fail_at(in, -EINVAL, 0, "fortran_order is True: expected a C-order array");
+	if (strncmp(fo, "False", 5))
+		return fail_at(in, -EINVAL, 0, "bad fortran_order in the .npy header");
+	sh = strchr(sh + 7, '(');
+	if (!sh)
+		return fail_at(in, -EINVAL, 0, "bad shape in the .npy header");
+	sh++;
+	uint64_t dims[3];
+	int nd = 0;
+	for (;;) {
+		while (*sh == ' ')
+			sh++;
+		if (*sh == ')')
+			break;
+		char *e;
+		if (*sh < '0' || *sh > '9')
+			return fail_at(in, -EINVAL, 0, "bad shape in the .npy header");
+		unsigned long long v = strtoull(sh, &e, 10);
+		if (nd < 3)
+			dims[nd] = v;
+		nd++;
+		sh = e;
+		while (*sh == ' ' || *sh == 'L')
+			sh++;
+		if (*sh == ',')
+			sh++;
+		else if (*sh != ')')
+			return fail_at(in, -EINVAL, 0, "bad shape in the .npy header");
+	}
+	if (nd != 2)
+		return fail_at(in, -EINVAL, 0, "shape has %d dimensions: expected a 2-D array (rows, dim)", nd);
+	if (dims[1] == 0 || dims[1] > VECFS_DIM_MAX)
+		return fail_at(in, -EINVAL, 0, "dimension %llu is out of range 1..%d",
+			       (unsigned long long)dims[1], VECFS_DIM_MAX);
+	in->npy_rows = dims[0];
+	in->rowneed = (size_t)dims[1] * 4;
+	in->npy_stage = 2;
+	return 0;
+}
+
+static int npy_feed_header(ingest *in, const uint8_t **pp, size_t *np)
+{
+	const uint8_t *p = *pp;
+	size_t n = *np;
+	while (n && in->npy_stage < 2) {
+		size_t want = in->npy_stage == 0 ? 10 : in->npy_hlen;
+		if (in->npy_stage == 0 && in->npy_hdr.len >= 8 && (unsigned char)in->npy_hdr.p[6] >= 2)
+			want = 12;
+		size_t take = want > in->npy_hdr.len ? want - in->npy_hdr.len : 0;
+		if (take > n)
+			take = n;
+		sb_add(&in->npy_hdr, p, take);
+		if (in->npy_hdr.oom)
+			return fail_at(in, -ENOMEM, 0, "out of memory");
+		p += take;
+		n -= take;
+		if (in->npy_hdr.len >= 6 && memcmp(in->npy_hdr.p, "\x93NUMPY", 6)) {
+			*pp = p;
+			*np = n;
+			return fail_at(in, -EINVAL, 0, "not an .npy file (no \\x93NUMPY magic)");
+		}
+		if (in->npy_hdr.len < want)
+			continue;
+		if (in->npy_stage == 0) {
+			const uint8_t *h = (const uint8_t *)in->npy_hdr.p;
+			unsigned major = h[6];
+			size_t hl;
+			if (major == 1) {
+				hl = (size_t)h[8] | (size_t)h[9] << 8;
+				in->npy_hlen = 10 + hl;
+			} else if (major == 2 || major == 3) {
+				if (in->npy_hdr.len < 12)
+					continue;
+				hl = rd_le32(h + 8);
+				in->npy_hlen = 12 + hl;
+			} else {
+				*pp = p;
+				*np = n;
+				return fail_at(in, -EINVAL, 0, ".npy format version %u is not supported", major);
+			}
+			if (hl > NPY_HEADER_MAX) {
+				*pp = p;
+				*np = n;
+				return fail_at(in, -EINVAL, 0, ".npy header of %zu bytes is too long", hl);
+			}
+			in->npy_stage = 1;
+		} else {
+			size_t off = (unsigned char)in->npy_hdr.p[6] == 1 ? 10 : 12;
+			int rc = npy_header(in, in->npy_hdr.p + off, in->npy_hdr.len - off);
+			*pp = p;
+			*np = n;
+			return rc;
+		}
+	}
+	*pp = p;
+	*np = n;
+	return 0;
+}
+
+static int bin_row_done(ingest *in)
+{
+	uint64_t where = ++in->rowno;
+	uint32_t dim;
+	if (in->fmt == F_NPY) {
+		dim = (uint32_t)(in->rowneed / 4);
+		if (where > in->npy_rows)
+			return fail_at(in, -EINVAL, where, "data beyond the %llu rows the header declares",
+				       (unsigned long long)in->npy_rows);
+		for (uint32_t i = 0; i < dim; i++)
+			in->tmp[i] = rd_lef32(in->row + 4 * i);
+	} else if (in->fmt == F_FVECS) {
+		dim = rd_le32(in->row);
+		for (uint32_t i = 0; i < dim; i++)
+			in->tmp[i] = rd_lef32(in->row + 4 + 4 * i);
+	} else {
+		dim = rd_le32(in->row);
+		for (uint32_t i = 0; i < dim; i++)
+			in->tmp[i] = (float)in->row[4 + i];
+	}
+	return add_row(in, where, NULL, 0, dim, NULL, 0);
+}
+
+static int bin_feed(ingest *in, const uint8_t *p, size_t n)
+{
+	int rc;
+	if (in->fmt == F_NPY && in->npy_stage < 2) {
+		if ((rc = npy_feed_header(in, &p, &n)))
+			return rc;
+	}
+	while (n) {
+		size_t take = in->rowneed - in->rowlen;
+		if (take > n)
+			take = n;
+		memcpy(in->row + in->rowlen, p, take);
+		in->rowlen += take;
+		p += take;
+		n -= take;
+		if (in->rowlen < in->rowneed)
+			break;
+		if (in->fmt != F_NPY && in->rowneed == 4) {
+			int32_t d = (int32_t)rd_le32(in->row);
+			if (d <= 0 || d > VECFS_DIM_MAX)
+				return fail_at(in, -EINVAL, in->rowno + 1, "dimension %d is out of range 1..%d",
+					       d, VECFS_DIM_MAX);
+			if (in->dim && (uint32_t)d != in->dim)
+				return fail_at(in, -EINVAL, in->rowno + 1, "dimension %d, expected %u (%s)", d,
+					       in->dim,
+					       in->dim_from_store ? "the store's dim" : "the dimension of the file's first row");
+			in->rowneed = 4 + (size_t)d * (in->fmt == F_FVECS ? 4 : 1);
+			continue;
+		}
+		if ((rc = bin_row_done(in)))
+			return rc;
+		in->rowlen = 0;
+		if (in->fmt != F_NPY)
+			in->rowneed = 4;
+	}
+	return 0;
+}
+
+/* ---------------------------------------------------------------- interface */
+
+int ingest_write(ingest *in, const char *buf, size_t len)
+{
+	int rc = 0;
+	pthread_mutex_lock(&in->mu);
+	if (in->cancelled) {
+		pthread_mutex_unlock(&in->mu);
+		return 0;
+	}
+	if (in->failed) {
+		pthread_mutex_unlock(&in->mu);
+		return -EINVAL;
+	}
+	if (len) {
+		in->written += len;
+		in->dirty = 1;
+		if (in->fmt <= F_JSONL)
+			rc = text_feed(in, buf, len);
+		else
+			rc = bin_feed(in, (const uint8_t *)buf, len);
+	}
+	pthread_mutex_unlock(&in->mu);
+	return rc;
+}
+
+/* End of the data written so far: the trailing partial line is a last line,
+ * a partial binary row is a truncated one. */
+static int finish(ingest *in)
+{
+	int rc;
+	if (in->fmt <= F_JSONL) {
+		if (in->line.len) {
+			rc = text_line(in, in->line.p, in->line.len);
+			sb_reset(&in->line);
+			return rc;
+		}
+		return 0;
+	}
+	if (in->fmt == F_NPY) {
+		if (in->npy_stage < 2)
+			return fail_at(in, -EINVAL, 0, "truncated .npy header (%zu bytes)", in->npy_hdr.len);
+		if (in->rowlen)
+			return fail_at(in, -EINVAL, in->rowno + 1, "truncated: %zu of %zu bytes", in->rowlen,
+				       in->rowneed);
+		if (in->rowno < in->npy_rows)
+			return fail_at(in, -EINVAL, in->rowno + 1,
+				       "truncated: the header declares %llu rows, the file holds %llu",
+				       (unsigned long long)in->npy_rows, (unsigned long long)in->rowno);
+		return 0;
+	}
+	if (in->rowlen)
+		return fail_at(in, -EINVAL, in->rowno + 1, "truncated: %zu of %zu bytes", in->rowlen,
+			       in->rowneed);
+	return 0;
+}
+
+int ingest_commit(ingest *in)
+{
+	int rc;
+	pthread_mutex_lock(&in->mu);
+	if (in->cancelled || (!in->dirty && !in->failed)) {
+		pthread_mutex_unlock(&in->mu);
+		return 0;
+	}
+	if (in->failed) {
+		pthread_mutex_unlock(&in->mu);
+		return -EINVAL;
+	}
+	in->dirty = 0;
+	if ((rc = finish(in))) {
+		pthread_mutex_unlock(&in->mu);
+		return rc;
+	}
+	if (in->n && (rc = spool_commit(in))) {
+		pthread_mutex_unlock(&in->mu);
+		return rc;
+	}
+	in->done = 1;
+	pthread_mutex_unlock(&in->mu);
+	return 0;
+}
+
+void ingest_cancel(ingest *in)
+{
+	pthread_mutex_lock(&in->mu);
+	in->cancelled = 1;
+	in->done = 1;
+	spool_clear(in);
+	pthread_mutex_unlock(&in->mu);
+}
+
+uint64_t ingest_size(ingest *in)
+{
+	pthread_mutex_lock(&in->mu);
+	uint64_t s = in->written;
+	pthread_mutex_unlock(&in->mu);
+	return s;
+}
+
+int ingest_done(ingest *in)
+{
+	pthread_mutex_lock(&in->mu);
+	int d = in->done;
+	pthread_mutex_unlock(&in->mu);
+	return d;
+}
+
+int ingest_pending(ingest *in)
+{
+	pthread_mutex_lock(&in->mu);
+	int d = in->dirty && !in->failed && !in->cancelled;
+	pthread_mutex_unlock(&in->mu);
+	return d;
+}

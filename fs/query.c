@@ -1,0 +1,513 @@
+/*
+ * fs/query.c - query sessions (query/ID/): `in` collects option lines and
+ * query vectors (text, or binary fvecs rows); closing it runs the search
+ * and replaces the session's out, out.json and stats.
+ */
+#include "fs.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define IN_MAX ((size_t)256 << 20)
+
+struct qsession {
+	pthread_mutex_t mu;
+	char id[72];
+	sbuf in;
+	int dirty;
+	/* write-time checks of text input: lines checked so far */
+	size_t checked;
+	unsigned lines;
+	int kind;      /* 0 unknown, 1 text, 2 binary */
+	int bad;       /* a line failed its check: the next close fails */
+	uint32_t cdim; /* dimension of the vectors checked so far */
+	size_t cnq;
+	char *res[3];
+	size_t reslen[3];
+};
+
+qsession *qs_new(const char *id)
+{
+	qsession *q = calloc(1, sizeof *q);
+	if (!q)
+		return NULL;
+	pthread_mutex_init(&q->mu, NULL);
+	snprintf(q->id, sizeof q->id, "%s", id);
+	return q;
+}
+
+static void clear_results(qsession *q)
+{
+	for (int i = 0; i < 3; i++) {
+		free(q->res[i]);
+		q->res[i] = NULL;
+		q->reslen[i] = 0;
+	}
+}
+
+void qs_free(qsession *q)
+{
+	if (!q)
+		return;
+	clear_results(q);
+	sb_free(&q->in);
+	pthread_mutex_destroy(&q->mu);
+	free(q);
+}
+
+static void reset_input(qsession *q)
+{
+	sb_free(&q->in);
+	q->checked = 0;
+	q->lines = 0;
+	q->kind = 0;
+	q->bad = 0;
+	q->cdim = 0;
+	q->cnq = 0;
+}
+
+void qs_in_truncate(qsession *q)
+{
+	pthread_mutex_lock(&q->mu);
+	reset_input(q);
+	pthread_mutex_unlock(&q->mu);
+}
+
+void qs_clear(qsession *q)
+{
+	pthread_mutex_lock(&q->mu);
+	reset_input(q);
+	q->dirty = 0;
+	clear_results(q);
+	pthread_mutex_unlock(&q->mu);
+}
+
+static int check_lines(qsession *q);
+
+int qs_in_write(qsession *q, const char *buf, size_t len)
+{
+	int rc = 0;
+	pthread_mutex_lock(&q->mu);
+	if (q->bad) {
+		rc = -EINVAL;
+	} else if (q->in.len + len > IN_MAX) {
+		errlog("query/%s/in: more than %zu MiB of query input", q->id, IN_MAX >> 20);
+		rc = -EFBIG;
+	} else {
+		sb_add(&q->in, buf, len);
+		if (q->in.oom) {
+			reset_input(q);
+			errlog("query/%s/in: out of memory", q->id);
+			rc = -ENOMEM;
+		}
+		q->dirty = 1;
+		if (rc == 0)
+			rc = check_lines(q);
+	}
+	pthread_mutex_unlock(&q->mu);
+	return rc;
+}
+
+/* ---------------------------------------------------------------- parsing in */
+
+typedef struct qinput {
+	vecfs_query_opts o;
+	float *vecs;
+	size_t nq, cap;
+	uint32_t dim;
+} qinput;
+
+static int add_vec(qinput *qi, const float *v, uint32_t dim)
+{
+	if (qi->nq == qi->cap) {
+		size_t nc = qi->cap ? qi->cap * 2 : 16;
+		float *nv = realloc(qi->vecs, nc * dim * sizeof(float));
+		if (!nv)
+			return -ENOMEM;
+		qi->vecs = nv;
+		qi->cap = nc;
+	}
+	memcpy(qi->vecs + qi->nq * dim, v, dim * sizeof(float));
+	qi->nq++;
+	return 0;
+}
+
+static uint32_t le32(const unsigned char *p)
+{
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+/* Binary fvecs rows: every row header holds the same plausible dimension. */
+static int parse_fvecs(const char *buf, size_t len, qinput *qi)
+{
+	const unsigned char *p = (const unsigned char *)buf;
+	if (len < 8)
+		return 0;
+	uint32_t d = le32(p);
+	if (d == 0 || d > VECFS_DIM_MAX || len % (4 + 4 * (size_t)d))
+		return 0;
+	size_t rows = len / (4 + 4 * (size_t)d);
+	for (size_t r = 0; r < rows; r++)
+		if (le32(p + r * (4 + 4 * (size_t)d)) != d)
+			return 0;
+	qi->vecs = malloc(rows * d * sizeof(float));
+	if (!qi->vecs)
+		return -ENOMEM;
+	for (size_t r = 0; r < rows; r++)
+		memcpy(qi->vecs + r * d, p + r * (4 + 4 * (size_t)d) + 4, 4 * (size_t)d);
+	qi->nq = qi->cap = rows;
+	qi->dim = d;
+	return 1;
+}
+
+static int parse_options(const char *s, size_t n, qinput *qi, char *why, size_t wl)
+{
+	size_t pos = 0;
+	while (pos < n) {
+		while (pos < n && (s[pos] == ' ' || s[pos] == '\t' || s[pos] == ','))
+			pos++;
+		if (pos >= n)
+			break;
+		size_t st = pos;
+		while (pos < n && s[pos] != ' ' && s[pos] != '\t' && s[pos] != ',')
+			pos++;
+		const char *t = s + st;
+		size_t tl = pos - st;
+		const char *eq = memchr(t, '=', tl);
+		if (!eq) {
+			snprintf(why, wl, "'%.*s' is not name=value (options: k, nprobe, refine, mode)",
+				 (int)(tl > 40 ? 40 : tl), t);
+			return -EINVAL;
+		}
+		size_t nl = (size_t)(eq - t), vl = tl - nl - 1;
+		const char *v = eq + 1;
+		uint64_t u;
+		uint32_t *dst = NULL;
+		if (nl == 1 && t[0] == 'k')
+			dst = &qi->o.k;
+		else if (nl == 6 && !memcmp(t, "nprobe", 6))
+			dst = &qi->o.nprobe;
+		else if (nl == 6 && !memcmp(t, "refine", 6))
+			dst = &qi->o.refine;
+		if (dst) {
+			if (parse_uint(v, vl, UINT32_MAX, &u) || u == 0) {
+				snprintf(why, wl, "bad value '%.*s' for %.*s (a positive integer)",
+					 (int)(vl > 40 ? 40 : vl), v, (int)nl, t);
+				return -EINVAL;
+			}
+			*dst = (uint32_t)u;
+		} else if (nl == 4 && !memcmp(t, "mode", 4)) {
+			if (vl == 3 && !memcmp(v, "ann", 3))
+				qi->o.exact = 0;
+			else if (vl == 5 && !memcmp(v, "exact", 5))
+				qi->o.exact = 1;
+			else {
+				snprintf(why, wl, "bad value '%.*s' for mode (ann or exact)",
+					 (int)(vl > 40 ? 40 : vl), v);
+				return -EINVAL;
+			}
+		} else {
+			snprintf(why, wl, "unknown option '%.*s' (options: k, nprobe, refine, mode)",
+				 (int)(nl > 40 ? 40 : nl), t);
+			return -EINVAL;
+		}
+	}
+	return 0;
+}
+
+/* One line of text input: blank, comment, options or a vector.  With
+ * keep = 0 the vector is only checked (count and numbers), not stored. */
+static int parse_line(const char *s, size_t n, qinput *qi, float *tmp, int keep, char *why,
+		      size_t wl)
+{
+	trim(&s, &n);
+	if (n == 0 || s[0] == '#')
+		return 0;
+	if (memchr(s, '=', n))
+		return parse_options(s, n, qi, why, wl);
+	if (s[0] == '[') {
+		s++;
+		n--;
+		trim(&s, &n);
+		if (!n || s[n - 1] != ']') {
+			snprintf(why, wl, "'[' without a closing ']'");
+			return -EINVAL;
+		}
+		n--;
+		trim(&s, &n);
+	}
+	uint32_t cnt = 0;
+	size_t p = 0;
+	while (p < n) {
+		while (p < n && (s[p] == ' ' || s[p] == '\t' || s[p] == ','))
+			p++;
+		if (p >= n)
+			break;
+		size_t st = p;
+		while (p < n && s[p] != ' ' && s[p] != '\t' && s[p] != ',')
+			p++;
+		if (cnt >= VECFS_DIM_MAX) {
+			snprintf(why, wl, "more than %d numbers", VECFS_DIM_MAX);
+			return -EINVAL;
+		}
+		int fr = parse_float(s + st, p - st, &tmp[cnt]);
+		if (fr) {
+			snprintf(why, wl, "'%.*s' is not a %s", (int)(p - st > 40 ? 40 : p - st), s + st,
+				 fr == -ERANGE ? "float32 (overflow)" : "number");
+			return -EINVAL;
+		}
+		cnt++;
+	}
+	if (cnt == 0)
+		return 0;
+	if (qi->nq && cnt != qi->dim) {
+		snprintf(why, wl, "%u numbers, the vectors before have %u", cnt, qi->dim);
+		return -EINVAL;
+	}
+	qi->dim = cnt;
+	if (!keep) {
+		qi->nq++;
+		return 0;
+	}
+	int rc = add_vec(qi, tmp, cnt);
+	if (rc)
+		snprintf(why, wl, "out of memory");
+	return rc;
+}
+
+static int parse_text(const char *buf, size_t len, qinput *qi, unsigned *line_out, char *why,
+		      size_t wl)
+{
+	float *tmp = malloc(sizeof(float) * (VECFS_DIM_MAX + 1));
+	size_t pos = 0;
+	unsigned line = 0;
+	int rc = 0;
+	if (!tmp)
+		return -ENOMEM;
+	while (pos < len && rc == 0) {
+		const char *s = buf + pos;
+		const char *nl = memchr(s, '\n', len - pos);
+		size_t n = nl ? (size_t)(nl - s) : len - pos;
+		pos += n + (nl ? 1 : 0);
+		line++;
+		*line_out = line;
+		rc = parse_line(s, n, qi, tmp, 1, why, wl);
+	}
+	free(tmp);
+	if (rc == 0)
+		*line_out = 0;
+	return rc;
+}
+
+/* Check the text lines completed since the last write, so that a bad line
+ * fails the write() that completes it (a shell's builtin echo reports write
+ * errors, not close errors).  Binary fvecs input is checked at close. */
+static int check_lines(qsession *q)
+{
+	char why[300] = "";
+	if (q->kind == 0 && q->in.len >= 4) {
+		const unsigned char *p = (const unsigned char *)q->in.p;
+		uint32_t d = le32(p);
+		q->kind = d >= 1 && d <= VECFS_DIM_MAX ? 2 : 1;
+	}
+	if (q->kind != 1)
+		return 0;
+	float *tmp = malloc(sizeof(float) * (VECFS_DIM_MAX + 1));
+	if (!tmp)
+		return -ENOMEM;
+	qinput qi;
+	memset(&qi, 0, sizeof qi);
+	qi.dim = q->cdim;
+	qi.nq = q->cnq;
+	int rc = 0;
+	while (rc == 0 && q->checked < q->in.len) {
+		const char *s = q->in.p + q->checked;
+		const char *nl = memchr(s, '\n', q->in.len - q->checked);
+		if (!nl)
+			break;
+		size_t n = (size_t)(nl - s);
+		q->checked += n + 1;
+		q->lines++;
+		size_t before = qi.nq;
+		rc = parse_line(s, n, &qi, tmp, 0, why, sizeof why);
+		if (rc == 0 && qi.nq > before && before == 0) {
+			vecfs_config c;
+			if (vecfs_config_get(fs_store, &c) == 0 && c.dim && qi.dim != c.dim) {
+				snprintf(why, sizeof why, "%u numbers, the store has dim %u", qi.dim, c.dim);
+				rc = -EINVAL;
+			}
+		}
+	}
+	free(tmp);
+	q->cdim = qi.dim;
+	q->cnq = qi.nq;
+	if (rc) {
+		q->bad = 1;
+		errlog("query/%s/in: line %u: %s", q->id, q->lines, why);
+	}
+	return rc;
+}
+
+/* ---------------------------------------------------------------- results */
+
+static void render(qsession *q, const vecfs_results *r, const qinput *qi, double secs)
+{
+	sbuf out, js, st;
+	char num[40];
+	sb_init(&out);
+	sb_init(&js);
+	sb_init(&st);
+	if (r->generation)
+		sb_printf(&js, "{\"generation\": %llu, \"results\": [", (unsigned long long)r->generation);
+	else
+		sb_adds(&js, "{\"generation\": null, \"results\": [");
+	for (size_t i = 0; i < r->nq; i++) {
+		if (i)
+			sb_add(&out, "\n", 1);
+		sb_adds(&js, i ? ", [" : "[");
+		for (size_t j = 0; j < r->count[i]; j++) {
+			const vecfs_hit *h = &r->hits[i][j];
+			int nn = fmt_float(num, sizeof num, h->distance);
+			sb_add(&out, h->key, h->keylen);
+			sb_add(&out, "\t", 1);
+			sb_add(&out, num, (size_t)nn);
+			sb_add(&out, "\n", 1);
+			sb_adds(&js, j ? ", {\"key\": " : "{\"key\": ");
+			sb_json_string(&js, h->key, h->keylen);
+			sb_adds(&js, ", \"distance\": ");
+			sb_add(&js, num, (size_t)nn);
+			sb_adds(&js, ", \"payload\": ");
+			if (h->payload && h->payload_len)
+				sb_add(&js, h->payload, h->payload_len);
+			else
+				sb_adds(&js, "null");
+			sb_adds(&js, "}");
+		}
+		sb_adds(&js, "]");
+	}
+	sb_adds(&js, "]}\n");
+
+	vecfs_config c;
+	if (vecfs_config_get(fs_store, &c))
+		vecfs_config_defaults(&c);
+	const vecfs_explain *e = &r->explain;
+	if (r->generation)
+		sb_printf(&st, "generation = %llu\n", (unsigned long long)r->generation);
+	else
+		sb_adds(&st, "generation = none\n");
+	sb_printf(&st, "mode = %s\n", qi->o.exact ? "exact" : "ann");
+	sb_printf(&st, "queries = %zu\n", r->nq);
+	sb_printf(&st, "dim = %u\n", qi->dim);
+	sb_printf(&st, "k = %u\n", qi->o.k ? qi->o.k : c.k);
+	sb_printf(&st, "nprobe = %u\n", qi->o.nprobe ? qi->o.nprobe : c.nprobe);
+	sb_printf(&st, "refine = %u\n", qi->o.refine ? qi->o.refine : c.refine);
+	sb_printf(&st, "clusters_probed = %llu\n", (unsigned long long)e->clusters_probed);
+	sb_printf(&st, "pass1_scored = %llu\n", (unsigned long long)e->pass1_scored);
+	sb_printf(&st, "pass1_pruned = %llu\n", (unsigned long long)e->pass1_pruned);
+	sb_printf(&st, "pass2_scored = %llu\n", (unsigned long long)e->pass2_scored);
+	sb_printf(&st, "pass2_pruned = %llu\n", (unsigned long long)e->pass2_pruned);
+	sb_printf(&st, "reranked = %llu\n", (unsigned long long)e->reranked);
+	sb_printf(&st, "delta_scanned = %llu\n", (unsigned long long)e->delta_scanned);
+	sb_printf(&st, "unindexed_scanned = %llu\n", (unsigned long long)e->uncovered_scanned);
+	sb_printf(&st, "stale_skipped = %llu\n", (unsigned long long)e->stale_skipped);
+	sb_printf(&st, "search_us = %llu\n", (unsigned long long)e->micros);
+	sb_printf(&st, "total_us = %llu\n", (unsigned long long)(secs * 1e6));
+
+	clear_results(q);
+	q->res[QS_OUT] = sb_take(&out, &q->reslen[QS_OUT]);
+	q->res[QS_JSON] = sb_take(&js, &q->reslen[QS_JSON]);
+	q->res[QS_STATS] = sb_take(&st, &q->reslen[QS_STATS]);
+}
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+int qs_in_flush(qsession *q)
+{
+	qinput qi;
+	char why[300] = "";
+	unsigned line = 0;
+	int rc;
+	pthread_mutex_lock(&q->mu);
+	if (!q->dirty) {
+		pthread_mutex_unlock(&q->mu);
+		return 0;
+	}
+	q->dirty = 0;
+	if (q->bad) {
+		/* the reason went to errors when the write failed */
+		clear_results(q);
+		pthread_mutex_unlock(&q->mu);
+		return -EINVAL;
+	}
+	double t0 = now_s();
+	memset(&qi, 0, sizeof qi);
+	rc = parse_fvecs(q->in.p, q->in.len, &qi);
+	if (rc == 0)
+		rc = parse_text(q->in.p ? q->in.p : "", q->in.len, &qi, &line, why, sizeof why);
+	else if (rc > 0)
+		rc = 0;
+	if (rc == 0 && qi.nq == 0) {
+		snprintf(why, sizeof why, "no query vector");
+		rc = -EINVAL;
+	}
+	if (rc) {
+		clear_results(q);
+		if (line)
+			errlog("query/%s/in: line %u: %s", q->id, line, why[0] ? why : strerror(-rc));
+		else
+			errlog("query/%s/in: %s", q->id, why[0] ? why : strerror(-rc));
+		free(qi.vecs);
+		pthread_mutex_unlock(&q->mu);
+		return rc;
+	}
+	vecfs_results *r = NULL;
+	rc = vecfs_search(fs_store, qi.vecs, qi.nq, qi.dim, &qi.o, &r, why, sizeof why);
+	if (rc) {
+		clear_results(q);
+		errlog("query/%s/in: %s", q->id, why[0] ? why : strerror(-rc));
+	} else {
+		render(q, r, &qi, now_s() - t0);
+		int oom = !q->res[0] || !q->res[1] || !q->res[2];
+		vecfs_results_free(r);
+		if (oom) {
+			clear_results(q);
+			errlog("query/%s/in: out of memory formatting the results", q->id);
+			rc = -ENOMEM;
+		}
+	}
+	free(qi.vecs);
+	pthread_mutex_unlock(&q->mu);
+	return rc;
+}
+
+char *qs_render(qsession *q, int which, size_t *len)
+{
+	pthread_mutex_lock(&q->mu);
+	size_t n = q->reslen[which];
+	char *p = malloc(n + 1);
+	if (p) {
+		if (n)
+			memcpy(p, q->res[which], n);
+		p[n] = 0;
+		*len = n;
+	}
+	pthread_mutex_unlock(&q->mu);
+	return p;
+}
+
+size_t qs_size(qsession *q, int which)
+{
+	pthread_mutex_lock(&q->mu);
+	size_t n = q->reslen[which];
+	pthread_mutex_unlock(&q->mu);
+	return n;
+}

@@ -1,0 +1,1960 @@
+/*
+ * fs/tree.c - inodes, the directory tree and the FUSE low-level operations.
+ *
+ * Inodes 1..12 are the fixed entries (the root, its files and directories,
+ * generations/active).  Everything else gets a node with a fresh inode
+ * number when the kernel first looks it up: records/KEY, generations/GEN
+ * and its files, query sessions and their files, ingest files and the
+ * transient symlinks made while flipping generations/active.  Nodes live
+ * while the kernel holds a lookup reference, a handle is open, or (for
+ * ingest files, sessions and transient symlinks) while they are linked in
+ * their directory.
+ *
+ * Every file is opened with direct_io: reads return exactly what the
+ * handler replies, whatever size getattr reported.  Readable computed files
+ * are rendered once at open() into the handle, so one reader sees one
+ * consistent snapshot.
+ */
+#include "fs.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifndef RENAME_NOREPLACE
+#define RENAME_NOREPLACE (1 << 0)
+#endif
+#ifndef RENAME_EXCHANGE
+#define RENAME_EXCHANGE (1 << 1)
+#endif
+
+enum kind {
+	K_ROOT = 1, K_README, K_CONFIG, K_STATS, K_ERRORS, K_CTL, K_BACKUP,
+	K_INGEST, K_RECORDS, K_QUERY, K_GENS, K_ACTIVE,
+	K_INGEST_FILE, K_RECORD, K_SESSION, K_QIN, K_QOUT, K_QJSON, K_QSTATS,
+	K_GEN, K_GMETA, K_GCENT, K_GCLUST, K_GPROG, K_TMPLINK,
+};
+#define FIXED_MAX K_ACTIVE
+
+typedef struct named {
+	const char *name;
+	int kind;
+} named;
+
+static const named root_entries[] = {
+	{"README", K_README}, {"config", K_CONFIG},   {"stats", K_STATS},
+	{"errors", K_ERRORS}, {"ctl", K_CTL},         {"backup", K_BACKUP},
+	{"ingest", K_INGEST}, {"records", K_RECORDS}, {"query", K_QUERY},
+	{"generations", K_GENS},
+};
+static const named session_entries[] = {
+	{"in", K_QIN}, {"out", K_QOUT}, {"out.json", K_QJSON}, {"stats", K_QSTATS},
+};
+static const named gen_entries[] = {
+	{"meta", K_GMETA}, {"centroids.fvecs", K_GCENT}, {"clusters", K_GCLUST}, {"progress", K_GPROG},
+};
+#define NELEM(a) (sizeof(a) / sizeof((a)[0]))
+
+typedef struct node {
+	fuse_ino_t ino;
+	int kind;
+	uint64_t nlookup;
+	int opens;
+	int linked;           /* in the name table under its parent */
+	int kids;             /* session files referring to this session */
+	fuse_ino_t parent;
+	char *name;
+	size_t namelen;
+	uint64_t gen;         /* generation of K_GEN and its files */
+	ingest *ing;          /* K_INGEST_FILE */
+	qsession *qs;         /* K_SESSION */
+	struct node *session; /* session files: their session node */
+	char *target;         /* K_TMPLINK */
+	uint64_t bsize;       /* K_BACKUP: size of the backup open handles read */
+	struct node *next_ino, *next_name;
+	struct node *sib_prev, *sib_next; /* children list of stateful dirs */
+} node;
+
+static pthread_mutex_t tree_mu = PTHREAD_MUTEX_INITIALIZER;
+static node fixed[FIXED_MAX + 1];
+static node **itab = NULL, **ntab = NULL;
+static size_t icap = 0, ncap = 0, icount = 0, ncount = 0;
+static fuse_ino_t next_ino = 1000;
+static node *children[FIXED_MAX + 1]; /* of K_INGEST, K_QUERY, K_GENS */
+static uid_t my_uid;
+static gid_t my_gid;
+
+/* ---------------------------------------------------------------- tables */
+
+static size_t hash_ino(fuse_ino_t ino, size_t cap)
+{
+	return (size_t)((ino * 0x9E3779B97F4A7C15ULL) >> 20) & (cap - 1);
+}
+
+static size_t hash_name(fuse_ino_t parent, const char *name, size_t len, size_t cap)
+{
+	uint64_t h = 1469598103934665603ULL ^ parent;
+	for (size_t i = 0; i < len; i++)
+		h = (h ^ (unsigned char)name[i]) * 1099511628211ULL;
+	return (size_t)(h ^ (h >> 29)) & (cap - 1);
+}
+
+static void itab_grow(void)
+{
+	size_t nc = icap ? icap * 2 : 4096;
+	node **nt = calloc(nc, sizeof *nt);
+	if (!nt)
+		return;
+	for (size_t i = 0; i < icap; i++)
+		for (node *n = itab[i], *nx; n; n = nx) {
+			nx = n->next_ino;
+			size_t h = hash_ino(n->ino, nc);
+			n->next_ino = nt[h];
+			nt[h] = n;
+		}
+	free(itab);
+	itab = nt;
+	icap = nc;
+}
+
+static void ntab_grow(void)
+{
+	size_t nc = ncap ? ncap * 2 : 4096;
+	node **nt = calloc(nc, sizeof *nt);
+	if (!nt)
+		return;
+	for (size_t i = 0; i < ncap; i++)
+		for (node *n = ntab[i], *nx; n; n = nx) {
+			nx = n->next_name;
+			size_t h = hash_name(n->parent, n->name, n->namelen, nc);
+			n->next_name = nt[h];
+			nt[h] = n;
+		}
+	free(ntab);
+	ntab = nt;
+	ncap = nc;
+}
+
+static node *get_node(fuse_ino_t ino)
+{
+	if (ino >= 1 && ino <= FIXED_MAX)
+		return &fixed[ino];
+	if (!icap)
+		return NULL;
+	for (node *n = itab[hash_ino(ino, icap)]; n; n = n->next_ino)
+		if (n->ino == ino)
+			return n;
+	return NULL;
+}
+
+static node *find_name(fuse_ino_t parent, const char *name)
+{
+	size_t len = strlen(name);
+	if (!ncap)
+		return NULL;
+	for (node *n = ntab[hash_name(parent, name, len, ncap)]; n; n = n->next_name)
+		if (n->parent == parent && n->namelen == len && !memcmp(n->name, name, len))
+			return n;
+	return NULL;
+}
+
+static int stateful(const node *n)
+{
+	return n->kind == K_INGEST_FILE || n->kind == K_SESSION || n->kind == K_TMPLINK;
+}
+
+static void link_name(node *n)
+{
+	if (n->linked)
+		return;
+	if (ncount + 1 > ncap / 2)
+		ntab_grow();
+	size_t h = hash_name(n->parent, n->name, n->namelen, ncap);
+	n->next_name = ntab[h];
+	ntab[h] = n;
+	n->linked = 1;
+	ncount++;
+	if (stateful(n) && n->parent <= FIXED_MAX) {
+		n->sib_prev = NULL;
+		n->sib_next = children[n->parent];
+		if (n->sib_next)
+			n->sib_next->sib_prev = n;
+		children[n->parent] = n;
+	}
+}
+
+static void unlink_name(node *n)
+{
+	if (!n->linked)
+		return;
+	size_t h = hash_name(n->parent, n->name, n->namelen, ncap);
+	for (node **pp = &ntab[h]; *pp; pp = &(*pp)->next_name)
+		if (*pp == n) {
+			*pp = n->next_name;
+			break;
+		}
+	n->linked = 0;
+	ncount--;
+	if (stateful(n) && n->parent <= FIXED_MAX) {
+		if (n->sib_prev)
+			n->sib_prev->sib_next = n->sib_next;
+		else
+			children[n->parent] = n->sib_next;
+		if (n->sib_next)
+			n->sib_next->sib_prev = n->sib_prev;
+		n->sib_prev = n->sib_next = NULL;
+	}
+}
+
+static node *new_node(int kind, fuse_ino_t parent, const char *name)
+{
+	node *n = calloc(1, sizeof *n);
+	if (!n)
+		return NULL;
+	n->name = strdup(name);
+	if (!n->name) {
+		free(n);
+		return NULL;
+	}
+	n->namelen = strlen(name);
+	n->kind = kind;
+	n->parent = parent;
+	if (icount + 1 > icap / 2)
+		itab_grow();
+	if (!icap) {
+		free(n->name);
+		free(n);
+		return NULL;
+	}
+	n->ino = next_ino++;
+	size_t h = hash_ino(n->ino, icap);
+	n->next_ino = itab[h];
+	itab[h] = n;
+	icount++;
+	return n;
+}
+
+static void maybe_free(node *n)
+{
+	if (!n || n->ino <= FIXED_MAX)
+		return;
+	if (n->nlookup || n->opens || n->kids || (n->linked && stateful(n)))
+		return;
+	unlink_name(n);
+	size_t h = hash_ino(n->ino, icap);
+	for (node **pp = &itab[h]; *pp; pp = &(*pp)->next_ino)
+		if (*pp == n) {
+			*pp = n->next_ino;
+			break;
+		}
+	icount--;
+	node *sess = n->session;
+	if (n->ing)
+		ingest_free(n->ing);
+	if (n->qs)
+		qs_free(n->qs);
+	free(n->target);
+	free(n->name);
+	free(n);
+	if (sess) {
+		sess->kids--;
+		maybe_free(sess);
+	}
+}
+
+/* ---------------------------------------------------------------- content */
+
+static int render_record(const char *key, size_t klen, sbuf *b)
+{
+	float *vec = malloc(sizeof(float) * VECFS_DIM_MAX);
+	uint32_t dim = 0;
+	char num[40];
+	if (!vec)
+		return -ENOMEM;
+	int rc = vecfs_get(fs_store, key, klen, vec, VECFS_DIM_MAX, &dim, NULL, 0, NULL);
+	if (rc == 0) {
+		sb_reserve(b, (size_t)dim * 16 + 1);
+		for (uint32_t i = 0; i < dim; i++) {
+			int n = fmt_float(num, sizeof num, vec[i]);
+			if (i)
+				sb_add(b, " ", 1);
+			sb_add(b, num, (size_t)n);
+		}
+		sb_add(b, "\n", 1);
+		if (b->oom)
+			rc = -ENOMEM;
+	}
+	free(vec);
+	return rc;
+}
+
+/* The whole content of a readable file. */
+static int render(node *n, sbuf *b)
+{
+	char *p;
+	size_t len;
+	switch (n->kind) {
+	case K_README:
+		render_readme(b);
+		return b->oom ? -ENOMEM : 0;
+	case K_CONFIG:
+		return render_config(b);
+	case K_STATS:
+		return render_stats(b);
+	case K_ERRORS:
+		p = errors_render(&len);
+		if (!p)
+			return -ENOMEM;
+		sb_add(b, p, len);
+		free(p);
+		return b->oom ? -ENOMEM : 0;
+	case K_RECORD:
+		return render_record(n->name, n->namelen, b);
+	case K_QOUT:
+	case K_QJSON:
+	case K_QSTATS:
+		p = qs_render(n->session->qs, n->kind == K_QOUT ? QS_OUT : n->kind == K_QJSON ? QS_JSON : QS_STATS,
+			      &len);
+		if (!p)
+			return -ENOMEM;
+		sb_add(b, p, len);
+		free(p);
+		return b->oom ? -ENOMEM : 0;
+	case K_GMETA:
+		return gen_render(n->gen, GF_META, b);
+	case K_GCENT:
+		return gen_render(n->gen, GF_CENTROIDS, b);
+	case K_GCLUST:
+		return gen_render(n->gen, GF_CLUSTERS, b);
+	case K_GPROG:
+		return gen_render(n->gen, GF_PROGRESS, b);
+	}
+	return 0;
+}
+
+static int readable(int kind)
+{
+	switch (kind) {
+	case K_README: case K_CONFIG: case K_STATS: case K_ERRORS: case K_BACKUP:
+	case K_RECORD: case K_QOUT: case K_QJSON: case K_QSTATS:
+	case K_GMETA: case K_GCENT: case K_GCLUST: case K_GPROG:
+		return 1;
+	}
+	return 0;
+}
+
+static int writable(int kind)
+{
+	return kind == K_CONFIG || kind == K_CTL || kind == K_INGEST_FILE || kind == K_QIN;
+}
+
+static const char *kind_path(const node *n, char *buf, size_t cap)
+{
+	const node *p = n->parent ? get_node(n->parent) : NULL;
+	if (n->ino == K_ROOT)
+		snprintf(buf, cap, "/");
+	else if (n->ino <= FIXED_MAX)
+		snprintf(buf, cap, "%s", n->name);
+	else if (p && p->kind == K_SESSION)
+		snprintf(buf, cap, "query/%s/%s", p->name, n->name);
+	else if (p && p->kind == K_GEN)
+		snprintf(buf, cap, "generations/%s/%s", p->name, n->name);
+	else if (p)
+		snprintf(buf, cap, "%s/%s", p->name, n->name);
+	else
+		snprintf(buf, cap, "%s", n->name);
+	return buf;
+}
+
+/* ---------------------------------------------------------------- attributes */
+
+static int node_attr(node *n, struct stat *st)
+{
+	sbuf b;
+	int rc = 0;
+	memset(st, 0, sizeof *st);
+	st->st_ino = n->ino;
+	st->st_uid = my_uid;
+	st->st_gid = my_gid;
+	st->st_nlink = 1;
+	st->st_blksize = 4096;
+	struct timespec now;
+	clock_gettime(CLOCK_REALTIME, &now);
+	st->st_atim = st->st_mtim = st->st_ctim = now;
+	switch (n->kind) {
+	case K_ROOT: case K_INGEST: case K_RECORDS: case K_QUERY: case K_GENS: case K_SESSION:
+		st->st_mode = S_IFDIR | 0755;
+		st->st_nlink = 2;
+		return 0;
+	case K_GEN:
+		if (!gen_exists(n->gen))
+			return -ENOENT;
+		st->st_mode = S_IFDIR | 0555;
+		st->st_nlink = 2;
+		return 0;
+	case K_ACTIVE: {
+		uint64_t a = vecfs_active(fs_store);
+		char t[32];
+		if (!a)
+			return -ENOENT;
+		st->st_mode = S_IFLNK | 0777;
+		st->st_size = snprintf(t, sizeof t, "%llu", (unsigned long long)a);
+		return 0;
+	}
+	case K_TMPLINK:
+		st->st_mode = S_IFLNK | 0777;
+		st->st_size = (off_t)strlen(n->target);
+		return 0;
+	case K_CTL:
+	case K_QIN:
+		st->st_mode = S_IFREG | 0200;
+		return 0;
+	case K_INGEST_FILE:
+		st->st_mode = S_IFREG | 0200;
+		st->st_size = (off_t)ingest_size(n->ing);
+		return 0;
+	case K_BACKUP:
+		/* 0 unless a backup is open: then its size, for tools that trust
+		 * the size (sendfile-based copies) */
+		st->st_mode = S_IFREG | 0444;
+		pthread_mutex_lock(&tree_mu);
+		st->st_size = (off_t)n->bsize;
+		pthread_mutex_unlock(&tree_mu);
+		return 0;
+	case K_QOUT: case K_QJSON: case K_QSTATS:
+		st->st_mode = S_IFREG | 0444;
+		st->st_size = (off_t)qs_size(n->session->qs,
+					     n->kind == K_QOUT ? QS_OUT : n->kind == K_QJSON ? QS_JSON : QS_STATS);
+		return 0;
+	case K_GMETA: case K_GCENT: case K_GCLUST: case K_GPROG: {
+		int64_t s = gen_file_size(n->gen, n->kind == K_GMETA ? GF_META
+						 : n->kind == K_GCENT ? GF_CENTROIDS
+						 : n->kind == K_GCLUST ? GF_CLUSTERS : GF_PROGRESS);
+		if (s < 0)
+			return (int)s;
+		st->st_mode = S_IFREG | 0444;
+		st->st_size = s;
+		return 0;
+	}
+	}
+	/* README, config, stats, errors, records/KEY: the exact size */
+	sb_init(&b);
+	rc = render(n, &b);
+	st->st_mode = S_IFREG | (n->kind == K_CONFIG ? 0644 : 0444);
+	st->st_size = (off_t)b.len;
+	sb_free(&b);
+	return rc;
+}
+
+static void reply_entry(fuse_req_t req, node *n, const struct stat *st)
+{
+	struct fuse_entry_param e;
+	memset(&e, 0, sizeof e);
+	e.ino = n->ino;
+	e.attr = *st;
+	e.attr_timeout = 0;
+	/* the fixed names never go away; everything else may at any time */
+	e.entry_timeout = n->ino <= FIXED_MAX && n->kind != K_ACTIVE ? 60.0 : 0;
+	if (fuse_reply_entry(req, &e) != 0) {
+		pthread_mutex_lock(&tree_mu);
+		if (n->nlookup)
+			n->nlookup--;
+		maybe_free(n);
+		pthread_mutex_unlock(&tree_mu);
+	}
+}
+
+/* Take a lookup reference on n (lock held) and answer with its attributes;
+ * drop the reference again when the attributes cannot be had. */
+static void answer_entry_locked(fuse_req_t req, node *n)
+{
+	struct stat st;
+	n->nlookup++;
+	pthread_mutex_unlock(&tree_mu);
+	int rc = node_attr(n, &st);
+	if (rc) {
+		pthread_mutex_lock(&tree_mu);
+		n->nlookup--;
+		maybe_free(n);
+		pthread_mutex_unlock(&tree_mu);
+		fuse_reply_err(req, -rc);
+		return;
+	}
+	reply_entry(req, n, &st);
+}
+
+/* ---------------------------------------------------------------- lookup */
+
+static int lookup_named(const named *tab, size_t n, const char *name)
+{
+	for (size_t i = 0; i < n; i++)
+		if (!strcmp(tab[i].name, name))
+			return tab[i].kind;
+	return 0;
+}
+
+/* Find or make the child `name` of p (lock held).  NULL with *err set when
+ * there is none. */
+static node *child_locked(node *p, const char *name, int *err)
+{
+	node *n;
+	int k;
+	uint64_t gen;
+	*err = ENOENT;
+	switch (p->kind) {
+	case K_ROOT:
+		k = lookup_named(root_entries, NELEM(root_entries), name);
+		return k ? &fixed[k] : NULL;
+	case K_INGEST:
+	case K_QUERY:
+		return find_name(p->ino, name);
+	case K_RECORDS:
+		n = find_name(p->ino, name);
+		if (!n && (n = new_node(K_RECORD, p->ino, name)))
+			link_name(n);
+		if (!n)
+			*err = ENOMEM;
+		return n;
+	case K_SESSION:
+		k = lookup_named(session_entries, NELEM(session_entries), name);
+		if (!k)
+			return NULL;
+		n = find_name(p->ino, name);
+		if (!n && (n = new_node(k, p->ino, name))) {
+			n->session = p;
+			p->kids++;
+			link_name(n);
+		}
+		if (!n)
+			*err = ENOMEM;
+		return n;
+	case K_GENS:
+		if (!strcmp(name, "active"))
+			return &fixed[K_ACTIVE];
+		n = find_name(p->ino, name);
+		if (n)
+			return n;
+		if (gen_parse_name(name, &gen))
+			return NULL;
+		if ((n = new_node(K_GEN, p->ino, name))) {
+			n->gen = gen;
+			link_name(n);
+		} else {
+			*err = ENOMEM;
+		}
+		return n;
+	case K_GEN:
+		k = lookup_named(gen_entries, NELEM(gen_entries), name);
+		if (!k)
+			return NULL;
+		n = find_name(p->ino, name);
+		if (!n && (n = new_node(k, p->ino, name))) {
+			n->gen = p->gen;
+			link_name(n);
+		}
+		if (!n)
+			*err = ENOMEM;
+		return n;
+	}
+	*err = ENOTDIR;
+	return NULL;
+}
+
+static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	int err;
+	pthread_mutex_lock(&tree_mu);
+	node *p = get_node(parent);
+	node *n = p ? child_locked(p, name, &err) : (err = ENOENT, NULL);
+	if (!n) {
+		pthread_mutex_unlock(&tree_mu);
+		fuse_reply_err(req, err);
+		return;
+	}
+	answer_entry_locked(req, n);
+}
+
+static void forget_one(fuse_ino_t ino, uint64_t nlookup)
+{
+	node *n = get_node(ino);
+	if (!n || ino <= FIXED_MAX)
+		return;
+	n->nlookup = n->nlookup > nlookup ? n->nlookup - nlookup : 0;
+	maybe_free(n);
+}
+
+static void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
+{
+	pthread_mutex_lock(&tree_mu);
+	forget_one(ino, nlookup);
+	pthread_mutex_unlock(&tree_mu);
+	fuse_reply_none(req);
+}
+
+static void op_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_data *forgets)
+{
+	pthread_mutex_lock(&tree_mu);
+	for (size_t i = 0; i < count; i++)
+		forget_one(forgets[i].ino, forgets[i].nlookup);
+	pthread_mutex_unlock(&tree_mu);
+	fuse_reply_none(req);
+}
+
+static node *get_locked(fuse_ino_t ino)
+{
+	pthread_mutex_lock(&tree_mu);
+	node *n = get_node(ino);
+	pthread_mutex_unlock(&tree_mu);
+	return n;
+}
+
+static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	(void)fi;
+	struct stat st;
+	node *n = get_locked(ino);
+	if (!n) {
+		fuse_reply_err(req, ENOENT);
+		return;
+	}
+	int rc = node_attr(n, &st);
+	if (rc)
+		fuse_reply_err(req, -rc);
+	else
+		fuse_reply_attr(req, &st, 0);
+}
+
+/* ---------------------------------------------------------------- handles */
+
+typedef struct handle {
+	node *n;
+	/* held while a reply points into the handle: libfuse may see the
+	 * RELEASE of a reader woken by that very reply before writev returns */
+	pthread_mutex_t mu;
+	char *data;    /* read snapshot */
+	size_t len;
+	int fd;        /* backup */
+	sbuf wbuf;     /* config and ctl writes */
+	int wdirty;
+	size_t checked; /* config: bytes of wbuf whose lines were checked */
+	unsigned lines;
+	int bad;        /* config: a line failed its check */
+} handle;
+
+static handle *handle_of(struct fuse_file_info *fi)
+{
+	return (handle *)(uintptr_t)fi->fh;
+}
+
+static void handle_free(handle *h)
+{
+	if (!h)
+		return;
+	if (h->fd >= 0)
+		close(h->fd);
+	free(h->data);
+	sb_free(&h->wbuf);
+	pthread_mutex_destroy(&h->mu);
+	free(h);
+}
+
+/* Open n (a reference on it is already counted in n->opens). */
+static int open_node(node *n, struct fuse_file_info *fi, handle **out)
+{
+	int acc = fi->flags & O_ACCMODE;
+	char path[600];
+	if (n->kind == K_ROOT || n->kind == K_INGEST || n->kind == K_RECORDS || n->kind == K_QUERY ||
+	    n->kind == K_GENS || n->kind == K_SESSION || n->kind == K_GEN)
+		return -EISDIR;
+	if (acc != O_RDONLY && !writable(n->kind)) {
+		pthread_mutex_lock(&tree_mu);
+		kind_path(n, path, sizeof path);
+		pthread_mutex_unlock(&tree_mu);
+		errlog("%s: cannot be written (read-only)", path);
+		return -EACCES;
+	}
+	if (acc == O_RDONLY && !readable(n->kind))
+		return -EACCES;
+	handle *h = calloc(1, sizeof *h);
+	if (!h)
+		return -ENOMEM;
+	h->n = n;
+	h->fd = -1;
+	pthread_mutex_init(&h->mu, NULL);
+	int rc = 0;
+	if (acc != O_WRONLY && readable(n->kind)) {
+		if (n->kind == K_BACKUP) {
+			struct stat bst;
+			h->fd = backup_open();
+			if (h->fd < 0)
+				rc = h->fd;
+			else if (fstat(h->fd, &bst) == 0) {
+				pthread_mutex_lock(&tree_mu);
+				n->bsize = (uint64_t)bst.st_size;
+				pthread_mutex_unlock(&tree_mu);
+			}
+		} else {
+			sbuf b;
+			sb_init(&b);
+			rc = render(n, &b);
+			if (rc == 0) {
+				h->data = sb_take(&b, &h->len);
+				if (!h->data)
+					rc = -ENOMEM;
+			}
+			sb_free(&b);
+		}
+	}
+	if (rc == 0 && n->kind == K_QIN && (fi->flags & O_TRUNC))
+		qs_in_truncate(n->session->qs);
+	if (rc) {
+		handle_free(h);
+		return rc;
+	}
+	fi->direct_io = 1;
+	fi->keep_cache = 0;
+	fi->fh = (uintptr_t)h;
+	*out = h;
+	return 0;
+}
+
+static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	handle *h;
+	pthread_mutex_lock(&tree_mu);
+	node *n = get_node(ino);
+	if (n)
+		n->opens++;
+	pthread_mutex_unlock(&tree_mu);
+	if (!n) {
+		fuse_reply_err(req, ENOENT);
+		return;
+	}
+	int rc = open_node(n, fi, &h);
+	if (rc == 0 && n->kind == K_INGEST_FILE && ingest_done(n->ing)) {
+		/* reopened after it left ingest/ (through a descriptor path) */
+		handle_free(h);
+		rc = -ENOENT;
+	}
+	if (rc) {
+		pthread_mutex_lock(&tree_mu);
+		n->opens--;
+		maybe_free(n);
+		pthread_mutex_unlock(&tree_mu);
+		fuse_reply_err(req, -rc);
+		return;
+	}
+	if (fuse_reply_open(req, fi) != 0) {
+		handle_free(h);
+		pthread_mutex_lock(&tree_mu);
+		n->opens--;
+		maybe_free(n);
+		pthread_mutex_unlock(&tree_mu);
+	}
+}
+
+static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		    struct fuse_file_info *fi)
+{
+	(void)ino;
+	handle *h = handle_of(fi);
+	pthread_mutex_lock(&h->mu);
+	if (h->fd >= 0) {
+		char *buf = malloc(size ? size : 1);
+		ssize_t r = buf ? pread(h->fd, buf, size, off) : -1;
+		if (!buf)
+			fuse_reply_err(req, ENOMEM);
+		else if (r < 0)
+			fuse_reply_err(req, errno);
+		else
+			fuse_reply_buf(req, buf, (size_t)r);
+		free(buf);
+	} else if (off < 0 || (size_t)off >= h->len) {
+		fuse_reply_buf(req, NULL, 0);
+	} else {
+		size_t n = h->len - (size_t)off;
+		fuse_reply_buf(req, h->data + off, n < size ? n : size);
+	}
+	pthread_mutex_unlock(&h->mu);
+}
+
+/* Remove an ingest file from ingest/ once it committed or failed. */
+static void ingest_leave(node *n)
+{
+	if (!ingest_done(n->ing))
+		return;
+	pthread_mutex_lock(&tree_mu);
+	if (n->linked)
+		unlink_name(n);
+	maybe_free(n);
+	pthread_mutex_unlock(&tree_mu);
+}
+
+/* Run the complete ctl lines in h->wbuf; keep a partial last line. */
+static int ctl_run_lines(handle *h, int all)
+{
+	int rc = 0;
+	size_t pos = 0;
+	while (pos < h->wbuf.len && rc == 0) {
+		const char *s = h->wbuf.p + pos;
+		const char *nl = memchr(s, '\n', h->wbuf.len - pos);
+		if (!nl && !all)
+			break;
+		size_t n = nl ? (size_t)(nl - s) : h->wbuf.len - pos;
+		pos += n + (nl ? 1 : 0);
+		rc = ctl_exec(s, n);
+	}
+	if (rc)
+		pos = h->wbuf.len; /* a failed command drops what follows it */
+	memmove(h->wbuf.p, h->wbuf.p + pos, h->wbuf.len - pos);
+	h->wbuf.len -= pos;
+	if (h->wbuf.p)
+		h->wbuf.p[h->wbuf.len] = 0;
+	return rc;
+}
+
+/* Check the config lines completed by this write, so that a bad one fails
+ * the write() (which a shell's builtin echo reports) as well as the close. */
+static int config_check_lines(handle *h)
+{
+	vecfs_config scratch;
+	if (h->bad)
+		return -EINVAL;
+	vecfs_config_defaults(&scratch);
+	while (h->checked < h->wbuf.len) {
+		const char *s = h->wbuf.p + h->checked;
+		const char *nl = memchr(s, '\n', h->wbuf.len - h->checked);
+		if (!nl)
+			break;
+		h->checked += (size_t)(nl - s) + 1;
+		h->lines++;
+		if (config_line(s, (size_t)(nl - s), h->lines, &scratch)) {
+			h->bad = 1;
+			return -EINVAL;
+		}
+	}
+	return 0;
+}
+
+static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
+		     struct fuse_file_info *fi)
+{
+	(void)ino;
+	(void)off;
+	handle *h = handle_of(fi);
+	node *n = h->n;
+	int rc = 0;
+	switch (n->kind) {
+	case K_INGEST_FILE:
+		rc = ingest_write(n->ing, buf, size);
+		if (rc)
+			ingest_leave(n);
+		break;
+	case K_QIN:
+		rc = qs_in_write(n->session->qs, buf, size);
+		break;
+	case K_CONFIG:
+	case K_CTL:
+		if (h->wbuf.len + size > ((size_t)1 << 20)) {
+			errlog("%s: more than 1 MiB written at once", n->kind == K_CTL ? "ctl" : "config");
+			rc = -EFBIG;
+			break;
+		}
+		sb_add(&h->wbuf, buf, size);
+		if (h->wbuf.oom) {
+			rc = -ENOMEM;
+			break;
+		}
+		h->wdirty = 1;
+		if (n->kind == K_CTL)
+			rc = ctl_run_lines(h, 0);
+		else
+			rc = config_check_lines(h);
+		break;
+	default:
+		rc = -EBADF;
+	}
+	if (rc)
+		fuse_reply_err(req, -rc);
+	else
+		fuse_reply_write(req, size);
+}
+
+static int flush_handle(handle *h)
+{
+	node *n = h->n;
+	int rc = 0;
+	switch (n->kind) {
+	case K_INGEST_FILE:
+		rc = ingest_commit(n->ing);
+		ingest_leave(n);
+		break;
+	case K_QIN:
+		rc = qs_in_flush(n->session->qs);
+		break;
+	case K_CONFIG:
+		if (h->wdirty) {
+			h->wdirty = 0;
+			if (h->bad)
+				rc = -EINVAL; /* already in errors: nothing is applied */
+			else
+				rc = config_apply_text(h->wbuf.p ? h->wbuf.p : "", h->wbuf.len);
+			sb_reset(&h->wbuf);
+			h->checked = 0;
+			h->lines = 0;
+			h->bad = 0;
+		}
+		break;
+	case K_CTL:
+		if (h->wdirty) {
+			h->wdirty = 0;
+			rc = ctl_run_lines(h, 1);
+			sb_reset(&h->wbuf);
+		}
+		break;
+	}
+	return rc;
+}
+
+static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	(void)ino;
+	fuse_reply_err(req, -flush_handle(handle_of(fi)));
+}
+
+static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	(void)ino;
+	handle *h = handle_of(fi);
+	node *n = h->n;
+	/* the last resort: data written and never flushed */
+	flush_handle(h);
+	pthread_mutex_lock(&h->mu); /* a read may still be replying */
+	pthread_mutex_unlock(&h->mu);
+	handle_free(h);
+	pthread_mutex_lock(&tree_mu);
+	n->opens--;
+	if (n->kind == K_INGEST_FILE && n->opens == 0 && n->linked)
+		unlink_name(n); /* a closed file leaves ingest/ */
+	if (n->kind == K_BACKUP && n->opens == 0)
+		n->bsize = 0;
+	maybe_free(n);
+	pthread_mutex_unlock(&tree_mu);
+	fuse_reply_err(req, 0);
+}
+
+static void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
+{
+	(void)ino;
+	(void)datasync;
+	(void)fi;
+	fuse_reply_err(req, 0);
+}
+
+static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
+		       struct fuse_file_info *fi)
+{
+	struct stat st;
+	node *n = get_locked(ino);
+	if (!n) {
+		fuse_reply_err(req, ENOENT);
+		return;
+	}
+	if (to_set & FUSE_SET_ATTR_SIZE) {
+		char path[600];
+		switch (n->kind) {
+		case K_QIN:
+			if (attr->st_size == 0)
+				qs_in_truncate(n->session->qs);
+			break;
+		case K_CONFIG:
+		case K_CTL:
+			if (fi && attr->st_size == 0) {
+				handle *h = handle_of(fi);
+				sb_reset(&h->wbuf);
+				h->checked = 0;
+				h->lines = 0;
+				h->bad = 0;
+			}
+			break;
+		case K_INGEST_FILE:
+			if ((uint64_t)attr->st_size != ingest_size(n->ing)) {
+				errlog("ingest/%s: cannot truncate a file being ingested", n->name);
+				fuse_reply_err(req, EINVAL);
+				return;
+			}
+			break;
+		default:
+			pthread_mutex_lock(&tree_mu);
+			kind_path(n, path, sizeof path);
+			pthread_mutex_unlock(&tree_mu);
+			errlog("%s: cannot be truncated (read-only)", path);
+			fuse_reply_err(req, EACCES);
+			return;
+		}
+	}
+	/* modes, owners and times are fixed: accepted and ignored */
+	int rc = node_attr(n, &st);
+	if (rc)
+		fuse_reply_err(req, -rc);
+	else
+		fuse_reply_attr(req, &st, 0);
+}
+
+/* ---------------------------------------------------------------- links */
+
+static void op_readlink(fuse_req_t req, fuse_ino_t ino)
+{
+	char t[32];
+	pthread_mutex_lock(&tree_mu);
+	node *n = get_node(ino);
+	char *target = n && n->kind == K_TMPLINK ? strdup(n->target) : NULL;
+	pthread_mutex_unlock(&tree_mu);
+	if (n && n->kind == K_ACTIVE) {
+		uint64_t a = vecfs_active(fs_store);
+		if (!a) {
+			fuse_reply_err(req, ENOENT);
+			return;
+		}
+		snprintf(t, sizeof t, "%llu", (unsigned long long)a);
+		fuse_reply_readlink(req, t);
+		return;
+	}
+	if (!target) {
+		fuse_reply_err(req, n && n->kind == K_TMPLINK ? ENOMEM : EINVAL);
+		return;
+	}
+	fuse_reply_readlink(req, target);
+	free(target);
+}
+
+static int valid_session_id(const char *id)
+{
+	size_t n = strlen(id);
+	if (n < 1 || n > 64)
+		return 0;
+	for (size_t i = 0; i < n; i++) {
+		char c = id[i];
+		if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+		      c == '.' || c == '_' || c == '-'))
+			return 0;
+	}
+	return 1;
+}
+
+static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
+{
+	(void)mode;
+	pthread_mutex_lock(&tree_mu);
+	node *p = get_node(parent);
+	if (!p) {
+		pthread_mutex_unlock(&tree_mu);
+		fuse_reply_err(req, ENOENT);
+		return;
+	}
+	if (p->kind != K_QUERY) {
+		char path[600];
+		kind_path(p, path, sizeof path);
+		pthread_mutex_unlock(&tree_mu);
+		if (p->kind == K_GENS || p->kind == K_GEN) {
+			errlog("mkdir %s/%s: generations are made by writing `build` to ctl", path, name);
+			fuse_reply_err(req, EACCES);
+		} else {
+			errlog("mkdir %s%s%s: directories can only be made in query/", path,
+			       p->kind == K_ROOT ? "" : "/", name);
+			fuse_reply_err(req, EPERM);
+		}
+		return;
+	}
+	if (!valid_session_id(name)) {
+		pthread_mutex_unlock(&tree_mu);
+		errlog("mkdir query/%s: a session id is 1-64 of A-Z a-z 0-9 . _ -", name);
+		fuse_reply_err(req, EINVAL);
+		return;
+	}
+	if (find_name(parent, name)) {
+		pthread_mutex_unlock(&tree_mu);
+		fuse_reply_err(req, EEXIST);
+		return;
+	}
+	node *n = new_node(K_SESSION, parent, name);
+	if (n)
+		n->qs = qs_new(name);
+	if (!n || !n->qs) {
+		if (n)
+			maybe_free(n);
+		pthread_mutex_unlock(&tree_mu);
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	link_name(n);
+	answer_entry_locked(req, n);
+}
+
+static void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	pthread_mutex_lock(&tree_mu);
+	node *p = get_node(parent);
+	if (!p) {
+		pthread_mutex_unlock(&tree_mu);
+		fuse_reply_err(req, ENOENT);
+		return;
+	}
+	if (p->kind == K_QUERY) {
+		node *n = find_name(parent, name);
+		if (!n) {
+			pthread_mutex_unlock(&tree_mu);
+			fuse_reply_err(req, ENOENT);
+			return;
+		}
+		unlink_name(n);
+		maybe_free(n);
+		pthread_mutex_unlock(&tree_mu);
+		fuse_reply_err(req, 0);
+		return;
+	}
+	if (p->kind == K_GENS) {
+		uint64_t gen;
+		node *n = find_name(parent, name);
+		pthread_mutex_unlock(&tree_mu);
+		if ((n && n->kind == K_TMPLINK) || !strcmp(name, "active")) {
+			fuse_reply_err(req, ENOTDIR);
+			return;
+		}
+		if (gen_parse_name(name, &gen)) {
+			fuse_reply_err(req, ENOENT);
+			return;
+		}
+		int rc = vecfs_gen_remove(fs_store, gen);
+		if (rc == -EBUSY)
+			errlog("rmdir generations/%s: it is the active generation, or still building", name);
+		else if (rc && rc != -ENOENT)
+			errlog("rmdir generations/%s: %s", name, strerror(-rc));
+		if (rc == 0) {
+			pthread_mutex_lock(&tree_mu);
+			n = find_name(parent, name);
+			if (n && n->kind == K_GEN) {
+				unlink_name(n);
+				maybe_free(n);
+			}
+			pthread_mutex_unlock(&tree_mu);
+		}
+		fuse_reply_err(req, -rc);
+		return;
+	}
+	char path[600];
+	kind_path(p, path, sizeof path);
+	pthread_mutex_unlock(&tree_mu);
+	if (p->kind == K_ROOT && lookup_named(root_entries, NELEM(root_entries), name)) {
+		errlog("rmdir %s: part of the fixed tree", name);
+		fuse_reply_err(req, EPERM);
+		return;
+	}
+	fuse_reply_err(req, p->kind == K_RECORDS || p->kind == K_INGEST || p->kind == K_GEN ||
+				    p->kind == K_SESSION
+			    ? ENOTDIR
+			    : ENOENT);
+}
+
+static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	pthread_mutex_lock(&tree_mu);
+	node *p = get_node(parent);
+	if (!p) {
+		pthread_mutex_unlock(&tree_mu);
+		fuse_reply_err(req, ENOENT);
+		return;
+	}
+	int pk = p->kind;
+	char path[600];
+	kind_path(p, path, sizeof path);
+	if (pk == K_RECORDS) {
+		pthread_mutex_unlock(&tree_mu);
+		int rc = vecfs_delete(fs_store, name, strlen(name));
+		if (rc && rc != -ENOENT)
+			errlog("rm records/%s: %s", name, strerror(-rc));
+		if (rc == 0) {
+			pthread_mutex_lock(&tree_mu);
+			node *n = find_name(parent, name);
+			if (n) {
+				unlink_name(n);
+				maybe_free(n);
+			}
+			pthread_mutex_unlock(&tree_mu);
+		}
+		fuse_reply_err(req, -rc);
+		return;
+	}
+	if (pk == K_INGEST) {
+		node *n = find_name(parent, name);
+		if (!n) {
+			pthread_mutex_unlock(&tree_mu);
+			fuse_reply_err(req, ENOENT);
+			return;
+		}
+		unlink_name(n);
+		n->opens++; /* keep it while cancelling outside the lock */
+		pthread_mutex_unlock(&tree_mu);
+		ingest_cancel(n->ing);
+		pthread_mutex_lock(&tree_mu);
+		n->opens--;
+		maybe_free(n);
+		pthread_mutex_unlock(&tree_mu);
+		fuse_reply_err(req, 0);
+		return;
+	}
+	if (pk == K_GENS) {
+		node *n = find_name(parent, name);
+		if (n && n->kind == K_TMPLINK) {
+			unlink_name(n);
+			maybe_free(n);
+			pthread_mutex_unlock(&tree_mu);
+			fuse_reply_err(req, 0);
+			return;
+		}
+		pthread_mutex_unlock(&tree_mu);
+		if (!strcmp(name, "active")) {
+			errlog("rm generations/active: active cannot be removed; flip it with `ln -sfn GEN generations/active`");
+			fuse_reply_err(req, EPERM);
+			return;
+		}
+		uint64_t gen;
+		fuse_reply_err(req, !gen_parse_name(name, &gen) && gen_exists(gen) ? EISDIR : ENOENT);
+		return;
+	}
+	if (pk == K_SESSION && lookup_named(session_entries, NELEM(session_entries), name)) {
+		/* the files of a session stay; removing one clears the session, so
+		 * that `rm -rf query/ID` ends it */
+		qsession *q = p->qs;
+		p->opens++;
+		pthread_mutex_unlock(&tree_mu);
+		qs_clear(q);
+		pthread_mutex_lock(&tree_mu);
+		p->opens--;
+		maybe_free(p);
+		pthread_mutex_unlock(&tree_mu);
+		fuse_reply_err(req, 0);
+		return;
+	}
+	pthread_mutex_unlock(&tree_mu);
+	if (pk == K_ROOT && !lookup_named(root_entries, NELEM(root_entries), name)) {
+		fuse_reply_err(req, ENOENT);
+		return;
+	}
+	errlog("rm %s%s%s: cannot be removed", pk == K_ROOT ? "" : path, pk == K_ROOT ? "" : "/", name);
+	fuse_reply_err(req, EPERM);
+}
+
+static void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char *name)
+{
+	pthread_mutex_lock(&tree_mu);
+	node *p = get_node(parent);
+	if (!p || p->kind != K_GENS) {
+		pthread_mutex_unlock(&tree_mu);
+		errlog("ln -s %s %s: symlinks can only be made in generations/", link, name);
+		fuse_reply_err(req, p ? EPERM : ENOENT);
+		return;
+	}
+	uint64_t gen;
+	if (!strcmp(name, "active")) {
+		pthread_mutex_unlock(&tree_mu);
+		if (vecfs_active(fs_store)) {
+			fuse_reply_err(req, EEXIST);
+			return;
+		}
+		int rc = gen_activate_target(link, "cannot point to");
+		if (rc) {
+			fuse_reply_err(req, -rc);
+			return;
+		}
+		pthread_mutex_lock(&tree_mu);
+		answer_entry_locked(req, &fixed[K_ACTIVE]);
+		return;
+	}
+	if (find_name(parent, name)) {
+		pthread_mutex_unlock(&tree_mu);
+		fuse_reply_err(req, EEXIST);
+		return;
+	}
+	if (!gen_parse_name(name, &gen)) {
+		pthread_mutex_unlock(&tree_mu);
+		if (gen_exists(gen)) {
+			fuse_reply_err(req, EEXIST);
+			return;
+		}
+		errlog("ln -s %s generations/%s: numeric names are reserved for generations", link, name);
+		fuse_reply_err(req, EPERM);
+		return;
+	}
+	node *n = new_node(K_TMPLINK, parent, name);
+	if (n && !(n->target = strdup(link))) {
+		maybe_free(n);
+		n = NULL;
+	}
+	if (!n) {
+		pthread_mutex_unlock(&tree_mu);
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	link_name(n);
+	answer_entry_locked(req, n);
+}
+
+static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
+		      const char *newname, unsigned int flags)
+{
+	if (flags & ~(unsigned)(RENAME_NOREPLACE | RENAME_EXCHANGE) || (flags & RENAME_EXCHANGE)) {
+		fuse_reply_err(req, EINVAL);
+		return;
+	}
+	pthread_mutex_lock(&tree_mu);
+	node *p = get_node(parent), *np = get_node(newparent);
+	if (!p || !np) {
+		pthread_mutex_unlock(&tree_mu);
+		fuse_reply_err(req, ENOENT);
+		return;
+	}
+	if (p->kind != K_GENS || np->kind != K_GENS) {
+		char a[600], b[600];
+		kind_path(p, a, sizeof a);
+		kind_path(np, b, sizeof b);
+		pthread_mutex_unlock(&tree_mu);
+		errlog("mv %s/%s %s/%s: only symlinks in generations/ can be renamed (onto active)", a, name,
+		       b, newname);
+		fuse_reply_err(req, parent != newparent ? EXDEV : EPERM);
+		return;
+	}
+	node *src = find_name(parent, name);
+	if (!src || src->kind != K_TMPLINK) {
+		pthread_mutex_unlock(&tree_mu);
+		uint64_t gen;
+		int exists = !strcmp(name, "active") || (!gen_parse_name(name, &gen) && gen_exists(gen));
+		if (exists)
+			errlog("mv generations/%s: generations and active cannot be renamed", name);
+		fuse_reply_err(req, exists ? EPERM : ENOENT);
+		return;
+	}
+	if (!strcmp(newname, "active")) {
+		char *target = strdup(src->target);
+		src->opens++;
+		pthread_mutex_unlock(&tree_mu);
+		if (!target) {
+			pthread_mutex_lock(&tree_mu);
+			src->opens--;
+			maybe_free(src);
+			pthread_mutex_unlock(&tree_mu);
+			fuse_reply_err(req, ENOMEM);
+			return;
+		}
+		int rc;
+		if ((flags & RENAME_NOREPLACE) && vecfs_active(fs_store))
+			rc = -EEXIST;
+		else
+			rc = gen_activate_target(target, "cannot point to");
+		free(target);
+		pthread_mutex_lock(&tree_mu);
+		src->opens--;
+		if (rc == 0)
+			unlink_name(src);
+		maybe_free(src);
+		pthread_mutex_unlock(&tree_mu);
+		fuse_reply_err(req, -rc);
+		return;
+	}
+	uint64_t gen;
+	if (!gen_parse_name(newname, &gen)) {
+		pthread_mutex_unlock(&tree_mu);
+		errlog("mv generations/%s generations/%s: numeric names are reserved for generations", name,
+		       newname);
+		fuse_reply_err(req, EPERM);
+		return;
+	}
+	node *dst = find_name(parent, newname);
+	if (dst == src) {
+		pthread_mutex_unlock(&tree_mu);
+		fuse_reply_err(req, 0);
+		return;
+	}
+	if (dst) {
+		if (flags & RENAME_NOREPLACE) {
+			pthread_mutex_unlock(&tree_mu);
+			fuse_reply_err(req, EEXIST);
+			return;
+		}
+		unlink_name(dst);
+		maybe_free(dst);
+	}
+	char *nn = strdup(newname);
+	if (!nn) {
+		pthread_mutex_unlock(&tree_mu);
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	unlink_name(src);
+	free(src->name);
+	src->name = nn;
+	src->namelen = strlen(nn);
+	link_name(src);
+	pthread_mutex_unlock(&tree_mu);
+	fuse_reply_err(req, 0);
+}
+
+static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
+		      struct fuse_file_info *fi)
+{
+	(void)mode;
+	handle *h;
+	pthread_mutex_lock(&tree_mu);
+	node *p = get_node(parent);
+	if (!p) {
+		pthread_mutex_unlock(&tree_mu);
+		fuse_reply_err(req, ENOENT);
+		return;
+	}
+	node *n = NULL;
+	if (p->kind == K_INGEST) {
+		int fmt = ingest_format_of(name);
+		if (fmt < 0) {
+			pthread_mutex_unlock(&tree_mu);
+			errlog("ingest/%s: unknown file type: the name must end in .csv, .tsv, .txt, .jsonl, .ndjson, .fvecs, .bvecs or .npy",
+			       name);
+			fuse_reply_err(req, EINVAL);
+			return;
+		}
+		n = find_name(parent, name);
+		if (n && (fi->flags & O_EXCL)) {
+			pthread_mutex_unlock(&tree_mu);
+			fuse_reply_err(req, EEXIST);
+			return;
+		}
+		if (!n) {
+			n = new_node(K_INGEST_FILE, parent, name);
+			if (n && !(n->ing = ingest_new(name, fmt))) {
+				maybe_free(n);
+				n = NULL;
+			}
+			if (!n) {
+				pthread_mutex_unlock(&tree_mu);
+				fuse_reply_err(req, ENOMEM);
+				return;
+			}
+			link_name(n);
+		}
+	} else if (p->kind == K_SESSION && !strcmp(name, "in")) {
+		int err;
+		n = child_locked(p, name, &err);
+		if (!n) {
+			pthread_mutex_unlock(&tree_mu);
+			fuse_reply_err(req, err);
+			return;
+		}
+	} else {
+		char path[600];
+		kind_path(p, path, sizeof path);
+		pthread_mutex_unlock(&tree_mu);
+		if (p->kind == K_GEN || p->kind == K_GENS) {
+			errlog("%s/%s: generations are read-only", path, name);
+			fuse_reply_err(req, EACCES);
+		} else if (p->kind == K_RECORDS) {
+			errlog("records/%s: records are made by writing files into ingest/", name);
+			fuse_reply_err(req, EPERM);
+		} else if (p->kind == K_QUERY) {
+			errlog("query/%s: make a session with mkdir query/ID", name);
+			fuse_reply_err(req, EPERM);
+		} else if (p->kind == K_SESSION) {
+			errlog("%s/%s: a session holds only in, out, out.json and stats", path, name);
+			fuse_reply_err(req, EPERM);
+		} else {
+			errlog("%s%s: files cannot be created here (write into ingest/)",
+			       p->kind == K_ROOT ? "" : path, name);
+			fuse_reply_err(req, p->kind == K_ROOT ? EPERM : ENOTDIR);
+		}
+		return;
+	}
+	n->nlookup++;
+	n->opens++;
+	pthread_mutex_unlock(&tree_mu);
+	struct stat st;
+	int rc = open_node(n, fi, &h);
+	if (rc == 0) {
+		rc = node_attr(n, &st);
+		if (rc)
+			handle_free(h);
+	}
+	if (rc) {
+		pthread_mutex_lock(&tree_mu);
+		n->nlookup--;
+		n->opens--;
+		if (n->kind == K_INGEST_FILE && n->opens == 0)
+			unlink_name(n);
+		maybe_free(n);
+		pthread_mutex_unlock(&tree_mu);
+		fuse_reply_err(req, -rc);
+		return;
+	}
+	struct fuse_entry_param e;
+	memset(&e, 0, sizeof e);
+	e.ino = n->ino;
+	e.attr = st;
+	if (fuse_reply_create(req, &e, fi) != 0) {
+		handle_free(h);
+		pthread_mutex_lock(&tree_mu);
+		n->nlookup--;
+		n->opens--;
+		if (n->kind == K_INGEST_FILE && n->opens == 0)
+			unlink_name(n);
+		maybe_free(n);
+		pthread_mutex_unlock(&tree_mu);
+	}
+}
+
+/* ---------------------------------------------------------------- directories */
+
+typedef struct dent {
+	char *name;
+	fuse_ino_t ino;
+	mode_t type;
+} dent;
+
+typedef struct rec_mark {
+	uint64_t off;
+	size_t len;
+	char key[VECFS_KEY_MAX + 1];
+} rec_mark;
+
+typedef struct dirh {
+	node *n;
+	pthread_mutex_t mu;
+	dent *ents;
+	size_t count, cap;
+	/* records/: the entries of the last reply, to resume where the kernel
+	 * stopped consuming them */
+	rec_mark anchor;   /* the entry before the last reply (off 2 = none) */
+	rec_mark *batch;
+	size_t nbatch, capbatch;
+} dirh;
+
+static int add_dent(dirh *d, const char *name, fuse_ino_t ino, mode_t type)
+{
+	if (d->count == d->cap) {
+		size_t nc = d->cap ? d->cap * 2 : 16;
+		dent *ne = realloc(d->ents, nc * sizeof *ne);
+		if (!ne)
+			return -ENOMEM;
+		d->ents = ne;
+		d->cap = nc;
+	}
+	d->ents[d->count].name = strdup(name);
+	if (!d->ents[d->count].name)
+		return -ENOMEM;
+	d->ents[d->count].ino = ino;
+	d->ents[d->count].type = type;
+	d->count++;
+	return 0;
+}
+
+static fuse_ino_t pseudo_ino(const char *name, size_t len, fuse_ino_t parent)
+{
+	uint64_t h = 1469598103934665603ULL ^ parent;
+	for (size_t i = 0; i < len; i++)
+		h = (h ^ (unsigned char)name[i]) * 1099511628211ULL;
+	return (fuse_ino_t)((h >> 2) | (1ULL << 62));
+}
+
+static int snapshot_dir(dirh *d)
+{
+	node *n = d->n;
+	int rc = 0;
+	char num[32];
+	rc |= add_dent(d, ".", n->ino, S_IFDIR);
+	rc |= add_dent(d, "..", n->parent ? n->parent : K_ROOT, S_IFDIR);
+	switch (n->kind) {
+	case K_ROOT:
+		for (size_t i = 0; i < NELEM(root_entries); i++) {
+			int k = root_entries[i].kind;
+			int dir = k == K_INGEST || k == K_RECORDS || k == K_QUERY || k == K_GENS;
+			rc |= add_dent(d, root_entries[i].name, (fuse_ino_t)k, dir ? S_IFDIR : S_IFREG);
+		}
+		break;
+	case K_INGEST:
+	case K_QUERY:
+		pthread_mutex_lock(&tree_mu);
+		for (node *c = children[n->ino]; c; c = c->sib_next)
+			rc |= add_dent(d, c->name, c->ino, c->kind == K_SESSION ? S_IFDIR : S_IFREG);
+		pthread_mutex_unlock(&tree_mu);
+		break;
+	case K_SESSION:
+		for (size_t i = 0; i < NELEM(session_entries); i++)
+			rc |= add_dent(d, session_entries[i].name,
+				       pseudo_ino(session_entries[i].name, strlen(session_entries[i].name), n->ino),
+				       S_IFREG);
+		break;
+	case K_GEN:
+		for (size_t i = 0; i < NELEM(gen_entries); i++)
+			rc |= add_dent(d, gen_entries[i].name,
+				       pseudo_ino(gen_entries[i].name, strlen(gen_entries[i].name), n->ino),
+				       S_IFREG);
+		break;
+	case K_GENS: {
+		size_t total = 0, cap = 64;
+		uint64_t *ids = NULL;
+		if (vecfs_active(fs_store))
+			rc |= add_dent(d, "active", K_ACTIVE, S_IFLNK);
+		for (;;) {
+			free(ids);
+			ids = malloc(cap * sizeof *ids);
+			if (!ids)
+				return -ENOMEM;
+			int r = vecfs_gen_list(fs_store, ids, cap, &total);
+			if (r) {
+				free(ids);
+				return r;
+			}
+			if (total <= cap)
+				break;
+			cap = total + 16;
+		}
+		for (size_t i = 0; i < total; i++) {
+			int l = snprintf(num, sizeof num, "%llu", (unsigned long long)ids[i]);
+			rc |= add_dent(d, num, pseudo_ino(num, (size_t)l, n->ino), S_IFDIR);
+		}
+		free(ids);
+		pthread_mutex_lock(&tree_mu);
+		for (node *c = children[n->ino]; c; c = c->sib_next)
+			rc |= add_dent(d, c->name, c->ino, S_IFLNK);
+		pthread_mutex_unlock(&tree_mu);
+		break;
+	}
+	}
+	return rc ? -ENOMEM : 0;
+}
+
+static void dirh_free(dirh *d)
+{
+	if (!d)
+		return;
+	for (size_t i = 0; i < d->count; i++)
+		free(d->ents[i].name);
+	free(d->ents);
+	free(d->batch);
+	pthread_mutex_destroy(&d->mu);
+	free(d);
+}
+
+static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	pthread_mutex_lock(&tree_mu);
+	node *n = get_node(ino);
+	if (n)
+		n->opens++;
+	pthread_mutex_unlock(&tree_mu);
+	if (!n) {
+		fuse_reply_err(req, ENOENT);
+		return;
+	}
+	int rc = 0;
+	dirh *d = NULL;
+	if (n->kind != K_ROOT && n->kind != K_INGEST && n->kind != K_RECORDS && n->kind != K_QUERY &&
+	    n->kind != K_GENS && n->kind != K_SESSION && n->kind != K_GEN)
+		rc = -ENOTDIR;
+	else if (n->kind == K_GEN && !gen_exists(n->gen))
+		rc = -ENOENT;
+	else if (!(d = calloc(1, sizeof *d)))
+		rc = -ENOMEM;
+	if (rc == 0) {
+		d->n = n;
+		pthread_mutex_init(&d->mu, NULL);
+		d->anchor.off = 2;
+		if (n->kind != K_RECORDS)
+			rc = snapshot_dir(d);
+	}
+	if (rc) {
+		dirh_free(d);
+		pthread_mutex_lock(&tree_mu);
+		n->opens--;
+		maybe_free(n);
+		pthread_mutex_unlock(&tree_mu);
+		fuse_reply_err(req, -rc);
+		return;
+	}
+	fi->fh = (uintptr_t)d;
+	if (fuse_reply_open(req, fi) != 0) {
+		dirh_free(d);
+		pthread_mutex_lock(&tree_mu);
+		n->opens--;
+		maybe_free(n);
+		pthread_mutex_unlock(&tree_mu);
+	}
+}
+
+typedef struct rd_ctx {
+	fuse_req_t req;
+	dirh *d;
+	char *buf;
+	size_t size, used;
+	uint64_t off;      /* offset of the last entry added */
+	fuse_ino_t parent;
+	int full;
+} rd_ctx;
+
+static int add_entry(rd_ctx *c, const char *name, fuse_ino_t ino, mode_t type, uint64_t off)
+{
+	struct stat st;
+	memset(&st, 0, sizeof st);
+	st.st_ino = ino;
+	st.st_mode = type;
+	size_t need = fuse_add_direntry(c->req, NULL, 0, name, NULL, 0);
+	if (c->used + need > c->size) {
+		c->full = 1;
+		return 0;
+	}
+	fuse_add_direntry(c->req, c->buf + c->used, c->size - c->used, name, &st, (off_t)off);
+	c->used += need;
+	return 1;
+}
+
+static int rec_cb(void *arg, const char *key, size_t klen)
+{
+	rd_ctx *c = arg;
+	char name[VECFS_KEY_MAX + 1];
+	if (klen > VECFS_KEY_MAX)
+		return 0;
+	memcpy(name, key, klen);
+	name[klen] = 0;
+	if (!add_entry(c, name, pseudo_ino(key, klen, c->parent), S_IFREG, c->off + 1))
+		return 1;
+	c->off++;
+	dirh *d = c->d;
+	if (d->nbatch == d->capbatch) {
+		size_t nc = d->capbatch ? d->capbatch * 2 : 64;
+		rec_mark *nb = realloc(d->batch, nc * sizeof *nb);
+		if (!nb)
+			return 1;
+		d->batch = nb;
+		d->capbatch = nc;
+	}
+	rec_mark *m = &d->batch[d->nbatch++];
+	m->off = c->off;
+	m->len = klen;
+	memcpy(m->key, key, klen);
+	return 0;
+}
+
+typedef struct skip_ctx {
+	uint64_t left;
+	rec_mark *m;
+} skip_ctx;
+
+static int skip_cb(void *arg, const char *key, size_t klen)
+{
+	skip_ctx *s = arg;
+	if (klen > VECFS_KEY_MAX)
+		return 0;
+	memcpy(s->m->key, key, klen);
+	s->m->len = klen;
+	return --s->left == 0;
+}
+
+static void readdir_records(fuse_req_t req, dirh *d, rd_ctx *c, uint64_t off)
+{
+	/* offsets: "." 1, ".." 2, the i-th key (from 0) 3 + i */
+	rec_mark start;
+	int rc = 0;
+	c->parent = d->n->ino;
+	if (off < 1 && !add_entry(c, ".", d->n->ino, S_IFDIR, 1))
+		return;
+	if (off < 2 && !add_entry(c, "..", K_ROOT, S_IFDIR, 2))
+		return;
+	if (off <= 2) {
+		start.off = 2;
+		start.len = 0;
+	} else if (off == d->anchor.off) {
+		start = d->anchor;
+	} else {
+		size_t i;
+		for (i = 0; i < d->nbatch; i++)
+			if (d->batch[i].off == off)
+				break;
+		if (i < d->nbatch) {
+			start = d->batch[i];
+		} else {
+			/* a seek elsewhere: count keys from the start */
+			skip_ctx s = {off - 2, &start};
+			start.len = 0;
+			rc = vecfs_keys(fs_store, NULL, 0, (size_t)-1, skip_cb, &s);
+			if (rc < 0 || s.left) {
+				c->used = 0; /* past the end */
+				return;
+			}
+			start.off = off;
+		}
+	}
+	d->anchor = start;
+	d->nbatch = 0;
+	c->off = start.off;
+	rc = vecfs_keys(fs_store, start.off > 2 ? start.key : NULL, start.off > 2 ? start.len : 0,
+			(size_t)-1, rec_cb, c);
+	if (rc < 0 && c->used == 0) {
+		fuse_reply_err(req, -rc);
+		c->full = -1; /* answered */
+	}
+}
+
+static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		       struct fuse_file_info *fi)
+{
+	(void)ino;
+	dirh *d = (dirh *)(uintptr_t)fi->fh;
+	rd_ctx c;
+	memset(&c, 0, sizeof c);
+	c.req = req;
+	c.d = d;
+	c.size = size;
+	c.buf = malloc(size ? size : 1);
+	if (!c.buf) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	pthread_mutex_lock(&d->mu);
+	if (d->n->kind == K_RECORDS) {
+		readdir_records(req, d, &c, (uint64_t)off);
+	} else {
+		for (size_t i = (size_t)off; i < d->count; i++)
+			if (!add_entry(&c, d->ents[i].name, d->ents[i].ino, d->ents[i].type, i + 1))
+				break;
+	}
+	pthread_mutex_unlock(&d->mu);
+	if (c.full != -1)
+		fuse_reply_buf(req, c.buf, c.used);
+	free(c.buf);
+}
+
+static void op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	(void)ino;
+	dirh *d = (dirh *)(uintptr_t)fi->fh;
+	node *n = d->n;
+	dirh_free(d);
+	pthread_mutex_lock(&tree_mu);
+	n->opens--;
+	maybe_free(n);
+	pthread_mutex_unlock(&tree_mu);
+	fuse_reply_err(req, 0);
+}
+
+static void op_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
+{
+	(void)ino;
+	(void)datasync;
+	(void)fi;
+	fuse_reply_err(req, 0);
+}
+
+static void op_statfs(fuse_req_t req, fuse_ino_t ino)
+{
+	(void)ino;
+	struct statvfs sv;
+	if (statvfs(fs_store_dir, &sv) != 0)
+		memset(&sv, 0, sizeof sv);
+	sv.f_namemax = 255;
+	fuse_reply_statfs(req, &sv);
+}
+
+static void op_init(void *userdata, struct fuse_conn_info *conn)
+{
+	(void)userdata;
+	/* write errors must reach write()/close(): no writeback cache */
+	conn->want &= ~(unsigned)FUSE_CAP_WRITEBACK_CACHE;
+	if (conn->capable & FUSE_CAP_ATOMIC_O_TRUNC)
+		conn->want |= FUSE_CAP_ATOMIC_O_TRUNC;
+	conn->want &= ~(unsigned)FUSE_CAP_CACHE_SYMLINKS;
+}
+
+/* ---------------------------------------------------------------- setup */
+
+void tree_init(void)
+{
+	my_uid = getuid();
+	my_gid = getgid();
+	static const struct {
+		int kind;
+		const char *name;
+		int parent;
+	} fx[] = {
+		{K_ROOT, "", 0},           {K_README, "README", K_ROOT}, {K_CONFIG, "config", K_ROOT},
+		{K_STATS, "stats", K_ROOT}, {K_ERRORS, "errors", K_ROOT}, {K_CTL, "ctl", K_ROOT},
+		{K_BACKUP, "backup", K_ROOT}, {K_INGEST, "ingest", K_ROOT}, {K_RECORDS, "records", K_ROOT},
+		{K_QUERY, "query", K_ROOT}, {K_GENS, "generations", K_ROOT}, {K_ACTIVE, "active", K_GENS},
+	};
+	for (size_t i = 0; i < NELEM(fx); i++) {
+		node *n = &fixed[fx[i].kind];
+		memset(n, 0, sizeof *n);
+		n->ino = (fuse_ino_t)fx[i].kind;
+		n->kind = fx[i].kind;
+		n->name = (char *)fx[i].name;
+		n->namelen = strlen(fx[i].name);
+		n->parent = (fuse_ino_t)fx[i].parent;
+	}
+	itab_grow();
+	ntab_grow();
+}
+
+void tree_destroy(void)
+{
+	pthread_mutex_lock(&tree_mu);
+	for (size_t i = 0; i < icap; i++) {
+		node *n = itab[i];
+		while (n) {
+			node *nx = n->next_ino;
+			if (n->ing)
+				ingest_free(n->ing);
+			if (n->qs)
+				qs_free(n->qs);
+			free(n->target);
+			free(n->name);
+			free(n);
+			n = nx;
+		}
+		itab[i] = NULL;
+	}
+	free(itab);
+	free(ntab);
+	itab = NULL;
+	ntab = NULL;
+	icap = ncap = icount = ncount = 0;
+	pthread_mutex_unlock(&tree_mu);
+}
+
+const struct fuse_lowlevel_ops fs_ops = {
+	.init = op_init,
+	.lookup = op_lookup,
+	.forget = op_forget,
+	.forget_multi = op_forget_multi,
+	.getattr = op_getattr,
+	.setattr = op_setattr,
+	.readlink = op_readlink,
+	.mkdir = op_mkdir,
+	.unlink = op_unlink,
+	.rmdir = op_rmdir,
+	.symlink = op_symlink,
+	.rename = op_rename,
+	.open = op_open,
+	.read = op_read,
+	.write = op_write,
+	.flush = op_flush,
+	.release = op_release,
+	.fsync = op_fsync,
+	.opendir = op_opendir,
+	.readdir = op_readdir,
+	.releasedir = op_releasedir,
+	.fsyncdir = op_fsyncdir,
+	.statfs = op_statfs,
+	.create = op_create,
+};

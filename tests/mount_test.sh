@@ -1,0 +1,329 @@
+#!/usr/bin/env bash
+# Mount-level tests of build/vecfs: a real FUSE mount of a temporary store,
+# exercised with the tools users have (cat, cp, dd, ln, mv, rm, python).
+# Every operation on the mount runs under `timeout`; an EXIT trap unmounts
+# whatever is still mounted.  The last line is `mount: N passed, N failed`.
+#
+# Usage: bash tests/mount_test.sh [path/to/vecfs]   (from the project root)
+
+VECFS=$(readlink -f "${1:-build/vecfs}")
+PY=/usr/bin/python3
+[[ -x $PY ]] || PY=$(command -v python3)
+export LC_ALL=C
+PASS=0
+FAIL=0
+MOUNTS=()
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/vecfs-mount-test.XXXXXX")
+
+T() { timeout -k 5 60 "$@"; }
+ok() { echo "PASS $1"; PASS=$((PASS + 1)); }
+bad() { echo "FAIL $1: ${2:-}"; FAIL=$((FAIL + 1)); }
+check() { local n=$1; shift; if "$@"; then ok "$n"; else bad "$n" "$*"; fi; }
+is_mounted() { awk -v m="$1" '$2 == m { f = 1 } END { exit !f }' /proc/self/mounts; }
+
+cleanup() {
+	local m
+	for m in "${MOUNTS[@]}"; do
+		if is_mounted "$m"; then
+			T fusermount3 -u "$m" 2>/dev/null || { sleep 1; T fusermount3 -u "$m" 2>/dev/null; } ||
+				T fusermount3 -uz "$m" 2>/dev/null
+		fi
+	done
+	if grep -qF " $TMP/" /proc/self/mounts; then
+		echo "warning: mounts left under $TMP" >&2
+	else
+		rm -rf "$TMP"
+	fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+summary() {
+	echo "mount: $PASS passed, $FAIL failed"
+	[[ $FAIL -eq 0 ]]
+}
+
+if [[ ! -x $VECFS ]]; then
+	echo "mount tests: $VECFS is not built"
+	FAIL=1
+	summary
+	exit 1
+fi
+if [[ ! -c /dev/fuse ]] || ! command -v fusermount3 >/dev/null; then
+	echo "SKIP mount tests: no /dev/fuse or fusermount3 on this machine"
+	summary
+	exit 0
+fi
+
+daemon_pid() { # MNT: the daemon serving MNT
+	local p
+	for p in /proc/[0-9]*; do
+		[[ $(readlink -f "$p/exe" 2>/dev/null) == "$VECFS" ]] || continue
+		tr '\0' '\n' <"$p/cmdline" 2>/dev/null | grep -qxF "$1" && { basename "$p"; return 0; }
+	done
+	return 1
+}
+
+mnt() { # STORE MNT [options]: mount, 0 once usable
+	local s=$1 m=$2
+	shift 2
+	mkdir -p "$m"
+	MOUNTS+=("$m")
+	T "$VECFS" "$@" "$s" "$m" >>"$TMP/daemon.log" 2>&1 </dev/null || return 1
+	is_mounted "$m"
+}
+
+umnt() { # MNT: unmount and wait for the daemon to exit
+	local m=$1 pid i
+	pid=$(daemon_pid "$m")
+	T fusermount3 -u "$m" 2>/dev/null || { sleep 1; T fusermount3 -u "$m"; }
+	for ((i = 0; i < 100; i++)); do
+		[[ -n $pid ]] && kill -0 "$pid" 2>/dev/null || break
+		sleep 0.1
+	done
+	! is_mounted "$m"
+}
+
+kv() { awk -v k="$1" -F' *= *' '$1 == k { print $2; f = 1; exit } END { exit !f }'; }
+stat_kv() { T cat "$M/stats" | kv "$1"; }
+errors_has() { T cat "$M/errors" | grep -qF -- "$1"; }
+
+# put SRC|- DEST [chunk]: copy with os.write; prints OK or ERR <errno> <stage>
+cat >"$TMP/put.py" <<'EOF'
+import errno, os, sys
+src, dst = sys.argv[1], sys.argv[2]
+chunk = int(sys.argv[3]) if len(sys.argv) > 3 else 65536
+data = sys.stdin.buffer.read() if src == '-' else open(src, 'rb').read()
+stage, fd = 'open', None
+try:
+    fd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    stage = 'write'
+    for i in range(0, len(data), chunk):
+        os.write(fd, data[i:i + chunk])
+    stage = 'close'
+    f, fd = fd, None
+    os.close(f)
+    print('OK')
+except OSError as e:
+    if fd is not None:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    print('ERR %s %s' % (errno.errorcode.get(e.errno, e.errno), stage))
+EOF
+put() { T "$PY" "$TMP/put.py" "$@"; }
+
+# gen OUT N D SEED: deterministic fvecs
+gen() {
+	"$PY" - "$@" <<'EOF'
+import random, struct, sys
+out, n, d, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+r = random.Random(seed)
+with open(out, 'wb') as f:
+    for _ in range(n):
+        v = [struct.unpack('<f', struct.pack('<f', r.uniform(-1, 1)))[0] for _ in range(d)]
+        f.write(struct.pack('<i', d) + struct.pack('<%df' % d, *v))
+EOF
+}
+
+# ---------------------------------------------------------------- cli
+out=$(T "$VECFS" --help 2>&1)
+check help_usage grep -qi usage <<<"$out"
+out=$(T "$VECFS" --version 2>&1)
+check version_number grep -q '[0-9]' <<<"$out"
+T "$VECFS" "$TMP/only-store" >/dev/null 2>&1
+check missing_mountpoint_fails test $? -ne 0
+
+S=$TMP/store
+M=$TMP/mnt
+if ! mnt "$S" "$M"; then
+	bad mount "$(tail -c 300 "$TMP/daemon.log")"
+	summary
+	exit 1
+fi
+ok mount
+check store_created test -d "$S"
+
+# ---------------------------------------------------------------- tree
+ls=$(T ls -A "$M" | tr '\n' ' ')
+check root_listing test "$ls" == "README backup config ctl errors generations ingest query records stats "
+check readme_lines test "$(T cat "$M/README" | wc -l)" -ge 2
+check readme_read_only test "$(printf 'x\n' | put - "$M/README")" == "ERR EACCES open"
+check config_mode test "$(T stat -c %A "$M/config")" == "-rw-r--r--"
+check mkdir_root_refused test "$(T mkdir "$M/x" 2>&1 >/dev/null | wc -l)" -ge 1
+
+# ---------------------------------------------------------------- config
+check config_dim_unset test "$(T cat "$M/config" | kv dim)" == 0
+check config_write test "$(printf '# c\nk = 4\n\nnprobe = 3\n' | put - "$M/config")" == OK
+check config_reads_back test "$(T cat "$M/config" | kv k)/$(T cat "$M/config" | kv nprobe)" == "4/3"
+check config_unknown_key test "$(printf 'k = 5\nbogus = 1\n' | put - "$M/config")" == "ERR EINVAL write"
+check config_all_or_nothing test "$(T cat "$M/config" | kv k)" == 4
+check config_unknown_logged errors_has bogus
+check config_bad_value test "$(printf 'bits = many\n' | put - "$M/config")" == "ERR EINVAL write"
+check config_bad_metric test "$(printf 'metric = taxicab\n' | put - "$M/config")" == "ERR EINVAL write"
+check config_range_at_close test "$(printf 'bits = 99\n' | put - "$M/config")" == "ERR EINVAL close"
+check config_echo_bad test "$(T bash -c "echo 'nlist = -1' > '$M/config'" 2>&1 | grep -c 'write error')" == 1
+check config_auto_build_off test "$(printf 'auto_build = 0\n' | put - "$M/config")" == OK
+
+# ---------------------------------------------------------------- ingest
+printf '# header\nk1,1,2,3,4\r\nk2\t5\t6\t7\t8\n\nk3 9 10 11 12\nk4,1e-3,-2.5,0x1p3,4' >"$TMP/a.csv"
+check csv_ingest test "$(put "$TMP/a.csv" "$M/ingest/a.csv" 3)" == OK
+check csv_count test "$(stat_kv records)" == 4
+check dim_fixed test "$(T cat "$M/config" | kv dim)" == 4
+check record_text test "$(T cat "$M/records/k4")" == "0.00100000005 -2.5 8 4"
+check record_stat_size test "$(T stat -c %s "$M/records/k1")" == "$(T cat "$M/records/k1" | wc -c)"
+check ingest_empties_after_close test -z "$(T ls -A "$M/ingest")"
+printf 'g1,1,2,3,4\ng2,1,2,3\ng3,1,2,3,4\n' >"$TMP/bad.csv"
+check bad_row_einval test "$(put "$TMP/bad.csv" "$M/ingest/bad.csv")" == "ERR EINVAL write"
+check bad_row_nothing_committed test ! -e "$M/records/g1"
+check bad_row_logged errors_has "ingest/bad.csv: line 2"
+check bad_ending_einval test "$(put "$TMP/a.csv" "$M/ingest/a.dat")" == "ERR EINVAL open"
+printf 'n1,1,2,nan,4\n' >"$TMP/nan.csv"
+check nan_rejected test "$(put "$TMP/nan.csv" "$M/ingest/nan.csv")" == "ERR EINVAL write"
+printf 'o1,1,2,1e39,4\n' >"$TMP/of.csv"
+check overflow_rejected test "$(put "$TMP/of.csv" "$M/ingest/of.csv")" == "ERR EINVAL write"
+printf '{"key": "j\\u00e9", "vector": [0.5, 0.25, 0.125, 2], "payload": {"tag": ["x", 1]}}\n' >"$TMP/j.jsonl"
+check jsonl_ingest test "$(put "$TMP/j.jsonl" "$M/ingest/j.jsonl" 5)" == OK
+check jsonl_utf8_key test -e "$M/records/jé"
+gen "$TMP/v.fvecs" 50 4 7
+check fvecs_ingest test "$(put "$TMP/v.fvecs" "$M/ingest/v.fvecs" 7)" == OK
+check fvecs_assigned_keys test -e "$M/records/0" -a -e "$M/records/49"
+"$PY" - "$TMP/v.fvecs" "$TMP/v.npy" <<'EOF'
+import struct, sys
+data = open(sys.argv[1], 'rb').read()
+rows = [data[i * 20 + 4:i * 20 + 20] for i in range(len(data) // 20)][:10]
+hdr = "{'descr': '<f4', 'fortran_order': False, 'shape': (%d, 4), }" % len(rows)
+hdr += ' ' * ((64 - (10 + len(hdr) + 1) % 64) % 64) + '\n'
+open(sys.argv[2], 'wb').write(b'\x93NUMPY\x01\x00' + struct.pack('<H', len(hdr)) + hdr.encode() + b''.join(rows))
+EOF
+check npy_ingest test "$(put "$TMP/v.npy" "$M/ingest/v.npy" 11)" == OK
+check npy_keys_continue test -e "$M/records/59"
+head -c 30 "$TMP/v.fvecs" >"$TMP/t.fvecs"
+check truncated_fvecs test "$(put "$TMP/t.fvecs" "$M/ingest/t.fvecs")" == "ERR EINVAL close"
+check truncated_logged errors_has "ingest/t.fvecs: row 2"
+# a shell redirection of a block, and cp / dd
+{ echo 'b1,1,1,1,1'; /bin/echo 'b2,2,2,2,2'; echo 'b3,3,3,3,3'; } >"$M/ingest/block.csv"
+check shell_block test -e "$M/records/b1" -a -e "$M/records/b3"
+T cp "$TMP/a.csv" "$M/ingest/cp.csv"
+check cp_ingest test $? -eq 0
+T dd if="$TMP/v.fvecs" of="$M/ingest/dd.fvecs" bs=64 status=none
+check dd_ingest test "$(stat_kv records)" == 118
+
+# ---------------------------------------------------------------- records
+check ls_records test "$(T ls "$M/records" | wc -l)" == 118
+check rm_record T rm "$M/records/k2"
+check rm_gone test ! -e "$M/records/k2"
+check rm_missing_enoent test "$(T rm "$M/records/k2" 2>&1 | grep -c 'No such file')" == 1
+check stats_deleted test "$(stat_kv deleted)" == 1
+# many keys: readdir streams across many reply buffers
+"$PY" -c "
+import sys
+print(''.join('key-%05d,%d,1,2,3\n' % (i, i) for i in range(5000)), end='')" >"$TMP/many.csv"
+check many_ingest test "$(put "$TMP/many.csv" "$M/ingest/many.csv")" == OK
+check many_listed test "$(T ls "$M/records" | grep -c '^key-')" == 5000
+check many_unique test "$(T ls "$M/records" | sort | uniq -d | wc -l)" == 0
+check many_python_listdir test "$(T "$PY" -c "import os,sys; print(len(os.listdir(sys.argv[1])))" "$M/records")" == 5117
+
+# ---------------------------------------------------------------- query
+check query_enoent_without_mkdir test "$(printf '1 2 3 4\n' | put - "$M/query/nope/in")" == "ERR ENOENT open"
+check query_mkdir T mkdir -p "$M/query/q1"
+check query_mkdir_p T mkdir -p "$M/query/q1"
+check query_out_empty test "$(T cat "$M/query/q1/out" | wc -c)" == 0
+check query_bad_id test "$(T mkdir "$M/query/a b" 2>&1 | wc -l)" -ge 1
+check query_run test "$(printf 'k=3 mode=exact\n[1, 2, 3, 4]\n9 10 11 12\n' | put - "$M/query/q1/in")" == OK
+T cat "$M/query/q1/out" >"$TMP/out"
+check query_groups test "$(grep -c '^$' "$TMP/out")/$(grep -c . "$TMP/out")" == "1/6"
+check query_self_first test "$(head -n 1 "$TMP/out")" == "$(printf 'k1\t0')"
+T cat "$M/query/q1/out.json" >"$TMP/out.json"
+check query_json "$PY" -c "
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j['generation'] is None and len(j['results']) == 2 and len(j['results'][0]) == 3
+" "$TMP/out.json"
+check query_stats test "$(T cat "$M/query/q1/stats" | kv mode)" == exact
+check query_binary test "$(head -c 20 "$TMP/v.fvecs" | put - "$M/query/q1/in")" == OK
+check query_binary_self test "$(T cat "$M/query/q1/out" | head -n 1 | cut -f2)" == 0
+T mkdir -p "$M/query/pay"
+check query_payload test "$(printf 'k=1\n0.5 0.25 0.125 2\n' | put - "$M/query/pay/in")" == OK
+check query_payload_json grep -qF '"payload": {"tag": ["x", 1]}' <(T cat "$M/query/pay/out.json")
+check query_bad_in test "$(printf 'k=x\n1 2 3 4\n' | put - "$M/query/q1/in")" == "ERR EINVAL write"
+check query_bad_logged errors_has "query/q1/in: line 1"
+check query_bad_dim test "$(printf '1 2 3\n' | put - "$M/query/q1/in")" == "ERR EINVAL write"
+check query_bad_echo test "$(T bash -c "echo '1 2 x 4' > '$M/query/q1/in'" 2>&1 | grep -c 'write error')" == 1
+check query_bad_out_empty test "$(T cat "$M/query/q1/out" | wc -c)" == 0
+check query_bad_unterminated test "$(printf '1 2 3' | put - "$M/query/q1/in")" == "ERR EINVAL close"
+check query_rmdir T rmdir "$M/query/q1"
+check query_rmdir_gone test ! -e "$M/query/q1"
+
+# ---------------------------------------------------------------- ctl, generations
+check ctl_unknown test "$(printf 'frob\n' | put - "$M/ctl")" == "ERR EINVAL write"
+check ctl_unknown_logged errors_has frob
+check ctl_build T sh -c "echo build > '$M/ctl'"
+g1=$(T readlink "$M/generations/active")
+check build_active test -n "$g1" -a -d "$M/generations/$g1"
+check meta_ready test "$(T cat "$M/generations/$g1/meta" | kv state)" == ready
+check progress_done test "$(T cat "$M/generations/$g1/progress")" == "done 100%"
+check centroids_size test "$(T cat "$M/generations/$g1/centroids.fvecs" | wc -c)" == "$(T stat -c %s "$M/generations/$g1/centroids.fvecs")"
+check ctl_build_stage T sh -c "echo 'build stage' > '$M/ctl'"
+g2=$(T ls "$M/generations" | grep -vx -e active -e "$g1" | head -n 1)
+check stage_keeps_active test -n "$g2" -a "$(T readlink "$M/generations/active")" == "$g1"
+check flip_ln T ln -sfn "$g2" "$M/generations/active"
+check flip_ln_done test "$(T readlink "$M/generations/active")" == "$g2"
+check flip_mv T sh -c "ln -s '$g1' '$M/generations/next' && mv -T '$M/generations/next' '$M/generations/active'"
+check flip_mv_done test "$(T readlink "$M/generations/active")/$(T ls "$M/generations" | grep -c next)" == "$g1/0"
+check flip_missing_fails test "$(T ln -sfn 999 "$M/generations/active" 2>&1 | wc -l)" -ge 1
+check flip_missing_unchanged test "$(T readlink "$M/generations/active")" == "$g1"
+check rmdir_active_ebusy test "$(T rmdir "$M/generations/$g1" 2>&1 | grep -c 'busy')" == 1
+check rmdir_other T rmdir "$M/generations/$g2"
+check rmdir_other_gone test ! -e "$M/generations/$g2"
+check gen_read_only test "$(printf 'x\n' | put - "$M/generations/$g1/meta")" == "ERR EACCES open"
+check ctl_verify T sh -c "echo verify > '$M/ctl'"
+check verify_line test "$(T cat "$M/errors" | tail -n 1 | cut -c1-10)" == "verify: ok"
+check ctl_compact test "$(printf 'compact\n' | put - "$M/ctl")" == "OK"
+check ctl_compact_folds test "$(T cat "$M/stats" | sed -n 's/^delta_postings = //p')" == 0
+check ctl_rebalance test "$(printf 'rebalance\n' | put - "$M/ctl")" == "OK"
+check rebalance_flips test "$(T readlink "$M/generations/active")" != "$g1"
+g1=$(T readlink "$M/generations/active")
+
+# ---------------------------------------------------------------- backup
+mkdir -p "$TMP/bstore"
+check backup_copy T cp "$M/backup" "$TMP/bstore/data.mdb"
+if mnt "$TMP/bstore" "$TMP/bmnt"; then
+	check backup_records test "$(T cat "$TMP/bmnt/stats" | kv records)" == "$(stat_kv records)"
+	check backup_active test "$(T readlink "$TMP/bmnt/generations/active")" == "$g1"
+	umnt "$TMP/bmnt"
+	check backup_unmount test $? -eq 0
+else
+	bad backup_mount "$(tail -c 200 "$TMP/daemon.log")"
+fi
+
+# ---------------------------------------------------------------- daemon
+T "$VECFS" "$S" "$TMP/mnt2" >"$TMP/second.log" 2>&1 </dev/null
+rc=$?
+mkdir -p "$TMP/mnt2"
+MOUNTS+=("$TMP/mnt2")
+check second_daemon_refused test $rc -ne 0 -a -s "$TMP/second.log"
+check second_daemon_not_mounted sh -c "! awk -v m='$TMP/mnt2' '\$2 == m { f = 1 } END { exit !f }' /proc/self/mounts"
+n=$(stat_kv records)
+pid=$(daemon_pid "$M")
+kill -9 "$pid" 2>/dev/null
+sleep 0.5
+T fusermount3 -u "$M" 2>/dev/null || T fusermount3 -uz "$M"
+if mnt "$S" "$M"; then
+	check kill9_durable test "$(stat_kv records)" == "$n"
+	pid=$(daemon_pid "$M")
+	kill -TERM "$pid"
+	for ((i = 0; i < 100; i++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+	check sigterm_exits sh -c "! kill -0 $pid 2>/dev/null"
+	check sigterm_unmounts sh -c "! awk -v m='$M' '\$2 == m { f = 1 } END { exit !f }' /proc/self/mounts"
+else
+	bad remount_after_kill9 "$(tail -c 200 "$TMP/daemon.log")"
+fi
+if mnt "$S" "$M" -o fsname=vecfstest; then
+	check o_passthrough grep -q "^vecfstest $M " /proc/self/mounts
+	check fusermount_unmount umnt "$M"
+fi
+
+summary
