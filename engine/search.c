@@ -151,7 +151,8 @@ typedef struct search {
 	vf_dirty dirty;
 	vf_tombs tombs;      /* of the cluster being scanned */
 	uint32_t *surv;      /* first-pass survivors of one block */
-	float *surv_lo;
+	float *surv_lo, *surv_hi;
+	float *kbuf;         /* k floats */
 } search;
 
 static float exact_dist(const search *s, const query *q, const void *vec)
@@ -273,13 +274,33 @@ static int scan_block(search *s, query *q, const vf_block *b, int *checked2)
 		q->ex.pass1_scored += in;
 		for (; mask; mask &= mask - 1) {
 			uint32_t j = (uint32_t)__builtin_ctz(mask), i = bt * 32 + j;
-			const uint8_t *pl = vf_block_planes(b, i);
-			for (size_t o = 0; o < pbytes; o += 64)
-				__builtin_prefetch(pl + o);
-			__builtin_prefetch(vf_block_f2_at(b, i));
 			s->surv[ns] = i;
+			s->surv_hi[ns] = hi[j];
 			s->surv_lo[ns++] = lo[j];
 		}
+	}
+	/* Before k candidates exist there is no threshold yet: then the block's
+	 * own k smallest first-pass upper bounds (k distinct records when no
+	 * posting can be stale) bound the k-th distance instead. */
+	if (q->ub.n < q->ub.k && ns > q->ub.k && !check) {
+		fheap blk = {s->kbuf, 0, q->ub.k};
+		for (uint32_t k = 0; k < ns; k++)
+			if (s->surv_hi[k] < fheap_top(&blk))
+				fheap_push(&blk, s->surv_hi[k]);
+		float tb = fheap_top(&blk);
+		uint32_t w = 0;
+		for (uint32_t k = 0; k < ns; k++)
+			if (s->surv_lo[k] <= tb) {
+				s->surv[w] = s->surv[k];
+				s->surv_lo[w++] = s->surv_lo[k];
+			}
+		ns = w;
+	}
+	for (uint32_t k = 0; k < ns; k++) {
+		const uint8_t *pl = vf_block_planes(b, s->surv[k]);
+		for (size_t o = 0; o < pbytes; o += 64)
+			__builtin_prefetch(pl + o);
+		__builtin_prefetch(vf_block_f2_at(b, s->surv[k]));
 	}
 	q->ex.pass1_pruned += b->n - ns;
 	if (ns && !*checked2) {
@@ -919,7 +940,9 @@ int vecfs_search(vecfs *v, const float *queries, size_t nq, uint32_t dim,
 	s.qs = calloc(nq, sizeof(query));
 	s.surv = malloc(sizeof(uint32_t) * VF_BLOCK_MAX);
 	s.surv_lo = malloc(sizeof(float) * VF_BLOCK_MAX);
-	if (!s.qs || !s.surv || !s.surv_lo) {
+	s.surv_hi = malloc(sizeof(float) * VF_BLOCK_MAX);
+	s.kbuf = malloc(sizeof(float) * s.k);
+	if (!s.qs || !s.surv || !s.surv_lo || !s.surv_hi || !s.kbuf) {
 		rc = -ENOMEM;
 		goto out;
 	}
@@ -981,6 +1004,8 @@ out:
 	vf_tombs_free(&s.tombs);
 	free(s.surv);
 	free(s.surv_lo);
+	free(s.surv_hi);
+	free(s.kbuf);
 	vf_gen_put(v, s.g);
 	return rc;
 }
