@@ -19,8 +19,6 @@
 #include "keys.h"
 #include "record.h"
 
-#define PUBLISH_TXN_BYTES (64u << 20)
-
 static double now_s(void)
 {
 	struct timespec ts;
@@ -270,26 +268,27 @@ static int blocks_fn(MDB_txn *txn, void *arg)
 }
 
 typedef struct final_job {
-	build_ctx *b;
-	int activate;
+	vecfs *v;
+	const vf_genmeta *m;
+	const float *centroids;
 	const uint32_t *idmap;   /* cluster per record id, ids < id_limit */
 	uint64_t id_limit;
 	vf_gen *g;
+	int activate;
 } final_job;
 
 static int final_fn(MDB_txn *txn, void *arg)
 {
 	final_job *j = arg;
-	build_ctx *b = j->b;
-	vf_store *s = b->v->store;
-	vf_genmeta m = b->m;
+	vf_store *s = j->v->store;
+	vf_genmeta m = *j->m;
 	vf_counters cnt;
 	int rc;
 	size_t csz = (size_t)m.nlist * m.dim * 4;
 	uint8_t *cbuf = malloc(csz + 8);
 	if (!cbuf)
 		return -ENOMEM;
-	memcpy(cbuf, b->centroids, csz);
+	memcpy(cbuf, j->centroids, csz);
 	uint64_t sum = vf_checksum(cbuf, csz);
 	memcpy(cbuf + csz, &sum, 8);
 	vf_genkey ck = vf_gen_key(m.id, VF_GK_CENTROIDS, 0);
@@ -304,7 +303,7 @@ static int final_fn(MDB_txn *txn, void *arg)
 	/* writes that landed while this generation was built */
 	m.synced_seq = m.snap_seq;
 	m.blocks_seq = m.snap_seq;
-	if ((rc = vf_sync_generation(b->v, txn, j->g, &m, &cnt)))
+	if ((rc = vf_sync_generation(j->v, txn, j->g, &m, &cnt)))
 		return rc;
 	m.state = VECFS_GEN_READY;
 	m.pct = 100;
@@ -316,48 +315,72 @@ static int final_fn(MDB_txn *txn, void *arg)
 	return 0;
 }
 
-static int fail_fn(MDB_txn *txn, void *arg)
+int vf_gen_publish(vecfs *v, const vf_genmeta *m, const float *centroids,
+		   const uint32_t *idmap, uint64_t id_limit, vf_gen *g, int activate)
 {
-	build_ctx *b = arg;
-	int rc = vf_drop_generation_keys(txn, b->v->store, b->m.id);
-	if (rc)
-		return rc;
-	b->m.state = VECFS_GEN_FAILED;
-	snprintf(b->m.phase, sizeof b->m.phase, "failed");
-	return vf_save_genmeta(txn, b->v->store, &b->m);
+	final_job fj = {v, m, centroids, idmap, id_limit, g, activate};
+	return vf_write(v->store, final_fn, &fj);
 }
 
-/* Construct the in-memory routing state from the trained centroids. */
-static int make_gen(build_ctx *b, vf_gen *g)
+static int fail_fn(MDB_txn *txn, void *arg)
+{
+	meta_job *j = arg;
+	int rc = vf_drop_generation_keys(txn, j->v->store, j->m->id);
+	if (rc)
+		return rc;
+	j->m->state = VECFS_GEN_FAILED;
+	snprintf(j->m->phase, sizeof j->m->phase, "failed");
+	return vf_save_genmeta(txn, j->v->store, j->m);
+}
+
+void vf_gen_abandon(vecfs *v, vf_genmeta *m)
+{
+	meta_job mj = {v, m, 0};
+	vf_write(v->store, fail_fn, &mj);
+}
+
+int vf_gen_register(vecfs *v, vf_genmeta *m)
+{
+	meta_job mj = {v, m, 1};
+	return vf_write(v->store, meta_fn, &mj);
+}
+
+int vf_gen_routing(vf_gen *g, const vf_genmeta *m, float *centroids)
 {
 	memset(g, 0, sizeof *g);
-	g->id = b->m.id;
-	g->meta = b->m;
-	g->centroids = b->centroids;
+	g->id = m->id;
+	g->meta = *m;
+	g->centroids = centroids;
 	int rc;
-	if ((rc = vf_rotation_init(&g->rot, b->m.dim, b->m.seed)) ||
-	    (rc = vf_cindex_init(&g->ci, g->centroids, b->m.nlist, b->m.dim)))
-		return rc;
-	g->rc = malloc(sizeof(float) * b->m.nlist * b->m.pdim);
-	g->rc_sum = malloc(sizeof(float) * b->m.nlist);
-	if (!g->rc || !g->rc_sum)
-		return -ENOMEM;
-	for (uint32_t c = 0; c < b->m.nlist; c++) {
-		float *r = g->rc + (size_t)c * b->m.pdim, sm = 0;
-		vf_rotate(&g->rot, g->centroids + (size_t)c * b->m.dim, r);
-		for (uint32_t i = 0; i < b->m.pdim; i++)
+	if ((rc = vf_rotation_init(&g->rot, m->dim, m->seed)) ||
+	    (rc = vf_cindex_init(&g->ci, g->centroids, m->nlist, m->dim)))
+		goto fail;
+	g->rc = malloc(sizeof(float) * m->nlist * m->pdim);
+	g->rc_sum = malloc(sizeof(float) * m->nlist);
+	if (!g->rc || !g->rc_sum) {
+		rc = -ENOMEM;
+		goto fail;
+	}
+	for (uint32_t c = 0; c < m->nlist; c++) {
+		float *r = g->rc + (size_t)c * m->pdim, sm = 0;
+		vf_rotate(&g->rot, g->centroids + (size_t)c * m->dim, r);
+		for (uint32_t i = 0; i < m->pdim; i++)
 			sm += r[i];
 		g->rc_sum[c] = sm;
 	}
 	return 0;
+fail:
+	vf_gen_routing_free(g);
+	return rc;
 }
 
-static void free_gen_parts(vf_gen *g)
+void vf_gen_routing_free(vf_gen *g)
 {
 	vf_cindex_free(&g->ci);
 	vf_rotation_free(&g->rot);
 	free(g->rc);
 	free(g->rc_sum);
+	g->rc = g->rc_sum = NULL;
 }
 
 /* Read the snapshot: ids, seqs and pointers to every live vector. */
@@ -408,7 +431,7 @@ static int build_locked(build_ctx *b, int activate, uint64_t *gen_out)
 	/* the snapshot stays open until the generation is published, and the
 	 * map cannot grow under it: make room for the new blocks first (three
 	 * times the record bytes covers vectors, codes, keys and page slack) */
-	if ((rc = vf_store_reserve(v->store, 3 * vf_store_bytes(v->store) + (64u << 20))))
+	if ((rc = vf_store_reserve(v->store, VF_GEN_RESERVE(v->store))))
 		return rc;
 	if ((rc = vf_read_begin(v->store, &txn)))
 		return rc;
@@ -432,8 +455,7 @@ static int build_locked(build_ctx *b, int activate, uint64_t *gen_out)
 	b->m.bits = sc.bits;
 	b->m.nlist = sc.nlist ? (sc.nlist < b->n ? sc.nlist : (uint32_t)b->n) : vf_auto_nlist(b->n);
 	snprintf(b->m.phase, sizeof b->m.phase, "sample");
-	meta_job mj = {v, &b->m, 1};
-	if ((rc = vf_write(v->store, meta_fn, &mj)))
+	if ((rc = vf_gen_register(v, &b->m)))
 		goto out;
 	registered = 1;
 	b->m.seed = sc.seed ^ (b->m.id * 0x9e3779b97f4a7c15ULL);
@@ -485,7 +507,7 @@ static int build_locked(build_ctx *b, int activate, uint64_t *gen_out)
 	b->codes = malloc(sizeof(vf_code) * b->n);
 	if (!b->assign || !b->planes || !b->codes)
 		goto out;
-	if ((rc = make_gen(b, &g)))
+	if ((rc = vf_gen_routing(&g, &b->m, b->centroids)))
 		goto out;
 	have_gen = 1;
 	if (report(b, "encode", 0)) {
@@ -534,7 +556,7 @@ static int build_locked(build_ctx *b, int activate, uint64_t *gen_out)
 	while (bj.c_hi < b->m.nlist) {
 		bj.c_lo = bj.c_hi;
 		uint64_t bytes = 0;
-		while (bj.c_hi < b->m.nlist && bytes < PUBLISH_TXN_BYTES) {
+		while (bj.c_hi < b->m.nlist && bytes < VF_PUBLISH_TXN_BYTES) {
 			bytes += (cstart[bj.c_hi + 1] - cstart[bj.c_hi]) * per_vec + 256;
 			bj.c_hi++;
 		}
@@ -553,8 +575,7 @@ static int build_locked(build_ctx *b, int activate, uint64_t *gen_out)
 	txn = NULL;
 
 	b->m.build_seconds = now_s() - t0;
-	final_job fj = {b, activate, idmap, id_limit, &g};
-	if ((rc = vf_write(v->store, final_fn, &fj)))
+	if ((rc = vf_gen_publish(v, &b->m, b->centroids, idmap, id_limit, &g, activate)))
 		goto out;
 	*gen_out = b->m.id;
 	rc = 0;
@@ -566,9 +587,9 @@ out:
 	else if (rc && b->err && !b->err[0])
 		vf_seterr(b->err, b->errlen, "build: %s", strerror(-rc));
 	if (rc && registered)
-		vf_write(v->store, fail_fn, b);
+		vf_gen_abandon(v, &b->m);
 	if (have_gen)
-		free_gen_parts(&g);
+		vf_gen_routing_free(&g);
 	free(idmap);
 	free(order);
 	free(cstart);
@@ -604,6 +625,8 @@ int vecfs_build(vecfs *v, int activate, uint64_t *gen_out,
 	int rc = build_locked(&b, activate, &gen);
 	pthread_mutex_unlock(&v->build_mu);
 	pthread_mutex_destroy(&b.mu);
+	if (rc == 0)
+		vf_retire_generations(v, gen);
 	if (rc == 0 && gen_out)
 		*gen_out = gen;
 	return rc;

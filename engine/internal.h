@@ -45,6 +45,9 @@ struct vecfs {
 	uint64_t nlat;
 	pthread_t auto_thread;
 	int auto_running;           /* guarded by stat_mu */
+	pthread_t maint_thread;     /* background compaction */
+	pthread_cond_t maint_cv;    /* with stat_mu */
+	int maint_started, maint_due;
 	int closing;
 	int threads;
 	uint64_t next_batch;        /* staging ids, guarded by stat_mu */
@@ -99,6 +102,7 @@ typedef struct vf_posting_writer {
 	vecfs *v;
 	vf_gen *g;
 	vf_encoder enc;
+	uint64_t max_deltas;    /* most delta postings of a cluster it wrote to */
 	uint8_t *planes;
 	uint8_t *buf;
 	float *tmp;
@@ -113,8 +117,35 @@ int vf_pw_apply(vf_posting_writer *w, MDB_txn *txn, uint64_t id, uint64_t seq,
 		uint32_t *cluster);
 
 void vf_maybe_auto_build(vecfs *v);
+/* Background maintenance: compaction once a cluster's delta postings
+ * reach compact_deltas. */
+void vf_maint_start(vecfs *v);
+void vf_maint_stop(vecfs *v);
+void vf_maint_kick(vecfs *v, uint64_t max_deltas);
+/* Remove the oldest generations beyond keep_generations (never the active
+ * one nor `keep`). */
+void vf_retire_generations(vecfs *v, uint64_t keep);
 int vf_count_unindexed(vecfs *v, MDB_txn *txn, uint64_t gen, uint64_t *out);
 uint32_t vf_auto_nlist(uint64_t n);
 #define VF_BLOCK_TARGET 1024 /* vectors per posting block */
+
+/* Publishing a generation (builds and rebalances): register its metadata
+ * (`building`, a new id in m->id); write its posting blocks in
+ * transactions of about VF_PUBLISH_TXN_BYTES while a read snapshot stays
+ * open (so make room with VF_GEN_RESERVE first: the map cannot grow under
+ * it); then in one transaction store centroids, the assignment map for ids
+ * below id_limit, sync the changes after m->snap_seq, mark it `ready` and
+ * flip `active` when asked.  On failure, abandon it: its keys are dropped
+ * and it is marked `failed`. */
+#define VF_PUBLISH_TXN_BYTES (64u << 20)
+#define VF_GEN_RESERVE(s) (3 * vf_store_bytes(s) + (64u << 20))
+int vf_gen_register(vecfs *v, vf_genmeta *m);
+int vf_gen_publish(vecfs *v, const vf_genmeta *m, const float *centroids,
+		   const uint32_t *idmap, uint64_t id_limit, vf_gen *g, int activate);
+void vf_gen_abandon(vecfs *v, vf_genmeta *m);
+/* The routing state of a generation not yet loadable from the store: g
+ * borrows centroids (m->nlist * m->dim); release with vf_gen_routing_free. */
+int vf_gen_routing(vf_gen *g, const vf_genmeta *m, float *centroids);
+void vf_gen_routing_free(vf_gen *g);
 
 #endif

@@ -87,6 +87,8 @@ void vecfs_config_defaults(vecfs_config *c)
 	c->refine = 10;
 	c->auto_build = 10000;
 	c->compact_deltas = 256;
+	c->keep_generations = 2;
+	c->rebalance_ratio = 3;
 	c->seed = 0x7665636673ULL;
 }
 
@@ -103,7 +105,9 @@ static void to_stored(const vecfs_config *c, vf_stored_config *s)
 	s->refine = c->refine;
 	s->auto_build = c->auto_build;
 	s->compact_deltas = c->compact_deltas;
+	s->keep_generations = c->keep_generations;
 	s->seed = c->seed;
+	s->rebalance_ratio = c->rebalance_ratio;
 }
 
 static void from_stored(const vf_stored_config *s, vecfs_config *c)
@@ -117,7 +121,9 @@ static void from_stored(const vf_stored_config *s, vecfs_config *c)
 	c->refine = s->refine;
 	c->auto_build = s->auto_build;
 	c->compact_deltas = s->compact_deltas;
+	c->keep_generations = s->keep_generations;
 	c->seed = s->seed;
+	c->rebalance_ratio = s->rebalance_ratio;
 }
 
 int vf_load_config(MDB_txn *txn, vf_store *s, vf_stored_config *c)
@@ -303,6 +309,7 @@ int vecfs_open(const char *dir, vecfs **out, char *err, size_t errlen)
 		vecfs_close(v);
 		return rc;
 	}
+	vf_maint_start(v);
 	*out = v;
 	return 0;
 }
@@ -311,6 +318,8 @@ void vecfs_close(vecfs *v)
 {
 	if (!v)
 		return;
+	if (v->maint_started)
+		vf_maint_stop(v);
 	pthread_mutex_lock(&v->stat_mu);
 	v->closing = 1;
 	int running = v->auto_running;
@@ -399,6 +408,14 @@ int vecfs_config_set(vecfs *v, const vecfs_config *c, char *err, size_t errlen)
 	}
 	if (c->compact_deltas < 1) {
 		vf_seterr(err, errlen, "config: compact_deltas must be positive");
+		return -EINVAL;
+	}
+	if (c->keep_generations > 1000) {
+		vf_seterr(err, errlen, "config: keep_generations must be at most 1000");
+		return -EINVAL;
+	}
+	if (c->rebalance_ratio == 1 || c->rebalance_ratio > 1000) {
+		vf_seterr(err, errlen, "config: rebalance_ratio must be 0 (never) or 2..1000");
 		return -EINVAL;
 	}
 	config_job j = {v, c, err, errlen};
@@ -734,6 +751,24 @@ static int sum_manifests(MDB_txn *txn, vf_store *s, uint64_t gen, uint32_t nlist
 	return 0;
 }
 
+static int cluster_imbalance(MDB_txn *txn, vf_store *s, const vf_genmeta *m, double *out)
+{
+	uint64_t total = 0, largest = 0;
+	for (uint32_t c = 0; c < m->nlist; c++) {
+		vf_manifest mf;
+		int rc = vf_load_manifest(txn, s, m->id, c, &mf);
+		if (rc)
+			return rc;
+		uint64_t n = mf.vectors + mf.deltas;
+		n = n > mf.tombstones ? n - mf.tombstones : 0;
+		total += n;
+		if (n > largest)
+			largest = n;
+	}
+	*out = total ? (double)largest * m->nlist / (double)total : 0;
+	return 0;
+}
+
 int vecfs_gen_info_get(vecfs *v, uint64_t gen, vecfs_gen_info *out)
 {
 	MDB_txn *txn;
@@ -1056,13 +1091,16 @@ int vecfs_stats_get(vecfs *v, vecfs_stats *out)
 	out->active = vf_load_active(txn, v->store);
 	out->ingest_rows = cnt.ingest_rows;
 	out->next_key = cnt.next_key;
+	out->compactions = cnt.compactions;
+	out->rebalances = cnt.rebalances;
 	if (out->active) {
 		vf_genmeta m;
 		uint64_t tombs;
 		if ((rc = vf_load_genmeta(txn, v->store, out->active, &m)) ||
 		    (rc = sum_manifests(txn, v->store, out->active, m.nlist,
 					&out->delta_postings, &tombs)) ||
-		    (rc = vf_count_unindexed(v, txn, out->active, &out->unindexed)))
+		    (rc = vf_count_unindexed(v, txn, out->active, &out->unindexed)) ||
+		    (rc = cluster_imbalance(txn, v->store, &m, &out->cluster_imbalance)))
 			goto out;
 	} else {
 		out->unindexed = cnt.live;

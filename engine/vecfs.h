@@ -55,6 +55,11 @@ typedef struct vecfs_config {
 	uint32_t refine;         /* re-rank candidates per result */
 	uint64_t auto_build;     /* records that trigger a first build; 0 = never */
 	uint32_t compact_deltas; /* deltas per cluster that trigger compaction */
+	uint32_t keep_generations; /* ready generations kept besides the active
+				      one; older ones are removed after a build */
+	uint32_t rebalance_ratio; /* largest / mean cluster size above which an
+				     automatic compaction is followed by a
+				     rebalance; 0 = never */
 	uint64_t seed;           /* rotation / sampling seed for the next build */
 } vecfs_config;
 
@@ -266,6 +271,9 @@ typedef struct vecfs_stats {
 	uint64_t queries;
 	uint64_t p50_us, p99_us;
 	uint64_t next_key;       /* the assigned-key counter */
+	uint64_t compactions;    /* compactions run (automatic and asked for) */
+	uint64_t rebalances;
+	double cluster_imbalance;/* largest / mean live vectors per cluster */
 } vecfs_stats;
 int vecfs_stats_get(vecfs *v, vecfs_stats *out);
 

@@ -117,16 +117,18 @@ void vf_pw_free(vf_posting_writer *w)
 	w->tmp = NULL;
 }
 
-static int bump_manifest(MDB_txn *txn, vf_store *s, uint64_t gen, uint32_t c,
-			 int dd, int dt)
+static int bump_manifest(vf_posting_writer *w, MDB_txn *txn, uint32_t c, int dd, int dt)
 {
+	vf_store *s = w->v->store;
 	vf_manifest m;
-	int rc = vf_load_manifest(txn, s, gen, c, &m);
+	int rc = vf_load_manifest(txn, s, w->g->id, c, &m);
 	if (rc)
 		return rc;
 	m.deltas += dd;
 	m.tombstones += dt;
-	return vf_save_manifest(txn, s, gen, c, &m);
+	if (m.deltas + m.tombstones > w->max_deltas)
+		w->max_deltas = m.deltas + m.tombstones;
+	return vf_save_manifest(txn, s, w->g->id, c, &m);
 }
 
 int vf_pw_apply(vf_posting_writer *w, MDB_txn *txn, uint64_t id, uint64_t seq,
@@ -143,7 +145,7 @@ int vf_pw_apply(vf_posting_writer *w, MDB_txn *txn, uint64_t id, uint64_t seq,
 		/* kill every posting of id in that cluster older than seq */
 		vf_postkey tk = vf_post_key(g->id, old, VF_PK_TOMB, id);
 		if ((rc = vf_put(txn, s->postings, tk.b, sizeof tk.b, &seq, 8, 0)) ||
-		    (rc = bump_manifest(txn, s, g->id, old, 0, 1)))
+		    (rc = bump_manifest(w, txn, old, 0, 1)))
 			return rc;
 	}
 	uint32_t c = VF_ASSIGN_NONE;
@@ -165,7 +167,7 @@ int vf_pw_apply(vf_posting_writer *w, MDB_txn *txn, uint64_t id, uint64_t seq,
 		if ((rc = vf_put(txn, s->postings, dk.b, sizeof dk.b, w->buf,
 				 vf_delta_size(g->meta.dim, g->meta.pdim, g->meta.bits, keylen),
 				 0)) ||
-		    (rc = bump_manifest(txn, s, g->id, c, 1, 0)))
+		    (rc = bump_manifest(w, txn, c, 1, 0)))
 			return rc;
 	}
 	if (cluster)
@@ -259,6 +261,7 @@ typedef struct put_ctx {
 	uint32_t dim;
 	uint8_t *rec;
 	size_t reccap;
+	uint64_t *max_deltas;  /* out: most deltas of a cluster written to */
 } put_ctx;
 
 /* Load the active generation (if any) and a posting writer for it. */
@@ -376,6 +379,8 @@ static int put_end(put_ctx *c, int rc)
 	if (rc == 0)
 		rc = vf_save_counters(c->txn, s, &c->cnt);
 	free(c->rec);
+	if (c->g && c->max_deltas)
+		*c->max_deltas = c->w.max_deltas;
 	close_active(c->v, c->g, &c->w);
 	return rc;
 }
@@ -389,6 +394,7 @@ typedef struct put_job {
 	size_t *bad_row;
 	char *err;
 	size_t errlen;
+	uint64_t max_deltas;
 } put_job;
 
 static int put_fn(MDB_txn *txn, void *arg)
@@ -396,6 +402,7 @@ static int put_fn(MDB_txn *txn, void *arg)
 	put_job *j = arg;
 	put_ctx c;
 	int rc = put_begin(&c, j->v, txn, j->dim, j->err, j->errlen);
+	c.max_deltas = &j->max_deltas;
 	if (rc) {
 		if (rc == -EINVAL && j->bad_row)
 			*j->bad_row = 0;
@@ -476,11 +483,13 @@ int vecfs_put(vecfs *v, const vecfs_row *rows, size_t n, uint32_t dim,
 		}
 	if ((rc = mark_superseded(rows, n, &skip)))
 		return rc;
-	put_job j = {v, rows, n, dim, skip, bad_row, err, errlen};
+	put_job j = {v, rows, n, dim, skip, bad_row, err, errlen, 0};
 	rc = vf_write(v->store, put_fn, &j);
 	free(skip);
-	if (rc == 0)
+	if (rc == 0) {
 		vf_maybe_auto_build(v);
+		vf_maint_kick(v, j.max_deltas);
+	}
 	return rc;
 }
 
@@ -628,6 +637,7 @@ typedef struct commit_job {
 	vecfs_batch *b;
 	char *err;
 	size_t errlen;
+	uint64_t max_deltas;
 } commit_job;
 
 static int put_staged(put_ctx *c, const void *data, size_t len)
@@ -650,6 +660,7 @@ static int commit_fn(MDB_txn *txn, void *arg)
 	vecfs_batch *b = j->b;
 	put_ctx c;
 	int rc = put_begin(&c, b->v, txn, b->dim, j->err, j->errlen);
+	c.max_deltas = &j->max_deltas;
 	if (rc == 0 && b->spooled) {
 		MDB_cursor *cur;
 		uint8_t k0[16];
@@ -680,15 +691,17 @@ static int commit_fn(MDB_txn *txn, void *arg)
 
 int vecfs_batch_commit(vecfs_batch *b, char *err, size_t errlen)
 {
-	commit_job j = {b, err, errlen};
+	commit_job j = {b, err, errlen, 0};
 	int rc = b->rows ? vf_write(b->v->store, commit_fn, &j) : 0;
 	vecfs *v = b->v;
 	if (rc && b->spooled)
 		vf_write(v->store, drop_staged_fn, b);
 	free(b->buf);
 	free(b);
-	if (rc == 0)
+	if (rc == 0) {
 		vf_maybe_auto_build(v);
+		vf_maint_kick(v, j.max_deltas);
+	}
 	return rc;
 }
 
@@ -708,6 +721,7 @@ typedef struct del_job {
 	vecfs *v;
 	const char *key;
 	size_t keylen;
+	uint64_t max_deltas;
 } del_job;
 
 static int del_fn(MDB_txn *txn, void *arg)
@@ -748,12 +762,17 @@ static int del_fn(MDB_txn *txn, void *arg)
 	cnt.deleted++;
 	if (rc == 0)
 		rc = vf_save_counters(txn, s, &cnt);
+	if (g)
+		j->max_deltas = w.max_deltas;
 	close_active(j->v, g, &w);
 	return rc;
 }
 
 int vecfs_delete(vecfs *v, const char *key, size_t keylen)
 {
-	del_job j = {v, key, keylen};
-	return vf_write(v->store, del_fn, &j);
+	del_job j = {v, key, keylen, 0};
+	int rc = vf_write(v->store, del_fn, &j);
+	if (rc == 0)
+		vf_maint_kick(v, j.max_deltas);
+	return rc;
 }

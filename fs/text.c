@@ -240,6 +240,8 @@ int render_config(sbuf *b)
 	sb_printf(b, "refine = %u\n", c.refine);
 	sb_printf(b, "auto_build = %llu\n", (unsigned long long)c.auto_build);
 	sb_printf(b, "compact_deltas = %u\n", c.compact_deltas);
+	sb_printf(b, "keep_generations = %u\n", c.keep_generations);
+	sb_printf(b, "rebalance_ratio = %u\n", c.rebalance_ratio);
 	return b->oom ? -ENOMEM : 0;
 }
 
@@ -258,6 +260,8 @@ static const struct {
 	{"refine", CK_U32, offsetof(vecfs_config, refine)},
 	{"auto_build", CK_U64, offsetof(vecfs_config, auto_build)},
 	{"compact_deltas", CK_U32, offsetof(vecfs_config, compact_deltas)},
+	{"keep_generations", CK_U32, offsetof(vecfs_config, keep_generations)},
+	{"rebalance_ratio", CK_U32, offsetof(vecfs_config, rebalance_ratio)},
 };
 
 /* One line of config text into c: 0, or -EINVAL with an errors line. */
@@ -281,7 +285,7 @@ int config_line(const char *s, size_t n, unsigned line, vecfs_config *c)
 		if (strlen(config_keys[i].name) == kn && !memcmp(config_keys[i].name, k, kn))
 			break;
 	if (i == sizeof config_keys / sizeof config_keys[0]) {
-		errlog("config: line %u: unknown key '%.*s' (keys: dim, metric, nlist, bits, nprobe, k, refine, auto_build, compact_deltas)",
+		errlog("config: line %u: unknown key '%.*s' (keys: dim, metric, nlist, bits, nprobe, k, refine, auto_build, compact_deltas, keep_generations, rebalance_ratio)",
 		       line, (int)(kn > 80 ? 80 : kn), k);
 		return -EINVAL;
 	}
@@ -374,6 +378,9 @@ int render_stats(sbuf *b)
 	sb_printf(b, "p50_us = %llu\n", (unsigned long long)s.p50_us);
 	sb_printf(b, "p99_us = %llu\n", (unsigned long long)s.p99_us);
 	sb_printf(b, "next_key = %llu\n", (unsigned long long)s.next_key);
+	sb_printf(b, "compactions = %llu\n", (unsigned long long)s.compactions);
+	sb_printf(b, "rebalances = %llu\n", (unsigned long long)s.rebalances);
+	sb_printf(b, "cluster_imbalance = %.3f\n", s.cluster_imbalance);
 	sb_printf(b, "kernels = %s\n", vecfs_kernel_name());
 	return b->oom ? -ENOMEM : 0;
 }

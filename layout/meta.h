@@ -25,6 +25,8 @@ typedef struct vf_counters {
 	uint64_t live;
 	uint64_t deleted;     /* deletes since the store was made */
 	uint64_t ingest_rows;
+	uint64_t compactions;  /* compactions run */
+	uint64_t rebalances;   /* rebalances run */
 } vf_counters;
 
 typedef struct vf_stored_config {
@@ -38,8 +40,10 @@ typedef struct vf_stored_config {
 	uint32_t refine;
 	uint64_t auto_build;
 	uint32_t compact_deltas;
-	uint32_t pad;
+	uint32_t keep_generations;
 	uint64_t seed;
+	uint32_t rebalance_ratio;
+	uint32_t pad;
 } vf_stored_config;
 
 enum { VF_OP_PUT = 1, VF_OP_DEL = 2 };

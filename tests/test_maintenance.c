@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cmocka.h>
 
@@ -250,6 +251,69 @@ static void test_rebalance_publishes(void **state)
 	ds_free(&c.ds);
 }
 
+static void test_automatic_compaction(void **state)
+{
+	fixture *f = *state;
+	vecfs *v = fx_open(f, NULL);
+	char err[256] = "";
+	dataset ds;
+	set_config(v, D, VECFS_L2);
+	vecfs_config c;
+	assert_int_equal(vecfs_config_get(v, &c), 0);
+	c.compact_deltas = 20;
+	assert_int_equal(vecfs_config_set(v, &c, err, sizeof err), 0);
+	ds_make(&ds, 9, 3000, D, 5);
+	put_range(v, ds.x, 0, 2000, D, "a");
+	build(v, 1);
+	assert_int_equal(stats(v).compactions, 0);
+	/* 5 clusters, 1000 new rows: some cluster passes 20 deltas at once */
+	put_range(v, ds.x, 2000, 1000, D, "a");
+	vecfs_stats st = stats(v);
+	for (int i = 0; i < 200 && (st.compactions == 0 || st.delta_postings); i++) {
+		struct timespec ts = {0, 50 * 1000 * 1000};
+		nanosleep(&ts, NULL);
+		st = stats(v);
+	}
+	assert_true(st.compactions >= 1);
+	assert_int_equal(st.delta_postings, 0);
+	assert_int_equal(st.records, 3000);
+	char msg[512];
+	assert_int_equal(vecfs_verify(v, msg, sizeof msg), 0);
+	ds_free(&ds);
+}
+
+static void test_old_generations_retired(void **state)
+{
+	fixture *f = *state;
+	vecfs *v = fx_open(f, NULL);
+	char err[256] = "";
+	dataset ds;
+	set_config(v, D, VECFS_L2);
+	vecfs_config c;
+	assert_int_equal(vecfs_config_get(v, &c), 0);
+	c.keep_generations = 1;
+	assert_int_equal(vecfs_config_set(v, &c, err, sizeof err), 0);
+	ds_make(&ds, 10, 1000, D, 5);
+	put_range(v, ds.x, 0, 1000, D, "a");
+	uint64_t g[4];
+	for (int i = 0; i < 4; i++)
+		g[i] = build(v, 1);
+	/* the active one and one more remain: the newest before it */
+	uint64_t ids[16];
+	size_t n;
+	assert_int_equal(vecfs_gen_list(v, ids, 16, &n), 0);
+	assert_int_equal(n, 2);
+	assert_true(ids[0] == g[2] && ids[1] == g[3]);
+	assert_int_equal(vecfs_active(v), g[3]);
+	/* a staged build never retires the active generation */
+	uint64_t staged = build(v, 0);
+	assert_int_equal(vecfs_active(v), g[3]);
+	assert_int_equal(vecfs_gen_list(v, ids, 16, &n), 0);
+	assert_int_equal(n, 2);
+	assert_true(ids[0] == g[3] && ids[1] == staged);
+	ds_free(&ds);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -257,6 +321,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_compact_after_rollback, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_queries_during_compaction, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_rebalance_publishes, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_automatic_compaction, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_old_generations_retired, fx_setup, fx_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
