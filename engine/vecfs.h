@@ -245,8 +245,17 @@ int vecfs_gen_clusters(vecfs *v, uint64_t gen, vecfs_cluster_info **out,
  * without an active generation. */
 int vecfs_compact(vecfs *v, uint32_t *clusters, char *err, size_t errlen);
 
-/* Rebuild the clusters of the active generation as a new generation and
- * flip `active` to it (when `activate`). */
+/* A local rebalance of the active generation, published as a new
+ * generation whose parent it is, made active when `activate`.  It compacts
+ * first; then clusters with more than twice the mean number of vectors
+ * (and at least 64) are split by a 2-means on their exact vectors, clusters
+ * with under a quarter of the mean are merged into their nearest
+ * neighbours, and vectors of the 8 clusters nearest a split that are now
+ * nearer a new centroid move there.  Rotation, bits and metric stay the
+ * parent's: clusters left alone keep their posting blocks byte for byte,
+ * only the clusters that changed are re-encoded.  With nothing to split or
+ * merge the new generation is a copy.  Writes made meanwhile are kept.
+ * -ENOENT without an active generation. */
 int vecfs_rebalance(vecfs *v, int activate, uint64_t *gen_out,
 		    vecfs_progress_fn progress, void *parg, char *err, size_t errlen);
 

@@ -1,7 +1,9 @@
 /*
  * tests/test_maintenance.c - compaction and rebalancing: results do not
  * change, deltas and tombstones are folded away, queries running meanwhile
- * get complete answers.
+ * get complete answers; a rebalance splits crowded clusters and merges
+ * emptied ones locally, copying the clusters it leaves alone, and keeps
+ * the writes made while it runs.
  */
 #include <errno.h>
 #include <math.h>
@@ -22,6 +24,7 @@
 #define D 24
 #define N 6000
 #define NQ 40
+#define RB_TEST_RATIO 3 /* the default rebalance_ratio */
 
 typedef struct churned {
 	dataset ds;
@@ -314,6 +317,582 @@ static void test_old_generations_retired(void **state)
 	ds_free(&ds);
 }
 
+/* ------------------------------------------------------------ local rebalance */
+
+#define SKB 3000   /* base rows, balanced */
+#define SKH 1500   /* rows added later around one centre */
+#define SKQ 60
+
+typedef struct skewed {
+	dataset ds;
+	unsigned char *alive;  /* per row of ds.x */
+	float q[SKQ * D];
+} skewed;
+
+/* A balanced base, built; then many rows around one centre (delta
+ * postings that compaction folds into the clusters there) and deletes. */
+static void skew(vecfs *v, skewed *k, uint64_t seed)
+{
+	vecfs_config c;
+	char err[256] = "";
+	set_config(v, D, VECFS_L2);
+	assert_int_equal(vecfs_config_get(v, &c), 0);
+	c.compact_deltas = 100000; /* compaction only when asked */
+	assert_int_equal(vecfs_config_set(v, &c, err, sizeof err), 0);
+	ds_make(&k->ds, seed, SKB + SKH, D, 15);
+	for (size_t i = SKB; i < SKB + SKH; i++)
+		for (uint32_t j = 0; j < D; j++)
+			k->ds.x[i * D + j] = k->ds.centers[j] + 0.7f * (float)rng_gauss(&k->ds.r);
+	k->alive = malloc(SKB + SKH);
+	assert_non_null(k->alive);
+	memset(k->alive, 1, SKB + SKH);
+	put_range(v, k->ds.x, 0, SKB, D, "s");
+	build(v, 1);
+	put_range(v, k->ds.x, SKB, SKH, D, "s");
+	for (int i = 0; i < SKB + SKH; i += 23) {
+		char key[16];
+		snprintf(key, sizeof key, "s%d", i);
+		del_key(v, key);
+		k->alive[i] = 0;
+	}
+	/* queries: half at the crowded centre, half anywhere */
+	for (int i = 0; i < SKQ; i++) {
+		if (i % 2 == 0)
+			for (uint32_t j = 0; j < D; j++)
+				k->q[i * D + j] = k->ds.centers[j] + 0.7f * (float)rng_gauss(&k->ds.r);
+		else
+			ds_fresh(&k->ds, k->q + i * D);
+	}
+}
+
+static double recall10(const vecfs_results *ann, const vecfs_results *exact)
+{
+	size_t found = 0, want = 0;
+	for (size_t i = 0; i < exact->nq; i++)
+		for (size_t h = 0; h < exact->count[i]; h++, want++)
+			for (size_t g = 0; g < ann->count[i]; g++)
+				if (!strcmp(exact->hits[i][h].key, ann->hits[i][g].key)) {
+					found++;
+					break;
+				}
+	return want ? (double)found / want : 1;
+}
+
+/* Every hit is a live row of `alive` (keys "s<i>"). */
+static void only_alive(const vecfs_results *r, const unsigned char *alive, size_t n)
+{
+	for (size_t i = 0; i < r->nq; i++)
+		for (size_t h = 0; h < r->count[i]; h++) {
+			long ix = key_index(r->hits[i][h].key, "s");
+			if (ix >= 0) {
+				assert_true((size_t)ix < n);
+				assert_true(alive[ix]);
+			}
+		}
+}
+
+static double imbalance_of(vecfs *v, uint64_t gen, uint32_t *nlist)
+{
+	vecfs_cluster_info *ci;
+	uint32_t n;
+	assert_int_equal(vecfs_gen_clusters(v, gen, &ci, &n), 0);
+	uint64_t total = 0, largest = 0;
+	for (uint32_t i = 0; i < n; i++) {
+		total += ci[i].vectors;
+		if (ci[i].vectors > largest)
+			largest = ci[i].vectors;
+	}
+	free(ci);
+	*nlist = n;
+	return total ? (double)largest * n / (double)total : 0;
+}
+
+static uint64_t rebalance(vecfs *v, int activate)
+{
+	char err[256] = "";
+	uint64_t gen = 0;
+	int rc = vecfs_rebalance(v, activate, &gen, NULL, NULL, err, sizeof err);
+	if (rc)
+		print_message("vecfs_rebalance: %d %s\n", rc, err);
+	assert_int_equal(rc, 0);
+	assert_true(gen != 0);
+	return gen;
+}
+
+static void test_rebalance_splits_skewed(void **state)
+{
+	fixture *f = *state;
+	vecfs *v = fx_open(f, NULL);
+	skewed k;
+	char msg[512];
+	skew(v, &k, 4242);
+	uint64_t parent = vecfs_active(v);
+	vecfs_query_opts ex = {10, 0, 0, 1}, ann = {10, 0, 0, 0};
+	vecfs_results *e1 = search_opts(v, k.q, SKQ, D, &ex);
+	uint64_t gen = rebalance(v, 1);
+	assert_true(gen != parent);
+	assert_int_equal(vecfs_active(v), gen);
+	vecfs_gen_info gi;
+	assert_int_equal(vecfs_gen_info_get(v, gen, &gi), 0);
+	assert_int_equal(gi.state, VECFS_GEN_READY);
+	assert_int_equal(gi.parent, parent);
+	vecfs_gen_info pi;
+	assert_int_equal(vecfs_gen_info_get(v, parent, &pi), 0);
+	assert_int_equal(gi.seed, pi.seed);
+	assert_int_equal(gi.bits, pi.bits);
+	vecfs_stats st = stats(v);
+	assert_int_equal(st.rebalances, 1);
+	assert_int_equal(st.unindexed, 0);
+	assert_int_equal(st.delta_postings, 0);
+
+	/* the parent (compacted first) was lopsided; the child less so */
+	uint32_t pn, cn;
+	double pr = imbalance_of(v, parent, &pn), cr = imbalance_of(v, gen, &cn);
+	print_message("rebalance: nlist %u -> %u, max/mean %.2f -> %.2f (stats %.2f)\n", pn, cn,
+		      pr, cr, st.cluster_imbalance);
+	assert_true(pr > 2 * RB_TEST_RATIO);
+	assert_true(cr < pr);
+	assert_true(st.cluster_imbalance < pr);
+
+	/* local: most clusters kept their centroid and their postings */
+	float *pc, *cc;
+	uint32_t pd, cd, pn2, cn2;
+	vecfs_cluster_info *pci, *cci;
+	assert_int_equal(vecfs_gen_centroids(v, parent, &pc, &pn2, &pd), 0);
+	assert_int_equal(vecfs_gen_centroids(v, gen, &cc, &cn2, &cd), 0);
+	assert_int_equal(vecfs_gen_clusters(v, parent, &pci, &pn), 0);
+	assert_int_equal(vecfs_gen_clusters(v, gen, &cci, &cn), 0);
+	assert_int_equal(pn2, pn);
+	assert_int_equal(cn2, cn);
+	/* (a cluster may have moved to the id of a merged one) */
+	uint32_t same = 0, kept = 0, fresh = 0;
+	for (uint32_t c = 0; c < cn; c++) {
+		uint32_t p = 0;
+		while (p < pn && memcmp(pc + (size_t)p * D, cc + (size_t)c * D, sizeof(float) * D))
+			p++;
+		if (p == pn) {
+			fresh++;
+			continue;
+		}
+		kept++;
+		same += pci[p].vectors == cci[c].vectors && pci[p].blocks == cci[c].blocks;
+	}
+	print_message("rebalance: %u clusters kept their centroid, %u of them their postings; "
+		      "%u new centroids\n", kept, same, fresh);
+	assert_true(fresh >= 2);
+	assert_true(same * 2 >= pn);
+	uint64_t total = 0;
+	for (uint32_t c = 0; c < cn; c++)
+		total += cci[c].vectors;
+	assert_int_equal(total, st.records);
+	free(pc);
+	free(cc);
+	free(pci);
+	free(cci);
+
+	/* exact results unchanged, ANN recall against them, no deleted key */
+	vecfs_results *e2 = search_opts(v, k.q, SKQ, D, &ex);
+	vecfs_results *a2 = search_opts(v, k.q, SKQ, D, &ann);
+	same_results(e1, e2);
+	assert_int_equal(a2->generation, gen);
+	double rec = recall10(a2, e2);
+	print_message("rebalance: recall@10 %.3f\n", rec);
+	assert_true(rec >= 0.95);
+	only_alive(a2, k.alive, SKB + SKH);
+	only_alive(e2, k.alive, SKB + SKH);
+	for (int i = SKB; i < SKB + SKH; i += 97) {
+		if (!k.alive[i])
+			continue;
+		vecfs_results *r = search1(v, k.ds.x + (size_t)i * D, D, 1, 0);
+		char key[16];
+		snprintf(key, sizeof key, "s%d", i);
+		assert_string_equal(r->hits[0][0].key, key);
+		vecfs_results_free(r);
+	}
+	assert_int_equal(vecfs_verify(v, msg, sizeof msg), 0);
+
+	/* a second pass keeps going where clusters are still too large */
+	uint64_t gen2 = rebalance(v, 1);
+	double cr2 = imbalance_of(v, gen2, &cn2);
+	print_message("second rebalance: nlist %u -> %u, max/mean %.2f -> %.2f\n", cn, cn2, cr, cr2);
+	assert_true(cr2 <= cr);
+	vecfs_results *a3 = search_opts(v, k.q, SKQ, D, &ann);
+	assert_true(recall10(a3, e2) >= 0.95);
+	only_alive(a3, k.alive, SKB + SKH);
+	assert_int_equal(vecfs_verify(v, msg, sizeof msg), 0);
+	vecfs_results_free(e1);
+	vecfs_results_free(e2);
+	vecfs_results_free(a2);
+	vecfs_results_free(a3);
+	free(k.alive);
+	ds_free(&k.ds);
+}
+
+/* Writes from the progress callback land after the snapshot and before
+ * the generation is published. */
+typedef struct writer {
+	vecfs *v;
+	skewed *k;
+	float *fresh;       /* WN new rows */
+	float *moved;       /* WM upserted rows' new vectors */
+	int done, deleted, upserted;
+	char phases[128];
+} writer;
+
+#define WN 200
+#define WM 50
+
+static int write_meanwhile(void *arg, const char *phase, int pct)
+{
+	writer *w = arg;
+	size_t len = strlen(w->phases);
+	const char *last = strrchr(w->phases, ' ');
+	last = last ? last + 1 : w->phases;
+	if (strcmp(last, phase) && len + strlen(phase) + 2 < sizeof w->phases)
+		snprintf(w->phases + len, sizeof w->phases - len, "%s%s", len ? " " : "", phase);
+	if (w->done || strcmp(phase, "publish"))
+		return 0;
+	w->done = 1;
+	put_range(w->v, w->fresh, 0, WN, D, "w");
+	for (int i = 0; i < WM; i++) {
+		char key[16];
+		/* rows in the crowded clusters and elsewhere */
+		int r = i % 2 ? 1 + 40 * i : SKB + 1 + 20 * i;
+		snprintf(key, sizeof key, "s%d", r);
+		if (!w->k->alive[r])
+			continue;
+		if (i % 5 == 0) {
+			del_key(w->v, key);
+			w->k->alive[r] = 0;
+			w->deleted++;
+		} else {
+			w->upserted++;
+			assert_int_equal(put_one(w->v, key, w->moved + i * D, D), 0);
+			memcpy(w->k->ds.x + (size_t)r * D, w->moved + i * D, sizeof(float) * D);
+		}
+	}
+	return 0;
+}
+
+static void find_own(vecfs *v, const float *x, const char *key)
+{
+	vecfs_results *r = search1(v, x, D, 1, 0);
+	assert_int_equal(r->count[0], 1);
+	assert_string_equal(r->hits[0][0].key, key);
+	assert_true(r->hits[0][0].distance <= 1e-4f);
+	vecfs_results_free(r);
+}
+
+static void test_rebalance_keeps_writes(void **state)
+{
+	fixture *f = *state;
+	vecfs *v = fx_open(f, NULL);
+	skewed k;
+	char err[256] = "", msg[512];
+	skew(v, &k, 777);
+	writer w = {v, &k, malloc(sizeof(float) * WN * D), malloc(sizeof(float) * WM * D), 0, 0, 0, ""};
+	assert_non_null(w.fresh);
+	assert_non_null(w.moved);
+	for (int i = 0; i < WN; i++)
+		ds_fresh(&k.ds, w.fresh + i * D);
+	for (int i = 0; i < WM; i++)
+		ds_fresh(&k.ds, w.moved + i * D);
+	uint64_t parent = vecfs_active(v), records = stats(v).records;
+	uint64_t gen = 0;
+	int rc = vecfs_rebalance(v, 1, &gen, write_meanwhile, &w, err, sizeof err);
+	print_message("rebalance with writes: %d %s, phases: %s\n", rc, err, w.phases);
+	assert_int_equal(rc, 0);
+	assert_true(w.done);
+	assert_true(gen != parent);
+	assert_int_equal(vecfs_active(v), gen);
+	assert_true(w.deleted > 0 && w.upserted > 0);
+	vecfs_stats st = stats(v);
+	assert_int_equal(st.records, records + WN - w.deleted);
+	/* what was written meanwhile sits in delta postings of the new one */
+	assert_int_equal(st.unindexed, WN + w.upserted);
+	assert_int_equal(vecfs_verify(v, msg, sizeof msg), 0);
+	for (int i = 0; i < WN; i += 7) {
+		char key[16];
+		snprintf(key, sizeof key, "w%d", i);
+		find_own(v, w.fresh + i * D, key);
+	}
+	for (int i = 0; i < WM; i++) {
+		int r = i % 2 ? 1 + 40 * i : SKB + 1 + 20 * i;
+		char key[16];
+		snprintf(key, sizeof key, "s%d", r);
+		if (k.alive[r])
+			find_own(v, k.ds.x + (size_t)r * D, key);
+	}
+	vecfs_query_opts ex = {10, 0, 0, 1}, ann = {10, 0, 0, 0};
+	vecfs_results *e = search_opts(v, k.q, SKQ, D, &ex), *a = search_opts(v, k.q, SKQ, D, &ann);
+	only_alive(e, k.alive, SKB + SKH);
+	only_alive(a, k.alive, SKB + SKH);
+	assert_true(recall10(a, e) >= 0.95);
+	vecfs_results_free(e);
+	vecfs_results_free(a);
+
+	/* and after it: more writes, a staged rebalance, writes, then flip */
+	float extra[20 * D];
+	for (int i = 0; i < 20; i++)
+		ds_fresh(&k.ds, extra + i * D);
+	put_range(v, extra, 0, 10, D, "x");
+	del_key(v, "s5");
+	k.alive[5] = 0;
+	uint64_t staged = rebalance(v, 0);
+	assert_int_equal(vecfs_active(v), gen);
+	put_range(v, extra, 10, 10, D, "x");
+	del_key(v, "s7");
+	k.alive[7] = 0;
+	assert_int_equal(vecfs_activate(v, staged, err, sizeof err), 0);
+	for (int i = 0; i < 20; i++) {
+		char key[16];
+		snprintf(key, sizeof key, "x%d", i);
+		find_own(v, extra + i * D, key);
+	}
+	e = search_opts(v, k.q, SKQ, D, &ex);
+	a = search_opts(v, k.q, SKQ, D, &ann);
+	assert_int_equal(a->generation, staged);
+	only_alive(e, k.alive, SKB + SKH);
+	only_alive(a, k.alive, SKB + SKH);
+	assert_true(recall10(a, e) >= 0.95);
+	vecfs_results_free(e);
+	vecfs_results_free(a);
+	assert_int_equal(vecfs_verify(v, msg, sizeof msg), 0);
+	assert_int_equal(vecfs_compact(v, NULL, err, sizeof err), 0);
+	st = stats(v);
+	assert_int_equal(st.unindexed, 0);
+	assert_int_equal(st.delta_postings, 0);
+	assert_int_equal(vecfs_verify(v, msg, sizeof msg), 0);
+	free(w.fresh);
+	free(w.moved);
+	free(k.alive);
+	ds_free(&k.ds);
+}
+
+static int stop_at_publish(void *arg, const char *phase, int pct)
+{
+	int *calls = arg;
+	(*calls)++;
+	return !strcmp(phase, "publish");
+}
+
+static void test_rebalance_merges(void **state)
+{
+	fixture *f = *state;
+	vecfs *v = fx_open(f, NULL);
+	char err[256] = "", msg[512];
+	dataset ds;
+	vecfs_config c;
+	set_config(v, D, VECFS_COSINE);
+	assert_int_equal(vecfs_config_get(v, &c), 0);
+	c.nlist = 40;
+	c.compact_deltas = 100000;
+	assert_int_equal(vecfs_config_set(v, &c, err, sizeof err), 0);
+	ds_make(&ds, 515, 3000, D, 12);
+	put_range(v, ds.x, 0, 3000, D, "s");
+	uint64_t parent = build(v, 1);
+	/* empty three of the twelve groups: their clusters become tiny */
+	unsigned char *alive = malloc(3000);
+	assert_non_null(alive);
+	for (int i = 0; i < 3000; i++) {
+		alive[i] = ds.label[i] >= 3;
+		if (!alive[i]) {
+			char key[16];
+			snprintf(key, sizeof key, "s%d", i);
+			del_key(v, key);
+		}
+	}
+	float q[SKQ * D];
+	for (int i = 0; i < SKQ; i++)
+		ds_fresh(&ds, q + i * D);
+	uint64_t gen = rebalance(v, 1);
+	vecfs_gen_info pi, gi;
+	assert_int_equal(vecfs_gen_info_get(v, parent, &pi), 0);
+	assert_int_equal(vecfs_gen_info_get(v, gen, &gi), 0);
+	print_message("rebalance after deletes: nlist %u -> %u\n", pi.nlist, gi.nlist);
+	assert_true(gi.nlist < pi.nlist);
+	vecfs_cluster_info *ci;
+	uint32_t n;
+	assert_int_equal(vecfs_gen_clusters(v, gen, &ci, &n), 0);
+	uint64_t total = 0;
+	for (uint32_t i = 0; i < n; i++)
+		total += ci[i].vectors;
+	free(ci);
+	assert_int_equal(total, stats(v).records);
+	/* every id has a centroid; clusters past the new end moved into the
+	 * ids merged clusters left, with their postings */
+	float *cent, *pcent;
+	uint32_t nl, dim, pnl;
+	assert_int_equal(vecfs_gen_centroids(v, gen, &cent, &nl, &dim), 0);
+	assert_int_equal(vecfs_gen_centroids(v, parent, &pcent, &pnl, &dim), 0);
+	assert_int_equal(nl, gi.nlist);
+	for (size_t i = 0; i < (size_t)nl * dim; i++)
+		assert_true(isfinite(cent[i]));
+	uint32_t moved = 0;
+	for (uint32_t p = nl; p < pnl; p++)
+		for (uint32_t j = 0; j < nl; j++)
+			moved += !memcmp(pcent + (size_t)p * dim, cent + (size_t)j * dim,
+					 sizeof(float) * dim);
+	print_message("rebalance after deletes: %u clusters moved down\n", moved);
+	assert_true(moved >= 1);
+	free(cent);
+	free(pcent);
+	vecfs_query_opts ex = {10, 0, 0, 1}, ann = {10, 0, 0, 0};
+	vecfs_results *e = search_opts(v, q, SKQ, D, &ex), *a = search_opts(v, q, SKQ, D, &ann);
+	only_alive(e, alive, 3000);
+	only_alive(a, alive, 3000);
+	assert_true(recall10(a, e) >= 0.95);
+	vecfs_results_free(e);
+	vecfs_results_free(a);
+	for (int i = 0; i < 3000; i += 61)
+		if (alive[i]) {
+			char key[16];
+			snprintf(key, sizeof key, "s%d", i);
+			vecfs_results *r = search1(v, ds.x + (size_t)i * D, D, 1, 0);
+			assert_string_equal(r->hits[0][0].key, key);
+			vecfs_results_free(r);
+		}
+	assert_int_equal(vecfs_verify(v, msg, sizeof msg), 0);
+	/* a cancelled rebalance leaves a failed generation and nothing else */
+	int calls = 0;
+	uint64_t none = 0;
+	assert_int_equal(vecfs_rebalance(v, 1, &none, stop_at_publish, &calls, err, sizeof err),
+			 -ECANCELED);
+	assert_true(calls > 0);
+	assert_int_equal(none, 0);
+	assert_int_equal(vecfs_active(v), gen);
+	uint64_t ids[16];
+	size_t ng;
+	assert_int_equal(vecfs_gen_list(v, ids, 16, &ng), 0);
+	assert_true(ng >= 2 && ng <= 16);
+	vecfs_gen_info fi;
+	assert_int_equal(vecfs_gen_info_get(v, ids[ng - 1], &fi), 0);
+	assert_int_equal(fi.state, VECFS_GEN_FAILED);
+	assert_int_equal(vecfs_gen_clusters(v, ids[ng - 1], &ci, &n), 0);
+	free(ci);
+	assert_int_equal(n, 0);
+	assert_int_equal(vecfs_verify(v, msg, sizeof msg), 0);
+	/* upserts and deletes land in the right clusters of the new one */
+	put_one(v, "s3000", ds.x, D);
+	del_key(v, "s3000");
+	for (int i = 0; i < 3000; i += 250)
+		if (alive[i]) {
+			char key[16];
+			snprintf(key, sizeof key, "s%d", i);
+			assert_int_equal(put_one(v, key, ds.x + (size_t)(i + 1) * D, D), 0);
+		}
+	assert_int_equal(vecfs_verify(v, msg, sizeof msg), 0);
+	assert_int_equal(vecfs_compact(v, NULL, err, sizeof err), 0);
+	assert_int_equal(vecfs_verify(v, msg, sizeof msg), 0);
+	free(alive);
+	ds_free(&ds);
+}
+
+/* Nothing to split or merge (one cluster): the new generation is a copy. */
+static void test_rebalance_copy(void **state)
+{
+	fixture *f = *state;
+	vecfs *v = fx_open(f, NULL);
+	char err[256] = "", msg[512];
+	dataset ds;
+	vecfs_config c;
+	set_config(v, D, VECFS_DOT);
+	assert_int_equal(vecfs_config_get(v, &c), 0);
+	c.nlist = 1;
+	assert_int_equal(vecfs_config_set(v, &c, err, sizeof err), 0);
+	ds_make(&ds, 8, 1500, D, 4);
+	put_range(v, ds.x, 0, 1400, D, "s");
+	uint64_t parent = build(v, 1);
+	put_range(v, ds.x, 1400, 100, D, "s");
+	del_key(v, "s3");
+	uint64_t gen = rebalance(v, 1);
+	vecfs_cluster_info *pci, *cci;
+	uint32_t pn, cn, pd, cd;
+	float *pc, *cc;
+	assert_int_equal(vecfs_gen_clusters(v, parent, &pci, &pn), 0);
+	assert_int_equal(vecfs_gen_clusters(v, gen, &cci, &cn), 0);
+	assert_int_equal(pn, 1);
+	assert_int_equal(cn, 1);
+	assert_int_equal(cci[0].vectors, 1499);
+	assert_int_equal(cci[0].vectors, pci[0].vectors);
+	assert_int_equal(cci[0].blocks, pci[0].blocks);
+	assert_int_equal(vecfs_gen_centroids(v, parent, &pc, &pn, &pd), 0);
+	assert_int_equal(vecfs_gen_centroids(v, gen, &cc, &cn, &cd), 0);
+	assert_memory_equal(pc, cc, sizeof(float) * D);
+	free(pci);
+	free(cci);
+	free(pc);
+	free(cc);
+	assert_int_equal(stats(v).rebalances, 1);
+	vecfs_query_opts ex = {10, 0, 0, 1}, ann = {10, 0, 0, 0};
+	vecfs_results *e = search_opts(v, ds.x + 7 * D, 1, D, &ex);
+	vecfs_results *a = search_opts(v, ds.x + 7 * D, 1, D, &ann);
+	assert_int_equal(a->generation, gen);
+	same_results(e, a);
+	vecfs_results_free(e);
+	vecfs_results_free(a);
+	assert_int_equal(vecfs_verify(v, msg, sizeof msg), 0);
+	ds_free(&ds);
+}
+
+static void test_automatic_rebalance(void **state)
+{
+	fixture *f = *state;
+	vecfs *v = fx_open(f, NULL);
+	skewed k;
+	char err[256] = "", msg[512];
+	vecfs_config c;
+	set_config(v, D, VECFS_L2);
+	assert_int_equal(vecfs_config_get(v, &c), 0);
+	assert_int_equal(c.rebalance_ratio, RB_TEST_RATIO);
+	c.rebalance_ratio = 1;
+	assert_int_equal(vecfs_config_set(v, &c, err, sizeof err), -EINVAL);
+	c.rebalance_ratio = 0;
+	c.compact_deltas = 100;
+	assert_int_equal(vecfs_config_set(v, &c, err, sizeof err), 0);
+	ds_make(&k.ds, 99, SKB + SKH, D, 15);
+	for (size_t i = SKB; i < SKB + SKH; i++)
+		for (uint32_t j = 0; j < D; j++)
+			k.ds.x[i * D + j] = k.ds.centers[j] + 0.7f * (float)rng_gauss(&k.ds.r);
+	put_range(v, k.ds.x, 0, SKB, D, "s");
+	uint64_t g1 = build(v, 1);
+	/* rebalance_ratio 0: compaction only */
+	put_range(v, k.ds.x, SKB, SKH / 2, D, "s");
+	vecfs_stats st = stats(v);
+	for (int i = 0; i < 200 && (st.compactions == 0 || st.delta_postings); i++) {
+		struct timespec ts = {0, 50 * 1000 * 1000};
+		nanosleep(&ts, NULL);
+		st = stats(v);
+	}
+	assert_true(st.compactions >= 1);
+	assert_int_equal(st.rebalances, 0);
+	assert_int_equal(vecfs_active(v), g1);
+	assert_true(st.cluster_imbalance > RB_TEST_RATIO);
+	/* the default ratio: the next automatic compaction rebalances */
+	c.rebalance_ratio = RB_TEST_RATIO;
+	assert_int_equal(vecfs_config_set(v, &c, err, sizeof err), 0);
+	put_range(v, k.ds.x, SKB + SKH / 2, SKH / 2, D, "s");
+	st = stats(v);
+	for (int i = 0; i < 300 && (st.rebalances == 0 || st.delta_postings); i++) {
+		struct timespec ts = {0, 50 * 1000 * 1000};
+		nanosleep(&ts, NULL);
+		st = stats(v);
+	}
+	print_message("automatic: %llu compactions, %llu rebalances, max/mean %.2f\n",
+		      (unsigned long long)st.compactions, (unsigned long long)st.rebalances,
+		      st.cluster_imbalance);
+	assert_true(st.rebalances >= 1);
+	assert_true(vecfs_active(v) != g1);
+	assert_int_equal(st.records, SKB + SKH);
+	assert_int_equal(vecfs_verify(v, msg, sizeof msg), 0);
+	for (int i = 0; i < SKB + SKH; i += 191) {
+		char key[16];
+		snprintf(key, sizeof key, "s%d", i);
+		find_own(v, k.ds.x + (size_t)i * D, key);
+	}
+	ds_free(&k.ds);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -323,6 +902,11 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_rebalance_publishes, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_automatic_compaction, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_old_generations_retired, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_rebalance_splits_skewed, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_rebalance_keeps_writes, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_rebalance_merges, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_rebalance_copy, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_automatic_rebalance, fx_setup, fx_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
