@@ -7,19 +7,30 @@
  * vecfs_search call on one thread.  Keys are assigned by the store in order
  * ("0", "1", ...), so a hit's key is the base row index, which is the id the
  * ground truth uses.
+ *
+ * With --mount the same figures are taken through the filesystem as well:
+ * the daemon mounts a fresh store, the base goes in through ingest/, the
+ * build through ctl and every query through query/b/in and out; then the
+ * store is unmounted, opened with the library and measured again at the same
+ * settings, so one run compares the two.
  */
 #include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <ftw.h>
 #include <limits.h>
 #include <math.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -58,13 +69,36 @@ static const char usage_text[] =
 	"  --store PATH            create the store at PATH (must not exist) and keep it\n"
 	"  --keep                  keep the temporary store and print its path\n"
 	"  --json                  one JSON object per line per setting on stdout\n"
+	"  --mount                 measure through the filesystem too: the daemon\n"
+	"                          mounts a temporary store, the base is written\n"
+	"                          into ingest/, the build runs through ctl and each\n"
+	"                          query is one write of query/b/in and one read of\n"
+	"                          query/b/out (one client); then the store is\n"
+	"                          unmounted, opened with the library and measured\n"
+	"                          at the same settings (no exact scan)\n"
+	"  --vecfs PATH            the daemon for --mount (default: vecfs in the\n"
+	"                          directory of this program)\n"
+	"  --ingest-after-build    with --mount: ingest the first half of the base,\n"
+	"                          build, then ingest the second half as a second\n"
+	"                          file, into the active generation (delta postings)\n"
 	"  --help                  show this help\n"
 	"\n"
 	"recall@10 is the share of the first 10 ground-truth ids found among the\n"
 	"returned keys.  QPS is queries divided by the time spent in vecfs_search;\n"
 	"p50_us and p99_us are per-query latencies; xExact is QPS over the exact\n"
 	"scan's QPS.  The temporary store is made under $TMPDIR (or /tmp) and\n"
-	"removed at exit.\n";
+	"removed at exit.\n"
+	"\n"
+	"With --mount a query is timed from open(in) to close(out); ratio is the\n"
+	"mount's QPS over the library's, added_us the mean latency the mount adds\n"
+	"to a query.  ingest_rows_per_s is the first (or only) ingest file, into a\n"
+	"store without a generation; ingest_after_build_rows_per_s the second file\n"
+	"of --ingest-after-build.  The daemon's peak VmRSS and RssAnon are sampled\n"
+	"every 100 ms while ingesting and while building.  Nothing runs in the\n"
+	"background meanwhile: auto_build = 0 and, where the daemon has them,\n"
+	"no automatic compaction or rebalance (delta postings stay, so the mount\n"
+	"and the library query the same index).  The temporary directory (store/\n"
+	"and mnt/) is unmounted and removed at exit, also on errors and signals.\n";
 
 static const uint32_t default_nprobe[] = { 4, 8, 16, 32, 64 };
 
@@ -85,11 +119,16 @@ struct options {
 	size_t warmup;           /* untimed queries before each setting */
 	int have_warmup;
 	int json, keep, help;
+	int mount;               /* --mount */
+	int after_build;         /* --ingest-after-build */
+	const char *vecfs_bin;   /* --vecfs: the daemon; NULL = beside argv[0] */
+	const char *argv0;
 };
 
 enum opt_id {
 	OPT_METRIC, OPT_NPROBE, OPT_BITS, OPT_REFINE, OPT_NLIST, OPT_K,
-	OPT_QUERIES, OPT_EXACTQ, OPT_REUSE, OPT_WARMUP, OPT_STORE, OPT_JSON, OPT_KEEP, OPT_HELP
+	OPT_QUERIES, OPT_EXACTQ, OPT_REUSE, OPT_WARMUP, OPT_STORE, OPT_JSON, OPT_KEEP, OPT_HELP,
+	OPT_MOUNT, OPT_VECFS, OPT_AFTER_BUILD
 };
 
 struct opt_spec {
@@ -106,14 +145,27 @@ static const struct opt_spec opt_table[] = {
 	{ "--exact-queries", 1, OPT_EXACTQ }, { "--reuse", 1, OPT_REUSE },
 	{ "--warmup", 1, OPT_WARMUP },
 	{ "--json", 0, OPT_JSON },       { "--keep", 0, OPT_KEEP },
+	{ "--mount", 0, OPT_MOUNT },     { "--vecfs", 1, OPT_VECFS },
+	{ "--ingest-after-build", 0, OPT_AFTER_BUILD },
 	{ "--help", 0, OPT_HELP },       { "-h", 0, OPT_HELP },
 };
+
+/* A progress line (below) is on stderr without its newline yet. */
+static int progress_open;
+
+static void progress_break(void)
+{
+	if (progress_open)
+		fputc('\n', stderr);
+	progress_open = 0;
+}
 
 /* Print "vecfs-bench: <what>: <strerror(-rc)>[: <err>]" and return rc. */
 static int fail(int rc, const char *err, const char *fmt, ...)
 {
 	va_list ap;
 
+	progress_break();
 	fputs(PROG ": ", stderr);
 	va_start(ap, fmt);
 	vfprintf(stderr, fmt, ap);
@@ -238,6 +290,16 @@ static int apply_opt(struct options *o, const struct opt_spec *spec,
 	case OPT_HELP:
 		o->help = 1;
 		break;
+	case OPT_MOUNT:
+		o->mount = 1;
+		break;
+	case OPT_VECFS:
+		bad = *val == '\0';
+		o->vecfs_bin = val;
+		break;
+	case OPT_AFTER_BUILD:
+		o->after_build = 1;
+		break;
 	}
 	if (bad) {
 		fprintf(stderr, PROG ": bad value for %s: '%s'\n", spec->name, val);
@@ -259,6 +321,7 @@ static const struct opt_spec *find_opt(const char *name, size_t len)
 static int parse_args(int argc, char **argv, struct options *o)
 {
 	memset(o, 0, sizeof *o);
+	o->argv0 = argv[0];
 	o->k = 10;
 	memcpy(o->nprobe, default_nprobe, sizeof default_nprobe);
 	o->n_nprobe = sizeof default_nprobe / sizeof default_nprobe[0];
@@ -296,6 +359,13 @@ static int parse_args(int argc, char **argv, struct options *o)
 	}
 	if (!o->dir && !o->help)
 		return usage_error("%s", "missing dataset directory DIR");
+	if (!o->mount && (o->after_build || o->vecfs_bin))
+		return usage_error("%s", o->after_build ?
+				   "--ingest-after-build needs --mount" :
+				   "--vecfs needs --mount");
+	if (o->mount && (o->reuse || o->store))
+		return usage_error("%s", "--mount makes its own store (--keep keeps it); "
+				   "it does not take --reuse or --store");
 	return 0;
 }
 
@@ -324,6 +394,7 @@ static int interrupted(void)
 
 static int report_interrupt(void)
 {
+	progress_break();
 	fputs(PROG ": interrupted\n", stderr);
 	return -EINTR;
 }
@@ -358,12 +429,13 @@ static void progress_show(struct progress *p, const char *phase, int pct)
 		p->width = w;
 	fflush(stderr);
 	p->shown = 1;
+	progress_open = 1;
 }
 
 static void progress_end(struct progress *p)
 {
 	if (p->shown)
-		fputc('\n', stderr);
+		progress_break();
 	p->shown = 0;
 	p->width = 0;
 }
@@ -767,20 +839,14 @@ static int parse_key(const vecfs_hit *h, uint64_t *out)
 	return 0;
 }
 
-/* Share of the first RECALL_AT ground-truth ids of query qi among the hits. */
-static int query_recall(struct bench *b, size_t qi, const vecfs_results *r,
-			double *out)
+/* Share of the first RECALL_AT ground-truth ids of query qi among the
+ * cnt row ids in b->hit_ids. */
+static double recall_of(const struct bench *b, size_t qi, size_t cnt)
 {
 	const int32_t *gt = (const int32_t *)b->gt.data + qi * b->gt.dim;
 	size_t want = b->gt.dim < RECALL_AT ? b->gt.dim : RECALL_AT;
-	size_t cnt = r->nq ? r->count[0] : 0, found = 0;
+	size_t found = 0;
 
-	if (cnt > b->opt->k)
-		cnt = b->opt->k;
-	for (size_t j = 0; j < cnt; j++)
-		if (parse_key(&r->hits[0][j], &b->hit_ids[j]))
-			return fail(-EPROTO, r->hits[0][j].key,
-				    "query %zu: hit key is not a row index", qi);
 	for (size_t a = 0; a < want; a++) {
 		if (gt[a] < 0)
 			continue;
@@ -791,7 +857,21 @@ static int query_recall(struct bench *b, size_t qi, const vecfs_results *r,
 			}
 		}
 	}
-	*out = (double)found / (double)want;
+	return (double)found / (double)want;
+}
+
+static int query_recall(struct bench *b, size_t qi, const vecfs_results *r,
+			double *out)
+{
+	size_t cnt = r->nq ? r->count[0] : 0;
+
+	if (cnt > b->opt->k)
+		cnt = b->opt->k;
+	for (size_t j = 0; j < cnt; j++)
+		if (parse_key(&r->hits[0][j], &b->hit_ids[j]))
+			return fail(-EPROTO, r->hits[0][j].key,
+				    "query %zu: hit key is not a row index", qi);
+	*out = recall_of(b, qi, cnt);
 	return 0;
 }
 
@@ -1062,12 +1142,15 @@ static int bench_run(struct bench *b)
 static int remove_entry(const char *path, const struct stat *st, int type,
 			struct FTW *ftw)
 {
+	(void)st;
+	(void)type;
+	(void)ftw;
 	return remove(path) ? errno : 0;
 }
 
 static void remove_tree(const char *dir)
 {
-	int rc = nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+	int rc = nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT);
 
 	if (rc)
 		fail(-(rc > 0 ? rc : errno), NULL, "remove %s", dir);
@@ -1090,10 +1173,1346 @@ static void bench_free(struct bench *b)
 	free(b->hit_ids);
 }
 
+/* ---------------------------------------------------------------- --mount */
+
+/*
+ * The same figures through a live mount: a temporary directory holds store/
+ * and mnt/, `vecfs store mnt` mounts it, and config, ingest/, ctl and
+ * query/b/in|out are used as any program would use them.  Then the mount
+ * goes away (always: also after an error or a signal) and the library opens
+ * the same store and is measured at the same settings.
+ *
+ * The daemon forks away from the command that starts it; this process makes
+ * itself a child subreaper first, so the daemon becomes its child and its
+ * exit can be waited for.  A thread samples the daemon's memory while data
+ * goes in and while it builds; if a signal arrives while the main thread is
+ * blocked in a long file operation (a commit, a build), the thread asks the
+ * daemon to stop (SIGTERM cancels its build), so the run can end promptly.
+ */
+
+#define MNT_WRITE ((size_t)1 << 20) /* bytes per write() into ingest/ */
+#define SAMPLE_NS 100000000ull      /* memory sampling period: 100 ms */
+#define STOP_AFTER_NS 1000000000ull /* a signal not acted on for 1 s */
+#define DAEMON_EXIT_S 30            /* seconds to exit after the unmount */
+#define SESSION "b"                 /* the query session: query/b/ */
+
+/* sampled phases: each ingest file, the build */
+enum { PH_NONE = -1, PH_INGEST = 0, PH_INGEST2 = 1, PH_BUILD = 2, PH_COUNT = 3 };
+
+struct mnt {
+	char tmp[PATH_MAX];      /* holds store/ and mnt/ */
+	char store[PATH_MAX];
+	char dir[PATH_MAX];      /* the mount point */
+	char vecfs[PATH_MAX];    /* the daemon binary, canonical */
+	char qin[PATH_MAX], qout[PATH_MAX], qstats[PATH_MAX];
+	int tmp_made;
+	int launched;            /* unmount and wait at the end */
+	int still_mounted;       /* every unmount failed: keep tmp */
+	pid_t daemon;            /* 0 = not found */
+	int stopped;             /* SIGTERM sent to it after a signal */
+	/* the sampling thread */
+	pthread_t th;
+	int th_running, sync_made;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int stop, phase;
+	uint64_t rss_kb[PH_COUNT], anon_kb[PH_COUNT]; /* peaks of each phase */
+	int sampled[PH_COUNT];
+	/* results */
+	size_t ingest_n[2];      /* rows of each ingest file; [1] = 0: one file */
+	double ingest_s[2];      /* open to close */
+	double commit_s[2];      /* of which in close() */
+	size_t build_rows;
+	double build_s;
+	uint64_t gen_id;
+	uint64_t delta_postings, unindexed;       /* the library's view */
+	uint64_t fs_deltas, fs_unindexed;         /* stats before the mount's queries */
+	int no_compaction, no_rebalance;          /* turned off in config */
+	int have_compactions;                     /* stats has `compactions` */
+	uint64_t compactions[2];                  /* before and after them */
+	struct measure fs[MAX_NPROBE], lib[MAX_NPROBE];
+	/* query traffic */
+	char *vtext;             /* every query vector as one text line */
+	size_t *voff;            /* nq + 1 offsets into vtext */
+	char *req;               /* one write of query/b/in */
+	char *out;               /* one read of query/b/out */
+	size_t outcap;
+};
+
+static int mnt_path(const struct mnt *m, const char *rel, char *buf)
+{
+	return join_path(buf, PATH_MAX, m->dir, rel);
+}
+
+/* ------------------------------------------------ small file helpers */
+
+static int write_all(int fd, const void *buf, size_t len)
+{
+	const char *p = buf;
+
+	while (len) {
+		ssize_t w = write(fd, p, len);
+
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w < 0)
+			return -errno;
+		if (w == 0)
+			return -EIO;
+		p += w;
+		len -= (size_t)w;
+	}
+	return 0;
+}
+
+/* The whole of an open file into *buf (grown as needed, NUL-terminated). */
+static int read_fd(int fd, char **buf, size_t *cap, size_t *len)
+{
+	size_t n = 0;
+
+	for (;;) {
+		ssize_t r;
+
+		if (*cap - n < 4096 + 1) {
+			size_t nc = *cap ? *cap * 2 : 65536;
+			char *nb = realloc(*buf, nc);
+
+			if (!nb)
+				return -ENOMEM;
+			*buf = nb;
+			*cap = nc;
+		}
+		r = read(fd, *buf + n, *cap - n - 1);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			return -errno;
+		if (r == 0)
+			break;
+		n += (size_t)r;
+	}
+	(*buf)[n] = '\0';
+	*len = n;
+	return 0;
+}
+
+static int read_path(const char *path, char **buf, size_t *len)
+{
+	size_t cap = 0;
+	int fd = open(path, O_RDONLY | O_CLOEXEC), rc;
+
+	*buf = NULL;
+	if (fd < 0)
+		return -errno;
+	rc = read_fd(fd, buf, &cap, len);
+	if (close(fd) && !rc)
+		rc = -errno;
+	if (rc) {
+		free(*buf);
+		*buf = NULL;
+	}
+	return rc;
+}
+
+/* The number of a `key = value` line of a file such as stats. */
+static int kv_get(const char *path, const char *key, uint64_t *out)
+{
+	size_t len, kl = strlen(key);
+	char *text, *line;
+	int rc = read_path(path, &text, &len);
+
+	if (rc)
+		return rc;
+	rc = -ENOENT;
+	for (line = text; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
+		const char *v = line + kl;
+		char *end;
+
+		if (strncmp(line, key, kl) != 0)
+			continue;
+		while (*v == ' ' || *v == '\t')
+			v++;
+		if (*v++ != '=')
+			continue;
+		while (*v == ' ' || *v == '\t')
+			v++;
+		if (!isdigit((unsigned char)*v))
+			break;
+		errno = 0;
+		*out = strtoull(v, &end, 10);
+		rc = errno || (*end && *end != '\n') ? -EINVAL : 0;
+		break;
+	}
+	free(text);
+	return rc;
+}
+
+/* "errors says: <its last line>", the daemon's reason for a failure. */
+static void last_error(const struct mnt *m, char *out, size_t cap)
+{
+	char path[PATH_MAX], *text, *end, *start;
+	size_t len;
+
+	*out = '\0';
+	if (mnt_path(m, "errors", path) || read_path(path, &text, &len))
+		return;
+	end = text + len;
+	while (end > text && (end[-1] == '\n' || end[-1] == '\r'))
+		end--;
+	*end = '\0';
+	start = strrchr(text, '\n');
+	start = start ? start + 1 : text;
+	if (*start)
+		snprintf(out, cap, "errors says: %s", start);
+	free(text);
+}
+
+/* A failed operation on the mount: errno, and the daemon's errors line. */
+static int fail_mnt(const struct mnt *m, int rc, const char *what)
+{
+	char why[512];
+
+	if (interrupted())
+		return report_interrupt();
+	last_error(m, why, sizeof why);
+	return fail(rc, why, "%s", what);
+}
+
+/* Write a whole text to a file of the tree in one write(), then close(). */
+static int write_text(const struct mnt *m, const char *rel, const char *text,
+		      size_t len)
+{
+	char path[PATH_MAX], what[PATH_MAX + 16];
+	int fd, rc;
+
+	if ((rc = mnt_path(m, rel, path)))
+		return rc;
+	fd = open(path, O_WRONLY | O_TRUNC | O_CLOEXEC);
+	if (fd < 0) {
+		snprintf(what, sizeof what, "open %s", path);
+		return fail_mnt(m, -errno, what);
+	}
+	ssize_t w = write(fd, text, len);
+
+	if (w != (ssize_t)len) {
+		rc = w < 0 ? -errno : -EIO;
+		close(fd);
+		snprintf(what, sizeof what, "write %s", path);
+		return fail_mnt(m, rc, what);
+	}
+	if (close(fd)) {
+		snprintf(what, sizeof what, "close %s", path);
+		return fail_mnt(m, -errno, what);
+	}
+	return 0;
+}
+
+/* ------------------------------------------------ processes */
+
+/* Run a program in its own process group (a terminal's ^C goes to this
+ * process only) with the signal mask of a fresh process; its exit status,
+ * 128 + the signal that ended it, or a negative errno. */
+static int run_prog(char *const argv[])
+{
+	sigset_t none;
+	int st;
+	pid_t pid = fork();
+
+	if (pid < 0)
+		return -errno;
+	if (pid == 0) {
+		setpgid(0, 0);
+		sigemptyset(&none);
+		sigprocmask(SIG_SETMASK, &none, NULL);
+		execvp(argv[0], argv);
+		fprintf(stderr, PROG ": cannot run %s: %s\n", argv[0], strerror(errno));
+		_exit(127);
+	}
+	while (waitpid(pid, &st, 0) < 0)
+		if (errno != EINTR)
+			return -errno;
+	if (WIFSIGNALED(st))
+		return 128 + WTERMSIG(st);
+	return WEXITSTATUS(st);
+}
+
+/* 1 when dir is a mount point in /proc/self/mountinfo (it lists a dead
+ * FUSE mount too, which stat() cannot look at). */
+static int mount_listed(const char *dir)
+{
+	FILE *f = fopen("/proc/self/mountinfo", "re");
+	char *line = NULL, *p, mp[PATH_MAX];
+	size_t cap = 0;
+	int found = 0;
+
+	if (!f)
+		return 0;
+	while (!found && getline(&line, &cap, f) > 0) {
+		size_t n = 0;
+
+		p = line;
+		for (int field = 0; field < 4 && p; field++) {
+			p = strchr(p, ' ');
+			p = p ? p + 1 : NULL;
+		}
+		if (!p)
+			continue;
+		/* the mount point, with space, tab, newline, \ as \ooo */
+		while (*p && *p != ' ' && n + 1 < sizeof mp) {
+			if (p[0] == '\\' && p[1] >= '0' && p[1] <= '3' &&
+			    p[2] >= '0' && p[2] <= '7' && p[3] >= '0' && p[3] <= '7') {
+				mp[n++] = (char)((p[1] - '0') * 64 + (p[2] - '0') * 8 + (p[3] - '0'));
+				p += 4;
+			} else {
+				mp[n++] = *p++;
+			}
+		}
+		mp[n] = '\0';
+		found = strcmp(mp, dir) == 0;
+	}
+	free(line);
+	fclose(f);
+	return found;
+}
+
+/* The parent pid of a process; -1 if it is gone. */
+static pid_t proc_ppid(pid_t pid, char *state)
+{
+	char path[64], buf[512], *p;
+	int ppid = -1, fd;
+	ssize_t n;
+
+	snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	n = read(fd, buf, sizeof buf - 1);
+	close(fd);
+	if (n <= 0)
+		return -1;
+	buf[n] = '\0';
+	p = strrchr(buf, ')'); /* the command name may hold anything */
+	if (!p || sscanf(p + 1, " %c %d", state, &ppid) != 2)
+		return -1;
+	return (pid_t)ppid;
+}
+
+/* Does process pid run the daemon binary with the mount point as an
+ * argument? */
+static int is_our_daemon(const struct mnt *m, pid_t pid)
+{
+	char path[64], exe[PATH_MAX], args[8192];
+	ssize_t n;
+	size_t dl = strlen(" (deleted)");
+	int fd, match = 0;
+
+	snprintf(path, sizeof path, "/proc/%d/exe", (int)pid);
+	n = readlink(path, exe, sizeof exe - 1);
+	if (n < 0)
+		return 0;
+	exe[n] = '\0';
+	if ((size_t)n > dl && strcmp(exe + n - dl, " (deleted)") == 0)
+		exe[n - dl] = '\0'; /* rebuilt while it runs */
+	if (strcmp(exe, m->vecfs) != 0)
+		return 0;
+	snprintf(path, sizeof path, "/proc/%d/cmdline", (int)pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	n = read(fd, args, sizeof args - 1);
+	close(fd);
+	if (n <= 0)
+		return 0;
+	args[n] = '\0';
+	for (char *a = args; a < args + n; a += strlen(a) + 1)
+		if (strcmp(a, m->dir) == 0)
+			match = 1;
+	return match;
+}
+
+/* The daemon serving the mount: a process of the vecfs binary with the
+ * mount point on its command line; our own child (as subreaper) first. */
+static pid_t find_daemon(const struct mnt *m)
+{
+	DIR *d = opendir("/proc");
+	struct dirent *e;
+	pid_t self = getpid(), other = 0, found = 0;
+
+	if (!d)
+		return 0;
+	while (!found && (e = readdir(d))) {
+		char state;
+		pid_t pid;
+
+		if (!isdigit((unsigned char)e->d_name[0]))
+			continue;
+		pid = (pid_t)atoi(e->d_name);
+		if (pid == self || !is_our_daemon(m, pid))
+			continue;
+		if (proc_ppid(pid, &state) == self)
+			found = pid;
+		else if (!other)
+			other = pid;
+	}
+	closedir(d);
+	return found ? found : other;
+}
+
+/* Wait for the daemon to exit after the unmount; SIGTERM, then SIGKILL
+ * if it does not. */
+static void wait_daemon(struct mnt *m)
+{
+	pid_t pid = m->daemon;
+	uint64_t t0 = now_ns(), limit = (uint64_t)DAEMON_EXIT_S * 1000000000u;
+	int sent = 0;
+
+	while (pid) {
+		struct timespec nap = { 0, 10000000 };
+		char state = 0;
+		int st;
+		pid_t r = waitpid(pid, &st, WNOHANG);
+		uint64_t t = now_ns() - t0;
+
+		if (r == pid) {
+			if (WIFSIGNALED(st) && !sent && !m->stopped)
+				fprintf(stderr, PROG ": the daemon (pid %d) died of signal %d\n",
+					(int)pid, WTERMSIG(st));
+			else if (WIFEXITED(st) && WEXITSTATUS(st))
+				fprintf(stderr, PROG ": the daemon (pid %d) exited with status %d\n",
+					(int)pid, WEXITSTATUS(st));
+			break;
+		}
+		if (r < 0 && errno != EINTR &&
+		    (errno != ECHILD || proc_ppid(pid, &state) < 0 || state == 'Z'))
+			break; /* not our child, and gone */
+		if (sent == 0 && t > limit) {
+			fprintf(stderr, PROG ": the daemon (pid %d) still runs %d s after "
+				"the unmount; sending SIGTERM\n", (int)pid, DAEMON_EXIT_S);
+			kill(pid, SIGTERM);
+			sent = 1;
+		} else if (sent == 1 && t > limit + 10000000000ull) {
+			fprintf(stderr, PROG ": the daemon (pid %d) ignores SIGTERM; "
+				"sending SIGKILL\n", (int)pid);
+			kill(pid, SIGKILL);
+			sent = 2;
+		} else if (sent == 2 && t > limit + 20000000000ull) {
+			fprintf(stderr, PROG ": the daemon (pid %d) does not exit\n", (int)pid);
+			break;
+		}
+		nanosleep(&nap, NULL);
+	}
+	m->daemon = 0;
+}
+
+/* ------------------------------------------------ memory sampling */
+
+static int read_mem_kb(pid_t pid, uint64_t *rss, uint64_t *anon)
+{
+	char path[64], line[256];
+	FILE *f;
+	int got = 0;
+
+	snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+	f = fopen(path, "re");
+	if (!f)
+		return -errno;
+	while (got != 3 && fgets(line, sizeof line, f)) {
+		unsigned long long kb;
+
+		if (sscanf(line, "VmRSS: %llu kB", &kb) == 1) {
+			*rss = kb;
+			got |= 1;
+		} else if (sscanf(line, "RssAnon: %llu kB", &kb) == 1) {
+			*anon = kb;
+			got |= 2;
+		}
+	}
+	fclose(f);
+	return got == 3 ? 0 : -ENOENT;
+}
+
+/* With m->mu held. */
+static void sample_locked(struct mnt *m)
+{
+	uint64_t rss, anon;
+	int ph = m->phase;
+
+	if (ph == PH_NONE || !m->daemon || read_mem_kb(m->daemon, &rss, &anon))
+		return;
+	if (rss > m->rss_kb[ph])
+		m->rss_kb[ph] = rss;
+	if (anon > m->anon_kb[ph])
+		m->anon_kb[ph] = anon;
+	m->sampled[ph] = 1;
+}
+
+/* Start or end a sampled phase, with a sample at each edge. */
+static void phase_set(struct mnt *m, int ph)
+{
+	if (!m->sync_made)
+		return;
+	pthread_mutex_lock(&m->mu);
+	sample_locked(m);
+	m->phase = ph;
+	sample_locked(m);
+	pthread_mutex_unlock(&m->mu);
+}
+
+static void *sampler(void *arg)
+{
+	struct mnt *m = arg;
+	uint64_t next = now_ns(), sig_at = 0;
+
+	pthread_mutex_lock(&m->mu);
+	while (!m->stop) {
+		struct timespec ts;
+
+		next += SAMPLE_NS;
+		ts.tv_sec = (time_t)(next / 1000000000u);
+		ts.tv_nsec = (long)(next % 1000000000u);
+		while (!m->stop && pthread_cond_timedwait(&m->cv, &m->mu, &ts) == 0)
+			;
+		if (m->stop)
+			break;
+		sample_locked(m);
+		if (!m->stopped && interrupted()) {
+			uint64_t t = now_ns();
+
+			if (!sig_at) {
+				sig_at = t;
+			} else if (t - sig_at > STOP_AFTER_NS && m->daemon) {
+				kill(m->daemon, SIGTERM); /* cancels a build */
+				m->stopped = 1;
+			}
+		}
+		if (now_ns() > next + SAMPLE_NS)
+			next = now_ns(); /* fell behind: no burst of samples */
+	}
+	pthread_mutex_unlock(&m->mu);
+	return NULL;
+}
+
+static int sampler_start(struct mnt *m)
+{
+	pthread_condattr_t ca;
+	int rc;
+
+	if (pthread_condattr_init(&ca) ||
+	    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) ||
+	    pthread_cond_init(&m->cv, &ca)) {
+		pthread_condattr_destroy(&ca);
+		return fail(-ENOMEM, NULL, "sampling thread");
+	}
+	pthread_condattr_destroy(&ca);
+	pthread_mutex_init(&m->mu, NULL);
+	m->sync_made = 1;
+	m->phase = PH_NONE;
+	rc = pthread_create(&m->th, NULL, sampler, m);
+	if (rc)
+		return fail(-rc, NULL, "sampling thread");
+	m->th_running = 1;
+	return 0;
+}
+
+static void sampler_stop(struct mnt *m)
+{
+	if (!m->th_running)
+		return;
+	pthread_mutex_lock(&m->mu);
+	m->stop = 1;
+	pthread_cond_signal(&m->cv);
+	pthread_mutex_unlock(&m->mu);
+	pthread_join(m->th, NULL);
+	m->th_running = 0;
+}
+
+/* ------------------------------------------------ mount and unmount */
+
+/* --vecfs PATH, else vecfs in the directory of argv[0] (of this
+ * executable when argv[0] has no directory). */
+static int find_vecfs(const struct options *o, struct mnt *m)
+{
+	char self[PATH_MAX], cand[PATH_MAX + 8];
+	const char *slash;
+
+	if (o->vecfs_bin) {
+		snprintf(cand, sizeof cand, "%s", o->vecfs_bin);
+	} else {
+		slash = strrchr(o->argv0, '/');
+		if (slash) {
+			snprintf(cand, sizeof cand, "%.*s/vecfs",
+				 (int)(slash - o->argv0), o->argv0);
+		} else {
+			ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+
+			if (n < 0)
+				return fail(-errno, NULL, "readlink /proc/self/exe");
+			self[n] = '\0';
+			*strrchr(self, '/') = '\0';
+			snprintf(cand, sizeof cand, "%s/vecfs", self);
+		}
+	}
+	if (!realpath(cand, m->vecfs))
+		return fail(-errno, o->vecfs_bin ? NULL : "(give the daemon with --vecfs)",
+			    "daemon %s", cand);
+	if (access(m->vecfs, X_OK))
+		return fail(-errno, NULL, "daemon %s", m->vecfs);
+	return 0;
+}
+
+static int make_tmp(struct mnt *m)
+{
+	const char *tmp = getenv("TMPDIR");
+	char t[PATH_MAX];
+
+	if (!tmp || !*tmp)
+		tmp = "/tmp";
+	if ((size_t)snprintf(t, sizeof t, "%s/" PROG ".XXXXXX", tmp) >= sizeof t)
+		return fail(-ENAMETOOLONG, NULL, "temporary directory in %s", tmp);
+	if (!mkdtemp(t))
+		return fail(-errno, NULL, "mkdtemp %s", t);
+	/* canonical, so that it matches the kernel's mount table */
+	if (!realpath(t, m->tmp)) {
+		int e = errno;
+
+		rmdir(t);
+		return fail(-e, NULL, "realpath %s", t);
+	}
+	m->tmp_made = 1;
+	if (join_path(m->store, sizeof m->store, m->tmp, "store") ||
+	    join_path(m->dir, sizeof m->dir, m->tmp, "mnt"))
+		return -ENAMETOOLONG;
+	if (mkdir(m->store, 0755))
+		return fail(-errno, NULL, "mkdir %s", m->store);
+	if (mkdir(m->dir, 0755))
+		return fail(-errno, NULL, "mkdir %s", m->dir);
+	return 0;
+}
+
+/* `vecfs STORE MNT` returns once the mount is usable (or has failed, with
+ * its reason on stderr). */
+static int mnt_start(struct bench *b, struct mnt *m)
+{
+	char *argv[] = { m->vecfs, m->store, m->dir, NULL };
+	char path[PATH_MAX];
+	int st, rc;
+
+	if ((rc = find_vecfs(b->opt, m)) || (rc = make_tmp(m)))
+		return rc;
+	if (mnt_path(m, "query/" SESSION "/in", m->qin) ||
+	    mnt_path(m, "query/" SESSION "/out", m->qout) ||
+	    mnt_path(m, "query/" SESSION "/stats", m->qstats))
+		return -ENAMETOOLONG;
+	/* the daemon, orphaned by its launcher, becomes our child */
+	if (prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0))
+		fprintf(stderr, PROG ": cannot become a subreaper (%s); the daemon's "
+			"exit is polled\n", strerror(errno));
+	m->launched = 1;
+	st = run_prog(argv);
+	if (st < 0)
+		return fail(st, NULL, "start %s", m->vecfs);
+	if (st) {
+		fprintf(stderr, PROG ": the daemon did not mount: `%s %s %s` "
+			"exited with status %d\n", m->vecfs, m->store, m->dir, st);
+		return -EIO;
+	}
+	if (!mount_listed(m->dir))
+		return fail(-EIO, "not in /proc/self/mountinfo", "mount %s", m->dir);
+	m->daemon = find_daemon(m);
+	if (!m->daemon)
+		fprintf(stderr, PROG ": cannot find the daemon's process; "
+			"no memory figures\n");
+	if ((rc = sampler_start(m)))
+		return rc;
+	if ((rc = mnt_path(m, "query/" SESSION, path)))
+		return rc;
+	if (mkdir(path, 0755) && errno != EEXIST)
+		return fail_mnt(m, -errno, "mkdir query/" SESSION);
+	return 0;
+}
+
+/* Unmount (fusermount3 -u, else -uz) and wait for the daemon to exit.
+ * Runs after every start, whatever happened. */
+static int mnt_stop(struct mnt *m)
+{
+	char *u[] = { "fusermount3", "-u", m->dir, NULL };
+	char *uz[] = { "fusermount3", "-uz", m->dir, NULL };
+	int rc = 0;
+
+	sampler_stop(m);
+	if (!m->launched)
+		return 0;
+	m->launched = 0;
+	if (mount_listed(m->dir)) {
+		if (run_prog(u) != 0 || mount_listed(m->dir)) {
+			fprintf(stderr, PROG ": fusermount3 -u %s failed; detaching it "
+				"with -uz\n", m->dir);
+			run_prog(uz);
+			if (mount_listed(m->dir)) {
+				m->still_mounted = 1;
+				rc = fail(-EBUSY, NULL, "unmount %s", m->dir);
+			}
+		}
+	}
+	if (!m->daemon)
+		m->daemon = find_daemon(m);
+	wait_daemon(m);
+	return rc;
+}
+
+static void mnt_free(struct mnt *m, int keep)
+{
+	free(m->vtext);
+	free(m->voff);
+	free(m->req);
+	free(m->out);
+	if (m->sync_made) {
+		pthread_cond_destroy(&m->cv);
+		pthread_mutex_destroy(&m->mu);
+	}
+	if (!m->tmp_made)
+		return;
+	if (m->still_mounted)
+		fprintf(stderr, PROG ": %s is still mounted; left %s\n", m->dir, m->tmp);
+	else if (keep)
+		fprintf(stderr, PROG ": kept store %s\n", m->store);
+	else
+		remove_tree(m->tmp);
+}
+
+/* ------------------------------------------------ config, ingest, build */
+
+/* Nothing runs in the background while the figures are taken: no build
+ * (auto_build = 0), and where the daemon has them, no automatic compaction
+ * or rebalance, which would change the index under the mount's queries (the
+ * library then measures a different one).  Delta postings stay until the
+ * end, for both. */
+static int mnt_config(struct bench *b, struct mnt *m)
+{
+	const struct options *o = b->opt;
+	char text[512], path[PATH_MAX];
+	uint64_t x;
+	int rc, n = snprintf(text, sizeof text, "auto_build = 0\ndim = %u\nmetric = %s\n",
+			     b->base.dim, vecfs_metric_name(b->metric));
+
+	if ((rc = mnt_path(m, "config", path)))
+		return rc;
+	if (kv_get(path, "compact_deltas", &x) == 0) {
+		n += snprintf(text + n, sizeof text - (size_t)n,
+			      "compact_deltas = %u\n", UINT32_MAX);
+		m->no_compaction = 1;
+	}
+	if (kv_get(path, "rebalance_ratio", &x) == 0) {
+		n += snprintf(text + n, sizeof text - (size_t)n, "rebalance_ratio = 0\n");
+		m->no_rebalance = 1;
+	}
+
+	if (o->bits)
+		n += snprintf(text + n, sizeof text - (size_t)n, "bits = %u\n", o->bits);
+	if (o->nlist)
+		n += snprintf(text + n, sizeof text - (size_t)n, "nlist = %u\n", o->nlist);
+	if (o->refine)
+		n += snprintf(text + n, sizeof text - (size_t)n, "refine = %u\n", o->refine);
+	return write_text(m, "config", text, (size_t)n);
+}
+
+/* The store must hold `want` records after an ingest. */
+static int mnt_check_records(struct mnt *m, uint64_t want)
+{
+	char path[PATH_MAX], detail[96];
+	uint64_t have = 0;
+	int rc;
+
+	if ((rc = mnt_path(m, "stats", path)))
+		return rc;
+	if ((rc = kv_get(path, "records", &have)))
+		return fail_mnt(m, rc, "read records from stats");
+	if (have != want) {
+		snprintf(detail, sizeof detail, "%llu records, %llu expected",
+			 (unsigned long long)have, (unsigned long long)want);
+		return fail(-EPROTO, detail, "ingest through the mount");
+	}
+	return 0;
+}
+
+/* Base rows [first, first + n) as one fvecs file in ingest/, written in
+ * MNT_WRITE pieces (the bytes of DIR/base.fvecs, made from the rows in
+ * memory), then closed: the close commits it.  Timed from open to close. */
+static int mnt_ingest(struct bench *b, struct mnt *m, int part, const char *name,
+		      size_t first, size_t n)
+{
+	const uint32_t dim = b->base.dim;
+	const size_t row_bytes = 4 + 4 * (size_t)dim;
+	const size_t per_write = MNT_WRITE / row_bytes ? MNT_WRITE / row_bytes : 1;
+	const int32_t d32 = (int32_t)dim;
+	struct progress p = { .label = "mount ingest" };
+	char path[PATH_MAX], rel[64], what[PATH_MAX + 32], phase[24];
+	unsigned char *buf;
+	uint64_t t0, t_close;
+	int fd, rc = 0;
+
+	snprintf(rel, sizeof rel, "ingest/%s", name);
+	if ((rc = mnt_path(m, rel, path)))
+		return rc;
+	buf = malloc(per_write * row_bytes);
+	if (!buf)
+		return fail(-ENOMEM, NULL, "ingest");
+	snprintf(phase, sizeof phase, "%s", name);
+	phase_set(m, part ? PH_INGEST2 : PH_INGEST);
+	t0 = now_ns();
+	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd < 0) {
+		snprintf(what, sizeof what, "create %s", path);
+		rc = fail_mnt(m, -errno, what);
+		goto out;
+	}
+	for (size_t done = 0; done < n;) {
+		size_t cnt = n - done < per_write ? n - done : per_write;
+
+		for (size_t j = 0; j < cnt; j++) {
+			unsigned char *row = buf + j * row_bytes;
+
+			memcpy(row, &d32, 4);
+			memcpy(row + 4, (const float *)b->base.data +
+			       (first + done + j) * dim, 4 * (size_t)dim);
+		}
+		if (interrupted()) {
+			unlink(path); /* abandoned: nothing of it is committed */
+			close(fd);
+			progress_end(&p);
+			rc = report_interrupt();
+			goto out;
+		}
+		if ((rc = write_all(fd, buf, cnt * row_bytes))) {
+			close(fd);
+			progress_end(&p);
+			snprintf(what, sizeof what, "write %s (rows %zu..)", path,
+				 first + done);
+			rc = fail_mnt(m, rc, what);
+			goto out;
+		}
+		done += cnt;
+		progress_show(&p, phase, (int)(done * 100 / n));
+	}
+	progress_show(&p, phase, 100);
+	t_close = now_ns();
+	if (close(fd)) {
+		rc = -errno;
+		progress_end(&p);
+		snprintf(what, sizeof what, "close %s (the commit)", path);
+		rc = fail_mnt(m, rc, what);
+		goto out;
+	}
+	m->ingest_s[part] = (double)(now_ns() - t0) / 1e9;
+	m->commit_s[part] = (double)(now_ns() - t_close) / 1e9;
+	m->ingest_n[part] = n;
+	progress_end(&p);
+out:
+	phase_set(m, PH_NONE);
+	free(buf);
+	return rc ? rc : mnt_check_records(m, first + n);
+}
+
+/* `build` into ctl: its write returns when the generation is active. */
+static int mnt_build(struct mnt *m, size_t rows)
+{
+	static const char cmd[] = "build\n";
+	char path[PATH_MAX];
+	uint64_t t0, gen = 0;
+	int rc;
+
+	fprintf(stderr, "mount build: %zu rows through ctl\n", rows);
+	phase_set(m, PH_BUILD);
+	t0 = now_ns();
+	rc = write_text(m, "ctl", cmd, sizeof cmd - 1);
+	m->build_s = (double)(now_ns() - t0) / 1e9;
+	phase_set(m, PH_NONE);
+	if (rc)
+		return rc;
+	fprintf(stderr, "mount build: done in %.2f s\n", m->build_s);
+	m->build_rows = rows;
+	if ((rc = mnt_path(m, "stats", path)))
+		return rc;
+	if ((rc = kv_get(path, "active", &gen)) || !gen)
+		return fail_mnt(m, rc ? rc : -EPROTO, "no active generation after the build");
+	m->gen_id = gen;
+	return 0;
+}
+
+static int mnt_load(struct bench *b, struct mnt *m)
+{
+	size_t n = b->base.n, half = n / 2;
+	int rc;
+
+	if ((rc = mnt_config(b, m)))
+		return rc;
+	if (!b->opt->after_build)
+		return (rc = mnt_ingest(b, m, 0, "base.fvecs", 0, n)) ? rc :
+			mnt_build(m, n);
+	if (half == 0)
+		return fail(-EINVAL, "it needs at least 2 base rows",
+			    "--ingest-after-build");
+	if ((rc = mnt_ingest(b, m, 0, "base.1.fvecs", 0, half)) ||
+	    (rc = mnt_build(m, half)))
+		return rc;
+	return mnt_ingest(b, m, 1, "base.2.fvecs", half, n - half);
+}
+
+/* ------------------------------------------------ queries */
+
+/* Every query vector as a text line: "%.9g" numbers, spaces, "\n". */
+static int mnt_prepare_queries(struct bench *b, struct mnt *m)
+{
+	const uint32_t dim = b->query.dim;
+	const size_t line_max = (size_t)dim * 17 + 1;
+	size_t pos = 0;
+
+	m->vtext = malloc(b->nq * line_max + 1);
+	m->voff = malloc((b->nq + 1) * sizeof *m->voff);
+	m->req = malloc(line_max + 128);
+	if (!m->vtext || !m->voff || !m->req)
+		return fail(-ENOMEM, NULL, "query texts");
+	for (size_t i = 0; i < b->nq; i++) {
+		const float *q = (const float *)b->query.data + i * dim;
+
+		m->voff[i] = pos;
+		for (uint32_t j = 0; j < dim; j++)
+			pos += (size_t)snprintf(m->vtext + pos, 17, j ? " %.9g" : "%.9g",
+						(double)q[j]);
+		m->vtext[pos++] = '\n';
+	}
+	m->voff[b->nq] = pos;
+	return 0;
+}
+
+/* One line of out, KEY<TAB>DISTANCE, with KEY a row index: 0 or -EPROTO. */
+static int parse_out_line(const char *p, const char *nl, uint64_t *id)
+{
+	const char *tab = memchr(p, '\t', (size_t)(nl - p));
+	char *dend;
+
+	if (!tab || tab == p)
+		return -EPROTO;
+	*id = 0;
+	for (const char *c = p; c < tab; c++) {
+		if (!isdigit((unsigned char)*c) || *id > (UINT64_MAX - 9) / 10)
+			return -EPROTO;
+		*id = *id * 10 + (uint64_t)(*c - '0');
+	}
+	strtod(tab + 1, &dend);
+	return dend == tab + 1 || dend != nl ? -EPROTO : 0;
+}
+
+/* The first query's results in out (text, NUL-terminated) as row ids in
+ * b->hit_ids, at most k of them. */
+static int parse_out(struct bench *b, const char *text, size_t len, size_t qi,
+		     size_t *cnt)
+{
+	const char *p = text, *end = text + len;
+	size_t n = 0;
+
+	while (p < end && *p != '\n' && n < b->opt->k) {
+		const char *nl = memchr(p, '\n', (size_t)(end - p));
+
+		if (!nl)
+			nl = end;
+		if (parse_out_line(p, nl, &b->hit_ids[n]))
+			return fail(-EPROTO, "expected KEY<TAB>DISTANCE with a row index",
+				    "query %zu: out line '%.*s'", qi,
+				    (int)(nl - p > 60 ? 60 : nl - p), p);
+		n++;
+		p = nl + 1;
+	}
+	*cnt = n;
+	return 0;
+}
+
+/* One query: open in, write the options line and the vector, close (the
+ * query runs), open out, read it, close.  *ns: all of that. */
+static int mnt_query(struct bench *b, struct mnt *m, size_t qi, size_t optlen,
+		     uint64_t *ns, size_t *cnt)
+{
+	size_t vlen = m->voff[qi + 1] - m->voff[qi], len = optlen + vlen, outlen = 0;
+	char what[64];
+	uint64_t t0;
+	int fd, rc;
+
+	memcpy(m->req + optlen, m->vtext + m->voff[qi], vlen);
+	t0 = now_ns();
+	fd = open(m->qin, O_WRONLY | O_TRUNC | O_CLOEXEC);
+	if (fd < 0) {
+		snprintf(what, sizeof what, "query %zu: open in", qi);
+		return fail_mnt(m, -errno, what);
+	}
+	if ((rc = write_all(fd, m->req, len))) {
+		close(fd);
+		snprintf(what, sizeof what, "query %zu: write in", qi);
+		return fail_mnt(m, rc, what);
+	}
+	if (close(fd)) {
+		snprintf(what, sizeof what, "query %zu: close in (the search)", qi);
+		return fail_mnt(m, -errno, what);
+	}
+	fd = open(m->qout, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		snprintf(what, sizeof what, "query %zu: open out", qi);
+		return fail_mnt(m, -errno, what);
+	}
+	rc = read_fd(fd, &m->out, &m->outcap, &outlen);
+	if (close(fd) && !rc)
+		rc = -errno;
+	*ns = now_ns() - t0;
+	if (rc) {
+		snprintf(what, sizeof what, "query %zu: read out", qi);
+		return fail_mnt(m, rc, what);
+	}
+	if (outlen == 0)
+		return fail_mnt(m, -EPROTO, "query: out is empty");
+	return parse_out(b, m->out, outlen, qi, cnt);
+}
+
+/* The session's stats must say the query ran as asked. */
+static int mnt_check_query_stats(const struct mnt *m, uint32_t nprobe, uint32_t k)
+{
+	uint64_t gen = 0, np = 0, kk = 0;
+	char detail[160];
+	int rc;
+
+	if ((rc = kv_get(m->qstats, "generation", &gen)) ||
+	    (rc = kv_get(m->qstats, "nprobe", &np)) ||
+	    (rc = kv_get(m->qstats, "k", &kk)))
+		return fail_mnt(m, rc, "read query/" SESSION "/stats");
+	if (gen != m->gen_id || np != nprobe || kk != k) {
+		snprintf(detail, sizeof detail, "generation %llu, nprobe %llu, k %llu; "
+			 "asked for %llu, %u, %u", (unsigned long long)gen,
+			 (unsigned long long)np, (unsigned long long)kk,
+			 (unsigned long long)m->gen_id, nprobe, k);
+		return fail(-EPROTO, detail, "query/" SESSION "/stats");
+	}
+	return 0;
+}
+
+/* Warm up, then time every query once at this nprobe through the mount. */
+static int mnt_measure(struct bench *b, struct mnt *m, uint32_t nprobe,
+		       struct measure *out)
+{
+	const struct options *o = b->opt;
+	size_t want = o->have_warmup ? o->warmup : b->nq;
+	size_t nwarm = b->nq < want ? b->nq : want, cnt;
+	struct progress p = { .label = "mount queries" };
+	char phase[32];
+	uint64_t total_ns = 0, ns;
+	double recall_sum = 0;
+	int optlen, rc;
+
+	optlen = snprintf(m->req, 128, "nprobe=%u k=%u", nprobe, o->k);
+	if (o->refine)
+		optlen += snprintf(m->req + optlen, 128 - (size_t)optlen, " refine=%u",
+				   o->refine);
+	m->req[optlen++] = '\n';
+	snprintf(phase, sizeof phase, "nprobe %u warm-up", nprobe);
+	for (size_t i = 0; i < nwarm; i++) {
+		if ((i & 63) == 0 && interrupted()) {
+			progress_end(&p);
+			return report_interrupt();
+		}
+		if ((rc = mnt_query(b, m, i, (size_t)optlen, &ns, &cnt))) {
+			progress_end(&p);
+			return rc;
+		}
+		progress_show(&p, phase, (int)((i + 1) * 100 / nwarm));
+	}
+	snprintf(phase, sizeof phase, "nprobe %u", nprobe);
+	for (size_t i = 0; i < b->nq; i++) {
+		if ((i & 63) == 0 && interrupted()) {
+			progress_end(&p);
+			return report_interrupt();
+		}
+		if ((rc = mnt_query(b, m, i, (size_t)optlen, &ns, &cnt))) {
+			progress_end(&p);
+			return rc;
+		}
+		b->lat_ns[i] = ns;
+		total_ns += ns;
+		recall_sum += recall_of(b, i, cnt);
+		progress_show(&p, phase, (int)((i + 1) * 100 / b->nq));
+	}
+	progress_end(&p);
+	if ((rc = mnt_check_query_stats(m, nprobe, o->k)))
+		return rc;
+	qsort(b->lat_ns, b->nq, sizeof *b->lat_ns, cmp_u64);
+	*out = (struct measure){ .nprobe = nprobe };
+	out->recall = recall_sum / (double)b->nq;
+	out->qps = total_ns ? (double)b->nq * 1e9 / (double)total_ns : 0;
+	out->p50_us = percentile_us(b->lat_ns, b->nq, 50);
+	out->p99_us = percentile_us(b->lat_ns, b->nq, 99);
+	return 0;
+}
+
+static int mnt_queries(struct bench *b, struct mnt *m)
+{
+	char path[PATH_MAX];
+	int rc;
+
+	/* what the queries will see; background work in the daemon (e.g. a
+	 * compaction after the ingest) shows as a change of `compactions` */
+	if ((rc = mnt_path(m, "stats", path)))
+		return rc;
+	if ((rc = kv_get(path, "delta_postings", &m->fs_deltas)) ||
+	    (rc = kv_get(path, "unindexed", &m->fs_unindexed)))
+		return fail_mnt(m, rc, "read stats");
+	m->have_compactions = kv_get(path, "compactions", &m->compactions[0]) == 0;
+	rc = mnt_prepare_queries(b, m);
+	for (size_t i = 0; !rc && i < b->opt->n_nprobe; i++)
+		rc = mnt_measure(b, m, b->opt->nprobe[i], &m->fs[i]);
+	if (!rc && m->have_compactions)
+		m->have_compactions = kv_get(path, "compactions", &m->compactions[1]) == 0;
+	return rc;
+}
+
+/* ------------------------------------------------ the library, same store */
+
+static int lib_measure(struct bench *b, struct mnt *m)
+{
+	const struct options *o = b->opt;
+	char err[ERRLEN] = "";
+	vecfs_stats st;
+	int rc;
+
+	snprintf(b->store, sizeof b->store, "%s", m->store);
+	if ((rc = vecfs_open(b->store, &b->v, err, sizeof err)))
+		return fail(rc, err, "vecfs_open %s", b->store);
+	if ((rc = vecfs_config_get(b->v, &b->cfg)))
+		return fail(rc, NULL, "vecfs_config_get");
+	b->gen_id = vecfs_active(b->v);
+	if (b->gen_id != m->gen_id)
+		return fail(-EPROTO, "the active generation changed",
+			    "generation %llu, the mount built %llu",
+			    (unsigned long long)b->gen_id, (unsigned long long)m->gen_id);
+	if ((rc = vecfs_gen_info_get(b->v, b->gen_id, &b->gen)))
+		return fail(rc, NULL, "vecfs_gen_info_get");
+	b->code_bytes = (uint64_t)(b->gen.bits + 1) * padded_dim(b->gen.dim) / 8;
+	if ((rc = vecfs_stats_get(b->v, &st)))
+		return fail(rc, NULL, "vecfs_stats_get");
+	b->store_bytes = st.store_bytes;
+	m->delta_postings = st.delta_postings;
+	m->unindexed = st.unindexed;
+	if ((rc = check_ingested(b)))
+		return rc;
+	for (size_t i = 0; i < o->n_nprobe; i++) {
+		vecfs_query_opts qo = { .k = o->k, .nprobe = o->nprobe[i],
+					.refine = o->refine };
+
+		fprintf(stderr, "library queries: nprobe %u\n", o->nprobe[i]);
+		if ((rc = measure_setting(b, &qo, &m->lib[i])))
+			return rc;
+	}
+	return 0;
+}
+
+/* ------------------------------------------------ output */
+
+static double ingest_rate(const struct mnt *m, int part)
+{
+	return m->ingest_s[part] > 0 ? (double)m->ingest_n[part] / m->ingest_s[part] : 0;
+}
+
+static double added_us(const struct measure *fs, const struct measure *lib)
+{
+	return fs->qps > 0 && lib->qps > 0 ? 1e6 / fs->qps - 1e6 / lib->qps : NAN;
+}
+
+/* The peak over both ingest files. */
+static void ingest_peak(const struct mnt *m, int *sampled, uint64_t *rss,
+			uint64_t *anon)
+{
+	*sampled = m->sampled[PH_INGEST] || m->sampled[PH_INGEST2];
+	*rss = m->rss_kb[PH_INGEST] > m->rss_kb[PH_INGEST2] ?
+	       m->rss_kb[PH_INGEST] : m->rss_kb[PH_INGEST2];
+	*anon = m->anon_kb[PH_INGEST] > m->anon_kb[PH_INGEST2] ?
+		m->anon_kb[PH_INGEST] : m->anon_kb[PH_INGEST2];
+}
+
+static void print_mem(int sampled, uint64_t rss, uint64_t anon)
+{
+	if (sampled)
+		printf("daemon RSS peak %.1f MB (anon %.1f MB)",
+		       (double)rss / 1024.0, (double)anon / 1024.0);
+	else
+		printf("daemon RSS not sampled");
+}
+
+static void print_phase_mem(const struct mnt *m, int ph)
+{
+	print_mem(m->sampled[ph], m->rss_kb[ph], m->anon_kb[ph]);
+}
+
+static void mnt_print_header(const struct bench *b, const struct mnt *m)
+{
+	const struct options *o = b->opt;
+
+	printf("dataset  %s (%s)\n", b->name, o->dir);
+	printf("vectors  N %zu, dim %u, metric %s (%s), queries %zu, k %u\n",
+	       b->base.n, b->base.dim, vecfs_metric_name(b->metric),
+	       b->metric_from, b->nq, o->k);
+	printf("mount    %s on %s\n", m->vecfs, m->dir);
+	printf("index    generation %llu: nlist %u, bits %u, refine %u, "
+	       "covers %llu, code %llu bytes/vector\n",
+	       (unsigned long long)b->gen_id, b->gen.nlist, b->gen.bits,
+	       o->refine ? o->refine : b->cfg.refine,
+	       (unsigned long long)b->gen.covered,
+	       (unsigned long long)b->code_bytes);
+	printf("         unindexed records, delta postings: %llu, %llu before the "
+	       "mount's queries; %llu, %llu for the library's\n",
+	       (unsigned long long)m->fs_unindexed, (unsigned long long)m->fs_deltas,
+	       (unsigned long long)m->unindexed,
+	       (unsigned long long)m->delta_postings);
+	if (m->have_compactions && m->compactions[1] != m->compactions[0])
+		printf("         the daemon ran %llu compactions during the mount's "
+		       "queries\n", (unsigned long long)(m->compactions[1] -
+							  m->compactions[0]));
+	printf("config   auto_build = 0%s%s\n",
+	       m->no_compaction ? ", compact_deltas = 4294967295" : "",
+	       m->no_rebalance ? ", rebalance_ratio = 0" : "");
+	printf("kernel   %s\n", vecfs_kernel_name());
+	for (int part = 0; part < 2 && m->ingest_n[part]; part++) {
+		printf("%s %.0f rows/s (%zu rows in %.2f s, %.2f s of it in close(): ",
+		       part ? "        " : "ingest  ", ingest_rate(m, part),
+		       m->ingest_n[part], m->ingest_s[part], m->commit_s[part]);
+		if (!m->ingest_n[1])
+			printf("one file)\n         ");
+		else if (part == 0)
+			printf("first file, no generation)\n         ");
+		else
+			printf("second file, into generation %llu)\n         ",
+			       (unsigned long long)m->gen_id);
+		print_phase_mem(m, part ? PH_INGEST2 : PH_INGEST);
+		printf("\n");
+	}
+	printf("build    %.2f s through ctl (%zu rows), ", m->build_s, m->build_rows);
+	print_phase_mem(m, PH_BUILD);
+	printf("\n");
+	printf("store    %.1f MB\n", (double)b->store_bytes / (1024.0 * 1024.0));
+	printf("queries  one client; through the mount a query is open(in), one "
+	       "write(), close(),\n         open(out), read() to the end, "
+	       "close(); the library: one vecfs_search\n");
+	printf("\n%6s | %-40s | %-40s |\n", "", "through the mount",
+	       "library, same store");
+	printf("%6s | %9s %10s %9s %9s | %9s %10s %9s %9s | %7s %9s\n",
+	       "nprobe", "recall@10", "QPS", "p50_us", "p99_us", "recall@10", "QPS",
+	       "p50_us", "p99_us", "ratio", "added_us");
+}
+
+static void mnt_print_row(const struct measure *fs, const struct measure *lib)
+{
+	printf("%6u | %9.4f %10.1f %9.1f %9.1f | %9.4f %10.1f %9.1f %9.1f | %7.3f %9.1f\n",
+	       fs->nprobe, fs->recall, fs->qps, fs->p50_us, fs->p99_us, lib->recall,
+	       lib->qps, lib->p50_us, lib->p99_us,
+	       lib->qps > 0 ? fs->qps / lib->qps : 0, added_us(fs, lib));
+}
+
+static void json_kb(const char *key, int sampled, uint64_t kb)
+{
+	if (sampled)
+		printf(",\"%s\":%llu", key, (unsigned long long)kb);
+	else
+		printf(",\"%s\":null", key);
+}
+
+static void mnt_json_row(const struct bench *b, const struct mnt *m,
+			 const struct measure *fs, const struct measure *lib)
+{
+	int sampled;
+	uint64_t rss, anon;
+
+	printf("{\"mode\":\"mount\",\"dataset\":");
+	json_string(b->name);
+	printf(",\"nprobe\":%u", fs->nprobe);
+	json_num("recall_at_10", fs->recall, 4);
+	json_num("qps", fs->qps, 1);
+	json_num("library_qps", lib->qps, 1);
+	json_num("ratio", lib->qps > 0 ? fs->qps / lib->qps : NAN, 4);
+	json_num("p50_us", fs->p50_us, 1);
+	json_num("p99_us", fs->p99_us, 1);
+	json_num("library_recall_at_10", lib->recall, 4);
+	json_num("library_p50_us", lib->p50_us, 1);
+	json_num("library_p99_us", lib->p99_us, 1);
+	json_num("added_us", added_us(fs, lib), 1);
+	json_num("ingest_rows_per_s", ingest_rate(m, 0), 0);
+	json_num("ingest_after_build_rows_per_s",
+		 m->ingest_n[1] ? ingest_rate(m, 1) : NAN, 0);
+	ingest_peak(m, &sampled, &rss, &anon);
+	json_kb("ingest_rss_peak_kb", sampled, rss);
+	json_kb("ingest_rss_anon_peak_kb", sampled, anon);
+	json_num("build_s", m->build_s, 3);
+	printf(",\"build_rows\":%zu", m->build_rows);
+	json_kb("build_rss_peak_kb", m->sampled[PH_BUILD], m->rss_kb[PH_BUILD]);
+	json_kb("build_rss_anon_peak_kb", m->sampled[PH_BUILD], m->anon_kb[PH_BUILD]);
+	printf(",\"unindexed\":%llu,\"mount_unindexed\":%llu,"
+	       "\"mount_delta_postings\":%llu", (unsigned long long)m->unindexed,
+	       (unsigned long long)m->fs_unindexed, (unsigned long long)m->fs_deltas);
+	if (m->have_compactions)
+		printf(",\"compactions_during_mount_queries\":%llu",
+		       (unsigned long long)(m->compactions[1] - m->compactions[0]));
+	else
+		printf(",\"compactions_during_mount_queries\":null");
+	printf(",\"n\":%zu,\"dim\":%u,\"metric\":\"%s\",\"queries\":%zu,\"k\":%u",
+	       b->base.n, b->base.dim, vecfs_metric_name(b->metric), b->nq,
+	       b->opt->k);
+	printf(",\"nlist\":%u,\"bits\":%u,\"refine\":%u,\"delta_postings\":%llu"
+	       ",\"kernel\":", b->gen.nlist, b->gen.bits,
+	       b->opt->refine ? b->opt->refine : b->cfg.refine,
+	       (unsigned long long)m->delta_postings);
+	json_string(vecfs_kernel_name());
+	printf(",\"store_bytes\":%llu}\n", (unsigned long long)b->store_bytes);
+}
+
+static void mnt_report(const struct bench *b, const struct mnt *m)
+{
+	if (!b->opt->json)
+		mnt_print_header(b, m);
+	for (size_t i = 0; i < b->opt->n_nprobe; i++) {
+		if (b->opt->json)
+			mnt_json_row(b, m, &m->fs[i], &m->lib[i]);
+		else
+			mnt_print_row(&m->fs[i], &m->lib[i]);
+	}
+	fflush(stdout);
+}
+
+static int mount_run(struct bench *b, struct mnt *m)
+{
+	int rc, stop_rc;
+
+	if ((rc = load_dataset(b)))
+		return rc;
+	b->lat_ns = calloc(b->nq, sizeof *b->lat_ns);
+	b->hit_ids = calloc(b->opt->k, sizeof *b->hit_ids);
+	if (!b->lat_ns || !b->hit_ids)
+		return fail(-ENOMEM, NULL, "measure");
+	rc = mnt_start(b, m);
+	if (!rc)
+		rc = mnt_load(b, m);
+	if (!rc)
+		rc = mnt_queries(b, m);
+	stop_rc = mnt_stop(m);
+	if (rc)
+		return rc;
+	if (stop_rc)
+		return stop_rc;
+	if (interrupted())
+		return report_interrupt();
+	if ((rc = lib_measure(b, m)))
+		return rc;
+	mnt_report(b, m);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	struct options opt;
 	struct bench b = { 0 };
+	struct mnt m = { 0 };
 	sigset_t sigs;
 	int rc;
 
@@ -1105,8 +2524,15 @@ int main(int argc, char **argv)
 	}
 	block_signals(&sigs);
 	b.opt = &opt;
-	rc = bench_run(&b);
-	bench_free(&b);
+	if (opt.mount) {
+		rc = mount_run(&b, &m);
+		mnt_stop(&m); /* done already unless it failed early */
+		bench_free(&b);
+		mnt_free(&m, opt.keep);
+	} else {
+		rc = bench_run(&b);
+		bench_free(&b);
+	}
 	if (interrupted())
 		sigprocmask(SIG_UNBLOCK, &sigs, NULL); /* dies of the signal */
 	return rc ? 1 : 0;
