@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <stdio.h>
 
+#include "assign.h"
 #include "block.h"
 #include "checksum.h"
 #include "kernels.h"
@@ -103,12 +104,17 @@ typedef struct vf_posting_writer {
 	vf_gen *g;
 	vf_encoder enc;
 	uint64_t max_deltas;    /* most delta postings of a cluster it wrote to */
+	vf_assign_cache assign; /* the generation's map, as changed so far */
+	vf_manifest *mf;        /* per cluster, loaded on first use */
+	uint8_t *mf_state;      /* 0 not loaded, 1 loaded, 2 changed */
 	uint8_t *planes;
 	uint8_t *buf;
 	float *tmp;
 } vf_posting_writer;
 int vf_pw_init(vf_posting_writer *w, vecfs *v, vf_gen *g);
 void vf_pw_free(vf_posting_writer *w);
+/* Write back the cached manifests and assignment chunks (before commit). */
+int vf_pw_flush(vf_posting_writer *w, MDB_txn *txn);
 /* Kill the record's current posting in g (if any); with vec != NULL add a
  * delta posting (code, vector, key) for version `seq` and return its
  * cluster in *cluster. */

@@ -94,13 +94,16 @@ int vf_pw_init(vf_posting_writer *w, vecfs *v, vf_gen *g)
 	memset(w, 0, sizeof *w);
 	w->v = v;
 	w->g = g;
+	vf_assign_cache_init(&w->assign, g->id);
 	int rc = vf_encoder_init(&w->enc, &g->rot, g->meta.bits, g->meta.metric == VECFS_DOT);
 	if (rc)
 		return rc;
 	w->planes = malloc((size_t)g->meta.bits * g->meta.pdim / 8);
 	w->buf = malloc(vf_delta_size(g->meta.dim, g->meta.pdim, g->meta.bits, VECFS_KEY_MAX));
 	w->tmp = malloc(sizeof(float) * g->meta.dim);
-	if (!w->planes || !w->buf || !w->tmp) {
+	w->mf = malloc(sizeof(vf_manifest) * g->meta.nlist);
+	w->mf_state = calloc(g->meta.nlist, 1);
+	if (!w->planes || !w->buf || !w->tmp || !w->mf || !w->mf_state) {
 		vf_pw_free(w);
 		return -ENOMEM;
 	}
@@ -110,25 +113,46 @@ int vf_pw_init(vf_posting_writer *w, vecfs *v, vf_gen *g)
 void vf_pw_free(vf_posting_writer *w)
 {
 	vf_encoder_free(&w->enc);
+	vf_assign_cache_free(&w->assign);
 	free(w->planes);
 	free(w->buf);
 	free(w->tmp);
-	w->planes = w->buf = NULL;
+	free(w->mf);
+	free(w->mf_state);
+	w->planes = w->buf = w->mf_state = NULL;
 	w->tmp = NULL;
+	w->mf = NULL;
+}
+
+int vf_pw_flush(vf_posting_writer *w, MDB_txn *txn)
+{
+	vf_store *s = w->v->store;
+	for (uint32_t c = 0; c < w->g->meta.nlist; c++)
+		if (w->mf_state[c] == 2) {
+			int rc = vf_save_manifest(txn, s, w->g->id, c, &w->mf[c]);
+			if (rc)
+				return rc;
+			w->mf_state[c] = 1;
+		}
+	return vf_assign_cache_flush(&w->assign, txn, s);
 }
 
 static int bump_manifest(vf_posting_writer *w, MDB_txn *txn, uint32_t c, int dd, int dt)
 {
-	vf_store *s = w->v->store;
-	vf_manifest m;
-	int rc = vf_load_manifest(txn, s, w->g->id, c, &m);
-	if (rc)
-		return rc;
-	m.deltas += dd;
-	m.tombstones += dt;
-	if (m.deltas + m.tombstones > w->max_deltas)
-		w->max_deltas = m.deltas + m.tombstones;
-	return vf_save_manifest(txn, s, w->g->id, c, &m);
+	if (c >= w->g->meta.nlist)
+		return -EIO;
+	if (!w->mf_state[c]) {
+		int rc = vf_load_manifest(txn, w->v->store, w->g->id, c, &w->mf[c]);
+		if (rc)
+			return rc;
+	}
+	vf_manifest *m = &w->mf[c];
+	m->deltas += dd;
+	m->tombstones += dt;
+	w->mf_state[c] = 2;
+	if (m->deltas + m->tombstones > w->max_deltas)
+		w->max_deltas = m->deltas + m->tombstones;
+	return 0;
 }
 
 int vf_pw_apply(vf_posting_writer *w, MDB_txn *txn, uint64_t id, uint64_t seq,
@@ -138,7 +162,7 @@ int vf_pw_apply(vf_posting_writer *w, MDB_txn *txn, uint64_t id, uint64_t seq,
 	vf_store *s = w->v->store;
 	vf_gen *g = w->g;
 	uint32_t old;
-	int rc = vf_assign_get(txn, s, g->id, id, &old);
+	int rc = vf_assign_cache_get(&w->assign, txn, s, id, &old);
 	if (rc)
 		return rc;
 	if (old != VF_ASSIGN_NONE) {
@@ -173,7 +197,7 @@ int vf_pw_apply(vf_posting_writer *w, MDB_txn *txn, uint64_t id, uint64_t seq,
 	if (cluster)
 		*cluster = c;
 	if (old != c)
-		rc = vf_assign_set(txn, s, g->id, id, c);
+		rc = vf_assign_cache_set(&w->assign, txn, s, id, c);
 	return rc;
 }
 
@@ -216,6 +240,8 @@ int vf_sync_generation(vecfs *v, MDB_txn *txn, vf_gen *g, vf_genmeta *m,
 		}
 		rc = vf_pw_apply(&w, txn, e->ch.id, e->seq, src, r.key, r.keylen, r.plen > 0, NULL);
 	}
+	if (rc == 0)
+		rc = vf_pw_flush(&w, txn);
 	if (rc == 0)
 		m->synced_seq = cnt->seq;
 	free(vec);
@@ -372,6 +398,8 @@ static int put_row(put_ctx *c, const vecfs_row *r)
 static int put_end(put_ctx *c, int rc)
 {
 	vf_store *s = c->v->store;
+	if (rc == 0 && c->g)
+		rc = vf_pw_flush(&c->w, c->txn);
 	if (rc == 0 && c->g && c->gm.synced_seq == c->seq_before) {
 		c->gm.synced_seq = c->cnt.seq;
 		rc = vf_save_genmeta(c->txn, s, &c->gm);
@@ -752,6 +780,8 @@ static int del_fn(MDB_txn *txn, void *arg)
 	vf_change ch = {id, 0, 0, VF_OP_DEL};
 	if (g)
 		rc = vf_pw_apply(&w, txn, id, seq, NULL, NULL, 0, 0, NULL);
+	if (rc == 0 && g)
+		rc = vf_pw_flush(&w, txn);
 	if (rc == 0)
 		rc = vf_change_put(txn, s, seq, &ch);
 	if (rc == 0 && g && gm.synced_seq == seq_before) {

@@ -4,6 +4,7 @@
 #include "assign.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 #include <zstd.h>
 
@@ -66,6 +67,100 @@ int vf_assign_set(MDB_txn *txn, vf_store *s, uint64_t gen, uint64_t id,
 		return 0;
 	map[id % VF_ASSIGN_CHUNK] = cluster;
 	return store_chunk(txn, s, gen, id / VF_ASSIGN_CHUNK, map);
+}
+
+struct vf_assign_chunk {
+	uint64_t chunk; /* UINT64_MAX: empty slot */
+	int dirty;
+	uint32_t map[VF_ASSIGN_CHUNK];
+};
+
+void vf_assign_cache_init(vf_assign_cache *c, uint64_t gen)
+{
+	memset(c, 0, sizeof *c);
+	c->gen = gen;
+}
+
+void vf_assign_cache_free(vf_assign_cache *c)
+{
+	free(c->slots);
+	c->slots = NULL;
+	c->cap = c->n = 0;
+}
+
+static struct vf_assign_chunk *cache_slot(struct vf_assign_chunk *slots, size_t cap,
+					  uint64_t chunk)
+{
+	size_t i = (size_t)(chunk * 0x9e3779b97f4a7c15ULL >> 20) & (cap - 1);
+	while (slots[i].chunk != UINT64_MAX && slots[i].chunk != chunk)
+		i = (i + 1) & (cap - 1);
+	return &slots[i];
+}
+
+static int cache_chunk(vf_assign_cache *c, MDB_txn *txn, vf_store *s, uint64_t chunk,
+		       struct vf_assign_chunk **out)
+{
+	if ((c->n + 1) * 2 > c->cap) {
+		size_t cap = c->cap ? c->cap * 2 : 16;
+		struct vf_assign_chunk *ns = malloc(cap * sizeof *ns);
+		if (!ns)
+			return -ENOMEM;
+		for (size_t i = 0; i < cap; i++)
+			ns[i].chunk = UINT64_MAX;
+		for (size_t i = 0; i < c->cap; i++)
+			if (c->slots[i].chunk != UINT64_MAX)
+				*cache_slot(ns, cap, c->slots[i].chunk) = c->slots[i];
+		free(c->slots);
+		c->slots = ns;
+		c->cap = cap;
+	}
+	struct vf_assign_chunk *e = cache_slot(c->slots, c->cap, chunk);
+	if (e->chunk == UINT64_MAX) {
+		int rc = load_chunk(txn, s, c->gen, chunk, e->map);
+		if (rc)
+			return rc;
+		e->chunk = chunk;
+		e->dirty = 0;
+		c->n++;
+	}
+	*out = e;
+	return 0;
+}
+
+int vf_assign_cache_get(vf_assign_cache *c, MDB_txn *txn, vf_store *s, uint64_t id,
+			uint32_t *cluster)
+{
+	struct vf_assign_chunk *e;
+	int rc = cache_chunk(c, txn, s, id / VF_ASSIGN_CHUNK, &e);
+	if (rc == 0)
+		*cluster = e->map[id % VF_ASSIGN_CHUNK];
+	return rc;
+}
+
+int vf_assign_cache_set(vf_assign_cache *c, MDB_txn *txn, vf_store *s, uint64_t id,
+			uint32_t cluster)
+{
+	struct vf_assign_chunk *e;
+	int rc = cache_chunk(c, txn, s, id / VF_ASSIGN_CHUNK, &e);
+	if (rc == 0 && e->map[id % VF_ASSIGN_CHUNK] != cluster) {
+		e->map[id % VF_ASSIGN_CHUNK] = cluster;
+		e->dirty = 1;
+	}
+	return rc;
+}
+
+int vf_assign_cache_flush(vf_assign_cache *c, MDB_txn *txn, vf_store *s)
+{
+	for (size_t i = 0; i < c->cap; i++) {
+		struct vf_assign_chunk *e = &c->slots[i];
+		if (e->chunk == UINT64_MAX || !e->dirty)
+			continue;
+		int rc = store_chunk(txn, s, c->gen, e->chunk, e->map);
+		if (rc)
+			return rc;
+		e->dirty = 0;
+	}
+	return 0;
 }
 
 int vf_assign_write(MDB_txn *txn, vf_store *s, uint64_t gen, const uint32_t *map,

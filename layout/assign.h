@@ -22,6 +22,23 @@ int vf_assign_get(MDB_txn *txn, vf_store *s, uint64_t gen, uint64_t id,
 		  uint32_t *cluster);
 int vf_assign_set(MDB_txn *txn, vf_store *s, uint64_t gen, uint64_t id,
 		  uint32_t cluster);
+/* A write transaction's view of one generation's map: chunks are read and
+ * decompressed once, changed in memory, and compressed back by flush (call
+ * it before the transaction commits). */
+typedef struct vf_assign_cache {
+	uint64_t gen;
+	struct vf_assign_chunk *slots; /* open addressing by chunk number */
+	size_t cap, n;
+} vf_assign_cache;
+
+void vf_assign_cache_init(vf_assign_cache *c, uint64_t gen);
+int vf_assign_cache_get(vf_assign_cache *c, MDB_txn *txn, vf_store *s, uint64_t id,
+			uint32_t *cluster);
+int vf_assign_cache_set(vf_assign_cache *c, MDB_txn *txn, vf_store *s, uint64_t id,
+			uint32_t cluster);
+int vf_assign_cache_flush(vf_assign_cache *c, MDB_txn *txn, vf_store *s);
+void vf_assign_cache_free(vf_assign_cache *c);
+
 /* Write a whole map for ids [0, n) (build time). */
 int vf_assign_write(MDB_txn *txn, vf_store *s, uint64_t gen, const uint32_t *map,
 		    uint64_t n);
