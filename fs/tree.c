@@ -460,8 +460,16 @@ static void reply_entry(fuse_req_t req, node *n, const struct stat *st)
 	e.ino = n->ino;
 	e.attr = *st;
 	e.attr_timeout = 0;
-	/* the fixed names never go away; everything else may at any time */
-	e.entry_timeout = n->ino <= FIXED_MAX && n->kind != K_ACTIVE ? 60.0 : 0;
+	/* the fixed names never go away; a query session and its files go only
+	 * by rmdir (which drops the kernel's entry); everything else may at any
+	 * time */
+	switch (n->kind) {
+	case K_SESSION: case K_QIN: case K_QOUT: case K_QJSON: case K_QSTATS:
+		e.entry_timeout = 60.0;
+		break;
+	default:
+		e.entry_timeout = n->ino <= FIXED_MAX && n->kind != K_ACTIVE ? 60.0 : 0;
+	}
 	if (fuse_reply_entry(req, &e) != 0) {
 		pthread_mutex_lock(&tree_mu);
 		if (n->nlookup)
