@@ -593,23 +593,31 @@ static int scan_ivf(search *s)
 		}
 		qsort(work, nw, sizeof *work, cmp_probe);
 	}
-	/* locate a window of clusters ahead, then score them in order */
+	/* locate a window of clusters ahead (in key order, so the cursor moves
+	 * forward through the tree), then score them nearest first */
 	for (size_t w0 = 0; w0 < nw && rc == 0; w0 += LOCATE_AHEAD) {
 		size_t w1 = w0 + LOCATE_AHEAD < nw ? w0 + LOCATE_AHEAD : nw;
-		size_t first[LOCATE_AHEAD + 1];
-		nents = 0;
-		for (size_t w = w0; w < w1 && rc == 0; w++) {
-			first[w - w0] = nents;
-			rc = locate_cluster(s, cur, work[w].cluster, &ents, &nents, &capents);
+		size_t first[LOCATE_AHEAD], count[LOCATE_AHEAD];
+		uint32_t order[LOCATE_AHEAD];
+		size_t nwin = w1 - w0;
+		for (size_t i = 0; i < nwin; i++) {
+			size_t j = i;
+			for (; j > 0 && work[w0 + order[j - 1]].cluster > work[w0 + i].cluster; j--)
+				order[j] = order[j - 1];
+			order[j] = (uint32_t)i;
 		}
-		first[w1 - w0] = nents;
-		for (size_t w = w0; w < w1 && rc == 0; w++) {
-			if (w + 1 < w1) /* the next cluster's memory while this one scores */
-				prefetch_cluster(ents + first[w + 1 - w0],
-						 first[w + 2 - w0] - first[w + 1 - w0]);
-			rc = scan_cluster(s, work[w].cluster, ents + first[w - w0],
-					  first[w - w0 + 1] - first[w - w0], qlist + work[w].first,
-					  work[w].count);
+		nents = 0;
+		for (size_t i = 0; i < nwin && rc == 0; i++) {
+			first[order[i]] = nents;
+			rc = locate_cluster(s, cur, work[w0 + order[i]].cluster, &ents, &nents,
+					    &capents);
+			count[order[i]] = nents - first[order[i]];
+		}
+		for (size_t i = 0; i < nwin && rc == 0; i++) {
+			if (i + 1 < nwin) /* the next cluster's memory while this one scores */
+				prefetch_cluster(ents + first[i + 1], count[i + 1]);
+			rc = scan_cluster(s, work[w0 + i].cluster, ents + first[i], count[i],
+					  qlist + work[w0 + i].first, work[w0 + i].count);
 		}
 	}
 out:
