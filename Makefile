@@ -20,7 +20,7 @@ FS_SRC     := $(wildcard fs/*.c)
 FS_OBJ     := $(FS_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_SRC   := $(wildcard tests/test_*.c)
 TEST_BIN   := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
-TOOLS      := $(BUILD)/vecfs-bench $(BUILD)/vecfs-data
+TOOLS      := $(BUILD)/vecfs-bench $(BUILD)/vecfs-data $(BUILD)/vecfs-churn
 DAEMON     := $(if $(FS_SRC),$(BUILD)/vecfs,)
 DEPS_OK    := $(BUILD)/.deps-ok
 
@@ -49,6 +49,9 @@ $(BUILD)/libvecfs.a: $(LIB_OBJ)
 	ar rcs $@ $^
 
 $(BUILD)/vecfs-bench: $(BUILD)/obj/tools/vecfs_bench.o $(BUILD)/libvecfs.a
+	$(CC) $(CFLAGS) -o $@ $^ $(LIBS)
+
+$(BUILD)/vecfs-churn: $(BUILD)/obj/tools/vecfs_churn.o $(BUILD)/libvecfs.a
 	$(CC) $(CFLAGS) -o $@ $^ $(LIBS)
 
 $(BUILD)/vecfs-data: $(BUILD)/obj/tools/vecfs_data.o
