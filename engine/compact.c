@@ -203,6 +203,45 @@ static int compact_cluster(MDB_txn *txn, vf_store *s, const vf_genmeta *m, uint3
 	return write_blocks(txn, s, m, c, f->codes, f->n, buf, bufcap);
 }
 
+/* Drop change-log entries no generation needs any more: those at or below
+ * every generation's sync and block points. */
+static int trim_changes(MDB_txn *txn, vf_store *s)
+{
+	MDB_cursor *cur;
+	MDB_val k, d;
+	uint64_t keep_after = UINT64_MAX;
+	int rc = mdb_cursor_open(txn, s->gens, &cur);
+	if (rc)
+		return rc;
+	for (rc = mdb_cursor_get(cur, &k, &d, MDB_FIRST); rc == 0;
+	     rc = mdb_cursor_get(cur, &k, &d, MDB_NEXT)) {
+		vf_genmeta m;
+		if (k.mv_size != 17 || ((uint8_t *)k.mv_data)[8] != VF_GK_META ||
+		    d.mv_size != sizeof m)
+			continue;
+		memcpy(&m, d.mv_data, sizeof m);
+		if (m.state == VECFS_GEN_FAILED)
+			continue;
+		uint64_t need = m.synced_seq < m.blocks_seq ? m.synced_seq : m.blocks_seq;
+		if (m.state == VECFS_GEN_BUILDING)
+			need = m.snap_seq;
+		if (need < keep_after)
+			keep_after = need;
+	}
+	mdb_cursor_close(cur);
+	if (rc != MDB_NOTFOUND)
+		return rc;
+	if ((rc = mdb_cursor_open(txn, s->changes, &cur)))
+		return rc;
+	for (rc = mdb_cursor_get(cur, &k, &d, MDB_FIRST);
+	     rc == 0 && vf_rd_be64(k.mv_data) <= keep_after;
+	     rc = mdb_cursor_get(cur, &k, &d, MDB_GET_CURRENT))
+		if ((rc = mdb_cursor_del(cur, 0)))
+			break;
+	mdb_cursor_close(cur);
+	return rc == MDB_NOTFOUND || rc == EINVAL || rc == 0 ? 0 : rc;
+}
+
 static int compact_fn(MDB_txn *txn, void *arg)
 {
 	compact_job *j = arg;
@@ -237,9 +276,11 @@ static int compact_fn(MDB_txn *txn, void *arg)
 	}
 	if (rc == 0) {
 		m.blocks_seq = cnt.seq;
+		m.pending = 0;
 		cnt.compactions++;
-		if ((rc = vf_save_genmeta(txn, s, &m)) == 0)
-			rc = vf_save_counters(txn, s, &cnt);
+		if ((rc = vf_save_genmeta(txn, s, &m)) == 0 &&
+		    (rc = vf_save_counters(txn, s, &cnt)) == 0)
+			rc = trim_changes(txn, s);
 	}
 out:
 	vf_gen_put(j->v, g);
@@ -910,8 +951,17 @@ static int rebalance_locked(rebal *r, int activate, uint64_t *gen_out)
 	if ((rc = rb_scan(r)))
 		goto out;
 
-	/* what to split and what to merge */
+	/* what to split and what to merge, against the mean cluster size or,
+	 * when nlist is chosen automatically, the size a fresh build would
+	 * give (about sqrt(N)), whichever asks for more clusters: a growing
+	 * store keeps the cluster sizes of a fresh build */
 	double mean = (double)r->total / r->nlist;
+	vecfs_config cfg;
+	if (vecfs_config_get(r->v, &cfg) == 0 && cfg.nlist == 0 && r->total > 0) {
+		double ideal = (double)r->total / vf_auto_nlist(r->total);
+		if (ideal < mean)
+			mean = ideal;
+	}
 	for (uint32_t c = 0; c < r->nlist; c++)
 		if (r->nlist > 1 && (double)r->src[c].n < RB_MERGE_FACTOR * mean) {
 			r->src[c].role = RB_MERGE;
@@ -1107,11 +1157,15 @@ void vf_maint_stop(vecfs *v)
 	pthread_cond_destroy(&v->maint_cv);
 }
 
-void vf_maint_kick(vecfs *v, uint64_t max_deltas)
+int vf_maint_due(const vf_posting_writer *w, const vf_genmeta *m, uint64_t live,
+		 uint32_t compact_deltas)
 {
-	vecfs_config c;
-	if (!max_deltas || vecfs_config_get(v, &c) || max_deltas < c.compact_deltas)
-		return;
+	uint64_t backlog = live / 20 > compact_deltas ? live / 20 : compact_deltas;
+	return w->max_deltas >= compact_deltas || m->pending >= backlog;
+}
+
+void vf_maint_kick(vecfs *v)
+{
 	pthread_mutex_lock(&v->stat_mu);
 	v->maint_due = 1;
 	pthread_cond_signal(&v->maint_cv);

@@ -104,6 +104,7 @@ typedef struct vf_posting_writer {
 	vf_gen *g;
 	vf_encoder enc;
 	uint64_t max_deltas;    /* most delta postings of a cluster it wrote to */
+	uint64_t added;         /* delta postings and tombstones it wrote */
 	vf_assign_cache assign; /* the generation's map, as changed so far */
 	vf_manifest *mf;        /* per cluster, loaded on first use */
 	uint8_t *mf_state;      /* 0 not loaded, 1 loaded, 2 changed */
@@ -127,7 +128,12 @@ void vf_maybe_auto_build(vecfs *v);
  * reach compact_deltas. */
 void vf_maint_start(vecfs *v);
 void vf_maint_stop(vecfs *v);
-void vf_maint_kick(vecfs *v, uint64_t max_deltas);
+void vf_maint_kick(vecfs *v);
+/* Is compaction due after w wrote into generation m of a store with `live`
+ * records?  A cluster reached compact_deltas, or the whole backlog passed
+ * both compact_deltas and 5% of the live records. */
+int vf_maint_due(const vf_posting_writer *w, const vf_genmeta *m, uint64_t live,
+		 uint32_t compact_deltas);
 /* Remove the oldest generations beyond keep_generations (never the active
  * one nor `keep`). */
 void vf_retire_generations(vecfs *v, uint64_t keep);

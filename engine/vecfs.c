@@ -86,8 +86,8 @@ void vecfs_config_defaults(vecfs_config *c)
 	c->k = 10;
 	c->refine = 10;
 	c->auto_build = 10000;
-	c->compact_deltas = 256;
-	c->keep_generations = 2;
+	c->compact_deltas = 128;
+	c->keep_generations = 1;
 	c->rebalance_ratio = 3;
 	c->seed = 0x7665636673ULL;
 }
@@ -1105,9 +1105,9 @@ int vecfs_stats_get(vecfs *v, vecfs_stats *out)
 	} else {
 		out->unindexed = cnt.live;
 	}
+	out->store_bytes = vf_store_used_bytes(v->store, txn);
 out:
 	vf_read_end(v->store, txn);
-	out->store_bytes = vf_store_bytes(v->store);
 	pthread_mutex_lock(&v->stat_mu);
 	out->queries = v->queries;
 	size_t nl = v->nlat < VF_LAT_RING ? v->nlat : VF_LAT_RING;

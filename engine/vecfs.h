@@ -275,7 +275,7 @@ typedef struct vecfs_stats {
 	uint64_t unindexed;      /* live records not in active's packed blocks:
 				    in delta postings or scanned exactly */
 	uint64_t delta_postings; /* in the active generation */
-	uint64_t store_bytes;
+	uint64_t store_bytes;    /* in use (the file keeps freed pages for reuse) */
 	uint64_t ingest_rows;
 	uint64_t queries;
 	uint64_t p50_us, p99_us;

@@ -149,6 +149,7 @@ static int bump_manifest(vf_posting_writer *w, MDB_txn *txn, uint32_t c, int dd,
 	vf_manifest *m = &w->mf[c];
 	m->deltas += dd;
 	m->tombstones += dt;
+	w->added += (uint64_t)(dd + dt);
 	w->mf_state[c] = 2;
 	if (m->deltas + m->tombstones > w->max_deltas)
 		w->max_deltas = m->deltas + m->tombstones;
@@ -242,8 +243,10 @@ int vf_sync_generation(vecfs *v, MDB_txn *txn, vf_gen *g, vf_genmeta *m,
 	}
 	if (rc == 0)
 		rc = vf_pw_flush(&w, txn);
-	if (rc == 0)
+	if (rc == 0) {
 		m->synced_seq = cnt->seq;
+		m->pending += w.added;
+	}
 	free(vec);
 out_w:
 	vf_pw_free(&w);
@@ -287,7 +290,8 @@ typedef struct put_ctx {
 	uint32_t dim;
 	uint8_t *rec;
 	size_t reccap;
-	uint64_t *max_deltas;  /* out: most deltas of a cluster written to */
+	int *maint_due;        /* out: compaction is due */
+	uint32_t compact_deltas;
 } put_ctx;
 
 /* Load the active generation (if any) and a posting writer for it. */
@@ -328,6 +332,7 @@ static int put_begin(put_ctx *c, vecfs *v, MDB_txn *txn, uint32_t dim, char *err
 	if ((rc = vf_load_config(txn, v->store, &sc)) ||
 	    (rc = vf_load_counters(txn, v->store, &c->cnt)))
 		return rc;
+	c->compact_deltas = sc.compact_deltas;
 	if (sc.dim == 0) {
 		sc.dim = dim;
 		if ((rc = vf_put(txn, v->store->meta, VF_META_CONFIG, strlen(VF_META_CONFIG), &sc,
@@ -400,15 +405,17 @@ static int put_end(put_ctx *c, int rc)
 	vf_store *s = c->v->store;
 	if (rc == 0 && c->g)
 		rc = vf_pw_flush(&c->w, c->txn);
-	if (rc == 0 && c->g && c->gm.synced_seq == c->seq_before) {
-		c->gm.synced_seq = c->cnt.seq;
+	if (rc == 0 && c->g) {
+		if (c->gm.synced_seq == c->seq_before)
+			c->gm.synced_seq = c->cnt.seq;
+		c->gm.pending += c->w.added;
 		rc = vf_save_genmeta(c->txn, s, &c->gm);
+		if (rc == 0 && c->maint_due)
+			*c->maint_due = vf_maint_due(&c->w, &c->gm, c->cnt.live, c->compact_deltas);
 	}
 	if (rc == 0)
 		rc = vf_save_counters(c->txn, s, &c->cnt);
 	free(c->rec);
-	if (c->g && c->max_deltas)
-		*c->max_deltas = c->w.max_deltas;
 	close_active(c->v, c->g, &c->w);
 	return rc;
 }
@@ -422,7 +429,7 @@ typedef struct put_job {
 	size_t *bad_row;
 	char *err;
 	size_t errlen;
-	uint64_t max_deltas;
+	int maint_due;
 } put_job;
 
 static int put_fn(MDB_txn *txn, void *arg)
@@ -430,7 +437,7 @@ static int put_fn(MDB_txn *txn, void *arg)
 	put_job *j = arg;
 	put_ctx c;
 	int rc = put_begin(&c, j->v, txn, j->dim, j->err, j->errlen);
-	c.max_deltas = &j->max_deltas;
+	c.maint_due = &j->maint_due;
 	if (rc) {
 		if (rc == -EINVAL && j->bad_row)
 			*j->bad_row = 0;
@@ -516,7 +523,8 @@ int vecfs_put(vecfs *v, const vecfs_row *rows, size_t n, uint32_t dim,
 	free(skip);
 	if (rc == 0) {
 		vf_maybe_auto_build(v);
-		vf_maint_kick(v, j.max_deltas);
+		if (j.maint_due)
+			vf_maint_kick(v);
 	}
 	return rc;
 }
@@ -665,7 +673,7 @@ typedef struct commit_job {
 	vecfs_batch *b;
 	char *err;
 	size_t errlen;
-	uint64_t max_deltas;
+	int maint_due;
 } commit_job;
 
 static int put_staged(put_ctx *c, const void *data, size_t len)
@@ -688,7 +696,7 @@ static int commit_fn(MDB_txn *txn, void *arg)
 	vecfs_batch *b = j->b;
 	put_ctx c;
 	int rc = put_begin(&c, b->v, txn, b->dim, j->err, j->errlen);
-	c.max_deltas = &j->max_deltas;
+	c.maint_due = &j->maint_due;
 	if (rc == 0 && b->spooled) {
 		MDB_cursor *cur;
 		uint8_t k0[16];
@@ -728,7 +736,8 @@ int vecfs_batch_commit(vecfs_batch *b, char *err, size_t errlen)
 	free(b);
 	if (rc == 0) {
 		vf_maybe_auto_build(v);
-		vf_maint_kick(v, j.max_deltas);
+		if (j.maint_due)
+			vf_maint_kick(v);
 	}
 	return rc;
 }
@@ -749,7 +758,7 @@ typedef struct del_job {
 	vecfs *v;
 	const char *key;
 	size_t keylen;
-	uint64_t max_deltas;
+	int maint_due;
 } del_job;
 
 static int del_fn(MDB_txn *txn, void *arg)
@@ -784,16 +793,19 @@ static int del_fn(MDB_txn *txn, void *arg)
 		rc = vf_pw_flush(&w, txn);
 	if (rc == 0)
 		rc = vf_change_put(txn, s, seq, &ch);
-	if (rc == 0 && g && gm.synced_seq == seq_before) {
-		gm.synced_seq = cnt.seq;
-		rc = vf_save_genmeta(txn, s, &gm);
-	}
 	cnt.live--;
 	cnt.deleted++;
+	if (rc == 0 && g) {
+		if (gm.synced_seq == seq_before)
+			gm.synced_seq = cnt.seq;
+		gm.pending += w.added;
+		rc = vf_save_genmeta(txn, s, &gm);
+		vf_stored_config sc;
+		if (rc == 0 && (rc = vf_load_config(txn, s, &sc)) == 0)
+			j->maint_due = vf_maint_due(&w, &gm, cnt.live, sc.compact_deltas);
+	}
 	if (rc == 0)
 		rc = vf_save_counters(txn, s, &cnt);
-	if (g)
-		j->max_deltas = w.max_deltas;
 	close_active(j->v, g, &w);
 	return rc;
 }
@@ -803,6 +815,7 @@ int vecfs_delete(vecfs *v, const char *key, size_t keylen)
 	del_job j = {v, key, keylen, 0};
 	int rc = vf_write(v->store, del_fn, &j);
 	if (rc == 0)
-		vf_maint_kick(v, j.max_deltas);
+		if (j.maint_due)
+			vf_maint_kick(v);
 	return rc;
 }

@@ -62,6 +62,7 @@ typedef struct vf_genmeta {
 	uint64_t snap_seq;  /* the snapshot its blocks were built from */
 	uint64_t synced_seq;/* postings and tombstones are exact up to here */
 	uint64_t blocks_seq;/* packed blocks hold every live record up to here */
+	uint64_t pending;   /* delta postings and tombstones since the last compaction */
 	uint64_t covered;   /* records in its blocks */
 	uint64_t parent;
 	uint64_t seed;

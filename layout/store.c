@@ -269,6 +269,31 @@ uint64_t vf_store_bytes(vf_store *s)
 	return (uint64_t)(info.me_last_pgno + 1) * st.ms_psize;
 }
 
+uint64_t vf_store_used_bytes(vf_store *s, MDB_txn *txn)
+{
+	MDB_envinfo info;
+	MDB_stat st;
+	MDB_cursor *cur;
+	MDB_val k, d;
+	uint64_t free_pages = 0;
+	if (mdb_env_info(s->env, &info) || mdb_env_stat(s->env, &st))
+		return 0;
+	/* the free list (database 0): each value is a page-number list whose
+	 * first word is its length */
+	if (mdb_cursor_open(txn, 0, &cur) == 0) {
+		while (mdb_cursor_get(cur, &k, &d, MDB_NEXT) == 0) {
+			size_t n;
+			if (d.mv_size >= sizeof n) {
+				memcpy(&n, d.mv_data, sizeof n);
+				free_pages += n;
+			}
+		}
+		mdb_cursor_close(cur);
+	}
+	uint64_t pages = (uint64_t)info.me_last_pgno + 1;
+	return (pages > free_pages ? pages - free_pages : 0) * st.ms_psize;
+}
+
 int vf_get(MDB_txn *txn, MDB_dbi dbi, const void *k, size_t kl, MDB_val *out)
 {
 	MDB_val key = {kl, (void *)k};

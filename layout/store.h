@@ -66,6 +66,9 @@ int vf_store_reserve(vf_store *s, uint64_t bytes);
 
 /* Bytes used by the data file. */
 uint64_t vf_store_bytes(vf_store *s);
+/* Bytes in use in the snapshot of txn: the file's pages less the free
+ * pages waiting for reuse (the file itself never shrinks). */
+uint64_t vf_store_used_bytes(vf_store *s, MDB_txn *txn);
 
 /* Small helpers over one database. */
 int vf_get(MDB_txn *txn, MDB_dbi dbi, const void *k, size_t kl, MDB_val *out);

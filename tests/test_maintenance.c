@@ -842,9 +842,13 @@ static void test_automatic_rebalance(void **state)
 	skewed k;
 	char err[256] = "", msg[512];
 	vecfs_config c;
+	vecfs_config d;
+	vecfs_config_defaults(&d);
+	assert_int_equal(d.rebalance_ratio, RB_TEST_RATIO);
 	set_config(v, D, VECFS_L2);
 	assert_int_equal(vecfs_config_get(v, &c), 0);
-	assert_int_equal(c.rebalance_ratio, RB_TEST_RATIO);
+	c.rebalance_ratio = RB_TEST_RATIO;
+	c.keep_generations = d.keep_generations;
 	c.rebalance_ratio = 1;
 	assert_int_equal(vecfs_config_set(v, &c, err, sizeof err), -EINVAL);
 	c.rebalance_ratio = 0;

@@ -100,6 +100,12 @@ void set_config(vecfs *v, uint32_t dim, vecfs_metric metric)
 	c.dim = dim;
 	c.metric = metric;
 	c.auto_build = 0;
+	/* no background maintenance and no retirement of generations, so
+	 * tests see the deltas and generations they made; the maintenance
+	 * tests turn them on where they test them */
+	c.compact_deltas = UINT32_MAX;
+	c.rebalance_ratio = 0;
+	c.keep_generations = 1000;
 	int rc = vecfs_config_set(v, &c, err, sizeof err);
 	if (rc != 0)
 		print_message("vecfs_config_set: %d %s\n", rc, err);
