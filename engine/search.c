@@ -301,6 +301,7 @@ static int scan_block(search *s, query *q, const vf_block *b, int *checked2)
 		for (size_t o = 0; o < pbytes; o += 64)
 			__builtin_prefetch(pl + o);
 		__builtin_prefetch(vf_block_f2_at(b, s->surv[k]));
+		__builtin_prefetch(b->col[VF_COL_IDS] + 16 * (size_t)s->surv[k]);
 	}
 	q->ex.pass1_pruned += b->n - ns;
 	if (ns && !*checked2) {
@@ -321,6 +322,11 @@ static int scan_block(search *s, query *q, const vf_block *b, int *checked2)
 		float est, bound;
 		vf_pass2(&q->qs, &q->cs, vf_block_planes(b, i), vf_block_f1(b, 0, i),
 			 vf_ldf(f2, 0), vf_ldf(f2, 1), vf_ldf(f2, 2), &est, &bound);
+		if (!(est - bound <= fheap_top(&q->ub))) { /* before touching the ids */
+			q->ex.pass2_scored++;
+			q->ex.pass2_pruned++;
+			continue;
+		}
 		int rc = accept(s, q, est, bound, vf_block_id(b, i), vf_block_seq(b, i), check,
 				b->base, b->len, i);
 		if (rc)
