@@ -426,64 +426,44 @@ int vecfs_config_set(vecfs *v, const vecfs_config *c, char *err, size_t errlen)
 
 static void gen_free(vf_gen *g)
 {
-	free(g->centroids);
-	vf_cindex_free(&g->ci);
-	free(g->rc);
-	free(g->rc_sum);
-	vf_rotation_free(&g->rot);
+	float *centroids = g->centroids;
+	vf_gen_routing_free(g);
+	free(centroids);
 	free(g);
 }
 
 static int gen_load(MDB_txn *txn, vf_store *s, uint64_t id, vf_gen **out)
 {
-	vf_gen *g = calloc(1, sizeof *g);
+	vf_genmeta m;
+	float *centroids = NULL;
 	int rc;
-	if (!g)
-		return -ENOMEM;
-	g->id = id;
-	if ((rc = vf_load_genmeta(txn, s, id, &g->meta)))
-		goto fail;
-	vf_genmeta *m = &g->meta;
+	if ((rc = vf_load_genmeta(txn, s, id, &m)))
+		return rc;
 	vf_genkey k = vf_gen_key(id, VF_GK_CENTROIDS, 0);
 	MDB_val v;
-	if ((rc = vf_get(txn, s->gens, k.b, sizeof k.b, &v))) {
-		rc = vf_mdb_err(rc);
-		goto fail;
-	}
-	size_t want = (size_t)m->nlist * m->dim * 4;
-	if (v.mv_size != want + 8 || m->nlist == 0) {
-		rc = -EIO;
-		goto fail;
-	}
+	if ((rc = vf_get(txn, s->gens, k.b, sizeof k.b, &v)))
+		return vf_mdb_err(rc);
+	size_t want = (size_t)m.nlist * m.dim * 4;
+	if (v.mv_size != want + 8 || m.nlist == 0)
+		return -EIO;
 	uint64_t sum;
 	memcpy(&sum, (uint8_t *)v.mv_data + want, 8);
-	if (vf_checksum(v.mv_data, want) != sum) {
-		rc = -EIO;
-		goto fail;
+	if (vf_checksum(v.mv_data, want) != sum)
+		return -EIO;
+	vf_gen *g = calloc(1, sizeof *g);
+	if (!g || !(centroids = malloc(want))) {
+		free(g);
+		return -ENOMEM;
 	}
-	rc = -ENOMEM;
-	g->centroids = malloc(want);
-	g->rc = malloc(sizeof(float) * m->nlist * m->pdim);
-	g->rc_sum = malloc(sizeof(float) * m->nlist);
-	if (!g->centroids || !g->rc || !g->rc_sum)
-		goto fail;
-	memcpy(g->centroids, v.mv_data, want);
-	if ((rc = vf_rotation_init(&g->rot, m->dim, m->seed)))
-		goto fail;
-	if ((rc = vf_cindex_init(&g->ci, g->centroids, m->nlist, m->dim)))
-		goto fail;
-	for (uint32_t c = 0; c < m->nlist; c++) {
-		float *r = g->rc + (size_t)c * m->pdim, sm = 0;
-		vf_rotate(&g->rot, g->centroids + (size_t)c * m->dim, r);
-		for (uint32_t i = 0; i < m->pdim; i++)
-			sm += r[i];
-		g->rc_sum[c] = sm;
+	memcpy(centroids, v.mv_data, want);
+	/* routing state (rotation, centroid index, rotated centroids) */
+	if ((rc = vf_gen_routing(g, &m, centroids))) {
+		free(centroids);
+		free(g);
+		return rc;
 	}
 	*out = g;
 	return 0;
-fail:
-	gen_free(g);
-	return rc;
 }
 
 int vf_gen_get(vecfs *v, MDB_txn *txn, uint64_t id, vf_gen **out)
