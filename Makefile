@@ -48,10 +48,12 @@ $(BUILD)/libvecfs.a: $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
-$(BUILD)/vecfs-bench: $(BUILD)/obj/tools/vecfs_bench.o $(BUILD)/libvecfs.a
+TOOL_OBJ   := $(BUILD)/obj/tools/dataset.o $(BUILD)/obj/tools/toolutil.o
+
+$(BUILD)/vecfs-bench: $(BUILD)/obj/tools/vecfs_bench.o $(TOOL_OBJ) $(BUILD)/libvecfs.a
 	$(CC) $(CFLAGS) -o $@ $^ $(LIBS)
 
-$(BUILD)/vecfs-churn: $(BUILD)/obj/tools/vecfs_churn.o $(BUILD)/libvecfs.a
+$(BUILD)/vecfs-churn: $(BUILD)/obj/tools/vecfs_churn.o $(TOOL_OBJ) $(BUILD)/libvecfs.a
 	$(CC) $(CFLAGS) -o $@ $^ $(LIBS)
 
 $(BUILD)/vecfs-data: $(BUILD)/obj/tools/vecfs_data.o

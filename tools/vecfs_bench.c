@@ -18,12 +18,10 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <limits.h>
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,6 +33,8 @@
 #include <unistd.h>
 
 #include "vecfs.h"
+#include "dataset.h"
+#include "toolutil.h"
 
 #define PROG "vecfs-bench"
 #define BATCH_ROWS 10000   /* rows per vecfs_put */
@@ -131,13 +131,7 @@ enum opt_id {
 	OPT_MOUNT, OPT_VECFS, OPT_AFTER_BUILD
 };
 
-struct opt_spec {
-	const char *name;
-	int has_arg;
-	enum opt_id id;
-};
-
-static const struct opt_spec opt_table[] = {
+static const struct tool_opt opt_table[] = {
 	{ "--metric", 1, OPT_METRIC },   { "--nprobe", 1, OPT_NPROBE },
 	{ "--bits", 1, OPT_BITS },       { "--refine", 1, OPT_REFINE },
 	{ "--nlist", 1, OPT_NLIST },     { "--k", 1, OPT_K },
@@ -160,52 +154,11 @@ static void progress_break(void)
 	progress_open = 0;
 }
 
-/* Print "vecfs-bench: <what>: <strerror(-rc)>[: <err>]" and return rc. */
-static int fail(int rc, const char *err, const char *fmt, ...)
-{
-	va_list ap;
-
-	progress_break();
-	fputs(PROG ": ", stderr);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fprintf(stderr, ": %s", strerror(rc < 0 ? -rc : rc));
-	if (err && *err)
-		fprintf(stderr, ": %s", err);
-	fputc('\n', stderr);
-	return rc;
-}
-
-static int usage_error(const char *fmt, const char *arg)
-{
-	fputs(PROG ": ", stderr);
-	fprintf(stderr, fmt, arg);
-	fputs("\n(try " PROG " --help)\n", stderr);
-	return -EINVAL;
-}
-
-/* A decimal number in [min, max]; no sign, no trailing characters. */
-static int parse_uint(const char *s, uint64_t min, uint64_t max, uint64_t *out)
-{
-	char *end;
-	unsigned long long x;
-
-	if (!isdigit((unsigned char)*s))
-		return -EINVAL;
-	errno = 0;
-	x = strtoull(s, &end, 10);
-	if (errno || *end || x < min || x > max)
-		return -EINVAL;
-	*out = x;
-	return 0;
-}
-
 static int parse_u32(const char *s, uint32_t min, uint32_t *out)
 {
 	uint64_t x;
 
-	if (parse_uint(s, min, UINT32_MAX, &x))
+	if (tool_parse_uint(s, min, UINT32_MAX, &x))
 		return -EINVAL;
 	*out = (uint32_t)x;
 	return 0;
@@ -234,13 +187,14 @@ static int parse_nprobe_list(const char *s, struct options *o)
 	return 0;
 }
 
-static int apply_opt(struct options *o, const struct opt_spec *spec,
-		     const char *val)
+/* Non-zero when the value is bad. */
+static int apply_opt(void *ctx, const struct tool_opt *spec, const char *val)
 {
+	struct options *o = ctx;
 	uint64_t q;
 	int bad = 0;
 
-	switch (spec->id) {
+	switch ((enum opt_id)spec->id) {
 	case OPT_METRIC:
 		bad = vecfs_metric_parse(val, &o->metric) != 0;
 		o->have_metric = 1;
@@ -261,11 +215,11 @@ static int apply_opt(struct options *o, const struct opt_spec *spec,
 		bad = parse_u32(val, 1, &o->k) != 0;
 		break;
 	case OPT_QUERIES:
-		bad = parse_uint(val, 1, SIZE_MAX, &q) != 0;
+		bad = tool_parse_uint(val, 1, SIZE_MAX, &q) != 0;
 		o->queries = (size_t)q;
 		break;
 	case OPT_WARMUP:
-		bad = parse_uint(val, 0, SIZE_MAX, &q) != 0;
+		bad = tool_parse_uint(val, 0, SIZE_MAX, &q) != 0;
 		o->warmup = (size_t)q;
 		o->have_warmup = 1;
 		break;
@@ -274,7 +228,7 @@ static int apply_opt(struct options *o, const struct opt_spec *spec,
 		o->reuse = val;
 		break;
 	case OPT_EXACTQ:
-		bad = parse_uint(val, 1, SIZE_MAX, &q) != 0;
+		bad = tool_parse_uint(val, 1, SIZE_MAX, &q) != 0;
 		o->exact_queries = (size_t)q;
 		break;
 	case OPT_STORE:
@@ -301,102 +255,33 @@ static int apply_opt(struct options *o, const struct opt_spec *spec,
 		o->after_build = 1;
 		break;
 	}
-	if (bad) {
-		fprintf(stderr, PROG ": bad value for %s: '%s'\n", spec->name, val);
-		return -EINVAL;
-	}
-	return 0;
+	return bad;
 }
 
-static const struct opt_spec *find_opt(const char *name, size_t len)
-{
-	for (size_t i = 0; i < sizeof opt_table / sizeof opt_table[0]; i++)
-		if (strlen(opt_table[i].name) == len &&
-		    memcmp(opt_table[i].name, name, len) == 0)
-			return &opt_table[i];
-	return NULL;
-}
-
-/* Accepts "--opt value" and "--opt=value"; the one other argument is DIR. */
+/* The defaults, then the command line (see tool_parse_args). */
 static int parse_args(int argc, char **argv, struct options *o)
 {
+	int rc;
+
 	memset(o, 0, sizeof *o);
 	o->argv0 = argv[0];
 	o->k = 10;
 	memcpy(o->nprobe, default_nprobe, sizeof default_nprobe);
 	o->n_nprobe = sizeof default_nprobe / sizeof default_nprobe[0];
 
-	for (int i = 1; i < argc; i++) {
-		const char *arg = argv[i], *val = NULL, *eq;
-		const struct opt_spec *spec;
-		size_t len;
-		int rc;
-
-		if (arg[0] != '-' || arg[1] == '\0') {
-			if (o->dir)
-				return usage_error("unexpected argument '%s'", arg);
-			o->dir = arg;
-			continue;
-		}
-		eq = strchr(arg, '=');
-		len = eq ? (size_t)(eq - arg) : strlen(arg);
-		spec = find_opt(arg, len);
-		if (!spec)
-			return usage_error("unknown option '%s'", arg);
-		if (spec->has_arg) {
-			if (eq)
-				val = eq + 1;
-			else if (i + 1 < argc)
-				val = argv[++i];
-			else
-				return usage_error("%s needs a value", spec->name);
-		} else if (eq) {
-			return usage_error("%s takes no value", spec->name);
-		}
-		rc = apply_opt(o, spec, val);
-		if (rc)
-			return rc;
-	}
-	if (!o->dir && !o->help)
-		return usage_error("%s", "missing dataset directory DIR");
+	rc = tool_parse_args(argc, argv, opt_table,
+			     sizeof opt_table / sizeof opt_table[0], apply_opt,
+			     o, &o->dir, &o->help);
+	if (rc)
+		return rc;
 	if (!o->mount && (o->after_build || o->vecfs_bin))
-		return usage_error("%s", o->after_build ?
+		return tool_usage_error("%s", o->after_build ?
 				   "--ingest-after-build needs --mount" :
 				   "--vecfs needs --mount");
 	if (o->mount && (o->reuse || o->store))
-		return usage_error("%s", "--mount makes its own store (--keep keeps it); "
+		return tool_usage_error("%s", "--mount makes its own store (--keep keeps it); "
 				   "it does not take --reuse or --store");
 	return 0;
-}
-
-/* ---------------------------------------------------------------- signals */
-
-/* SIGINT, SIGTERM and SIGHUP are blocked and polled, so an interrupted run
- * still closes the store and removes its temporary directory. */
-static void block_signals(sigset_t *set)
-{
-	sigemptyset(set);
-	sigaddset(set, SIGINT);
-	sigaddset(set, SIGTERM);
-	sigaddset(set, SIGHUP);
-	sigprocmask(SIG_BLOCK, set, NULL);
-}
-
-static int interrupted(void)
-{
-	sigset_t p;
-
-	if (sigpending(&p))
-		return 0;
-	return sigismember(&p, SIGINT) == 1 || sigismember(&p, SIGTERM) == 1 ||
-	       sigismember(&p, SIGHUP) == 1;
-}
-
-static int report_interrupt(void)
-{
-	progress_break();
-	fputs(PROG ": interrupted\n", stderr);
-	return -EINTR;
 }
 
 /* ---------------------------------------------------------------- progress */
@@ -443,134 +328,7 @@ static void progress_end(struct progress *p)
 static int build_progress(void *arg, const char *phase, int pct)
 {
 	progress_show(arg, phase, pct);
-	return interrupted(); /* non-zero cancels the build */
-}
-
-/* ---------------------------------------------------------------- time */
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-/* ---------------------------------------------------------------- datasets */
-
-/* Rows of a .fvecs or .ivecs file: n rows of dim 4-byte values. */
-struct vecs {
-	size_t n;
-	uint32_t dim;
-	void *data;
-};
-
-static int join_path(char *buf, size_t cap, const char *dir, const char *name)
-{
-	if ((size_t)snprintf(buf, cap, "%s/%s", dir, name) >= cap)
-		return fail(-ENAMETOOLONG, NULL, "%s/%s", dir, name);
-	return 0;
-}
-
-static int read_rows(FILE *f, const char *path, struct vecs *m)
-{
-	unsigned char *out = m->data;
-	size_t row_bytes = (size_t)m->dim * 4;
-	char detail[64];
-
-	for (size_t i = 0; i < m->n; i++) {
-		int32_t d;
-
-		if (fread(&d, 4, 1, f) != 1 ||
-		    fread(out + i * row_bytes, 4, m->dim, f) != m->dim) {
-			if (ferror(f))
-				return fail(-EIO, NULL, "read %s", path);
-			snprintf(detail, sizeof detail, "row %zu is truncated", i);
-			return fail(-EINVAL, detail, "read %s", path);
-		}
-		if (d != (int32_t)m->dim) {
-			snprintf(detail, sizeof detail,
-				 "row %zu has dimension %d, not %u", i, (int)d, m->dim);
-			return fail(-EINVAL, detail, "read %s", path);
-		}
-	}
-	return 0;
-}
-
-/* Load at most `limit` rows (0 = all) of a TEXMEX file. */
-static int load_vecs(const char *path, size_t limit, struct vecs *m)
-{
-	FILE *f = fopen(path, "rb");
-	struct stat st;
-	int32_t d;
-	size_t row_bytes;
-	char detail[96];
-	int rc;
-
-	if (!f)
-		return fail(-errno, NULL, "open %s", path);
-	if (fstat(fileno(f), &st)) {
-		rc = fail(-errno, NULL, "stat %s", path);
-		goto out;
-	}
-	if (fread(&d, 4, 1, f) != 1 || d < 1 || d > VECFS_DIM_MAX) {
-		rc = fail(-EINVAL, "no valid first row", "read %s", path);
-		goto out;
-	}
-	row_bytes = 4 + 4 * (size_t)d;
-	if ((uint64_t)st.st_size % row_bytes) {
-		snprintf(detail, sizeof detail,
-			 "size %lld is not a multiple of the row size %zu",
-			 (long long)st.st_size, row_bytes);
-		rc = fail(-EINVAL, detail, "read %s", path);
-		goto out;
-	}
-	m->dim = (uint32_t)d;
-	m->n = (size_t)((uint64_t)st.st_size / row_bytes);
-	if (limit && m->n > limit)
-		m->n = limit;
-	m->data = malloc(m->n * (size_t)m->dim * 4);
-	if (!m->data) {
-		rc = fail(-ENOMEM, NULL, "load %s", path);
-		goto out;
-	}
-	rewind(f);
-	rc = read_rows(f, path, m);
-out:
-	fclose(f);
-	return rc;
-}
-
-/* The first `metric:` line of DIR/README.md naming a known metric, e.g.
- * "metric: cosine" or "- **metric:** l2 (squared Euclidean)".  1 if found. */
-static int readme_metric(const char *dir, vecfs_metric *out)
-{
-	char path[PATH_MAX], line[1024];
-	FILE *f;
-	int found = 0;
-
-	if ((size_t)snprintf(path, sizeof path, "%s/README.md", dir) >= sizeof path)
-		return 0;
-	f = fopen(path, "r");
-	if (!f)
-		return 0;
-	while (!found && fgets(line, sizeof line, f)) {
-		const char *p = strcasestr(line, "metric:");
-		char word[16];
-		size_t n = 0;
-
-		if (!p)
-			continue;
-		p += strlen("metric:");
-		while (*p && strchr(" \t*`_\"'", *p))
-			p++;
-		while (isalnum((unsigned char)*p) && n + 1 < sizeof word)
-			word[n++] = (char)tolower((unsigned char)*p++);
-		word[n] = '\0';
-		found = n > 0 && vecfs_metric_parse(word, out) == 0;
-	}
-	fclose(f);
-	return found;
+	return tool_interrupted(); /* non-zero cancels the build */
 }
 
 /* ---------------------------------------------------------------- the run */
@@ -587,7 +345,7 @@ struct bench {
 	char name[256];           /* dataset: last component of DIR */
 	vecfs_metric metric;
 	const char *metric_from;
-	struct vecs base, query, gt;
+	struct ds_vecs base, query, gt;
 	size_t nq;
 	vecfs *v;
 	char store[PATH_MAX];
@@ -602,21 +360,6 @@ struct bench {
 	uint64_t *hit_ids;        /* k parsed keys of one result */
 };
 
-static void dataset_name(const char *dir, char *out, size_t cap)
-{
-	size_t end = strlen(dir), start;
-
-	while (end > 1 && dir[end - 1] == '/')
-		end--;
-	start = end;
-	while (start > 0 && dir[start - 1] != '/')
-		start--;
-	if (end - start >= cap)
-		end = start + cap - 1;
-	memcpy(out, dir + start, end - start);
-	out[end - start] = '\0';
-}
-
 static int load_dataset(struct bench *b)
 {
 	const struct options *o = b->opt;
@@ -624,36 +367,19 @@ static int load_dataset(struct bench *b)
 	char detail[96];
 	int rc;
 
-	dataset_name(o->dir, b->name, sizeof b->name);
-	if (o->have_metric) {
-		b->metric = o->metric;
-		b->metric_from = "--metric";
-	} else if (readme_metric(o->dir, &b->metric)) {
-		b->metric_from = "README.md";
-	} else {
-		b->metric = VECFS_L2;
-		b->metric_from = "default";
-	}
-
-	if ((rc = join_path(path, sizeof path, o->dir, "base.fvecs")) ||
-	    (rc = load_vecs(path, 0, &b->base)))
+	ds_name(o->dir, b->name, sizeof b->name);
+	ds_pick_metric(o->dir, o->have_metric, o->metric, &b->metric,
+		       &b->metric_from);
+	if ((rc = ds_load_base_query(o->dir, o->queries, &b->base, &b->query)))
 		return rc;
-	if ((rc = join_path(path, sizeof path, o->dir, "query.fvecs")) ||
-	    (rc = load_vecs(path, o->queries, &b->query)))
-		return rc;
-	if (b->query.dim != b->base.dim) {
-		snprintf(detail, sizeof detail, "queries have dimension %u, base %u",
-			 b->query.dim, b->base.dim);
-		return fail(-EINVAL, detail, "load %s", path);
-	}
 	b->nq = b->query.n;
-	if ((rc = join_path(path, sizeof path, o->dir, "gt.ivecs")) ||
-	    (rc = load_vecs(path, b->nq, &b->gt)))
+	if ((rc = ds_join_path(path, sizeof path, o->dir, "gt.ivecs")) ||
+	    (rc = ds_load_vecs(path, b->nq, &b->gt)))
 		return rc;
 	if (b->gt.n < b->nq) {
 		snprintf(detail, sizeof detail, "%zu rows for %zu queries",
 			 b->gt.n, b->nq);
-		return fail(-EINVAL, detail, "load %s", path);
+		return tool_fail(-EINVAL, detail, "load %s", path);
 	}
 	return 0;
 }
@@ -666,11 +392,11 @@ static int make_store_dir(struct bench *b)
 	if (b->opt->store) {
 		if ((size_t)snprintf(b->store, sizeof b->store, "%s",
 				     b->opt->store) >= sizeof b->store)
-			return fail(-ENAMETOOLONG, NULL, "--store %s", b->opt->store);
+			return tool_fail(-ENAMETOOLONG, NULL, "--store %s", b->opt->store);
 		if (mkdir(b->store, 0755)) {
 			int e = errno;
 
-			return fail(-e, e == EEXIST ? "it must not exist" : NULL,
+			return tool_fail(-e, e == EEXIST ? "it must not exist" : NULL,
 				    "--store %s", b->store);
 		}
 		return 0;
@@ -679,9 +405,9 @@ static int make_store_dir(struct bench *b)
 		tmp = "/tmp";
 	if ((size_t)snprintf(b->store, sizeof b->store, "%s/" PROG ".XXXXXX",
 			     tmp) >= sizeof b->store)
-		return fail(-ENAMETOOLONG, NULL, "temporary directory in %s", tmp);
+		return tool_fail(-ENAMETOOLONG, NULL, "temporary directory in %s", tmp);
 	if (!mkdtemp(b->store))
-		return fail(-errno, NULL, "mkdtemp %s", b->store);
+		return tool_fail(-errno, NULL, "mkdtemp %s", b->store);
 	b->store_is_temp = 1;
 	return 0;
 }
@@ -697,9 +423,9 @@ static int open_store(struct bench *b)
 		return rc;
 	rc = vecfs_open(b->store, &b->v, err, sizeof err);
 	if (rc)
-		return fail(rc, err, "vecfs_open %s", b->store);
+		return tool_fail(rc, err, "vecfs_open %s", b->store);
 	if ((rc = vecfs_config_get(b->v, &c)))
-		return fail(rc, NULL, "vecfs_config_get");
+		return tool_fail(rc, NULL, "vecfs_config_get");
 	c.metric = b->metric;
 	c.dim = b->base.dim;
 	if (o->bits)
@@ -711,9 +437,9 @@ static int open_store(struct bench *b)
 	c.auto_build = 0; /* nothing builds in the background */
 	rc = vecfs_config_set(b->v, &c, err, sizeof err);
 	if (rc)
-		return fail(rc, err, "vecfs_config_set");
+		return tool_fail(rc, err, "vecfs_config_set");
 	if ((rc = vecfs_config_get(b->v, &b->cfg)))
-		return fail(rc, NULL, "vecfs_config_get");
+		return tool_fail(rc, NULL, "vecfs_config_get");
 	return 0;
 }
 
@@ -725,13 +451,13 @@ static int check_ingested(struct bench *b)
 	int rc = vecfs_stats_get(b->v, &st);
 
 	if (rc)
-		return fail(rc, NULL, "vecfs_stats_get");
+		return tool_fail(rc, NULL, "vecfs_stats_get");
 	if (st.records != b->base.n || st.next_key != b->base.n) {
 		snprintf(detail, sizeof detail,
 			 "%llu records and key counter %llu after %zu rows",
 			 (unsigned long long)st.records,
 			 (unsigned long long)st.next_key, b->base.n);
-		return fail(-EPROTO, detail, "ingest");
+		return tool_fail(-EPROTO, detail, "ingest");
 	}
 	return 0;
 }
@@ -747,16 +473,16 @@ static int ingest(struct bench *b)
 	int rc = 0;
 
 	if (!rows)
-		return fail(-ENOMEM, NULL, "ingest");
-	t0 = now_ns();
+		return tool_fail(-ENOMEM, NULL, "ingest");
+	t0 = tool_now_ns();
 	for (size_t start = 0; start < b->base.n;) {
 		size_t cnt = b->base.n - start, bad = SIZE_MAX;
 
 		if (cnt > BATCH_ROWS)
 			cnt = BATCH_ROWS;
-		if (interrupted()) {
+		if (tool_interrupted()) {
 			progress_end(&p);
-			rc = report_interrupt();
+			rc = tool_report_interrupt();
 			break;
 		}
 		for (size_t j = 0; j < cnt; j++)
@@ -765,16 +491,16 @@ static int ingest(struct bench *b)
 		if (rc) {
 			progress_end(&p);
 			if (bad < cnt)
-				fail(rc, err, "vecfs_put (base row %zu)", start + bad);
+				tool_fail(rc, err, "vecfs_put (base row %zu)", start + bad);
 			else
-				fail(rc, err, "vecfs_put (base rows %zu..%zu)", start,
+				tool_fail(rc, err, "vecfs_put (base rows %zu..%zu)", start,
 				     start + cnt - 1);
 			break;
 		}
 		start += cnt;
 		progress_show(&p, "", (int)(start * 100 / b->base.n));
 	}
-	b->ingest_s = (double)(now_ns() - t0) / 1e9;
+	b->ingest_s = (double)(tool_now_ns() - t0) / 1e9;
 	progress_end(&p);
 	free(rows);
 	if (rc)
@@ -801,41 +527,23 @@ static int build(struct bench *b)
 	uint64_t t0;
 	int rc;
 
-	t0 = now_ns();
+	t0 = tool_now_ns();
 	rc = vecfs_build(b->v, 1, &b->gen_id, build_progress, &p, err, sizeof err);
-	b->build_s = (double)(now_ns() - t0) / 1e9;
+	b->build_s = (double)(tool_now_ns() - t0) / 1e9;
 	progress_end(&p);
 	if (rc)
-		return interrupted() ? report_interrupt() : fail(rc, err, "vecfs_build");
+		return tool_interrupted() ? tool_report_interrupt() : tool_fail(rc, err, "vecfs_build");
 	if ((rc = vecfs_gen_info_get(b->v, b->gen_id, &b->gen)))
-		return fail(rc, NULL, "vecfs_gen_info_get %llu",
+		return tool_fail(rc, NULL, "vecfs_gen_info_get %llu",
 			    (unsigned long long)b->gen_id);
 	if (b->gen.state != VECFS_GEN_READY || vecfs_active(b->v) != b->gen_id)
-		return fail(-EPROTO, "not ready and active after the build",
+		return tool_fail(-EPROTO, "not ready and active after the build",
 			    "generation %llu", (unsigned long long)b->gen_id);
 	/* bits planes plus the sign copy the first pass reads */
 	b->code_bytes = (uint64_t)(b->gen.bits + 1) * padded_dim(b->gen.dim) / 8;
 	if ((rc = vecfs_stats_get(b->v, &st)))
-		return fail(rc, NULL, "vecfs_stats_get");
+		return tool_fail(rc, NULL, "vecfs_stats_get");
 	b->store_bytes = st.store_bytes;
-	return 0;
-}
-
-/* A hit's key as a row index: decimal digits only. */
-static int parse_key(const vecfs_hit *h, uint64_t *out)
-{
-	uint64_t x = 0;
-
-	if (!h->key || h->keylen == 0)
-		return -EINVAL;
-	for (size_t i = 0; i < h->keylen; i++) {
-		unsigned d = (unsigned char)h->key[i] - '0';
-
-		if (d > 9 || x > (UINT64_MAX - d) / 10)
-			return -EINVAL;
-		x = x * 10 + d;
-	}
-	*out = x;
 	return 0;
 }
 
@@ -868,8 +576,8 @@ static int query_recall(struct bench *b, size_t qi, const vecfs_results *r,
 	if (cnt > b->opt->k)
 		cnt = b->opt->k;
 	for (size_t j = 0; j < cnt; j++)
-		if (parse_key(&r->hits[0][j], &b->hit_ids[j]))
-			return fail(-EPROTO, r->hits[0][j].key,
+		if (ds_key_row(&r->hits[0][j], 0, &b->hit_ids[j]))
+			return tool_fail(-EPROTO, r->hits[0][j].key,
 				    "query %zu: hit key is not a row index", qi);
 	*out = recall_of(b, qi, cnt);
 	return 0;
@@ -883,7 +591,7 @@ static int search_one(struct bench *b, size_t qi, const vecfs_query_opts *qo,
 	int rc = vecfs_search(b->v, q, 1, b->query.dim, qo, r, err, sizeof err);
 
 	if (rc)
-		return fail(rc, err, "vecfs_search (query %zu)", qi);
+		return tool_fail(rc, err, "vecfs_search (query %zu)", qi);
 	return 0;
 }
 
@@ -901,13 +609,6 @@ static int warm_up(struct bench *b, const vecfs_query_opts *qo)
 		vecfs_results_free(r);
 	}
 	return 0;
-}
-
-static int cmp_u64(const void *a, const void *b)
-{
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-
-	return (x > y) - (x < y);
 }
 
 /* Nearest-rank percentile of sorted values, in microseconds. */
@@ -942,11 +643,11 @@ static int measure_setting(struct bench *b, const vecfs_query_opts *qo,
 		double recall = 0;
 		uint64_t t0;
 
-		if ((i & 63) == 0 && interrupted())
-			return report_interrupt();
-		t0 = now_ns();
+		if ((i & 63) == 0 && tool_interrupted())
+			return tool_report_interrupt();
+		t0 = tool_now_ns();
 		rc = search_one(b, i, qo, &r);
-		b->lat_ns[i] = now_ns() - t0;
+		b->lat_ns[i] = tool_now_ns() - t0;
 		if (rc)
 			return rc;
 		total_ns += b->lat_ns[i];
@@ -957,7 +658,7 @@ static int measure_setting(struct bench *b, const vecfs_query_opts *qo,
 			return rc;
 		recall_sum += recall;
 	}
-	qsort(b->lat_ns, b->nq, sizeof *b->lat_ns, cmp_u64);
+	qsort(b->lat_ns, b->nq, sizeof *b->lat_ns, tool_cmp_u64);
 	m->nprobe = qo->exact ? 0 : qo->nprobe;
 	m->recall = recall_sum / (double)b->nq;
 	m->qps = total_ns ? (double)b->nq * 1e9 / (double)total_ns : 0;
@@ -1012,55 +713,31 @@ static void print_row(const struct bench *b, const struct measure *m)
 	fflush(stdout);
 }
 
-static void json_string(const char *s)
-{
-	putchar('"');
-	for (; *s; s++) {
-		unsigned char c = (unsigned char)*s;
-
-		if (c == '"' || c == '\\')
-			printf("\\%c", c);
-		else if (c < 0x20)
-			printf("\\u%04x", c);
-		else
-			putchar(c);
-	}
-	putchar('"');
-}
-
-static void json_num(const char *key, double x, int decimals)
-{
-	if (isfinite(x))
-		printf(",\"%s\":%.*f", key, decimals, x);
-	else
-		printf(",\"%s\":null", key);
-}
-
 static void json_row(const struct bench *b, const struct measure *m)
 {
 	printf("{\"mode\":\"%s\",\"dataset\":", m->nprobe ? "ivf" : "exact");
-	json_string(b->name);
+	tool_json_string(b->name);
 	printf(",\"nprobe\":%u", m->nprobe);
-	json_num("recall_at_10", m->recall, 4);
-	json_num("qps", m->qps, 1);
-	json_num("p50_us", m->p50_us, 1);
-	json_num("p99_us", m->p99_us, 1);
-	json_num("build_s", b->build_s, 3);
+	tool_json_num("recall_at_10", m->recall, 4);
+	tool_json_num("qps", m->qps, 1);
+	tool_json_num("p50_us", m->p50_us, 1);
+	tool_json_num("p99_us", m->p99_us, 1);
+	tool_json_num("build_s", b->build_s, 3);
 	printf(",\"code_bytes_per_vector\":%llu", (unsigned long long)b->code_bytes);
-	json_num("exact_qps", b->exact_qps, 1);
+	tool_json_num("exact_qps", b->exact_qps, 1);
 	printf(",\"n\":%zu,\"dim\":%u,\"metric\":\"%s\",\"queries\":%zu,\"k\":%u",
 	       b->base.n, b->base.dim, vecfs_metric_name(b->metric), b->nq,
 	       b->opt->k);
 	printf(",\"nlist\":%u,\"bits\":%u,\"refine\":%u,\"kernel\":",
 	       b->gen.nlist, b->gen.bits,
 	       b->opt->refine ? b->opt->refine : b->cfg.refine);
-	json_string(vecfs_kernel_name());
-	json_num("ingest_rows_per_s", b->ingest_rate, 0);
+	tool_json_string(vecfs_kernel_name());
+	tool_json_num("ingest_rows_per_s", b->ingest_rate, 0);
 	printf(",\"store_bytes\":%llu", (unsigned long long)b->store_bytes);
-	json_num("pass1_scored", m->pass1_scored, 1);
-	json_num("pass1_pruned", m->pass1_pruned, 1);
-	json_num("pass2_scored", m->pass2_scored, 1);
-	json_num("reranked", m->reranked, 1);
+	tool_json_num("pass1_scored", m->pass1_scored, 1);
+	tool_json_num("pass1_pruned", m->pass1_pruned, 1);
+	tool_json_num("pass2_scored", m->pass2_scored, 1);
+	tool_json_num("reranked", m->reranked, 1);
 	printf("}\n");
 	fflush(stdout);
 }
@@ -1085,7 +762,7 @@ static int measure_all(struct bench *b)
 	b->lat_ns = calloc(b->nq, sizeof *b->lat_ns);
 	b->hit_ids = calloc(o->k, sizeof *b->hit_ids);
 	if (!b->lat_ns || !b->hit_ids)
-		return fail(-ENOMEM, NULL, "measure");
+		return tool_fail(-ENOMEM, NULL, "measure");
 	if (!o->json)
 		print_header(b);
 	size_t all = b->nq, ne = o->exact_queries ? o->exact_queries : 200;
@@ -1114,14 +791,14 @@ static int reuse_store(struct bench *b)
 
 	snprintf(b->store, sizeof b->store, "%s", b->opt->reuse);
 	if ((rc = vecfs_open(b->store, &b->v, err, sizeof err)))
-		return fail(rc, err, "vecfs_open %s", b->store);
+		return tool_fail(rc, err, "vecfs_open %s", b->store);
 	if ((rc = vecfs_config_get(b->v, &b->cfg)))
-		return fail(rc, NULL, "vecfs_config_get");
+		return tool_fail(rc, NULL, "vecfs_config_get");
 	b->gen_id = vecfs_active(b->v);
 	if (!b->gen_id)
-		return fail(-ENOENT, "no active generation", "--reuse %s", b->store);
+		return tool_fail(-ENOENT, "no active generation", "--reuse %s", b->store);
 	if ((rc = vecfs_gen_info_get(b->v, b->gen_id, &b->gen)))
-		return fail(rc, NULL, "vecfs_gen_info_get");
+		return tool_fail(rc, NULL, "vecfs_gen_info_get");
 	b->code_bytes = (uint64_t)(b->gen.bits + 1) * padded_dim(b->gen.dim) / 8;
 	return 0;
 }
@@ -1139,23 +816,6 @@ static int bench_run(struct bench *b)
 	return rc ? rc : measure_all(b);
 }
 
-static int remove_entry(const char *path, const struct stat *st, int type,
-			struct FTW *ftw)
-{
-	(void)st;
-	(void)type;
-	(void)ftw;
-	return remove(path) ? errno : 0;
-}
-
-static void remove_tree(const char *dir)
-{
-	int rc = nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT);
-
-	if (rc)
-		fail(-(rc > 0 ? rc : errno), NULL, "remove %s", dir);
-}
-
 static void bench_free(struct bench *b)
 {
 	if (b->v)
@@ -1164,7 +824,7 @@ static void bench_free(struct bench *b)
 		if (b->opt->keep)
 			fprintf(stderr, PROG ": kept store %s\n", b->store);
 		else
-			remove_tree(b->store);
+			tool_remove_tree(b->store);
 	}
 	free(b->base.data);
 	free(b->query.data);
@@ -1241,7 +901,7 @@ struct mnt {
 
 static int mnt_path(const struct mnt *m, const char *rel, char *buf)
 {
-	return join_path(buf, PATH_MAX, m->dir, rel);
+	return ds_join_path(buf, PATH_MAX, m->dir, rel);
 }
 
 /* ------------------------------------------------ small file helpers */
@@ -1372,10 +1032,10 @@ static int fail_mnt(const struct mnt *m, int rc, const char *what)
 {
 	char why[512];
 
-	if (interrupted())
-		return report_interrupt();
+	if (tool_interrupted())
+		return tool_report_interrupt();
 	last_error(m, why, sizeof why);
-	return fail(rc, why, "%s", what);
+	return tool_fail(rc, why, "%s", what);
 }
 
 /* Write a whole text to a file of the tree in one write(), then close(). */
@@ -1563,7 +1223,7 @@ static pid_t find_daemon(const struct mnt *m)
 static void wait_daemon(struct mnt *m)
 {
 	pid_t pid = m->daemon;
-	uint64_t t0 = now_ns(), limit = (uint64_t)DAEMON_EXIT_S * 1000000000u;
+	uint64_t t0 = tool_now_ns(), limit = (uint64_t)DAEMON_EXIT_S * 1000000000u;
 	int sent = 0;
 
 	while (pid) {
@@ -1571,7 +1231,7 @@ static void wait_daemon(struct mnt *m)
 		char state = 0;
 		int st;
 		pid_t r = waitpid(pid, &st, WNOHANG);
-		uint64_t t = now_ns() - t0;
+		uint64_t t = tool_now_ns() - t0;
 
 		if (r == pid) {
 			if (WIFSIGNALED(st) && !sent && !m->stopped)
@@ -1661,7 +1321,7 @@ static void phase_set(struct mnt *m, int ph)
 static void *sampler(void *arg)
 {
 	struct mnt *m = arg;
-	uint64_t next = now_ns(), sig_at = 0;
+	uint64_t next = tool_now_ns(), sig_at = 0;
 
 	pthread_mutex_lock(&m->mu);
 	while (!m->stop) {
@@ -1675,8 +1335,8 @@ static void *sampler(void *arg)
 		if (m->stop)
 			break;
 		sample_locked(m);
-		if (!m->stopped && interrupted()) {
-			uint64_t t = now_ns();
+		if (!m->stopped && tool_interrupted()) {
+			uint64_t t = tool_now_ns();
 
 			if (!sig_at) {
 				sig_at = t;
@@ -1685,8 +1345,8 @@ static void *sampler(void *arg)
 				m->stopped = 1;
 			}
 		}
-		if (now_ns() > next + SAMPLE_NS)
-			next = now_ns(); /* fell behind: no burst of samples */
+		if (tool_now_ns() > next + SAMPLE_NS)
+			next = tool_now_ns(); /* fell behind: no burst of samples */
 	}
 	pthread_mutex_unlock(&m->mu);
 	return NULL;
@@ -1701,7 +1361,7 @@ static int sampler_start(struct mnt *m)
 	    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) ||
 	    pthread_cond_init(&m->cv, &ca)) {
 		pthread_condattr_destroy(&ca);
-		return fail(-ENOMEM, NULL, "sampling thread");
+		return tool_fail(-ENOMEM, NULL, "sampling thread");
 	}
 	pthread_condattr_destroy(&ca);
 	pthread_mutex_init(&m->mu, NULL);
@@ -1709,7 +1369,7 @@ static int sampler_start(struct mnt *m)
 	m->phase = PH_NONE;
 	rc = pthread_create(&m->th, NULL, sampler, m);
 	if (rc)
-		return fail(-rc, NULL, "sampling thread");
+		return tool_fail(-rc, NULL, "sampling thread");
 	m->th_running = 1;
 	return 0;
 }
@@ -1746,17 +1406,17 @@ static int find_vecfs(const struct options *o, struct mnt *m)
 			ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
 
 			if (n < 0)
-				return fail(-errno, NULL, "readlink /proc/self/exe");
+				return tool_fail(-errno, NULL, "readlink /proc/self/exe");
 			self[n] = '\0';
 			*strrchr(self, '/') = '\0';
 			snprintf(cand, sizeof cand, "%s/vecfs", self);
 		}
 	}
 	if (!realpath(cand, m->vecfs))
-		return fail(-errno, o->vecfs_bin ? NULL : "(give the daemon with --vecfs)",
+		return tool_fail(-errno, o->vecfs_bin ? NULL : "(give the daemon with --vecfs)",
 			    "daemon %s", cand);
 	if (access(m->vecfs, X_OK))
-		return fail(-errno, NULL, "daemon %s", m->vecfs);
+		return tool_fail(-errno, NULL, "daemon %s", m->vecfs);
 	return 0;
 }
 
@@ -1768,24 +1428,24 @@ static int make_tmp(struct mnt *m)
 	if (!tmp || !*tmp)
 		tmp = "/tmp";
 	if ((size_t)snprintf(t, sizeof t, "%s/" PROG ".XXXXXX", tmp) >= sizeof t)
-		return fail(-ENAMETOOLONG, NULL, "temporary directory in %s", tmp);
+		return tool_fail(-ENAMETOOLONG, NULL, "temporary directory in %s", tmp);
 	if (!mkdtemp(t))
-		return fail(-errno, NULL, "mkdtemp %s", t);
+		return tool_fail(-errno, NULL, "mkdtemp %s", t);
 	/* canonical, so that it matches the kernel's mount table */
 	if (!realpath(t, m->tmp)) {
 		int e = errno;
 
 		rmdir(t);
-		return fail(-e, NULL, "realpath %s", t);
+		return tool_fail(-e, NULL, "realpath %s", t);
 	}
 	m->tmp_made = 1;
-	if (join_path(m->store, sizeof m->store, m->tmp, "store") ||
-	    join_path(m->dir, sizeof m->dir, m->tmp, "mnt"))
+	if (ds_join_path(m->store, sizeof m->store, m->tmp, "store") ||
+	    ds_join_path(m->dir, sizeof m->dir, m->tmp, "mnt"))
 		return -ENAMETOOLONG;
 	if (mkdir(m->store, 0755))
-		return fail(-errno, NULL, "mkdir %s", m->store);
+		return tool_fail(-errno, NULL, "mkdir %s", m->store);
 	if (mkdir(m->dir, 0755))
-		return fail(-errno, NULL, "mkdir %s", m->dir);
+		return tool_fail(-errno, NULL, "mkdir %s", m->dir);
 	return 0;
 }
 
@@ -1810,14 +1470,14 @@ static int mnt_start(struct bench *b, struct mnt *m)
 	m->launched = 1;
 	st = run_prog(argv);
 	if (st < 0)
-		return fail(st, NULL, "start %s", m->vecfs);
+		return tool_fail(st, NULL, "start %s", m->vecfs);
 	if (st) {
 		fprintf(stderr, PROG ": the daemon did not mount: `%s %s %s` "
 			"exited with status %d\n", m->vecfs, m->store, m->dir, st);
 		return -EIO;
 	}
 	if (!mount_listed(m->dir))
-		return fail(-EIO, "not in /proc/self/mountinfo", "mount %s", m->dir);
+		return tool_fail(-EIO, "not in /proc/self/mountinfo", "mount %s", m->dir);
 	m->daemon = find_daemon(m);
 	if (!m->daemon)
 		fprintf(stderr, PROG ": cannot find the daemon's process; "
@@ -1850,7 +1510,7 @@ static int mnt_stop(struct mnt *m)
 			run_prog(uz);
 			if (mount_listed(m->dir)) {
 				m->still_mounted = 1;
-				rc = fail(-EBUSY, NULL, "unmount %s", m->dir);
+				rc = tool_fail(-EBUSY, NULL, "unmount %s", m->dir);
 			}
 		}
 	}
@@ -1877,7 +1537,7 @@ static void mnt_free(struct mnt *m, int keep)
 	else if (keep)
 		fprintf(stderr, PROG ": kept store %s\n", m->store);
 	else
-		remove_tree(m->tmp);
+		tool_remove_tree(m->tmp);
 }
 
 /* ------------------------------------------------ config, ingest, build */
@@ -1930,7 +1590,7 @@ static int mnt_check_records(struct mnt *m, uint64_t want)
 	if (have != want) {
 		snprintf(detail, sizeof detail, "%llu records, %llu expected",
 			 (unsigned long long)have, (unsigned long long)want);
-		return fail(-EPROTO, detail, "ingest through the mount");
+		return tool_fail(-EPROTO, detail, "ingest through the mount");
 	}
 	return 0;
 }
@@ -1956,10 +1616,10 @@ static int mnt_ingest(struct bench *b, struct mnt *m, int part, const char *name
 		return rc;
 	buf = malloc(per_write * row_bytes);
 	if (!buf)
-		return fail(-ENOMEM, NULL, "ingest");
+		return tool_fail(-ENOMEM, NULL, "ingest");
 	snprintf(phase, sizeof phase, "%s", name);
 	phase_set(m, part ? PH_INGEST2 : PH_INGEST);
-	t0 = now_ns();
+	t0 = tool_now_ns();
 	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 	if (fd < 0) {
 		snprintf(what, sizeof what, "create %s", path);
@@ -1976,11 +1636,11 @@ static int mnt_ingest(struct bench *b, struct mnt *m, int part, const char *name
 			memcpy(row + 4, (const float *)b->base.data +
 			       (first + done + j) * dim, 4 * (size_t)dim);
 		}
-		if (interrupted()) {
+		if (tool_interrupted()) {
 			unlink(path); /* abandoned: nothing of it is committed */
 			close(fd);
 			progress_end(&p);
-			rc = report_interrupt();
+			rc = tool_report_interrupt();
 			goto out;
 		}
 		if ((rc = write_all(fd, buf, cnt * row_bytes))) {
@@ -1995,7 +1655,7 @@ static int mnt_ingest(struct bench *b, struct mnt *m, int part, const char *name
 		progress_show(&p, phase, (int)(done * 100 / n));
 	}
 	progress_show(&p, phase, 100);
-	t_close = now_ns();
+	t_close = tool_now_ns();
 	if (close(fd)) {
 		rc = -errno;
 		progress_end(&p);
@@ -2003,8 +1663,8 @@ static int mnt_ingest(struct bench *b, struct mnt *m, int part, const char *name
 		rc = fail_mnt(m, rc, what);
 		goto out;
 	}
-	m->ingest_s[part] = (double)(now_ns() - t0) / 1e9;
-	m->commit_s[part] = (double)(now_ns() - t_close) / 1e9;
+	m->ingest_s[part] = (double)(tool_now_ns() - t0) / 1e9;
+	m->commit_s[part] = (double)(tool_now_ns() - t_close) / 1e9;
 	m->ingest_n[part] = n;
 	progress_end(&p);
 out:
@@ -2023,9 +1683,9 @@ static int mnt_build(struct mnt *m, size_t rows)
 
 	fprintf(stderr, "mount build: %zu rows through ctl\n", rows);
 	phase_set(m, PH_BUILD);
-	t0 = now_ns();
+	t0 = tool_now_ns();
 	rc = write_text(m, "ctl", cmd, sizeof cmd - 1);
-	m->build_s = (double)(now_ns() - t0) / 1e9;
+	m->build_s = (double)(tool_now_ns() - t0) / 1e9;
 	phase_set(m, PH_NONE);
 	if (rc)
 		return rc;
@@ -2050,7 +1710,7 @@ static int mnt_load(struct bench *b, struct mnt *m)
 		return (rc = mnt_ingest(b, m, 0, "base.fvecs", 0, n)) ? rc :
 			mnt_build(m, n);
 	if (half == 0)
-		return fail(-EINVAL, "it needs at least 2 base rows",
+		return tool_fail(-EINVAL, "it needs at least 2 base rows",
 			    "--ingest-after-build");
 	if ((rc = mnt_ingest(b, m, 0, "base.1.fvecs", 0, half)) ||
 	    (rc = mnt_build(m, half)))
@@ -2071,7 +1731,7 @@ static int mnt_prepare_queries(struct bench *b, struct mnt *m)
 	m->voff = malloc((b->nq + 1) * sizeof *m->voff);
 	m->req = malloc(line_max + 128);
 	if (!m->vtext || !m->voff || !m->req)
-		return fail(-ENOMEM, NULL, "query texts");
+		return tool_fail(-ENOMEM, NULL, "query texts");
 	for (size_t i = 0; i < b->nq; i++) {
 		const float *q = (const float *)b->query.data + i * dim;
 
@@ -2117,7 +1777,7 @@ static int parse_out(struct bench *b, const char *text, size_t len, size_t qi,
 		if (!nl)
 			nl = end;
 		if (parse_out_line(p, nl, &b->hit_ids[n]))
-			return fail(-EPROTO, "expected KEY<TAB>DISTANCE with a row index",
+			return tool_fail(-EPROTO, "expected KEY<TAB>DISTANCE with a row index",
 				    "query %zu: out line '%.*s'", qi,
 				    (int)(nl - p > 60 ? 60 : nl - p), p);
 		n++;
@@ -2138,7 +1798,7 @@ static int mnt_query(struct bench *b, struct mnt *m, size_t qi, size_t optlen,
 	int fd, rc;
 
 	memcpy(m->req + optlen, m->vtext + m->voff[qi], vlen);
-	t0 = now_ns();
+	t0 = tool_now_ns();
 	fd = open(m->qin, O_WRONLY | O_TRUNC | O_CLOEXEC);
 	if (fd < 0) {
 		snprintf(what, sizeof what, "query %zu: open in", qi);
@@ -2161,7 +1821,7 @@ static int mnt_query(struct bench *b, struct mnt *m, size_t qi, size_t optlen,
 	rc = read_fd(fd, &m->out, &m->outcap, &outlen);
 	if (close(fd) && !rc)
 		rc = -errno;
-	*ns = now_ns() - t0;
+	*ns = tool_now_ns() - t0;
 	if (rc) {
 		snprintf(what, sizeof what, "query %zu: read out", qi);
 		return fail_mnt(m, rc, what);
@@ -2187,7 +1847,7 @@ static int mnt_check_query_stats(const struct mnt *m, uint32_t nprobe, uint32_t 
 			 "asked for %llu, %u, %u", (unsigned long long)gen,
 			 (unsigned long long)np, (unsigned long long)kk,
 			 (unsigned long long)m->gen_id, nprobe, k);
-		return fail(-EPROTO, detail, "query/" SESSION "/stats");
+		return tool_fail(-EPROTO, detail, "query/" SESSION "/stats");
 	}
 	return 0;
 }
@@ -2212,9 +1872,9 @@ static int mnt_measure(struct bench *b, struct mnt *m, uint32_t nprobe,
 	m->req[optlen++] = '\n';
 	snprintf(phase, sizeof phase, "nprobe %u warm-up", nprobe);
 	for (size_t i = 0; i < nwarm; i++) {
-		if ((i & 63) == 0 && interrupted()) {
+		if ((i & 63) == 0 && tool_interrupted()) {
 			progress_end(&p);
-			return report_interrupt();
+			return tool_report_interrupt();
 		}
 		if ((rc = mnt_query(b, m, i, (size_t)optlen, &ns, &cnt))) {
 			progress_end(&p);
@@ -2224,9 +1884,9 @@ static int mnt_measure(struct bench *b, struct mnt *m, uint32_t nprobe,
 	}
 	snprintf(phase, sizeof phase, "nprobe %u", nprobe);
 	for (size_t i = 0; i < b->nq; i++) {
-		if ((i & 63) == 0 && interrupted()) {
+		if ((i & 63) == 0 && tool_interrupted()) {
 			progress_end(&p);
-			return report_interrupt();
+			return tool_report_interrupt();
 		}
 		if ((rc = mnt_query(b, m, i, (size_t)optlen, &ns, &cnt))) {
 			progress_end(&p);
@@ -2240,7 +1900,7 @@ static int mnt_measure(struct bench *b, struct mnt *m, uint32_t nprobe,
 	progress_end(&p);
 	if ((rc = mnt_check_query_stats(m, nprobe, o->k)))
 		return rc;
-	qsort(b->lat_ns, b->nq, sizeof *b->lat_ns, cmp_u64);
+	qsort(b->lat_ns, b->nq, sizeof *b->lat_ns, tool_cmp_u64);
 	*out = (struct measure){ .nprobe = nprobe };
 	out->recall = recall_sum / (double)b->nq;
 	out->qps = total_ns ? (double)b->nq * 1e9 / (double)total_ns : 0;
@@ -2281,19 +1941,19 @@ static int lib_measure(struct bench *b, struct mnt *m)
 
 	snprintf(b->store, sizeof b->store, "%s", m->store);
 	if ((rc = vecfs_open(b->store, &b->v, err, sizeof err)))
-		return fail(rc, err, "vecfs_open %s", b->store);
+		return tool_fail(rc, err, "vecfs_open %s", b->store);
 	if ((rc = vecfs_config_get(b->v, &b->cfg)))
-		return fail(rc, NULL, "vecfs_config_get");
+		return tool_fail(rc, NULL, "vecfs_config_get");
 	b->gen_id = vecfs_active(b->v);
 	if (b->gen_id != m->gen_id)
-		return fail(-EPROTO, "the active generation changed",
+		return tool_fail(-EPROTO, "the active generation changed",
 			    "generation %llu, the mount built %llu",
 			    (unsigned long long)b->gen_id, (unsigned long long)m->gen_id);
 	if ((rc = vecfs_gen_info_get(b->v, b->gen_id, &b->gen)))
-		return fail(rc, NULL, "vecfs_gen_info_get");
+		return tool_fail(rc, NULL, "vecfs_gen_info_get");
 	b->code_bytes = (uint64_t)(b->gen.bits + 1) * padded_dim(b->gen.dim) / 8;
 	if ((rc = vecfs_stats_get(b->v, &st)))
-		return fail(rc, NULL, "vecfs_stats_get");
+		return tool_fail(rc, NULL, "vecfs_stats_get");
 	b->store_bytes = st.store_bytes;
 	m->delta_postings = st.delta_postings;
 	m->unindexed = st.unindexed;
@@ -2426,25 +2086,25 @@ static void mnt_json_row(const struct bench *b, const struct mnt *m,
 	uint64_t rss, anon;
 
 	printf("{\"mode\":\"mount\",\"dataset\":");
-	json_string(b->name);
+	tool_json_string(b->name);
 	printf(",\"nprobe\":%u", fs->nprobe);
-	json_num("recall_at_10", fs->recall, 4);
-	json_num("qps", fs->qps, 1);
-	json_num("library_qps", lib->qps, 1);
-	json_num("ratio", lib->qps > 0 ? fs->qps / lib->qps : NAN, 4);
-	json_num("p50_us", fs->p50_us, 1);
-	json_num("p99_us", fs->p99_us, 1);
-	json_num("library_recall_at_10", lib->recall, 4);
-	json_num("library_p50_us", lib->p50_us, 1);
-	json_num("library_p99_us", lib->p99_us, 1);
-	json_num("added_us", added_us(fs, lib), 1);
-	json_num("ingest_rows_per_s", ingest_rate(m, 0), 0);
-	json_num("ingest_after_build_rows_per_s",
+	tool_json_num("recall_at_10", fs->recall, 4);
+	tool_json_num("qps", fs->qps, 1);
+	tool_json_num("library_qps", lib->qps, 1);
+	tool_json_num("ratio", lib->qps > 0 ? fs->qps / lib->qps : NAN, 4);
+	tool_json_num("p50_us", fs->p50_us, 1);
+	tool_json_num("p99_us", fs->p99_us, 1);
+	tool_json_num("library_recall_at_10", lib->recall, 4);
+	tool_json_num("library_p50_us", lib->p50_us, 1);
+	tool_json_num("library_p99_us", lib->p99_us, 1);
+	tool_json_num("added_us", added_us(fs, lib), 1);
+	tool_json_num("ingest_rows_per_s", ingest_rate(m, 0), 0);
+	tool_json_num("ingest_after_build_rows_per_s",
 		 m->ingest_n[1] ? ingest_rate(m, 1) : NAN, 0);
 	ingest_peak(m, &sampled, &rss, &anon);
 	json_kb("ingest_rss_peak_kb", sampled, rss);
 	json_kb("ingest_rss_anon_peak_kb", sampled, anon);
-	json_num("build_s", m->build_s, 3);
+	tool_json_num("build_s", m->build_s, 3);
 	printf(",\"build_rows\":%zu", m->build_rows);
 	json_kb("build_rss_peak_kb", m->sampled[PH_BUILD], m->rss_kb[PH_BUILD]);
 	json_kb("build_rss_anon_peak_kb", m->sampled[PH_BUILD], m->anon_kb[PH_BUILD]);
@@ -2463,7 +2123,7 @@ static void mnt_json_row(const struct bench *b, const struct mnt *m,
 	       ",\"kernel\":", b->gen.nlist, b->gen.bits,
 	       b->opt->refine ? b->opt->refine : b->cfg.refine,
 	       (unsigned long long)m->delta_postings);
-	json_string(vecfs_kernel_name());
+	tool_json_string(vecfs_kernel_name());
 	printf(",\"store_bytes\":%llu}\n", (unsigned long long)b->store_bytes);
 }
 
@@ -2489,7 +2149,7 @@ static int mount_run(struct bench *b, struct mnt *m)
 	b->lat_ns = calloc(b->nq, sizeof *b->lat_ns);
 	b->hit_ids = calloc(b->opt->k, sizeof *b->hit_ids);
 	if (!b->lat_ns || !b->hit_ids)
-		return fail(-ENOMEM, NULL, "measure");
+		return tool_fail(-ENOMEM, NULL, "measure");
 	rc = mnt_start(b, m);
 	if (!rc)
 		rc = mnt_load(b, m);
@@ -2500,8 +2160,8 @@ static int mount_run(struct bench *b, struct mnt *m)
 		return rc;
 	if (stop_rc)
 		return stop_rc;
-	if (interrupted())
-		return report_interrupt();
+	if (tool_interrupted())
+		return tool_report_interrupt();
 	if ((rc = lib_measure(b, m)))
 		return rc;
 	mnt_report(b, m);
@@ -2516,13 +2176,14 @@ int main(int argc, char **argv)
 	sigset_t sigs;
 	int rc;
 
+	tool_init(PROG, progress_break);
 	if (parse_args(argc, argv, &opt))
 		return 1;
 	if (opt.help) {
 		fputs(usage_text, stdout);
 		return 0;
 	}
-	block_signals(&sigs);
+	tool_block_signals(&sigs);
 	b.opt = &opt;
 	if (opt.mount) {
 		rc = mount_run(&b, &m);
@@ -2533,7 +2194,7 @@ int main(int argc, char **argv)
 		rc = bench_run(&b);
 		bench_free(&b);
 	}
-	if (interrupted())
+	if (tool_interrupted())
 		sigprocmask(SIG_UNBLOCK, &sigs, NULL); /* dies of the signal */
 	return rc ? 1 : 0;
 }

@@ -19,24 +19,22 @@
  * scratch from the same live set, and the churned store's QPS and size are
  * compared with it.
  */
-#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <limits.h>
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "vecfs.h"
+#include "dataset.h"
+#include "toolutil.h"
 
 #define PROG "vecfs-churn"
 #define ERRLEN 256
@@ -127,13 +125,7 @@ struct options {
 enum opt_id { OPT_ROUNDS, OPT_METRIC, OPT_QUERIES, OPT_SEED, OPT_STORE,
 	      OPT_KEEP, OPT_JSON, OPT_HELP };
 
-struct opt_spec {
-	const char *name;
-	int has_arg;
-	enum opt_id id;
-};
-
-static const struct opt_spec opt_table[] = {
+static const struct tool_opt opt_table[] = {
 	{ "--rounds", 1, OPT_ROUNDS }, { "--metric", 1, OPT_METRIC },
 	{ "--queries", 1, OPT_QUERIES }, { "--seed", 1, OPT_SEED },
 	{ "--store", 1, OPT_STORE },   { "--keep", 0, OPT_KEEP },
@@ -141,55 +133,16 @@ static const struct opt_spec opt_table[] = {
 	{ "-h", 0, OPT_HELP },
 };
 
-/* Print "vecfs-churn: <what>: <strerror(-rc)>[: <detail>]" and return rc. */
-static int fail(int rc, const char *detail, const char *fmt, ...)
+/* Non-zero when the value is bad. */
+static int apply_opt(void *ctx, const struct tool_opt *spec, const char *val)
 {
-	va_list ap;
-
-	fputs(PROG ": ", stderr);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fprintf(stderr, ": %s", strerror(rc < 0 ? -rc : rc));
-	if (detail && *detail)
-		fprintf(stderr, ": %s", detail);
-	fputc('\n', stderr);
-	return rc;
-}
-
-static int usage_error(const char *fmt, const char *arg)
-{
-	fputs(PROG ": ", stderr);
-	fprintf(stderr, fmt, arg);
-	fputs("\n(try " PROG " --help)\n", stderr);
-	return -EINVAL;
-}
-
-/* A decimal number in [min, max]; no sign, no trailing characters. */
-static int parse_uint(const char *s, uint64_t min, uint64_t max, uint64_t *out)
-{
-	char *end;
-	unsigned long long x;
-
-	if (!isdigit((unsigned char)*s))
-		return -EINVAL;
-	errno = 0;
-	x = strtoull(s, &end, 10);
-	if (errno || *end || x < min || x > max)
-		return -EINVAL;
-	*out = x;
-	return 0;
-}
-
-static int apply_opt(struct options *o, const struct opt_spec *spec,
-		     const char *val)
-{
+	struct options *o = ctx;
 	uint64_t x = 0;
 	int bad = 0;
 
-	switch (spec->id) {
+	switch ((enum opt_id)spec->id) {
 	case OPT_ROUNDS:
-		bad = parse_uint(val, 1, 100000, &x) != 0;
+		bad = tool_parse_uint(val, 1, 100000, &x) != 0;
 		o->rounds = (unsigned)x;
 		break;
 	case OPT_METRIC:
@@ -197,11 +150,11 @@ static int apply_opt(struct options *o, const struct opt_spec *spec,
 		o->have_metric = 1;
 		break;
 	case OPT_QUERIES:
-		bad = parse_uint(val, 1, SIZE_MAX, &x) != 0;
+		bad = tool_parse_uint(val, 1, SIZE_MAX, &x) != 0;
 		o->queries = (size_t)x;
 		break;
 	case OPT_SEED:
-		bad = parse_uint(val, 0, UINT64_MAX, &x) != 0;
+		bad = tool_parse_uint(val, 0, UINT64_MAX, &x) != 0;
 		o->seed = x;
 		break;
 	case OPT_STORE:
@@ -218,120 +171,29 @@ static int apply_opt(struct options *o, const struct opt_spec *spec,
 		o->help = 1;
 		break;
 	}
-	if (bad) {
-		fprintf(stderr, PROG ": bad value for %s: '%s'\n", spec->name, val);
-		return -EINVAL;
-	}
-	return 0;
+	return bad;
 }
 
-static const struct opt_spec *find_opt(const char *name, size_t len)
-{
-	for (size_t i = 0; i < sizeof opt_table / sizeof opt_table[0]; i++)
-		if (strlen(opt_table[i].name) == len &&
-		    memcmp(opt_table[i].name, name, len) == 0)
-			return &opt_table[i];
-	return NULL;
-}
-
-/* Accepts "--opt value" and "--opt=value"; the one other argument is DIR. */
+/* The defaults, then the command line (see tool_parse_args). */
 static int parse_args(int argc, char **argv, struct options *o)
 {
 	memset(o, 0, sizeof *o);
 	o->rounds = 5;
 	o->queries = 200;
 	o->seed = 1;
-	for (int i = 1; i < argc; i++) {
-		const char *arg = argv[i], *val = NULL, *eq;
-		const struct opt_spec *spec;
-		size_t len;
-		int rc;
-
-		if (arg[0] != '-' || arg[1] == '\0') {
-			if (o->dir)
-				return usage_error("unexpected argument '%s'", arg);
-			o->dir = arg;
-			continue;
-		}
-		eq = strchr(arg, '=');
-		len = eq ? (size_t)(eq - arg) : strlen(arg);
-		spec = find_opt(arg, len);
-		if (!spec)
-			return usage_error("unknown option '%s'", arg);
-		if (spec->has_arg) {
-			if (eq)
-				val = eq + 1;
-			else if (i + 1 < argc)
-				val = argv[++i];
-			else
-				return usage_error("%s needs a value", spec->name);
-		} else if (eq) {
-			return usage_error("%s takes no value", spec->name);
-		}
-		if ((rc = apply_opt(o, spec, val)))
-			return rc;
-	}
-	if (!o->dir && !o->help)
-		return usage_error("%s", "missing dataset directory DIR");
-	return 0;
+	return tool_parse_args(argc, argv, opt_table,
+			       sizeof opt_table / sizeof opt_table[0], apply_opt,
+			       o, &o->dir, &o->help);
 }
 
-/* ---------------------------------------------------------------- signals, time */
-
-/* SIGINT, SIGTERM and SIGHUP are blocked and polled, so an interrupted run
- * still closes its stores and removes the temporary ones. */
-static void block_signals(sigset_t *set)
-{
-	sigemptyset(set);
-	sigaddset(set, SIGINT);
-	sigaddset(set, SIGTERM);
-	sigaddset(set, SIGHUP);
-	sigprocmask(SIG_BLOCK, set, NULL);
-}
-
-static int interrupted(void)
-{
-	sigset_t p;
-
-	if (sigpending(&p))
-		return 0;
-	return sigismember(&p, SIGINT) == 1 || sigismember(&p, SIGTERM) == 1 ||
-	       sigismember(&p, SIGHUP) == 1;
-}
-
-static int report_interrupt(void)
-{
-	fputs(PROG ": interrupted\n", stderr);
-	return -EINTR;
-}
+/* ---------------------------------------------------------------- signals */
 
 static int build_progress(void *arg, const char *phase, int pct)
 {
 	(void)arg;
 	(void)phase;
 	(void)pct;
-	return interrupted(); /* non-zero cancels the build */
-}
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-static double seconds_since(uint64_t t0)
-{
-	return (double)(now_ns() - t0) / 1e9;
-}
-
-static void sleep_ns(uint64_t ns)
-{
-	struct timespec ts = { (time_t)(ns / 1000000000u), (long)(ns % 1000000000u) };
-
-	while (nanosleep(&ts, &ts) && errno == EINTR)
-		;
+	return tool_interrupted(); /* non-zero cancels the build */
 }
 
 /* ---------------------------------------------------------------- random */
@@ -358,135 +220,6 @@ static double rng_unit(uint64_t *s) /* (0, 1] */
 static double rng_gauss(uint64_t *s) /* Box-Muller, one of the pair */
 {
 	return sqrt(-2.0 * log(rng_unit(s))) * cos(2.0 * M_PI * rng_unit(s));
-}
-
-/* ---------------------------------------------------------------- datasets */
-
-struct vecs {
-	size_t n;
-	uint32_t dim;
-	float *data;
-};
-
-static int join_path(char *buf, size_t cap, const char *dir, const char *name)
-{
-	if ((size_t)snprintf(buf, cap, "%s/%s", dir, name) >= cap)
-		return fail(-ENAMETOOLONG, NULL, "%s/%s", dir, name);
-	return 0;
-}
-
-static int read_rows(FILE *f, const char *path, struct vecs *m)
-{
-	char detail[64];
-
-	for (size_t i = 0; i < m->n; i++) {
-		int32_t d;
-
-		if (fread(&d, 4, 1, f) != 1 ||
-		    fread(m->data + i * m->dim, 4, m->dim, f) != m->dim) {
-			if (ferror(f))
-				return fail(-EIO, NULL, "read %s", path);
-			snprintf(detail, sizeof detail, "row %zu is truncated", i);
-			return fail(-EINVAL, detail, "read %s", path);
-		}
-		if (d != (int32_t)m->dim) {
-			snprintf(detail, sizeof detail,
-				 "row %zu has dimension %d, not %u", i, (int)d, m->dim);
-			return fail(-EINVAL, detail, "read %s", path);
-		}
-	}
-	return 0;
-}
-
-/* At most `limit` rows (0 = all) of a .fvecs file. */
-static int load_vecs(const char *path, size_t limit, struct vecs *m)
-{
-	FILE *f = fopen(path, "rb");
-	struct stat st;
-	int32_t d;
-	size_t row_bytes;
-	char detail[96];
-	int rc;
-
-	if (!f)
-		return fail(-errno, NULL, "open %s", path);
-	if (fstat(fileno(f), &st)) {
-		rc = fail(-errno, NULL, "stat %s", path);
-		goto out;
-	}
-	if (fread(&d, 4, 1, f) != 1 || d < 1 || d > VECFS_DIM_MAX) {
-		rc = fail(-EINVAL, "no valid first row", "read %s", path);
-		goto out;
-	}
-	row_bytes = 4 + 4 * (size_t)d;
-	if ((uint64_t)st.st_size % row_bytes) {
-		snprintf(detail, sizeof detail,
-			 "size %lld is not a multiple of the row size %zu",
-			 (long long)st.st_size, row_bytes);
-		rc = fail(-EINVAL, detail, "read %s", path);
-		goto out;
-	}
-	m->dim = (uint32_t)d;
-	m->n = (size_t)((uint64_t)st.st_size / row_bytes);
-	if (limit && m->n > limit)
-		m->n = limit;
-	m->data = malloc(m->n * (size_t)m->dim * sizeof(float));
-	if (!m->data) {
-		rc = fail(-ENOMEM, NULL, "load %s", path);
-		goto out;
-	}
-	rewind(f);
-	rc = read_rows(f, path, m);
-out:
-	fclose(f);
-	return rc;
-}
-
-/* The first `metric:` line of DIR/README.md naming a known metric, e.g.
- * "metric: cosine" or "- **metric:** l2 (squared Euclidean)".  1 if found. */
-static int readme_metric(const char *dir, vecfs_metric *out)
-{
-	char path[PATH_MAX], line[1024];
-	FILE *f;
-	int found = 0;
-
-	if ((size_t)snprintf(path, sizeof path, "%s/README.md", dir) >= sizeof path)
-		return 0;
-	f = fopen(path, "r");
-	if (!f)
-		return 0;
-	while (!found && fgets(line, sizeof line, f)) {
-		const char *p = strcasestr(line, "metric:");
-		char word[16];
-		size_t n = 0;
-
-		if (!p)
-			continue;
-		p += strlen("metric:");
-		while (*p && strchr(" \t*`_\"'", *p))
-			p++;
-		while (isalnum((unsigned char)*p) && n + 1 < sizeof word)
-			word[n++] = (char)tolower((unsigned char)*p++);
-		word[n] = '\0';
-		found = n > 0 && vecfs_metric_parse(word, out) == 0;
-	}
-	fclose(f);
-	return found;
-}
-
-static void dataset_name(const char *dir, char *out, size_t cap)
-{
-	size_t end = strlen(dir), start;
-
-	while (end > 1 && dir[end - 1] == '/')
-		end--;
-	start = end;
-	while (start > 0 && dir[start - 1] != '/')
-		start--;
-	if (end - start >= cap)
-		end = start + cap - 1;
-	memcpy(out, dir + start, end - start);
-	out[end - start] = '\0';
 }
 
 /* ---------------------------------------------------------------- state */
@@ -541,7 +274,7 @@ struct churn {
 	char name[256];
 	vecfs_metric metric;
 	const char *metric_from;
-	struct vecs base, query;
+	struct ds_vecs base, query;
 	size_t n, nq;
 	uint32_t dim;
 	vecfs_config cfg;      /* as stored in the churned store */
@@ -573,7 +306,7 @@ struct churn {
 
 static const float *base_row(const struct churn *c, size_t i)
 {
-	return c->base.data + i * c->dim;
+	return (const float *)c->base.data + i * c->dim;
 }
 
 static float *cur_row(const struct churn *c, size_t key)
@@ -626,45 +359,29 @@ static int alloc_state(struct churn *c)
 	if (!c->cur || !c->norm || !c->state || !c->live || !c->pos ||
 	    !c->scratch || !c->ops || !c->qnorm || !c->gt_kth || !c->lat_ns ||
 	    !c->rows || !c->keys || !c->reports)
-		return fail(-ENOMEM, NULL, "allocate the live set");
+		return tool_fail(-ENOMEM, NULL, "allocate the live set");
 	memcpy(c->cur, c->base.data, n * c->dim * sizeof *c->cur);
 	for (size_t i = 0; i < n; i++)
 		c->norm[i] = norm_f(base_row(c, i), c->dim);
 	for (size_t q = 0; q < c->nq; q++)
-		c->qnorm[q] = norm_f(c->query.data + q * c->dim, c->dim);
+		c->qnorm[q] = norm_f((const float *)c->query.data + q * c->dim, c->dim);
 	return 0;
 }
 
 static int load_dataset(struct churn *c)
 {
 	const struct options *o = c->opt;
-	char path[PATH_MAX], detail[96];
+	char detail[96];
 	int rc;
 
-	dataset_name(o->dir, c->name, sizeof c->name);
-	if (o->have_metric) {
-		c->metric = o->metric;
-		c->metric_from = "--metric";
-	} else if (readme_metric(o->dir, &c->metric)) {
-		c->metric_from = "README.md";
-	} else {
-		c->metric = VECFS_L2;
-		c->metric_from = "default";
-	}
-	if ((rc = join_path(path, sizeof path, o->dir, "base.fvecs")) ||
-	    (rc = load_vecs(path, 0, &c->base)))
+	ds_name(o->dir, c->name, sizeof c->name);
+	ds_pick_metric(o->dir, o->have_metric, o->metric, &c->metric,
+		       &c->metric_from);
+	if ((rc = ds_load_base_query(o->dir, o->queries, &c->base, &c->query)))
 		return rc;
-	if ((rc = join_path(path, sizeof path, o->dir, "query.fvecs")) ||
-	    (rc = load_vecs(path, o->queries, &c->query)))
-		return rc;
-	if (c->query.dim != c->base.dim) {
-		snprintf(detail, sizeof detail, "queries have dimension %u, base %u",
-			 c->query.dim, c->base.dim);
-		return fail(-EINVAL, detail, "load %s", path);
-	}
 	if (c->base.n < 2 || c->base.n > UINT32_MAX) {
 		snprintf(detail, sizeof detail, "%zu base rows", c->base.n);
-		return fail(-EINVAL, detail, "load %s/base.fvecs", o->dir);
+		return tool_fail(-EINVAL, detail, "load %s/base.fvecs", o->dir);
 	}
 	c->n = c->base.n;
 	c->nq = c->query.n;
@@ -754,7 +471,7 @@ struct gt_job {
 /* Distance of the k-th nearest live record of query q. */
 static float kth_nearest(const struct churn *c, size_t q, size_t k)
 {
-	const float *qv = c->query.data + q * c->dim;
+	const float *qv = (const float *)c->query.data + q * c->dim;
 	float best[TOP_K];
 	size_t cnt = 0;
 
@@ -794,13 +511,13 @@ static int compute_gt(struct churn *c)
 
 	c->gt_k = c->nlive < TOP_K ? c->nlive : TOP_K;
 	if (c->gt_k == 0)
-		return fail(-ENOENT, "no live records", "ground truth");
+		return tool_fail(-ENOENT, "no live records", "ground truth");
 	for (int t = 0; t < GT_THREADS; t++) {
 		jobs[t] = (struct gt_job){ c, c->nq * t / GT_THREADS,
 					   c->nq * (t + 1) / GT_THREADS };
 		rc = pthread_create(&th[t], NULL, gt_worker, &jobs[t]);
 		if (rc) {
-			fail(-rc, NULL, "pthread_create");
+			tool_fail(-rc, NULL, "pthread_create");
 			break;
 		}
 		started++;
@@ -818,11 +535,11 @@ static int make_store_dir(struct store *s, const char *path)
 
 	if (path) {
 		if ((size_t)snprintf(s->dir, sizeof s->dir, "%s", path) >= sizeof s->dir)
-			return fail(-ENAMETOOLONG, NULL, "--store %s", path);
+			return tool_fail(-ENAMETOOLONG, NULL, "--store %s", path);
 		if (mkdir(s->dir, 0755)) {
 			int e = errno;
 
-			return fail(-e, e == EEXIST ? "it must not exist" : NULL,
+			return tool_fail(-e, e == EEXIST ? "it must not exist" : NULL,
 				    "--store %s", s->dir);
 		}
 		return 0;
@@ -831,9 +548,9 @@ static int make_store_dir(struct store *s, const char *path)
 		tmp = "/tmp";
 	if ((size_t)snprintf(s->dir, sizeof s->dir, "%s/" PROG ".%s.XXXXXX", tmp,
 			     s->label) >= sizeof s->dir)
-		return fail(-ENAMETOOLONG, NULL, "temporary directory in %s", tmp);
+		return tool_fail(-ENAMETOOLONG, NULL, "temporary directory in %s", tmp);
 	if (!mkdtemp(s->dir))
-		return fail(-errno, NULL, "mkdtemp %s", s->dir);
+		return tool_fail(-errno, NULL, "mkdtemp %s", s->dir);
 	s->is_temp = 1;
 	return 0;
 }
@@ -848,14 +565,14 @@ static int open_store(struct churn *c, struct store *s, const char *path)
 	if ((rc = make_store_dir(s, path)))
 		return rc;
 	if ((rc = vecfs_open(s->dir, &s->v, err, sizeof err)))
-		return fail(rc, err, "vecfs_open %s", s->dir);
+		return tool_fail(rc, err, "vecfs_open %s", s->dir);
 	if ((rc = vecfs_config_get(s->v, &cfg)))
-		return fail(rc, NULL, "vecfs_config_get");
+		return tool_fail(rc, NULL, "vecfs_config_get");
 	cfg.dim = c->dim;
 	cfg.metric = c->metric;
 	cfg.auto_build = 0;
 	if ((rc = vecfs_config_set(s->v, &cfg, err, sizeof err)))
-		return fail(rc, err, "vecfs_config_set");
+		return tool_fail(rc, err, "vecfs_config_set");
 	return 0;
 }
 
@@ -879,10 +596,10 @@ static int put_rows(struct churn *c, struct store *s, size_t n)
 	int rc = vecfs_put(s->v, c->rows, n, c->dim, &bad, err, sizeof err);
 
 	if (rc && bad < n)
-		return fail(rc, err, "vecfs_put (%s store, key %s)", s->label,
+		return tool_fail(rc, err, "vecfs_put (%s store, key %s)", s->label,
 			    c->rows[bad].key);
 	if (rc)
-		return fail(rc, err, "vecfs_put (%s store, %zu rows)", s->label, n);
+		return tool_fail(rc, err, "vecfs_put (%s store, %zu rows)", s->label, n);
 	return 0;
 }
 
@@ -890,46 +607,37 @@ static int put_rows(struct churn *c, struct store *s, size_t n)
 static int load_keys(struct churn *c, struct store *s, const uint32_t *keys,
 		     size_t n)
 {
-	uint64_t t0 = now_ns();
+	uint64_t t0 = tool_now_ns();
 	int rc;
 
 	for (size_t start = 0; start < n; start += INGEST_BATCH) {
 		size_t cnt = n - start < INGEST_BATCH ? n - start : INGEST_BATCH;
 
-		if (interrupted())
-			return report_interrupt();
+		if (tool_interrupted())
+			return tool_report_interrupt();
 		for (size_t j = 0; j < cnt; j++)
 			c->rows[j] = key_row(c, j, keys[start + j]);
 		if ((rc = put_rows(c, s, cnt)))
 			return rc;
 	}
-	s->load_s = seconds_since(t0);
+	s->load_s = tool_seconds_since(t0);
 	return 0;
 }
 
 static int build_store(struct store *s)
 {
 	char err[ERRLEN] = "";
-	uint64_t t0 = now_ns();
+	uint64_t t0 = tool_now_ns();
 	int rc = vecfs_build(s->v, 1, &s->gen, build_progress, NULL, err, sizeof err);
 
-	s->build_s = seconds_since(t0);
+	s->build_s = tool_seconds_since(t0);
 	if (rc)
-		return interrupted() ? report_interrupt() :
-		       fail(rc, err, "vecfs_build (%s store)", s->label);
+		return tool_interrupted() ? tool_report_interrupt() :
+		       tool_fail(rc, err, "vecfs_build (%s store)", s->label);
 	if (vecfs_active(s->v) != s->gen)
-		return fail(-EPROTO, "not active after the build",
+		return tool_fail(-EPROTO, "not active after the build",
 			    "generation %llu", (unsigned long long)s->gen);
 	return 0;
-}
-
-static int remove_entry(const char *path, const struct stat *st, int type,
-			struct FTW *ftw)
-{
-	(void)st;
-	(void)type;
-	(void)ftw;
-	return remove(path) ? errno : 0;
 }
 
 static void close_store(struct store *s, int keep)
@@ -939,14 +647,10 @@ static void close_store(struct store *s, int keep)
 	s->v = NULL;
 	if (!s->is_temp)
 		return;
-	if (keep) {
+	if (keep)
 		fprintf(stderr, PROG ": kept %s store %s\n", s->label, s->dir);
-	} else {
-		int rc = nftw(s->dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT);
-
-		if (rc)
-			fail(-(rc > 0 ? rc : errno), NULL, "remove %s", s->dir);
-	}
+	else
+		tool_remove_tree(s->dir);
 	s->is_temp = 0;
 }
 
@@ -962,15 +666,15 @@ static int compacted_bytes(struct store *s, uint64_t *out)
 		tmp = "/tmp";
 	if ((size_t)snprintf(path, sizeof path, "%s/" PROG ".copy.XXXXXX", tmp) >=
 	    sizeof path)
-		return fail(-ENAMETOOLONG, NULL, "temporary file in %s", tmp);
+		return tool_fail(-ENAMETOOLONG, NULL, "temporary file in %s", tmp);
 	if ((fd = mkstemp(path)) < 0)
-		return fail(-errno, NULL, "mkstemp %s", path);
+		return tool_fail(-errno, NULL, "mkstemp %s", path);
 	unlink(path);
 	rc = vecfs_backup(s->v, fd);
 	if (rc)
-		fail(rc, NULL, "vecfs_backup (%s store)", s->label);
+		tool_fail(rc, NULL, "vecfs_backup (%s store)", s->label);
 	else if (fstat(fd, &st))
-		rc = fail(-errno, NULL, "stat a copy of the %s store", s->label);
+		rc = tool_fail(-errno, NULL, "stat a copy of the %s store", s->label);
 	else
 		*out = (uint64_t)st.st_size;
 	close(fd);
@@ -995,7 +699,7 @@ static int compaction_due(vecfs *v, uint64_t active, uint32_t compact_deltas,
 	if (rc == -ENOENT) /* retired between the two calls */
 		return 0;
 	if (rc)
-		return fail(rc, NULL, "vecfs_gen_clusters %llu",
+		return tool_fail(rc, NULL, "vecfs_gen_clusters %llu",
 			    (unsigned long long)active);
 	for (uint32_t i = 0; i < n && !*due; i++)
 		*due = ci[i].deltas + ci[i].tombstones >= compact_deltas;
@@ -1016,7 +720,7 @@ static int stats_differ(const vecfs_stats *a, const vecfs_stats *b)
  * after IDLE_MAX_NS.  Fills h with the state then. */
 static int wait_idle(struct churn *c, struct store *s, struct health *h)
 {
-	uint64_t t0 = now_ns(), quiet_since = t0;
+	uint64_t t0 = tool_now_ns(), quiet_since = t0;
 	vecfs_stats prev = { 0 };
 	vecfs_gen_info gi;
 	int rc, due, first = 1;
@@ -1025,11 +729,11 @@ static int wait_idle(struct churn *c, struct store *s, struct health *h)
 		uint64_t t;
 
 		if ((rc = vecfs_stats_get(s->v, &h->st)))
-			return fail(rc, NULL, "vecfs_stats_get (%s store)", s->label);
+			return tool_fail(rc, NULL, "vecfs_stats_get (%s store)", s->label);
 		if ((rc = compaction_due(s->v, h->st.active, c->cfg.compact_deltas,
 					 &due)))
 			return rc;
-		t = now_ns();
+		t = tool_now_ns();
 		if (first || due || stats_differ(&prev, &h->st))
 			quiet_since = t;
 		prev = h->st;
@@ -1037,11 +741,11 @@ static int wait_idle(struct churn *c, struct store *s, struct health *h)
 		h->idle = t - quiet_since >= IDLE_NS;
 		if (h->idle || t - t0 >= IDLE_MAX_NS)
 			break;
-		if (interrupted())
-			return report_interrupt();
-		sleep_ns(POLL_NS);
+		if (tool_interrupted())
+			return tool_report_interrupt();
+		tool_sleep_ns(POLL_NS);
 	}
-	h->wait_s = seconds_since(t0);
+	h->wait_s = tool_seconds_since(t0);
 	h->nlist = 0;
 	if (h->st.active && vecfs_gen_info_get(s->v, h->st.active, &gi) == 0)
 		h->nlist = gi.nlist;
@@ -1049,23 +753,6 @@ static int wait_idle(struct churn *c, struct store *s, struct health *h)
 }
 
 /* ---------------------------------------------------------------- searches */
-
-static int parse_key(const vecfs_hit *hit, uint64_t *out)
-{
-	uint64_t x = 0;
-
-	if (!hit->key || hit->keylen == 0 || hit->keylen > 10)
-		return -EINVAL;
-	for (size_t i = 0; i < hit->keylen; i++) {
-		unsigned d = (unsigned char)hit->key[i] - '0';
-
-		if (d > 9)
-			return -EINVAL;
-		x = x * 10 + d;
-	}
-	*out = x;
-	return 0;
-}
 
 static void show_bad(struct churn *c, const struct store *s, size_t q,
 		     const vecfs_hit *hit, const char *what, double exact)
@@ -1087,11 +774,11 @@ static int check_hit(struct churn *c, const struct store *s, size_t q,
 		     const vecfs_hit *hit, uint32_t *seen, size_t *nseen,
 		     struct measure *m)
 {
-	const float *qv = c->query.data + q * c->dim;
+	const float *qv = (const float *)c->query.data + q * c->dim;
 	uint64_t key;
 	double exact, scale;
 
-	if (parse_key(hit, &key) || key >= c->n || c->state[key] == KEY_NEW) {
+	if (ds_key_row(hit, 10, &key) || key >= c->n || c->state[key] == KEY_NEW) {
 		m->bad_other++;
 		show_bad(c, s, q, hit, "was never written", NAN);
 		return 0;
@@ -1141,11 +828,11 @@ static int search_one(struct churn *c, struct store *s, size_t q,
 {
 	const vecfs_query_opts qo = { .k = TOP_K }; /* nprobe, refine: config */
 	char err[ERRLEN] = "";
-	int rc = vecfs_search(s->v, c->query.data + q * c->dim, 1, c->dim, &qo, r,
-			      err, sizeof err);
+	const float *qv = (const float *)c->query.data + q * c->dim;
+	int rc = vecfs_search(s->v, qv, 1, c->dim, &qo, r, err, sizeof err);
 
 	if (rc)
-		return fail(rc, err, "vecfs_search (%s store, query %zu)", s->label, q);
+		return tool_fail(rc, err, "vecfs_search (%s store, query %zu)", s->label, q);
 	return 0;
 }
 
@@ -1179,12 +866,12 @@ static int query_pass(struct churn *c, struct store *s, uint64_t *lat,
 		uint64_t t0;
 		int rc;
 
-		if ((q & 31) == 0 && interrupted())
-			return report_interrupt();
-		t0 = now_ns();
+		if ((q & 31) == 0 && tool_interrupted())
+			return tool_report_interrupt();
+		t0 = tool_now_ns();
 		rc = search_one(c, s, q, &r);
 		if (lat)
-			lat[q] = now_ns() - t0;
+			lat[q] = tool_now_ns() - t0;
 		if (rc)
 			return rc;
 		if (m) {
@@ -1194,13 +881,6 @@ static int query_pass(struct churn *c, struct store *s, uint64_t *lat,
 		vecfs_results_free(r);
 	}
 	return 0;
-}
-
-static int cmp_u64(const void *a, const void *b)
-{
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-
-	return (x > y) - (x < y);
 }
 
 /* One untimed pass, then timed passes until TIMED_NS were spent in
@@ -1226,7 +906,7 @@ static int measure_store(struct churn *c, struct store *s, struct measure *m)
 		m->passes++;
 	}
 	nlat = m->passes * c->nq;
-	qsort(c->lat_ns, nlat, sizeof *c->lat_ns, cmp_u64);
+	qsort(c->lat_ns, nlat, sizeof *c->lat_ns, tool_cmp_u64);
 	per_query(m, c->nq);
 	m->recall = recall_sum / (double)c->nq;
 	m->qps = total ? (double)nlat * 1e9 / (double)total : 0;
@@ -1332,7 +1012,7 @@ static int apply_batch(struct churn *c, const struct op *ops, size_t n)
 			continue;
 		len = format_key(key, sizeof key, ops[i].key);
 		if ((rc = vecfs_delete(c->churned.v, key, len)))
-			return fail(rc, NULL, "vecfs_delete %s", key);
+			return tool_fail(rc, NULL, "vecfs_delete %s", key);
 	}
 	return 0;
 }
@@ -1350,18 +1030,18 @@ static void apply_to_model(struct churn *c, size_t nops)
 static int write_round(struct churn *c, unsigned r, struct round_report *rep)
 {
 	size_t nops = plan_round(c, r, rep);
-	uint64_t t0 = now_ns();
+	uint64_t t0 = tool_now_ns();
 	int rc;
 
 	for (size_t start = 0; start < nops; start += CHURN_BATCH) {
 		size_t cnt = nops - start < CHURN_BATCH ? nops - start : CHURN_BATCH;
 
-		if (interrupted())
-			return report_interrupt();
+		if (tool_interrupted())
+			return tool_report_interrupt();
 		if ((rc = apply_batch(c, c->ops + start, cnt)))
 			return rc;
 	}
-	rep->write_s = seconds_since(t0);
+	rep->write_s = tool_seconds_since(t0);
 	apply_to_model(c, nops);
 	c->next_row += rep->inserted;
 	return 0;
@@ -1372,30 +1052,6 @@ static int write_round(struct churn *c, unsigned r, struct round_report *rep)
 static double mb(uint64_t bytes)
 {
 	return (double)bytes / (1024.0 * 1024.0);
-}
-
-static void json_string(const char *s)
-{
-	putchar('"');
-	for (; *s; s++) {
-		unsigned char ch = (unsigned char)*s;
-
-		if (ch == '"' || ch == '\\')
-			printf("\\%c", ch);
-		else if (ch < 0x20)
-			printf("\\u%04x", ch);
-		else
-			putchar(ch);
-	}
-	putchar('"');
-}
-
-static void json_num(const char *key, double x, int decimals)
-{
-	if (isfinite(x))
-		printf(",\"%s\":%.*f", key, decimals, x);
-	else
-		printf(",\"%s\":null", key);
 }
 
 static void json_u64(const char *key, uint64_t x)
@@ -1451,20 +1107,20 @@ static void print_round(const struct round_report *rp)
 
 static void json_measure(const struct measure *m)
 {
-	json_num("recall_at_10", m->recall, 4);
-	json_num("qps", m->qps, 1);
-	json_num("p50_us", m->p50_us, 1);
+	tool_json_num("recall_at_10", m->recall, 4);
+	tool_json_num("qps", m->qps, 1);
+	tool_json_num("p50_us", m->p50_us, 1);
 	json_u64("hits", m->hits);
 	json_u64("bad_deleted", m->bad_deleted);
 	json_u64("bad_superseded", m->bad_stale);
 	json_u64("bad_other", m->bad_other);
-	json_num("clusters_probed_per_query", m->probed, 1);
-	json_num("pass1_scored_per_query", m->pass1, 1);
-	json_num("pass2_scored_per_query", m->pass2, 1);
-	json_num("delta_scanned_per_query", m->deltas, 1);
-	json_num("stale_skipped_per_query", m->stale, 1);
-	json_num("reranked_per_query", m->reranked, 1);
-	json_num("uncovered_scanned_per_query", m->uncovered, 1);
+	tool_json_num("clusters_probed_per_query", m->probed, 1);
+	tool_json_num("pass1_scored_per_query", m->pass1, 1);
+	tool_json_num("pass2_scored_per_query", m->pass2, 1);
+	tool_json_num("delta_scanned_per_query", m->deltas, 1);
+	tool_json_num("stale_skipped_per_query", m->stale, 1);
+	tool_json_num("reranked_per_query", m->reranked, 1);
+	tool_json_num("uncovered_scanned_per_query", m->uncovered, 1);
 }
 
 static void json_round(const struct churn *c, const struct round_report *rp)
@@ -1472,7 +1128,7 @@ static void json_round(const struct churn *c, const struct round_report *rp)
 	const vecfs_stats *st = &rp->h.st;
 
 	printf("{\"mode\":\"round\",\"dataset\":");
-	json_string(c->name);
+	tool_json_string(c->name);
 	printf(",\"metric\":\"%s\",\"round\":%u", vecfs_metric_name(c->metric),
 	       rp->round);
 	json_u64("live", st->records);
@@ -1484,13 +1140,13 @@ static void json_round(const struct churn *c, const struct round_report *rp)
 	json_u64("unindexed", st->unindexed);
 	json_u64("compactions", st->compactions);
 	json_u64("rebalances", st->rebalances);
-	json_num("cluster_imbalance", st->cluster_imbalance, 3);
+	tool_json_num("cluster_imbalance", st->cluster_imbalance, 3);
 	json_u64("generations", st->generations);
 	json_u64("active", st->active);
 	printf(",\"nlist\":%u", rp->h.nlist);
 	json_u64("store_bytes", st->store_bytes);
-	json_num("write_s", rp->write_s, 3);
-	json_num("maintenance_wait_s", rp->h.wait_s, 3);
+	tool_json_num("write_s", rp->write_s, 3);
+	tool_json_num("maintenance_wait_s", rp->h.wait_s, 3);
 	printf(",\"maintenance_idle\":%s}\n", rp->h.idle ? "true" : "false");
 	fflush(stdout);
 }
@@ -1530,11 +1186,11 @@ static int list_generations(struct store *s, struct final *f)
 	int rc = vecfs_gen_list(s->v, ids, MAX_GENS, &f->gens_total);
 
 	if (rc)
-		return fail(rc, NULL, "vecfs_gen_list (%s store)", s->label);
+		return tool_fail(rc, NULL, "vecfs_gen_list (%s store)", s->label);
 	f->ngens = f->gens_total < MAX_GENS ? f->gens_total : MAX_GENS;
 	for (size_t i = 0; i < f->ngens; i++)
 		if ((rc = vecfs_gen_info_get(s->v, ids[i], &f->gens[i])))
-			return fail(rc, NULL, "vecfs_gen_info_get %llu",
+			return tool_fail(rc, NULL, "vecfs_gen_info_get %llu",
 				    (unsigned long long)ids[i]);
 	return 0;
 }
@@ -1645,40 +1301,40 @@ static void json_final(const struct churn *c, const struct final *f)
 	const struct round_report *last = &c->reports[c->opt->rounds];
 
 	printf("{\"mode\":\"final\",\"dataset\":");
-	json_string(c->name);
+	tool_json_string(c->name);
 	printf(",\"metric\":\"%s\",\"n\":%zu,\"dim\":%u,\"queries\":%zu,\"rounds\":%u",
 	       vecfs_metric_name(c->metric), c->n, c->dim, c->nq, c->opt->rounds);
 	json_u64("seed", c->opt->seed);
 	json_u64("live", c->nlive);
-	json_num("churned_recall_at_10", f->cm.recall, 4);
-	json_num("churned_qps", f->cm.qps, 1);
-	json_num("churned_p50_us", f->cm.p50_us, 1);
+	tool_json_num("churned_recall_at_10", f->cm.recall, 4);
+	tool_json_num("churned_qps", f->cm.qps, 1);
+	tool_json_num("churned_p50_us", f->cm.p50_us, 1);
 	json_u64("churned_store_bytes", f->churned_bytes);
 	json_u64("churned_compacted_bytes", f->churned_copy);
-	json_num("fresh_recall_at_10", f->m.recall, 4);
-	json_num("fresh_qps", f->m.qps, 1);
-	json_num("fresh_p50_us", f->m.p50_us, 1);
+	tool_json_num("fresh_recall_at_10", f->m.recall, 4);
+	tool_json_num("fresh_qps", f->m.qps, 1);
+	tool_json_num("fresh_p50_us", f->m.p50_us, 1);
 	json_u64("fresh_store_bytes", f->fresh_bytes);
 	json_u64("fresh_compacted_bytes", f->fresh_copy);
 	printf(",\"fresh_nlist\":%u,\"churned_nlist\":%u", f->h.nlist, last->h.nlist);
-	json_num("fresh_build_s", c->fresh.build_s, 3);
+	tool_json_num("fresh_build_s", c->fresh.build_s, 3);
 	printf(",\"compare_runs\":%d", COMPARE_RUNS);
 	json_u64("churned_delta_postings", last->h.st.delta_postings);
-	json_num("churned_delta_scanned_per_query", f->cm.deltas, 1);
-	json_num("churned_stale_skipped_per_query", f->cm.stale, 1);
-	json_num("churned_pass2_scored_per_query", f->cm.pass2, 1);
-	json_num("fresh_pass2_scored_per_query", f->m.pass2, 1);
-	json_num("qps_ratio", f->qps_ratio > 0 ? 1 / f->qps_ratio : 0, 4);
-	json_num("fresh_over_churned_qps", f->qps_ratio, 4);
-	json_num("store_ratio", f->size_ratio, 4);
-	json_num("min_recall_at_10", f->min_recall, 4);
+	tool_json_num("churned_delta_scanned_per_query", f->cm.deltas, 1);
+	tool_json_num("churned_stale_skipped_per_query", f->cm.stale, 1);
+	tool_json_num("churned_pass2_scored_per_query", f->cm.pass2, 1);
+	tool_json_num("fresh_pass2_scored_per_query", f->m.pass2, 1);
+	tool_json_num("qps_ratio", f->qps_ratio > 0 ? 1 / f->qps_ratio : 0, 4);
+	tool_json_num("fresh_over_churned_qps", f->qps_ratio, 4);
+	tool_json_num("store_ratio", f->size_ratio, 4);
+	tool_json_num("min_recall_at_10", f->min_recall, 4);
 	json_u64("hits", f->hits);
 	json_u64("bad_hits", f->bad);
 	json_u64("bad_deleted", f->bad_deleted);
 	json_u64("bad_superseded", f->bad_stale);
 	json_u64("bad_other", f->bad_other);
 	printf(",\"verify\":");
-	json_string(f->verify);
+	tool_json_string(f->verify);
 	printf(",\"generations\":[");
 	for (size_t i = 0; i < f->ngens; i++) {
 		const vecfs_gen_info *g = &f->gens[i];
@@ -1719,7 +1375,7 @@ static int start_churned(struct churn *c)
 	if ((rc = open_store(c, s, c->opt->store)))
 		return rc;
 	if ((rc = vecfs_config_get(s->v, &c->cfg)))
-		return fail(rc, NULL, "vecfs_config_get");
+		return tool_fail(rc, NULL, "vecfs_config_get");
 	for (size_t i = 0; i < c->n / 2; i++)
 		live_add(c, (uint32_t)i);
 	c->next_row = c->n / 2;
@@ -1799,7 +1455,7 @@ static int finish(struct churn *c, struct final *f)
 
 	f->verify_rc = vecfs_verify(c->churned.v, f->verify, sizeof f->verify);
 	if ((rc = vecfs_stats_get(c->churned.v, &st)))
-		return fail(rc, NULL, "vecfs_stats_get");
+		return tool_fail(rc, NULL, "vecfs_stats_get");
 	f->churned_records = st.records;
 	if ((rc = list_generations(&c->churned, f)) ||
 	    (rc = compacted_bytes(&c->churned, &f->churned_copy)) ||
@@ -1857,19 +1513,20 @@ int main(int argc, char **argv)
 	sigset_t sigs;
 	int rc;
 
+	tool_init(PROG, NULL);
 	if (parse_args(argc, argv, &opt))
 		return 2;
 	if (opt.help) {
 		fputs(usage_text, stdout);
 		return 0;
 	}
-	block_signals(&sigs);
+	tool_block_signals(&sigs);
 	c.opt = &opt;
 	c.churned.label = "churned";
 	c.fresh.label = "fresh";
 	rc = churn_run(&c, &f);
 	churn_free(&c);
-	if (interrupted())
+	if (tool_interrupted())
 		sigprocmask(SIG_UNBLOCK, &sigs, NULL); /* dies of the signal */
 	if (rc)
 		return 2;

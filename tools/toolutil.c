@@ -1,0 +1,222 @@
+/* Helpers shared by the command-line tools; see toolutil.h. */
+#include "toolutil.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <ftw.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static const char *prog_name = "";
+static void (*error_hook)(void);
+
+void tool_init(const char *prog, void (*before_error)(void))
+{
+	prog_name = prog;
+	error_hook = before_error;
+}
+
+static void error_prefix(void)
+{
+	if (error_hook)
+		error_hook();
+	fprintf(stderr, "%s: ", prog_name);
+}
+
+int tool_fail(int rc, const char *detail, const char *fmt, ...)
+{
+	va_list ap;
+
+	error_prefix();
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fprintf(stderr, ": %s", strerror(rc < 0 ? -rc : rc));
+	if (detail && *detail)
+		fprintf(stderr, ": %s", detail);
+	fputc('\n', stderr);
+	return rc;
+}
+
+int tool_usage_error(const char *fmt, const char *arg)
+{
+	fprintf(stderr, "%s: ", prog_name);
+	fprintf(stderr, fmt, arg);
+	fprintf(stderr, "\n(try %s --help)\n", prog_name);
+	return -EINVAL;
+}
+
+/* ---------------------------------------------------------------- options */
+
+int tool_parse_uint(const char *s, uint64_t min, uint64_t max, uint64_t *out)
+{
+	char *end;
+	unsigned long long x;
+
+	if (!isdigit((unsigned char)*s))
+		return -EINVAL;
+	errno = 0;
+	x = strtoull(s, &end, 10);
+	if (errno || *end || x < min || x > max)
+		return -EINVAL;
+	*out = x;
+	return 0;
+}
+
+static const struct tool_opt *find_opt(const struct tool_opt *table, size_t n,
+				       const char *name, size_t len)
+{
+	for (size_t i = 0; i < n; i++)
+		if (strlen(table[i].name) == len &&
+		    memcmp(table[i].name, name, len) == 0)
+			return &table[i];
+	return NULL;
+}
+
+int tool_parse_args(int argc, char **argv, const struct tool_opt *table,
+		    size_t n, tool_apply_fn apply, void *ctx, const char **dir,
+		    const int *help)
+{
+	for (int i = 1; i < argc; i++) {
+		const char *arg = argv[i], *val = NULL, *eq;
+		const struct tool_opt *spec;
+		size_t len;
+
+		if (arg[0] != '-' || arg[1] == '\0') {
+			if (*dir)
+				return tool_usage_error("unexpected argument '%s'", arg);
+			*dir = arg;
+			continue;
+		}
+		eq = strchr(arg, '=');
+		len = eq ? (size_t)(eq - arg) : strlen(arg);
+		spec = find_opt(table, n, arg, len);
+		if (!spec)
+			return tool_usage_error("unknown option '%s'", arg);
+		if (spec->has_arg) {
+			if (eq)
+				val = eq + 1;
+			else if (i + 1 < argc)
+				val = argv[++i];
+			else
+				return tool_usage_error("%s needs a value", spec->name);
+		} else if (eq) {
+			return tool_usage_error("%s takes no value", spec->name);
+		}
+		if (apply(ctx, spec, val)) {
+			fprintf(stderr, "%s: bad value for %s: '%s'\n", prog_name,
+				spec->name, val);
+			return -EINVAL;
+		}
+	}
+	if (!*dir && !*help)
+		return tool_usage_error("%s", "missing dataset directory DIR");
+	return 0;
+}
+
+/* ---------------------------------------------------------------- signals */
+
+void tool_block_signals(sigset_t *set)
+{
+	sigemptyset(set);
+	sigaddset(set, SIGINT);
+	sigaddset(set, SIGTERM);
+	sigaddset(set, SIGHUP);
+	sigprocmask(SIG_BLOCK, set, NULL);
+}
+
+int tool_interrupted(void)
+{
+	sigset_t p;
+
+	if (sigpending(&p))
+		return 0;
+	return sigismember(&p, SIGINT) == 1 || sigismember(&p, SIGTERM) == 1 ||
+	       sigismember(&p, SIGHUP) == 1;
+}
+
+int tool_report_interrupt(void)
+{
+	error_prefix();
+	fputs("interrupted\n", stderr);
+	return -EINTR;
+}
+
+/* ---------------------------------------------------------------- time */
+
+uint64_t tool_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+double tool_seconds_since(uint64_t t0)
+{
+	return (double)(tool_now_ns() - t0) / 1e9;
+}
+
+void tool_sleep_ns(uint64_t ns)
+{
+	struct timespec ts = { (time_t)(ns / 1000000000u), (long)(ns % 1000000000u) };
+
+	while (nanosleep(&ts, &ts) && errno == EINTR)
+		;
+}
+
+int tool_cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return (x > y) - (x < y);
+}
+
+/* ---------------------------------------------------------------- files */
+
+static int remove_entry(const char *path, const struct stat *st, int type,
+			struct FTW *ftw)
+{
+	(void)st;
+	(void)type;
+	(void)ftw;
+	return remove(path) ? errno : 0;
+}
+
+void tool_remove_tree(const char *dir)
+{
+	int rc = nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT);
+
+	if (rc)
+		tool_fail(-(rc > 0 ? rc : errno), NULL, "remove %s", dir);
+}
+
+/* ---------------------------------------------------------------- JSON */
+
+void tool_json_string(const char *s)
+{
+	putchar('"');
+	for (; *s; s++) {
+		unsigned char c = (unsigned char)*s;
+
+		if (c == '"' || c == '\\')
+			printf("\\%c", c);
+		else if (c < 0x20)
+			printf("\\u%04x", c);
+		else
+			putchar(c);
+	}
+	putchar('"');
+}
+
+void tool_json_num(const char *key, double x, int decimals)
+{
+	if (isfinite(x))
+		printf(",\"%s\":%.*f", key, decimals, x);
+	else
+		printf(",\"%s\":null", key);
+}
