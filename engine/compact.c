@@ -1161,7 +1161,7 @@ int vf_maint_due(const vf_posting_writer *w, const vf_genmeta *m, uint64_t live,
 		 uint32_t compact_deltas)
 {
 	uint64_t floor = 4 * (uint64_t)compact_deltas;
-	uint64_t backlog = live / 20 > floor ? live / 20 : floor;
+	uint64_t backlog = live / 50 > floor ? live / 50 : floor;
 	return w->max_deltas >= compact_deltas || m->pending >= backlog;
 }
 

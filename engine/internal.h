@@ -131,7 +131,7 @@ void vf_maint_stop(vecfs *v);
 void vf_maint_kick(vecfs *v);
 /* Is compaction due after w wrote into generation m of a store with `live`
  * records?  A cluster reached compact_deltas, or the whole backlog passed
- * both 4 x compact_deltas and 5% of the live records. */
+ * both 4 x compact_deltas and 2% of the live records. */
 int vf_maint_due(const vf_posting_writer *w, const vf_genmeta *m, uint64_t live,
 		 uint32_t compact_deltas);
 /* Remove the oldest generations beyond keep_generations (never the active
