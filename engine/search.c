@@ -441,8 +441,8 @@ static int scan_cluster(search *s, uint32_t c, const entry *ents, size_t nents,
 			}
 		} else if (e->kind == VF_PK_DELTA) {
 			vf_code code;
-			if ((rc = vf_delta_open(e->data, e->len, s->gm.dim, s->gm.pdim, s->gm.bits,
-						&code)))
+			if ((rc = vf_delta_open_cached(s->v->vcache, e->data, e->len, s->gm.dim,
+							s->gm.pdim, s->gm.bits, &code)))
 				break;
 			for (uint32_t i = 0; i < nqc && rc == 0; i++) {
 				query *q = &s->qs[qids[i]];
@@ -682,7 +682,8 @@ static int resolve(search *s, const cand *c, const uint8_t **vec, hit *h)
 {
 	if (c->idx == UINT32_MAX) {
 		vf_code code;
-		int rc = vf_delta_open(c->base, c->len, s->gm.dim, s->gm.pdim, s->gm.bits, &code);
+		int rc = vf_delta_open_cached(s->v->vcache, c->base, c->len, s->gm.dim, s->gm.pdim,
+					      s->gm.bits, &code);
 		if (rc)
 			return rc;
 		*vec = code.vec;

@@ -265,6 +265,12 @@ void vf_delta_write(uint8_t *buf, const vf_code *c, uint32_t dim, uint32_t pdim,
 int vf_delta_open(const void *p, size_t len, uint32_t dim, uint32_t pdim,
 		  uint32_t bits, vf_code *out)
 {
+	return vf_delta_open_cached(NULL, p, len, dim, pdim, bits, out);
+}
+
+int vf_delta_open_cached(vf_vcache *cache, const void *p, size_t len, uint32_t dim,
+			 uint32_t pdim, uint32_t bits, vf_code *out)
+{
 	const uint8_t *b = p;
 	uint32_t magic, d, kl;
 	uint16_t pd, bt;
@@ -282,7 +288,7 @@ int vf_delta_open(const void *p, size_t len, uint32_t dim, uint32_t pdim,
 	    len != vf_delta_size(dim, pdim, bits, kl))
 		return -EIO;
 	memcpy(&sum, b + len - 8, 8);
-	if (sum != vf_checksum(b, len - 8))
+	if (vf_verify(cache, b, len - 8, sum))
 		return -EIO;
 	memcpy(&out->id, b + 8, 8);
 	memcpy(&sq, b + 16, 8);

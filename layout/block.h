@@ -107,6 +107,9 @@ void vf_delta_write(uint8_t *buf, const vf_code *c, uint32_t dim, uint32_t pdim,
 /* Parse a delta and check its checksum: -EIO on mismatch. */
 int vf_delta_open(const void *p, size_t len, uint32_t dim, uint32_t pdim,
 		  uint32_t bits, vf_code *out);
+/* The same with the verified-value cache (a query re-reading a delta). */
+int vf_delta_open_cached(vf_vcache *cache, const void *p, size_t len, uint32_t dim,
+			 uint32_t pdim, uint32_t bits, vf_code *out);
 
 static inline float vf_ldf(const uint8_t *p, size_t i)
 {
