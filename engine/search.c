@@ -213,17 +213,23 @@ static inline int stale(const search *s, uint64_t id, uint64_t seq)
 
 /* ------------------------------------------------------------ scoring */
 
-/* A second-pass result: becomes a candidate unless it can no longer make
- * the top k or is stale in this snapshot. */
+/* Can a second-pass result still make the top k?  (Counts it.) */
+static int pass2_keeps(query *q, float est, float bound)
+{
+	q->ex.pass2_scored++;
+	if (!(est - bound <= fheap_top(&q->ub))) {
+		q->ex.pass2_pruned++;
+		return 0;
+	}
+	return 1;
+}
+
+/* A second-pass result that can make the top k becomes a candidate unless
+ * it is stale in this snapshot. */
 static int accept(search *s, query *q, float est, float bound, uint64_t id,
 		  uint64_t seq, int check, const uint8_t *base, size_t len, uint32_t idx)
 {
 	float lo = est - bound;
-	q->ex.pass2_scored++;
-	if (!(lo <= fheap_top(&q->ub))) {
-		q->ex.pass2_pruned++;
-		return 0;
-	}
 	if (check && stale(s, id, seq)) {
 		q->ex.stale_skipped++;
 		return 0;
@@ -322,11 +328,8 @@ static int scan_block(search *s, query *q, const vf_block *b, int *checked2)
 		float est, bound;
 		vf_pass2(&q->qs, &q->cs, vf_block_planes(b, i), vf_block_f1(b, 0, i),
 			 vf_ldf(f2, 0), vf_ldf(f2, 1), vf_ldf(f2, 2), &est, &bound);
-		if (!(est - bound <= fheap_top(&q->ub))) { /* before touching the ids */
-			q->ex.pass2_scored++;
-			q->ex.pass2_pruned++;
+		if (!pass2_keeps(q, est, bound)) /* before touching the ids */
 			continue;
-		}
 		int rc = accept(s, q, est, bound, vf_block_id(b, i), vf_block_seq(b, i), check,
 				b->base, b->len, i);
 		if (rc)
@@ -453,8 +456,9 @@ static int scan_cluster(search *s, uint32_t c, const entry *ents, size_t nents,
 						      s->g->rc_sum[c], q->cs.p1.qc, q->cs.p1.nq);
 				vf_pass2(&q->qs, &q->cs, code.planes, code.add, code.rb, code.eb,
 					 code.cdot, &est, &bound);
-				rc = accept(s, q, est, bound, code.id, code.seq, 1, e->data, e->len,
-					    UINT32_MAX);
+				if (pass2_keeps(q, est, bound))
+					rc = accept(s, q, est, bound, code.id, code.seq, 1, e->data,
+						    e->len, UINT32_MAX);
 			}
 		}
 	}
