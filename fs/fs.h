@@ -107,7 +107,9 @@ void qs_free(qsession *q);
 void qs_in_truncate(qsession *q);
 /* Forget the input and the results (rm of a session's files). */
 void qs_clear(qsession *q);
-int qs_in_write(qsession *q, const char *buf, size_t len);
+/* A write at offset 0 replaces the input; others append to it. */
+int qs_in_write(qsession *q, const char *buf, size_t len, uint64_t off);
+size_t qs_in_size(qsession *q);
 /* Run the query when `in` was written since the last run. */
 int qs_in_flush(qsession *q);
 /* A snapshot of out / out.json / stats (malloc'd; *len set). */

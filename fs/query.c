@@ -88,10 +88,14 @@ void qs_clear(qsession *q)
 
 static int check_lines(qsession *q);
 
-int qs_in_write(qsession *q, const char *buf, size_t len)
+int qs_in_write(qsession *q, const char *buf, size_t len, uint64_t off)
 {
 	int rc = 0;
 	pthread_mutex_lock(&q->mu);
+	/* a write at offset 0 starts the input over: a descriptor held open
+	 * for a loop of queries pwrite()s each one there */
+	if (off == 0 && q->in.len)
+		reset_input(q);
 	if (q->bad) {
 		rc = -EINVAL;
 	} else if (q->in.len + len > IN_MAX) {
@@ -502,6 +506,14 @@ char *qs_render(qsession *q, int which, size_t *len)
 	}
 	pthread_mutex_unlock(&q->mu);
 	return p;
+}
+
+size_t qs_in_size(qsession *q)
+{
+	pthread_mutex_lock(&q->mu);
+	size_t n = q->in.len;
+	pthread_mutex_unlock(&q->mu);
+	return n;
 }
 
 size_t qs_size(qsession *q, int which)

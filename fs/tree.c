@@ -413,8 +413,11 @@ static int node_attr(node *n, struct stat *st)
 		st->st_size = (off_t)strlen(n->target);
 		return 0;
 	case K_CTL:
-	case K_QIN:
 		st->st_mode = S_IFREG | 0200;
+		return 0;
+	case K_QIN: /* what was written, so that O_APPEND writes append */
+		st->st_mode = S_IFREG | 0200;
+		st->st_size = (off_t)qs_in_size(n->session->qs);
 		return 0;
 	case K_INGEST_FILE:
 		st->st_mode = S_IFREG | 0200;
@@ -648,6 +651,7 @@ typedef struct handle {
 	pthread_mutex_t mu;
 	char *data;    /* read snapshot */
 	size_t len;
+	int fresh;     /* data was rendered by open and not read yet */
 	int fd;        /* backup */
 	sbuf wbuf;     /* config and ctl writes */
 	int wdirty;
@@ -655,6 +659,29 @@ typedef struct handle {
 	unsigned lines;
 	int bad;        /* config: a line failed its check */
 } handle;
+
+/* Render a readable file into its handle.  A read at offset 0 renders it
+ * anew (except right after open), so a descriptor held open and read again
+ * from 0 sees the file as it is now (a session's out after the next query,
+ * stats, errors), as /proc files do; reads at other offsets continue the
+ * snapshot. */
+static int rerender(handle *h)
+{
+	sbuf b;
+	sb_init(&b);
+	int rc = render(h->n, &b);
+	if (rc == 0) {
+		char *p = sb_take(&b, &h->len);
+		if (!p) {
+			rc = -ENOMEM;
+			h->len = 0;
+		}
+		free(h->data);
+		h->data = p;
+	}
+	sb_free(&b);
+	return rc;
+}
 
 static handle *handle_of(struct fuse_file_info *fi)
 {
@@ -708,16 +735,12 @@ static int open_node(node *n, struct fuse_file_info *fi, handle **out)
 				n->bsize = (uint64_t)bst.st_size;
 				pthread_mutex_unlock(&tree_mu);
 			}
-		} else {
-			sbuf b;
-			sb_init(&b);
-			rc = render(n, &b);
-			if (rc == 0) {
-				h->data = sb_take(&b, &h->len);
-				if (!h->data)
-					rc = -ENOMEM;
-			}
-			sb_free(&b);
+		} else if (n->kind != K_QOUT && n->kind != K_QJSON && n->kind != K_QSTATS) {
+			/* rendered now, so that open fails when the file cannot be
+			 * (a record deleted meanwhile); a session's results cannot
+			 * fail and are rendered by the first read */
+			rc = rerender(h);
+			h->fresh = 1;
 		}
 	}
 	if (rc == 0 && n->kind == K_QIN && (fi->flags & O_TRUNC))
@@ -728,6 +751,8 @@ static int open_node(node *n, struct fuse_file_info *fi, handle **out)
 	}
 	fi->direct_io = 1;
 	fi->keep_cache = 0;
+	/* nothing happens when a reader closes: spare it the FLUSH round trip */
+	fi->noflush = acc == O_RDONLY;
 	fi->fh = (uintptr_t)h;
 	*out = h;
 	return 0;
@@ -784,9 +809,13 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		else
 			fuse_reply_buf(req, buf, (size_t)r);
 		free(buf);
+	} else if (off == 0 && !h->fresh && rerender(h) != 0) {
+		fuse_reply_err(req, ENOMEM);
 	} else if (off < 0 || (size_t)off >= h->len) {
+		h->fresh = 0;
 		fuse_reply_buf(req, NULL, 0);
 	} else {
+		h->fresh = 0;
 		size_t n = h->len - (size_t)off;
 		fuse_reply_buf(req, h->data + off, n < size ? n : size);
 	}
@@ -855,7 +884,6 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 		     struct fuse_file_info *fi)
 {
 	(void)ino;
-	(void)off;
 	handle *h = handle_of(fi);
 	node *n = h->n;
 	int rc = 0;
@@ -866,7 +894,7 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 			ingest_leave(n);
 		break;
 	case K_QIN:
-		rc = qs_in_write(n->session->qs, buf, size);
+		rc = qs_in_write(n->session->qs, buf, size, (uint64_t)off);
 		break;
 	case K_CONFIG:
 	case K_CTL:

@@ -254,6 +254,31 @@ check query_bad_dim test "$(printf '1 2 3\n' | put - "$M/query/q1/in")" == "ERR 
 check query_bad_echo test "$(T bash -c "echo '1 2 x 4' > '$M/query/q1/in'" 2>&1 | grep -c 'write error')" == 1
 check query_bad_out_empty test "$(T cat "$M/query/q1/out" | wc -c)" == 0
 check query_bad_unterminated test "$(printf '1 2 3' | put - "$M/query/q1/in")" == "ERR EINVAL close"
+# a program looping over queries may hold in and out open: a write at offset
+# 0 starts in over, closing a dup() of in runs the query, out read again from
+# offset 0 shows the new results; O_APPEND appends to what in holds
+check query_held_descriptors T "$PY" -c "
+import os, sys
+d = sys.argv[1]
+i = os.open(d + '/in', os.O_WRONLY | os.O_TRUNC)
+o = os.open(d + '/out', os.O_RDONLY)
+def run(req):
+    os.pwrite(i, req, 0)
+    os.close(os.dup(i))
+    return os.pread(o, 65536, 0).decode()
+a = run(b'k=1 mode=exact\\n1 2 3 4\\n')
+b = run(b'k=1 mode=exact\\n9 10 11 12\\n')
+assert a.split('\\t')[0] == 'k1', a
+assert b.split('\\t')[0] != 'k1' and b.count('\\n') == 1, b
+assert os.pread(o, 65536, len(b)) == b''
+os.close(i); os.close(o)
+f = os.open(d + '/in', os.O_WRONLY | os.O_APPEND)
+os.write(f, b'1 2 3 4\\n')
+assert os.fstat(f).st_size == 34, os.fstat(f).st_size
+os.close(f)
+out = open(d + '/out').read()
+assert out.count('\\n') == 3 and out.endswith('\\n\\nk1\\t0\\n'), out
+" "$M/query/q1"
 check query_rmdir T rmdir "$M/query/q1"
 check query_rmdir_gone test ! -e "$M/query/q1"
 

@@ -91,7 +91,9 @@ static const char usage_text[] =
 	"\n"
 	"With --mount a query is timed from open(in) to close(out); ratio is the\n"
 	"mount's QPS over the library's, added_us the mean latency the mount adds\n"
-	"to a query.  ingest_rows_per_s is the first (or only) ingest file, into a\n"
+	"to a query.  Each setting is also timed with the query session's\n"
+	"descriptors held open (held_*): pwrite() of in at offset 0, close() of\n"
+	"a dup() of in, pread() of out from offset 0.  ingest_rows_per_s is the first (or only) ingest file, into a\n"
 	"store without a generation; ingest_after_build_rows_per_s the second file\n"
 	"of --ingest-after-build.  The daemon's peak VmRSS and RssAnon are sampled\n"
 	"every 100 ms while ingesting and while building.  Nothing runs in the\n"
@@ -891,7 +893,9 @@ struct mnt {
 	int have_compactions;                     /* stats has `compactions` */
 	uint64_t compactions[2];                  /* before and after them */
 	struct measure fs[MAX_NPROBE], lib[MAX_NPROBE];
+	struct measure held[MAX_NPROBE];          /* descriptors held open */
 	/* query traffic */
+	int hin, hout;           /* held descriptors of in and out; -1: none */
 	char *vtext;             /* every query vector as one text line */
 	size_t *voff;            /* nq + 1 offsets into vtext */
 	char *req;               /* one write of query/b/in */
@@ -926,7 +930,10 @@ static int write_all(int fd, const void *buf, size_t len)
 }
 
 /* The whole of an open file into *buf (grown as needed, NUL-terminated). */
-static int read_fd(int fd, char **buf, size_t *cap, size_t *len)
+/* Read fd to its end into *buf (grown as needed, NUL-terminated): with
+ * read(), or with pread() from offset 0 when `from0` (a held descriptor of
+ * out shows the latest query's results from offset 0). */
+static int read_to_end(int fd, int from0, char **buf, size_t *cap, size_t *len)
 {
 	size_t n = 0;
 
@@ -942,7 +949,8 @@ static int read_fd(int fd, char **buf, size_t *cap, size_t *len)
 			*buf = nb;
 			*cap = nc;
 		}
-		r = read(fd, *buf + n, *cap - n - 1);
+		r = from0 ? pread(fd, *buf + n, *cap - n - 1, (off_t)n)
+			  : read(fd, *buf + n, *cap - n - 1);
 		if (r < 0 && errno == EINTR)
 			continue;
 		if (r < 0)
@@ -954,6 +962,11 @@ static int read_fd(int fd, char **buf, size_t *cap, size_t *len)
 	(*buf)[n] = '\0';
 	*len = n;
 	return 0;
+}
+
+static int read_fd(int fd, char **buf, size_t *cap, size_t *len)
+{
+	return read_to_end(fd, 0, buf, cap, len);
 }
 
 static int read_path(const char *path, char **buf, size_t *len)
@@ -1491,6 +1504,15 @@ static int mnt_start(struct bench *b, struct mnt *m)
 	return 0;
 }
 
+static void mnt_close_held(struct mnt *m)
+{
+	if (m->hin >= 0)
+		close(m->hin);
+	if (m->hout >= 0)
+		close(m->hout);
+	m->hin = m->hout = -1;
+}
+
 /* Unmount (fusermount3 -u, else -uz) and wait for the daemon to exit.
  * Runs after every start, whatever happened. */
 static int mnt_stop(struct mnt *m)
@@ -1500,6 +1522,7 @@ static int mnt_stop(struct mnt *m)
 	int rc = 0;
 
 	sampler_stop(m);
+	mnt_close_held(m);
 	if (!m->launched)
 		return 0;
 	m->launched = 0;
@@ -1831,6 +1854,46 @@ static int mnt_query(struct bench *b, struct mnt *m, size_t qi, size_t optlen,
 	return parse_out(b, m->out, outlen, qi, cnt);
 }
 
+/* One query the way a program looping over queries can do it with both
+ * descriptors held open: pwrite() the request at offset 0 of in (which
+ * starts in over), close a dup() of it (the close runs the query), pread()
+ * out from offset 0 to the end. */
+static int mnt_query_held(struct bench *b, struct mnt *m, size_t qi, size_t optlen,
+			  uint64_t *ns, size_t *cnt)
+{
+	size_t vlen = m->voff[qi + 1] - m->voff[qi], len = optlen + vlen, outlen = 0;
+	char what[64];
+	uint64_t t0;
+	ssize_t w;
+	int fd, rc;
+
+	if (m->hin < 0 && (m->hin = open(m->qin, O_WRONLY | O_TRUNC | O_CLOEXEC)) < 0)
+		return fail_mnt(m, -errno, "open in (held)");
+	if (m->hout < 0 && (m->hout = open(m->qout, O_RDONLY | O_CLOEXEC)) < 0)
+		return fail_mnt(m, -errno, "open out (held)");
+	memcpy(m->req + optlen, m->vtext + m->voff[qi], vlen);
+	t0 = tool_now_ns();
+	w = pwrite(m->hin, m->req, len, 0);
+	if (w != (ssize_t)len) {
+		snprintf(what, sizeof what, "query %zu: pwrite in", qi);
+		return fail_mnt(m, w < 0 ? -errno : -EIO, what);
+	}
+	fd = dup(m->hin);
+	if (fd < 0 || close(fd)) {
+		snprintf(what, sizeof what, "query %zu: close a dup of in (the search)", qi);
+		return fail_mnt(m, -errno, what);
+	}
+	rc = read_to_end(m->hout, 1, &m->out, &m->outcap, &outlen);
+	*ns = tool_now_ns() - t0;
+	if (rc) {
+		snprintf(what, sizeof what, "query %zu: pread out", qi);
+		return fail_mnt(m, rc, what);
+	}
+	if (outlen == 0)
+		return fail_mnt(m, -EPROTO, "query: out is empty");
+	return parse_out(b, m->out, outlen, qi, cnt);
+}
+
 /* The session's stats must say the query ran as asked. */
 static int mnt_check_query_stats(const struct mnt *m, uint32_t nprobe, uint32_t k)
 {
@@ -1853,13 +1916,15 @@ static int mnt_check_query_stats(const struct mnt *m, uint32_t nprobe, uint32_t 
 }
 
 /* Warm up, then time every query once at this nprobe through the mount. */
-static int mnt_measure(struct bench *b, struct mnt *m, uint32_t nprobe,
+static int mnt_measure(struct bench *b, struct mnt *m, uint32_t nprobe, int held,
 		       struct measure *out)
 {
+	int (*query)(struct bench *, struct mnt *, size_t, size_t, uint64_t *, size_t *) =
+		held ? mnt_query_held : mnt_query;
 	const struct options *o = b->opt;
 	size_t want = o->have_warmup ? o->warmup : b->nq;
 	size_t nwarm = b->nq < want ? b->nq : want, cnt;
-	struct progress p = { .label = "mount queries" };
+	struct progress p = { .label = held ? "mount queries, held" : "mount queries" };
 	char phase[32];
 	uint64_t total_ns = 0, ns;
 	double recall_sum = 0;
@@ -1876,7 +1941,7 @@ static int mnt_measure(struct bench *b, struct mnt *m, uint32_t nprobe,
 			progress_end(&p);
 			return tool_report_interrupt();
 		}
-		if ((rc = mnt_query(b, m, i, (size_t)optlen, &ns, &cnt))) {
+		if ((rc = query(b, m, i, (size_t)optlen, &ns, &cnt))) {
 			progress_end(&p);
 			return rc;
 		}
@@ -1888,7 +1953,7 @@ static int mnt_measure(struct bench *b, struct mnt *m, uint32_t nprobe,
 			progress_end(&p);
 			return tool_report_interrupt();
 		}
-		if ((rc = mnt_query(b, m, i, (size_t)optlen, &ns, &cnt))) {
+		if ((rc = query(b, m, i, (size_t)optlen, &ns, &cnt))) {
 			progress_end(&p);
 			return rc;
 		}
@@ -1923,8 +1988,12 @@ static int mnt_queries(struct bench *b, struct mnt *m)
 		return fail_mnt(m, rc, "read stats");
 	m->have_compactions = kv_get(path, "compactions", &m->compactions[0]) == 0;
 	rc = mnt_prepare_queries(b, m);
-	for (size_t i = 0; !rc && i < b->opt->n_nprobe; i++)
-		rc = mnt_measure(b, m, b->opt->nprobe[i], &m->fs[i]);
+	for (size_t i = 0; !rc && i < b->opt->n_nprobe; i++) {
+		rc = mnt_measure(b, m, b->opt->nprobe[i], 0, &m->fs[i]);
+		if (!rc)
+			rc = mnt_measure(b, m, b->opt->nprobe[i], 1, &m->held[i]);
+	}
+	mnt_close_held(m);
 	if (!rc && m->have_compactions)
 		m->have_compactions = kv_get(path, "compactions", &m->compactions[1]) == 0;
 	return rc;
@@ -2055,20 +2124,31 @@ static void mnt_print_header(const struct bench *b, const struct mnt *m)
 	printf("store    %.1f MB\n", (double)b->store_bytes / (1024.0 * 1024.0));
 	printf("queries  one client; through the mount a query is open(in), one "
 	       "write(), close(),\n         open(out), read() to the end, "
-	       "close(); the library: one vecfs_search\n");
-	printf("\n%6s | %-40s | %-40s |\n", "", "through the mount",
-	       "library, same store");
-	printf("%6s | %9s %10s %9s %9s | %9s %10s %9s %9s | %7s %9s\n",
+	       "close(); held: both descriptors stay\n         open, pwrite() at "
+	       "offset 0 of in, close() of a dup() of it, pread() of out\n"
+	       "         from 0 to the end; the library: one vecfs_search\n");
+	printf("\n%6s | %-40s | %-36s | %-30s |\n", "", "through the mount",
+	       "held descriptors", "library, same store");
+	printf("%6s | %9s %10s %9s %9s | %9s %7s %8s %9s | %9s %10s %9s |\n",
 	       "nprobe", "recall@10", "QPS", "p50_us", "p99_us", "recall@10", "QPS",
-	       "p50_us", "p99_us", "ratio", "added_us");
+	       "p50_us", "ratio", "recall@10", "QPS", "p50_us");
 }
 
-static void mnt_print_row(const struct measure *fs, const struct measure *lib)
+static double qps_ratio(const struct measure *a, const struct measure *b)
 {
-	printf("%6u | %9.4f %10.1f %9.1f %9.1f | %9.4f %10.1f %9.1f %9.1f | %7.3f %9.1f\n",
-	       fs->nprobe, fs->recall, fs->qps, fs->p50_us, fs->p99_us, lib->recall,
-	       lib->qps, lib->p50_us, lib->p99_us,
-	       lib->qps > 0 ? fs->qps / lib->qps : 0, added_us(fs, lib));
+	return b->qps > 0 ? a->qps / b->qps : NAN;
+}
+
+static void mnt_print_row(const struct measure *fs, const struct measure *held,
+			  const struct measure *lib)
+{
+	printf("%6u | %9.4f %10.1f %9.1f %9.1f | %9.4f %7.1f %8.1f %9.3f | %9.4f %10.1f %9.1f |\n",
+	       fs->nprobe, fs->recall, fs->qps, fs->p50_us, fs->p99_us, held->recall,
+	       held->qps, held->p50_us, qps_ratio(held, lib), lib->recall, lib->qps,
+	       lib->p50_us);
+	printf("%6s   ratio to the library: %.3f (adds %.1f us a query); held "
+	       "descriptors: %.3f (adds %.1f us)\n", "", qps_ratio(fs, lib),
+	       added_us(fs, lib), qps_ratio(held, lib), added_us(held, lib));
 }
 
 static void json_kb(const char *key, int sampled, uint64_t kb)
@@ -2080,7 +2160,8 @@ static void json_kb(const char *key, int sampled, uint64_t kb)
 }
 
 static void mnt_json_row(const struct bench *b, const struct mnt *m,
-			 const struct measure *fs, const struct measure *lib)
+			 const struct measure *fs, const struct measure *held,
+			 const struct measure *lib)
 {
 	int sampled;
 	uint64_t rss, anon;
@@ -2091,7 +2172,11 @@ static void mnt_json_row(const struct bench *b, const struct mnt *m,
 	tool_json_num("recall_at_10", fs->recall, 4);
 	tool_json_num("qps", fs->qps, 1);
 	tool_json_num("library_qps", lib->qps, 1);
-	tool_json_num("ratio", lib->qps > 0 ? fs->qps / lib->qps : NAN, 4);
+	tool_json_num("ratio", qps_ratio(fs, lib), 4);
+	tool_json_num("held_recall_at_10", held->recall, 4);
+	tool_json_num("held_qps", held->qps, 1);
+	tool_json_num("held_p50_us", held->p50_us, 1);
+	tool_json_num("held_ratio", qps_ratio(held, lib), 4);
 	tool_json_num("p50_us", fs->p50_us, 1);
 	tool_json_num("p99_us", fs->p99_us, 1);
 	tool_json_num("library_recall_at_10", lib->recall, 4);
@@ -2133,9 +2218,9 @@ static void mnt_report(const struct bench *b, const struct mnt *m)
 		mnt_print_header(b, m);
 	for (size_t i = 0; i < b->opt->n_nprobe; i++) {
 		if (b->opt->json)
-			mnt_json_row(b, m, &m->fs[i], &m->lib[i]);
+			mnt_json_row(b, m, &m->fs[i], &m->held[i], &m->lib[i]);
 		else
-			mnt_print_row(&m->fs[i], &m->lib[i]);
+			mnt_print_row(&m->fs[i], &m->held[i], &m->lib[i]);
 	}
 	fflush(stdout);
 }
@@ -2172,7 +2257,7 @@ int main(int argc, char **argv)
 {
 	struct options opt;
 	struct bench b = { 0 };
-	struct mnt m = { 0 };
+	struct mnt m = { .hin = -1, .hout = -1 };
 	sigset_t sigs;
 	int rc;
 
