@@ -142,7 +142,6 @@ static void *enc_run(void *arg)
 				  g->rc + (size_t)c * b->m.pdim, b->planes + r * b->pb, code);
 			code->id = b->ids[r];
 			code->seq = b->seqs[r];
-			code->vec = b->vecs[r];
 			code->key = b->keys[r];
 			code->keylen = b->keylens[r];
 			code->has_payload = b->has_payload[r];

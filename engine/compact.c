@@ -16,18 +16,19 @@
 
 #include "changes.h"
 #include "keys.h"
+#include "record.h"
 
 /* The live postings of one cluster, copied out of the store (the values
  * they came from are deleted in the same transaction). */
 typedef struct fold {
 	vf_code *codes;
-	uint8_t *data;       /* planes | vector | key of each code */
+	uint8_t *data;       /* planes | key of each code */
 	size_t n, cap, len, dcap;
 } fold;
 
 static int fold_add(fold *f, const vf_code *c, uint32_t dim, size_t pbytes)
 {
-	size_t need = pbytes + (size_t)dim * 4 + c->keylen;
+	size_t need = pbytes + c->keylen;
 	if (f->n == f->cap) {
 		size_t nc = f->cap ? f->cap * 2 : 256;
 		vf_code *n = realloc(f->codes, nc * sizeof *n);
@@ -51,8 +52,7 @@ static int fold_add(fold *f, const vf_code *c, uint32_t dim, size_t pbytes)
 	/* store offsets now, pointers once the data stops moving */
 	o->planes = (const uint8_t *)(uintptr_t)f->len;
 	memcpy(f->data + f->len, c->planes, pbytes);
-	memcpy(f->data + f->len + pbytes, c->vec, (size_t)dim * 4);
-	memcpy(f->data + f->len + pbytes + (size_t)dim * 4, c->key, c->keylen);
+	memcpy(f->data + f->len + pbytes, c->key, c->keylen);
 	f->len += need;
 	return 0;
 }
@@ -64,7 +64,7 @@ static int cmp_code(const void *a, const void *b)
 }
 
 /* Posting i of an opened block whose columns were checked, as a code
- * pointing into the block: 0, or -EIO when its vector or key is damaged. */
+ * pointing into the block: 0, or -EIO when its key is damaged. */
 static int block_code(const vf_block *b, uint32_t i, vf_code *code)
 {
 	code->id = vf_block_id(b, i);
@@ -77,8 +77,7 @@ static int block_code(const vf_block *b, uint32_t i, vf_code *code)
 	code->eb = vf_block_f2(b, 1, i);
 	code->cdot = vf_block_f2(b, 2, i);
 	code->planes = vf_block_planes(b, i);
-	code->vec = vf_block_vec(b, i);
-	if (vf_block_vec_check(b, i) || !(code->key = vf_block_key(b, i, &code->keylen)))
+	if (!(code->key = vf_block_key(b, i, &code->keylen)))
 		return -EIO;
 	return 0;
 }
@@ -195,8 +194,7 @@ static int compact_cluster(MDB_txn *txn, vf_store *s, const vf_genmeta *m, uint3
 		vf_code *o = &f->codes[i];
 		uint8_t *p = f->data + (uintptr_t)o->planes;
 		o->planes = p;
-		o->vec = p + pbytes;
-		o->key = (const char *)p + pbytes + (size_t)m->dim * 4;
+		o->key = (const char *)p + pbytes;
 	}
 	if (f->n > 1)
 		qsort(f->codes, f->n, sizeof *f->codes, cmp_code);
@@ -411,12 +409,25 @@ static int rb_report(rebal *r, const char *phase, int pct)
 	return r->cancelled;
 }
 
-/* A posting's vector in index space, in r->x. */
-static const float *rb_vec(rebal *r, const vf_code *c)
+/* A posting of parent cluster o: its record's vector in index space, in
+ * r->x.  A posting whose record changed or went since the snapshot's
+ * parent was compacted is stale (queries skip it, the change log holds the
+ * newer version): the cluster's centroid stands in for it. */
+static const float *rb_vec(rebal *r, const vf_code *c, uint32_t o)
 {
-	memcpy(r->x, c->vec, sizeof(float) * r->pm.dim);
-	if (r->pm.metric == VECFS_COSINE)
-		vf_to_index_space(VECFS_COSINE, r->x, r->x, r->pm.dim);
+	vf_key64 k = vf_key_u64(c->id);
+	MDB_val d;
+	vf_record rec;
+	uint32_t dim = r->pm.dim;
+	if (vf_get(r->txn, r->v->store->records, k.b, 8, &d) == 0 &&
+	    vf_record_decode(d.mv_data, d.mv_size, &rec) == 0 && rec.dim == dim &&
+	    rec.seq == c->seq) {
+		memcpy(r->x, rec.vec, sizeof(float) * dim);
+		if (r->pm.metric == VECFS_COSINE)
+			vf_to_index_space(VECFS_COSINE, r->x, r->x, dim);
+	} else {
+		memcpy(r->x, r->pg->centroids + (size_t)o * dim, sizeof(float) * dim);
+	}
 	return r->x;
 }
 
@@ -521,7 +532,7 @@ static int rb_split(rebal *r, uint32_t o)
 	if (!pts)
 		return -ENOMEM;
 	for (uint64_t i = 0; i < ns; i++)
-		memcpy(pts + i * dim, rb_vec(r, &sc->codes[i * sc->n / ns]), sizeof(float) * dim);
+		memcpy(pts + i * dim, rb_vec(r, &sc->codes[i * sc->n / ns], o), sizeof(float) * dim);
 	rc = vf_kmeans(pts, ns, dim, 2, 10, r->pm.seed ^ ((o + 1) * 0x9e3779b97f4a7c15ULL),
 		       r->v->threads, h, NULL, NULL);
 	free(pts);
@@ -530,7 +541,7 @@ static int rb_split(rebal *r, uint32_t o)
 	/* dest: 0 or 1, the half, until the final ids are known */
 	uint64_t n1 = 0;
 	for (uint64_t k = 0; k < sc->n; k++) {
-		const float *x = rb_vec(r, &sc->codes[k]);
+		const float *x = rb_vec(r, &sc->codes[k], o);
 		sc->dest[k] = rb_dist(r, x, h + dim) < rb_dist(r, x, h);
 		n1 += sc->dest[k];
 	}
@@ -682,13 +693,13 @@ static int rb_reassign(rebal *r)
 			if ((rc = rb_load(r, o)))
 				return rc;
 			for (uint64_t k = 0; k < sc->n; k++)
-				sc->dest[k] = vf_gen_nearest(&r->g, rb_vec(r, &sc->codes[k]));
+				sc->dest[k] = vf_gen_nearest(&r->g, rb_vec(r, &sc->codes[k], o));
 		} else if (sc->nnear) {
 			/* boundary vectors: to a new centroid that is nearer */
 			if ((rc = rb_load(r, o)))
 				return rc;
 			for (uint64_t k = 0; k < sc->n; k++) {
-				const float *x = rb_vec(r, &sc->codes[k]);
+				const float *x = rb_vec(r, &sc->codes[k], o);
 				uint32_t best = sc->dest[k];
 				float bd = rb_dist(r, x, r->cent + (size_t)best * dim);
 				for (uint32_t i = 0; i < sc->nnear; i++) {
@@ -778,12 +789,11 @@ static int rb_encode(rebal *r)
 			if (d->src == o)
 				continue; /* same centroid: the code stands */
 			vf_code e;
-			vf_encode(&enc, rb_vec(r, c), r->cent + (size_t)f * r->m.dim,
+			vf_encode(&enc, rb_vec(r, c, o), r->cent + (size_t)f * r->m.dim,
 				  r->g.rc + (size_t)f * r->m.pdim, r->planes + done * r->pb, &e);
 			e.id = c->id;
 			e.seq = c->seq;
 			e.has_payload = c->has_payload;
-			e.vec = c->vec;
 			e.key = c->key;
 			e.keylen = c->keylen;
 			*c = e;
@@ -1118,22 +1128,56 @@ static void maybe_rebalance(vecfs *v)
 
 /* ------------------------------------------------------------ background */
 
+static int64_t ms_since(const struct timespec *t)
+{
+	struct timespec now;
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	return (int64_t)(now.tv_sec - t->tv_sec) * 1000 + (now.tv_nsec - t->tv_nsec) / 1000000;
+}
+
+/* Wait (holding stat_mu) until work is due: now, or a backlog once writes
+ * paused for VF_MAINT_IDLE_MS.  0 when closing. */
+static int maint_wait(vecfs *v)
+{
+	for (;;) {
+		if (v->closing)
+			return 0;
+		if (v->maint_due)
+			return 1;
+		if (!v->maint_idle_due) {
+			pthread_cond_wait(&v->maint_cv, &v->stat_mu);
+			continue;
+		}
+		int64_t left = VF_MAINT_IDLE_MS - ms_since(&v->last_write);
+		if (left <= 0)
+			return 1;
+		struct timespec until;
+		clock_gettime(CLOCK_MONOTONIC, &until);
+		until.tv_sec += left / 1000;
+		until.tv_nsec += (left % 1000) * 1000000;
+		if (until.tv_nsec >= 1000000000) {
+			until.tv_sec++;
+			until.tv_nsec -= 1000000000;
+		}
+		pthread_cond_timedwait(&v->maint_cv, &v->stat_mu, &until);
+	}
+}
+
 static void *maint_run(void *arg)
 {
 	vecfs *v = arg;
 	pthread_mutex_lock(&v->stat_mu);
-	for (;;) {
-		while (!v->maint_due && !v->closing)
-			pthread_cond_wait(&v->maint_cv, &v->stat_mu);
-		if (v->closing)
-			break;
+	while (maint_wait(v)) {
 		v->maint_due = 0;
+		v->maint_idle_due = 0;
+		v->maint_busy = 1;
 		pthread_mutex_unlock(&v->stat_mu);
 		/* a failure here (no active generation any more, no room) leaves
 		 * the deltas in place: queries stay correct, only slower */
 		if (vecfs_compact(v, NULL, NULL, 0) == 0)
 			maybe_rebalance(v);
 		pthread_mutex_lock(&v->stat_mu);
+		v->maint_busy = 0;
 	}
 	pthread_mutex_unlock(&v->stat_mu);
 	return NULL;
@@ -1141,7 +1185,11 @@ static void *maint_run(void *arg)
 
 void vf_maint_start(vecfs *v)
 {
-	pthread_cond_init(&v->maint_cv, NULL);
+	pthread_condattr_t a;
+	pthread_condattr_init(&a);
+	pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+	pthread_cond_init(&v->maint_cv, &a);
+	pthread_condattr_destroy(&a);
 	v->maint_started = pthread_create(&v->maint_thread, NULL, maint_run, v) == 0;
 }
 
@@ -1162,15 +1210,32 @@ int vf_maint_due(const vf_posting_writer *w, const vf_genmeta *m, uint64_t live,
 {
 	uint64_t floor = 4 * (uint64_t)compact_deltas;
 	uint64_t backlog = live / 50 > floor ? live / 50 : floor;
-	return w->max_deltas >= compact_deltas || m->pending >= backlog;
+	if (w->max_deltas >= compact_deltas || m->pending >= backlog)
+		return VF_MAINT_NOW;
+	uint64_t idle = live / 1000 > compact_deltas ? live / 1000 : compact_deltas;
+	return m->pending >= idle ? VF_MAINT_WHEN_IDLE : VF_MAINT_NONE;
 }
 
-void vf_maint_kick(vecfs *v)
+void vf_maint_kick(vecfs *v, int level)
 {
+	if (level == VF_MAINT_NONE)
+		return;
 	pthread_mutex_lock(&v->stat_mu);
-	v->maint_due = 1;
+	clock_gettime(CLOCK_MONOTONIC, &v->last_write);
+	if (level == VF_MAINT_NOW)
+		v->maint_due = 1;
+	else
+		v->maint_idle_due = 1;
 	pthread_cond_signal(&v->maint_cv);
 	pthread_mutex_unlock(&v->stat_mu);
+}
+
+int vf_maint_busy(vecfs *v)
+{
+	pthread_mutex_lock(&v->stat_mu);
+	int busy = v->maint_busy || v->maint_due || v->maint_idle_due;
+	pthread_mutex_unlock(&v->stat_mu);
+	return busy;
 }
 
 /* ------------------------------------------------------------ retention */

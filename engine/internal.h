@@ -7,6 +7,7 @@
 
 #include <pthread.h>
 #include <stdio.h>
+#include <time.h>
 
 #include "assign.h"
 #include "block.h"
@@ -49,6 +50,9 @@ struct vecfs {
 	pthread_t maint_thread;     /* background compaction */
 	pthread_cond_t maint_cv;    /* with stat_mu */
 	int maint_started, maint_due;
+	int maint_idle_due;         /* a backlog to fold once writes pause */
+	int maint_busy;             /* the worker is compacting or rebalancing */
+	struct timespec last_write; /* CLOCK_MONOTONIC of the last kick */
 	int closing;
 	int threads;
 	uint64_t next_batch;        /* staging ids, guarded by stat_mu */
@@ -125,15 +129,23 @@ int vf_pw_apply(vf_posting_writer *w, MDB_txn *txn, uint64_t id, uint64_t seq,
 
 void vf_maybe_auto_build(vecfs *v);
 /* Background maintenance: compaction once a cluster's delta postings
- * reach compact_deltas. */
+ * reach compact_deltas or the backlog grew large, and of a smaller backlog
+ * once writes paused for VF_MAINT_IDLE_MS. */
+#define VF_MAINT_IDLE_MS 500
+enum { VF_MAINT_NONE = 0, VF_MAINT_WHEN_IDLE = 1, VF_MAINT_NOW = 2 };
 void vf_maint_start(vecfs *v);
 void vf_maint_stop(vecfs *v);
-void vf_maint_kick(vecfs *v);
+/* After a write: `level` is vf_maint_due()'s answer (NONE does nothing). */
+void vf_maint_kick(vecfs *v, int level);
 /* Is compaction due after w wrote into generation m of a store with `live`
- * records?  A cluster reached compact_deltas, or the whole backlog passed
- * both 4 x compact_deltas and 2% of the live records. */
+ * records?  NOW when a cluster reached compact_deltas or the whole backlog
+ * passed both 4 x compact_deltas and 2% of the live records; WHEN_IDLE when
+ * it passed both compact_deltas and 0.1% of them (scanning it costs queries
+ * more than folding it costs a store with nothing else to do). */
 int vf_maint_due(const vf_posting_writer *w, const vf_genmeta *m, uint64_t live,
 		 uint32_t compact_deltas);
+/* 1 while maintenance is due or running. */
+int vf_maint_busy(vecfs *v);
 /* Remove the oldest generations beyond keep_generations (never the active
  * one nor `keep`). */
 void vf_retire_generations(vecfs *v, uint64_t keep);

@@ -680,30 +680,27 @@ static int cmp_cand(const void *a, const void *b)
 	return x->lo < y->lo ? -1 : x->lo > y->lo;
 }
 
-/* The vector and key of a candidate, from its block (checksums of the
- * columns checked) or delta posting. */
+/* The vector, key and payload of a candidate, from its record (the one
+ * copy of every vector; checksummed).  1 when the record is gone: the
+ * posting is stale (tombstones and the change log say so first; this only
+ * guards the answer). */
 static int resolve(search *s, const cand *c, const uint8_t **vec, hit *h)
 {
-	if (c->idx == UINT32_MAX) {
-		vf_code code;
-		int rc = vf_delta_open_cached(s->v->vcache, c->base, c->len, s->gm.dim, s->gm.pdim,
-					      s->gm.bits, &code);
-		if (rc)
-			return rc;
-		*vec = code.vec;
-		h->key = code.key;
-		h->keylen = code.keylen;
-		h->has_payload = code.has_payload;
-		return 0;
-	}
-	vf_block b;
-	if (vf_block_open(c->base, c->len, &b) || b.dim != s->dim ||
-	    vf_block_vec_check(&b, c->idx) ||
-	    vf_block_check(s->v->vcache, &b, VF_COL_KEYS) ||
-	    !(h->key = vf_block_key(&b, c->idx, &h->keylen)))
+	MDB_val val;
+	vf_record r;
+	int rc = fetch_record(s, c->id, &val, &r);
+	if (rc == -ENOENT)
+		return 1;
+	if (rc)
+		return rc;
+	if (r.dim != s->dim)
 		return -EIO;
-	*vec = vf_block_vec(&b, c->idx);
-	h->has_payload = vf_block_has_payload(&b, c->idx);
+	*vec = r.vec;
+	h->key = r.key;
+	h->keylen = r.keylen;
+	h->has_payload = r.plen > 0;
+	h->rec = val.mv_data;
+	h->reclen = val.mv_size;
 	return 0;
 }
 
@@ -726,8 +723,12 @@ static int rerank(search *s, query *q)
 			break;
 		for (size_t j = 0; j < m; j++) {
 			int rc = resolve(s, &q->cands[i0 + j], &vec[j], &h[j]);
-			if (rc)
+			if (rc < 0)
 				return rc;
+			if (rc) {
+				vec[j] = NULL;
+				continue;
+			}
 			for (size_t o = 0; o < vbytes; o += 64)
 				__builtin_prefetch(vec[j] + o);
 		}
@@ -735,11 +736,13 @@ static int rerank(search *s, query *q)
 			const cand *c = &q->cands[i0 + j];
 			if (!(c->lo < hheap_top(&q->top)))
 				return 0;
+			if (!vec[j]) {
+				q->ex.stale_skipped++;
+				continue;
+			}
 			q->ex.reranked++;
 			h[j].d = exact_dist(s, q, vec[j]);
 			h[j].id = c->id;
-			h[j].rec = NULL;
-			h[j].reclen = 0;
 			hheap_push(&q->top, h[j]);
 		}
 	}

@@ -855,10 +855,11 @@ static void vbad(verify_state *st, const char *fmt, unsigned long long a,
 		snprintf(st->first, sizeof st->first, fmt, a, b);
 }
 
-/* A live posting must match its record: same version, key and vector. */
+/* A live posting must match its record: same version and key (the record's
+ * own checksum covers its vector). */
 static void verify_posting(MDB_txn *txn, vf_store *s, verify_state *st, uint64_t gen,
 			   uint64_t id, uint64_t seq, const char *key, uint32_t keylen,
-			   const void *vec, uint32_t dim)
+			   uint32_t dim)
 {
 	vf_key64 rk = vf_key_u64(id);
 	MDB_val rv;
@@ -870,8 +871,7 @@ static void verify_posting(MDB_txn *txn, vf_store *s, verify_state *st, uint64_t
 		     gen, id);
 		return;
 	}
-	if (r.seq != seq || r.keylen != keylen || memcmp(r.key, key, keylen) || r.dim != dim ||
-	    memcmp(r.vec, vec, (size_t)dim * 4))
+	if (r.seq != seq || r.keylen != keylen || memcmp(r.key, key, keylen) || r.dim != dim)
 		vbad(st, "generation %llu: the posting of record id %llu does not match the record",
 		     gen, id);
 }
@@ -935,15 +935,14 @@ static int verify_gen(MDB_txn *txn, vf_store *s, const vf_genmeta *m,
 				uint64_t id = vf_block_id(&b, i), seq = vf_block_seq(&b, i);
 				uint32_t kl;
 				const char *key = vf_block_key(&b, i, &kl);
-				if (!key || vf_block_vec_check(&b, i)) {
+				if (!key) {
 					vbad(st, "generation %llu cluster %llu: posting damaged", m->id, cl);
 					break;
 				}
 				if (vf_posting_stale(&tombs, &dirty, id, seq))
 					st->stale++;
 				else
-					verify_posting(txn, s, st, m->id, id, seq, key, kl, vf_block_vec(&b, i),
-						       b.dim);
+					verify_posting(txn, s, st, m->id, id, seq, key, kl, b.dim);
 			}
 		} else if (kind == VF_PK_DELTA) {
 			vf_code c;
@@ -954,7 +953,7 @@ static int verify_gen(MDB_txn *txn, vf_store *s, const vf_genmeta *m,
 			else if (vf_posting_stale(&tombs, &dirty, c.id, c.seq))
 				st->stale++;
 			else
-				verify_posting(txn, s, st, m->id, c.id, c.seq, c.key, c.keylen, c.vec, m->dim);
+				verify_posting(txn, s, st, m->id, c.id, c.seq, c.key, c.keylen, m->dim);
 		}
 	}
 	mdb_cursor_close(cur);
@@ -1088,6 +1087,7 @@ int vecfs_stats_get(vecfs *v, vecfs_stats *out)
 	out->store_bytes = vf_store_used_bytes(v->store, txn);
 out:
 	vf_read_end(v->store, txn);
+	out->maintenance = vf_maint_busy(v);
 	pthread_mutex_lock(&v->stat_mu);
 	out->queries = v->queries;
 	size_t nl = v->nlat < VF_LAT_RING ? v->nlat : VF_LAT_RING;

@@ -283,6 +283,8 @@ typedef struct vecfs_stats {
 	uint64_t compactions;    /* compactions run (automatic and asked for) */
 	uint64_t rebalances;
 	double cluster_imbalance;/* largest / mean live vectors per cluster */
+	int maintenance;         /* 1 while a compaction or rebalance is due or
+				    running in the background */
 } vecfs_stats;
 int vecfs_stats_get(vecfs *v, vecfs_stats *out);
 

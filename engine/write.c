@@ -183,7 +183,6 @@ int vf_pw_apply(vf_posting_writer *w, MDB_txn *txn, uint64_t id, uint64_t seq,
 			  g->rc + (size_t)c * g->meta.pdim, w->planes, &code);
 		code.id = id;
 		code.seq = seq;
-		code.vec = vec;
 		code.key = key;
 		code.keylen = keylen;
 		code.has_payload = has_payload;
@@ -523,8 +522,7 @@ int vecfs_put(vecfs *v, const vecfs_row *rows, size_t n, uint32_t dim,
 	free(skip);
 	if (rc == 0) {
 		vf_maybe_auto_build(v);
-		if (j.maint_due)
-			vf_maint_kick(v);
+		vf_maint_kick(v, j.maint_due);
 	}
 	return rc;
 }
@@ -736,8 +734,7 @@ int vecfs_batch_commit(vecfs_batch *b, char *err, size_t errlen)
 	free(b);
 	if (rc == 0) {
 		vf_maybe_auto_build(v);
-		if (j.maint_due)
-			vf_maint_kick(v);
+		vf_maint_kick(v, j.maint_due);
 	}
 	return rc;
 }
@@ -815,7 +812,6 @@ int vecfs_delete(vecfs *v, const char *key, size_t keylen)
 	del_job j = {v, key, keylen, 0};
 	int rc = vf_write(v->store, del_fn, &j);
 	if (rc == 0)
-		if (j.maint_due)
-			vf_maint_kick(v);
+		vf_maint_kick(v, j.maint_due);
 	return rc;
 }

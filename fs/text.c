@@ -381,6 +381,7 @@ int render_stats(sbuf *b)
 	sb_printf(b, "compactions = %llu\n", (unsigned long long)s.compactions);
 	sb_printf(b, "rebalances = %llu\n", (unsigned long long)s.rebalances);
 	sb_printf(b, "cluster_imbalance = %.3f\n", s.cluster_imbalance);
+	sb_printf(b, "maintenance = %s\n", s.maintenance ? "running" : "idle");
 	sb_printf(b, "kernels = %s\n", vecfs_kernel_name());
 	return b->oom ? -ENOMEM : 0;
 }

@@ -7,8 +7,8 @@
 #include <math.h>
 #include <string.h>
 
-#define BLOCK_MAGIC 0x33425656u /* "VVB3" */
-#define DELTA_MAGIC 0x32445656u /* "VVD2" */
+#define BLOCK_MAGIC 0x34425656u /* "VVB4" */
+#define DELTA_MAGIC 0x33445656u /* "VVD3" */
 #define ALIGN 64
 
 typedef struct block_hdr {
@@ -30,7 +30,7 @@ static void col_lens(uint32_t n, uint32_t dim, uint32_t pdim, uint32_t bits,
 	len[VF_COL_PLANES] = n * bits * (pdim / 8);
 	len[VF_COL_F2] = 3 * n * 4;
 	len[VF_COL_IDS] = n * 16;
-	len[VF_COL_VECS] = n * dim * 4 + n * 8;
+	(void)dim;
 	len[VF_COL_KEYS] = keys;
 }
 
@@ -99,14 +99,9 @@ void vf_block_write(uint8_t *buf, const vf_code *codes, uint32_t n, uint32_t dim
 	float *f1 = (float *)(buf + h.col[VF_COL_F1].off);
 	float *f2 = (float *)(buf + h.col[VF_COL_F2].off);
 	uint8_t *ids = buf + h.col[VF_COL_IDS].off;
-	uint8_t *vecs = buf + h.col[VF_COL_VECS].off;
 	uint8_t *keys = buf + h.col[VF_COL_KEYS].off;
 	uint32_t koff = 4 * (n + 1);
 	for (uint32_t i = 0; i < n; i++) {
-		uint8_t *vp = vecs + (size_t)i * dim * 4;
-		memcpy(vp, codes[i].vec, (size_t)dim * 4);
-		uint64_t vs = vf_checksum(vp, (size_t)dim * 4);
-		memcpy(vecs + (size_t)n * dim * 4 + 8 * i, &vs, 8);
 		memcpy(keys + 4 * i, &koff, 4);
 		memcpy(keys + koff, codes[i].key, codes[i].keylen);
 		koff += codes[i].keylen;
@@ -199,13 +194,6 @@ int vf_block_has_payload(const vf_block *b, uint32_t i)
 	return (v & VF_SEQ_PAYLOAD) != 0;
 }
 
-int vf_block_vec_check(const vf_block *b, uint32_t i)
-{
-	uint64_t sum;
-	memcpy(&sum, b->col[VF_COL_VECS] + (size_t)b->n * b->dim * 4 + 8 * (size_t)i, 8);
-	return vf_checksum(vf_block_vec(b, i), (size_t)b->dim * 4) == sum ? 0 : -EIO;
-}
-
 const char *vf_block_key(const vf_block *b, uint32_t i, uint32_t *len)
 {
 	const uint8_t *k = b->col[VF_COL_KEYS];
@@ -229,13 +217,14 @@ float vf_block_f2(const vf_block *b, int which, uint32_t i)
 }
 
 /* delta: magic u32 | pdim u16 | bits u16 | id u64 | seq u64 (payload flag) |
- * 6 floats | dim u32 | keylen u32 | planes | vector | key | xxh3 u64 of all
- * before it */
+ * 6 floats | dim u32 | keylen u32 | planes | key | xxh3 u64 of all before
+ * it.  The vector itself is the record's. */
 #define DELTA_HDR 56
 
 size_t vf_delta_size(uint32_t dim, uint32_t pdim, uint32_t bits, uint32_t keylen)
 {
-	return DELTA_HDR + (size_t)bits * (pdim / 8) + (size_t)dim * 4 + keylen + 8;
+	(void)dim;
+	return DELTA_HDR + (size_t)bits * (pdim / 8) + keylen + 8;
 }
 
 void vf_delta_write(uint8_t *buf, const vf_code *c, uint32_t dim, uint32_t pdim,
@@ -255,9 +244,8 @@ void vf_delta_write(uint8_t *buf, const vf_code *c, uint32_t dim, uint32_t pdim,
 	memcpy(buf + 48, &dim, 4);
 	memcpy(buf + 52, &c->keylen, 4);
 	memcpy(buf + DELTA_HDR, c->planes, pb);
-	memcpy(buf + DELTA_HDR + pb, c->vec, (size_t)dim * 4);
-	memcpy(buf + DELTA_HDR + pb + (size_t)dim * 4, c->key, c->keylen);
-	body = DELTA_HDR + pb + (size_t)dim * 4 + c->keylen;
+	memcpy(buf + DELTA_HDR + pb, c->key, c->keylen);
+	body = DELTA_HDR + pb + c->keylen;
 	uint64_t sum = vf_checksum(buf, body);
 	memcpy(buf + body, &sum, 8);
 }
@@ -302,8 +290,7 @@ int vf_delta_open_cached(vf_vcache *cache, const void *p, size_t len, uint32_t d
 	out->eb = f[4];
 	out->cdot = f[5];
 	out->planes = b + DELTA_HDR;
-	out->vec = b + DELTA_HDR + pb;
-	out->key = (const char *)b + DELTA_HDR + pb + (size_t)dim * 4;
+	out->key = (const char *)b + DELTA_HDR + pb;
 	out->keylen = kl;
 	return 0;
 }

@@ -15,11 +15,12 @@
  *           holds a survivor's factors).
  *   IDS     per vector: record id u64, record sequence number u64 (its top
  *           bit set when the record has a payload).
- *   VECS    per vector: the full-precision vector (dim float32), read only
- *           for re-rank finalists; then one XXH3 per vector, so a finalist
- *           is checked without hashing the whole column.
- *   KEYS    (n+1) u32 offsets, then the record keys: finalists only.
- * A delta posting holds one vector (all of the above) in a value of its own.
+ *   KEYS    (n+1) u32 offsets, then the record keys (for maintenance and
+ *           verify; queries take keys from the records they re-rank).
+ * Full-precision vectors are not copied here: re-rank reads them from the
+ * records (one copy of every vector in the store, checksummed there).
+ * A delta posting holds one vector's code (all of the above) in a value of
+ * its own.
  */
 #ifndef VF_BLOCK_H
 #define VF_BLOCK_H
@@ -32,8 +33,8 @@
 #define VF_BATCH 32
 #define VF_BLOCK_MAX 4096 /* vectors per block */
 
-enum { VF_COL_SIGN, VF_COL_F1, VF_COL_PLANES, VF_COL_F2, VF_COL_IDS, VF_COL_VECS,
-       VF_COL_KEYS, VF_NCOL };
+enum { VF_COL_SIGN, VF_COL_F1, VF_COL_PLANES, VF_COL_F2, VF_COL_IDS, VF_COL_KEYS,
+       VF_NCOL };
 
 #define VF_SEQ_PAYLOAD (1ULL << 63) /* in a stored seq: the record has a payload */
 
@@ -44,7 +45,6 @@ typedef struct vf_code {
 	float add, r1, e1;   /* first pass */
 	float rb, eb, cdot;  /* second pass */
 	const uint8_t *planes; /* bits * pdim/8 bytes */
-	const void *vec;     /* dim float32, not necessarily aligned */
 	const char *key;
 	uint32_t keylen;
 } vf_code;
@@ -79,12 +79,6 @@ static inline const uint8_t *vf_block_planes(const vf_block *b, uint32_t i)
 uint64_t vf_block_id(const vf_block *b, uint32_t i);
 uint64_t vf_block_seq(const vf_block *b, uint32_t i);      /* flag removed */
 int vf_block_has_payload(const vf_block *b, uint32_t i);
-static inline const uint8_t *vf_block_vec(const vf_block *b, uint32_t i)
-{
-	return b->col[VF_COL_VECS] + (size_t)i * b->dim * 4;
-}
-/* 0 when vector i matches its own checksum, else -EIO. */
-int vf_block_vec_check(const vf_block *b, uint32_t i);
 /* Key of vector i; NULL when the offsets are damaged. */
 const char *vf_block_key(const vf_block *b, uint32_t i, uint32_t *len);
 /* The F1 factors of batch bt: add at +0, r1 at +128, e1 at +256 bytes. */

@@ -6,6 +6,15 @@
 #include <errno.h>
 #include <string.h>
 
+#include "checksum.h"
+
+/* XXH3 of the value with the sum field (bytes 20..24) left out, low 32 bits. */
+static uint32_t record_sum(const uint8_t *p, size_t len)
+{
+	uint64_t a = vf_checksum(p, 20), b = vf_checksum(p + VF_RECORD_HDR, len - VF_RECORD_HDR);
+	return (uint32_t)(a ^ (b * 0x9E3779B97F4A7C15ULL >> 17));
+}
+
 size_t vf_record_size(uint32_t dim, size_t keylen, size_t plen)
 {
 	return VF_RECORD_HDR + (size_t)dim * 4 + keylen + plen;
@@ -16,23 +25,25 @@ void vf_record_encode(uint8_t *buf, uint64_t seq, uint32_t dim, const float *vec
 		      size_t plen)
 {
 	uint16_t kl = (uint16_t)keylen, flags = 0;
-	uint32_t pl = (uint32_t)plen, pad = 0;
+	uint32_t pl = (uint32_t)plen, sum;
 	memcpy(buf, &seq, 8);
 	memcpy(buf + 8, &dim, 4);
 	memcpy(buf + 12, &kl, 2);
 	memcpy(buf + 14, &flags, 2);
 	memcpy(buf + 16, &pl, 4);
-	memcpy(buf + 20, &pad, 4);
 	memcpy(buf + VF_RECORD_HDR, vec, (size_t)dim * 4);
 	memcpy(buf + VF_RECORD_HDR + (size_t)dim * 4, key, keylen);
 	if (plen)
 		memcpy(buf + VF_RECORD_HDR + (size_t)dim * 4 + keylen, payload, plen);
+	sum = record_sum(buf, vf_record_size(dim, keylen, plen));
+	memcpy(buf + 20, &sum, 4);
 }
 
 int vf_record_decode(const void *data, size_t len, vf_record *out)
 {
 	const uint8_t *p = data;
 	uint16_t kl;
+	uint32_t sum;
 	if (len < VF_RECORD_HDR)
 		return -EIO;
 	memcpy(&out->seq, p, 8);
@@ -40,7 +51,8 @@ int vf_record_decode(const void *data, size_t len, vf_record *out)
 	memcpy(&kl, p + 12, 2);
 	memcpy(&out->plen, p + 16, 4);
 	out->keylen = kl;
-	if (vf_record_size(out->dim, kl, out->plen) != len)
+	memcpy(&sum, p + 20, 4);
+	if (vf_record_size(out->dim, kl, out->plen) != len || record_sum(p, len) != sum)
 		return -EIO;
 	out->vec = p + VF_RECORD_HDR;
 	out->key = (const char *)p + VF_RECORD_HDR + (size_t)out->dim * 4;

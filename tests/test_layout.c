@@ -34,7 +34,6 @@ typedef struct codeset {
 	uint32_t n, dim, pdim, bits;
 	vf_code *c;
 	uint8_t *planes; /* n * bits * pdim/8 */
-	float *vecs;     /* n * dim */
 	char *keys;      /* n * VF_TEST_KEYMAX */
 } codeset;
 
@@ -58,16 +57,12 @@ static void codes_make(codeset *cs, rng *r, uint32_t n, uint32_t dim,
 	cs->bits = bits;
 	cs->c = calloc(n, sizeof *cs->c);
 	cs->planes = malloc(n * pb);
-	cs->vecs = malloc((size_t)n * dim * sizeof(float));
 	cs->keys = malloc((size_t)n * VF_TEST_KEYMAX);
 	assert_non_null(cs->c);
 	assert_non_null(cs->planes);
-	assert_non_null(cs->vecs);
 	assert_non_null(cs->keys);
 	for (size_t i = 0; i < n * pb; i++)
 		cs->planes[i] = (uint8_t)rng_next(r);
-	for (size_t i = 0; i < (size_t)n * dim; i++)
-		cs->vecs[i] = (float)rng_gauss(r);
 	for (size_t i = 0; i < (size_t)n * VF_TEST_KEYMAX; i++)
 		cs->keys[i] = (char)(' ' + rng_next(r) % 95);
 	for (uint32_t i = 0; i < n; i++) {
@@ -82,7 +77,6 @@ static void codes_make(codeset *cs, rng *r, uint32_t n, uint32_t dim,
 		c->eb = rnd_factor(r);
 		c->cdot = rnd_factor(r);
 		c->planes = cs->planes + i * pb;
-		c->vec = cs->vecs + (size_t)i * dim;
 		c->key = cs->keys + (size_t)i * VF_TEST_KEYMAX;
 		c->keylen = rng_next(r) % 16 == 0 ? VF_TEST_KEYMAX
 						   : (uint32_t)(rng_next(r) % 25);
@@ -93,7 +87,6 @@ static void codes_free(codeset *cs)
 {
 	free(cs->c);
 	free(cs->planes);
-	free(cs->vecs);
 	free(cs->keys);
 	memset(cs, 0, sizeof *cs);
 }
@@ -157,9 +150,8 @@ static void check_block(const vf_block *b, const codeset *cs)
 		}
 		uint32_t kl = 0xFFFFFFFFu;
 		const char *key = vf_block_key(b, i, &kl);
-		if (memcmp(vf_block_vec(b, i), c->vec, (size_t)cs->dim * 4) != 0 || !key ||
-		    kl != c->keylen || (kl && memcmp(key, c->key, kl) != 0)) {
-			print_message("n %u dim %u: vector %u: vector or key (%u bytes) differ\n",
+		if (!key || kl != c->keylen || (kl && memcmp(key, c->key, kl) != 0)) {
+			print_message("n %u dim %u: vector %u: key (%u bytes) differs\n",
 				      n, cs->dim, i, c->keylen);
 			fail();
 		}
@@ -451,7 +443,7 @@ static void check_delta(uint32_t dim, uint32_t pdim, uint32_t bits, uint32_t key
 	w->has_payload = has_payload;
 	size_t len = vf_delta_size(dim, pdim, bits, keylen);
 	size_t pb = (size_t)bits * vf_plane_bytes(pdim);
-	assert_true(len >= pb + (size_t)dim * 4 + keylen + 6 * 4 + 16);
+	assert_true(len >= pb + keylen + 6 * 4 + 16);
 	uint8_t *buf = malloc(len + 1);
 	assert_non_null(buf);
 	uint8_t *p = buf + 1; /* no alignment */
@@ -467,16 +459,12 @@ static void check_delta(uint32_t dim, uint32_t pdim, uint32_t bits, uint32_t key
 		    same_float(got.eb, w->eb) && same_float(got.cdot, w->cdot));
 	assert_non_null(got.planes);
 	assert_memory_equal(got.planes, w->planes, pb);
-	assert_non_null(got.vec);
-	assert_memory_equal(got.vec, w->vec, (size_t)dim * 4);
 	assert_int_equal(got.keylen, keylen);
 	assert_non_null(got.key);
 	if (keylen)
 		assert_memory_equal(got.key, w->key, keylen);
 	/* what it points at lies inside the value */
 	assert_true(got.planes >= p && got.planes + pb <= p + len);
-	assert_true((const uint8_t *)got.vec >= p &&
-		    (const uint8_t *)got.vec + (size_t)dim * 4 <= p + len);
 	assert_true((const uint8_t *)got.key >= p &&
 		    (const uint8_t *)got.key + keylen <= p + len);
 
@@ -686,6 +674,18 @@ static void check_record(uint64_t seq, uint32_t dim, size_t keylen, size_t plen,
 	assert_true((const uint8_t *)rec.payload >= p &&
 		    (const uint8_t *)rec.payload + plen <= p + len);
 
+	/* every single flipped bit (every 61st in the large ones) */
+	size_t step = len > 8192 ? 61 : 1;
+	for (size_t bit = 0; bit < len * 8; bit += step) {
+		p[bit / 8] ^= (uint8_t)(1u << (bit % 8));
+		if (vf_record_decode(p, len, &rec) != -EIO) {
+			print_message("record dim %u key %zu payload %zu: bit %zu flipped, not detected\n",
+				      dim, keylen, plen, bit);
+			fail();
+		}
+		p[bit / 8] ^= (uint8_t)(1u << (bit % 8));
+	}
+	assert_int_equal(vf_record_decode(p, len, &rec), 0);
 	/* any truncation, and a trailing byte, are malformed */
 	for (size_t l = 0; l < len; l++)
 		if (vf_record_decode(p, l, &rec) != -EIO) {

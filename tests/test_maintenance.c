@@ -254,17 +254,25 @@ static void test_rebalance_publishes(void **state)
 	ds_free(&c.ds);
 }
 
+/* A store of dimension D whose background compaction starts at
+ * compact_deltas (set_config turns it off). */
+static vecfs *open_compacting(fixture *f, uint32_t compact_deltas)
+{
+	vecfs *v = fx_open(f, NULL);
+	char err[256] = "";
+	vecfs_config c;
+	set_config(v, D, VECFS_L2);
+	assert_int_equal(vecfs_config_get(v, &c), 0);
+	c.compact_deltas = compact_deltas;
+	assert_int_equal(vecfs_config_set(v, &c, err, sizeof err), 0);
+	return v;
+}
+
 static void test_automatic_compaction(void **state)
 {
 	fixture *f = *state;
-	vecfs *v = fx_open(f, NULL);
-	char err[256] = "";
+	vecfs *v = open_compacting(f, 20);
 	dataset ds;
-	set_config(v, D, VECFS_L2);
-	vecfs_config c;
-	assert_int_equal(vecfs_config_get(v, &c), 0);
-	c.compact_deltas = 20;
-	assert_int_equal(vecfs_config_set(v, &c, err, sizeof err), 0);
 	ds_make(&ds, 9, 3000, D, 5);
 	put_range(v, ds.x, 0, 2000, D, "a");
 	build(v, 1);
@@ -280,6 +288,42 @@ static void test_automatic_compaction(void **state)
 	assert_true(st.compactions >= 1);
 	assert_int_equal(st.delta_postings, 0);
 	assert_int_equal(st.records, 3000);
+	char msg[512];
+	assert_int_equal(vecfs_verify(v, msg, sizeof msg), 0);
+	ds_free(&ds);
+}
+
+/* A backlog too small to be due folds once writes pause; a smaller one
+ * stays (folding it would cost more than scanning it). */
+static void test_idle_compaction(void **state)
+{
+	fixture *f = *state;
+	vecfs *v = open_compacting(f, 200); /* no cluster gets there; nor 4 x 200 in all */
+	dataset ds;
+	ds_make(&ds, 12, 2300, D, 5);
+	put_range(v, ds.x, 0, 2000, D, "a");
+	build(v, 1);
+	put_range(v, ds.x, 2000, 250, D, "a");
+	vecfs_stats st = stats(v);
+	assert_int_equal(st.maintenance, 1); /* due once writes pause */
+	for (int i = 0; i < 200 && (st.maintenance || st.delta_postings); i++) {
+		struct timespec ts = {0, 50 * 1000 * 1000};
+		nanosleep(&ts, NULL);
+		st = stats(v);
+	}
+	assert_int_equal(st.compactions, 1);
+	assert_int_equal(st.delta_postings, 0);
+	assert_int_equal(st.maintenance, 0);
+	/* 10 more: under the idle backlog, they stay as delta postings */
+	put_range(v, ds.x, 2250, 10, D, "a");
+	st = stats(v);
+	assert_int_equal(st.maintenance, 0);
+	struct timespec ts = {1, 0};
+	nanosleep(&ts, NULL);
+	st = stats(v);
+	assert_int_equal(st.compactions, 1);
+	assert_int_equal(st.delta_postings, 10);
+	assert_int_equal(st.records, 2260);
 	char msg[512];
 	assert_int_equal(vecfs_verify(v, msg, sizeof msg), 0);
 	ds_free(&ds);
@@ -905,6 +949,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_queries_during_compaction, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_rebalance_publishes, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_automatic_compaction, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_idle_compaction, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_old_generations_retired, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_rebalance_splits_skewed, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_rebalance_keeps_writes, fx_setup, fx_teardown),

@@ -263,7 +263,6 @@ static void run_estimator(int dot, uint32_t bits, uint64_t seed,
 		assert_ptr_equal(codes[p].planes, planes + p * pb);
 		codes[p].id = p;
 		codes[p].seq = p + 1;
-		codes[p].vec = pts + p * D;
 		codes[p].key = "k";
 		codes[p].keylen = 1;
 	}

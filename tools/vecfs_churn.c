@@ -84,8 +84,9 @@ static const char usage_text[] =
 	"then writes the next R-th of the other half, deletes 10% of the live keys\n"
 	"and moves 10% to another base row's vector plus Gaussian noise (sigma 1%\n"
 	"of that row's RMS coordinate), mixed in batches of about 1000.  After the\n"
-	"writes, stats are polled every 100 ms until nothing changed for 1 s and no\n"
-	"cluster is due for compaction (at most 60 s).\n"
+	"writes, stats are polled every 100 ms until nothing changed for 1 s, no\n"
+	"cluster is due for compaction and no maintenance is running (at most\n"
+	"60 s).\n"
 	"\n"
 	"Searches use the defaults (k 10, nprobe and refine from the config), one\n"
 	"query per call on one thread: one untimed pass, then timed passes until\n"
@@ -716,7 +717,9 @@ static int stats_differ(const vecfs_stats *a, const vecfs_stats *b)
 }
 
 /* Poll until the backlog, the maintenance counters and the active
- * generation stayed the same for IDLE_NS and no compaction is due; give up
+ * generation stayed the same for IDLE_NS and no compaction is due or
+ * running (stats' maintenance flag: an idle compaction starts half a second
+ * after the writes stop); give up
  * after IDLE_MAX_NS.  Fills h with the state then. */
 static int wait_idle(struct churn *c, struct store *s, struct health *h)
 {
@@ -734,7 +737,7 @@ static int wait_idle(struct churn *c, struct store *s, struct health *h)
 					 &due)))
 			return rc;
 		t = tool_now_ns();
-		if (first || due || stats_differ(&prev, &h->st))
+		if (first || due || h->st.maintenance || stats_differ(&prev, &h->st))
 			quiet_since = t;
 		prev = h->st;
 		first = 0;
