@@ -131,9 +131,25 @@ static void lut4_scalar(const float *qr, uint32_t groups, const float *base,
 		}
 }
 
+static float code_dot_scalar(const uint8_t *planes, uint32_t bits, const float *rq,
+			     uint32_t pdim)
+{
+	float acc[4][8] = {{0}}, t[8];
+	size_t pb = pdim / 8;
+	for (uint32_t i = 0; i < pdim; i++) {
+		uint32_t u = 0;
+		for (uint32_t p = 0; p < bits; p++)
+			u += ((planes[p * pb + i / 8] >> (i % 8)) & 1u) << (bits - 1 - p);
+		acc[i % 32 / 8][i % 8] = fmaf((float)u, rq[i], acc[i % 32 / 8][i % 8]);
+	}
+	for (int l = 0; l < 8; l++)
+		t[l] = (acc[0][l] + acc[1][l]) + (acc[2][l] + acc[3][l]);
+	return hsum8(t);
+}
+
 const vf_kernels vf_kernels_scalar = {
 	"scalar", l2sq_scalar, dot_scalar, panel_dots_scalar, point_panels_scalar,
-	lut4_scalar, pass1_scalar,
+	lut4_scalar, pass1_scalar, code_dot_scalar,
 };
 
 const vf_kernels *vf_kernels_get(void)

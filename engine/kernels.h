@@ -47,6 +47,12 @@ typedef struct vf_kernels {
 	uint32_t (*pass1)(const uint8_t *codes, const uint8_t *lut, uint32_t groups,
 			  const uint8_t *add, const uint8_t *r1, const uint8_t *e1,
 			  const vf_pass1 *p, float *lo, float *hi);
+	/* Second pass: sum_i u_i rq[i] over a code of `bits` (1..8) bit planes
+	 * of pdim bits each (a multiple of 32; plane p holds bit bits-1-p of
+	 * u_i, dimension 8j+b at bit b of byte j).  Lane l of accumulator m
+	 * takes the dimensions i with i % 32 / 8 == m and i % 8 == l. */
+	float (*code_dot)(const uint8_t *planes, uint32_t bits, const float *rq,
+			  uint32_t pdim);
 } vf_kernels;
 
 extern const vf_kernels vf_kernels_scalar;

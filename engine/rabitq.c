@@ -145,8 +145,8 @@ int vf_qstate_init(vf_qstate *s, uint32_t pdim, uint32_t bits)
 	s->pdim = pdim;
 	s->bits = bits;
 	s->rq = malloc(sizeof(float) * pdim);
-	s->blut = malloc(sizeof(float) * (pdim / 8) * 256);
-	if (!s->rq || !s->blut) {
+	s->kn = vf_kernels_get();
+	if (!s->rq) {
 		vf_qstate_free(s);
 		return -ENOMEM;
 	}
@@ -156,8 +156,7 @@ int vf_qstate_init(vf_qstate *s, uint32_t pdim, uint32_t bits)
 void vf_qstate_free(vf_qstate *s)
 {
 	free(s->rq);
-	free(s->blut);
-	s->rq = s->blut = NULL;
+	s->rq = NULL;
 }
 
 void vf_qstate_set(vf_qstate *s, const vf_rotation *rot, const float *q)
@@ -167,36 +166,6 @@ void vf_qstate_set(vf_qstate *s, const vf_rotation *rot, const float *q)
 	for (uint32_t i = 0; i < s->pdim; i++)
 		sum += s->rq[i];
 	s->rq_sum = sum;
-	/* entry v of byte j: the sum of rq over the set bits of v, built by
-	 * doubling (independent adds) */
-	for (uint32_t j = 0; j < s->pdim / 8; j++) {
-		float *t = s->blut + j * 256;
-		const float *r = s->rq + 8 * j;
-		t[0] = 0;
-		for (uint32_t k = 0; k < 8; k++)
-			for (uint32_t i = 0; i < (1u << k); i++)
-				t[(1u << k) + i] = t[i] + r[k];
-	}
-}
-
-float vf_code_dot(const vf_qstate *q, const uint8_t *planes)
-{
-	const uint32_t nbytes = q->pdim / 8, bits = q->bits;
-	const float *restrict lut = q->blut;
-	float u = 0;
-	for (uint32_t p = 0; p < bits; p++) {
-		const uint8_t *restrict pl = planes + (size_t)p * nbytes;
-		float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-		/* nbytes is a multiple of 8: four independent sums */
-		for (uint32_t j = 0; j < nbytes; j += 4) {
-			s0 += lut[(size_t)j * 256 + pl[j]];
-			s1 += lut[(size_t)(j + 1) * 256 + pl[j + 1]];
-			s2 += lut[(size_t)(j + 2) * 256 + pl[j + 2]];
-			s3 += lut[(size_t)(j + 3) * 256 + pl[j + 3]];
-		}
-		u += ((s0 + s1) + (s2 + s3)) * (float)(1u << (bits - 1 - p));
-	}
-	return u;
 }
 
 int vf_cstate_init(vf_cstate *c, uint32_t pdim)

@@ -49,7 +49,7 @@ typedef struct vf_qstate {
 	uint32_t pdim, bits;
 	float *rq;      /* R q, pdim */
 	float rq_sum;
-	float *blut;    /* (pdim/8) x 256: sums of rq over each byte's set bits */
+	const vf_kernels *kn;
 } vf_qstate;
 
 int vf_qstate_init(vf_qstate *s, uint32_t pdim, uint32_t bits);
@@ -72,7 +72,10 @@ void vf_cstate_set(vf_cstate *c, const vf_qstate *q, const float *rc, float rc_s
 		   float qc, float nq);
 
 /* sum_i u_i (R q)_i for a full code given as bit planes. */
-float vf_code_dot(const vf_qstate *q, const uint8_t *planes);
+static inline float vf_code_dot(const vf_qstate *q, const uint8_t *planes)
+{
+	return q->kn->code_dot(planes, q->bits, q->rq, q->pdim);
+}
 
 /* Second pass: estimate and bound from the full code. */
 static inline void vf_pass2(const vf_qstate *q, const vf_cstate *c,

@@ -820,6 +820,45 @@ static void check_lut4(const vf_kernels *kn, const vf_kernels *ref, rng *r)
 	assert_int_equal(bad_bits, 0);
 }
 
+/* code_dot against a double-precision sum of u_i rq_i, and against `ref`. */
+static void check_code_dot(const vf_kernels *kn, const vf_kernels *ref, rng *r)
+{
+	static const uint32_t pdims[] = { 32, 64, 128, 800, 1024 };
+	size_t bad_ref = 0, bad_bits = 0;
+	for (size_t pi = 0; pi < sizeof pdims / sizeof *pdims; pi++) {
+		uint32_t pdim = pdims[pi], pb = pdim / 8;
+		for (uint32_t bits = 1; bits <= 8; bits++) {
+			float *rq = gauss_vec(r, pdim, 3.0);
+			uint8_t *planes = malloc((size_t)bits * pb);
+			assert_non_null(planes);
+			for (size_t j = 0; j < (size_t)bits * pb; j++)
+				planes[j] = (uint8_t)(rng_next(r) >> 24);
+			double want = 0, mag = 0;
+			for (uint32_t i = 0; i < pdim; i++) {
+				uint32_t u = 0;
+				for (uint32_t p = 0; p < bits; p++)
+					u |= ((planes[p * pb + i / 8] >> (i % 8)) & 1u) << (bits - 1 - p);
+				want += (double)u * rq[i];
+				mag += fabs((double)u * rq[i]);
+			}
+			float got = kn->code_dot(planes, bits, rq, pdim);
+			if (fabs(got - want) > 1e-6 * mag + 1e-30 && bad_ref++ < 5)
+				print_message("%s code_dot pdim %u bits %u: %.9g, want %.9g\n",
+					      kn->name, pdim, bits, got, want);
+			if (ref) {
+				float g2 = ref->code_dot(planes, bits, rq, pdim);
+				if (memcmp(&got, &g2, sizeof got) && bad_bits++ < 5)
+					print_message("code_dot pdim %u bits %u: %s %.9g, %s %.9g\n",
+						      pdim, bits, kn->name, got, ref->name, g2);
+			}
+			free(rq);
+			free(planes);
+		}
+	}
+	assert_int_equal(bad_ref, 0);
+	assert_int_equal(bad_bits, 0);
+}
+
 static void test_kernels_agree(void **state)
 {
 	(void)state;
@@ -835,11 +874,13 @@ static void test_kernels_agree(void **state)
 	check_panels(sc, NULL, &r);
 	check_pass1(sc, NULL, &r);
 	check_lut4(sc, NULL, &r);
+	check_code_dot(sc, NULL, &r);
 	if (av) {
 		check_l2_dot(av, sc, &r);
 		check_panels(av, sc, &r);
 		check_pass1(av, sc, &r);
 		check_lut4(av, sc, &r);
+		check_code_dot(av, sc, &r);
 	}
 }
 
