@@ -551,7 +551,7 @@ static int build_locked(build_ctx *b, int activate, uint64_t *gen_out)
 		rc = -ENOMEM;
 		goto out;
 	}
-	size_t per_vec = (size_t)b->m.dim * 4 + b->pb + 64;
+	size_t per_vec = b->pb + 64; /* code, factors, id, key */
 	while (bj.c_hi < b->m.nlist) {
 		bj.c_lo = bj.c_hi;
 		uint64_t bytes = 0;

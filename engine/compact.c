@@ -64,8 +64,9 @@ static int cmp_code(const void *a, const void *b)
 }
 
 /* Posting i of an opened block whose columns were checked, as a code
- * pointing into the block: 0, or -EIO when its key is damaged. */
-static int block_code(const vf_block *b, uint32_t i, vf_code *code)
+ * pointing into the block, its planes copied to `planes`: 0, or -EIO when
+ * its key is damaged. */
+static int block_code(const vf_block *b, uint32_t i, vf_code *code, uint8_t *planes)
 {
 	code->id = vf_block_id(b, i);
 	code->seq = vf_block_seq(b, i);
@@ -76,7 +77,8 @@ static int block_code(const vf_block *b, uint32_t i, vf_code *code)
 	code->rb = vf_block_f2(b, 0, i);
 	code->eb = vf_block_f2(b, 1, i);
 	code->cdot = vf_block_f2(b, 2, i);
-	code->planes = vf_block_planes(b, i);
+	vf_block_planes(b, i, planes);
+	code->planes = planes;
 	if (!(code->key = vf_block_key(b, i, &code->keylen)))
 		return -EIO;
 	return 0;
@@ -136,11 +138,16 @@ static int compact_cluster(MDB_txn *txn, vf_store *s, const vf_genmeta *m, uint3
 	vf_tombs tombs = {0};
 	vf_dirty none;
 	size_t pbytes = (size_t)m->bits * (m->pdim / 8);
+	uint8_t *planes = malloc(pbytes); /* one block posting's, until copied */
 	int rc;
 	vf_dirty_init(&none); /* the generation was synced just before */
 	f->n = f->len = 0;
-	if ((rc = mdb_cursor_open(txn, s->postings, &cur)))
+	if (!planes)
+		return -ENOMEM;
+	if ((rc = mdb_cursor_open(txn, s->postings, &cur))) {
+		free(planes);
 		return vf_mdb_err(rc);
+	}
 	/* collect live postings, deleting every tombstone, block and delta */
 	for (rc = mdb_cursor_get(cur, &k, &d, MDB_SET_RANGE); rc == 0;
 	     rc = mdb_cursor_get(cur, &k, &d, MDB_GET_CURRENT)) {
@@ -165,7 +172,7 @@ static int compact_cluster(MDB_txn *txn, vf_store *s, const vf_genmeta *m, uint3
 				vf_code code;
 				if (vf_posting_stale(&tombs, &none, vf_block_id(&b, i), vf_block_seq(&b, i)))
 					continue;
-				if ((rc = block_code(&b, i, &code)) == 0)
+				if ((rc = block_code(&b, i, &code, planes)) == 0)
 					rc = fold_add(f, &code, m->dim, pbytes);
 			}
 			if (rc)
@@ -185,6 +192,7 @@ static int compact_cluster(MDB_txn *txn, vf_store *s, const vf_genmeta *m, uint3
 	}
 	mdb_cursor_close(cur);
 	vf_tombs_free(&tombs);
+	free(planes);
 	if (rc == MDB_NOTFOUND || rc == EINVAL)
 		rc = 0;
 	if (rc)
@@ -350,6 +358,7 @@ typedef struct rb_src {
 	uint32_t nnear, cnear;
 	int loaded;
 	vf_code *codes;         /* its postings, pointing into the snapshot */
+	uint8_t *planes;        /* their codes' planes */
 	uint32_t *dest;         /* final cluster of each */
 } rb_src;
 
@@ -494,7 +503,8 @@ static int rb_load(rebal *r, uint32_t o)
 		return 0;
 	sc->codes = malloc(sizeof(vf_code) * (sc->n ? sc->n : 1));
 	sc->dest = malloc(sizeof(uint32_t) * (sc->n ? sc->n : 1));
-	if (!sc->codes || !sc->dest)
+	sc->planes = malloc(r->pb * (sc->n ? sc->n : 1));
+	if (!sc->codes || !sc->dest || !sc->planes)
 		return -ENOMEM;
 	uint64_t k = 0;
 	for (uint64_t bi = 0; bi < sc->nb; bi++) {
@@ -506,7 +516,7 @@ static int rb_load(rebal *r, uint32_t o)
 		    k + b.n > sc->n)
 			return -EIO;
 		for (uint32_t i = 0; i < b.n; i++, k++) {
-			if ((rc = block_code(&b, i, &sc->codes[k])))
+			if ((rc = block_code(&b, i, &sc->codes[k], sc->planes + k * r->pb)))
 				return rc;
 			sc->dest[k] = sc->fin;
 		}
@@ -886,7 +896,7 @@ static int rb_blocks_fn(MDB_txn *txn, void *arg)
 static int rb_write(rebal *r)
 {
 	rb_blocks_job j = {r, 0, 0, NULL, 0};
-	size_t per_vec = (size_t)r->m.dim * 4 + r->pb + 64;
+	size_t per_vec = r->pb + 64; /* code, factors, id, key */
 	uint32_t nl2 = r->m.nlist;
 	int rc = 0;
 	if (rb_report(r, "publish", 0))
@@ -1052,6 +1062,7 @@ static void rebal_free(rebal *r)
 		for (uint32_t c = 0; c < r->nlist; c++) {
 			free(r->src[c].near);
 			free(r->src[c].codes);
+			free(r->src[c].planes);
 			free(r->src[c].dest);
 		}
 	if (r->have_g)

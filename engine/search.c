@@ -118,7 +118,6 @@ static inline float hheap_top(const hheap *h)
 
 typedef struct cand {
 	float lo, est;
-	uint64_t id;
 	const uint8_t *base;  /* its posting block or delta posting */
 	uint32_t len;
 	uint32_t idx;         /* in the block; UINT32_MAX for a delta */
@@ -153,6 +152,7 @@ typedef struct search {
 	uint32_t *surv;      /* first-pass survivors of one block */
 	float *surv_lo, *surv_hi;
 	float *kbuf;         /* k floats */
+	uint8_t *planes;     /* one full code */
 } search;
 
 static float exact_dist(const search *s, const query *q, const void *vec)
@@ -224,24 +224,31 @@ static int pass2_keeps(query *q, float est, float bound)
 	return 1;
 }
 
-/* A second-pass result that can make the top k becomes a candidate unless
- * it is stale in this snapshot. */
-static int accept(search *s, query *q, float est, float bound, uint64_t id,
-		  uint64_t seq, int check, const uint8_t *base, size_t len, uint32_t idx)
+/* A second-pass result that can make the top k becomes candidate c unless
+ * it is stale in this snapshot: the posting's id and seq (in block b, or
+ * the delta posting) are read only when something can be stale, since the
+ * re-rank takes a candidate's id from its posting. */
+static int accept(search *s, query *q, float est, float bound, cand c, const vf_block *b,
+		  const vf_code *delta)
 {
-	float lo = est - bound;
-	if (check && stale(s, id, seq)) {
-		q->ex.stale_skipped++;
-		return 0;
+	if (!b || s->tombs.n || s->dirty.n) {
+		uint64_t id = b ? vf_block_id(b, c.idx) : delta->id;
+		uint64_t seq = b ? vf_block_seq(b, c.idx) : delta->seq;
+		if (stale(s, id, seq)) {
+			q->ex.stale_skipped++;
+			return 0;
+		}
 	}
+	c.lo = est - bound;
+	c.est = est;
 	fheap_push(&q->ub, est + bound);
-	int rc = cand_push(q, (cand){lo, est, id, base, (uint32_t)len, idx});
+	int rc = cand_push(q, c);
 	if (rc == 0 && q->nc >= 4096 && q->nc >= 8 * (size_t)s->k * s->refine)
 		cand_trim(q);
 	return rc;
 }
 
-#define PF_BATCHES 3 /* batches prefetched ahead of the first pass */
+#define PF_BATCHES 8 /* batches prefetched ahead of the first pass */
 
 static inline void prefetch_batch(const vf_block *b, uint32_t bt)
 {
@@ -254,23 +261,69 @@ static inline void prefetch_batch(const vf_block *b, uint32_t bt)
 		__builtin_prefetch(f + o);
 }
 
-/* Score one posting block for one query: pass 1 over all its batches
- * first, then the second-pass data of every survivor is fetched at once,
- * then pass 2 (survivors re-checked against the tightening threshold). */
+#define PASS2_LAG 4 /* batches between a survivor's prefetch and its pass 2 */
+
+/* Pass 2 for survivors s->surv[k0..k1) of block b (their PASS2 records were
+ * prefetched when pass 1 let them through). */
+static int pass2_block(search *s, query *q, const vf_block *b, uint32_t k0, uint32_t k1,
+		       int *checked2)
+{
+	if (k0 < k1 && !*checked2) {
+		if (vf_block_check(s->v->vcache, b, VF_COL_PASS2) ||
+		    vf_block_check(s->v->vcache, b, VF_COL_IDS))
+			return -EIO;
+		*checked2 = 1;
+	}
+	for (uint32_t k = k0; k < k1; k++) {
+		uint32_t i = s->surv[k];
+		/* the bound has tightened since pass 1 */
+		if (!(s->surv_lo[k] <= fheap_top(&q->ub))) {
+			q->ex.pass1_pruned++;
+			continue;
+		}
+		const uint8_t *f2 = vf_block_f2_at(b, i);
+		float est, bound;
+		vf_block_planes(b, i, s->planes);
+		vf_pass2(&q->qs, &q->cs, s->planes, vf_block_f1(b, 0, i),
+			 vf_ldf(f2, 0), vf_ldf(f2, 1), vf_ldf(f2, 2), &est, &bound);
+		if (!pass2_keeps(q, est, bound))
+			continue;
+		int rc = accept(s, q, est, bound, (cand){0, 0, b->base, (uint32_t)b->len, i}, b,
+				NULL);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+static inline void prefetch_pass2(const vf_block *b, uint32_t i)
+{
+	const uint8_t *rec = vf_block_pass2_at(b, i);
+	for (size_t o = 0; o < b->stride; o += 64)
+		__builtin_prefetch(rec + o);
+}
+
+/* Score one posting block for one query.  Pass 1 runs batch by batch; the
+ * PASS2 records of its survivors are prefetched at once and scored
+ * PASS2_LAG batches later, so their memory arrives while pass 1 goes on,
+ * and every result tightens the threshold of the batches after it.  Before
+ * the query has k candidates, pass 1 covers the whole block first (see
+ * below). */
 static int scan_block(search *s, query *q, const vf_block *b, int *checked2)
 {
 	uint32_t groups = b->pdim / 4;
-	size_t pbytes = (size_t)b->bits * (b->pdim / 8);
 	int check = s->tombs.n || s->dirty.n;
+	int whole = q->ub.n < q->ub.k && !check; /* pass 1 over all batches first */
 	float lo[32], hi[32];
-	uint32_t ns = 0;
+	uint32_t ns = 0, done = 0, lag[PASS2_LAG] = {0};
+	int rc = 0;
 	for (uint32_t bt = 0; bt < PF_BATCHES && bt < b->nbatch; bt++)
 		prefetch_batch(b, bt);
-	q->cs.p1.thresh = fheap_top(&q->ub);
 	for (uint32_t bt = 0; bt < b->nbatch; bt++) {
 		if (bt + PF_BATCHES < b->nbatch)
 			prefetch_batch(b, bt + PF_BATCHES);
 		const uint8_t *f1 = vf_block_f1_batch(b, bt);
+		q->cs.p1.thresh = fheap_top(&q->ub);
 		uint32_t mask = s->kn->pass1(b->col[VF_COL_SIGN] + (size_t)bt * groups * 16,
 					     q->cs.lut, groups, f1, f1 + 128, f1 + 256,
 					     &q->cs.p1, lo, hi);
@@ -278,17 +331,28 @@ static int scan_block(search *s, query *q, const vf_block *b, int *checked2)
 		if (in < 32)
 			mask &= (1u << in) - 1;
 		q->ex.pass1_scored += in;
+		q->ex.pass1_pruned += in - (uint32_t)__builtin_popcount(mask);
 		for (; mask; mask &= mask - 1) {
 			uint32_t j = (uint32_t)__builtin_ctz(mask), i = bt * 32 + j;
+			if (!whole)
+				prefetch_pass2(b, i);
 			s->surv[ns] = i;
 			s->surv_hi[ns] = hi[j];
 			s->surv_lo[ns++] = lo[j];
 		}
+		if (whole)
+			continue;
+		/* survivors of batch bt - PASS2_LAG + 1 and before are due */
+		uint32_t due = lag[bt % PASS2_LAG];
+		lag[bt % PASS2_LAG] = ns;
+		if ((rc = pass2_block(s, q, b, done, due, checked2)))
+			return rc;
+		done = due;
 	}
 	/* Before k candidates exist there is no threshold yet: then the block's
 	 * own k smallest first-pass upper bounds (k distinct records when no
 	 * posting can be stale) bound the k-th distance instead. */
-	if (q->ub.n < q->ub.k && ns > q->ub.k && !check) {
+	if (whole && ns > q->ub.k) {
 		fheap blk = {s->kbuf, 0, q->ub.k};
 		for (uint32_t k = 0; k < ns; k++)
 			if (s->surv_hi[k] < fheap_top(&blk))
@@ -300,42 +364,13 @@ static int scan_block(search *s, query *q, const vf_block *b, int *checked2)
 				s->surv[w] = s->surv[k];
 				s->surv_lo[w++] = s->surv_lo[k];
 			}
+		q->ex.pass1_pruned += ns - w;
 		ns = w;
 	}
-	for (uint32_t k = 0; k < ns; k++) {
-		const uint8_t *pl = vf_block_planes(b, s->surv[k]);
-		for (size_t o = 0; o < pbytes; o += 64)
-			__builtin_prefetch(pl + o);
-		__builtin_prefetch(vf_block_f2_at(b, s->surv[k]));
-		__builtin_prefetch(b->col[VF_COL_IDS] + 16 * (size_t)s->surv[k]);
-	}
-	q->ex.pass1_pruned += b->n - ns;
-	if (ns && !*checked2) {
-		if (vf_block_check(s->v->vcache, b, VF_COL_PLANES) ||
-		    vf_block_check(s->v->vcache, b, VF_COL_F2) ||
-		    vf_block_check(s->v->vcache, b, VF_COL_IDS))
-			return -EIO;
-		*checked2 = 1;
-	}
-	for (uint32_t k = 0; k < ns; k++) {
-		uint32_t i = s->surv[k];
-		/* the bound has tightened since pass 1 */
-		if (!(s->surv_lo[k] <= fheap_top(&q->ub))) {
-			q->ex.pass1_pruned++;
-			continue;
-		}
-		const uint8_t *f2 = vf_block_f2_at(b, i);
-		float est, bound;
-		vf_pass2(&q->qs, &q->cs, vf_block_planes(b, i), vf_block_f1(b, 0, i),
-			 vf_ldf(f2, 0), vf_ldf(f2, 1), vf_ldf(f2, 2), &est, &bound);
-		if (!pass2_keeps(q, est, bound)) /* before touching the ids */
-			continue;
-		int rc = accept(s, q, est, bound, vf_block_id(b, i), vf_block_seq(b, i), check,
-				b->base, b->len, i);
-		if (rc)
-			return rc;
-	}
-	return 0;
+	if (whole)
+		for (uint32_t k = 0; k < ns; k++)
+			prefetch_pass2(b, s->surv[k]);
+	return pass2_block(s, q, b, done, ns, checked2);
 }
 
 typedef struct cluster_work {
@@ -457,8 +492,9 @@ static int scan_cluster(search *s, uint32_t c, const entry *ents, size_t nents,
 				vf_pass2(&q->qs, &q->cs, code.planes, code.add, code.rb, code.eb,
 					 code.cdot, &est, &bound);
 				if (pass2_keeps(q, est, bound))
-					rc = accept(s, q, est, bound, code.id, code.seq, 1, e->data,
-						    e->len, UINT32_MAX);
+					rc = accept(s, q, est, bound,
+						    (cand){0, 0, e->data, (uint32_t)e->len, UINT32_MAX},
+						    NULL, &code);
 			}
 		}
 	}
@@ -686,9 +722,24 @@ static int cmp_cand(const void *a, const void *b)
  * guards the answer). */
 static int resolve(search *s, const cand *c, const uint8_t **vec, hit *h)
 {
+	uint64_t id;
+	if (c->idx == UINT32_MAX) {
+		vf_code code;
+		int rc = vf_delta_open_cached(s->v->vcache, c->base, c->len, s->gm.dim, s->gm.pdim,
+					      s->gm.bits, &code);
+		if (rc)
+			return rc;
+		id = code.id;
+	} else {
+		vf_block b;
+		if (vf_block_open(c->base, c->len, &b) ||
+		    vf_block_check(s->v->vcache, &b, VF_COL_IDS))
+			return -EIO;
+		id = vf_block_id(&b, c->idx);
+	}
 	MDB_val val;
 	vf_record r;
-	int rc = fetch_record(s, c->id, &val, &r);
+	int rc = fetch_record(s, id, &val, &r);
 	if (rc == -ENOENT)
 		return 1;
 	if (rc)
@@ -696,6 +747,7 @@ static int resolve(search *s, const cand *c, const uint8_t **vec, hit *h)
 	if (r.dim != s->dim)
 		return -EIO;
 	*vec = r.vec;
+	h->id = id;
 	h->key = r.key;
 	h->keylen = r.keylen;
 	h->has_payload = r.plen > 0;
@@ -742,7 +794,6 @@ static int rerank(search *s, query *q)
 			}
 			q->ex.reranked++;
 			h[j].d = exact_dist(s, q, vec[j]);
-			h[j].id = c->id;
 			hheap_push(&q->top, h[j]);
 		}
 	}
@@ -964,7 +1015,8 @@ int vecfs_search(vecfs *v, const float *queries, size_t nq, uint32_t dim,
 	s.surv_lo = malloc(sizeof(float) * VF_BLOCK_MAX);
 	s.surv_hi = malloc(sizeof(float) * VF_BLOCK_MAX);
 	s.kbuf = malloc(sizeof(float) * s.k);
-	if (!s.qs || !s.surv || !s.surv_lo || !s.surv_hi || !s.kbuf) {
+	s.planes = malloc(s.g ? (size_t)s.gm.bits * (s.gm.pdim / 8) : 1);
+	if (!s.qs || !s.surv || !s.surv_lo || !s.surv_hi || !s.kbuf || !s.planes) {
 		rc = -ENOMEM;
 		goto out;
 	}
@@ -1028,6 +1080,7 @@ out:
 	free(s.surv_lo);
 	free(s.surv_hi);
 	free(s.kbuf);
+	free(s.planes);
 	vf_gen_put(v, s.g);
 	return rc;
 }

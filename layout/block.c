@@ -7,7 +7,7 @@
 #include <math.h>
 #include <string.h>
 
-#define BLOCK_MAGIC 0x34425656u /* "VVB4" */
+#define BLOCK_MAGIC 0x35425656u /* "VVB5" */
 #define DELTA_MAGIC 0x33445656u /* "VVD3" */
 #define ALIGN 64
 
@@ -27,8 +27,7 @@ static void col_lens(uint32_t n, uint32_t dim, uint32_t pdim, uint32_t bits,
 	uint32_t nb = (n + VF_BATCH - 1) / VF_BATCH;
 	len[VF_COL_SIGN] = nb * (pdim / 4) * 16;
 	len[VF_COL_F1] = 3 * nb * VF_BATCH * 4;
-	len[VF_COL_PLANES] = n * bits * (pdim / 8);
-	len[VF_COL_F2] = 3 * n * 4;
+	len[VF_COL_PASS2] = n * vf_pass2_stride(pdim, bits);
 	len[VF_COL_IDS] = n * 16;
 	(void)dim;
 	len[VF_COL_KEYS] = keys;
@@ -78,7 +77,6 @@ void vf_block_write(uint8_t *buf, const vf_code *codes, uint32_t n, uint32_t dim
 	uint32_t len[VF_NCOL];
 	size_t off = up(sizeof h), total = vf_block_size(codes, n, dim, pdim, bits);
 	uint32_t nb = (n + VF_BATCH - 1) / VF_BATCH, np = nb * VF_BATCH;
-	size_t pb = (size_t)bits * (pdim / 8);
 
 	memset(buf, 0, total);
 	memset(&h, 0, sizeof h);
@@ -95,9 +93,9 @@ void vf_block_write(uint8_t *buf, const vf_code *codes, uint32_t n, uint32_t dim
 		off = up(off + len[c]);
 	}
 	pack_signs(buf + h.col[VF_COL_SIGN].off, codes, n, pdim, bits);
-	uint8_t *planes = buf + h.col[VF_COL_PLANES].off;
+	uint8_t *pass2 = buf + h.col[VF_COL_PASS2].off;
+	size_t stride = vf_pass2_stride(pdim, bits), pb1 = pdim / 8;
 	float *f1 = (float *)(buf + h.col[VF_COL_F1].off);
-	float *f2 = (float *)(buf + h.col[VF_COL_F2].off);
 	uint8_t *ids = buf + h.col[VF_COL_IDS].off;
 	uint8_t *keys = buf + h.col[VF_COL_KEYS].off;
 	uint32_t koff = 4 * (n + 1);
@@ -111,13 +109,13 @@ void vf_block_write(uint8_t *buf, const vf_code *codes, uint32_t n, uint32_t dim
 		float *fb = f1 + (size_t)(i / VF_BATCH) * VF_BATCH * 3 + i % VF_BATCH;
 		if (i < n) {
 			const vf_code *c = &codes[i];
-			memcpy(planes + i * pb, c->planes, pb);
+			uint8_t *rec = pass2 + i * stride;
+			const float f2[3] = {c->rb, c->eb, c->cdot};
+			memcpy(rec, c->planes + pb1, (bits - 1) * pb1);
+			memcpy(rec + (bits - 1) * pb1, f2, sizeof f2);
 			fb[0] = c->add;
 			fb[VF_BATCH] = c->r1;
 			fb[2 * VF_BATCH] = c->e1;
-			f2[3 * i] = c->rb;
-			f2[3 * i + 1] = c->eb;
-			f2[3 * i + 2] = c->cdot;
 			uint64_t sq = c->seq | (c->has_payload ? VF_SEQ_PAYLOAD : 0);
 			memcpy(ids + 16 * i, &c->id, 8);
 			memcpy(ids + 16 * i + 8, &sq, 8);
@@ -158,6 +156,7 @@ int vf_block_open(const void *p, size_t len, vf_block *out)
 	out->pdim = h.pdim;
 	out->bits = h.bits;
 	out->dim = h.dim;
+	out->stride = vf_pass2_stride(h.pdim, h.bits);
 	for (int c = 0; c < VF_NCOL; c++) {
 		if (h.col[c].len != want[c] || (size_t)h.col[c].off + h.col[c].len > len)
 			return -EIO;
@@ -204,6 +203,17 @@ const char *vf_block_key(const vf_block *b, uint32_t i, uint32_t *len)
 		return NULL;
 	*len = e - a;
 	return (const char *)k + a;
+}
+
+void vf_block_planes(const vf_block *b, uint32_t i, uint8_t *out)
+{
+	size_t pb1 = vf_plane_bytes(b->pdim);
+	uint32_t groups = b->pdim / 4, j = i % VF_BATCH, sh = j >= 16 ? 4 : 0;
+	const uint8_t *batch = b->col[VF_COL_SIGN] + (size_t)(i / VF_BATCH) * groups * 16 + (j & 15);
+	for (uint32_t g = 0; g < groups; g += 2)
+		out[g / 2] = (uint8_t)(((batch[g * 16] >> sh) & 15) |
+				       (((batch[(g + 1) * 16] >> sh) & 15) << 4));
+	memcpy(out + pb1, vf_block_pass2_at(b, i), (b->bits - 1) * pb1);
 }
 
 float vf_block_f1(const vf_block *b, int which, uint32_t i)

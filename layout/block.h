@@ -7,12 +7,15 @@
  *   SIGN    sign planes, packed for 4-bit table look-ups: per batch of 32
  *           vectors, per group of 4 dimensions, 16 bytes whose low nibbles
  *           are vectors 0..15 and high nibbles vectors 16..31.
- *   PLANES  per vector, `bits` bit planes of pdim bits (plane 0 = sign bit,
- *           plane p = bit bits-1-p of the code), for the second pass.
  *   F1      first-pass factors, per batch: add[32], r1[32], e1[32]
  *           (padding slots have add = +inf), so a batch is one stream.
- *   F2      second-pass factors, per vector: rb, eb, cdot (one cache line
- *           holds a survivor's factors).
+ *   PASS2   per vector, what the second pass reads besides the sign plane
+ *           (which is in SIGN): bit planes 1..bits-1 of pdim bits each
+ *           (plane p = bit bits-1-p of the code; plane 0 is the sign bit),
+ *           then the factors rb, eb, cdot; records are padded to 16, 32 or
+ *           a multiple of 64 bytes, so a survivor of the first pass touches
+ *           as few cache lines as its record's size allows (one, for 128
+ *           dimensions at 4 bits).
  *   IDS     per vector: record id u64, record sequence number u64 (its top
  *           bit set when the record has a payload).
  *   KEYS    (n+1) u32 offsets, then the record keys (for maintenance and
@@ -33,7 +36,7 @@
 #define VF_BATCH 32
 #define VF_BLOCK_MAX 4096 /* vectors per block */
 
-enum { VF_COL_SIGN, VF_COL_F1, VF_COL_PLANES, VF_COL_F2, VF_COL_IDS, VF_COL_KEYS,
+enum { VF_COL_SIGN, VF_COL_F1, VF_COL_PASS2, VF_COL_IDS, VF_COL_KEYS,
        VF_NCOL };
 
 #define VF_SEQ_PAYLOAD (1ULL << 63) /* in a stored seq: the record has a payload */
@@ -53,12 +56,20 @@ typedef struct vf_block {
 	const uint8_t *base;
 	size_t len;
 	uint32_t n, nbatch, pdim, bits, dim;
+	uint32_t stride;     /* bytes of a PASS2 record */
 	const uint8_t *col[VF_NCOL];
 	uint32_t col_len[VF_NCOL];
 	uint64_t col_sum[VF_NCOL];
 } vf_block;
 
 static inline size_t vf_plane_bytes(uint32_t pdim) { return pdim / 8; }
+
+/* Bytes of a PASS2 record: planes 1..bits-1 and three floats, padded. */
+static inline uint32_t vf_pass2_stride(uint32_t pdim, uint32_t bits)
+{
+	uint32_t x = (bits - 1) * (pdim / 8) + 12;
+	return x <= 16 ? 16 : x <= 32 ? 32 : (x + 63) & ~63u;
+}
 
 /* Bytes a block of codes[0..n) takes. */
 size_t vf_block_size(const vf_code *codes, uint32_t n, uint32_t dim, uint32_t pdim,
@@ -72,10 +83,13 @@ int vf_block_open(const void *p, size_t len, vf_block *out);
 int vf_block_check(vf_vcache *cache, const vf_block *b, int col);
 
 /* Column accessors (unaligned-safe loads). */
-static inline const uint8_t *vf_block_planes(const vf_block *b, uint32_t i)
+/* The PASS2 record of vector i: planes 1..bits-1, then rb, eb, cdot. */
+static inline const uint8_t *vf_block_pass2_at(const vf_block *b, uint32_t i)
 {
-	return b->col[VF_COL_PLANES] + (size_t)i * b->bits * vf_plane_bytes(b->pdim);
+	return b->col[VF_COL_PASS2] + (size_t)i * b->stride;
 }
+/* The full code of vector i (bits planes of pdim/8 bytes) into out. */
+void vf_block_planes(const vf_block *b, uint32_t i, uint8_t *out);
 uint64_t vf_block_id(const vf_block *b, uint32_t i);
 uint64_t vf_block_seq(const vf_block *b, uint32_t i);      /* flag removed */
 int vf_block_has_payload(const vf_block *b, uint32_t i);
@@ -90,7 +104,7 @@ static inline const uint8_t *vf_block_f1_batch(const vf_block *b, uint32_t bt)
 float vf_block_f1(const vf_block *b, int which, uint32_t i);
 static inline const uint8_t *vf_block_f2_at(const vf_block *b, uint32_t i)
 {
-	return b->col[VF_COL_F2] + (size_t)i * 12;
+	return vf_block_pass2_at(b, i) + (size_t)(b->bits - 1) * vf_plane_bytes(b->pdim);
 }
 float vf_block_f2(const vf_block *b, int which, uint32_t i);
 

@@ -120,7 +120,7 @@ static void check_block(const vf_block *b, const codeset *cs)
 	assert_int_equal(b->dim, cs->dim);
 	/* the two columns whose shape the scan kernels rely on */
 	assert_int_equal(b->col_len[VF_COL_SIGN], nb * groups * 16);
-	assert_int_equal(b->col_len[VF_COL_PLANES], n * pb);
+	assert_int_equal(b->col_len[VF_COL_PASS2], n * vf_pass2_stride(pdim, bits));
 	for (int c = 0; c < VF_NCOL; c++) {
 		/* inside the value, and no two columns overlap */
 		assert_true(b->col[c] >= b->base);
@@ -132,13 +132,18 @@ static void check_block(const vf_block *b, const codeset *cs)
 	}
 	/* what the accessors read lies inside the checksummed columns */
 	const uint8_t *f1end = b->col[VF_COL_F1] + b->col_len[VF_COL_F1];
-	const uint8_t *f2end = b->col[VF_COL_F2] + b->col_len[VF_COL_F2];
+	const uint8_t *p2end = b->col[VF_COL_PASS2] + b->col_len[VF_COL_PASS2];
 	for (uint32_t bt = 0; bt < nb; bt++)
 		assert_true(vf_block_f1_batch(b, bt) >= b->col[VF_COL_F1] &&
 			    vf_block_f1_batch(b, bt) + 3 * VF_BATCH * 4 <= f1end);
-	assert_true(vf_block_f2_at(b, 0) >= b->col[VF_COL_F2] &&
-		    vf_block_f2_at(b, n - 1) + 3 * 4 <= f2end);
-	assert_true(vf_block_planes(b, 0) == b->col[VF_COL_PLANES]);
+	assert_true(vf_block_pass2_at(b, 0) == b->col[VF_COL_PASS2] &&
+		    vf_block_f2_at(b, n - 1) + 3 * 4 <= p2end);
+	/* a record fits its stride and no record straddles more cache lines
+	 * than its size needs */
+	assert_true((bits - 1) * (pdim / 8) + 12 <= b->stride);
+	assert_true(b->stride % 64 == 0 || 64 % b->stride == 0);
+	uint8_t *planes = malloc(pb);
+	assert_non_null(planes);
 
 	for (uint32_t i = 0; i < n; i++) {
 		const vf_code *c = &cs->c[i];
@@ -155,7 +160,8 @@ static void check_block(const vf_block *b, const codeset *cs)
 				      n, cs->dim, i, c->keylen);
 			fail();
 		}
-		if (memcmp(vf_block_planes(b, i), c->planes, pb) != 0) {
+		vf_block_planes(b, i, planes);
+		if (memcmp(planes, c->planes, pb) != 0) {
 			print_message("n %u pdim %u bits %u: vector %u planes differ\n",
 				      n, pdim, bits, i);
 			fail();
@@ -176,6 +182,7 @@ static void check_block(const vf_block *b, const codeset *cs)
 				fail();
 			}
 	}
+	free(planes);
 	/* padding slots of the last batch never pass a first-pass bound */
 	for (uint32_t i = n; i < nb * VF_BATCH; i++) {
 		const uint8_t *fb = vf_block_f1_batch(b, i / VF_BATCH);
