@@ -14,6 +14,13 @@
 
 #define IN_MAX ((size_t)256 << 20)
 
+typedef struct qinput {
+	vecfs_query_opts o;
+	float *vecs;
+	size_t nq, cap;
+	uint32_t dim;
+} qinput;
+
 struct qsession {
 	pthread_mutex_t mu;
 	char id[72];
@@ -24,8 +31,7 @@ struct qsession {
 	unsigned lines;
 	int kind;      /* 0 unknown, 1 text, 2 binary */
 	int bad;       /* a line failed its check: the next close fails */
-	uint32_t cdim; /* dimension of the vectors checked so far */
-	size_t cnq;
+	qinput acc;    /* text: options and vectors of the lines checked */
 	char *res[3];
 	size_t reslen[3];
 };
@@ -39,6 +45,8 @@ qsession *qs_new(const char *id)
 	snprintf(q->id, sizeof q->id, "%s", id);
 	return q;
 }
+
+static void reset_input(qsession *q);
 
 static void clear_results(qsession *q)
 {
@@ -54,7 +62,7 @@ void qs_free(qsession *q)
 	if (!q)
 		return;
 	clear_results(q);
-	sb_free(&q->in);
+	reset_input(q);
 	pthread_mutex_destroy(&q->mu);
 	free(q);
 }
@@ -66,8 +74,8 @@ static void reset_input(qsession *q)
 	q->lines = 0;
 	q->kind = 0;
 	q->bad = 0;
-	q->cdim = 0;
-	q->cnq = 0;
+	free(q->acc.vecs);
+	memset(&q->acc, 0, sizeof q->acc);
 }
 
 void qs_in_truncate(qsession *q)
@@ -118,12 +126,6 @@ int qs_in_write(qsession *q, const char *buf, size_t len, uint64_t off)
 
 /* ---------------------------------------------------------------- parsing in */
 
-typedef struct qinput {
-	vecfs_query_opts o;
-	float *vecs;
-	size_t nq, cap;
-	uint32_t dim;
-} qinput;
 
 static int add_vec(qinput *qi, const float *v, uint32_t dim)
 {
@@ -223,9 +225,8 @@ static int parse_options(const char *s, size_t n, qinput *qi, char *why, size_t 
 	return 0;
 }
 
-/* One line of text input: blank, comment, options or a vector.  With
- * keep = 0 the vector is only checked (count and numbers), not stored. */
-static int parse_line(const char *s, size_t n, qinput *qi, float *tmp, int keep, char *why,
+/* One line of text input: blank, comment, options or a vector. */
+static int parse_line(const char *s, size_t n, qinput *qi, float *tmp, char *why,
 		      size_t wl)
 {
 	trim(&s, &n);
@@ -273,10 +274,6 @@ static int parse_line(const char *s, size_t n, qinput *qi, float *tmp, int keep,
 		return -EINVAL;
 	}
 	qi->dim = cnt;
-	if (!keep) {
-		qi->nq++;
-		return 0;
-	}
 	int rc = add_vec(qi, tmp, cnt);
 	if (rc)
 		snprintf(why, wl, "out of memory");
@@ -299,7 +296,7 @@ static int parse_text(const char *buf, size_t len, qinput *qi, unsigned *line_ou
 		pos += n + (nl ? 1 : 0);
 		line++;
 		*line_out = line;
-		rc = parse_line(s, n, qi, tmp, 1, why, wl);
+		rc = parse_line(s, n, qi, tmp, why, wl);
 	}
 	free(tmp);
 	if (rc == 0)
@@ -307,9 +304,10 @@ static int parse_text(const char *buf, size_t len, qinput *qi, unsigned *line_ou
 	return rc;
 }
 
-/* Check the text lines completed since the last write, so that a bad line
- * fails the write() that completes it (a shell's builtin echo reports write
- * errors, not close errors).  Binary fvecs input is checked at close. */
+/* Parse the text lines completed since the last write into q->acc, so that
+ * a bad line fails the write() that completes it (a shell's builtin echo
+ * reports write errors, not close errors) and close() parses only what
+ * follows the last newline.  Binary fvecs input is parsed at close. */
 static int check_lines(qsession *q)
 {
 	char why[300] = "";
@@ -323,10 +321,6 @@ static int check_lines(qsession *q)
 	float *tmp = malloc(sizeof(float) * (VECFS_DIM_MAX + 1));
 	if (!tmp)
 		return -ENOMEM;
-	qinput qi;
-	memset(&qi, 0, sizeof qi);
-	qi.dim = q->cdim;
-	qi.nq = q->cnq;
 	int rc = 0;
 	while (rc == 0 && q->checked < q->in.len) {
 		const char *s = q->in.p + q->checked;
@@ -336,19 +330,18 @@ static int check_lines(qsession *q)
 		size_t n = (size_t)(nl - s);
 		q->checked += n + 1;
 		q->lines++;
-		size_t before = qi.nq;
-		rc = parse_line(s, n, &qi, tmp, 0, why, sizeof why);
-		if (rc == 0 && qi.nq > before && before == 0) {
+		size_t before = q->acc.nq;
+		rc = parse_line(s, n, &q->acc, tmp, why, sizeof why);
+		if (rc == 0 && q->acc.nq > before && before == 0) {
 			vecfs_config c;
-			if (vecfs_config_get(fs_store, &c) == 0 && c.dim && qi.dim != c.dim) {
-				snprintf(why, sizeof why, "%u numbers, the store has dim %u", qi.dim, c.dim);
+			if (vecfs_config_get(fs_store, &c) == 0 && c.dim && q->acc.dim != c.dim) {
+				snprintf(why, sizeof why, "%u numbers, the store has dim %u",
+					 q->acc.dim, c.dim);
 				rc = -EINVAL;
 			}
 		}
 	}
 	free(tmp);
-	q->cdim = qi.dim;
-	q->cnq = qi.nq;
 	if (rc) {
 		q->bad = 1;
 		errlog("query/%s/in: line %u: %s", q->id, q->lines, why);
@@ -427,6 +420,34 @@ static void render(qsession *q, const vecfs_results *r, const qinput *qi, double
 	q->res[QS_STATS] = sb_take(&st, &q->reslen[QS_STATS]);
 }
 
+/* Text input at close: the lines check_lines() parsed, and the last line
+ * if no newline ended it, as a query input of its own (qi->vecs is new). */
+static int text_tail(qsession *q, qinput *qi, unsigned *line, char *why, size_t wl)
+{
+	*qi = q->acc;
+	qi->vecs = NULL;
+	qi->cap = 0;
+	qi->nq = 0;
+	if (q->acc.nq) {
+		qi->vecs = malloc(q->acc.nq * q->acc.dim * sizeof(float));
+		if (!qi->vecs)
+			return -ENOMEM;
+		memcpy(qi->vecs, q->acc.vecs, q->acc.nq * q->acc.dim * sizeof(float));
+		qi->nq = qi->cap = q->acc.nq;
+	}
+	if (q->checked >= q->in.len)
+		return 0;
+	float *tmp = malloc(sizeof(float) * (VECFS_DIM_MAX + 1));
+	if (!tmp)
+		return -ENOMEM;
+	*line = q->lines + 1;
+	int rc = parse_line(q->in.p + q->checked, q->in.len - q->checked, qi, tmp, why, wl);
+	free(tmp);
+	if (rc == 0)
+		*line = 0;
+	return rc;
+}
+
 static double now_s(void)
 {
 	struct timespec ts;
@@ -454,11 +475,16 @@ int qs_in_flush(qsession *q)
 	}
 	double t0 = now_s();
 	memset(&qi, 0, sizeof qi);
-	rc = parse_fvecs(q->in.p, q->in.len, &qi);
-	if (rc == 0)
-		rc = parse_text(q->in.p ? q->in.p : "", q->in.len, &qi, &line, why, sizeof why);
-	else if (rc > 0)
-		rc = 0;
+	if (q->kind == 1) {
+		rc = text_tail(q, &qi, &line, why, sizeof why);
+	} else {
+		rc = parse_fvecs(q->in.p, q->in.len, &qi);
+		if (rc == 0)
+			rc = parse_text(q->in.p ? q->in.p : "", q->in.len, &qi, &line, why,
+					sizeof why);
+		else if (rc > 0)
+			rc = 0;
+	}
 	if (rc == 0 && qi.nq == 0) {
 		snprintf(why, sizeof why, "no query vector");
 		rc = -EINVAL;

@@ -254,6 +254,8 @@ check query_bad_dim test "$(printf '1 2 3\n' | put - "$M/query/q1/in")" == "ERR 
 check query_bad_echo test "$(T bash -c "echo '1 2 x 4' > '$M/query/q1/in'" 2>&1 | grep -c 'write error')" == 1
 check query_bad_out_empty test "$(T cat "$M/query/q1/out" | wc -c)" == 0
 check query_bad_unterminated test "$(printf '1 2 3' | put - "$M/query/q1/in")" == "ERR EINVAL close"
+check query_unterminated_last test "$(printf 'k=1 mode=exact\n9 10 11 12\n1 2 3 4' | put - "$M/query/q1/in")" == OK
+check query_unterminated_out test "$(T cat "$M/query/q1/out" | cut -f1 | tr '\n' ' ')" == "k3  k1 "
 # a program looping over queries may hold in and out open: a write at offset
 # 0 starts in over, closing a dup() of in runs the query, out read again from
 # offset 0 shows the new results; O_APPEND appends to what in holds
