@@ -142,6 +142,10 @@ int gen_activate_target(const char *target, const char *how);
 
 extern const struct fuse_lowlevel_ops fs_ops;
 void tree_init(void);
+/* The session, for notifications; cache_out: serve query/ID/out from the
+ * kernel's page cache (needs a multithreaded loop: a notification may wait
+ * for a read of out that another thread answers). */
+void tree_set_session(struct fuse_session *se, int cache_out);
 void tree_destroy(void);
 
 #endif

@@ -275,6 +275,7 @@ int main(int argc, char *argv[])
 		fprintf(stderr, "vecfs: cannot start the FUSE session (bad -o option?)\n");
 		goto out_store;
 	}
+	tree_set_session(session, !co.singlethread);
 	if (fuse_session_mount(session, co.mountpoint) != 0) {
 		fprintf(stderr, "vecfs: cannot mount on %s\n", co.mountpoint);
 		goto out_session;

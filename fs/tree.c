@@ -90,6 +90,9 @@ static fuse_ino_t next_ino = 1000;
 static node *children[FIXED_MAX + 1]; /* of K_INGEST, K_QUERY, K_GENS */
 static uid_t my_uid;
 static gid_t my_gid;
+static struct fuse_session *tree_se;
+static int cache_out_wanted, cache_out; /* see push_out() */
+static pthread_mutex_t push_mu = PTHREAD_MUTEX_INITIALIZER;
 
 /* ---------------------------------------------------------------- tables */
 
@@ -456,13 +459,20 @@ static int node_attr(node *n, struct stat *st)
 	return rc;
 }
 
+/* Attributes are computed afresh on every stat (0), but for a cached out,
+ * whose every change push_out() announces. */
+static double attr_timeout(const node *n)
+{
+	return cache_out && n->kind == K_QOUT ? 60.0 : 0;
+}
+
 static void reply_entry(fuse_req_t req, node *n, const struct stat *st)
 {
 	struct fuse_entry_param e;
 	memset(&e, 0, sizeof e);
 	e.ino = n->ino;
 	e.attr = *st;
-	e.attr_timeout = 0;
+	e.attr_timeout = attr_timeout(n);
 	/* the fixed names never go away; a query session and its files go only
 	 * by rmdir (which drops the kernel's entry); everything else may at any
 	 * time */
@@ -639,7 +649,7 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	if (rc)
 		fuse_reply_err(req, -rc);
 	else
-		fuse_reply_attr(req, &st, 0);
+		fuse_reply_attr(req, &st, attr_timeout(n));
 }
 
 /* ---------------------------------------------------------------- handles */
@@ -749,8 +759,8 @@ static int open_node(node *n, struct fuse_file_info *fi, handle **out)
 		handle_free(h);
 		return rc;
 	}
-	fi->direct_io = 1;
-	fi->keep_cache = 0;
+	fi->direct_io = !(cache_out && n->kind == K_QOUT);
+	fi->keep_cache = !fi->direct_io;
 	/* nothing happens when a reader closes: spare it the FLUSH round trip */
 	fi->noflush = acc == O_RDONLY;
 	fi->fh = (uintptr_t)h;
@@ -923,6 +933,37 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 		fuse_reply_write(req, size);
 }
 
+/* A session's out is read through the kernel's page cache (keep_cache, a
+ * long attribute timeout): after a query the reader gets it in one GETATTR
+ * round trip, with no READ and no read at the end of file.  So each time
+ * out changes, drop the kernel's copy and store the new one, before the
+ * close() that ran the query returns.  The kernel keeps the stored pages
+ * when the size changes (EXPLICIT_INVAL_DATA).  An out never looked up has
+ * nothing cached: the notifications then fail, harmlessly. */
+static void push_out(node *session)
+{
+	if (!cache_out)
+		return;
+	pthread_mutex_lock(&tree_mu);
+	node *o = find_name(session->ino, "out");
+	fuse_ino_t ino = o ? o->ino : 0;
+	pthread_mutex_unlock(&tree_mu);
+	if (!ino)
+		return;
+	pthread_mutex_lock(&push_mu); /* the last push stores the latest out */
+	size_t len = 0;
+	char *p = qs_render(session->qs, QS_OUT, &len);
+	fuse_lowlevel_notify_inval_inode(tree_se, ino, 0, 0);
+	if (p && len) {
+		struct fuse_bufvec bv = FUSE_BUFVEC_INIT(len);
+		bv.buf[0].mem = p;
+		if (fuse_lowlevel_notify_store(tree_se, ino, 0, &bv, 0) != 0)
+			fuse_lowlevel_notify_inval_inode(tree_se, ino, 0, 0);
+	}
+	pthread_mutex_unlock(&push_mu);
+	free(p);
+}
+
 static int flush_handle(handle *h)
 {
 	node *n = h->n;
@@ -934,6 +975,7 @@ static int flush_handle(handle *h)
 		break;
 	case K_QIN:
 		rc = qs_in_flush(n->session->qs);
+		push_out(n->session);
 		break;
 	case K_CONFIG:
 		if (h->wdirty) {
@@ -1272,6 +1314,7 @@ static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 		p->opens++;
 		pthread_mutex_unlock(&tree_mu);
 		qs_clear(q);
+		push_out(p);
 		pthread_mutex_lock(&tree_mu);
 		p->opens--;
 		maybe_free(p);
@@ -1911,6 +1954,18 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 	if (conn->capable & FUSE_CAP_ATOMIC_O_TRUNC)
 		conn->want |= FUSE_CAP_ATOMIC_O_TRUNC;
 	conn->want &= ~(unsigned)FUSE_CAP_CACHE_SYMLINKS;
+	/* only out is cached, and push_out() says when it changes */
+	cache_out = cache_out_wanted && (conn->capable & FUSE_CAP_EXPLICIT_INVAL_DATA);
+	if (cache_out) {
+		conn->want |= FUSE_CAP_EXPLICIT_INVAL_DATA;
+		conn->want &= ~(unsigned)FUSE_CAP_AUTO_INVAL_DATA;
+	}
+}
+
+void tree_set_session(struct fuse_session *se, int want_cache_out)
+{
+	tree_se = se;
+	cache_out_wanted = want_cache_out;
 }
 
 /* ---------------------------------------------------------------- setup */

@@ -281,6 +281,18 @@ os.close(f)
 out = open(d + '/out').read()
 assert out.count('\\n') == 3 and out.endswith('\\n\\nk1\\t0\\n'), out
 " "$M/query/q1"
+# out is served from the page cache: a shorter, then a longer result, each
+# read whole by a new reader, with an honest size
+sizes_ok() {
+	local k n
+	for k in 3 1 4 2; do
+		printf 'k=%s mode=exact\n1 2 3 4\n' "$k" | put - "$M/query/q1/in" >/dev/null || return 1
+		n=$(T cat "$M/query/q1/out" | wc -l)
+		[[ $n == "$k" ]] || { echo "k=$k: $n lines" >&2; return 1; }
+		[[ $(T stat -c %s "$M/query/q1/out") == $(T cat "$M/query/q1/out" | wc -c) ]] || return 1
+	done
+}
+check query_out_follows_each_query sizes_ok
 check query_rmdir T rmdir "$M/query/q1"
 check query_rmdir_gone test ! -e "$M/query/q1"
 
