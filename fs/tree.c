@@ -78,14 +78,21 @@ typedef struct node {
 	struct node *session; /* session files: their session node */
 	char *target;         /* K_TMPLINK */
 	uint64_t bsize;       /* K_BACKUP: size of the backup open handles read */
-	struct node *next_ino, *next_name;
+	struct node *next[2];  /* chains of the tables: by ino, by (parent, name) */
 	struct node *sib_prev, *sib_next; /* children list of stateful dirs */
 } node;
 
 static pthread_mutex_t tree_mu = PTHREAD_MUTEX_INITIALIZER;
 static node fixed[FIXED_MAX + 1];
-static node **itab = NULL, **ntab = NULL;
-static size_t icap = 0, ncap = 0, icount = 0, ncount = 0;
+/* Chained hash tables of nodes: every node by ino, linked names by
+ * (parent, name).  Each uses its own chain pointer of the node. */
+enum { BY_INO, BY_NAME };
+typedef struct table {
+	node **slot;
+	size_t cap, count;
+	int by;
+} table;
+static table inos = {.by = BY_INO}, names = {.by = BY_NAME};
 static fuse_ino_t next_ino = 1000;
 static node *children[FIXED_MAX + 1]; /* of K_INGEST, K_QUERY, K_GENS */
 static uid_t my_uid;
@@ -109,49 +116,60 @@ static size_t hash_name(fuse_ino_t parent, const char *name, size_t len, size_t 
 	return (size_t)(h ^ (h >> 29)) & (cap - 1);
 }
 
-static void itab_grow(void)
+static size_t node_hash(const table *t, const node *n, size_t cap)
 {
-	size_t nc = icap ? icap * 2 : 4096;
-	node **nt = calloc(nc, sizeof *nt);
-	if (!nt)
-		return;
-	for (size_t i = 0; i < icap; i++)
-		for (node *n = itab[i], *nx; n; n = nx) {
-			nx = n->next_ino;
-			size_t h = hash_ino(n->ino, nc);
-			n->next_ino = nt[h];
-			nt[h] = n;
-		}
-	free(itab);
-	itab = nt;
-	icap = nc;
+	return t->by == BY_INO ? hash_ino(n->ino, cap) : hash_name(n->parent, n->name, n->namelen, cap);
 }
 
-static void ntab_grow(void)
+static void tab_grow(table *t)
 {
-	size_t nc = ncap ? ncap * 2 : 4096;
+	size_t nc = t->cap ? t->cap * 2 : 4096;
 	node **nt = calloc(nc, sizeof *nt);
 	if (!nt)
 		return;
-	for (size_t i = 0; i < ncap; i++)
-		for (node *n = ntab[i], *nx; n; n = nx) {
-			nx = n->next_name;
-			size_t h = hash_name(n->parent, n->name, n->namelen, nc);
-			n->next_name = nt[h];
+	for (size_t i = 0; i < t->cap; i++)
+		for (node *n = t->slot[i], *nx; n; n = nx) {
+			nx = n->next[t->by];
+			size_t h = node_hash(t, n, nc);
+			n->next[t->by] = nt[h];
 			nt[h] = n;
 		}
-	free(ntab);
-	ntab = nt;
-	ncap = nc;
+	free(t->slot);
+	t->slot = nt;
+	t->cap = nc;
+}
+
+/* 0, or -ENOMEM when the table cannot grow. */
+static int tab_insert(table *t, node *n)
+{
+	if (t->count + 1 > t->cap / 2)
+		tab_grow(t);
+	if (!t->cap)
+		return -ENOMEM;
+	size_t h = node_hash(t, n, t->cap);
+	n->next[t->by] = t->slot[h];
+	t->slot[h] = n;
+	t->count++;
+	return 0;
+}
+
+static void tab_remove(table *t, node *n)
+{
+	for (node **pp = &t->slot[node_hash(t, n, t->cap)]; *pp; pp = &(*pp)->next[t->by])
+		if (*pp == n) {
+			*pp = n->next[t->by];
+			t->count--;
+			return;
+		}
 }
 
 static node *get_node(fuse_ino_t ino)
 {
 	if (ino >= 1 && ino <= FIXED_MAX)
 		return &fixed[ino];
-	if (!icap)
+	if (!inos.cap)
 		return NULL;
-	for (node *n = itab[hash_ino(ino, icap)]; n; n = n->next_ino)
+	for (node *n = inos.slot[hash_ino(ino, inos.cap)]; n; n = n->next[BY_INO])
 		if (n->ino == ino)
 			return n;
 	return NULL;
@@ -160,9 +178,9 @@ static node *get_node(fuse_ino_t ino)
 static node *find_name(fuse_ino_t parent, const char *name)
 {
 	size_t len = strlen(name);
-	if (!ncap)
+	if (!names.cap)
 		return NULL;
-	for (node *n = ntab[hash_name(parent, name, len, ncap)]; n; n = n->next_name)
+	for (node *n = names.slot[hash_name(parent, name, len, names.cap)]; n; n = n->next[BY_NAME])
 		if (n->parent == parent && n->namelen == len && !memcmp(n->name, name, len))
 			return n;
 	return NULL;
@@ -175,15 +193,9 @@ static int stateful(const node *n)
 
 static void link_name(node *n)
 {
-	if (n->linked)
+	if (n->linked || tab_insert(&names, n))
 		return;
-	if (ncount + 1 > ncap / 2)
-		ntab_grow();
-	size_t h = hash_name(n->parent, n->name, n->namelen, ncap);
-	n->next_name = ntab[h];
-	ntab[h] = n;
 	n->linked = 1;
-	ncount++;
 	if (stateful(n) && n->parent <= FIXED_MAX) {
 		n->sib_prev = NULL;
 		n->sib_next = children[n->parent];
@@ -197,14 +209,8 @@ static void unlink_name(node *n)
 {
 	if (!n->linked)
 		return;
-	size_t h = hash_name(n->parent, n->name, n->namelen, ncap);
-	for (node **pp = &ntab[h]; *pp; pp = &(*pp)->next_name)
-		if (*pp == n) {
-			*pp = n->next_name;
-			break;
-		}
+	tab_remove(&names, n);
 	n->linked = 0;
-	ncount--;
 	if (stateful(n) && n->parent <= FIXED_MAX) {
 		if (n->sib_prev)
 			n->sib_prev->sib_next = n->sib_next;
@@ -229,18 +235,13 @@ static node *new_node(int kind, fuse_ino_t parent, const char *name)
 	n->namelen = strlen(name);
 	n->kind = kind;
 	n->parent = parent;
-	if (icount + 1 > icap / 2)
-		itab_grow();
-	if (!icap) {
+	n->ino = next_ino;
+	if (tab_insert(&inos, n)) {
 		free(n->name);
 		free(n);
 		return NULL;
 	}
-	n->ino = next_ino++;
-	size_t h = hash_ino(n->ino, icap);
-	n->next_ino = itab[h];
-	itab[h] = n;
-	icount++;
+	next_ino++;
 	return n;
 }
 
@@ -251,13 +252,7 @@ static void maybe_free(node *n)
 	if (n->nlookup || n->opens || n->kids || (n->linked && stateful(n)))
 		return;
 	unlink_name(n);
-	size_t h = hash_ino(n->ino, icap);
-	for (node **pp = &itab[h]; *pp; pp = &(*pp)->next_ino)
-		if (*pp == n) {
-			*pp = n->next_ino;
-			break;
-		}
-	icount--;
+	tab_remove(&inos, n);
 	node *sess = n->session;
 	if (n->ing)
 		ingest_free(n->ing);
@@ -1993,17 +1988,17 @@ void tree_init(void)
 		n->namelen = strlen(fx[i].name);
 		n->parent = (fuse_ino_t)fx[i].parent;
 	}
-	itab_grow();
-	ntab_grow();
+	tab_grow(&inos);
+	tab_grow(&names);
 }
 
 void tree_destroy(void)
 {
 	pthread_mutex_lock(&tree_mu);
-	for (size_t i = 0; i < icap; i++) {
-		node *n = itab[i];
+	for (size_t i = 0; i < inos.cap; i++) {
+		node *n = inos.slot[i];
 		while (n) {
-			node *nx = n->next_ino;
+			node *nx = n->next[BY_INO];
 			if (n->ing)
 				ingest_free(n->ing);
 			if (n->qs)
@@ -2013,13 +2008,12 @@ void tree_destroy(void)
 			free(n);
 			n = nx;
 		}
-		itab[i] = NULL;
+		inos.slot[i] = NULL;
 	}
-	free(itab);
-	free(ntab);
-	itab = NULL;
-	ntab = NULL;
-	icap = ncap = icount = ncount = 0;
+	free(inos.slot);
+	free(names.slot);
+	inos = (table){.by = BY_INO};
+	names = (table){.by = BY_NAME};
 	pthread_mutex_unlock(&tree_mu);
 }
 
