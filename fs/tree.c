@@ -798,6 +798,13 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	}
 }
 
+/* A READ of a cached out fills part of the kernel's copy, whose other
+ * pages push_out() stored: it must see the content of now, at any offset. */
+static int read_fills_cache(const handle *h)
+{
+	return cache_out && h->n->kind == K_QOUT;
+}
+
 static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		    struct fuse_file_info *fi)
 {
@@ -814,7 +821,7 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		else
 			fuse_reply_buf(req, buf, (size_t)r);
 		free(buf);
-	} else if (off == 0 && !h->fresh && rerender(h) != 0) {
+	} else if (((off == 0 && !h->fresh) || read_fills_cache(h)) && rerender(h) != 0) {
 		fuse_reply_err(req, ENOMEM);
 	} else if (off < 0 || (size_t)off >= h->len) {
 		h->fresh = 0;

@@ -293,6 +293,19 @@ sizes_ok() {
 	done
 }
 check query_out_follows_each_query sizes_ok
+# several pages, shrinking by a few bytes: the last page is read afresh
+pages_ok() {
+	local k n want
+	for k in 3 2 3; do
+		{ echo "k=$k mode=exact"; for n in $(seq 400); do echo "1 2 3 $n"; done; } >"$TMP/many.in"
+		put "$TMP/many.in" "$M/query/q1/in" >/dev/null || return 1
+		want=$((400 * k + 399))
+		n=$(T cat "$M/query/q1/out" | wc -l)
+		[[ $n == "$want" ]] || { echo "k=$k: $n lines, want $want" >&2; return 1; }
+		T "$PY" -c "import sys; d = open(sys.argv[1], 'rb').read(); sys.exit(b'\\0' in d or len(d) < 4096)" "$M/query/q1/out" || return 1
+	done
+}
+check query_out_many_pages pages_ok
 check query_rmdir T rmdir "$M/query/q1"
 check query_rmdir_gone test ! -e "$M/query/q1"
 
