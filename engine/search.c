@@ -117,10 +117,9 @@ static inline float hheap_top(const hheap *h)
 /* ------------------------------------------------------------ per query */
 
 typedef struct cand {
-	float lo, est;
-	const uint8_t *base;  /* its posting block or delta posting */
-	uint32_t len;
-	uint32_t idx;         /* in the block; UINT32_MAX for a delta */
+	float lo;
+	const uint8_t *idp;   /* its record id (u64): in the block's IDS column
+			       * or the delta posting, both checked by the scan */
 } cand;
 
 typedef struct query {
@@ -228,19 +227,18 @@ static int pass2_keeps(query *q, float est, float bound)
  * it is stale in this snapshot: the posting's id and seq (in block b, or
  * the delta posting) are read only when something can be stale, since the
  * re-rank takes a candidate's id from its posting. */
-static int accept(search *s, query *q, float est, float bound, cand c, const vf_block *b,
-		  const vf_code *delta)
+static int accept(search *s, query *q, float est, float bound, const vf_block *b, uint32_t i,
+		  const vf_code *delta, const uint8_t *delta_data)
 {
 	if (!b || s->tombs.n || s->dirty.n) {
-		uint64_t id = b ? vf_block_id(b, c.idx) : delta->id;
-		uint64_t seq = b ? vf_block_seq(b, c.idx) : delta->seq;
+		uint64_t id = b ? vf_block_id(b, i) : delta->id;
+		uint64_t seq = b ? vf_block_seq(b, i) : delta->seq;
 		if (stale(s, id, seq)) {
 			q->ex.stale_skipped++;
 			return 0;
 		}
 	}
-	c.lo = est - bound;
-	c.est = est;
+	cand c = {est - bound, b ? vf_block_id_at(b, i) : vf_delta_id_at(delta_data)};
 	fheap_push(&q->ub, est + bound);
 	int rc = cand_push(q, c);
 	if (rc == 0 && q->nc >= 4096 && q->nc >= 8 * (size_t)s->k * s->refine)
@@ -288,8 +286,7 @@ static int pass2_block(search *s, query *q, const vf_block *b, uint32_t k0, uint
 			 vf_ldf(f2, 0), vf_ldf(f2, 1), vf_ldf(f2, 2), &est, &bound);
 		if (!pass2_keeps(q, est, bound))
 			continue;
-		int rc = accept(s, q, est, bound, (cand){0, 0, b->base, (uint32_t)b->len, i}, b,
-				NULL);
+		int rc = accept(s, q, est, bound, b, i, NULL, NULL);
 		if (rc)
 			return rc;
 	}
@@ -492,9 +489,7 @@ static int scan_cluster(search *s, uint32_t c, const entry *ents, size_t nents,
 				vf_pass2(&q->qs, &q->cs, code.planes, code.add, code.rb, code.eb,
 					 code.cdot, &est, &bound);
 				if (pass2_keeps(q, est, bound))
-					rc = accept(s, q, est, bound,
-						    (cand){0, 0, e->data, (uint32_t)e->len, UINT32_MAX},
-						    NULL, &code);
+					rc = accept(s, q, est, bound, NULL, 0, &code, e->data);
 			}
 		}
 	}
@@ -723,20 +718,7 @@ static int cmp_cand(const void *a, const void *b)
 static int resolve(search *s, const cand *c, const uint8_t **vec, hit *h)
 {
 	uint64_t id;
-	if (c->idx == UINT32_MAX) {
-		vf_code code;
-		int rc = vf_delta_open_cached(s->v->vcache, c->base, c->len, s->gm.dim, s->gm.pdim,
-					      s->gm.bits, &code);
-		if (rc)
-			return rc;
-		id = code.id;
-	} else {
-		vf_block b;
-		if (vf_block_open(c->base, c->len, &b) ||
-		    vf_block_check(s->v->vcache, &b, VF_COL_IDS))
-			return -EIO;
-		id = vf_block_id(&b, c->idx);
-	}
+	memcpy(&id, c->idp, 8);
 	MDB_val val;
 	vf_record r;
 	int rc = fetch_record(s, id, &val, &r);
@@ -756,33 +738,35 @@ static int resolve(search *s, const cand *c, const uint8_t **vec, hit *h)
 	return 0;
 }
 
-#define RERANK_STEP 8 /* candidates whose vectors are fetched together */
+#define RERANK_STEP 16 /* most candidates whose records are fetched together */
 
 /* Exact distances for the candidates, best lower bound first, until no
- * remaining bound can enter the top k. */
+ * remaining bound can enter the top k.  While the top k is short by m
+ * results, the next m candidates are all scored, so their records are
+ * fetched together; once it is full, one at a time, each only if its bound
+ * can still enter (a record read costs a tree descent: none in vain). */
 static int rerank(search *s, query *q)
 {
 	cand_trim(q);
 	qsort(q->cands, q->nc, sizeof(cand), cmp_cand);
 	size_t cap = (size_t)s->k * s->refine;
 	size_t n = q->nc < cap ? q->nc : cap;
-	size_t vbytes = (size_t)s->dim * 4;
-	for (size_t i0 = 0; i0 < n; i0 += RERANK_STEP) {
+	for (size_t i0 = 0, m; i0 < n; i0 += m) {
 		const uint8_t *vec[RERANK_STEP];
 		hit h[RERANK_STEP];
-		size_t m = n - i0 < RERANK_STEP ? n - i0 : RERANK_STEP;
+		m = q->top.n < q->top.k ? q->top.k - q->top.n : 1;
+		if (m > RERANK_STEP)
+			m = RERANK_STEP;
+		if (m > n - i0)
+			m = n - i0;
 		if (!(q->cands[i0].lo < hheap_top(&q->top)))
 			break;
 		for (size_t j = 0; j < m; j++) {
 			int rc = resolve(s, &q->cands[i0 + j], &vec[j], &h[j]);
 			if (rc < 0)
 				return rc;
-			if (rc) {
-				vec[j] = NULL;
-				continue;
-			}
-			for (size_t o = 0; o < vbytes; o += 64)
-				__builtin_prefetch(vec[j] + o);
+			if (rc)
+				vec[j] = NULL; /* (the record checksum has read the vector) */
 		}
 		for (size_t j = 0; j < m; j++) {
 			const cand *c = &q->cands[i0 + j];

@@ -175,7 +175,7 @@ int vf_block_check(vf_vcache *cache, const vf_block *b, int col)
 uint64_t vf_block_id(const vf_block *b, uint32_t i)
 {
 	uint64_t v;
-	memcpy(&v, b->col[VF_COL_IDS] + 16 * (size_t)i, 8);
+	memcpy(&v, vf_block_id_at(b, i), 8);
 	return v;
 }
 
@@ -288,7 +288,7 @@ int vf_delta_open_cached(vf_vcache *cache, const void *p, size_t len, uint32_t d
 	memcpy(&sum, b + len - 8, 8);
 	if (vf_verify(cache, b, len - 8, sum))
 		return -EIO;
-	memcpy(&out->id, b + 8, 8);
+	memcpy(&out->id, vf_delta_id_at(b), 8);
 	memcpy(&sq, b + 16, 8);
 	out->seq = sq & ~VF_SEQ_PAYLOAD;
 	out->has_payload = (sq & VF_SEQ_PAYLOAD) != 0;

@@ -90,6 +90,11 @@ static inline const uint8_t *vf_block_pass2_at(const vf_block *b, uint32_t i)
 }
 /* The full code of vector i (bits planes of pdim/8 bytes) into out. */
 void vf_block_planes(const vf_block *b, uint32_t i, uint8_t *out);
+/* Where vector i's record id (u64) is stored. */
+static inline const uint8_t *vf_block_id_at(const vf_block *b, uint32_t i)
+{
+	return b->col[VF_COL_IDS] + 16 * (size_t)i;
+}
 uint64_t vf_block_id(const vf_block *b, uint32_t i);
 uint64_t vf_block_seq(const vf_block *b, uint32_t i);      /* flag removed */
 int vf_block_has_payload(const vf_block *b, uint32_t i);
@@ -112,6 +117,11 @@ float vf_block_f2(const vf_block *b, int which, uint32_t i);
 size_t vf_delta_size(uint32_t dim, uint32_t pdim, uint32_t bits, uint32_t keylen);
 void vf_delta_write(uint8_t *buf, const vf_code *c, uint32_t dim, uint32_t pdim,
 		    uint32_t bits);
+/* Where a delta posting stores its record id (u64). */
+static inline const uint8_t *vf_delta_id_at(const void *p)
+{
+	return (const uint8_t *)p + 8;
+}
 /* Parse a delta and check its checksum: -EIO on mismatch. */
 int vf_delta_open(const void *p, size_t len, uint32_t dim, uint32_t pdim,
 		  uint32_t bits, vf_code *out);
