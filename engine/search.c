@@ -348,15 +348,30 @@ static int scan_block(search *s, query *q, const vf_block *b, int *checked2)
 	}
 	/* Before k candidates exist there is no threshold yet: then the block's
 	 * own k smallest first-pass upper bounds (k distinct records when no
-	 * posting can be stale) bound the k-th distance instead. */
+	 * posting can be stale) bound the k-th distance instead.  The survivors
+	 * whose upper bound is among them go to pass 2 first: their tighter
+	 * bounds set the threshold before the others are scored. */
 	if (whole && ns > q->ub.k) {
 		fheap blk = {s->kbuf, 0, q->ub.k};
 		for (uint32_t k = 0; k < ns; k++)
 			if (s->surv_hi[k] < fheap_top(&blk))
 				fheap_push(&blk, s->surv_hi[k]);
 		float tb = fheap_top(&blk);
-		uint32_t w = 0;
-		for (uint32_t k = 0; k < ns; k++)
+		uint32_t a = 0, e = ns;
+		while (a < e) {
+			if (s->surv_hi[a] <= tb) {
+				a++;
+				continue;
+			}
+			e--;
+			uint32_t ti = s->surv[a];
+			float tl = s->surv_lo[a], th = s->surv_hi[a];
+			s->surv[a] = s->surv[e], s->surv_lo[a] = s->surv_lo[e];
+			s->surv_hi[a] = s->surv_hi[e];
+			s->surv[e] = ti, s->surv_lo[e] = tl, s->surv_hi[e] = th;
+		}
+		uint32_t w = a;
+		for (uint32_t k = a; k < ns; k++)
 			if (s->surv_lo[k] <= tb) {
 				s->surv[w] = s->surv[k];
 				s->surv_lo[w++] = s->surv_lo[k];
