@@ -28,9 +28,19 @@ static double now_s(void)
 
 uint32_t vf_auto_nlist(uint64_t n)
 {
-	/* clusters of about sqrt(N) vectors: probing cost (all centroids) and
-	 * scanning cost (the probed clusters) stay balanced */
-	double k = sqrt((double)n);
+	/* about sqrt(N) clusters: probing cost (all centroids) and scanning
+	 * cost (the probed clusters) stay balanced.  A centroid costs a full
+	 * dot product to probe, a vector in a probed cluster mostly a
+	 * first-pass look-up over its sign planes, so once clusters would hold
+	 * more than 500 vectors, more and smaller ones pay: N/500 clusters, up
+	 * to 2 sqrt(N) (from N = 1M on; at 1M, dim 128, nlist 2000 with nprobe
+	 * 10 reaches recall 0.974 at about 1.4x the QPS of nlist 1000 with
+	 * nprobe 6, recall 0.973).  Below N = 250000 this is sqrt(N). */
+	double k = sqrt((double)n), big = (double)n / 500;
+	if (big > 2 * k)
+		big = 2 * k;
+	if (big > k)
+		k = big;
 	uint64_t r = (uint64_t)llround(k);
 	if (r < 1)
 		r = 1;

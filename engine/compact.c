@@ -973,7 +973,7 @@ static int rebalance_locked(rebal *r, int activate, uint64_t *gen_out)
 
 	/* what to split and what to merge, against the mean cluster size or,
 	 * when nlist is chosen automatically, the size a fresh build would
-	 * give (about sqrt(N)), whichever asks for more clusters: a growing
+	 * give (vf_auto_nlist), whichever asks for more clusters: a growing
 	 * store keeps the cluster sizes of a fresh build */
 	double mean = (double)r->total / r->nlist;
 	vecfs_config cfg;
