@@ -766,6 +766,9 @@ static int rerank(search *s, query *q)
 	qsort(q->cands, q->nc, sizeof(cand), cmp_cand);
 	size_t cap = (size_t)s->k * s->refine;
 	size_t n = q->nc < cap ? q->nc : cap;
+	/* the ids of the likely re-ranks (the top k and as many again) */
+	for (size_t i = 0; i < n && i < 2 * (size_t)q->top.k; i++)
+		__builtin_prefetch(q->cands[i].idp);
 	for (size_t i0 = 0, m; i0 < n; i0 += m) {
 		const uint8_t *vec[RERANK_STEP];
 		hit h[RERANK_STEP];
