@@ -213,7 +213,11 @@ void vf_block_planes(const vf_block *b, uint32_t i, uint8_t *out)
 	for (uint32_t g = 0; g < groups; g += 2)
 		out[g / 2] = (uint8_t)(((batch[g * 16] >> sh) & 15) |
 				       (((batch[(g + 1) * 16] >> sh) & 15) << 4));
-	memcpy(out + pb1, vf_block_pass2_at(b, i), (b->bits - 1) * pb1);
+	/* planes 1..bits-1: pb1 is a multiple of 8 (pdim % 64 == 0), so 8-byte
+	 * moves the compiler keeps inline rather than a library call */
+	const uint8_t *src = vf_block_pass2_at(b, i);
+	for (size_t o = 0, e = (b->bits - 1) * pb1; o < e; o += 8)
+		memcpy(out + pb1 + o, src + o, 8);
 }
 
 float vf_block_f1(const vf_block *b, int which, uint32_t i)
