@@ -327,8 +327,7 @@ static int scan_block(search *s, query *q, const vf_block *b, int *checked2)
 		uint32_t in = b->n - bt * 32 < 32 ? b->n - bt * 32 : 32;
 		if (in < 32)
 			mask &= (1u << in) - 1;
-		q->ex.pass1_scored += in;
-		q->ex.pass1_pruned += in - (uint32_t)__builtin_popcount(mask);
+		uint32_t ns0 = ns;
 		for (; mask; mask &= mask - 1) {
 			uint32_t j = (uint32_t)__builtin_ctz(mask), i = bt * 32 + j;
 			if (!whole)
@@ -337,6 +336,8 @@ static int scan_block(search *s, query *q, const vf_block *b, int *checked2)
 			s->surv_hi[ns] = hi[j];
 			s->surv_lo[ns++] = lo[j];
 		}
+		q->ex.pass1_scored += in;
+		q->ex.pass1_pruned += in - (ns - ns0);
 		if (whole)
 			continue;
 		/* survivors of batch bt - PASS2_LAG + 1 and before are due */
