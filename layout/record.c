@@ -32,7 +32,8 @@ void vf_record_encode(uint8_t *buf, uint64_t seq, uint32_t dim, const float *vec
 	memcpy(buf + 14, &flags, 2);
 	memcpy(buf + 16, &pl, 4);
 	memcpy(buf + VF_RECORD_HDR, vec, (size_t)dim * 4);
-	memcpy(buf + VF_RECORD_HDR + (size_t)dim * 4, key, keylen);
+	if (keylen)
+		memcpy(buf + VF_RECORD_HDR + (size_t)dim * 4, key, keylen);
 	if (plen)
 		memcpy(buf + VF_RECORD_HDR + (size_t)dim * 4 + keylen, payload, plen);
 	sum = record_sum(buf, vf_record_size(dim, keylen, plen));
