@@ -27,43 +27,6 @@
 
 /* ------------------------------------------------------------ small heaps */
 
-typedef struct fheap { /* max-heap of the k smallest values */
-	float *v;
-	uint32_t n, k;
-} fheap;
-
-static void fheap_push(fheap *h, float x)
-{
-	if (h->n < h->k) {
-		uint32_t i = h->n++;
-		while (i > 0 && h->v[(i - 1) / 2] < x) {
-			h->v[i] = h->v[(i - 1) / 2];
-			i = (i - 1) / 2;
-		}
-		h->v[i] = x;
-	} else if (x < h->v[0]) {
-		uint32_t i = 0;
-		for (;;) {
-			uint32_t l = 2 * i + 1, m = i;
-			float mv = x;
-			if (l < h->n && h->v[l] > mv)
-				m = l, mv = h->v[l];
-			if (l + 1 < h->n && h->v[l + 1] > mv)
-				m = l + 1;
-			if (m == i)
-				break;
-			h->v[i] = h->v[m];
-			i = m;
-		}
-		h->v[i] = x;
-	}
-}
-
-static inline float fheap_top(const fheap *h)
-{
-	return h->n < h->k ? INFINITY : h->v[0];
-}
-
 typedef struct hit { /* exact result; pointers valid in the transaction */
 	float d;              /* index units */
 	uint64_t id;
@@ -74,45 +37,54 @@ typedef struct hit { /* exact result; pointers valid in the transaction */
 	size_t reclen;
 } hit;
 
-typedef struct hheap {
-	hit *v;
-	uint32_t n, k;
-} hheap;
-
-static void hheap_push(hheap *h, hit x)
-{
-	uint32_t i;
-	if (h->n < h->k) {
-		i = h->n++;
-		while (i > 0 && h->v[(i - 1) / 2].d < x.d) {
-			h->v[i] = h->v[(i - 1) / 2];
-			i = (i - 1) / 2;
-		}
-		h->v[i] = x;
-		return;
+/* A max-heap of the k smallest items by a float key, so that the k-th best
+ * so far is at the top (+inf until there are k); one definition serves the
+ * bounds (fheap, plain floats) and the exact results (hheap, hits). */
+#define TOPK_HEAP(name, type, KEY)                                              \
+	typedef struct name {                                                   \
+		type *v;                                                        \
+		uint32_t n, k;                                                  \
+	} name;                                                                 \
+                                                                                \
+	static void name##_push(name *h, type x)                                \
+	{                                                                       \
+		uint32_t i;                                                     \
+		if (h->n < h->k) {                                              \
+			i = h->n++;                                             \
+			while (i > 0 && KEY(h->v[(i - 1) / 2]) < KEY(x)) {      \
+				h->v[i] = h->v[(i - 1) / 2];                    \
+				i = (i - 1) / 2;                                \
+			}                                                       \
+			h->v[i] = x;                                            \
+			return;                                                 \
+		}                                                               \
+		if (!(KEY(x) < KEY(h->v[0])))                                   \
+			return;                                                 \
+		i = 0;                                                          \
+		for (;;) {                                                      \
+			uint32_t l = 2 * i + 1, m = i;                          \
+			float mv = KEY(x);                                      \
+			if (l < h->n && KEY(h->v[l]) > mv)                      \
+				m = l, mv = KEY(h->v[l]);                       \
+			if (l + 1 < h->n && KEY(h->v[l + 1]) > mv)              \
+				m = l + 1;                                      \
+			if (m == i)                                             \
+				break;                                          \
+			h->v[i] = h->v[m];                                      \
+			i = m;                                                  \
+		}                                                               \
+		h->v[i] = x;                                                    \
+	}                                                                       \
+                                                                                \
+	static inline float name##_top(const name *h)                           \
+	{                                                                       \
+		return h->n < h->k ? INFINITY : KEY(h->v[0]);                   \
 	}
-	if (!(x.d < h->v[0].d))
-		return;
-	i = 0;
-	for (;;) {
-		uint32_t l = 2 * i + 1, m = i;
-		float mv = x.d;
-		if (l < h->n && h->v[l].d > mv)
-			m = l, mv = h->v[l].d;
-		if (l + 1 < h->n && h->v[l + 1].d > mv)
-			m = l + 1;
-		if (m == i)
-			break;
-		h->v[i] = h->v[m];
-		i = m;
-	}
-	h->v[i] = x;
-}
 
-static inline float hheap_top(const hheap *h)
-{
-	return h->n < h->k ? INFINITY : h->v[0].d;
-}
+#define KEY_SELF(x) (x)
+#define KEY_DIST(x) ((x).d)
+TOPK_HEAP(fheap, float, KEY_SELF)
+TOPK_HEAP(hheap, hit, KEY_DIST)
 
 /* ------------------------------------------------------------ per query */
 
