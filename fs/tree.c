@@ -245,6 +245,18 @@ static node *new_node(int kind, fuse_ino_t parent, const char *name)
 	return n;
 }
 
+/* Free a node and what it owns (not the tables' links). */
+static void node_destroy(node *n)
+{
+	if (n->ing)
+		ingest_free(n->ing);
+	if (n->qs)
+		qs_free(n->qs);
+	free(n->target);
+	free(n->name);
+	free(n);
+}
+
 static void maybe_free(node *n)
 {
 	if (!n || n->ino <= FIXED_MAX)
@@ -254,17 +266,31 @@ static void maybe_free(node *n)
 	unlink_name(n);
 	tab_remove(&inos, n);
 	node *sess = n->session;
-	if (n->ing)
-		ingest_free(n->ing);
-	if (n->qs)
-		qs_free(n->qs);
-	free(n->target);
-	free(n->name);
-	free(n);
+	node_destroy(n);
 	if (sess) {
 		sess->kids--;
 		maybe_free(sess);
 	}
+}
+
+/* Keep node ino while a request uses it outside tree_mu (NULL: no such
+ * node); unpin() lets it go (freed once nothing refers to it). */
+static node *pin(fuse_ino_t ino)
+{
+	pthread_mutex_lock(&tree_mu);
+	node *n = get_node(ino);
+	if (n)
+		n->opens++;
+	pthread_mutex_unlock(&tree_mu);
+	return n;
+}
+
+static void unpin(node *n)
+{
+	pthread_mutex_lock(&tree_mu);
+	n->opens--;
+	maybe_free(n);
+	pthread_mutex_unlock(&tree_mu);
 }
 
 /* ---------------------------------------------------------------- content */
@@ -693,6 +719,15 @@ static handle *handle_of(struct fuse_file_info *fi)
 	return (handle *)(uintptr_t)fi->fh;
 }
 
+/* Forget what was written to a config or ctl handle. */
+static void wbuf_reset(handle *h)
+{
+	sb_reset(&h->wbuf);
+	h->checked = 0;
+	h->lines = 0;
+	h->bad = 0;
+}
+
 static void handle_free(handle *h)
 {
 	if (!h)
@@ -766,11 +801,7 @@ static int open_node(node *n, struct fuse_file_info *fi, handle **out)
 static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	handle *h;
-	pthread_mutex_lock(&tree_mu);
-	node *n = get_node(ino);
-	if (n)
-		n->opens++;
-	pthread_mutex_unlock(&tree_mu);
+	node *n = pin(ino);
 	if (!n) {
 		fuse_reply_err(req, ENOENT);
 		return;
@@ -782,19 +813,13 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		rc = -ENOENT;
 	}
 	if (rc) {
-		pthread_mutex_lock(&tree_mu);
-		n->opens--;
-		maybe_free(n);
-		pthread_mutex_unlock(&tree_mu);
+		unpin(n);
 		fuse_reply_err(req, -rc);
 		return;
 	}
 	if (fuse_reply_open(req, fi) != 0) {
 		handle_free(h);
-		pthread_mutex_lock(&tree_mu);
-		n->opens--;
-		maybe_free(n);
-		pthread_mutex_unlock(&tree_mu);
+		unpin(n);
 	}
 }
 
@@ -986,10 +1011,7 @@ static int flush_handle(handle *h)
 				rc = -EINVAL; /* already in errors: nothing is applied */
 			else
 				rc = config_apply_text(h->wbuf.p ? h->wbuf.p : "", h->wbuf.len);
-			sb_reset(&h->wbuf);
-			h->checked = 0;
-			h->lines = 0;
-			h->bad = 0;
+			wbuf_reset(h);
 		}
 		break;
 	case K_CTL:
@@ -1057,11 +1079,7 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 		case K_CONFIG:
 		case K_CTL:
 			if (fi && attr->st_size == 0) {
-				handle *h = handle_of(fi);
-				sb_reset(&h->wbuf);
-				h->checked = 0;
-				h->lines = 0;
-				h->bad = 0;
+				wbuf_reset(handle_of(fi));
 			}
 			break;
 		case K_INGEST_FILE:
@@ -1283,10 +1301,7 @@ static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 		n->opens++; /* keep it while cancelling outside the lock */
 		pthread_mutex_unlock(&tree_mu);
 		ingest_cancel(n->ing);
-		pthread_mutex_lock(&tree_mu);
-		n->opens--;
-		maybe_free(n);
-		pthread_mutex_unlock(&tree_mu);
+		unpin(n);
 		fuse_reply_err(req, 0);
 		return;
 	}
@@ -1317,10 +1332,7 @@ static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 		pthread_mutex_unlock(&tree_mu);
 		qs_clear(q);
 		push_out(p);
-		pthread_mutex_lock(&tree_mu);
-		p->opens--;
-		maybe_free(p);
-		pthread_mutex_unlock(&tree_mu);
+		unpin(p);
 		fuse_reply_err(req, 0);
 		return;
 	}
@@ -1427,10 +1439,7 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
 		src->opens++;
 		pthread_mutex_unlock(&tree_mu);
 		if (!target) {
-			pthread_mutex_lock(&tree_mu);
-			src->opens--;
-			maybe_free(src);
-			pthread_mutex_unlock(&tree_mu);
+			unpin(src);
 			fuse_reply_err(req, ENOMEM);
 			return;
 		}
@@ -1485,6 +1494,19 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
 	link_name(src);
 	pthread_mutex_unlock(&tree_mu);
 	fuse_reply_err(req, 0);
+}
+
+/* Take back the lookup and open a failed create made: an ingest file
+ * nobody else holds leaves ingest/. */
+static void undo_create(node *n)
+{
+	pthread_mutex_lock(&tree_mu);
+	n->nlookup--;
+	n->opens--;
+	if (n->kind == K_INGEST_FILE && n->opens == 0)
+		unlink_name(n);
+	maybe_free(n);
+	pthread_mutex_unlock(&tree_mu);
 }
 
 static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
@@ -1570,13 +1592,7 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 			handle_free(h);
 	}
 	if (rc) {
-		pthread_mutex_lock(&tree_mu);
-		n->nlookup--;
-		n->opens--;
-		if (n->kind == K_INGEST_FILE && n->opens == 0)
-			unlink_name(n);
-		maybe_free(n);
-		pthread_mutex_unlock(&tree_mu);
+		undo_create(n);
 		fuse_reply_err(req, -rc);
 		return;
 	}
@@ -1586,13 +1602,7 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 	e.attr = st;
 	if (fuse_reply_create(req, &e, fi) != 0) {
 		handle_free(h);
-		pthread_mutex_lock(&tree_mu);
-		n->nlookup--;
-		n->opens--;
-		if (n->kind == K_INGEST_FILE && n->opens == 0)
-			unlink_name(n);
-		maybe_free(n);
-		pthread_mutex_unlock(&tree_mu);
+		undo_create(n);
 	}
 }
 
@@ -1731,11 +1741,7 @@ static void dirh_free(dirh *d)
 
 static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	pthread_mutex_lock(&tree_mu);
-	node *n = get_node(ino);
-	if (n)
-		n->opens++;
-	pthread_mutex_unlock(&tree_mu);
+	node *n = pin(ino);
 	if (!n) {
 		fuse_reply_err(req, ENOENT);
 		return;
@@ -1758,20 +1764,14 @@ static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	}
 	if (rc) {
 		dirh_free(d);
-		pthread_mutex_lock(&tree_mu);
-		n->opens--;
-		maybe_free(n);
-		pthread_mutex_unlock(&tree_mu);
+		unpin(n);
 		fuse_reply_err(req, -rc);
 		return;
 	}
 	fi->fh = (uintptr_t)d;
 	if (fuse_reply_open(req, fi) != 0) {
 		dirh_free(d);
-		pthread_mutex_lock(&tree_mu);
-		n->opens--;
-		maybe_free(n);
-		pthread_mutex_unlock(&tree_mu);
+		unpin(n);
 	}
 }
 
@@ -1923,10 +1923,7 @@ static void op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info 
 	dirh *d = (dirh *)(uintptr_t)fi->fh;
 	node *n = d->n;
 	dirh_free(d);
-	pthread_mutex_lock(&tree_mu);
-	n->opens--;
-	maybe_free(n);
-	pthread_mutex_unlock(&tree_mu);
+	unpin(n);
 	fuse_reply_err(req, 0);
 }
 
@@ -2006,13 +2003,7 @@ void tree_destroy(void)
 		node *n = inos.slot[i];
 		while (n) {
 			node *nx = n->next[BY_INO];
-			if (n->ing)
-				ingest_free(n->ing);
-			if (n->qs)
-				qs_free(n->qs);
-			free(n->target);
-			free(n->name);
-			free(n);
+			node_destroy(n);
 			n = nx;
 		}
 		inos.slot[i] = NULL;
