@@ -442,6 +442,16 @@ static void jws(jp *j)
 		j->p++;
 }
 
+/* After a member or element: 1 when a ',' follows (another one comes), 0
+ * when `close` ends the object or array, -1 when neither does. */
+static int jnext(jp *j, char close)
+{
+	jws(j);
+	if (j->p < j->e && (*j->p == ',' || *j->p == close))
+		return *j->p++ == ',';
+	return -1;
+}
+
 static int jfail(jp *j, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static int jfail(jp *j, const char *fmt, ...)
 {
@@ -634,16 +644,11 @@ static int jvalue(jp *j, int depth)
 			j->p++;
 			if (jvalue(j, depth + 1))
 				return -EINVAL;
-			jws(j);
-			if (j->p < j->e && *j->p == ',') {
-				j->p++;
-				continue;
-			}
-			if (j->p < j->e && *j->p == '}') {
-				j->p++;
+			int more = jnext(j, '}');
+			if (more < 0)
+				return jfail(j, "expected ',' or '}'");
+			if (!more)
 				return 0;
-			}
-			return jfail(j, "expected ',' or '}'");
 		}
 	case '[':
 		j->p++;
@@ -655,16 +660,11 @@ static int jvalue(jp *j, int depth)
 		for (;;) {
 			if (jvalue(j, depth + 1))
 				return -EINVAL;
-			jws(j);
-			if (j->p < j->e && *j->p == ',') {
-				j->p++;
-				continue;
-			}
-			if (j->p < j->e && *j->p == ']') {
-				j->p++;
+			int more = jnext(j, ']');
+			if (more < 0)
+				return jfail(j, "expected ',' or ']'");
+			if (!more)
 				return 0;
-			}
-			return jfail(j, "expected ',' or ']'");
 		}
 	case 't':
 		return jlit(j, "true");
@@ -762,17 +762,13 @@ static int json_line(ingest *in, const char *s, size_t n)
 						goto out;
 					}
 					cnt++;
-					jws(&j);
-					if (j.p < j.e && *j.p == ',') {
-						j.p++;
-						continue;
+					int more = jnext(&j, ']');
+					if (more < 0) {
+						rc = jfail(&j, "expected ',' or ']' in \"vector\"");
+						goto out;
 					}
-					if (j.p < j.e && *j.p == ']') {
-						j.p++;
+					if (!more)
 						break;
-					}
-					rc = jfail(&j, "expected ',' or ']' in \"vector\"");
-					goto out;
 				}
 			}
 			have_vec = 1;
@@ -786,17 +782,13 @@ static int json_line(ingest *in, const char *s, size_t n)
 			if ((rc = jvalue(&j, 0)))
 				goto out;
 		}
-		jws(&j);
-		if (j.p < j.e && *j.p == ',') {
-			j.p++;
-			continue;
+		int more = jnext(&j, '}');
+		if (more < 0) {
+			rc = jfail(&j, "expected ',' or '}'");
+			goto out;
 		}
-		if (j.p < j.e && *j.p == '}') {
-			j.p++;
+		if (!more)
 			break;
-		}
-		rc = jfail(&j, "expected ',' or '}'");
-		goto out;
 	}
 done:
 	jws(&j);
