@@ -54,11 +54,7 @@ uint32_t vf_auto_nlist(uint64_t n)
 typedef struct build_ctx {
 	vecfs *v;
 	vf_genmeta m;
-	vecfs_progress_fn progress;
-	void *parg;
-	int cancelled;
-	char *err;
-	size_t errlen;
+	vf_task t;
 	/* snapshot */
 	uint64_t n;
 	uint64_t *ids, *seqs;
@@ -72,39 +68,64 @@ typedef struct build_ctx {
 	uint8_t *planes;        /* n * pb */
 	vf_code *codes;
 	size_t pb;
-	const char *phase;
-	int last_pct;
-	pthread_mutex_t mu;
 } build_ctx;
 
-/* Report progress; non-zero when the caller asked to stop. */
-static int report(build_ctx *b, const char *phase, int pct)
+void vf_task_init(vf_task *t, vecfs *v, vf_genmeta *m, vecfs_progress_fn progress,
+		  void *parg, char *err, size_t errlen)
+{
+	memset(t, 0, sizeof *t);
+	t->v = v;
+	t->m = m;
+	t->progress = progress;
+	t->parg = parg;
+	t->err = err;
+	t->errlen = errlen;
+	t->last_pct = -1;
+	if (err && errlen)
+		err[0] = 0;
+	pthread_mutex_init(&t->mu, NULL);
+}
+
+void vf_task_end(vf_task *t)
+{
+	pthread_mutex_destroy(&t->mu);
+}
+
+int vf_task_report(vf_task *t, const char *phase, int pct)
 {
 	int stop = 0;
-	pthread_mutex_lock(&b->mu);
-	if (b->cancelled) {
-		pthread_mutex_unlock(&b->mu);
+	pthread_mutex_lock(&t->mu);
+	if (t->cancelled) {
+		pthread_mutex_unlock(&t->mu);
 		return 1;
 	}
-	if (phase != b->phase || pct != b->last_pct) {
-		b->phase = phase;
-		b->last_pct = pct;
-		snprintf(b->m.phase, sizeof b->m.phase, "%s", phase);
-		b->m.pct = (uint32_t)pct;
-		if (b->progress)
-			stop = b->progress(b->parg, phase, pct);
-		if (!stop && b->v->closing)
+	if (phase != t->phase || pct != t->last_pct) {
+		t->phase = phase;
+		t->last_pct = pct;
+		snprintf(t->m->phase, sizeof t->m->phase, "%s", phase);
+		t->m->pct = (uint32_t)pct;
+		if (t->progress)
+			stop = t->progress(t->parg, phase, pct);
+		if (!stop && t->v->closing)
 			stop = 1;
 		if (stop)
-			b->cancelled = 1;
+			t->cancelled = 1;
 	}
-	pthread_mutex_unlock(&b->mu);
+	pthread_mutex_unlock(&t->mu);
 	return stop;
+}
+
+int vf_task_cancelled(vf_task *t)
+{
+	pthread_mutex_lock(&t->mu);
+	int c = t->cancelled;
+	pthread_mutex_unlock(&t->mu);
+	return c;
 }
 
 static int kmeans_tick(void *arg, int pct)
 {
-	return report(arg, "train", pct);
+	return vf_task_report(&((build_ctx *)arg)->t, "train", pct);
 }
 
 static void load_vec(const build_ctx *b, uint64_t i, float *out)
@@ -158,14 +179,12 @@ static void *enc_run(void *arg)
 		}
 		if (j->reporter) {
 			int pct = (int)((c0 + cn - j->lo) * 100 / (j->hi - j->lo));
-			if (report(b, "encode", pct)) {
+			if (vf_task_report(&b->t, "encode", pct)) {
 				j->rc = -ECANCELED;
 				break;
 			}
 		} else {
-			pthread_mutex_lock(&b->mu);
-			int stop = b->cancelled;
-			pthread_mutex_unlock(&b->mu);
+			int stop = vf_task_cancelled(&b->t);
 			if (stop) {
 				j->rc = -ECANCELED;
 				break;
@@ -448,7 +467,7 @@ static int build_locked(build_ctx *b, int activate, uint64_t *gen_out)
 	    (rc = vf_load_config(txn, v->store, &sc)))
 		goto out;
 	if (cnt.live == 0 || sc.dim == 0) {
-		vf_seterr(b->err, b->errlen, "build: the store has no records");
+		vf_seterr(b->t.err, b->t.errlen, "build: the store has no records");
 		rc = -ENOENT;
 		goto out;
 	}
@@ -497,7 +516,7 @@ static int build_locked(build_ctx *b, int activate, uint64_t *gen_out)
 	}
 	for (uint64_t i = 0; i < ns; i++)
 		load_vec(b, i * b->n / ns, sample + i * b->m.dim);
-	if (report(b, "train", 0)) {
+	if (vf_task_report(&b->t, "train", 0)) {
 		free(sample);
 		rc = -ECANCELED;
 		goto out;
@@ -519,7 +538,7 @@ static int build_locked(build_ctx *b, int activate, uint64_t *gen_out)
 	if ((rc = vf_gen_routing(&g, &b->m, b->centroids)))
 		goto out;
 	have_gen = 1;
-	if (report(b, "encode", 0)) {
+	if (vf_task_report(&b->t, "encode", 0)) {
 		rc = -ECANCELED;
 		goto out;
 	}
@@ -551,7 +570,7 @@ static int build_locked(build_ctx *b, int activate, uint64_t *gen_out)
 		idmap[b->ids[i]] = b->assign[i];
 
 	/* publish blocks in bounded transactions while still `building` */
-	if (report(b, "publish", 0)) {
+	if (vf_task_report(&b->t, "publish", 0)) {
 		rc = -ECANCELED;
 		goto out;
 	}
@@ -571,7 +590,7 @@ static int build_locked(build_ctx *b, int activate, uint64_t *gen_out)
 		}
 		if ((rc = vf_write(v->store, blocks_fn, &bj)))
 			break;
-		if (report(b, "publish", (int)((uint64_t)bj.c_hi * 99 / b->m.nlist))) {
+		if (vf_task_report(&b->t, "publish", (int)((uint64_t)bj.c_hi * 99 / b->m.nlist))) {
 			rc = -ECANCELED;
 			break;
 		}
@@ -592,9 +611,9 @@ out:
 	if (txn)
 		vf_read_end(v->store, txn);
 	if (rc == -ECANCELED)
-		vf_seterr(b->err, b->errlen, "build: cancelled");
-	else if (rc && b->err && !b->err[0])
-		vf_seterr(b->err, b->errlen, "build: %s", strerror(-rc));
+		vf_seterr(b->t.err, b->t.errlen, "build: cancelled");
+	else if (rc && b->t.err && !b->t.err[0])
+		vf_seterr(b->t.err, b->t.errlen, "build: %s", strerror(-rc));
 	if (rc && registered)
 		vf_gen_abandon(v, &b->m);
 	if (have_gen)
@@ -622,18 +641,11 @@ int vecfs_build(vecfs *v, int activate, uint64_t *gen_out,
 	uint64_t gen = 0;
 	memset(&b, 0, sizeof b);
 	b.v = v;
-	b.progress = progress;
-	b.parg = parg;
-	b.err = err;
-	b.errlen = errlen;
-	b.last_pct = -1;
-	if (err && errlen)
-		err[0] = 0;
-	pthread_mutex_init(&b.mu, NULL);
+	vf_task_init(&b.t, v, &b.m, progress, parg, err, errlen);
 	pthread_mutex_lock(&v->build_mu);
 	int rc = build_locked(&b, activate, &gen);
 	pthread_mutex_unlock(&v->build_mu);
-	pthread_mutex_destroy(&b.mu);
+	vf_task_end(&b.t);
 	if (rc == 0)
 		vf_retire_generations(v, gen);
 	if (rc == 0 && gen_out)

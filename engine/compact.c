@@ -371,14 +371,8 @@ typedef struct rb_dst {
 
 typedef struct rebal {
 	vecfs *v;
-	vecfs_progress_fn progress;
-	void *parg;
-	char *err;
-	size_t errlen;
+	vf_task t;
 	int force;              /* publish even when nothing is split or merged */
-	int cancelled;
-	const char *phase;
-	int last_pct;
 	MDB_txn *txn;           /* the snapshot */
 	vf_genmeta pm, m;       /* the parent, the new generation */
 	vf_gen *pg;             /* the parent's centroids */
@@ -401,22 +395,6 @@ typedef struct rebal {
 	uint64_t id_limit;
 	float *x;               /* dim scratch */
 } rebal;
-
-/* Report progress; non-zero when the caller asked to stop. */
-static int rb_report(rebal *r, const char *phase, int pct)
-{
-	if (r->cancelled)
-		return 1;
-	if (phase != r->phase || pct != r->last_pct) {
-		r->phase = phase;
-		r->last_pct = pct;
-		snprintf(r->m.phase, sizeof r->m.phase, "%s", phase);
-		r->m.pct = (uint32_t)pct;
-		if ((r->progress && r->progress(r->parg, phase, pct)) || r->v->closing)
-			r->cancelled = 1;
-	}
-	return r->cancelled;
-}
 
 /* A posting of parent cluster o: its record's vector in index space, in
  * r->x.  A posting whose record changed or went since the snapshot's
@@ -728,7 +706,7 @@ static int rb_reassign(rebal *r)
 		} else {
 			continue;
 		}
-		if (rb_report(r, "assign", (int)((uint64_t)o * 100 / r->nlist)))
+		if (vf_task_report(&r->t, "assign", (int)((uint64_t)o * 100 / r->nlist)))
 			return -ECANCELED;
 	}
 	/* which final clusters lose or gain postings */
@@ -807,7 +785,7 @@ static int rb_encode(rebal *r)
 			e.key = c->key;
 			e.keylen = c->keylen;
 			*c = e;
-			if (++done % 4096 == 0 && rb_report(r, "encode", (int)(done * 100 / fresh)))
+			if (++done % 4096 == 0 && vf_task_report(&r->t, "encode", (int)(done * 100 / fresh)))
 				rc = -ECANCELED;
 		}
 	}
@@ -817,7 +795,7 @@ static int rb_encode(rebal *r)
 	for (uint32_t f = 0; f < nl2; f++)
 		if (r->dst[f].ne > 1)
 			qsort(r->codes + r->dst[f].e0, r->dst[f].ne, sizeof(vf_code), cmp_code);
-	return rb_report(r, "encode", 100) ? -ECANCELED : 0;
+	return vf_task_report(&r->t, "encode", 100) ? -ECANCELED : 0;
 }
 
 /* The new generation's assignment map: the final cluster of every id in
@@ -899,7 +877,7 @@ static int rb_write(rebal *r)
 	size_t per_vec = r->pb + 64; /* code, factors, id, key */
 	uint32_t nl2 = r->m.nlist;
 	int rc = 0;
-	if (rb_report(r, "publish", 0))
+	if (vf_task_report(&r->t, "publish", 0))
 		return -ECANCELED;
 	while (j.f_hi < nl2) {
 		j.f_lo = j.f_hi;
@@ -918,7 +896,7 @@ static int rb_write(rebal *r)
 		}
 		if ((rc = vf_write(r->v->store, rb_blocks_fn, &j)))
 			break;
-		if (rb_report(r, "publish", (int)((uint64_t)j.f_hi * 99 / nl2))) {
+		if (vf_task_report(&r->t, "publish", (int)((uint64_t)j.f_hi * 99 / nl2))) {
 			rc = -ECANCELED;
 			break;
 		}
@@ -938,9 +916,9 @@ static int rebalance_locked(rebal *r, int activate, uint64_t *gen_out)
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 
 	/* every live posting into packed blocks first */
-	if ((rc = compact_locked(v, NULL, r->err, r->errlen))) {
+	if ((rc = compact_locked(v, NULL, r->t.err, r->t.errlen))) {
 		if (rc == -ENOENT)
-			vf_seterr(r->err, r->errlen, "rebalance: there is no active generation");
+			vf_seterr(r->t.err, r->t.errlen, "rebalance: there is no active generation");
 		return rc;
 	}
 	if ((rc = vf_store_reserve(v->store, VF_GEN_RESERVE(v->store))))
@@ -949,7 +927,7 @@ static int rebalance_locked(rebal *r, int activate, uint64_t *gen_out)
 		return rc;
 	uint64_t active = vf_load_active(r->txn, v->store);
 	if (!active) {
-		vf_seterr(r->err, r->errlen, "rebalance: there is no active generation");
+		vf_seterr(r->t.err, r->t.errlen, "rebalance: there is no active generation");
 		rc = -ENOENT;
 		goto out;
 	}
@@ -999,7 +977,7 @@ static int rebalance_locked(rebal *r, int activate, uint64_t *gen_out)
 	for (uint32_t c = 0; c < r->nlist; c++) {
 		if (!((double)r->src[c].n > RB_SPLIT_FACTOR * mean && r->src[c].n >= RB_SPLIT_MIN))
 			continue;
-		if (rb_report(r, "train", (int)(tried++ * 100 / ncand))) {
+		if (vf_task_report(&r->t, "train", (int)(tried++ * 100 / ncand))) {
 			rc = -ECANCELED;
 			goto out;
 		}
@@ -1048,9 +1026,9 @@ out:
 		vf_read_end(v->store, r->txn);
 	r->txn = NULL;
 	if (rc == -ECANCELED)
-		vf_seterr(r->err, r->errlen, "rebalance: cancelled");
-	else if (rc && rc != -EALREADY && r->err && !r->err[0])
-		vf_seterr(r->err, r->errlen, "rebalance: %s", strerror(-rc));
+		vf_seterr(r->t.err, r->t.errlen, "rebalance: cancelled");
+	else if (rc && rc != -EALREADY && r->t.err && !r->t.err[0])
+		vf_seterr(r->t.err, r->t.errlen, "rebalance: %s", strerror(-rc));
 	if (rc && registered)
 		vf_gen_abandon(v, &r->m);
 	return rc;
@@ -1098,18 +1076,13 @@ static int rebalance(vecfs *v, int activate, int force, uint64_t *gen_out,
 	uint64_t gen = 0;
 	memset(&r, 0, sizeof r);
 	r.v = v;
-	r.progress = progress;
-	r.parg = parg;
-	r.err = err;
-	r.errlen = errlen;
 	r.force = force;
-	r.last_pct = -1;
-	if (err && errlen)
-		err[0] = 0;
+	vf_task_init(&r.t, v, &r.m, progress, parg, err, errlen);
 	pthread_mutex_lock(&v->build_mu);
 	int rc = rebalance_locked(&r, activate, &gen);
 	pthread_mutex_unlock(&v->build_mu);
 	rebal_free(&r);
+	vf_task_end(&r.t);
 	if (rc)
 		return rc;
 	vf_write(v->store, count_rebalance_fn, v);

@@ -127,6 +127,30 @@ int vf_pw_apply(vf_posting_writer *w, MDB_txn *txn, uint64_t id, uint64_t seq,
 		const float *vec, const char *key, uint32_t keylen, int has_payload,
 		uint32_t *cluster);
 
+/* A generation being made (a build or a rebalance): whom to tell about
+ * progress, where its error goes, whether it was asked to stop.  report()
+ * may be called from worker threads. */
+typedef struct vf_task {
+	vecfs *v;
+	vf_genmeta *m;          /* its meta: phase and pct shown while it runs */
+	vecfs_progress_fn progress;
+	void *parg;
+	char *err;
+	size_t errlen;
+	const char *phase;
+	int last_pct;
+	int cancelled;
+	pthread_mutex_t mu;
+} vf_task;
+void vf_task_init(vf_task *t, vecfs *v, vf_genmeta *m, vecfs_progress_fn progress,
+		  void *parg, char *err, size_t errlen);
+void vf_task_end(vf_task *t);
+/* Record and report progress; non-zero once the caller (or the store's
+ * closing) asked to stop. */
+int vf_task_report(vf_task *t, const char *phase, int pct);
+/* Has the task been asked to stop? */
+int vf_task_cancelled(vf_task *t);
+
 void vf_maybe_auto_build(vecfs *v);
 /* Background maintenance: compaction once a cluster's delta postings
  * reach compact_deltas or the backlog grew large, and of a smaller backlog
