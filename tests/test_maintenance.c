@@ -268,6 +268,19 @@ static vecfs *open_compacting(fixture *f, uint32_t compact_deltas)
 	return v;
 }
 
+/* The stats once background maintenance went idle with no delta postings
+ * left (or after 10 s). */
+static vecfs_stats settled(vecfs *v)
+{
+	vecfs_stats st = stats(v);
+	for (int i = 0; i < 200 && (st.maintenance || st.delta_postings); i++) {
+		struct timespec ts = {0, 50 * 1000 * 1000};
+		nanosleep(&ts, NULL);
+		st = stats(v);
+	}
+	return st;
+}
+
 static void test_automatic_compaction(void **state)
 {
 	fixture *f = *state;
@@ -279,12 +292,7 @@ static void test_automatic_compaction(void **state)
 	assert_int_equal(stats(v).compactions, 0);
 	/* 5 clusters, 1000 new rows: some cluster passes 20 deltas at once */
 	put_range(v, ds.x, 2000, 1000, D, "a");
-	vecfs_stats st = stats(v);
-	for (int i = 0; i < 200 && (st.compactions == 0 || st.delta_postings); i++) {
-		struct timespec ts = {0, 50 * 1000 * 1000};
-		nanosleep(&ts, NULL);
-		st = stats(v);
-	}
+	vecfs_stats st = settled(v);
 	assert_true(st.compactions >= 1);
 	assert_int_equal(st.delta_postings, 0);
 	assert_int_equal(st.records, 3000);
@@ -306,11 +314,7 @@ static void test_idle_compaction(void **state)
 	put_range(v, ds.x, 2000, 250, D, "a");
 	vecfs_stats st = stats(v);
 	assert_int_equal(st.maintenance, 1); /* due once writes pause */
-	for (int i = 0; i < 200 && (st.maintenance || st.delta_postings); i++) {
-		struct timespec ts = {0, 50 * 1000 * 1000};
-		nanosleep(&ts, NULL);
-		st = stats(v);
-	}
+	st = settled(v);
 	assert_int_equal(st.compactions, 1);
 	assert_int_equal(st.delta_postings, 0);
 	assert_int_equal(st.maintenance, 0);
