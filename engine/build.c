@@ -274,7 +274,7 @@ static int blocks_fn(MDB_txn *txn, void *arg)
 			uint32_t cnt = (uint32_t)(e - a);
 			for (uint32_t i = 0; i < cnt; i++)
 				j->tmp[i] = b->codes[j->order[a + i]];
-			size_t sz = vf_block_size(j->tmp, cnt, b->m.dim, b->m.pdim, b->m.bits);
+			size_t sz = vf_block_size(j->tmp, cnt, b->m.pdim, b->m.bits);
 			if (sz > j->bufcap) {
 				uint8_t *nb = realloc(j->buf, sz);
 				if (!nb)

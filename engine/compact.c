@@ -26,7 +26,7 @@ typedef struct fold {
 	size_t n, cap, len, dcap;
 } fold;
 
-static int fold_add(fold *f, const vf_code *c, uint32_t dim, size_t pbytes)
+static int fold_add(fold *f, const vf_code *c, size_t pbytes)
 {
 	size_t need = pbytes + c->keylen;
 	if (f->n == f->cap) {
@@ -103,7 +103,7 @@ static int write_blocks(MDB_txn *txn, vf_store *s, const vf_genmeta *m, uint32_t
 	int rc;
 	for (uint32_t bi = 0; bi < nblocks; bi++) {
 		size_t a = n * bi / nblocks, e = n * (bi + 1) / nblocks;
-		size_t sz = vf_block_size(codes + a, (uint32_t)(e - a), m->dim, m->pdim, m->bits);
+		size_t sz = vf_block_size(codes + a, (uint32_t)(e - a), m->pdim, m->bits);
 		if (sz > *bufcap) {
 			uint8_t *nb = realloc(*buf, sz);
 			if (!nb)
@@ -173,7 +173,7 @@ static int compact_cluster(MDB_txn *txn, vf_store *s, const vf_genmeta *m, uint3
 				if (vf_posting_stale(&tombs, &none, vf_block_id(&b, i), vf_block_seq(&b, i)))
 					continue;
 				if ((rc = block_code(&b, i, &code, planes)) == 0)
-					rc = fold_add(f, &code, m->dim, pbytes);
+					rc = fold_add(f, &code, pbytes);
 			}
 			if (rc)
 				break;
@@ -182,7 +182,7 @@ static int compact_cluster(MDB_txn *txn, vf_store *s, const vf_genmeta *m, uint3
 			if ((rc = vf_delta_open(d.mv_data, d.mv_size, m->dim, m->pdim, m->bits, &code)))
 				break;
 			if (!vf_posting_stale(&tombs, &none, code.id, code.seq) &&
-			    (rc = fold_add(f, &code, m->dim, pbytes)))
+			    (rc = fold_add(f, &code, pbytes)))
 				break;
 		}
 		if (kind != VF_PK_MANIFEST && (rc = mdb_cursor_del(cur, 0)))

@@ -99,7 +99,7 @@ int vf_pw_init(vf_posting_writer *w, vecfs *v, vf_gen *g)
 	if (rc)
 		return rc;
 	w->planes = malloc((size_t)g->meta.bits * g->meta.pdim / 8);
-	w->buf = malloc(vf_delta_size(g->meta.dim, g->meta.pdim, g->meta.bits, VECFS_KEY_MAX));
+	w->buf = malloc(vf_delta_size(g->meta.pdim, g->meta.bits, VECFS_KEY_MAX));
 	w->tmp = malloc(sizeof(float) * g->meta.dim);
 	w->mf = malloc(sizeof(vf_manifest) * g->meta.nlist);
 	w->mf_state = calloc(g->meta.nlist, 1);
@@ -189,7 +189,7 @@ int vf_pw_apply(vf_posting_writer *w, MDB_txn *txn, uint64_t id, uint64_t seq,
 		vf_delta_write(w->buf, &code, g->meta.dim, g->meta.pdim, g->meta.bits);
 		vf_postkey dk = vf_post_key(g->id, c, VF_PK_DELTA, seq);
 		if ((rc = vf_put(txn, s->postings, dk.b, sizeof dk.b, w->buf,
-				 vf_delta_size(g->meta.dim, g->meta.pdim, g->meta.bits, keylen),
+				 vf_delta_size(g->meta.pdim, g->meta.bits, keylen),
 				 0)) ||
 		    (rc = bump_manifest(w, txn, c, 1, 0)))
 			return rc;

@@ -21,15 +21,14 @@ typedef struct block_hdr {
 static size_t up(size_t x) { return (x + ALIGN - 1) & ~(size_t)(ALIGN - 1); }
 
 /* Column lengths; the key column's is given (offsets + bytes). */
-static void col_lens(uint32_t n, uint32_t dim, uint32_t pdim, uint32_t bits,
-		     uint32_t keys, uint32_t len[VF_NCOL])
+static void col_lens(uint32_t n, uint32_t pdim, uint32_t bits, uint32_t keys,
+		     uint32_t len[VF_NCOL])
 {
 	uint32_t nb = (n + VF_BATCH - 1) / VF_BATCH;
 	len[VF_COL_SIGN] = nb * (pdim / 4) * 16;
 	len[VF_COL_F1] = 3 * nb * VF_BATCH * 4;
 	len[VF_COL_PASS2] = n * vf_pass2_stride(pdim, bits);
 	len[VF_COL_IDS] = n * 16;
-	(void)dim;
 	len[VF_COL_KEYS] = keys;
 }
 
@@ -41,12 +40,11 @@ static uint32_t keys_len(const vf_code *codes, uint32_t n)
 	return k;
 }
 
-size_t vf_block_size(const vf_code *codes, uint32_t n, uint32_t dim, uint32_t pdim,
-		     uint32_t bits)
+size_t vf_block_size(const vf_code *codes, uint32_t n, uint32_t pdim, uint32_t bits)
 {
 	uint32_t len[VF_NCOL];
 	size_t off = up(sizeof(block_hdr));
-	col_lens(n, dim, pdim, bits, keys_len(codes, n), len);
+	col_lens(n, pdim, bits, keys_len(codes, n), len);
 	for (int c = 0; c < VF_NCOL; c++)
 		off = up(off + len[c]);
 	return off;
@@ -75,7 +73,7 @@ void vf_block_write(uint8_t *buf, const vf_code *codes, uint32_t n, uint32_t dim
 {
 	block_hdr h;
 	uint32_t len[VF_NCOL];
-	size_t off = up(sizeof h), total = vf_block_size(codes, n, dim, pdim, bits);
+	size_t off = up(sizeof h), total = vf_block_size(codes, n, pdim, bits);
 	uint32_t nb = (n + VF_BATCH - 1) / VF_BATCH, np = nb * VF_BATCH;
 
 	memset(buf, 0, total);
@@ -86,7 +84,7 @@ void vf_block_write(uint8_t *buf, const vf_code *codes, uint32_t n, uint32_t dim
 	h.pdim = pdim;
 	h.bits = bits;
 	h.dim = dim;
-	col_lens(n, dim, pdim, bits, keys_len(codes, n), len);
+	col_lens(n, pdim, bits, keys_len(codes, n), len);
 	for (int c = 0; c < VF_NCOL; c++) {
 		h.col[c].off = (uint32_t)off;
 		h.col[c].len = len[c];
@@ -148,7 +146,7 @@ int vf_block_open(const void *p, size_t len, vf_block *out)
 	klen = h.col[VF_COL_KEYS].len;
 	if (klen < 4 * (h.n + 1))
 		return -EIO;
-	col_lens(h.n, h.dim, h.pdim, h.bits, klen, want);
+	col_lens(h.n, h.pdim, h.bits, klen, want);
 	out->base = p;
 	out->len = len;
 	out->n = h.n;
@@ -235,9 +233,8 @@ float vf_block_f2(const vf_block *b, int which, uint32_t i)
  * it.  The vector itself is the record's. */
 #define DELTA_HDR 56
 
-size_t vf_delta_size(uint32_t dim, uint32_t pdim, uint32_t bits, uint32_t keylen)
+size_t vf_delta_size(uint32_t pdim, uint32_t bits, uint32_t keylen)
 {
-	(void)dim;
 	return DELTA_HDR + (size_t)bits * (pdim / 8) + keylen + 8;
 }
 
@@ -287,7 +284,7 @@ int vf_delta_open_cached(vf_vcache *cache, const void *p, size_t len, uint32_t d
 	memcpy(&d, b + 48, 4);
 	memcpy(&kl, b + 52, 4);
 	if (magic != DELTA_MAGIC || pd != pdim || bt != bits || d != dim ||
-	    len != vf_delta_size(dim, pdim, bits, kl))
+	    len != vf_delta_size(pdim, bits, kl))
 		return -EIO;
 	memcpy(&sum, b + len - 8, 8);
 	if (vf_verify(cache, b, len - 8, sum))

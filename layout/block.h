@@ -72,8 +72,7 @@ static inline uint32_t vf_pass2_stride(uint32_t pdim, uint32_t bits)
 }
 
 /* Bytes a block of codes[0..n) takes. */
-size_t vf_block_size(const vf_code *codes, uint32_t n, uint32_t dim, uint32_t pdim,
-		     uint32_t bits);
+size_t vf_block_size(const vf_code *codes, uint32_t n, uint32_t pdim, uint32_t bits);
 /* Write a block of codes[0..n) into buf (vf_block_size bytes). */
 void vf_block_write(uint8_t *buf, const vf_code *codes, uint32_t n, uint32_t dim,
 		    uint32_t pdim, uint32_t bits);
@@ -114,7 +113,7 @@ static inline const uint8_t *vf_block_f2_at(const vf_block *b, uint32_t i)
 float vf_block_f2(const vf_block *b, int which, uint32_t i);
 
 /* Delta postings. */
-size_t vf_delta_size(uint32_t dim, uint32_t pdim, uint32_t bits, uint32_t keylen);
+size_t vf_delta_size(uint32_t pdim, uint32_t bits, uint32_t keylen);
 void vf_delta_write(uint8_t *buf, const vf_code *c, uint32_t dim, uint32_t pdim,
 		    uint32_t bits);
 /* Where a delta posting stores its record id (u64). */

@@ -94,7 +94,7 @@ static void codes_free(codeset *cs)
 /* A block of the codes in a fresh buffer; *len gets its size. */
 static uint8_t *block_make(const codeset *cs, size_t *len)
 {
-	*len = vf_block_size(cs->c, cs->n, cs->dim, cs->pdim, cs->bits);
+	*len = vf_block_size(cs->c, cs->n, cs->pdim, cs->bits);
 	uint8_t *buf = malloc(*len);
 	assert_non_null(buf);
 	vf_block_write(buf, cs->c, cs->n, cs->dim, cs->pdim, cs->bits);
@@ -448,7 +448,7 @@ static void check_delta(uint32_t dim, uint32_t pdim, uint32_t bits, uint32_t key
 	vf_code *w = &cs.c[0];
 	w->keylen = keylen;
 	w->has_payload = has_payload;
-	size_t len = vf_delta_size(dim, pdim, bits, keylen);
+	size_t len = vf_delta_size(pdim, bits, keylen);
 	size_t pb = (size_t)bits * vf_plane_bytes(pdim);
 	assert_true(len >= pb + keylen + 6 * 4 + 16);
 	uint8_t *buf = malloc(len + 1);
@@ -481,11 +481,11 @@ static void check_delta(uint32_t dim, uint32_t pdim, uint32_t bits, uint32_t key
 	assert_int_equal(vf_delta_open(p, 0, dim, pdim, bits, &got), -EIO);
 	assert_int_equal(vf_delta_open(p, 20, dim, pdim, bits, &got), -EIO);
 	if (bits > 1)
-		assert_int_equal(vf_delta_open(p, vf_delta_size(dim, pdim, bits - 1, keylen),
+		assert_int_equal(vf_delta_open(p, vf_delta_size(pdim, bits - 1, keylen),
 						dim, pdim, bits - 1, &got), -EIO);
-	assert_int_equal(vf_delta_open(p, vf_delta_size(dim, pdim * 2, bits, keylen), dim,
+	assert_int_equal(vf_delta_open(p, vf_delta_size(pdim * 2, bits, keylen), dim,
 					pdim * 2, bits, &got), -EIO);
-	assert_int_equal(vf_delta_open(p, vf_delta_size(dim - 1, pdim, bits, keylen),
+	assert_int_equal(vf_delta_open(p, vf_delta_size(pdim, bits, keylen),
 					dim - 1, pdim, bits, &got), -EIO);
 
 	/* every single flipped bit */

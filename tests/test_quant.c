@@ -269,7 +269,7 @@ static void run_estimator(int dot, uint32_t bits, uint64_t seed,
 	vf_encoder_free(&enc);
 
 	/* the same codes as a posting block, for the first pass */
-	size_t blen = vf_block_size(codes, E_NP, D, pdim, bits);
+	size_t blen = vf_block_size(codes, E_NP, pdim, bits);
 	uint8_t *blk = malloc(blen);
 	assert_non_null(blk);
 	vf_block_write(blk, codes, E_NP, D, pdim, bits);
