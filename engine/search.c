@@ -27,14 +27,14 @@
 
 /* ------------------------------------------------------------ small heaps */
 
-typedef struct hit { /* exact result; pointers valid in the transaction */
+typedef struct hit { /* exact result, from its record; pointers valid in the
+		      * transaction */
 	float d;              /* index units */
 	uint64_t id;
 	const char *key;
 	uint32_t keylen;
-	int has_payload;
-	const uint8_t *rec;   /* record value, when it was read */
-	size_t reclen;
+	const void *payload;
+	uint32_t plen;
 } hit;
 
 /* A max-heap of the k smallest items by a float key, so that the k-th best
@@ -687,7 +687,7 @@ static int scan_uncovered(search *s)
 			query *q = &s->qs[qi];
 			q->ex.uncovered_scanned++;
 			hheap_push(&q->top, (hit){exact_dist(s, q, r.vec), e->ch.id, r.key, r.keylen,
-						  r.plen > 0, val.mv_data, val.mv_size});
+						  r.payload, r.plen});
 		}
 	}
 	return 0;
@@ -720,9 +720,8 @@ static int resolve(search *s, const cand *c, const uint8_t **vec, hit *h)
 	h->id = id;
 	h->key = r.key;
 	h->keylen = r.keylen;
-	h->has_payload = r.plen > 0;
-	h->rec = val.mv_data;
-	h->reclen = val.mv_size;
+	h->payload = r.payload;
+	h->plen = r.plen;
 	return 0;
 }
 
@@ -795,8 +794,8 @@ static int scan_exact(search *s)
 			q->ex.uncovered_scanned++;
 			float dd = exact_dist(s, q, r.vec);
 			if (dd < hheap_top(&q->top))
-				hheap_push(&q->top, (hit){dd, id, r.key, r.keylen, r.plen > 0,
-							  d.mv_data, d.mv_size});
+				hheap_push(&q->top, (hit){dd, id, r.key, r.keylen, r.payload,
+							  r.plen});
 		}
 	}
 	mdb_cursor_close(cur);
@@ -818,24 +817,8 @@ static int collect(search *s, vecfs_results **out)
 	for (size_t i = 0; i < s->nq; i++) {
 		query *q = &s->qs[i];
 		qsort(q->top.v, q->top.n, sizeof(hit), cmp_hit);
-		for (uint32_t j = 0; j < q->top.n; j++) {
-			hit *h = &q->top.v[j];
-			vf_record r;
-			if (h->has_payload && !h->rec) { /* payloads live in the record */
-				MDB_val val;
-				int rc = fetch_record(s, h->id, &val, &r);
-				if (rc)
-					return rc == -ENOENT ? -EIO : rc;
-				h->rec = val.mv_data;
-				h->reclen = val.mv_size;
-			}
-			bytes += h->keylen + 1;
-			if (h->has_payload) {
-				if (vf_record_decode(h->rec, h->reclen, &r))
-					return -EIO;
-				bytes += r.plen;
-			}
-		}
+		for (uint32_t j = 0; j < q->top.n; j++)
+			bytes += q->top.v[j].keylen + 1 + q->top.v[j].plen;
 		nh += q->top.n;
 	}
 	vecfs_results *res = calloc(1, sizeof *res);
@@ -864,13 +847,11 @@ static int collect(search *s, vecfs_results **out)
 			arena += h->keylen + 1;
 			hits->payload = NULL;
 			hits->payload_len = 0;
-			if (h->has_payload) {
-				vf_record r;
-				vf_record_decode(h->rec, h->reclen, &r);
+			if (h->plen) {
 				hits->payload = arena;
-				hits->payload_len = r.plen;
-				memcpy(arena, r.payload, r.plen);
-				arena += r.plen;
+				hits->payload_len = h->plen;
+				memcpy(arena, h->payload, h->plen);
+				arena += h->plen;
 			}
 			hits->distance = to_metric_units(s, h->d);
 		}
