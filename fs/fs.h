@@ -110,8 +110,9 @@ void qs_clear(qsession *q);
 /* A write at offset 0 replaces the input; others append to it. */
 int qs_in_write(qsession *q, const char *buf, size_t len, uint64_t off);
 size_t qs_in_size(qsession *q);
-/* Run the query when `in` was written since the last run. */
-int qs_in_flush(qsession *q);
+/* Run the query when `in` was written since the last run; *ran says
+ * whether it did (and so replaced or cleared the results). */
+int qs_in_flush(qsession *q, int *ran);
 /* A snapshot of out / out.json / stats (malloc'd; *len set). */
 char *qs_render(qsession *q, int which, size_t *len);
 size_t qs_size(qsession *q, int which);

@@ -455,13 +455,14 @@ static double now_s(void)
 	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-int qs_in_flush(qsession *q)
+int qs_in_flush(qsession *q, int *ran)
 {
 	qinput qi;
 	char why[300] = "";
 	unsigned line = 0;
 	int rc;
 	pthread_mutex_lock(&q->mu);
+	*ran = q->dirty;
 	if (!q->dirty) {
 		pthread_mutex_unlock(&q->mu);
 		return 0;

@@ -1000,10 +1000,13 @@ static int flush_handle(handle *h)
 		rc = ingest_commit(n->ing);
 		ingest_leave(n);
 		break;
-	case K_QIN:
-		rc = qs_in_flush(n->session->qs);
-		push_out(n->session);
+	case K_QIN: {
+		int ran;
+		rc = qs_in_flush(n->session->qs, &ran);
+		if (ran)
+			push_out(n->session);
 		break;
+	}
 	case K_CONFIG:
 		if (h->wdirty) {
 			h->wdirty = 0;
