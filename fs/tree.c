@@ -649,6 +649,19 @@ static void op_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_dat
 	fuse_reply_none(req);
 }
 
+/* Take tree_mu and find directory node `parent`: NULL (unlocked, ENOENT
+ * answered) when there is none. */
+static node *lock_parent(fuse_req_t req, fuse_ino_t parent)
+{
+	pthread_mutex_lock(&tree_mu);
+	node *p = get_node(parent);
+	if (!p) {
+		pthread_mutex_unlock(&tree_mu);
+		fuse_reply_err(req, ENOENT);
+	}
+	return p;
+}
+
 static node *get_locked(fuse_ino_t ino)
 {
 	pthread_mutex_lock(&tree_mu);
@@ -1153,13 +1166,9 @@ static int valid_session_id(const char *id)
 static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
 {
 	(void)mode;
-	pthread_mutex_lock(&tree_mu);
-	node *p = get_node(parent);
-	if (!p) {
-		pthread_mutex_unlock(&tree_mu);
-		fuse_reply_err(req, ENOENT);
+	node *p = lock_parent(req, parent);
+	if (!p)
 		return;
-	}
 	if (p->kind != K_QUERY) {
 		char path[600];
 		kind_path(p, path, sizeof path);
@@ -1201,13 +1210,9 @@ static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t
 
 static void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
-	pthread_mutex_lock(&tree_mu);
-	node *p = get_node(parent);
-	if (!p) {
-		pthread_mutex_unlock(&tree_mu);
-		fuse_reply_err(req, ENOENT);
+	node *p = lock_parent(req, parent);
+	if (!p)
 		return;
-	}
 	if (p->kind == K_QUERY) {
 		node *n = find_name(parent, name);
 		if (!n) {
@@ -1266,13 +1271,9 @@ static void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
 
 static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
-	pthread_mutex_lock(&tree_mu);
-	node *p = get_node(parent);
-	if (!p) {
-		pthread_mutex_unlock(&tree_mu);
-		fuse_reply_err(req, ENOENT);
+	node *p = lock_parent(req, parent);
+	if (!p)
 		return;
-	}
 	int pk = p->kind;
 	char path[600];
 	kind_path(p, path, sizeof path);
@@ -1517,13 +1518,9 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 {
 	(void)mode;
 	handle *h;
-	pthread_mutex_lock(&tree_mu);
-	node *p = get_node(parent);
-	if (!p) {
-		pthread_mutex_unlock(&tree_mu);
-		fuse_reply_err(req, ENOENT);
+	node *p = lock_parent(req, parent);
+	if (!p)
 		return;
-	}
 	node *n = NULL;
 	if (p->kind == K_INGEST) {
 		int fmt = ingest_format_of(name);
