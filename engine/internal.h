@@ -54,6 +54,8 @@ struct vecfs {
 	int maint_busy;             /* the worker is compacting or rebalancing */
 	struct timespec last_write; /* CLOCK_MONOTONIC of the last kick */
 	int closing;
+	pthread_t hint_thread;      /* fills the record location hints */
+	int hint_started, hint_stop;
 	int threads;
 	uint64_t next_batch;        /* staging ids, guarded by stat_mu */
 };

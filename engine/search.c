@@ -742,15 +742,25 @@ static int cmp_cand(const void *a, const void *b)
  * guards the answer). */
 static int resolve(search *s, const cand *c, const uint8_t **vec, hit *h)
 {
-	uint64_t id;
+	uint64_t id, seq;
 	memcpy(&id, c->idp, 8);
+	memcpy(&seq, c->idp + 8, 8); /* (blocks and deltas keep seq after id) */
 	MDB_val val;
 	vf_record r;
+	size_t hlen;
+	/* where the record was last seen: good if that place still holds this
+	 * very version (sequence numbers are never reused) intact */
+	const void *hp = vf_hint_get(s->v->store, id, &hlen);
+	if (hp && vf_record_decode(hp, hlen, &r) == 0 && r.seq == (seq & ~VF_SEQ_PAYLOAD) &&
+	    r.dim == s->dim)
+		goto found;
 	int rc = fetch_record(s, id, &val, &r);
 	if (rc == -ENOENT)
 		return 1;
 	if (rc)
 		return rc;
+	vf_hint_put(s->v->store, id, val.mv_data, val.mv_size);
+found:
 	if (r.dim != s->dim)
 		return -EIO;
 	*vec = r.vec;

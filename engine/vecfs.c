@@ -281,6 +281,44 @@ static int recover_fn(MDB_txn *txn, void *arg)
 	return 0;
 }
 
+/* Fill the record location hints once, in the background, so a re-rank
+ * skips the tree descent from the first queries on, not only for records
+ * it has read before.  (Reads and writes keep them fresh afterwards.) */
+static void *hint_fill(void *arg)
+{
+	vecfs *v = arg;
+	MDB_txn *txn;
+	MDB_cursor *cur;
+	MDB_val k, d;
+	if (vf_read_begin(v->store, &txn))
+		return NULL;
+	if (mdb_cursor_open(txn, v->store->records, &cur) == 0) {
+		for (int rc = mdb_cursor_get(cur, &k, &d, MDB_FIRST);
+		     rc == 0 && !__atomic_load_n(&v->hint_stop, __ATOMIC_RELAXED);
+		     rc = mdb_cursor_get(cur, &k, &d, MDB_NEXT))
+			if (k.mv_size == 8)
+				vf_hint_put(v->store, vf_rd_be64(k.mv_data), d.mv_data, d.mv_size);
+		mdb_cursor_close(cur);
+	}
+	vf_read_end(v->store, txn);
+	return NULL;
+}
+
+static void hint_start(vecfs *v)
+{
+	MDB_txn *txn;
+	vf_counters cnt;
+	if (vf_read_begin(v->store, &txn))
+		return;
+	int rc = vf_load_counters(txn, v->store, &cnt);
+	vf_read_end(v->store, txn);
+	/* room for twice the records of today, at least 1M */
+	if (rc || vf_hint_init(v->store, cnt.live * 2 > (1u << 20) ? cnt.live * 2 : (1u << 20)))
+		return;
+	if (cnt.live && pthread_create(&v->hint_thread, NULL, hint_fill, v) == 0)
+		v->hint_started = 1;
+}
+
 int vecfs_open(const char *dir, vecfs **out, char *err, size_t errlen)
 {
 	vecfs *v = calloc(1, sizeof *v);
@@ -309,6 +347,7 @@ int vecfs_open(const char *dir, vecfs **out, char *err, size_t errlen)
 		vecfs_close(v);
 		return rc;
 	}
+	hint_start(v);
 	vf_maint_start(v);
 	*out = v;
 	return 0;
@@ -326,6 +365,10 @@ void vecfs_close(vecfs *v)
 	pthread_mutex_unlock(&v->stat_mu);
 	if (running)
 		pthread_join(v->auto_thread, NULL);
+	if (v->hint_started) {
+		__atomic_store_n(&v->hint_stop, 1, __ATOMIC_RELAXED);
+		pthread_join(v->hint_thread, NULL);
+	}
 	while (v->gens) {
 		vf_gen *g = v->gens;
 		v->gens = g->next;

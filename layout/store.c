@@ -150,12 +150,78 @@ void vf_store_close(vf_store *s)
 {
 	if (!s)
 		return;
+	free(s->hints);
 	pool_drain(s);
 	mdb_env_close(s->env);
 	close(s->lockfd);
 	pthread_rwlock_destroy(&s->resize);
 	pthread_mutex_destroy(&s->pool_mu);
 	free(s);
+}
+
+/* ------------------------------------------------------------ hints */
+
+typedef struct vf_hint {
+	uint64_t tag;    /* id + 1; 0: empty */
+	uint64_t ptrlen; /* address << 16 | length */
+} vf_hint;
+
+#define HINT_LEN_BITS 16
+#define HINT_MAX_SLOTS (1u << 22)
+
+static uint64_t hint_hash(uint64_t x)
+{
+	x ^= x >> 31;
+	x *= 0x7fb5d329728ea185ULL;
+	x ^= x >> 27;
+	return x;
+}
+
+int vf_hint_init(vf_store *s, uint64_t records)
+{
+	uint64_t slots = 4096;
+	while (slots < 2 * records && slots < HINT_MAX_SLOTS)
+		slots *= 2;
+	s->hints = calloc(slots, sizeof(vf_hint));
+	if (!s->hints)
+		return -ENOMEM;
+	s->hint_mask = slots - 1;
+	return 0;
+}
+
+const void *vf_hint_get(const vf_store *s, uint64_t id, size_t *len)
+{
+	if (!s->hints)
+		return NULL;
+	uint64_t h = hint_hash(id) & s->hint_mask;
+	for (int way = 0; way < 2; way++) {
+		const vf_hint *e = &s->hints[h ^ (uint64_t)way];
+		if (__atomic_load_n(&e->tag, __ATOMIC_RELAXED) != id + 1)
+			continue;
+		uint64_t pl = __atomic_load_n(&e->ptrlen, __ATOMIC_RELAXED);
+		*len = (size_t)(pl & ((1u << HINT_LEN_BITS) - 1));
+		return (const void *)(uintptr_t)(pl >> HINT_LEN_BITS);
+	}
+	return NULL;
+}
+
+void vf_hint_put(vf_store *s, uint64_t id, const void *data, size_t len)
+{
+	uint64_t addr = (uint64_t)(uintptr_t)data;
+	if (!s->hints || len >= (1u << HINT_LEN_BITS) || addr >> (64 - HINT_LEN_BITS))
+		return;
+	uint64_t h = hint_hash(id) & s->hint_mask;
+	vf_hint *e = &s->hints[h];
+	uint64_t cur = __atomic_load_n(&e->tag, __ATOMIC_RELAXED);
+	if (cur && cur != id + 1) { /* the other way, unless that one holds another id */
+		vf_hint *o = &s->hints[h ^ 1];
+		uint64_t ot = __atomic_load_n(&o->tag, __ATOMIC_RELAXED);
+		if (!ot || ot == id + 1)
+			e = o;
+	}
+	/* a reader may pair an id with another's offset: harmless, it checks */
+	__atomic_store_n(&e->ptrlen, addr << HINT_LEN_BITS | len, __ATOMIC_RELAXED);
+	__atomic_store_n(&e->tag, id + 1, __ATOMIC_RELAXED);
 }
 
 int vf_read_begin(vf_store *s, MDB_txn **txn)
@@ -215,6 +281,8 @@ int vf_store_grow(vf_store *s, size_t min_size)
 	rc = mdb_env_set_mapsize(s->env, want);
 	if (rc == 0)
 		s->mapsize = want;
+	if (s->hints) /* the map may have moved: no reader holds a hint now */
+		memset(s->hints, 0, (s->hint_mask + 1) * sizeof(vf_hint));
 	pthread_rwlock_unlock(&s->resize);
 	return vf_mdb_err(rc);
 }

@@ -32,6 +32,8 @@ typedef struct vf_store {
 	MDB_txn *pool[64];
 	int npool;
 	size_t mapsize;
+	struct vf_hint *hints;    /* record locations, see vf_hint_get */
+	uint64_t hint_mask;       /* slots - 1 */
 	int lockfd;
 	char dir[4096];
 } vf_store;
@@ -56,6 +58,18 @@ void vf_read_end(vf_store *s, MDB_txn *txn);
  * errno, or an LMDB code. */
 typedef int (*vf_write_fn)(MDB_txn *txn, void *arg);
 int vf_write(vf_store *s, vf_write_fn fn, void *arg);
+
+/* Record location hints: where a record's value was last seen in the map,
+ * so a hot read can skip the tree descent.  A hint is only a guess: the
+ * page may have been freed and reused since; the caller must check what it
+ * finds (the record's checksum and sequence number) and fall back to a
+ * lookup.  A hint always lies inside the file (LMDB files never shrink), so
+ * reading it is safe; growing the map (which may move it) drops them all.
+ * Hints are kept for up to `records` ids (two-way, lock-free, a few MB);
+ * call from inside a read or write transaction. */
+int vf_hint_init(vf_store *s, uint64_t records);
+const void *vf_hint_get(const vf_store *s, uint64_t id, size_t *len);
+void vf_hint_put(vf_store *s, uint64_t id, const void *data, size_t len);
 
 /* Grow the map (exclusive): used by vf_write; exposed for tests. */
 int vf_store_grow(vf_store *s, size_t min_size);

@@ -471,6 +471,69 @@ static void test_upsert_moves_vector(void **state)
 	ds_free(&ds);
 }
 
+/* Re-rank reads records where they were last seen (location hints).  After
+ * every record moved (upserts and deletes rewrite the pages and free the
+ * old ones for reuse), stale hints must never show: each query still sees
+ * every live record at its current vector and no deleted one, with exact
+ * distances; the same after reopening (hints filled in the background). */
+static void check_every_point(vecfs *v, const dataset *ds, const unsigned char *alive,
+			      size_t N, uint32_t D)
+{
+	for (size_t x = 0; x < N; x += 7) {
+		char key[32];
+		snprintf(key, sizeof key, "k%zu", x);
+		vecfs_results *r = search1(v, ds->x + x * D, D, 10, 0);
+		check_hits(r->hits[0], r->count[0], VECFS_L2, ds->x, N, D, alive, "k",
+			   ds->x + x * D);
+		int at = hits_have(r->hits[0], r->count[0], key);
+		if (alive[x]) {
+			assert_int_equal(at, 0);
+			assert_true(near_zero(VECFS_L2, r->hits[0][0].distance, ds->x + x * D, D));
+		} else {
+			assert_int_equal(at, -1);
+		}
+		vecfs_results_free(r);
+	}
+}
+
+static void test_stale_location_hints(void **state)
+{
+	fixture *f = *state;
+	const uint32_t D = 16;
+	const size_t N = 3000;
+	vecfs *v = fx_open(f, NULL);
+	set_config(v, D, VECFS_L2);
+	dataset ds;
+	ds_make(&ds, 17, N, D, 20);
+	put_range(v, ds.x, 0, N, D, "k");
+	build(v, 1);
+	unsigned char *alive = malloc(N);
+	memset(alive, 1, N);
+	check_every_point(v, &ds, alive, N, D); /* the hints are set */
+	for (int round = 0; round < 3; round++) {
+		/* new vectors for a third, deletes for a tenth */
+		for (size_t x = (size_t)round; x < N; x += 3) {
+			if (!alive[x])
+				continue;
+			ds_point(&ds, (ds.label[x] + 1 + (uint32_t)round) % ds.nc, ds.x + x * D);
+			put_range(v, ds.x, x, 1, D, "k");
+		}
+		for (size_t x = (size_t)round * 3 + 1; x < N; x += 10)
+			if (alive[x]) {
+				char key[32];
+				snprintf(key, sizeof key, "k%zu", x);
+				del_key(v, key);
+				alive[x] = 0;
+			}
+		check_every_point(v, &ds, alive, N, D);
+	}
+	fx_close(f);
+	v = fx_open(f, NULL);
+	check_every_point(v, &ds, alive, N, D);
+	free(alive);
+	ds_free(&ds);
+}
+
 /* ------------------------------------------------------------ 7. bad input */
 
 static void expect_put_einval(vecfs *v, const vecfs_row *rows, size_t n,
@@ -959,6 +1022,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_assigned_keys, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_persistence, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_batch_equals_single, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_stale_location_hints, fx_setup, fx_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
