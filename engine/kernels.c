@@ -94,24 +94,6 @@ static void point_panels_scalar(const float *x, size_t d, const float *panels,
 		panel_dots_scalar(x, 1, d, panels + i * d * VF_PANEL, out + i * VF_PANEL);
 }
 
-static void point_panels8_scalar(const int32_t *xpairs, size_t d2, const int8_t *panels,
-				 size_t npanels, int32_t *out)
-{
-	for (size_t i = 0; i < npanels; i++) {
-		const int8_t *p = panels + i * d2 * VF_PANEL * 2;
-		for (int j = 0; j < VF_PANEL; j++) {
-			int32_t acc = 0;
-			for (size_t k = 0; k < d2; k++) {
-				int16_t x0 = (int16_t)(xpairs[k] & 0xffff);
-				int16_t x1 = (int16_t)((uint32_t)xpairs[k] >> 16);
-				acc += p[k * VF_PANEL * 2 + 2 * j] * x0 +
-				       p[k * VF_PANEL * 2 + 2 * j + 1] * x1;
-			}
-			out[i * VF_PANEL + j] = acc;
-		}
-	}
-}
-
 static uint32_t pass1_scalar(const uint8_t *codes, const uint8_t *lut,
 			     uint32_t groups, const uint8_t *add, const uint8_t *r1,
 			     const uint8_t *e1, const vf_pass1 *p, float *lo, float *hi)
@@ -167,7 +149,7 @@ static float code_dot_scalar(const uint8_t *planes, uint32_t bits, const float *
 
 const vf_kernels vf_kernels_scalar = {
 	"scalar", l2sq_scalar, dot_scalar, panel_dots_scalar, point_panels_scalar,
-	point_panels8_scalar, lut4_scalar, pass1_scalar, code_dot_scalar,
+	lut4_scalar, pass1_scalar, code_dot_scalar,
 };
 
 const vf_kernels *vf_kernels_get(void)

@@ -33,12 +33,6 @@ typedef struct vf_kernels {
 	/* one point against npanels consecutive panels; out[VF_PANEL*i + j] */
 	void (*point_panels)(const float *x, size_t d, const float *panels,
 			     size_t npanels, float *out);
-	/* One point of d2 int16 pairs (packed in an int32 each: low half the
-	 * even dimension) against npanels int8 panels laid out
-	 * [d2][VF_PANEL][2]: out[VF_PANEL*i + j] = integer dot of the point
-	 * with centroid j of panel i.  Exact integer arithmetic. */
-	void (*point_panels8)(const int32_t *xpairs, size_t d2, const int8_t *panels,
-			      size_t npanels, int32_t *out);
 	/* First-pass tables: for group g and subset e of its 4 dimensions,
 	 * v = base[g] + the qr values of e's dimensions (added in dimension
 	 * order, +0 for absent ones), out[16g + e] = trunc(clamp(v*inv + .5,

@@ -147,42 +147,6 @@ static void point_panels_avx2(const float *x, size_t d, const float *panels,
 		panel_dots_avx2(x, 1, d, panels + i * ps, out + i * VF_PANEL);
 }
 
-/* Two dimensions a step: 16 centroids' int8 pairs widened to int16 and
- * multiplied with the point's pair by vpmaddwd into int32 sums. */
-static void point_panels8_avx2(const int32_t *xpairs, size_t d2, const int8_t *panels,
-			       size_t npanels, int32_t *out)
-{
-	size_t ps = d2 * VF_PANEL * 2;
-	for (size_t i = 0; i < npanels; i++) {
-		const int8_t *p = panels + i * ps;
-		__m256i a0 = _mm256_setzero_si256(), a1 = a0, b0 = a0, b1 = a0;
-		size_t k = 0;
-		for (; k + 2 <= d2; k += 2) {
-			__m256i x0 = _mm256_set1_epi32(xpairs[k]), x1 = _mm256_set1_epi32(xpairs[k + 1]);
-			__m256i c0 = _mm256_loadu_si256((const __m256i *)(p + k * 32));
-			__m256i c1 = _mm256_loadu_si256((const __m256i *)(p + k * 32 + 32));
-			a0 = _mm256_add_epi32(a0, _mm256_madd_epi16(
-				_mm256_cvtepi8_epi16(_mm256_castsi256_si128(c0)), x0));
-			a1 = _mm256_add_epi32(a1, _mm256_madd_epi16(
-				_mm256_cvtepi8_epi16(_mm256_extracti128_si256(c0, 1)), x0));
-			b0 = _mm256_add_epi32(b0, _mm256_madd_epi16(
-				_mm256_cvtepi8_epi16(_mm256_castsi256_si128(c1)), x1));
-			b1 = _mm256_add_epi32(b1, _mm256_madd_epi16(
-				_mm256_cvtepi8_epi16(_mm256_extracti128_si256(c1, 1)), x1));
-		}
-		for (; k < d2; k++) {
-			__m256i x0 = _mm256_set1_epi32(xpairs[k]);
-			__m256i c0 = _mm256_loadu_si256((const __m256i *)(p + k * 32));
-			a0 = _mm256_add_epi32(a0, _mm256_madd_epi16(
-				_mm256_cvtepi8_epi16(_mm256_castsi256_si128(c0)), x0));
-			a1 = _mm256_add_epi32(a1, _mm256_madd_epi16(
-				_mm256_cvtepi8_epi16(_mm256_extracti128_si256(c0, 1)), x0));
-		}
-		_mm256_storeu_si256((__m256i *)(out + i * VF_PANEL), _mm256_add_epi32(a0, b0));
-		_mm256_storeu_si256((__m256i *)(out + i * VF_PANEL + 8), _mm256_add_epi32(a1, b1));
-	}
-}
-
 static uint32_t pass1_avx2(const uint8_t *codes, const uint8_t *lut,
 			   uint32_t groups, const uint8_t *add, const uint8_t *r1,
 			   const uint8_t *e1, const vf_pass1 *p, float *lo, float *hi)
@@ -309,7 +273,6 @@ static float code_dot_avx2(const uint8_t *planes, uint32_t bits, const float *rq
 }
 
 const vf_kernels vf_kernels_avx2 = {
-	"avx2", l2sq_avx2, dot_avx2, panel_dots_avx2, point_panels_avx2, point_panels8_avx2,
-	lut4_avx2,
+	"avx2", l2sq_avx2, dot_avx2, panel_dots_avx2, point_panels_avx2, lut4_avx2,
 	pass1_avx2, code_dot_avx2,
 };

@@ -19,12 +19,9 @@ int vf_cindex_init(vf_cindex *ci, const float *centroids, uint32_t k, uint32_t d
 	ci->k = k;
 	ci->dim = dim;
 	ci->npanels = (k + VF_PANEL - 1) / VF_PANEL;
-	ci->d2 = (dim + 1) / 2;
 	ci->panels = calloc((size_t)ci->npanels * dim * VF_PANEL, sizeof(float));
 	ci->norms = malloc(sizeof(float) * (size_t)ci->npanels * VF_PANEL);
-	ci->panels8 = calloc((size_t)ci->npanels * ci->d2 * VF_PANEL * 2, 1);
-	ci->scale8 = calloc((size_t)ci->npanels * VF_PANEL, sizeof(float));
-	if (!ci->panels || !ci->norms || !ci->panels8 || !ci->scale8) {
+	if (!ci->panels || !ci->norms) {
 		vf_cindex_free(ci);
 		return -ENOMEM;
 	}
@@ -38,15 +35,6 @@ int vf_cindex_init(vf_cindex *ci, const float *centroids, uint32_t k, uint32_t d
 				n2 += (double)c * c;
 			}
 			ci->norms[j] = (float)n2;
-			float mx = 0;
-			for (uint32_t d = 0; d < dim; d++)
-				mx = fmaxf(mx, fabsf(centroids[(size_t)j * dim + d]));
-			float sc = mx > 0 ? mx / 127 : 1;
-			int8_t *p8 = ci->panels8 + (size_t)(j / VF_PANEL) * ci->d2 * VF_PANEL * 2;
-			for (uint32_t d = 0; d < dim; d++)
-				p8[(size_t)(d / 2) * VF_PANEL * 2 + 2 * (j % VF_PANEL) + d % 2] =
-					(int8_t)lrintf(centroids[(size_t)j * dim + d] / sc);
-			ci->scale8[j] = sc;
 		} else {
 			ci->norms[j] = FLT_MAX; /* never nearest */
 		}
@@ -58,34 +46,12 @@ void vf_cindex_free(vf_cindex *ci)
 {
 	free(ci->panels);
 	free(ci->norms);
-	free(ci->panels8);
-	free(ci->scale8);
-	ci->panels = ci->norms = ci->scale8 = NULL;
-	ci->panels8 = NULL;
+	ci->panels = ci->norms = NULL;
 }
 
 void vf_cindex_dots(const vf_cindex *ci, const float *x, float *dots)
 {
 	vf_kernels_get()->point_panels(x, ci->dim, ci->panels, ci->npanels, dots);
-}
-
-void vf_cindex_dots8(const vf_cindex *ci, const float *x, int32_t *scratch, float *approx)
-{
-	/* |sum| <= dim * 127 * xmax must stay below 2^31 */
-	double lim = 2147483647.0 / (127.0 * 2 * ci->d2);
-	float xmax = lim < 32767 ? (float)lim : 32767.0f, mx = 0;
-	for (uint32_t d = 0; d < ci->dim; d++)
-		mx = fmaxf(mx, fabsf(x[d]));
-	float sx = mx > 0 ? mx / xmax : 1;
-	int32_t *xp = scratch, *dots = scratch + ci->d2;
-	for (uint32_t k = 0; k < ci->d2; k++) {
-		int32_t a = (int32_t)lrintf(x[2 * k] / sx);
-		int32_t b = 2 * k + 1 < ci->dim ? (int32_t)lrintf(x[2 * k + 1] / sx) : 0;
-		xp[k] = (int32_t)(((uint32_t)(uint16_t)(int16_t)b << 16) | (uint16_t)(int16_t)a);
-	}
-	vf_kernels_get()->point_panels8(xp, ci->d2, ci->panels8, ci->npanels, dots);
-	for (uint32_t j = 0; j < ci->npanels * VF_PANEL; j++)
-		approx[j] = (float)dots[j] * sx * ci->scale8[j];
 }
 
 typedef struct nearest_job {

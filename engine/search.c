@@ -494,77 +494,42 @@ static int cmp_probe(const void *a, const void *b)
 	return x->cluster < y->cluster ? -1 : x->cluster > y->cluster;
 }
 
-/* Push (sc, c) into the max-heap of the m best (pdist/probe, n used). */
-static void probe_push(query *q, uint32_t *n, uint32_t m, float sc, uint32_t c)
-{
-	if (*n < m) {
-		uint32_t i = (*n)++;
-		while (i > 0 && q->pdist[(i - 1) / 2] < sc) {
-			q->pdist[i] = q->pdist[(i - 1) / 2];
-			q->probe[i] = q->probe[(i - 1) / 2];
-			i = (i - 1) / 2;
-		}
-		q->pdist[i] = sc;
-		q->probe[i] = c;
-	} else if (sc < q->pdist[0]) {
-		uint32_t i = 0;
-		for (;;) {
-			uint32_t l = 2 * i + 1, mi = i;
-			float mv = sc;
-			if (l < *n && q->pdist[l] > mv)
-				mi = l, mv = q->pdist[l];
-			if (l + 1 < *n && q->pdist[l + 1] > mv)
-				mi = l + 1;
-			if (mi == i)
-				break;
-			q->pdist[i] = q->pdist[mi];
-			q->probe[i] = q->probe[mi];
-			i = mi;
-		}
-		q->pdist[i] = sc;
-		q->probe[i] = c;
-	}
-}
-
-/* Clusters short-listed from the int8 centroids before the exact look:
- * the quantized score errs by about 1% of |q| |c|, far less than the gap
- * between the nprobe-th and the (2 nprobe + 16)-th nearest centroid. */
-#define PROBE_SHORTLIST(np) (2 * (np) + 16)
-
-/* nprobe nearest centroids of q, nearest first: int8 scores of all
- * centroids pick a short list, exact float scores rank it. */
-static int probe(search *s, query *q, float *dots, int32_t *scratch)
+/* nprobe nearest centroids of q, nearest first. */
+static int probe(search *s, query *q, float *dots)
 {
 	const vf_gen *g = s->g;
 	uint32_t nl = g->meta.nlist, np = s->nprobe < nl ? s->nprobe : nl;
+	vf_cindex_dots(&g->ci, q->q, dots);
+	/* max-heap of the np best (score, cluster) */
 	uint32_t n = 0;
-	if (nl > PROBE_SHORTLIST(np)) {
-		uint32_t m = PROBE_SHORTLIST(np);
-		vf_cindex_dots8(&g->ci, q->q, scratch, dots);
-		if (s->metric == VECFS_DOT)
-			for (uint32_t c = 0; c < nl; c++)
-				dots[c] = -dots[c];
-		else
-			for (uint32_t c = 0; c < nl; c++)
-				dots[c] = g->ci.norms[c] - 2 * dots[c];
-		for (uint32_t c = 0; c < nl; c++)
-			if (n < m || dots[c] < q->pdist[0])
-				probe_push(q, &n, m, dots[c], c);
-		uint32_t *shortlist = (uint32_t *)scratch; /* (done with it) */
-		memcpy(shortlist, q->probe, sizeof(uint32_t) * n);
-		uint32_t ns = n;
-		n = 0;
-		for (uint32_t i = 0; i < ns; i++) {
-			uint32_t c = shortlist[i];
-			float d = s->kn->dot(q->q, g->centroids + (size_t)c * s->dim, s->dim);
-			probe_push(q, &n, np, s->metric == VECFS_DOT ? -d : g->ci.norms[c] - 2 * d, c);
-		}
-	} else {
-		vf_cindex_dots(&g->ci, q->q, dots);
-		for (uint32_t c = 0; c < nl; c++) {
-			float sc = s->metric == VECFS_DOT ? -dots[c] : g->ci.norms[c] - 2 * dots[c];
-			if (n < np || sc < q->pdist[0])
-				probe_push(q, &n, np, sc, c);
+	for (uint32_t c = 0; c < nl; c++) {
+		float sc = s->metric == VECFS_DOT ? -dots[c] : g->ci.norms[c] - 2 * dots[c];
+		if (n < np) {
+			uint32_t i = n++;
+			while (i > 0 && q->pdist[(i - 1) / 2] < sc) {
+				q->pdist[i] = q->pdist[(i - 1) / 2];
+				q->probe[i] = q->probe[(i - 1) / 2];
+				i = (i - 1) / 2;
+			}
+			q->pdist[i] = sc;
+			q->probe[i] = c;
+		} else if (sc < q->pdist[0]) {
+			uint32_t i = 0;
+			for (;;) {
+				uint32_t l = 2 * i + 1, m = i;
+				float mv = sc;
+				if (l < n && q->pdist[l] > mv)
+					m = l, mv = q->pdist[l];
+				if (l + 1 < n && q->pdist[l + 1] > mv)
+					m = l + 1;
+				if (m == i)
+					break;
+				q->pdist[i] = q->pdist[m];
+				q->probe[i] = q->probe[m];
+				i = m;
+			}
+			q->pdist[i] = sc;
+			q->probe[i] = c;
 		}
 	}
 	/* heap-sort ascending */
@@ -615,7 +580,6 @@ static int scan_ivf(search *s)
 	uint32_t np = s->nprobe < s->g->meta.nlist ? s->nprobe : s->g->meta.nlist;
 	size_t m = s->nq * np;
 	float *dots = malloc(sizeof(float) * s->g->ci.npanels * VF_PANEL);
-	int32_t *scratch = malloc(sizeof(int32_t) * (s->g->ci.d2 + s->g->ci.npanels * VF_PANEL));
 	pair *pairs = malloc(sizeof(pair) * (m ? m : 1));
 	cluster_work *work = malloc(sizeof(cluster_work) * (m ? m : 1));
 	uint32_t *qlist = malloc(sizeof(uint32_t) * (m ? m : 1));
@@ -623,7 +587,7 @@ static int scan_ivf(search *s)
 	entry *ents = NULL;
 	MDB_cursor *cur = NULL;
 	int rc = 0;
-	if (!dots || !scratch || !pairs || !work || !qlist) {
+	if (!dots || !pairs || !work || !qlist) {
 		rc = -ENOMEM;
 		goto out;
 	}
@@ -632,7 +596,7 @@ static int scan_ivf(search *s)
 		goto out;
 	}
 	for (size_t i = 0; i < s->nq; i++)
-		probe(s, &s->qs[i], dots, scratch);
+		probe(s, &s->qs[i], dots);
 	if (s->nq == 1) { /* probe order as it is */
 		for (uint32_t r = 0; r < np; r++) {
 			work[nw++] = (cluster_work){s->qs[0].probe[r], r, 0, 1};
@@ -690,7 +654,6 @@ out:
 	if (cur)
 		mdb_cursor_close(cur);
 	free(dots);
-	free(scratch);
 	free(pairs);
 	free(work);
 	free(qlist);
@@ -1042,8 +1005,8 @@ int vecfs_search(vecfs *v, const float *queries, size_t nq, uint32_t dim,
 			continue;
 		q->ub.k = s.k;
 		q->ub.v = malloc(sizeof(float) * s.k);
-		q->probe = malloc(sizeof(uint32_t) * (PROBE_SHORTLIST((size_t)s.nprobe) + 1));
-		q->pdist = malloc(sizeof(float) * (PROBE_SHORTLIST((size_t)s.nprobe) + 1));
+		q->probe = malloc(sizeof(uint32_t) * (s.nprobe + 1));
+		q->pdist = malloc(sizeof(float) * (s.nprobe + 1));
 		if (!q->ub.v || !q->probe || !q->pdist ||
 		    (rc = vf_qstate_init(&q->qs, s.gm.pdim, s.gm.bits)) ||
 		    (rc = vf_cstate_init(&q->cs, s.gm.pdim))) {

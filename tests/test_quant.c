@@ -859,64 +859,6 @@ static void check_code_dot(const vf_kernels *kn, const vf_kernels *ref, rng *r)
 	assert_int_equal(bad_bits, 0);
 }
 
-/* The int8 centroid panels: the kernels agree to the bit (integer sums),
- * and the scaled dots stay within 2% of |x| |c| of the exact ones, with no
- * integer overflow at any dimension. */
-static void test_cindex_dots8(void **state)
-{
-	(void)state;
-	static const uint32_t ds[] = { 1, 2, 3, 17, 128, 129, 784, 4096 };
-	static const uint32_t ks[] = { 1, 15, 16, 37 };
-	const vf_kernels *av = avx2_kernels();
-	rng r = { .s = 11 };
-	size_t bad = 0;
-	for (size_t di = 0; di < sizeof ds / sizeof *ds; di++)
-		for (size_t ki = 0; ki < sizeof ks / sizeof *ks; ki++) {
-			uint32_t d = ds[di], k = ks[ki];
-			float *cent = gauss_vec(&r, (size_t)k * d, 3.0);
-			float *x = gauss_vec(&r, d, 0.5);
-			if (d > 2)
-				x[d / 2] = 40; /* one large coordinate: scales at work */
-			vf_cindex ci;
-			assert_int_equal(vf_cindex_init(&ci, cent, k, d), 0);
-			size_t nout = (size_t)ci.npanels * VF_PANEL;
-			int32_t *scratch = malloc(sizeof(int32_t) * (ci.d2 + nout));
-			float *approx = malloc(sizeof(float) * nout);
-			assert_non_null(scratch);
-			assert_non_null(approx);
-			vf_cindex_dots8(&ci, x, scratch, approx);
-			double xn = 0;
-			for (uint32_t i = 0; i < d; i++)
-				xn += (double)x[i] * x[i];
-			for (uint32_t j = 0; j < k; j++) {
-				double dot = 0, cn = 0;
-				for (uint32_t i = 0; i < d; i++) {
-					dot += (double)x[i] * cent[(size_t)j * d + i];
-					cn += (double)cent[(size_t)j * d + i] * cent[(size_t)j * d + i];
-				}
-				if (fabs(approx[j] - dot) > 0.02 * sqrt(xn * cn) && bad++ < 5)
-					print_message("d %u k %u: centroid %u approx %g exact %g\n", d, k,
-						      j, approx[j], dot);
-			}
-			if (av) { /* the same integer sums from both kernels */
-				int32_t *o1 = malloc(sizeof(int32_t) * nout), *o2 = malloc(sizeof(int32_t) * nout);
-				assert_non_null(o1);
-				assert_non_null(o2);
-				vf_kernels_scalar.point_panels8(scratch, ci.d2, ci.panels8, ci.npanels, o1);
-				av->point_panels8(scratch, ci.d2, ci.panels8, ci.npanels, o2);
-				assert_memory_equal(o1, o2, sizeof(int32_t) * nout);
-				free(o1);
-				free(o2);
-			}
-			free(scratch);
-			free(approx);
-			vf_cindex_free(&ci);
-			free(cent);
-			free(x);
-		}
-	assert_int_equal(bad, 0);
-}
-
 static void test_kernels_agree(void **state)
 {
 	(void)state;
@@ -1197,7 +1139,6 @@ int main(void)
 		cmocka_unit_test(test_error_bounds_l2),
 		cmocka_unit_test(test_error_bounds_dot),
 		cmocka_unit_test(test_kernels_agree),
-		cmocka_unit_test(test_cindex_dots8),
 		cmocka_unit_test(test_kmeans_recovers_blobs),
 		cmocka_unit_test(test_kmeans_small_n),
 		cmocka_unit_test(test_nearest_brute_force),
