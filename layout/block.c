@@ -18,7 +18,16 @@ typedef struct block_hdr {
 	uint64_t hdr_sum; /* over everything above */
 } block_hdr;
 
-static size_t up(size_t x) { return (x + ALIGN - 1) & ~(size_t)(ALIGN - 1); }
+/* A block is larger than a page, so LMDB keeps it on overflow pages,
+ * VF_BLOCK_LEAD bytes (the page header) after a page boundary.  Column
+ * offsets are chosen so that each column starts on a 64-byte line in
+ * memory, not merely in the value: then a 64-byte PASS2 record is one
+ * cache line, not two.  (The header records the offsets, so a reader
+ * follows whatever a writer chose.) */
+static size_t up(size_t x)
+{
+	return ((x + VF_BLOCK_LEAD + ALIGN - 1) & ~(size_t)(ALIGN - 1)) - VF_BLOCK_LEAD;
+}
 
 /* Column lengths; the key column's is given (offsets + bytes). */
 static void col_lens(uint32_t n, uint32_t pdim, uint32_t bits, uint32_t keys,

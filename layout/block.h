@@ -35,6 +35,8 @@
 
 #define VF_BATCH 32
 #define VF_BLOCK_MAX 4096 /* vectors per block */
+#define VF_BLOCK_LEAD 16  /* where LMDB puts a value on overflow pages: after
+			   * the page header; columns are aligned from there */
 
 enum { VF_COL_SIGN, VF_COL_F1, VF_COL_PASS2, VF_COL_IDS, VF_COL_KEYS,
        VF_NCOL };

@@ -784,6 +784,66 @@ static size_t read_values(vf_store *s)
 	return bad;
 }
 
+/* Blocks stored in LMDB have every column on a 64-byte line in memory
+ * (the PASS2 records of a 4-bit, 128-d block are then one line each). */
+typedef struct block_put {
+	vf_store *s;
+	const uint8_t *buf[3];
+	size_t len[3];
+} block_put;
+
+static int put_blocks(MDB_txn *txn, void *arg)
+{
+	block_put *bp = arg;
+	for (int i = 0; i < 3; i++) {
+		vf_key64 k = vf_key_u64((uint64_t)i);
+		int rc = vf_put(txn, bp->s->postings, k.b, sizeof k.b, bp->buf[i], bp->len[i], 0);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+static void test_block_columns_aligned(void **state)
+{
+	fixture *f = *state;
+	char err[256] = "";
+	vf_store *s;
+	assert_int_equal(vf_store_open(f->dir, 0, &s, err, sizeof err), 0);
+	static const uint32_t ns[3] = { 40, 500, 4096 }, pdims[3] = { 128, 128, 832 },
+			      bitss[3] = { 4, 4, 3 };
+	codeset cs[3];
+	block_put bp = { .s = s };
+	rng r = { .s = 21 };
+	for (int i = 0; i < 3; i++) {
+		codes_make(&cs[i], &r, ns[i], pdims[i] - 3, pdims[i], bitss[i]);
+		bp.buf[i] = block_make(&cs[i], &bp.len[i]);
+	}
+	assert_int_equal(vf_write(s, put_blocks, &bp), 0);
+	MDB_txn *txn;
+	assert_int_equal(vf_read_begin(s, &txn), 0);
+	for (int i = 0; i < 3; i++) {
+		vf_key64 k = vf_key_u64((uint64_t)i);
+		MDB_val v;
+		vf_block b;
+		assert_int_equal(vf_get(txn, s->postings, k.b, sizeof k.b, &v), 0);
+		assert_int_equal(vf_block_open(v.mv_data, v.mv_size, &b), 0);
+		check_block(&b, &cs[i]);
+		for (int c = 0; c < VF_NCOL; c++)
+			if ((uintptr_t)b.col[c] % 64)
+				print_message("block %d column %d at %lu mod 64\n", i, c,
+					      (unsigned long)((uintptr_t)b.col[c] % 64));
+		for (int c = 0; c < VF_NCOL; c++)
+			assert_int_equal((uintptr_t)b.col[c] % 64, 0);
+	}
+	vf_read_end(s, txn);
+	for (int i = 0; i < 3; i++) {
+		free((void *)bp.buf[i]);
+		codes_free(&cs[i]);
+	}
+	vf_store_close(s);
+}
+
 static void test_map_growth(void **state)
 {
 	fixture *f = *state;
@@ -1030,6 +1090,7 @@ int main(void)
 		cmocka_unit_test(test_key_order),
 		cmocka_unit_test(test_record_codec),
 		cmocka_unit_test_setup_teardown(test_map_growth, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_block_columns_aligned, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_assignment_map, fx_setup, fx_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
