@@ -120,6 +120,7 @@ typedef struct search {
 	vf_genmeta gm;
 	vf_dirty dirty;
 	vf_tombs tombs;      /* of the cluster being scanned */
+	uint64_t txnid, epoch; /* the snapshot and the map it is read through */
 	uint32_t *surv;      /* first-pass survivors of one block */
 	float *surv_lo, *surv_hi;
 	float *kbuf;         /* k floats */
@@ -372,40 +373,105 @@ typedef struct entry {
 	size_t len;
 } entry;
 
+/* Where a cluster's entries were found, valid for one snapshot: queries
+ * that read the same snapshot (same LMDB transaction id, map not moved
+ * since) take them from here instead of walking the tree.  A write makes a
+ * new snapshot, so a slot never outlives what it describes for a reader
+ * that can use it (that reader holds the snapshot, so its pages stay). */
+#define LOCATED_MAX 4 /* clusters with more entries are not kept */
+
+typedef struct located {
+	uint64_t txnid, epoch; /* txnid 0: empty */
+	uint32_t n;
+	entry e[LOCATED_MAX];
+} located;
+
+static int located_get(search *s, uint32_t c, entry **ents, size_t *n, size_t *cap)
+{
+	vf_gen *g = s->g;
+	int found = 0;
+	if (*cap - *n < LOCATED_MAX) {
+		size_t nc = *cap ? *cap * 2 : 64;
+		entry *ne = realloc(*ents, nc * sizeof *ne);
+		if (!ne)
+			return -ENOMEM;
+		*ents = ne;
+		*cap = nc;
+	}
+	pthread_mutex_lock(&g->located_mu);
+	if (g->located) {
+		const located *l = (const located *)g->located + c;
+		if (l->txnid == s->txnid && l->epoch == s->epoch) {
+			memcpy(*ents + *n, l->e, l->n * sizeof(entry));
+			*n += l->n;
+			found = 1;
+		}
+	}
+	pthread_mutex_unlock(&g->located_mu);
+	return found;
+}
+
+static void located_put(search *s, uint32_t c, const entry *e, size_t n)
+{
+	vf_gen *g = s->g;
+	if (n > LOCATED_MAX)
+		return;
+	pthread_mutex_lock(&g->located_mu);
+	if (!g->located)
+		g->located = calloc(g->meta.nlist, sizeof(located));
+	if (g->located) {
+		located *l = (located *)g->located + c;
+		l->txnid = s->txnid;
+		l->epoch = s->epoch;
+		l->n = (uint32_t)n;
+		memcpy(l->e, e, n * sizeof(entry));
+	}
+	pthread_mutex_unlock(&g->located_mu);
+}
+
 /* Collect the entries of cluster c (tombstones, blocks, deltas) and
  * prefetch the start of each block, so the memory of all probed clusters
  * is in flight before the first is scored. */
 static int locate_cluster(search *s, MDB_cursor *cur, uint32_t c, entry **ents,
 			  size_t *n, size_t *cap)
 {
-	vf_postkey start = vf_post_key(s->g->id, c, VF_PK_TOMB, 0);
-	MDB_val k = {sizeof start.b, start.b}, d;
-	int rc;
-	for (rc = mdb_cursor_get(cur, &k, &d, MDB_SET_RANGE); rc == 0;
-	     rc = mdb_cursor_get(cur, &k, &d, MDB_NEXT)) {
-		const uint8_t *kb = k.mv_data;
-		if (k.mv_size != sizeof start.b || memcmp(kb, start.b, 12))
-			break;
-		if (*n == *cap) {
-			size_t nc = *cap ? *cap * 2 : 64;
-			entry *ne = realloc(*ents, nc * sizeof *ne);
-			if (!ne)
-				return -ENOMEM;
-			*ents = ne;
-			*cap = nc;
+	size_t n0 = *n;
+	int rc = located_get(s, c, ents, n, cap);
+	if (rc < 0)
+		return rc;
+	if (rc == 0) {
+		vf_postkey start = vf_post_key(s->g->id, c, VF_PK_TOMB, 0);
+		MDB_val k = {sizeof start.b, start.b}, d;
+		for (rc = mdb_cursor_get(cur, &k, &d, MDB_SET_RANGE); rc == 0;
+		     rc = mdb_cursor_get(cur, &k, &d, MDB_NEXT)) {
+			const uint8_t *kb = k.mv_data;
+			if (k.mv_size != sizeof start.b || memcmp(kb, start.b, 12))
+				break;
+			if (*n == *cap) {
+				size_t nc = *cap ? *cap * 2 : 64;
+				entry *ne = realloc(*ents, nc * sizeof *ne);
+				if (!ne)
+					return -ENOMEM;
+				*ents = ne;
+				*cap = nc;
+			}
+			entry *e = &(*ents)[(*n)++];
+			e->kind = vf_postkey_kind(kb);
+			e->sub = vf_postkey_sub(kb);
+			e->data = d.mv_data;
+			e->len = d.mv_size;
 		}
-		entry *e = &(*ents)[(*n)++];
-		e->kind = vf_postkey_kind(kb);
-		e->sub = vf_postkey_sub(kb);
-		e->data = d.mv_data;
-		e->len = d.mv_size;
+		if (rc != MDB_NOTFOUND && rc != 0)
+			return vf_mdb_err(rc);
+		located_put(s, c, *ents + n0, *n - n0);
+	}
+	for (size_t i = n0; i < *n; i++) {
+		const entry *e = &(*ents)[i];
 		if (e->kind == VF_PK_BLOCK)
 			for (size_t o = 0; o < 1024 && o < e->len; o += 64)
 				__builtin_prefetch(e->data + o);
 	}
-	if (rc == MDB_NOTFOUND)
-		rc = 0;
-	return vf_mdb_err(rc);
+	return 0;
 }
 
 /* Start fetching the first batches of the blocks of a located cluster (its
@@ -949,6 +1015,8 @@ int vecfs_search(vecfs *v, const float *queries, size_t nq, uint32_t dim,
 	s.kn = vf_kernels_get();
 	if ((rc = vf_read_begin(v->store, &s.txn)))
 		return rc;
+	s.txnid = mdb_txn_id(s.txn);
+	s.epoch = v->store->map_epoch;
 	if ((rc = vf_load_config(s.txn, v->store, &sc)) ||
 	    (rc = vf_load_counters(s.txn, v->store, &cnt)))
 		goto out;

@@ -472,6 +472,8 @@ static void gen_free(vf_gen *g)
 	float *centroids = g->centroids;
 	vf_gen_routing_free(g);
 	free(centroids);
+	free(g->located);
+	pthread_mutex_destroy(&g->located_mu);
 	free(g);
 }
 
@@ -499,6 +501,7 @@ static int gen_load(MDB_txn *txn, vf_store *s, uint64_t id, vf_gen **out)
 		return -ENOMEM;
 	}
 	memcpy(centroids, v.mv_data, want);
+	pthread_mutex_init(&g->located_mu, NULL);
 	/* routing state (rotation, centroid index, rotated centroids) */
 	if ((rc = vf_gen_routing(g, &m, centroids))) {
 		free(centroids);

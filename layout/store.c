@@ -281,6 +281,7 @@ int vf_store_grow(vf_store *s, size_t min_size)
 	rc = mdb_env_set_mapsize(s->env, want);
 	if (rc == 0)
 		s->mapsize = want;
+	s->map_epoch++;
 	if (s->hints) /* the map may have moved: no reader holds a hint now */
 		memset(s->hints, 0, (s->hint_mask + 1) * sizeof(vf_hint));
 	pthread_rwlock_unlock(&s->resize);

@@ -32,6 +32,7 @@ typedef struct vf_store {
 	MDB_txn *pool[64];
 	int npool;
 	size_t mapsize;
+	uint64_t map_epoch;       /* grows each time the map may have moved */
 	struct vf_hint *hints;    /* record locations, see vf_hint_get */
 	uint64_t hint_mask;       /* slots - 1 */
 	int lockfd;

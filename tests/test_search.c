@@ -534,6 +534,47 @@ static void test_stale_location_hints(void **state)
 	ds_free(&ds);
 }
 
+/* Queries of one snapshot share where each cluster's postings were found;
+ * a write makes a new snapshot, so a delta posting, a delete and a
+ * compaction are seen by the very next query on a cluster just read. */
+static void test_located_clusters_follow_writes(void **state)
+{
+	fixture *f = *state;
+	const uint32_t D = 16;
+	const size_t N = 3000;
+	vecfs *v = fx_open(f, NULL);
+	set_config(v, D, VECFS_L2);
+	dataset ds;
+	ds_make(&ds, 19, N, D, 20);
+	put_range(v, ds.x, 0, N, D, "k");
+	build(v, 1);
+	for (size_t t = 0; t < 20; t++) {
+		const float *p = ds.x + (t * 131 % N) * D;
+		float nv[16];
+		for (uint32_t i = 0; i < D; i++)
+			nv[i] = p[i] + 1e-3f;
+		vecfs_results *r = search1(v, nv, D, 10, 0); /* the clusters are read */
+		assert_int_equal(hits_have(r->hits[0], r->count[0], "new"), -1);
+		vecfs_results_free(r);
+		assert_int_equal(put_one(v, "new", nv, D), 0);
+		r = search1(v, nv, D, 10, 0);
+		assert_int_equal(hits_have(r->hits[0], r->count[0], "new"), 0);
+		vecfs_results_free(r);
+		if (t % 4 == 3) { /* folded into the blocks, then deleted from them */
+			char err[256] = "";
+			assert_int_equal(vecfs_compact(v, NULL, err, sizeof err), 0);
+			r = search1(v, nv, D, 10, 0);
+			assert_int_equal(hits_have(r->hits[0], r->count[0], "new"), 0);
+			vecfs_results_free(r);
+		}
+		del_key(v, "new");
+	}
+	vecfs_results *r = search1(v, ds.x, D, 10, 0);
+	check_exact(r->hits[0], r->count[0], VECFS_L2, ds.x, N, D, NULL, "k", ds.x, 10);
+	vecfs_results_free(r);
+	ds_free(&ds);
+}
+
 /* ------------------------------------------------------------ 7. bad input */
 
 static void expect_put_einval(vecfs *v, const vecfs_row *rows, size_t n,
@@ -1023,6 +1064,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_persistence, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_batch_equals_single, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_stale_location_hints, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_located_clusters_follow_writes, fx_setup,
+						fx_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
