@@ -308,6 +308,18 @@ struct live_check {
 	size_t n, seen, bad;
 };
 
+/* A store of N clustered points k0..k(N-1) (l2, dim D) with an active
+ * generation. */
+static vecfs *open_built(fixture *f, dataset *ds, uint64_t seed, size_t N, uint32_t D)
+{
+	vecfs *v = fx_open(f, NULL);
+	set_config(v, D, VECFS_L2);
+	ds_make(ds, seed, N, D, 20);
+	put_range(v, ds->x, 0, N, D, "k");
+	build(v, 1);
+	return v;
+}
+
 static int check_live_key(void *arg, const char *key, size_t keylen)
 {
 	struct live_check *lc = arg;
@@ -332,12 +344,8 @@ static void test_deletes_never_returned(void **state)
 	fixture *f = *state;
 	const uint32_t D = 16;
 	const size_t N = 3000;
-	vecfs *v = fx_open(f, NULL);
-	set_config(v, D, VECFS_L2);
 	dataset ds;
-	ds_make(&ds, 12, N, D, 20);
-	put_range(v, ds.x, 0, N, D, "k");
-	build(v, 1);
+	vecfs *v = open_built(f, &ds, 12, N, D);
 
 	unsigned char *alive = malloc(N);
 	memset(alive, 1, N);
@@ -399,12 +407,8 @@ static void test_upsert_moves_vector(void **state)
 	fixture *f = *state;
 	const uint32_t D = 16;
 	const size_t N = 3000, MOVES = 20;
-	vecfs *v = fx_open(f, NULL);
-	set_config(v, D, VECFS_L2);
 	dataset ds;
-	ds_make(&ds, 13, N, D, 20);
-	put_range(v, ds.x, 0, N, D, "k");
-	build(v, 1);
+	vecfs *v = open_built(f, &ds, 13, N, D);
 
 	float *old = malloc(MOVES * D * sizeof(float));
 	size_t moved[20];
@@ -501,12 +505,8 @@ static void test_stale_location_hints(void **state)
 	fixture *f = *state;
 	const uint32_t D = 16;
 	const size_t N = 3000;
-	vecfs *v = fx_open(f, NULL);
-	set_config(v, D, VECFS_L2);
 	dataset ds;
-	ds_make(&ds, 17, N, D, 20);
-	put_range(v, ds.x, 0, N, D, "k");
-	build(v, 1);
+	vecfs *v = open_built(f, &ds, 17, N, D);
 	unsigned char *alive = malloc(N);
 	memset(alive, 1, N);
 	check_every_point(v, &ds, alive, N, D); /* the hints are set */
@@ -542,12 +542,8 @@ static void test_located_clusters_follow_writes(void **state)
 	fixture *f = *state;
 	const uint32_t D = 16;
 	const size_t N = 3000;
-	vecfs *v = fx_open(f, NULL);
-	set_config(v, D, VECFS_L2);
 	dataset ds;
-	ds_make(&ds, 19, N, D, 20);
-	put_range(v, ds.x, 0, N, D, "k");
-	build(v, 1);
+	vecfs *v = open_built(f, &ds, 19, N, D);
 	for (size_t t = 0; t < 20; t++) {
 		const float *p = ds.x + (t * 131 % N) * D;
 		float nv[16];
