@@ -386,29 +386,47 @@ typedef struct located {
 	entry e[LOCATED_MAX];
 } located;
 
+/* Room for `more` entries after the first n. */
+static int ents_reserve(entry **ents, size_t n, size_t *cap, size_t more)
+{
+	if (*cap - n >= more)
+		return 0;
+	size_t nc = *cap ? *cap : 64;
+	while (nc - n < more)
+		nc *= 2;
+	entry *ne = realloc(*ents, nc * sizeof *ne);
+	if (!ne)
+		return -ENOMEM;
+	*ents = ne;
+	*cap = nc;
+	return 0;
+}
+
+/* Append cluster c's entries as located in this snapshot: 1, or 0 when
+ * they are not known for it. */
 static int located_get(search *s, uint32_t c, entry **ents, size_t *n, size_t *cap)
 {
 	vf_gen *g = s->g;
+	entry e[LOCATED_MAX];
+	uint32_t ne = 0;
 	int found = 0;
-	if (*cap - *n < LOCATED_MAX) {
-		size_t nc = *cap ? *cap * 2 : 64;
-		entry *ne = realloc(*ents, nc * sizeof *ne);
-		if (!ne)
-			return -ENOMEM;
-		*ents = ne;
-		*cap = nc;
-	}
 	pthread_mutex_lock(&g->located_mu);
 	if (g->located) {
 		const located *l = (const located *)g->located + c;
 		if (l->txnid == s->txnid && l->epoch == s->epoch) {
-			memcpy(*ents + *n, l->e, l->n * sizeof(entry));
-			*n += l->n;
+			ne = l->n;
+			memcpy(e, l->e, ne * sizeof(entry));
 			found = 1;
 		}
 	}
 	pthread_mutex_unlock(&g->located_mu);
-	return found;
+	if (!found)
+		return 0;
+	if (ents_reserve(ents, *n, cap, ne))
+		return -ENOMEM;
+	memcpy(*ents + *n, e, ne * sizeof(entry));
+	*n += ne;
+	return 1;
 }
 
 static void located_put(search *s, uint32_t c, const entry *e, size_t n)
@@ -447,14 +465,8 @@ static int locate_cluster(search *s, MDB_cursor *cur, uint32_t c, entry **ents,
 			const uint8_t *kb = k.mv_data;
 			if (k.mv_size != sizeof start.b || memcmp(kb, start.b, 12))
 				break;
-			if (*n == *cap) {
-				size_t nc = *cap ? *cap * 2 : 64;
-				entry *ne = realloc(*ents, nc * sizeof *ne);
-				if (!ne)
-					return -ENOMEM;
-				*ents = ne;
-				*cap = nc;
-			}
+			if (ents_reserve(ents, *n, cap, 1))
+				return -ENOMEM;
 			entry *e = &(*ents)[(*n)++];
 			e->kind = vf_postkey_kind(kb);
 			e->sub = vf_postkey_sub(kb);
