@@ -283,7 +283,8 @@ static int recover_fn(MDB_txn *txn, void *arg)
 
 /* Fill the record location hints once, in the background, so a re-rank
  * skips the tree descent from the first queries on, not only for records
- * it has read before.  (Reads and writes keep them fresh afterwards.) */
+ * it has read before.  (Afterwards each lookup that misses refreshes its
+ * record's hint.) */
 static void *hint_fill(void *arg)
 {
 	vecfs *v = arg;

@@ -66,8 +66,9 @@ int vf_write(vf_store *s, vf_write_fn fn, void *arg);
  * finds (the record's checksum and sequence number) and fall back to a
  * lookup.  A hint always lies inside the file (LMDB files never shrink), so
  * reading it is safe; growing the map (which may move it) drops them all.
- * Hints are kept for up to `records` ids (two-way, lock-free, a few MB);
- * call from inside a read or write transaction. */
+ * The table has two slots for each of up to `records` ids (16 bytes a slot,
+ * at most 4M slots: 64 MB), two-way and lock-free; call get and put from
+ * inside a read or write transaction. */
 int vf_hint_init(vf_store *s, uint64_t records);
 const void *vf_hint_get(const vf_store *s, uint64_t id, size_t *len);
 void vf_hint_put(vf_store *s, uint64_t id, const void *data, size_t len);
