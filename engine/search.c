@@ -1110,6 +1110,9 @@ int vecfs_search(vecfs *v, const float *queries, size_t nq, uint32_t dim,
 	if (rc == 0) {
 		double us = now_us() - t0;
 		(*out)->explain.micros = (uint64_t)us;
+		(*out)->explain.k = s.k;
+		(*out)->explain.nprobe = s.nprobe;
+		(*out)->explain.refine = s.refine;
 		record_latency(v, nq, us);
 	}
 out:

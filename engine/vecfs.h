@@ -147,6 +147,7 @@ typedef struct vecfs_explain {
 	uint64_t uncovered_scanned;/* rows not covered by the generation, exact */
 	uint64_t stale_skipped;    /* superseded or deleted postings skipped */
 	uint64_t micros;
+	uint32_t k, nprobe, refine;/* as run: the options, or the config's defaults */
 } vecfs_explain;
 
 typedef struct vecfs_hit {

@@ -65,6 +65,14 @@ int config_line(const char *s, size_t n, unsigned line, vecfs_config *c);
 /* Apply `key = value` lines to the configuration, all or nothing. */
 int config_apply_text(const char *text, size_t len);
 
+/* ---------------------------------------------------------------- loop.c */
+
+/* Serve the session with worker threads, one pinned to each CPU (and more,
+ * up to max_threads, while all are busy), until it ends.  0 or -errno. */
+int fs_loop(struct fuse_session *se, unsigned max_threads);
+/* Make fs_loop() return once the requests being handled are answered. */
+void fs_loop_stop(void);
+
 /* ---------------------------------------------------------------- errors.c */
 
 /* Append one line to `errors` (also written to stderr). */

@@ -115,6 +115,7 @@ static void *signal_thread(void *arg)
 		if (!loop_done && !unmounted) {
 			fs_stopping = 1;
 			fuse_session_exit(session);
+			fs_loop_stop();
 			/* unmount without closing the session's descriptor: the loop's
 			 * threads see the connection end and return */
 			lazy_unmount(mountpoint);
@@ -306,12 +307,17 @@ int main(int argc, char *argv[])
 
 	if (co.singlethread) {
 		rc = fuse_session_loop(session);
-	} else {
+	} else if (co.clone_fd) {
+		/* a device descriptor per thread: libfuse's own loop */
 		struct fuse_loop_config lc;
 		memset(&lc, 0, sizeof lc);
 		lc.clone_fd = co.clone_fd;
 		lc.max_idle_threads = co.max_idle_threads ? co.max_idle_threads : 10;
 		rc = fuse_session_loop_mt(session, &lc);
+	} else {
+		rc = fs_loop(session, co.max_threads ? co.max_threads : 10);
+		if (rc)
+			fprintf(stderr, "vecfs: the session loop ended: %s\n", strerror(-rc));
 	}
 	ret = rc == 0 ? 0 : 1;
 

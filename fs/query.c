@@ -32,8 +32,15 @@ struct qsession {
 	int kind;      /* 0 unknown, 1 text, 2 binary */
 	int bad;       /* a line failed its check: the next close fails */
 	qinput acc;    /* text: options and vectors of the lines checked */
+	/* the last query's results: out is rendered when the query runs (it is
+	 * pushed to the kernel's cache), out.json and stats when first read */
+	vecfs_results *r;
+	int exact;     /* how the last query ran */
+	uint32_t dim;
+	double secs;
 	char *res[3];
 	size_t reslen[3];
+	int rendered[3];
 };
 
 qsession *qs_new(const char *id)
@@ -54,7 +61,10 @@ static void clear_results(qsession *q)
 		free(q->res[i]);
 		q->res[i] = NULL;
 		q->reslen[i] = 0;
+		q->rendered[i] = 0;
 	}
+	vecfs_results_free(q->r);
+	q->r = NULL;
 }
 
 void qs_free(qsession *q)
@@ -351,73 +361,100 @@ static int check_lines(qsession *q)
 
 /* ---------------------------------------------------------------- results */
 
-static void render(qsession *q, const vecfs_results *r, const qinput *qi, double secs)
+/* One line a hit, KEY<TAB>DISTANCE; an empty line between queries. */
+static void render_out(sbuf *out, const vecfs_results *r)
 {
-	sbuf out, js, st;
 	char num[40];
-	sb_init(&out);
-	sb_init(&js);
-	sb_init(&st);
-	if (r->generation)
-		sb_printf(&js, "{\"generation\": %llu, \"results\": [", (unsigned long long)r->generation);
-	else
-		sb_adds(&js, "{\"generation\": null, \"results\": [");
 	for (size_t i = 0; i < r->nq; i++) {
 		if (i)
-			sb_add(&out, "\n", 1);
-		sb_adds(&js, i ? ", [" : "[");
+			sb_add(out, "\n", 1);
 		for (size_t j = 0; j < r->count[i]; j++) {
 			const vecfs_hit *h = &r->hits[i][j];
 			int nn = fmt_float(num, sizeof num, h->distance);
-			sb_add(&out, h->key, h->keylen);
-			sb_add(&out, "\t", 1);
-			sb_add(&out, num, (size_t)nn);
-			sb_add(&out, "\n", 1);
-			sb_adds(&js, j ? ", {\"key\": " : "{\"key\": ");
-			sb_json_string(&js, h->key, h->keylen);
-			sb_adds(&js, ", \"distance\": ");
-			sb_add(&js, num, (size_t)nn);
-			sb_adds(&js, ", \"payload\": ");
-			if (h->payload && h->payload_len)
-				sb_add(&js, h->payload, h->payload_len);
-			else
-				sb_adds(&js, "null");
-			sb_adds(&js, "}");
+			sb_add(out, h->key, h->keylen);
+			sb_add(out, "\t", 1);
+			sb_add(out, num, (size_t)nn);
+			sb_add(out, "\n", 1);
 		}
-		sb_adds(&js, "]");
 	}
-	sb_adds(&js, "]}\n");
+}
 
-	vecfs_config c;
-	if (vecfs_config_get(fs_store, &c))
-		vecfs_config_defaults(&c);
+static void render_json(sbuf *js, const vecfs_results *r)
+{
+	char num[40];
+	if (r->generation)
+		sb_printf(js, "{\"generation\": %llu, \"results\": [", (unsigned long long)r->generation);
+	else
+		sb_adds(js, "{\"generation\": null, \"results\": [");
+	for (size_t i = 0; i < r->nq; i++) {
+		sb_adds(js, i ? ", [" : "[");
+		for (size_t j = 0; j < r->count[i]; j++) {
+			const vecfs_hit *h = &r->hits[i][j];
+			int nn = fmt_float(num, sizeof num, h->distance);
+			sb_adds(js, j ? ", {\"key\": " : "{\"key\": ");
+			sb_json_string(js, h->key, h->keylen);
+			sb_adds(js, ", \"distance\": ");
+			sb_add(js, num, (size_t)nn);
+			sb_adds(js, ", \"payload\": ");
+			if (h->payload && h->payload_len)
+				sb_add(js, h->payload, h->payload_len);
+			else
+				sb_adds(js, "null");
+			sb_adds(js, "}");
+		}
+		sb_adds(js, "]");
+	}
+	sb_adds(js, "]}\n");
+}
+
+static void render_session_stats(sbuf *st, const qsession *q)
+{
+	const vecfs_results *r = q->r;
 	const vecfs_explain *e = &r->explain;
 	if (r->generation)
-		sb_printf(&st, "generation = %llu\n", (unsigned long long)r->generation);
+		sb_printf(st, "generation = %llu\n", (unsigned long long)r->generation);
 	else
-		sb_adds(&st, "generation = none\n");
-	sb_printf(&st, "mode = %s\n", qi->o.exact ? "exact" : "ann");
-	sb_printf(&st, "queries = %zu\n", r->nq);
-	sb_printf(&st, "dim = %u\n", qi->dim);
-	sb_printf(&st, "k = %u\n", qi->o.k ? qi->o.k : c.k);
-	sb_printf(&st, "nprobe = %u\n", qi->o.nprobe ? qi->o.nprobe : c.nprobe);
-	sb_printf(&st, "refine = %u\n", qi->o.refine ? qi->o.refine : c.refine);
-	sb_printf(&st, "clusters_probed = %llu\n", (unsigned long long)e->clusters_probed);
-	sb_printf(&st, "pass1_scored = %llu\n", (unsigned long long)e->pass1_scored);
-	sb_printf(&st, "pass1_pruned = %llu\n", (unsigned long long)e->pass1_pruned);
-	sb_printf(&st, "pass2_scored = %llu\n", (unsigned long long)e->pass2_scored);
-	sb_printf(&st, "pass2_pruned = %llu\n", (unsigned long long)e->pass2_pruned);
-	sb_printf(&st, "reranked = %llu\n", (unsigned long long)e->reranked);
-	sb_printf(&st, "delta_scanned = %llu\n", (unsigned long long)e->delta_scanned);
-	sb_printf(&st, "unindexed_scanned = %llu\n", (unsigned long long)e->uncovered_scanned);
-	sb_printf(&st, "stale_skipped = %llu\n", (unsigned long long)e->stale_skipped);
-	sb_printf(&st, "search_us = %llu\n", (unsigned long long)e->micros);
-	sb_printf(&st, "total_us = %llu\n", (unsigned long long)(secs * 1e6));
+		sb_adds(st, "generation = none\n");
+	sb_printf(st, "mode = %s\n", q->exact ? "exact" : "ann");
+	sb_printf(st, "queries = %zu\n", r->nq);
+	sb_printf(st, "dim = %u\n", q->dim);
+	sb_printf(st, "k = %u\n", e->k);
+	sb_printf(st, "nprobe = %u\n", e->nprobe);
+	sb_printf(st, "refine = %u\n", e->refine);
+	sb_printf(st, "clusters_probed = %llu\n", (unsigned long long)e->clusters_probed);
+	sb_printf(st, "pass1_scored = %llu\n", (unsigned long long)e->pass1_scored);
+	sb_printf(st, "pass1_pruned = %llu\n", (unsigned long long)e->pass1_pruned);
+	sb_printf(st, "pass2_scored = %llu\n", (unsigned long long)e->pass2_scored);
+	sb_printf(st, "pass2_pruned = %llu\n", (unsigned long long)e->pass2_pruned);
+	sb_printf(st, "reranked = %llu\n", (unsigned long long)e->reranked);
+	sb_printf(st, "delta_scanned = %llu\n", (unsigned long long)e->delta_scanned);
+	sb_printf(st, "unindexed_scanned = %llu\n", (unsigned long long)e->uncovered_scanned);
+	sb_printf(st, "stale_skipped = %llu\n", (unsigned long long)e->stale_skipped);
+	sb_printf(st, "search_us = %llu\n", (unsigned long long)e->micros);
+	sb_printf(st, "total_us = %llu\n", (unsigned long long)(q->secs * 1e6));
+}
 
-	clear_results(q);
-	q->res[QS_OUT] = sb_take(&out, &q->reslen[QS_OUT]);
-	q->res[QS_JSON] = sb_take(&js, &q->reslen[QS_JSON]);
-	q->res[QS_STATS] = sb_take(&st, &q->reslen[QS_STATS]);
+/* Render one of the session's files unless it is already: with q->mu held.
+ * Returns 0, or -ENOMEM (the file then reads as empty). */
+static int ensure_rendered(qsession *q, int which)
+{
+	if (q->rendered[which] || !q->r)
+		return 0;
+	sbuf b;
+	sb_init(&b);
+	if (which == QS_OUT)
+		render_out(&b, q->r);
+	else if (which == QS_JSON)
+		render_json(&b, q->r);
+	else
+		render_session_stats(&b, q);
+	if (b.oom) {
+		sb_free(&b);
+		return -ENOMEM;
+	}
+	q->res[which] = sb_take(&b, &q->reslen[which]);
+	q->rendered[which] = 1;
+	return 0;
 }
 
 /* Text input at close: the lines check_lines() parsed, and the last line
@@ -502,14 +539,15 @@ int qs_in_flush(qsession *q, int *ran)
 	}
 	vecfs_results *r = NULL;
 	rc = vecfs_search(fs_store, qi.vecs, qi.nq, qi.dim, &qi.o, &r, why, sizeof why);
+	clear_results(q);
 	if (rc) {
-		clear_results(q);
 		errlog("query/%s/in: %s", q->id, why[0] ? why : strerror(-rc));
 	} else {
-		render(q, r, &qi, now_s() - t0);
-		int oom = !q->res[0] || !q->res[1] || !q->res[2];
-		vecfs_results_free(r);
-		if (oom) {
+		q->r = r;
+		q->exact = qi.o.exact;
+		q->dim = qi.dim;
+		q->secs = now_s() - t0;
+		if (ensure_rendered(q, QS_OUT)) {
 			clear_results(q);
 			errlog("query/%s/in: out of memory formatting the results", q->id);
 			rc = -ENOMEM;
@@ -523,6 +561,10 @@ int qs_in_flush(qsession *q, int *ran)
 char *qs_render(qsession *q, int which, size_t *len)
 {
 	pthread_mutex_lock(&q->mu);
+	if (ensure_rendered(q, which)) {
+		pthread_mutex_unlock(&q->mu);
+		return NULL;
+	}
 	size_t n = q->reslen[which];
 	char *p = malloc(n + 1);
 	if (p) {
@@ -546,6 +588,7 @@ size_t qs_in_size(qsession *q)
 size_t qs_size(qsession *q, int which)
 {
 	pthread_mutex_lock(&q->mu);
+	ensure_rendered(q, which);
 	size_t n = q->reslen[which];
 	pthread_mutex_unlock(&q->mu);
 	return n;

@@ -306,6 +306,39 @@ pages_ok() {
 	done
 }
 check query_out_many_pages pages_ok
+# long requests on every pinned worker (one per CPU) and one more: further
+# requests still get answers at once, and the extra workers started for them
+# leave again once idle
+busy_ok() {
+	local pid i ncpu before after ended=0 pids=()
+	pid=$(daemon_pid "$M")
+	before=$(ls "/proc/$pid/task" | wc -l)
+	ncpu=$(nproc)
+	{ echo 'k=1 mode=exact'; for ((i = 0; i < 8000; i++)); do echo "$((i % 7)) 1 $((i % 5)) 3"; done; } >"$TMP/long.in"
+	for ((i = 0; i <= ncpu; i++)); do
+		T mkdir -p "$M/query/long$i" || return 1
+		put "$TMP/long.in" "$M/query/long$i/in" >"$TMP/long$i.res" &
+		pids+=($!)
+	done
+	sleep 0.3
+	T cat "$M/config" >/dev/null || return 1
+	for i in "${pids[@]}"; do kill -0 "$i" 2>/dev/null || ended=1; done
+	[[ $ended == 0 ]] || { echo "config was read only after a long query ended" >&2; return 1; }
+	wait "${pids[@]}"
+	for ((i = 0; i <= ncpu; i++)); do
+		[[ $(cat "$TMP/long$i.res") == OK ]] || { echo "long query $i: $(cat "$TMP/long$i.res")" >&2; return 1; }
+		[[ $(T cat "$M/query/long$i/out" | grep -c .) == 8000 ]] || return 1
+		T rmdir "$M/query/long$i" || return 1
+	done
+	for ((i = 0; i < 50; i++)); do
+		after=$(ls "/proc/$pid/task" | wc -l)
+		((after <= before)) && return 0
+		sleep 0.1
+	done
+	echo "$before threads before, $after after" >&2
+	return 1
+}
+check busy_workers_answer_others busy_ok
 check query_rmdir T rmdir "$M/query/q1"
 check query_rmdir_gone test ! -e "$M/query/q1"
 
