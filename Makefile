@@ -66,6 +66,9 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(BUILD)/obj/tests/testutil.o $(BUILD)/
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $^ -lcmocka $(LIBS)
 
+# the filesystem's number parsing, linked alone
+$(BUILD)/tests/test_number: $(BUILD)/obj/fs/number.o
+
 # Unit tests (cmocka), one binary per area; the summary line comes last.
 unit: all $(TEST_BIN)
 	@sh tests/run-unit.sh $(TEST_BIN)

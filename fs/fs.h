@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "vecfs.h"
+#include "number.h"
 
 /* The open store; set once before the session loop starts. */
 extern vecfs *fs_store;
@@ -45,17 +46,8 @@ void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3
 /* Hand the contents over (NUL-terminated) and leave the buffer empty. */
 char *sb_take(sbuf *b, size_t *len);
 
-/* A float as "%.9g": reads back to the same float32.  Returns its length. */
-int fmt_float(char *out, size_t cap, float f);
 /* Append a JSON string literal. */
 void sb_json_string(sbuf *b, const char *s, size_t n);
-
-/* Parse a decimal unsigned integer (digits only, no sign) up to max. */
-int parse_uint(const char *s, size_t n, uint64_t max, uint64_t *out);
-/* Parse one float32 token (C locale, strtof); rejects overflow. */
-int parse_float(const char *s, size_t n, float *out);
-/* Trim blanks (space, tab, CR) on both sides. */
-void trim(const char **s, size_t *n);
 
 void render_readme(sbuf *b);
 int render_config(sbuf *b);

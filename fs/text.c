@@ -1,7 +1,6 @@
 /*
- * fs/text.c - text helpers: growing buffers, number formatting and parsing
- * (C locale, float32 round-trip), and the `key = value` files README,
- * config and stats.
+ * fs/text.c - text helpers: growing buffers, JSON strings, and the
+ * `key = value` files README, config and stats.
  */
 #include "fs.h"
 
@@ -110,12 +109,7 @@ char *sb_take(sbuf *b, size_t *len)
 	return p;
 }
 
-/* ---------------------------------------------------------------- numbers */
-
-int fmt_float(char *out, size_t cap, float f)
-{
-	return snprintf(out, cap, "%.9g", (double)f);
-}
+/* ---------------------------------------------------------------- JSON */
 
 void sb_json_string(sbuf *b, const char *s, size_t n)
 {
@@ -147,59 +141,6 @@ void sb_json_string(sbuf *b, const char *s, size_t n)
 	}
 	sb_add(b, s + run, n - run);
 	sb_add(b, "\"", 1);
-}
-
-void trim(const char **s, size_t *n)
-{
-	const char *p = *s;
-	size_t len = *n;
-	while (len && (*p == ' ' || *p == '\t' || *p == '\r')) {
-		p++;
-		len--;
-	}
-	while (len && (p[len - 1] == ' ' || p[len - 1] == '\t' || p[len - 1] == '\r'))
-		len--;
-	*s = p;
-	*n = len;
-}
-
-int parse_uint(const char *s, size_t n, uint64_t max, uint64_t *out)
-{
-	uint64_t v = 0;
-	if (n == 0)
-		return -EINVAL;
-	for (size_t i = 0; i < n; i++) {
-		if (s[i] < '0' || s[i] > '9')
-			return -EINVAL;
-		unsigned d = (unsigned)(s[i] - '0');
-		if (v > (max - d) / 10)
-			return -ERANGE;
-		v = v * 10 + d;
-	}
-	*out = v;
-	return 0;
-}
-
-int parse_float(const char *s, size_t n, float *out)
-{
-	char buf[128];
-	if (n == 0 || n >= sizeof buf)
-		return -EINVAL;
-	memcpy(buf, s, n);
-	buf[n] = 0;
-	/* strtof also skips leading blanks and accepts a sign: leading blanks are
-	 * not part of a token here */
-	if (buf[0] == ' ' || buf[0] == '\t')
-		return -EINVAL;
-	char *end;
-	errno = 0;
-	float f = strtof(buf, &end);
-	if (end != buf + n)
-		return -EINVAL;
-	if (errno == ERANGE && isinf(f))
-		return -ERANGE;
-	*out = f;
-	return 0;
 }
 
 /* ---------------------------------------------------------------- README */
