@@ -39,6 +39,12 @@ static int reference(const char *s, float *out)
 	return 0;
 }
 
+static uint64_t next(uint64_t *lcg)
+{
+	*lcg = *lcg * 6364136223846793005ULL + 1442695040888963407ULL;
+	return *lcg;
+}
+
 static uint32_t bits_of(float f)
 {
 	uint32_t b;
@@ -91,8 +97,7 @@ static void test_parse_float_printed(void **state)
 	char s[128];
 	int bad = 0;
 	for (int i = 0; i < 200000 && bad < 10; i++) {
-		lcg = lcg * 6364136223846793005ULL + 1442695040888963407ULL;
-		uint32_t u = (uint32_t)(lcg >> 32);
+		uint32_t u = (uint32_t)(next(&lcg) >> 32);
 		float f;
 		if (i % 3 == 0) { /* any finite float, all exponents */
 			memcpy(&f, &u, sizeof f);
@@ -117,8 +122,7 @@ static void test_parse_float_ties(void **state)
 	char s[128];
 	int bad = 0;
 	for (int i = 0; i < 100000 && bad < 10; i++) {
-		lcg = lcg * 6364136223846793005ULL + 1442695040888963407ULL;
-		uint32_t u = (uint32_t)(lcg >> 33) | 0x00800000u; /* normal, positive */
+		uint32_t u = (uint32_t)(next(&lcg) >> 33) | 0x00800000u; /* normal, positive */
 		u &= 0x7effffffu;
 		float f, g;
 		memcpy(&f, &u, sizeof f);
@@ -141,16 +145,14 @@ static void test_parse_float_digit_strings(void **state)
 	int bad = 0;
 	for (int i = 0; i < 200000 && bad < 10; i++) {
 		size_t n = 0;
-		lcg = lcg * 6364136223846793005ULL + 1442695040888963407ULL;
-		uint64_t r = lcg;
+		uint64_t r = next(&lcg);
 		if (r & 1)
 			s[n++] = (r & 2) ? '-' : '+';
 		int nd = 1 + (int)((r >> 2) % 24), point = (int)((r >> 7) % (nd + 2)) - 1;
 		for (int d = 0; d < nd; d++) {
 			if (d == point)
 				s[n++] = '.';
-			lcg = lcg * 6364136223846793005ULL + 1442695040888963407ULL;
-			s[n++] = (char)('0' + (lcg >> 40) % 10);
+			s[n++] = (char)('0' + (next(&lcg) >> 40) % 10);
 		}
 		if ((r >> 12) & 1)
 			n += (size_t)snprintf(s + n, sizeof s - n, "e%d", (int)((r >> 13) % 90) - 45);
@@ -182,8 +184,7 @@ static void test_fmt_float_round_trip(void **state)
 	uint64_t lcg = 3;
 	char s[64];
 	for (int i = 0; i < 100000; i++) {
-		lcg = lcg * 6364136223846793005ULL + 1442695040888963407ULL;
-		uint32_t u = (uint32_t)(lcg >> 32);
+		uint32_t u = (uint32_t)(next(&lcg) >> 32);
 		float f, g = 0;
 		memcpy(&f, &u, sizeof f);
 		if (!isfinite(f))
