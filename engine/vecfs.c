@@ -313,8 +313,8 @@ static void hint_start(vecfs *v)
 		return;
 	int rc = vf_load_counters(txn, v->store, &cnt);
 	vf_read_end(v->store, txn);
-	/* room for twice the records of today, at least 1M */
-	if (rc || vf_hint_init(v->store, cnt.live * 2 > (1u << 20) ? cnt.live * 2 : (1u << 20)))
+	/* for the records of today; writes make it larger as they add more */
+	if (rc || vf_hint_init(v->store, cnt.live))
 		return;
 	if (cnt.live && pthread_create(&v->hint_thread, NULL, hint_fill, v) == 0)
 		v->hint_started = 1;

@@ -290,6 +290,7 @@ typedef struct put_ctx {
 	uint8_t *rec;
 	size_t reccap;
 	int *maint_due;        /* out: compaction is due */
+	uint64_t *live;        /* out: live records after the write */
 	uint32_t compact_deltas;
 } put_ctx;
 
@@ -414,6 +415,8 @@ static int put_end(put_ctx *c, int rc)
 	}
 	if (rc == 0)
 		rc = vf_save_counters(c->txn, s, &c->cnt);
+	if (rc == 0 && c->live)
+		*c->live = c->cnt.live;
 	free(c->rec);
 	close_active(c->v, c->g, &c->w);
 	return rc;
@@ -429,6 +432,7 @@ typedef struct put_job {
 	char *err;
 	size_t errlen;
 	int maint_due;
+	uint64_t live;
 } put_job;
 
 static int put_fn(MDB_txn *txn, void *arg)
@@ -437,6 +441,7 @@ static int put_fn(MDB_txn *txn, void *arg)
 	put_ctx c;
 	int rc = put_begin(&c, j->v, txn, j->dim, j->err, j->errlen);
 	c.maint_due = &j->maint_due;
+	c.live = &j->live;
 	if (rc) {
 		if (rc == -EINVAL && j->bad_row)
 			*j->bad_row = 0;
@@ -517,10 +522,11 @@ int vecfs_put(vecfs *v, const vecfs_row *rows, size_t n, uint32_t dim,
 		}
 	if ((rc = mark_superseded(rows, n, &skip)))
 		return rc;
-	put_job j = {v, rows, n, dim, skip, bad_row, err, errlen, 0};
+	put_job j = {v, rows, n, dim, skip, bad_row, err, errlen, 0, 0};
 	rc = vf_write(v->store, put_fn, &j);
 	free(skip);
 	if (rc == 0) {
+		vf_hint_reserve(v->store, j.live);
 		vf_maybe_auto_build(v);
 		vf_maint_kick(v, j.maint_due);
 	}
@@ -672,6 +678,7 @@ typedef struct commit_job {
 	char *err;
 	size_t errlen;
 	int maint_due;
+	uint64_t live;
 } commit_job;
 
 static int put_staged(put_ctx *c, const void *data, size_t len)
@@ -695,6 +702,7 @@ static int commit_fn(MDB_txn *txn, void *arg)
 	put_ctx c;
 	int rc = put_begin(&c, b->v, txn, b->dim, j->err, j->errlen);
 	c.maint_due = &j->maint_due;
+	c.live = &j->live;
 	if (rc == 0 && b->spooled) {
 		MDB_cursor *cur;
 		uint8_t k0[16];
@@ -725,7 +733,7 @@ static int commit_fn(MDB_txn *txn, void *arg)
 
 int vecfs_batch_commit(vecfs_batch *b, char *err, size_t errlen)
 {
-	commit_job j = {b, err, errlen, 0};
+	commit_job j = {b, err, errlen, 0, 0};
 	int rc = b->rows ? vf_write(b->v->store, commit_fn, &j) : 0;
 	vecfs *v = b->v;
 	if (rc && b->spooled)
@@ -733,6 +741,7 @@ int vecfs_batch_commit(vecfs_batch *b, char *err, size_t errlen)
 	free(b->buf);
 	free(b);
 	if (rc == 0) {
+		vf_hint_reserve(v->store, j.live);
 		vf_maybe_auto_build(v);
 		vf_maint_kick(v, j.maint_due);
 	}

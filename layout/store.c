@@ -177,15 +177,47 @@ static uint64_t hint_hash(uint64_t x)
 	return x;
 }
 
-int vf_hint_init(vf_store *s, uint64_t records)
+/* Slots for `records` ids: four each (a two-way table at most a quarter
+ * full), a power of two, at least 4096 and at most HINT_MAX_SLOTS. */
+static uint64_t hint_slots(uint64_t records)
 {
 	uint64_t slots = 4096;
-	while (slots < 2 * records && slots < HINT_MAX_SLOTS)
+	while (slots < 4 * records && slots < HINT_MAX_SLOTS)
 		slots *= 2;
+	return slots;
+}
+
+int vf_hint_init(vf_store *s, uint64_t records)
+{
+	uint64_t slots = hint_slots(records);
 	s->hints = calloc(slots, sizeof(vf_hint));
 	if (!s->hints)
 		return -ENOMEM;
 	s->hint_mask = slots - 1;
+	return 0;
+}
+
+int vf_hint_reserve(vf_store *s, uint64_t records)
+{
+	uint64_t have = __atomic_load_n(&s->hint_mask, __ATOMIC_RELAXED) + 1;
+	/* more than half full, and room to grow; never while this thread holds
+	 * a transaction (the swap waits for all of them to end) */
+	if (!__atomic_load_n(&s->hints, __ATOMIC_RELAXED) || 2 * records <= have ||
+	    have >= HINT_MAX_SLOTS || reads_held > 0)
+		return 0;
+	uint64_t slots = hint_slots(records);
+	vf_hint *h = calloc(slots, sizeof(vf_hint));
+	if (!h)
+		return -ENOMEM;
+	pthread_rwlock_wrlock(&s->resize);
+	if (slots > s->hint_mask + 1) { /* no other writer grew it meanwhile */
+		vf_hint *old = s->hints;
+		__atomic_store_n(&s->hints, h, __ATOMIC_RELAXED);
+		__atomic_store_n(&s->hint_mask, slots - 1, __ATOMIC_RELAXED);
+		h = old;
+	}
+	pthread_rwlock_unlock(&s->resize);
+	free(h);
 	return 0;
 }
 

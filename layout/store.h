@@ -66,10 +66,13 @@ int vf_write(vf_store *s, vf_write_fn fn, void *arg);
  * finds (the record's checksum and sequence number) and fall back to a
  * lookup.  A hint always lies inside the file (LMDB files never shrink), so
  * reading it is safe; growing the map (which may move it) drops them all.
- * The table has two slots for each of up to `records` ids (16 bytes a slot,
- * at most 4M slots: 64 MB), two-way and lock-free; call get and put from
- * inside a read or write transaction. */
+ * The table has four slots for each of `records` ids (16 bytes a slot,
+ * 4096 to 4M slots: 64 KB to 64 MB), two-way and lock-free; call get and
+ * put from inside a read or write transaction.  vf_hint_reserve() makes a
+ * larger table, empty, once `records` fill more than half of it: call it
+ * after a write, holding no transaction. */
 int vf_hint_init(vf_store *s, uint64_t records);
+int vf_hint_reserve(vf_store *s, uint64_t records);
 const void *vf_hint_get(const vf_store *s, uint64_t id, size_t *len);
 void vf_hint_put(vf_store *s, uint64_t id, const void *data, size_t len);
 

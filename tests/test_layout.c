@@ -804,6 +804,59 @@ static int put_blocks(MDB_txn *txn, void *arg)
 	return 0;
 }
 
+/* The location hint table is sized for the records of today (four slots a
+ * record, 4096 at least) and made larger, empty, once records fill more
+ * than half of it; never by a thread inside a transaction. */
+static void test_hint_table_grows(void **state)
+{
+	fixture *f = *state;
+	char err[256] = "";
+	vf_store *s;
+	static const char rec[] = "a record";
+	size_t len = 0;
+	MDB_txn *txn;
+	assert_int_equal(vf_store_open(f->dir, 0, &s, err, sizeof err), 0);
+	assert_int_equal(vf_hint_init(s, 100), 0);
+	assert_int_equal(s->hint_mask + 1, 4096);
+
+	assert_int_equal(vf_read_begin(s, &txn), 0);
+	for (uint64_t id = 0; id < 1000; id++)
+		vf_hint_put(s, id, rec, sizeof rec);
+	assert_ptr_equal(vf_hint_get(s, 7, &len), rec);
+	assert_int_equal(len, sizeof rec);
+	/* inside a transaction: left as it is */
+	assert_int_equal(vf_hint_reserve(s, 5000), 0);
+	assert_int_equal(s->hint_mask + 1, 4096);
+	vf_read_end(s, txn);
+
+	/* half full at most: left as it is */
+	assert_int_equal(vf_hint_reserve(s, 2048), 0);
+	assert_int_equal(s->hint_mask + 1, 4096);
+	assert_ptr_equal(vf_hint_get(s, 7, &len), rec);
+	/* more: four slots a record, empty */
+	assert_int_equal(vf_hint_reserve(s, 2049), 0);
+	assert_int_equal(s->hint_mask + 1, 16384);
+	assert_null(vf_hint_get(s, 7, &len));
+	assert_int_equal(vf_read_begin(s, &txn), 0);
+	for (uint64_t id = 0; id < 8000; id++)
+		vf_hint_put(s, id, rec + id % 4, sizeof rec - id % 4);
+	size_t found = 0;
+	for (uint64_t id = 0; id < 8000; id++) {
+		const void *p = vf_hint_get(s, id, &len);
+		if (p) {
+			assert_ptr_equal(p, rec + id % 4);
+			assert_int_equal(len, sizeof rec - id % 4);
+			found++;
+		}
+	}
+	vf_read_end(s, txn);
+	assert_true(found > 7000); /* two ways: few collisions at half load */
+	/* at most 4M slots */
+	assert_int_equal(vf_hint_reserve(s, (uint64_t)1 << 30), 0);
+	assert_int_equal(s->hint_mask + 1, (uint64_t)1 << 22);
+	vf_store_close(s);
+}
+
 static void test_block_columns_aligned(void **state)
 {
 	fixture *f = *state;
@@ -1091,6 +1144,7 @@ int main(void)
 		cmocka_unit_test(test_record_codec),
 		cmocka_unit_test_setup_teardown(test_map_growth, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_block_columns_aligned, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_hint_table_grows, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_assignment_map, fx_setup, fx_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
