@@ -281,6 +281,8 @@ static int recover_fn(MDB_txn *txn, void *arg)
 	return 0;
 }
 
+#define HINT_FILL_CHUNK 65536 /* records a read transaction */
+
 /* Fill the record location hints once, in the background, so a re-rank
  * skips the tree descent from the first queries on, not only for records
  * it has read before.  (Afterwards each lookup that misses refreshes its
@@ -288,20 +290,36 @@ static int recover_fn(MDB_txn *txn, void *arg)
 static void *hint_fill(void *arg)
 {
 	vecfs *v = arg;
-	MDB_txn *txn;
-	MDB_cursor *cur;
-	MDB_val k, d;
-	if (vf_read_begin(v->store, &txn))
-		return NULL;
-	if (mdb_cursor_open(txn, v->store->records, &cur) == 0) {
-		for (int rc = mdb_cursor_get(cur, &k, &d, MDB_FIRST);
-		     rc == 0 && !__atomic_load_n(&v->hint_stop, __ATOMIC_RELAXED);
-		     rc = mdb_cursor_get(cur, &k, &d, MDB_NEXT))
-			if (k.mv_size == 8)
-				vf_hint_put(v->store, vf_rd_be64(k.mv_data), d.mv_data, d.mv_size);
-		mdb_cursor_close(cur);
+	uint8_t next[8] = {0}; /* the first id not yet seen */
+	int more = 1;
+	/* in short read transactions, so that one never holds up a writer
+	 * that must grow the map (or keeps freed pages from reuse) for long */
+	while (more && !__atomic_load_n(&v->hint_stop, __ATOMIC_RELAXED)) {
+		MDB_txn *txn;
+		MDB_cursor *cur;
+		MDB_val k = {sizeof next, next}, d;
+		more = 0;
+		if (vf_read_begin(v->store, &txn))
+			return NULL;
+		if (mdb_cursor_open(txn, v->store->records, &cur) == 0) {
+			size_t n = 0;
+			for (int rc = mdb_cursor_get(cur, &k, &d, MDB_SET_RANGE); rc == 0;
+			     rc = mdb_cursor_get(cur, &k, &d, MDB_NEXT)) {
+				if (++n > HINT_FILL_CHUNK ||
+				    __atomic_load_n(&v->hint_stop, __ATOMIC_RELAXED)) {
+					/* resume at this key in the next transaction */
+					memcpy(next, k.mv_data, k.mv_size < 8 ? k.mv_size : 8);
+					more = k.mv_size == 8;
+					break;
+				}
+				if (k.mv_size == 8)
+					vf_hint_put(v->store, vf_rd_be64(k.mv_data), d.mv_data,
+						    d.mv_size);
+			}
+			mdb_cursor_close(cur);
+		}
+		vf_read_end(v->store, txn);
 	}
-	vf_read_end(v->store, txn);
 	return NULL;
 }
 

@@ -22,6 +22,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "internal.h"
+#include "keys.h"
 #include "testutil.h"
 #include "vecfs.h"
 
@@ -532,6 +534,60 @@ static void test_stale_location_hints(void **state)
 	check_every_point(v, &ds, alive, N, D);
 	free(alive);
 	ds_free(&ds);
+}
+
+/* At open the location hints of all records are filled in the background,
+ * a read transaction for each 65536 records, resuming where the last one
+ * stopped: the hints cover the records of every chunk, and each points at
+ * the record's value. */
+static void test_location_hints_filled_at_open(void **state)
+{
+	fixture *f = *state;
+	const uint32_t D = 4;
+	const size_t N = 140000; /* three transactions */
+	float *x = malloc(N * D * sizeof(float));
+	assert_non_null(x);
+	for (size_t i = 0; i < N * D; i++)
+		x[i] = (float)((i * 2654435761u) % 1000) / 1000.0f;
+	vecfs *v = fx_open(f, NULL);
+	put_range(v, x, 0, N, D, "k");
+	fx_close(f);
+	v = fx_open(f, NULL);
+	size_t seen = 0, hinted[3] = {0, 0, 0}, total[3] = {0, 0, 0};
+	for (int wait = 0; wait < 300; wait++) { /* until the fill has ended */
+		MDB_txn *txn;
+		MDB_cursor *cur;
+		MDB_val k, d;
+		size_t got = 0, n = 0, len;
+		assert_int_equal(vf_read_begin(v->store, &txn), 0);
+		assert_int_equal(mdb_cursor_open(txn, v->store->records, &cur), 0);
+		memset(hinted, 0, sizeof hinted);
+		memset(total, 0, sizeof total);
+		for (int rc = mdb_cursor_get(cur, &k, &d, MDB_FIRST); rc == 0;
+		     rc = mdb_cursor_get(cur, &k, &d, MDB_NEXT), n++) {
+			const void *p = vf_hint_get(v->store, vf_rd_be64(k.mv_data), &len);
+			size_t chunk = n / 65536 < 2 ? n / 65536 : 2;
+			total[chunk]++;
+			if (!p)
+				continue;
+			assert_ptr_equal(p, d.mv_data);
+			assert_int_equal(len, d.mv_size);
+			hinted[chunk]++;
+			got++;
+		}
+		mdb_cursor_close(cur);
+		vf_read_end(v->store, txn);
+		seen = n;
+		if (got > n * 97 / 100)
+			break;
+		usleep(100000);
+	}
+	assert_int_equal(seen, N);
+	for (int c = 0; c < 3; c++) {
+		print_message("chunk %d: %zu of %zu records hinted\n", c, hinted[c], total[c]);
+		assert_true(hinted[c] > total[c] * 95 / 100);
+	}
+	free(x);
 }
 
 /* Queries of one snapshot share where each cluster's postings were found;
@@ -1060,6 +1116,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_persistence, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_batch_equals_single, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_stale_location_hints, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_location_hints_filled_at_open, fx_setup,
+						fx_teardown),
 		cmocka_unit_test_setup_teardown(test_located_clusters_follow_writes, fx_setup,
 						fx_teardown),
 	};
