@@ -21,12 +21,12 @@ static int prog_pct;
 
 static int on_progress(void *arg, const char *phase, int pct)
 {
-	(void)arg;
+	fs_mount *m = arg;
 	pthread_mutex_lock(&prog_mu);
 	snprintf(prog_phase, sizeof prog_phase, "%s", phase);
 	prog_pct = pct;
 	pthread_mutex_unlock(&prog_mu);
-	return fs_stopping; /* cancels the build when the daemon stops */
+	return m->stopping; /* cancels the build when the daemon stops */
 }
 
 int build_progress(char *phase, size_t cap, int *pct)
@@ -42,7 +42,7 @@ int build_progress(char *phase, size_t cap, int *pct)
 }
 
 /* build, build stage and rebalance: a new generation, with progress */
-static int run_build(const char *what, int activate, int rebalance)
+static int run_build(fs_mount *m, const char *what, int activate, int rebalance)
 {
 	char err[300] = "";
 	uint64_t gen = 0;
@@ -51,9 +51,9 @@ static int run_build(const char *what, int activate, int rebalance)
 	prog_phase[0] = 0;
 	prog_pct = 0;
 	pthread_mutex_unlock(&prog_mu);
-	int rc = rebalance ? vecfs_rebalance(fs_store, activate, &gen, on_progress, NULL, err,
+	int rc = rebalance ? vecfs_rebalance(m->store, activate, &gen, on_progress, m, err,
 					     sizeof err)
-			   : vecfs_build(fs_store, activate, &gen, on_progress, NULL, err, sizeof err);
+			   : vecfs_build(m->store, activate, &gen, on_progress, m, err, sizeof err);
 	pthread_mutex_lock(&prog_mu);
 	prog_running--;
 	pthread_mutex_unlock(&prog_mu);
@@ -71,10 +71,10 @@ static int run_build(const char *what, int activate, int rebalance)
 	return rc;
 }
 
-static int run_compact(void)
+static int run_compact(fs_mount *m)
 {
 	char err[300] = "";
-	int rc = vecfs_compact(fs_store, NULL, err, sizeof err);
+	int rc = vecfs_compact(m->store, NULL, err, sizeof err);
 	if (rc) {
 		const char *why = err[0] ? err : strerror(-rc);
 		if (!strncmp(why, "compact: ", 9))
@@ -84,7 +84,7 @@ static int run_compact(void)
 	return rc;
 }
 
-int ctl_exec(const char *line, size_t n)
+int ctl_exec(fs_mount *m, const char *line, size_t n)
 {
 	const char *s = line;
 	trim(&s, &n);
@@ -105,16 +105,16 @@ int ctl_exec(const char *line, size_t n)
 		return -EINVAL;
 	}
 	if (!strcmp(cmd, "build"))
-		return run_build("build", 1, 0);
+		return run_build(m, "build", 1, 0);
 	if (!strcmp(cmd, "build stage"))
-		return run_build("build stage", 0, 0);
+		return run_build(m, "build stage", 0, 0);
 	if (!strcmp(cmd, "rebalance"))
-		return run_build("rebalance", 1, 1);
+		return run_build(m, "rebalance", 1, 1);
 	if (!strcmp(cmd, "compact"))
-		return run_compact();
+		return run_compact(m);
 	if (!strcmp(cmd, "verify")) {
 		char msg[512] = "";
-		int rc = vecfs_verify(fs_store, msg, sizeof msg);
+		int rc = vecfs_verify(m->store, msg, sizeof msg);
 		if (msg[0])
 			errlog("%s", msg);
 		else if (rc)
@@ -127,11 +127,11 @@ int ctl_exec(const char *line, size_t n)
 
 /* ---------------------------------------------------------------- backup */
 
-int backup_open(void)
+int backup_open(fs_mount *m)
 {
 	int fd = -1;
 #ifdef O_TMPFILE
-	fd = open(fs_store_dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+	fd = open(m->store_dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
 #endif
 	if (fd < 0) {
 		const char *td = getenv("TMPDIR");
@@ -145,7 +145,7 @@ int backup_open(void)
 		}
 		unlink(path);
 	}
-	int rc = vecfs_backup(fs_store, fd);
+	int rc = vecfs_backup(m->store, fd);
 	if (rc) {
 		errlog("backup: %s", strerror(-rc));
 		close(fd);

@@ -19,12 +19,15 @@
 #include "vecfs.h"
 #include "number.h"
 
-/* The open store; set once before the session loop starts. */
-extern vecfs *fs_store;
-/* Absolute path of STORE (for temporary files of backups and ingests). */
-extern const char *fs_store_dir;
-/* Set once the daemon is shutting down: running builds stop. */
-extern volatile int fs_stopping;
+/* What the adapter serves.  main.c owns the one instance and hands it to
+ * the parts that need more than the store. */
+typedef struct fs_mount {
+	vecfs *store;
+	const char *store_dir;  /* absolute path of STORE: temporary files of
+				 * backups and ingests go there */
+	volatile int stopping;  /* set once the daemon shuts down: running
+				 * builds stop */
+} fs_mount;
 
 /* ---------------------------------------------------------------- text.c */
 
@@ -50,12 +53,12 @@ char *sb_take(sbuf *b, size_t *len);
 void sb_json_string(sbuf *b, const char *s, size_t n);
 
 void render_readme(sbuf *b);
-int render_config(sbuf *b);
-int render_stats(sbuf *b);
+int render_config(vecfs *v, sbuf *b);
+int render_stats(vecfs *v, sbuf *b);
 /* One `key = value` line into c (syntax only); -EINVAL with an errors line. */
 int config_line(const char *s, size_t n, unsigned line, vecfs_config *c);
 /* Apply `key = value` lines to the configuration, all or nothing. */
-int config_apply_text(const char *text, size_t len);
+int config_apply_text(vecfs *v, const char *text, size_t len);
 
 /* ---------------------------------------------------------------- loop.c */
 
@@ -79,7 +82,7 @@ typedef struct ingest ingest;
 
 /* The format for a file name, or -1 when its ending is not one vecfs reads. */
 int ingest_format_of(const char *name);
-ingest *ingest_new(const char *name, int format);
+ingest *ingest_new(fs_mount *m, const char *name, int format);
 void ingest_free(ingest *in);
 /* Parse bytes written to the file.  Rows are validated as they complete; a
  * bad row fails with -EINVAL (and an errors line), after which the file is
@@ -102,7 +105,7 @@ typedef struct qsession qsession;
 
 enum { QS_OUT, QS_JSON, QS_STATS };
 
-qsession *qs_new(const char *id);
+qsession *qs_new(vecfs *v, const char *id);
 void qs_free(qsession *q);
 void qs_in_truncate(qsession *q);
 /* Forget the input and the results (rm of a session's files). */
@@ -120,9 +123,9 @@ size_t qs_size(qsession *q, int which);
 /* ---------------------------------------------------------------- control.c */
 
 /* Run one ctl command line; 0 or -errno (with an errors line). */
-int ctl_exec(const char *line, size_t n);
+int ctl_exec(fs_mount *m, const char *line, size_t n);
 /* A file descriptor holding a fresh backup, positioned at 0; or -errno. */
-int backup_open(void);
+int backup_open(fs_mount *m);
 /* Live progress of a build started through ctl: 1 if one is running. */
 int build_progress(char *phase, size_t cap, int *pct);
 
@@ -130,19 +133,19 @@ int build_progress(char *phase, size_t cap, int *pct);
 
 enum { GF_META, GF_CENTROIDS, GF_CLUSTERS, GF_PROGRESS };
 
-int gen_exists(uint64_t gen);
-int gen_render(uint64_t gen, int which, sbuf *b);
-int64_t gen_file_size(uint64_t gen, int which);
+int gen_exists(vecfs *v, uint64_t gen);
+int gen_render(vecfs *v, uint64_t gen, int which, sbuf *b);
+int64_t gen_file_size(vecfs *v, uint64_t gen, int which);
 /* Generation id named by a symlink target ("7", "./7", ".../generations/7"). */
 int gen_parse_target(const char *target, uint64_t *gen);
 int gen_parse_name(const char *name, uint64_t *gen);
 /* Make the generation named by a symlink target active (errors line on failure). */
-int gen_activate_target(const char *target, const char *how);
+int gen_activate_target(vecfs *v, const char *target, const char *how);
 
 /* ---------------------------------------------------------------- tree.c */
 
 extern const struct fuse_lowlevel_ops fs_ops;
-void tree_init(void);
+void tree_init(fs_mount *m);
 /* The session, for notifications; cache_out: serve query/ID/out from the
  * kernel's page cache (needs a multithreaded loop: a notification may wait
  * for a read of out that another thread answers). */

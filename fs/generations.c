@@ -30,10 +30,10 @@ int gen_parse_name(const char *name, uint64_t *gen)
 	return 0;
 }
 
-int gen_exists(uint64_t gen)
+int gen_exists(vecfs *v, uint64_t gen)
 {
 	vecfs_gen_info gi;
-	return vecfs_gen_info_get(fs_store, gen, &gi) == 0;
+	return vecfs_gen_info_get(v, gen, &gi) == 0;
 }
 
 static void progress_line(const vecfs_gen_info *gi, sbuf *b)
@@ -50,10 +50,10 @@ static void progress_line(const vecfs_gen_info *gi, sbuf *b)
 		sb_printf(b, "%s %u%%\n", gi->phase[0] ? gi->phase : "building", gi->phase_pct);
 }
 
-int gen_render(uint64_t gen, int which, sbuf *b)
+int gen_render(vecfs *v, uint64_t gen, int which, sbuf *b)
 {
 	vecfs_gen_info gi;
-	int rc = vecfs_gen_info_get(fs_store, gen, &gi);
+	int rc = vecfs_gen_info_get(v, gen, &gi);
 	if (rc)
 		return rc;
 	switch (which) {
@@ -85,7 +85,7 @@ int gen_render(uint64_t gen, int which, sbuf *b)
 		uint32_t nl = 0, dim = 0;
 		if (gi.state != VECFS_GEN_READY)
 			return 0;
-		if ((rc = vecfs_gen_centroids(fs_store, gen, &c, &nl, &dim)))
+		if ((rc = vecfs_gen_centroids(v, gen, &c, &nl, &dim)))
 			return rc;
 		if (sb_reserve(b, (size_t)nl * (4 + 4 * (size_t)dim))) {
 			free(c);
@@ -102,7 +102,7 @@ int gen_render(uint64_t gen, int which, sbuf *b)
 	case GF_CLUSTERS: {
 		vecfs_cluster_info *ci = NULL;
 		uint32_t n = 0;
-		if ((rc = vecfs_gen_clusters(fs_store, gen, &ci, &n)))
+		if ((rc = vecfs_gen_clusters(v, gen, &ci, &n)))
 			return rc;
 		sb_adds(b, "# cluster\tvectors\tposting_blocks\tdelta_postings\ttombstones\n");
 		for (uint32_t i = 0; i < n; i++)
@@ -116,11 +116,11 @@ int gen_render(uint64_t gen, int which, sbuf *b)
 	return b->oom ? -ENOMEM : 0;
 }
 
-int64_t gen_file_size(uint64_t gen, int which)
+int64_t gen_file_size(vecfs *v, uint64_t gen, int which)
 {
 	if (which == GF_CENTROIDS) {
 		vecfs_gen_info gi;
-		int rc = vecfs_gen_info_get(fs_store, gen, &gi);
+		int rc = vecfs_gen_info_get(v, gen, &gi);
 		if (rc)
 			return rc;
 		if (gi.state != VECFS_GEN_READY)
@@ -129,7 +129,7 @@ int64_t gen_file_size(uint64_t gen, int which)
 	}
 	sbuf b;
 	sb_init(&b);
-	int rc = gen_render(gen, which, &b);
+	int rc = gen_render(v, gen, which, &b);
 	int64_t n = rc ? rc : (int64_t)b.len;
 	sb_free(&b);
 	return n;
@@ -147,7 +147,7 @@ int gen_parse_target(const char *target, uint64_t *gen)
 	return gen_parse_name(base, gen);
 }
 
-int gen_activate_target(const char *target, const char *how)
+int gen_activate_target(vecfs *v, const char *target, const char *how)
 {
 	uint64_t gen;
 	char err[256] = "";
@@ -155,7 +155,7 @@ int gen_activate_target(const char *target, const char *how)
 		errlog("generations/active: %s %s: no such generation", how, target);
 		return -ENOENT;
 	}
-	int rc = vecfs_activate(fs_store, gen, err, sizeof err);
+	int rc = vecfs_activate(v, gen, err, sizeof err);
 	if (rc)
 		errlog("generations/active: %s %s: %s", how, target, err[0] ? err : strerror(-rc));
 	return rc;

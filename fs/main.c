@@ -25,9 +25,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-vecfs *fs_store;
-const char *fs_store_dir;
-volatile int fs_stopping;
+static fs_mount the_mount;
 
 struct options {
 	char *store;
@@ -113,7 +111,7 @@ static void *signal_thread(void *arg)
 			continue;
 		pthread_mutex_lock(&stop_mu);
 		if (!loop_done && !unmounted) {
-			fs_stopping = 1;
+			the_mount.stopping = 1;
 			fuse_session_exit(session);
 			fs_loop_stop();
 			/* unmount without closing the session's descriptor: the loop's
@@ -209,7 +207,7 @@ int main(int argc, char *argv[])
 		fprintf(stderr, "vecfs: out of memory\n");
 		return 1;
 	}
-	fs_store_dir = store_abs;
+	the_mount.store_dir = store_abs;
 	mountpoint = co.mountpoint;
 
 	if (!co.foreground) {
@@ -260,7 +258,7 @@ int main(int argc, char *argv[])
 	signal(SIGPIPE, SIG_IGN);
 
 	char err[512] = "";
-	int rc = vecfs_open(store_abs, &fs_store, err, sizeof err);
+	int rc = vecfs_open(store_abs, &the_mount.store, err, sizeof err);
 	if (rc) {
 		fprintf(stderr, "vecfs: cannot open store %s: %s\n", store_abs, err[0] ? err : strerror(-rc));
 		report(status_fd, rc == -EBUSY ? 3 : 1);
@@ -270,7 +268,7 @@ int main(int argc, char *argv[])
 		free(store_abs);
 		return rc == -EBUSY ? 3 : 1;
 	}
-	tree_init();
+	tree_init(&the_mount);
 	session = fuse_session_new(&args, &fs_ops, sizeof fs_ops, NULL);
 	if (!session) {
 		fprintf(stderr, "vecfs: cannot start the FUSE session (bad -o option?)\n");
@@ -321,7 +319,7 @@ int main(int argc, char *argv[])
 	}
 	ret = rc == 0 ? 0 : 1;
 
-	fs_stopping = 1;
+	the_mount.stopping = 1;
 	pthread_mutex_lock(&stop_mu);
 	loop_done = 1;
 	int need_unmount = !unmounted;
@@ -338,7 +336,7 @@ out_session:
 	fuse_session_destroy(session);
 out_store:
 	tree_destroy();
-	vecfs_close(fs_store);
+	vecfs_close(the_mount.store);
 	if (status_fd >= 0)
 		report(status_fd, 1);
 	fuse_opt_free_args(&args);

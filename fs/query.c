@@ -23,6 +23,7 @@ typedef struct qinput {
 
 struct qsession {
 	pthread_mutex_t mu;
+	vecfs *v;      /* the store queried */
 	char id[72];
 	sbuf in;
 	int dirty;
@@ -43,11 +44,12 @@ struct qsession {
 	int rendered[3];
 };
 
-qsession *qs_new(const char *id)
+qsession *qs_new(vecfs *v, const char *id)
 {
 	qsession *q = calloc(1, sizeof *q);
 	if (!q)
 		return NULL;
+	q->v = v;
 	pthread_mutex_init(&q->mu, NULL);
 	snprintf(q->id, sizeof q->id, "%s", id);
 	return q;
@@ -344,7 +346,7 @@ static int check_lines(qsession *q)
 		rc = parse_line(s, n, &q->acc, tmp, why, sizeof why);
 		if (rc == 0 && q->acc.nq > before && before == 0) {
 			vecfs_config c;
-			if (vecfs_config_get(fs_store, &c) == 0 && c.dim && q->acc.dim != c.dim) {
+			if (vecfs_config_get(q->v, &c) == 0 && c.dim && q->acc.dim != c.dim) {
 				snprintf(why, sizeof why, "%u numbers, the store has dim %u",
 					 q->acc.dim, c.dim);
 				rc = -EINVAL;
@@ -538,7 +540,7 @@ int qs_in_flush(qsession *q, int *ran)
 		return rc;
 	}
 	vecfs_results *r = NULL;
-	rc = vecfs_search(fs_store, qi.vecs, qi.nq, qi.dim, &qi.o, &r, why, sizeof why);
+	rc = vecfs_search(q->v, qi.vecs, qi.nq, qi.dim, &qi.o, &r, why, sizeof why);
 	clear_results(q);
 	if (rc) {
 		errlog("query/%s/in: %s", q->id, why[0] ? why : strerror(-rc));

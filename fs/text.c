@@ -166,10 +166,10 @@ void render_readme(sbuf *b)
 
 /* ---------------------------------------------------------------- config */
 
-int render_config(sbuf *b)
+int render_config(vecfs *v, sbuf *b)
 {
 	vecfs_config c;
-	int rc = vecfs_config_get(fs_store, &c);
+	int rc = vecfs_config_get(v, &c);
 	if (rc)
 		return rc;
 	sb_printf(b, "dim = %u\n", c.dim);
@@ -262,10 +262,10 @@ int config_line(const char *s, size_t n, unsigned line, vecfs_config *c)
 	return 0;
 }
 
-int config_apply_text(const char *text, size_t len)
+int config_apply_text(vecfs *v, const char *text, size_t len)
 {
 	vecfs_config c;
-	int rc = vecfs_config_get(fs_store, &c);
+	int rc = vecfs_config_get(v, &c);
 	if (rc) {
 		errlog("config: cannot read the current settings: %s", strerror(-rc));
 		return rc;
@@ -282,7 +282,7 @@ int config_apply_text(const char *text, size_t len)
 			return rc;
 	}
 	char err[256] = "";
-	rc = vecfs_config_set(fs_store, &c, err, sizeof err);
+	rc = vecfs_config_set(v, &c, err, sizeof err);
 	if (rc) {
 		if (!err[0])
 			snprintf(err, sizeof err, "%s", strerror(-rc));
@@ -296,10 +296,10 @@ int config_apply_text(const char *text, size_t len)
 
 /* ---------------------------------------------------------------- stats */
 
-int render_stats(sbuf *b)
+int render_stats(vecfs *v, sbuf *b)
 {
 	vecfs_stats s;
-	int rc = vecfs_stats_get(fs_store, &s);
+	int rc = vecfs_stats_get(v, &s);
 	if (rc)
 		return rc;
 	sb_printf(b, "dim = %u\n", s.dim);

@@ -98,6 +98,7 @@ static node *children[FIXED_MAX + 1]; /* of K_INGEST, K_QUERY, K_GENS */
 static uid_t my_uid;
 static gid_t my_gid;
 static struct fuse_session *tree_se;
+static fs_mount *mnt; /* what is served; set by tree_init() */
 static int cache_out_wanted, cache_out; /* see push_out() */
 static pthread_mutex_t push_mu = PTHREAD_MUTEX_INITIALIZER;
 
@@ -302,7 +303,7 @@ static int render_record(const char *key, size_t klen, sbuf *b)
 	char num[40];
 	if (!vec)
 		return -ENOMEM;
-	int rc = vecfs_get(fs_store, key, klen, vec, VECFS_DIM_MAX, &dim, NULL, 0, NULL);
+	int rc = vecfs_get(mnt->store, key, klen, vec, VECFS_DIM_MAX, &dim, NULL, 0, NULL);
 	if (rc == 0) {
 		sb_reserve(b, (size_t)dim * 16 + 1);
 		for (uint32_t i = 0; i < dim; i++) {
@@ -329,9 +330,9 @@ static int render(node *n, sbuf *b)
 		render_readme(b);
 		return b->oom ? -ENOMEM : 0;
 	case K_CONFIG:
-		return render_config(b);
+		return render_config(mnt->store, b);
 	case K_STATS:
-		return render_stats(b);
+		return render_stats(mnt->store, b);
 	case K_ERRORS:
 		p = errors_render(&len);
 		if (!p)
@@ -352,13 +353,13 @@ static int render(node *n, sbuf *b)
 		free(p);
 		return b->oom ? -ENOMEM : 0;
 	case K_GMETA:
-		return gen_render(n->gen, GF_META, b);
+		return gen_render(mnt->store, n->gen, GF_META, b);
 	case K_GCENT:
-		return gen_render(n->gen, GF_CENTROIDS, b);
+		return gen_render(mnt->store, n->gen, GF_CENTROIDS, b);
 	case K_GCLUST:
-		return gen_render(n->gen, GF_CLUSTERS, b);
+		return gen_render(mnt->store, n->gen, GF_CLUSTERS, b);
 	case K_GPROG:
-		return gen_render(n->gen, GF_PROGRESS, b);
+		return gen_render(mnt->store, n->gen, GF_PROGRESS, b);
 	}
 	return 0;
 }
@@ -418,13 +419,13 @@ static int node_attr(node *n, struct stat *st)
 		st->st_nlink = 2;
 		return 0;
 	case K_GEN:
-		if (!gen_exists(n->gen))
+		if (!gen_exists(mnt->store, n->gen))
 			return -ENOENT;
 		st->st_mode = S_IFDIR | 0555;
 		st->st_nlink = 2;
 		return 0;
 	case K_ACTIVE: {
-		uint64_t a = vecfs_active(fs_store);
+		uint64_t a = vecfs_active(mnt->store);
 		char t[32];
 		if (!a)
 			return -ENOENT;
@@ -461,7 +462,7 @@ static int node_attr(node *n, struct stat *st)
 					     n->kind == K_QOUT ? QS_OUT : n->kind == K_QJSON ? QS_JSON : QS_STATS);
 		return 0;
 	case K_GMETA: case K_GCENT: case K_GCLUST: case K_GPROG: {
-		int64_t s = gen_file_size(n->gen, n->kind == K_GMETA ? GF_META
+		int64_t s = gen_file_size(mnt->store, n->gen, n->kind == K_GMETA ? GF_META
 						 : n->kind == K_GCENT ? GF_CENTROIDS
 						 : n->kind == K_GCLUST ? GF_CLUSTERS : GF_PROGRESS);
 		if (s < 0)
@@ -780,7 +781,7 @@ static int open_node(node *n, struct fuse_file_info *fi, handle **out)
 	if (acc != O_WRONLY && readable(n->kind)) {
 		if (n->kind == K_BACKUP) {
 			struct stat bst;
-			h->fd = backup_open();
+			h->fd = backup_open(mnt);
 			if (h->fd < 0)
 				rc = h->fd;
 			else if (fstat(h->fd, &bst) == 0) {
@@ -896,7 +897,7 @@ static int ctl_run_lines(handle *h, int all)
 			break;
 		size_t n = nl ? (size_t)(nl - s) : h->wbuf.len - pos;
 		pos += n + (nl ? 1 : 0);
-		rc = ctl_exec(s, n);
+		rc = ctl_exec(mnt, s, n);
 	}
 	if (rc)
 		pos = h->wbuf.len; /* a failed command drops what follows it */
@@ -1026,7 +1027,7 @@ static int flush_handle(handle *h)
 			if (h->bad)
 				rc = -EINVAL; /* already in errors: nothing is applied */
 			else
-				rc = config_apply_text(h->wbuf.p ? h->wbuf.p : "", h->wbuf.len);
+				rc = config_apply_text(mnt->store, h->wbuf.p ? h->wbuf.p : "", h->wbuf.len);
 			wbuf_reset(h);
 		}
 		break;
@@ -1132,7 +1133,7 @@ static void op_readlink(fuse_req_t req, fuse_ino_t ino)
 	char *target = n && n->kind == K_TMPLINK ? strdup(n->target) : NULL;
 	pthread_mutex_unlock(&tree_mu);
 	if (n && n->kind == K_ACTIVE) {
-		uint64_t a = vecfs_active(fs_store);
+		uint64_t a = vecfs_active(mnt->store);
 		if (!a) {
 			fuse_reply_err(req, ENOENT);
 			return;
@@ -1196,7 +1197,7 @@ static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t
 	}
 	node *n = new_node(K_SESSION, parent, name);
 	if (n)
-		n->qs = qs_new(name);
+		n->qs = qs_new(mnt->store, name);
 	if (!n || !n->qs) {
 		if (n)
 			maybe_free(n);
@@ -1238,7 +1239,7 @@ static void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
 			fuse_reply_err(req, ENOENT);
 			return;
 		}
-		int rc = vecfs_gen_remove(fs_store, gen);
+		int rc = vecfs_gen_remove(mnt->store, gen);
 		if (rc == -EBUSY)
 			errlog("rmdir generations/%s: it is the active generation, or still building", name);
 		else if (rc && rc != -ENOENT)
@@ -1279,7 +1280,7 @@ static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 	kind_path(p, path, sizeof path);
 	if (pk == K_RECORDS) {
 		pthread_mutex_unlock(&tree_mu);
-		int rc = vecfs_delete(fs_store, name, strlen(name));
+		int rc = vecfs_delete(mnt->store, name, strlen(name));
 		if (rc && rc != -ENOENT)
 			errlog("rm records/%s: %s", name, strerror(-rc));
 		if (rc == 0) {
@@ -1325,7 +1326,7 @@ static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 			return;
 		}
 		uint64_t gen;
-		fuse_reply_err(req, !gen_parse_name(name, &gen) && gen_exists(gen) ? EISDIR : ENOENT);
+		fuse_reply_err(req, !gen_parse_name(name, &gen) && gen_exists(mnt->store, gen) ? EISDIR : ENOENT);
 		return;
 	}
 	if (pk == K_SESSION && lookup_named(session_entries, NELEM(session_entries), name)) {
@@ -1362,11 +1363,11 @@ static void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, cons
 	uint64_t gen;
 	if (!strcmp(name, "active")) {
 		pthread_mutex_unlock(&tree_mu);
-		if (vecfs_active(fs_store)) {
+		if (vecfs_active(mnt->store)) {
 			fuse_reply_err(req, EEXIST);
 			return;
 		}
-		int rc = gen_activate_target(link, "cannot point to");
+		int rc = gen_activate_target(mnt->store, link, "cannot point to");
 		if (rc) {
 			fuse_reply_err(req, -rc);
 			return;
@@ -1382,7 +1383,7 @@ static void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, cons
 	}
 	if (!gen_parse_name(name, &gen)) {
 		pthread_mutex_unlock(&tree_mu);
-		if (gen_exists(gen)) {
+		if (gen_exists(mnt->store, gen)) {
 			fuse_reply_err(req, EEXIST);
 			return;
 		}
@@ -1432,7 +1433,7 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
 	if (!src || src->kind != K_TMPLINK) {
 		pthread_mutex_unlock(&tree_mu);
 		uint64_t gen;
-		int exists = !strcmp(name, "active") || (!gen_parse_name(name, &gen) && gen_exists(gen));
+		int exists = !strcmp(name, "active") || (!gen_parse_name(name, &gen) && gen_exists(mnt->store, gen));
 		if (exists)
 			errlog("mv generations/%s: generations and active cannot be renamed", name);
 		fuse_reply_err(req, exists ? EPERM : ENOENT);
@@ -1448,10 +1449,10 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
 			return;
 		}
 		int rc;
-		if ((flags & RENAME_NOREPLACE) && vecfs_active(fs_store))
+		if ((flags & RENAME_NOREPLACE) && vecfs_active(mnt->store))
 			rc = -EEXIST;
 		else
-			rc = gen_activate_target(target, "cannot point to");
+			rc = gen_activate_target(mnt->store, target, "cannot point to");
 		free(target);
 		pthread_mutex_lock(&tree_mu);
 		src->opens--;
@@ -1539,7 +1540,7 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 		}
 		if (!n) {
 			n = new_node(K_INGEST_FILE, parent, name);
-			if (n && !(n->ing = ingest_new(name, fmt))) {
+			if (n && !(n->ing = ingest_new(mnt, name, fmt))) {
 				maybe_free(n);
 				n = NULL;
 			}
@@ -1696,14 +1697,14 @@ static int snapshot_dir(dirh *d)
 	case K_GENS: {
 		size_t total = 0, cap = 64;
 		uint64_t *ids = NULL;
-		if (vecfs_active(fs_store))
+		if (vecfs_active(mnt->store))
 			rc |= add_dent(d, "active", K_ACTIVE, S_IFLNK);
 		for (;;) {
 			free(ids);
 			ids = malloc(cap * sizeof *ids);
 			if (!ids)
 				return -ENOMEM;
-			int r = vecfs_gen_list(fs_store, ids, cap, &total);
+			int r = vecfs_gen_list(mnt->store, ids, cap, &total);
 			if (r) {
 				free(ids);
 				return r;
@@ -1751,7 +1752,7 @@ static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	if (n->kind != K_ROOT && n->kind != K_INGEST && n->kind != K_RECORDS && n->kind != K_QUERY &&
 	    n->kind != K_GENS && n->kind != K_SESSION && n->kind != K_GEN)
 		rc = -ENOTDIR;
-	else if (n->kind == K_GEN && !gen_exists(n->gen))
+	else if (n->kind == K_GEN && !gen_exists(mnt->store, n->gen))
 		rc = -ENOENT;
 	else if (!(d = calloc(1, sizeof *d)))
 		rc = -ENOMEM;
@@ -1869,7 +1870,7 @@ static void readdir_records(fuse_req_t req, dirh *d, rd_ctx *c, uint64_t off)
 			/* a seek elsewhere: count keys from the start */
 			skip_ctx s = {off - 2, &start};
 			start.len = 0;
-			rc = vecfs_keys(fs_store, NULL, 0, (size_t)-1, skip_cb, &s);
+			rc = vecfs_keys(mnt->store, NULL, 0, (size_t)-1, skip_cb, &s);
 			if (rc < 0 || s.left) {
 				c->used = 0; /* past the end */
 				return;
@@ -1880,7 +1881,7 @@ static void readdir_records(fuse_req_t req, dirh *d, rd_ctx *c, uint64_t off)
 	d->anchor = start;
 	d->nbatch = 0;
 	c->off = start.off;
-	rc = vecfs_keys(fs_store, start.off > 2 ? start.key : NULL, start.off > 2 ? start.len : 0,
+	rc = vecfs_keys(mnt->store, start.off > 2 ? start.key : NULL, start.off > 2 ? start.len : 0,
 			(size_t)-1, rec_cb, c);
 	if (rc < 0 && c->used == 0) {
 		fuse_reply_err(req, -rc);
@@ -1939,7 +1940,7 @@ static void op_statfs(fuse_req_t req, fuse_ino_t ino)
 {
 	(void)ino;
 	struct statvfs sv;
-	if (statvfs(fs_store_dir, &sv) != 0)
+	if (statvfs(mnt->store_dir, &sv) != 0)
 		memset(&sv, 0, sizeof sv);
 	sv.f_namemax = 255;
 	fuse_reply_statfs(req, &sv);
@@ -1969,8 +1970,9 @@ void tree_set_session(struct fuse_session *se, int want_cache_out)
 
 /* ---------------------------------------------------------------- setup */
 
-void tree_init(void)
+void tree_init(fs_mount *m)
 {
+	mnt = m;
 	my_uid = getuid();
 	my_gid = getgid();
 	static const struct {
