@@ -93,7 +93,9 @@ static const char usage_text[] =
 	"mount's QPS over the library's, added_us the mean latency the mount adds\n"
 	"to a query.  Each setting is also timed with the query session's\n"
 	"descriptors held open (held_*): pwrite() of in at offset 0, close() of\n"
-	"a dup() of in, pread() of out from offset 0.  ingest_rows_per_s is the first (or only) ingest file, into a\n"
+	"a dup() of in, pread() of out from offset 0; held_write_us, held_close_us\n"
+	"and held_read_us are the mean time of each of the three.\n"
+	"ingest_rows_per_s is the first (or only) ingest file, into a\n"
 	"store without a generation; ingest_after_build_rows_per_s the second file\n"
 	"of --ingest-after-build.  The daemon's peak VmRSS and RssAnon are sampled\n"
 	"every 100 ms while ingesting and while building.  Nothing runs in the\n"
@@ -340,6 +342,7 @@ struct measure {
 	uint32_t nprobe;
 	double recall, qps, p50_us, p99_us;
 	double pass1_scored, pass1_pruned, pass2_scored, reranked; /* per query */
+	double write_us, close_us, read_us; /* held descriptors: mean of each step */
 };
 
 struct bench {
@@ -896,6 +899,8 @@ struct mnt {
 	struct measure held[MAX_NPROBE];          /* descriptors held open */
 	/* query traffic */
 	int hin, hout;           /* held descriptors of in and out; -1: none */
+	int timing;              /* add each step's time of a held query to step_ns */
+	uint64_t step_ns[3];     /* pwrite in, close a dup of in, pread out */
 	char *vtext;             /* every query vector as one text line */
 	size_t *voff;            /* nq + 1 offsets into vtext */
 	char *req;               /* one write of query/b/in */
@@ -1878,13 +1883,20 @@ static int mnt_query_held(struct bench *b, struct mnt *m, size_t qi, size_t optl
 		snprintf(what, sizeof what, "query %zu: pwrite in", qi);
 		return fail_mnt(m, w < 0 ? -errno : -EIO, what);
 	}
+	uint64_t t1 = tool_now_ns();
 	fd = dup(m->hin);
 	if (fd < 0 || close(fd)) {
 		snprintf(what, sizeof what, "query %zu: close a dup of in (the search)", qi);
 		return fail_mnt(m, -errno, what);
 	}
+	uint64_t t2 = tool_now_ns();
 	rc = read_to_end(m->hout, 1, &m->out, &m->outcap, &outlen);
 	*ns = tool_now_ns() - t0;
+	if (m->timing) {
+		m->step_ns[0] += t1 - t0;
+		m->step_ns[1] += t2 - t1;
+		m->step_ns[2] += t0 + *ns - t2;
+	}
 	if (rc) {
 		snprintf(what, sizeof what, "query %zu: pread out", qi);
 		return fail_mnt(m, rc, what);
@@ -1948,6 +1960,8 @@ static int mnt_measure(struct bench *b, struct mnt *m, uint32_t nprobe, int held
 		progress_show(&p, phase, (int)((i + 1) * 100 / nwarm));
 	}
 	snprintf(phase, sizeof phase, "nprobe %u", nprobe);
+	memset(m->step_ns, 0, sizeof m->step_ns);
+	m->timing = held;
 	for (size_t i = 0; i < b->nq; i++) {
 		if ((i & 63) == 0 && tool_interrupted()) {
 			progress_end(&p);
@@ -1963,6 +1977,7 @@ static int mnt_measure(struct bench *b, struct mnt *m, uint32_t nprobe, int held
 		progress_show(&p, phase, (int)((i + 1) * 100 / b->nq));
 	}
 	progress_end(&p);
+	m->timing = 0;
 	if ((rc = mnt_check_query_stats(m, nprobe, o->k)))
 		return rc;
 	qsort(b->lat_ns, b->nq, sizeof *b->lat_ns, tool_cmp_u64);
@@ -1971,6 +1986,11 @@ static int mnt_measure(struct bench *b, struct mnt *m, uint32_t nprobe, int held
 	out->qps = total_ns ? (double)b->nq * 1e9 / (double)total_ns : 0;
 	out->p50_us = percentile_us(b->lat_ns, b->nq, 50);
 	out->p99_us = percentile_us(b->lat_ns, b->nq, 99);
+	if (held) {
+		out->write_us = (double)m->step_ns[0] / 1e3 / (double)b->nq;
+		out->close_us = (double)m->step_ns[1] / 1e3 / (double)b->nq;
+		out->read_us = (double)m->step_ns[2] / 1e3 / (double)b->nq;
+	}
 	return 0;
 }
 
@@ -2149,6 +2169,8 @@ static void mnt_print_row(const struct measure *fs, const struct measure *held,
 	printf("%6s   ratio to the library: %.3f (adds %.1f us a query); held "
 	       "descriptors: %.3f (adds %.1f us)\n", "", qps_ratio(fs, lib),
 	       added_us(fs, lib), qps_ratio(held, lib), added_us(held, lib));
+	printf("%6s   held, mean us: pwrite in %.1f, close (runs the query) %.1f, "
+	       "pread out %.1f\n", "", held->write_us, held->close_us, held->read_us);
 }
 
 static void json_kb(const char *key, int sampled, uint64_t kb)
@@ -2177,6 +2199,9 @@ static void mnt_json_row(const struct bench *b, const struct mnt *m,
 	tool_json_num("held_qps", held->qps, 1);
 	tool_json_num("held_p50_us", held->p50_us, 1);
 	tool_json_num("held_ratio", qps_ratio(held, lib), 4);
+	tool_json_num("held_write_us", held->write_us, 1);
+	tool_json_num("held_close_us", held->close_us, 1);
+	tool_json_num("held_read_us", held->read_us, 1);
 	tool_json_num("p50_us", fs->p50_us, 1);
 	tool_json_num("p99_us", fs->p99_us, 1);
 	tool_json_num("library_recall_at_10", lib->recall, 4);
