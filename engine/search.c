@@ -814,6 +814,27 @@ found:
 }
 
 #define RERANK_STEP 16 /* most candidates whose records are fetched together */
+#define RERANK_AHEAD 4 /* records read ahead when candidates go one at a time */
+
+/* Start reading the records of candidates c[0..n): first where each was
+ * last seen, then the record there, so that the cache misses of all of
+ * them overlap instead of coming one after another. */
+static void prefetch_records(search *s, const cand *c, size_t n)
+{
+	for (size_t j = 0; j < n; j++) {
+		uint64_t id;
+		memcpy(&id, c[j].idp, 8);
+		vf_hint_prefetch(s->v->store, id);
+	}
+	for (size_t j = 0; j < n; j++) {
+		uint64_t id;
+		size_t len;
+		memcpy(&id, c[j].idp, 8);
+		const char *p = vf_hint_get(s->v->store, id, &len);
+		for (size_t o = 0; p && o < len; o += 64)
+			__builtin_prefetch(p + o);
+	}
+}
 
 /* Exact distances for the candidates, best lower bound first, until no
  * remaining bound can enter the top k.  While the top k is short by m
@@ -829,6 +850,7 @@ static int rerank(search *s, query *q)
 	/* the ids of the likely re-ranks (the top k and as many again) */
 	for (size_t i = 0; i < n && i < 2 * (size_t)q->top.k; i++)
 		__builtin_prefetch(q->cands[i].idp);
+	size_t ahead = 0; /* records read ahead up to here */
 	for (size_t i0 = 0, m; i0 < n; i0 += m) {
 		const uint8_t *vec[RERANK_STEP];
 		hit h[RERANK_STEP];
@@ -839,6 +861,12 @@ static int rerank(search *s, query *q)
 			m = n - i0;
 		if (!(q->cands[i0].lo < hheap_top(&q->top)))
 			break;
+		if (i0 + m > ahead) { /* read this step's records, or a few ahead */
+			size_t r = m > RERANK_AHEAD ? m : RERANK_AHEAD;
+			r = r < n - i0 ? r : n - i0;
+			prefetch_records(s, &q->cands[i0], r);
+			ahead = i0 + r;
+		}
 		for (size_t j = 0; j < m; j++) {
 			int rc = resolve(s, &q->cands[i0 + j], &vec[j], &h[j]);
 			if (rc < 0)

@@ -237,6 +237,12 @@ const void *vf_hint_get(const vf_store *s, uint64_t id, size_t *len)
 	return NULL;
 }
 
+void vf_hint_prefetch(const vf_store *s, uint64_t id)
+{
+	if (s->hints) /* both ways share a 32-byte pair */
+		__builtin_prefetch(&s->hints[hint_hash(id) & s->hint_mask]);
+}
+
 void vf_hint_put(vf_store *s, uint64_t id, const void *data, size_t len)
 {
 	uint64_t addr = (uint64_t)(uintptr_t)data;

@@ -74,6 +74,8 @@ int vf_write(vf_store *s, vf_write_fn fn, void *arg);
 int vf_hint_init(vf_store *s, uint64_t records);
 int vf_hint_reserve(vf_store *s, uint64_t records);
 const void *vf_hint_get(const vf_store *s, uint64_t id, size_t *len);
+/* Start reading the slots of id (a later vf_hint_get finds them cached). */
+void vf_hint_prefetch(const vf_store *s, uint64_t id);
 void vf_hint_put(vf_store *s, uint64_t id, const void *data, size_t len);
 
 /* Grow the map (exclusive): used by vf_write; exposed for tests. */
