@@ -197,28 +197,43 @@ int vf_hint_init(vf_store *s, uint64_t records)
 	return 0;
 }
 
+/* With s->resize held for writing: a new, empty table of `slots` slots
+ * if that is larger than the one there (else nothing; -ENOMEM keeps it). */
+static int hint_swap_locked(vf_store *s, uint64_t slots)
+{
+	if (slots <= s->hint_mask + 1)
+		return 0;
+	vf_hint *h = calloc(slots, sizeof(vf_hint));
+	if (!h)
+		return -ENOMEM;
+	free(s->hints);
+	__atomic_store_n(&s->hints, h, __ATOMIC_RELAXED);
+	__atomic_store_n(&s->hint_mask, slots - 1, __ATOMIC_RELAXED);
+	__atomic_store_n(&s->hint_want, 0, __ATOMIC_RELAXED);
+	return 0;
+}
+
 int vf_hint_reserve(vf_store *s, uint64_t records)
 {
 	uint64_t have = __atomic_load_n(&s->hint_mask, __ATOMIC_RELAXED) + 1;
-	/* more than half full, and room to grow; never while this thread holds
-	 * a transaction (the swap waits for all of them to end) */
+	/* more than half full, and room to grow; never from a thread inside a
+	 * transaction */
 	if (!__atomic_load_n(&s->hints, __ATOMIC_RELAXED) || 2 * records <= have ||
 	    have >= HINT_MAX_SLOTS || reads_held > 0)
 		return 0;
 	uint64_t slots = hint_slots(records);
-	vf_hint *h = calloc(slots, sizeof(vf_hint));
-	if (!h)
-		return -ENOMEM;
-	pthread_rwlock_wrlock(&s->resize);
-	if (slots > s->hint_mask + 1) { /* no other writer grew it meanwhile */
-		vf_hint *old = s->hints;
-		__atomic_store_n(&s->hints, h, __ATOMIC_RELAXED);
-		__atomic_store_n(&s->hint_mask, slots - 1, __ATOMIC_RELAXED);
-		h = old;
+	if (pthread_rwlock_trywrlock(&s->resize) != 0) {
+		/* transactions run (a query, a build): not now */
+		uint64_t w = __atomic_load_n(&s->hint_want, __ATOMIC_RELAXED);
+		while (w < slots &&
+		       !__atomic_compare_exchange_n(&s->hint_want, &w, slots, 0,
+						    __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+			;
+		return 0;
 	}
+	int rc = hint_swap_locked(s, slots);
 	pthread_rwlock_unlock(&s->resize);
-	free(h);
-	return 0;
+	return rc;
 }
 
 const void *vf_hint_get(const vf_store *s, uint64_t id, size_t *len)
@@ -320,7 +335,11 @@ int vf_store_grow(vf_store *s, size_t min_size)
 	if (rc == 0)
 		s->mapsize = want;
 	s->map_epoch++;
-	if (s->hints) /* the map may have moved: no reader holds a hint now */
+	/* the map may have moved: no reader holds a hint now; the table takes
+	 * the size a write wanted for it meanwhile, else it is emptied */
+	uint64_t slots_wanted = __atomic_load_n(&s->hint_want, __ATOMIC_RELAXED);
+	if (s->hints && (slots_wanted <= s->hint_mask + 1 ||
+			 hint_swap_locked(s, slots_wanted)))
 		memset(s->hints, 0, (s->hint_mask + 1) * sizeof(vf_hint));
 	pthread_rwlock_unlock(&s->resize);
 	return vf_mdb_err(rc);

@@ -35,6 +35,7 @@ typedef struct vf_store {
 	uint64_t map_epoch;       /* grows each time the map may have moved */
 	struct vf_hint *hints;    /* record locations, see vf_hint_get */
 	uint64_t hint_mask;       /* slots - 1 */
+	uint64_t hint_want;       /* slots wanted when the table could not grow */
 	int lockfd;
 	char dir[4096];
 } vf_store;
@@ -70,7 +71,9 @@ int vf_write(vf_store *s, vf_write_fn fn, void *arg);
  * 4096 to 4M slots: 64 KB to 64 MB), two-way and lock-free; call get and
  * put from inside a read or write transaction.  vf_hint_reserve() makes a
  * larger table, empty, once `records` fill more than half of it: call it
- * after a write, holding no transaction. */
+ * after a write, holding no transaction.  It never waits: while any
+ * transaction runs it leaves the size wanted for the next try, or for the
+ * next growth of the map (which has to wait for them anyway). */
 int vf_hint_init(vf_store *s, uint64_t records);
 int vf_hint_reserve(vf_store *s, uint64_t records);
 const void *vf_hint_get(const vf_store *s, uint64_t id, size_t *len);

@@ -13,6 +13,7 @@
 #include <cmocka.h>
 
 #include <errno.h>
+#include <pthread.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -804,6 +805,42 @@ static int put_blocks(MDB_txn *txn, void *arg)
 	return 0;
 }
 
+/* A thread that holds a read transaction until told to end it. */
+typedef struct holder {
+	vf_store *s;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int state; /* 1: holding, 2: told to end */
+} holder;
+
+static void holder_set(holder *h, int st)
+{
+	pthread_mutex_lock(&h->mu);
+	h->state = st;
+	pthread_cond_broadcast(&h->cv);
+	pthread_mutex_unlock(&h->mu);
+}
+
+static void holder_wait(holder *h, int st)
+{
+	pthread_mutex_lock(&h->mu);
+	while (h->state < st)
+		pthread_cond_wait(&h->cv, &h->mu);
+	pthread_mutex_unlock(&h->mu);
+}
+
+static void *hold_read(void *arg)
+{
+	holder *h = arg;
+	MDB_txn *txn;
+	if (vf_read_begin(h->s, &txn) != 0)
+		return NULL;
+	holder_set(h, 1);
+	holder_wait(h, 2);
+	vf_read_end(h->s, txn);
+	return NULL;
+}
+
 /* The location hint table is sized for the records of today (four slots a
  * record, 4096 at least) and made larger, empty, once records fill more
  * than half of it; never by a thread inside a transaction. */
@@ -851,6 +888,21 @@ static void test_hint_table_grows(void **state)
 	}
 	vf_read_end(s, txn);
 	assert_true(found > 7000); /* two ways: few collisions at half load */
+
+	/* while another thread holds a transaction: no wait, no change; the
+	 * size wanted is taken when the map next grows */
+	holder h = {.s = s, .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+	pthread_t th;
+	assert_int_equal(pthread_create(&th, NULL, hold_read, &h), 0);
+	holder_wait(&h, 1);
+	assert_int_equal(vf_hint_reserve(s, 8193), 0);
+	assert_int_equal(s->hint_mask + 1, 16384);
+	assert_int_equal(s->hint_want, 65536);
+	holder_set(&h, 2);
+	pthread_join(th, NULL);
+	assert_int_equal(vf_store_grow(s, 0), 0);
+	assert_int_equal(s->hint_mask + 1, 65536);
+	assert_int_equal(s->hint_want, 0);
 	/* at most 4M slots */
 	assert_int_equal(vf_hint_reserve(s, (uint64_t)1 << 30), 0);
 	assert_int_equal(s->hint_mask + 1, (uint64_t)1 << 22);
