@@ -15,6 +15,11 @@
  * When every worker is busy (a long ingest commit, a backup read) another,
  * unpinned, one starts, up to max_threads; such extra workers leave once
  * as many others as there are pinned ones wait again.
+ *
+ * fs_loop_stop() (SIGINT, SIGTERM) wakes every worker; requests in progress
+ * get STOP_GRACE_S to finish.  One that is still running then may wait on
+ * the kernel for a request nobody reads any more: the daemon exits without
+ * it (a commit is one LMDB transaction: nothing acknowledged is lost).
  */
 #include "fs.h"
 
@@ -26,10 +31,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #define PINNED_MAX 8
 #define EXTRA_IDLE_MS 1000   /* an extra worker waits this long, then may leave */
+#define STOP_GRACE_S 60      /* after a stop, requests in progress get this long */
 
 typedef struct loop {
 	struct fuse_session *se;
@@ -42,6 +49,8 @@ typedef struct loop {
 	unsigned pinned;       /* workers pinned to a CPU */
 	unsigned max_threads;
 	int err;               /* the first error that ended the loop */
+	int stopping;          /* the loop is ending */
+	struct timespec stop_at; /* since when (CLOCK_MONOTONIC) */
 } loop;
 
 typedef struct worker {
@@ -49,7 +58,10 @@ typedef struct worker {
 	int cpu;               /* -1: not pinned */
 } worker;
 
-static loop the_loop = {.fd = -1, .wake = {-1, -1}};
+static loop the_loop = {
+	.fd = -1, .wake = {-1, -1},
+	.mu = PTHREAD_MUTEX_INITIALIZER, .done = PTHREAD_COND_INITIALIZER,
+};
 
 static int start_worker(loop *l, int cpu);
 
@@ -72,6 +84,10 @@ static void end_loop_locked(loop *l, int err)
 {
 	if (err && !l->err)
 		l->err = err;
+	if (!l->stopping) {
+		l->stopping = 1;
+		clock_gettime(CLOCK_MONOTONIC, &l->stop_at);
+	}
 	if (l->wake[1] >= 0) {
 		char c = 1;
 		if (write(l->wake[1], &c, 1) < 0) {
@@ -181,18 +197,40 @@ void fs_loop_stop(void)
 	pthread_mutex_unlock(&l->mu);
 }
 
+/* Wait, with l->mu held, until every worker has left: 0, or -ETIMEDOUT
+ * when some are still in a request STOP_GRACE_S after the loop began to end
+ * (a request can wait on the kernel, e.g. an invalidation on a page that
+ * a read holds, and no worker answers that read any more). */
+static int wait_workers_locked(loop *l)
+{
+	while (l->workers > 0) {
+		struct timespec now, deadline;
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		if (l->stopping && now.tv_sec - l->stop_at.tv_sec >= STOP_GRACE_S)
+			return -ETIMEDOUT;
+		clock_gettime(CLOCK_REALTIME, &deadline); /* the condition's clock */
+		deadline.tv_sec += 1;
+		pthread_cond_timedwait(&l->done, &l->mu, &deadline);
+	}
+	return 0;
+}
+
 int fs_loop(struct fuse_session *se, unsigned max_threads)
 {
 	loop *l = &the_loop;
 	cpu_set_t cpus;
-	int rc = 0;
+	int wake[2], rc = 0;
 
-	pthread_mutex_init(&l->mu, NULL);
-	pthread_cond_init(&l->done, NULL);
+	if (pipe2(wake, O_CLOEXEC | O_NONBLOCK) != 0)
+		return -errno;
+	pthread_mutex_lock(&l->mu);
 	l->se = se;
 	l->fd = fuse_session_fd(se);
-	if (pipe2(l->wake, O_CLOEXEC | O_NONBLOCK) != 0)
-		return -errno;
+	l->wake[0] = wake[0];
+	l->wake[1] = wake[1];
+	if (l->stopping) /* stopped before it began */
+		end_loop_locked(l, 0);
+	pthread_mutex_unlock(&l->mu);
 	int fl = fcntl(l->fd, F_GETFL);
 	if (fl < 0 || fcntl(l->fd, F_SETFL, fl | O_NONBLOCK) < 0) {
 		rc = -errno;
@@ -217,15 +255,18 @@ int fs_loop(struct fuse_session *se, unsigned max_threads)
 	l->max_threads = max_threads > l->workers ? max_threads : l->workers + 1;
 	if (rc)
 		end_loop_locked(l, rc);
-	while (l->workers > 0)
-		pthread_cond_wait(&l->done, &l->mu);
-	if (!rc && l->err < 0)
-		rc = l->err;
+	int w = wait_workers_locked(l);
+	if (!rc)
+		rc = w ? w : l->err < 0 ? l->err : 0;
 	pthread_mutex_unlock(&l->mu);
+	if (w) /* workers still run: leave the descriptors to them */
+		return rc;
 	fcntl(l->fd, F_SETFL, fl);
 out:
-	close(l->wake[0]);
-	close(l->wake[1]);
+	pthread_mutex_lock(&l->mu); /* fs_loop_stop() may write to wake[1] */
 	l->wake[0] = l->wake[1] = -1;
+	pthread_mutex_unlock(&l->mu);
+	close(wake[0]);
+	close(wake[1]);
 	return rc;
 }

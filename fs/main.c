@@ -314,6 +314,13 @@ int main(int argc, char *argv[])
 		rc = fuse_session_loop_mt(session, &lc);
 	} else {
 		rc = fs_loop(session, co.max_threads ? co.max_threads : 10);
+		if (rc == -ETIMEDOUT) {
+			/* requests still run and use the store: no tidying up under
+			 * them; every committed write is already durable */
+			fprintf(stderr, "vecfs: requests still running a minute after the "
+				"stop; exiting without them\n");
+			_exit(1);
+		}
 		if (rc)
 			fprintf(stderr, "vecfs: the session loop ended: %s\n", strerror(-rc));
 	}
