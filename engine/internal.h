@@ -127,11 +127,12 @@ void vf_pw_free(vf_posting_writer *w);
 /* Write back the cached manifests and assignment chunks (before commit). */
 int vf_pw_flush(vf_posting_writer *w, MDB_txn *txn);
 /* Kill the record's current posting in g (if any); with vec != NULL add a
- * delta posting (code, vector, key) for version `seq` and return its
- * cluster in *cluster. */
+ * delta posting (code, vector, key) for version `seq` in the cluster of
+ * the nearest centroid (`nearest` when the caller found it already, else
+ * VF_ASSIGN_NONE) and return that cluster in *cluster. */
 int vf_pw_apply(vf_posting_writer *w, MDB_txn *txn, uint64_t id, uint64_t seq,
 		const float *vec, const char *key, uint32_t keylen, int has_payload,
-		uint32_t *cluster);
+		uint32_t nearest, uint32_t *cluster);
 
 /* A generation being made (a build or a rebalance): whom to tell about
  * progress, where its error goes, whether it was asked to stop.  report()

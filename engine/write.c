@@ -158,7 +158,7 @@ static int bump_manifest(vf_posting_writer *w, MDB_txn *txn, uint32_t c, int dd,
 
 int vf_pw_apply(vf_posting_writer *w, MDB_txn *txn, uint64_t id, uint64_t seq,
 		const float *vec, const char *key, uint32_t keylen, int has_payload,
-		uint32_t *cluster)
+		uint32_t nearest, uint32_t *cluster)
 {
 	vf_store *s = w->v->store;
 	vf_gen *g = w->g;
@@ -177,7 +177,7 @@ int vf_pw_apply(vf_posting_writer *w, MDB_txn *txn, uint64_t id, uint64_t seq,
 	if (vec) {
 		if (vf_to_index_space((vecfs_metric)g->meta.metric, vec, w->tmp, g->meta.dim))
 			return -EINVAL;
-		c = vf_gen_nearest(g, w->tmp);
+		c = nearest < g->meta.nlist ? nearest : vf_gen_nearest(g, w->tmp);
 		vf_code code;
 		vf_encode(&w->enc, w->tmp, g->centroids + (size_t)c * g->meta.dim,
 			  g->rc + (size_t)c * g->meta.pdim, w->planes, &code);
@@ -238,7 +238,8 @@ int vf_sync_generation(vecfs *v, MDB_txn *txn, vf_gen *g, vf_genmeta *m,
 			memcpy(vec, r.vec, sizeof(float) * m->dim);
 			src = vec;
 		}
-		rc = vf_pw_apply(&w, txn, e->ch.id, e->seq, src, r.key, r.keylen, r.plen > 0, NULL);
+		rc = vf_pw_apply(&w, txn, e->ch.id, e->seq, src, r.key, r.keylen, r.plen > 0,
+				 VF_ASSIGN_NONE, NULL);
 	}
 	if (rc == 0)
 		rc = vf_pw_flush(&w, txn);
@@ -291,6 +292,8 @@ typedef struct put_ctx {
 	size_t reccap;
 	int *maint_due;        /* out: compaction is due */
 	uint64_t *live;        /* out: live records after the write */
+	const uint32_t *near;  /* nearest centroids of the rows to come, in order */
+	size_t nnear, inear;
 	uint32_t compact_deltas;
 } put_ctx;
 
@@ -388,8 +391,9 @@ static int put_row(put_ctx *c, const vecfs_row *r)
 		return rc;
 	vf_change ch = {id, 0, 0, VF_OP_PUT};
 	if (c->g) {
+		uint32_t nearest = c->inear < c->nnear ? c->near[c->inear++] : VF_ASSIGN_NONE;
 		if ((rc = vf_pw_apply(&c->w, c->txn, id, seq, r->vec, key, (uint32_t)klen,
-				      r->payload_len > 0, &ch.cluster)))
+				      r->payload_len > 0, nearest, &ch.cluster)))
 			return rc;
 		ch.gen = c->g->id;
 	}
@@ -435,10 +439,59 @@ typedef struct put_job {
 	uint64_t live;
 } put_job;
 
+#define NEAR_CHUNK 4096 /* rows whose nearest centroids are found together */
+
+/* With an active generation: the nearest centroid of each row put_row will
+ * take (in its order), found for many rows at once, so that the centroids
+ * are read once for 64 rows (and on every CPU) instead of once a row.
+ * A row put_row would refuse gets VF_ASSIGN_NONE: it finds out itself. */
+static int find_nearest(put_ctx *c, const vecfs_row *rows, size_t n, const uint8_t *skip,
+			uint32_t **out, size_t *nout)
+{
+	vf_gen *g = c->g;
+	uint32_t dim = g->meta.dim;
+	size_t m = 0;
+	for (size_t i = 0; i < n; i++)
+		m += !(skip && skip[i]);
+	uint32_t *near = malloc(sizeof(uint32_t) * (m ? m : 1));
+	float *buf = malloc(sizeof(float) * dim * NEAR_CHUNK);
+	uint8_t *bad = malloc(NEAR_CHUNK);
+	if (!near || !buf || !bad) {
+		free(near);
+		free(buf);
+		free(bad);
+		return -ENOMEM;
+	}
+	for (size_t i = 0, k = 0; k < m;) {
+		size_t nb = 0;
+		for (; i < n && nb < NEAR_CHUNK; i++) {
+			if (skip && skip[i])
+				continue;
+			bad[nb] = c->dim != dim ||
+				  vf_to_index_space((vecfs_metric)g->meta.metric, rows[i].vec,
+						    buf + nb * dim, dim);
+			if (bad[nb])
+				memset(buf + nb * dim, 0, sizeof(float) * dim);
+			nb++;
+		}
+		vf_nearest(&g->ci, buf, nb, near + k, NULL, c->v->threads);
+		for (size_t b = 0; b < nb; b++)
+			if (bad[b])
+				near[k + b] = VF_ASSIGN_NONE;
+		k += nb;
+	}
+	free(buf);
+	free(bad);
+	*out = near;
+	*nout = m;
+	return 0;
+}
+
 static int put_fn(MDB_txn *txn, void *arg)
 {
 	put_job *j = arg;
 	put_ctx c;
+	uint32_t *near = NULL;
 	int rc = put_begin(&c, j->v, txn, j->dim, j->err, j->errlen);
 	c.maint_due = &j->maint_due;
 	c.live = &j->live;
@@ -447,9 +500,13 @@ static int put_fn(MDB_txn *txn, void *arg)
 			*j->bad_row = 0;
 		return put_end(&c, rc);
 	}
+	if (c.g && j->n > 1 && (rc = find_nearest(&c, j->rows, j->n, j->skip, &near, &c.nnear)))
+		return put_end(&c, rc);
+	c.near = near;
 	for (size_t i = 0; i < j->n && rc == 0; i++)
 		if (!(j->skip && j->skip[i]))
 			rc = put_row(&c, &j->rows[i]);
+	free(near);
 	return put_end(&c, rc);
 }
 
@@ -794,7 +851,7 @@ static int del_fn(MDB_txn *txn, void *arg)
 	uint64_t seq_before = cnt.seq, seq = ++cnt.seq;
 	vf_change ch = {id, 0, 0, VF_OP_DEL};
 	if (g)
-		rc = vf_pw_apply(&w, txn, id, seq, NULL, NULL, 0, 0, NULL);
+		rc = vf_pw_apply(&w, txn, id, seq, NULL, NULL, 0, 0, VF_ASSIGN_NONE, NULL);
 	if (rc == 0 && g)
 		rc = vf_pw_flush(&w, txn);
 	if (rc == 0)
