@@ -8,7 +8,7 @@
  * the caller goes to sleep, so it usually reads the request first, and its
  * reply wakes the caller on that same CPU.  A round trip then costs two
  * context switches and no cross-CPU wakeup, which on a virtual machine is
- * the larger part of the time (measured: 11-18 us a round trip against
+ * the larger part of the time (measured: 15-22 us a round trip against
  * 21-45 us with libfuse's loop on the same 2-CPU machine).  The others find
  * nothing to read (EAGAIN) and wait again.
  *
