@@ -406,6 +406,23 @@ if mnt "$S" "$M"; then
 else
 	bad remount_after_kill9 "$(tail -c 200 "$TMP/daemon.log")"
 fi
+# SIGTERM while a query runs: the query finishes and its close() succeeds,
+# then the daemon exits and the mount is gone
+if mnt "$S" "$M"; then
+	T mkdir -p "$M/query/term"
+	put "$TMP/long.in" "$M/query/term/in" >"$TMP/term.res" &
+	putpid=$!
+	sleep 0.3
+	pid=$(daemon_pid "$M")
+	kill -TERM "$pid"
+	wait "$putpid"
+	check sigterm_lets_query_finish test "$(cat "$TMP/term.res")" == OK
+	for ((i = 0; i < 200; i++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+	check sigterm_after_query_exits sh -c "! kill -0 $pid 2>/dev/null"
+	check sigterm_after_query_unmounts sh -c "! awk -v m='$M' '\$2 == m { f = 1 } END { exit !f }' /proc/self/mounts"
+else
+	bad remount_for_sigterm "$(tail -c 200 "$TMP/daemon.log")"
+fi
 if mnt "$S" "$M" -o fsname=vecfstest; then
 	check o_passthrough grep -q "^vecfstest $M " /proc/self/mounts
 	check fusermount_unmount umnt "$M"
