@@ -39,9 +39,8 @@ struct qsession {
 	int exact;     /* how the last query ran */
 	uint32_t dim;
 	double secs;
-	char *res[3];
+	char *res[3];  /* NULL: not rendered yet */
 	size_t reslen[3];
-	int rendered[3];
 };
 
 qsession *qs_new(vecfs *v, const char *id)
@@ -63,7 +62,6 @@ static void clear_results(qsession *q)
 		free(q->res[i]);
 		q->res[i] = NULL;
 		q->reslen[i] = 0;
-		q->rendered[i] = 0;
 	}
 	vecfs_results_free(q->r);
 	q->r = NULL;
@@ -440,7 +438,7 @@ static void render_session_stats(sbuf *st, const qsession *q)
  * Returns 0, or -ENOMEM (the file then reads as empty). */
 static int ensure_rendered(qsession *q, int which)
 {
-	if (q->rendered[which] || !q->r)
+	if (q->res[which] || !q->r)
 		return 0;
 	sbuf b;
 	sb_init(&b);
@@ -455,8 +453,7 @@ static int ensure_rendered(qsession *q, int which)
 		return -ENOMEM;
 	}
 	q->res[which] = sb_take(&b, &q->reslen[which]);
-	q->rendered[which] = 1;
-	return 0;
+	return q->res[which] ? 0 : -ENOMEM;
 }
 
 /* Text input at close: the lines check_lines() parsed, and the last line
