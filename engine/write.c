@@ -467,9 +467,8 @@ static int find_nearest(put_ctx *c, const vecfs_row *rows, size_t n, const uint8
 		for (; i < n && nb < NEAR_CHUNK; i++) {
 			if (skip && skip[i])
 				continue;
-			bad[nb] = c->dim != dim ||
-				  vf_to_index_space((vecfs_metric)g->meta.metric, rows[i].vec,
-						    buf + nb * dim, dim);
+			bad[nb] = vf_to_index_space((vecfs_metric)g->meta.metric, rows[i].vec,
+						    buf + nb * dim, dim) != 0;
 			if (bad[nb])
 				memset(buf + nb * dim, 0, sizeof(float) * dim);
 			nb++;
