@@ -142,14 +142,29 @@ int gen_parse_name(const char *name, uint64_t *gen);
 /* Make the generation named by a symlink target active (errors line on failure). */
 int gen_activate_target(vecfs *v, const char *target, const char *how);
 
+/* ---------------------------------------------------------------- passthrough.c */
+
+/* Route the session's I/O through passthrough.c so that the INIT reply asks
+ * for passthrough when the kernel offers it.  After fuse_session_mount(),
+ * before the loop.  0 or -errno. */
+int pt_install(struct fuse_session *se);
+/* Register fd (a regular file) as a backing file: its id (> 0), or -errno
+ * when passthrough is not available. */
+int pt_backing_open(int fd);
+void pt_backing_close(int id);
+/* Answer OPEN like fuse_reply_open(), with reads and writes passed through
+ * to the backing file `backing_id`. */
+int pt_reply_open(fuse_req_t req, const struct fuse_file_info *fi, int backing_id);
+
 /* ---------------------------------------------------------------- tree.c */
 
 extern const struct fuse_lowlevel_ops fs_ops;
 void tree_init(fs_mount *m);
 /* The session, for notifications; cache_out: serve query/ID/out from the
  * kernel's page cache (needs a multithreaded loop: a notification may wait
- * for a read of out that another thread answers). */
-void tree_set_session(struct fuse_session *se, int cache_out);
+ * for a read of out that another thread answers); passthrough: from a file
+ * of the daemon's that the kernel reads (passthrough.c), when it can. */
+void tree_set_session(struct fuse_session *se, int cache_out, int passthrough);
 void tree_destroy(void);
 
 #endif

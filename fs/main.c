@@ -30,9 +30,11 @@ static fs_mount the_mount;
 struct options {
 	char *store;
 	int extra;           /* arguments beyond STORE MOUNTPOINT */
+	int no_passthrough;  /* -o no_passthrough */
 };
 
 static const struct fuse_opt option_spec[] = {
+	{"no_passthrough", offsetof(struct options, no_passthrough), 1},
 	FUSE_OPT_END,
 };
 
@@ -70,7 +72,12 @@ static void usage(FILE *f, const char *prog, int full)
 		"MOUNTPOINT.  The command returns once the mount is usable; unmount with\n"
 		"`fusermount3 -u MOUNTPOINT`, SIGINT or SIGTERM.  See MOUNTPOINT/README.\n"
 		"\n"
-		"Options (libfuse's -o options pass through):\n");
+		"Options:\n"
+		"    -o no_passthrough      serve query/ID/out through the daemon, not from\n"
+		"                           a file the kernel reads directly (FUSE\n"
+		"                           passthrough, used when the kernel offers it)\n"
+		"\n"
+		"libfuse's options:\n");
 }
 
 /* ---------------------------------------------------------------- signals */
@@ -274,11 +281,13 @@ int main(int argc, char *argv[])
 		fprintf(stderr, "vecfs: cannot start the FUSE session (bad -o option?)\n");
 		goto out_store;
 	}
-	tree_set_session(session, !co.singlethread);
+	tree_set_session(session, !co.singlethread, !o.no_passthrough);
 	if (fuse_session_mount(session, co.mountpoint) != 0) {
 		fprintf(stderr, "vecfs: cannot mount on %s\n", co.mountpoint);
 		goto out_session;
 	}
+	if (!o.no_passthrough && pt_install(session) != 0)
+		tree_set_session(session, !co.singlethread, 0);
 	pthread_t sth;
 	if (pthread_create(&sth, NULL, signal_thread, &sigs) != 0) {
 		fprintf(stderr, "vecfs: cannot start the signal thread\n");

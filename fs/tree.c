@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <time.h>
@@ -75,6 +76,8 @@ typedef struct node {
 	uint64_t gen;         /* generation of K_GEN and its files */
 	ingest *ing;          /* K_INGEST_FILE */
 	qsession *qs;         /* K_SESSION */
+	int out_bid;          /* K_SESSION: backing file id of out (passthrough), or 0 */
+	int out_fd;           /* K_SESSION: that backing file, while out_bid > 0 */
 	struct node *session; /* session files: their session node */
 	char *target;         /* K_TMPLINK */
 	uint64_t bsize;       /* K_BACKUP: size of the backup open handles read */
@@ -100,6 +103,7 @@ static gid_t my_gid;
 static struct fuse_session *tree_se;
 static fs_mount *mnt; /* what is served; set by tree_init() */
 static int cache_out_wanted, cache_out; /* see push_out() */
+static int passthrough_out;               /* see out_backing_open() */
 static pthread_mutex_t push_mu = PTHREAD_MUTEX_INITIALIZER;
 
 /* ---------------------------------------------------------------- tables */
@@ -253,6 +257,10 @@ static void node_destroy(node *n)
 		ingest_free(n->ing);
 	if (n->qs)
 		qs_free(n->qs);
+	if (n->out_bid > 0) {
+		pt_backing_close(n->out_bid);
+		close(n->out_fd);
+	}
 	free(n->target);
 	free(n->name);
 	free(n);
@@ -481,11 +489,23 @@ static int node_attr(node *n, struct stat *st)
 	return rc;
 }
 
+/* out is served from a file of the daemon's (passthrough) */
+static int out_passthrough(const node *n)
+{
+	return n->kind == K_QOUT && n->session && n->session->out_bid > 0;
+}
+
+/* out is served from the kernel's page cache */
+static int out_cached(const node *n)
+{
+	return cache_out && n->kind == K_QOUT && !out_passthrough(n);
+}
+
 /* Attributes are computed afresh on every stat (0), but for a cached out,
  * whose every change push_out() announces. */
 static double attr_timeout(const node *n)
 {
-	return cache_out && n->kind == K_QOUT ? 60.0 : 0;
+	return out_cached(n) ? 60.0 : 0;
 }
 
 static void reply_entry(fuse_req_t req, node *n, const struct stat *st)
@@ -803,8 +823,8 @@ static int open_node(node *n, struct fuse_file_info *fi, handle **out)
 		handle_free(h);
 		return rc;
 	}
-	fi->direct_io = !(cache_out && n->kind == K_QOUT);
-	fi->keep_cache = !fi->direct_io;
+	fi->direct_io = !out_cached(n) && !out_passthrough(n);
+	fi->keep_cache = out_cached(n);
 	/* nothing happens when a reader closes: spare it the FLUSH round trip */
 	fi->noflush = acc == O_RDONLY;
 	fi->fh = (uintptr_t)h;
@@ -831,7 +851,8 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		fuse_reply_err(req, -rc);
 		return;
 	}
-	if (fuse_reply_open(req, fi) != 0) {
+	if ((out_passthrough(n) ? pt_reply_open(req, fi, n->session->out_bid)
+				: fuse_reply_open(req, fi)) != 0) {
 		handle_free(h);
 		unpin(n);
 	}
@@ -841,7 +862,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
  * pages push_out() stored: it must see the content of now, at any offset. */
 static int read_fills_cache(const handle *h)
 {
-	return cache_out && h->n->kind == K_QOUT;
+	return out_cached(h->n);
 }
 
 static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
@@ -974,23 +995,75 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 		fuse_reply_write(req, size);
 }
 
+/* Give a new session a backing file for out when passthrough works; else
+ * its out is served as the other computed files are. */
+static void out_backing_open(node *session)
+{
+	if (!passthrough_out)
+		return;
+	int fd = memfd_create("vecfs-out", MFD_CLOEXEC);
+	if (fd < 0)
+		return;
+	int id = pt_backing_open(fd);
+	if (id > 0) {
+		session->out_fd = fd;
+		session->out_bid = id;
+	} else {
+		close(fd);
+	}
+}
+
+/* A session whose out is passed through: write out into its backing
+ * file, so that every reader sees it once the close() that ran the query
+ * returns.  A file that cannot take it is emptied, and the close fails. */
+static int push_out_backing(node *session)
+{
+	size_t len = 0;
+	int rc = 0;
+	pthread_mutex_lock(&push_mu); /* the last push writes the latest out */
+	char *p = qs_render(session->qs, QS_OUT, &len);
+	if (!p) {
+		rc = -ENOMEM;
+		len = 0;
+	}
+	for (size_t done = 0; done < len;) {
+		ssize_t w = pwrite(session->out_fd, p + done, len - done, (off_t)done);
+		if (w <= 0) {
+			rc = w < 0 ? -errno : -EIO;
+			len = 0;
+			break;
+		}
+		done += (size_t)w;
+	}
+	if (ftruncate(session->out_fd, (off_t)len) != 0 && !rc)
+		rc = -errno;
+	pthread_mutex_unlock(&push_mu);
+	free(p);
+	if (rc)
+		errlog("query/%s/out: cannot store the results: %s", session->name, strerror(-rc));
+	return rc;
+}
+
 /* A session's out is read through the kernel's page cache (keep_cache, a
  * long attribute timeout): after a query the reader gets it in one GETATTR
  * round trip, with no READ and no read at the end of file.  So each time
  * out changes, drop the kernel's copy and store the new one, before the
  * close() that ran the query returns.  The kernel keeps the stored pages
  * when the size changes (EXPLICIT_INVAL_DATA).  An out never looked up has
- * nothing cached: the notifications then fail, harmlessly. */
-static void push_out(node *session)
+ * nothing cached: the notifications then fail, harmlessly.  A passed
+ * through out has its own file instead. */
+static int push_out(node *session)
 {
+	if (session->out_bid > 0)
+		return push_out_backing(session);
 	if (!cache_out)
-		return;
+		return 0;
 	pthread_mutex_lock(&tree_mu);
 	node *o = find_name(session->ino, "out");
 	fuse_ino_t ino = o ? o->ino : 0;
 	pthread_mutex_unlock(&tree_mu);
 	if (!ino)
-		return;
+		return 0;
 	pthread_mutex_lock(&push_mu); /* the last push stores the latest out */
 	size_t len = 0;
 	char *p = qs_render(session->qs, QS_OUT, &len);
@@ -1003,6 +1076,7 @@ static void push_out(node *session)
 	}
 	pthread_mutex_unlock(&push_mu);
 	free(p);
+	return 0;
 }
 
 static int flush_handle(handle *h)
@@ -1017,8 +1091,11 @@ static int flush_handle(handle *h)
 	case K_QIN: {
 		int ran;
 		rc = qs_in_flush(n->session->qs, &ran);
-		if (ran)
-			push_out(n->session);
+		if (ran) {
+			int prc = push_out(n->session);
+			if (!rc)
+				rc = prc;
+		}
 		break;
 	}
 	case K_CONFIG:
@@ -1196,8 +1273,8 @@ static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t
 		return;
 	}
 	node *n = new_node(K_SESSION, parent, name);
-	if (n)
-		n->qs = qs_new(mnt->store, name);
+	if (n && (n->qs = qs_new(mnt->store, name)) != NULL)
+		out_backing_open(n);
 	if (!n || !n->qs) {
 		if (n)
 			maybe_free(n);
@@ -1962,10 +2039,11 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 	}
 }
 
-void tree_set_session(struct fuse_session *se, int want_cache_out)
+void tree_set_session(struct fuse_session *se, int want_cache_out, int passthrough)
 {
 	tree_se = se;
 	cache_out_wanted = want_cache_out;
+	passthrough_out = passthrough;
 }
 
 /* ---------------------------------------------------------------- setup */

@@ -259,7 +259,8 @@ check query_unterminated_out test "$(T cat "$M/query/q1/out" | cut -f1 | tr '\n'
 # a program looping over queries may hold in and out open: a write at offset
 # 0 starts in over, closing a dup() of in runs the query, out read again from
 # offset 0 shows the new results; O_APPEND appends to what in holds
-check query_held_descriptors T "$PY" -c "
+held_ok() { # SESSION
+	T "$PY" -c "
 import os, sys
 d = sys.argv[1]
 i = os.open(d + '/in', os.O_WRONLY | os.O_TRUNC)
@@ -280,7 +281,9 @@ assert os.fstat(f).st_size == 34, os.fstat(f).st_size
 os.close(f)
 out = open(d + '/out').read()
 assert out.count('\\n') == 3 and out.endswith('\\n\\nk1\\t0\\n'), out
-" "$M/query/q1"
+" "$1"
+}
+check query_held_descriptors held_ok "$M/query/q1"
 # out is served from the page cache: a shorter, then a longer result, each
 # read whole by a new reader, with an honest size
 sizes_ok() {
@@ -306,6 +309,20 @@ pages_ok() {
 	done
 }
 check query_out_many_pages pages_ok
+# out is passed through (the kernel reads a file of the daemon's, asking
+# nothing) where the kernel offers passthrough and the daemon may register
+# the file; -o no_passthrough turns it off
+out_files() { # the daemon's files that back an out
+	local pid
+	pid=$(daemon_pid "$M") || return 1
+	ls -l "/proc/$pid/fd" 2>/dev/null | grep -c 'memfd:vecfs-out'
+}
+pt_offered() {
+	[[ $(id -u) == 0 ]] && zcat /proc/config.gz 2>/dev/null | grep -qx 'CONFIG_FUSE_PASSTHROUGH=y'
+}
+if pt_offered; then
+	check query_out_passed_through test "$(out_files)" -ge 1
+fi
 # long requests on every pinned worker (one per CPU) and one more: further
 # requests still get answers at once, and the extra workers started for them
 # leave again once idle
@@ -422,6 +439,17 @@ if mnt "$S" "$M"; then
 	check sigterm_after_query_unmounts sh -c "! awk -v m='$M' '\$2 == m { f = 1 } END { exit !f }' /proc/self/mounts"
 else
 	bad remount_for_sigterm "$(tail -c 200 "$TMP/daemon.log")"
+fi
+# the same queries with out served through the daemon and the page cache
+if mnt "$S" "$M" -o no_passthrough; then
+	T mkdir -p "$M/query/q1"
+	check no_passthrough_no_file test "$(out_files)" == 0
+	check no_passthrough_out_follows sizes_ok
+	check no_passthrough_many_pages pages_ok
+	check no_passthrough_held held_ok "$M/query/q1"
+	umnt "$M"
+else
+	bad mount_no_passthrough "$(tail -c 200 "$TMP/daemon.log")"
 fi
 if mnt "$S" "$M" -o fsname=vecfstest; then
 	check o_passthrough grep -q "^vecfstest $M " /proc/self/mounts

@@ -1,0 +1,142 @@
+/*
+ * fs/passthrough.c - FUSE passthrough: the kernel serves reads of a file
+ * straight from a file of the daemon's, with no request to the daemon.
+ *
+ * A query session's out changes only when its query runs; everything else
+ * is reads.  With passthrough the daemon writes the rendered out into a
+ * memory file before the close() that ran the query returns, and readers
+ * read that file through the kernel: a read of out costs no round trip and
+ * needs no size check (a GETATTR) first.
+ *
+ * Passthrough is in Linux since 6.9 (FUSE protocol 7.40), which libfuse
+ * 3.14 predates: its INIT reply cannot ask for it, and fuse_reply_open()
+ * cannot name a backing file.  So the session's I/O goes through the two
+ * functions below (libfuse's custom I/O): the read one notes whether the
+ * kernel's INIT offers passthrough, the write one adds the request to the
+ * INIT reply; pt_reply_open() writes the OPEN reply with the backing file.
+ * The ABI numbers are the kernel's (include/uapi/linux/fuse.h).  On a kernel
+ * without it, or without CAP_SYS_ADMIN (which registering a backing file
+ * needs), pt_backing_open() fails and out is served as before.
+ */
+#include "fs.h"
+
+#include <errno.h>
+#include <linux/fuse.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#define PT_INIT_FLAG2   (1u << (37 - 32)) /* FUSE_PASSTHROUGH, in flags2 */
+#define PT_FOPEN        (1u << 7)         /* FOPEN_PASSTHROUGH */
+#define PT_STACK_DEPTH  1                 /* vecfs stacks on no other filesystem */
+
+/* offsets into fuse_init_in / fuse_init_out (protocol 7.40) */
+#define INIT_IN_FLAGS    12
+#define INIT_IN_FLAGS2   16
+#define INIT_OUT_FLAGS   12
+#define INIT_OUT_FLAGS2  32
+#define INIT_OUT_DEPTH   36
+
+struct pt_backing_map {
+	int32_t fd;
+	uint32_t flags;
+	uint64_t padding;
+};
+#define PT_IOC_BACKING_OPEN  _IOW(229, 1, struct pt_backing_map)
+#define PT_IOC_BACKING_CLOSE _IOW(229, 2, uint32_t)
+
+struct pt_open_out {      /* fuse_open_out of protocol 7.40 */
+	uint64_t fh;
+	uint32_t open_flags;
+	int32_t backing_id;
+};
+
+static int dev_fd = -1;
+static int wanted;                /* pt_install() was asked to */
+static uint64_t init_unique;      /* the INIT request, while its reply is due */
+static atomic_int asked;          /* the INIT reply asked for passthrough */
+
+static uint32_t get32(const void *p, size_t off)
+{
+	uint32_t v;
+	memcpy(&v, (const char *)p + off, sizeof v);
+	return v;
+}
+
+static void put32(void *p, size_t off, uint32_t v)
+{
+	memcpy((char *)p + off, &v, sizeof v);
+}
+
+static ssize_t pt_read(int fd, void *buf, size_t len, void *userdata)
+{
+	(void)userdata;
+	ssize_t n = read(fd, buf, len);
+	const struct fuse_in_header *h = buf;
+	if (n >= (ssize_t)(sizeof *h + INIT_IN_FLAGS2 + 4) && h->opcode == FUSE_INIT) {
+		const char *in = (const char *)buf + sizeof *h;
+		if ((get32(in, INIT_IN_FLAGS) & FUSE_INIT_EXT) &&
+		    (get32(in, INIT_IN_FLAGS2) & PT_INIT_FLAG2))
+			init_unique = h->unique;
+	}
+	return n;
+}
+
+static ssize_t pt_writev(int fd, struct iovec *iov, int count, void *userdata)
+{
+	(void)userdata;
+	if (init_unique && count >= 2 && iov[0].iov_len >= sizeof(struct fuse_out_header) &&
+	    iov[1].iov_len >= INIT_OUT_DEPTH + 4) {
+		const struct fuse_out_header *oh = iov[0].iov_base;
+		if (oh->unique == init_unique && oh->error == 0) {
+			void *out = iov[1].iov_base;
+			uint32_t flags = get32(out, INIT_OUT_FLAGS);
+			/* the kernel refuses passthrough beside a writeback cache */
+			if ((flags & FUSE_INIT_EXT) && !(flags & FUSE_WRITEBACK_CACHE)) {
+				put32(out, INIT_OUT_FLAGS2, get32(out, INIT_OUT_FLAGS2) | PT_INIT_FLAG2);
+				put32(out, INIT_OUT_DEPTH, PT_STACK_DEPTH);
+				atomic_store(&asked, 1);
+			}
+			init_unique = 0;
+		}
+	}
+	return writev(fd, iov, count);
+}
+
+int pt_install(struct fuse_session *se)
+{
+	static const struct fuse_custom_io io = {.read = pt_read, .writev = pt_writev};
+	dev_fd = fuse_session_fd(se);
+	if (fuse_session_custom_io(se, &io, dev_fd) != 0)
+		return -EINVAL;
+	wanted = 1;
+	return 0;
+}
+
+int pt_backing_open(int fd)
+{
+	if (!wanted || !atomic_load(&asked))
+		return -EOPNOTSUPP;
+	struct pt_backing_map map = {.fd = fd};
+	int id = ioctl(dev_fd, PT_IOC_BACKING_OPEN, &map);
+	return id > 0 ? id : id == 0 ? -EIO : -errno;
+}
+
+void pt_backing_close(int id)
+{
+	uint32_t v = (uint32_t)id;
+	if (id > 0)
+		ioctl(dev_fd, PT_IOC_BACKING_CLOSE, &v);
+}
+
+int pt_reply_open(fuse_req_t req, const struct fuse_file_info *fi, int backing_id)
+{
+	struct pt_open_out o = {
+		.fh = fi->fh,
+		.open_flags = PT_FOPEN | (fi->noflush ? FOPEN_NOFLUSH : 0),
+		.backing_id = backing_id,
+	};
+	return fuse_reply_buf(req, (const char *)&o, sizeof o);
+}
