@@ -67,6 +67,12 @@ int config_apply_text(vecfs *v, const char *text, size_t len);
 int fs_loop(struct fuse_session *se, unsigned max_threads);
 /* Make fs_loop() return once the requests being handled are answered. */
 void fs_loop_stop(void);
+/* A reply is about to go out from the calling thread: a worker of the loop
+ * counts as waiting from now on (a no-op on other threads). */
+void fs_loop_replied(void);
+/* Workers running now, and extra workers started since the loop began;
+ * returns 0 (and nothing is set) unless fs_loop() serves the session. */
+int fs_loop_counts(unsigned *workers, uint64_t *extra_started);
 
 /* ---------------------------------------------------------------- errors.c */
 
@@ -144,10 +150,11 @@ int gen_activate_target(vecfs *v, const char *target, const char *how);
 
 /* ---------------------------------------------------------------- passthrough.c */
 
-/* Route the session's I/O through passthrough.c so that the INIT reply asks
- * for passthrough when the kernel offers it.  After fuse_session_mount(),
+/* Route the session's device I/O through passthrough.c: replies tell the
+ * loop (fs_loop_replied()), and with `passthrough` the INIT reply asks for
+ * passthrough when the kernel offers it.  After fuse_session_mount(),
  * before the loop.  0 or -errno. */
-int pt_install(struct fuse_session *se);
+int pt_install(struct fuse_session *se, int passthrough);
 /* Register fd (a regular file) as a backing file: its id (> 0), or -errno
  * when passthrough is not available. */
 int pt_backing_open(int fd);

@@ -286,8 +286,11 @@ int main(int argc, char *argv[])
 		fprintf(stderr, "vecfs: cannot mount on %s\n", co.mountpoint);
 		goto out_session;
 	}
-	if (!o.no_passthrough && pt_install(session) != 0)
-		tree_set_session(session, !co.singlethread, 0);
+	if (pt_install(session, !o.no_passthrough) != 0) {
+		fprintf(stderr, "vecfs: cannot set up the FUSE device's I/O\n");
+		fuse_session_unmount(session);
+		goto out_session;
+	}
 	pthread_t sth;
 	if (pthread_create(&sth, NULL, signal_thread, &sigs) != 0) {
 		fprintf(stderr, "vecfs: cannot start the signal thread\n");

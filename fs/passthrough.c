@@ -17,6 +17,9 @@
  * The ABI numbers are the kernel's (include/uapi/linux/fuse.h).  On a kernel
  * without it, or without CAP_SYS_ADMIN (which registering a backing file
  * needs), pt_backing_open() fails and out is served as before.
+ *
+ * Being the one writer of replies, pt_writev() also tells the session loop
+ * when a reply goes out (fs_loop_replied()).
  */
 #include "fs.h"
 
@@ -75,7 +78,7 @@ static ssize_t pt_read(int fd, void *buf, size_t len, void *userdata)
 	(void)userdata;
 	ssize_t n = read(fd, buf, len);
 	const struct fuse_in_header *h = buf;
-	if (n >= (ssize_t)(sizeof *h + INIT_IN_FLAGS2 + 4) && h->opcode == FUSE_INIT) {
+	if (wanted && n >= (ssize_t)(sizeof *h + INIT_IN_FLAGS2 + 4) && h->opcode == FUSE_INIT) {
 		const char *in = (const char *)buf + sizeof *h;
 		if ((get32(in, INIT_IN_FLAGS) & FUSE_INIT_EXT) &&
 		    (get32(in, INIT_IN_FLAGS2) & PT_INIT_FLAG2))
@@ -87,6 +90,9 @@ static ssize_t pt_read(int fd, void *buf, size_t len, void *userdata)
 static ssize_t pt_writev(int fd, struct iovec *iov, int count, void *userdata)
 {
 	(void)userdata;
+	const struct fuse_out_header *reply = iov[0].iov_base;
+	if (count >= 1 && iov[0].iov_len >= sizeof *reply && reply->unique != 0)
+		fs_loop_replied(); /* not a notification: a request is answered */
 	if (init_unique && count >= 2 && iov[0].iov_len >= sizeof(struct fuse_out_header) &&
 	    iov[1].iov_len >= INIT_OUT_DEPTH + 4) {
 		const struct fuse_out_header *oh = iov[0].iov_base;
@@ -105,13 +111,13 @@ static ssize_t pt_writev(int fd, struct iovec *iov, int count, void *userdata)
 	return writev(fd, iov, count);
 }
 
-int pt_install(struct fuse_session *se)
+int pt_install(struct fuse_session *se, int passthrough)
 {
 	static const struct fuse_custom_io io = {.read = pt_read, .writev = pt_writev};
 	dev_fd = fuse_session_fd(se);
 	if (fuse_session_custom_io(se, &io, dev_fd) != 0)
 		return -EINVAL;
-	wanted = 1;
+	wanted = passthrough;
 	return 0;
 }
 

@@ -339,8 +339,17 @@ static int render(node *n, sbuf *b)
 		return b->oom ? -ENOMEM : 0;
 	case K_CONFIG:
 		return render_config(mnt->store, b);
-	case K_STATS:
-		return render_stats(mnt->store, b);
+	case K_STATS: {
+		unsigned workers;
+		uint64_t extra;
+		int rc = render_stats(mnt->store, b);
+		if (rc == 0 && fs_loop_counts(&workers, &extra)) {
+			sb_printf(b, "workers = %u\n", workers);
+			sb_printf(b, "workers_started = %llu\n", (unsigned long long)extra);
+			rc = b->oom ? -ENOMEM : 0;
+		}
+		return rc;
+	}
 	case K_ERRORS:
 		p = errors_render(&len);
 		if (!p)

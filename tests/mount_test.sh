@@ -284,6 +284,21 @@ assert out.count('\\n') == 3 and out.endswith('\\n\\nk1\\t0\\n'), out
 " "$1"
 }
 check query_held_descriptors held_ok "$M/query/q1"
+# one client's queries, one after another, as a shell script makes them,
+# need no worker beyond those there are: a worker counts as waiting once its
+# reply is out, so the next request of the client it woke does not look like
+# one that nobody waits for
+serial_ok() {
+	local before after
+	before=$(stat_kv workers_started) || return 1
+	T bash -c 'for ((n = 0; n < 100; n++)); do
+		printf "k=2 mode=exact\n%d 2 3 4\n" $((n % 9)) >"$1/in" || exit 1
+		[[ $(cat "$1/out" | wc -l) == 2 ]] || exit 1
+	done' sh "$M/query/q1" || return 1
+	after=$(stat_kv workers_started) || return 1
+	((after - before <= 2)) || { echo "$((after - before)) workers started" >&2; return 1; }
+}
+check one_client_needs_no_extra_workers serial_ok
 # out is served from the page cache: a shorter, then a longer result, each
 # read whole by a new reader, with an honest size
 sizes_ok() {
@@ -327,9 +342,10 @@ fi
 # requests still get answers at once, and the extra workers started for them
 # leave again once idle
 busy_ok() {
-	local pid i ncpu before after ended=0 pids=()
+	local pid i ncpu before after started ended=0 pids=()
 	pid=$(daemon_pid "$M")
 	before=$(ls "/proc/$pid/task" | wc -l)
+	started=$(stat_kv workers_started) || return 1
 	ncpu=$(nproc)
 	{ echo 'k=1 mode=exact'; for ((i = 0; i < 8000; i++)); do echo "$((i % 7)) 1 $((i % 5)) 3"; done; } >"$TMP/long.in"
 	for ((i = 0; i <= ncpu; i++)); do
@@ -339,6 +355,7 @@ busy_ok() {
 	done
 	sleep 0.3
 	T cat "$M/config" >/dev/null || return 1
+	(($(stat_kv workers_started) > started)) || { echo "no extra worker started" >&2; return 1; }
 	for i in "${pids[@]}"; do kill -0 "$i" 2>/dev/null || ended=1; done
 	[[ $ended == 0 ]] || { echo "config was read only after a long query ended" >&2; return 1; }
 	wait "${pids[@]}"
