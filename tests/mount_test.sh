@@ -457,6 +457,30 @@ if mnt "$S" "$M"; then
 else
 	bad remount_for_sigterm "$(tail -c 200 "$TMP/daemon.log")"
 fi
+# ---------------------------------------------------------------- bench
+# vecfs-bench --mount --rounds: each round mounts the store again and
+# measures through the mount, then with the library
+BENCH=$(dirname "$VECFS")/vecfs-bench
+DATA=$(dirname "$VECFS")/vecfs-data
+bench_ok() {
+	T "$DATA" --n 3000 --d 16 --queries 40 --quiet --out "$TMP/bset" || return 1
+	TMPDIR=$TMP T "$BENCH" "$TMP/bset" --mount --vecfs "$VECFS" --nprobe 4,8 --rounds 2 \
+		--json >"$TMP/bench.json" 2>"$TMP/bench.err" || { tail -3 "$TMP/bench.err" >&2; return 1; }
+	"$PY" -c "
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+assert [r['nprobe'] for r in rows] == [4, 8], rows
+for r in rows:
+    assert r['rounds'] == 2 and r['recall_at_10'] > 0.5, r
+    for k in ('ratio_median', 'ratio_pooled', 'held_ratio_median', 'held_ratio_pooled'):
+        assert r[k] > 0, (k, r)
+" "$TMP/bench.json"
+}
+if [[ -x $BENCH && -x $DATA ]]; then
+	check bench_mount_rounds bench_ok
+else
+	bad bench_mount_rounds "$BENCH or $DATA is not built"
+fi
 # the same queries with out served through the daemon and the page cache
 if mnt "$S" "$M" -o no_passthrough; then
 	T mkdir -p "$M/query/q1"

@@ -40,6 +40,7 @@
 #define BATCH_ROWS 10000   /* rows per vecfs_put */
 #define RECALL_AT 10       /* ground-truth ids a query is scored against */
 #define MAX_NPROBE 64      /* values in one --nprobe list */
+#define MAX_ROUNDS 20      /* --rounds */
 #define ERRLEN 256
 
 static const char usage_text[] =
@@ -81,6 +82,12 @@ static const char usage_text[] =
 	"  --ingest-after-build    with --mount: ingest the first half of the base,\n"
 	"                          build, then ingest the second half as a second\n"
 	"                          file, into the active generation (delta postings)\n"
+	"  --rounds R              with --mount: after the build, measure R times in\n"
+	"                          turn through the mount (mounted again each round)\n"
+	"                          and with the library, so that a machine's drift\n"
+	"                          in speed falls on both; prints each round's\n"
+	"                          ratios, their median and the pooled ratio (all\n"
+	"                          queries of all rounds).  Default 1, at most 20\n"
 	"  --help                  show this help\n"
 	"\n"
 	"recall@10 is the share of the first 10 ground-truth ids found among the\n"
@@ -126,13 +133,14 @@ struct options {
 	int mount;               /* --mount */
 	int after_build;         /* --ingest-after-build */
 	const char *vecfs_bin;   /* --vecfs: the daemon; NULL = beside argv[0] */
+	unsigned rounds;         /* --rounds: mount, library, mount, ... */
 	const char *argv0;
 };
 
 enum opt_id {
 	OPT_METRIC, OPT_NPROBE, OPT_BITS, OPT_REFINE, OPT_NLIST, OPT_K,
 	OPT_QUERIES, OPT_EXACTQ, OPT_REUSE, OPT_WARMUP, OPT_STORE, OPT_JSON, OPT_KEEP, OPT_HELP,
-	OPT_MOUNT, OPT_VECFS, OPT_AFTER_BUILD
+	OPT_MOUNT, OPT_VECFS, OPT_AFTER_BUILD, OPT_ROUNDS
 };
 
 static const struct tool_opt opt_table[] = {
@@ -144,7 +152,7 @@ static const struct tool_opt opt_table[] = {
 	{ "--warmup", 1, OPT_WARMUP },
 	{ "--json", 0, OPT_JSON },       { "--keep", 0, OPT_KEEP },
 	{ "--mount", 0, OPT_MOUNT },     { "--vecfs", 1, OPT_VECFS },
-	{ "--ingest-after-build", 0, OPT_AFTER_BUILD },
+	{ "--ingest-after-build", 0, OPT_AFTER_BUILD }, { "--rounds", 1, OPT_ROUNDS },
 	{ "--help", 0, OPT_HELP },       { "-h", 0, OPT_HELP },
 };
 
@@ -258,6 +266,10 @@ static int apply_opt(void *ctx, const struct tool_opt *spec, const char *val)
 	case OPT_AFTER_BUILD:
 		o->after_build = 1;
 		break;
+	case OPT_ROUNDS:
+		bad = tool_parse_uint(val, 1, MAX_ROUNDS, &q) != 0;
+		o->rounds = (unsigned)q;
+		break;
 	}
 	return bad;
 }
@@ -270,6 +282,7 @@ static int parse_args(int argc, char **argv, struct options *o)
 	memset(o, 0, sizeof *o);
 	o->argv0 = argv[0];
 	o->k = 10;
+	o->rounds = 1;
 	memcpy(o->nprobe, default_nprobe, sizeof default_nprobe);
 	o->n_nprobe = sizeof default_nprobe / sizeof default_nprobe[0];
 
@@ -278,10 +291,10 @@ static int parse_args(int argc, char **argv, struct options *o)
 			     o, &o->dir, &o->help);
 	if (rc)
 		return rc;
-	if (!o->mount && (o->after_build || o->vecfs_bin))
+	if (!o->mount && (o->after_build || o->vecfs_bin || o->rounds > 1))
 		return tool_usage_error("%s", o->after_build ?
-				   "--ingest-after-build needs --mount" :
-				   "--vecfs needs --mount");
+				   "--ingest-after-build needs --mount" : o->vecfs_bin ?
+				   "--vecfs needs --mount" : "--rounds needs --mount");
 	if (o->mount && (o->reuse || o->store))
 		return tool_usage_error("%s", "--mount makes its own store (--keep keeps it); "
 				   "it does not take --reuse or --store");
@@ -897,6 +910,8 @@ struct mnt {
 	uint64_t compactions[2];                  /* before and after them */
 	struct measure fs[MAX_NPROBE], lib[MAX_NPROBE];
 	struct measure held[MAX_NPROBE];          /* descriptors held open */
+	double qps_of[MAX_ROUNDS][MAX_NPROBE][3]; /* per round: fs, held, lib */
+	unsigned rounds_done;
 	/* query traffic */
 	int hin, hout;           /* held descriptors of in and out; -1: none */
 	int timing;              /* add each step's time of a held query to step_ns */
@@ -1375,6 +1390,11 @@ static int sampler_start(struct mnt *m)
 	pthread_condattr_t ca;
 	int rc;
 
+	if (m->sync_made) { /* from an earlier round */
+		pthread_cond_destroy(&m->cv);
+		pthread_mutex_destroy(&m->mu);
+		m->sync_made = 0;
+	}
 	if (pthread_condattr_init(&ca) ||
 	    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) ||
 	    pthread_cond_init(&m->cv, &ca)) {
@@ -1469,11 +1489,11 @@ static int make_tmp(struct mnt *m)
 
 /* `vecfs STORE MNT` returns once the mount is usable (or has failed, with
  * its reason on stderr). */
+static int mnt_launch(struct mnt *m);
+
 static int mnt_start(struct bench *b, struct mnt *m)
 {
-	char *argv[] = { m->vecfs, m->store, m->dir, NULL };
-	char path[PATH_MAX];
-	int st, rc;
+	int rc;
 
 	if ((rc = find_vecfs(b->opt, m)) || (rc = make_tmp(m)))
 		return rc;
@@ -1481,6 +1501,17 @@ static int mnt_start(struct bench *b, struct mnt *m)
 	    mnt_path(m, "query/" SESSION "/out", m->qout) ||
 	    mnt_path(m, "query/" SESSION "/stats", m->qstats))
 		return -ENAMETOOLONG;
+	return mnt_launch(m);
+}
+
+/* Start the daemon on the store (again, for a later round) and open the
+ * query session. */
+static int mnt_launch(struct mnt *m)
+{
+	char *argv[] = { m->vecfs, m->store, m->dir, NULL };
+	char path[PATH_MAX];
+	int st, rc;
+
 	/* the daemon, orphaned by its launcher, becomes our child */
 	if (prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0))
 		fprintf(stderr, PROG ": cannot become a subreaper (%s); the daemon's "
@@ -2007,7 +2038,7 @@ static int mnt_queries(struct bench *b, struct mnt *m)
 	    (rc = kv_get(path, "unindexed", &m->fs_unindexed)))
 		return fail_mnt(m, rc, "read stats");
 	m->have_compactions = kv_get(path, "compactions", &m->compactions[0]) == 0;
-	rc = mnt_prepare_queries(b, m);
+	rc = m->vtext ? 0 : mnt_prepare_queries(b, m);
 	for (size_t i = 0; !rc && i < b->opt->n_nprobe; i++) {
 		rc = mnt_measure(b, m, b->opt->nprobe[i], 0, &m->fs[i]);
 		if (!rc)
@@ -2181,10 +2212,37 @@ static void json_kb(const char *key, int sampled, uint64_t kb)
 		printf(",\"%s\":null", key);
 }
 
-static void mnt_json_row(const struct bench *b, const struct mnt *m,
-			 const struct measure *fs, const struct measure *held,
-			 const struct measure *lib)
+/* Over the rounds, setting i: the median of the rounds' ratios of way w
+ * (0: open/close, 1: held) to the library, and the pooled ratio (the
+ * library's time for all queries of all rounds over the mount's). */
+static void round_ratios(const struct mnt *m, size_t i, int w, double *median,
+			 double *pooled)
 {
+	double r[MAX_ROUNDS], t_lib = 0, t_fs = 0;
+	unsigned n = m->rounds_done;
+
+	for (unsigned k = 0; k < n; k++) {
+		const double *q = m->qps_of[k][i];
+
+		r[k] = q[2] > 0 ? q[w] / q[2] : NAN;
+		t_lib += q[2] > 0 ? 1 / q[2] : NAN;
+		t_fs += q[w] > 0 ? 1 / q[w] : NAN;
+	}
+	for (unsigned a = 1; a < n; a++) /* insertion sort: a few values */
+		for (unsigned c = a; c > 0 && r[c - 1] > r[c]; c--) {
+			double t = r[c];
+
+			r[c] = r[c - 1];
+			r[c - 1] = t;
+		}
+	*median = n % 2 ? r[n / 2] : (r[n / 2 - 1] + r[n / 2]) / 2;
+	*pooled = t_lib / t_fs;
+}
+
+static void mnt_json_row(const struct bench *b, const struct mnt *m, size_t i)
+{
+	const struct measure *fs = &m->fs[i], *held = &m->held[i], *lib = &m->lib[i];
+	double med, pooled;
 	int sampled;
 	uint64_t rss, anon;
 
@@ -2202,6 +2260,13 @@ static void mnt_json_row(const struct bench *b, const struct mnt *m,
 	tool_json_num("held_write_us", held->write_us, 1);
 	tool_json_num("held_close_us", held->close_us, 1);
 	tool_json_num("held_read_us", held->read_us, 1);
+	printf(",\"rounds\":%u", m->rounds_done);
+	round_ratios(m, i, 0, &med, &pooled);
+	tool_json_num("ratio_median", med, 4);
+	tool_json_num("ratio_pooled", pooled, 4);
+	round_ratios(m, i, 1, &med, &pooled);
+	tool_json_num("held_ratio_median", med, 4);
+	tool_json_num("held_ratio_pooled", pooled, 4);
 	tool_json_num("p50_us", fs->p50_us, 1);
 	tool_json_num("p99_us", fs->p99_us, 1);
 	tool_json_num("library_recall_at_10", lib->recall, 4);
@@ -2237,16 +2302,37 @@ static void mnt_json_row(const struct bench *b, const struct mnt *m,
 	printf(",\"store_bytes\":%llu}\n", (unsigned long long)b->store_bytes);
 }
 
+static void print_rounds(const struct bench *b, const struct mnt *m)
+{
+	printf("\nrounds   %u (the table above is the last), each: queries through "
+	       "the mount\n         (mounted again), then the library; ratios to the "
+	       "library, round by round:\n", m->rounds_done);
+	for (size_t i = 0; i < b->opt->n_nprobe; i++) {
+		for (int w = 1; w >= 0; w--) {
+			double med, pooled;
+
+			round_ratios(m, i, w, &med, &pooled);
+			printf("%6u   %-10s", b->opt->nprobe[i], w ? "held" : "open/close");
+			for (unsigned k = 0; k < m->rounds_done; k++)
+				printf(" %.3f", m->qps_of[k][i][2] > 0 ?
+				       m->qps_of[k][i][w] / m->qps_of[k][i][2] : NAN);
+			printf("; median %.3f, pooled %.3f\n", med, pooled);
+		}
+	}
+}
+
 static void mnt_report(const struct bench *b, const struct mnt *m)
 {
 	if (!b->opt->json)
 		mnt_print_header(b, m);
 	for (size_t i = 0; i < b->opt->n_nprobe; i++) {
 		if (b->opt->json)
-			mnt_json_row(b, m, &m->fs[i], &m->held[i], &m->lib[i]);
+			mnt_json_row(b, m, i);
 		else
 			mnt_print_row(&m->fs[i], &m->held[i], &m->lib[i]);
 	}
+	if (!b->opt->json && m->rounds_done > 1)
+		print_rounds(b, m);
 	fflush(stdout);
 }
 
@@ -2263,16 +2349,33 @@ static int mount_run(struct bench *b, struct mnt *m)
 	rc = mnt_start(b, m);
 	if (!rc)
 		rc = mnt_load(b, m);
-	if (!rc)
-		rc = mnt_queries(b, m);
-	stop_rc = mnt_stop(m);
+	for (unsigned r = 0; !rc && r < b->opt->rounds; r++) {
+		if (r > 0) {
+			fprintf(stderr, "round %u of %u\n", r + 1, b->opt->rounds);
+			rc = mnt_launch(m);
+		}
+		if (!rc)
+			rc = mnt_queries(b, m);
+		stop_rc = mnt_stop(m);
+		if (!rc)
+			rc = stop_rc;
+		if (!rc && tool_interrupted())
+			rc = tool_report_interrupt();
+		if (!rc)
+			rc = lib_measure(b, m);
+		if (b->v) { /* the next round mounts the store again */
+			vecfs_close(b->v);
+			b->v = NULL;
+		}
+		for (size_t i = 0; !rc && i < b->opt->n_nprobe; i++) {
+			m->qps_of[r][i][0] = m->fs[i].qps;
+			m->qps_of[r][i][1] = m->held[i].qps;
+			m->qps_of[r][i][2] = m->lib[i].qps;
+		}
+		if (!rc)
+			m->rounds_done = r + 1;
+	}
 	if (rc)
-		return rc;
-	if (stop_rc)
-		return stop_rc;
-	if (tool_interrupted())
-		return tool_report_interrupt();
-	if ((rc = lib_measure(b, m)))
 		return rc;
 	mnt_report(b, m);
 	return 0;
