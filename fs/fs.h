@@ -12,12 +12,22 @@
 #define FUSE_USE_VERSION 35
 
 #include <fuse_lowlevel.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "vecfs.h"
 #include "number.h"
+
+/* Bytes that the query inputs of all sessions may hold together. */
+typedef struct qbudget {
+	pthread_mutex_t mu;
+	size_t max, used;
+} qbudget;
+
+#define SESSIONS_DEFAULT 1024     /* -o max_sessions */
+#define QUERY_INPUT_MB_DEFAULT 1024 /* -o query_input_mb */
 
 /* What the adapter serves.  main.c owns the one instance and hands it to
  * the parts that need more than the store. */
@@ -27,6 +37,8 @@ typedef struct fs_mount {
 				 * backups and ingests go there */
 	volatile int stopping;  /* set once the daemon shuts down: running
 				 * builds stop */
+	unsigned max_sessions;  /* query sessions open at once */
+	qbudget query_input;    /* what the sessions' `in` may hold */
 } fs_mount;
 
 /* ---------------------------------------------------------------- text.c */
@@ -111,7 +123,8 @@ typedef struct qsession qsession;
 
 enum { QS_OUT, QS_JSON, QS_STATS };
 
-qsession *qs_new(vecfs *v, const char *id);
+/* budget: shared by all sessions; each one's input counts against it. */
+qsession *qs_new(vecfs *v, const char *id, qbudget *budget);
 void qs_free(qsession *q);
 void qs_in_truncate(qsession *q);
 /* Forget the input and the results (rm of a session's files). */

@@ -31,10 +31,14 @@ struct options {
 	char *store;
 	int extra;           /* arguments beyond STORE MOUNTPOINT */
 	int no_passthrough;  /* -o no_passthrough */
+	unsigned max_sessions;   /* -o max_sessions=N */
+	unsigned query_input_mb; /* -o query_input_mb=N */
 };
 
 static const struct fuse_opt option_spec[] = {
 	{"no_passthrough", offsetof(struct options, no_passthrough), 1},
+	{"max_sessions=%u", offsetof(struct options, max_sessions), 0},
+	{"query_input_mb=%u", offsetof(struct options, query_input_mb), 0},
 	FUSE_OPT_END,
 };
 
@@ -76,8 +80,13 @@ static void usage(FILE *f, const char *prog, int full)
 		"    -o no_passthrough      serve query/ID/out through the daemon, not from\n"
 		"                           a file the kernel reads directly (FUSE\n"
 		"                           passthrough, used when the kernel offers it)\n"
+		"    -o max_sessions=N      query sessions open at once (default %u);\n"
+		"                           mkdir query/ID past it fails with ENOSPC\n"
+		"    -o query_input_mb=N    MiB that the `in` files of all sessions may\n"
+		"                           hold together (default %u); a write past it\n"
+		"                           fails with ENOSPC\n"
 		"\n"
-		"libfuse's options:\n");
+		"libfuse's options:\n", SESSIONS_DEFAULT, QUERY_INPUT_MB_DEFAULT);
 }
 
 /* ---------------------------------------------------------------- signals */
@@ -215,6 +224,10 @@ int main(int argc, char *argv[])
 		return 1;
 	}
 	the_mount.store_dir = store_abs;
+	the_mount.max_sessions = o.max_sessions ? o.max_sessions : SESSIONS_DEFAULT;
+	the_mount.query_input.max = (size_t)(o.query_input_mb ? o.query_input_mb :
+					     QUERY_INPUT_MB_DEFAULT) << 20;
+	pthread_mutex_init(&the_mount.query_input.mu, NULL);
 	mountpoint = co.mountpoint;
 
 	if (!co.foreground) {

@@ -58,7 +58,7 @@ struct pt_open_out {      /* fuse_open_out of protocol 7.40 */
 
 static int dev_fd = -1;
 static int wanted;                /* pt_install() was asked to */
-static uint64_t init_unique;      /* the INIT request, while its reply is due */
+static _Atomic uint64_t init_unique; /* the INIT request, while its reply is due */
 static atomic_int asked;          /* the INIT reply asked for passthrough */
 
 static uint32_t get32(const void *p, size_t off)
@@ -82,7 +82,7 @@ static ssize_t pt_read(int fd, void *buf, size_t len, void *userdata)
 		const char *in = (const char *)buf + sizeof *h;
 		if ((get32(in, INIT_IN_FLAGS) & FUSE_INIT_EXT) &&
 		    (get32(in, INIT_IN_FLAGS2) & PT_INIT_FLAG2))
-			init_unique = h->unique;
+			atomic_store(&init_unique, h->unique);
 	}
 	return n;
 }
@@ -90,13 +90,13 @@ static ssize_t pt_read(int fd, void *buf, size_t len, void *userdata)
 static ssize_t pt_writev(int fd, struct iovec *iov, int count, void *userdata)
 {
 	(void)userdata;
-	const struct fuse_out_header *reply = iov[0].iov_base;
-	if (count >= 1 && iov[0].iov_len >= sizeof *reply && reply->unique != 0)
+	const struct fuse_out_header *oh = count >= 1 && iov[0].iov_len >= sizeof *oh ?
+					   iov[0].iov_base : NULL;
+	if (oh && oh->unique != 0)
 		fs_loop_replied(); /* not a notification: a request is answered */
-	if (init_unique && count >= 2 && iov[0].iov_len >= sizeof(struct fuse_out_header) &&
-	    iov[1].iov_len >= INIT_OUT_DEPTH + 4) {
-		const struct fuse_out_header *oh = iov[0].iov_base;
-		if (oh->unique == init_unique && oh->error == 0) {
+	uint64_t init = atomic_load(&init_unique);
+	if (init && oh && count >= 2 && iov[1].iov_len >= INIT_OUT_DEPTH + 4) {
+		if (oh->unique == init && oh->error == 0) {
 			void *out = iov[1].iov_base;
 			uint32_t flags = get32(out, INIT_OUT_FLAGS);
 			/* the kernel refuses passthrough beside a writeback cache */
@@ -105,7 +105,7 @@ static ssize_t pt_writev(int fd, struct iovec *iov, int count, void *userdata)
 				put32(out, INIT_OUT_DEPTH, PT_STACK_DEPTH);
 				atomic_store(&asked, 1);
 			}
-			init_unique = 0;
+			atomic_store(&init_unique, 0);
 		}
 	}
 	return writev(fd, iov, count);

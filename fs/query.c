@@ -24,6 +24,7 @@ typedef struct qinput {
 struct qsession {
 	pthread_mutex_t mu;
 	vecfs *v;      /* the store queried */
+	qbudget *budget;
 	char id[72];
 	sbuf in;
 	int dirty;
@@ -43,12 +44,13 @@ struct qsession {
 	size_t reslen[3];
 };
 
-qsession *qs_new(vecfs *v, const char *id)
+qsession *qs_new(vecfs *v, const char *id, qbudget *budget)
 {
 	qsession *q = calloc(1, sizeof *q);
 	if (!q)
 		return NULL;
 	q->v = v;
+	q->budget = budget;
 	pthread_mutex_init(&q->mu, NULL);
 	snprintf(q->id, sizeof q->id, "%s", id);
 	return q;
@@ -77,8 +79,29 @@ void qs_free(qsession *q)
 	free(q);
 }
 
+/* Count n more bytes of input against the budget: 0, or -ENOSPC. */
+static int budget_take(qbudget *b, size_t n)
+{
+	int rc = 0;
+	pthread_mutex_lock(&b->mu);
+	if (b->used + n > b->max)
+		rc = -ENOSPC;
+	else
+		b->used += n;
+	pthread_mutex_unlock(&b->mu);
+	return rc;
+}
+
+static void budget_give(qbudget *b, size_t n)
+{
+	pthread_mutex_lock(&b->mu);
+	b->used -= n;
+	pthread_mutex_unlock(&b->mu);
+}
+
 static void reset_input(qsession *q)
 {
+	budget_give(q->budget, q->in.len);
 	sb_free(&q->in);
 	q->checked = 0;
 	q->lines = 0;
@@ -119,9 +142,15 @@ int qs_in_write(qsession *q, const char *buf, size_t len, uint64_t off)
 	} else if (q->in.len + len > IN_MAX) {
 		errlog("query/%s/in: more than %zu MiB of query input", q->id, IN_MAX >> 20);
 		rc = -EFBIG;
+	} else if (budget_take(q->budget, len)) {
+		errlog("query/%s/in: the query input of all sessions together is at its "
+		       "bound (%zu MiB, -o query_input_mb); run or remove other sessions",
+		       q->id, q->budget->max >> 20);
+		rc = -ENOSPC;
 	} else {
 		sb_add(&q->in, buf, len);
 		if (q->in.oom) {
+			budget_give(q->budget, len); /* not added */
 			reset_input(q);
 			errlog("query/%s/in: out of memory", q->id);
 			rc = -ENOMEM;

@@ -104,6 +104,7 @@ static struct fuse_session *tree_se;
 static fs_mount *mnt; /* what is served; set by tree_init() */
 static int cache_out_wanted, cache_out; /* see push_out() */
 static int passthrough_out;               /* see out_backing_open() */
+static unsigned sessions;                 /* linked K_SESSION nodes */
 static pthread_mutex_t push_mu = PTHREAD_MUTEX_INITIALIZER;
 
 /* ---------------------------------------------------------------- tables */
@@ -198,6 +199,8 @@ static int stateful(const node *n)
 
 static void link_name(node *n)
 {
+	if (n->kind == K_SESSION)
+		sessions++;
 	if (n->linked || tab_insert(&names, n))
 		return;
 	n->linked = 1;
@@ -214,6 +217,8 @@ static void unlink_name(node *n)
 {
 	if (!n->linked)
 		return;
+	if (n->kind == K_SESSION)
+		sessions--;
 	tab_remove(&names, n);
 	n->linked = 0;
 	if (stateful(n) && n->parent <= FIXED_MAX) {
@@ -1281,8 +1286,15 @@ static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t
 		fuse_reply_err(req, EEXIST);
 		return;
 	}
+	if (sessions >= mnt->max_sessions) {
+		pthread_mutex_unlock(&tree_mu);
+		errlog("mkdir query/%s: %u query sessions are open, the most there may be "
+		       "(-o max_sessions); rmdir some", name, mnt->max_sessions);
+		fuse_reply_err(req, ENOSPC);
+		return;
+	}
 	node *n = new_node(K_SESSION, parent, name);
-	if (n && (n->qs = qs_new(mnt->store, name)) != NULL)
+	if (n && (n->qs = qs_new(mnt->store, name, &mnt->query_input)) != NULL)
 		out_backing_open(n);
 	if (!n || !n->qs) {
 		if (n)

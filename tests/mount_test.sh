@@ -492,6 +492,28 @@ if mnt "$S" "$M" -o no_passthrough; then
 else
 	bad mount_no_passthrough "$(tail -c 200 "$TMP/daemon.log")"
 fi
+# sessions are bounded in number (mkdir) and in the input they hold
+# together (write): ENOSPC and a line in errors past either bound
+limits_ok() {
+	local i
+	for i in 1 2 3; do T mkdir "$M/query/l$i" || return 1; done
+	[[ $(T mkdir "$M/query/l4" 2>&1) == *"No space left on device"* ]] ||
+		{ echo "a fourth session was made" >&2; return 1; }
+	errors_has "mkdir query/l4: 3 query sessions are open" || return 1
+	T rmdir "$M/query/l3" && T mkdir "$M/query/l4" || return 1
+	head -c 700000 /dev/zero | tr '\0' '1' >"$TMP/big.in"
+	[[ $(put "$TMP/big.in" "$M/query/l1/in") == "ERR EINVAL close" ]] || return 1
+	[[ $(put "$TMP/big.in" "$M/query/l2/in") == "ERR ENOSPC write" ]] || return 1
+	errors_has "query/l2/in: the query input of all sessions together is at its bound (1 MiB" || return 1
+	T rmdir "$M/query/l1" || return 1
+	[[ $(put "$TMP/big.in" "$M/query/l2/in") == "ERR EINVAL close" ]]
+}
+if mnt "$TMP/lstore" "$M" -o max_sessions=3,query_input_mb=1; then
+	check sessions_bounded limits_ok
+	umnt "$M"
+else
+	bad mount_limits "$(tail -c 200 "$TMP/daemon.log")"
+fi
 if mnt "$S" "$M" -o fsname=vecfstest; then
 	check o_passthrough grep -q "^vecfstest $M " /proc/self/mounts
 	check fusermount_unmount umnt "$M"
