@@ -129,6 +129,8 @@ void qs_free(qsession *q);
 void qs_in_truncate(qsession *q);
 /* Forget the input and the results (rm of a session's files). */
 void qs_clear(qsession *q);
+/* The session was removed: forget input and results, refuse more input. */
+void qs_end(qsession *q);
 /* A write at offset 0 replaces the input; others append to it. */
 int qs_in_write(qsession *q, const char *buf, size_t len, uint64_t off);
 size_t qs_in_size(qsession *q);
@@ -168,10 +170,14 @@ int gen_activate_target(vecfs *v, const char *target, const char *how);
  * passthrough when the kernel offers it.  After fuse_session_mount(),
  * before the loop.  0 or -errno. */
 int pt_install(struct fuse_session *se, int passthrough);
+/* 1 while registering backing files may work. */
+int pt_usable(void);
 /* Register fd (a regular file) as a backing file: its id (> 0), or -errno
  * when passthrough is not available. */
 int pt_backing_open(int fd);
 void pt_backing_close(int id);
+/* The session's device is going away: backing files go with it. */
+void pt_detach(void);
 /* Answer OPEN like fuse_reply_open(), with reads and writes passed through
  * to the backing file `backing_id`. */
 int pt_reply_open(fuse_req_t req, const struct fuse_file_info *fi, int backing_id);

@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -278,6 +279,13 @@ int main(int argc, char *argv[])
 	signal(SIGPIPE, SIG_IGN);
 
 	char err[512] = "";
+	/* descriptors: every query session may hold one (its out), beside
+	 * ingest spools and backups; take all that the hard limit allows */
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &rl);
+	}
 	int rc = vecfs_open(store_abs, &the_mount.store, err, sizeof err);
 	if (rc) {
 		fprintf(stderr, "vecfs: cannot open store %s: %s\n", store_abs, err[0] ? err : strerror(-rc));
@@ -365,6 +373,7 @@ int main(int argc, char *argv[])
 	if (need_unmount)
 		fuse_session_unmount(session);
 out_session:
+	pt_detach();
 	fuse_session_destroy(session);
 out_store:
 	tree_destroy();

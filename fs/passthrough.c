@@ -60,6 +60,7 @@ static int dev_fd = -1;
 static int wanted;                /* pt_install() was asked to */
 static _Atomic uint64_t init_unique; /* the INIT request, while its reply is due */
 static atomic_int asked;          /* the INIT reply asked for passthrough */
+static atomic_int refused;        /* registering a backing file failed for good */
 
 static uint32_t get32(const void *p, size_t off)
 {
@@ -121,20 +122,36 @@ int pt_install(struct fuse_session *se, int passthrough)
 	return 0;
 }
 
+int pt_usable(void)
+{
+	return wanted && dev_fd >= 0 && atomic_load(&asked) && !atomic_load(&refused);
+}
+
 int pt_backing_open(int fd)
 {
-	if (!wanted || !atomic_load(&asked))
+	if (!pt_usable())
 		return -EOPNOTSUPP;
 	struct pt_backing_map map = {.fd = fd};
 	int id = ioctl(dev_fd, PT_IOC_BACKING_OPEN, &map);
-	return id > 0 ? id : id == 0 ? -EIO : -errno;
+	if (id > 0)
+		return id;
+	int rc = id == 0 ? -EIO : -errno;
+	/* not passthrough, or not allowed to it: no use asking again */
+	if (rc == -EPERM || rc == -ENOTTY || rc == -EINVAL || rc == -EOPNOTSUPP)
+		atomic_store(&refused, 1);
+	return rc;
 }
 
 void pt_backing_close(int id)
 {
 	uint32_t v = (uint32_t)id;
-	if (id > 0)
+	if (id > 0 && dev_fd >= 0)
 		ioctl(dev_fd, PT_IOC_BACKING_CLOSE, &v);
+}
+
+void pt_detach(void)
+{
+	dev_fd = -1;
 }
 
 int pt_reply_open(fuse_req_t req, const struct fuse_file_info *fi, int backing_id)

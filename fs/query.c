@@ -32,7 +32,9 @@ struct qsession {
 	size_t checked;
 	unsigned lines;
 	int kind;      /* 0 unknown, 1 text, 2 binary */
-	int bad;       /* a line failed its check: the next close fails */
+	int bad;       /* a line failed its check, or a write was refused: the
+			* next close fails */
+	int ended;     /* the session was removed (rmdir): no more input */
 	qinput acc;    /* text: options and vectors of the lines checked */
 	/* the last query's results: out is rendered when the query runs (it is
 	 * pushed to the kernel's cache), out.json and stats when first read */
@@ -118,6 +120,16 @@ void qs_in_truncate(qsession *q)
 	pthread_mutex_unlock(&q->mu);
 }
 
+void qs_end(qsession *q)
+{
+	pthread_mutex_lock(&q->mu);
+	q->ended = 1;
+	reset_input(q);
+	q->dirty = 0;
+	clear_results(q);
+	pthread_mutex_unlock(&q->mu);
+}
+
 void qs_clear(qsession *q)
 {
 	pthread_mutex_lock(&q->mu);
@@ -137,15 +149,18 @@ int qs_in_write(qsession *q, const char *buf, size_t len, uint64_t off)
 	 * for a loop of queries pwrite()s each one there */
 	if (off == 0 && q->in.len)
 		reset_input(q);
-	if (q->bad) {
+	if (q->ended) {
+		errlog("query/%s/in: the session was removed (rmdir)", q->id);
+		rc = -ENOENT;
+	} else if (q->bad) {
 		rc = -EINVAL;
 	} else if (q->in.len + len > IN_MAX) {
 		errlog("query/%s/in: more than %zu MiB of query input", q->id, IN_MAX >> 20);
 		rc = -EFBIG;
 	} else if (budget_take(q->budget, len)) {
 		errlog("query/%s/in: the query input of all sessions together is at its "
-		       "bound (%zu MiB, -o query_input_mb); run or remove other sessions",
-		       q->id, q->budget->max >> 20);
+		       "bound (%zu MiB, -o query_input_mb); remove other sessions or "
+		       "truncate their in", q->id, q->budget->max >> 20);
 		rc = -ENOSPC;
 	} else {
 		sb_add(&q->in, buf, len);
@@ -158,6 +173,11 @@ int qs_in_write(qsession *q, const char *buf, size_t len, uint64_t off)
 		q->dirty = 1;
 		if (rc == 0)
 			rc = check_lines(q);
+	}
+	if (rc == -EFBIG || rc == -ENOSPC || rc == -ENOMEM) {
+		/* part of the input is missing: its close must not run the rest */
+		q->bad = 1;
+		q->dirty = 1;
 	}
 	pthread_mutex_unlock(&q->mu);
 	return rc;

@@ -13,7 +13,11 @@
  * Every file is opened with direct_io: reads return exactly what the
  * handler replies, whatever size getattr reported.  Readable computed files
  * are rendered once at open() into the handle, so one reader sees one
- * consistent snapshot.
+ * consistent snapshot.  A session's out is the exception: it is served
+ * from the kernel's page cache or from a file of the daemon's (see
+ * push_out()), and changes in place when the session's query runs, so a
+ * reader that holds it open across another process's query of the same
+ * session may read a mix of both results.
  */
 #include "fs.h"
 
@@ -24,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <time.h>
@@ -104,6 +109,7 @@ static struct fuse_session *tree_se;
 static fs_mount *mnt; /* what is served; set by tree_init() */
 static int cache_out_wanted, cache_out; /* see push_out() */
 static int passthrough_out;               /* see out_backing_open() */
+static unsigned out_files, out_files_max; /* sessions with a backing file */
 static unsigned sessions;                 /* linked K_SESSION nodes */
 static pthread_mutex_t push_mu = PTHREAD_MUTEX_INITIALIZER;
 
@@ -199,11 +205,11 @@ static int stateful(const node *n)
 
 static void link_name(node *n)
 {
-	if (n->kind == K_SESSION)
-		sessions++;
 	if (n->linked || tab_insert(&names, n))
 		return;
 	n->linked = 1;
+	if (n->kind == K_SESSION)
+		sessions++;
 	if (stateful(n) && n->parent <= FIXED_MAX) {
 		n->sib_prev = NULL;
 		n->sib_next = children[n->parent];
@@ -265,6 +271,7 @@ static void node_destroy(node *n)
 	if (n->out_bid > 0) {
 		pt_backing_close(n->out_bid);
 		close(n->out_fd);
+		out_files--;
 	}
 	free(n->target);
 	free(n->name);
@@ -1013,7 +1020,7 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
  * its out is served as the other computed files are. */
 static void out_backing_open(node *session)
 {
-	if (!passthrough_out)
+	if (!passthrough_out || out_files >= out_files_max || !pt_usable())
 		return;
 	int fd = memfd_create("vecfs-out", MFD_CLOEXEC);
 	if (fd < 0)
@@ -1022,9 +1029,28 @@ static void out_backing_open(node *session)
 	if (id > 0) {
 		session->out_fd = fd;
 		session->out_bid = id;
+		out_files++;
 	} else {
 		close(fd);
 	}
+}
+
+/* With tree_mu held: the session no longer needs its backing file (its
+ * readers, if any, keep the kernel's own reference to it). */
+static void out_backing_close(node *session)
+{
+	if (session->out_bid <= 0)
+		return;
+	pthread_mutex_lock(&push_mu); /* no push is writing to it */
+	if (ftruncate(session->out_fd, 0) != 0) {
+		/* the memory goes with the last reference anyway */
+	}
+	pt_backing_close(session->out_bid);
+	close(session->out_fd);
+	session->out_bid = 0;
+	session->out_fd = -1;
+	out_files--;
+	pthread_mutex_unlock(&push_mu);
 }
 
 /* A session whose out is passed through: write out into its backing
@@ -1034,7 +1060,7 @@ static int push_out_backing(node *session)
 {
 	size_t len = 0;
 	int rc = 0;
-	pthread_mutex_lock(&push_mu); /* the last push writes the latest out */
+	/* with push_mu held (the last push writes the latest out) */
 	char *p = qs_render(session->qs, QS_OUT, &len);
 	if (!p) {
 		rc = -ENOMEM;
@@ -1051,10 +1077,12 @@ static int push_out_backing(node *session)
 	}
 	if (ftruncate(session->out_fd, (off_t)len) != 0 && !rc)
 		rc = -errno;
-	pthread_mutex_unlock(&push_mu);
 	free(p);
-	if (rc)
+	if (rc) {
+		/* out reads empty: so must stat, out.json and stats */
+		qs_clear(session->qs);
 		errlog("query/%s/out: cannot store the results: %s", session->name, strerror(-rc));
+	}
 	return rc;
 }
 
@@ -1068,8 +1096,13 @@ static int push_out_backing(node *session)
  * through out has its own file instead. */
 static int push_out(node *session)
 {
-	if (session->out_bid > 0)
-		return push_out_backing(session);
+	pthread_mutex_lock(&push_mu);
+	if (session->out_bid > 0) {
+		int rc = push_out_backing(session);
+		pthread_mutex_unlock(&push_mu);
+		return rc;
+	}
+	pthread_mutex_unlock(&push_mu);
 	if (!cache_out)
 		return 0;
 	pthread_mutex_lock(&tree_mu);
@@ -1320,6 +1353,10 @@ static void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
 			return;
 		}
 		unlink_name(n);
+		if (n->kind == K_SESSION) { /* the session ends, open files or not */
+			qs_end(n->qs);
+			out_backing_close(n);
+		}
 		maybe_free(n);
 		pthread_mutex_unlock(&tree_mu);
 		fuse_reply_err(req, 0);
@@ -2062,9 +2099,14 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 
 void tree_set_session(struct fuse_session *se, int want_cache_out, int passthrough)
 {
+	struct rlimit rl;
 	tree_se = se;
 	cache_out_wanted = want_cache_out;
 	passthrough_out = passthrough;
+	/* a backing file is a descriptor held for the session's life: leave
+	 * at least half the daemon's descriptors, and 256, to everything else */
+	out_files_max = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur > 512 ?
+		(unsigned)((rl.rlim_cur - 256) / 2 > 1u << 20 ? 1u << 20 : (rl.rlim_cur - 256) / 2) : 0;
 }
 
 /* ---------------------------------------------------------------- setup */

@@ -495,7 +495,8 @@ fi
 # sessions are bounded in number (mkdir) and in the input they hold
 # together (write): ENOSPC and a line in errors past either bound
 limits_ok() {
-	local i
+	local i before
+	printf 'a 1 2 3 4\nb 5 6 7 8\n' | put - "$M/ingest/l.txt" >/dev/null || return 1
 	for i in 1 2 3; do T mkdir "$M/query/l$i" || return 1; done
 	[[ $(T mkdir "$M/query/l4" 2>&1) == *"No space left on device"* ]] ||
 		{ echo "a fourth session was made" >&2; return 1; }
@@ -505,8 +506,44 @@ limits_ok() {
 	[[ $(put "$TMP/big.in" "$M/query/l1/in") == "ERR EINVAL close" ]] || return 1
 	[[ $(put "$TMP/big.in" "$M/query/l2/in") == "ERR ENOSPC write" ]] || return 1
 	errors_has "query/l2/in: the query input of all sessions together is at its bound (1 MiB" || return 1
-	T rmdir "$M/query/l1" || return 1
-	[[ $(put "$TMP/big.in" "$M/query/l2/in") == "ERR EINVAL close" ]]
+	# a write refused part way: the close fails, nothing of the input runs
+	T "$PY" -c "
+import errno, os, sys
+fd = os.open(sys.argv[1] + '/in', os.O_WRONLY | os.O_TRUNC)
+line = b'k=1\\n' + b'1 2 3 4\\n' * 8191
+try:
+    for _ in range(8):
+        os.write(fd, line)
+    sys.exit('no write was refused')
+except OSError as e:
+    assert e.errno == errno.ENOSPC, e
+try:
+    os.close(fd)
+    sys.exit('close succeeded')
+except OSError as e:
+    assert e.errno == errno.EINVAL, e
+assert open(sys.argv[1] + '/out').read() == ''
+" "$M/query/l4" || return 1
+	# rmdir ends a session whose out is open: its input no longer counts
+	T "$PY" -c "
+import os, sys
+fd = os.open(sys.argv[1] + '/out', os.O_RDONLY)
+os.rmdir(sys.argv[1])
+os.close(fd)
+" "$M/query/l1" || return 1
+	[[ $(put "$TMP/big.in" "$M/query/l2/in") == "ERR EINVAL close" ]] || return 1
+	# nor does it keep the file behind its out
+	before=$(out_files)
+	for i in 1 2 3 4 5; do
+		T "$PY" -c "
+import os, sys
+os.mkdir(sys.argv[1])
+fd = os.open(sys.argv[1] + '/out', os.O_RDONLY)
+os.rmdir(sys.argv[1])
+os.close(fd)
+" "$M/query/r$i" || return 1
+	done
+	(($(out_files) <= before)) || { echo "$before backing files before, $(out_files) after" >&2; return 1; }
 }
 if mnt "$TMP/lstore" "$M" -o max_sessions=3,query_input_mb=1; then
 	check sessions_bounded limits_ok

@@ -1405,6 +1405,8 @@ static int sampler_start(struct mnt *m)
 	pthread_mutex_init(&m->mu, NULL);
 	m->sync_made = 1;
 	m->phase = PH_NONE;
+	m->stop = 0;     /* from an earlier round */
+	m->stopped = 0;
 	rc = pthread_create(&m->th, NULL, sampler, m);
 	if (rc)
 		return tool_fail(-rc, NULL, "sampling thread");
@@ -2219,14 +2221,20 @@ static void round_ratios(const struct mnt *m, size_t i, int w, double *median,
 			 double *pooled)
 {
 	double r[MAX_ROUNDS], t_lib = 0, t_fs = 0;
-	unsigned n = m->rounds_done;
+	unsigned n = 0;
 
-	for (unsigned k = 0; k < n; k++) {
+	for (unsigned k = 0; k < m->rounds_done; k++) {
 		const double *q = m->qps_of[k][i];
 
-		r[k] = q[2] > 0 ? q[w] / q[2] : NAN;
-		t_lib += q[2] > 0 ? 1 / q[2] : NAN;
-		t_fs += q[w] > 0 ? 1 / q[w] : NAN;
+		if (!(q[2] > 0) || !(q[w] > 0))
+			continue; /* no figure: not in the median */
+		r[n++] = q[w] / q[2];
+		t_lib += 1 / q[2];
+		t_fs += 1 / q[w];
+	}
+	if (n == 0) {
+		*median = *pooled = NAN;
+		return;
 	}
 	for (unsigned a = 1; a < n; a++) /* insertion sort: a few values */
 		for (unsigned c = a; c > 0 && r[c - 1] > r[c]; c--) {
