@@ -872,8 +872,13 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		fuse_reply_err(req, -rc);
 		return;
 	}
-	if ((out_passthrough(n) ? pt_reply_open(req, fi, n->session->out_bid)
-				: fuse_reply_open(req, fi)) != 0) {
+	/* one reading of the backing file: rmdir may release it meanwhile */
+	pthread_mutex_lock(&tree_mu);
+	int bid = out_passthrough(n) ? n->session->out_bid : 0;
+	pthread_mutex_unlock(&tree_mu);
+	if (bid > 0)
+		fi->direct_io = fi->keep_cache = 0;
+	if ((bid > 0 ? pt_reply_open(req, fi, bid) : fuse_reply_open(req, fi)) != 0) {
 		handle_free(h);
 		unpin(n);
 	}
