@@ -522,11 +522,11 @@ static int out_cached(const node *n)
 	return cache_out && n->kind == K_QOUT && !out_passthrough(n);
 }
 
-/* Attributes are computed afresh on every stat (0), but for a cached out,
- * whose every change push_out() announces. */
+/* Attributes are computed afresh on every stat (0), but for a session's
+ * out, whose every change push_out() announces. */
 static double attr_timeout(const node *n)
 {
-	return out_cached(n) ? 60.0 : 0;
+	return out_cached(n) || out_passthrough(n) ? 60.0 : 0;
 }
 
 static void reply_entry(fuse_req_t req, node *n, const struct stat *st)
@@ -1098,23 +1098,25 @@ static int push_out_backing(node *session)
  * close() that ran the query returns.  The kernel keeps the stored pages
  * when the size changes (EXPLICIT_INVAL_DATA).  An out never looked up has
  * nothing cached: the notifications then fail, harmlessly.  A passed
- * through out has its own file instead. */
+ * through out has its own file instead; only its attributes are dropped
+ * (a stat then asks for the new size, a read does not need it). */
 static int push_out(node *session)
 {
-	pthread_mutex_lock(&push_mu);
-	if (session->out_bid > 0) {
-		int rc = push_out_backing(session);
-		pthread_mutex_unlock(&push_mu);
-		return rc;
-	}
-	pthread_mutex_unlock(&push_mu);
-	if (!cache_out)
-		return 0;
 	pthread_mutex_lock(&tree_mu);
 	node *o = find_name(session->ino, "out");
 	fuse_ino_t ino = o ? o->ino : 0;
 	pthread_mutex_unlock(&tree_mu);
-	if (!ino)
+	pthread_mutex_lock(&push_mu);
+	if (session->out_bid > 0) {
+		int rc = push_out_backing(session);
+		pthread_mutex_unlock(&push_mu);
+		/* its size: the kernel keeps out's attributes (attr_timeout()) */
+		if (ino)
+			fuse_lowlevel_notify_inval_inode(tree_se, ino, -1, 0);
+		return rc;
+	}
+	pthread_mutex_unlock(&push_mu);
+	if (!cache_out || !ino)
 		return 0;
 	pthread_mutex_lock(&push_mu); /* the last push stores the latest out */
 	size_t len = 0;
