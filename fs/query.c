@@ -37,7 +37,8 @@ struct qsession {
 	int ended;     /* the session was removed (rmdir): no more input */
 	qinput acc;    /* text: options and vectors of the lines checked */
 	/* the last query's results: out is rendered when the query runs (it is
-	 * pushed to the kernel's cache), out.json and stats when first read */
+	 * written where readers read it, see push_out() in tree.c), out.json
+	 * and stats when first read */
 	vecfs_results *r;
 	int exact;     /* how the last query ran */
 	uint32_t dim;
@@ -120,23 +121,25 @@ void qs_in_truncate(qsession *q)
 	pthread_mutex_unlock(&q->mu);
 }
 
-void qs_end(qsession *q)
+/* Forget input and results; `ended`: and take no more input. */
+static void forget(qsession *q, int ended)
 {
 	pthread_mutex_lock(&q->mu);
-	q->ended = 1;
+	q->ended |= ended;
 	reset_input(q);
 	q->dirty = 0;
 	clear_results(q);
 	pthread_mutex_unlock(&q->mu);
 }
 
+void qs_end(qsession *q)
+{
+	forget(q, 1);
+}
+
 void qs_clear(qsession *q)
 {
-	pthread_mutex_lock(&q->mu);
-	reset_input(q);
-	q->dirty = 0;
-	clear_results(q);
-	pthread_mutex_unlock(&q->mu);
+	forget(q, 0);
 }
 
 static int check_lines(qsession *q);

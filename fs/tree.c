@@ -261,6 +261,8 @@ static node *new_node(int kind, fuse_ino_t parent, const char *name)
 	return n;
 }
 
+static void out_backing_close(node *session);
+
 /* Free a node and what it owns (not the tables' links). */
 static void node_destroy(node *n)
 {
@@ -268,11 +270,7 @@ static void node_destroy(node *n)
 		ingest_free(n->ing);
 	if (n->qs)
 		qs_free(n->qs);
-	if (n->out_bid > 0) {
-		pt_backing_close(n->out_bid);
-		close(n->out_fd);
-		out_files--;
-	}
+	out_backing_close(n);
 	free(n->target);
 	free(n->name);
 	free(n);
@@ -1091,6 +1089,21 @@ static int push_out_backing(node *session)
 	return rc;
 }
 
+/* With push_mu held: the kernel's copy of out (inode ino) replaced. */
+static void push_out_cache(node *session, fuse_ino_t ino)
+{
+	size_t len = 0;
+	char *p = qs_render(session->qs, QS_OUT, &len);
+	fuse_lowlevel_notify_inval_inode(tree_se, ino, 0, 0);
+	if (p && len) {
+		struct fuse_bufvec bv = FUSE_BUFVEC_INIT(len);
+		bv.buf[0].mem = p;
+		if (fuse_lowlevel_notify_store(tree_se, ino, 0, &bv, 0) != 0)
+			fuse_lowlevel_notify_inval_inode(tree_se, ino, 0, 0);
+	}
+	free(p);
+}
+
 /* A session's out is read through the kernel's page cache (keep_cache, a
  * long attribute timeout): after a query the reader gets it in one GETATTR
  * round trip, with no READ and no read at the end of file.  So each time
@@ -1102,35 +1115,22 @@ static int push_out_backing(node *session)
  * (a stat then asks for the new size, a read does not need it). */
 static int push_out(node *session)
 {
+	int rc = 0, passed;
 	pthread_mutex_lock(&tree_mu);
 	node *o = find_name(session->ino, "out");
 	fuse_ino_t ino = o ? o->ino : 0;
 	pthread_mutex_unlock(&tree_mu);
-	pthread_mutex_lock(&push_mu);
-	if (session->out_bid > 0) {
-		int rc = push_out_backing(session);
-		pthread_mutex_unlock(&push_mu);
-		/* its size: the kernel keeps out's attributes (attr_timeout()) */
-		if (ino)
-			fuse_lowlevel_notify_inval_inode(tree_se, ino, -1, 0);
-		return rc;
-	}
-	pthread_mutex_unlock(&push_mu);
-	if (!cache_out || !ino)
-		return 0;
 	pthread_mutex_lock(&push_mu); /* the last push stores the latest out */
-	size_t len = 0;
-	char *p = qs_render(session->qs, QS_OUT, &len);
-	fuse_lowlevel_notify_inval_inode(tree_se, ino, 0, 0);
-	if (p && len) {
-		struct fuse_bufvec bv = FUSE_BUFVEC_INIT(len);
-		bv.buf[0].mem = p;
-		if (fuse_lowlevel_notify_store(tree_se, ino, 0, &bv, 0) != 0)
-			fuse_lowlevel_notify_inval_inode(tree_se, ino, 0, 0);
-	}
+	passed = session->out_bid > 0;
+	if (passed)
+		rc = push_out_backing(session);
+	else if (cache_out && ino)
+		push_out_cache(session, ino);
 	pthread_mutex_unlock(&push_mu);
-	free(p);
-	return 0;
+	/* its size: the kernel keeps a passed-through out's attributes */
+	if (passed && ino)
+		fuse_lowlevel_notify_inval_inode(tree_se, ino, -1, 0);
+	return rc;
 }
 
 static int flush_handle(handle *h)
@@ -2112,8 +2112,11 @@ void tree_set_session(struct fuse_session *se, int want_cache_out, int passthrou
 	passthrough_out = passthrough;
 	/* a backing file is a descriptor held for the session's life: leave
 	 * at least half the daemon's descriptors, and 256, to everything else */
-	out_files_max = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur > 512 ?
-		(unsigned)((rl.rlim_cur - 256) / 2 > 1u << 20 ? 1u << 20 : (rl.rlim_cur - 256) / 2) : 0;
+	out_files_max = 0;
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur > 512) {
+		rlim_t spare = (rl.rlim_cur - 256) / 2;
+		out_files_max = spare < (1u << 20) ? (unsigned)spare : 1u << 20;
+	}
 }
 
 /* ---------------------------------------------------------------- setup */
