@@ -23,15 +23,6 @@
  * thread for it (measured: hundreds of threads started and gone in a run
  * of the bench, on one client).
  *
- * Each worker asks the scheduler for the shortest time slice (Linux 6.12
- * and later; elsewhere nothing changes).  A reply wakes its caller, often on
- * the worker's own CPU; with the default slice the caller then preempts the
- * worker on its way back to poll(), and the CPU switches twice where once
- * would do.  With a short slice the worker's deadline comes first, so it
- * runs on until it waits again (measured: a held-descriptor query through
- * the mount 8% faster, median of 10 runs).  A slice does not change a
- * thread's share of the CPU, only how soon it yields it.
- *
  * fs_loop_stop() (SIGINT, SIGTERM) wakes every worker; requests in progress
  * get STOP_GRACE_S to finish.  One that is still running then may wait on
  * the kernel for a request nobody reads any more: the daemon exits without
@@ -44,27 +35,15 @@
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
 #define PINNED_MAX 8
 #define EXTRA_IDLE_MS 1000   /* an extra worker waits this long, then may leave */
 #define STOP_GRACE_S 60      /* after a stop, requests in progress get this long */
-#define SLICE_NS 100000      /* a worker's time slice: the shortest Linux takes */
-
-/* The kernel's struct sched_attr, its first published layout (48 bytes). */
-typedef struct slice_attr {
-	uint32_t size, policy;
-	uint64_t flags;
-	int32_t nice;
-	uint32_t priority;
-	uint64_t runtime, deadline, period;
-} slice_attr;
 
 typedef struct loop {
 	struct fuse_session *se;
@@ -96,25 +75,6 @@ static loop the_loop = {
 };
 
 static int start_worker(loop *l, int cpu);
-
-/* Ask for a short time slice for the calling thread, keeping its policy
- * and nice value (see the top of the file).  Only a thread of the normal
- * or batch policy has a slice; failure changes nothing. */
-static void short_slice(void)
-{
-	slice_attr a;
-	memset(&a, 0, sizeof a);
-	if (syscall(SYS_sched_getattr, 0, &a, (unsigned)sizeof a, 0) != 0)
-		return;
-	if (a.policy != SCHED_OTHER && a.policy != SCHED_BATCH)
-		return;
-	a.size = sizeof a;
-	a.flags = 0;
-	a.runtime = SLICE_NS;
-	if (syscall(SYS_sched_setattr, 0, &a, 0) != 0) {
-		/* an older kernel: the default slice */
-	}
-}
 
 /* The calling worker counts as waiting again (it is about to). */
 void fs_loop_replied(void)
@@ -177,7 +137,6 @@ static void *worker_main(void *arg)
 		/* a CPU gone since the start: run anywhere */
 		pthread_setaffinity_np(pthread_self(), sizeof set, &set);
 	}
-	short_slice();
 	for (;;) {
 		if (fuse_session_exited(l->se))
 			break;

@@ -299,26 +299,6 @@ serial_ok() {
 	((after - before <= 2)) || { echo "$((after - before)) workers started" >&2; return 1; }
 }
 check one_client_needs_no_extra_workers serial_ok
-# every session worker asks for the shortest time slice (Linux 6.12 and
-# later) and keeps the daemon's priority; other threads keep the default
-slice_ok() {
-	local pid workers n=0 t v major minor prio
-	pid=$(daemon_pid "$M") || return 1
-	workers=$(stat_kv workers) || return 1
-	prio=$(awk '$1 == "prio" {print $3}' "/proc/$pid/sched")
-	for t in /proc/"$pid"/task/*; do
-		v=$(awk '$1 == "se.slice" {print $3}' "$t/sched")
-		[[ $v == 100000 ]] && n=$((n + 1))
-		[[ $(awk '$1 == "prio" {print $3}' "$t/sched") == "$prio" ]] || return 1
-	done
-	IFS=. read -r major minor _ <<<"$(uname -r)"
-	if ((major > 6 || (major == 6 && minor >= 12))); then
-		((n >= workers)) || { echo "$n of $workers workers have a short slice" >&2; return 1; }
-	else
-		((n == 0)) || return 1
-	fi
-}
-check workers_short_slice slice_ok
 # out is served from the page cache: a shorter, then a longer result, each
 # read whole by a new reader, with an honest size
 sizes_ok() {
