@@ -82,9 +82,16 @@ void fs_loop_stop(void);
 /* A reply is about to go out from the calling thread: a worker of the loop
  * counts as waiting from now on (a no-op on other threads). */
 void fs_loop_replied(void);
-/* Workers running now, and extra workers started since the loop began;
- * returns 0 (and nothing is set) unless fs_loop() serves the session. */
-int fs_loop_counts(unsigned *workers, uint64_t *extra_started);
+/* How the session loop stands (see fs/loop.c). */
+typedef struct fs_loop_stats {
+	unsigned workers;        /* running now */
+	uint64_t extra_started;  /* extra workers started since the loop began */
+	unsigned listening;      /* workers the device wakes for their own sake
+				  * (not as a standby) */
+	char listening_cpus[64]; /* their CPUs, "0,1"; "*" for one not pinned */
+} fs_loop_stats;
+/* Returns 0 (and nothing is set) unless fs_loop() serves the session. */
+int fs_loop_counts(fs_loop_stats *st);
 
 /* ---------------------------------------------------------------- errors.c */
 

@@ -2,26 +2,42 @@
  * fs/loop.c - the session loop: the threads that read requests from the
  * FUSE device and run their handlers.
  *
- * One worker is pinned to each CPU the daemon may run on (up to PINNED_MAX)
- * and waits in poll() on the device, which is non-blocking.  A request wakes
- * every waiting worker; the one on the caller's CPU is already there when
- * the caller goes to sleep, so it usually reads the request first, and its
- * reply wakes the caller on that same CPU.  A round trip then costs two
- * context switches and no cross-CPU wakeup, which on a virtual machine is
- * the larger part of the time (measured: 15-22 us a round trip against
- * 21-45 us with libfuse's loop on the same 2-CPU machine).  The others find
- * nothing to read (EAGAIN) and wait again.
+ * One worker is pinned to each CPU the daemon may run on (up to PINNED_MAX).
+ * A worker waits in epoll_wait() on an epoll instance of its own; the
+ * device, which is non-blocking, is in that instance only while the worker
+ * listens.  The worker that reads a request on the caller's CPU runs as
+ * soon as the caller sleeps, and its reply wakes the caller on that same
+ * CPU: a round trip then costs two context switches and no cross-CPU wakeup
+ * (measured: 15-22 us a round trip against 21-45 us with libfuse's loop on
+ * the same 2-CPU machine).
+ *
+ * Who listens.  Every listening worker is woken by each request, and waking
+ * a worker on an idle CPU costs the caller an interrupt to that CPU (on a
+ * virtual machine: 10-15 us in the caller's write(), measured with the
+ * kernel's scheduler trace).  So not every worker listens:
+ *  - a worker listens from its reply on: one client's next request most
+ *    likely comes from the CPU it just woke;
+ *  - while a worker handles a request and no other waiting worker listens,
+ *    it makes one listen ("standby"), so that another client is never left
+ *    waiting; the standby stops at the next reply of another worker;
+ *  - every ROUND_REPLIES replies, a round: a pinned worker that read no
+ *    request since the last round stops listening, and one that does not
+ *    listen becomes a standby, to find out whether a client now runs on its
+ *    CPU (a client the scheduler moved would otherwise be served from the
+ *    other CPU until the next round).  With two clients on two CPUs, both
+ *    workers read requests in every round and both keep listening.
+ * Each of these is an epoll_ctl(), which wakes nobody.
  *
  * When every worker is busy (a long ingest commit, a backup read) another,
- * unpinned, one starts, up to max_threads; such extra workers leave once
- * as many others as there are pinned ones wait again.  A worker counts as
- * waiting again from the moment its reply goes out (fs_loop_replied()), not
- * from when it is back in poll(): the reply wakes the caller, which on the
- * same CPU may run, and send its next request, before the worker that
- * answered gets the CPU back.  Counted as busy meanwhile, that worker would
- * make the next request look like one that nobody waits for, and start a
- * thread for it (measured: hundreds of threads started and gone in a run
- * of the bench, on one client).
+ * unpinned, one starts, listening, up to max_threads; such extra workers
+ * leave once as many others as there are pinned ones wait again.  A worker
+ * counts as waiting again from the moment its reply goes out
+ * (fs_loop_replied()), not from when it is back in epoll_wait(): the reply
+ * wakes the caller, which on the same CPU may run, and send its next
+ * request, before the worker that answered gets the CPU back.  Counted as
+ * busy meanwhile, that worker would make the next request look like one
+ * that nobody waits for, and start a thread for it (measured: hundreds of
+ * threads started and gone in a run of the bench, on one client).
  *
  * fs_loop_stop() (SIGINT, SIGTERM) wakes every worker; requests in progress
  * get STOP_GRACE_S to finish.  One that is still running then may wait on
@@ -32,18 +48,21 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <poll.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <time.h>
 #include <unistd.h>
 
 #define PINNED_MAX 8
 #define EXTRA_IDLE_MS 1000   /* an extra worker waits this long, then may leave */
 #define STOP_GRACE_S 60      /* after a stop, requests in progress get this long */
+#define ROUND_REPLIES 16     /* replies between two rounds (see above) */
+
+typedef struct worker worker;
 
 typedef struct loop {
 	struct fuse_session *se;
@@ -56,47 +75,149 @@ typedef struct loop {
 	unsigned pinned;       /* workers pinned to a CPU */
 	unsigned max_threads;
 	uint64_t extra_started; /* extra workers started since the loop began */
+	uint64_t replies;      /* requests answered: every ROUND_REPLIES, a round */
+	worker *all;           /* every running worker */
 	int err;               /* the first error that ended the loop */
 	int stopping;          /* the loop is ending */
 	struct timespec stop_at; /* since when (CLOCK_MONOTONIC) */
 } loop;
 
-typedef struct worker {
+struct worker {
 	loop *l;
+	worker *prev, *next;   /* in l->all */
 	int cpu;               /* -1: not pinned */
-} worker;
+	int extra;             /* started because every other one was busy */
+	int ep;                /* its epoll instance: the stop pipe, and the
+				* device while it listens */
+	int listens;
+	int standby;           /* listens for another's sake, until the next
+				* reply of another worker */
+	int waiting;           /* counted in l->idle */
+	int served;            /* read a request since the last round */
+};
 
-/* The request this thread handles, while it is counted as busy. */
-static __thread loop *busy_in;
+/* The worker this thread is, while it is counted as busy. */
+static __thread worker *busy_in;
 
 static loop the_loop = {
 	.fd = -1, .wake = {-1, -1},
 	.mu = PTHREAD_MUTEX_INITIALIZER, .done = PTHREAD_COND_INITIALIZER,
 };
 
-static int start_worker(loop *l, int cpu);
+static int start_worker(loop *l, int cpu, int extra);
+static void end_loop_locked(loop *l, int err);
+
+/* With l->mu held: the device in, or out of, w's epoll instance.  0, or
+ * -errno (the device stays as it was). */
+static int set_listening(worker *w, int on)
+{
+	if (w->listens == on)
+		return 0;
+	struct epoll_event ev = { .events = EPOLLIN, .data.fd = w->l->fd };
+	if (epoll_ctl(w->ep, on ? EPOLL_CTL_ADD : EPOLL_CTL_DEL, w->l->fd, &ev) != 0)
+		return -errno;
+	w->listens = on;
+	if (!on)
+		w->standby = 0;
+	return 0;
+}
+
+/* With l->mu held: does a worker other than w wait, listening? */
+static int other_listens(const loop *l, const worker *w)
+{
+	for (const worker *x = l->all; x; x = x->next)
+		if (x != w && x->waiting && x->listens)
+			return 1;
+	return 0;
+}
+
+/* With l->mu held: a waiting worker other than w, a pinned one if any. */
+static worker *waiting_other(loop *l, const worker *w)
+{
+	worker *pick = NULL;
+	for (worker *x = l->all; x; x = x->next)
+		if (x != w && x->waiting && (!pick || (pick->extra && !x->extra)))
+			pick = x;
+	return pick;
+}
+
+/* With l->mu held: w begins a request.  Unless another waiting worker
+ * listens, make one a standby (a pinned one if it can), or, with none
+ * waiting, start one more. */
+static void begin_request(loop *l, worker *w)
+{
+	l->idle--;
+	w->waiting = 0;
+	w->served = 1;
+	if (l->idle == 0) {
+		if (l->workers < l->max_threads && start_worker(l, -1, 1) == 0)
+			l->extra_started++;
+		return;
+	}
+	if (other_listens(l, w))
+		return;
+	worker *pick = waiting_other(l, w);
+	if (pick && set_listening(pick, 1) == 0)
+		pick->standby = 1;
+}
+
+/* With l->mu held: w answered its request and listens again; the others
+ * that listened for its sake stop, or, every ROUND_REPLIES, a round. */
+static void end_request(loop *l, worker *w)
+{
+	l->idle++;
+	w->waiting = 1;
+	w->standby = 0;
+	int rc = set_listening(w, 1);
+	if (rc)
+		end_loop_locked(l, rc); /* it would not hear the next request */
+	int round = ++l->replies % ROUND_REPLIES == 0;
+	for (worker *x = l->all; x; x = x->next) {
+		if (x == w || !x->waiting)
+			continue;
+		if (!round) {
+			if (x->standby)
+				set_listening(x, 0);
+		} else if (!x->extra && !x->served) {
+			if (x->listens && !x->standby)
+				set_listening(x, 0); /* no client of its CPU */
+			else if (set_listening(x, 1) == 0)
+				x->standby = 1; /* is there one now? */
+		}
+	}
+	if (round)
+		for (worker *x = l->all; x; x = x->next)
+			x->served = 0;
+}
 
 /* The calling worker counts as waiting again (it is about to). */
 void fs_loop_replied(void)
 {
-	loop *l = busy_in;
-	if (!l)
+	worker *w = busy_in;
+	if (!w)
 		return;
 	busy_in = NULL;
-	pthread_mutex_lock(&l->mu);
-	l->idle++;
-	pthread_mutex_unlock(&l->mu);
+	pthread_mutex_lock(&w->l->mu);
+	end_request(w->l, w);
+	pthread_mutex_unlock(&w->l->mu);
 }
 
+static void forget_worker(loop *l, worker *w);
+
 /* An extra worker leaves while as many others wait as there are pinned
- * ones.  1: it leaves (the counts no longer include it). */
-static int leave_if_spare(loop *l)
+ * ones; if it listened, and no other waiting one does, a pinned one takes
+ * its place.  1: it left (w is gone). */
+static int leave_if_spare(loop *l, worker *w)
 {
 	pthread_mutex_lock(&l->mu);
 	int leave = l->idle > l->pinned;
+	if (leave && w->listens && !other_listens(l, w)) {
+		worker *pick = waiting_other(l, w);
+		leave = pick && set_listening(pick, 1) == 0;
+	}
 	if (leave) {
-		l->idle--;
-		l->workers--;
+		forget_worker(l, w);
+		pthread_cond_broadcast(&l->done);
 	}
 	pthread_mutex_unlock(&l->mu);
 	return leave;
@@ -119,21 +240,32 @@ static void end_loop_locked(loop *l, int err)
 	}
 }
 
+/* With l->mu held: w, waiting, is no longer counted, listed or kept. */
+static void forget_worker(loop *l, worker *w)
+{
+	l->idle--;
+	l->workers--;
+	if (w->prev)
+		w->prev->next = w->next;
+	else
+		l->all = w->next;
+	if (w->next)
+		w->next->prev = w->prev;
+	close(w->ep);
+	free(w);
+}
+
 static void *worker_main(void *arg)
 {
 	worker *w = arg;
 	loop *l = w->l;
 	struct fuse_buf buf;
-	struct pollfd pfd[2] = {{l->fd, POLLIN, 0}, {l->wake[0], POLLIN, 0}};
-	int cpu = w->cpu;
-	int left = 0;          /* 1: a spare extra worker, leaving */
 
-	free(w);
 	memset(&buf, 0, sizeof buf);
-	if (cpu >= 0) {
+	if (w->cpu >= 0) {
 		cpu_set_t set;
 		CPU_ZERO(&set);
-		CPU_SET(cpu, &set);
+		CPU_SET(w->cpu, &set);
 		/* a CPU gone since the start: run anywhere */
 		pthread_setaffinity_np(pthread_self(), sizeof set, &set);
 	}
@@ -142,17 +274,21 @@ static void *worker_main(void *arg)
 			break;
 		int res = fuse_session_receive_buf(l->se, &buf);
 		if (res == -EAGAIN) { /* another worker took it, or nothing yet */
-			int n = poll(pfd, 2, cpu < 0 ? EXTRA_IDLE_MS : -1);
+			struct epoll_event ev[2];
+			int n = epoll_wait(w->ep, ev, 2, w->extra ? EXTRA_IDLE_MS : -1);
 			if (n < 0 && errno != EINTR) {
 				pthread_mutex_lock(&l->mu);
 				end_loop_locked(l, -errno);
 				pthread_mutex_unlock(&l->mu);
 				break;
 			}
-			if (n > 0 && pfd[1].revents)
+			int stop = 0;
+			for (int i = 0; i < n; i++)
+				stop |= ev[i].data.fd != l->fd;
+			if (stop)
 				break;
-			if (n == 0 && (left = leave_if_spare(l)))
-				break;
+			if (n == 0 && w->extra && leave_if_spare(l, w))
+				goto left;
 			continue;
 		}
 		if (res == -EINTR)
@@ -164,60 +300,96 @@ static void *worker_main(void *arg)
 			break;
 		}
 		pthread_mutex_lock(&l->mu);
-		l->idle--;
-		if (l->idle == 0 && l->workers < l->max_threads && start_worker(l, -1) == 0)
-			l->extra_started++; /* nobody left waiting: one more */
+		begin_request(l, w);
 		pthread_mutex_unlock(&l->mu);
 
-		busy_in = l;
+		busy_in = w;
 		fuse_session_process_buf(l->se, &buf);
 		fs_loop_replied(); /* when no reply went out (FORGET) */
-		if (cpu < 0 && (left = leave_if_spare(l)))
-			break;
+		if (w->extra && leave_if_spare(l, w))
+			goto left;
 	}
-	free(buf.mem);
+	/* the loop ends: make every other worker see it too */
 	pthread_mutex_lock(&l->mu);
-	if (!left) { /* the loop ends: make every other worker see it too */
-		l->idle--;
-		l->workers--;
-		end_loop_locked(l, 0);
-	}
+	forget_worker(l, w);
+	end_loop_locked(l, 0);
 	pthread_cond_broadcast(&l->done);
 	pthread_mutex_unlock(&l->mu);
+left:
+	free(buf.mem);
 	return NULL;
 }
 
-/* With l->mu held (or before any worker runs).  Returns 0 or -errno. */
-static int start_worker(loop *l, int cpu)
+/* With l->mu held (or before any worker runs): a worker pinned to `cpu`
+ * (-1: not pinned), listening.  Returns 0 or -errno. */
+static int start_worker(loop *l, int cpu, int extra)
 {
 	pthread_attr_t attr;
 	pthread_t th;
-	worker *w = malloc(sizeof *w);
+	worker *w = calloc(1, sizeof *w);
 	if (!w)
 		return -ENOMEM;
 	w->l = l;
 	w->cpu = cpu;
-	pthread_attr_init(&attr);
-	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-	int rc = pthread_create(&th, &attr, worker_main, w);
-	pthread_attr_destroy(&attr);
+	w->extra = extra;
+	w->ep = epoll_create1(EPOLL_CLOEXEC);
+	struct epoll_event ev = { .events = EPOLLIN, .data.fd = l->wake[0] };
+	int rc = w->ep < 0 ? -errno : 0;
+	if (rc == 0 && epoll_ctl(w->ep, EPOLL_CTL_ADD, l->wake[0], &ev) != 0)
+		rc = -errno;
+	if (rc == 0)
+		rc = set_listening(w, 1);
 	if (rc) {
+		if (w->ep >= 0)
+			close(w->ep);
 		free(w);
-		return -rc;
+		return rc;
 	}
+	w->waiting = 1;
+	worker **at = &l->all; /* at the end: stats list CPUs in order */
+	while (*at) {
+		w->prev = *at;
+		at = &(*at)->next;
+	}
+	*at = w;
 	l->workers++;
 	l->idle++;
+	pthread_attr_init(&attr);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	rc = pthread_create(&th, &attr, worker_main, w);
+	pthread_attr_destroy(&attr);
+	if (rc) {
+		forget_worker(l, w);
+		return -rc;
+	}
 	return 0;
 }
 
-int fs_loop_counts(unsigned *workers, uint64_t *extra_started)
+int fs_loop_counts(fs_loop_stats *st)
 {
 	loop *l = &the_loop;
 	pthread_mutex_lock(&l->mu);
 	int running = l->se != NULL;
 	if (running) {
-		*workers = l->workers;
-		*extra_started = l->extra_started;
+		memset(st, 0, sizeof *st);
+		st->workers = l->workers;
+		st->extra_started = l->extra_started;
+		size_t n = 0;
+		for (const worker *x = l->all; x; x = x->next) {
+			if (!x->listens || x->standby)
+				continue;
+			st->listening++;
+			char one[16];
+			if (x->cpu >= 0)
+				snprintf(one, sizeof one, "%s%d", n ? "," : "", x->cpu);
+			else
+				snprintf(one, sizeof one, "%s*", n ? "," : "");
+			size_t k = strlen(one);
+			if (n + k < sizeof st->listening_cpus) {
+				memcpy(st->listening_cpus + n, one, k + 1);
+				n += k;
+			}
+		}
 	}
 	pthread_mutex_unlock(&l->mu);
 	return running;
@@ -276,14 +448,14 @@ int fs_loop(struct fuse_session *se, unsigned max_threads)
 		for (int c = 0; c < CPU_SETSIZE && l->pinned < PINNED_MAX; c++) {
 			if (!CPU_ISSET(c, &cpus))
 				continue;
-			if ((rc = start_worker(l, c)) != 0)
+			if ((rc = start_worker(l, c, 0)) != 0)
 				break;
 			l->pinned++;
 		}
 	} else {
 		/* one CPU (or an unknown set): two workers, neither pinned */
-		if ((rc = start_worker(l, -1)) == 0)
-			rc = start_worker(l, -1);
+		if ((rc = start_worker(l, -1, 0)) == 0)
+			rc = start_worker(l, -1, 0);
 		l->pinned = l->workers;
 	}
 	l->max_threads = max_threads > l->workers ? max_threads : l->workers + 1;

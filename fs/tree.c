@@ -350,12 +350,13 @@ static int render(node *n, sbuf *b)
 	case K_CONFIG:
 		return render_config(mnt->store, b);
 	case K_STATS: {
-		unsigned workers;
-		uint64_t extra;
+		fs_loop_stats ls;
 		int rc = render_stats(mnt->store, b);
-		if (rc == 0 && fs_loop_counts(&workers, &extra)) {
-			sb_printf(b, "workers = %u\n", workers);
-			sb_printf(b, "workers_started = %llu\n", (unsigned long long)extra);
+		if (rc == 0 && fs_loop_counts(&ls)) {
+			sb_printf(b, "workers = %u\n", ls.workers);
+			sb_printf(b, "workers_started = %llu\n", (unsigned long long)ls.extra_started);
+			sb_printf(b, "workers_listening = %u\n", ls.listening);
+			sb_printf(b, "workers_listening_cpus = %s\n", ls.listening_cpus);
 			rc = b->oom ? -ENOMEM : 0;
 		}
 		return rc;

@@ -299,6 +299,36 @@ serial_ok() {
 	((after - before <= 2)) || { echo "$((after - before)) workers started" >&2; return 1; }
 }
 check one_client_needs_no_extra_workers serial_ok
+# one client's requests, one at a time, wake only the worker of its CPU:
+# the others stop listening, and the one of a CPU the client moves to
+# starts (rounds of ROUND_REPLIES in fs/loop.c)
+listen_ok() {
+	local c want
+	for c in 0 1; do
+		want=$c
+		if (($(nproc) < 2)); then
+			want='*'
+		fi
+		T taskset -c "$c" /usr/bin/python3 -c '
+import os, sys
+d = sys.argv[1]
+fi = os.open(d + "/in", os.O_WRONLY)
+fo = os.open(d + "/out", os.O_RDONLY)
+for n in range(100):
+    os.pwrite(fi, b"k=2 mode=exact\n%d 2 3 4\n" % (n % 9), 0)
+    os.close(os.dup(fi))
+    assert os.pread(fo, 4096, 0).count(b"\n") == 2
+' "$M/query/q1" || return 1
+		local st
+		st=$(T taskset -c "$c" cat "$M/stats") || return 1
+		[[ $(kv workers_listening <<<"$st") == 1 &&
+			$(kv workers_listening_cpus <<<"$st") == "$want" ]] ||
+			{ echo "client on CPU $c: $(grep listening <<<"$st" | tr '\n' ' ')" >&2; return 1; }
+		(($(nproc) < 2)) && break
+	done
+	return 0
+}
+check one_client_wakes_one_worker listen_ok
 # out is served from the page cache: a shorter, then a longer result, each
 # read whole by a new reader, with an honest size
 sizes_ok() {
