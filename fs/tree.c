@@ -83,6 +83,7 @@ typedef struct node {
 	qsession *qs;         /* K_SESSION */
 	int out_bid;          /* K_SESSION: backing file id of out (passthrough), or 0 */
 	int out_fd;           /* K_SESSION: that backing file, while out_bid > 0 */
+	size_t out_len;       /* K_SESSION: its size (SIZE_MAX: not known) */
 	struct node *session; /* session files: their session node */
 	char *target;         /* K_TMPLINK */
 	uint64_t bsize;       /* K_BACKUP: size of the backup open handles read */
@@ -1033,6 +1034,7 @@ static void out_backing_open(node *session)
 	if (id > 0) {
 		session->out_fd = fd;
 		session->out_bid = id;
+		session->out_len = 0;
 		out_files++;
 	} else {
 		close(fd);
@@ -1079,8 +1081,15 @@ static int push_out_backing(node *session)
 		}
 		done += (size_t)w;
 	}
-	if (ftruncate(session->out_fd, (off_t)len) != 0 && !rc)
-		rc = -errno;
+	/* what a longer out before left past the end goes */
+	if (len < session->out_len || rc) {
+		if (ftruncate(session->out_fd, (off_t)len) != 0) {
+			if (!rc)
+				rc = -errno;
+			len = SIZE_MAX;
+		}
+	}
+	session->out_len = len;
 	free(p);
 	if (rc) {
 		/* out reads empty: so must stat, out.json and stats */
