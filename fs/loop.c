@@ -26,7 +26,9 @@
  *    CPU (a client the scheduler moved would otherwise be served from the
  *    other CPU until the next round).  With two clients on two CPUs, both
  *    workers read requests in every round and both keep listening.
- * Each of these is an epoll_ctl(), which wakes nobody.
+ * Each of these is an epoll_ctl(), which wakes nobody.  A worker whose own
+ * epoll_ctl() fails (no memory) polls the device with poll() instead, for
+ * 10 ms at a time, trying to listen again in between.
  *
  * When every worker is busy (a long ingest commit, a backup read) another,
  * unpinned, one starts, listening, up to max_threads; such extra workers
@@ -48,6 +50,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
@@ -94,6 +97,8 @@ struct worker {
 				* reply of another worker */
 	int waiting;           /* counted in l->idle */
 	int served;            /* read a request since the last round */
+	int deaf;              /* its epoll_ctl() failed when it was to listen
+				* (out of memory): it polls the device itself */
 };
 
 /* The worker this thread is, while it is counted as busy. */
@@ -120,6 +125,17 @@ static int set_listening(worker *w, int on)
 	if (!on)
 		w->standby = 0;
 	return 0;
+}
+
+/* Set (from the environment, at the start) by the tests only: a worker
+ * may not listen again after a reply, as if epoll_ctl() had no memory. */
+static int fault_listen;
+
+/* With l->mu held: w, which answered a request, listens again.  0 or
+ * -errno. */
+static int listen_again(worker *w)
+{
+	return fault_listen ? -ENOMEM : set_listening(w, 1);
 }
 
 /* With l->mu held: does a worker other than w wait, listening? */
@@ -168,9 +184,7 @@ static void end_request(loop *l, worker *w)
 	l->idle++;
 	w->waiting = 1;
 	w->standby = 0;
-	int rc = set_listening(w, 1);
-	if (rc)
-		end_loop_locked(l, rc); /* it would not hear the next request */
+	w->deaf = listen_again(w) != 0; /* then it polls: see wait_request() */
 	int round = ++l->replies % ROUND_REPLIES == 0;
 	for (worker *x = l->all; x; x = x->next) {
 		if (x == w || !x->waiting)
@@ -255,6 +269,35 @@ static void forget_worker(loop *l, worker *w)
 	free(w);
 }
 
+#define STOPPED 2
+
+/* Wait until the device may hold a request (1), the loop stops (STOPPED),
+ * or, for an extra worker, EXTRA_IDLE_MS pass (0).  -errno on an error. */
+static int wait_request(loop *l, worker *w)
+{
+	if (w->deaf) {
+		pthread_mutex_lock(&l->mu);
+		if (listen_again(w) == 0)
+			w->deaf = 0;
+		pthread_mutex_unlock(&l->mu);
+	}
+	if (w->deaf) { /* a short poll() of its own, then try to listen again */
+		struct pollfd pfd[2] = {{l->fd, POLLIN, 0}, {l->wake[0], POLLIN, 0}};
+		int n = poll(pfd, 2, 10);
+		if (n < 0)
+			return errno == EINTR || errno == ENOMEM ? 1 : -errno;
+		return pfd[1].revents ? STOPPED : 1;
+	}
+	struct epoll_event ev[2];
+	int n = epoll_wait(w->ep, ev, 2, w->extra ? EXTRA_IDLE_MS : -1);
+	if (n < 0)
+		return errno == EINTR ? 1 : -errno;
+	for (int i = 0; i < n; i++)
+		if (ev[i].data.fd != l->fd)
+			return STOPPED;
+	return n > 0;
+}
+
 static void *worker_main(void *arg)
 {
 	worker *w = arg;
@@ -274,18 +317,14 @@ static void *worker_main(void *arg)
 			break;
 		int res = fuse_session_receive_buf(l->se, &buf);
 		if (res == -EAGAIN) { /* another worker took it, or nothing yet */
-			struct epoll_event ev[2];
-			int n = epoll_wait(w->ep, ev, 2, w->extra ? EXTRA_IDLE_MS : -1);
-			if (n < 0 && errno != EINTR) {
+			int n = wait_request(l, w);
+			if (n < 0) {
 				pthread_mutex_lock(&l->mu);
-				end_loop_locked(l, -errno);
+				end_loop_locked(l, n);
 				pthread_mutex_unlock(&l->mu);
 				break;
 			}
-			int stop = 0;
-			for (int i = 0; i < n; i++)
-				stop |= ev[i].data.fd != l->fd;
-			if (stop)
+			if (n == STOPPED)
 				break;
 			if (n == 0 && w->extra && leave_if_spare(l, w))
 				goto left;
@@ -429,6 +468,7 @@ int fs_loop(struct fuse_session *se, unsigned max_threads)
 
 	if (pipe2(wake, O_CLOEXEC | O_NONBLOCK) != 0)
 		return -errno;
+	fault_listen = getenv("VECFS_FAULT_LISTEN") != NULL;
 	pthread_mutex_lock(&l->mu);
 	l->se = se;
 	l->fd = fuse_session_fd(se);

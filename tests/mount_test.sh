@@ -522,6 +522,17 @@ if mnt "$S" "$M" -o no_passthrough; then
 else
 	bad mount_no_passthrough "$(tail -c 200 "$TMP/daemon.log")"
 fi
+# a worker that cannot put the device back into its epoll instance after a
+# reply (out of memory) polls the device itself: requests are still served
+if VECFS_FAULT_LISTEN=1 mnt "$S" "$M"; then
+	T mkdir -p "$M/query/q1"
+	check deaf_workers_serve_held held_ok "$M/query/q1"
+	check deaf_workers_serve_shell serial_ok
+	check deaf_workers_serve_sizes sizes_ok
+	umnt "$M"
+else
+	bad mount_deaf_workers "$(tail -c 200 "$TMP/daemon.log")"
+fi
 # sessions are bounded in number (mkdir) and in the input they hold
 # together (write): ENOSPC and a line in errors past either bound
 limits_ok() {
