@@ -403,6 +403,32 @@ busy_ok() {
 	return 1
 }
 check busy_workers_answer_others busy_ok
+# a few steady clients at once keep the extra workers they need, rather
+# than starting and ending one for every burst; idle, the extras leave
+steady_ok() {
+	local before after workers c
+	workers=$(stat_kv workers) || return 1
+	before=$(stat_kv workers_started) || return 1
+	for c in 1 2 3 4; do
+		T mkdir -p "$M/query/st$c" || return 1
+		T "$PY" -c '
+import os, sys
+d = sys.argv[1]
+fi = os.open(d + "/in", os.O_WRONLY)
+fo = os.open(d + "/out", os.O_RDONLY)
+for n in range(400):
+    os.pwrite(fi, b"k=2 mode=exact\n%d 2 3 4\n" % (n % 9), 0)
+    os.close(os.dup(fi))
+    assert os.pread(fo, 4096, 0).count(b"\n") == 2
+' "$M/query/st$c" &
+	done
+	wait || return 1
+	after=$(stat_kv workers_started) || return 1
+	((after - before <= 20)) || { echo "$((after - before)) workers started" >&2; return 1; }
+	sleep 2.5 # EXTRA_IDLE_MS and a margin
+	[[ $(stat_kv workers) == "$workers" ]] || { echo "$(stat_kv workers) workers stay" >&2; return 1; }
+}
+check steady_clients_keep_workers steady_ok
 check query_rmdir T rmdir "$M/query/q1"
 check query_rmdir_gone test ! -e "$M/query/q1"
 
