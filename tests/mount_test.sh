@@ -302,6 +302,17 @@ check one_client_needs_no_extra_workers serial_ok
 # one client's requests, one at a time, wake only the worker of its CPU:
 # the others stop listening, and the one of a CPU the client moves to
 # starts (rounds of ROUND_REPLIES in fs/loop.c)
+# SESSION N: N exact queries on descriptors held open, one after another
+HELD_LOOP='
+import os, sys
+d, n = sys.argv[1], int(sys.argv[2])
+fi = os.open(d + "/in", os.O_WRONLY)
+fo = os.open(d + "/out", os.O_RDONLY)
+for q in range(n):
+    os.pwrite(fi, b"k=2 mode=exact\n%d 2 3 4\n" % (q % 9), 0)
+    os.close(os.dup(fi))
+    assert os.pread(fo, 4096, 0).count(b"\n") == 2
+'
 listen_ok() {
 	local c want
 	for c in 0 1; do
@@ -309,16 +320,7 @@ listen_ok() {
 		if (($(nproc) < 2)); then
 			want='*'
 		fi
-		T taskset -c "$c" /usr/bin/python3 -c '
-import os, sys
-d = sys.argv[1]
-fi = os.open(d + "/in", os.O_WRONLY)
-fo = os.open(d + "/out", os.O_RDONLY)
-for n in range(100):
-    os.pwrite(fi, b"k=2 mode=exact\n%d 2 3 4\n" % (n % 9), 0)
-    os.close(os.dup(fi))
-    assert os.pread(fo, 4096, 0).count(b"\n") == 2
-' "$M/query/q1" || return 1
+		T taskset -c "$c" "$PY" -c "$HELD_LOOP" "$M/query/q1" 100 || return 1
 		local st
 		st=$(T taskset -c "$c" cat "$M/stats") || return 1
 		[[ $(kv workers_listening <<<"$st") == 1 &&
@@ -411,16 +413,7 @@ steady_ok() {
 	before=$(stat_kv workers_started) || return 1
 	for c in 1 2 3 4; do
 		T mkdir -p "$M/query/st$c" || return 1
-		T "$PY" -c '
-import os, sys
-d = sys.argv[1]
-fi = os.open(d + "/in", os.O_WRONLY)
-fo = os.open(d + "/out", os.O_RDONLY)
-for n in range(400):
-    os.pwrite(fi, b"k=2 mode=exact\n%d 2 3 4\n" % (n % 9), 0)
-    os.close(os.dup(fi))
-    assert os.pread(fo, 4096, 0).count(b"\n") == 2
-' "$M/query/st$c" &
+		T "$PY" -c "$HELD_LOOP" "$M/query/st$c" 400 &
 	done
 	wait || return 1
 	after=$(stat_kv workers_started) || return 1
