@@ -53,6 +53,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/fuse.h>
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
@@ -160,14 +161,11 @@ static worker *waiting_other(loop *l, const worker *w)
 	return pick;
 }
 
-/* With l->mu held: w begins a request.  Unless another waiting worker
- * listens, make one a standby (a pinned one if it can), or, with none
- * waiting, start one more. */
-static void begin_request(loop *l, worker *w)
+/* With l->mu held: w, busy, may stay so for long.  Unless another waiting
+ * worker listens, make one a standby (a pinned one if it can), or, with
+ * none waiting, start one more. */
+static void need_listener(loop *l, worker *w)
 {
-	l->idle--;
-	w->waiting = 0;
-	w->served = 1;
 	if (l->idle == 0) {
 		if (l->workers < l->max_threads && start_worker(l, -1, 1) == 0)
 			l->extra_started++;
@@ -178,6 +176,40 @@ static void begin_request(loop *l, worker *w)
 	worker *pick = waiting_other(l, w);
 	if (pick && set_listening(pick, 1) == 0)
 		pick->standby = 1;
+}
+
+/* With l->mu held: w begins a request; `quick`: one that calls
+ * fs_loop_long() if it turns out not to be. */
+static void begin_request(loop *l, worker *w, int quick)
+{
+	l->idle--;
+	w->waiting = 0;
+	w->served = 1;
+	if (!quick)
+		need_listener(l, w);
+}
+
+/* Requests that call fs_loop_long() when they have work to do: a release,
+ * which comes right after the close() that flushed the file, and the
+ * caller's next request with it; a standby for it would take that next
+ * request on another CPU. */
+static int quick_request(const struct fuse_buf *buf)
+{
+	if ((buf->flags & FUSE_BUF_IS_FD) || buf->size < sizeof(struct fuse_in_header))
+		return 0;
+	uint32_t op = ((const struct fuse_in_header *)buf->mem)->opcode;
+	return op == FUSE_RELEASE || op == FUSE_RELEASEDIR || op == FUSE_FORGET ||
+	       op == FUSE_BATCH_FORGET;
+}
+
+void fs_loop_long(void)
+{
+	worker *w = busy_in;
+	if (!w)
+		return;
+	pthread_mutex_lock(&w->l->mu);
+	need_listener(w->l, w);
+	pthread_mutex_unlock(&w->l->mu);
 }
 
 /* With l->mu held: w answered its request and listens again; the others
@@ -341,8 +373,9 @@ static void *worker_main(void *arg)
 			pthread_mutex_unlock(&l->mu);
 			break;
 		}
+		int quick = quick_request(&buf);
 		pthread_mutex_lock(&l->mu);
-		begin_request(l, w);
+		begin_request(l, w, quick);
 		pthread_mutex_unlock(&l->mu);
 
 		busy_in = w;

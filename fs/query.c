@@ -636,6 +636,14 @@ size_t qs_in_size(qsession *q)
 	return n;
 }
 
+int qs_in_dirty(qsession *q)
+{
+	pthread_mutex_lock(&q->mu);
+	int d = q->dirty;
+	pthread_mutex_unlock(&q->mu);
+	return d;
+}
+
 size_t qs_size(qsession *q, int which)
 {
 	pthread_mutex_lock(&q->mu);

@@ -1195,6 +1195,9 @@ static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	handle *h = handle_of(fi);
 	node *n = h->n;
 	/* the last resort: data written and never flushed */
+	if ((n->kind == K_INGEST_FILE) || (n->kind == K_QIN && qs_in_dirty(n->session->qs)) ||
+	    ((n->kind == K_CONFIG || n->kind == K_CTL) && h->wdirty))
+		fs_loop_long();
 	flush_handle(h);
 	pthread_mutex_lock(&h->mu); /* a read may still be replying */
 	pthread_mutex_unlock(&h->mu);
