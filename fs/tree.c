@@ -24,6 +24,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -84,6 +85,8 @@ typedef struct node {
 	int out_bid;          /* K_SESSION: backing file id of out (passthrough), or 0 */
 	int out_fd;           /* K_SESSION: that backing file, while out_bid > 0 */
 	size_t out_len;       /* K_SESSION: its size (SIZE_MAX: not known) */
+	atomic_int out_attrs; /* K_SESSION: out's attributes were given to the
+			       * kernel since push_out() last dropped them */
 	struct node *session; /* session files: their session node */
 	char *target;         /* K_TMPLINK */
 	uint64_t bsize;       /* K_BACKUP: size of the backup open handles read */
@@ -486,6 +489,8 @@ static int node_attr(node *n, struct stat *st)
 		pthread_mutex_unlock(&tree_mu);
 		return 0;
 	case K_QOUT: case K_QJSON: case K_QSTATS:
+		if (n->kind == K_QOUT) /* before the size: see push_out() */
+			atomic_store(&n->session->out_attrs, 1);
 		st->st_mode = S_IFREG | 0444;
 		st->st_size = (off_t)qs_size(n->session->qs,
 					     n->kind == K_QOUT ? QS_OUT : n->kind == K_QJSON ? QS_JSON : QS_STATS);
@@ -1137,8 +1142,11 @@ static int push_out(node *session)
 	else if (cache_out && ino)
 		push_out_cache(session, ino);
 	pthread_mutex_unlock(&push_mu);
-	/* its size: the kernel keeps a passed-through out's attributes */
-	if (passed && ino)
+	/* its size: the kernel keeps a passed-through out's attributes, if it
+	 * was given them since they were last dropped (a getattr that began
+	 * before this push and answers after it is not kept: the drop
+	 * outdates it) */
+	if (passed && ino && atomic_exchange(&session->out_attrs, 0))
 		fuse_lowlevel_notify_inval_inode(tree_se, ino, -1, 0);
 	return rc;
 }

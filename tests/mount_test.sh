@@ -343,6 +343,37 @@ sizes_ok() {
 	done
 }
 check query_out_follows_each_query sizes_ok
+# the kernel's attributes of out are dropped only when it was given them
+# since the last drop: queries that nobody stats between still leave stat
+# with the size of the last one
+unseen_ok() {
+	T "$PY" -c '
+import os, sys
+d = sys.argv[1]
+fi = os.open(d + "/in", os.O_WRONLY)
+def q(k):
+    os.pwrite(fi, b"k=%d mode=exact\n1 2 3 4\n" % k, 0)
+    os.close(os.dup(fi))
+def body():
+    with open(d + "/out", "rb") as f:
+        return f.read()
+for held in (False, True):
+    q(3)
+    assert os.stat(d + "/out").st_size == len(body())
+    q(1)
+    assert os.stat(d + "/out").st_size == len(body())
+    fo = os.open(d + "/out", os.O_RDONLY) if held else None
+    for k in (4, 2, 4):
+        q(k)
+    b = body()
+    assert b.count(b"\n") == 4, b
+    assert os.stat(d + "/out").st_size == len(b), (held, os.stat(d + "/out").st_size, len(b))
+if fo is not None:
+    fo_body = os.pread(fo, 65536, 0)
+    assert os.fstat(fo).st_size == len(fo_body) == len(b)
+' "$M/query/q1"
+}
+check query_out_stat_after_unseen_queries unseen_ok
 # several pages, shrinking by a few bytes: the last page is read afresh
 pages_ok() {
 	local k n want
