@@ -78,7 +78,6 @@ typedef struct loop {
 	pthread_mutex_t mu;
 	pthread_cond_t done;
 	unsigned workers;      /* running */
-	unsigned idle;         /* waiting for a request */
 	unsigned pinned;       /* workers pinned to a CPU */
 	unsigned max_threads;
 	uint64_t extra_started; /* extra workers started since the loop began */
@@ -99,7 +98,7 @@ struct worker {
 	int listens;
 	int standby;           /* listens for another's sake, until the next
 				* reply of another worker */
-	int waiting;           /* counted in l->idle */
+	int waiting;           /* for a request */
 	int served;            /* read a request since the last round */
 	int deaf;              /* its epoll_ctl() failed when it was to listen
 				* (out of memory): it polls the device itself */
@@ -151,6 +150,15 @@ static int other_listens(const loop *l, const worker *w)
 	return 0;
 }
 
+/* With l->mu held: how many workers wait for a request. */
+static unsigned waiting_count(const loop *l)
+{
+	unsigned n = 0;
+	for (const worker *x = l->all; x; x = x->next)
+		n += x->waiting != 0;
+	return n;
+}
+
 /* With l->mu held: a waiting worker other than w, a pinned one if any. */
 static worker *waiting_other(loop *l, const worker *w)
 {
@@ -166,7 +174,7 @@ static worker *waiting_other(loop *l, const worker *w)
  * none waiting, start one more. */
 static void need_listener(loop *l, worker *w)
 {
-	if (l->idle == 0) {
+	if (waiting_count(l) == 0) {
 		if (l->workers < l->max_threads && start_worker(l, -1, 1) == 0)
 			l->extra_started++;
 		return;
@@ -182,7 +190,6 @@ static void need_listener(loop *l, worker *w)
  * fs_loop_long() if it turns out not to be. */
 static void begin_request(loop *l, worker *w, int quick)
 {
-	l->idle--;
 	w->waiting = 0;
 	w->served = 1;
 	if (!quick)
@@ -216,7 +223,6 @@ void fs_loop_long(void)
  * that listened for its sake stop, or, every ROUND_REPLIES, a round. */
 static void end_request(loop *l, worker *w)
 {
-	l->idle++;
 	w->waiting = 1;
 	w->standby = 0;
 	w->deaf = listen_again(w) != 0; /* then it polls: see wait_request() */
@@ -259,7 +265,7 @@ static void forget_worker(loop *l, worker *w);
 static int leave_if_spare(loop *l, worker *w)
 {
 	pthread_mutex_lock(&l->mu);
-	int leave = l->idle > l->pinned;
+	int leave = waiting_count(l) > l->pinned;
 	if (leave && w->listens && !other_listens(l, w)) {
 		worker *pick = waiting_other(l, w);
 		leave = pick && set_listening(pick, 1) == 0;
@@ -292,7 +298,6 @@ static void end_loop_locked(loop *l, int err)
 /* With l->mu held: w, waiting, is no longer counted, listed or kept. */
 static void forget_worker(loop *l, worker *w)
 {
-	l->idle--;
 	l->workers--;
 	if (w->prev)
 		w->prev->next = w->next;
@@ -426,7 +431,6 @@ static int start_worker(loop *l, int cpu, int extra)
 	}
 	*at = w;
 	l->workers++;
-	l->idle++;
 	pthread_attr_init(&attr);
 	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
 	rc = pthread_create(&th, &attr, worker_main, w);
