@@ -84,7 +84,8 @@ void fs_loop_stop(void);
 void fs_loop_replied(void);
 /* The calling worker's request has work that may take long or wait on the
  * kernel: another worker is to listen meanwhile.  Requests begin so, but
- * releases and forgets, whose handlers call this when they have work. */
+ * releases and forgets; the work a release may have (a commit, a query, a
+ * config or ctl write: flush_handle()) calls this. */
 void fs_loop_long(void);
 /* How the session loop stands (see fs/loop.c). */
 typedef struct fs_loop_stats {
@@ -145,8 +146,6 @@ void qs_end(qsession *q);
 /* A write at offset 0 replaces the input; others append to it. */
 int qs_in_write(qsession *q, const char *buf, size_t len, uint64_t off);
 size_t qs_in_size(qsession *q);
-/* Was `in` written since its query last ran? */
-int qs_in_dirty(qsession *q);
 /* Run the query when `in` was written since the last run; *ran says
  * whether it did (and so replaced or cleared the results). */
 int qs_in_flush(qsession *q, int *ran);

@@ -555,6 +555,7 @@ int qs_in_flush(qsession *q, int *ran)
 		pthread_mutex_unlock(&q->mu);
 		return 0;
 	}
+	fs_loop_long(); /* the query runs */
 	q->dirty = 0;
 	if (q->bad) {
 		/* the reason went to errors when the write failed */
@@ -634,14 +635,6 @@ size_t qs_in_size(qsession *q)
 	size_t n = q->in.len;
 	pthread_mutex_unlock(&q->mu);
 	return n;
-}
-
-int qs_in_dirty(qsession *q)
-{
-	pthread_mutex_lock(&q->mu);
-	int d = q->dirty;
-	pthread_mutex_unlock(&q->mu);
-	return d;
 }
 
 size_t qs_size(qsession *q, int which)

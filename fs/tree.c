@@ -1157,6 +1157,7 @@ static int flush_handle(handle *h)
 	int rc = 0;
 	switch (n->kind) {
 	case K_INGEST_FILE:
+		fs_loop_long(); /* a commit */
 		rc = ingest_commit(n->ing);
 		ingest_leave(n);
 		break;
@@ -1172,6 +1173,7 @@ static int flush_handle(handle *h)
 	}
 	case K_CONFIG:
 		if (h->wdirty) {
+			fs_loop_long();
 			h->wdirty = 0;
 			if (h->bad)
 				rc = -EINVAL; /* already in errors: nothing is applied */
@@ -1182,6 +1184,7 @@ static int flush_handle(handle *h)
 		break;
 	case K_CTL:
 		if (h->wdirty) {
+			fs_loop_long();
 			h->wdirty = 0;
 			rc = ctl_run_lines(h, 1);
 			sb_reset(&h->wbuf);
@@ -1203,9 +1206,6 @@ static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	handle *h = handle_of(fi);
 	node *n = h->n;
 	/* the last resort: data written and never flushed */
-	if ((n->kind == K_INGEST_FILE) || (n->kind == K_QIN && qs_in_dirty(n->session->qs)) ||
-	    ((n->kind == K_CONFIG || n->kind == K_CTL) && h->wdirty))
-		fs_loop_long();
 	flush_handle(h);
 	pthread_mutex_lock(&h->mu); /* a read may still be replying */
 	pthread_mutex_unlock(&h->mu);
