@@ -33,9 +33,10 @@
  * When every worker is busy (a long ingest commit, a backup read) another,
  * unpinned, one starts, listening, up to max_threads.  An extra worker
  * leaves when it has heard no request for EXTRA_IDLE_MS (rounds stop it
- * listening once it reads none) while as many others as there are pinned
- * ones wait: leaving at once would start and end threads by the hundred
- * under a few steady clients (measured: 800 in a second).  A worker
+ * listening: from then on it answers only as a standby) while as many
+ * others as there are pinned ones wait: leaving at once would start and
+ * end threads by the hundred under a few steady clients (measured: 800 in
+ * a second).  A worker
  * counts as waiting again from the moment its reply goes out
  * (fs_loop_replied()), not from when it is back in epoll_wait(): the reply
  * wakes the caller, which on the same CPU may run, and send its next
@@ -233,10 +234,15 @@ static void end_request(loop *l, worker *w)
 		if (!round) {
 			if (x->standby)
 				set_listening(x, 0);
+		} else if (x->extra) {
+			/* it answers while others are busy, as a standby: a
+			 * listening one could win its CPU's requests and never
+			 * go idle long enough to leave */
+			set_listening(x, 0);
 		} else if (!x->served) {
 			if (x->listens && !x->standby)
 				set_listening(x, 0); /* no client of its CPU */
-			else if (!x->extra && set_listening(x, 1) == 0)
+			else if (set_listening(x, 1) == 0)
 				x->standby = 1; /* is there one now? */
 		}
 	}

@@ -440,6 +440,7 @@ check busy_workers_answer_others busy_ok
 # than starting and ending one for every burst; idle, the extras leave
 steady_ok() {
 	local before after workers c
+	sleep 2.5 # extra workers of the tests before leave (EXTRA_IDLE_MS)
 	workers=$(stat_kv workers) || return 1
 	before=$(stat_kv workers_started) || return 1
 	for c in 1 2 3 4; do
