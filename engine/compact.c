@@ -37,16 +37,8 @@ static int fold_add(fold *f, const vf_code *c, size_t pbytes)
 		f->codes = n;
 		f->cap = nc;
 	}
-	if (f->len + need > f->dcap) {
-		size_t nc = f->dcap ? f->dcap * 2 : 1 << 16;
-		while (nc < f->len + need)
-			nc *= 2;
-		uint8_t *n = realloc(f->data, nc);
-		if (!n)
-			return -ENOMEM;
-		f->data = n;
-		f->dcap = nc;
-	}
+	if (vf_bytes_reserve(&f->data, &f->dcap, f->len + need))
+		return -ENOMEM;
 	vf_code *o = &f->codes[f->n++];
 	*o = *c;
 	/* store offsets now, pointers once the data stops moving */

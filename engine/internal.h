@@ -5,7 +5,9 @@
 #ifndef VF_INTERNAL_H
 #define VF_INTERNAL_H
 
+#include <errno.h>
 #include <pthread.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <time.h>
 
@@ -75,6 +77,23 @@ static inline void vf_seterr(char *err, size_t len, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(err, len, fmt, ap);
 	va_end(ap);
+}
+
+/* Room for `need` bytes in a buffer that doubles as it grows (from 64 KiB):
+ * 0, or -ENOMEM (the buffer stays as it was). */
+static inline int vf_bytes_reserve(uint8_t **buf, size_t *cap, size_t need)
+{
+	if (need <= *cap)
+		return 0;
+	size_t nc = *cap ? *cap * 2 : 1 << 16;
+	while (nc < need)
+		nc *= 2;
+	uint8_t *nb = realloc(*buf, nc);
+	if (!nb)
+		return -ENOMEM;
+	*buf = nb;
+	*cap = nc;
+	return 0;
 }
 
 /* meta family */

@@ -612,16 +612,8 @@ static int batch_append(vecfs_batch *b, const vecfs_row *r)
 {
 	size_t klen = r->key ? r->keylen : 0;
 	size_t need = vf_record_size(b->dim, klen, r->payload_len);
-	if (b->len + need + 4 > b->cap) {
-		size_t nc = b->cap ? b->cap * 2 : 1 << 16;
-		while (nc < b->len + need + 4)
-			nc *= 2;
-		uint8_t *nb = realloc(b->buf, nc);
-		if (!nb)
-			return -ENOMEM;
-		b->buf = nb;
-		b->cap = nc;
-	}
+	if (vf_bytes_reserve(&b->buf, &b->cap, b->len + need + 4))
+		return -ENOMEM;
 	uint32_t n32 = (uint32_t)need;
 	memcpy(b->buf + b->len, &n32, 4);
 	vf_record_encode(b->buf + b->len + 4, r->key ? 1 : 0, b->dim, r->vec, r->key, klen,
@@ -737,16 +729,82 @@ typedef struct commit_job {
 	uint64_t live;
 } commit_job;
 
-static int put_staged(put_ctx *c, const void *data, size_t len)
+/* Staged rows are committed a chunk at a time: a chunk's nearest
+ * centroids are found together (find_nearest(): the centroids read once for
+ * many rows, on every CPU), then its rows are put in order.  A chunk holds
+ * at most NEAR_CHUNK rows and about COMMIT_CHUNK_BYTES of records. */
+#define COMMIT_CHUNK_BYTES (8u << 20)
+
+/* Copies of staged values (u32 length, record), as b->buf holds them: the
+ * values a cursor returns do not outlive the writes that follow. */
+typedef struct staged_chunk {
+	uint8_t *buf;
+	size_t len, cap, n;
+} staged_chunk;
+
+static int chunk_add(staged_chunk *k, const void *data, size_t len)
 {
-	vf_record r;
-	if (vf_record_decode(data, len, &r))
+	if (len > UINT32_MAX)
 		return -EIO;
-	/* the staged vector may be unaligned: rows take a copy */
-	float vec[VECFS_DIM_MAX];
-	memcpy(vec, r.vec, sizeof(float) * r.dim);
-	vecfs_row row = {r.seq ? r.key : NULL, r.keylen, vec, r.payload, r.plen};
-	return put_row(c, &row);
+	if (vf_bytes_reserve(&k->buf, &k->cap, k->len + len + 4))
+		return -ENOMEM;
+	uint32_t n32 = (uint32_t)len;
+	memcpy(k->buf + k->len, &n32, 4);
+	memcpy(k->buf + k->len + 4, data, len);
+	k->len += len + 4;
+	k->n++;
+	return 0;
+}
+
+static int chunk_full(const staged_chunk *k)
+{
+	return k->n >= NEAR_CHUNK || k->len >= COMMIT_CHUNK_BYTES;
+}
+
+/* Put the n staged records of buf[0..len) (u32 length, record) in order. */
+static int put_records(put_ctx *c, const uint8_t *buf, size_t len, size_t n)
+{
+	vecfs_row *rows = malloc(sizeof *rows * (n ? n : 1));
+	/* staged vectors may be unaligned: rows take aligned copies */
+	float *vecs = malloc(sizeof(float) * c->dim * (n ? n : 1));
+	uint32_t *near = NULL;
+	size_t i = 0;
+	int rc = rows && vecs ? 0 : -ENOMEM;
+	for (size_t off = 0; rc == 0 && off < len && i < n; i++) {
+		uint32_t n32;
+		vf_record r;
+		memcpy(&n32, buf + off, 4);
+		if (n32 > len - off - 4 || vf_record_decode(buf + off + 4, n32, &r) ||
+		    r.dim != c->dim) {
+			rc = -EIO;
+			break;
+		}
+		memcpy(vecs + i * c->dim, r.vec, sizeof(float) * c->dim);
+		rows[i] = (vecfs_row){r.seq ? r.key : NULL, r.keylen, vecs + i * c->dim,
+				      r.payload, r.plen};
+		off += 4 + n32;
+	}
+	if (rc == 0 && i != n)
+		rc = -EIO;
+	if (rc == 0 && c->g && n > 1 && (rc = find_nearest(c, rows, n, NULL, &near, &c->nnear)) == 0) {
+		c->near = near;
+		c->inear = 0;
+	}
+	for (i = 0; rc == 0 && i < n; i++)
+		rc = put_row(c, &rows[i]);
+	c->near = NULL;
+	c->nnear = c->inear = 0;
+	free(near);
+	free(vecs);
+	free(rows);
+	return rc;
+}
+
+static int put_chunk(put_ctx *c, staged_chunk *k)
+{
+	int rc = put_records(c, k->buf, k->len, k->n);
+	k->len = k->n = 0;
+	return rc;
 }
 
 /* All rows, staged ones first (in order), then the ones in memory, in one
@@ -756,6 +814,7 @@ static int commit_fn(MDB_txn *txn, void *arg)
 	commit_job *j = arg;
 	vecfs_batch *b = j->b;
 	put_ctx c;
+	staged_chunk k = {0};
 	int rc = put_begin(&c, b->v, txn, b->dim, j->err, j->errlen);
 	c.maint_due = &j->maint_due;
 	c.live = &j->live;
@@ -764,25 +823,35 @@ static int commit_fn(MDB_txn *txn, void *arg)
 		uint8_t k0[16];
 		vf_be64(k0, b->id);
 		vf_be64(k0 + 8, 0);
-		MDB_val k = {16, k0}, d;
+		MDB_val key = {16, k0}, d;
 		if ((rc = mdb_cursor_open(txn, b->v->store->staging, &cur)) == 0) {
-			for (rc = mdb_cursor_get(cur, &k, &d, MDB_SET_RANGE);
-			     rc == 0 && !memcmp(k.mv_data, k0, 8);
-			     rc = mdb_cursor_get(cur, &k, &d, MDB_NEXT))
-				if ((rc = put_staged(&c, d.mv_data, d.mv_size)))
+			for (rc = mdb_cursor_get(cur, &key, &d, MDB_SET_RANGE);
+			     rc == 0 && !memcmp(key.mv_data, k0, 8);
+			     rc = mdb_cursor_get(cur, &key, &d, MDB_NEXT))
+				if ((rc = chunk_add(&k, d.mv_data, d.mv_size)) ||
+				    (chunk_full(&k) && (rc = put_chunk(&c, &k))))
 					break;
 			mdb_cursor_close(cur);
 			if (rc == MDB_NOTFOUND)
 				rc = 0;
 		}
+		if (rc == 0 && k.n)
+			rc = put_chunk(&c, &k);
 		if (rc == 0)
 			rc = drop_staged_fn(txn, b);
 	}
+	free(k.buf);
+	/* the rows in memory, a chunk at a time */
 	for (size_t off = 0; rc == 0 && off < b->len;) {
-		uint32_t n32;
-		memcpy(&n32, b->buf + off, 4);
-		rc = put_staged(&c, b->buf + off + 4, n32);
-		off += 4 + n32;
+		size_t end = off, n = 0;
+		while (end < b->len && n < NEAR_CHUNK && end - off < COMMIT_CHUNK_BYTES) {
+			uint32_t n32;
+			memcpy(&n32, b->buf + end, 4);
+			end += 4 + n32;
+			n++;
+		}
+		rc = put_records(&c, b->buf + off, end - off, n);
+		off = end;
 	}
 	return put_end(&c, rc);
 }

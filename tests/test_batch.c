@@ -163,6 +163,62 @@ static void test_batch_with_active_generation(void **state)
 	free(x);
 }
 
+/* A batch large enough to be spooled twice, into an active generation: its
+ * rows are assigned a chunk at a time (nearest centroids found together),
+ * so check the rows on both sides of each chunk edge, the spooled and the
+ * in-memory ones, and a key given twice: every row must be in the cluster
+ * of its nearest centroid, where a query probing only that one cluster
+ * finds it, and the later row for a key wins. */
+static void test_large_batch_into_generation(void **state)
+{
+	fixture *f = *state;
+	vecfs *v = fx_open(f, NULL);
+	char err[256] = "", key[32];
+	set_config(v, D, VECFS_L2);
+	float *x = rows_of(NBIG, 6), *y = rows_of(1, 7);
+	put_range(v, x, 0, 2000, D, "k");
+	build(v, 1);
+	vecfs_batch *b;
+	assert_int_equal(vecfs_batch_begin(v, D, &b), 0);
+	add_rows(b, x, NBIG, "n");
+	vecfs_row again = {"n7", 2, y, NULL, 0};
+	assert_int_equal(vecfs_batch_add(b, &again, 1, NULL, err, sizeof err), 0);
+	assert_int_equal(vecfs_batch_commit(b, err, sizeof err), 0);
+	assert_int_equal(stats(v).records, 2000 + NBIG);
+	vecfs_query_opts o = {.k = 2, .nprobe = 1, .refine = 0, .exact = 0};
+	size_t checked = 0;
+	for (size_t i = 0; i < NBIG; i++) {
+		size_t m = i % 4096;
+		if (i == 7 || (m > 2 && m < 4093 && i % 997 && i < NBIG - 3))
+			continue;
+		vecfs_results *r = search_opts(v, x + i * D, 1, D, &o);
+		/* the row "n<i>" and the row "k<i>" (i < 2000) share the vector */
+		snprintf(key, sizeof key, "n%zu", i);
+		int found = 0;
+		for (size_t j = 0; j < r->count[0]; j++)
+			found |= !strcmp(r->hits[0][j].key, key) && r->hits[0][j].distance == 0;
+		if (!found)
+			print_message("row %zu not found where its nearest centroid is\n", i);
+		assert_true(found);
+		vecfs_results_free(r);
+		checked++;
+	}
+	assert_true(checked > 200);
+	/* "n7" is y now: its first row left no posting behind */
+	vecfs_results *r = search_opts(v, y, 1, D, &o);
+	assert_string_equal(r->hits[0][0].key, "n7");
+	vecfs_results_free(r);
+	o.k = 3;
+	r = search_opts(v, x + 7 * D, 1, D, &o);
+	for (size_t j = 0; j < r->count[0]; j++)
+		assert_string_not_equal(r->hits[0][j].key, "n7");
+	vecfs_results_free(r);
+	char msg[512];
+	assert_int_equal(vecfs_verify(v, msg, sizeof msg), 0);
+	free(x);
+	free(y);
+}
+
 static void test_dimension_mismatch(void **state)
 {
 	fixture *f = *state;
@@ -188,6 +244,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_abort_and_bad_rows_leave_nothing, fx_setup,
 						fx_teardown),
 		cmocka_unit_test_setup_teardown(test_batch_with_active_generation, fx_setup,
+						fx_teardown),
+		cmocka_unit_test_setup_teardown(test_large_batch_into_generation, fx_setup,
 						fx_teardown),
 		cmocka_unit_test_setup_teardown(test_dimension_mismatch, fx_setup, fx_teardown),
 	};
