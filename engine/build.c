@@ -16,6 +16,7 @@
 #include <time.h>
 
 #include "assign.h"
+#include "parallel.h"
 #include "keys.h"
 #include "record.h"
 
@@ -198,27 +199,17 @@ static void *enc_run(void *arg)
 
 static int encode_all(build_ctx *b, const vf_gen *g)
 {
-	int nt = b->v->threads;
-	pthread_t tid[16];
-	enc_job jobs[16];
-	int started[16] = {0};
+	int nt = b->v->threads, rc = 0;
+	enc_job jobs[VF_PARALLEL_MAX];
 	if (b->n < 4096)
 		nt = 1;
-	for (int t = 0; t < nt; t++) {
+	if (nt > VF_PARALLEL_MAX)
+		nt = VF_PARALLEL_MAX;
+	for (int t = 0; t < nt; t++)
 		jobs[t] = (enc_job){b, g, b->n * t / nt, b->n * (t + 1) / nt, 0, t == 0};
-		if (t > 0)
-			started[t] = pthread_create(&tid[t], NULL, enc_run, &jobs[t]) == 0;
-	}
-	enc_run(&jobs[0]);
-	int rc = jobs[0].rc;
-	for (int t = 1; t < nt; t++) {
-		if (started[t])
-			pthread_join(tid[t], NULL);
-		else
-			enc_run(&jobs[t]);
-		if (!rc)
-			rc = jobs[t].rc;
-	}
+	vf_parallel(enc_run, jobs, sizeof *jobs, nt);
+	for (int t = 0; t < nt && !rc; t++)
+		rc = jobs[t].rc;
 	return rc;
 }
 

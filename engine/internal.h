@@ -128,6 +128,14 @@ int vf_sync_generation(vecfs *v, MDB_txn *txn, vf_gen *g, vf_genmeta *m,
 int vf_drop_generation_keys(MDB_txn *txn, vf_store *s, uint64_t gen);
 
 /* Posting writes for one changed record while generation g is live. */
+/* A row's cluster and code, found before it is written (write.c encodes
+ * a chunk of rows on every CPU): code.planes points into the caller's
+ * buffer. */
+typedef struct vf_precode {
+	uint32_t cluster;
+	vf_code code;
+} vf_precode;
+
 typedef struct vf_posting_writer {
 	vecfs *v;
 	vf_gen *g;
@@ -147,11 +155,11 @@ void vf_pw_free(vf_posting_writer *w);
 int vf_pw_flush(vf_posting_writer *w, MDB_txn *txn);
 /* Kill the record's current posting in g (if any); with vec != NULL add a
  * delta posting (code, vector, key) for version `seq` in the cluster of
- * the nearest centroid (`nearest` when the caller found it already, else
- * VF_ASSIGN_NONE) and return that cluster in *cluster. */
+ * the nearest centroid and return that cluster in *cluster.  `pre`: the
+ * cluster and code the caller found for vec already (NULL: found here). */
 int vf_pw_apply(vf_posting_writer *w, MDB_txn *txn, uint64_t id, uint64_t seq,
 		const float *vec, const char *key, uint32_t keylen, int has_payload,
-		uint32_t nearest, uint32_t *cluster);
+		const vf_precode *pre, uint32_t *cluster);
 
 /* A generation being made (a build or a rebalance): whom to tell about
  * progress, where its error goes, whether it was asked to stop.  report()

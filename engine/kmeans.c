@@ -7,11 +7,11 @@
 #include <errno.h>
 #include <float.h>
 #include <math.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kernels.h"
+#include "parallel.h"
 #include "rotation.h"
 
 int vf_cindex_init(vf_cindex *ci, const float *centroids, uint32_t k, uint32_t dim)
@@ -108,25 +108,14 @@ void vf_nearest(const vf_cindex *ci, const float *pts, size_t n, uint32_t *out,
 {
 	if (threads < 1)
 		threads = 1;
-	if (threads > 16)
-		threads = 16;
+	if (threads > VF_PARALLEL_MAX)
+		threads = VF_PARALLEL_MAX;
 	if (n < 256)
 		threads = 1;
-	pthread_t tid[16];
-	nearest_job jobs[16];
-	int started[16] = {0};
-	for (int t = 0; t < threads; t++) {
+	nearest_job jobs[VF_PARALLEL_MAX];
+	for (int t = 0; t < threads; t++)
 		jobs[t] = (nearest_job){ci, pts, n * t / threads, n * (t + 1) / threads, out, dist};
-		if (t > 0)
-			started[t] = pthread_create(&tid[t], NULL, nearest_run, &jobs[t]) == 0;
-	}
-	nearest_run(&jobs[0]);
-	for (int t = 1; t < threads; t++) {
-		if (started[t])
-			pthread_join(tid[t], NULL);
-		else
-			nearest_run(&jobs[t]);
-	}
+	vf_parallel(nearest_run, jobs, sizeof *jobs, threads);
 }
 
 static float sqdist(const float *a, const float *b, uint32_t d)

@@ -4,6 +4,7 @@
  * searchable at once and stale postings are never returned.
  */
 #include "internal.h"
+#include "parallel.h"
 
 #include <errno.h>
 #include <math.h>
@@ -158,7 +159,7 @@ static int bump_manifest(vf_posting_writer *w, MDB_txn *txn, uint32_t c, int dd,
 
 int vf_pw_apply(vf_posting_writer *w, MDB_txn *txn, uint64_t id, uint64_t seq,
 		const float *vec, const char *key, uint32_t keylen, int has_payload,
-		uint32_t nearest, uint32_t *cluster)
+		const vf_precode *pre, uint32_t *cluster)
 {
 	vf_store *s = w->v->store;
 	vf_gen *g = w->g;
@@ -175,12 +176,18 @@ int vf_pw_apply(vf_posting_writer *w, MDB_txn *txn, uint64_t id, uint64_t seq,
 	}
 	uint32_t c = VF_ASSIGN_NONE;
 	if (vec) {
-		if (vf_to_index_space((vecfs_metric)g->meta.metric, vec, w->tmp, g->meta.dim))
-			return -EINVAL;
-		c = nearest < g->meta.nlist ? nearest : vf_gen_nearest(g, w->tmp);
 		vf_code code;
-		vf_encode(&w->enc, w->tmp, g->centroids + (size_t)c * g->meta.dim,
-			  g->rc + (size_t)c * g->meta.pdim, w->planes, &code);
+		if (pre) {
+			code = pre->code;
+			c = pre->cluster;
+		} else {
+			if (vf_to_index_space((vecfs_metric)g->meta.metric, vec, w->tmp,
+					      g->meta.dim))
+				return -EINVAL;
+			c = vf_gen_nearest(g, w->tmp);
+			vf_encode(&w->enc, w->tmp, g->centroids + (size_t)c * g->meta.dim,
+				  g->rc + (size_t)c * g->meta.pdim, w->planes, &code);
+		}
 		code.id = id;
 		code.seq = seq;
 		code.key = key;
@@ -239,7 +246,7 @@ int vf_sync_generation(vecfs *v, MDB_txn *txn, vf_gen *g, vf_genmeta *m,
 			src = vec;
 		}
 		rc = vf_pw_apply(&w, txn, e->ch.id, e->seq, src, r.key, r.keylen, r.plen > 0,
-				 VF_ASSIGN_NONE, NULL);
+				 NULL, NULL);
 	}
 	if (rc == 0)
 		rc = vf_pw_flush(&w, txn);
@@ -278,6 +285,9 @@ int vf_count_unindexed(vecfs *v, MDB_txn *txn, uint64_t gen, uint64_t *out)
 
 /* ------------------------------------------------------------ put */
 
+typedef struct prepared prepared; /* rows' clusters and codes: see prepare() */
+static const vf_precode *prepared_next(prepared *p);
+
 /* Writing rows into one transaction: begin, a row at a time, end. */
 typedef struct put_ctx {
 	vecfs *v;
@@ -292,8 +302,7 @@ typedef struct put_ctx {
 	size_t reccap;
 	int *maint_due;        /* out: compaction is due */
 	uint64_t *live;        /* out: live records after the write */
-	const uint32_t *near;  /* nearest centroids of the rows to come, in order */
-	size_t nnear, inear;
+	prepared *pre;         /* clusters and codes of the rows to come, in order */
 	uint32_t compact_deltas;
 } put_ctx;
 
@@ -391,9 +400,9 @@ static int put_row(put_ctx *c, const vecfs_row *r)
 		return rc;
 	vf_change ch = {id, 0, 0, VF_OP_PUT};
 	if (c->g) {
-		uint32_t nearest = c->inear < c->nnear ? c->near[c->inear++] : VF_ASSIGN_NONE;
+		const vf_precode *pc = prepared_next(c->pre);
 		if ((rc = vf_pw_apply(&c->w, c->txn, id, seq, r->vec, key, (uint32_t)klen,
-				      r->payload_len > 0, nearest, &ch.cluster)))
+				      r->payload_len > 0, pc, &ch.cluster)))
 			return rc;
 		ch.gen = c->g->id;
 	}
@@ -439,58 +448,126 @@ typedef struct put_job {
 	uint64_t live;
 } put_job;
 
-#define NEAR_CHUNK 4096 /* rows whose nearest centroids are found together */
+#define NEAR_CHUNK 4096 /* rows prepared together */
 
-/* With an active generation: the nearest centroid of each row put_row will
- * take (in its order), found for many rows at once, so that the centroids
- * are read once for 64 rows (and on every CPU) instead of once a row.
- * A row put_row would refuse gets VF_ASSIGN_NONE: it finds out itself. */
-static int find_nearest(put_ctx *c, const vecfs_row *rows, size_t n, const uint8_t *skip,
-			uint32_t **out, size_t *nout)
+/* With an active generation, rows are prepared a chunk at a time before
+ * they are written: their nearest centroids found together (the centroids
+ * read once for 64 rows), then their codes, on every CPU.  put_row() takes
+ * them in order; a row without one (put_row would refuse it, or there was
+ * no chunk) is encoded by vf_pw_apply() itself. */
+struct prepared {
+	size_t n, next;
+	vf_precode *pc;      /* .code.planes NULL: none */
+	uint8_t *planes;     /* pbytes a row */
+	uint32_t *near;
+	float *x;            /* the rows in index space, dim floats each */
+	uint8_t *bad;
+	size_t cap;
+};
+
+static const vf_precode *prepared_next(prepared *p)
 {
-	vf_gen *g = c->g;
+	if (!p || p->next >= p->n)
+		return NULL;
+	const vf_precode *c = &p->pc[p->next++];
+	return c->code.planes ? c : NULL;
+}
+
+static void prepared_free(prepared *p)
+{
+	free(p->pc);
+	free(p->planes);
+	free(p->near);
+	free(p->x);
+	free(p->bad);
+	memset(p, 0, sizeof *p);
+}
+
+typedef struct encode_job {
+	const vf_gen *g;
+	prepared *p;
+	size_t from, to;
+	int rc;
+} encode_job;
+
+static void *encode_run(void *arg)
+{
+	encode_job *j = arg;
+	const vf_gen *g = j->g;
+	prepared *p = j->p;
+	uint32_t dim = g->meta.dim, pdim = g->meta.pdim;
+	size_t pbytes = (size_t)g->meta.bits * pdim / 8;
+	vf_encoder enc;
+	j->rc = vf_encoder_init(&enc, &g->rot, g->meta.bits, g->meta.metric == VECFS_DOT);
+	if (j->rc)
+		return NULL;
+	for (size_t i = j->from; i < j->to; i++) {
+		uint32_t c = p->near[i];
+		if (p->bad[i] || c >= g->meta.nlist)
+			continue;
+		p->pc[i].cluster = c;
+		vf_encode(&enc, p->x + i * dim, g->centroids + (size_t)c * dim,
+			  g->rc + (size_t)c * pdim, p->planes + i * pbytes, &p->pc[i].code);
+	}
+	vf_encoder_free(&enc);
+	return NULL;
+}
+
+/* Prepare rows[0..n) but those `skip` marks (superseded later in the same
+ * write, so put_row never sees them).  Returns 0 or -ENOMEM. */
+static int prepare(put_ctx *c, const vecfs_row *rows, size_t n, const uint8_t *skip,
+		   prepared *p)
+{
+	const vf_gen *g = c->g;
 	uint32_t dim = g->meta.dim;
-	size_t m = 0;
-	for (size_t i = 0; i < n; i++)
-		m += !(skip && skip[i]);
-	uint32_t *near = malloc(sizeof(uint32_t) * (m ? m : 1));
-	float *buf = malloc(sizeof(float) * dim * NEAR_CHUNK);
-	uint8_t *bad = malloc(NEAR_CHUNK);
-	if (!near || !buf || !bad) {
-		free(near);
-		free(buf);
-		free(bad);
-		return -ENOMEM;
-	}
-	for (size_t i = 0, k = 0; k < m;) {
-		size_t nb = 0;
-		for (; i < n && nb < NEAR_CHUNK; i++) {
-			if (skip && skip[i])
-				continue;
-			bad[nb] = vf_to_index_space((vecfs_metric)g->meta.metric, rows[i].vec,
-						    buf + nb * dim, dim) != 0;
-			if (bad[nb])
-				memset(buf + nb * dim, 0, sizeof(float) * dim);
-			nb++;
+	size_t pbytes = (size_t)g->meta.bits * g->meta.pdim / 8, m = 0;
+	if (p->cap < n) {
+		prepared_free(p);
+		p->pc = malloc(sizeof *p->pc * n);
+		p->planes = malloc(pbytes * n);
+		p->near = malloc(sizeof *p->near * n);
+		p->x = malloc(sizeof *p->x * dim * n);
+		p->bad = malloc(n);
+		if (!p->pc || !p->planes || !p->near || !p->x || !p->bad) {
+			prepared_free(p);
+			return -ENOMEM;
 		}
-		vf_nearest(&g->ci, buf, nb, near + k, NULL, c->v->threads);
-		for (size_t b = 0; b < nb; b++)
-			if (bad[b])
-				near[k + b] = VF_ASSIGN_NONE;
-		k += nb;
+		p->cap = n;
 	}
-	free(buf);
-	free(bad);
-	*out = near;
-	*nout = m;
-	return 0;
+	for (size_t i = 0; i < n; i++) {
+		if (skip && skip[i])
+			continue;
+		p->bad[m] = vf_to_index_space((vecfs_metric)g->meta.metric, rows[i].vec,
+					      p->x + m * dim, dim) != 0;
+		if (p->bad[m])
+			memset(p->x + m * dim, 0, sizeof(float) * dim);
+		p->pc[m].code.planes = NULL;
+		m++;
+	}
+	p->n = m;
+	p->next = 0;
+	vf_nearest(&g->ci, p->x, m, p->near, NULL, c->v->threads);
+	int threads = m < 64 ? 1 : c->v->threads;
+	encode_job jobs[VF_PARALLEL_MAX];
+	int rc = 0;
+	if (threads > VF_PARALLEL_MAX)
+		threads = VF_PARALLEL_MAX;
+	for (int t = 0; t < threads; t++)
+		jobs[t] = (encode_job){g, p, m * t / threads, m * (t + 1) / threads, 0};
+	vf_parallel(encode_run, jobs, sizeof *jobs, threads);
+	for (int t = 0; t < threads; t++)
+		if (jobs[t].rc)
+			rc = jobs[t].rc;
+	if (rc)
+		p->n = 0; /* vf_pw_apply() encodes them itself */
+	return rc == -ENOMEM ? 0 : rc;
 }
 
 static int put_fn(MDB_txn *txn, void *arg)
 {
 	put_job *j = arg;
 	put_ctx c;
-	uint32_t *near = NULL;
+	prepared pre = {0};
 	int rc = put_begin(&c, j->v, txn, j->dim, j->err, j->errlen);
 	c.maint_due = &j->maint_due;
 	c.live = &j->live;
@@ -499,13 +576,18 @@ static int put_fn(MDB_txn *txn, void *arg)
 			*j->bad_row = 0;
 		return put_end(&c, rc);
 	}
-	if (c.g && j->n > 1 && (rc = find_nearest(&c, j->rows, j->n, j->skip, &near, &c.nnear)))
-		return put_end(&c, rc);
-	c.near = near;
-	for (size_t i = 0; i < j->n && rc == 0; i++)
-		if (!(j->skip && j->skip[i]))
-			rc = put_row(&c, &j->rows[i]);
-	free(near);
+	for (size_t from = 0; from < j->n && rc == 0; from += NEAR_CHUNK) {
+		size_t n = j->n - from < NEAR_CHUNK ? j->n - from : NEAR_CHUNK;
+		const uint8_t *skip = j->skip ? j->skip + from : NULL;
+		if (c.g && j->n > 1 && (rc = prepare(&c, j->rows + from, n, skip, &pre)))
+			break;
+		c.pre = c.g && j->n > 1 ? &pre : NULL;
+		for (size_t i = from; i < from + n && rc == 0; i++)
+			if (!(j->skip && j->skip[i]))
+				rc = put_row(&c, &j->rows[i]);
+	}
+	c.pre = NULL;
+	prepared_free(&pre);
 	return put_end(&c, rc);
 }
 
@@ -767,7 +849,6 @@ static int put_records(put_ctx *c, const uint8_t *buf, size_t len, size_t n)
 	vecfs_row *rows = malloc(sizeof *rows * (n ? n : 1));
 	/* staged vectors may be unaligned: rows take aligned copies */
 	float *vecs = malloc(sizeof(float) * c->dim * (n ? n : 1));
-	uint32_t *near = NULL;
 	size_t i = 0;
 	int rc = rows && vecs ? 0 : -ENOMEM;
 	for (size_t off = 0; rc == 0 && off < len && i < n; i++) {
@@ -786,15 +867,13 @@ static int put_records(put_ctx *c, const uint8_t *buf, size_t len, size_t n)
 	}
 	if (rc == 0 && i != n)
 		rc = -EIO;
-	if (rc == 0 && c->g && n > 1 && (rc = find_nearest(c, rows, n, NULL, &near, &c->nnear)) == 0) {
-		c->near = near;
-		c->inear = 0;
-	}
+	prepared pre = {0};
+	if (rc == 0 && c->g && n > 1 && (rc = prepare(c, rows, n, NULL, &pre)) == 0)
+		c->pre = &pre;
 	for (i = 0; rc == 0 && i < n; i++)
 		rc = put_row(c, &rows[i]);
-	c->near = NULL;
-	c->nnear = c->inear = 0;
-	free(near);
+	c->pre = NULL;
+	prepared_free(&pre);
 	free(vecs);
 	free(rows);
 	return rc;
@@ -919,7 +998,7 @@ static int del_fn(MDB_txn *txn, void *arg)
 	uint64_t seq_before = cnt.seq, seq = ++cnt.seq;
 	vf_change ch = {id, 0, 0, VF_OP_DEL};
 	if (g)
-		rc = vf_pw_apply(&w, txn, id, seq, NULL, NULL, 0, 0, VF_ASSIGN_NONE, NULL);
+		rc = vf_pw_apply(&w, txn, id, seq, NULL, NULL, 0, 0, NULL, NULL);
 	if (rc == 0 && g)
 		rc = vf_pw_flush(&w, txn);
 	if (rc == 0)

@@ -4,6 +4,7 @@
  * them in order; an aborted or failed batch leaves nothing behind.
  */
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -11,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include <cmocka.h>
 
@@ -219,6 +221,75 @@ static void test_large_batch_into_generation(void **state)
 	free(y);
 }
 
+/* Rows written together get their clusters and codes found on every CPU
+ * before the transaction writes them; a row written alone is encoded by
+ * the writer itself.  Both ways must give the same postings: two stores
+ * with the same generation, one written a row at a time, the other in
+ * batches (a chunk and a part), answer every query alike, down to the
+ * postings each pass scored. */
+static void test_rows_together_encode_alike(void **state)
+{
+	fixture *f = *state;
+	char path[PATH_MAX], err[256] = "";
+	vecfs *a = fx_open(f, "a"), *b = NULL;
+	snprintf(path, sizeof path, "%s/b", f->dir);
+	mkdir(path, 0700);
+	assert_int_equal(vecfs_open(path, &b, err, sizeof err), 0);
+	float *x = rows_of(3000, 8), *y = rows_of(4500, 9);
+	vecfs *both[2] = {a, b};
+	for (int s = 0; s < 2; s++) {
+		set_config(both[s], D, VECFS_L2);
+		put_range(both[s], x, 0, 3000, D, "k");
+		build(both[s], 1);
+	}
+	/* the same generation in both (a build is deterministic in its seed) */
+	float *ca, *cb;
+	uint32_t na, nb, da, db;
+	assert_int_equal(vecfs_gen_centroids(a, vecfs_active(a), &ca, &na, &da), 0);
+	assert_int_equal(vecfs_gen_centroids(b, vecfs_active(b), &cb, &nb, &db), 0);
+	assert_int_equal(na, nb);
+	assert_memory_equal(ca, cb, sizeof(float) * na * da);
+	free(ca);
+	free(cb);
+	char key[32];
+	for (size_t i = 0; i < 4500; i++) {
+		snprintf(key, sizeof key, "y%zu", i);
+		assert_int_equal(put_one(a, key, y + i * D, D), 0);
+	}
+	vecfs_row *rows = calloc(4500, sizeof *rows);
+	char (*keys)[32] = calloc(4500, sizeof *keys);
+	assert_non_null(rows);
+	assert_non_null(keys);
+	for (size_t i = 0; i < 4500; i++) {
+		snprintf(keys[i], sizeof keys[i], "y%zu", i);
+		rows[i] = (vecfs_row){keys[i], strlen(keys[i]), y + i * D, NULL, 0};
+	}
+	size_t bad = 0;
+	assert_int_equal(vecfs_put(b, rows, 4500, D, &bad, err, sizeof err), 0);
+	assert_int_equal(stats(a).delta_postings, 4500);
+	assert_int_equal(stats(b).delta_postings, 4500);
+	vecfs_query_opts o = {.k = 10, .nprobe = 4, .refine = 0, .exact = 0};
+	for (size_t q = 0; q < 300; q++) {
+		const float *qv = q % 2 ? y + (q * 29 % 4500) * D : x + (q * 7 % 3000) * D;
+		vecfs_results *ra = search_opts(a, qv, 1, D, &o), *rb = search_opts(b, qv, 1, D, &o);
+		assert_int_equal(ra->count[0], rb->count[0]);
+		for (size_t j = 0; j < ra->count[0]; j++) {
+			assert_string_equal(ra->hits[0][j].key, rb->hits[0][j].key);
+			assert_true(ra->hits[0][j].distance == rb->hits[0][j].distance);
+		}
+		assert_int_equal(ra->explain.delta_scanned, rb->explain.delta_scanned);
+		assert_int_equal(ra->explain.pass2_scored, rb->explain.pass2_scored);
+		assert_int_equal(ra->explain.reranked, rb->explain.reranked);
+		vecfs_results_free(ra);
+		vecfs_results_free(rb);
+	}
+	vecfs_close(b);
+	free(rows);
+	free(keys);
+	free(x);
+	free(y);
+}
+
 static void test_dimension_mismatch(void **state)
 {
 	fixture *f = *state;
@@ -246,6 +317,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_batch_with_active_generation, fx_setup,
 						fx_teardown),
 		cmocka_unit_test_setup_teardown(test_large_batch_into_generation, fx_setup,
+						fx_teardown),
+		cmocka_unit_test_setup_teardown(test_rows_together_encode_alike, fx_setup,
 						fx_teardown),
 		cmocka_unit_test_setup_teardown(test_dimension_mismatch, fx_setup, fx_teardown),
 	};
