@@ -147,9 +147,24 @@ static float code_dot_scalar(const uint8_t *planes, uint32_t bits, const float *
 	return hsum8(t);
 }
 
+static void levels_scan_scalar(const float *ax, uint32_t n, float t, float kmax,
+			       float *num, float *den)
+{
+	float a[8] = {0}, b[8] = {0};
+	for (uint32_t i = 0; i < n; i += 8)
+		for (int l = 0; l < 8; l++) {
+			float lv = t * ax[i + l];
+			float y = (float)(int32_t)(lv < kmax ? lv : kmax) + 0.5f;
+			a[l] += ax[i + l] * y;
+			b[l] += y * y;
+		}
+	*num = hsum8(a);
+	*den = hsum8(b);
+}
+
 const vf_kernels vf_kernels_scalar = {
 	"scalar", l2sq_scalar, dot_scalar, panel_dots_scalar, point_panels_scalar,
-	lut4_scalar, pass1_scalar, code_dot_scalar,
+	lut4_scalar, pass1_scalar, code_dot_scalar, levels_scan_scalar,
 };
 
 const vf_kernels *vf_kernels_get(void)

@@ -53,6 +53,12 @@ typedef struct vf_kernels {
 	 * takes the dimensions i with i % 32 / 8 == m and i % 8 == l. */
 	float (*code_dot)(const uint8_t *planes, uint32_t bits, const float *rq,
 			  uint32_t pdim);
+	/* One scale t of the encoder's search for levels, over n (a multiple
+	 * of 8) magnitudes ax >= 0: y_i = trunc(min(t*ax_i, kmax)) + 1/2;
+	 * *num = sum ax_i*y_i, *den = sum y_i*y_i, lane i % 8 by lane (a
+	 * multiply, then an add), the lanes added as in hsum8. */
+	void (*levels_scan)(const float *ax, uint32_t n, float t, float kmax, float *num,
+			    float *den);
 } vf_kernels;
 
 extern const vf_kernels vf_kernels_scalar;

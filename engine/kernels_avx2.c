@@ -272,7 +272,25 @@ static float code_dot_avx2(const uint8_t *planes, uint32_t bits, const float *rq
 	return hsum8(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
 }
 
+/* min_ps(lv, kmax) is (lv < kmax ? lv : kmax), as in the scalar kernel */
+static void levels_scan_avx2(const float *ax, uint32_t n, float t, float kmax, float *num,
+			     float *den)
+{
+	__m256 vt = _mm256_set1_ps(t), vk = _mm256_set1_ps(kmax), half = _mm256_set1_ps(0.5f);
+	__m256 a = _mm256_setzero_ps(), b = _mm256_setzero_ps();
+	for (uint32_t i = 0; i < n; i += 8) {
+		__m256 x = _mm256_loadu_ps(ax + i);
+		__m256 lv = _mm256_mul_ps(vt, x);
+		__m256 y = _mm256_add_ps(
+			_mm256_cvtepi32_ps(_mm256_cvttps_epi32(_mm256_min_ps(lv, vk))), half);
+		a = _mm256_add_ps(a, _mm256_mul_ps(x, y));
+		b = _mm256_add_ps(b, _mm256_mul_ps(y, y));
+	}
+	*num = hsum8(a);
+	*den = hsum8(b);
+}
+
 const vf_kernels vf_kernels_avx2 = {
 	"avx2", l2sq_avx2, dot_avx2, panel_dots_avx2, point_panels_avx2, lut4_avx2,
-	pass1_avx2, code_dot_avx2,
+	pass1_avx2, code_dot_avx2, levels_scan_avx2,
 };

@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels.h"
+
 int vf_encoder_init(vf_encoder *e, const vf_rotation *rot, uint32_t bits, int dot)
 {
 	memset(e, 0, sizeof *e);
@@ -55,15 +57,10 @@ static void best_levels(vf_encoder *e, const float *ax, uint32_t n, uint32_t kma
 	float sigma = (float)(norm / sqrt((double)n));
 	float t0 = 1.0f / (gauss_step[e->bits] * sigma);
 	float best = -1, best_t = t0;
+	const vf_kernels *kn = vf_kernels_get();
 	for (size_t m = 0; m < sizeof mult / sizeof mult[0]; m++) {
-		float t = t0 * mult[m], num = 0, den = 0;
-		for (uint32_t i = 0; i < n; i++) {
-			float lv = t * ax[i];
-			float kk = lv >= (float)kmax ? (float)kmax : floorf(lv);
-			float y = kk + 0.5f;
-			num += ax[i] * y;
-			den += y * y;
-		}
+		float t = t0 * mult[m], num, den;
+		kn->levels_scan(ax, n, t, (float)kmax, &num, &den);
 		float c = num / sqrtf(den);
 		if (c > best) {
 			best = c;

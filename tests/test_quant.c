@@ -859,6 +859,56 @@ static void check_code_dot(const vf_kernels *kn, const vf_kernels *ref, rng *r)
 	assert_int_equal(bad_bits, 0);
 }
 
+/* The encoder's scan of one scale: against a double reference of the
+ * same levels, and bit for bit against the scalar kernel; with magnitudes
+ * beyond the top level (clamped), at the top level and below it. */
+static void check_levels_scan(const vf_kernels *kn, const vf_kernels *ref, rng *r)
+{
+	size_t bad_ref = 0, bad_bits = 0;
+	for (uint32_t n = 8; n <= 1024; n += n < 256 ? 8 : 256) {
+		float *ax = gauss_vec(r, n, 1.0);
+		for (uint32_t i = 0; i < n; i++)
+			ax[i] = fabsf(ax[i]);
+		if (n % 16 == 0)
+			ax[n / 2] = 0;
+		for (uint32_t bits = 2; bits <= 8; bits += 3) {
+			float kmax = (float)((1u << (bits - 1)) - 1);
+			for (int m = 0; m < 4; m++) {
+				float t = kmax * (0.3f + 0.5f * (float)m), num, den;
+				if (m == 3)
+					ax[0] = kmax / t; /* exactly at the top level */
+				kn->levels_scan(ax, n, t, kmax, &num, &den);
+				double rn = 0, rd = 0, an = 0;
+				for (uint32_t i = 0; i < n; i++) {
+					double lv = (double)(t * ax[i]);
+					double y = floor(lv < kmax ? lv : kmax) + 0.5;
+					rn += ax[i] * y;
+					an += fabs(ax[i] * y);
+					rd += y * y;
+				}
+				if (fabs(num - rn) > 1e-5 * an + 1e-30 || fabs(den - rd) > 1e-5 * rd) {
+					if (bad_ref++ < 5)
+						print_message("%s n %u bits %u t %g: num %.9g (ref %.9g) den %.9g (ref %.9g)\n",
+							      kn->name, n, bits, t, num, rn, den, rd);
+				}
+				if (ref) {
+					float rnum, rden;
+					ref->levels_scan(ax, n, t, kmax, &rnum, &rden);
+					if (!same_float(num, rnum) || !same_float(den, rden)) {
+						if (bad_bits++ < 5)
+							print_message("n %u bits %u: %s %.9g %.9g, %s %.9g %.9g\n",
+								      n, bits, kn->name, num, den, ref->name,
+								      rnum, rden);
+					}
+				}
+			}
+		}
+		free(ax);
+	}
+	assert_int_equal(bad_ref, 0);
+	assert_int_equal(bad_bits, 0);
+}
+
 static void test_kernels_agree(void **state)
 {
 	(void)state;
@@ -875,12 +925,14 @@ static void test_kernels_agree(void **state)
 	check_pass1(sc, NULL, &r);
 	check_lut4(sc, NULL, &r);
 	check_code_dot(sc, NULL, &r);
+	check_levels_scan(sc, NULL, &r);
 	if (av) {
 		check_l2_dot(av, sc, &r);
 		check_panels(av, sc, &r);
 		check_pass1(av, sc, &r);
 		check_lut4(av, sc, &r);
 		check_code_dot(av, sc, &r);
+		check_levels_scan(av, sc, &r);
 	}
 }
 
