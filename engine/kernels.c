@@ -162,9 +162,28 @@ static void levels_scan_scalar(const float *ax, uint32_t n, float t, float kmax,
 	*den = hsum8(b);
 }
 
+static void rotate_rounds_scalar(float *x, uint32_t n, const float *signs, int rounds,
+				 float scale)
+{
+	for (int k = 0; k < rounds; k++) {
+		const float *sg = signs + (size_t)k * n;
+		for (uint32_t i = 0; i < n; i++)
+			x[i] *= sg[i];
+		for (uint32_t h = 1; h < n; h *= 2)
+			for (uint32_t i = 0; i < n; i += 2 * h)
+				for (uint32_t j = i; j < i + h; j++) {
+					float a = x[j], b = x[j + h];
+					x[j] = a + b;
+					x[j + h] = a - b;
+				}
+		for (uint32_t i = 0; i < n; i++)
+			x[i] *= scale;
+	}
+}
+
 const vf_kernels vf_kernels_scalar = {
 	"scalar", l2sq_scalar, dot_scalar, panel_dots_scalar, point_panels_scalar,
-	lut4_scalar, pass1_scalar, code_dot_scalar, levels_scan_scalar,
+	lut4_scalar, pass1_scalar, code_dot_scalar, levels_scan_scalar, rotate_rounds_scalar,
 };
 
 const vf_kernels *vf_kernels_get(void)

@@ -59,6 +59,12 @@ typedef struct vf_kernels {
 	 * multiply, then an add), the lanes added as in hsum8. */
 	void (*levels_scan)(const float *ax, uint32_t n, float t, float kmax, float *num,
 			    float *den);
+	/* `rounds` times over x (n floats, a power of two >= 8): multiply by
+	 * the round's n signs, the fast Walsh-Hadamard transform (butterflies
+	 * x[j], x[j+h] = a + b, a - b for h = 1, 2, 4, ...), multiply by
+	 * scale. */
+	void (*rotate_rounds)(float *x, uint32_t n, const float *signs, int rounds,
+			      float scale);
 } vf_kernels;
 
 extern const vf_kernels vf_kernels_scalar;

@@ -290,7 +290,45 @@ static void levels_scan_avx2(const float *ax, uint32_t n, float t, float kmax, f
 	*den = hsum8(b);
 }
 
+/* Butterflies of distance h < 8 inside one vector: `swap` brings each
+ * element's partner to its place, `hi` marks the lanes that take a - b
+ * (a: the lower partner, b: the upper one). */
+static inline __m256 butterfly_in(__m256 v, __m256 swapped, int hi)
+{
+	__m256 sum = _mm256_add_ps(v, swapped), diff = _mm256_sub_ps(swapped, v);
+	switch (hi) { /* _mm256_blend_ps needs a constant */
+	case 0xAA: return _mm256_blend_ps(sum, diff, 0xAA);
+	case 0xCC: return _mm256_blend_ps(sum, diff, 0xCC);
+	default: return _mm256_blend_ps(sum, diff, 0xF0);
+	}
+}
+
+static void rotate_rounds_avx2(float *x, uint32_t n, const float *signs, int rounds,
+			       float scale)
+{
+	__m256 vs = _mm256_set1_ps(scale);
+	for (int k = 0; k < rounds; k++) {
+		const float *sg = signs + (size_t)k * n;
+		for (uint32_t i = 0; i < n; i += 8) {
+			__m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(sg + i));
+			v = butterfly_in(v, _mm256_permute_ps(v, 0xB1), 0xAA);     /* h = 1 */
+			v = butterfly_in(v, _mm256_permute_ps(v, 0x4E), 0xCC);     /* h = 2 */
+			v = butterfly_in(v, _mm256_permute2f128_ps(v, v, 1), 0xF0); /* h = 4 */
+			_mm256_storeu_ps(x + i, v);
+		}
+		for (uint32_t h = 8; h < n; h *= 2)
+			for (uint32_t i = 0; i < n; i += 2 * h)
+				for (uint32_t j = i; j < i + h; j += 8) {
+					__m256 a = _mm256_loadu_ps(x + j), b = _mm256_loadu_ps(x + j + h);
+					_mm256_storeu_ps(x + j, _mm256_add_ps(a, b));
+					_mm256_storeu_ps(x + j + h, _mm256_sub_ps(a, b));
+				}
+		for (uint32_t i = 0; i < n; i += 8)
+			_mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), vs));
+	}
+}
+
 const vf_kernels vf_kernels_avx2 = {
 	"avx2", l2sq_avx2, dot_avx2, panel_dots_avx2, point_panels_avx2, lut4_avx2,
-	pass1_avx2, code_dot_avx2, levels_scan_avx2,
+	pass1_avx2, code_dot_avx2, levels_scan_avx2, rotate_rounds_avx2,
 };

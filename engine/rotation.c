@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels.h"
+
 uint32_t vf_padded_dim(uint32_t dim)
 {
 	uint32_t p = 64;
@@ -36,29 +38,11 @@ void vf_rotation_free(vf_rotation *r)
 	r->signs = NULL;
 }
 
-static void fwht(float *x, uint32_t n)
-{
-	for (uint32_t h = 1; h < n; h *= 2)
-		for (uint32_t i = 0; i < n; i += 2 * h)
-			for (uint32_t j = i; j < i + h; j++) {
-				float a = x[j], b = x[j + h];
-				x[j] = a + b;
-				x[j + h] = a - b;
-			}
-}
-
 void vf_rotate(const vf_rotation *r, const float *in, float *out)
 {
 	uint32_t n = r->pdim;
-	float scale = 1.0f / sqrtf((float)n);
 	memcpy(out, in, sizeof(float) * r->dim);
 	memset(out + r->dim, 0, sizeof(float) * (n - r->dim));
-	for (int k = 0; k < VF_ROT_ROUNDS; k++) {
-		const float *sg = r->signs + (size_t)k * n;
-		for (uint32_t i = 0; i < n; i++)
-			out[i] *= sg[i];
-		fwht(out, n);
-		for (uint32_t i = 0; i < n; i++)
-			out[i] *= scale;
-	}
+	vf_kernels_get()->rotate_rounds(out, n, r->signs, VF_ROT_ROUNDS, 1.0f / sqrtf((float)n));
 }
+

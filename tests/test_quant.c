@@ -909,6 +909,68 @@ static void check_levels_scan(const vf_kernels *kn, const vf_kernels *ref, rng *
 	assert_int_equal(bad_bits, 0);
 }
 
+/* The rotation rounds: against the transform computed from the Hadamard
+ * matrix's definition in double precision, and bit for bit against the
+ * scalar kernel. */
+static void check_rotate(const vf_kernels *kn, const vf_kernels *ref, rng *r)
+{
+	size_t bad_ref = 0, bad_bits = 0;
+	for (uint32_t n = 8; n <= 4096; n *= 2)
+		for (int rounds = 1; rounds <= 4; rounds += 3) {
+			float *x = gauss_vec(r, n, n % 3 ? 1.0 : 1e3), *sg = malloc(sizeof(float) * n * rounds);
+			float *y = malloc(sizeof(float) * n), *z = malloc(sizeof(float) * n);
+			double *d = malloc(sizeof(double) * n);
+			assert_true(sg && y && z && d);
+			for (uint32_t i = 0; i < n * (uint32_t)rounds; i++)
+				sg[i] = rng_next(r) >> 63 ? -1.0f : 1.0f;
+			float scale = 1.0f / sqrtf((float)n);
+			memcpy(y, x, sizeof(float) * n);
+			kn->rotate_rounds(y, n, sg, rounds, scale);
+			double norm = 0;
+			for (uint32_t i = 0; i < n; i++) {
+				d[i] = x[i];
+				norm += (double)x[i] * x[i];
+			}
+			/* the Hadamard matrix by its definition, H[i][j] =
+			 * (-1)^popcount(i & j) */
+			double *e = malloc(sizeof(double) * n);
+			assert_non_null(e);
+			for (int k = 0; k < rounds; k++) {
+				for (uint32_t i = 0; i < n; i++)
+					d[i] *= sg[(size_t)k * n + i];
+				for (uint32_t i = 0; i < n; i++) {
+					double acc = 0;
+					for (uint32_t j = 0; j < n; j++)
+						acc += __builtin_popcount(i & j) & 1 ? -d[j] : d[j];
+					e[i] = acc * scale;
+				}
+				memcpy(d, e, sizeof(double) * n);
+			}
+			free(e);
+			for (uint32_t i = 0; i < n; i++)
+				if (fabs(y[i] - d[i]) > 1e-5 * sqrt(norm) + 1e-30) {
+					if (bad_ref++ < 5)
+						print_message("%s n %u rounds %d: [%u] %.9g (ref %.9g)\n",
+							      kn->name, n, rounds, i, y[i], d[i]);
+				}
+			if (ref) {
+				memcpy(z, x, sizeof(float) * n);
+				ref->rotate_rounds(z, n, sg, rounds, scale);
+				size_t diff = float_diffs(y, z, n);
+				if (diff && bad_bits++ < 5)
+					print_message("n %u rounds %d: %zu values differ between %s and %s\n",
+						      n, rounds, diff, kn->name, ref->name);
+			}
+			free(x);
+			free(sg);
+			free(y);
+			free(z);
+			free(d);
+		}
+	assert_int_equal(bad_ref, 0);
+	assert_int_equal(bad_bits, 0);
+}
+
 static void test_kernels_agree(void **state)
 {
 	(void)state;
@@ -926,6 +988,7 @@ static void test_kernels_agree(void **state)
 	check_lut4(sc, NULL, &r);
 	check_code_dot(sc, NULL, &r);
 	check_levels_scan(sc, NULL, &r);
+	check_rotate(sc, NULL, &r);
 	if (av) {
 		check_l2_dot(av, sc, &r);
 		check_panels(av, sc, &r);
@@ -933,6 +996,7 @@ static void test_kernels_agree(void **state)
 		check_lut4(av, sc, &r);
 		check_code_dot(av, sc, &r);
 		check_levels_scan(av, sc, &r);
+		check_rotate(av, sc, &r);
 	}
 }
 
