@@ -181,9 +181,23 @@ static void rotate_rounds_scalar(float *x, uint32_t n, const float *signs, int r
 	}
 }
 
+static void panel_min_scalar(const float *dots, size_t npts, const float *norms,
+			     uint32_t base, float *best, uint32_t *arg)
+{
+	for (size_t p = 0; p < npts; p++)
+		for (uint32_t j = 0; j < VF_PANEL; j++) {
+			float v = norms[j] - 2 * dots[p * VF_PANEL + j];
+			if (v < best[p * VF_PANEL + j]) {
+				best[p * VF_PANEL + j] = v;
+				arg[p * VF_PANEL + j] = base + j;
+			}
+		}
+}
+
 const vf_kernels vf_kernels_scalar = {
 	"scalar", l2sq_scalar, dot_scalar, panel_dots_scalar, point_panels_scalar,
 	lut4_scalar, pass1_scalar, code_dot_scalar, levels_scan_scalar, rotate_rounds_scalar,
+	panel_min_scalar,
 };
 
 const vf_kernels *vf_kernels_get(void)

@@ -65,6 +65,12 @@ typedef struct vf_kernels {
 	 * scale. */
 	void (*rotate_rounds)(float *x, uint32_t n, const float *signs, int rounds,
 			      float scale);
+	/* Lane by lane minimum over panels: for each of npts points and each
+	 * lane j of a panel (the dots as panel_dots writes them), with
+	 * v = norms[j] - 2 * dots[p*VF_PANEL + j]: where v < best[p*VF_PANEL +
+	 * j], best takes v and arg takes base + j. */
+	void (*panel_min)(const float *dots, size_t npts, const float *norms, uint32_t base,
+			  float *best, uint32_t *arg);
 } vf_kernels;
 
 extern const vf_kernels vf_kernels_scalar;

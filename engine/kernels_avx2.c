@@ -328,7 +328,32 @@ static void rotate_rounds_avx2(float *x, uint32_t n, const float *signs, int rou
 	}
 }
 
+static void panel_min_avx2(const float *dots, size_t npts, const float *norms,
+			   uint32_t base, float *best, uint32_t *arg)
+{
+	__m256 n0 = _mm256_loadu_ps(norms), n1 = _mm256_loadu_ps(norms + 8);
+	__m256 two = _mm256_set1_ps(2.0f);
+	__m256i i0 = _mm256_add_epi32(_mm256_set1_epi32((int)base),
+				      _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+	__m256i i1 = _mm256_add_epi32(i0, _mm256_set1_epi32(8));
+	for (size_t p = 0; p < npts; p++) {
+		float *b = best + p * VF_PANEL;
+		uint32_t *a = arg + p * VF_PANEL;
+		__m256 v0 = _mm256_sub_ps(n0, _mm256_mul_ps(two, _mm256_loadu_ps(dots + p * VF_PANEL)));
+		__m256 v1 = _mm256_sub_ps(n1, _mm256_mul_ps(two, _mm256_loadu_ps(dots + p * VF_PANEL + 8)));
+		__m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
+		__m256 lt0 = _mm256_cmp_ps(v0, b0, _CMP_LT_OQ), lt1 = _mm256_cmp_ps(v1, b1, _CMP_LT_OQ);
+		_mm256_storeu_ps(b, _mm256_blendv_ps(b0, v0, lt0));
+		_mm256_storeu_ps(b + 8, _mm256_blendv_ps(b1, v1, lt1));
+		__m256i a0 = _mm256_loadu_si256((const __m256i *)a);
+		__m256i a1 = _mm256_loadu_si256((const __m256i *)(a + 8));
+		_mm256_storeu_si256((__m256i *)a, _mm256_blendv_epi8(a0, i0, _mm256_castps_si256(lt0)));
+		_mm256_storeu_si256((__m256i *)(a + 8),
+				    _mm256_blendv_epi8(a1, i1, _mm256_castps_si256(lt1)));
+	}
+}
+
 const vf_kernels vf_kernels_avx2 = {
 	"avx2", l2sq_avx2, dot_avx2, panel_dots_avx2, point_panels_avx2, lut4_avx2,
-	pass1_avx2, code_dot_avx2, levels_scan_avx2, rotate_rounds_avx2,
+	pass1_avx2, code_dot_avx2, levels_scan_avx2, rotate_rounds_avx2, panel_min_avx2,
 };

@@ -64,42 +64,50 @@ typedef struct nearest_job {
 
 #define NB 64 /* points per tile */
 
+/* The nearest centroid of each point: a tile of NB points against every
+ * panel, keeping per point and lane (centroid index mod VF_PANEL) the
+ * smallest distance and the first centroid with it; then per point the
+ * smallest over the lanes, the first centroid on ties, as a scan in
+ * centroid order finds. */
 static void *nearest_run(void *arg)
 {
 	nearest_job *j = arg;
 	const vf_cindex *ci = j->ci;
 	const vf_kernels *kn = vf_kernels_get();
-	float *dots = malloc(sizeof(float) * NB * VF_PANEL);
-	float best[NB];
-	uint32_t arg_[NB];
-	if (!dots)
+	float *dots = malloc(sizeof(float) * NB * VF_PANEL * 2);
+	uint32_t *lane_arg = malloc(sizeof(uint32_t) * NB * VF_PANEL);
+	if (!dots || !lane_arg) {
+		free(dots);
+		free(lane_arg);
 		return (void *)1;
+	}
+	float *lane_best = dots + NB * VF_PANEL;
 	for (size_t p0 = j->lo; p0 < j->hi; p0 += NB) {
 		size_t np = j->hi - p0 < NB ? j->hi - p0 : NB;
-		for (size_t i = 0; i < np; i++) {
-			best[i] = FLT_MAX;
-			arg_[i] = 0;
+		for (size_t i = 0; i < np * VF_PANEL; i++) {
+			lane_best[i] = FLT_MAX;
+			lane_arg[i] = 0;
 		}
 		for (uint32_t pn = 0; pn < ci->npanels; pn++) {
 			kn->panel_dots(j->pts + p0 * ci->dim, np, ci->dim,
 				       ci->panels + (size_t)pn * ci->dim * VF_PANEL, dots);
-			const float *nr = ci->norms + pn * VF_PANEL;
-			for (size_t i = 0; i < np; i++)
-				for (int c = 0; c < VF_PANEL; c++) {
-					float dd = nr[c] - 2 * dots[i * VF_PANEL + c];
-					if (dd < best[i]) {
-						best[i] = dd;
-						arg_[i] = pn * VF_PANEL + c;
-					}
-				}
+			kn->panel_min(dots, np, ci->norms + pn * VF_PANEL, pn * VF_PANEL, lane_best,
+				      lane_arg);
 		}
 		for (size_t i = 0; i < np; i++) {
-			j->out[p0 + i] = arg_[i];
+			const float *b = lane_best + i * VF_PANEL;
+			const uint32_t *a = lane_arg + i * VF_PANEL;
+			uint32_t bj = 0;
+			for (uint32_t l = 1; l < VF_PANEL; l++)
+				if (b[l] < b[bj] || (b[l] == b[bj] && a[l] < a[bj]))
+					bj = l;
+			j->out[p0 + i] = a[bj];
 			if (j->dist)
-				j->dist[p0 + i] = best[i];
+				j->dist[p0 + i] = b[bj];
 		}
 	}
 	free(dots);
+	free(lane_arg);
 	return NULL;
 }
 

@@ -971,6 +971,50 @@ static void check_rotate(const vf_kernels *kn, const vf_kernels *ref, rng *r)
 	assert_int_equal(bad_bits, 0);
 }
 
+/* Lane minima over panels: each lane ends with the smallest value it was
+ * offered and the first index that offered it (ties included: values on a
+ * coarse grid); the AVX2 kernel bit for bit as the scalar one. */
+static void check_panel_min(const vf_kernels *kn, const vf_kernels *ref, rng *r)
+{
+	enum { NP = 37, PANELS = 9 };
+	float dots[NP * VF_PANEL], norms[PANELS * VF_PANEL];
+	float best[NP * VF_PANEL], best2[NP * VF_PANEL], want[NP * VF_PANEL];
+	uint32_t arg[NP * VF_PANEL], arg2[NP * VF_PANEL], want_arg[NP * VF_PANEL];
+	size_t bad = 0, bad_bits = 0;
+	for (size_t i = 0; i < NP * VF_PANEL; i++) {
+		best[i] = best2[i] = want[i] = FLT_MAX;
+		arg[i] = arg2[i] = want_arg[i] = 0;
+	}
+	for (uint32_t pn = 0; pn < PANELS; pn++) {
+		for (size_t i = 0; i < VF_PANEL; i++)
+			norms[pn * VF_PANEL + i] = (float)(rng_next(r) % 8);
+		for (size_t i = 0; i < NP * VF_PANEL; i++)
+			dots[i] = (float)(rng_next(r) % 8) * 0.5f;
+		for (size_t p = 0; p < NP; p++)
+			for (uint32_t j = 0; j < VF_PANEL; j++) {
+				double v = (double)norms[pn * VF_PANEL + j] - 2.0 * dots[p * VF_PANEL + j];
+				if (v < want[p * VF_PANEL + j]) {
+					want[p * VF_PANEL + j] = (float)v;
+					want_arg[p * VF_PANEL + j] = pn * VF_PANEL + j;
+				}
+			}
+		kn->panel_min(dots, NP, norms + pn * VF_PANEL, pn * VF_PANEL, best, arg);
+		if (ref)
+			ref->panel_min(dots, NP, norms + pn * VF_PANEL, pn * VF_PANEL, best2, arg2);
+	}
+	for (size_t i = 0; i < NP * VF_PANEL; i++) {
+		if (!same_float(best[i], want[i]) || arg[i] != want_arg[i]) {
+			if (bad++ < 5)
+				print_message("%s [%zu]: %g at %u, want %g at %u\n", kn->name, i, best[i],
+					      arg[i], want[i], want_arg[i]);
+		}
+		if (ref && (!same_float(best[i], best2[i]) || arg[i] != arg2[i]))
+			bad_bits++;
+	}
+	assert_int_equal(bad, 0);
+	assert_int_equal(bad_bits, 0);
+}
+
 static void test_kernels_agree(void **state)
 {
 	(void)state;
@@ -989,6 +1033,7 @@ static void test_kernels_agree(void **state)
 	check_code_dot(sc, NULL, &r);
 	check_levels_scan(sc, NULL, &r);
 	check_rotate(sc, NULL, &r);
+	check_panel_min(sc, NULL, &r);
 	if (av) {
 		check_l2_dot(av, sc, &r);
 		check_panels(av, sc, &r);
@@ -997,6 +1042,7 @@ static void test_kernels_agree(void **state)
 		check_code_dot(av, sc, &r);
 		check_levels_scan(av, sc, &r);
 		check_rotate(av, sc, &r);
+		check_panel_min(av, sc, &r);
 	}
 }
 
@@ -1246,6 +1292,29 @@ static void test_nearest_brute_force(void **state)
 		}
 }
 
+/* Exact ties go to the first centroid, as a scan in centroid order finds:
+ * duplicates in the same lane of another panel, and in another lane. */
+static void test_nearest_ties_first(void **state)
+{
+	(void)state;
+	enum { K = 40, D = 8 };
+	rng r = { .s = 11 };
+	float *cent = gauss_vec(&r, (size_t)K * D, 1.0);
+	memcpy(cent + 37 * D, cent + 5 * D, D * sizeof(float));  /* lane 5, panels 0 and 2 */
+	memcpy(cent + 22 * D, cent + 3 * D, D * sizeof(float));  /* lanes 3 and 6 */
+	memcpy(cent + 39 * D, cent + 30 * D, D * sizeof(float)); /* lanes 14 and 7 */
+	vf_cindex ci;
+	assert_int_equal(vf_cindex_init(&ci, cent, K, D), 0);
+	static const uint32_t first[] = { 5, 3, 30 };
+	for (size_t t = 0; t < 3; t++) {
+		uint32_t o = 99;
+		vf_nearest(&ci, cent + (size_t)first[t] * D, 1, &o, NULL, 1);
+		assert_int_equal(o, first[t]);
+	}
+	vf_cindex_free(&ci);
+	free(cent);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1258,6 +1327,7 @@ int main(void)
 		cmocka_unit_test(test_kmeans_recovers_blobs),
 		cmocka_unit_test(test_kmeans_small_n),
 		cmocka_unit_test(test_nearest_brute_force),
+		cmocka_unit_test(test_nearest_ties_first),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
