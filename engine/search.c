@@ -14,6 +14,7 @@
  * read, one checksum check, one tombstone load).
  */
 #include "internal.h"
+#include "parallel.h"
 
 #include <errno.h>
 #include <math.h>
@@ -927,11 +928,15 @@ static int cmp_hit(const void *a, const void *b)
 }
 
 /* Copy the hits (keys, payloads) out of the transaction. */
-static int collect(search *s, vecfs_results **out)
+/* The results of the queries of parts[0..nparts), in order. */
+static int collect(search *parts, int nparts, vecfs_results **out)
 {
-	size_t bytes = 0, nh = 0;
-	for (size_t i = 0; i < s->nq; i++) {
-		query *q = &s->qs[i];
+	size_t bytes = 0, nh = 0, nq = 0;
+	for (int pi = 0; pi < nparts; pi++)
+		nq += parts[pi].nq;
+	for (int pi = 0; pi < nparts; pi++)
+	for (size_t i = 0; i < parts[pi].nq; i++) {
+		query *q = &parts[pi].qs[i];
 		qsort(q->top.v, q->top.n, sizeof(hit), cmp_hit);
 		for (uint32_t j = 0; j < q->top.n; j++)
 			bytes += q->top.v[j].keylen + 1 + q->top.v[j].plen;
@@ -940,9 +945,9 @@ static int collect(search *s, vecfs_results **out)
 	vecfs_results *res = calloc(1, sizeof *res);
 	if (!res)
 		return -ENOMEM;
-	res->nq = s->nq;
-	res->count = calloc(s->nq, sizeof(size_t));
-	res->hits = calloc(s->nq, sizeof(vecfs_hit *));
+	res->nq = nq;
+	res->count = calloc(nq, sizeof(size_t));
+	res->hits = calloc(nq, sizeof(vecfs_hit *));
 	vecfs_hit *hits = malloc(sizeof(vecfs_hit) * (nh ? nh : 1) + bytes);
 	if (!res->count || !res->hits || !hits) {
 		free(hits);
@@ -950,10 +955,12 @@ static int collect(search *s, vecfs_results **out)
 		return -ENOMEM;
 	}
 	char *arena = (char *)(hits + (nh ? nh : 1));
-	for (size_t i = 0; i < s->nq; i++) {
+	for (int pi = 0, r = 0; pi < nparts; pi++)
+	for (size_t i = 0; i < parts[pi].nq; i++, r++) {
+		const search *s = &parts[pi];
 		query *q = &s->qs[i];
-		res->hits[i] = hits;
-		res->count[i] = q->top.n;
+		res->hits[r] = hits;
+		res->count[r] = q->top.n;
 		for (uint32_t j = 0; j < q->top.n; j++, hits++) {
 			const hit *h = &q->top.v[j];
 			memcpy(arena, h->key, h->keylen);
@@ -982,7 +989,7 @@ static int collect(search *s, vecfs_results **out)
 		e->uncovered_scanned += x->uncovered_scanned;
 		e->stale_skipped += x->stale_skipped;
 	}
-	res->generation = s->g ? s->g->id : 0;
+	res->generation = parts[0].g ? parts[0].g->id : 0;
 	res->explain.generation = res->generation;
 	*out = res;
 	return 0;
@@ -1028,18 +1035,162 @@ static void record_latency(vecfs *v, size_t nq, double us)
 	pthread_mutex_unlock(&v->stat_mu);
 }
 
+/* One search over queries[0..nq) (the batch's from `first` on) on the open
+ * snapshot s->txn, up to the results that collect() takes from s. */
+static int search_run(search *s, const float *queries, size_t nq, size_t first,
+		      uint32_t dim, const vecfs_query_opts *opts, char *err, size_t errlen)
+{
+	vecfs_query_opts o = *opts;
+	vecfs *v = s->v;
+	vf_stored_config sc;
+	vf_counters cnt;
+	int rc;
+
+	s->kn = vf_kernels_get();
+	s->txnid = mdb_txn_id(s->txn);
+	s->epoch = v->store->map_epoch;
+	if ((rc = vf_load_config(s->txn, v->store, &sc)) ||
+	    (rc = vf_load_counters(s->txn, v->store, &cnt)))
+		return rc;
+	if (sc.dim == 0 || dim != sc.dim) {
+		vf_seterr(err, errlen, sc.dim ? "query has dimension %u, the store has dim %u"
+					      : "query has dimension %u, the store has no data yet (dim %u)",
+			  dim, sc.dim);
+		return -EINVAL;
+	}
+	s->metric = (vecfs_metric)sc.metric;
+	s->dim = dim;
+	s->k = o.k ? o.k : sc.k;
+	s->nprobe = o.nprobe ? o.nprobe : sc.nprobe;
+	s->refine = o.refine ? o.refine : sc.refine;
+	if (s->k > 100000 || s->refine > 1000) {
+		vf_seterr(err, errlen, "k must be at most 100000 and refine at most 1000");
+		return -EINVAL;
+	}
+	s->nq = nq;
+	uint64_t active = o.exact ? 0 : vf_load_active(s->txn, v->store);
+	if (active) {
+		if ((rc = vf_gen_get(v, s->txn, active, &s->g)) ||
+		    (rc = vf_load_genmeta(s->txn, v->store, active, &s->gm)))
+			return rc;
+	}
+	s->qs = calloc(nq, sizeof(query));
+	s->surv = malloc(sizeof(uint32_t) * VF_BLOCK_MAX);
+	s->surv_lo = malloc(sizeof(float) * VF_BLOCK_MAX);
+	s->surv_hi = malloc(sizeof(float) * VF_BLOCK_MAX);
+	s->kbuf = malloc(sizeof(float) * s->k);
+	s->planes = malloc(s->g ? (size_t)s->gm.bits * (s->gm.pdim / 8) : 1);
+	if (!s->qs || !s->surv || !s->surv_lo || !s->surv_hi || !s->kbuf || !s->planes)
+		return -ENOMEM;
+	for (size_t i = 0; i < nq; i++) {
+		query *q = &s->qs[i];
+		q->q = malloc(sizeof(float) * dim);
+		q->top.k = s->k;
+		q->top.v = malloc(sizeof(hit) * s->k);
+		if (!q->q || !q->top.v)
+			return -ENOMEM;
+		if (vf_to_index_space(s->metric, queries + i * dim, q->q, dim)) {
+			vf_seterr(err, errlen, "query %zu is a zero vector under the cosine metric",
+				  first + i + 1);
+			return -EINVAL;
+		}
+		if (!s->g)
+			continue;
+		q->ub.k = s->k;
+		q->ub.v = malloc(sizeof(float) * s->k);
+		q->probe = malloc(sizeof(uint32_t) * (s->nprobe + 1));
+		q->pdist = malloc(sizeof(float) * (s->nprobe + 1));
+		if (!q->ub.v || !q->probe || !q->pdist ||
+		    (rc = vf_qstate_init(&q->qs, s->gm.pdim, s->gm.bits)) ||
+		    (rc = vf_cstate_init(&q->cs, s->gm.pdim)))
+			return rc ? rc : -ENOMEM;
+		vf_qstate_set(&q->qs, &s->g->rot, q->q);
+	}
+	if (!s->g)
+		return scan_exact(s);
+	vf_dirty_init(&s->dirty);
+	if ((rc = vf_dirty_load(s->txn, v->store, s->gm.synced_seq, cnt.seq, &s->dirty)) ||
+	    (rc = scan_uncovered(s)) || (rc = scan_ivf(s)))
+		return rc;
+	for (size_t i = 0; i < nq && rc == 0; i++)
+		rc = rerank(s, &s->qs[i]);
+	return rc;
+}
+
+static void search_free(search *s)
+{
+	if (s->qs)
+		for (size_t i = 0; i < s->nq; i++)
+			query_free(&s->qs[i]);
+	free(s->qs);
+	vf_dirty_free(&s->dirty);
+	vf_tombs_free(&s->tombs);
+	free(s->surv);
+	free(s->surv_lo);
+	free(s->surv_hi);
+	free(s->kbuf);
+	free(s->planes);
+	vf_gen_put(s->v, s->g);
+}
+
+/* A batch of queries is split among the CPUs, at least PART_MIN queries a
+ * part, each part searched on its own thread and read transaction, all of
+ * them on one snapshot. */
+#define PART_MIN 16
+
+typedef struct part_job {
+	search s;
+	const float *queries;
+	size_t nq, first;
+	uint32_t dim;
+	const vecfs_query_opts *opts;
+	int rc;
+	char err[256];
+} part_job;
+
+static void *part_run(void *arg)
+{
+	part_job *j = arg;
+	j->rc = search_run(&j->s, j->queries, j->nq, j->first, j->dim, j->opts, j->err,
+			   sizeof j->err);
+	return NULL;
+}
+
+/* Read transactions for the n parts, all on the same snapshot (a write that
+ * commits between two of them starts them over; after a few tries, one
+ * part).  Sets *n to the parts that have one; 0 or -errno. */
+static int open_parts(vecfs *v, part_job *jobs, int *n)
+{
+	for (int attempt = 0; attempt < 4 && *n > 1; attempt++) {
+		int t, rc = 0, same = 1;
+		for (t = 0; t < *n && rc == 0; t++)
+			rc = vf_read_begin(v->store, &jobs[t].s.txn);
+		if (rc)
+			t--; /* the one that failed has none */
+		for (int u = 1; u < t && same; u++)
+			same = mdb_txn_id(jobs[u].s.txn) == mdb_txn_id(jobs[0].s.txn);
+		if (rc == 0 && same)
+			return 0;
+		for (int u = 0; u < t; u++) {
+			vf_read_end(v->store, jobs[u].s.txn);
+			jobs[u].s.txn = NULL;
+		}
+		if (rc)
+			return rc;
+	}
+	*n = 1;
+	return vf_read_begin(v->store, &jobs[0].s.txn);
+}
+
 int vecfs_search(vecfs *v, const float *queries, size_t nq, uint32_t dim,
 		 const vecfs_query_opts *opts, vecfs_results **out, char *err,
 		 size_t errlen)
 {
 	double t0 = now_us();
 	vecfs_query_opts o = opts ? *opts : (vecfs_query_opts){0};
-	vf_stored_config sc;
-	vf_counters cnt;
-	search s;
-	int rc;
+	part_job jobs[VF_PARALLEL_MAX];
+	int rc, n = v->threads;
 
-	memset(&s, 0, sizeof s);
 	*out = NULL;
 	if (nq == 0) {
 		vf_seterr(err, errlen, "no query vector");
@@ -1051,113 +1202,47 @@ int vecfs_search(vecfs *v, const float *queries, size_t nq, uint32_t dim,
 				  i % dim + 1);
 			return -EINVAL;
 		}
-	s.v = v;
-	s.kn = vf_kernels_get();
-	if ((rc = vf_read_begin(v->store, &s.txn)))
+	if (n > VF_PARALLEL_MAX)
+		n = VF_PARALLEL_MAX;
+	if ((size_t)n > nq / PART_MIN)
+		n = (int)(nq / PART_MIN);
+	if (n < 1)
+		n = 1;
+	memset(jobs, 0, sizeof jobs);
+	if ((rc = open_parts(v, jobs, &n)))
 		return rc;
-	s.txnid = mdb_txn_id(s.txn);
-	s.epoch = v->store->map_epoch;
-	if ((rc = vf_load_config(s.txn, v->store, &sc)) ||
-	    (rc = vf_load_counters(s.txn, v->store, &cnt)))
-		goto out;
-	if (sc.dim == 0 || dim != sc.dim) {
-		vf_seterr(err, errlen, sc.dim ? "query has dimension %u, the store has dim %u"
-					      : "query has dimension %u, the store has no data yet (dim %u)",
-			  dim, sc.dim);
-		rc = -EINVAL;
-		goto out;
+	for (int t = 0; t < n; t++) {
+		size_t from = nq * (size_t)t / (size_t)n, to = nq * (size_t)(t + 1) / (size_t)n;
+		jobs[t].s.v = v;
+		jobs[t].queries = queries + from * dim;
+		jobs[t].nq = to - from;
+		jobs[t].first = from;
+		jobs[t].dim = dim;
+		jobs[t].opts = &o;
 	}
-	s.metric = (vecfs_metric)sc.metric;
-	s.dim = dim;
-	s.k = o.k ? o.k : sc.k;
-	s.nprobe = o.nprobe ? o.nprobe : sc.nprobe;
-	s.refine = o.refine ? o.refine : sc.refine;
-	if (s.k > 100000 || s.refine > 1000) {
-		vf_seterr(err, errlen, "k must be at most 100000 and refine at most 1000");
-		rc = -EINVAL;
-		goto out;
+	vf_parallel(part_run, jobs, sizeof *jobs, n);
+	for (int t = 0; t < n && rc == 0; t++)
+		if ((rc = jobs[t].rc) && jobs[t].err[0])
+			vf_seterr(err, errlen, "%s", jobs[t].err);
+	if (rc == 0) {
+		search parts[VF_PARALLEL_MAX];
+		for (int t = 0; t < n; t++)
+			parts[t] = jobs[t].s;
+		rc = collect(parts, n, out);
 	}
-	s.nq = nq;
-	uint64_t active = o.exact ? 0 : vf_load_active(s.txn, v->store);
-	if (active) {
-		if ((rc = vf_gen_get(v, s.txn, active, &s.g)) ||
-		    (rc = vf_load_genmeta(s.txn, v->store, active, &s.gm)))
-			goto out;
-	}
-	s.qs = calloc(nq, sizeof(query));
-	s.surv = malloc(sizeof(uint32_t) * VF_BLOCK_MAX);
-	s.surv_lo = malloc(sizeof(float) * VF_BLOCK_MAX);
-	s.surv_hi = malloc(sizeof(float) * VF_BLOCK_MAX);
-	s.kbuf = malloc(sizeof(float) * s.k);
-	s.planes = malloc(s.g ? (size_t)s.gm.bits * (s.gm.pdim / 8) : 1);
-	if (!s.qs || !s.surv || !s.surv_lo || !s.surv_hi || !s.kbuf || !s.planes) {
-		rc = -ENOMEM;
-		goto out;
-	}
-	for (size_t i = 0; i < nq; i++) {
-		query *q = &s.qs[i];
-		q->q = malloc(sizeof(float) * dim);
-		q->top.k = s.k;
-		q->top.v = malloc(sizeof(hit) * s.k);
-		if (!q->q || !q->top.v) {
-			rc = -ENOMEM;
-			goto out;
-		}
-		if (vf_to_index_space(s.metric, queries + i * dim, q->q, dim)) {
-			vf_seterr(err, errlen, "query %zu is a zero vector under the cosine metric",
-				  i + 1);
-			rc = -EINVAL;
-			goto out;
-		}
-		if (!s.g)
-			continue;
-		q->ub.k = s.k;
-		q->ub.v = malloc(sizeof(float) * s.k);
-		q->probe = malloc(sizeof(uint32_t) * (s.nprobe + 1));
-		q->pdist = malloc(sizeof(float) * (s.nprobe + 1));
-		if (!q->ub.v || !q->probe || !q->pdist ||
-		    (rc = vf_qstate_init(&q->qs, s.gm.pdim, s.gm.bits)) ||
-		    (rc = vf_cstate_init(&q->cs, s.gm.pdim))) {
-			rc = rc ? rc : -ENOMEM;
-			goto out;
-		}
-		vf_qstate_set(&q->qs, &s.g->rot, q->q);
-	}
-	if (!s.g) {
-		rc = scan_exact(&s);
-	} else {
-		vf_dirty_init(&s.dirty);
-		if ((rc = vf_dirty_load(s.txn, v->store, s.gm.synced_seq, cnt.seq, &s.dirty)) ||
-		    (rc = scan_uncovered(&s)) || (rc = scan_ivf(&s)))
-			goto out;
-		for (size_t i = 0; i < nq && rc == 0; i++)
-			rc = rerank(&s, &s.qs[i]);
-	}
-	if (rc == 0)
-		rc = collect(&s, out);
 	if (rc == 0) {
 		double us = now_us() - t0;
 		(*out)->explain.micros = (uint64_t)us;
-		(*out)->explain.k = s.k;
-		(*out)->explain.nprobe = s.nprobe;
-		(*out)->explain.refine = s.refine;
+		(*out)->explain.k = jobs[0].s.k;
+		(*out)->explain.nprobe = jobs[0].s.nprobe;
+		(*out)->explain.refine = jobs[0].s.refine;
 		record_latency(v, nq, us);
 	}
-out:
 	if (rc == -EIO && err && errlen && !err[0])
 		vf_seterr(err, errlen, "a posting block or record failed its checksum or is damaged");
-	vf_read_end(v->store, s.txn);
-	if (s.qs)
-		for (size_t i = 0; i < nq; i++)
-			query_free(&s.qs[i]);
-	free(s.qs);
-	vf_dirty_free(&s.dirty);
-	vf_tombs_free(&s.tombs);
-	free(s.surv);
-	free(s.surv_lo);
-	free(s.surv_hi);
-	free(s.kbuf);
-	free(s.planes);
-	vf_gen_put(v, s.g);
+	for (int t = 0; t < n; t++) {
+		vf_read_end(v->store, jobs[t].s.txn);
+		search_free(&jobs[t].s);
+	}
 	return rc;
 }
