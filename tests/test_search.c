@@ -1041,9 +1041,10 @@ static void test_persistence(void **state)
 
 /* ------------------------------------------------------------ 10. batch */
 
-/* A batch answers each query as a search of it alone would; a batch of at
- * least twice PART_MIN (engine/search.c) queries is split among the CPUs,
- * on one snapshot, and answers alike too. */
+/* A batch answers each query as a search of it alone would; a larger batch
+ * is searched in parts on every CPU, on one snapshot (engine/search.c:
+ * parts of PART_ANN queries with an index, PART_EXACT a CPU without), and
+ * answers alike too. */
 static void test_batch_equals_single(void **state)
 {
 	fixture *f = *state;
