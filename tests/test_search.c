@@ -16,6 +16,7 @@
 #include <ftw.h>
 #include <limits.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1125,6 +1126,66 @@ static void test_batch_equals_single(void **state)
 	ds_free(&ds);
 }
 
+/* A batch split among the CPUs sees one snapshot: while a writer puts and
+ * deletes a row over and over, a batch of 64 copies of its vector finds it
+ * in all 64 answers or in none. */
+typedef struct churner {
+	vecfs *v;
+	const float *vec;
+	volatile int stop;
+	long ops, failed;
+} churner;
+
+static void *churn_row(void *arg)
+{
+	churner *c = arg;
+	while (!c->stop) {
+		/* no cmocka assertion off the test's thread */
+		if (put_one(c->v, "w", c->vec, 16) != 0 || vecfs_delete(c->v, "w", 1) != 0)
+			c->failed++;
+		c->ops++;
+	}
+	return NULL;
+}
+
+static void test_batch_one_snapshot(void **state)
+{
+	fixture *f = *state;
+	const uint32_t D = 16;
+	vecfs *v = fx_open(f, NULL);
+	set_config(v, D, VECFS_L2);
+	dataset ds;
+	ds_make(&ds, 77, 200, D, 4);
+	put_range(v, ds.x, 0, 200, D, "k");
+	float a[16], q[64 * 16];
+	for (uint32_t i = 0; i < D; i++)
+		a[i] = 50.0f + (float)i;
+	for (int i = 0; i < 64; i++)
+		memcpy(q + i * D, a, sizeof a);
+	churner c = {v, a, 0, 0, 0};
+	pthread_t th;
+	assert_int_equal(pthread_create(&th, NULL, churn_row, &c), 0);
+	vecfs_query_opts o = {.k = 1, .nprobe = 0, .refine = 0, .exact = 1};
+	int mixed = 0, seen = 0;
+	for (int it = 0; it < 3000; it++) {
+		vecfs_results *r = search_opts(v, q, 64, D, &o);
+		int n = 0;
+		for (int i = 0; i < 64; i++)
+			n += r->count[i] && !strcmp(r->hits[i][0].key, "w");
+		mixed += n != 0 && n != 64;
+		seen += n == 64;
+		vecfs_results_free(r);
+	}
+	c.stop = 1;
+	pthread_join(th, NULL);
+	if (mixed)
+		print_message("%d of 3000 batches saw two snapshots (%ld writes)\n", mixed, c.ops);
+	assert_int_equal(mixed, 0);
+	assert_true(seen > 0 && c.ops > 0);
+	assert_int_equal(c.failed, 0);
+	ds_free(&ds);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1138,6 +1199,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_assigned_keys, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_persistence, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_batch_equals_single, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_batch_one_snapshot, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_stale_location_hints, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_location_hints_filled_at_open, fx_setup,
 						fx_teardown),
