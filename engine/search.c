@@ -1209,18 +1209,17 @@ int vecfs_search(vecfs *v, const float *queries, size_t nq, uint32_t dim,
 		return rc;
 	if (n > VF_PARALLEL_MAX)
 		n = VF_PARALLEL_MAX;
-	if (o.exact || !vf_load_active(txn[0], v->store)) {
+	int exact = o.exact || !vf_load_active(txn[0], v->store);
+	if (exact) {
 		if ((size_t)n > nq / PART_EXACT)
 			n = (int)(nq / PART_EXACT);
 		if (n < 1)
 			n = 1;
-		per = (nq + (size_t)n - 1) / (size_t)n;
-	} else {
-		per = PART_ANN;
-		if ((size_t)n > (nq + per - 1) / per)
-			n = (int)((nq + per - 1) / per);
+	} else if ((size_t)n > (nq + PART_ANN - 1) / PART_ANN) {
+		n = (int)((nq + PART_ANN - 1) / PART_ANN);
 	}
 	n = open_more(v, txn, n);
+	per = exact ? (nq + (size_t)n - 1) / (size_t)n : PART_ANN;
 	nparts = (nq + per - 1) / per;
 	parts = calloc(nparts, sizeof *parts);
 	if (!parts) {
