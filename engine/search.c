@@ -919,8 +919,8 @@ static int cmp_hit(const void *a, const void *b)
 	return x->id < y->id ? -1 : x->id > y->id;
 }
 
-/* Copy the hits (keys, payloads) out of the transaction. */
-/* The results of the queries of parts[0..nparts), in order. */
+/* The results of the queries of parts[0..nparts), in order: the hits (keys,
+ * payloads) copied out of the transactions. */
 static int collect(search *parts, int nparts, vecfs_results **out)
 {
 	size_t bytes = 0, nh = 0, nq = 0;

@@ -576,12 +576,13 @@ static int put_fn(MDB_txn *txn, void *arg)
 			*j->bad_row = 0;
 		return put_end(&c, rc);
 	}
+	int together = c.g && j->n > 1; /* one row alone is encoded as it is put */
 	for (size_t from = 0; from < j->n && rc == 0; from += NEAR_CHUNK) {
 		size_t n = j->n - from < NEAR_CHUNK ? j->n - from : NEAR_CHUNK;
 		const uint8_t *skip = j->skip ? j->skip + from : NULL;
-		if (c.g && j->n > 1 && (rc = prepare(&c, j->rows + from, n, skip, &pre)))
+		if (together && (rc = prepare(&c, j->rows + from, n, skip, &pre)))
 			break;
-		c.pre = c.g && j->n > 1 ? &pre : NULL;
+		c.pre = together ? &pre : NULL;
 		for (size_t i = from; i < from + n && rc == 0; i++)
 			if (!(j->skip && j->skip[i]))
 				rc = put_row(&c, &j->rows[i]);
@@ -811,10 +812,10 @@ typedef struct commit_job {
 	uint64_t live;
 } commit_job;
 
-/* Staged rows are committed a chunk at a time: a chunk's nearest
- * centroids are found together (find_nearest(): the centroids read once for
- * many rows, on every CPU), then its rows are put in order.  A chunk holds
- * at most NEAR_CHUNK rows and about COMMIT_CHUNK_BYTES of records. */
+/* Staged rows are committed a chunk at a time: a chunk is prepared
+ * (prepare(): nearest centroids and codes on every CPU), then its rows are
+ * put in order.  A chunk holds at most NEAR_CHUNK rows and about
+ * COMMIT_CHUNK_BYTES of records. */
 #define COMMIT_CHUNK_BYTES (8u << 20)
 
 /* Copies of staged values (u32 length, record), as b->buf holds them: the
