@@ -74,14 +74,10 @@ static void *nearest_run(void *arg)
 	nearest_job *j = arg;
 	const vf_cindex *ci = j->ci;
 	const vf_kernels *kn = vf_kernels_get();
-	float *dots = malloc(sizeof(float) * NB * VF_PANEL * 2);
-	uint32_t *lane_arg = malloc(sizeof(uint32_t) * NB * VF_PANEL);
-	if (!dots || !lane_arg) {
-		free(dots);
-		free(lane_arg);
-		return (void *)1;
-	}
-	float *lane_best = dots + NB * VF_PANEL;
+	/* 12 KiB on the stack: nothing to allocate, so nothing that can fail
+	 * and leave points without their centroid */
+	float dots[NB * VF_PANEL], lane_best[NB * VF_PANEL];
+	uint32_t lane_arg[NB * VF_PANEL];
 	for (size_t p0 = j->lo; p0 < j->hi; p0 += NB) {
 		size_t np = j->hi - p0 < NB ? j->hi - p0 : NB;
 		for (size_t i = 0; i < np * VF_PANEL; i++) {
@@ -106,8 +102,6 @@ static void *nearest_run(void *arg)
 				j->dist[p0 + i] = b[bj];
 		}
 	}
-	free(dots);
-	free(lane_arg);
 	return NULL;
 }
 
