@@ -196,6 +196,61 @@ static void test_fmt_float_round_trip(void **state)
 	}
 }
 
+static void expect_as_printf(float f)
+{
+	char want[64], got[64];
+	snprintf(want, sizeof want, "%.9g", (double)f);
+	int n = fmt_float(got, sizeof got, f);
+	if (n != (int)strlen(want) || strcmp(got, want) != 0)
+		fail_msg("fmt_float(%a) = \"%s\", printf gives \"%s\"", (double)f, got, want);
+}
+
+/* fmt_float is printf's "%.9g" byte for byte: random floats of every
+ * exponent, floats on both sides of each power of ten (where the decimal
+ * exponent is guessed from log10), ties, integers, signs and zeros */
+static void test_fmt_float_as_printf(void **state)
+{
+	(void)state;
+	uint64_t lcg = 11;
+	for (int i = 0; i < 600000; i++) {
+		uint32_t u = (uint32_t)(next(&lcg) >> 32);
+		float f;
+		memcpy(&f, &u, sizeof f);
+		expect_as_printf(f);
+	}
+	for (int k = -45; k <= 38; k++) {
+		float f = (float)pow(10.0, k);
+		float lo = f, hi = f;
+		for (int i = 0; i < 300; i++) {
+			expect_as_printf(lo);
+			expect_as_printf(hi);
+			expect_as_printf(-hi);
+			lo = nextafterf(lo, 0.0f);
+			hi = nextafterf(hi, INFINITY);
+		}
+		/* 9.99999999x 10^k: nine digits that round up to ten */
+		float g = (float)(9.9999999995 * pow(10.0, k));
+		for (int i = 0; i < 50; i++, g = nextafterf(g, 0.0f))
+			expect_as_printf(g);
+	}
+	for (int i = 0; i <= 200000; i++) {
+		expect_as_printf((float)i);
+		expect_as_printf((float)i / 1024.0f); /* short binary fractions */
+		expect_as_printf(1e9f + (float)i * 128.0f); /* ten digits: rounding and ties */
+	}
+	expect_as_printf(0.0f);
+	expect_as_printf(-0.0f);
+	expect_as_printf(INFINITY);
+	expect_as_printf(-INFINITY);
+	expect_as_printf(NAN);
+	expect_as_printf(FLT_MAX);
+	expect_as_printf(FLT_MIN);
+	expect_as_printf(1e-22f);
+	expect_as_printf(16777216.0f);
+	expect_as_printf(0.5f);
+	expect_as_printf(2147483648.0f);
+}
+
 static void test_trim(void **state)
 {
 	(void)state;
@@ -219,6 +274,7 @@ int main(void)
 		cmocka_unit_test(test_parse_float_digit_strings),
 		cmocka_unit_test(test_parse_uint),
 		cmocka_unit_test(test_fmt_float_round_trip),
+		cmocka_unit_test(test_fmt_float_as_printf),
 		cmocka_unit_test(test_trim),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
