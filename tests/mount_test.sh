@@ -557,8 +557,25 @@ for r in rows:
         assert r[k] > 0, (k, r)
 " "$TMP/bench.json"
 }
+# vecfs-bench --batch: the same queries 7 to a call (the last call takes
+# the rest) find what they find one to a call
+bench_batch_ok() {
+	TMPDIR=$TMP T "$BENCH" "$TMP/bset" --nprobe 4,8 --batch 7 --json \
+		>"$TMP/batch.json" 2>"$TMP/batch.err" || { tail -3 "$TMP/batch.err" >&2; return 1; }
+	"$PY" -c "
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+ivf = [r for r in rows if r['mode'] == 'ivf']
+assert [r['nprobe'] for r in ivf] == [4, 8], rows
+for r in ivf:
+    assert r['batch'] == 7 and r['batch_qps'] > 0, r
+    assert r['batch_recall_at_10'] == r['recall_at_10'], r
+" "$TMP/batch.json" || return 1
+	[[ $(T "$BENCH" "$TMP/bset" --mount --batch 7 2>&1) == *"--batch times the library alone"* ]]
+}
 if [[ -x $BENCH && -x $DATA ]]; then
 	check bench_mount_rounds bench_ok
+	check bench_batch bench_batch_ok
 else
 	bad bench_mount_rounds "$BENCH or $DATA is not built"
 fi

@@ -88,6 +88,10 @@ static const char usage_text[] =
 	"                          in speed falls on both; prints each round's\n"
 	"                          ratios, their median and the pooled ratio (all\n"
 	"                          queries of all rounds).  Default 1, at most 20\n"
+	"  --batch B               also time the same queries B to a vecfs_search\n"
+	"                          call (one snapshot, searched in parts on every\n"
+	"                          CPU): batch_rec, batch_QPS and xSingle, the\n"
+	"                          batch QPS over one query a call\n"
 	"  --help                  show this help\n"
 	"\n"
 	"recall@10 is the share of the first 10 ground-truth ids found among the\n"
@@ -134,13 +138,14 @@ struct options {
 	int after_build;         /* --ingest-after-build */
 	const char *vecfs_bin;   /* --vecfs: the daemon; NULL = beside argv[0] */
 	unsigned rounds;         /* --rounds: mount, library, mount, ... */
+	size_t batch;            /* --batch: also time calls of this many queries */
 	const char *argv0;
 };
 
 enum opt_id {
 	OPT_METRIC, OPT_NPROBE, OPT_BITS, OPT_REFINE, OPT_NLIST, OPT_K,
 	OPT_QUERIES, OPT_EXACTQ, OPT_REUSE, OPT_WARMUP, OPT_STORE, OPT_JSON, OPT_KEEP, OPT_HELP,
-	OPT_MOUNT, OPT_VECFS, OPT_AFTER_BUILD, OPT_ROUNDS
+	OPT_MOUNT, OPT_VECFS, OPT_AFTER_BUILD, OPT_ROUNDS, OPT_BATCH
 };
 
 static const struct tool_opt opt_table[] = {
@@ -153,6 +158,7 @@ static const struct tool_opt opt_table[] = {
 	{ "--json", 0, OPT_JSON },       { "--keep", 0, OPT_KEEP },
 	{ "--mount", 0, OPT_MOUNT },     { "--vecfs", 1, OPT_VECFS },
 	{ "--ingest-after-build", 0, OPT_AFTER_BUILD }, { "--rounds", 1, OPT_ROUNDS },
+	{ "--batch", 1, OPT_BATCH },
 	{ "--help", 0, OPT_HELP },       { "-h", 0, OPT_HELP },
 };
 
@@ -270,6 +276,10 @@ static int apply_opt(void *ctx, const struct tool_opt *spec, const char *val)
 		bad = tool_parse_uint(val, 1, MAX_ROUNDS, &q) != 0;
 		o->rounds = (unsigned)q;
 		break;
+	case OPT_BATCH:
+		bad = tool_parse_uint(val, 1, 1u << 20, &q) != 0;
+		o->batch = (size_t)q;
+		break;
 	}
 	return bad;
 }
@@ -291,6 +301,9 @@ static int parse_args(int argc, char **argv, struct options *o)
 			     o, &o->dir, &o->help);
 	if (rc)
 		return rc;
+	if (o->mount && o->batch)
+		return tool_usage_error("%s", "--batch times the library alone; it does not "
+				   "take --mount");
 	if (!o->mount && (o->after_build || o->vecfs_bin || o->rounds > 1))
 		return tool_usage_error("%s", o->after_build ?
 				   "--ingest-after-build needs --mount" : o->vecfs_bin ?
@@ -356,6 +369,7 @@ struct measure {
 	double recall, qps, p50_us, p99_us;
 	double pass1_scored, pass1_pruned, pass2_scored, reranked; /* per query */
 	double write_us, close_us, read_us; /* held descriptors: mean of each step */
+	double batch_qps, batch_recall;     /* --batch: calls of that many queries */
 };
 
 struct bench {
@@ -689,6 +703,53 @@ static int measure_setting(struct bench *b, const vecfs_query_opts *qo,
 	return 0;
 }
 
+/* --batch: the same queries again, opt->batch to a vecfs_search call (a
+ * last shorter call takes the rest).  Every result must be the one the
+ * query gets alone (m->recall); the QPS is queries over the time in
+ * vecfs_search. */
+static int measure_batch(struct bench *b, const vecfs_query_opts *qo, struct measure *m)
+{
+	size_t per = b->opt->batch, dim = b->query.dim;
+	uint64_t total_ns = 0;
+	double recall_sum = 0;
+
+	for (size_t from = 0; from < b->nq; from += per) {
+		size_t n = b->nq - from < per ? b->nq - from : per;
+		const float *q = (const float *)b->query.data + from * dim;
+		char err[ERRLEN] = "";
+		vecfs_results *r;
+
+		if (tool_interrupted())
+			return tool_report_interrupt();
+		uint64_t t0 = tool_now_ns();
+		int rc = vecfs_search(b->v, q, n, b->query.dim, qo, &r, err, sizeof err);
+		total_ns += tool_now_ns() - t0;
+		if (rc)
+			return tool_fail(rc, err, "vecfs_search (queries %zu to %zu)", from,
+					 from + n - 1);
+		if (r->nq != n) {
+			vecfs_results_free(r);
+			return tool_fail(-EPROTO, NULL, "a batch of %zu queries got %zu results", n,
+					 r->nq);
+		}
+		for (size_t i = 0; i < n && rc == 0; i++) {
+			vecfs_results one = *r;
+			double recall = 0;
+			one.nq = 1;
+			one.hits = r->hits + i;
+			one.count = r->count + i;
+			rc = query_recall(b, from + i, &one, &recall);
+			recall_sum += recall;
+		}
+		vecfs_results_free(r);
+		if (rc)
+			return rc;
+	}
+	m->batch_recall = recall_sum / (double)b->nq;
+	m->batch_qps = total_ns ? (double)b->nq * 1e9 / (double)total_ns : 0;
+	return 0;
+}
+
 /* ---------------------------------------------------------------- output */
 
 static void print_header(const struct bench *b)
@@ -728,6 +789,9 @@ static void print_row(const struct bench *b, const struct measure *m)
 	       np, m->recall, m->qps, m->p50_us, m->p99_us,
 	       b->exact_qps > 0 ? m->qps / b->exact_qps : 0, m->pass1_scored,
 	       m->pass1_pruned, m->pass2_scored, m->reranked);
+	if (b->opt->batch && m->nprobe)
+		printf("%6s %9.4f %10.1f %9.2f\n", "", m->batch_recall, m->batch_qps,
+		       m->qps > 0 ? m->batch_qps / m->qps : 0);
 	fflush(stdout);
 }
 
@@ -756,6 +820,11 @@ static void json_row(const struct bench *b, const struct measure *m)
 	tool_json_num("pass1_pruned", m->pass1_pruned, 1);
 	tool_json_num("pass2_scored", m->pass2_scored, 1);
 	tool_json_num("reranked", m->reranked, 1);
+	if (b->opt->batch && m->nprobe) {
+		printf(",\"batch\":%zu", b->opt->batch);
+		tool_json_num("batch_recall_at_10", m->batch_recall, 4);
+		tool_json_num("batch_qps", m->batch_qps, 1);
+	}
 	printf("}\n");
 	fflush(stdout);
 }
@@ -783,6 +852,9 @@ static int measure_all(struct bench *b)
 		return tool_fail(-ENOMEM, NULL, "measure");
 	if (!o->json)
 		print_header(b);
+	if (!o->json && o->batch)
+		printf("%6s %9s %10s %9s   (--batch %zu: %zu queries a call)\n", "", "batch_rec",
+		       "batch_QPS", "xSingle", o->batch, o->batch);
 	size_t all = b->nq, ne = o->exact_queries ? o->exact_queries : 200;
 	b->nq = ne < all ? ne : all;
 	rc = measure_setting(b, &qo, &m);
@@ -795,6 +867,8 @@ static int measure_all(struct bench *b)
 		qo = (vecfs_query_opts){ .k = o->k, .nprobe = o->nprobe[i],
 					 .refine = o->refine };
 		if ((rc = measure_setting(b, &qo, &m)))
+			return rc;
+		if (o->batch && (rc = measure_batch(b, &qo, &m)))
 			return rc;
 		report(b, &m);
 	}
