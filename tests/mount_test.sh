@@ -573,9 +573,24 @@ for r in ivf:
 " "$TMP/batch.json" || return 1
 	[[ $(T "$BENCH" "$TMP/bset" --mount --batch 7 2>&1) == *"--batch times the library alone"* ]]
 }
+# vecfs-bench --ingest-after-build without --mount: half the base, a build,
+# then the other half into the generation through vecfs_put
+bench_after_build_ok() {
+	TMPDIR=$TMP T "$BENCH" "$TMP/bset" --nprobe 8 --ingest-after-build --json \
+		>"$TMP/after.json" 2>"$TMP/after.err" || { tail -3 "$TMP/after.err" >&2; return 1; }
+	"$PY" -c "
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+ivf = [r for r in rows if r['mode'] == 'ivf']
+assert len(ivf) == 1 and ivf[0]['recall_at_10'] > 0.5, rows
+for r in rows:
+    assert r['ingest_rows_per_s'] > 0 and r['ingest_after_build_rows_per_s'] > 0, r
+" "$TMP/after.json"
+}
 if [[ -x $BENCH && -x $DATA ]]; then
 	check bench_mount_rounds bench_ok
 	check bench_batch bench_batch_ok
+	check bench_library_after_build bench_after_build_ok
 else
 	bad bench_mount_rounds "$BENCH or $DATA is not built"
 fi

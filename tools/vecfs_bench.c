@@ -79,9 +79,10 @@ static const char usage_text[] =
 	"                          at the same settings (no exact scan)\n"
 	"  --vecfs PATH            the daemon for --mount (default: vecfs in the\n"
 	"                          directory of this program)\n"
-	"  --ingest-after-build    with --mount: ingest the first half of the base,\n"
-	"                          build, then ingest the second half as a second\n"
-	"                          file, into the active generation (delta postings)\n"
+	"  --ingest-after-build    ingest the first half of the base, build, then\n"
+	"                          ingest the second half into the active\n"
+	"                          generation (delta postings); with --mount as a\n"
+	"                          second file\n"
 	"  --rounds R              with --mount: after the build, measure R times in\n"
 	"                          turn through the mount (mounted again each round)\n"
 	"                          and with the library, so that a machine's drift\n"
@@ -304,10 +305,12 @@ static int parse_args(int argc, char **argv, struct options *o)
 	if (o->mount && o->batch)
 		return tool_usage_error("%s", "--batch times the library alone; it does not "
 				   "take --mount");
-	if (!o->mount && (o->after_build || o->vecfs_bin || o->rounds > 1))
-		return tool_usage_error("%s", o->after_build ?
-				   "--ingest-after-build needs --mount" : o->vecfs_bin ?
-				   "--vecfs needs --mount" : "--rounds needs --mount");
+	if (!o->mount && (o->vecfs_bin || o->rounds > 1))
+		return tool_usage_error("%s", o->vecfs_bin ? "--vecfs needs --mount"
+				   : "--rounds needs --mount");
+	if (o->reuse && o->after_build)
+		return tool_usage_error("%s", "--reuse queries a kept store as it is; it does "
+				   "not take --ingest-after-build");
 	if (o->mount && (o->reuse || o->store))
 		return tool_usage_error("%s", "--mount makes its own store (--keep keeps it); "
 				   "it does not take --reuse or --store");
@@ -386,6 +389,8 @@ struct bench {
 	uint64_t gen_id;
 	vecfs_gen_info gen;
 	double ingest_s, ingest_rate, build_s;
+	size_t ingest_n;          /* rows of the first ingest */
+	double after_s, after_rate; /* --ingest-after-build: the second half */
 	uint64_t code_bytes, store_bytes;
 	double exact_qps;
 	uint64_t *lat_ns;         /* nq latencies of the current setting */
@@ -467,6 +472,13 @@ static int open_store(struct bench *b)
 	if (o->nlist)
 		c.nlist = o->nlist;
 	c.auto_build = 0; /* nothing builds in the background */
+	if (o->after_build) {
+		/* nor compacts nor rebalances: the rows written after the build
+		 * stay delta postings, as through the mount (a compaction would
+		 * hold the writes back for its one transaction) */
+		c.compact_deltas = UINT32_MAX;
+		c.rebalance_ratio = 0;
+	}
 	rc = vecfs_config_set(b->v, &c, err, sizeof err);
 	if (rc)
 		return tool_fail(rc, err, "vecfs_config_set");
@@ -494,11 +506,12 @@ static int check_ingested(struct bench *b)
 	return 0;
 }
 
-static int ingest(struct bench *b)
+/* vecfs_put of base rows [from, to), BATCH_ROWS a call; *secs: the time. */
+static int ingest_rows(struct bench *b, size_t from, size_t to, double *secs)
 {
 	const float *base = b->base.data;
 	const uint32_t dim = b->base.dim;
-	struct progress p = { .label = "ingest" };
+	struct progress p = { .label = from ? "ingest after build" : "ingest" };
 	vecfs_row *rows = calloc(BATCH_ROWS, sizeof *rows);
 	char err[ERRLEN] = "";
 	uint64_t t0;
@@ -507,8 +520,8 @@ static int ingest(struct bench *b)
 	if (!rows)
 		return tool_fail(-ENOMEM, NULL, "ingest");
 	t0 = tool_now_ns();
-	for (size_t start = 0; start < b->base.n;) {
-		size_t cnt = b->base.n - start, bad = SIZE_MAX;
+	for (size_t start = from; start < to;) {
+		size_t cnt = to - start, bad = SIZE_MAX;
 
 		if (cnt > BATCH_ROWS)
 			cnt = BATCH_ROWS;
@@ -530,15 +543,40 @@ static int ingest(struct bench *b)
 			break;
 		}
 		start += cnt;
-		progress_show(&p, "", (int)(start * 100 / b->base.n));
+		progress_show(&p, "", (int)((start - from) * 100 / (to - from)));
 	}
-	b->ingest_s = (double)(tool_now_ns() - t0) / 1e9;
+	*secs = (double)(tool_now_ns() - t0) / 1e9;
 	progress_end(&p);
 	free(rows);
+	return rc;
+}
+
+/* The base, or with --ingest-after-build its first half. */
+static int ingest(struct bench *b)
+{
+	b->ingest_n = b->opt->after_build ? b->base.n / 2 : b->base.n;
+	int rc = ingest_rows(b, 0, b->ingest_n, &b->ingest_s);
 	if (rc)
 		return rc;
-	b->ingest_rate = b->ingest_s > 0 ? (double)b->base.n / b->ingest_s : 0;
-	return check_ingested(b);
+	b->ingest_rate = b->ingest_s > 0 ? (double)b->ingest_n / b->ingest_s : 0;
+	return b->opt->after_build ? 0 : check_ingested(b);
+}
+
+/* --ingest-after-build: the second half, into the active generation. */
+static int ingest_after_build(struct bench *b)
+{
+	int rc = ingest_rows(b, b->ingest_n, b->base.n, &b->after_s);
+	if (rc)
+		return rc;
+	size_t n = b->base.n - b->ingest_n;
+	vecfs_stats st;
+	b->after_rate = b->after_s > 0 ? (double)n / b->after_s : 0;
+	if ((rc = check_ingested(b)))
+		return rc;
+	if ((rc = vecfs_stats_get(b->v, &st)))
+		return tool_fail(rc, NULL, "vecfs_stats_get");
+	b->store_bytes = st.store_bytes;
+	return 0;
 }
 
 /* The library pads vectors to a power of two, at least 64. */
@@ -768,8 +806,13 @@ static void print_header(const struct bench *b)
 	       (unsigned long long)b->code_bytes);
 	printf("kernel   %s\n", vecfs_kernel_name());
 	printf("ingest   %.0f rows/s (%zu rows in %.2f s)\n", b->ingest_rate,
-	       b->base.n, b->ingest_s);
+	       b->ingest_n, b->ingest_s);
 	printf("build    %.2f s\n", b->build_s);
+	if (b->after_rate > 0)
+		printf("ingest   %.0f rows/s after the build (%zu rows in %.2f s, into "
+		       "generation %llu: delta postings; no compaction, no rebalance)\n",
+		       b->after_rate, b->base.n - b->ingest_n, b->after_s,
+		       (unsigned long long)b->gen_id);
 	printf("store    %.1f MB\n", (double)b->store_bytes / (1024.0 * 1024.0));
 	printf("\n%6s %9s %10s %9s %9s %8s %13s %13s %13s %10s\n", "nprobe",
 	       "recall@10", "QPS", "p50_us", "p99_us", "xExact", "pass1_scored",
@@ -815,6 +858,8 @@ static void json_row(const struct bench *b, const struct measure *m)
 	       b->opt->refine ? b->opt->refine : b->cfg.refine);
 	tool_json_string(vecfs_kernel_name());
 	tool_json_num("ingest_rows_per_s", b->ingest_rate, 0);
+	if (b->after_rate > 0)
+		tool_json_num("ingest_after_build_rows_per_s", b->after_rate, 0);
 	printf(",\"store_bytes\":%llu", (unsigned long long)b->store_bytes);
 	tool_json_num("pass1_scored", m->pass1_scored, 1);
 	tool_json_num("pass1_pruned", m->pass1_pruned, 1);
@@ -903,8 +948,9 @@ static int bench_run(struct bench *b)
 		return rc;
 	if (b->opt->reuse)
 		rc = reuse_store(b);
-	else if (!(rc = open_store(b)) && !(rc = ingest(b)))
-		rc = build(b);
+	else if (!(rc = open_store(b)) && !(rc = ingest(b)) && !(rc = build(b)) &&
+		 b->opt->after_build)
+		rc = ingest_after_build(b);
 	return rc ? rc : measure_all(b);
 }
 
