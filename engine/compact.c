@@ -86,11 +86,13 @@ static int block_open_checked(const MDB_val *d, vf_block *b)
 }
 
 /* Pack codes[0..n) (in that order) into evenly filled posting blocks
- * 0, 1, ... of cluster c of generation m and save its manifest. */
+ * 0, 1, ... of cluster c of generation m and save its manifest, which
+ * counts `deltas` delta postings left beside them. */
 static int write_blocks(MDB_txn *txn, vf_store *s, const vf_genmeta *m, uint32_t c,
-			const vf_code *codes, size_t n, uint8_t **buf, size_t *bufcap)
+			const vf_code *codes, size_t n, uint64_t deltas, uint8_t **buf,
+			size_t *bufcap)
 {
-	vf_manifest mf = {0};
+	vf_manifest mf = {.deltas = deltas};
 	uint32_t nblocks = (uint32_t)((n + VF_BLOCK_TARGET - 1) / VF_BLOCK_TARGET);
 	int rc;
 	for (uint32_t bi = 0; bi < nblocks; bi++) {
@@ -113,17 +115,44 @@ static int write_blocks(MDB_txn *txn, vf_store *s, const vf_genmeta *m, uint32_t
 	return vf_save_manifest(txn, s, m->id, c, &mf);
 }
 
+/* A compaction runs in steps, each one write transaction of about
+ * step_us of folding (at least one cluster), so that writes wait for one
+ * step, not for the whole generation.  The first step fixes `upto`, the
+ * last change it folds: a delta posting written later stays a delta
+ * posting, so that when the last step sets the generation's blocks_seq
+ * to upto, its blocks hold exactly the changes up to there (what a
+ * rebalance relies on: it takes the blocks, then the later changes from
+ * the change log).  A step that finds another generation active starts
+ * over on that one.  An interrupted compaction (a crash between steps)
+ * leaves some clusters folded further than blocks_seq says; the next
+ * compaction, which every rebalance runs first, folds the rest. */
 typedef struct compact_job {
 	vecfs *v;
-	uint32_t rewritten;
+	uint64_t step_us;
+	int (*between)(void *); /* tests: called after each step but the last;
+				 * non-zero stops the compaction there */
+	void *arg;
+	uint64_t gen;         /* the generation being compacted; 0: none yet */
+	uint64_t upto;        /* changes folded: those up to here */
+	uint64_t pending0;    /* its pending count at the first step */
+	uint32_t next;        /* the next cluster to look at */
+	uint32_t rewritten;   /* clusters rewritten */
+	int done;
+	/* what the step in progress did (a retried step starts over) */
+	uint64_t s_gen, s_upto, s_pending0;
+	uint32_t s_next, s_rewritten;
+	int s_done;
 	char *err;
 	size_t errlen;
 } compact_job;
 
-/* Rewrite cluster c of g from its live postings. */
+/* Rewrite cluster c of g from its live postings: its blocks and its delta
+ * postings up to change `upto`; later delta postings stay.  Every
+ * tombstone is applied and goes (what it hides goes with it). */
 static int compact_cluster(MDB_txn *txn, vf_store *s, const vf_genmeta *m, uint32_t c,
-			   fold *f, uint8_t **buf, size_t *bufcap)
+			   uint64_t upto, fold *f, uint8_t **buf, size_t *bufcap)
 {
+	uint64_t kept = 0;
 	vf_postkey start = vf_post_key(m->id, c, VF_PK_TOMB, 0);
 	MDB_val k = {sizeof start.b, start.b}, d;
 	MDB_cursor *cur;
@@ -173,9 +202,16 @@ static int compact_cluster(MDB_txn *txn, vf_store *s, const vf_genmeta *m, uint3
 			vf_code code;
 			if ((rc = vf_delta_open(d.mv_data, d.mv_size, m->dim, m->pdim, m->bits, &code)))
 				break;
-			if (!vf_posting_stale(&tombs, &none, code.id, code.seq) &&
-			    (rc = fold_add(f, &code, pbytes)))
-				break;
+			if (!vf_posting_stale(&tombs, &none, code.id, code.seq)) {
+				if (code.seq > upto) {
+					kept++; /* newer than this compaction */
+					if ((rc = mdb_cursor_get(cur, &k, &d, MDB_NEXT)))
+						break;
+					continue;
+				}
+				if ((rc = fold_add(f, &code, pbytes)))
+					break;
+			}
 		}
 		if (kind != VF_PK_MANIFEST && (rc = mdb_cursor_del(cur, 0)))
 			break;
@@ -198,7 +234,7 @@ static int compact_cluster(MDB_txn *txn, vf_store *s, const vf_genmeta *m, uint3
 	}
 	if (f->n > 1)
 		qsort(f->codes, f->n, sizeof *f->codes, cmp_code);
-	return write_blocks(txn, s, m, c, f->codes, f->n, buf, bufcap);
+	return write_blocks(txn, s, m, c, f->codes, f->n, kept, buf, bufcap);
 }
 
 /* Drop change-log entries no generation needs any more: those at or below
@@ -240,7 +276,15 @@ static int trim_changes(MDB_txn *txn, vf_store *s)
 	return rc == MDB_NOTFOUND || rc == EINVAL || rc == 0 ? 0 : rc;
 }
 
-static int compact_fn(MDB_txn *txn, void *arg)
+static uint64_t elapsed_us(const struct timespec *t0)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (uint64_t)((t.tv_sec - t0->tv_sec) * 1000000 + (t.tv_nsec - t0->tv_nsec) / 1000);
+}
+
+/* One step (see compact_job). */
+static int compact_step(MDB_txn *txn, void *arg)
 {
 	compact_job *j = arg;
 	vf_store *s = j->v->store;
@@ -250,35 +294,63 @@ static int compact_fn(MDB_txn *txn, void *arg)
 	fold f = {0};
 	uint8_t *buf = NULL;
 	size_t bufcap = 0;
+	struct timespec t0;
 	int rc;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	j->s_gen = j->gen;
+	j->s_upto = j->upto;
+	j->s_pending0 = j->pending0;
+	j->s_next = j->next;
+	j->s_rewritten = j->rewritten;
+	j->s_done = 0;
 	uint64_t active = vf_load_active(txn, s);
-	j->rewritten = 0;
 	if (!active) {
 		vf_seterr(j->err, j->errlen, "compact: there is no active generation");
 		return -ENOENT;
 	}
+	if (active != j->s_gen) { /* the first step, or another generation now */
+		j->s_gen = active;
+		j->s_upto = 0;
+		j->s_next = 0;
+		j->s_rewritten = 0;
+	}
 	if ((rc = vf_load_counters(txn, s, &cnt)) || (rc = vf_load_genmeta(txn, s, active, &m)) ||
 	    (rc = vf_gen_get(j->v, txn, active, &g)))
 		return rc;
-	/* rows the generation does not cover yet become delta postings first */
-	if ((rc = vf_sync_generation(j->v, txn, g, &m, &cnt)))
+	/* rows the generation does not cover yet become delta postings first
+	 * (writes made while another generation was active) */
+	int resync = m.synced_seq < cnt.seq;
+	if (resync && (rc = vf_sync_generation(j->v, txn, g, &m, &cnt)))
 		goto out;
-	for (uint32_t c = 0; c < m.nlist && rc == 0; c++) {
+	if (j->s_upto == 0) {
+		j->s_upto = cnt.seq;
+		j->s_pending0 = m.pending;
+	}
+	for (uint32_t done = 0; j->s_next < m.nlist && rc == 0; j->s_next++) {
+		if (done && elapsed_us(&t0) >= j->step_us)
+			break; /* at least one cluster a step */
 		vf_manifest mf;
+		uint32_t c = j->s_next;
 		if ((rc = vf_load_manifest(txn, s, m.id, c, &mf)))
 			break;
 		if (mf.deltas == 0 && mf.tombstones == 0)
 			continue;
-		rc = compact_cluster(txn, s, &m, c, &f, &buf, &bufcap);
-		j->rewritten++;
+		rc = compact_cluster(txn, s, &m, c, j->s_upto, &f, &buf, &bufcap);
+		j->s_rewritten++;
+		done++;
 	}
-	if (rc == 0) {
-		m.blocks_seq = cnt.seq;
-		m.pending = 0;
+	if (rc == 0 && j->s_next >= m.nlist) {
+		/* the last step */
+		if (j->s_upto > m.blocks_seq)
+			m.blocks_seq = j->s_upto;
+		m.pending -= m.pending < j->s_pending0 ? m.pending : j->s_pending0;
 		cnt.compactions++;
+		j->s_done = 1;
 		if ((rc = vf_save_genmeta(txn, s, &m)) == 0 &&
 		    (rc = vf_save_counters(txn, s, &cnt)) == 0)
 			rc = trim_changes(txn, s);
+	} else if (rc == 0 && resync) {
+		rc = vf_save_genmeta(txn, s, &m);
 	}
 out:
 	vf_gen_put(j->v, g);
@@ -288,16 +360,54 @@ out:
 	return rc;
 }
 
-/* With build_mu held: one maintenance job at a time, like builds. */
-static int compact_locked(vecfs *v, uint32_t *clusters, char *err, size_t errlen)
+#define COMPACT_STEP_US 50000 /* a step folds clusters for this long */
+#define COMPACT_YIELD_MS 20    /* between steps, waiting writes go first
+				* for up to this long */
+#define COMPACT_RESTARTS 3    /* times a compaction starts over on a new
+			       * active generation before giving up */
+
+int vf_compact_steps(vecfs *v, uint32_t *clusters, uint64_t step_us, int (*between)(void *),
+		     void *arg, char *err, size_t errlen)
 {
-	compact_job j = {v, 0, err, errlen};
-	int rc = vf_write(v->store, compact_fn, &j);
+	compact_job j = {.v = v, .step_us = step_us, .between = between, .arg = arg,
+			 .err = err, .errlen = errlen};
+	int restarts = 0, rc;
+	for (;;) {
+		if ((rc = vf_write(v->store, compact_step, &j)))
+			break;
+		if (j.gen && j.s_gen != j.gen && ++restarts > COMPACT_RESTARTS) {
+			vf_seterr(err, errlen, "compact: the active generation changed %d times "
+				  "meanwhile", restarts);
+			rc = -EAGAIN;
+			break;
+		}
+		j.gen = j.s_gen;
+		j.upto = j.s_upto;
+		j.pending0 = j.s_pending0;
+		j.next = j.s_next;
+		j.rewritten = j.s_rewritten;
+		if (j.s_done)
+			break;
+		if (j.between && j.between(j.arg)) {
+			rc = -ECANCELED;
+			break;
+		}
+		/* the writer lock is not fair: let the writes that wait for it go
+		 * first, or they could wait for several steps */
+		for (int i = 0; i < COMPACT_YIELD_MS * 2 && vf_write_waiters(v->store) > 0; i++)
+			nanosleep(&(struct timespec){0, 500000}, NULL);
+	}
 	if (rc == 0 && clusters)
 		*clusters = j.rewritten;
 	if (rc && rc != -ENOENT && err && errlen && !err[0])
 		vf_seterr(err, errlen, "compact: %s", strerror(-rc));
 	return rc;
+}
+
+/* With build_mu held: one maintenance job at a time, like builds. */
+static int compact_locked(vecfs *v, uint32_t *clusters, char *err, size_t errlen)
+{
+	return vf_compact_steps(v, clusters, COMPACT_STEP_US, NULL, NULL, err, errlen);
 }
 
 int vecfs_compact(vecfs *v, uint32_t *clusters, char *err, size_t errlen)
@@ -841,7 +951,7 @@ static int rb_blocks_fn(MDB_txn *txn, void *arg)
 	for (uint32_t f = j->f_lo; f < j->f_hi; f++) {
 		const rb_dst *d = &r->dst[f];
 		if (d->changed) {
-			if ((rc = write_blocks(txn, s, &r->m, f, r->codes + d->e0, d->ne, &j->buf,
+			if ((rc = write_blocks(txn, s, &r->m, f, r->codes + d->e0, d->ne, 0, &j->buf,
 					       &j->bufcap)))
 				return rc;
 			continue;

@@ -240,10 +240,12 @@ int vecfs_gen_clusters(vecfs *v, uint64_t gen, vecfs_cluster_info **out,
 
 /* Fold the active generation's delta postings (and rows it does not cover
  * yet) into packed posting blocks and drop deleted and superseded entries,
- * in one transaction: running queries keep their snapshot, results do not
- * change.  Only clusters with deltas or tombstones are rewritten.  Writes
- * the number of clusters rewritten to *clusters (may be NULL).  -ENOENT
- * without an active generation. */
+ * in steps of about 50 ms, each one transaction (writes waiting for the
+ * store go between two steps): running queries keep their snapshot,
+ * results do not change.  It folds the changes made up to its start; later
+ * ones stay delta postings.  Only clusters with deltas or tombstones are
+ * rewritten.  Writes the number of clusters rewritten to *clusters (may be
+ * NULL).  -ENOENT without an active generation. */
 int vecfs_compact(vecfs *v, uint32_t *clusters, char *err, size_t errlen);
 
 /* A local rebalance of the active generation, published as a new

@@ -345,13 +345,20 @@ int vf_store_grow(vf_store *s, size_t min_size)
 	return vf_mdb_err(rc);
 }
 
+int vf_write_waiters(vf_store *s)
+{
+	return __atomic_load_n(&s->write_waiters, __ATOMIC_RELAXED);
+}
+
 int vf_write(vf_store *s, vf_write_fn fn, void *arg)
 {
 	for (int attempt = 0; attempt < 40; attempt++) {
 		MDB_txn *txn;
 		int rc;
 		pthread_rwlock_rdlock(&s->resize);
+		__atomic_add_fetch(&s->write_waiters, 1, __ATOMIC_RELAXED);
 		rc = mdb_txn_begin(s->env, NULL, 0, &txn);
+		__atomic_sub_fetch(&s->write_waiters, 1, __ATOMIC_RELAXED);
 		if (rc) {
 			pthread_rwlock_unlock(&s->resize);
 			return vf_mdb_err(rc);

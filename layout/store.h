@@ -37,6 +37,7 @@ typedef struct vf_store {
 	uint64_t hint_mask;       /* slots - 1 */
 	uint64_t hint_want;       /* slots wanted when the table could not grow */
 	int lockfd;
+	int write_waiters;        /* vf_write() calls waiting for the writer lock */
 	char dir[4096];
 } vf_store;
 
@@ -52,6 +53,10 @@ void vf_store_close(vf_store *s);
 /* Read transactions: taken from a pool of reset transactions. */
 int vf_read_begin(vf_store *s, MDB_txn **txn);
 void vf_read_end(vf_store *s, MDB_txn *txn);
+
+/* How many vf_write() calls wait for the writer lock now (a long job that
+ * writes in steps lets them go first between its steps). */
+int vf_write_waiters(vf_store *s);
 
 /* Run fn inside one write transaction and commit it durably.  When the map
  * is full the transaction is aborted, the map grown and fn run again, so fn

@@ -18,6 +18,7 @@
 
 #include <cmocka.h>
 
+#include "internal.h" /* vf_compact_steps */
 #include "testutil.h"
 #include "vecfs.h"
 
@@ -945,6 +946,170 @@ static void test_automatic_rebalance(void **state)
 	ds_free(&k.ds);
 }
 
+/* ---------------------------------------------------------------- steps */
+
+/* Writes between the steps of a compaction: a new row, a delete and a
+ * move each step, checking the answers as they stand. */
+typedef struct stepper {
+	vecfs *v;
+	churned *c;
+	float *fresh;   /* SW vectors for new keys w0.. */
+	float *moved;   /* SW new vectors for keys k1000.. */
+	int steps, puts, stop_after;
+} stepper;
+
+#define SW 40
+
+/* No key twice in any query's hits. */
+static void keys_unique(const vecfs_results *r)
+{
+	for (size_t i = 0; i < r->nq; i++)
+		for (size_t a = 0; a < r->count[i]; a++)
+			for (size_t b = a + 1; b < r->count[i]; b++)
+				assert_string_not_equal(r->hits[i][a].key, r->hits[i][b].key);
+}
+
+static int write_between(void *arg)
+{
+	stepper *w = arg;
+	int i = w->steps++;
+	if (i < SW) {
+		char key[16], msg[512];
+		snprintf(key, sizeof key, "w%d", i);
+		assert_int_equal(put_one(w->v, key, w->fresh + i * D, D), 0);
+		snprintf(key, sizeof key, "k%d", 2000 + i);
+		del_key(w->v, key);
+		snprintf(key, sizeof key, "k%d", 1000 + i);
+		assert_int_equal(put_one(w->v, key, w->moved + i * D, D), 0);
+		w->puts += 2;
+		find_own(w->v, w->fresh + i * D, (snprintf(key, sizeof key, "w%d", i), key));
+		find_own(w->v, w->moved + i * D, (snprintf(key, sizeof key, "k%d", 1000 + i), key));
+		if (i % 10 == 0)
+			assert_int_equal(vecfs_verify(w->v, msg, sizeof msg), 0);
+	}
+	return w->stop_after && w->steps >= w->stop_after;
+}
+
+/* A churned store (see churn()) and SW vectors to write between steps. */
+static vecfs *stepper_start(void **state, stepper *w, churned *c)
+{
+	fixture *f = *state;
+	vecfs *v = fx_open(f, NULL);
+	churn(v, c);
+	memset(w, 0, sizeof *w);
+	w->v = v;
+	w->c = c;
+	w->fresh = malloc(sizeof(float) * SW * D);
+	w->moved = malloc(sizeof(float) * SW * D);
+	assert_non_null(w->fresh);
+	assert_non_null(w->moved);
+	for (int i = 0; i < SW; i++) {
+		ds_fresh(&c->ds, w->fresh + i * D);
+		ds_fresh(&c->ds, w->moved + i * D);
+	}
+	return v;
+}
+
+static void stepper_end(stepper *w, churned *c)
+{
+	free(w->fresh);
+	free(w->moved);
+	free(c->moved);
+	ds_free(&c->ds);
+}
+
+/* What was written between the steps is found, what was deleted is not. */
+static void stepper_check(stepper *w)
+{
+	int n = w->steps < SW ? w->steps : SW;
+	for (int i = 0; i < n; i++) {
+		char key[16];
+		snprintf(key, sizeof key, "w%d", i);
+		find_own(w->v, w->fresh + i * D, key);
+		snprintf(key, sizeof key, "k%d", 1000 + i);
+		find_own(w->v, w->moved + i * D, key);
+		vecfs_results *r = search1(w->v, w->c->ds.x + (size_t)(2000 + i) * D, D, 10, 0);
+		snprintf(key, sizeof key, "k%d", 2000 + i);
+		for (size_t h = 0; h < r->count[0]; h++)
+			assert_string_not_equal(r->hits[0][h].key, key);
+		keys_unique(r);
+		vecfs_results_free(r);
+	}
+}
+
+/* A compaction in steps of one cluster, with writes between them: the
+ * writes stay delta postings (the compaction folds only the changes up to
+ * its first step), every answer is right at every step, and a second
+ * compaction folds the rest. */
+static void test_compact_in_steps(void **state)
+{
+	churned c;
+	stepper w;
+	char err[256] = "", msg[512];
+	vecfs *v = stepper_start(state, &w, &c);
+	uint32_t rewritten = 0;
+	assert_int_equal(vf_compact_steps(v, &rewritten, 0, write_between, &w, err, sizeof err), 0);
+	assert_true(w.steps >= SW); /* one cluster a step: more steps than writes */
+	assert_true(rewritten > 0);
+	vecfs_stats st = stats(v);
+	/* each write of a step is one delta posting, kept */
+	assert_int_equal(st.delta_postings, (uint64_t)w.puts);
+	assert_int_equal(st.unindexed, (uint64_t)w.puts);
+	assert_int_equal(st.records, N + 1000 - 300 + SW - SW);
+	assert_int_equal(vecfs_verify(v, msg, sizeof msg), 0);
+	stepper_check(&w);
+	vecfs_query_opts ann = {10, 0, 0, 0};
+	vecfs_results *a = search_opts(v, c.q, NQ, D, &ann);
+	no_deleted(a);
+	keys_unique(a);
+	vecfs_results_free(a);
+	/* the next one folds them */
+	assert_int_equal(vecfs_compact(v, NULL, err, sizeof err), 0);
+	st = stats(v);
+	assert_int_equal(st.delta_postings, 0);
+	assert_int_equal(st.unindexed, 0);
+	assert_int_equal(vecfs_verify(v, msg, sizeof msg), 0);
+	stepper_check(&w);
+	stepper_end(&w, &c);
+}
+
+/* A compaction stopped between two steps (as by a crash) leaves some
+ * clusters folded past the generation's blocks_seq: answers stay right,
+ * and a rebalance, which compacts first, publishes a generation with
+ * every row once. */
+static void test_compact_interrupted(void **state)
+{
+	churned c;
+	stepper w;
+	char err[256] = "", msg[512];
+	vecfs *v = stepper_start(state, &w, &c);
+	w.stop_after = 12;
+	assert_int_equal(vf_compact_steps(v, NULL, 0, write_between, &w, err, sizeof err),
+			 -ECANCELED);
+	assert_int_equal(vecfs_verify(v, msg, sizeof msg), 0);
+	stepper_check(&w);
+	uint64_t gen = rebalance(v, 1);
+	assert_int_equal(vecfs_active(v), gen);
+	assert_int_equal(vecfs_verify(v, msg, sizeof msg), 0);
+	stepper_check(&w);
+	vecfs_stats st = stats(v);
+	vecfs_cluster_info *ci;
+	uint32_t nc;
+	assert_int_equal(vecfs_gen_clusters(v, gen, &ci, &nc), 0);
+	uint64_t postings = 0;
+	for (uint32_t i = 0; i < nc; i++)
+		postings += ci[i].vectors + ci[i].deltas;
+	free(ci);
+	/* every live row once: no posting of a row twice in the new one */
+	assert_int_equal(postings, st.records);
+	vecfs_query_opts ann = {10, 0, 0, 0};
+	vecfs_results *a = search_opts(v, c.q, NQ, D, &ann);
+	no_deleted(a);
+	keys_unique(a);
+	vecfs_results_free(a);
+	stepper_end(&w, &c);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -960,6 +1125,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_rebalance_merges, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_rebalance_copy, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_automatic_rebalance, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_compact_in_steps, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_compact_interrupted, fx_setup, fx_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
