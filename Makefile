@@ -24,7 +24,7 @@ TOOLS      := $(BUILD)/vecfs-bench $(BUILD)/vecfs-data $(BUILD)/vecfs-churn
 DAEMON     := $(if $(FS_SRC),$(BUILD)/vecfs,)
 DEPS_OK    := $(BUILD)/.deps-ok
 
-.PHONY: all test unit mount-test conformance asan bench clean deps
+.PHONY: all test unit mount-test crash-test conformance asan bench clean deps
 all: $(DEPS_OK) $(BUILD)/libvecfs.a $(TOOLS) $(DAEMON)
 
 $(DEPS_OK): tools/ensure-deps.sh
@@ -77,7 +77,11 @@ unit: all $(TEST_BIN)
 mount-test: all
 	@bash tests/mount_test.sh $(BUILD)/vecfs
 
-test: unit mount-test
+# kill -9 of the busy daemon, rounds of it: nothing acknowledged is lost.
+crash-test: all
+	@bash tests/crash_test.sh $(BUILD)/vecfs
+
+test: unit mount-test crash-test
 
 # The acceptance suite in ../shared/conformance, run against build/vecfs.
 conformance: all

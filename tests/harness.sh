@@ -1,0 +1,106 @@
+# tests/harness.sh - what the mount-level test scripts share, sourced by
+# them: PASS/FAIL counting, `timeout` around every operation on a mount,
+# an EXIT trap that unmounts whatever is still mounted, mounting, finding
+# the daemon, and a copy tool that reports the failing call and errno.
+#
+# Before sourcing: VECFS (the daemon, absolute path) and SUITE (the name on
+# the last line, `SUITE: N passed, N failed`).  BG may list background
+# processes that the EXIT trap stops.  After: TMP (removed at exit), PY.
+
+PY=/usr/bin/python3
+[[ -x $PY ]] || PY=$(command -v python3)
+export LC_ALL=C
+PASS=0
+FAIL=0
+MOUNTS=()
+BG=()
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/vecfs-$SUITE-test.XXXXXX")
+
+T() { timeout -k 5 60 "$@"; }
+ok() { echo "PASS $1"; PASS=$((PASS + 1)); }
+bad() { echo "FAIL $1: ${2:-}"; FAIL=$((FAIL + 1)); }
+check() { local n=$1; shift; if "$@"; then ok "$n"; else bad "$n" "$*"; fi; }
+is_mounted() { awk -v m="$1" '$2 == m { f = 1 } END { exit !f }' /proc/self/mounts; }
+
+cleanup() {
+	local m p
+	for p in "${BG[@]}"; do kill -TERM "$p" 2>/dev/null; done
+	for m in "${MOUNTS[@]}"; do
+		if is_mounted "$m"; then
+			T fusermount3 -u "$m" 2>/dev/null || { sleep 1; T fusermount3 -u "$m" 2>/dev/null; } ||
+				T fusermount3 -uz "$m" 2>/dev/null
+		fi
+	done
+	if grep -qF " $TMP/" /proc/self/mounts; then
+		echo "warning: mounts left under $TMP" >&2
+	else
+		rm -rf "$TMP"
+	fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+summary() {
+	echo "$SUITE: $PASS passed, $FAIL failed"
+	[[ $FAIL -eq 0 ]]
+}
+
+if [[ ! -x $VECFS ]]; then
+	echo "$SUITE tests: $VECFS is not built"
+	FAIL=1
+	summary
+	exit 1
+fi
+if [[ ! -c /dev/fuse ]] || ! command -v fusermount3 >/dev/null; then
+	echo "SKIP $SUITE tests: no /dev/fuse or fusermount3 on this machine"
+	summary
+	exit 0
+fi
+
+daemon_pid() { # MNT: the daemon serving MNT
+	local p
+	for p in /proc/[0-9]*; do
+		[[ $(readlink -f "$p/exe" 2>/dev/null) == "$VECFS" ]] || continue
+		tr '\0' '\n' <"$p/cmdline" 2>/dev/null | grep -qxF "$1" && { basename "$p"; return 0; }
+	done
+	return 1
+}
+
+mnt() { # STORE MNT [options]: mount, 0 once usable
+	local s=$1 m=$2
+	shift 2
+	mkdir -p "$m"
+	MOUNTS+=("$m")
+	T "$VECFS" "$@" "$s" "$m" >>"$TMP/daemon.log" 2>&1 </dev/null || return 1
+	is_mounted "$m"
+}
+
+kv() { awk -v k="$1" -F' *= *' '$1 == k { print $2; f = 1; exit } END { exit !f }'; }
+stat_kv() { T cat "$M/stats" | kv "$1"; }
+
+# put SRC|- DEST [chunk]: copy with os.write; prints OK or ERR <errno> <stage>
+cat >"$TMP/put.py" <<'PY'
+import errno, os, sys
+src, dst = sys.argv[1], sys.argv[2]
+chunk = int(sys.argv[3]) if len(sys.argv) > 3 else 65536
+data = sys.stdin.buffer.read() if src == '-' else open(src, 'rb').read()
+stage, fd = 'open', None
+try:
+    fd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    stage = 'write'
+    for i in range(0, len(data), chunk):
+        os.write(fd, data[i:i + chunk])
+    stage = 'close'
+    f, fd = fd, None
+    os.close(f)
+    print('OK')
+except OSError as e:
+    if fd is not None:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    print('ERR %s %s' % (errno.errorcode.get(e.errno, e.errno), stage))
+PY
+put() { T "$PY" "$TMP/put.py" "$@"; }
