@@ -286,6 +286,21 @@ static int blocks_fn(MDB_txn *txn, void *arg)
 	return 0;
 }
 
+/* Publishing a generation.  Writes made while it was built (or rebalanced)
+ * become its delta postings and tombstones; the transaction that makes it
+ * ready (and active) must take the last of them.  When many piled up, it
+ * catches up first in steps of CATCHUP_STEP changes, each its own
+ * transaction with waiting writes let in between, while the generation is
+ * still building (a crash drops it, as any unfinished build), so that the
+ * last transaction has little left to do.  It stops catching up once at
+ * most CATCHUP_STEP are left.  A step that did not shrink the backlog
+ * (writes arriving as fast as it catches up) makes the next one twice as
+ * large, up to CATCHUP_MAX, so that it catches up with a steady writer
+ * too; after CATCHUP_STEPS steps the last transaction takes what is left. */
+#define CATCHUP_STEP 4096
+#define CATCHUP_MAX (64 * CATCHUP_STEP)
+#define CATCHUP_STEPS 64
+
 typedef struct final_job {
 	vecfs *v;
 	const vf_genmeta *m;
@@ -294,35 +309,68 @@ typedef struct final_job {
 	uint64_t id_limit;
 	vf_gen *g;
 	int activate;
+	uint64_t synced;         /* changes caught up with so far; 0: none */
+	uint64_t step;           /* changes the next catch-up step takes */
+	uint64_t s_synced, s_left; /* the catch-up step in progress */
 } final_job;
 
-static int final_fn(MDB_txn *txn, void *arg)
+/* The centroids and the assignment map of the generation. */
+static int write_routing(MDB_txn *txn, final_job *j)
 {
-	final_job *j = arg;
 	vf_store *s = j->v->store;
-	vf_genmeta m = *j->m;
-	vf_counters cnt;
-	int rc;
-	size_t csz = (size_t)m.nlist * m.dim * 4;
+	const vf_genmeta *m = j->m;
+	size_t csz = (size_t)m->nlist * m->dim * 4;
 	uint8_t *cbuf = malloc(csz + 8);
 	if (!cbuf)
 		return -ENOMEM;
 	memcpy(cbuf, j->centroids, csz);
 	uint64_t sum = vf_checksum(cbuf, csz);
 	memcpy(cbuf + csz, &sum, 8);
-	vf_genkey ck = vf_gen_key(m.id, VF_GK_CENTROIDS, 0);
-	rc = vf_put(txn, s->gens, ck.b, sizeof ck.b, cbuf, csz + 8, 0);
+	vf_genkey ck = vf_gen_key(m->id, VF_GK_CENTROIDS, 0);
+	int rc = vf_put(txn, s->gens, ck.b, sizeof ck.b, cbuf, csz + 8, 0);
 	free(cbuf);
 	if (rc)
 		return rc;
-	if ((rc = vf_assign_write(txn, s, m.id, j->idmap, j->id_limit)))
+	return vf_assign_write(txn, s, m->id, j->idmap, j->id_limit);
+}
+
+/* The generation's meta as caught up so far; its routing written first. */
+static int catch_up_from(MDB_txn *txn, final_job *j, vf_genmeta *m, vf_counters *cnt)
+{
+	int rc;
+	*m = *j->m;
+	if (!j->synced && (rc = write_routing(txn, j)))
 		return rc;
-	if ((rc = vf_load_counters(txn, s, &cnt)))
+	/* its blocks hold the snapshot; later writes become delta postings */
+	m->synced_seq = j->synced ? j->synced : m->snap_seq;
+	m->blocks_seq = m->snap_seq;
+	return vf_load_counters(txn, j->v->store, cnt);
+}
+
+static int catch_up_fn(MDB_txn *txn, void *arg)
+{
+	final_job *j = arg;
+	vf_genmeta m;
+	vf_counters cnt;
+	int rc;
+	if ((rc = catch_up_from(txn, j, &m, &cnt)) ||
+	    (rc = vf_sync_generation(j->v, txn, j->g, &m, m.synced_seq + j->step, &cnt)))
 		return rc;
-	/* writes that landed while this generation was built */
-	m.synced_seq = m.snap_seq;
-	m.blocks_seq = m.snap_seq;
-	if ((rc = vf_sync_generation(j->v, txn, j->g, &m, &cnt)))
+	snprintf(m.phase, sizeof m.phase, "catch up");
+	j->s_synced = m.synced_seq;
+	j->s_left = cnt.seq - m.synced_seq;
+	return vf_save_genmeta(txn, j->v->store, &m);
+}
+
+static int final_fn(MDB_txn *txn, void *arg)
+{
+	final_job *j = arg;
+	vf_store *s = j->v->store;
+	vf_genmeta m;
+	vf_counters cnt;
+	int rc;
+	if ((rc = catch_up_from(txn, j, &m, &cnt)) ||
+	    (rc = vf_sync_generation(j->v, txn, j->g, &m, 0, &cnt)))
 		return rc;
 	m.state = VECFS_GEN_READY;
 	m.pct = 100;
@@ -334,10 +382,39 @@ static int final_fn(MDB_txn *txn, void *arg)
 	return 0;
 }
 
+/* Changes after the snapshot the generation has not caught up with. */
+static int backlog(vecfs *v, const final_job *j, uint64_t *left)
+{
+	MDB_txn *txn;
+	vf_counters cnt;
+	int rc = vf_read_begin(v->store, &txn);
+	if (rc)
+		return rc;
+	rc = vf_load_counters(txn, v->store, &cnt);
+	vf_read_end(v->store, txn);
+	uint64_t from = j->synced ? j->synced : j->m->snap_seq;
+	*left = rc == 0 && cnt.seq > from ? cnt.seq - from : 0;
+	return rc;
+}
+
 int vf_gen_publish(vecfs *v, const vf_genmeta *m, const float *centroids,
 		   const uint32_t *idmap, uint64_t id_limit, vf_gen *g, int activate)
 {
-	final_job fj = {v, m, centroids, idmap, id_limit, g, activate};
+	final_job fj = {v, m, centroids, idmap, id_limit, g, activate, 0, CATCHUP_STEP, 0, 0};
+	uint64_t left, before;
+	int rc;
+	if ((rc = backlog(v, &fj, &left)))
+		return rc;
+	for (int steps = 0; left > CATCHUP_STEP && steps < CATCHUP_STEPS; steps++) {
+		before = left;
+		if ((rc = vf_write(v->store, catch_up_fn, &fj)))
+			return rc;
+		fj.synced = fj.s_synced;
+		left = fj.s_left;
+		if (left >= before && fj.step < CATCHUP_MAX)
+			fj.step *= 2;
+		vf_write_yield(v->store);
+	}
 	return vf_write(v->store, final_fn, &fj);
 }
 

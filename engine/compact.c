@@ -320,7 +320,7 @@ static int compact_step(MDB_txn *txn, void *arg)
 	/* rows the generation does not cover yet become delta postings first
 	 * (writes made while another generation was active) */
 	int resync = m.synced_seq < cnt.seq;
-	if (resync && (rc = vf_sync_generation(j->v, txn, g, &m, &cnt)))
+	if (resync && (rc = vf_sync_generation(j->v, txn, g, &m, 0, &cnt)))
 		goto out;
 	if (j->s_upto == 0) {
 		j->s_upto = cnt.seq;
@@ -361,8 +361,6 @@ out:
 }
 
 #define COMPACT_STEP_US 50000 /* a step folds clusters for this long */
-#define COMPACT_YIELD_MS 20    /* between steps, waiting writes go first
-				* for up to this long */
 #define COMPACT_RESTARTS 3    /* times a compaction starts over on a new
 			       * active generation before giving up */
 
@@ -392,10 +390,7 @@ int vf_compact_steps(vecfs *v, uint32_t *clusters, uint64_t step_us, int (*betwe
 			rc = -ECANCELED;
 			break;
 		}
-		/* the writer lock is not fair: let the writes that wait for it go
-		 * first, or they could wait for several steps */
-		for (int i = 0; i < COMPACT_YIELD_MS * 2 && vf_write_waiters(v->store) > 0; i++)
-			nanosleep(&(struct timespec){0, 500000}, NULL);
+		vf_write_yield(v->store);
 	}
 	if (rc == 0 && clusters)
 		*clusters = j.rewritten;

@@ -121,8 +121,9 @@ uint32_t vf_gen_nearest(const vf_gen *g, const float *x);
 int vf_to_index_space(vecfs_metric m, const float *in, float *out, uint32_t dim);
 
 /* Bring a generation's postings up to date with every change after its
- * synced_seq (tombstones for stale postings, deltas for new versions). */
-int vf_sync_generation(vecfs *v, MDB_txn *txn, vf_gen *g, vf_genmeta *m,
+ * synced_seq (tombstones for stale postings, deltas for new versions): up
+ * to change `to`, or to the last one (cnt->seq) when `to` is 0. */
+int vf_sync_generation(vecfs *v, MDB_txn *txn, vf_gen *g, vf_genmeta *m, uint64_t to,
 		       const vf_counters *cnt);
 /* Delete every key of a generation (postings and gens families). */
 int vf_drop_generation_keys(MDB_txn *txn, vf_store *s, uint64_t gen);

@@ -210,17 +210,19 @@ int vf_pw_apply(vf_posting_writer *w, MDB_txn *txn, uint64_t id, uint64_t seq,
 
 /* ------------------------------------------------------------ sync */
 
-int vf_sync_generation(vecfs *v, MDB_txn *txn, vf_gen *g, vf_genmeta *m,
+int vf_sync_generation(vecfs *v, MDB_txn *txn, vf_gen *g, vf_genmeta *m, uint64_t to,
 		       const vf_counters *cnt)
 {
 	vf_dirty d;
 	vf_posting_writer w;
 	float *vec = NULL;
 	int rc;
-	if (m->synced_seq >= cnt->seq)
+	if (to == 0 || to > cnt->seq)
+		to = cnt->seq;
+	if (m->synced_seq >= to)
 		return 0;
 	vf_dirty_init(&d);
-	if ((rc = vf_dirty_load(txn, v->store, m->synced_seq, cnt->seq, &d)))
+	if ((rc = vf_dirty_load(txn, v->store, m->synced_seq, to, &d)))
 		goto out;
 	if ((rc = vf_pw_init(&w, v, g)))
 		goto out;
@@ -238,7 +240,10 @@ int vf_sync_generation(vecfs *v, MDB_txn *txn, vf_gen *g, vf_genmeta *m,
 		if (e->ch.op == VF_OP_PUT) {
 			vf_key64 k = vf_key_u64(e->ch.id);
 			MDB_val rv;
-			if ((rc = vf_mdb_err(vf_get(txn, v->store->records, k.b, 8, &rv))))
+			int got = vf_get(txn, v->store->records, k.b, 8, &rv);
+			if (got == MDB_NOTFOUND && to < cnt->seq)
+				continue; /* deleted by a change after `to` */
+			if ((rc = vf_mdb_err(got)))
 				break;
 			if ((rc = vf_record_decode(rv.mv_data, rv.mv_size, &r)))
 				break;
@@ -251,7 +256,7 @@ int vf_sync_generation(vecfs *v, MDB_txn *txn, vf_gen *g, vf_genmeta *m,
 	if (rc == 0)
 		rc = vf_pw_flush(&w, txn);
 	if (rc == 0) {
-		m->synced_seq = cnt->seq;
+		m->synced_seq = to;
 		m->pending += w.added;
 	}
 	free(vec);

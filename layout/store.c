@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -348,6 +349,12 @@ int vf_store_grow(vf_store *s, size_t min_size)
 int vf_write_waiters(vf_store *s)
 {
 	return __atomic_load_n(&s->write_waiters, __ATOMIC_RELAXED);
+}
+
+void vf_write_yield(vf_store *s)
+{
+	for (int i = 0; i < 40 && vf_write_waiters(s) > 0; i++)
+		nanosleep(&(struct timespec){0, 500000}, NULL);
 }
 
 int vf_write(vf_store *s, vf_write_fn fn, void *arg)

@@ -54,9 +54,12 @@ void vf_store_close(vf_store *s);
 int vf_read_begin(vf_store *s, MDB_txn **txn);
 void vf_read_end(vf_store *s, MDB_txn *txn);
 
-/* How many vf_write() calls wait for the writer lock now (a long job that
- * writes in steps lets them go first between its steps). */
+/* How many vf_write() calls wait for the writer lock now. */
 int vf_write_waiters(vf_store *s);
+/* Between two steps of a long job that writes in steps: the writer lock is
+ * not fair, so let the writes waiting for it go first (up to 20 ms), or
+ * they could wait for several steps. */
+void vf_write_yield(vf_store *s);
 
 /* Run fn inside one write transaction and commit it durably.  When the map
  * is full the transaction is aborted, the map grown and fn run again, so fn
