@@ -178,7 +178,7 @@ static void test_compact_after_rollback(void **state)
 typedef struct reader {
 	vecfs *v;
 	const float *q;
-	volatile int stop;
+	_Atomic int stop;
 	int bad, runs;
 } reader;
 

@@ -1132,7 +1132,7 @@ static void test_batch_equals_single(void **state)
 typedef struct churner {
 	vecfs *v;
 	const float *vec;
-	volatile int stop;
+	_Atomic int stop;
 	long ops, failed;
 } churner;
 
