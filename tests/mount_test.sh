@@ -495,8 +495,24 @@ for r in rows:
     assert r['ingest_rows_per_s'] > 0 and r['ingest_after_build_rows_per_s'] > 0, r
 " "$TMP/after.json"
 }
+# vecfs-bench --ingest-files: the second half as several files with the
+# daemon's maintenance on, which the bench then waits for and turns off
+bench_files_ok() {
+	TMPDIR=$TMP T "$BENCH" "$TMP/bset" --mount --vecfs "$VECFS" --nprobe 8 \
+		--ingest-after-build --ingest-files 6 --json >"$TMP/files.json" 2>"$TMP/files.err" ||
+		{ tail -3 "$TMP/files.err" >&2; return 1; }
+	"$PY" -c "
+import json, sys
+r = [json.loads(l) for l in open(sys.argv[1])][-1]
+assert r['ingest_files'] == 6 and r['recall_at_10'] > 0.5, r
+assert 0 < r['ingest_file_p50_s'] <= r['ingest_file_max_s'], r
+assert r['ingest_compactions'] >= 1 and r['ingest_after_build_rows_per_s'] > 0, r
+" "$TMP/files.json" || return 1
+	[[ $(T "$BENCH" "$TMP/bset" --ingest-files 3 2>&1) == *"--ingest-files needs --mount"* ]]
+}
 if [[ -x $BENCH && -x $DATA ]]; then
 	check bench_mount_rounds bench_ok
+	check bench_ingest_files bench_files_ok
 	check bench_batch bench_batch_ok
 	check bench_library_after_build bench_after_build_ok
 else

@@ -41,6 +41,7 @@
 #define RECALL_AT 10       /* ground-truth ids a query is scored against */
 #define MAX_NPROBE 64      /* values in one --nprobe list */
 #define MAX_ROUNDS 20      /* --rounds */
+#define MAX_FILES 10000   /* --ingest-files */
 #define ERRLEN 256
 
 static const char usage_text[] =
@@ -83,6 +84,12 @@ static const char usage_text[] =
 	"                          ingest the second half into the active\n"
 	"                          generation (delta postings); with --mount as a\n"
 	"                          second file\n"
+	"  --ingest-files F        with --mount --ingest-after-build: the second half\n"
+	"                          as F files, one after the other, with the\n"
+	"                          daemon's automatic compaction and rebalancing on\n"
+	"                          (each file's write-to-close time: p50 and max;\n"
+	"                          then the bench waits for maintenance to finish\n"
+	"                          and turns it off before the queries)\n"
 	"  --rounds R              with --mount: after the build, measure R times in\n"
 	"                          turn through the mount (mounted again each round)\n"
 	"                          and with the library, so that a machine's drift\n"
@@ -140,13 +147,14 @@ struct options {
 	const char *vecfs_bin;   /* --vecfs: the daemon; NULL = beside argv[0] */
 	unsigned rounds;         /* --rounds: mount, library, mount, ... */
 	size_t batch;            /* --batch: also time calls of this many queries */
+	size_t files;            /* --ingest-files: the second half in this many */
 	const char *argv0;
 };
 
 enum opt_id {
 	OPT_METRIC, OPT_NPROBE, OPT_BITS, OPT_REFINE, OPT_NLIST, OPT_K,
 	OPT_QUERIES, OPT_EXACTQ, OPT_REUSE, OPT_WARMUP, OPT_STORE, OPT_JSON, OPT_KEEP, OPT_HELP,
-	OPT_MOUNT, OPT_VECFS, OPT_AFTER_BUILD, OPT_ROUNDS, OPT_BATCH
+	OPT_MOUNT, OPT_VECFS, OPT_AFTER_BUILD, OPT_ROUNDS, OPT_BATCH, OPT_FILES
 };
 
 static const struct tool_opt opt_table[] = {
@@ -159,7 +167,7 @@ static const struct tool_opt opt_table[] = {
 	{ "--json", 0, OPT_JSON },       { "--keep", 0, OPT_KEEP },
 	{ "--mount", 0, OPT_MOUNT },     { "--vecfs", 1, OPT_VECFS },
 	{ "--ingest-after-build", 0, OPT_AFTER_BUILD }, { "--rounds", 1, OPT_ROUNDS },
-	{ "--batch", 1, OPT_BATCH },
+	{ "--batch", 1, OPT_BATCH },     { "--ingest-files", 1, OPT_FILES },
 	{ "--help", 0, OPT_HELP },       { "-h", 0, OPT_HELP },
 };
 
@@ -281,6 +289,10 @@ static int apply_opt(void *ctx, const struct tool_opt *spec, const char *val)
 		bad = tool_parse_uint(val, 1, 1u << 20, &q) != 0;
 		o->batch = (size_t)q;
 		break;
+	case OPT_FILES:
+		bad = tool_parse_uint(val, 1, MAX_FILES, &q) != 0;
+		o->files = (size_t)q;
+		break;
 	}
 	return bad;
 }
@@ -302,6 +314,9 @@ static int parse_args(int argc, char **argv, struct options *o)
 			     o, &o->dir, &o->help);
 	if (rc)
 		return rc;
+	if (o->files && (!o->mount || !o->after_build))
+		return tool_usage_error("%s", "--ingest-files needs --mount and "
+				   "--ingest-after-build");
 	if (o->mount && o->batch)
 		return tool_usage_error("%s", "--batch times the library alone; it does not "
 				   "take --mount");
@@ -1020,6 +1035,10 @@ struct mnt {
 	size_t ingest_n[2];      /* rows of each ingest file; [1] = 0: one file */
 	double ingest_s[2];      /* open to close */
 	double commit_s[2];      /* of which in close() */
+	/* --ingest-files: the files of the second half */
+	double file_p50_s, file_max_s;
+	uint64_t maint_compactions, maint_rebalances; /* from the first file until idle */
+	double maint_wait_s;     /* from the last file until maintenance was idle */
 	size_t build_rows;
 	double build_s;
 	uint64_t gen_id;
@@ -1728,25 +1747,33 @@ static void mnt_free(struct mnt *m, int keep)
  * or rebalance, which would change the index under the mount's queries (the
  * library then measures a different one).  Delta postings stay until the
  * end, for both. */
+/* Config lines that turn the daemon's automatic compaction and
+ * rebalancing off (where it has them), appended to text at *n. */
+static void maint_off_text(struct mnt *m, const char *config, char *text, size_t cap, int *n)
+{
+	uint64_t x;
+
+	if (kv_get(config, "compact_deltas", &x) == 0) {
+		*n += snprintf(text + *n, cap - (size_t)*n, "compact_deltas = %u\n", UINT32_MAX);
+		m->no_compaction = 1;
+	}
+	if (kv_get(config, "rebalance_ratio", &x) == 0) {
+		*n += snprintf(text + *n, cap - (size_t)*n, "rebalance_ratio = 0\n");
+		m->no_rebalance = 1;
+	}
+}
+
 static int mnt_config(struct bench *b, struct mnt *m)
 {
 	const struct options *o = b->opt;
 	char text[512], path[PATH_MAX];
-	uint64_t x;
 	int rc, n = snprintf(text, sizeof text, "auto_build = 0\ndim = %u\nmetric = %s\n",
 			     b->base.dim, vecfs_metric_name(b->metric));
 
 	if ((rc = mnt_path(m, "config", path)))
 		return rc;
-	if (kv_get(path, "compact_deltas", &x) == 0) {
-		n += snprintf(text + n, sizeof text - (size_t)n,
-			      "compact_deltas = %u\n", UINT32_MAX);
-		m->no_compaction = 1;
-	}
-	if (kv_get(path, "rebalance_ratio", &x) == 0) {
-		n += snprintf(text + n, sizeof text - (size_t)n, "rebalance_ratio = 0\n");
-		m->no_rebalance = 1;
-	}
+	if (!o->files)
+		maint_off_text(m, path, text, sizeof text, &n);
 
 	if (o->bits)
 		n += snprintf(text + n, sizeof text - (size_t)n, "bits = %u\n", o->bits);
@@ -1880,6 +1907,102 @@ static int mnt_build(struct mnt *m, size_t rows)
 	return 0;
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* The daemon's stats: compactions and rebalances so far, and whether
+ * maintenance is idle. */
+static int maint_state(struct mnt *m, uint64_t *compactions, uint64_t *rebalances, int *idle)
+{
+	char path[PATH_MAX], *text = NULL;
+	size_t len;
+	int rc;
+
+	if ((rc = mnt_path(m, "stats", path)))
+		return rc;
+	if ((rc = kv_get(path, "compactions", compactions)) ||
+	    (rc = kv_get(path, "rebalances", rebalances)))
+		return fail_mnt(m, rc, "stats: compactions, rebalances");
+	if ((rc = read_path(path, &text, &len)))
+		return fail_mnt(m, rc, "read stats");
+	*idle = strstr(text, "\nmaintenance = idle\n") != NULL;
+	free(text);
+	return 0;
+}
+
+/* --ingest-files: rows [first, first + n) as opt->files files, maintenance
+ * on; then wait until it is idle and turn it off (the queries measure a
+ * steady index), and take the active generation, which a rebalance may
+ * have replaced. */
+static int mnt_ingest_files(struct bench *b, struct mnt *m, size_t first, size_t n)
+{
+	size_t files = b->opt->files < n ? b->opt->files : n;
+	double *secs = calloc(files, sizeof *secs), total = 0, commit = 0;
+	uint64_t c0, r0, c1, r1, t0, gen = 0;
+	char name[64], text[256], path[PATH_MAX];
+	int idle, len = 0, rc;
+
+	if (!secs)
+		return tool_fail(-ENOMEM, NULL, "--ingest-files");
+	if ((rc = maint_state(m, &c0, &r0, &idle)))
+		goto out;
+	for (size_t f = 0; f < files; f++) {
+		size_t a = first + n * f / files, e = first + n * (f + 1) / files;
+
+		snprintf(name, sizeof name, "base.2.%03zu.fvecs", f);
+		if ((rc = mnt_ingest(b, m, 1, name, a, e - a)))
+			goto out;
+		secs[f] = m->ingest_s[1];
+		total += m->ingest_s[1];
+		commit += m->commit_s[1];
+	}
+	if ((rc = maint_state(m, &c1, &r1, &idle)))
+		goto out;
+	t0 = tool_now_ns();
+	fprintf(stderr, "mount ingest: waiting for maintenance to finish\n");
+	for (int i = 0; !idle && i < 6000; i++) {
+		usleep(100000);
+		if (tool_interrupted()) {
+			rc = tool_report_interrupt();
+			goto out;
+		}
+		if ((rc = maint_state(m, &c1, &r1, &idle)))
+			goto out;
+	}
+	m->maint_wait_s = (double)(tool_now_ns() - t0) / 1e9;
+	m->maint_compactions = c1 - c0;
+	m->maint_rebalances = r1 - r0;
+	if (!idle) {
+		rc = fail_mnt(m, -ETIMEDOUT, "maintenance still running 600 s after the ingest");
+		goto out;
+	}
+	if ((rc = mnt_path(m, "config", path)))
+		goto out;
+	maint_off_text(m, path, text, sizeof text, &len);
+	if (len && (rc = write_text(m, "config", text, (size_t)len)))
+		goto out;
+	if ((rc = mnt_path(m, "stats", path)))
+		goto out;
+	if ((rc = kv_get(path, "active", &gen)) || !gen) {
+		rc = fail_mnt(m, rc ? rc : -EPROTO, "no active generation after the ingest");
+		goto out;
+	}
+	m->gen_id = gen;
+	qsort(secs, files, sizeof *secs, cmp_double);
+	m->file_p50_s = secs[(files - 1) / 2];
+	m->file_max_s = secs[files - 1];
+	m->ingest_n[1] = n;
+	m->ingest_s[1] = total;
+	m->commit_s[1] = commit;
+out:
+	free(secs);
+	return rc;
+}
+
 static int mnt_load(struct bench *b, struct mnt *m)
 {
 	size_t n = b->base.n, half = n / 2;
@@ -1896,6 +2019,8 @@ static int mnt_load(struct bench *b, struct mnt *m)
 	if ((rc = mnt_ingest(b, m, 0, "base.1.fvecs", 0, half)) ||
 	    (rc = mnt_build(m, half)))
 		return rc;
+	if (b->opt->files)
+		return mnt_ingest_files(b, m, half, n - half);
 	return mnt_ingest(b, m, 1, "base.2.fvecs", half, n - half);
 }
 
@@ -2285,8 +2410,17 @@ static void mnt_print_header(const struct bench *b, const struct mnt *m)
 			printf("one file)\n         ");
 		else if (part == 0)
 			printf("first file, no generation)\n         ");
-		else
+		else if (!b->opt->files)
 			printf("second file, into generation %llu)\n         ",
+			       (unsigned long long)m->gen_id);
+		else
+			printf("%zu files, into the generation, automatic maintenance on)\n"
+			       "         a file's write to close: p50 %.3f s, max %.3f s; maintenance "
+			       "idle %.1f s after the last\n         file, %llu compactions and %llu "
+			       "rebalances since the first; active now: generation %llu\n         ",
+			       b->opt->files, m->file_p50_s, m->file_max_s, m->maint_wait_s,
+			       (unsigned long long)m->maint_compactions,
+			       (unsigned long long)m->maint_rebalances,
 			       (unsigned long long)m->gen_id);
 		print_phase_mem(m, part ? PH_INGEST2 : PH_INGEST);
 		printf("\n");
@@ -2404,6 +2538,15 @@ static void mnt_json_row(const struct bench *b, const struct mnt *m, size_t i)
 	tool_json_num("ingest_rows_per_s", ingest_rate(m, 0), 0);
 	tool_json_num("ingest_after_build_rows_per_s",
 		 m->ingest_n[1] ? ingest_rate(m, 1) : NAN, 0);
+	if (b->opt->files) {
+		printf(",\"ingest_files\":%zu", b->opt->files);
+		tool_json_num("ingest_file_p50_s", m->file_p50_s, 4);
+		tool_json_num("ingest_file_max_s", m->file_max_s, 4);
+		printf(",\"ingest_compactions\":%llu,\"ingest_rebalances\":%llu",
+		       (unsigned long long)m->maint_compactions,
+		       (unsigned long long)m->maint_rebalances);
+		tool_json_num("maintenance_wait_s", m->maint_wait_s, 2);
+	}
 	ingest_peak(m, &sampled, &rss, &anon);
 	json_kb("ingest_rss_peak_kb", sampled, rss);
 	json_kb("ingest_rss_anon_peak_kb", sampled, anon);
