@@ -208,65 +208,6 @@ int vf_pw_apply(vf_posting_writer *w, MDB_txn *txn, uint64_t id, uint64_t seq,
 	return rc;
 }
 
-/* ------------------------------------------------------------ sync */
-
-int vf_sync_generation(vecfs *v, MDB_txn *txn, vf_gen *g, vf_genmeta *m, uint64_t to,
-		       const vf_counters *cnt)
-{
-	vf_dirty d;
-	vf_posting_writer w;
-	float *vec = NULL;
-	int rc;
-	if (to == 0 || to > cnt->seq)
-		to = cnt->seq;
-	if (m->synced_seq >= to)
-		return 0;
-	vf_dirty_init(&d);
-	if ((rc = vf_dirty_load(txn, v->store, m->synced_seq, to, &d)))
-		goto out;
-	if ((rc = vf_pw_init(&w, v, g)))
-		goto out;
-	vec = malloc(sizeof(float) * m->dim);
-	if (!vec) {
-		rc = -ENOMEM;
-		goto out_w;
-	}
-	for (uint64_t i = 0; i < d.cap && rc == 0; i++) {
-		const vf_dirty_entry *e = &d.slots[i];
-		if (!e->id || e->ch.gen == g->id)
-			continue; /* posted to g when written: already exact */
-		const float *src = NULL;
-		vf_record r = {0};
-		if (e->ch.op == VF_OP_PUT) {
-			vf_key64 k = vf_key_u64(e->ch.id);
-			MDB_val rv;
-			int got = vf_get(txn, v->store->records, k.b, 8, &rv);
-			if (got == MDB_NOTFOUND && to < cnt->seq)
-				continue; /* deleted by a change after `to` */
-			if ((rc = vf_mdb_err(got)))
-				break;
-			if ((rc = vf_record_decode(rv.mv_data, rv.mv_size, &r)))
-				break;
-			memcpy(vec, r.vec, sizeof(float) * m->dim);
-			src = vec;
-		}
-		rc = vf_pw_apply(&w, txn, e->ch.id, e->seq, src, r.key, r.keylen, r.plen > 0,
-				 NULL, NULL);
-	}
-	if (rc == 0)
-		rc = vf_pw_flush(&w, txn);
-	if (rc == 0) {
-		m->synced_seq = to;
-		m->pending += w.added;
-	}
-	free(vec);
-out_w:
-	vf_pw_free(&w);
-out:
-	vf_dirty_free(&d);
-	return rc;
-}
-
 /* Live records whose current version is newer than the generation's packed
  * blocks: they sit in delta postings or are scanned exactly. */
 int vf_count_unindexed(vecfs *v, MDB_txn *txn, uint64_t gen, uint64_t *out)
@@ -520,10 +461,9 @@ static void *encode_run(void *arg)
 
 /* Prepare rows[0..n) but those `skip` marks (superseded later in the same
  * write, so put_row never sees them).  Returns 0 or -ENOMEM. */
-static int prepare(put_ctx *c, const vecfs_row *rows, size_t n, const uint8_t *skip,
-		   prepared *p)
+static int prepare(vecfs *v, const vf_gen *g, const vecfs_row *rows, size_t n,
+		   const uint8_t *skip, prepared *p)
 {
-	const vf_gen *g = c->g;
 	uint32_t dim = g->meta.dim;
 	size_t pbytes = (size_t)g->meta.bits * g->meta.pdim / 8, m = 0;
 	if (p->cap < n) {
@@ -551,8 +491,8 @@ static int prepare(put_ctx *c, const vecfs_row *rows, size_t n, const uint8_t *s
 	}
 	p->n = m;
 	p->next = 0;
-	vf_nearest(&g->ci, p->x, m, p->near, NULL, c->v->threads);
-	int threads = m < 64 ? 1 : c->v->threads;
+	vf_nearest(&g->ci, p->x, m, p->near, NULL, v->threads);
+	int threads = m < 64 ? 1 : v->threads;
 	encode_job jobs[VF_PARALLEL_MAX];
 	int rc = 0;
 	if (threads > VF_PARALLEL_MAX)
@@ -566,6 +506,121 @@ static int prepare(put_ctx *c, const vecfs_row *rows, size_t n, const uint8_t *s
 	if (rc)
 		p->n = 0; /* vf_pw_apply() encodes them itself */
 	return rc == -ENOMEM ? 0 : rc;
+}
+
+/* ------------------------------------------------------------ sync */
+
+/* The puts of a chunk of the dirty set, copied out of their records (the
+ * writes that follow may move the records' pages). */
+typedef struct sync_chunk {
+	vecfs_row *rows;
+	uint64_t *id, *seq;
+	float *vecs;
+	size_t *koff;
+	char *keys;
+	size_t n, klen, kcap;
+} sync_chunk;
+
+static void sync_chunk_free(sync_chunk *k)
+{
+	free(k->rows);
+	free(k->id);
+	free(k->seq);
+	free(k->vecs);
+	free(k->koff);
+	free(k->keys);
+}
+
+/* Copy the record of e into chunk slot k->n.  0 (added or, with `later`,
+ * skipped because a later change deleted it) or -errno. */
+static int sync_take(sync_chunk *k, MDB_txn *txn, vf_store *s, const vf_dirty_entry *e,
+		     uint32_t dim, int later)
+{
+	vf_key64 key = vf_key_u64(e->ch.id);
+	MDB_val rv;
+	vf_record r;
+	int got = vf_get(txn, s->records, key.b, 8, &rv), rc;
+	if (got == MDB_NOTFOUND && later)
+		return 0; /* deleted by a change after the chunk's end */
+	if ((rc = vf_mdb_err(got)) || (rc = vf_record_decode(rv.mv_data, rv.mv_size, &r)))
+		return rc;
+	if (vf_bytes_reserve((uint8_t **)&k->keys, &k->kcap, k->klen + r.keylen + 1))
+		return -ENOMEM;
+	size_t i = k->n++;
+	memcpy(k->vecs + i * dim, r.vec, sizeof(float) * dim);
+	memcpy(k->keys + k->klen, r.key, r.keylen);
+	k->koff[i] = k->klen;
+	k->klen += r.keylen;
+	k->id[i] = e->ch.id;
+	k->seq[i] = e->seq;
+	k->rows[i] = (vecfs_row){.key = NULL, .keylen = r.keylen, .vec = k->vecs + i * dim,
+				 .payload = NULL, .payload_len = r.plen};
+	return 0;
+}
+
+int vf_sync_generation(vecfs *v, MDB_txn *txn, vf_gen *g, vf_genmeta *m, uint64_t to,
+		       const vf_counters *cnt)
+{
+	vf_dirty d;
+	vf_posting_writer w;
+	sync_chunk k = {0};
+	prepared pre = {0};
+	uint32_t dim = m->dim;
+	int rc;
+	if (to == 0 || to > cnt->seq)
+		to = cnt->seq;
+	if (m->synced_seq >= to)
+		return 0;
+	vf_dirty_init(&d);
+	if ((rc = vf_dirty_load(txn, v->store, m->synced_seq, to, &d)))
+		goto out;
+	if ((rc = vf_pw_init(&w, v, g)))
+		goto out;
+	k.rows = malloc(sizeof *k.rows * NEAR_CHUNK);
+	k.id = malloc(sizeof *k.id * NEAR_CHUNK);
+	k.seq = malloc(sizeof *k.seq * NEAR_CHUNK);
+	k.vecs = malloc(sizeof(float) * dim * NEAR_CHUNK);
+	k.koff = malloc(sizeof *k.koff * NEAR_CHUNK);
+	if (!k.rows || !k.id || !k.seq || !k.vecs || !k.koff) {
+		rc = -ENOMEM;
+		goto out_w;
+	}
+	/* deletes as they come; puts a chunk at a time, prepared together on
+	 * every CPU (nearest centroid, code) like the rows of a write */
+	for (uint64_t i = 0; i <= d.cap && rc == 0; i++) {
+		const vf_dirty_entry *e = i < d.cap ? &d.slots[i] : NULL;
+		if (e && (!e->id || e->ch.gen == g->id))
+			continue; /* posted to g when written: already exact */
+		if (e && e->ch.op != VF_OP_PUT) {
+			rc = vf_pw_apply(&w, txn, e->ch.id, e->seq, NULL, NULL, 0, 0, NULL, NULL);
+			continue;
+		}
+		if (e && (rc = sync_take(&k, txn, v->store, e, dim, to < cnt->seq)))
+			break;
+		if (k.n < NEAR_CHUNK && e)
+			continue;
+		/* the chunk is full, or the dirty set ends */
+		if (k.n > 1 && (rc = prepare(v, g, k.rows, k.n, NULL, &pre)))
+			break;
+		for (size_t j = 0; j < k.n && rc == 0; j++)
+			rc = vf_pw_apply(&w, txn, k.id[j], k.seq[j], k.rows[j].vec, k.keys + k.koff[j],
+					 (uint32_t)k.rows[j].keylen, k.rows[j].payload_len > 0,
+					 k.n > 1 ? prepared_next(&pre) : NULL, NULL);
+		k.n = k.klen = 0;
+	}
+	if (rc == 0)
+		rc = vf_pw_flush(&w, txn);
+	if (rc == 0) {
+		m->synced_seq = to;
+		m->pending += w.added;
+	}
+out_w:
+	vf_pw_free(&w);
+out:
+	sync_chunk_free(&k);
+	prepared_free(&pre);
+	vf_dirty_free(&d);
+	return rc;
 }
 
 static int put_fn(MDB_txn *txn, void *arg)
@@ -585,7 +640,7 @@ static int put_fn(MDB_txn *txn, void *arg)
 	for (size_t from = 0; from < j->n && rc == 0; from += NEAR_CHUNK) {
 		size_t n = j->n - from < NEAR_CHUNK ? j->n - from : NEAR_CHUNK;
 		const uint8_t *skip = j->skip ? j->skip + from : NULL;
-		if (together && (rc = prepare(&c, j->rows + from, n, skip, &pre)))
+		if (together && (rc = prepare(c.v, c.g, j->rows + from, n, skip, &pre)))
 			break;
 		c.pre = together ? &pre : NULL;
 		for (size_t i = from; i < from + n && rc == 0; i++)
@@ -874,7 +929,7 @@ static int put_records(put_ctx *c, const uint8_t *buf, size_t len, size_t n)
 	if (rc == 0 && i != n)
 		rc = -EIO;
 	prepared pre = {0};
-	if (rc == 0 && c->g && n > 1 && (rc = prepare(c, rows, n, NULL, &pre)) == 0)
+	if (rc == 0 && c->g && n > 1 && (rc = prepare(c->v, c->g, rows, n, NULL, &pre)) == 0)
 		c->pre = &pre;
 	for (i = 0; rc == 0 && i < n; i++)
 		rc = put_row(c, &rows[i]);
