@@ -126,6 +126,11 @@ static int write_blocks(MDB_txn *txn, vf_store *s, const vf_genmeta *m, uint32_t
  * over on that one.  An interrupted compaction (a crash between steps)
  * leaves some clusters folded further than blocks_seq says; the next
  * compaction, which every rebalance runs first, folds the rest. */
+#define COMPACT_STEP_US 50000 /* a step folds clusters for this long */
+#define COMPACT_SYNC 16384    /* changes a step brings into the generation, at
+			       * first; twice as many after a step that did not
+			       * shrink the backlog, up to 64 times as many */
+
 typedef struct compact_job {
 	vecfs *v;
 	uint64_t step_us;
@@ -137,6 +142,8 @@ typedef struct compact_job {
 	uint64_t pending0;    /* its pending count at the first step */
 	uint32_t next;        /* the next cluster to look at */
 	uint32_t rewritten;   /* clusters rewritten */
+	uint64_t sync;        /* changes the next step may bring in (COMPACT_SYNC) */
+	uint64_t s_behind;    /* changes the generation lacks after the step */
 	int done;
 	/* what the step in progress did (a retried step starts over) */
 	uint64_t s_gen, s_upto, s_pending0;
@@ -318,10 +325,16 @@ static int compact_step(MDB_txn *txn, void *arg)
 	    (rc = vf_gen_get(j->v, txn, active, &g)))
 		return rc;
 	/* rows the generation does not cover yet become delta postings first
-	 * (writes made while another generation was active) */
+	 * (writes made while another generation was active), COMPACT_SYNC
+	 * changes a step: queries meanwhile scan the rest exactly */
 	int resync = m.synced_seq < cnt.seq;
-	if (resync && (rc = vf_sync_generation(j->v, txn, g, &m, 0, &cnt)))
+	if (resync && (rc = vf_sync_generation(j->v, txn, g, &m, m.synced_seq + j->sync, &cnt)))
 		goto out;
+	j->s_behind = cnt.seq - m.synced_seq;
+	if (j->s_behind) {
+		rc = vf_save_genmeta(txn, s, &m); /* a step of syncing only */
+		goto out;
+	}
 	if (j->s_upto == 0) {
 		j->s_upto = cnt.seq;
 		j->s_pending0 = m.pending;
@@ -360,15 +373,16 @@ out:
 	return rc;
 }
 
-#define COMPACT_STEP_US 50000 /* a step folds clusters for this long */
 #define COMPACT_RESTARTS 3    /* times a compaction starts over on a new
 			       * active generation before giving up */
 
-int vf_compact_steps(vecfs *v, uint32_t *clusters, uint64_t step_us, int (*between)(void *),
-		     void *arg, char *err, size_t errlen)
+int vf_compact_steps(vecfs *v, uint32_t *clusters, uint64_t step_us, uint64_t sync,
+		     int (*between)(void *), void *arg, char *err, size_t errlen)
 {
 	compact_job j = {.v = v, .step_us = step_us, .between = between, .arg = arg,
-			 .err = err, .errlen = errlen};
+			 .sync = sync ? sync : 1, .err = err, .errlen = errlen};
+	uint64_t sync_max = 64 * j.sync;
+	uint64_t behind = UINT64_MAX;
 	int restarts = 0, rc;
 	for (;;) {
 		if ((rc = vf_write(v->store, compact_step, &j)))
@@ -386,6 +400,9 @@ int vf_compact_steps(vecfs *v, uint32_t *clusters, uint64_t step_us, int (*betwe
 		j.rewritten = j.s_rewritten;
 		if (j.s_done)
 			break;
+		if (j.s_behind && j.s_behind >= behind && j.sync < sync_max)
+			j.sync *= 2; /* writes keep pace with the syncing */
+		behind = j.s_behind;
 		if (j.between && j.between(j.arg)) {
 			rc = -ECANCELED;
 			break;
@@ -402,7 +419,8 @@ int vf_compact_steps(vecfs *v, uint32_t *clusters, uint64_t step_us, int (*betwe
 /* With build_mu held: one maintenance job at a time, like builds. */
 static int compact_locked(vecfs *v, uint32_t *clusters, char *err, size_t errlen)
 {
-	return vf_compact_steps(v, clusters, COMPACT_STEP_US, NULL, NULL, err, errlen);
+	return vf_compact_steps(v, clusters, COMPACT_STEP_US, COMPACT_SYNC, NULL, NULL, err,
+				errlen);
 }
 
 int vecfs_compact(vecfs *v, uint32_t *clusters, char *err, size_t errlen)

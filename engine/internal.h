@@ -196,12 +196,13 @@ void vf_maint_start(vecfs *v);
 void vf_maint_stop(vecfs *v);
 /* After a write: `level` is vf_maint_due()'s answer (NONE does nothing). */
 void vf_maint_kick(vecfs *v, int level);
-/* vecfs_compact() in steps of about step_us each (see compact_job in
- * compact.c); `between`, if set, runs after each step but the last (the
- * tests write there; non-zero stops the compaction as a crash would:
- * -ECANCELED).  With build_mu held. */
-int vf_compact_steps(vecfs *v, uint32_t *clusters, uint64_t step_us, int (*between)(void *),
-		     void *arg, char *err, size_t errlen);
+/* vecfs_compact() in steps of about step_us of folding each, a step
+ * bringing `sync` changes at first into a generation that lacks some (see
+ * compact_job in compact.c); `between`, if set, runs after each step but
+ * the last (the tests write there; non-zero stops the compaction as a
+ * crash would: -ECANCELED).  With build_mu held. */
+int vf_compact_steps(vecfs *v, uint32_t *clusters, uint64_t step_us, uint64_t sync,
+		     int (*between)(void *), void *arg, char *err, size_t errlen);
 
 /* Is compaction due after w wrote into generation m of a store with `live`
  * records?  NOW when a cluster reached compact_deltas or the whole backlog

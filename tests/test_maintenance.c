@@ -1064,7 +1064,8 @@ static void test_compact_in_steps(void **state)
 	char err[256] = "", msg[512];
 	vecfs *v = stepper_start(state, &w, &c);
 	uint32_t rewritten = 0;
-	assert_int_equal(vf_compact_steps(v, &rewritten, 0, write_between, &w, err, sizeof err), 0);
+	assert_int_equal(vf_compact_steps(v, &rewritten, 0, 1000000, write_between, &w, err,
+					  sizeof err), 0);
 	assert_true(w.steps >= SW); /* one cluster a step: more steps than writes */
 	assert_true(rewritten > 0);
 	vecfs_stats st = stats(v);
@@ -1100,7 +1101,7 @@ static void test_compact_interrupted(void **state)
 	char err[256] = "", msg[512];
 	vecfs *v = stepper_start(state, &w, &c);
 	w.stop_after = 12;
-	assert_int_equal(vf_compact_steps(v, NULL, 0, write_between, &w, err, sizeof err),
+	assert_int_equal(vf_compact_steps(v, NULL, 0, 1000000, write_between, &w, err, sizeof err),
 			 -ECANCELED);
 	assert_int_equal(vecfs_verify(v, msg, sizeof msg), 0);
 	stepper_check(&w);
@@ -1126,6 +1127,69 @@ static void test_compact_interrupted(void **state)
 	stepper_end(&w, &c);
 }
 
+/* Between the steps of a compaction that first brings 1000 rows into a
+ * rolled-back generation, 100 changes a step: every row stays found while
+ * the generation lacks some, and what is written meanwhile too. */
+typedef struct syncer {
+	vecfs *v;
+	dataset *ds;
+	float *fresh;
+	int steps, puts;
+} syncer;
+
+static int check_between_syncs(void *arg)
+{
+	syncer *y = arg;
+	char key[16], msg[512];
+	for (int i = 2000 + y->steps % 50; i < 3000; i += 50) {
+		snprintf(key, sizeof key, "a%d", i);
+		find_own(y->v, y->ds->x + (size_t)i * D, key);
+	}
+	if (y->steps < 20) {
+		snprintf(key, sizeof key, "y%d", y->steps);
+		assert_int_equal(put_one(y->v, key, y->fresh + y->steps * D, D), 0);
+		y->puts++;
+	}
+	for (int i = 0; i < y->puts; i++) {
+		snprintf(key, sizeof key, "y%d", i);
+		find_own(y->v, y->fresh + i * D, key);
+	}
+	if (y->steps++ % 4 == 0)
+		assert_int_equal(vecfs_verify(y->v, msg, sizeof msg), 0);
+	return 0;
+}
+
+static void test_compact_syncs_in_steps(void **state)
+{
+	fixture *f = *state;
+	vecfs *v = fx_open(f, NULL);
+	char err[256] = "", msg[512];
+	dataset ds;
+	set_config(v, D, VECFS_L2);
+	ds_make(&ds, 9, 3000 + 20, D, 20);
+	put_range(v, ds.x, 0, 2000, D, "a");
+	uint64_t g1 = build(v, 1);
+	build(v, 1);
+	put_range(v, ds.x, 2000, 1000, D, "a");
+	assert_int_equal(vecfs_activate(v, g1, err, sizeof err), 0);
+	assert_int_equal(stats(v).unindexed, 1000);
+	syncer y = {v, &ds, ds.x + (size_t)3000 * D, 0, 0};
+	assert_int_equal(vf_compact_steps(v, NULL, 0, 100, check_between_syncs, &y, err,
+					  sizeof err), 0);
+	assert_true(y.steps >= 10); /* 1000 changes, 100 a step, then folding */
+	/* rows written while it synced are folded by it (its first folding
+	 * step fixes the last change it folds); those written later stay
+	 * delta postings */
+	uint64_t left = stats(v).unindexed;
+	assert_true(left > 0 && left < (uint64_t)y.puts);
+	assert_int_equal(vecfs_verify(v, msg, sizeof msg), 0);
+	check_between_syncs(&y);
+	assert_int_equal(vecfs_compact(v, NULL, err, sizeof err), 0);
+	assert_int_equal(stats(v).unindexed, 0);
+	assert_int_equal(stats(v).delta_postings, 0);
+	ds_free(&ds);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1143,6 +1207,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_automatic_rebalance, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_compact_in_steps, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_compact_interrupted, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_compact_syncs_in_steps, fx_setup, fx_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
