@@ -117,8 +117,9 @@ static int write_blocks(MDB_txn *txn, vf_store *s, const vf_genmeta *m, uint32_t
 
 /* A compaction runs in steps, each one write transaction of about
  * step_us of folding (at least one cluster), so that writes wait for one
- * step, not for the whole generation.  The first step fixes `upto`, the
- * last change it folds: a delta posting written later stays a delta
+ * step, not for the whole generation.  A generation that lacks changes (a
+ * roll-back made it active again) first takes them in, `sync` changes a
+ * step.  The first folding step fixes `upto`, the last change it folds: a delta posting written later stays a delta
  * posting, so that when the last step sets the generation's blocks_seq
  * to upto, its blocks hold exactly the changes up to there (what a
  * rebalance relies on: it takes the blocks, then the later changes from
@@ -144,7 +145,6 @@ typedef struct compact_job {
 	uint32_t rewritten;   /* clusters rewritten */
 	uint64_t sync;        /* changes the next step may bring in (COMPACT_SYNC) */
 	uint64_t s_behind;    /* changes the generation lacks after the step */
-	int done;
 	/* what the step in progress did (a retried step starts over) */
 	uint64_t s_gen, s_upto, s_pending0;
 	uint32_t s_next, s_rewritten;
