@@ -197,7 +197,8 @@ typedef struct vecfs_gen_info {
 	uint64_t delta_postings; /* live delta postings not yet compacted */
 	uint64_t tombstones;
 	uint32_t phase_pct;      /* progress while building */
-	char phase[32];          /* "sample", "train", "encode", "publish", "done" */
+	char phase[32];          /* "sample", "train", "encode", "publish",
+				  * "catch up", "done" */
 } vecfs_gen_info;
 
 /* Progress callback for builds: phase name and percent (0..100).  A non-zero
@@ -206,8 +207,10 @@ typedef struct vecfs_gen_info {
 typedef int (*vecfs_progress_fn)(void *arg, const char *phase, int pct);
 
 /* Build a generation from the current snapshot; publish it `ready`; flip
- * `active` to it when `activate`.  Builds never overlap: a second caller
- * waits.  -ENOENT when there are no records. */
+ * `active` to it when `activate`.  Writes go on meanwhile: they become its
+ * delta postings and tombstones, caught up in steps of their own
+ * transactions before the last one publishes it.  Builds never overlap: a
+ * second caller waits.  -ENOENT when there are no records. */
 int vecfs_build(vecfs *v, int activate, uint64_t *gen_out,
 		vecfs_progress_fn progress, void *parg, char *err,
 		size_t errlen);
