@@ -356,7 +356,7 @@ static int catch_up_fn(MDB_txn *txn, void *arg)
 	if ((rc = catch_up_from(txn, j, &m, &cnt)) ||
 	    (rc = vf_sync_generation(j->v, txn, j->g, &m, m.synced_seq + j->step, &cnt)))
 		return rc;
-	snprintf(m.phase, sizeof m.phase, "catch up");
+	snprintf(m.phase, sizeof m.phase, "catch-up");
 	j->s_synced = m.synced_seq;
 	j->s_left = cnt.seq - m.synced_seq;
 	return vf_save_genmeta(txn, j->v->store, &m);

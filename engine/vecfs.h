@@ -198,7 +198,7 @@ typedef struct vecfs_gen_info {
 	uint64_t tombstones;
 	uint32_t phase_pct;      /* progress while building */
 	char phase[32];          /* "sample", "train", "encode", "publish",
-				  * "catch up", "done" */
+				  * "catch-up", "done" */
 } vecfs_gen_info;
 
 /* Progress callback for builds: phase name and percent (0..100).  A non-zero
