@@ -69,6 +69,14 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(BUILD)/obj/tests/testutil.o $(BUILD)/
 # the filesystem's number parsing, linked alone
 $(BUILD)/tests/test_number: $(BUILD)/obj/fs/number.o
 
+# the ingest parsers and what they call (sbuf, numbers), linked before the
+# library; the test defines errlog itself; fs.h needs FUSE's headers, not its library
+$(BUILD)/obj/tests/test_ingest.o: BASEFLAGS += $(FUSE_CFLAGS)
+$(BUILD)/tests/test_ingest: $(BUILD)/obj/tests/test_ingest.o $(BUILD)/obj/tests/testutil.o \
+		$(BUILD)/obj/fs/ingest.o $(BUILD)/obj/fs/text.o $(BUILD)/obj/fs/number.o $(BUILD)/libvecfs.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $^ -lcmocka $(LIBS)
+
 # Unit tests (cmocka), one binary per area; the summary line comes last.
 unit: all $(TEST_BIN)
 	@sh tests/run-unit.sh $(TEST_BIN)

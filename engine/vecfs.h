@@ -79,6 +79,10 @@ typedef struct vecfs_row {
 	size_t payload_len;
 } vecfs_row;
 
+/* 1 when text[0..len) is UTF-8 as keys must be (no overlong form, no
+ * surrogate, nothing past U+10FFFF), else 0. */
+int vecfs_utf8_valid(const char *text, size_t len);
+
 /* Validate one row against the store (dimension given or configured, finite
  * values, non-zero under cosine, key syntax, payload size).  `dim` is the
  * number of floats in row->vec.  Returns 0 or -EINVAL with a reason. */

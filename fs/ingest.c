@@ -418,6 +418,8 @@ static int delim_line(ingest *in, const char *s, size_t n)
 		if (cnt >= VECFS_DIM_MAX)
 			return fail_at(in, -EINVAL, where, "more than %d numbers", VECFS_DIM_MAX);
 		int rc = parse_float(f, fl, &in->tmp[cnt]);
+		if (rc == -ENOMEM)
+			return fail_at(in, -ENOMEM, where, "out of memory");
 		if (rc == -ERANGE)
 			return fail_at(in, -EINVAL, where, "value %u '%.*s' overflows float32", cnt + 1,
 				       (int)(fl > 40 ? 40 : fl), f);
@@ -522,6 +524,10 @@ static int jstring(jp *j, sbuf *out)
 		const char *run = j->p;
 		while (j->p < j->e && *j->p != '"' && *j->p != '\\' && (unsigned char)*j->p >= 0x20)
 			j->p++;
+		/* a payload goes into out.json as it is: its strings must be
+		 * UTF-8 too, not only the key */
+		if (!vecfs_utf8_valid(run, (size_t)(j->p - run)))
+			return jfail(j, "a string is not valid UTF-8");
 		if (out)
 			sb_add(out, run, (size_t)(j->p - run));
 		if (j->p >= j->e)
@@ -754,6 +760,10 @@ static int json_line(ingest *in, const char *s, size_t n)
 						goto out;
 					}
 					int fr = parse_float(ns, nl, &in->tmp[cnt]);
+					if (fr == -ENOMEM) {
+						rc = fail_at(in, -ENOMEM, where, "out of memory");
+						goto out;
+					}
 					if (fr == -ERANGE) {
 						rc = jfail(&j, "element %u of \"vector\" (%.*s) overflows float32",
 							   cnt + 1, (int)(nl > 40 ? 40 : nl), ns);

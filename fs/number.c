@@ -250,24 +250,30 @@ static int parse_plain_decimal(const char *s, size_t n, float *out)
 
 int parse_float(const char *s, size_t n, float *out)
 {
-	char buf[128];
-	if (n == 0 || n >= sizeof buf)
+	char small[128], *buf = small;
+	int rc = 0;
+	if (n == 0)
 		return -EINVAL;
 	if (parse_plain_decimal(s, n, out) == 0)
 		return 0;
+	/* strtof also skips leading blanks: they are not part of a token here */
+	if (s[0] == ' ' || s[0] == '\t' || s[0] == '\n' || s[0] == '\r' || s[0] == '\f' ||
+	    s[0] == '\v')
+		return -EINVAL;
+	if (n >= sizeof small && !(buf = malloc(n + 1)))
+		return -ENOMEM; /* a token as long as a line may be */
 	memcpy(buf, s, n);
 	buf[n] = 0;
-	/* strtof also skips leading blanks: they are not part of a token here */
-	if (buf[0] == ' ' || buf[0] == '\t' || buf[0] == '\n' || buf[0] == '\r' ||
-	    buf[0] == '\f' || buf[0] == '\v')
-		return -EINVAL;
 	char *endp;
 	errno = 0;
 	float f = strtof(buf, &endp);
 	if (endp != buf + n)
-		return -EINVAL;
-	if (errno == ERANGE && isinf(f))
-		return -ERANGE;
-	*out = f;
-	return 0;
+		rc = -EINVAL;
+	else if (errno == ERANGE && isinf(f))
+		rc = -ERANGE;
+	else
+		*out = f;
+	if (buf != small)
+		free(buf);
+	return rc;
 }

@@ -14,8 +14,8 @@ int fmt_float(char *out, size_t cap, float f);
 /* Parse a decimal unsigned integer (digits only, no sign) up to max. */
 int parse_uint(const char *s, size_t n, uint64_t max, uint64_t *out);
 /* Parse one float32 token as strtof does in the C locale, rounded
- * correctly; -EINVAL for anything but one whole number token, -ERANGE on
- * overflow. */
+ * correctly, however long; -EINVAL for anything but one whole number
+ * token, -ERANGE on overflow, -ENOMEM when a long token cannot be copied. */
 int parse_float(const char *s, size_t n, float *out);
 /* Trim blanks (space, tab, CR) on both sides. */
 void trim(const char **s, size_t *n);

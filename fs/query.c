@@ -322,6 +322,10 @@ static int parse_line(const char *s, size_t n, qinput *qi, float *tmp, char *why
 			return -EINVAL;
 		}
 		int fr = parse_float(s + st, p - st, &tmp[cnt]);
+		if (fr == -ENOMEM) {
+			snprintf(why, wl, "out of memory");
+			return -ENOMEM;
+		}
 		if (fr) {
 			snprintf(why, wl, "'%.*s' is not a %s", (int)(p - st > 40 ? 40 : p - st), s + st,
 				 fr == -ERANGE ? "float32 (overflow)" : "number");

@@ -251,6 +251,26 @@ static void test_fmt_float_as_printf(void **state)
 	expect_as_printf(2147483648.0f);
 }
 
+/* a token of any length is read as strtof reads it */
+static void test_parse_float_long_tokens(void **state)
+{
+	(void)state;
+	for (size_t len = 120; len < 5000; len = len * 3 / 2) {
+		char *s = malloc(len + 1);
+		assert_non_null(s);
+		memcpy(s, "1.", 2);
+		memset(s + 2, '0', len - 3);
+		s[len - 1] = '5';
+		s[len] = 0;
+		float f = 0, want = strtof(s, NULL);
+		assert_int_equal(parse_float(s, len, &f), 0);
+		assert_int_equal(bits_of(f), bits_of(want));
+		s[len / 2] = 'x';
+		assert_int_equal(parse_float(s, len, &f), -EINVAL);
+		free(s);
+	}
+}
+
 static void test_trim(void **state)
 {
 	(void)state;
@@ -275,6 +295,7 @@ int main(void)
 		cmocka_unit_test(test_parse_uint),
 		cmocka_unit_test(test_fmt_float_round_trip),
 		cmocka_unit_test(test_fmt_float_as_printf),
+		cmocka_unit_test(test_parse_float_long_tokens),
 		cmocka_unit_test(test_trim),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

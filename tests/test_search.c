@@ -702,8 +702,12 @@ static void test_bad_input_rejected(void **state)
 
 	static char longkey[VECFS_KEY_MAX + 2];
 	memset(longkey, 'x', VECFS_KEY_MAX + 1);
+	/* and UTF-8 strictly: truncated, a stray continuation byte, overlong
+	 * forms, surrogates, past U+10FFFF, bytes that never start one */
 	const char *badkeys[] = { "a/b", "/", "", ".", "..", "a\tb", "a\nb",
-				  longkey };
+				  longkey, "a\xC3", "\x80", "a\xC0\x80b", "\xE0\x80\xAF",
+				  "\xF0\x80\x80\xAF", "c\xED\xA0\x80", "d\xF4\x90\x80\x80",
+				  "\xF5\x80\x80\x80", "\xFF" };
 	for (size_t i = 0; i < sizeof badkeys / sizeof *badkeys; i++) {
 		char what[64];
 		snprintf(what, sizeof what, "bad key #%zu (len %zu)", i,
@@ -711,6 +715,15 @@ static void test_bad_input_rejected(void **state)
 		row.key = badkeys[i];
 		row.keylen = strlen(badkeys[i]);
 		expect_put_einval(v, &row, 1, D, 0, what);
+	}
+	/* UTF-8 keys of two, three and four bytes a character are fine */
+	const char *goodkeys[] = { "\xC3\xA9", "\xE2\x82\xAC", "\xED\x9F\xBF", "\xF0\x9D\x84\x9E",
+				   "\xF4\x8F\xBF\xBF" };
+	for (size_t i = 0; i < sizeof goodkeys / sizeof *goodkeys; i++) {
+		row.key = goodkeys[i];
+		row.keylen = strlen(goodkeys[i]);
+		assert_int_equal(vecfs_put(v, &row, 1, D, NULL, err, sizeof err), 0);
+		assert_int_equal(vecfs_delete(v, goodkeys[i], strlen(goodkeys[i])), 0);
 	}
 	/* a key with an embedded NUL */
 	row.key = "ab\0c";
