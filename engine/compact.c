@@ -129,8 +129,9 @@ static int write_blocks(MDB_txn *txn, vf_store *s, const vf_genmeta *m, uint32_t
  * compaction, which every rebalance runs first, folds the rest. */
 #define COMPACT_STEP_US 50000 /* a step folds clusters for this long */
 #define COMPACT_SYNC 16384    /* changes a step brings into the generation, at
-			       * first; twice as many after a step that did not
-			       * shrink the backlog, up to 64 times as many */
+			       * first (twice as many after a step that did not
+			       * shrink the backlog, up to 64 times as many), and
+			       * change-log entries a step trims at the end */
 
 typedef struct compact_job {
 	vecfs *v;
@@ -144,6 +145,8 @@ typedef struct compact_job {
 	uint32_t next;        /* the next cluster to look at */
 	uint32_t rewritten;   /* clusters rewritten */
 	uint64_t sync;        /* changes the next step may bring in (COMPACT_SYNC) */
+	uint64_t changes;     /* change-log entries a step trims at most */
+	int s_more;           /* the change log has more to trim */
 	uint64_t s_behind;    /* changes the generation lacks after the step */
 	/* what the step in progress did (a retried step starts over) */
 	uint64_t s_gen, s_upto, s_pending0;
@@ -246,7 +249,7 @@ static int compact_cluster(MDB_txn *txn, vf_store *s, const vf_genmeta *m, uint3
 
 /* Drop change-log entries no generation needs any more: those at or below
  * every generation's sync and block points. */
-static int trim_changes(MDB_txn *txn, vf_store *s)
+static int trim_changes(MDB_txn *txn, vf_store *s, uint64_t max, int *more)
 {
 	MDB_cursor *cur;
 	MDB_val k, d;
@@ -274,13 +277,27 @@ static int trim_changes(MDB_txn *txn, vf_store *s)
 		return rc;
 	if ((rc = mdb_cursor_open(txn, s->changes, &cur)))
 		return rc;
+	*more = 0;
+	uint64_t n = 0;
 	for (rc = mdb_cursor_get(cur, &k, &d, MDB_FIRST);
 	     rc == 0 && vf_rd_be64(k.mv_data) <= keep_after;
-	     rc = mdb_cursor_get(cur, &k, &d, MDB_GET_CURRENT))
+	     rc = mdb_cursor_get(cur, &k, &d, MDB_GET_CURRENT)) {
+		if (n++ == max) {
+			*more = 1; /* the next step goes on */
+			break;
+		}
 		if ((rc = mdb_cursor_del(cur, 0)))
 			break;
+	}
 	mdb_cursor_close(cur);
 	return rc == MDB_NOTFOUND || rc == EINVAL || rc == 0 ? 0 : rc;
+}
+
+/* A step that only trims the change log (after the last folding step). */
+static int trim_step(MDB_txn *txn, void *arg)
+{
+	compact_job *j = arg;
+	return trim_changes(txn, j->v->store, j->changes, &j->s_more);
 }
 
 static uint64_t elapsed_us(const struct timespec *t0)
@@ -361,7 +378,7 @@ static int compact_step(MDB_txn *txn, void *arg)
 		j->s_done = 1;
 		if ((rc = vf_save_genmeta(txn, s, &m)) == 0 &&
 		    (rc = vf_save_counters(txn, s, &cnt)) == 0)
-			rc = trim_changes(txn, s);
+			rc = trim_changes(txn, s, j->changes, &j->s_more);
 	} else if (rc == 0 && resync) {
 		rc = vf_save_genmeta(txn, s, &m);
 	}
@@ -380,7 +397,8 @@ int vf_compact_steps(vecfs *v, uint32_t *clusters, uint64_t step_us, uint64_t sy
 		     int (*between)(void *), void *arg, char *err, size_t errlen)
 {
 	compact_job j = {.v = v, .step_us = step_us, .between = between, .arg = arg,
-			 .sync = sync ? sync : 1, .err = err, .errlen = errlen};
+			 .sync = sync ? sync : 1, .changes = sync ? sync : 1, .err = err,
+			 .errlen = errlen};
 	uint64_t sync_max = 64 * j.sync;
 	uint64_t behind = UINT64_MAX;
 	int restarts = 0, rc;
@@ -408,6 +426,11 @@ int vf_compact_steps(vecfs *v, uint32_t *clusters, uint64_t step_us, uint64_t sy
 			break;
 		}
 		vf_write_yield(v->store);
+	}
+	/* what the change log no longer needs, `changes` entries a step */
+	while (rc == 0 && j.s_more) {
+		vf_write_yield(v->store);
+		rc = vf_write(v->store, trim_step, &j);
 	}
 	if (rc == 0 && clusters)
 		*clusters = j.rewritten;

@@ -197,8 +197,9 @@ void vf_maint_stop(vecfs *v);
 /* After a write: `level` is vf_maint_due()'s answer (NONE does nothing). */
 void vf_maint_kick(vecfs *v, int level);
 /* vecfs_compact() in steps of about step_us of folding each, a step
- * bringing `sync` changes at first into a generation that lacks some (see
- * compact_job in compact.c); `between`, if set, runs after each step but
+ * bringing `sync` changes at first into a generation that lacks some, and
+ * trimming `sync` change-log entries at the end (see compact_job in
+ * compact.c); `between`, if set, runs after each step but
  * the last (the tests write there; non-zero stops the compaction as a
  * crash would: -ECANCELED).  With build_mu held. */
 int vf_compact_steps(vecfs *v, uint32_t *clusters, uint64_t step_us, uint64_t sync,

@@ -975,6 +975,7 @@ typedef struct stepper {
 } stepper;
 
 #define SW 40
+#define COMPACT_TEST_US 50000
 
 /* No key twice in any query's hits. */
 static void keys_unique(const vecfs_results *r)
@@ -1053,6 +1054,17 @@ static void stepper_check(stepper *w)
 	}
 }
 
+/* Entries in the store's change log. */
+static size_t change_log_entries(vecfs *v)
+{
+	MDB_txn *txn;
+	MDB_stat st;
+	assert_int_equal(vf_read_begin(v->store, &txn), 0);
+	assert_int_equal(mdb_stat(txn, v->store->changes, &st), 0);
+	vf_read_end(v->store, txn);
+	return st.ms_entries;
+}
+
 /* A compaction in steps of one cluster, with writes between them: the
  * writes stay delta postings (the compaction folds only the changes up to
  * its first step), every answer is right at every step, and a second
@@ -1080,8 +1092,13 @@ static void test_compact_in_steps(void **state)
 	no_deleted(a);
 	keys_unique(a);
 	vecfs_results_free(a);
-	/* the next one folds them */
-	assert_int_equal(vecfs_compact(v, NULL, err, sizeof err), 0);
+	/* the next one folds them and, the one generation holding every
+	 * change after it, empties the change log: the SW * 3 writes made
+	 * between the steps, 10 entries a step */
+	assert_int_equal(change_log_entries(v), SW * 3);
+	assert_int_equal(vf_compact_steps(v, NULL, COMPACT_TEST_US, 10, NULL, NULL, err,
+					  sizeof err), 0);
+	assert_int_equal(change_log_entries(v), 0);
 	st = stats(v);
 	assert_int_equal(st.delta_postings, 0);
 	assert_int_equal(st.unindexed, 0);
