@@ -293,12 +293,10 @@ static int blocks_fn(MDB_txn *txn, void *arg)
  * transaction with waiting writes let in between, while the generation is
  * still building (a crash drops it, as any unfinished build), so that the
  * last transaction has little left to do.  It stops catching up once at
- * most CATCHUP_STEP are left.  A step that did not shrink the backlog
- * (writes arriving as fast as it catches up) makes the next one twice as
- * large, up to CATCHUP_MAX, so that it catches up with a steady writer
- * too; after CATCHUP_STEPS steps the last transaction takes what is left. */
+ * most CATCHUP_STEP are left; the steps grow while writes keep pace
+ * (vf_catchup), so that it catches up with a steady writer too; after
+ * CATCHUP_STEPS steps the last transaction takes what is left. */
 #define CATCHUP_STEP 4096
-#define CATCHUP_MAX (64 * CATCHUP_STEP)
 #define CATCHUP_STEPS 64
 
 typedef struct final_job {
@@ -310,7 +308,7 @@ typedef struct final_job {
 	vf_gen *g;
 	int activate;
 	uint64_t synced;         /* changes caught up with so far; 0: none */
-	uint64_t step;           /* changes the next catch-up step takes */
+	vf_catchup cu;           /* the size of the next catch-up step */
 	uint64_t s_synced, s_left; /* the catch-up step in progress */
 } final_job;
 
@@ -354,7 +352,7 @@ static int catch_up_fn(MDB_txn *txn, void *arg)
 	vf_counters cnt;
 	int rc;
 	if ((rc = catch_up_from(txn, j, &m, &cnt)) ||
-	    (rc = vf_sync_generation(j->v, txn, j->g, &m, m.synced_seq + j->step, &cnt)))
+	    (rc = vf_sync_generation(j->v, txn, j->g, &m, m.synced_seq + j->cu.step, &cnt)))
 		return rc;
 	snprintf(m.phase, sizeof m.phase, "catch-up");
 	j->s_synced = m.synced_seq;
@@ -400,19 +398,19 @@ static int backlog(vecfs *v, const final_job *j, uint64_t *left)
 int vf_gen_publish(vecfs *v, const vf_genmeta *m, const float *centroids,
 		   const uint32_t *idmap, uint64_t id_limit, vf_gen *g, int activate)
 {
-	final_job fj = {v, m, centroids, idmap, id_limit, g, activate, 0, CATCHUP_STEP, 0, 0};
-	uint64_t left, before;
+	final_job fj = {.v = v, .m = m, .centroids = centroids, .idmap = idmap,
+			.id_limit = id_limit, .g = g, .activate = activate};
+	uint64_t left;
 	int rc;
 	if ((rc = backlog(v, &fj, &left)))
 		return rc;
+	vf_catchup_init(&fj.cu, CATCHUP_STEP, left);
 	for (int steps = 0; left > CATCHUP_STEP && steps < CATCHUP_STEPS; steps++) {
-		before = left;
 		if ((rc = vf_write(v->store, catch_up_fn, &fj)))
 			return rc;
 		fj.synced = fj.s_synced;
 		left = fj.s_left;
-		if (left >= before && fj.step < CATCHUP_MAX)
-			fj.step *= 2;
+		vf_catchup_after(&fj.cu, left);
 		vf_write_yield(v->store);
 	}
 	return vf_write(v->store, final_fn, &fj);

@@ -144,7 +144,7 @@ typedef struct compact_job {
 	uint64_t pending0;    /* its pending count at the first step */
 	uint32_t next;        /* the next cluster to look at */
 	uint32_t rewritten;   /* clusters rewritten */
-	uint64_t sync;        /* changes the next step may bring in (COMPACT_SYNC) */
+	vf_catchup sync;      /* the changes the next step may bring in */
 	uint64_t changes;     /* change-log entries a step trims at most */
 	int s_more;           /* the change log has more to trim */
 	uint64_t s_behind;    /* changes the generation lacks after the step */
@@ -345,7 +345,8 @@ static int compact_step(MDB_txn *txn, void *arg)
 	 * (writes made while another generation was active), COMPACT_SYNC
 	 * changes a step: queries meanwhile scan the rest exactly */
 	int resync = m.synced_seq < cnt.seq;
-	if (resync && (rc = vf_sync_generation(j->v, txn, g, &m, m.synced_seq + j->sync, &cnt)))
+	if (resync &&
+	    (rc = vf_sync_generation(j->v, txn, g, &m, m.synced_seq + j->sync.step, &cnt)))
 		goto out;
 	j->s_behind = cnt.seq - m.synced_seq;
 	if (j->s_behind) {
@@ -397,11 +398,9 @@ int vf_compact_steps(vecfs *v, uint32_t *clusters, uint64_t step_us, uint64_t sy
 		     int (*between)(void *), void *arg, char *err, size_t errlen)
 {
 	compact_job j = {.v = v, .step_us = step_us, .between = between, .arg = arg,
-			 .sync = sync ? sync : 1, .changes = sync ? sync : 1, .err = err,
-			 .errlen = errlen};
-	uint64_t sync_max = 64 * j.sync;
-	uint64_t behind = UINT64_MAX;
+			 .changes = sync ? sync : 1, .err = err, .errlen = errlen};
 	int restarts = 0, rc;
+	vf_catchup_init(&j.sync, sync, UINT64_MAX);
 	for (;;) {
 		if ((rc = vf_write(v->store, compact_step, &j)))
 			break;
@@ -418,9 +417,7 @@ int vf_compact_steps(vecfs *v, uint32_t *clusters, uint64_t step_us, uint64_t sy
 		j.rewritten = j.s_rewritten;
 		if (j.s_done)
 			break;
-		if (j.s_behind && j.s_behind >= behind && j.sync < sync_max)
-			j.sync *= 2; /* writes keep pace with the syncing */
-		behind = j.s_behind;
+		vf_catchup_after(&j.sync, j.s_behind);
 		if (j.between && j.between(j.arg)) {
 			rc = -ECANCELED;
 			break;

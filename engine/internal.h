@@ -125,6 +125,29 @@ int vf_to_index_space(vecfs_metric m, const float *in, float *out, uint32_t dim)
  * to change `to`, or to the last one (cnt->seq) when `to` is 0. */
 int vf_sync_generation(vecfs *v, MDB_txn *txn, vf_gen *g, vf_genmeta *m, uint64_t to,
 		       const vf_counters *cnt);
+
+/* The size of the steps that bring a generation up to date while writes go
+ * on (each step its own transaction): `step` changes at first; a step that
+ * did not shrink what the generation lacks (writes keep pace) makes the
+ * next twice as large, up to 64 times the first. */
+typedef struct vf_catchup {
+	uint64_t step, max;
+	uint64_t behind;    /* changes lacking after the last step */
+} vf_catchup;
+
+static inline void vf_catchup_init(vf_catchup *c, uint64_t step, uint64_t behind)
+{
+	c->step = step ? step : 1;
+	c->max = 64 * c->step;
+	c->behind = behind;
+}
+
+static inline void vf_catchup_after(vf_catchup *c, uint64_t behind)
+{
+	if (behind && behind >= c->behind && c->step < c->max)
+		c->step *= 2;
+	c->behind = behind;
+}
 /* Delete every key of a generation (postings and gens families). */
 int vf_drop_generation_keys(MDB_txn *txn, vf_store *s, uint64_t gen);
 
