@@ -909,9 +909,10 @@ static int chunk_add(staged_chunk *k, const void *data, size_t len)
 	return 0;
 }
 
-static int chunk_full(const staged_chunk *k)
+/* Does a chunk of n records in `bytes` bytes take no more? */
+static int chunk_full(size_t n, size_t bytes)
 {
-	return k->n >= NEAR_CHUNK || k->len >= COMMIT_CHUNK_BYTES;
+	return n >= NEAR_CHUNK || bytes >= COMMIT_CHUNK_BYTES;
 }
 
 /* Put the n staged records of buf[0..len) (u32 length, record) in order. */
@@ -979,7 +980,7 @@ static int commit_fn(MDB_txn *txn, void *arg)
 			     rc == 0 && !memcmp(key.mv_data, k0, 8);
 			     rc = mdb_cursor_get(cur, &key, &d, MDB_NEXT))
 				if ((rc = chunk_add(&k, d.mv_data, d.mv_size)) ||
-				    (chunk_full(&k) && (rc = put_chunk(&c, &k))))
+				    (chunk_full(k.n, k.len) && (rc = put_chunk(&c, &k))))
 					break;
 			mdb_cursor_close(cur);
 			if (rc == MDB_NOTFOUND)
@@ -994,7 +995,7 @@ static int commit_fn(MDB_txn *txn, void *arg)
 	/* the rows in memory, a chunk at a time */
 	for (size_t off = 0; rc == 0 && off < b->len;) {
 		size_t end = off, n = 0;
-		while (end < b->len && n < NEAR_CHUNK && end - off < COMMIT_CHUNK_BYTES) {
+		while (end < b->len && !chunk_full(n, end - off)) {
 			uint32_t n32;
 			memcpy(&n32, b->buf + end, 4);
 			end += 4 + n32;
