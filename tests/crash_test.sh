@@ -47,6 +47,7 @@ cat >"$TMP/writer.py" <<'EOF'
 import errno, json, os, random, sys
 sys.path.insert(0, os.path.dirname(sys.argv[0]))
 from vec import vec, text
+from fileio import write_file
 mnt, name, log, seed = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 pool = ['base-%d' % i for i in range(int(sys.argv[5]), int(sys.argv[5]) + int(sys.argv[6]))]
 r = random.Random(seed)
@@ -78,24 +79,10 @@ while True:
     data = ('\n'.join(lines) + '\n').encode()
     fname = '%s-%d.%s' % (name, seq, fmt)
     note('A %s %s' % (fname, ' '.join(keys)))
-    stage, fd = 'open', None
-    try:
-        fd = os.open(os.path.join(mnt, 'ingest', fname), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        stage = 'write'
-        cut = r.randint(0, len(data))
-        for part in (data[:cut], data[cut:]):
-            if part:
-                os.write(fd, part)
-        stage = 'close'
-        f, fd = fd, None
-        os.close(f)
-    except OSError as e:
-        if fd is not None:
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-        fail(e, stage, fname)
+    cut = r.randint(0, len(data))
+    failed = write_file(os.path.join(mnt, 'ingest', fname), (data[:cut], data[cut:]))
+    if failed:
+        fail(failed[0], failed[1], fname)
     note('P ' + fname)
     acked.extend(keys)
     if r.random() < 0.3 and acked:
@@ -108,28 +95,23 @@ EOF
 # `ok CMD` or `CMD ERRNO` per command, `stop` once the mount is gone
 cat >"$TMP/maint.py" <<'EOF'
 import errno, os, random, sys
+sys.path.insert(0, os.path.dirname(sys.argv[0]))
+from fileio import write_file
 mnt, log, seed = sys.argv[1], sys.argv[2], int(sys.argv[3])
 r = random.Random(seed)
 lfd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 while True:
     cmd = r.choice(['compact'] * 14 + ['rebalance'] * 2 + ['verify'] * 2 + ['build'])
-    fd = None
-    try:
-        fd = os.open(os.path.join(mnt, 'ctl'), os.O_WRONLY | os.O_TRUNC)
-        os.write(fd, (cmd + '\n').encode())
-        f, fd = fd, None
-        os.close(f)
+    failed = write_file(os.path.join(mnt, 'ctl'), [(cmd + '\n').encode()],
+                        os.O_WRONLY | os.O_TRUNC)
+    if not failed:
         os.write(lfd, ('ok %s\n' % cmd).encode())
-    except OSError as e:
-        if fd is not None:
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-        os.write(lfd, ('%s %s\n' % (cmd, errno.errorcode.get(e.errno, e.errno))).encode())
-        if e.errno in (errno.ENOTCONN, errno.ECONNABORTED, errno.ENOENT):
-            os.write(lfd, b'stop\n')
-            sys.exit(0)
+        continue
+    e = failed[0]
+    os.write(lfd, ('%s %s\n' % (cmd, errno.errorcode.get(e.errno, e.errno))).encode())
+    if e.errno in (errno.ENOTCONN, errno.ECONNABORTED, errno.ENOENT):
+        os.write(lfd, b'stop\n')
+        sys.exit(0)
 EOF
 
 # check.py MNT ROUND LOGDIR PREV CUR SEED: after a remount, the store against

@@ -79,28 +79,45 @@ mnt() { # STORE MNT [options]: mount, 0 once usable
 kv() { awk -v k="$1" -F' *= *' '$1 == k { print $2; f = 1; exit } END { exit !f }'; }
 stat_kv() { T cat "$M/stats" | kv "$1"; }
 
+# fileio.py, for the test scripts' Python: write_file(path, parts, flags)
+# opens, writes each part with one os.write and closes; it returns None, or
+# (the OSError, the stage that failed: open, write or close)
+cat >"$TMP/fileio.py" <<'PY'
+import os
+def write_file(path, parts, flags=os.O_WRONLY | os.O_CREAT | os.O_TRUNC):
+    stage, fd = 'open', None
+    try:
+        fd = os.open(path, flags, 0o644)
+        stage = 'write'
+        for part in parts:
+            if part:
+                os.write(fd, part)
+        stage = 'close'
+        f, fd = fd, None
+        os.close(f)
+        return None
+    except OSError as e:
+        if fd is not None:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        return e, stage
+PY
+
 # put SRC|- DEST [chunk]: copy with os.write; prints OK or ERR <errno> <stage>
 cat >"$TMP/put.py" <<'PY'
 import errno, os, sys
+sys.path.insert(0, os.path.dirname(sys.argv[0]))
+from fileio import write_file
 src, dst = sys.argv[1], sys.argv[2]
 chunk = int(sys.argv[3]) if len(sys.argv) > 3 else 65536
 data = sys.stdin.buffer.read() if src == '-' else open(src, 'rb').read()
-stage, fd = 'open', None
-try:
-    fd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    stage = 'write'
-    for i in range(0, len(data), chunk):
-        os.write(fd, data[i:i + chunk])
-    stage = 'close'
-    f, fd = fd, None
-    os.close(f)
-    print('OK')
-except OSError as e:
-    if fd is not None:
-        try:
-            os.close(fd)
-        except OSError:
-            pass
+failed = write_file(dst, [data[i:i + chunk] for i in range(0, len(data), chunk)])
+if failed:
+    e, stage = failed
     print('ERR %s %s' % (errno.errorcode.get(e.errno, e.errno), stage))
+else:
+    print('OK')
 PY
 put() { T "$PY" "$TMP/put.py" "$@"; }
