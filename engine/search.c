@@ -112,6 +112,8 @@ typedef struct query {
 typedef struct search {
 	vecfs *v;
 	MDB_txn *txn;
+	uint64_t active;     /* the generation searched (0: an exact scan), read
+			      * once for every part of a batch */
 	const vf_kernels *kn;
 	vecfs_metric metric;
 	uint32_t dim, k, nprobe, refine;
@@ -1060,7 +1062,7 @@ static int search_run(search *s, const float *queries, size_t nq, size_t first,
 		return -EINVAL;
 	}
 	s->nq = nq;
-	uint64_t active = o.exact ? 0 : vf_load_active(s->txn, v->store);
+	uint64_t active = s->active;
 	if (active) {
 		if ((rc = vf_gen_get(v, s->txn, active, &s->g)) ||
 		    (rc = vf_load_genmeta(s->txn, v->store, active, &s->gm)))
@@ -1209,7 +1211,8 @@ int vecfs_search(vecfs *v, const float *queries, size_t nq, uint32_t dim,
 		return rc;
 	if (n > VF_PARALLEL_MAX)
 		n = VF_PARALLEL_MAX;
-	int exact = o.exact || !vf_load_active(txn[0], v->store);
+	uint64_t active = o.exact ? 0 : vf_load_active(txn[0], v->store);
+	int exact = !active;
 	if (exact) {
 		if ((size_t)n > nq / PART_EXACT)
 			n = (int)(nq / PART_EXACT);
@@ -1234,7 +1237,8 @@ int vecfs_search(vecfs *v, const float *queries, size_t nq, uint32_t dim,
 		jobs[t] = (cpu_job){parts + p0, p1 - p0, p0, queries, nq, per, dim, &o, 0, ""};
 		for (size_t p = p0; p < p1; p++) {
 			parts[p].v = v;
-			parts[p].txn = txn[t];
+			parts[p].txn = txn[t]; /* the snapshot of txn[0] (open_more) */
+			parts[p].active = active;
 		}
 	}
 	vf_parallel(cpu_run, jobs, sizeof *jobs, n);
