@@ -1146,16 +1146,13 @@ static int read_path(const char *path, char **buf, size_t *len)
 	return rc;
 }
 
-/* The number of a `key = value` line of a file such as stats. */
-static int kv_get(const char *path, const char *key, uint64_t *out)
+/* The number of a `key = value` line of text such as stats. */
+static int kv_parse(const char *text, const char *key, uint64_t *out)
 {
-	size_t len, kl = strlen(key);
-	char *text, *line;
-	int rc = read_path(path, &text, &len);
+	size_t kl = strlen(key);
+	const char *line;
+	int rc = -ENOENT;
 
-	if (rc)
-		return rc;
-	rc = -ENOENT;
 	for (line = text; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
 		const char *v = line + kl;
 		char *end;
@@ -1175,6 +1172,19 @@ static int kv_get(const char *path, const char *key, uint64_t *out)
 		rc = errno || (*end && *end != '\n') ? -EINVAL : 0;
 		break;
 	}
+	return rc;
+}
+
+/* The number of a `key = value` line of a file such as stats. */
+static int kv_get(const char *path, const char *key, uint64_t *out)
+{
+	size_t len;
+	char *text;
+	int rc = read_path(path, &text, &len);
+
+	if (rc)
+		return rc;
+	rc = kv_parse(text, key, out);
 	free(text);
 	return rc;
 }
@@ -1914,8 +1924,8 @@ static int cmp_double(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-/* The daemon's stats: compactions and rebalances so far, and whether
- * maintenance is idle. */
+/* The daemon's stats, one read of them: compactions and rebalances so far,
+ * and whether maintenance is idle. */
 static int maint_state(struct mnt *m, uint64_t *compactions, uint64_t *rebalances, int *idle)
 {
 	char path[PATH_MAX], *text = NULL;
@@ -1924,11 +1934,13 @@ static int maint_state(struct mnt *m, uint64_t *compactions, uint64_t *rebalance
 
 	if ((rc = mnt_path(m, "stats", path)))
 		return rc;
-	if ((rc = kv_get(path, "compactions", compactions)) ||
-	    (rc = kv_get(path, "rebalances", rebalances)))
-		return fail_mnt(m, rc, "stats: compactions, rebalances");
 	if ((rc = read_path(path, &text, &len)))
 		return fail_mnt(m, rc, "read stats");
+	if ((rc = kv_parse(text, "compactions", compactions)) ||
+	    (rc = kv_parse(text, "rebalances", rebalances))) {
+		free(text);
+		return fail_mnt(m, rc, "stats: compactions, rebalances");
+	}
 	*idle = strstr(text, "\nmaintenance = idle\n") != NULL;
 	free(text);
 	return 0;
