@@ -300,11 +300,12 @@ static int trim_step(MDB_txn *txn, void *arg)
 	return trim_changes(txn, j->v->store, j->changes, &j->s_more);
 }
 
-static uint64_t elapsed_us(const struct timespec *t0)
+/* Microseconds since t (CLOCK_MONOTONIC). */
+static int64_t us_since(const struct timespec *t)
 {
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (uint64_t)((t.tv_sec - t0->tv_sec) * 1000000 + (t.tv_nsec - t0->tv_nsec) / 1000);
+	struct timespec now;
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	return (int64_t)(now.tv_sec - t->tv_sec) * 1000000 + (now.tv_nsec - t->tv_nsec) / 1000;
 }
 
 /* One step (see compact_job). */
@@ -358,7 +359,7 @@ static int compact_step(MDB_txn *txn, void *arg)
 		j->s_pending0 = m.pending;
 	}
 	for (uint32_t done = 0; j->s_next < m.nlist && rc == 0; j->s_next++) {
-		if (done && elapsed_us(&t0) >= j->step_us)
+		if (done && (uint64_t)us_since(&t0) >= j->step_us)
 			break; /* at least one cluster a step */
 		vf_manifest mf;
 		uint32_t c = j->s_next;
@@ -1247,13 +1248,6 @@ static void maybe_rebalance(vecfs *v)
 
 /* ------------------------------------------------------------ background */
 
-static int64_t ms_since(const struct timespec *t)
-{
-	struct timespec now;
-	clock_gettime(CLOCK_MONOTONIC, &now);
-	return (int64_t)(now.tv_sec - t->tv_sec) * 1000 + (now.tv_nsec - t->tv_nsec) / 1000000;
-}
-
 /* Wait (holding stat_mu) until work is due: now, or a backlog once writes
  * paused for VF_MAINT_IDLE_MS.  0 when closing. */
 static int maint_wait(vecfs *v)
@@ -1267,7 +1261,7 @@ static int maint_wait(vecfs *v)
 			pthread_cond_wait(&v->maint_cv, &v->stat_mu);
 			continue;
 		}
-		int64_t left = VF_MAINT_IDLE_MS - ms_since(&v->last_write);
+		int64_t left = VF_MAINT_IDLE_MS - us_since(&v->last_write) / 1000;
 		if (left <= 0)
 			return 1;
 		struct timespec until;
