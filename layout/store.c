@@ -11,6 +11,7 @@
 #include <time.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #define VF_MAP_MIN ((size_t)16 << 30) /* virtual: the file grows as data does */
@@ -357,6 +358,18 @@ void vf_write_yield(vf_store *s)
 		nanosleep(&(struct timespec){0, 500000}, NULL);
 }
 
+/* Is the store's filesystem (nearly) out of space?  LMDB says so as ENOSPC
+ * when a write fails, but as EIO when a write comes up short, which is how
+ * a full filesystem usually ends one; and MDB_MAP_FULL only says the map is
+ * too small.  Under FS_FULL_BYTES free counts as full: LMDB writes up to a
+ * thousand pages a call. */
+#define FS_FULL_BYTES ((uint64_t)16 << 20)
+static int fs_full(const vf_store *s)
+{
+	struct statvfs fs;
+	return statvfs(s->dir, &fs) == 0 && (uint64_t)fs.f_bavail * fs.f_frsize < FS_FULL_BYTES;
+}
+
 int vf_write(vf_store *s, vf_write_fn fn, void *arg)
 {
 	for (int attempt = 0; attempt < 40; attempt++) {
@@ -377,9 +390,15 @@ int vf_write(vf_store *s, vf_write_fn fn, void *arg)
 			mdb_txn_abort(txn);
 		}
 		pthread_rwlock_unlock(&s->resize);
-		if (rc == MDB_MAP_FULL || rc == -ENOSPC) {
-			/* growing waits for every transaction of the process to end:
-			 * never from a thread that holds one itself */
+		if (rc == 0)
+			return 0;
+		rc = vf_mdb_err(rc);
+		if ((rc == -ENOSPC || rc == -EIO) && fs_full(s))
+			return -ENOSPC; /* a larger map would not help */
+		if (rc == -ENOSPC) {
+			/* the map is full: growing it waits for every transaction
+			 * of the process to end, never from a thread that holds
+			 * one itself */
 			if (reads_held > 0)
 				return -ENOSPC;
 			int g = vf_store_grow(s, 0);
@@ -387,7 +406,7 @@ int vf_write(vf_store *s, vf_write_fn fn, void *arg)
 				return g;
 			continue;
 		}
-		return vf_mdb_err(rc);
+		return rc;
 	}
 	return -ENOSPC;
 }
