@@ -334,6 +334,10 @@ static void hint_start(vecfs *v)
 	/* for the records of today; writes make it larger as they add more */
 	if (rc || vf_hint_init(v->store, cnt.live))
 		return;
+	/* tests that damage the file: a cursor walk into a damaged page is
+	 * one of LMDB's assertions (an abort), a point lookup an error */
+	if (getenv("VECFS_NO_HINT_FILL"))
+		return;
 	if (cnt.live && pthread_create(&v->hint_thread, NULL, hint_fill, v) == 0)
 		v->hint_started = 1;
 }
@@ -911,7 +915,17 @@ out:
 typedef struct verify_state {
 	uint64_t blocks, deltas, live, stale, uncovered, bad;
 	char first[256];
+	char where[80]; /* what the walk reads: said when LMDB fails it */
+	int mdb_rc;     /* LMDB's own code of that failure */
 } verify_state;
+
+/* An LMDB failure of the walk: kept as LMDB says it, returned as -errno. */
+static int vfail(verify_state *st, int rc)
+{
+	if (rc >= MDB_KEYEXIST && rc <= MDB_LAST_ERRCODE && rc != MDB_NOTFOUND && !st->mdb_rc)
+		st->mdb_rc = rc;
+	return vf_mdb_err(rc);
+}
 
 static void vbad(verify_state *st, const char *fmt, unsigned long long a,
 		 unsigned long long b)
@@ -922,23 +936,28 @@ static void vbad(verify_state *st, const char *fmt, unsigned long long a,
 
 /* A live posting must match its record: same version and key (the record's
  * own checksum covers its vector). */
-static void verify_posting(MDB_txn *txn, vf_store *s, verify_state *st, uint64_t gen,
-			   uint64_t id, uint64_t seq, const char *key, uint32_t keylen,
-			   uint32_t dim)
+static int verify_posting(MDB_txn *txn, vf_store *s, verify_state *st, uint64_t gen,
+			  uint64_t id, uint64_t seq, const char *key, uint32_t keylen,
+			  uint32_t dim)
 {
 	vf_key64 rk = vf_key_u64(id);
 	MDB_val rv;
 	vf_record r;
 	st->live++;
-	if (mdb_get(txn, s->records, &(MDB_val){8, rk.b}, &rv) ||
-	    vf_record_decode(rv.mv_data, rv.mv_size, &r)) {
+	int rc = mdb_get(txn, s->records, &(MDB_val){8, rk.b}, &rv);
+	if (rc && rc != MDB_NOTFOUND) { /* not a missing record: a damaged tree */
+		snprintf(st->where, sizeof st->where, "record id %llu", (unsigned long long)id);
+		return rc;
+	}
+	if (rc || vf_record_decode(rv.mv_data, rv.mv_size, &r)) {
 		vbad(st, "generation %llu: a live posting names record id %llu, which is missing",
 		     gen, id);
-		return;
+		return 0;
 	}
 	if (r.seq != seq || r.keylen != keylen || memcmp(r.key, key, keylen) || r.dim != dim)
 		vbad(st, "generation %llu: the posting of record id %llu does not match the record",
 		     gen, id);
+	return 0;
 }
 
 static int verify_gen(MDB_txn *txn, vf_store *s, const vf_genmeta *m,
@@ -952,6 +971,7 @@ static int verify_gen(MDB_txn *txn, vf_store *s, const vf_genmeta *m,
 	uint32_t cluster = UINT32_MAX;
 	vf_be64(p, m->id);
 	vf_dirty_init(&dirty);
+	snprintf(st->where, sizeof st->where, "the change log");
 	int rc = vf_dirty_load(txn, s, m->synced_seq, cnt->seq, &dirty);
 	if (rc)
 		return rc;
@@ -959,9 +979,11 @@ static int verify_gen(MDB_txn *txn, vf_store *s, const vf_genmeta *m,
 		if (dirty.slots[i].id && dirty.slots[i].ch.op == VF_OP_PUT &&
 		    dirty.slots[i].ch.gen != m->id)
 			st->uncovered++;
+	snprintf(st->where, sizeof st->where, "the postings of generation %llu",
+		 (unsigned long long)m->id);
 	if ((rc = mdb_cursor_open(txn, s->postings, &cur))) {
 		vf_dirty_free(&dirty);
-		return vf_mdb_err(rc);
+		return vfail(st, rc);
 	}
 	for (rc = mdb_cursor_get(cur, &k, &d, MDB_SET_RANGE);
 	     rc == 0 && !memcmp(k.mv_data, p, 8);
@@ -1006,9 +1028,12 @@ static int verify_gen(MDB_txn *txn, vf_store *s, const vf_genmeta *m,
 				}
 				if (vf_posting_stale(&tombs, &dirty, id, seq))
 					st->stale++;
-				else
-					verify_posting(txn, s, st, m->id, id, seq, key, kl, b.dim);
+				else if ((rc = verify_posting(txn, s, st, m->id, id, seq, key, kl,
+							      b.dim)))
+					break;
 			}
+			if (rc)
+				break;
 		} else if (kind == VF_PK_DELTA) {
 			vf_code c;
 			st->deltas++;
@@ -1017,14 +1042,15 @@ static int verify_gen(MDB_txn *txn, vf_store *s, const vf_genmeta *m,
 				     m->id, cl);
 			else if (vf_posting_stale(&tombs, &dirty, c.id, c.seq))
 				st->stale++;
-			else
-				verify_posting(txn, s, st, m->id, c.id, c.seq, c.key, c.keylen, m->dim);
+			else if ((rc = verify_posting(txn, s, st, m->id, c.id, c.seq, c.key,
+						      c.keylen, m->dim)))
+				break;
 		}
 	}
 	mdb_cursor_close(cur);
 	vf_tombs_free(&tombs);
 	vf_dirty_free(&dirty);
-	return rc == MDB_NOTFOUND || rc == 0 ? 0 : vf_mdb_err(rc);
+	return rc == MDB_NOTFOUND || rc == 0 ? 0 : vfail(st, rc);
 }
 
 int vecfs_verify(vecfs *v, char *msg, size_t msglen)
@@ -1038,6 +1064,7 @@ int vecfs_verify(vecfs *v, char *msg, size_t msglen)
 	int rc = vf_read_begin(v->store, &txn);
 	if (rc)
 		return rc;
+	snprintf(st.where, sizeof st.where, "the list of generations");
 	if ((rc = list_gens(txn, v->store, ids, 1024, &n)) ||
 	    (rc = vf_load_counters(txn, v->store, &cnt)))
 		goto out;
@@ -1060,8 +1087,9 @@ int vecfs_verify(vecfs *v, char *msg, size_t msglen)
 	MDB_cursor *cur;
 	MDB_val k, d;
 	uint64_t nkeys = 0;
+	snprintf(st.where, sizeof st.where, "the keys");
 	if ((rc = mdb_cursor_open(txn, v->store->keys, &cur))) {
-		rc = vf_mdb_err(rc);
+		rc = vfail(&st, rc);
 		goto out;
 	}
 	for (rc = mdb_cursor_get(cur, &k, &d, MDB_FIRST); rc == 0;
@@ -1072,13 +1100,23 @@ int vecfs_verify(vecfs *v, char *msg, size_t msglen)
 		nkeys++;
 		memcpy(&id, d.mv_data, 8);
 		vf_key64 rk = vf_key_u64(id);
-		if (mdb_get(txn, v->store->records, &(MDB_val){8, rk.b}, &rv) ||
-		    vf_record_decode(rv.mv_data, rv.mv_size, &r) || r.keylen != k.mv_size ||
+		int grc = mdb_get(txn, v->store->records, &(MDB_val){8, rk.b}, &rv);
+		if (grc && grc != MDB_NOTFOUND) { /* a damaged tree, not a missing record */
+			snprintf(st.where, sizeof st.where, "record id %llu",
+				 (unsigned long long)id);
+			rc = grc;
+			break;
+		}
+		if (grc || vf_record_decode(rv.mv_data, rv.mv_size, &r) || r.keylen != k.mv_size ||
 		    memcmp(r.key, k.mv_data, r.keylen))
 			vbad(&st, "record id %llu (key #%llu) is missing or does not match its key",
 			     id, nkeys);
 	}
 	mdb_cursor_close(cur);
+	if (rc != MDB_NOTFOUND) {
+		rc = vfail(&st, rc);
+		goto out;
+	}
 	rc = 0;
 	if (nkeys != cnt.live)
 		vbad(&st, "record counter says %llu live records, keys hold %llu",
@@ -1086,7 +1124,13 @@ int vecfs_verify(vecfs *v, char *msg, size_t msglen)
 out:
 	vf_read_end(v->store, txn);
 	if (rc) {
-		snprintf(msg, msglen, "verify: failed: %s", strerror(-rc));
+		if (st.mdb_rc) /* one of LMDB's own: a damaged B-tree page */
+			snprintf(msg, msglen,
+				 "verify: failed reading %s: %s (the store's file is damaged; "
+				 "restore it from a backup)", st.where, mdb_strerror(st.mdb_rc));
+		else
+			snprintf(msg, msglen, "verify: failed reading %s: %s", st.where,
+				 strerror(-rc));
 		return rc;
 	}
 	if (st.bad) {

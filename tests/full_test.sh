@@ -151,6 +151,14 @@ if [[ $out != OK ]]; then
 	check build_when_full_logged sh -c "timeout 60 cat '$M/errors' | tail -1 | grep -i '^ctl: build' | grep -qi space"
 	check build_when_full_keeps_active test "$(T readlink "$M/generations/active")" == "$active"
 fi
+# compaction rewrites posting blocks: done, or ENOSPC with its line
+out=$(printf 'compact\n' | put - "$M/ctl")
+echo "compact while full: $out; errors: $(T cat "$M/errors" | tail -1)"
+if [[ $out != OK ]]; then
+	check compact_when_full_fails_clearly test "$out" == "ERR ENOSPC close" -o "$out" == "ERR ENOSPC write"
+	check compact_when_full_logged sh -c "timeout 60 cat '$M/errors' | tail -1 | grep -i '^ctl: compact' | grep -qi space"
+fi
+check verify_after_compact_when_full verify_ok
 # shellcheck disable=SC2046
 check queries_after_build_when_full T "$PY" "$TMP/check.py" "$M" "$ROWS" $(acked)
 

@@ -21,9 +21,12 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <fcntl.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "keys.h"
+#include "store.h"
 #include "testutil.h"
 #include "vecfs.h"
 
@@ -626,6 +629,80 @@ static void test_verify_healthy(void **state)
 	ds_free(&ds);
 }
 
+/* A damaged page of the store's file: verify names what it was reading
+ * and LMDB's word for the damage, not a bare I/O error, and does not take
+ * the damage for a missing record. */
+static void test_verify_damaged_file(void **state)
+{
+	fixture *f = *state;
+	const uint32_t D = 16;
+	const size_t N = 3000;
+	vecfs *v = fx_open(f, NULL);
+	set_config(v, D, VECFS_L2);
+	dataset ds;
+	ds_make(&ds, 707, N, D, 20);
+	put_range(v, ds.x, 0, N, D, "r");
+	build(v, 1);
+	expect_verify_ok(v, "before the damage");
+	fx_close(f);
+	ds_free(&ds);
+
+	/* the leaf page holding record id 1500: where its bytes are in the file */
+	vf_store *s;
+	char err[256], path[128];
+	MDB_txn *txn;
+	MDB_val val;
+	MDB_stat st;
+	assert_int_equal(vf_store_open(f->dir, 0, &s, err, sizeof err), 0);
+	assert_int_equal(vf_read_begin(s, &txn), 0);
+	vf_key64 k = vf_key_u64(1500);
+	assert_int_equal(mdb_get(txn, s->records, &(MDB_val){8, k.b}, &val), 0);
+	assert_int_equal(mdb_env_stat(s->env, &st), 0);
+	size_t rlen = val.mv_size;
+	char *rec = malloc(rlen);
+	assert_non_null(rec);
+	memcpy(rec, val.mv_data, rlen);
+	vf_read_end(s, txn);
+	vf_store_close(s);
+	snprintf(path, sizeof path, "%s/data.mdb", f->dir);
+	FILE *fp = fopen(path, "rb");
+	assert_non_null(fp);
+	fseek(fp, 0, SEEK_END);
+	long flen = ftell(fp);
+	char *file = malloc((size_t)flen);
+	assert_non_null(file);
+	rewind(fp);
+	assert_int_equal(fread(file, 1, (size_t)flen, fp), (size_t)flen);
+	fclose(fp);
+	const char *at = memmem(file, (size_t)flen, rec, rlen);
+	assert_non_null(at);
+	assert_null(memmem(at + 1, (size_t)(file + flen - at - 1), rec, rlen)); /* one copy */
+	off_t page = (off_t)((at - file) / st.ms_psize * st.ms_psize);
+	free(file);
+	free(rec);
+
+	/* its flags (bytes 10-11 of LMDB's page header) cleared: the page is
+	 * neither a branch nor a leaf any more */
+	int fd = open(path, O_RDWR);
+	assert_true(fd >= 0);
+	uint16_t zero = 0;
+	assert_int_equal(pwrite(fd, &zero, 2, page + 10), 2);
+	close(fd);
+
+	/* no background walk of the records: LMDB aborts a cursor that steps
+	 * onto a damaged page (verify's record reads are point lookups) */
+	setenv("VECFS_NO_HINT_FILL", "1", 1);
+	v = fx_open(f, NULL);
+	unsetenv("VECFS_NO_HINT_FILL");
+	char msg[512] = "";
+	int rc = vecfs_verify(v, msg, sizeof msg);
+	print_message("verify (damaged page at %lld): %d '%s'\n", (long long)page, rc, msg);
+	assert_int_equal(rc, -EIO);
+	assert_non_null(strstr(msg, "verify: failed reading record id "));
+	assert_non_null(strstr(msg, "MDB_CORRUPTED"));
+	assert_non_null(strstr(msg, "restore it from a backup"));
+}
+
 /* ------------------------------------------------------------ 6. stats */
 
 static void test_stats_counters(void **state)
@@ -835,6 +912,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_activate_rules, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_centroids_and_clusters, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_verify_healthy, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_verify_damaged_file, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_stats_counters, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_exclusive_open, fx_setup, fx_teardown),
 	};
