@@ -77,6 +77,13 @@ $(BUILD)/tests/test_ingest: $(BUILD)/obj/tests/test_ingest.o $(BUILD)/obj/tests/
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $^ -lcmocka $(LIBS)
 
+# query sessions (fs/query.c) and what they call, linked like test_ingest
+$(BUILD)/obj/tests/test_query.o: BASEFLAGS += $(FUSE_CFLAGS)
+$(BUILD)/tests/test_query: $(BUILD)/obj/tests/test_query.o $(BUILD)/obj/tests/testutil.o \
+		$(BUILD)/obj/fs/query.o $(BUILD)/obj/fs/text.o $(BUILD)/obj/fs/number.o $(BUILD)/libvecfs.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $^ -lcmocka $(LIBS)
+
 # Unit tests (cmocka), one binary per area; the summary line comes last.
 unit: all $(TEST_BIN)
 	@sh tests/run-unit.sh $(TEST_BIN)

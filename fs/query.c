@@ -6,6 +6,7 @@
 #include "fs.h"
 
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -149,8 +150,9 @@ int qs_in_write(qsession *q, const char *buf, size_t len, uint64_t off)
 	int rc = 0;
 	pthread_mutex_lock(&q->mu);
 	/* a write at offset 0 starts the input over: a descriptor held open
-	 * for a loop of queries pwrite()s each one there */
-	if (off == 0 && q->in.len)
+	 * for a loop of queries pwrite()s each one there (also after a refused
+	 * first write, which left nothing but `bad`) */
+	if (off == 0 && (q->in.len || q->bad))
 		reset_input(q);
 	if (q->ended) {
 		errlog("query/%s/in: the session was removed (rmdir)", q->id);
@@ -296,7 +298,8 @@ static int parse_line(const char *s, size_t n, qinput *qi, float *tmp, char *why
 		return 0;
 	if (memchr(s, '=', n))
 		return parse_options(s, n, qi, why, wl);
-	if (s[0] == '[') {
+	int bracket = s[0] == '[';
+	if (bracket) {
 		s++;
 		n--;
 		trim(&s, &n);
@@ -326,12 +329,16 @@ static int parse_line(const char *s, size_t n, qinput *qi, float *tmp, char *why
 			snprintf(why, wl, "out of memory");
 			return -ENOMEM;
 		}
-		if (fr) {
+		if (fr || !isfinite(tmp[cnt])) {
 			snprintf(why, wl, "'%.*s' is not a %s", (int)(p - st > 40 ? 40 : p - st), s + st,
-				 fr == -ERANGE ? "float32 (overflow)" : "number");
+				 fr == -ERANGE ? "float32 (overflow)" : fr ? "number" : "finite number");
 			return -EINVAL;
 		}
 		cnt++;
+	}
+	if (cnt == 0 && bracket) {
+		snprintf(why, wl, "no numbers in '[ ]'");
+		return -EINVAL;
 	}
 	if (cnt == 0)
 		return 0;
@@ -346,8 +353,21 @@ static int parse_line(const char *s, size_t n, qinput *qi, float *tmp, char *why
 	return rc;
 }
 
-static int parse_text(const char *buf, size_t len, qinput *qi, unsigned *line_out, char *why,
-		      size_t wl)
+/* The first vector of text input has the store's dimension (the ones after
+ * it, the first one's): -EINVAL otherwise.  before: vectors before the line. */
+static int first_vector_dim(qsession *q, const qinput *qi, size_t before, char *why, size_t wl)
+{
+	vecfs_config c;
+	if (qi->nq > before && before == 0 && vecfs_config_get(q->v, &c) == 0 && c.dim &&
+	    qi->dim != c.dim) {
+		snprintf(why, wl, "%u numbers, the store has dim %u", qi->dim, c.dim);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+static int parse_text(qsession *q, const char *buf, size_t len, qinput *qi, unsigned *line_out,
+		      char *why, size_t wl)
 {
 	float *tmp = malloc(sizeof(float) * (VECFS_DIM_MAX + 1));
 	size_t pos = 0;
@@ -362,7 +382,10 @@ static int parse_text(const char *buf, size_t len, qinput *qi, unsigned *line_ou
 		pos += n + (nl ? 1 : 0);
 		line++;
 		*line_out = line;
+		size_t before = qi->nq;
 		rc = parse_line(s, n, qi, tmp, why, wl);
+		if (rc == 0)
+			rc = first_vector_dim(q, qi, before, why, wl);
 	}
 	free(tmp);
 	if (rc == 0)
@@ -398,14 +421,8 @@ static int check_lines(qsession *q)
 		q->lines++;
 		size_t before = q->acc.nq;
 		rc = parse_line(s, n, &q->acc, tmp, why, sizeof why);
-		if (rc == 0 && q->acc.nq > before && before == 0) {
-			vecfs_config c;
-			if (vecfs_config_get(q->v, &c) == 0 && c.dim && q->acc.dim != c.dim) {
-				snprintf(why, sizeof why, "%u numbers, the store has dim %u",
-					 q->acc.dim, c.dim);
-				rc = -EINVAL;
-			}
-		}
+		if (rc == 0)
+			rc = first_vector_dim(q, &q->acc, before, why, sizeof why);
 	}
 	free(tmp);
 	if (rc) {
@@ -533,7 +550,10 @@ static int text_tail(qsession *q, qinput *qi, unsigned *line, char *why, size_t 
 	if (!tmp)
 		return -ENOMEM;
 	*line = q->lines + 1;
+	size_t before = qi->nq;
 	int rc = parse_line(q->in.p + q->checked, q->in.len - q->checked, qi, tmp, why, wl);
+	if (rc == 0)
+		rc = first_vector_dim(q, qi, before, why, wl);
 	free(tmp);
 	if (rc == 0)
 		*line = 0;
@@ -574,7 +594,7 @@ int qs_in_flush(qsession *q, int *ran)
 	} else {
 		rc = parse_fvecs(q->in.p, q->in.len, &qi);
 		if (rc == 0)
-			rc = parse_text(q->in.p ? q->in.p : "", q->in.len, &qi, &line, why,
+			rc = parse_text(q, q->in.p ? q->in.p : "", q->in.len, &qi, &line, why,
 					sizeof why);
 		else if (rc > 0)
 			rc = 0;
