@@ -112,7 +112,7 @@ static uint32_t pass1_scalar(const uint8_t *codes, const uint8_t *lut,
 		float bound = fabsf(r) * p->qerr + ldf(e1, v) * p->nq;
 		lo[v] = est - bound;
 		hi[v] = est + bound;
-		if (lo[v] <= p->thresh)
+		if (!(lo[v] > p->thresh)) /* a NaN bound prunes nothing */
 			mask |= 1u << v;
 	}
 	return mask;

@@ -41,8 +41,8 @@ typedef struct vf_kernels {
 		     uint8_t *out);
 	/* First pass over one batch of 32 codes: 4-bit look-up sums into
 	 * estimates and bounds; returns the bit mask of slots whose lower
-	 * bound is at most p->thresh (padding slots included when thresh is
-	 * infinite: callers mask them).  lo[32] and hi[32] receive the lower
+	 * bound is not above p->thresh (NaN included; padding slots too when
+	 * thresh is infinite: callers mask them).  lo[32] and hi[32] receive the lower
 	 * and upper bounds. */
 	uint32_t (*pass1)(const uint8_t *codes, const uint8_t *lut, uint32_t groups,
 			  const uint8_t *add, const uint8_t *r1, const uint8_t *e1,

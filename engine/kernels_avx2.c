@@ -199,7 +199,8 @@ static uint32_t pass1_avx2(const uint8_t *codes, const uint8_t *lut,
 		__m256 l = _mm256_sub_ps(est, bound);
 		_mm256_storeu_ps(lo + 8 * q, l);
 		_mm256_storeu_ps(hi + 8 * q, _mm256_add_ps(est, bound));
-		mask |= (uint32_t)_mm256_movemask_ps(_mm256_cmp_ps(l, vth, _CMP_LE_OQ)) << (8 * q);
+		/* not greater (a NaN bound prunes nothing), as in the scalar kernel */
+		mask |= (uint32_t)_mm256_movemask_ps(_mm256_cmp_ps(l, vth, _CMP_NGT_UQ)) << (8 * q);
 	}
 	return mask;
 }

@@ -87,6 +87,14 @@ typedef struct hit { /* exact result, from its record; pointers valid in the
 TOPK_HEAP(fheap, float, KEY_SELF)
 TOPK_HEAP(hheap, hit, KEY_DIST)
 
+/* Can a result at distance (or lower bound) d still enter the top k?  Always
+ * while there are fewer than k, even at +inf: a distance that overflows
+ * float32 is still a result. */
+static inline int hheap_admits(const hheap *h, float d)
+{
+	return h->n < h->k || d < KEY_DIST(h->v[0]);
+}
+
 /* ------------------------------------------------------------ per query */
 
 typedef struct cand {
@@ -130,7 +138,7 @@ typedef struct search {
 	uint8_t *planes;     /* one full code */
 } search;
 
-static float exact_dist(const search *s, const query *q, const void *vec)
+static float exact_dist_raw(const search *s, const query *q, const void *vec)
 {
 	switch (s->metric) {
 	case VECFS_L2:
@@ -149,6 +157,14 @@ static float exact_dist(const search *s, const query *q, const void *vec)
 	}
 	}
 	return 0;
+}
+
+/* The distance, +inf where float32 arithmetic gives none (overflowing
+ * sums of opposite signs): a NaN would not order. */
+static float exact_dist(const search *s, const query *q, const void *vec)
+{
+	float d = exact_dist_raw(s, q, vec);
+	return d == d ? d : INFINITY;
 }
 
 static float to_metric_units(const search *s, float d)
@@ -192,7 +208,7 @@ static inline int stale(const search *s, uint64_t id, uint64_t seq)
 static int pass2_keeps(query *q, float est, float bound)
 {
 	q->ex.pass2_scored++;
-	if (!(est - bound <= fheap_top(&q->ub))) {
+	if (est - bound > fheap_top(&q->ub)) { /* a NaN prunes nothing */
 		q->ex.pass2_pruned++;
 		return 0;
 	}
@@ -214,8 +230,11 @@ static int accept(search *s, query *q, float est, float bound, const vf_block *b
 			return 0;
 		}
 	}
-	cand c = {est - bound, b ? vf_block_id_at(b, i) : vf_delta_id_at(delta_data)};
-	fheap_push(&q->ub, est + bound);
+	/* a NaN estimate (float32 overflow in the factors) bounds nothing:
+	 * the candidate stays, and sets no threshold */
+	float lo = est - bound, hi = est + bound;
+	cand c = {lo == lo ? lo : -INFINITY, b ? vf_block_id_at(b, i) : vf_delta_id_at(delta_data)};
+	fheap_push(&q->ub, hi == hi ? hi : INFINITY);
 	int rc = cand_push(q, c);
 	if (rc == 0 && q->nc >= 4096 && q->nc >= 8 * (size_t)s->k * s->refine)
 		cand_trim(q);
@@ -251,7 +270,7 @@ static int pass2_block(search *s, query *q, const vf_block *b, uint32_t k0, uint
 	for (uint32_t k = k0; k < k1; k++) {
 		uint32_t i = s->surv[k];
 		/* the bound has tightened since pass 1 */
-		if (!(s->surv_lo[k] <= fheap_top(&q->ub))) {
+		if (s->surv_lo[k] > fheap_top(&q->ub)) {
 			q->ex.pass1_pruned++;
 			continue;
 		}
@@ -349,7 +368,7 @@ static int scan_block(search *s, query *q, const vf_block *b, int *checked2)
 		}
 		uint32_t w = a;
 		for (uint32_t k = a; k < ns; k++)
-			if (s->surv_lo[k] <= tb) {
+			if (!(s->surv_lo[k] > tb)) {
 				s->surv[w] = s->surv[k];
 				s->surv_lo[w++] = s->surv_lo[k];
 			}
@@ -839,6 +858,8 @@ static void prefetch_records(search *s, const cand *c, size_t n)
 static int rerank(search *s, query *q)
 {
 	cand_trim(q);
+	if (q->nc == 0)
+		return 0;
 	qsort(q->cands, q->nc, sizeof(cand), cmp_cand);
 	size_t cap = (size_t)s->k * s->refine;
 	size_t n = q->nc < cap ? q->nc : cap;
@@ -854,7 +875,7 @@ static int rerank(search *s, query *q)
 			m = RERANK_STEP;
 		if (m > n - i0)
 			m = n - i0;
-		if (!(q->cands[i0].lo < hheap_top(&q->top)))
+		if (!hheap_admits(&q->top, q->cands[i0].lo))
 			break;
 		if (i0 + m > ahead) { /* read this step's records, or a few ahead */
 			size_t r = m > RERANK_AHEAD ? m : RERANK_AHEAD;
@@ -871,7 +892,7 @@ static int rerank(search *s, query *q)
 		}
 		for (size_t j = 0; j < m; j++) {
 			const cand *c = &q->cands[i0 + j];
-			if (!(c->lo < hheap_top(&q->top)))
+			if (!hheap_admits(&q->top, c->lo))
 				return 0;
 			if (!vec[j]) {
 				q->ex.stale_skipped++;
@@ -904,7 +925,7 @@ static int scan_exact(search *s)
 			query *q = &s->qs[qi];
 			q->ex.uncovered_scanned++;
 			float dd = exact_dist(s, q, r.vec);
-			if (dd < hheap_top(&q->top))
+			if (hheap_admits(&q->top, dd))
 				hheap_push(&q->top, (hit){dd, id, r.key, r.keylen, r.payload,
 							  r.plen});
 		}
@@ -1029,6 +1050,42 @@ static void record_latency(vecfs *v, size_t nq, double us)
 	pthread_mutex_unlock(&v->stat_mu);
 }
 
+static int search_run(search *s, const float *queries, size_t nq, size_t first,
+		      uint32_t dim, const vecfs_query_opts *opts, char *err, size_t errlen);
+static void search_free(search *s);
+
+/* Query i of s again, on the same snapshot, probing four times as many
+ * clusters (at most all of them; that search widens further if it must):
+ * its results and counts replace the first ones, its work adds to theirs. */
+static int widen(search *s, size_t i, const float *qv, size_t first,
+		 const vecfs_query_opts *o, char *err, size_t errlen)
+{
+	vecfs_query_opts wo = *o;
+	wo.k = s->k;
+	wo.refine = s->refine;
+	wo.nprobe = s->nprobe > s->gm.nlist / 4 ? s->gm.nlist : s->nprobe * 4;
+	search w = {.v = s->v, .txn = s->txn, .active = s->active};
+	int rc = search_run(&w, qv, 1, first, s->dim, &wo, err, errlen);
+	if (rc == 0) {
+		query t = s->qs[i];
+		s->qs[i] = w.qs[0];
+		w.qs[0] = t;
+		vecfs_explain *a = &s->qs[i].ex;
+		const vecfs_explain *b = &t.ex;
+		a->clusters_probed += b->clusters_probed;
+		a->pass1_scored += b->pass1_scored;
+		a->pass1_pruned += b->pass1_pruned;
+		a->pass2_scored += b->pass2_scored;
+		a->pass2_pruned += b->pass2_pruned;
+		a->reranked += b->reranked;
+		a->delta_scanned += b->delta_scanned;
+		a->uncovered_scanned += b->uncovered_scanned;
+		a->stale_skipped += b->stale_skipped;
+	}
+	search_free(&w);
+	return rc;
+}
+
 /* One search over queries[0..nq) (the batch's from `first` on) on the open
  * snapshot s->txn, up to the results that collect() takes from s. */
 static int search_run(search *s, const float *queries, size_t nq, size_t first,
@@ -1092,8 +1149,10 @@ static int search_run(search *s, const float *queries, size_t nq, size_t first,
 			continue;
 		q->ub.k = s->k;
 		q->ub.v = malloc(sizeof(float) * s->k);
-		q->probe = malloc(sizeof(uint32_t) * (s->nprobe + 1));
-		q->pdist = malloc(sizeof(float) * (s->nprobe + 1));
+		/* an nprobe past the clusters there are probes them all */
+		size_t np = s->nprobe < s->gm.nlist ? s->nprobe : s->gm.nlist;
+		q->probe = malloc(sizeof(uint32_t) * (np + 1));
+		q->pdist = malloc(sizeof(float) * (np + 1));
 		if (!q->ub.v || !q->probe || !q->pdist ||
 		    (rc = vf_qstate_init(&q->qs, s->gm.pdim, s->gm.bits)) ||
 		    (rc = vf_cstate_init(&q->cs, s->gm.pdim)))
@@ -1108,6 +1167,12 @@ static int search_run(search *s, const float *queries, size_t nq, size_t first,
 		return rc;
 	for (size_t i = 0; i < nq && rc == 0; i++)
 		rc = rerank(s, &s->qs[i]);
+	/* min(k, live records) results: a query whose probed clusters held
+	 * fewer live postings probes again, more clusters */
+	uint64_t want = cnt.live < s->k ? cnt.live : s->k;
+	for (size_t i = 0; i < nq && rc == 0; i++)
+		if (s->qs[i].top.n < want && s->nprobe < s->gm.nlist)
+			rc = widen(s, i, queries + i * dim, first + i, &o, err, errlen);
 	return rc;
 }
 

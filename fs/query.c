@@ -463,7 +463,11 @@ static void render_json(sbuf *js, const vecfs_results *r)
 		sb_adds(js, i ? ", [" : "[");
 		for (size_t j = 0; j < r->count[i]; j++) {
 			const vecfs_hit *h = &r->hits[i][j];
-			int nn = fmt_float(num, sizeof num, h->distance);
+			/* JSON has no infinity: a distance that overflowed float32
+			 * is 1e999, which JSON readers take for one */
+			int nn = isinf(h->distance)
+				 ? snprintf(num, sizeof num, "%s", h->distance > 0 ? "1e999" : "-1e999")
+				 : fmt_float(num, sizeof num, h->distance);
 			sb_adds(js, j ? ", {\"key\": " : "{\"key\": ");
 			sb_json_string(js, h->key, h->keylen);
 			sb_adds(js, ", \"distance\": ");

@@ -235,6 +235,96 @@ static void test_min_k_live(void **state)
 	ds_free(&ds);
 }
 
+/* Probing fewer clusters than hold k records still gives min(k, live)
+ * results: the search probes more until it has them; an nprobe past the
+ * number of clusters probes them all. */
+static void test_min_k_few_clusters(void **state)
+{
+	fixture *f = *state;
+	const uint32_t D = 8;
+	const size_t N = 2000;
+	vecfs *v = fx_open(f, NULL);
+	set_config(v, D, VECFS_L2);
+	dataset ds;
+	ds_make(&ds, 9, N + 10, D, 40);
+	put_range(v, ds.x, 0, N, D, "w");
+	build(v, 1);
+	static const uint32_t ks[] = { 150, 700, 2000, 5000 };
+	static const uint32_t nprobes[] = { 1, 2, UINT32_MAX };
+	for (size_t t = 0; t < 4; t++) {
+		float q[8];
+		ds_fresh(&ds, q);
+		for (size_t a = 0; a < sizeof ks / sizeof *ks; a++)
+			for (size_t b = 0; b < sizeof nprobes / sizeof *nprobes; b++) {
+				vecfs_query_opts o = { .k = ks[a], .nprobe = nprobes[b] };
+				vecfs_results *r = search_opts(v, q, 1, D, &o);
+				size_t want = ks[a] < N ? ks[a] : N;
+				if (r->count[0] != want)
+					print_message("k %u nprobe %u: %zu hits, want %zu\n", ks[a],
+						      nprobes[b], r->count[0], want);
+				assert_int_equal(r->count[0], want);
+				check_hits(r->hits[0], r->count[0], VECFS_L2, ds.x, N, D, NULL,
+					   "w", q);
+				/* the option as given; every cluster probed once at most */
+				assert_int_equal(r->explain.nprobe, nprobes[b]);
+				if (nprobes[b] == UINT32_MAX) {
+					vecfs_gen_info gi;
+					assert_int_equal(vecfs_gen_info_get(v, vecfs_active(v), &gi), 0);
+					assert_int_equal(r->explain.clusters_probed, gi.nlist);
+				}
+				vecfs_results_free(r);
+			}
+	}
+	ds_free(&ds);
+}
+
+/* Distances that overflow float32 are results too (+inf under l2, -inf
+ * under dot), as many as min(k, live), with or without an index. */
+static void test_overflowing_distances(void **state)
+{
+	fixture *f = *state;
+	const uint32_t D = 4;
+	static const vecfs_metric metrics[] = { VECFS_L2, VECFS_DOT };
+	for (size_t mi = 0; mi < 2; mi++) {
+		char sub[16];
+		snprintf(sub, sizeof sub, "m%zu", mi);
+		vecfs *v = fx_open(f, sub);
+		set_config(v, D, metrics[mi]);
+		float x[300 * 4];
+		for (size_t i = 0; i < 300; i++) {
+			x[i * D] = (float)i * 0.1f;
+			x[i * D + 1] = 1;
+			x[i * D + 2] = 2;
+			x[i * D + 3] = (float)(i % 7);
+		}
+		put_range(v, x, 0, 300, D, "o");
+		const float q[4] = { 1e38f, 1e38f, 1e38f, 3 };
+		for (int pass = 0; pass < 2; pass++) {
+			if (pass == 1)
+				build(v, 1);
+			for (int exact = 0; exact < 2; exact++) {
+				vecfs_results *r = search1(v, q, D, 7, exact);
+				if (r->count[0] != 7)
+					print_message("%s gen %d exact %d: %zu hits\n",
+						      vecfs_metric_name(metrics[mi]), pass, exact,
+						      r->count[0]);
+				assert_int_equal(r->count[0], 7);
+				for (size_t j = 0; j < 7; j++) {
+					float d = r->hits[0][j].distance;
+					assert_true(isinf(d));
+					assert_true(metrics[mi] == VECFS_L2 ? d > 0 : d < 0);
+					assert_true(key_index(r->hits[0][j].key, "o") >= 0);
+					for (size_t i = 0; i < j; i++)
+						assert_string_not_equal(r->hits[0][i].key,
+									r->hits[0][j].key);
+				}
+				vecfs_results_free(r);
+			}
+		}
+		fx_close(f);
+	}
+}
+
 /* ------------------------------------------------------------ 4. deltas */
 
 static void test_delta_postings_found(void **state)
@@ -705,7 +795,7 @@ static void test_bad_input_rejected(void **state)
 	/* and UTF-8 strictly: truncated, a stray continuation byte, overlong
 	 * forms, surrogates, past U+10FFFF, bytes that never start one */
 	const char *badkeys[] = { "a/b", "/", "", ".", "..", "a\tb", "a\nb",
-				  longkey, "a\xC3", "\x80", "a\xC0\x80b", "\xE0\x80\xAF",
+				  longkey, "a\xC3", "\x80", "a\xC0\x80" "b", "\xE0\x80\xAF",
 				  "\xF0\x80\x80\xAF", "c\xED\xA0\x80", "d\xF4\x90\x80\x80",
 				  "\xF5\x80\x80\x80", "\xFF" };
 	for (size_t i = 0; i < sizeof badkeys / sizeof *badkeys; i++) {
@@ -1205,6 +1295,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_exact_equals_brute_force, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_recall_default_settings, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_min_k_live, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_min_k_few_clusters, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_overflowing_distances, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_delta_postings_found, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_deletes_never_returned, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_upsert_moves_vector, fx_setup, fx_teardown),
