@@ -944,6 +944,20 @@ static int cmp_hit(const void *a, const void *b)
 
 /* The results of the queries of parts[0..nparts), in order: the hits (keys,
  * payloads) copied out of the transactions. */
+/* The work counts of x added to e's. */
+static void explain_add(vecfs_explain *e, const vecfs_explain *x)
+{
+	e->clusters_probed += x->clusters_probed;
+	e->pass1_scored += x->pass1_scored;
+	e->pass1_pruned += x->pass1_pruned;
+	e->pass2_scored += x->pass2_scored;
+	e->pass2_pruned += x->pass2_pruned;
+	e->reranked += x->reranked;
+	e->delta_scanned += x->delta_scanned;
+	e->uncovered_scanned += x->uncovered_scanned;
+	e->stale_skipped += x->stale_skipped;
+}
+
 static int collect(search *parts, int nparts, vecfs_results **out)
 {
 	size_t bytes = 0, nh = 0, nq = 0;
@@ -993,16 +1007,7 @@ static int collect(search *parts, int nparts, vecfs_results **out)
 			}
 			hits->distance = to_metric_units(s, h->d);
 		}
-		vecfs_explain *e = &res->explain, *x = &q->ex;
-		e->clusters_probed += x->clusters_probed;
-		e->pass1_scored += x->pass1_scored;
-		e->pass1_pruned += x->pass1_pruned;
-		e->pass2_scored += x->pass2_scored;
-		e->pass2_pruned += x->pass2_pruned;
-		e->reranked += x->reranked;
-		e->delta_scanned += x->delta_scanned;
-		e->uncovered_scanned += x->uncovered_scanned;
-		e->stale_skipped += x->stale_skipped;
+		explain_add(&res->explain, &q->ex);
 	}
 	res->generation = parts[0].g ? parts[0].g->id : 0;
 	res->explain.generation = res->generation;
@@ -1053,6 +1058,7 @@ static void record_latency(vecfs *v, size_t nq, double us)
 static int search_run(search *s, const float *queries, size_t nq, size_t first,
 		      uint32_t dim, const vecfs_query_opts *opts, char *err, size_t errlen);
 static void search_free(search *s);
+static void explain_add(vecfs_explain *e, const vecfs_explain *x);
 
 /* Query i of s again, on the same snapshot, probing four times as many
  * clusters (at most all of them; that search widens further if it must):
@@ -1070,17 +1076,7 @@ static int widen(search *s, size_t i, const float *qv, size_t first,
 		query t = s->qs[i];
 		s->qs[i] = w.qs[0];
 		w.qs[0] = t;
-		vecfs_explain *a = &s->qs[i].ex;
-		const vecfs_explain *b = &t.ex;
-		a->clusters_probed += b->clusters_probed;
-		a->pass1_scored += b->pass1_scored;
-		a->pass1_pruned += b->pass1_pruned;
-		a->pass2_scored += b->pass2_scored;
-		a->pass2_pruned += b->pass2_pruned;
-		a->reranked += b->reranked;
-		a->delta_scanned += b->delta_scanned;
-		a->uncovered_scanned += b->uncovered_scanned;
-		a->stale_skipped += b->stale_skipped;
+		explain_add(&s->qs[i].ex, &t.ex);
 	}
 	search_free(&w);
 	return rc;
