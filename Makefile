@@ -24,7 +24,7 @@ TOOLS      := $(BUILD)/vecfs-bench $(BUILD)/vecfs-data $(BUILD)/vecfs-churn
 DAEMON     := $(if $(FS_SRC),$(BUILD)/vecfs,)
 DEPS_OK    := $(BUILD)/.deps-ok
 
-.PHONY: all test unit mount-test crash-test conformance asan bench clean deps
+.PHONY: all test unit mount-test crash-test full-test conformance asan bench clean deps
 all: $(DEPS_OK) $(BUILD)/libvecfs.a $(TOOLS) $(DAEMON)
 
 $(DEPS_OK): tools/ensure-deps.sh
@@ -96,7 +96,11 @@ mount-test: all
 crash-test: all
 	@bash tests/crash_test.sh $(BUILD)/vecfs
 
-test: unit mount-test crash-test
+# The store's filesystem full (a small tmpfs; needs root): ENOSPC, nothing lost.
+full-test: all
+	@bash tests/full_test.sh $(BUILD)/vecfs
+
+test: unit mount-test crash-test full-test
 
 # The acceptance suite in ../shared/conformance, run against build/vecfs.
 conformance: all
