@@ -342,7 +342,7 @@ static void hint_start(vecfs *v)
 		v->hint_started = 1;
 }
 
-int vecfs_open(const char *dir, vecfs **out, char *err, size_t errlen)
+static int open_store(const char *dir, int readonly, vecfs **out, char *err, size_t errlen)
 {
 	vecfs *v = calloc(1, sizeof *v);
 	int rc;
@@ -350,7 +350,8 @@ int vecfs_open(const char *dir, vecfs **out, char *err, size_t errlen)
 		return -ENOMEM;
 	const char *ms = getenv("VECFS_MAPSIZE"); /* tests: start small */
 	size_t mapsize = ms ? strtoull(ms, NULL, 0) : 0;
-	if ((rc = vf_store_open(dir, mapsize, &v->store, err, errlen))) {
+	if ((rc = readonly ? vf_store_open_readonly(dir, &v->store, err, errlen)
+			   : vf_store_open(dir, mapsize, &v->store, err, errlen))) {
 		free(v);
 		return rc;
 	}
@@ -365,6 +366,10 @@ int vecfs_open(const char *dir, vecfs **out, char *err, size_t errlen)
 	pthread_mutex_init(&v->stat_mu, NULL);
 	long nc = sysconf(_SC_NPROCESSORS_ONLN);
 	v->threads = nc < 1 ? 1 : nc > 16 ? 16 : (int)nc;
+	if (readonly) { /* as it is: no recovery, no maintenance */
+		*out = v;
+		return 0;
+	}
 	if ((rc = vf_write(v->store, recover_fn, v->store))) {
 		vf_seterr(err, errlen, "cannot recover store %s: %s", dir, strerror(-rc));
 		vecfs_close(v);
@@ -374,6 +379,16 @@ int vecfs_open(const char *dir, vecfs **out, char *err, size_t errlen)
 	vf_maint_start(v);
 	*out = v;
 	return 0;
+}
+
+int vecfs_open(const char *dir, vecfs **out, char *err, size_t errlen)
+{
+	return open_store(dir, 0, out, err, errlen);
+}
+
+int vecfs_open_readonly(const char *dir, vecfs **out, char *err, size_t errlen)
+{
+	return open_store(dir, 1, out, err, errlen);
 }
 
 void vecfs_close(vecfs *v)

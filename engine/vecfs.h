@@ -41,6 +41,10 @@ int vecfs_metric_parse(const char *s, vecfs_metric *out); /* 0 / -EINVAL */
 /* Open (creating if missing) the store in directory `dir`.  Fails with
  * -EBUSY if another process holds the store open. */
 int vecfs_open(const char *dir, vecfs **out, char *err, size_t errlen);
+/* Open an existing store to read it as it is, also while a daemon has it
+ * mounted (each read is one consistent snapshot): no recovery, no
+ * maintenance, nothing written; writes fail with -EROFS. */
+int vecfs_open_readonly(const char *dir, vecfs **out, char *err, size_t errlen);
 void vecfs_close(vecfs *v);
 
 /* ---------------------------------------------------------------- config */

@@ -43,8 +43,8 @@ static void seterr(char *err, size_t len, const char *fmt, const char *a, int rc
 		snprintf(err, len, fmt, a, rc > 0 ? mdb_strerror(rc) : strerror(-rc));
 }
 
-int vf_store_open(const char *dir, size_t mapsize, vf_store **out, char *err,
-		  size_t errlen)
+static int store_open(const char *dir, size_t mapsize, int readonly, vf_store **out,
+		      char *err, size_t errlen)
 {
 	vf_store *s = calloc(1, sizeof *s);
 	char path[4200];
@@ -54,11 +54,21 @@ int vf_store_open(const char *dir, size_t mapsize, vf_store **out, char *err,
 	if (!s)
 		return -ENOMEM;
 	s->lockfd = -1;
+	s->readonly = readonly;
 	if (strlen(dir) >= sizeof s->dir) {
 		free(s);
 		return -ENAMETOOLONG;
 	}
 	strcpy(s->dir, dir);
+	snprintf(path, sizeof path, "%s/data.mdb", dir);
+	if (readonly && stat(path, &st) != 0) {
+		rc = -errno;
+		seterr(err, errlen, "%s is not a store: %s", dir, rc);
+		free(s);
+		return rc;
+	}
+	if (readonly) /* beside a daemon that holds the store, as LMDB allows */
+		goto locked;
 	if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
 		rc = -errno;
 		seterr(err, errlen, "cannot create store directory %s: %s", dir, rc);
@@ -81,6 +91,7 @@ int vf_store_open(const char *dir, size_t mapsize, vf_store **out, char *err,
 		free(s);
 		return rc;
 	}
+locked:
 	pthread_rwlock_init(&s->resize, NULL);
 	pthread_mutex_init(&s->pool_mu, NULL);
 
@@ -99,7 +110,7 @@ int vf_store_open(const char *dir, size_t mapsize, vf_store **out, char *err,
 	    (rc = mdb_env_set_maxdbs(s->env, 8)) ||
 	    (rc = mdb_env_set_maxreaders(s->env, 512)) ||
 	    (rc = mdb_env_set_mapsize(s->env, mapsize)) ||
-	    (rc = mdb_env_open(s->env, dir, MDB_NOTLS, 0600))) {
+	    (rc = mdb_env_open(s->env, dir, MDB_NOTLS | (readonly ? MDB_RDONLY : 0), 0600))) {
 		seterr(err, errlen, "cannot open LMDB in %s: %s", dir, rc);
 		goto fail;
 	}
@@ -107,20 +118,24 @@ int vf_store_open(const char *dir, size_t mapsize, vf_store **out, char *err,
 	mdb_reader_check(s->env, &dead);
 
 	MDB_txn *txn;
-	if ((rc = mdb_txn_begin(s->env, NULL, 0, &txn))) {
+	if ((rc = mdb_txn_begin(s->env, NULL, readonly ? MDB_RDONLY : 0, &txn))) {
 		seterr(err, errlen, "cannot start a transaction in %s: %s", dir, rc);
 		goto fail;
 	}
-	if ((rc = mdb_dbi_open(txn, "meta", MDB_CREATE, &s->meta)) ||
-	    (rc = mdb_dbi_open(txn, "records", MDB_CREATE, &s->records)) ||
-	    (rc = mdb_dbi_open(txn, "keys", MDB_CREATE, &s->keys)) ||
-	    (rc = mdb_dbi_open(txn, "changes", MDB_CREATE, &s->changes)) ||
-	    (rc = mdb_dbi_open(txn, "gens", MDB_CREATE, &s->gens)) ||
-	    (rc = mdb_dbi_open(txn, "postings", MDB_CREATE, &s->postings)) ||
-	    (rc = mdb_dbi_open(txn, "staging", MDB_CREATE, &s->staging)) ||
-	    (rc = mdb_drop(txn, s->staging, 0))) {
+	unsigned create = readonly ? 0 : MDB_CREATE;
+	if ((rc = mdb_dbi_open(txn, "meta", create, &s->meta)) ||
+	    (rc = mdb_dbi_open(txn, "records", create, &s->records)) ||
+	    (rc = mdb_dbi_open(txn, "keys", create, &s->keys)) ||
+	    (rc = mdb_dbi_open(txn, "changes", create, &s->changes)) ||
+	    (rc = mdb_dbi_open(txn, "gens", create, &s->gens)) ||
+	    (rc = mdb_dbi_open(txn, "postings", create, &s->postings)) ||
+	    (rc = mdb_dbi_open(txn, "staging", create, &s->staging)) ||
+	    (!readonly && (rc = mdb_drop(txn, s->staging, 0)))) {
 		mdb_txn_abort(txn);
-		seterr(err, errlen, "cannot open databases in %s: %s", dir, rc);
+		if (rc == MDB_NOTFOUND)
+			seterr(err, errlen, "%s is not a vecfs store: %s", dir, rc);
+		else
+			seterr(err, errlen, "cannot open databases in %s: %s", dir, rc);
 		goto fail;
 	}
 	if ((rc = mdb_txn_commit(txn))) {
@@ -132,11 +147,23 @@ int vf_store_open(const char *dir, size_t mapsize, vf_store **out, char *err,
 fail:
 	if (s->env)
 		mdb_env_close(s->env);
-	close(s->lockfd);
+	if (s->lockfd >= 0)
+		close(s->lockfd);
 	pthread_rwlock_destroy(&s->resize);
 	pthread_mutex_destroy(&s->pool_mu);
 	free(s);
 	return vf_mdb_err(rc);
+}
+
+int vf_store_open(const char *dir, size_t mapsize, vf_store **out, char *err,
+		  size_t errlen)
+{
+	return store_open(dir, mapsize, 0, out, err, errlen);
+}
+
+int vf_store_open_readonly(const char *dir, vf_store **out, char *err, size_t errlen)
+{
+	return store_open(dir, 0, 1, out, err, errlen);
 }
 
 static void pool_drain(vf_store *s)
@@ -155,7 +182,8 @@ void vf_store_close(vf_store *s)
 	free(s->hints);
 	pool_drain(s);
 	mdb_env_close(s->env);
-	close(s->lockfd);
+	if (s->lockfd >= 0)
+		close(s->lockfd);
 	pthread_rwlock_destroy(&s->resize);
 	pthread_mutex_destroy(&s->pool_mu);
 	free(s);
@@ -298,6 +326,18 @@ int vf_read_begin(vf_store *s, MDB_txn **txn)
 	}
 	if (!t) {
 		rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &t);
+		if (rc == MDB_MAP_RESIZED && reads_held == 0) {
+			/* the daemon beside a read-only handle grew the map: take
+			 * its size (no transaction of ours may be open) */
+			pthread_rwlock_unlock(&s->resize);
+			pthread_rwlock_wrlock(&s->resize);
+			pool_drain(s);
+			rc = mdb_env_set_mapsize(s->env, 0);
+			pthread_rwlock_unlock(&s->resize);
+			pthread_rwlock_rdlock(&s->resize);
+			if (rc == 0)
+				rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &t);
+		}
 		if (rc) {
 			pthread_rwlock_unlock(&s->resize);
 			return vf_mdb_err(rc);
@@ -328,6 +368,8 @@ void vf_read_end(vf_store *s, MDB_txn *txn)
 int vf_store_grow(vf_store *s, size_t min_size)
 {
 	int rc = 0;
+	if (s->readonly)
+		return -EROFS;
 	pthread_rwlock_wrlock(&s->resize);
 	pool_drain(s);
 	size_t want = s->mapsize * 2;
@@ -372,6 +414,8 @@ static int fs_full(const vf_store *s)
 
 int vf_write(vf_store *s, vf_write_fn fn, void *arg)
 {
+	if (s->readonly)
+		return -EROFS;
 	for (int attempt = 0; attempt < 40; attempt++) {
 		MDB_txn *txn;
 		int rc;

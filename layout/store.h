@@ -36,7 +36,8 @@ typedef struct vf_store {
 	struct vf_hint *hints;    /* record locations, see vf_hint_get */
 	uint64_t hint_mask;       /* slots - 1 */
 	uint64_t hint_want;       /* slots wanted when the table could not grow */
-	int lockfd;
+	int lockfd;               /* -1 when read-only: no lock of ours */
+	int readonly;             /* vf_store_open_readonly(): every write is -EROFS */
 	int write_waiters;        /* vf_write() calls waiting for the writer lock */
 	char dir[4096];
 } vf_store;
@@ -48,6 +49,10 @@ int vf_mdb_err(int rc);
  * -EBUSY when another handle or process holds it. */
 int vf_store_open(const char *dir, size_t mapsize, vf_store **out, char *err,
 		  size_t errlen);
+/* Open an existing store for reading only, also while a daemon holds it
+ * (LMDB lets readers of other processes in): nothing is created, cleared
+ * or locked; vf_write() fails with -EROFS. */
+int vf_store_open_readonly(const char *dir, vf_store **out, char *err, size_t errlen);
 void vf_store_close(vf_store *s);
 
 /* Read transactions: taken from a pool of reset transactions. */

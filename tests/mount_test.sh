@@ -412,6 +412,29 @@ else
 	bad backup_mount "$(tail -c 200 "$TMP/daemon.log")"
 fi
 
+# ---------------------------------------------------------------- inspect
+# vecfs-inspect reads the store the daemon serves, and the backup copy,
+# and writes nothing
+INSPECT=$(dirname "$VECFS")/vecfs-inspect
+if [[ -x $INSPECT ]]; then
+	check inspect_records test "$(T "$INSPECT" "$S" | kv records)" == "$(stat_kv records)"
+	check inspect_active test "$(T "$INSPECT" "$S" | kv active)" == "$(T readlink "$M/generations/active")"
+	check inspect_keys test "$(T "$INSPECT" "$S" keys | sort | md5sum)" == "$(T ls "$M/records" | sort | md5sum)"
+	key=$(T ls "$M/records" | head -1)
+	check inspect_get test "$(T "$INSPECT" "$S" get "$key")" == "$(T cat "$M/records/$key")"
+	check inspect_verify sh -c "timeout 60 '$INSPECT' '$S' verify | grep -q '^verify: ok'"
+	check inspect_clusters test "$(T "$INSPECT" "$S" clusters | wc -l)" -gt 0
+	check inspect_no_key sh -c "timeout 60 '$INSPECT' '$S' get no-such-key 2>/dev/null; test \$? -eq 1"
+	check inspect_bad_command sh -c "timeout 60 '$INSPECT' '$S' frob 2>/dev/null; test \$? -eq 2"
+	T rm "$M/records/$key"
+	check inspect_sees_delete sh -c "! timeout 60 '$INSPECT' '$S' keys | grep -qxF -- '$key'"
+	sum=$(md5sum <"$TMP/bstore/data.mdb")
+	check inspect_backup test "$(T "$INSPECT" "$TMP/bstore" | kv active)" == "$g1"
+	check inspect_writes_nothing test "$(md5sum <"$TMP/bstore/data.mdb")" == "$sum"
+else
+	bad inspect_built "$INSPECT"
+fi
+
 # ---------------------------------------------------------------- daemon
 T "$VECFS" "$S" "$TMP/mnt2" >"$TMP/second.log" 2>&1 </dev/null
 rc=$?

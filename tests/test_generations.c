@@ -820,6 +820,122 @@ static void test_stats_counters(void **state)
 
 /* ------------------------------------------------------------ 7. exclusive */
 
+static char *slurp(const char *path, size_t *len)
+{
+	FILE *fp = fopen(path, "rb");
+	assert_non_null(fp);
+	fseek(fp, 0, SEEK_END);
+	long n = ftell(fp);
+	char *b = malloc((size_t)n + 1);
+	assert_non_null(b);
+	rewind(fp);
+	assert_int_equal(fread(b, 1, (size_t)n, fp), (size_t)n);
+	fclose(fp);
+	*len = (size_t)n;
+	return b;
+}
+
+/* A read-only handle reads a store as it is, writes nothing (every write
+ * is -EROFS), opens beside a process that holds the store, and never
+ * creates one. */
+static void test_readonly_open(void **state)
+{
+	fixture *f = *state;
+	const uint32_t D = 8;
+	const size_t N = 500;
+	char err[256] = "", path[128], key[32];
+	vecfs *v = fx_open(f, NULL);
+	set_config(v, D, VECFS_L2);
+	dataset ds;
+	ds_make(&ds, 808, N + 1, D, 10);
+	put_range(v, ds.x, 0, N, D, "r");
+	uint64_t gen = build(v, 1);
+	for (size_t i = 0; i < 10; i++) {
+		set_key(key, sizeof key, "r", i * 3);
+		del_key(v, key);
+	}
+	fx_close(f);
+	snprintf(path, sizeof path, "%s/data.mdb", f->dir);
+	size_t len0, len1;
+	char *before = slurp(path, &len0);
+
+	vecfs *ro = NULL;
+	assert_int_equal(vecfs_open_readonly(f->dir, &ro, err, sizeof err), 0);
+	assert_int_equal(stats(ro).records, N - 10);
+	assert_int_equal(vecfs_active(ro), gen);
+	for (int exact = 0; exact < 2; exact++) {
+		vecfs_results *r = search1(ro, ds.x + 7 * D, D, 5, exact);
+		assert_int_equal(r->count[0], 5);
+		assert_string_equal(r->hits[0][0].key, "r7");
+		vecfs_results_free(r);
+	}
+	float got[8];
+	uint32_t dim = 0;
+	assert_int_equal(vecfs_get(ro, "r7", 2, got, D, &dim, NULL, 0, NULL), 0);
+	assert_memory_equal(got, ds.x + 7 * D, sizeof got);
+	char msg[512] = "";
+	assert_int_equal(vecfs_verify(ro, msg, sizeof msg), 0);
+	/* every write refused, nothing changed */
+	vecfs_row row = { "new", 3, ds.x + N * D, NULL, 0 };
+	assert_int_equal(vecfs_put(ro, &row, 1, D, NULL, err, sizeof err), -EROFS);
+	assert_int_equal(vecfs_delete(ro, "r7", 2), -EROFS);
+	vecfs_config c;
+	assert_int_equal(vecfs_config_get(ro, &c), 0);
+	c.k = 7;
+	assert_int_equal(vecfs_config_set(ro, &c, err, sizeof err), -EROFS);
+	uint64_t g2 = 0;
+	assert_int_equal(vecfs_build(ro, 1, &g2, NULL, NULL, err, sizeof err), -EROFS);
+	assert_int_equal(vecfs_compact(ro, NULL, err, sizeof err), -EROFS);
+	assert_int_equal(vecfs_activate(ro, gen, err, sizeof err), -EROFS);
+	assert_int_equal(stats(ro).records, N - 10);
+	vecfs_close(ro);
+	char *after = slurp(path, &len1);
+	assert_int_equal(len1, len0);
+	assert_memory_equal(after, before, len0);
+	free(before);
+	free(after);
+
+	/* beside another process that holds the store and writes to it */
+	int go[2], done[2];
+	assert_int_equal(pipe(go), 0);
+	assert_int_equal(pipe(done), 0);
+	fflush(NULL);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		alarm(60);
+		vecfs *w = NULL;
+		char c1 = 0;
+		if (vecfs_open(f->dir, &w, NULL, 0) || put_one(w, "new", ds.x + N * D, D) ||
+		    write(go[1], "w", 1) != 1 || read(done[0], &c1, 1) != 1)
+			_exit(1);
+		vecfs_close(w);
+		_exit(0);
+	}
+	char c1;
+	assert_int_equal(read(go[0], &c1, 1), 1);
+	assert_int_equal(vecfs_open_readonly(f->dir, &ro, err, sizeof err), 0);
+	assert_int_equal(stats(ro).records, N - 9);
+	assert_int_equal(vecfs_get(ro, "new", 3, got, D, &dim, NULL, 0, NULL), 0);
+	vecfs_close(ro);
+	assert_int_equal(write(done[1], "d", 1), 1);
+	int status = 0;
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status));
+	assert_int_equal(WEXITSTATUS(status), 0);
+	close(go[0]), close(go[1]), close(done[0]), close(done[1]);
+
+	/* nothing there: an error, and no store made */
+	char none[128];
+	snprintf(none, sizeof none, "%s/none", f->dir);
+	ro = NULL;
+	assert_int_equal(vecfs_open_readonly(none, &ro, err, sizeof err), -ENOENT);
+	print_message("read-only open of nothing: '%s'\n", err);
+	struct stat st;
+	assert_int_not_equal(stat(none, &st), 0);
+	ds_free(&ds);
+}
+
 static void test_exclusive_open(void **state)
 {
 	fixture *f = *state;
@@ -915,6 +1031,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_verify_damaged_file, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_stats_counters, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_exclusive_open, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_readonly_open, fx_setup, fx_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,244 @@
+/*
+ * vecfs-inspect - look into a store without mounting it: a backup, a copy,
+ * a store after a crash, or one a daemon serves right now.
+ *
+ * The store is opened read-only (vecfs_open_readonly): nothing in it is
+ * written, recovered or maintained, and a daemon that has it mounted goes
+ * on serving (LMDB lets readers of other processes in; each command reads
+ * one consistent snapshot).  Commands:
+ *
+ *   summary            (the default) counts, settings and generations
+ *   verify             the check of `ctl verify`, one line; exit 1 when it
+ *                      finds a problem
+ *   generations        one line a generation
+ *   clusters [GEN]     one line a cluster of GEN (default: the active one)
+ *   keys               every live key, one a line, in key order
+ *   get KEY            the vector of KEY as records/KEY shows it
+ *
+ * Exit status: 0, 1 (verify found a problem, or KEY does not exist), 2 (bad
+ * usage, or the store cannot be read).
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "vecfs.h"
+
+#define PROG "vecfs-inspect"
+#define ERRLEN 512
+#define MAX_GENS 1024
+
+static const char usage_text[] =
+	"usage: " PROG " STORE [COMMAND [ARG]]\n"
+	"\n"
+	"Read a vecfs store without mounting it (also while a daemon serves it):\n"
+	"nothing is written.  Commands:\n"
+	"  summary          counts, settings and generations (the default)\n"
+	"  verify           the check of `ctl verify`; exit status 1 on a problem\n"
+	"  generations      one line a generation\n"
+	"  clusters [GEN]   one line a cluster of generation GEN (default: active)\n"
+	"  keys             every live key, one a line\n"
+	"  get KEY          the vector of KEY, as records/KEY shows it\n"
+	"\n"
+	"Exit status: 0; 1 when verify finds a problem or KEY does not exist;\n"
+	"2 on bad usage or a store that cannot be read.\n";
+
+static int fail(int rc, const char *what)
+{
+	fprintf(stderr, PROG ": %s: %s\n", what, strerror(-rc));
+	return 2;
+}
+
+static const char *state_name(vecfs_gen_state s)
+{
+	return s == VECFS_GEN_READY ? "ready" : s == VECFS_GEN_BUILDING ? "building" : "failed";
+}
+
+/* One line of a generation. */
+static void print_gen(const vecfs_gen_info *g, uint64_t active)
+{
+	printf("generation %" PRIu64 ": %s%s, nlist %u, bits %u, covers %" PRIu64
+	       ", delta postings %" PRIu64 ", tombstones %" PRIu64 ", built in %.2f s",
+	       g->id, state_name(g->state), g->id == active ? ", active" : "", g->nlist, g->bits,
+	       g->covered, g->delta_postings, g->tombstones, g->build_seconds);
+	if (g->parent)
+		printf(", from %" PRIu64, g->parent);
+	if (g->state == VECFS_GEN_BUILDING)
+		printf(", %s %u%%", g->phase, g->phase_pct);
+	putchar('\n');
+}
+
+static int list_generations(vecfs *v)
+{
+	uint64_t ids[MAX_GENS];
+	size_t n;
+	int rc = vecfs_gen_list(v, ids, MAX_GENS, &n);
+	if (rc)
+		return fail(rc, "generations");
+	uint64_t active = vecfs_active(v);
+	for (size_t i = 0; i < n && i < MAX_GENS; i++) {
+		vecfs_gen_info g;
+		if ((rc = vecfs_gen_info_get(v, ids[i], &g)) == 0)
+			print_gen(&g, active);
+		else if (rc != -ENOENT) /* removed since it was listed */
+			return fail(rc, "generation");
+	}
+	return 0;
+}
+
+static int summary(vecfs *v, const char *dir)
+{
+	vecfs_stats st;
+	vecfs_config c;
+	int rc;
+	if ((rc = vecfs_stats_get(v, &st)))
+		return fail(rc, "stats");
+	if ((rc = vecfs_config_get(v, &c)))
+		return fail(rc, "config");
+	printf("store = %s\n", dir);
+	printf("dim = %u\nmetric = %s\n", st.dim, vecfs_metric_name(st.metric));
+	printf("records = %" PRIu64 "\ndeleted = %" PRIu64 "\nnext_key = %" PRIu64 "\n",
+	       st.records, st.deleted, st.next_key);
+	printf("store_bytes = %" PRIu64 "\n", st.store_bytes);
+	if (st.active)
+		printf("active = %" PRIu64 "\n", st.active);
+	else
+		printf("active = none\n");
+	printf("generations = %" PRIu64 "\nunindexed = %" PRIu64 "\ndelta_postings = %" PRIu64
+	       "\n",
+	       st.generations, st.unindexed, st.delta_postings);
+	printf("config: nlist %u, bits %u, nprobe %u, k %u, refine %u, auto_build %" PRIu64
+	       ", compact_deltas %u, keep_generations %u, rebalance_ratio %u\n",
+	       c.nlist, c.bits, c.nprobe, c.k, c.refine, c.auto_build, c.compact_deltas,
+	       c.keep_generations, c.rebalance_ratio);
+	return list_generations(v);
+}
+
+static int verify(vecfs *v)
+{
+	char msg[ERRLEN] = "";
+	int rc = vecfs_verify(v, msg, sizeof msg);
+	if (msg[0])
+		puts(msg);
+	else if (rc)
+		return fail(rc, "verify");
+	return rc ? 1 : 0;
+}
+
+static int clusters(vecfs *v, const char *arg)
+{
+	uint64_t gen = vecfs_active(v);
+	if (arg) {
+		char *end;
+		errno = 0;
+		unsigned long long g = strtoull(arg, &end, 10);
+		if (errno || end == arg || *end || arg[0] == '-') {
+			fprintf(stderr, PROG ": clusters: '%s' is not a generation number\n", arg);
+			return 2;
+		}
+		gen = g;
+	}
+	if (!gen) {
+		fprintf(stderr, PROG ": clusters: the store has no active generation; name one\n");
+		return 2;
+	}
+	vecfs_cluster_info *ci = NULL;
+	uint32_t n = 0;
+	int rc = vecfs_gen_clusters(v, gen, &ci, &n);
+	if (rc == -ENOENT) {
+		fprintf(stderr, PROG ": clusters: no generation %" PRIu64 "\n", gen);
+		return 2;
+	}
+	if (rc)
+		return fail(rc, "clusters");
+	for (uint32_t i = 0; i < n; i++)
+		printf("cluster %u: vectors %" PRIu64 ", blocks %u, deltas %" PRIu64
+		       ", tombstones %" PRIu64 "\n",
+		       ci[i].id, ci[i].vectors, ci[i].blocks, ci[i].deltas, ci[i].tombstones);
+	free(ci);
+	return 0;
+}
+
+static int put_key(void *arg, const char *key, size_t keylen)
+{
+	(void)arg;
+	fwrite(key, 1, keylen, stdout);
+	putchar('\n');
+	return 0;
+}
+
+static int keys(vecfs *v)
+{
+	int rc = vecfs_keys(v, NULL, 0, SIZE_MAX, put_key, NULL);
+	return rc ? fail(rc, "keys") : 0;
+}
+
+static int get(vecfs *v, const char *key)
+{
+	float vec[VECFS_DIM_MAX];
+	uint32_t dim = 0;
+	int rc = vecfs_get(v, key, strlen(key), vec, VECFS_DIM_MAX, &dim, NULL, 0, NULL);
+	if (rc == -ENOENT) {
+		fprintf(stderr, PROG ": get: no record '%s'\n", key);
+		return 1;
+	}
+	if (rc)
+		return fail(rc, "get");
+	/* as records/KEY: each number to round-trip float32, single spaces */
+	for (uint32_t i = 0; i < dim; i++)
+		printf(i ? " %.9g" : "%.9g", (double)vec[i]);
+	putchar('\n');
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+		fputs(usage_text, stdout);
+		return 0;
+	}
+	const char *cmd = argc >= 3 ? argv[2] : "summary";
+	int nargs = strcmp(cmd, "get") == 0 ? 1 : strcmp(cmd, "clusters") == 0 ? -1 : 0;
+	if (argc < 2 || (nargs >= 0 && argc != 3 + nargs && !(argc == 2 && nargs == 0)) ||
+	    (nargs < 0 && argc > 4)) {
+		fputs(usage_text, stderr);
+		return 2;
+	}
+	static const char *const known[] = { "summary", "verify", "generations", "clusters",
+					     "keys", "get" };
+	size_t k = 0;
+	while (k < sizeof known / sizeof *known && strcmp(cmd, known[k]))
+		k++;
+	if (k == sizeof known / sizeof *known) {
+		fprintf(stderr, PROG ": unknown command '%s' (see --help)\n", cmd);
+		return 2;
+	}
+	vecfs *v;
+	char err[ERRLEN] = "";
+	int rc = vecfs_open_readonly(argv[1], &v, err, sizeof err);
+	if (rc) {
+		fprintf(stderr, PROG ": %s\n", err[0] ? err : strerror(-rc));
+		return 2;
+	}
+	int status;
+	if (!strcmp(cmd, "summary"))
+		status = summary(v, argv[1]);
+	else if (!strcmp(cmd, "verify"))
+		status = verify(v);
+	else if (!strcmp(cmd, "generations"))
+		status = list_generations(v);
+	else if (!strcmp(cmd, "clusters"))
+		status = clusters(v, argc == 4 ? argv[3] : NULL);
+	else if (!strcmp(cmd, "keys"))
+		status = keys(v);
+	else
+		status = get(v, argv[3]);
+	vecfs_close(v);
+	if (fflush(stdout) != 0 || ferror(stdout)) {
+		fprintf(stderr, PROG ": cannot write the output: %s\n", strerror(errno));
+		return 2;
+	}
+	return status;
+}
