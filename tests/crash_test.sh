@@ -3,7 +3,9 @@
 # daemon is busy.  A store with a generation and a small compact_deltas takes
 # ingests (delta postings), deletes and ctl commands (compact, rebalance,
 # build, verify) from several processes; after a random 0.3-2 s the daemon is
-# killed with SIGKILL, the mount is taken down and the store mounted again.
+# killed with SIGKILL, the mount is taken down, the store as the crash left
+# it (no recovery yet) must pass `vecfs-inspect STORE verify`, and the
+# store is mounted again.
 # Then every ingest whose close() returned 0 and every rm whose unlink()
 # returned 0 must be there (only those count: the writers log an operation
 # only after it returned), a file whose close() failed is all there or not at
@@ -24,6 +26,12 @@ BASE=3000 # rows of the first ingest, keys base-0 ... base-2999
 DIM=16
 SEED=${CRASH_SEED:-$RANDOM}
 log_tail() { tail -c 300 "$TMP/daemon.log" | tr "\n" "|"; }
+INSPECT=$(dirname "$VECFS")/vecfs-inspect
+inspect_verify_ok() {
+	local out
+	out=$(T "$INSPECT" "$S" verify 2>&1) && [[ $out == "verify: ok"* ]] ||
+		{ echo "$out" >&2; return 1; }
+}
 
 # The vector of a key: a function of the key alone, float32 values.
 cat >"$TMP/vec.py" <<'EOF'
@@ -350,6 +358,8 @@ for ((r = 1; r <= ROUNDS; r++)); do
 		"ctl done: $(awk '$1 == "ok" { n[$2]++ } END { for (c in n) printf "%s %d,", c, n[c] }' "$TMP/logs/maint$r")" \
 		"failed: $(grep -v -e '^ok ' -e '^stop' "$TMP/logs/maint$r" | tr '\n' ',')"
 	check "round${r}_writers_acknowledged" test "$nack" -gt 0
+	# what the crash left, before any recovery, read as it is: consistent
+	check "round${r}_consistent_before_recovery" inspect_verify_ok
 	if ! mnt "$S" "$M"; then
 		bad "round${r}_remount" "$(log_tail)"
 		break
