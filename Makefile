@@ -83,7 +83,8 @@ $(BUILD)/tests/test_ingest: $(BUILD)/obj/tests/test_ingest.o $(BUILD)/obj/tests/
 # query sessions (fs/query.c) and what they call, linked like test_ingest
 $(BUILD)/obj/tests/test_query.o: BASEFLAGS += $(FUSE_CFLAGS)
 $(BUILD)/tests/test_query: $(BUILD)/obj/tests/test_query.o $(BUILD)/obj/tests/testutil.o \
-		$(BUILD)/obj/fs/query.o $(BUILD)/obj/fs/text.o $(BUILD)/obj/fs/number.o $(BUILD)/libvecfs.a
+		$(BUILD)/obj/fs/query.o $(BUILD)/obj/fs/ahead.o $(BUILD)/obj/fs/text.o $(BUILD)/obj/fs/number.o \
+		$(BUILD)/libvecfs.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $^ -lcmocka $(LIBS)
 

@@ -1055,6 +1055,19 @@ static void record_latency(vecfs *v, size_t nq, double us)
 	pthread_mutex_unlock(&v->stat_mu);
 }
 
+void vecfs_search_count(vecfs *v, const vecfs_results *r)
+{
+	record_latency(v, r->nq, (double)r->explain.micros);
+}
+
+uint64_t vecfs_snapshot(vecfs *v)
+{
+	MDB_envinfo info;
+	if (mdb_env_info(v->store->env, &info))
+		return 0;
+	return info.me_last_txnid;
+}
+
 static int search_run(search *s, const float *queries, size_t nq, size_t first,
 		      uint32_t dim, const vecfs_query_opts *opts, char *err, size_t errlen);
 static void search_free(search *s);
@@ -1314,7 +1327,9 @@ int vecfs_search(vecfs *v, const float *queries, size_t nq, uint32_t dim,
 		(*out)->explain.k = parts[0].k;
 		(*out)->explain.nprobe = parts[0].nprobe;
 		(*out)->explain.refine = parts[0].refine;
-		record_latency(v, nq, us);
+		(*out)->snapshot = mdb_txn_id(txn[0]);
+		if (!o.uncounted)
+			record_latency(v, nq, us);
 	}
 	if (rc == -EIO && err && errlen && !err[0])
 		vf_seterr(err, errlen, "a posting block or record failed its checksum or is damaged");

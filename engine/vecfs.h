@@ -141,6 +141,8 @@ typedef struct vecfs_query_opts {
 	uint32_t nprobe;  /* 0 = config default */
 	uint32_t refine;  /* 0 = config default */
 	int exact;        /* 1 = scan every live record */
+	int uncounted;    /* 1 = not in the store's query counts and latencies
+			   * (stats) unless vecfs_search_count() adds it */
 } vecfs_query_opts;
 
 typedef struct vecfs_explain {
@@ -172,6 +174,7 @@ typedef struct vecfs_results {
 	vecfs_hit **hits;     /* hits[i][0..count[i]) in rank order */
 	vecfs_explain explain;/* summed over the batch */
 	uint64_t generation;  /* generation used, 0 = none */
+	uint64_t snapshot;    /* the version of the store searched */
 } vecfs_results;
 
 /* Run `nq` queries of `dim` floats each on one snapshot and one generation.
@@ -181,6 +184,12 @@ int vecfs_search(vecfs *v, const float *queries, size_t nq, uint32_t dim,
 		 const vecfs_query_opts *opts, vecfs_results **out, char *err,
 		 size_t errlen);
 void vecfs_results_free(vecfs_results *r);
+/* The store's version now: it changes with every committed write (also
+ * maintenance's).  While it equals r->snapshot, the same search again
+ * would find what r holds. */
+uint64_t vecfs_snapshot(vecfs *v);
+/* Count an `uncounted` search in the store's stats after all. */
+void vecfs_search_count(vecfs *v, const vecfs_results *r);
 
 /* ---------------------------------------------------------------- generations */
 

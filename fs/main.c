@@ -376,6 +376,7 @@ out_session:
 	pt_detach();
 	fuse_session_destroy(session);
 out_store:
+	ahead_stop();
 	tree_destroy();
 	vecfs_close(the_mount.store);
 	if (status_fd >= 0)

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdatomic.h>
 #include <time.h>
 
 #define IN_MAX ((size_t)256 << 20)
@@ -46,6 +47,9 @@ struct qsession {
 	double secs;
 	char *res[3];  /* NULL: not rendered yet */
 	size_t reslen[3];
+	/* for searching ahead (ahead.c): the session, the version of its input
+	 * (changed by every write and reset) */
+	uint64_t serial, ver;
 };
 
 qsession *qs_new(vecfs *v, const char *id, qbudget *budget)
@@ -53,8 +57,10 @@ qsession *qs_new(vecfs *v, const char *id, qbudget *budget)
 	qsession *q = calloc(1, sizeof *q);
 	if (!q)
 		return NULL;
+	static _Atomic uint64_t serials;
 	q->v = v;
 	q->budget = budget;
+	q->serial = atomic_fetch_add(&serials, 1) + 1;
 	pthread_mutex_init(&q->mu, NULL);
 	snprintf(q->id, sizeof q->id, "%s", id);
 	return q;
@@ -105,6 +111,7 @@ static void budget_give(qbudget *b, size_t n)
 
 static void reset_input(qsession *q)
 {
+	q->ver++;
 	budget_give(q->budget, q->in.len);
 	sb_free(&q->in);
 	q->checked = 0;
@@ -145,6 +152,8 @@ void qs_clear(qsession *q)
 
 static int check_lines(qsession *q);
 
+static void search_ahead(qsession *q);
+
 int qs_in_write(qsession *q, const char *buf, size_t len, uint64_t off)
 {
 	int rc = 0;
@@ -154,6 +163,8 @@ int qs_in_write(qsession *q, const char *buf, size_t len, uint64_t off)
 	 * first write, which left nothing but `bad`) */
 	if (off == 0 && (q->in.len || q->bad))
 		reset_input(q);
+	int first = q->in.len == 0 && !q->bad; /* the input's first write */
+	q->ver++;
 	if (q->ended) {
 		errlog("query/%s/in: the session was removed (rmdir)", q->id);
 		rc = -ENOENT;
@@ -178,6 +189,8 @@ int qs_in_write(qsession *q, const char *buf, size_t len, uint64_t off)
 		q->dirty = 1;
 		if (rc == 0)
 			rc = check_lines(q);
+		if (rc == 0 && first && !q->bad)
+			search_ahead(q);
 	}
 	if (rc == -EFBIG || rc == -ENOSPC || rc == -ENOMEM) {
 		/* part of the input is missing: its close must not run the rest */
@@ -564,6 +577,30 @@ static int text_tail(qsession *q, qinput *qi, unsigned *line, char *why, size_t 
 	return rc;
 }
 
+/* With q->mu held, after the first write of an input: when that write
+ * made it complete (text whose every line is checked, or whole fvecs
+ * rows), its search starts now (ahead.c); the close takes the results if
+ * they still hold.  Inputs written in several writes are searched at the
+ * close only: a search a write would repeat for ever more of the input. */
+static void search_ahead(qsession *q)
+{
+	qinput qi;
+	memset(&qi, 0, sizeof qi);
+	if (q->kind == 1) {
+		if (q->checked != q->in.len || q->acc.nq == 0)
+			return;
+		qi = q->acc;
+		qi.vecs = malloc(q->acc.nq * q->acc.dim * sizeof(float));
+		if (!qi.vecs)
+			return;
+		memcpy(qi.vecs, q->acc.vecs, q->acc.nq * q->acc.dim * sizeof(float));
+	} else if (parse_fvecs(q->in.p, q->in.len, &qi) != 1) {
+		free(qi.vecs);
+		return;
+	}
+	ahead_submit(q->serial, q->ver, q->v, &qi.o, qi.vecs, qi.nq, qi.dim);
+}
+
 static double now_s(void)
 {
 	struct timespec ts;
@@ -617,8 +654,10 @@ int qs_in_flush(qsession *q, int *ran)
 		pthread_mutex_unlock(&q->mu);
 		return rc;
 	}
-	vecfs_results *r = NULL;
-	rc = vecfs_search(q->v, qi.vecs, qi.nq, qi.dim, &qi.o, &r, why, sizeof why);
+	/* searched ahead at the write, if that still holds */
+	vecfs_results *r = ahead_take(q->serial, q->ver, q->v);
+	if (!r)
+		rc = vecfs_search(q->v, qi.vecs, qi.nq, qi.dim, &qi.o, &r, why, sizeof why);
 	clear_results(q);
 	if (rc) {
 		errlog("query/%s/in: %s", q->id, why[0] ? why : strerror(-rc));

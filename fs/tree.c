@@ -361,6 +361,8 @@ static int render(node *n, sbuf *b)
 			sb_printf(b, "workers_started = %llu\n", (unsigned long long)ls.extra_started);
 			sb_printf(b, "workers_listening = %u\n", ls.listening);
 			sb_printf(b, "workers_listening_cpus = %s\n", ls.listening_cpus);
+			sb_printf(b, "queries_searched_ahead = %llu\n",
+				  (unsigned long long)ahead_taken());
 			rc = b->oom ? -ENOMEM : 0;
 		}
 		return rc;

@@ -244,6 +244,31 @@ listen_ok() {
 	return 0
 }
 check one_client_wakes_one_worker listen_ok
+# a held query is searched ahead at its write (fs/ahead.c), and its close
+# still sees an ingest committed between the write and the close
+ahead_ok() {
+	local before after
+	before=$(stat_kv queries_searched_ahead) || return 1
+	T "$PY" -c "$HELD_LOOP" "$M/query/q1" 50 || return 1
+	after=$(stat_kv queries_searched_ahead) || return 1
+	((after - before >= 25)) || { echo "$((after - before)) of 50 searched ahead" >&2; return 1; }
+	T "$PY" - "$M" <<'PY'
+import os, sys, time
+m = sys.argv[1]
+fi = os.open(m + '/query/q1/in', os.O_WRONLY)
+os.pwrite(fi, b'k=1 mode=exact\n901 902 903 904\n', 0)
+time.sleep(0.05)  # the search ahead is done by now
+with open(m + '/ingest/ahead.csv', 'w') as f:
+    f.write('ahead-near,901,902,903,904\n')
+os.close(os.dup(fi))
+with open(m + '/query/q1/out') as f:
+    out = f.read()
+assert out == 'ahead-near\t0\n', out
+os.close(fi)
+os.unlink(m + '/records/ahead-near')
+PY
+}
+check search_ahead_sees_ingest ahead_ok
 # out is served from the page cache: a shorter, then a longer result, each
 # read whole by a new reader, with an honest size
 sizes_ok() {

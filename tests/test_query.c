@@ -1365,6 +1365,7 @@ static runner *bench_runner(void **state, uint64_t seed)
 static int bench_teardown(void **state)
 {
 	bench *b = *state;
+	ahead_stop(); /* before its store closes: a search ahead may use it */
 	runner_free(&b->t);
 	world_free(&b->w);
 	*state = b->fx;
@@ -1662,12 +1663,122 @@ static void test_bounds(void **state)
 	runner_free(b);
 }
 
+/* The first line of the session's out: its key and distance. */
+static void first_hit(qsession *q, char *key, size_t cap, float *dist)
+{
+	size_t n = 0;
+	char *out = qs_render(q, QS_OUT, &n);
+	assert_non_null(out);
+	char *tab = memchr(out, '\t', n);
+	assert_non_null(tab);
+	snprintf(key, cap, "%.*s", (int)(tab - out), out);
+	*dist = strtof(tab + 1, NULL);
+	free(out);
+}
+
+static void write_flush(qsession *q, const char *in, size_t len, uint64_t off, int flush)
+{
+	assert_int_equal(qs_in_write(q, in, len, off), 0);
+	if (flush) {
+		int ran = 0;
+		assert_int_equal(qs_in_flush(q, &ran), 0);
+		assert_true(ran);
+	}
+}
+
+/* The search that a complete first write starts ahead of the close
+ * (fs/ahead.c) answers the close only while it holds: a write to the store
+ * or to `in` in between makes the close search again, and the store counts
+ * each query once. */
+static void test_search_ahead(void **state)
+{
+	runner *t = bench_runner(state, 0xa4);
+	world *w = t->w;
+	qsession *q = t->q;
+	const struct timespec settle = {0, 50000000}; /* a search ahead is done */
+	float far[QD], other[QD];
+	char in[512], in2[512], key[64];
+	size_t len = 0, len2 = 0;
+	len += (size_t)snprintf(in, sizeof in, "k=3 mode=exact\n");
+	len2 += (size_t)snprintf(in2, sizeof in2, "k=3 mode=exact\n");
+	for (int j = 0; j < QD; j++) {
+		far[j] = 50.0f + (float)j;
+		other[j] = -40.0f - (float)j;
+		len += (size_t)snprintf(in + len, sizeof in - len, j ? " %g" : "%g", (double)far[j]);
+		len2 += (size_t)snprintf(in2 + len2, sizeof in2 - len2, j ? " %g" : "%g",
+					 (double)other[j]);
+	}
+	len += (size_t)snprintf(in + len, sizeof in - len, "\n");
+	len2 += (size_t)snprintf(in2 + len2, sizeof in2 - len2, "\n");
+	uint64_t queries0 = stats(w->v).queries, ahead0 = ahead_taken();
+	float d;
+
+	/* one write, then the close: answered ahead, as the library answers */
+	write_flush(q, in, len, 0, 1);
+	assert_int_equal(ahead_taken(), ahead0 + 1);
+	vecfs_results *r = search_opts(w->v, far, 1, QD, &(vecfs_query_opts){.k = 3, .exact = 1});
+	first_hit(q, key, sizeof key, &d);
+	assert_string_equal(key, r->hits[0][0].key);
+	assert_true(d == r->hits[0][0].distance);
+	vecfs_results_free(r);
+	assert_int_equal(stats(w->v).queries, queries0 + 2); /* this one and the check */
+
+	/* a record written between the write and the close is seen: the store
+	 * changed since the search ahead, so the close searches again */
+	write_flush(q, in, len, 0, 0);
+	nanosleep(&settle, NULL);
+	assert_int_equal(put_one(w->v, "near", far, QD), 0);
+	int ran = 0;
+	assert_int_equal(qs_in_flush(q, &ran), 0);
+	first_hit(q, key, sizeof key, &d);
+	assert_string_equal(key, "near");
+	assert_true(d == 0);
+	assert_int_equal(ahead_taken(), ahead0 + 1);
+	assert_int_equal(stats(w->v).queries, queries0 + 3);
+
+	/* the input rewritten before the close: the close answers the second */
+	write_flush(q, in, len, 0, 0);
+	nanosleep(&settle, NULL);
+	write_flush(q, in2, len2, 0, 1);
+	r = search_opts(w->v, other, 1, QD, &(vecfs_query_opts){.k = 3, .exact = 1});
+	first_hit(q, key, sizeof key, &d);
+	assert_string_equal(key, r->hits[0][0].key);
+	vecfs_results_free(r);
+
+	/* rewritten while the search ahead of the first input still runs (a
+	 * long one): the close does not take that one's results */
+	str big = {0};
+	s_cat(&big, "mode=exact\n");
+	for (int i = 0; i < 20000; i++)
+		s_put(&big, in + 15, len - 15); /* the vector line of `in` */
+	write_flush(q, big.p, big.n, 0, 0);
+	write_flush(q, in2, len2, 0, 1);
+	size_t n = 0;
+	char *out = qs_render(q, QS_OUT, &n);
+	assert_non_null(out);
+	assert_null(memmem(out, n, "\n\n", 2)); /* the results of one query */
+	free(out);
+	first_hit(q, key, sizeof key, &d);
+	r = search_opts(w->v, other, 1, QD, &(vecfs_query_opts){.k = 3, .exact = 1});
+	assert_string_equal(key, r->hits[0][0].key);
+	vecfs_results_free(r);
+	s_drop(&big);
+
+	/* written in two writes: searched at the close only */
+	uint64_t a = ahead_taken();
+	write_flush(q, in, 20, 0, 0);
+	write_flush(q, in + 20, len - 20, 20, 1);
+	first_hit(q, key, sizeof key, &d);
+	assert_string_equal(key, "near");
+	assert_int_equal(ahead_taken(), a);
+}
+
 int main(void)
 {
 #define TEST(f) cmocka_unit_test_setup_teardown(f, bench_setup, bench_teardown)
 	const struct CMUnitTest tests[] = {
 		TEST(test_examples), TEST(test_options_take_effect), TEST(test_pieces), TEST(test_fuzz),
-		TEST(test_bounds),
+		TEST(test_bounds), TEST(test_search_ahead),
 	};
 #undef TEST
 	return cmocka_run_group_tests(tests, NULL, NULL);

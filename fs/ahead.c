@@ -1,0 +1,214 @@
+/*
+ * fs/ahead.c - searching a query ahead of the close that runs it.
+ *
+ * A program that loops over queries writes `in`, then closes it, and each
+ * is a round trip through the kernel to the daemon.  The input is usually
+ * complete at the write: its search can start there, on a thread of its
+ * own, and run while the reply to the write goes back and the close comes
+ * in.  The close then takes the results if they still hold: nothing was
+ * written to `in` since (the session's input version), and the store has
+ * not changed since the snapshot the search read (vecfs_snapshot(): every
+ * committed write, maintenance's too, changes it).  Then they are what a
+ * search at the close would find, so the query still sees the store as it
+ * is when its close begins.  Otherwise the close searches as before.
+ *
+ * One search ahead at a time: a complete input that finds the thread busy
+ * is not searched ahead.  A search ahead is left out of the store's query
+ * counts until a close takes its results (vecfs_search_count()).
+ *
+ * Waiting awake: after a search the thread polls for the next one for
+ * SPIN_NS before it sleeps, and a close polls for a search that runs on
+ * another CPU up to SPIN_NS before it sleeps, so that a client's loop does
+ * not pay a wakeup across CPUs (dear on virtual machines) at each query.
+ * Both polls are bounded and happen only while queries come.
+ */
+#include "fs.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <time.h>
+
+#define SPIN_NS 200000 /* 0.2 ms */
+
+enum { IDLE, QUEUED, RUNNING, DONE };
+
+typedef struct ahead {
+	pthread_mutex_t mu;
+	pthread_cond_t job, done;
+	pthread_t th;
+	int started, stop;
+	atomic_int state;
+	atomic_int cpu;         /* where the search runs, -1: not known */
+	/* the job: whose input, which version of it */
+	uint64_t serial, ver;
+	vecfs *v;
+	vecfs_query_opts o;
+	float *vecs;
+	size_t nq;
+	uint32_t dim;
+	/* its outcome */
+	vecfs_results *r;
+	int rc;
+	_Atomic uint64_t taken; /* closes answered by a search ahead */
+} ahead;
+
+static ahead the_ahead = {
+	.mu = PTHREAD_MUTEX_INITIALIZER,
+	.job = PTHREAD_COND_INITIALIZER,
+	.done = PTHREAD_COND_INITIALIZER,
+	.cpu = -1,
+};
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Poll, up to SPIN_NS, until state is `want` or the thread stops. */
+static void spin_for(ahead *a, int want)
+{
+	uint64_t t0 = now_ns();
+	for (unsigned i = 0; atomic_load(&a->state) != want && !__atomic_load_n(&a->stop,
+	     __ATOMIC_RELAXED); i++) {
+		if ((i & 63) == 63 && now_ns() - t0 > SPIN_NS)
+			return;
+#if defined(__x86_64__) || defined(__i386__)
+		__builtin_ia32_pause();
+#endif
+	}
+}
+
+static void *run(void *arg)
+{
+	ahead *a = arg;
+	char why[256];
+	for (;;) {
+		spin_for(a, QUEUED); /* the next query of a loop comes soon */
+		pthread_mutex_lock(&a->mu);
+		while (atomic_load(&a->state) != QUEUED && !a->stop)
+			pthread_cond_wait(&a->job, &a->mu);
+		if (a->stop) {
+			pthread_mutex_unlock(&a->mu);
+			return NULL;
+		}
+		atomic_store(&a->state, RUNNING);
+		vecfs *v = a->v;
+		vecfs_query_opts o = a->o;
+		float *vecs = a->vecs;
+		size_t nq = a->nq;
+		uint32_t dim = a->dim;
+		a->vecs = NULL;
+		pthread_mutex_unlock(&a->mu);
+
+		atomic_store(&a->cpu, sched_getcpu());
+		o.uncounted = 1;
+		vecfs_results *r = NULL;
+		int rc = vecfs_search(v, vecs, nq, dim, &o, &r, why, sizeof why);
+		free(vecs);
+
+		pthread_mutex_lock(&a->mu);
+		a->r = r;
+		a->rc = rc;
+		atomic_store(&a->state, DONE);
+		pthread_cond_broadcast(&a->done);
+		pthread_mutex_unlock(&a->mu);
+	}
+}
+
+void ahead_submit(uint64_t serial, uint64_t ver, vecfs *v, const vecfs_query_opts *o,
+		  float *vecs, size_t nq, uint32_t dim)
+{
+	ahead *a = &the_ahead;
+	pthread_mutex_lock(&a->mu);
+	int st = atomic_load(&a->state);
+	if (a->stop || st == QUEUED || st == RUNNING) { /* busy: not this one */
+		pthread_mutex_unlock(&a->mu);
+		free(vecs);
+		return;
+	}
+	if (!a->started) {
+		if (pthread_create(&a->th, NULL, run, a) != 0) {
+			pthread_mutex_unlock(&a->mu);
+			free(vecs);
+			return;
+		}
+		a->started = 1;
+	}
+	vecfs_results_free(a->r); /* a result nobody took */
+	a->r = NULL;
+	a->serial = serial;
+	a->ver = ver;
+	a->v = v;
+	a->o = *o;
+	a->vecs = vecs;
+	a->nq = nq;
+	a->dim = dim;
+	atomic_store(&a->state, QUEUED);
+	pthread_cond_signal(&a->job);
+	pthread_mutex_unlock(&a->mu);
+}
+
+vecfs_results *ahead_take(uint64_t serial, uint64_t ver, vecfs *v)
+{
+	ahead *a = &the_ahead;
+	if (atomic_load(&a->state) == IDLE)
+		return NULL;
+	pthread_mutex_lock(&a->mu);
+	int st = atomic_load(&a->state);
+	if (st == IDLE || a->serial != serial || a->ver != ver) {
+		pthread_mutex_unlock(&a->mu);
+		return NULL;
+	}
+	if (st == RUNNING && atomic_load(&a->cpu) != sched_getcpu()) {
+		/* it runs on another CPU: wait awake a while (not for one
+		 * that has yet to start: it may need this CPU) */
+		pthread_mutex_unlock(&a->mu);
+		spin_for(a, DONE);
+		pthread_mutex_lock(&a->mu);
+	}
+	while (atomic_load(&a->state) != DONE)
+		pthread_cond_wait(&a->done, &a->mu);
+	vecfs_results *r = a->r;
+	a->r = NULL;
+	int ok = a->rc == 0 && r && a->serial == serial && a->ver == ver &&
+		 r->snapshot == vecfs_snapshot(v);
+	atomic_store(&a->state, IDLE);
+	pthread_mutex_unlock(&a->mu);
+	if (!ok) {
+		vecfs_results_free(r);
+		return NULL;
+	}
+	vecfs_search_count(v, r);
+	atomic_fetch_add(&a->taken, 1);
+	return r;
+}
+
+uint64_t ahead_taken(void)
+{
+	return atomic_load(&the_ahead.taken);
+}
+
+void ahead_stop(void)
+{
+	ahead *a = &the_ahead;
+	pthread_mutex_lock(&a->mu);
+	a->stop = 1;
+	pthread_cond_broadcast(&a->job);
+	int started = a->started;
+	pthread_mutex_unlock(&a->mu);
+	if (started)
+		pthread_join(a->th, NULL);
+	pthread_mutex_lock(&a->mu);
+	vecfs_results_free(a->r);
+	a->r = NULL;
+	free(a->vecs);
+	a->vecs = NULL;
+	atomic_store(&a->state, IDLE);
+	a->started = 0;
+	a->stop = 0; /* a later submit starts the thread again */
+	pthread_mutex_unlock(&a->mu);
+}
