@@ -577,6 +577,10 @@ static int text_tail(qsession *q, qinput *qi, unsigned *line, char *why, size_t 
 	return rc;
 }
 
+/* Most query vectors an input searched ahead may hold: a longer one is a
+ * batch, whose first write may end at a line by chance. */
+#define AHEAD_MAX_QUERIES 64
+
 /* With q->mu held, after the first write of an input: when that write
  * made it complete (text whose every line is checked, or whole fvecs
  * rows), its search starts now (ahead.c); the close takes the results if
@@ -587,14 +591,14 @@ static void search_ahead(qsession *q)
 	qinput qi;
 	memset(&qi, 0, sizeof qi);
 	if (q->kind == 1) {
-		if (q->checked != q->in.len || q->acc.nq == 0)
+		if (q->checked != q->in.len || q->acc.nq == 0 || q->acc.nq > AHEAD_MAX_QUERIES)
 			return;
 		qi = q->acc;
 		qi.vecs = malloc(q->acc.nq * q->acc.dim * sizeof(float));
 		if (!qi.vecs)
 			return;
 		memcpy(qi.vecs, q->acc.vecs, q->acc.nq * q->acc.dim * sizeof(float));
-	} else if (parse_fvecs(q->in.p, q->in.len, &qi) != 1) {
+	} else if (parse_fvecs(q->in.p, q->in.len, &qi) != 1 || qi.nq > AHEAD_MAX_QUERIES) {
 		free(qi.vecs);
 		return;
 	}
