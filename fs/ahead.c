@@ -157,25 +157,33 @@ vecfs_results *ahead_take(uint64_t serial, uint64_t ver, vecfs *v)
 	ahead *a = &the_ahead;
 	if (atomic_load(&a->state) == IDLE)
 		return NULL;
+	int spun = 0;
 	pthread_mutex_lock(&a->mu);
-	int st = atomic_load(&a->state);
-	if (st == IDLE || a->serial != serial || a->ver != ver) {
-		pthread_mutex_unlock(&a->mu);
-		return NULL;
-	}
-	if (st == RUNNING && atomic_load(&a->cpu) != sched_getcpu()) {
-		/* it runs on another CPU: wait awake a while (not for one
-		 * that has yet to start: it may need this CPU) */
-		pthread_mutex_unlock(&a->mu);
-		spin_for(a, DONE);
-		pthread_mutex_lock(&a->mu);
-	}
-	while (atomic_load(&a->state) != DONE)
+	for (;;) {
+		/* checked again after every wait: while this close waited
+		 * unlocked, its job may have been done, then replaced by another
+		 * session's and taken by that one's close */
+		int st = atomic_load(&a->state);
+		if (st == IDLE || a->serial != serial || a->ver != ver) {
+			pthread_mutex_unlock(&a->mu);
+			return NULL;
+		}
+		if (st == DONE)
+			break;
+		if (st == RUNNING && !spun && atomic_load(&a->cpu) != sched_getcpu()) {
+			/* it runs on another CPU: wait awake a while (not for one
+			 * that has yet to start: it may need this CPU) */
+			spun = 1;
+			pthread_mutex_unlock(&a->mu);
+			spin_for(a, DONE);
+			pthread_mutex_lock(&a->mu);
+			continue;
+		}
 		pthread_cond_wait(&a->done, &a->mu);
+	}
 	vecfs_results *r = a->r;
 	a->r = NULL;
-	int ok = a->rc == 0 && r && a->serial == serial && a->ver == ver &&
-		 r->snapshot == vecfs_snapshot(v);
+	int ok = a->rc == 0 && r && r->snapshot == vecfs_snapshot(v);
 	atomic_store(&a->state, IDLE);
 	pthread_mutex_unlock(&a->mu);
 	if (!ok) {
@@ -198,6 +206,10 @@ void ahead_stop(void)
 	pthread_mutex_lock(&a->mu);
 	a->stop = 1;
 	pthread_cond_broadcast(&a->job);
+	if (atomic_load(&a->state) == QUEUED) { /* it will not run: let a close go */
+		atomic_store(&a->state, IDLE);
+		pthread_cond_broadcast(&a->done);
+	}
 	int started = a->started;
 	pthread_mutex_unlock(&a->mu);
 	if (started)

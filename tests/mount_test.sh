@@ -389,7 +389,7 @@ steady_ok() {
 	after=$(stat_kv workers_started) || return 1
 	((after - before <= 20)) || { echo "$((after - before)) workers started" >&2; return 1; }
 	sleep 2.5 # EXTRA_IDLE_MS and a margin
-	[[ $(stat_kv workers) == "$workers" ]] || { echo "$(stat_kv workers) workers stay" >&2; return 1; }
+	[[ $(stat_kv workers) == "$workers" ]] || { echo "$(stat_kv workers) workers stay; $(T grep -E '^workers' "$M/stats" | tr '\n' ' '); 3 s later: $(sleep 3; T grep -E '^workers' "$M/stats" | tr '\n' ' ')" >&2; return 1; }
 }
 check steady_clients_keep_workers steady_ok
 check query_rmdir T rmdir "$M/query/q1"

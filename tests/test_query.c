@@ -36,6 +36,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -1773,12 +1774,96 @@ static void test_search_ahead(void **state)
 	assert_int_equal(ahead_taken(), a);
 }
 
+/* Several sessions write and close at once (threads, as clients would):
+ * each close gets its own query's results, and none waits for ever for a
+ * search ahead another session's close took (a close that waited unlocked
+ * once found its job gone and slept on). */
+typedef struct many {
+	world *w;
+	qsession *q;
+	int id;
+	int bad;
+} many;
+
+static void *many_run(void *arg)
+{
+	many *m = arg;
+	char in[256], want[64], got[64];
+	for (int i = 0; i < 1500 && !m->bad; i++) {
+		float v[QD];
+		int len = snprintf(in, sizeof in, "k=1 mode=exact\n");
+		for (int j = 0; j < QD; j++) {
+			v[j] = (float)((i * 7 + m->id * 13 + j * 3) % 29) - 14.0f;
+			len += snprintf(in + len, sizeof in - (size_t)len, j ? " %g" : "%g", (double)v[j]);
+		}
+		len += snprintf(in + len, sizeof in - (size_t)len, "\n");
+		int ran = 0;
+		if (qs_in_write(m->q, in, (size_t)len, 0) || qs_in_flush(m->q, &ran) || !ran) {
+			m->bad = 1;
+			break;
+		}
+		vecfs_results *r = NULL;
+		char err[128];
+		vecfs_query_opts o = {.k = 1, .exact = 1, .uncounted = 1};
+		if (vecfs_search(m->w->v, v, 1, QD, &o, &r, err, sizeof err) || r->count[0] != 1) {
+			m->bad = 2;
+			break;
+		}
+		snprintf(want, sizeof want, "%s", r->hits[0][0].key);
+		vecfs_results_free(r);
+		float d;
+		size_t n = 0;
+		char *out = qs_render(m->q, QS_OUT, &n);
+		char *tab = out ? memchr(out, '\t', n) : NULL;
+		if (!tab) {
+			free(out);
+			m->bad = 3;
+			break;
+		}
+		snprintf(got, sizeof got, "%.*s", (int)(tab - out), out);
+		d = strtof(tab + 1, NULL);
+		(void)d;
+		free(out);
+		if (strcmp(got, want))
+			m->bad = 4;
+	}
+	return NULL;
+}
+
+static void test_search_ahead_many(void **state)
+{
+	runner *t = bench_runner(state, 0xa5);
+	world *w = t->w;
+	enum { N = 4 };
+	many m[N];
+	pthread_t th[N];
+	alarm(120); /* a close that never returns ends the test */
+	for (int i = 0; i < N; i++) {
+		char id[16];
+		snprintf(id, sizeof id, "m%d", i);
+		m[i] = (many){w, qs_new(w->v, id, &w->budget), i, 0};
+		assert_non_null(m[i].q);
+		assert_int_equal(pthread_create(&th[i], NULL, many_run, &m[i]), 0);
+	}
+	for (int i = 0; i < N; i++)
+		assert_int_equal(pthread_join(th[i], NULL), 0);
+	alarm(0);
+	for (int i = 0; i < N; i++) {
+		if (m[i].bad)
+			print_message("session %d: failure %d\n", i, m[i].bad);
+		assert_int_equal(m[i].bad, 0);
+		qs_free(m[i].q);
+	}
+	print_message("%llu of %d closes answered ahead\n", (unsigned long long)ahead_taken(),
+		      N * 1500);
+}
+
 int main(void)
 {
 #define TEST(f) cmocka_unit_test_setup_teardown(f, bench_setup, bench_teardown)
 	const struct CMUnitTest tests[] = {
 		TEST(test_examples), TEST(test_options_take_effect), TEST(test_pieces), TEST(test_fuzz),
-		TEST(test_bounds), TEST(test_search_ahead),
+		TEST(test_bounds), TEST(test_search_ahead), TEST(test_search_ahead_many),
 	};
 #undef TEST
 	return cmocka_run_group_tests(tests, NULL, NULL);
