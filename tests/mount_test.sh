@@ -269,6 +269,20 @@ os.unlink(m + '/records/ahead-near')
 PY
 }
 check search_ahead_sees_ingest ahead_ok
+# a daemon with one CPU to run on searches nothing ahead: nothing to overlap
+ahead_one_cpu_ok() {
+	local s1=$TMP/store1cpu m1=$TMP/mnt1cpu n
+	mkdir -p "$m1"
+	MOUNTS+=("$m1")
+	T taskset -c 0 "$VECFS" "$s1" "$m1" >>"$TMP/daemon.log" 2>&1 </dev/null || return 1
+	[[ $(printf 'a,1,2,3,4\nb,2,3,4,5\n' | put - "$m1/ingest/a.csv") == OK ]] || return 1
+	T mkdir -p "$m1/query/q1" || return 1
+	T "$PY" -c "$HELD_LOOP" "$m1/query/q1" 20 || return 1
+	n=$(T cat "$m1/stats" | kv queries_searched_ahead)
+	T fusermount3 -u "$m1" || return 1
+	[[ $n == 0 ]] || { echo "$n searched ahead on one CPU" >&2; return 1; }
+}
+check search_ahead_not_on_one_cpu ahead_one_cpu_ok
 # out is served from the page cache: a shorter, then a longer result, each
 # read whole by a new reader, with an honest size
 sizes_ok() {
