@@ -1062,10 +1062,7 @@ void vecfs_search_count(vecfs *v, const vecfs_results *r)
 
 uint64_t vecfs_snapshot(vecfs *v)
 {
-	MDB_envinfo info;
-	if (mdb_env_info(v->store->env, &info))
-		return 0;
-	return info.me_last_txnid;
+	return vf_store_version(v->store);
 }
 
 static int search_run(search *s, const float *queries, size_t nq, size_t first,

@@ -463,13 +463,30 @@ int vf_store_reserve(vf_store *s, uint64_t bytes)
 	return vf_store_grow(s, (size_t)(used + bytes));
 }
 
+/* mdb_env_info() reads the meta page through the map: never while the
+ * map is being moved (vf_store_grow(), or a read-only handle adopting a
+ * larger map). */
+static int env_info(vf_store *s, MDB_envinfo *info)
+{
+	pthread_rwlock_rdlock(&s->resize);
+	int rc = mdb_env_info(s->env, info);
+	pthread_rwlock_unlock(&s->resize);
+	return rc;
+}
+
 uint64_t vf_store_bytes(vf_store *s)
 {
 	MDB_envinfo info;
 	MDB_stat st;
-	if (mdb_env_info(s->env, &info) || mdb_env_stat(s->env, &st))
+	if (env_info(s, &info) || mdb_env_stat(s->env, &st))
 		return 0;
 	return (uint64_t)(info.me_last_pgno + 1) * st.ms_psize;
+}
+
+uint64_t vf_store_version(vf_store *s)
+{
+	MDB_envinfo info;
+	return env_info(s, &info) ? 0 : info.me_last_txnid;
 }
 
 uint64_t vf_store_used_bytes(vf_store *s, MDB_txn *txn)

@@ -103,6 +103,8 @@ int vf_store_reserve(vf_store *s, uint64_t bytes);
 
 /* Bytes used by the data file. */
 uint64_t vf_store_bytes(vf_store *s);
+/* The id of the last committed write transaction: the store's version. */
+uint64_t vf_store_version(vf_store *s);
 /* Bytes in use in the snapshot of txn: the file's pages less the free
  * pages waiting for reuse (the file itself never shrinks). */
 uint64_t vf_store_used_bytes(vf_store *s, MDB_txn *txn);
