@@ -4,6 +4,17 @@
 #include "parallel.h"
 
 #include <pthread.h>
+#include <sched.h>
+
+/* The CPUs the program started with (its first thread's, before anyone
+ * pinned a thread): where jobs run. */
+static cpu_set_t start_cpus;
+static int have_start_cpus;
+
+__attribute__((constructor)) static void note_start_cpus(void)
+{
+	have_start_cpus = sched_getaffinity(0, sizeof start_cpus, &start_cpus) == 0;
+}
 
 void vf_parallel(void *(*fn)(void *), void *jobs, size_t job_size, int n)
 {
@@ -12,8 +23,18 @@ void vf_parallel(void *(*fn)(void *), void *jobs, size_t job_size, int n)
 	char *job = jobs;
 	if (n > VF_PARALLEL_MAX)
 		n = VF_PARALLEL_MAX;
+	/* on the program's CPUs: a thread starts with the CPUs of the one that
+	 * starts it, and a caller may be pinned to one (the daemon's workers
+	 * are), which would put every job on that one */
+	pthread_attr_t attr, *ap = NULL;
+	if (n > 1 && have_start_cpus && pthread_attr_init(&attr) == 0) {
+		ap = &attr;
+		pthread_attr_setaffinity_np(&attr, sizeof start_cpus, &start_cpus);
+	}
 	for (int t = 1; t < n; t++)
-		started[t] = pthread_create(&tid[t], NULL, fn, job + (size_t)t * job_size) == 0;
+		started[t] = pthread_create(&tid[t], ap, fn, job + (size_t)t * job_size) == 0;
+	if (ap)
+		pthread_attr_destroy(ap);
 	if (n > 0)
 		fn(job);
 	for (int t = 1; t < n; t++) {

@@ -18,10 +18,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
+#include <sched.h>
+#include <unistd.h>
 
 #include "block.h"
 #include "kernels.h"
 #include "kmeans.h"
+#include "parallel.h"
 #include "rabitq.h"
 #include "rotation.h"
 #include "testutil.h"
@@ -1320,6 +1324,42 @@ static void test_nearest_ties_first(void **state)
 	free(cent);
 }
 
+/* vf_parallel() runs its jobs on every CPU of the process, also when the
+ * caller is pinned to one (the daemon's workers are): each job records how
+ * many CPUs its thread may use. */
+static void *count_cpus(void *arg)
+{
+	int *n = arg;
+	cpu_set_t set;
+	*n = pthread_getaffinity_np(pthread_self(), sizeof set, &set) == 0 ? CPU_COUNT(&set) : -1;
+	return NULL;
+}
+
+static void test_parallel_on_every_cpu(void **state)
+{
+	(void)state;
+	cpu_set_t all, one, keep;
+	assert_int_equal(sched_getaffinity(getpid(), sizeof all, &all), 0);
+	if (CPU_COUNT(&all) < 2) {
+		print_message("one CPU: nothing to spread the jobs over\n");
+		return;
+	}
+	assert_int_equal(pthread_getaffinity_np(pthread_self(), sizeof keep, &keep), 0);
+	CPU_ZERO(&one);
+	for (int c = 0; c < CPU_SETSIZE; c++)
+		if (CPU_ISSET(c, &all)) {
+			CPU_SET(c, &one);
+			break;
+		}
+	assert_int_equal(pthread_setaffinity_np(pthread_self(), sizeof one, &one), 0);
+	int n[4] = {0};
+	vf_parallel(count_cpus, n, sizeof n[0], 4);
+	assert_int_equal(pthread_setaffinity_np(pthread_self(), sizeof keep, &keep), 0);
+	assert_int_equal(n[0], 1); /* the caller's own job, where the caller is */
+	for (int t = 1; t < 4; t++)
+		assert_int_equal(n[t], CPU_COUNT(&all));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1329,6 +1369,7 @@ int main(void)
 		cmocka_unit_test(test_error_bounds_l2),
 		cmocka_unit_test(test_error_bounds_dot),
 		cmocka_unit_test(test_kernels_agree),
+		cmocka_unit_test(test_parallel_on_every_cpu),
 		cmocka_unit_test(test_kmeans_recovers_blobs),
 		cmocka_unit_test(test_kmeans_small_n),
 		cmocka_unit_test(test_nearest_brute_force),
