@@ -366,17 +366,21 @@ static int parse_line(const char *s, size_t n, qinput *qi, float *tmp, char *why
 	return rc;
 }
 
-/* The first vector of text input has the store's dimension (the ones after
- * it, the first one's): -EINVAL otherwise.  before: vectors before the line. */
-static int first_vector_dim(qsession *q, const qinput *qi, size_t before, char *why, size_t wl)
+/* One line of text input into qi, as parse_line(); the line that gives the
+ * first vector must also have the store's dimension (the ones after it,
+ * the first one's): -EINVAL otherwise. */
+static int parse_store_line(qsession *q, const char *s, size_t n, qinput *qi, float *tmp,
+			    char *why, size_t wl)
 {
+	size_t before = qi->nq;
+	int rc = parse_line(s, n, qi, tmp, why, wl);
 	vecfs_config c;
-	if (qi->nq > before && before == 0 && vecfs_config_get(q->v, &c) == 0 && c.dim &&
-	    qi->dim != c.dim) {
+	if (rc == 0 && qi->nq > before && before == 0 && vecfs_config_get(q->v, &c) == 0 &&
+	    c.dim && qi->dim != c.dim) {
 		snprintf(why, wl, "%u numbers, the store has dim %u", qi->dim, c.dim);
 		return -EINVAL;
 	}
-	return 0;
+	return rc;
 }
 
 static int parse_text(qsession *q, const char *buf, size_t len, qinput *qi, unsigned *line_out,
@@ -395,10 +399,7 @@ static int parse_text(qsession *q, const char *buf, size_t len, qinput *qi, unsi
 		pos += n + (nl ? 1 : 0);
 		line++;
 		*line_out = line;
-		size_t before = qi->nq;
-		rc = parse_line(s, n, qi, tmp, why, wl);
-		if (rc == 0)
-			rc = first_vector_dim(q, qi, before, why, wl);
+		rc = parse_store_line(q, s, n, qi, tmp, why, wl);
 	}
 	free(tmp);
 	if (rc == 0)
@@ -432,10 +433,7 @@ static int check_lines(qsession *q)
 		size_t n = (size_t)(nl - s);
 		q->checked += n + 1;
 		q->lines++;
-		size_t before = q->acc.nq;
-		rc = parse_line(s, n, &q->acc, tmp, why, sizeof why);
-		if (rc == 0)
-			rc = first_vector_dim(q, &q->acc, before, why, sizeof why);
+		rc = parse_store_line(q, s, n, &q->acc, tmp, why, sizeof why);
 	}
 	free(tmp);
 	if (rc) {
@@ -567,10 +565,8 @@ static int text_tail(qsession *q, qinput *qi, unsigned *line, char *why, size_t 
 	if (!tmp)
 		return -ENOMEM;
 	*line = q->lines + 1;
-	size_t before = qi->nq;
-	int rc = parse_line(q->in.p + q->checked, q->in.len - q->checked, qi, tmp, why, wl);
-	if (rc == 0)
-		rc = first_vector_dim(q, qi, before, why, wl);
+	int rc = parse_store_line(q, q->in.p + q->checked, q->in.len - q->checked, qi, tmp, why,
+				  wl);
 	free(tmp);
 	if (rc == 0)
 		*line = 0;
@@ -591,13 +587,14 @@ static void search_ahead(qsession *q)
 	qinput qi;
 	memset(&qi, 0, sizeof qi);
 	if (q->kind == 1) {
-		if (q->checked != q->in.len || q->acc.nq == 0 || q->acc.nq > AHEAD_MAX_QUERIES)
+		unsigned line;
+		char why[8];
+		/* every line checked: text_tail() only copies what they gave */
+		if (q->checked != q->in.len || q->acc.nq == 0 || q->acc.nq > AHEAD_MAX_QUERIES ||
+		    text_tail(q, &qi, &line, why, sizeof why)) {
+			free(qi.vecs);
 			return;
-		qi = q->acc;
-		qi.vecs = malloc(q->acc.nq * q->acc.dim * sizeof(float));
-		if (!qi.vecs)
-			return;
-		memcpy(qi.vecs, q->acc.vecs, q->acc.nq * q->acc.dim * sizeof(float));
+		}
 	} else if (parse_fvecs(q->in.p, q->in.len, &qi) != 1 || qi.nq > AHEAD_MAX_QUERIES) {
 		free(qi.vecs);
 		return;
