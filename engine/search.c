@@ -942,8 +942,6 @@ static int cmp_hit(const void *a, const void *b)
 	return x->id < y->id ? -1 : x->id > y->id;
 }
 
-/* The results of the queries of parts[0..nparts), in order: the hits (keys,
- * payloads) copied out of the transactions. */
 /* The work counts of x added to e's. */
 static void explain_add(vecfs_explain *e, const vecfs_explain *x)
 {
@@ -958,6 +956,8 @@ static void explain_add(vecfs_explain *e, const vecfs_explain *x)
 	e->stale_skipped += x->stale_skipped;
 }
 
+/* The results of the queries of parts[0..nparts), in order: the hits (keys,
+ * payloads) copied out of the transactions. */
 static int collect(search *parts, int nparts, vecfs_results **out)
 {
 	size_t bytes = 0, nh = 0, nq = 0;
@@ -1068,7 +1068,6 @@ uint64_t vecfs_snapshot(vecfs *v)
 static int search_run(search *s, const float *queries, size_t nq, size_t first,
 		      uint32_t dim, const vecfs_query_opts *opts, char *err, size_t errlen);
 static void search_free(search *s);
-static void explain_add(vecfs_explain *e, const vecfs_explain *x);
 
 /* Query i of s again, on the same snapshot, probing four times as many
  * clusters (at most all of them; that search widens further if it must):
