@@ -949,22 +949,36 @@ static void vbad(verify_state *st, const char *fmt, unsigned long long a,
 		snprintf(st->first, sizeof st->first, fmt, a, b);
 }
 
+/* Record `id` into r: *ok is 0 when it is missing or fails its checksum.
+ * Returns LMDB's code when the tree is damaged (st->where then names the
+ * record), else 0. */
+static int verify_record(MDB_txn *txn, vf_store *s, verify_state *st, uint64_t id,
+			 vf_record *r, int *ok)
+{
+	vf_key64 rk = vf_key_u64(id);
+	MDB_val rv;
+	int rc = mdb_get(txn, s->records, &(MDB_val){8, rk.b}, &rv);
+	if (rc && rc != MDB_NOTFOUND) { /* not a missing record: a damaged tree */
+		snprintf(st->where, sizeof st->where, "record id %llu", (unsigned long long)id);
+		return rc;
+	}
+	*ok = !rc && vf_record_decode(rv.mv_data, rv.mv_size, r) == 0;
+	return 0;
+}
+
 /* A live posting must match its record: same version and key (the record's
  * own checksum covers its vector). */
 static int verify_posting(MDB_txn *txn, vf_store *s, verify_state *st, uint64_t gen,
 			  uint64_t id, uint64_t seq, const char *key, uint32_t keylen,
 			  uint32_t dim)
 {
-	vf_key64 rk = vf_key_u64(id);
-	MDB_val rv;
 	vf_record r;
+	int ok;
 	st->live++;
-	int rc = mdb_get(txn, s->records, &(MDB_val){8, rk.b}, &rv);
-	if (rc && rc != MDB_NOTFOUND) { /* not a missing record: a damaged tree */
-		snprintf(st->where, sizeof st->where, "record id %llu", (unsigned long long)id);
+	int rc = verify_record(txn, s, st, id, &r, &ok);
+	if (rc)
 		return rc;
-	}
-	if (rc || vf_record_decode(rv.mv_data, rv.mv_size, &r)) {
+	if (!ok) {
 		vbad(st, "generation %llu: a live posting names record id %llu, which is missing",
 		     gen, id);
 		return 0;
@@ -1110,20 +1124,13 @@ int vecfs_verify(vecfs *v, char *msg, size_t msglen)
 	for (rc = mdb_cursor_get(cur, &k, &d, MDB_FIRST); rc == 0;
 	     rc = mdb_cursor_get(cur, &k, &d, MDB_NEXT)) {
 		uint64_t id;
-		MDB_val rv;
 		vf_record r;
+		int ok;
 		nkeys++;
 		memcpy(&id, d.mv_data, 8);
-		vf_key64 rk = vf_key_u64(id);
-		int grc = mdb_get(txn, v->store->records, &(MDB_val){8, rk.b}, &rv);
-		if (grc && grc != MDB_NOTFOUND) { /* a damaged tree, not a missing record */
-			snprintf(st.where, sizeof st.where, "record id %llu",
-				 (unsigned long long)id);
-			rc = grc;
-			break;
-		}
-		if (grc || vf_record_decode(rv.mv_data, rv.mv_size, &r) || r.keylen != k.mv_size ||
-		    memcmp(r.key, k.mv_data, r.keylen))
+		if ((rc = verify_record(txn, v->store, &st, id, &r, &ok)))
+			break; /* a damaged tree */
+		if (!ok || r.keylen != k.mv_size || memcmp(r.key, k.mv_data, r.keylen))
 			vbad(&st, "record id %llu (key #%llu) is missing or does not match its key",
 			     id, nkeys);
 	}
