@@ -56,7 +56,8 @@ $(BUILD)/vecfs-bench: $(BUILD)/obj/tools/vecfs_bench.o $(TOOL_OBJ) $(BUILD)/libv
 $(BUILD)/vecfs-churn: $(BUILD)/obj/tools/vecfs_churn.o $(TOOL_OBJ) $(BUILD)/libvecfs.a
 	$(CC) $(CFLAGS) -o $@ $^ $(LIBS)
 
-$(BUILD)/vecfs-inspect: $(BUILD)/obj/tools/vecfs_inspect.o $(BUILD)/libvecfs.a
+$(BUILD)/vecfs-inspect: $(BUILD)/obj/tools/vecfs_inspect.o $(BUILD)/obj/tools/toolutil.o \
+		$(BUILD)/libvecfs.a
 	$(CC) $(CFLAGS) -o $@ $^ $(LIBS)
 
 $(BUILD)/vecfs-data: $(BUILD)/obj/tools/vecfs_data.o

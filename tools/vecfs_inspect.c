@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "toolutil.h"
 #include "vecfs.h"
 
 #define PROG "vecfs-inspect"
@@ -45,9 +46,10 @@ static const char usage_text[] =
 	"Exit status: 0; 1 when verify finds a problem or KEY does not exist;\n"
 	"2 on bad usage or a store that cannot be read.\n";
 
+/* "vecfs-inspect: what: <strerror>", and the exit status of an error */
 static int fail(int rc, const char *what)
 {
-	fprintf(stderr, PROG ": %s: %s\n", what, strerror(-rc));
+	tool_fail(rc, NULL, "%s", what);
 	return 2;
 }
 
@@ -130,15 +132,9 @@ static int verify(vecfs *v)
 static int clusters(vecfs *v, const char *arg)
 {
 	uint64_t gen = vecfs_active(v);
-	if (arg) {
-		char *end;
-		errno = 0;
-		unsigned long long g = strtoull(arg, &end, 10);
-		if (errno || end == arg || *end || arg[0] == '-') {
-			fprintf(stderr, PROG ": clusters: '%s' is not a generation number\n", arg);
-			return 2;
-		}
-		gen = g;
+	if (arg && tool_parse_uint(arg, 0, UINT64_MAX, &gen)) {
+		fprintf(stderr, PROG ": clusters: '%s' is not a generation number\n", arg);
+		return 2;
 	}
 	if (!gen) {
 		fprintf(stderr, PROG ": clusters: the store has no active generation; name one\n");
@@ -195,6 +191,7 @@ static int get(vecfs *v, const char *key)
 
 int main(int argc, char **argv)
 {
+	tool_init(PROG, NULL);
 	if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
 		fputs(usage_text, stdout);
 		return 0;
