@@ -383,13 +383,8 @@ static int final_fn(MDB_txn *txn, void *arg)
 /* Changes after the snapshot the generation has not caught up with. */
 static int backlog(vecfs *v, const final_job *j, uint64_t *left)
 {
-	MDB_txn *txn;
 	vf_counters cnt;
-	int rc = vf_read_begin(v->store, &txn);
-	if (rc)
-		return rc;
-	rc = vf_load_counters(txn, v->store, &cnt);
-	vf_read_end(v->store, txn);
+	int rc = vf_read_counters(v->store, &cnt);
 	uint64_t from = j->synced ? j->synced : j->m->snap_seq;
 	*left = rc == 0 && cnt.seq > from ? cnt.seq - from : 0;
 	return rc;

@@ -99,6 +99,8 @@ static inline int vf_bytes_reserve(uint8_t **buf, size_t *cap, size_t need)
 /* meta family */
 int vf_load_config(MDB_txn *txn, vf_store *s, vf_stored_config *c);
 int vf_load_counters(MDB_txn *txn, vf_store *s, vf_counters *c);
+/* The same, in a read transaction of its own. */
+int vf_read_counters(vf_store *s, vf_counters *c);
 int vf_save_counters(MDB_txn *txn, vf_store *s, const vf_counters *c);
 uint64_t vf_load_active(MDB_txn *txn, vf_store *s);
 int vf_save_active(MDB_txn *txn, vf_store *s, uint64_t gen);

@@ -149,6 +149,17 @@ int vf_load_counters(MDB_txn *txn, vf_store *s, vf_counters *c)
 	return rc;
 }
 
+int vf_read_counters(vf_store *s, vf_counters *c)
+{
+	MDB_txn *txn;
+	int rc = vf_read_begin(s, &txn);
+	if (rc)
+		return rc;
+	rc = vf_load_counters(txn, s, c);
+	vf_read_end(s, txn);
+	return rc;
+}
+
 int vf_save_counters(MDB_txn *txn, vf_store *s, const vf_counters *c)
 {
 	return vf_put(txn, s->meta, VF_META_COUNTERS, strlen(VF_META_COUNTERS), c,
@@ -325,14 +336,9 @@ static void *hint_fill(void *arg)
 
 static void hint_start(vecfs *v)
 {
-	MDB_txn *txn;
 	vf_counters cnt;
-	if (vf_read_begin(v->store, &txn))
-		return;
-	int rc = vf_load_counters(txn, v->store, &cnt);
-	vf_read_end(v->store, txn);
 	/* for the records of today; writes make it larger as they add more */
-	if (rc || vf_hint_init(v->store, cnt.live))
+	if (vf_read_counters(v->store, &cnt) || vf_hint_init(v->store, cnt.live))
 		return;
 	/* tests that damage the file: a cursor walk into a damaged page is
 	 * one of LMDB's assertions (an abort), a point lookup an error */
