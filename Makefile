@@ -6,7 +6,15 @@ OPT     ?= -O2
 CFLAGS  ?= $(OPT) -g
 WARN    := -Wall -Wextra -Wshadow -Wno-unused-parameter
 BASEFLAGS := -std=c11 -D_GNU_SOURCE -ffp-contract=off -fno-strict-aliasing -pthread \
-	$(WARN) -Iengine -Ilayout
+	$(WARN)
+# Layers: the public header (engine/include/vecfs.h) is the only one that
+# fs/ and tools/ see; engine/ sees layout/'s headers; layout/ sees its own.
+PUBLIC_INC := -Iengine/include
+$(BUILD)/obj/layout/%.o: BASEFLAGS += -Ilayout
+$(BUILD)/obj/engine/%.o: BASEFLAGS += -Iengine -Ilayout $(PUBLIC_INC)
+$(BUILD)/obj/fs/%.o:     BASEFLAGS += $(PUBLIC_INC)
+$(BUILD)/obj/tools/%.o:  BASEFLAGS += $(PUBLIC_INC)
+$(BUILD)/obj/tests/%.o:  BASEFLAGS += -Iengine -Ilayout $(PUBLIC_INC)
 FUSE_CFLAGS = $(shell pkg-config --cflags fuse3 2>/dev/null)
 FUSE_LIBS   = $(shell pkg-config --libs fuse3 2>/dev/null || echo -lfuse3)
 LIBS    := -llmdb -lxxhash -lzstd -lm -pthread
