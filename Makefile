@@ -82,17 +82,17 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(BUILD)/obj/tests/testutil.o $(BUILD)/
 $(BUILD)/tests/test_number: $(BUILD)/obj/fs/number.o
 
 # the ingest parsers and what they call (sbuf, numbers), linked before the
-# library; the test defines errlog itself; fs.h needs FUSE's headers, not its library
+# library; the test defines errlog itself; the fs/ headers need FUSE's, not its library
 $(BUILD)/obj/tests/test_ingest.o: BASEFLAGS += $(FUSE_CFLAGS)
 $(BUILD)/tests/test_ingest: $(BUILD)/obj/tests/test_ingest.o $(BUILD)/obj/tests/testutil.o \
-		$(BUILD)/obj/fs/ingest.o $(BUILD)/obj/fs/text.o $(BUILD)/obj/fs/number.o $(BUILD)/libvecfs.a
+		$(BUILD)/obj/fs/ingest.o $(BUILD)/obj/fs/sbuf.o $(BUILD)/obj/fs/number.o $(BUILD)/libvecfs.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $^ -lcmocka $(LIBS)
 
 # query sessions (fs/query.c) and what they call, linked like test_ingest
 $(BUILD)/obj/tests/test_query.o: BASEFLAGS += $(FUSE_CFLAGS)
 $(BUILD)/tests/test_query: $(BUILD)/obj/tests/test_query.o $(BUILD)/obj/tests/testutil.o \
-		$(BUILD)/obj/fs/query.o $(BUILD)/obj/fs/ahead.o $(BUILD)/obj/fs/text.o $(BUILD)/obj/fs/number.o \
+		$(BUILD)/obj/fs/query.o $(BUILD)/obj/fs/ahead.o $(BUILD)/obj/fs/sbuf.o $(BUILD)/obj/fs/number.o \
 		$(BUILD)/libvecfs.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $^ -lcmocka $(LIBS)

@@ -32,7 +32,7 @@
  * without searching ahead).  The thread runs on every CPU the daemon may
  * use, not on the one of the worker that starts it.
  */
-#include "fs.h"
+#include "ahead.h"
 
 #include <pthread.h>
 #include <sched.h>

@@ -2,7 +2,7 @@
  * fs/control.c - the `ctl` commands (build, build stage, compact,
  * rebalance, verify) and the `backup` stream.
  */
-#include "fs.h"
+#include "control.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -11,6 +11,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#include "daemon.h"
+#include "errors.h"
+#include "number.h"
 
 /* ---------------------------------------------------------------- build progress */
 

@@ -3,12 +3,14 @@
  * first.  Each line is also written to stderr (the daemon's log when it runs
  * in the foreground).
  */
-#include "fs.h"
+#include "errors.h"
 
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "sbuf.h"
 
 #define ERR_LINES 1000
 #define ERR_LINE_MAX 1024

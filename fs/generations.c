@@ -3,12 +3,16 @@
  * centroids.fvecs, clusters, progress) and activation through the
  * `active` symlink.
  */
-#include "fs.h"
+#include "generations.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "control.h"
+#include "errors.h"
+#include "number.h"
 
 static const char *state_name(vecfs_gen_state s)
 {

@@ -8,7 +8,7 @@
  * and are handed to vecfs_put as one batch when the file is flushed (close),
  * which commits them atomically.
  */
-#include "fs.h"
+#include "ingest.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -18,6 +18,11 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
+
+#include "daemon.h"
+#include "errors.h"
+#include "number.h"
+#include "sbuf.h"
 
 enum { F_CSV, F_TSV, F_TXT, F_JSONL, F_FVECS, F_BVECS, F_NPY };
 

@@ -50,7 +50,7 @@
  * the kernel for a request nobody reads any more: the daemon exits without
  * it (a commit is one LMDB transaction: nothing acknowledged is lost).
  */
-#include "fs.h"
+#include "fuse_compat.h"
 
 #include <errno.h>
 #include <fcntl.h>

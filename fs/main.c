@@ -8,7 +8,7 @@
  * the fork.  SIGINT, SIGTERM and SIGHUP are taken by a thread that ends the
  * session and unmounts.
  */
-#include "fs.h"
+#include "daemon.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -25,6 +25,12 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include "ahead.h"
+#include "fuse_compat.h"
+#include "inode.h"
+#include "ops.h"
+#include "out_cache.h"
 
 static fs_mount the_mount;
 
@@ -97,10 +103,10 @@ static const char *mountpoint;
 static pthread_mutex_t stop_mu = PTHREAD_MUTEX_INITIALIZER;
 static int loop_done, unmounted;
 
-static void lazy_unmount(const char *mnt)
+static void lazy_unmount(const char *where)
 {
 	if (geteuid() == 0) {
-		umount2(mnt, MNT_DETACH);
+		umount2(where, MNT_DETACH);
 		return;
 	}
 	pid_t pid = fork();
@@ -111,7 +117,7 @@ static void lazy_unmount(const char *mnt)
 			dup2(fd, 1);
 			dup2(fd, 2);
 		}
-		execlp("fusermount3", "fusermount3", "-u", "-z", "-q", mnt, (char *)NULL);
+		execlp("fusermount3", "fusermount3", "-u", "-z", "-q", where, (char *)NULL);
 		_exit(127);
 	}
 	if (pid > 0)

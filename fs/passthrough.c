@@ -21,7 +21,7 @@
  * Being the one writer of replies, pt_writev() also tells the session loop
  * when a reply goes out (fs_loop_replied()).
  */
-#include "fs.h"
+#include "fuse_compat.h"
 
 #include <errno.h>
 #include <linux/fuse.h>

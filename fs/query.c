@@ -3,7 +3,7 @@
  * query vectors (text, or binary fvecs rows); closing it runs the search
  * and replaces the session's out, out.json and stats.
  */
-#include "fs.h"
+#include "query.h"
 
 #include <errno.h>
 #include <math.h>
@@ -13,6 +13,12 @@
 #include <string.h>
 #include <stdatomic.h>
 #include <time.h>
+
+#include "ahead.h"
+#include "errors.h"
+#include "fuse_compat.h"
+#include "number.h"
+#include "sbuf.h"
 
 #define IN_MAX ((size_t)256 << 20)
 

@@ -34,7 +34,9 @@
 
 #include <cmocka.h>
 
-#include "../fs/fs.h"
+#include "../fs/daemon.h"
+#include "../fs/errors.h"
+#include "../fs/ingest.h"
 #include "testutil.h"
 #include "vecfs.h"
 

@@ -40,7 +40,8 @@
 
 #include <cmocka.h>
 
-#include "../fs/fs.h"
+#include "../fs/ahead.h"
+#include "../fs/query.h"
 #include "testutil.h"
 #include "vecfs.h"
 
