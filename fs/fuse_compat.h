@@ -1,6 +1,13 @@
 /*
- * fs/fuse_compat.h - the libfuse low-level API as the daemon uses it, with
- * the session loop (loop.c) and FUSE passthrough (passthrough.c).
+ * fs/fuse_compat.h - the daemon's FUSE session: starting it in the
+ * background, mounting, serving, stopping, and FUSE passthrough.
+ *
+ * What libfuse 3.14 lacks is made up here, behind this interface only:
+ * passthrough (passthrough.c asks for it in the INIT reply and writes the
+ * OPEN reply itself; with a libfuse that knows FUSE_CAP_PASSTHROUGH, it
+ * uses libfuse's), and a session loop of its own (loop.c: workers pinned
+ * to CPUs, woken one at a time).  The rest of fs/ calls only what is
+ * declared here.
  */
 #ifndef VECFS_FS_FUSE_COMPAT_H
 #define VECFS_FS_FUSE_COMPAT_H
@@ -10,21 +17,56 @@
 #include <fuse_lowlevel.h>
 #include <stdint.h>
 
-/* ---------------------------------------------------------------- loop.c */
+/* libfuse cannot ask for passthrough nor name a backing file: passthrough.c
+ * does both on the device's bytes */
+#ifndef FUSE_CAP_PASSTHROUGH
+#define FC_OWN_PASSTHROUGH 1
+#else
+#define FC_OWN_PASSTHROUGH 0
+#endif
 
-/* Serve the session with worker threads, one pinned to each CPU (and more,
- * up to max_threads, while all are busy), until it ends.  0 or -errno. */
-int fs_loop(struct fuse_session *se, unsigned max_threads);
-/* Make fs_loop() return once the requests being handled are answered. */
-void fs_loop_stop(void);
-/* A reply is about to go out from the calling thread: a worker of the loop
- * counts as waiting from now on (a no-op on other threads). */
-void fs_loop_replied(void);
+/* How the session is served. */
+typedef struct fc_options {
+	const char *mountpoint;
+	int foreground;        /* -f: no fork */
+	int single;            /* -s: one thread (libfuse's loop) */
+	int clone_fd;          /* -o clone_fd: libfuse's multithreaded loop */
+	unsigned max_threads;  /* -o max_threads */
+	unsigned max_idle;     /* -o max_idle_threads (with clone_fd) */
+	int passthrough;       /* serve files from backing files when possible */
+} fc_options;
+
+/* Unless foreground: fork; the parent waits for fc_started() of the child
+ * and exits with its status.  Returns in the child (or, foreground, at
+ * once): 0, or -errno when the fork failed. */
+int fc_background(const fc_options *o);
+/* Tell the waiting parent how the start went: 0 (mounted: the parent
+ * exits 0, the child leaves its terminal and the current directory) or
+ * the exit status.  Later calls do nothing. */
+void fc_started(int status);
+
+/* Create the session (userdata: what handlers get from
+ * fuse_req_userdata()), mount it and take SIGINT, SIGTERM and SIGHUP, which
+ * end it (on_stop(arg) is called first).  0, or -1 with a message on
+ * stderr (nothing to tear down then). */
+int fc_mount(struct fuse_args *args, const fc_options *o, const struct fuse_lowlevel_ops *ops,
+	     void *userdata, void (*on_stop)(void *), void *arg);
+/* Serve requests until the session ends: 0, or 1 when it ended on an
+ * error.  Does not return when requests still run a minute after a stop. */
+int fc_serve(const fc_options *o);
+/* Unmount (unless a signal did) and destroy the session. */
+void fc_unmount(void);
+/* The session, for notifications. */
+struct fuse_session *fc_session(void);
+
+/* INIT: ask for passthrough when the kernel offers it and it was wanted. */
+void fc_init_conn(struct fuse_conn_info *conn);
+
 /* The calling worker's request has work that may take long or wait on the
- * kernel: another worker is to listen meanwhile.  Requests begin so, but
- * releases and forgets; the work a release may have (a commit, a query, a
- * config or ctl write: flush_handle()) calls this. */
-void fs_loop_long(void);
+ * kernel (a commit, a query, a config or ctl write): another worker is to
+ * listen meanwhile.  A no-op outside the daemon's own loop. */
+void fc_request_long(void);
+
 /* How the session loop stands (see fs/loop.c). */
 typedef struct fs_loop_stats {
 	unsigned workers;        /* running now */
@@ -33,26 +75,17 @@ typedef struct fs_loop_stats {
 				  * (not as a standby) */
 	char listening_cpus[64]; /* their CPUs, "0,1"; "*" for one not pinned */
 } fs_loop_stats;
-/* Returns 0 (and nothing is set) unless fs_loop() serves the session. */
-int fs_loop_counts(fs_loop_stats *st);
+/* Returns 0 (and nothing is set) unless the daemon's own loop serves. */
+int fc_loop_counts(fs_loop_stats *st);
 
-/* ---------------------------------------------------------------- passthrough.c */
-
-/* Route the session's device I/O through passthrough.c: replies tell the
- * loop (fs_loop_replied()), and with `passthrough` the INIT reply asks for
- * passthrough when the kernel offers it.  After fuse_session_mount(),
- * before the loop.  0 or -errno. */
-int pt_install(struct fuse_session *se, int passthrough);
 /* 1 while registering backing files may work. */
-int pt_usable(void);
+int fc_backing_usable(void);
 /* Register fd (a regular file) as a backing file: its id (> 0), or -errno
  * when passthrough is not available. */
-int pt_backing_open(int fd);
-void pt_backing_close(int id);
-/* The session's device is going away: backing files go with it. */
-void pt_detach(void);
+int fc_backing_open(int fd);
+void fc_backing_close(int id);
 /* Answer OPEN like fuse_reply_open(), with reads and writes passed through
  * to the backing file `backing_id`. */
-int pt_reply_open(fuse_req_t req, const struct fuse_file_info *fi, int backing_id);
+int fc_reply_open_backing(fuse_req_t req, const struct fuse_file_info *fi, int backing_id);
 
 #endif

@@ -50,7 +50,7 @@
  * the kernel for a request nobody reads any more: the daemon exits without
  * it (a commit is one LMDB transaction: nothing acknowledged is lost).
  */
-#include "fuse_compat.h"
+#include "fuse_compat_private.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -188,7 +188,7 @@ static void need_listener(loop *l, worker *w)
 }
 
 /* With l->mu held: w begins a request; `quick`: one that calls
- * fs_loop_long() if it turns out not to be. */
+ * fc_request_long() if it turns out not to be. */
 static void begin_request(loop *l, worker *w, int quick)
 {
 	w->waiting = 0;
@@ -197,7 +197,7 @@ static void begin_request(loop *l, worker *w, int quick)
 		need_listener(l, w);
 }
 
-/* Requests that call fs_loop_long() when they have work to do: a release,
+/* Requests that call fc_request_long() when they have work to do: a release,
  * which comes right after the close() that flushed the file, and the
  * caller's next request with it; a standby for it would take that next
  * request on another CPU. */
@@ -210,7 +210,7 @@ static int quick_request(const struct fuse_buf *buf)
 	       op == FUSE_BATCH_FORGET;
 }
 
-void fs_loop_long(void)
+void fc_request_long(void)
 {
 	worker *w = busy_in;
 	if (!w)
@@ -448,7 +448,7 @@ static int start_worker(loop *l, int cpu, int extra)
 	return 0;
 }
 
-int fs_loop_counts(fs_loop_stats *st)
+int fc_loop_counts(fs_loop_stats *st)
 {
 	loop *l = &the_loop;
 	pthread_mutex_lock(&l->mu);

@@ -29,6 +29,7 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 		conn->want |= FUSE_CAP_ATOMIC_O_TRUNC;
 	conn->want &= ~(unsigned)FUSE_CAP_CACHE_SYMLINKS;
 	out_cache_negotiate(conn);
+	fc_init_conn(conn);
 }
 
 const struct fuse_lowlevel_ops fs_ops = {

@@ -191,7 +191,7 @@ void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	pthread_mutex_unlock(&tree_mu);
 	if (bid > 0)
 		fi->direct_io = fi->keep_cache = 0;
-	if ((bid > 0 ? pt_reply_open(req, fi, bid) : fuse_reply_open(req, fi)) != 0) {
+	if ((bid > 0 ? fc_reply_open_backing(req, fi, bid) : fuse_reply_open(req, fi)) != 0) {
 		handle_free(h);
 		unpin(n);
 	}
@@ -340,7 +340,7 @@ static int flush_handle(handle *h)
 	int rc = 0;
 	switch (n->kind) {
 	case K_INGEST_FILE:
-		fs_loop_long(); /* a commit */
+		fc_request_long(); /* a commit */
 		rc = ingest_commit(n->ing);
 		ingest_leave(n);
 		break;
@@ -356,7 +356,7 @@ static int flush_handle(handle *h)
 	}
 	case K_CONFIG:
 		if (h->wdirty) {
-			fs_loop_long();
+			fc_request_long();
 			h->wdirty = 0;
 			if (h->bad)
 				rc = -EINVAL; /* already in errors: nothing is applied */
@@ -367,7 +367,7 @@ static int flush_handle(handle *h)
 		break;
 	case K_CTL:
 		if (h->wdirty) {
-			fs_loop_long();
+			fc_request_long();
 			h->wdirty = 0;
 			rc = ctl_run_lines(h, 1);
 			sb_reset(&h->wbuf);

@@ -68,12 +68,12 @@ int out_cached(const node *n)
  * its out is served as the other computed files are. */
 void out_backing_open(node *session)
 {
-	if (!passthrough_out || out_files >= out_files_max || !pt_usable())
+	if (!passthrough_out || out_files >= out_files_max || !fc_backing_usable())
 		return;
 	int fd = memfd_create("vecfs-out", MFD_CLOEXEC);
 	if (fd < 0)
 		return;
-	int id = pt_backing_open(fd);
+	int id = fc_backing_open(fd);
 	if (id > 0) {
 		session->out_fd = fd;
 		session->out_bid = id;
@@ -94,7 +94,7 @@ void out_backing_close(node *session)
 	if (ftruncate(session->out_fd, 0) != 0) {
 		/* the memory goes with the last reference anyway */
 	}
-	pt_backing_close(session->out_bid);
+	fc_backing_close(session->out_bid);
 	close(session->out_fd);
 	session->out_bid = 0;
 	session->out_fd = -1;

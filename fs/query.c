@@ -627,7 +627,7 @@ int qs_in_flush(qsession *q, int *ran)
 		pthread_mutex_unlock(&q->mu);
 		return 0;
 	}
-	fs_loop_long(); /* the query runs */
+	fc_request_long(); /* the query runs */
 	q->dirty = 0;
 	if (q->bad) {
 		/* the reason went to errors when the write failed */

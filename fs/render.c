@@ -130,7 +130,7 @@ int render_node(node *n, sbuf *b)
 	case K_STATS: {
 		fs_loop_stats ls;
 		int rc = render_stats(mnt->store, b);
-		if (rc == 0 && fs_loop_counts(&ls)) {
+		if (rc == 0 && fc_loop_counts(&ls)) {
 			sb_printf(b, "workers = %u\n", ls.workers);
 			sb_printf(b, "workers_started = %llu\n", (unsigned long long)ls.extra_started);
 			sb_printf(b, "workers_listening = %u\n", ls.listening);

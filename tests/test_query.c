@@ -66,7 +66,7 @@ void errlog(const char *fmt, ...)
 }
 
 /* fs/loop.c: nothing to hand over here. */
-void fs_loop_long(void)
+void fc_request_long(void)
 {
 }
 
