@@ -81,21 +81,15 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(BUILD)/obj/tests/testutil.o $(BUILD)/
 # the filesystem's number parsing, linked alone
 $(BUILD)/tests/test_number: $(BUILD)/obj/fs/number.o
 
-# the ingest parsers and what they call (sbuf, numbers), linked before the
-# library; the test defines errlog itself; the fs/ headers need FUSE's, not its library
-$(BUILD)/obj/tests/test_ingest.o: BASEFLAGS += $(FUSE_CFLAGS)
-$(BUILD)/tests/test_ingest: $(BUILD)/obj/tests/test_ingest.o $(BUILD)/obj/tests/testutil.o \
-		$(BUILD)/obj/fs/ingest.o $(BUILD)/obj/fs/sbuf.o $(BUILD)/obj/fs/number.o $(BUILD)/libvecfs.a
+# the ingest parsers and query sessions, driven through a daemon context
+# (not mounted): every fs/ object but main.o; the fs/ headers need FUSE's
+FS_CORE_OBJ := $(filter-out $(BUILD)/obj/fs/main.o,$(FS_OBJ))
+$(BUILD)/obj/tests/test_ingest.o $(BUILD)/obj/tests/test_query.o: BASEFLAGS += $(FUSE_CFLAGS)
+FS_TESTS := $(BUILD)/tests/test_ingest $(BUILD)/tests/test_query
+$(FS_TESTS): $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(BUILD)/obj/tests/testutil.o \
+		$(FS_CORE_OBJ) $(BUILD)/libvecfs.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -o $@ $^ -lcmocka $(LIBS)
-
-# query sessions (fs/query.c) and what they call, linked like test_ingest
-$(BUILD)/obj/tests/test_query.o: BASEFLAGS += $(FUSE_CFLAGS)
-$(BUILD)/tests/test_query: $(BUILD)/obj/tests/test_query.o $(BUILD)/obj/tests/testutil.o \
-		$(BUILD)/obj/fs/query.o $(BUILD)/obj/fs/ahead.o $(BUILD)/obj/fs/sbuf.o $(BUILD)/obj/fs/number.o \
-		$(BUILD)/libvecfs.a
-	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -o $@ $^ -lcmocka $(LIBS)
+	$(CC) $(CFLAGS) -o $@ $^ -lcmocka $(FUSE_LIBS) $(LIBS)
 
 # Unit tests (cmocka), one binary per area; the summary line comes last.
 unit: all $(TEST_BIN)

@@ -31,14 +31,14 @@ static const struct {
 };
 
 /* One line of config text into c: 0, or -EINVAL with an errors line. */
-int config_line(const char *s, size_t n, unsigned line, vecfs_config *c)
+int config_line(err_log *log, const char *s, size_t n, unsigned line, vecfs_config *c)
 {
 	trim(&s, &n);
 	if (n == 0 || s[0] == '#')
 		return 0;
 	const char *eq = memchr(s, '=', n);
 	if (!eq) {
-		errlog("config: line %u: expected `key = value`, got '%.*s'", line, (int)(n > 80 ? 80 : n),
+		errlog(log, "config: line %u: expected `key = value`, got '%.*s'", line, (int)(n > 80 ? 80 : n),
 		       s);
 		return -EINVAL;
 	}
@@ -51,7 +51,7 @@ int config_line(const char *s, size_t n, unsigned line, vecfs_config *c)
 		if (strlen(config_keys[i].name) == kn && !memcmp(config_keys[i].name, k, kn))
 			break;
 	if (i == sizeof config_keys / sizeof config_keys[0]) {
-		errlog("config: line %u: unknown key '%.*s' (keys: dim, metric, nlist, bits, nprobe, k, refine, auto_build, compact_deltas, keep_generations, rebalance_ratio)",
+		errlog(log, "config: line %u: unknown key '%.*s' (keys: dim, metric, nlist, bits, nprobe, k, refine, auto_build, compact_deltas, keep_generations, rebalance_ratio)",
 		       line, (int)(kn > 80 ? 80 : kn), k);
 		return -EINVAL;
 	}
@@ -62,7 +62,7 @@ int config_line(const char *s, size_t n, unsigned line, vecfs_config *c)
 		char m[16];
 		vecfs_metric mv;
 		if (vn >= sizeof m || (memcpy(m, v, vn), m[vn] = 0, vecfs_metric_parse(m, &mv))) {
-			errlog("config: line %u: bad value '%.*s' for metric (l2, cosine or dot)", line,
+			errlog(log, "config: line %u: bad value '%.*s' for metric (l2, cosine or dot)", line,
 			       (int)(vn > 80 ? 80 : vn), v);
 			return -EINVAL;
 		}
@@ -72,7 +72,7 @@ int config_line(const char *s, size_t n, unsigned line, vecfs_config *c)
 	case CK_U32:
 	case CK_U64:
 		if (parse_uint(v, vn, config_keys[i].type == CK_U32 ? UINT32_MAX : UINT64_MAX, &u)) {
-			errlog("config: line %u: bad value '%.*s' for %s (a non-negative integer)", line,
+			errlog(log, "config: line %u: bad value '%.*s' for %s (a non-negative integer)", line,
 			       (int)(vn > 80 ? 80 : vn), v, config_keys[i].name);
 			return -EINVAL;
 		}
@@ -87,12 +87,12 @@ int config_line(const char *s, size_t n, unsigned line, vecfs_config *c)
 	return 0;
 }
 
-int config_apply_text(vecfs *v, const char *text, size_t len)
+int config_apply_text(vecfs *v, err_log *log, const char *text, size_t len)
 {
 	vecfs_config c;
 	int rc = vecfs_config_get(v, &c);
 	if (rc) {
-		errlog("config: cannot read the current settings: %s", strerror(-rc));
+		errlog(log, "config: cannot read the current settings: %s", strerror(-rc));
 		return rc;
 	}
 	size_t pos = 0;
@@ -103,7 +103,7 @@ int config_apply_text(vecfs *v, const char *text, size_t len)
 		size_t n = nl ? (size_t)(nl - s) : len - pos;
 		pos += n + (nl ? 1 : 0);
 		line++;
-		if ((rc = config_line(s, n, line, &c)))
+		if ((rc = config_line(log, s, n, line, &c)))
 			return rc;
 	}
 	char err[256] = "";
@@ -112,9 +112,9 @@ int config_apply_text(vecfs *v, const char *text, size_t len)
 		if (!err[0])
 			snprintf(err, sizeof err, "%s", strerror(-rc));
 		if (!strncmp(err, "config:", 7))
-			errlog("%s", err);
+			errlog(log, "%s", err);
 		else
-			errlog("config: %s", err);
+			errlog(log, "config: %s", err);
 	}
 	return rc;
 }

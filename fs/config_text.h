@@ -6,11 +6,12 @@
 
 #include <stddef.h>
 
+#include "errors.h"
 #include "vecfs.h"
 
 /* One `key = value` line into c (syntax only); -EINVAL with an errors line. */
-int config_line(const char *s, size_t n, unsigned line, vecfs_config *c);
+int config_line(err_log *log, const char *s, size_t n, unsigned line, vecfs_config *c);
 /* Apply `key = value` lines to the configuration, all or nothing. */
-int config_apply_text(vecfs *v, const char *text, size_t len);
+int config_apply_text(vecfs *v, err_log *log, const char *text, size_t len);
 
 #endif

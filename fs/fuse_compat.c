@@ -17,23 +17,40 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-static struct fuse_session *session;
-static const char *mountpoint;
-static int status_fd = -1;     /* to the waiting parent, until fc_started() */
-static sigset_t sigs;          /* taken by the signal thread */
-static void (*stop_cb)(void *);
-static void *stop_arg;
-static pthread_mutex_t stop_mu = PTHREAD_MUTEX_INITIALIZER;
-static int loop_done, unmounted;
+fuse_compat *fc_new(void)
+{
+	fuse_compat *fc = calloc(1, sizeof *fc);
+	if (!fc)
+		return NULL;
+	if (loop_init(fc) != 0) {
+		free(fc);
+		return NULL;
+	}
+	fc->status_fd = -1;
+	sigemptyset(&fc->sigs);
+	pthread_mutex_init(&fc->stop_mu, NULL);
+	pt_init(fc);
+	return fc;
+}
+
+void fc_free(fuse_compat *fc)
+{
+	if (!fc)
+		return;
+	loop_fini(fc);
+	pthread_mutex_destroy(&fc->stop_mu);
+	free(fc);
+}
 
 /* ---------------------------------------------------------------- start */
 
-int fc_background(const fc_options *o)
+int fc_background(fuse_compat *fc, const fc_options *o)
 {
 	if (!o->foreground) {
 		int pfd[2];
@@ -63,37 +80,36 @@ int fc_background(const fc_options *o)
 			_exit(st);
 		}
 		close(pfd[0]);
-		status_fd = pfd[1];
+		fc->status_fd = pfd[1];
 		setsid();
 	}
 
 	/* every thread started from here on leaves these to the signal thread */
 	struct sigaction sa;
-	sigemptyset(&sigs);
-	sigaddset(&sigs, SIGINT);
-	sigaddset(&sigs, SIGTERM);
+	sigaddset(&fc->sigs, SIGINT);
+	sigaddset(&fc->sigs, SIGTERM);
 	/* SIGHUP ends the daemon unless it was started ignoring it (nohup) */
 	if (sigaction(SIGHUP, NULL, &sa) == 0 && sa.sa_handler != SIG_IGN)
-		sigaddset(&sigs, SIGHUP);
+		sigaddset(&fc->sigs, SIGHUP);
 	/* an asynchronous command of a shell starts with SIGINT ignored */
 	signal(SIGINT, SIG_DFL);
 	signal(SIGTERM, SIG_DFL);
-	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+	pthread_sigmask(SIG_BLOCK, &fc->sigs, NULL);
 	signal(SIGPIPE, SIG_IGN);
 	return 0;
 }
 
-void fc_started(int status)
+void fc_started(fuse_compat *fc, int status)
 {
-	if (status_fd < 0)
+	if (fc->status_fd < 0)
 		return;
 	unsigned char st = (unsigned char)status;
 	ssize_t w;
 	do
-		w = write(status_fd, &st, 1);
+		w = write(fc->status_fd, &st, 1);
 	while (w < 0 && errno == EINTR);
-	close(status_fd);
-	status_fd = -1;
+	close(fc->status_fd);
+	fc->status_fd = -1;
 	if (status)
 		return;
 	int fd = open("/dev/null", O_RDWR);
@@ -135,77 +151,77 @@ static void lazy_unmount(const char *where)
 
 static void *signal_thread(void *arg)
 {
-	(void)arg;
+	fuse_compat *fc = arg;
 	for (;;) {
 		int sig = 0;
-		if (sigwait(&sigs, &sig) != 0)
+		if (sigwait(&fc->sigs, &sig) != 0)
 			continue;
-		pthread_mutex_lock(&stop_mu);
-		if (!loop_done && !unmounted) {
-			stop_cb(stop_arg);
-			fuse_session_exit(session);
-			fs_loop_stop();
+		pthread_mutex_lock(&fc->stop_mu);
+		if (!fc->loop_done && !fc->unmounted) {
+			fc->on_stop(fc->userdata);
+			fuse_session_exit(fc->se);
+			fs_loop_stop(fc);
 			/* unmount without closing the session's descriptor: the loop's
 			 * threads see the connection end and return */
-			lazy_unmount(mountpoint);
-			unmounted = 1;
+			lazy_unmount(fc->mountpoint);
+			fc->unmounted = 1;
 		}
-		pthread_mutex_unlock(&stop_mu);
+		pthread_mutex_unlock(&fc->stop_mu);
 	}
 	return NULL;
 }
 
 /* ---------------------------------------------------------------- session */
 
-int fc_mount(struct fuse_args *args, const fc_options *o, const struct fuse_lowlevel_ops *ops,
-	     void *userdata, void (*on_stop)(void *), void *arg)
+int fc_mount(fuse_compat *fc, struct fuse_args *args, const fc_options *o,
+	     const struct fuse_lowlevel_ops *ops, void *userdata, void (*on_stop)(void *))
 {
 	pthread_t sth;
-	stop_cb = on_stop;
-	stop_arg = arg;
-	mountpoint = o->mountpoint;
-	session = fuse_session_new(args, ops, sizeof *ops, userdata);
-	if (!session) {
+	fc->on_stop = on_stop;
+	fc->userdata = userdata;
+	fc->mountpoint = o->mountpoint;
+	fc->se = fuse_session_new(args, ops, sizeof *ops, userdata);
+	if (!fc->se) {
 		fprintf(stderr, "vecfs: cannot start the FUSE session (bad -o option?)\n");
 		return -1;
 	}
-	if (fuse_session_mount(session, o->mountpoint) != 0) {
+	if (fuse_session_mount(fc->se, o->mountpoint) != 0) {
 		fprintf(stderr, "vecfs: cannot mount on %s\n", o->mountpoint);
 		goto out_session;
 	}
-	if (pt_install(session, o->passthrough) != 0) {
+	if (pt_install(fc, o->passthrough) != 0) {
 		fprintf(stderr, "vecfs: cannot set up the FUSE device's I/O\n");
 		goto out_unmount;
 	}
-	if (pthread_create(&sth, NULL, signal_thread, NULL) != 0) {
+	if (pthread_create(&sth, NULL, signal_thread, fc) != 0) {
 		fprintf(stderr, "vecfs: cannot start the signal thread\n");
 		goto out_unmount;
 	}
 	pthread_detach(sth);
 	return 0;
 out_unmount:
-	fuse_session_unmount(session);
+	fuse_session_unmount(fc->se);
 out_session:
-	pt_detach();
-	fuse_session_destroy(session);
-	session = NULL;
+	pt_detach(fc);
+	fuse_session_destroy(fc->se);
+	fc->se = NULL;
 	return -1;
 }
 
-int fc_serve(const fc_options *o)
+int fc_serve(fuse_compat *fc, const fc_options *o)
 {
 	int rc;
 	if (o->single) {
-		rc = fuse_session_loop(session);
+		rc = fuse_session_loop(fc->se);
 	} else if (o->clone_fd) {
 		/* a device descriptor per thread: libfuse's own loop */
 		struct fuse_loop_config lc;
 		memset(&lc, 0, sizeof lc);
 		lc.clone_fd = o->clone_fd;
 		lc.max_idle_threads = o->max_idle ? o->max_idle : 10;
-		rc = fuse_session_loop_mt(session, &lc);
+		rc = fuse_session_loop_mt(fc->se, &lc);
 	} else {
-		rc = fs_loop(session, o->max_threads ? o->max_threads : 10);
+		rc = fs_loop(fc, o->max_threads ? o->max_threads : 10);
 		if (rc == -ETIMEDOUT) {
 			/* requests still run and use the store: no tidying up under
 			 * them; every committed write is already durable */
@@ -219,26 +235,26 @@ int fc_serve(const fc_options *o)
 	return rc == 0 ? 0 : 1;
 }
 
-void fc_unmount(void)
+void fc_unmount(fuse_compat *fc)
 {
-	pthread_mutex_lock(&stop_mu);
-	loop_done = 1;
-	int need_unmount = !unmounted;
-	pthread_mutex_unlock(&stop_mu);
+	pthread_mutex_lock(&fc->stop_mu);
+	fc->loop_done = 1;
+	int need_unmount = !fc->unmounted;
+	pthread_mutex_unlock(&fc->stop_mu);
 	if (!need_unmount) {
 		/* unmounted by the signal thread: let libfuse tidy up only when the
 		 * connection is gone, so it cannot unmount a newer mount there */
-		struct pollfd pfd = {fuse_session_fd(session), 0, 0};
+		struct pollfd pfd = {fuse_session_fd(fc->se), 0, 0};
 		need_unmount = poll(&pfd, 1, 0) == 1 && (pfd.revents & POLLERR);
 	}
 	if (need_unmount)
-		fuse_session_unmount(session);
-	pt_detach();
-	fuse_session_destroy(session);
-	session = NULL;
+		fuse_session_unmount(fc->se);
+	pt_detach(fc);
+	fuse_session_destroy(fc->se);
+	fc->se = NULL;
 }
 
-struct fuse_session *fc_session(void)
+struct fuse_session *fc_session(fuse_compat *fc)
 {
-	return session;
+	return fc->se;
 }

@@ -25,6 +25,10 @@
 #define FC_OWN_PASSTHROUGH 0
 #endif
 
+/* The session, its loop and the passthrough state: one per daemon, made by
+ * fc_new() before anything else of the session. */
+typedef struct fuse_compat fuse_compat;
+
 /* How the session is served. */
 typedef struct fc_options {
 	const char *mountpoint;
@@ -36,36 +40,40 @@ typedef struct fc_options {
 	int passthrough;       /* serve files from backing files when possible */
 } fc_options;
 
+fuse_compat *fc_new(void);
+void fc_free(fuse_compat *fc);
+
 /* Unless foreground: fork; the parent waits for fc_started() of the child
  * and exits with its status.  Returns in the child (or, foreground, at
  * once): 0, or -errno when the fork failed. */
-int fc_background(const fc_options *o);
+int fc_background(fuse_compat *fc, const fc_options *o);
 /* Tell the waiting parent how the start went: 0 (mounted: the parent
  * exits 0, the child leaves its terminal and the current directory) or
  * the exit status.  Later calls do nothing. */
-void fc_started(int status);
+void fc_started(fuse_compat *fc, int status);
 
-/* Create the session (userdata: what handlers get from
- * fuse_req_userdata()), mount it and take SIGINT, SIGTERM and SIGHUP, which
- * end it (on_stop(arg) is called first).  0, or -1 with a message on
- * stderr (nothing to tear down then). */
-int fc_mount(struct fuse_args *args, const fc_options *o, const struct fuse_lowlevel_ops *ops,
-	     void *userdata, void (*on_stop)(void *), void *arg);
+/* Create the session, mount it and take SIGINT, SIGTERM and SIGHUP, which
+ * end it (on_stop(userdata) is called first).  userdata is what handlers
+ * get from fuse_req_userdata(); it must begin with the fuse_compat pointer
+ * fc (the device's I/O hooks get only the userdata).  0, or -1 with a
+ * message on stderr (nothing to tear down then). */
+int fc_mount(fuse_compat *fc, struct fuse_args *args, const fc_options *o,
+	     const struct fuse_lowlevel_ops *ops, void *userdata, void (*on_stop)(void *));
 /* Serve requests until the session ends: 0, or 1 when it ended on an
  * error.  Does not return when requests still run a minute after a stop. */
-int fc_serve(const fc_options *o);
+int fc_serve(fuse_compat *fc, const fc_options *o);
 /* Unmount (unless a signal did) and destroy the session. */
-void fc_unmount(void);
+void fc_unmount(fuse_compat *fc);
 /* The session, for notifications. */
-struct fuse_session *fc_session(void);
+struct fuse_session *fc_session(fuse_compat *fc);
 
 /* INIT: ask for passthrough when the kernel offers it and it was wanted. */
-void fc_init_conn(struct fuse_conn_info *conn);
+void fc_init_conn(fuse_compat *fc, struct fuse_conn_info *conn);
 
 /* The calling worker's request has work that may take long or wait on the
  * kernel (a commit, a query, a config or ctl write): another worker is to
  * listen meanwhile.  A no-op outside the daemon's own loop. */
-void fc_request_long(void);
+void fc_request_long(fuse_compat *fc);
 
 /* How the session loop stands (see fs/loop.c). */
 typedef struct fs_loop_stats {
@@ -76,14 +84,14 @@ typedef struct fs_loop_stats {
 	char listening_cpus[64]; /* their CPUs, "0,1"; "*" for one not pinned */
 } fs_loop_stats;
 /* Returns 0 (and nothing is set) unless the daemon's own loop serves. */
-int fc_loop_counts(fs_loop_stats *st);
+int fc_loop_counts(fuse_compat *fc, fs_loop_stats *st);
 
 /* 1 while registering backing files may work. */
-int fc_backing_usable(void);
+int fc_backing_usable(fuse_compat *fc);
 /* Register fd (a regular file) as a backing file: its id (> 0), or -errno
  * when passthrough is not available. */
-int fc_backing_open(int fd);
-void fc_backing_close(int id);
+int fc_backing_open(fuse_compat *fc, int fd);
+void fc_backing_close(fuse_compat *fc, int id);
 /* Answer OPEN like fuse_reply_open(), with reads and writes passed through
  * to the backing file `backing_id`. */
 int fc_reply_open_backing(fuse_req_t req, const struct fuse_file_info *fi, int backing_id);

@@ -7,12 +7,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef struct fs_mount fs_mount;
+typedef struct fs_daemon fs_daemon;
 typedef struct ingest ingest;
 
 /* The format for a file name, or -1 when its ending is not one vecfs reads. */
 int ingest_format_of(const char *name);
-ingest *ingest_new(fs_mount *m, const char *name, int format);
+ingest *ingest_new(fs_daemon *dm, const char *name, int format);
 void ingest_free(ingest *in);
 /* Parse bytes written to the file.  Rows are validated as they complete; a
  * bad row fails with -EINVAL (and an errors line), after which the file is

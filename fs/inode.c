@@ -36,23 +36,7 @@ static const named gen_entries[] = {
 };
 #define NELEM(a) (sizeof(a) / sizeof((a)[0]))
 
-pthread_mutex_t tree_mu = PTHREAD_MUTEX_INITIALIZER;
-node fixed[FIXED_MAX + 1];
-/* Chained hash tables of nodes: every node by ino, linked names by
- * (parent, name).  Each uses its own chain pointer of the node. */
-enum { BY_INO, BY_NAME };
-typedef struct table {
-	node **slot;
-	size_t cap, count;
-	int by;
-} table;
-static table inos = {.by = BY_INO}, names = {.by = BY_NAME};
-static fuse_ino_t next_ino = 1000;
-node *children[FIXED_MAX + 1];
-uid_t my_uid;
-gid_t my_gid;
-fs_mount *mnt;
-unsigned sessions;
+enum { BY_INO, BY_NAME }; /* which table, and chain pointer of a node */
 
 const named *entries_of(int dirkind, size_t *n)
 {
@@ -94,12 +78,12 @@ static size_t hash_name(fuse_ino_t parent, const char *name, size_t len, size_t 
 	return (size_t)(h ^ (h >> 29)) & (cap - 1);
 }
 
-static size_t node_hash(const table *t, const node *n, size_t cap)
+static size_t node_hash(const node_hash_table *t, const node *n, size_t cap)
 {
 	return t->by == BY_INO ? hash_ino(n->ino, cap) : hash_name(n->parent, n->name, n->namelen, cap);
 }
 
-static void tab_grow(table *t)
+static void tab_grow(node_hash_table *t)
 {
 	size_t nc = t->cap ? t->cap * 2 : 4096;
 	node **nt = calloc(nc, sizeof *nt);
@@ -118,7 +102,7 @@ static void tab_grow(table *t)
 }
 
 /* 0, or -ENOMEM when the table cannot grow. */
-static int tab_insert(table *t, node *n)
+static int tab_insert(node_hash_table *t, node *n)
 {
 	if (t->count + 1 > t->cap / 2)
 		tab_grow(t);
@@ -131,7 +115,7 @@ static int tab_insert(table *t, node *n)
 	return 0;
 }
 
-static void tab_remove(table *t, node *n)
+static void tab_remove(node_hash_table *t, node *n)
 {
 	for (node **pp = &t->slot[node_hash(t, n, t->cap)]; *pp; pp = &(*pp)->next[t->by])
 		if (*pp == n) {
@@ -141,24 +125,24 @@ static void tab_remove(table *t, node *n)
 		}
 }
 
-node *get_node(fuse_ino_t ino)
+node *get_node(fs_daemon *dm, fuse_ino_t ino)
 {
 	if (ino >= 1 && ino <= FIXED_MAX)
-		return &fixed[ino];
-	if (!inos.cap)
+		return &dm->tree.fixed[ino];
+	if (!dm->tree.inos.cap)
 		return NULL;
-	for (node *n = inos.slot[hash_ino(ino, inos.cap)]; n; n = n->next[BY_INO])
+	for (node *n = dm->tree.inos.slot[hash_ino(ino, dm->tree.inos.cap)]; n; n = n->next[BY_INO])
 		if (n->ino == ino)
 			return n;
 	return NULL;
 }
 
-node *find_name(fuse_ino_t parent, const char *name)
+node *find_name(fs_daemon *dm, fuse_ino_t parent, const char *name)
 {
 	size_t len = strlen(name);
-	if (!names.cap)
+	if (!dm->tree.names.cap)
 		return NULL;
-	for (node *n = names.slot[hash_name(parent, name, len, names.cap)]; n; n = n->next[BY_NAME])
+	for (node *n = dm->tree.names.slot[hash_name(parent, name, len, dm->tree.names.cap)]; n; n = n->next[BY_NAME])
 		if (n->parent == parent && n->namelen == len && !memcmp(n->name, name, len))
 			return n;
 	return NULL;
@@ -169,42 +153,42 @@ static int stateful(const node *n)
 	return n->kind == K_INGEST_FILE || n->kind == K_SESSION || n->kind == K_TMPLINK;
 }
 
-void link_name(node *n)
+void link_name(fs_daemon *dm, node *n)
 {
-	if (n->linked || tab_insert(&names, n))
+	if (n->linked || tab_insert(&dm->tree.names, n))
 		return;
 	n->linked = 1;
 	if (n->kind == K_SESSION)
-		sessions++;
+		dm->tree.sessions++;
 	if (stateful(n) && n->parent <= FIXED_MAX) {
 		n->sib_prev = NULL;
-		n->sib_next = children[n->parent];
+		n->sib_next = dm->tree.children[n->parent];
 		if (n->sib_next)
 			n->sib_next->sib_prev = n;
-		children[n->parent] = n;
+		dm->tree.children[n->parent] = n;
 	}
 }
 
-void unlink_name(node *n)
+void unlink_name(fs_daemon *dm, node *n)
 {
 	if (!n->linked)
 		return;
 	if (n->kind == K_SESSION)
-		sessions--;
-	tab_remove(&names, n);
+		dm->tree.sessions--;
+	tab_remove(&dm->tree.names, n);
 	n->linked = 0;
 	if (stateful(n) && n->parent <= FIXED_MAX) {
 		if (n->sib_prev)
 			n->sib_prev->sib_next = n->sib_next;
 		else
-			children[n->parent] = n->sib_next;
+			dm->tree.children[n->parent] = n->sib_next;
 		if (n->sib_next)
 			n->sib_next->sib_prev = n->sib_prev;
 		n->sib_prev = n->sib_next = NULL;
 	}
 }
 
-node *new_node(int kind, fuse_ino_t parent, const char *name)
+node *new_node(fs_daemon *dm, int kind, fuse_ino_t parent, const char *name)
 {
 	node *n = calloc(1, sizeof *n);
 	if (!n)
@@ -217,64 +201,64 @@ node *new_node(int kind, fuse_ino_t parent, const char *name)
 	n->namelen = strlen(name);
 	n->kind = kind;
 	n->parent = parent;
-	n->ino = next_ino;
-	if (tab_insert(&inos, n)) {
+	n->ino = dm->tree.next_ino;
+	if (tab_insert(&dm->tree.inos, n)) {
 		free(n->name);
 		free(n);
 		return NULL;
 	}
-	next_ino++;
+	dm->tree.next_ino++;
 	return n;
 }
 
 /* Free a node and what it owns (not the tables' links). */
-static void node_destroy(node *n)
+static void node_destroy(fs_daemon *dm, node *n)
 {
 	if (n->ing)
 		ingest_free(n->ing);
 	if (n->qs)
 		qs_free(n->qs);
-	out_backing_close(n);
+	out_backing_close(dm, n);
 	free(n->target);
 	free(n->name);
 	free(n);
 }
 
-void maybe_free(node *n)
+void maybe_free(fs_daemon *dm, node *n)
 {
 	if (!n || n->ino <= FIXED_MAX)
 		return;
 	if (n->nlookup || n->opens || n->kids || (n->linked && stateful(n)))
 		return;
-	unlink_name(n);
-	tab_remove(&inos, n);
+	unlink_name(dm, n);
+	tab_remove(&dm->tree.inos, n);
 	node *sess = n->session;
-	node_destroy(n);
+	node_destroy(dm, n);
 	if (sess) {
 		sess->kids--;
-		maybe_free(sess);
+		maybe_free(dm, sess);
 	}
 }
 
-node *pin(fuse_ino_t ino)
+node *pin(fs_daemon *dm, fuse_ino_t ino)
 {
-	pthread_mutex_lock(&tree_mu);
-	node *n = get_node(ino);
+	pthread_mutex_lock(&dm->tree.mu);
+	node *n = get_node(dm, ino);
 	if (n)
 		n->opens++;
-	pthread_mutex_unlock(&tree_mu);
+	pthread_mutex_unlock(&dm->tree.mu);
 	return n;
 }
 
-void unpin(node *n)
+void unpin(fs_daemon *dm, node *n)
 {
-	pthread_mutex_lock(&tree_mu);
+	pthread_mutex_lock(&dm->tree.mu);
 	n->opens--;
-	maybe_free(n);
-	pthread_mutex_unlock(&tree_mu);
+	maybe_free(dm, n);
+	pthread_mutex_unlock(&dm->tree.mu);
 }
 
-node *child_locked(node *p, const char *name, int *err)
+node *child_locked(fs_daemon *dm, node *p, const char *name, int *err)
 {
 	node *n;
 	int k;
@@ -283,14 +267,14 @@ node *child_locked(node *p, const char *name, int *err)
 	switch (p->kind) {
 	case K_ROOT:
 		k = entry_kind(K_ROOT, name);
-		return k ? &fixed[k] : NULL;
+		return k ? &dm->tree.fixed[k] : NULL;
 	case K_INGEST:
 	case K_QUERY:
-		return find_name(p->ino, name);
+		return find_name(dm, p->ino, name);
 	case K_RECORDS:
-		n = find_name(p->ino, name);
-		if (!n && (n = new_node(K_RECORD, p->ino, name)))
-			link_name(n);
+		n = find_name(dm, p->ino, name);
+		if (!n && (n = new_node(dm, K_RECORD, p->ino, name)))
+			link_name(dm, n);
 		if (!n)
 			*err = ENOMEM;
 		return n;
@@ -298,26 +282,26 @@ node *child_locked(node *p, const char *name, int *err)
 		k = entry_kind(K_SESSION, name);
 		if (!k)
 			return NULL;
-		n = find_name(p->ino, name);
-		if (!n && (n = new_node(k, p->ino, name))) {
+		n = find_name(dm, p->ino, name);
+		if (!n && (n = new_node(dm, k, p->ino, name))) {
 			n->session = p;
 			p->kids++;
-			link_name(n);
+			link_name(dm, n);
 		}
 		if (!n)
 			*err = ENOMEM;
 		return n;
 	case K_GENS:
 		if (!strcmp(name, "active"))
-			return &fixed[K_ACTIVE];
-		n = find_name(p->ino, name);
+			return &dm->tree.fixed[K_ACTIVE];
+		n = find_name(dm, p->ino, name);
 		if (n)
 			return n;
 		if (gen_parse_name(name, &gen))
 			return NULL;
-		if ((n = new_node(K_GEN, p->ino, name))) {
+		if ((n = new_node(dm, K_GEN, p->ino, name))) {
 			n->gen = gen;
-			link_name(n);
+			link_name(dm, n);
 		} else {
 			*err = ENOMEM;
 		}
@@ -326,10 +310,10 @@ node *child_locked(node *p, const char *name, int *err)
 		k = entry_kind(K_GEN, name);
 		if (!k)
 			return NULL;
-		n = find_name(p->ino, name);
-		if (!n && (n = new_node(k, p->ino, name))) {
+		n = find_name(dm, p->ino, name);
+		if (!n && (n = new_node(dm, k, p->ino, name))) {
 			n->gen = p->gen;
-			link_name(n);
+			link_name(dm, n);
 		}
 		if (!n)
 			*err = ENOMEM;
@@ -339,9 +323,9 @@ node *child_locked(node *p, const char *name, int *err)
 	return NULL;
 }
 
-const char *kind_path(const node *n, char *buf, size_t cap)
+const char *kind_path(fs_daemon *dm, const node *n, char *buf, size_t cap)
 {
-	const node *p = n->parent ? get_node(n->parent) : NULL;
+	const node *p = n->parent ? get_node(dm, n->parent) : NULL;
 	if (n->ino == K_ROOT)
 		snprintf(buf, cap, "/");
 	else if (n->ino <= FIXED_MAX)
@@ -359,11 +343,16 @@ const char *kind_path(const node *n, char *buf, size_t cap)
 
 /* ---------------------------------------------------------------- setup */
 
-void tree_init(fs_mount *m)
+int tree_init(fs_daemon *dm)
 {
-	mnt = m;
-	my_uid = getuid();
-	my_gid = getgid();
+	node_table *t = &dm->tree;
+	memset(t, 0, sizeof *t);
+	pthread_mutex_init(&t->mu, NULL);
+	t->inos.by = BY_INO;
+	t->names.by = BY_NAME;
+	t->next_ino = 1000;
+	t->uid = getuid();
+	t->gid = getgid();
 	static const struct {
 		int kind;
 		const char *name;
@@ -375,7 +364,7 @@ void tree_init(fs_mount *m)
 		{K_QUERY, "query", K_ROOT}, {K_GENS, "generations", K_ROOT}, {K_ACTIVE, "active", K_GENS},
 	};
 	for (size_t i = 0; i < NELEM(fx); i++) {
-		node *n = &fixed[fx[i].kind];
+		node *n = &dm->tree.fixed[fx[i].kind];
 		memset(n, 0, sizeof *n);
 		n->ino = (fuse_ino_t)fx[i].kind;
 		n->kind = fx[i].kind;
@@ -383,25 +372,27 @@ void tree_init(fs_mount *m)
 		n->namelen = strlen(fx[i].name);
 		n->parent = (fuse_ino_t)fx[i].parent;
 	}
-	tab_grow(&inos);
-	tab_grow(&names);
+	tab_grow(&t->inos);
+	tab_grow(&t->names);
+	return t->inos.cap && t->names.cap ? 0 : -ENOMEM;
 }
 
-void tree_destroy(void)
+void tree_destroy(fs_daemon *dm)
 {
-	pthread_mutex_lock(&tree_mu);
-	for (size_t i = 0; i < inos.cap; i++) {
-		node *n = inos.slot[i];
+	pthread_mutex_lock(&dm->tree.mu);
+	for (size_t i = 0; i < dm->tree.inos.cap; i++) {
+		node *n = dm->tree.inos.slot[i];
 		while (n) {
 			node *nx = n->next[BY_INO];
-			node_destroy(n);
+			node_destroy(dm, n);
 			n = nx;
 		}
-		inos.slot[i] = NULL;
+		dm->tree.inos.slot[i] = NULL;
 	}
-	free(inos.slot);
-	free(names.slot);
-	inos = (table){.by = BY_INO};
-	names = (table){.by = BY_NAME};
-	pthread_mutex_unlock(&tree_mu);
+	free(dm->tree.inos.slot);
+	free(dm->tree.names.slot);
+	dm->tree.inos = (node_hash_table){.by = BY_INO};
+	dm->tree.names = (node_hash_table){.by = BY_NAME};
+	pthread_mutex_unlock(&dm->tree.mu);
+	pthread_mutex_destroy(&dm->tree.mu);
 }

@@ -15,7 +15,7 @@
 #include "ingest.h"
 #include "query.h"
 
-typedef struct fs_mount fs_mount;
+typedef struct fs_daemon fs_daemon;
 
 enum kind {
 	K_ROOT = 1, K_README, K_CONFIG, K_STATS, K_ERRORS, K_CTL, K_BACKUP,
@@ -55,14 +55,26 @@ typedef struct node {
 	struct node *sib_prev, *sib_next; /* children list of stateful dirs */
 } node;
 
-/* Guards the tables and every node's counts, links and names. */
-extern pthread_mutex_t tree_mu;
-extern node fixed[FIXED_MAX + 1];
-extern node *children[FIXED_MAX + 1]; /* of K_INGEST, K_QUERY, K_GENS */
-extern unsigned sessions;              /* linked K_SESSION nodes */
-extern uid_t my_uid;
-extern gid_t my_gid;
-extern fs_mount *mnt; /* what is served; set by tree_init() */
+/* A chained hash table of nodes (by ino, or linked names by (parent,
+ * name)), using its own chain pointer of the node. */
+typedef struct node_hash_table {
+	node **slot;
+	size_t cap, count;
+	int by;
+} node_hash_table;
+
+/* The daemon's nodes (dm->tree). */
+typedef struct node_table {
+	pthread_mutex_t mu;  /* guards the tables and every node's counts,
+			      * links and names */
+	node fixed[FIXED_MAX + 1];
+	node_hash_table inos, names;
+	fuse_ino_t next_ino;
+	node *children[FIXED_MAX + 1]; /* of K_INGEST, K_QUERY, K_GENS */
+	unsigned sessions;              /* linked K_SESSION nodes */
+	uid_t uid;                      /* the owner of every file */
+	gid_t gid;
+} node_table;
 
 /* The fixed entries of a directory of kind dirkind (root, a session, a
  * generation); NULL for other kinds. */
@@ -70,26 +82,28 @@ const named *entries_of(int dirkind, size_t *n);
 /* The kind of fixed entry `name` of a directory of kind dirkind, or 0. */
 int entry_kind(int dirkind, const char *name);
 
-/* With tree_mu held. */
-node *get_node(fuse_ino_t ino);
-node *find_name(fuse_ino_t parent, const char *name);
-void link_name(node *n);
-void unlink_name(node *n);
-node *new_node(int kind, fuse_ino_t parent, const char *name);
+/* With dm->tree.mu held. */
+node *get_node(fs_daemon *dm, fuse_ino_t ino);
+node *find_name(fs_daemon *dm, fuse_ino_t parent, const char *name);
+void link_name(fs_daemon *dm, node *n);
+void unlink_name(fs_daemon *dm, node *n);
+node *new_node(fs_daemon *dm, int kind, fuse_ino_t parent, const char *name);
 /* Free n once nothing refers to it any more. */
-void maybe_free(node *n);
+void maybe_free(fs_daemon *dm, node *n);
 /* Find or make the child `name` of p.  NULL with *err set when there is
  * none. */
-node *child_locked(node *p, const char *name, int *err);
+node *child_locked(fs_daemon *dm, node *p, const char *name, int *err);
 /* The path of n in the tree, for errors lines. */
-const char *kind_path(const node *n, char *buf, size_t cap);
+const char *kind_path(fs_daemon *dm, const node *n, char *buf, size_t cap);
 
-/* Keep node ino while a request uses it outside tree_mu (NULL: no such
- * node); unpin() lets it go (freed once nothing refers to it). */
-node *pin(fuse_ino_t ino);
-void unpin(node *n);
+/* Keep node ino while a request uses it outside dm->tree.mu (NULL: no
+ * such node); unpin() lets it go (freed once nothing refers to it). */
+node *pin(fs_daemon *dm, fuse_ino_t ino);
+void unpin(fs_daemon *dm, node *n);
 
-void tree_init(fs_mount *m);
-void tree_destroy(void);
+/* The fixed nodes and empty tables: 0, or -ENOMEM. */
+int tree_init(fs_daemon *dm);
+/* Free every node. */
+void tree_destroy(fs_daemon *dm);
 
 #endif

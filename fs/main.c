@@ -9,7 +9,6 @@
 
 #include <errno.h>
 #include <limits.h>
-#include <pthread.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,17 +16,13 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include "ahead.h"
 #include "fuse_compat.h"
-#include "inode.h"
 #include "ops.h"
-#include "out_cache.h"
-
-static fs_mount the_mount;
 
 struct options {
 	char *store;
 	int extra;           /* arguments beyond STORE MOUNTPOINT */
+	int nonopt_seen;     /* arguments that are not options, so far */
 	int no_passthrough;  /* -o no_passthrough */
 	unsigned max_sessions;   /* -o max_sessions=N */
 	unsigned query_input_mb; /* -o query_input_mb=N */
@@ -40,19 +35,17 @@ static const struct fuse_opt option_spec[] = {
 	FUSE_OPT_END,
 };
 
-static int nonopt_seen;
-
 static int opt_proc(void *data, const char *arg, int key, struct fuse_args *outargs)
 {
 	(void)outargs;
 	struct options *o = data;
 	if (key == FUSE_OPT_KEY_NONOPT) {
-		nonopt_seen++;
+		o->nonopt_seen++;
 		if (!o->store) {
 			o->store = strdup(arg);
 			return 0;
 		}
-		if (nonopt_seen > 2) {
+		if (o->nonopt_seen > 2) {
 			o->extra = 1;
 			return 0;
 		}
@@ -144,9 +137,9 @@ static void raise_fd_limit(void)
 	}
 }
 
-static void on_stop(void *arg)
+static void on_stop(void *userdata)
 {
-	((fs_mount *)arg)->stopping = 1;
+	((fs_daemon *)userdata)->stopping = 1;
 }
 
 /* Parse the command line: -1 to go on, else the exit status. */
@@ -173,6 +166,7 @@ int main(int argc, char *argv[])
 	struct options o;
 	const char *prog = strrchr(argv[0], '/') ? strrchr(argv[0], '/') + 1 : argv[0];
 	char *store_abs = NULL, err[512] = "";
+	fs_daemon dm;
 	int ret = parse_args(&args, &o, &co, prog);
 	if (ret != -1)
 		goto out;
@@ -184,35 +178,36 @@ int main(int argc, char *argv[])
 		.clone_fd = co.clone_fd, .max_threads = co.max_threads,
 		.max_idle = co.max_idle_threads, .passthrough = !o.no_passthrough,
 	};
-	the_mount.store_dir = store_abs;
-	the_mount.max_sessions = o.max_sessions ? o.max_sessions : SESSIONS_DEFAULT;
-	the_mount.query_input.max = (size_t)(o.query_input_mb ? o.query_input_mb :
-					     QUERY_INPUT_MB_DEFAULT) << 20;
-	pthread_mutex_init(&the_mount.query_input.mu, NULL);
-	if (fc_background(&fo) != 0) {
-		perror("vecfs: fork");
+	if (daemon_init(&dm, store_abs, o.max_sessions ? o.max_sessions : SESSIONS_DEFAULT,
+			(size_t)(o.query_input_mb ? o.query_input_mb : QUERY_INPUT_MB_DEFAULT) << 20)) {
+		fprintf(stderr, "vecfs: out of memory\n");
 		goto out;
 	}
+	if (fc_background(dm.fuse, &fo) != 0) {
+		perror("vecfs: fork");
+		goto out_daemon;
+	}
 	raise_fd_limit();
-	int rc = vecfs_open(store_abs, &the_mount.store, err, sizeof err);
+	int rc = vecfs_open(store_abs, &dm.store, err, sizeof err);
 	if (rc) {
 		fprintf(stderr, "vecfs: cannot open store %s: %s\n", store_abs, err[0] ? err : strerror(-rc));
 		ret = rc == -EBUSY ? 3 : 1;
-		fc_started(ret);
-		goto out;
+		fc_started(dm.fuse, ret);
+		goto out_daemon;
 	}
-	tree_init(&the_mount);
-	if (fc_mount(&args, &fo, &fs_ops, NULL, on_stop, &the_mount) == 0) {
-		tree_set_session(fc_session(), !fo.single, fo.passthrough);
-		fc_started(0);
-		ret = fc_serve(&fo);
-		the_mount.stopping = 1;
-		fc_unmount();
+	if (fc_mount(dm.fuse, &args, &fo, &fs_ops, &dm, on_stop) == 0) {
+		out_cache_set_session(&dm, fc_session(dm.fuse), !fo.single, fo.passthrough);
+		fc_started(dm.fuse, 0);
+		ret = fc_serve(dm.fuse, &fo);
+		dm.stopping = 1;
+		fc_unmount(dm.fuse);
 	}
-	fc_started(1);
-	ahead_stop();
-	tree_destroy();
-	vecfs_close(the_mount.store);
+	fc_started(dm.fuse, 1);
+	daemon_fini(&dm);
+	vecfs_close(dm.store);
+	goto out;
+out_daemon:
+	daemon_fini(&dm);
 out:
 	fuse_opt_free_args(&args);
 	free(co.mountpoint);

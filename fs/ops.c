@@ -12,9 +12,10 @@
 
 static void op_statfs(fuse_req_t req, fuse_ino_t ino)
 {
+	fs_daemon *dm = fuse_req_userdata(req);
 	(void)ino;
 	struct statvfs sv;
-	if (statvfs(mnt->store_dir, &sv) != 0)
+	if (statvfs(dm->store_dir, &sv) != 0)
 		memset(&sv, 0, sizeof sv);
 	sv.f_namemax = 255;
 	fuse_reply_statfs(req, &sv);
@@ -22,14 +23,14 @@ static void op_statfs(fuse_req_t req, fuse_ino_t ino)
 
 static void op_init(void *userdata, struct fuse_conn_info *conn)
 {
-	(void)userdata;
+	fs_daemon *dm = userdata;
 	/* write errors must reach write()/close(): no writeback cache */
 	conn->want &= ~(unsigned)FUSE_CAP_WRITEBACK_CACHE;
 	if (conn->capable & FUSE_CAP_ATOMIC_O_TRUNC)
 		conn->want |= FUSE_CAP_ATOMIC_O_TRUNC;
 	conn->want &= ~(unsigned)FUSE_CAP_CACHE_SYMLINKS;
-	out_cache_negotiate(conn);
-	fc_init_conn(conn);
+	out_cache_negotiate(dm, conn);
+	fc_init_conn(dm->fuse, conn);
 }
 
 const struct fuse_lowlevel_ops fs_ops = {

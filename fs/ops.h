@@ -19,17 +19,17 @@ extern const struct fuse_lowlevel_ops fs_ops;
 /* ---------------------------------------------------------------- ops_lookup.c */
 
 /* The attributes of n, computed now. */
-int node_attr(node *n, struct stat *st);
+int node_attr(fs_daemon *dm, node *n, struct stat *st);
 /* How long the kernel may keep n's attributes. */
-double attr_timeout(const node *n);
-/* Take a lookup reference on n (tree_mu held, and released) and answer
+double attr_timeout(fs_daemon *dm, const node *n);
+/* Take a lookup reference on n (dm->tree.mu held, and released) and answer
  * with its attributes. */
 void answer_entry_locked(fuse_req_t req, node *n);
-/* Take tree_mu and find directory node `parent`: NULL (unlocked, ENOENT
+/* Take dm->tree.mu and find directory node `parent`: NULL (unlocked, ENOENT
  * answered) when there is none. */
 node *lock_parent(fuse_req_t req, fuse_ino_t parent);
-/* Node ino, looked up under tree_mu. */
-node *get_locked(fuse_ino_t ino);
+/* Node ino, looked up under dm->tree.mu. */
+node *get_locked(fs_daemon *dm, fuse_ino_t ino);
 
 void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name);
 void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup);

@@ -65,7 +65,7 @@ static fuse_ino_t pseudo_ino(const char *name, size_t len, fuse_ino_t parent)
 	return (fuse_ino_t)((h >> 2) | (1ULL << 62));
 }
 
-static int snapshot_dir(dirh *d)
+static int snapshot_dir(fs_daemon *dm, dirh *d)
 {
 	node *n = d->n;
 	int rc = 0;
@@ -84,10 +84,10 @@ static int snapshot_dir(dirh *d)
 		break;
 	case K_INGEST:
 	case K_QUERY:
-		pthread_mutex_lock(&tree_mu);
-		for (node *c = children[n->ino]; c; c = c->sib_next)
+		pthread_mutex_lock(&dm->tree.mu);
+		for (node *c = dm->tree.children[n->ino]; c; c = c->sib_next)
 			rc |= add_dent(d, c->name, c->ino, c->kind == K_SESSION ? S_IFDIR : S_IFREG);
-		pthread_mutex_unlock(&tree_mu);
+		pthread_mutex_unlock(&dm->tree.mu);
 		break;
 	case K_SESSION:
 	case K_GEN:
@@ -98,14 +98,14 @@ static int snapshot_dir(dirh *d)
 	case K_GENS: {
 		size_t total = 0, cap = 64;
 		uint64_t *ids = NULL;
-		if (vecfs_active(mnt->store))
+		if (vecfs_active(dm->store))
 			rc |= add_dent(d, "active", K_ACTIVE, S_IFLNK);
 		for (;;) {
 			free(ids);
 			ids = malloc(cap * sizeof *ids);
 			if (!ids)
 				return -ENOMEM;
-			int r = vecfs_gen_list(mnt->store, ids, cap, &total);
+			int r = vecfs_gen_list(dm->store, ids, cap, &total);
 			if (r) {
 				free(ids);
 				return r;
@@ -119,10 +119,10 @@ static int snapshot_dir(dirh *d)
 			rc |= add_dent(d, num, pseudo_ino(num, (size_t)l, n->ino), S_IFDIR);
 		}
 		free(ids);
-		pthread_mutex_lock(&tree_mu);
-		for (node *c = children[n->ino]; c; c = c->sib_next)
+		pthread_mutex_lock(&dm->tree.mu);
+		for (node *c = dm->tree.children[n->ino]; c; c = c->sib_next)
 			rc |= add_dent(d, c->name, c->ino, S_IFLNK);
-		pthread_mutex_unlock(&tree_mu);
+		pthread_mutex_unlock(&dm->tree.mu);
 		break;
 	}
 	}
@@ -143,7 +143,8 @@ static void dirh_free(dirh *d)
 
 void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	node *n = pin(ino);
+	fs_daemon *dm = fuse_req_userdata(req);
+	node *n = pin(dm, ino);
 	if (!n) {
 		fuse_reply_err(req, ENOENT);
 		return;
@@ -153,7 +154,7 @@ void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	if (n->kind != K_ROOT && n->kind != K_INGEST && n->kind != K_RECORDS && n->kind != K_QUERY &&
 	    n->kind != K_GENS && n->kind != K_SESSION && n->kind != K_GEN)
 		rc = -ENOTDIR;
-	else if (n->kind == K_GEN && !gen_exists(mnt->store, n->gen))
+	else if (n->kind == K_GEN && !gen_exists(dm->store, n->gen))
 		rc = -ENOENT;
 	else if (!(d = calloc(1, sizeof *d)))
 		rc = -ENOMEM;
@@ -162,18 +163,18 @@ void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		pthread_mutex_init(&d->mu, NULL);
 		d->anchor.off = 2;
 		if (n->kind != K_RECORDS)
-			rc = snapshot_dir(d);
+			rc = snapshot_dir(dm, d);
 	}
 	if (rc) {
 		dirh_free(d);
-		unpin(n);
+		unpin(dm, n);
 		fuse_reply_err(req, -rc);
 		return;
 	}
 	fi->fh = (uintptr_t)d;
 	if (fuse_reply_open(req, fi) != 0) {
 		dirh_free(d);
-		unpin(n);
+		unpin(dm, n);
 	}
 }
 
@@ -247,6 +248,7 @@ static int skip_cb(void *arg, const char *key, size_t klen)
 
 static void readdir_records(fuse_req_t req, dirh *d, rd_ctx *c, uint64_t off)
 {
+	fs_daemon *dm = fuse_req_userdata(req);
 	/* offsets: "." 1, ".." 2, the i-th key (from 0) 3 + i */
 	rec_mark start;
 	int rc = 0;
@@ -271,7 +273,7 @@ static void readdir_records(fuse_req_t req, dirh *d, rd_ctx *c, uint64_t off)
 			/* a seek elsewhere: count keys from the start */
 			skip_ctx s = {off - 2, &start};
 			start.len = 0;
-			rc = vecfs_keys(mnt->store, NULL, 0, (size_t)-1, skip_cb, &s);
+			rc = vecfs_keys(dm->store, NULL, 0, (size_t)-1, skip_cb, &s);
 			if (rc < 0 || s.left) {
 				c->used = 0; /* past the end */
 				return;
@@ -282,7 +284,7 @@ static void readdir_records(fuse_req_t req, dirh *d, rd_ctx *c, uint64_t off)
 	d->anchor = start;
 	d->nbatch = 0;
 	c->off = start.off;
-	rc = vecfs_keys(mnt->store, start.off > 2 ? start.key : NULL, start.off > 2 ? start.len : 0,
+	rc = vecfs_keys(dm->store, start.off > 2 ? start.key : NULL, start.off > 2 ? start.len : 0,
 			(size_t)-1, rec_cb, c);
 	if (rc < 0 && c->used == 0) {
 		fuse_reply_err(req, -rc);
@@ -321,11 +323,12 @@ void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 
 void op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
+	fs_daemon *dm = fuse_req_userdata(req);
 	(void)ino;
 	dirh *d = (dirh *)(uintptr_t)fi->fh;
 	node *n = d->n;
 	dirh_free(d);
-	unpin(n);
+	unpin(dm, n);
 	fuse_reply_err(req, 0);
 }
 

@@ -44,6 +44,7 @@ static int writable(int kind)
 }
 
 typedef struct handle {
+	fs_daemon *dm;
 	node *n;
 	/* held while a reply points into the handle: libfuse may see the
 	 * RELEASE of a reader woken by that very reply before writev returns */
@@ -66,9 +67,10 @@ typedef struct handle {
  * snapshot. */
 static int rerender(handle *h)
 {
+	fs_daemon *dm = h->dm;
 	sbuf b;
 	sb_init(&b);
-	int rc = render_node(h->n, &b);
+	int rc = render_node(dm, h->n, &b);
 	if (rc == 0) {
 		char *p = sb_take(&b, &h->len);
 		if (!p) {
@@ -109,7 +111,7 @@ static void handle_free(handle *h)
 }
 
 /* Open n (a reference on it is already counted in n->opens). */
-static int open_node(node *n, struct fuse_file_info *fi, handle **out)
+static int open_node(fs_daemon *dm, node *n, struct fuse_file_info *fi, handle **out)
 {
 	int acc = fi->flags & O_ACCMODE;
 	char path[600];
@@ -117,10 +119,10 @@ static int open_node(node *n, struct fuse_file_info *fi, handle **out)
 	    n->kind == K_GENS || n->kind == K_SESSION || n->kind == K_GEN)
 		return -EISDIR;
 	if (acc != O_RDONLY && !writable(n->kind)) {
-		pthread_mutex_lock(&tree_mu);
-		kind_path(n, path, sizeof path);
-		pthread_mutex_unlock(&tree_mu);
-		errlog("%s: cannot be written (read-only)", path);
+		pthread_mutex_lock(&dm->tree.mu);
+		kind_path(dm, n, path, sizeof path);
+		pthread_mutex_unlock(&dm->tree.mu);
+		errlog(&dm->errors, "%s: cannot be written (read-only)", path);
 		return -EACCES;
 	}
 	if (acc == O_RDONLY && !readable(n->kind))
@@ -128,6 +130,7 @@ static int open_node(node *n, struct fuse_file_info *fi, handle **out)
 	handle *h = calloc(1, sizeof *h);
 	if (!h)
 		return -ENOMEM;
+	h->dm = dm;
 	h->n = n;
 	h->fd = -1;
 	pthread_mutex_init(&h->mu, NULL);
@@ -135,13 +138,13 @@ static int open_node(node *n, struct fuse_file_info *fi, handle **out)
 	if (acc != O_WRONLY && readable(n->kind)) {
 		if (n->kind == K_BACKUP) {
 			struct stat bst;
-			h->fd = backup_open(mnt);
+			h->fd = backup_open(dm);
 			if (h->fd < 0)
 				rc = h->fd;
 			else if (fstat(h->fd, &bst) == 0) {
-				pthread_mutex_lock(&tree_mu);
+				pthread_mutex_lock(&dm->tree.mu);
 				n->bsize = (uint64_t)bst.st_size;
-				pthread_mutex_unlock(&tree_mu);
+				pthread_mutex_unlock(&dm->tree.mu);
 			}
 		} else if (n->kind != K_QOUT && n->kind != K_QJSON && n->kind != K_QSTATS) {
 			/* rendered now, so that open fails when the file cannot be
@@ -157,8 +160,8 @@ static int open_node(node *n, struct fuse_file_info *fi, handle **out)
 		handle_free(h);
 		return rc;
 	}
-	fi->direct_io = !out_cached(n) && !out_passthrough(n);
-	fi->keep_cache = out_cached(n);
+	fi->direct_io = !out_cached(dm, n) && !out_passthrough(n);
+	fi->keep_cache = out_cached(dm, n);
 	/* nothing happens when a reader closes: spare it the FLUSH round trip */
 	fi->noflush = acc == O_RDONLY;
 	fi->fh = (uintptr_t)h;
@@ -168,32 +171,33 @@ static int open_node(node *n, struct fuse_file_info *fi, handle **out)
 
 void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
+	fs_daemon *dm = fuse_req_userdata(req);
 	handle *h;
-	node *n = pin(ino);
+	node *n = pin(dm, ino);
 	if (!n) {
 		fuse_reply_err(req, ENOENT);
 		return;
 	}
-	int rc = open_node(n, fi, &h);
+	int rc = open_node(dm, n, fi, &h);
 	if (rc == 0 && n->kind == K_INGEST_FILE && ingest_done(n->ing)) {
 		/* reopened after it left ingest/ (through a descriptor path) */
 		handle_free(h);
 		rc = -ENOENT;
 	}
 	if (rc) {
-		unpin(n);
+		unpin(dm, n);
 		fuse_reply_err(req, -rc);
 		return;
 	}
 	/* one reading of the backing file: rmdir may release it meanwhile */
-	pthread_mutex_lock(&tree_mu);
+	pthread_mutex_lock(&dm->tree.mu);
 	int bid = out_passthrough(n) ? n->session->out_bid : 0;
-	pthread_mutex_unlock(&tree_mu);
+	pthread_mutex_unlock(&dm->tree.mu);
 	if (bid > 0)
 		fi->direct_io = fi->keep_cache = 0;
 	if ((bid > 0 ? fc_reply_open_backing(req, fi, bid) : fuse_reply_open(req, fi)) != 0) {
 		handle_free(h);
-		unpin(n);
+		unpin(dm, n);
 	}
 }
 
@@ -201,7 +205,7 @@ void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
  * pages push_out() stored: it must see the content of now, at any offset. */
 static int read_fills_cache(const handle *h)
 {
-	return out_cached(h->n);
+	return out_cached(h->dm, h->n);
 }
 
 void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
@@ -234,20 +238,21 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 }
 
 /* Remove an ingest file from ingest/ once it committed or failed. */
-static void ingest_leave(node *n)
+static void ingest_leave(fs_daemon *dm, node *n)
 {
 	if (!ingest_done(n->ing))
 		return;
-	pthread_mutex_lock(&tree_mu);
+	pthread_mutex_lock(&dm->tree.mu);
 	if (n->linked)
-		unlink_name(n);
-	maybe_free(n);
-	pthread_mutex_unlock(&tree_mu);
+		unlink_name(dm, n);
+	maybe_free(dm, n);
+	pthread_mutex_unlock(&dm->tree.mu);
 }
 
 /* Run the complete ctl lines in h->wbuf; keep a partial last line. */
 static int ctl_run_lines(handle *h, int all)
 {
+	fs_daemon *dm = h->dm;
 	int rc = 0;
 	size_t pos = 0;
 	while (pos < h->wbuf.len && rc == 0) {
@@ -257,7 +262,7 @@ static int ctl_run_lines(handle *h, int all)
 			break;
 		size_t n = nl ? (size_t)(nl - s) : h->wbuf.len - pos;
 		pos += n + (nl ? 1 : 0);
-		rc = ctl_exec(mnt, s, n);
+		rc = ctl_exec(dm, s, n);
 	}
 	if (rc)
 		pos = h->wbuf.len; /* a failed command drops what follows it */
@@ -272,6 +277,7 @@ static int ctl_run_lines(handle *h, int all)
  * the write() (which a shell's builtin echo reports) as well as the close. */
 static int config_check_lines(handle *h)
 {
+	fs_daemon *dm = h->dm;
 	vecfs_config scratch;
 	if (h->bad)
 		return -EINVAL;
@@ -283,7 +289,7 @@ static int config_check_lines(handle *h)
 			break;
 		h->checked += (size_t)(nl - s) + 1;
 		h->lines++;
-		if (config_line(s, (size_t)(nl - s), h->lines, &scratch)) {
+		if (config_line(&dm->errors, s, (size_t)(nl - s), h->lines, &scratch)) {
 			h->bad = 1;
 			return -EINVAL;
 		}
@@ -294,6 +300,7 @@ static int config_check_lines(handle *h)
 void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
 		     struct fuse_file_info *fi)
 {
+	fs_daemon *dm = fuse_req_userdata(req);
 	(void)ino;
 	handle *h = handle_of(fi);
 	node *n = h->n;
@@ -302,7 +309,7 @@ void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_
 	case K_INGEST_FILE:
 		rc = ingest_write(n->ing, buf, size);
 		if (rc)
-			ingest_leave(n);
+			ingest_leave(dm, n);
 		break;
 	case K_QIN:
 		rc = qs_in_write(n->session->qs, buf, size, (uint64_t)off);
@@ -310,7 +317,7 @@ void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_
 	case K_CONFIG:
 	case K_CTL:
 		if (h->wbuf.len + size > ((size_t)1 << 20)) {
-			errlog("%s: more than 1 MiB written at once", n->kind == K_CTL ? "ctl" : "config");
+			errlog(&dm->errors, "%s: more than 1 MiB written at once", n->kind == K_CTL ? "ctl" : "config");
 			rc = -EFBIG;
 			break;
 		}
@@ -336,19 +343,20 @@ void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_
 
 static int flush_handle(handle *h)
 {
+	fs_daemon *dm = h->dm;
 	node *n = h->n;
 	int rc = 0;
 	switch (n->kind) {
 	case K_INGEST_FILE:
-		fc_request_long(); /* a commit */
+		fc_request_long(dm->fuse); /* a commit */
 		rc = ingest_commit(n->ing);
-		ingest_leave(n);
+		ingest_leave(dm, n);
 		break;
 	case K_QIN: {
 		int ran;
 		rc = qs_in_flush(n->session->qs, &ran);
 		if (ran) {
-			int prc = push_out(n->session);
+			int prc = push_out(dm, n->session);
 			if (!rc)
 				rc = prc;
 		}
@@ -356,18 +364,18 @@ static int flush_handle(handle *h)
 	}
 	case K_CONFIG:
 		if (h->wdirty) {
-			fc_request_long();
+			fc_request_long(dm->fuse);
 			h->wdirty = 0;
 			if (h->bad)
 				rc = -EINVAL; /* already in errors: nothing is applied */
 			else
-				rc = config_apply_text(mnt->store, h->wbuf.p ? h->wbuf.p : "", h->wbuf.len);
+				rc = config_apply_text(dm->store, &dm->errors, h->wbuf.p ? h->wbuf.p : "", h->wbuf.len);
 			wbuf_reset(h);
 		}
 		break;
 	case K_CTL:
 		if (h->wdirty) {
-			fc_request_long();
+			fc_request_long(dm->fuse);
 			h->wdirty = 0;
 			rc = ctl_run_lines(h, 1);
 			sb_reset(&h->wbuf);
@@ -385,6 +393,7 @@ void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 
 void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
+	fs_daemon *dm = fuse_req_userdata(req);
 	(void)ino;
 	handle *h = handle_of(fi);
 	node *n = h->n;
@@ -393,14 +402,14 @@ void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	pthread_mutex_lock(&h->mu); /* a read may still be replying */
 	pthread_mutex_unlock(&h->mu);
 	handle_free(h);
-	pthread_mutex_lock(&tree_mu);
+	pthread_mutex_lock(&dm->tree.mu);
 	n->opens--;
 	if (n->kind == K_INGEST_FILE && n->opens == 0 && n->linked)
-		unlink_name(n); /* a closed file leaves ingest/ */
+		unlink_name(dm, n); /* a closed file leaves ingest/ */
 	if (n->kind == K_BACKUP && n->opens == 0)
 		n->bsize = 0;
-	maybe_free(n);
-	pthread_mutex_unlock(&tree_mu);
+	maybe_free(dm, n);
+	pthread_mutex_unlock(&dm->tree.mu);
 	fuse_reply_err(req, 0);
 }
 
@@ -415,8 +424,9 @@ void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_inf
 void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
 		       struct fuse_file_info *fi)
 {
+	fs_daemon *dm = fuse_req_userdata(req);
 	struct stat st;
-	node *n = get_locked(ino);
+	node *n = get_locked(dm, ino);
 	if (!n) {
 		fuse_reply_err(req, ENOENT);
 		return;
@@ -436,22 +446,22 @@ void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
 			break;
 		case K_INGEST_FILE:
 			if ((uint64_t)attr->st_size != ingest_size(n->ing)) {
-				errlog("ingest/%s: cannot truncate a file being ingested", n->name);
+				errlog(&dm->errors, "ingest/%s: cannot truncate a file being ingested", n->name);
 				fuse_reply_err(req, EINVAL);
 				return;
 			}
 			break;
 		default:
-			pthread_mutex_lock(&tree_mu);
-			kind_path(n, path, sizeof path);
-			pthread_mutex_unlock(&tree_mu);
-			errlog("%s: cannot be truncated (read-only)", path);
+			pthread_mutex_lock(&dm->tree.mu);
+			kind_path(dm, n, path, sizeof path);
+			pthread_mutex_unlock(&dm->tree.mu);
+			errlog(&dm->errors, "%s: cannot be truncated (read-only)", path);
 			fuse_reply_err(req, EACCES);
 			return;
 		}
 	}
 	/* modes, owners and times are fixed: accepted and ignored */
-	int rc = node_attr(n, &st);
+	int rc = node_attr(dm, n, &st);
 	if (rc)
 		fuse_reply_err(req, -rc);
 	else
@@ -460,20 +470,21 @@ void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
 
 /* Take back the lookup and open a failed create made: an ingest file
  * nobody else holds leaves ingest/. */
-static void undo_create(node *n)
+static void undo_create(fs_daemon *dm, node *n)
 {
-	pthread_mutex_lock(&tree_mu);
+	pthread_mutex_lock(&dm->tree.mu);
 	n->nlookup--;
 	n->opens--;
 	if (n->kind == K_INGEST_FILE && n->opens == 0)
-		unlink_name(n);
-	maybe_free(n);
-	pthread_mutex_unlock(&tree_mu);
+		unlink_name(dm, n);
+	maybe_free(dm, n);
+	pthread_mutex_unlock(&dm->tree.mu);
 }
 
 void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
 		      struct fuse_file_info *fi)
 {
+	fs_daemon *dm = fuse_req_userdata(req);
 	(void)mode;
 	handle *h;
 	node *p = lock_parent(req, parent);
@@ -483,57 +494,57 @@ void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
 	if (p->kind == K_INGEST) {
 		int fmt = ingest_format_of(name);
 		if (fmt < 0) {
-			pthread_mutex_unlock(&tree_mu);
-			errlog("ingest/%s: unknown file type: the name must end in .csv, .tsv, .txt, .jsonl, .ndjson, .fvecs, .bvecs or .npy",
+			pthread_mutex_unlock(&dm->tree.mu);
+			errlog(&dm->errors, "ingest/%s: unknown file type: the name must end in .csv, .tsv, .txt, .jsonl, .ndjson, .fvecs, .bvecs or .npy",
 			       name);
 			fuse_reply_err(req, EINVAL);
 			return;
 		}
-		n = find_name(parent, name);
+		n = find_name(dm, parent, name);
 		if (n && (fi->flags & O_EXCL)) {
-			pthread_mutex_unlock(&tree_mu);
+			pthread_mutex_unlock(&dm->tree.mu);
 			fuse_reply_err(req, EEXIST);
 			return;
 		}
 		if (!n) {
-			n = new_node(K_INGEST_FILE, parent, name);
-			if (n && !(n->ing = ingest_new(mnt, name, fmt))) {
-				maybe_free(n);
+			n = new_node(dm, K_INGEST_FILE, parent, name);
+			if (n && !(n->ing = ingest_new(dm, name, fmt))) {
+				maybe_free(dm, n);
 				n = NULL;
 			}
 			if (!n) {
-				pthread_mutex_unlock(&tree_mu);
+				pthread_mutex_unlock(&dm->tree.mu);
 				fuse_reply_err(req, ENOMEM);
 				return;
 			}
-			link_name(n);
+			link_name(dm, n);
 		}
 	} else if (p->kind == K_SESSION && !strcmp(name, "in")) {
 		int err;
-		n = child_locked(p, name, &err);
+		n = child_locked(dm, p, name, &err);
 		if (!n) {
-			pthread_mutex_unlock(&tree_mu);
+			pthread_mutex_unlock(&dm->tree.mu);
 			fuse_reply_err(req, err);
 			return;
 		}
 	} else {
 		char path[600];
-		kind_path(p, path, sizeof path);
-		pthread_mutex_unlock(&tree_mu);
+		kind_path(dm, p, path, sizeof path);
+		pthread_mutex_unlock(&dm->tree.mu);
 		if (p->kind == K_GEN || p->kind == K_GENS) {
-			errlog("%s/%s: generations are read-only", path, name);
+			errlog(&dm->errors, "%s/%s: generations are read-only", path, name);
 			fuse_reply_err(req, EACCES);
 		} else if (p->kind == K_RECORDS) {
-			errlog("records/%s: records are made by writing files into ingest/", name);
+			errlog(&dm->errors, "records/%s: records are made by writing files into ingest/", name);
 			fuse_reply_err(req, EPERM);
 		} else if (p->kind == K_QUERY) {
-			errlog("query/%s: make a session with mkdir query/ID", name);
+			errlog(&dm->errors, "query/%s: make a session with mkdir query/ID", name);
 			fuse_reply_err(req, EPERM);
 		} else if (p->kind == K_SESSION) {
-			errlog("%s/%s: a session holds only in, out, out.json and stats", path, name);
+			errlog(&dm->errors, "%s/%s: a session holds only in, out, out.json and stats", path, name);
 			fuse_reply_err(req, EPERM);
 		} else {
-			errlog("%s%s: files cannot be created here (write into ingest/)",
+			errlog(&dm->errors, "%s%s: files cannot be created here (write into ingest/)",
 			       p->kind == K_ROOT ? "" : path, name);
 			fuse_reply_err(req, p->kind == K_ROOT ? EPERM : ENOTDIR);
 		}
@@ -541,16 +552,16 @@ void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
 	}
 	n->nlookup++;
 	n->opens++;
-	pthread_mutex_unlock(&tree_mu);
+	pthread_mutex_unlock(&dm->tree.mu);
 	struct stat st;
-	int rc = open_node(n, fi, &h);
+	int rc = open_node(dm, n, fi, &h);
 	if (rc == 0) {
-		rc = node_attr(n, &st);
+		rc = node_attr(dm, n, &st);
 		if (rc)
 			handle_free(h);
 	}
 	if (rc) {
-		undo_create(n);
+		undo_create(dm, n);
 		fuse_reply_err(req, -rc);
 		return;
 	}
@@ -560,6 +571,6 @@ void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
 	e.attr = st;
 	if (fuse_reply_create(req, &e, fi) != 0) {
 		handle_free(h);
-		undo_create(n);
+		undo_create(dm, n);
 	}
 }

@@ -61,12 +61,13 @@ struct pt_backing_map {
 #define PT_IOC_BACKING_OPEN  _IOW(229, 1, struct pt_backing_map)
 #define PT_IOC_BACKING_CLOSE _IOW(229, 2, uint32_t)
 
-static int dev_fd = -1;
-static int wanted;                /* pt_install() was asked to */
-static atomic_int asked;          /* the INIT reply asked for passthrough */
-static atomic_int refused;        /* registering a backing file failed for good */
+/* The session's userdata begins with the fuse_compat pointer. */
+static fuse_compat *fc_of(void *userdata)
+{
+	return *(fuse_compat **)userdata;
+}
+
 #if FC_OWN_PASSTHROUGH
-static _Atomic uint64_t init_unique; /* the INIT request, while its reply is due */
 
 static uint32_t get32(const void *p, size_t off)
 {
@@ -82,23 +83,24 @@ static void put32(void *p, size_t off, uint32_t v)
 
 static ssize_t pt_read(int fd, void *buf, size_t len, void *userdata)
 {
-	(void)userdata;
+	pt_state *pt = &fc_of(userdata)->pt;
 	ssize_t n = read(fd, buf, len);
 	const struct fuse_in_header *h = buf;
-	if (wanted && n >= (ssize_t)(sizeof *h + INIT_IN_FLAGS2 + 4) && h->opcode == FUSE_INIT) {
+	if (pt->wanted && n >= (ssize_t)(sizeof *h + INIT_IN_FLAGS2 + 4) && h->opcode == FUSE_INIT) {
 		const char *in = (const char *)buf + sizeof *h;
 		if ((get32(in, INIT_IN_FLAGS) & FUSE_INIT_EXT) &&
 		    (get32(in, INIT_IN_FLAGS2) & PT_INIT_FLAG2))
-			atomic_store(&init_unique, h->unique);
+			atomic_store(&pt->init_unique, h->unique);
 	}
 	return n;
 }
 
 /* With FC_OWN_PASSTHROUGH: an INIT reply asks for passthrough when the
  * kernel's INIT offered it (pt_read() saw it). */
-static void ask_passthrough(const struct fuse_out_header *oh, struct iovec *iov, int count)
+static void ask_passthrough(pt_state *pt, const struct fuse_out_header *oh, struct iovec *iov,
+			    int count)
 {
-	uint64_t init = atomic_load(&init_unique);
+	uint64_t init = atomic_load(&pt->init_unique);
 	if (init && count >= 2 && iov[1].iov_len >= INIT_OUT_DEPTH + 4) {
 		if (oh->unique == init && oh->error == 0) {
 			void *out = iov[1].iov_base;
@@ -107,9 +109,9 @@ static void ask_passthrough(const struct fuse_out_header *oh, struct iovec *iov,
 			if ((flags & FUSE_INIT_EXT) && !(flags & FUSE_WRITEBACK_CACHE)) {
 				put32(out, INIT_OUT_FLAGS2, get32(out, INIT_OUT_FLAGS2) | PT_INIT_FLAG2);
 				put32(out, INIT_OUT_DEPTH, PT_STACK_DEPTH);
-				atomic_store(&asked, 1);
+				atomic_store(&pt->asked, 1);
 			}
-			atomic_store(&init_unique, 0);
+			atomic_store(&pt->init_unique, 0);
 		}
 	}
 }
@@ -117,74 +119,82 @@ static void ask_passthrough(const struct fuse_out_header *oh, struct iovec *iov,
 
 static ssize_t pt_writev(int fd, struct iovec *iov, int count, void *userdata)
 {
-	(void)userdata;
+	fuse_compat *fc = fc_of(userdata);
 	const struct fuse_out_header *oh = count >= 1 && iov[0].iov_len >= sizeof *oh ?
 					   iov[0].iov_base : NULL;
 	if (oh && oh->unique != 0)
-		fs_loop_replied(); /* not a notification: a request is answered */
+		fs_loop_replied(fc); /* not a notification: a request is answered */
 #if FC_OWN_PASSTHROUGH
 	if (oh)
-		ask_passthrough(oh, iov, count);
+		ask_passthrough(&fc->pt, oh, iov, count);
 #endif
 	return writev(fd, iov, count);
 }
 
-int pt_install(struct fuse_session *se, int passthrough)
+void pt_init(fuse_compat *fc)
+{
+	memset(&fc->pt, 0, sizeof fc->pt);
+	fc->pt.dev_fd = -1;
+}
+
+int pt_install(fuse_compat *fc, int passthrough)
 {
 #if FC_OWN_PASSTHROUGH
 	static const struct fuse_custom_io io = {.read = pt_read, .writev = pt_writev};
 #else
 	static const struct fuse_custom_io io = {.writev = pt_writev};
 #endif
-	dev_fd = fuse_session_fd(se);
-	if (fuse_session_custom_io(se, &io, dev_fd) != 0)
+	fc->pt.dev_fd = fuse_session_fd(fc->se);
+	if (fuse_session_custom_io(fc->se, &io, fc->pt.dev_fd) != 0)
 		return -EINVAL;
-	wanted = passthrough;
+	fc->pt.wanted = passthrough;
 	return 0;
 }
 
-int fc_backing_usable(void)
+int fc_backing_usable(fuse_compat *fc)
 {
-	return wanted && dev_fd >= 0 && atomic_load(&asked) && !atomic_load(&refused);
+	pt_state *pt = &fc->pt;
+	return pt->wanted && pt->dev_fd >= 0 && atomic_load(&pt->asked) && !atomic_load(&pt->refused);
 }
 
-int fc_backing_open(int fd)
+int fc_backing_open(fuse_compat *fc, int fd)
 {
-	if (!fc_backing_usable())
+	if (!fc_backing_usable(fc))
 		return -EOPNOTSUPP;
 	struct pt_backing_map map = {.fd = fd};
-	int id = ioctl(dev_fd, PT_IOC_BACKING_OPEN, &map);
+	int id = ioctl(fc->pt.dev_fd, PT_IOC_BACKING_OPEN, &map);
 	if (id > 0)
 		return id;
 	int rc = id == 0 ? -EIO : -errno;
 	/* not passthrough, or not allowed to it: no use asking again */
 	if (rc == -EPERM || rc == -ENOTTY || rc == -EINVAL || rc == -EOPNOTSUPP)
-		atomic_store(&refused, 1);
+		atomic_store(&fc->pt.refused, 1);
 	return rc;
 }
 
-void fc_backing_close(int id)
+void fc_backing_close(fuse_compat *fc, int id)
 {
 	uint32_t v = (uint32_t)id;
-	if (id > 0 && dev_fd >= 0)
-		ioctl(dev_fd, PT_IOC_BACKING_CLOSE, &v);
+	if (id > 0 && fc->pt.dev_fd >= 0)
+		ioctl(fc->pt.dev_fd, PT_IOC_BACKING_CLOSE, &v);
 }
 
-void pt_detach(void)
+void pt_detach(fuse_compat *fc)
 {
-	dev_fd = -1;
+	fc->pt.dev_fd = -1;
 }
 
-void fc_init_conn(struct fuse_conn_info *conn)
+void fc_init_conn(fuse_compat *fc, struct fuse_conn_info *conn)
 {
 #if FC_OWN_PASSTHROUGH
+	(void)fc;
 	(void)conn; /* the INIT reply is changed on its way out: pt_writev() */
 #else
-	if (wanted && (conn->capable & FUSE_CAP_PASSTHROUGH) &&
+	if (fc->pt.wanted && (conn->capable & FUSE_CAP_PASSTHROUGH) &&
 	    !(conn->want & FUSE_CAP_WRITEBACK_CACHE)) {
 		conn->want |= FUSE_CAP_PASSTHROUGH;
 		conn->max_stack_depth = PT_STACK_DEPTH;
-		atomic_store(&asked, 1);
+		atomic_store(&fc->pt.asked, 1);
 	}
 #endif
 }

@@ -16,12 +16,13 @@ typedef struct qbudget {
 	size_t max, used;
 } qbudget;
 
+typedef struct fs_daemon fs_daemon;
 typedef struct qsession qsession;
 
 enum { QS_OUT, QS_JSON, QS_STATS };
 
-/* budget: shared by all sessions; each one's input counts against it. */
-qsession *qs_new(vecfs *v, const char *id, qbudget *budget);
+/* A session of dm's store; its input counts against dm->query_input. */
+qsession *qs_new(fs_daemon *dm, const char *id);
 void qs_free(qsession *q);
 void qs_in_truncate(qsession *q);
 /* Forget the input and the results (rm of a session's files). */

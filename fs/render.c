@@ -93,14 +93,14 @@ int render_stats(vecfs *v, sbuf *b)
 
 /* ---------------------------------------------------------------- the tree's files */
 
-static int render_record(const char *key, size_t klen, sbuf *b)
+static int render_record(fs_daemon *dm, const char *key, size_t klen, sbuf *b)
 {
 	float *vec = malloc(sizeof(float) * VECFS_DIM_MAX);
 	uint32_t dim = 0;
 	char num[40];
 	if (!vec)
 		return -ENOMEM;
-	int rc = vecfs_get(mnt->store, key, klen, vec, VECFS_DIM_MAX, &dim, NULL, 0, NULL);
+	int rc = vecfs_get(dm->store, key, klen, vec, VECFS_DIM_MAX, &dim, NULL, 0, NULL);
 	if (rc == 0) {
 		sb_reserve(b, (size_t)dim * 16 + 1);
 		for (uint32_t i = 0; i < dim; i++) {
@@ -117,7 +117,7 @@ static int render_record(const char *key, size_t klen, sbuf *b)
 	return rc;
 }
 
-int render_node(node *n, sbuf *b)
+int render_node(fs_daemon *dm, node *n, sbuf *b)
 {
 	char *p;
 	size_t len;
@@ -126,30 +126,30 @@ int render_node(node *n, sbuf *b)
 		render_readme(b);
 		return b->oom ? -ENOMEM : 0;
 	case K_CONFIG:
-		return render_config(mnt->store, b);
+		return render_config(dm->store, b);
 	case K_STATS: {
 		fs_loop_stats ls;
-		int rc = render_stats(mnt->store, b);
-		if (rc == 0 && fc_loop_counts(&ls)) {
+		int rc = render_stats(dm->store, b);
+		if (rc == 0 && fc_loop_counts(dm->fuse, &ls)) {
 			sb_printf(b, "workers = %u\n", ls.workers);
 			sb_printf(b, "workers_started = %llu\n", (unsigned long long)ls.extra_started);
 			sb_printf(b, "workers_listening = %u\n", ls.listening);
 			sb_printf(b, "workers_listening_cpus = %s\n", ls.listening_cpus);
 			sb_printf(b, "queries_searched_ahead = %llu\n",
-				  (unsigned long long)ahead_taken());
+				  (unsigned long long)ahead_taken(dm->ahead));
 			rc = b->oom ? -ENOMEM : 0;
 		}
 		return rc;
 	}
 	case K_ERRORS:
-		p = errors_render(&len);
+		p = errors_render(&dm->errors, &len);
 		if (!p)
 			return -ENOMEM;
 		sb_add(b, p, len);
 		free(p);
 		return b->oom ? -ENOMEM : 0;
 	case K_RECORD:
-		return render_record(n->name, n->namelen, b);
+		return render_record(dm, n->name, n->namelen, b);
 	case K_QOUT:
 	case K_QJSON:
 	case K_QSTATS:
@@ -161,13 +161,13 @@ int render_node(node *n, sbuf *b)
 		free(p);
 		return b->oom ? -ENOMEM : 0;
 	case K_GMETA:
-		return gen_render(mnt->store, n->gen, GF_META, b);
+		return gen_render(dm, n->gen, GF_META, b);
 	case K_GCENT:
-		return gen_render(mnt->store, n->gen, GF_CENTROIDS, b);
+		return gen_render(dm, n->gen, GF_CENTROIDS, b);
 	case K_GCLUST:
-		return gen_render(mnt->store, n->gen, GF_CLUSTERS, b);
+		return gen_render(dm, n->gen, GF_CLUSTERS, b);
 	case K_GPROG:
-		return gen_render(mnt->store, n->gen, GF_PROGRESS, b);
+		return gen_render(dm, n->gen, GF_PROGRESS, b);
 	}
 	return 0;
 }

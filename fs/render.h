@@ -7,12 +7,13 @@
 #include "sbuf.h"
 #include "vecfs.h"
 
+typedef struct fs_daemon fs_daemon;
 struct node;
 
 void render_readme(sbuf *b);
 int render_config(vecfs *v, sbuf *b);
 int render_stats(vecfs *v, sbuf *b);
 /* The whole content of the readable file n. */
-int render_node(struct node *n, sbuf *b);
+int render_node(fs_daemon *dm, struct node *n, sbuf *b);
 
 #endif
