@@ -17,8 +17,9 @@
 #include <fuse_lowlevel.h>
 #include <stdint.h>
 
-/* libfuse cannot ask for passthrough nor name a backing file: passthrough.c
- * does both on the device's bytes */
+/* A libfuse without FUSE_CAP_PASSTHROUGH (3.14) can neither ask for
+ * passthrough nor name a backing file: passthrough.c does both on the
+ * device's bytes */
 #ifndef FUSE_CAP_PASSTHROUGH
 #define FC_OWN_PASSTHROUGH 1
 #else

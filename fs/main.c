@@ -183,13 +183,13 @@ int main(int argc, char *argv[])
 		fprintf(stderr, "vecfs: out of memory\n");
 		goto out;
 	}
-	if (fc_background(dm.fuse, &fo) != 0) {
-		perror("vecfs: fork");
+	int rc = fc_background(dm.fuse, &fo);
+	if (rc) {
+		fprintf(stderr, "vecfs: cannot start in the background: %s\n", strerror(-rc));
 		goto out_daemon;
 	}
 	raise_fd_limit();
-	int rc = vecfs_open(store_abs, &dm.store, err, sizeof err);
-	if (rc) {
+	if ((rc = vecfs_open(store_abs, &dm.store, err, sizeof err)) != 0) {
 		fprintf(stderr, "vecfs: cannot open store %s: %s\n", store_abs, err[0] ? err : strerror(-rc));
 		ret = rc == -EBUSY ? 3 : 1;
 		fc_started(dm.fuse, ret);
