@@ -47,7 +47,7 @@ struct qsession {
 	int ended;     /* the session was removed (rmdir): no more input */
 	qinput acc;    /* text: options and vectors of the lines checked */
 	/* the last query's results: out is rendered when the query runs (it is
-	 * written where readers read it, see push_out() in tree.c), out.json
+	 * written where readers read it, see push_out() in out_cache.c), out.json
 	 * and stats when first read */
 	vecfs_results *r;
 	int exact;     /* how the last query ran */
