@@ -8,6 +8,15 @@
  * library, and formats what the library returns.  main() makes one
  * fs_daemon and hands it to the FUSE session as its userdata: handlers
  * reach it with fuse_req_userdata(req), threads get it when they start.
+ *
+ * The files of fs/: main.c (options; start, mount, serve, stop), daemon.c
+ * (this context's init and fini), ops*.c (the FUSE operations, by area:
+ * see ops.h), inode.c (nodes and their tables), out_cache.c (how a
+ * session's out is served), render.c (what readable files read),
+ * ingest.c (files written into ingest/), query.c (query sessions),
+ * ahead.c (searching ahead), control.c (ctl and backup), generations.c,
+ * config_text.c, errors.c, sbuf.c, number.c; fuse_compat.c, loop.c and
+ * passthrough.c (the FUSE session, behind fuse_compat.h).
  */
 #ifndef VECFS_FS_DAEMON_H
 #define VECFS_FS_DAEMON_H
