@@ -71,31 +71,28 @@ $(BUILD)/vecfs-inspect: $(BUILD)/obj/tools/vecfs_inspect.o $(BUILD)/obj/tools/to
 $(BUILD)/vecfs-data: $(BUILD)/obj/tools/vecfs_data.o
 	$(CC) $(CFLAGS) -o $@ $^ -lm -pthread
 
-$(BUILD)/vecfs: $(FS_OBJ) $(BUILD)/libvecfs.a
+# the daemon: main() over the fs/ library (every fs/ object but main.o),
+# which the fs/ tests link too
+FS_LIB_OBJ := $(filter-out $(BUILD)/obj/fs/main.o,$(FS_OBJ))
+$(BUILD)/libvecfs-fs.a: $(FS_LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/vecfs: $(BUILD)/obj/fs/main.o $(BUILD)/libvecfs-fs.a $(BUILD)/libvecfs.a
 	$(CC) $(CFLAGS) -o $@ $^ $(FUSE_LIBS) $(LIBS)
 
 $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(BUILD)/obj/tests/testutil.o $(BUILD)/libvecfs.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $^ -lcmocka $(LIBS)
 
-# the filesystem's number parsing, linked alone
-$(BUILD)/tests/test_number: $(BUILD)/obj/fs/number.o
-
-# the ingest parsers and what they call (sbuf, numbers), linked before the
-# library; the test defines errlog itself; fs.h needs FUSE's headers, not its library
-$(BUILD)/obj/tests/test_ingest.o: BASEFLAGS += $(FUSE_CFLAGS)
-$(BUILD)/tests/test_ingest: $(BUILD)/obj/tests/test_ingest.o $(BUILD)/obj/tests/testutil.o \
-		$(BUILD)/obj/fs/ingest.o $(BUILD)/obj/fs/text.o $(BUILD)/obj/fs/number.o $(BUILD)/libvecfs.a
+# the fs/ tests: numbers, and ingest files and query sessions driven through
+# a daemon context (not mounted); the fs/ headers need FUSE's
+FS_TESTS := $(BUILD)/tests/test_ingest $(BUILD)/tests/test_query $(BUILD)/tests/test_number
+$(FS_TESTS:$(BUILD)/tests/%=$(BUILD)/obj/tests/%.o): BASEFLAGS += $(FUSE_CFLAGS)
+$(FS_TESTS): $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(BUILD)/obj/tests/testutil.o \
+		$(BUILD)/libvecfs-fs.a $(BUILD)/libvecfs.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -o $@ $^ -lcmocka $(LIBS)
-
-# query sessions (fs/query.c) and what they call, linked like test_ingest
-$(BUILD)/obj/tests/test_query.o: BASEFLAGS += $(FUSE_CFLAGS)
-$(BUILD)/tests/test_query: $(BUILD)/obj/tests/test_query.o $(BUILD)/obj/tests/testutil.o \
-		$(BUILD)/obj/fs/query.o $(BUILD)/obj/fs/ahead.o $(BUILD)/obj/fs/text.o $(BUILD)/obj/fs/number.o \
-		$(BUILD)/libvecfs.a
-	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -o $@ $^ -lcmocka $(LIBS)
+	$(CC) $(CFLAGS) -o $@ $^ -lcmocka $(FUSE_LIBS) $(LIBS)
 
 # Unit tests (cmocka), one binary per area; the summary line comes last.
 unit: all $(TEST_BIN)

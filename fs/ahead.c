@@ -32,14 +32,18 @@
  * without searching ahead).  The thread runs on every CPU the daemon may
  * use, not on the one of the worker that starts it.
  */
-#include "fs.h"
+#include "ahead.h"
 
+
+#include <errno.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "daemon.h"
 
 #define SPIN_NS 200000      /* 0.2 ms */
 #define SHARED_NS 2000000   /* another session's query this recent: shared */
@@ -72,12 +76,18 @@ typedef struct ahead {
 	_Atomic uint64_t taken; /* closes answered by a search ahead */
 } ahead;
 
-static ahead the_ahead = {
-	.mu = PTHREAD_MUTEX_INITIALIZER,
-	.job = PTHREAD_COND_INITIALIZER,
-	.done = PTHREAD_COND_INITIALIZER,
-	.cpu = -1,
-};
+int ahead_init(fs_daemon *dm)
+{
+	ahead *a = calloc(1, sizeof *a);
+	if (!a)
+		return -ENOMEM;
+	pthread_mutex_init(&a->mu, NULL);
+	pthread_cond_init(&a->job, NULL);
+	pthread_cond_init(&a->done, NULL);
+	atomic_init(&a->cpu, -1);
+	dm->ahead = a;
+	return 0;
+}
 
 static uint64_t now_ns(void)
 {
@@ -136,10 +146,9 @@ static void *run(void *arg)
 	}
 }
 
-void ahead_submit(uint64_t serial, uint64_t ver, vecfs *v, const vecfs_query_opts *o,
+void ahead_submit(ahead *a, uint64_t serial, uint64_t ver, vecfs *v, const vecfs_query_opts *o,
 		  float *vecs, size_t nq, uint32_t dim)
 {
-	ahead *a = &the_ahead;
 	uint64_t now = now_ns();
 	pthread_mutex_lock(&a->mu);
 	if (a->last_serial && a->last_serial != serial && now - a->last_ns < SHARED_NS)
@@ -186,9 +195,8 @@ void ahead_submit(uint64_t serial, uint64_t ver, vecfs *v, const vecfs_query_opt
 	pthread_mutex_unlock(&a->mu);
 }
 
-vecfs_results *ahead_take(uint64_t serial, uint64_t ver, vecfs *v)
+vecfs_results *ahead_take(ahead *a, uint64_t serial, uint64_t ver, vecfs *v)
 {
-	ahead *a = &the_ahead;
 	if (atomic_load(&a->state) == IDLE)
 		return NULL;
 	int spun = 0;
@@ -229,14 +237,16 @@ vecfs_results *ahead_take(uint64_t serial, uint64_t ver, vecfs *v)
 	return r;
 }
 
-uint64_t ahead_taken(void)
+uint64_t ahead_taken(ahead *a)
 {
-	return atomic_load(&the_ahead.taken);
+	return atomic_load(&a->taken);
 }
 
-void ahead_stop(void)
+void ahead_fini(fs_daemon *dm)
 {
-	ahead *a = &the_ahead;
+	ahead *a = dm->ahead;
+	if (!a)
+		return;
 	pthread_mutex_lock(&a->mu);
 	atomic_store(&a->stop, 1);
 	pthread_cond_broadcast(&a->job);
@@ -248,15 +258,11 @@ void ahead_stop(void)
 	pthread_mutex_unlock(&a->mu);
 	if (started)
 		pthread_join(a->th, NULL);
-	pthread_mutex_lock(&a->mu);
 	vecfs_results_free(a->r);
-	a->r = NULL;
 	free(a->vecs);
-	a->vecs = NULL;
-	atomic_store(&a->state, IDLE);
-	/* a later submit starts the thread again (tests stop it between
-	 * stores; the daemon, once, after its last worker) */
-	a->started = 0;
-	atomic_store(&a->stop, 0);
-	pthread_mutex_unlock(&a->mu);
+	pthread_cond_destroy(&a->job);
+	pthread_cond_destroy(&a->done);
+	pthread_mutex_destroy(&a->mu);
+	free(a);
+	dm->ahead = NULL;
 }

@@ -2,7 +2,7 @@
  * fs/control.c - the `ctl` commands (build, build stage, compact,
  * rebalance, verify) and the `backup` stream.
  */
-#include "fs.h"
+#include "control.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -12,51 +12,64 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "daemon.h"
+#include "errors.h"
+#include "number.h"
+
 /* ---------------------------------------------------------------- build progress */
 
-static pthread_mutex_t prog_mu = PTHREAD_MUTEX_INITIALIZER;
-static int prog_running;
-static char prog_phase[32];
-static int prog_pct;
+void control_init(fs_daemon *dm)
+{
+	memset(&dm->build, 0, sizeof dm->build);
+	pthread_mutex_init(&dm->build.mu, NULL);
+}
+
+void control_fini(fs_daemon *dm)
+{
+	pthread_mutex_destroy(&dm->build.mu);
+}
 
 static int on_progress(void *arg, const char *phase, int pct)
 {
-	fs_mount *m = arg;
-	pthread_mutex_lock(&prog_mu);
-	snprintf(prog_phase, sizeof prog_phase, "%s", phase);
-	prog_pct = pct;
-	pthread_mutex_unlock(&prog_mu);
-	return m->stopping; /* cancels the build when the daemon stops */
+	fs_daemon *dm = arg;
+	build_state *b = &dm->build;
+	pthread_mutex_lock(&b->mu);
+	snprintf(b->phase, sizeof b->phase, "%s", phase);
+	b->pct = pct;
+	pthread_mutex_unlock(&b->mu);
+	return dm->stopping; /* cancels the build when the daemon stops */
 }
 
-int build_progress(char *phase, size_t cap, int *pct)
+int build_progress(fs_daemon *dm, char *phase, size_t cap, int *pct)
 {
-	pthread_mutex_lock(&prog_mu);
-	int r = prog_running;
+	build_state *b = &dm->build;
+	pthread_mutex_lock(&b->mu);
+	int r = b->running;
 	if (r) {
-		snprintf(phase, cap, "%s", prog_phase[0] ? prog_phase : "waiting");
-		*pct = prog_pct;
+		snprintf(phase, cap, "%s", b->phase[0] ? b->phase : "waiting");
+		*pct = b->pct;
 	}
-	pthread_mutex_unlock(&prog_mu);
+	pthread_mutex_unlock(&b->mu);
 	return r;
 }
 
 /* build, build stage and rebalance: a new generation, with progress */
-static int run_build(fs_mount *m, const char *what, int activate, int rebalance)
+static int run_build(fs_daemon *dm, const char *what, int activate, int rebalance)
 {
 	char err[300] = "";
 	uint64_t gen = 0;
-	pthread_mutex_lock(&prog_mu);
-	prog_running++;
-	prog_phase[0] = 0;
-	prog_pct = 0;
-	pthread_mutex_unlock(&prog_mu);
-	int rc = rebalance ? vecfs_rebalance(m->store, activate, &gen, on_progress, m, err,
+	build_state *b = &dm->build;
+	pthread_mutex_lock(&b->mu);
+	b->running++;
+	b->phase[0] = 0;
+	b->pct = 0;
+	pthread_mutex_unlock(&b->mu);
+	int rc = rebalance ? vecfs_rebalance(dm->store, activate, &gen, on_progress, dm, err,
 					     sizeof err)
-			   : vecfs_build(m->store, activate, &gen, on_progress, m, err, sizeof err);
-	pthread_mutex_lock(&prog_mu);
-	prog_running--;
-	pthread_mutex_unlock(&prog_mu);
+			   : vecfs_build(dm->store, activate, &gen, on_progress, dm, err, sizeof err);
+	pthread_mutex_lock(&b->mu);
+	b->running--;
+	pthread_mutex_unlock(&b->mu);
 	if (rc) {
 		const char *why = err[0] ? err : strerror(-rc);
 		if (rc == -ENOENT && !err[0])
@@ -66,25 +79,25 @@ static int run_build(fs_mount *m, const char *what, int activate, int rebalance)
 			why += wl + 2;
 		else if (!strncmp(why, "build: ", 7))
 			why += 7;
-		errlog("ctl: %s: %s", what, why);
+		errlog(&dm->errors, "ctl: %s: %s", what, why);
 	}
 	return rc;
 }
 
-static int run_compact(fs_mount *m)
+static int run_compact(fs_daemon *dm)
 {
 	char err[300] = "";
-	int rc = vecfs_compact(m->store, NULL, err, sizeof err);
+	int rc = vecfs_compact(dm->store, NULL, err, sizeof err);
 	if (rc) {
 		const char *why = err[0] ? err : strerror(-rc);
 		if (!strncmp(why, "compact: ", 9))
 			why += 9;
-		errlog("ctl: compact: %s", why);
+		errlog(&dm->errors, "ctl: compact: %s", why);
 	}
 	return rc;
 }
 
-int ctl_exec(fs_mount *m, const char *line, size_t n)
+int ctl_exec(fs_daemon *dm, const char *line, size_t n)
 {
 	const char *s = line;
 	trim(&s, &n);
@@ -101,37 +114,37 @@ int ctl_exec(fs_mount *m, const char *line, size_t n)
 	}
 	cmd[cl] = 0;
 	if (n >= sizeof cmd - 1) {
-		errlog("ctl: unknown command '%.60s...' (commands: build, build stage, compact, rebalance, verify)", s);
+		errlog(&dm->errors, "ctl: unknown command '%.60s...' (commands: build, build stage, compact, rebalance, verify)", s);
 		return -EINVAL;
 	}
 	if (!strcmp(cmd, "build"))
-		return run_build(m, "build", 1, 0);
+		return run_build(dm, "build", 1, 0);
 	if (!strcmp(cmd, "build stage"))
-		return run_build(m, "build stage", 0, 0);
+		return run_build(dm, "build stage", 0, 0);
 	if (!strcmp(cmd, "rebalance"))
-		return run_build(m, "rebalance", 1, 1);
+		return run_build(dm, "rebalance", 1, 1);
 	if (!strcmp(cmd, "compact"))
-		return run_compact(m);
+		return run_compact(dm);
 	if (!strcmp(cmd, "verify")) {
 		char msg[512] = "";
-		int rc = vecfs_verify(m->store, msg, sizeof msg);
+		int rc = vecfs_verify(dm->store, msg, sizeof msg);
 		if (msg[0])
-			errlog("%s", msg);
+			errlog(&dm->errors, "%s", msg);
 		else if (rc)
-			errlog("verify: failed: %s", strerror(-rc));
+			errlog(&dm->errors, "verify: failed: %s", strerror(-rc));
 		return rc;
 	}
-	errlog("ctl: unknown command '%s' (commands: build, build stage, compact, rebalance, verify)", cmd);
+	errlog(&dm->errors, "ctl: unknown command '%s' (commands: build, build stage, compact, rebalance, verify)", cmd);
 	return -EINVAL;
 }
 
 /* ---------------------------------------------------------------- backup */
 
-int backup_open(fs_mount *m)
+int backup_open(fs_daemon *dm)
 {
 	int fd = -1;
 #ifdef O_TMPFILE
-	fd = open(m->store_dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+	fd = open(dm->store_dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
 #endif
 	if (fd < 0) {
 		const char *td = getenv("TMPDIR");
@@ -140,14 +153,14 @@ int backup_open(fs_mount *m)
 		fd = mkstemp(path);
 		if (fd < 0) {
 			int e = errno;
-			errlog("backup: cannot create a temporary file: %s", strerror(e));
+			errlog(&dm->errors, "backup: cannot create a temporary file: %s", strerror(e));
 			return -e;
 		}
 		unlink(path);
 	}
-	int rc = vecfs_backup(m->store, fd);
+	int rc = vecfs_backup(dm->store, fd);
 	if (rc) {
-		errlog("backup: %s", strerror(-rc));
+		errlog(&dm->errors, "backup: %s", strerror(-rc));
 		close(fd);
 		return rc;
 	}

@@ -3,25 +3,31 @@
  * first.  Each line is also written to stderr (the daemon's log when it runs
  * in the foreground).
  */
-#include "fs.h"
+#include "errors.h"
 
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define ERR_LINES 1000
+#include "sbuf.h"
+
 #define ERR_LINE_MAX 1024
 
-static pthread_mutex_t err_mu = PTHREAD_MUTEX_INITIALIZER;
-static char *ring[ERR_LINES];
-static size_t ring_next, ring_count;
-
-void errors_init(void)
+void errors_init(err_log *log)
 {
+	memset(log, 0, sizeof *log);
+	pthread_mutex_init(&log->mu, NULL);
 }
 
-void errlogv(const char *fmt, va_list ap)
+void errors_fini(err_log *log)
+{
+	for (size_t i = 0; i < ERR_LINES; i++)
+		free(log->ring[i]);
+	pthread_mutex_destroy(&log->mu);
+}
+
+void errlogv(err_log *log, const char *fmt, va_list ap)
 {
 	char line[ERR_LINE_MAX];
 	int n = vsnprintf(line, sizeof line, fmt, ap);
@@ -35,35 +41,49 @@ void errlogv(const char *fmt, va_list ap)
 	char *copy = strdup(line);
 	if (!copy)
 		return;
-	pthread_mutex_lock(&err_mu);
-	free(ring[ring_next]);
-	ring[ring_next] = copy;
-	ring_next = (ring_next + 1) % ERR_LINES;
-	if (ring_count < ERR_LINES)
-		ring_count++;
-	pthread_mutex_unlock(&err_mu);
+	pthread_mutex_lock(&log->mu);
+	free(log->ring[log->next % ERR_LINES]);
+	log->ring[log->next % ERR_LINES] = copy;
+	log->next++;
+	if (log->count < ERR_LINES)
+		log->count++;
+	pthread_mutex_unlock(&log->mu);
 	fprintf(stderr, "vecfs: %s\n", line);
 }
 
-void errlog(const char *fmt, ...)
+void errlog(err_log *log, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
-	errlogv(fmt, ap);
+	errlogv(log, fmt, ap);
 	va_end(ap);
 }
 
-char *errors_render(size_t *len)
+char *errors_render(err_log *log, size_t *len)
 {
 	sbuf b;
 	sb_init(&b);
-	pthread_mutex_lock(&err_mu);
-	size_t first = (ring_next + ERR_LINES - ring_count) % ERR_LINES;
-	for (size_t i = 0; i < ring_count; i++) {
-		const char *l = ring[(first + i) % ERR_LINES];
-		sb_adds(&b, l);
+	pthread_mutex_lock(&log->mu);
+	for (size_t i = log->next - log->count; i < log->next; i++) {
+		sb_adds(&b, log->ring[i % ERR_LINES]);
 		sb_add(&b, "\n", 1);
 	}
-	pthread_mutex_unlock(&err_mu);
+	pthread_mutex_unlock(&log->mu);
 	return sb_take(&b, len);
+}
+
+size_t errors_count(err_log *log)
+{
+	pthread_mutex_lock(&log->mu);
+	size_t n = log->next;
+	pthread_mutex_unlock(&log->mu);
+	return n;
+}
+
+void errors_last(err_log *log, char *buf, size_t cap)
+{
+	pthread_mutex_lock(&log->mu);
+	const char *l = log->count ? log->ring[(log->next - 1) % ERR_LINES] : "";
+	snprintf(buf, cap, "%s", l);
+	pthread_mutex_unlock(&log->mu);
 }

@@ -3,12 +3,17 @@
  * centroids.fvecs, clusters, progress) and activation through the
  * `active` symlink.
  */
-#include "fs.h"
+#include "generations.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "control.h"
+#include "daemon.h"
+#include "errors.h"
+#include "number.h"
 
 static const char *state_name(vecfs_gen_state s)
 {
@@ -36,7 +41,7 @@ int gen_exists(vecfs *v, uint64_t gen)
 	return vecfs_gen_info_get(v, gen, &gi) == 0;
 }
 
-static void progress_line(const vecfs_gen_info *gi, sbuf *b)
+static void progress_line(fs_daemon *dm, const vecfs_gen_info *gi, sbuf *b)
 {
 	char phase[32];
 	int pct;
@@ -44,14 +49,15 @@ static void progress_line(const vecfs_gen_info *gi, sbuf *b)
 		sb_adds(b, "done 100%\n");
 	else if (gi->state == VECFS_GEN_FAILED)
 		sb_printf(b, "failed %u%%\n", gi->phase_pct);
-	else if (build_progress(phase, sizeof phase, &pct))
+	else if (build_progress(dm, phase, sizeof phase, &pct))
 		sb_printf(b, "%s %d%%\n", phase, pct);
 	else
 		sb_printf(b, "%s %u%%\n", gi->phase[0] ? gi->phase : "building", gi->phase_pct);
 }
 
-int gen_render(vecfs *v, uint64_t gen, int which, sbuf *b)
+int gen_render(fs_daemon *dm, uint64_t gen, int which, sbuf *b)
 {
+	vecfs *v = dm->store;
 	vecfs_gen_info gi;
 	int rc = vecfs_gen_info_get(v, gen, &gi);
 	if (rc)
@@ -75,10 +81,10 @@ int gen_render(vecfs *v, uint64_t gen, int which, sbuf *b)
 		sb_printf(b, "delta_postings = %llu\n", (unsigned long long)gi.delta_postings);
 		sb_printf(b, "tombstones = %llu\n", (unsigned long long)gi.tombstones);
 		sb_adds(b, "progress = ");
-		progress_line(&gi, b);
+		progress_line(dm, &gi, b);
 		break;
 	case GF_PROGRESS:
-		progress_line(&gi, b);
+		progress_line(dm, &gi, b);
 		break;
 	case GF_CENTROIDS: {
 		float *c = NULL;
@@ -116,8 +122,9 @@ int gen_render(vecfs *v, uint64_t gen, int which, sbuf *b)
 	return b->oom ? -ENOMEM : 0;
 }
 
-int64_t gen_file_size(vecfs *v, uint64_t gen, int which)
+int64_t gen_file_size(fs_daemon *dm, uint64_t gen, int which)
 {
+	vecfs *v = dm->store;
 	if (which == GF_CENTROIDS) {
 		vecfs_gen_info gi;
 		int rc = vecfs_gen_info_get(v, gen, &gi);
@@ -129,7 +136,7 @@ int64_t gen_file_size(vecfs *v, uint64_t gen, int which)
 	}
 	sbuf b;
 	sb_init(&b);
-	int rc = gen_render(v, gen, which, &b);
+	int rc = gen_render(dm, gen, which, &b);
 	int64_t n = rc ? rc : (int64_t)b.len;
 	sb_free(&b);
 	return n;
@@ -147,16 +154,16 @@ int gen_parse_target(const char *target, uint64_t *gen)
 	return gen_parse_name(base, gen);
 }
 
-int gen_activate_target(vecfs *v, const char *target, const char *how)
+int gen_activate_target(fs_daemon *dm, const char *target, const char *how)
 {
 	uint64_t gen;
 	char err[256] = "";
 	if (gen_parse_target(target, &gen)) {
-		errlog("generations/active: %s %s: no such generation", how, target);
+		errlog(&dm->errors, "generations/active: %s %s: no such generation", how, target);
 		return -ENOENT;
 	}
-	int rc = vecfs_activate(v, gen, err, sizeof err);
+	int rc = vecfs_activate(dm->store, gen, err, sizeof err);
 	if (rc)
-		errlog("generations/active: %s %s: %s", how, target, err[0] ? err : strerror(-rc));
+		errlog(&dm->errors, "generations/active: %s %s: %s", how, target, err[0] ? err : strerror(-rc));
 	return rc;
 }

@@ -8,7 +8,7 @@
  * and are handed to vecfs_put as one batch when the file is flushed (close),
  * which commits them atomically.
  */
-#include "fs.h"
+#include "ingest.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -19,6 +19,11 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "daemon.h"
+#include "errors.h"
+#include "number.h"
+#include "sbuf.h"
+
 enum { F_CSV, F_TSV, F_TXT, F_JSONL, F_FVECS, F_BVECS, F_NPY };
 
 #define SPOOL_BUF ((size_t)1 << 20)
@@ -28,7 +33,7 @@ enum { F_CSV, F_TSV, F_TXT, F_JSONL, F_FVECS, F_BVECS, F_NPY };
 
 struct ingest {
 	pthread_mutex_t mu;
-	fs_mount *m;       /* where the rows go */
+	fs_daemon *dm;     /* where the rows go */
 	char *name;
 	int fmt;
 	uint32_t dim;      /* the file's dimension; 0 until known */
@@ -76,12 +81,12 @@ int ingest_format_of(const char *name)
 	return -1;
 }
 
-ingest *ingest_new(fs_mount *m, const char *name, int format)
+ingest *ingest_new(fs_daemon *dm, const char *name, int format)
 {
 	ingest *in = calloc(1, sizeof *in);
 	if (!in)
 		return NULL;
-	in->m = m;
+	in->dm = dm;
 	in->name = strdup(name);
 	in->tmp = malloc(sizeof(float) * (VECFS_DIM_MAX + 1));
 	if (format == F_FVECS || format == F_BVECS || format == F_NPY)
@@ -143,10 +148,10 @@ static int fail_at(ingest *in, int rc, uint64_t where, const char *fmt, ...)
 	else
 		snprintf(tail, sizeof tail, "nothing of the file was committed");
 	if (where)
-		errlog("ingest/%s: %s %llu: %s; %s", in->name, unit(in), (unsigned long long)where, why,
+		errlog(&in->dm->errors, "ingest/%s: %s %llu: %s; %s", in->name, unit(in), (unsigned long long)where, why,
 		       tail);
 	else
-		errlog("ingest/%s: %s; %s", in->name, why, tail);
+		errlog(&in->dm->errors, "ingest/%s: %s; %s", in->name, why, tail);
 	spool_clear(in);
 	in->failed = 1;
 	in->done = 1;
@@ -195,7 +200,7 @@ static int tmpfile_in(const char *dir)
 static int spool_open(ingest *in)
 {
 	/* next to the store (its disk has room for the rows), else TMPDIR */
-	int fd = tmpfile_in(in->m->store_dir);
+	int fd = tmpfile_in(in->dm->store_dir);
 	if (fd < 0) {
 		const char *td = getenv("TMPDIR");
 		int fd2 = tmpfile_in(td && td[0] ? td : "/tmp");
@@ -268,7 +273,7 @@ static int add_row(ingest *in, uint64_t where, const char *key, size_t klen, uin
 	char why[300] = "";
 	if (in->dim == 0) {
 		vecfs_config c;
-		int rc = vecfs_config_get(in->m->store, &c);
+		int rc = vecfs_config_get(in->dm->store, &c);
 		if (rc)
 			return fail_at(in, rc, where, "cannot read the configuration: %s", strerror(-rc));
 		in->dim = c.dim ? c.dim : dim;
@@ -278,11 +283,11 @@ static int add_row(ingest *in, uint64_t where, const char *key, size_t klen, uin
 		return fail_at(in, -EINVAL, where, "%u numbers, expected %u (%s)", dim, in->dim,
 			       in->dim_from_store ? "the store's dim" : "the dimension of the file's first row");
 	vecfs_row r = {key, klen, in->tmp, payload, plen};
-	int rc = vecfs_row_check(in->m->store, &r, dim, why, sizeof why);
+	int rc = vecfs_row_check(in->dm->store, &r, dim, why, sizeof why);
 	if (rc)
 		return fail_at(in, rc, where, "%s", why[0] ? why : strerror(-rc));
 	if (in->fd < 0 && (rc = spool_open(in)))
-		return fail_at(in, rc, where, "cannot create the spool file in %s: %s", in->m->store_dir,
+		return fail_at(in, rc, where, "cannot create the spool file in %s: %s", in->dm->store_dir,
 			       strerror(-rc));
 	static const char zeros[8];
 	rec_hdr h = {where, (uint32_t)klen, (uint32_t)plen, key != NULL, 0};
@@ -332,7 +337,7 @@ static int spool_commit(ingest *in)
 		rows[i].vec = (const float *)(const void *)(map + off + ((head + 3) & ~(size_t)3));
 		off += rec_size(h.klen, h.plen, in->dim);
 	}
-	rc = vecfs_put(in->m->store, rows, in->n, in->dim, &bad, err, sizeof err);
+	rc = vecfs_put(in->dm->store, rows, in->n, in->dim, &bad, err, sizeof err);
 	uint64_t where = 0;
 	if (rc && bad < in->n) {
 		off = 0;

@@ -50,7 +50,7 @@
  * the kernel for a request nobody reads any more: the daemon exits without
  * it (a commit is one LMDB transaction: nothing acknowledged is lost).
  */
-#include "fs.h"
+#include "fuse_compat_private.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -72,7 +72,7 @@
 
 typedef struct worker worker;
 
-typedef struct loop {
+struct loop {
 	struct fuse_session *se;
 	int fd;
 	int wake[2];           /* a pipe: readable once the loop must end */
@@ -87,11 +87,17 @@ typedef struct loop {
 	int err;               /* the first error that ended the loop */
 	int stopping;          /* the loop is ending */
 	struct timespec stop_at; /* since when (CLOCK_MONOTONIC) */
-} loop;
+	int fault_listen;      /* set (from the environment, at the start) by
+				* the tests only: a worker may not listen again
+				* after a reply, as if epoll_ctl() had no memory */
+};
 
 struct worker {
 	loop *l;
 	worker *prev, *next;   /* in l->all */
+	pthread_t th;
+	int busy;              /* in a request, until its reply goes out; set
+				* and cleared by its own thread, with l->mu held */
 	int cpu;               /* -1: not pinned */
 	int extra;             /* started because every other one was busy */
 	int ep;                /* its epoll instance: the stop pipe, and the
@@ -103,14 +109,6 @@ struct worker {
 	int served;            /* read a request since the last round */
 	int deaf;              /* its epoll_ctl() failed when it was to listen
 				* (out of memory): it polls the device itself */
-};
-
-/* The worker this thread is, while it is counted as busy. */
-static __thread worker *busy_in;
-
-static loop the_loop = {
-	.fd = -1, .wake = {-1, -1},
-	.mu = PTHREAD_MUTEX_INITIALIZER, .done = PTHREAD_COND_INITIALIZER,
 };
 
 static int start_worker(loop *l, int cpu, int extra);
@@ -131,15 +129,11 @@ static int set_listening(worker *w, int on)
 	return 0;
 }
 
-/* Set (from the environment, at the start) by the tests only: a worker
- * may not listen again after a reply, as if epoll_ctl() had no memory. */
-static int fault_listen;
-
 /* With l->mu held: w, which answered a request, listens again.  0 or
  * -errno. */
 static int listen_again(worker *w)
 {
-	return fault_listen ? -ENOMEM : set_listening(w, 1);
+	return w->l->fault_listen ? -ENOMEM : set_listening(w, 1);
 }
 
 /* With l->mu held: does a worker other than w wait, listening? */
@@ -188,16 +182,17 @@ static void need_listener(loop *l, worker *w)
 }
 
 /* With l->mu held: w begins a request; `quick`: one that calls
- * fs_loop_long() if it turns out not to be. */
+ * fc_request_long() if it turns out not to be. */
 static void begin_request(loop *l, worker *w, int quick)
 {
+	w->busy = 1;
 	w->waiting = 0;
 	w->served = 1;
 	if (!quick)
 		need_listener(l, w);
 }
 
-/* Requests that call fs_loop_long() when they have work to do: a release,
+/* Requests that call fc_request_long() when they have work to do: a release,
  * which comes right after the close() that flushed the file, and the
  * caller's next request with it; a standby for it would take that next
  * request on another CPU. */
@@ -210,14 +205,25 @@ static int quick_request(const struct fuse_buf *buf)
 	       op == FUSE_BATCH_FORGET;
 }
 
-void fs_loop_long(void)
+/* With l->mu held: the worker the calling thread is, while it handles a
+ * request; NULL on other threads. */
+static worker *busy_self(loop *l)
 {
-	worker *w = busy_in;
-	if (!w)
-		return;
-	pthread_mutex_lock(&w->l->mu);
-	need_listener(w->l, w);
-	pthread_mutex_unlock(&w->l->mu);
+	pthread_t me = pthread_self();
+	for (worker *x = l->all; x; x = x->next)
+		if (x->busy && pthread_equal(x->th, me))
+			return x;
+	return NULL;
+}
+
+void fc_request_long(fuse_compat *fc)
+{
+	loop *l = fc->loop;
+	pthread_mutex_lock(&l->mu);
+	worker *w = busy_self(l);
+	if (w)
+		need_listener(l, w);
+	pthread_mutex_unlock(&l->mu);
 }
 
 /* With l->mu held: w answered its request and listens again; the others
@@ -251,16 +257,21 @@ static void end_request(loop *l, worker *w)
 			x->served = 0;
 }
 
-/* The calling worker counts as waiting again (it is about to). */
-void fs_loop_replied(void)
+/* With l->mu held: w, busy, counts as waiting again (it is about to). */
+static void replied(loop *l, worker *w)
 {
-	worker *w = busy_in;
-	if (!w)
-		return;
-	busy_in = NULL;
-	pthread_mutex_lock(&w->l->mu);
-	end_request(w->l, w);
-	pthread_mutex_unlock(&w->l->mu);
+	w->busy = 0;
+	end_request(l, w);
+}
+
+void fs_loop_replied(fuse_compat *fc)
+{
+	loop *l = fc->loop;
+	pthread_mutex_lock(&l->mu);
+	worker *w = busy_self(l);
+	if (w)
+		replied(l, w);
+	pthread_mutex_unlock(&l->mu);
 }
 
 static void forget_worker(loop *l, worker *w);
@@ -389,9 +400,12 @@ static void *worker_main(void *arg)
 		begin_request(l, w, quick);
 		pthread_mutex_unlock(&l->mu);
 
-		busy_in = w;
 		fuse_session_process_buf(l->se, &buf);
-		fs_loop_replied(); /* when no reply went out (FORGET) */
+		if (w->busy) { /* no reply went out (FORGET) */
+			pthread_mutex_lock(&l->mu);
+			replied(l, w);
+			pthread_mutex_unlock(&l->mu);
+		}
 	}
 	/* the loop ends: make every other worker see it too */
 	pthread_mutex_lock(&l->mu);
@@ -445,12 +459,13 @@ static int start_worker(loop *l, int cpu, int extra)
 		forget_worker(l, w);
 		return -rc;
 	}
+	w->th = th; /* before it can take l->mu to begin a request */
 	return 0;
 }
 
-int fs_loop_counts(fs_loop_stats *st)
+int fc_loop_counts(fuse_compat *fc, fs_loop_stats *st)
 {
-	loop *l = &the_loop;
+	loop *l = fc->loop;
 	pthread_mutex_lock(&l->mu);
 	int running = l->se != NULL;
 	if (running) {
@@ -478,9 +493,9 @@ int fs_loop_counts(fs_loop_stats *st)
 	return running;
 }
 
-void fs_loop_stop(void)
+void fs_loop_stop(fuse_compat *fc)
 {
-	loop *l = &the_loop;
+	loop *l = fc->loop;
 	pthread_mutex_lock(&l->mu);
 	end_loop_locked(l, 0);
 	pthread_mutex_unlock(&l->mu);
@@ -504,16 +519,41 @@ static int wait_workers_locked(loop *l)
 	return 0;
 }
 
-int fs_loop(struct fuse_session *se, unsigned max_threads)
+int loop_init(fuse_compat *fc)
 {
-	loop *l = &the_loop;
+	loop *l = calloc(1, sizeof *l);
+	if (!l)
+		return -ENOMEM;
+	l->fd = -1;
+	l->wake[0] = l->wake[1] = -1;
+	pthread_mutex_init(&l->mu, NULL);
+	pthread_cond_init(&l->done, NULL);
+	fc->loop = l;
+	return 0;
+}
+
+void loop_fini(fuse_compat *fc)
+{
+	loop *l = fc->loop;
+	if (!l)
+		return;
+	pthread_cond_destroy(&l->done);
+	pthread_mutex_destroy(&l->mu);
+	free(l);
+	fc->loop = NULL;
+}
+
+int fs_loop(fuse_compat *fc, unsigned max_threads)
+{
+	loop *l = fc->loop;
+	struct fuse_session *se = fc->se;
 	cpu_set_t cpus;
 	int wake[2], rc = 0;
 
 	if (pipe2(wake, O_CLOEXEC | O_NONBLOCK) != 0)
 		return -errno;
-	fault_listen = getenv("VECFS_FAULT_LISTEN") != NULL;
 	pthread_mutex_lock(&l->mu);
+	l->fault_listen = getenv("VECFS_FAULT_LISTEN") != NULL;
 	l->se = se;
 	l->fd = fuse_session_fd(se);
 	l->wake[0] = wake[0];

@@ -1,36 +1,28 @@
 /*
  * fs/main.c - the vecfs daemon: `vecfs [options] STORE MOUNTPOINT`.
  *
- * Options, --help and --version; then (unless -f) a fork whose parent waits
- * until the child has opened the store and mounted, so the command returns
- * once the mount is usable and fails with a message when it is not (a
- * second daemon on one STORE, a bad mountpoint).  The store is opened after
- * the fork.  SIGINT, SIGTERM and SIGHUP are taken by a thread that ends the
- * session and unmounts.
+ * Options, --help and --version; then the daemon starts in the background
+ * (fuse_compat.c), opens the store, mounts and serves until unmounted or
+ * signalled.
  */
-#include "fs.h"
+#include "daemon.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
-#include <pthread.h>
-#include <poll.h>
-#include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mount.h>
 #include <sys/resource.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-static fs_mount the_mount;
+#include "fuse_compat.h"
+#include "ops.h"
 
 struct options {
 	char *store;
 	int extra;           /* arguments beyond STORE MOUNTPOINT */
+	int nonopt_seen;     /* arguments that are not options, so far */
 	int no_passthrough;  /* -o no_passthrough */
 	unsigned max_sessions;   /* -o max_sessions=N */
 	unsigned query_input_mb; /* -o query_input_mb=N */
@@ -43,19 +35,17 @@ static const struct fuse_opt option_spec[] = {
 	FUSE_OPT_END,
 };
 
-static int nonopt_seen;
-
 static int opt_proc(void *data, const char *arg, int key, struct fuse_args *outargs)
 {
 	(void)outargs;
 	struct options *o = data;
 	if (key == FUSE_OPT_KEY_NONOPT) {
-		nonopt_seen++;
+		o->nonopt_seen++;
 		if (!o->store) {
 			o->store = strdup(arg);
 			return 0;
 		}
-		if (nonopt_seen > 2) {
+		if (o->nonopt_seen > 2) {
 			o->extra = 1;
 			return 0;
 		}
@@ -90,57 +80,6 @@ static void usage(FILE *f, const char *prog, int full)
 		"libfuse's options:\n", SESSIONS_DEFAULT, QUERY_INPUT_MB_DEFAULT);
 }
 
-/* ---------------------------------------------------------------- signals */
-
-static struct fuse_session *session;
-static const char *mountpoint;
-static pthread_mutex_t stop_mu = PTHREAD_MUTEX_INITIALIZER;
-static int loop_done, unmounted;
-
-static void lazy_unmount(const char *mnt)
-{
-	if (geteuid() == 0) {
-		umount2(mnt, MNT_DETACH);
-		return;
-	}
-	pid_t pid = fork();
-	if (pid == 0) {
-		int fd = open("/dev/null", O_RDWR);
-		if (fd >= 0) {
-			dup2(fd, 0);
-			dup2(fd, 1);
-			dup2(fd, 2);
-		}
-		execlp("fusermount3", "fusermount3", "-u", "-z", "-q", mnt, (char *)NULL);
-		_exit(127);
-	}
-	if (pid > 0)
-		while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
-			;
-}
-
-static void *signal_thread(void *arg)
-{
-	sigset_t *set = arg;
-	for (;;) {
-		int sig = 0;
-		if (sigwait(set, &sig) != 0)
-			continue;
-		pthread_mutex_lock(&stop_mu);
-		if (!loop_done && !unmounted) {
-			the_mount.stopping = 1;
-			fuse_session_exit(session);
-			fs_loop_stop();
-			/* unmount without closing the session's descriptor: the loop's
-			 * threads see the connection end and return */
-			lazy_unmount(mountpoint);
-			unmounted = 1;
-		}
-		pthread_mutex_unlock(&stop_mu);
-	}
-	return NULL;
-}
-
 /* ---------------------------------------------------------------- main */
 
 /* --help, --version and bad arguments: the exit status. */
@@ -165,15 +104,59 @@ static int early_exit(const struct fuse_cmdline_opts *co, const struct options *
 	return 2;
 }
 
-static void report(int fd, unsigned char status)
+/* STORE as an absolute path (the daemon leaves the current directory);
+ * NULL with a message on failure. */
+static char *absolute(const char *store)
 {
-	if (fd < 0)
-		return;
-	ssize_t w;
-	do
-		w = write(fd, &status, 1);
-	while (w < 0 && errno == EINTR);
-	close(fd);
+	char *p;
+	if (store[0] == '/') {
+		p = strdup(store);
+	} else {
+		char cwd[PATH_MAX];
+		if (!getcwd(cwd, sizeof cwd)) {
+			perror("vecfs: getcwd");
+			return NULL;
+		}
+		p = malloc(strlen(cwd) + strlen(store) + 2);
+		if (p)
+			sprintf(p, "%s/%s", cwd, store);
+	}
+	if (!p)
+		fprintf(stderr, "vecfs: out of memory\n");
+	return p;
+}
+
+/* descriptors: every query session may hold one (its out), beside ingest
+ * spools and backups; take all that the hard limit allows */
+static void raise_fd_limit(void)
+{
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &rl);
+	}
+}
+
+static void on_stop(void *userdata)
+{
+	((fs_daemon *)userdata)->stopping = 1;
+}
+
+/* Parse the command line: -1 to go on, else the exit status. */
+static int parse_args(struct fuse_args *args, struct options *o, struct fuse_cmdline_opts *co,
+		      const char *prog)
+{
+	memset(o, 0, sizeof *o);
+	memset(co, 0, sizeof *co);
+	if (fuse_opt_parse(args, o, option_spec, opt_proc) == -1)
+		return 2;
+	if (fuse_parse_cmdline(args, co) != 0) {
+		usage(stderr, prog, 0);
+		return 2;
+	}
+	if (co->show_help || co->show_version || !o->store || !co->mountpoint || o->extra)
+		return early_exit(co, o, prog);
+	return -1;
 }
 
 int main(int argc, char *argv[])
@@ -182,205 +165,50 @@ int main(int argc, char *argv[])
 	struct fuse_cmdline_opts co;
 	struct options o;
 	const char *prog = strrchr(argv[0], '/') ? strrchr(argv[0], '/') + 1 : argv[0];
-	int status_fd = -1, ret = -1;
-
-	memset(&o, 0, sizeof o);
-	memset(&co, 0, sizeof co);
-	if (fuse_opt_parse(&args, &o, option_spec, opt_proc) == -1) {
-		fuse_opt_free_args(&args);
-		free(o.store);
-		return 2;
-	}
-	if (fuse_parse_cmdline(&args, &co) != 0) {
-		usage(stderr, prog, 0);
-		fuse_opt_free_args(&args);
-		free(o.store);
-		return 2;
-	}
-	if (co.show_help || co.show_version || !o.store || !co.mountpoint || o.extra)
-		ret = early_exit(&co, &o, prog);
-	if (ret != -1) {
-		fuse_opt_free_args(&args);
-		free(co.mountpoint);
-		free(o.store);
-		return ret;
-	}
+	char *store_abs = NULL, err[512] = "";
+	fs_daemon dm;
+	int ret = parse_args(&args, &o, &co, prog);
+	if (ret != -1)
+		goto out;
 	ret = 1;
-	/* STORE as an absolute path: the daemon leaves the current directory */
-	char *store_abs;
-	if (o.store[0] == '/') {
-		store_abs = strdup(o.store);
-	} else {
-		char cwd[PATH_MAX];
-		if (!getcwd(cwd, sizeof cwd)) {
-			perror("vecfs: getcwd");
-			return 1;
-		}
-		store_abs = malloc(strlen(cwd) + strlen(o.store) + 2);
-		if (store_abs)
-			sprintf(store_abs, "%s/%s", cwd, o.store);
-	}
-	if (!store_abs) {
+	if (!(store_abs = absolute(o.store)))
+		goto out;
+	fc_options fo = {
+		.mountpoint = co.mountpoint, .foreground = co.foreground, .single = co.singlethread,
+		.clone_fd = co.clone_fd, .max_threads = co.max_threads,
+		.max_idle = co.max_idle_threads, .passthrough = !o.no_passthrough,
+	};
+	if (daemon_init(&dm, store_abs, o.max_sessions ? o.max_sessions : SESSIONS_DEFAULT,
+			(size_t)(o.query_input_mb ? o.query_input_mb : QUERY_INPUT_MB_DEFAULT) << 20)) {
 		fprintf(stderr, "vecfs: out of memory\n");
-		return 1;
+		goto out;
 	}
-	the_mount.store_dir = store_abs;
-	the_mount.max_sessions = o.max_sessions ? o.max_sessions : SESSIONS_DEFAULT;
-	the_mount.query_input.max = (size_t)(o.query_input_mb ? o.query_input_mb :
-					     QUERY_INPUT_MB_DEFAULT) << 20;
-	pthread_mutex_init(&the_mount.query_input.mu, NULL);
-	mountpoint = co.mountpoint;
-
-	if (!co.foreground) {
-		int pfd[2];
-		if (pipe(pfd) != 0) {
-			perror("vecfs: pipe");
-			return 1;
-		}
-		fflush(NULL);
-		pid_t pid = fork();
-		if (pid < 0) {
-			perror("vecfs: fork");
-			return 1;
-		}
-		if (pid > 0) {
-			unsigned char st = 1;
-			ssize_t r;
-			close(pfd[1]);
-			do
-				r = read(pfd[0], &st, 1);
-			while (r < 0 && errno == EINTR);
-			if (r != 1) {
-				int ws;
-				st = 1;
-				if (waitpid(pid, &ws, 0) == pid && WIFEXITED(ws) && WEXITSTATUS(ws))
-					st = (unsigned char)WEXITSTATUS(ws);
-			}
-			_exit(st);
-		}
-		close(pfd[0]);
-		status_fd = pfd[1];
-		setsid();
-	}
-
-	/* every thread started from here on leaves these to the signal thread */
-	static sigset_t sigs;
-	struct sigaction sa;
-	sigemptyset(&sigs);
-	sigaddset(&sigs, SIGINT);
-	sigaddset(&sigs, SIGTERM);
-	/* SIGHUP ends the daemon unless it was started ignoring it (nohup) */
-	if (sigaction(SIGHUP, NULL, &sa) == 0 && sa.sa_handler != SIG_IGN)
-		sigaddset(&sigs, SIGHUP);
-	/* an asynchronous command of a shell starts with SIGINT ignored */
-	signal(SIGINT, SIG_DFL);
-	signal(SIGTERM, SIG_DFL);
-	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
-	signal(SIGPIPE, SIG_IGN);
-
-	char err[512] = "";
-	/* descriptors: every query session may hold one (its out), beside
-	 * ingest spools and backups; take all that the hard limit allows */
-	struct rlimit rl;
-	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
-		rl.rlim_cur = rl.rlim_max;
-		setrlimit(RLIMIT_NOFILE, &rl);
-	}
-	int rc = vecfs_open(store_abs, &the_mount.store, err, sizeof err);
+	int rc = fc_background(dm.fuse, &fo);
 	if (rc) {
+		fprintf(stderr, "vecfs: cannot start in the background: %s\n", strerror(-rc));
+		goto out_daemon;
+	}
+	raise_fd_limit();
+	if ((rc = vecfs_open(store_abs, &dm.store, err, sizeof err)) != 0) {
 		fprintf(stderr, "vecfs: cannot open store %s: %s\n", store_abs, err[0] ? err : strerror(-rc));
-		report(status_fd, rc == -EBUSY ? 3 : 1);
-		fuse_opt_free_args(&args);
-		free(co.mountpoint);
-		free(o.store);
-		free(store_abs);
-		return rc == -EBUSY ? 3 : 1;
+		ret = rc == -EBUSY ? 3 : 1;
+		fc_started(dm.fuse, ret);
+		goto out_daemon;
 	}
-	tree_init(&the_mount);
-	session = fuse_session_new(&args, &fs_ops, sizeof fs_ops, NULL);
-	if (!session) {
-		fprintf(stderr, "vecfs: cannot start the FUSE session (bad -o option?)\n");
-		goto out_store;
+	if (fc_mount(dm.fuse, &args, &fo, &fs_ops, &dm, on_stop) == 0) {
+		out_cache_set_session(&dm, fc_session(dm.fuse), !fo.single, fo.passthrough);
+		fc_started(dm.fuse, 0);
+		ret = fc_serve(dm.fuse, &fo);
+		dm.stopping = 1;
+		fc_unmount(dm.fuse);
 	}
-	tree_set_session(session, !co.singlethread, !o.no_passthrough);
-	if (fuse_session_mount(session, co.mountpoint) != 0) {
-		fprintf(stderr, "vecfs: cannot mount on %s\n", co.mountpoint);
-		goto out_session;
-	}
-	if (pt_install(session, !o.no_passthrough) != 0) {
-		fprintf(stderr, "vecfs: cannot set up the FUSE device's I/O\n");
-		fuse_session_unmount(session);
-		goto out_session;
-	}
-	pthread_t sth;
-	if (pthread_create(&sth, NULL, signal_thread, &sigs) != 0) {
-		fprintf(stderr, "vecfs: cannot start the signal thread\n");
-		fuse_session_unmount(session);
-		goto out_session;
-	}
-	pthread_detach(sth);
-
-	if (status_fd >= 0) {
-		report(status_fd, 0);
-		status_fd = -1;
-		int fd = open("/dev/null", O_RDWR);
-		if (fd >= 0) {
-			dup2(fd, 0);
-			dup2(fd, 1);
-			dup2(fd, 2);
-			if (fd > 2)
-				close(fd);
-		}
-		if (chdir("/") != 0) {
-			/* nothing depends on the current directory */
-		}
-	}
-
-	if (co.singlethread) {
-		rc = fuse_session_loop(session);
-	} else if (co.clone_fd) {
-		/* a device descriptor per thread: libfuse's own loop */
-		struct fuse_loop_config lc;
-		memset(&lc, 0, sizeof lc);
-		lc.clone_fd = co.clone_fd;
-		lc.max_idle_threads = co.max_idle_threads ? co.max_idle_threads : 10;
-		rc = fuse_session_loop_mt(session, &lc);
-	} else {
-		rc = fs_loop(session, co.max_threads ? co.max_threads : 10);
-		if (rc == -ETIMEDOUT) {
-			/* requests still run and use the store: no tidying up under
-			 * them; every committed write is already durable */
-			fprintf(stderr, "vecfs: requests still running a minute after the "
-				"stop; exiting without them\n");
-			_exit(1);
-		}
-		if (rc)
-			fprintf(stderr, "vecfs: the session loop ended: %s\n", strerror(-rc));
-	}
-	ret = rc == 0 ? 0 : 1;
-
-	the_mount.stopping = 1;
-	pthread_mutex_lock(&stop_mu);
-	loop_done = 1;
-	int need_unmount = !unmounted;
-	pthread_mutex_unlock(&stop_mu);
-	if (!need_unmount) {
-		/* unmounted by the signal thread: let libfuse tidy up only when the
-		 * connection is gone, so it cannot unmount a newer mount there */
-		struct pollfd pfd = {fuse_session_fd(session), 0, 0};
-		need_unmount = poll(&pfd, 1, 0) == 1 && (pfd.revents & POLLERR);
-	}
-	if (need_unmount)
-		fuse_session_unmount(session);
-out_session:
-	pt_detach();
-	fuse_session_destroy(session);
-out_store:
-	ahead_stop();
-	tree_destroy();
-	vecfs_close(the_mount.store);
-	if (status_fd >= 0)
-		report(status_fd, 1);
+	fc_started(dm.fuse, 1);
+	daemon_fini(&dm);
+	vecfs_close(dm.store);
+	goto out;
+out_daemon:
+	daemon_fini(&dm);
+out:
 	fuse_opt_free_args(&args);
 	free(co.mountpoint);
 	free(o.store);

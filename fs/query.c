@@ -3,7 +3,7 @@
  * query vectors (text, or binary fvecs rows); closing it runs the search
  * and replaces the session's out, out.json and stats.
  */
-#include "fs.h"
+#include "query.h"
 
 #include <errno.h>
 #include <math.h>
@@ -13,6 +13,13 @@
 #include <string.h>
 #include <stdatomic.h>
 #include <time.h>
+
+#include "ahead.h"
+#include "daemon.h"
+#include "errors.h"
+#include "fuse_compat.h"
+#include "number.h"
+#include "sbuf.h"
 
 #define IN_MAX ((size_t)256 << 20)
 
@@ -25,8 +32,9 @@ typedef struct qinput {
 
 struct qsession {
 	pthread_mutex_t mu;
-	vecfs *v;      /* the store queried */
-	qbudget *budget;
+	fs_daemon *dm;
+	vecfs *v;      /* the store queried (dm's) */
+	qbudget *budget; /* dm's */
 	char id[72];
 	sbuf in;
 	int dirty;
@@ -39,7 +47,7 @@ struct qsession {
 	int ended;     /* the session was removed (rmdir): no more input */
 	qinput acc;    /* text: options and vectors of the lines checked */
 	/* the last query's results: out is rendered when the query runs (it is
-	 * written where readers read it, see push_out() in tree.c), out.json
+	 * written where readers read it, see push_out() in out_cache.c), out.json
 	 * and stats when first read */
 	vecfs_results *r;
 	int exact;     /* how the last query ran */
@@ -52,15 +60,15 @@ struct qsession {
 	uint64_t serial, ver;
 };
 
-qsession *qs_new(vecfs *v, const char *id, qbudget *budget)
+qsession *qs_new(fs_daemon *dm, const char *id)
 {
 	qsession *q = calloc(1, sizeof *q);
 	if (!q)
 		return NULL;
-	static _Atomic uint64_t serials;
-	q->v = v;
-	q->budget = budget;
-	q->serial = atomic_fetch_add(&serials, 1) + 1;
+	q->dm = dm;
+	q->v = dm->store;
+	q->budget = &dm->query_input;
+	q->serial = atomic_fetch_add(&dm->query_serial, 1) + 1;
 	pthread_mutex_init(&q->mu, NULL);
 	snprintf(q->id, sizeof q->id, "%s", id);
 	return q;
@@ -166,15 +174,15 @@ int qs_in_write(qsession *q, const char *buf, size_t len, uint64_t off)
 	int first = q->in.len == 0 && !q->bad; /* the input's first write */
 	q->ver++;
 	if (q->ended) {
-		errlog("query/%s/in: the session was removed (rmdir)", q->id);
+		errlog(&q->dm->errors, "query/%s/in: the session was removed (rmdir)", q->id);
 		rc = -ENOENT;
 	} else if (q->bad) {
 		rc = -EINVAL;
 	} else if (q->in.len + len > IN_MAX) {
-		errlog("query/%s/in: more than %zu MiB of query input", q->id, IN_MAX >> 20);
+		errlog(&q->dm->errors, "query/%s/in: more than %zu MiB of query input", q->id, IN_MAX >> 20);
 		rc = -EFBIG;
 	} else if (budget_take(q->budget, len)) {
-		errlog("query/%s/in: the query input of all sessions together is at its "
+		errlog(&q->dm->errors, "query/%s/in: the query input of all sessions together is at its "
 		       "bound (%zu MiB, -o query_input_mb); remove other sessions or "
 		       "truncate their in", q->id, q->budget->max >> 20);
 		rc = -ENOSPC;
@@ -183,7 +191,7 @@ int qs_in_write(qsession *q, const char *buf, size_t len, uint64_t off)
 		if (q->in.oom) {
 			budget_give(q->budget, len); /* not added */
 			reset_input(q);
-			errlog("query/%s/in: out of memory", q->id);
+			errlog(&q->dm->errors, "query/%s/in: out of memory", q->id);
 			rc = -ENOMEM;
 		}
 		q->dirty = 1;
@@ -438,7 +446,7 @@ static int check_lines(qsession *q)
 	free(tmp);
 	if (rc) {
 		q->bad = 1;
-		errlog("query/%s/in: line %u: %s", q->id, q->lines, why);
+		errlog(&q->dm->errors, "query/%s/in: line %u: %s", q->id, q->lines, why);
 	}
 	return rc;
 }
@@ -599,7 +607,7 @@ static void search_ahead(qsession *q)
 		free(qi.vecs);
 		return;
 	}
-	ahead_submit(q->serial, q->ver, q->v, &qi.o, qi.vecs, qi.nq, qi.dim);
+	ahead_submit(q->dm->ahead, q->serial, q->ver, q->v, &qi.o, qi.vecs, qi.nq, qi.dim);
 }
 
 static double now_s(void)
@@ -621,7 +629,7 @@ int qs_in_flush(qsession *q, int *ran)
 		pthread_mutex_unlock(&q->mu);
 		return 0;
 	}
-	fs_loop_long(); /* the query runs */
+	fc_request_long(q->dm->fuse); /* the query runs */
 	q->dirty = 0;
 	if (q->bad) {
 		/* the reason went to errors when the write failed */
@@ -648,20 +656,20 @@ int qs_in_flush(qsession *q, int *ran)
 	if (rc) {
 		clear_results(q);
 		if (line)
-			errlog("query/%s/in: line %u: %s", q->id, line, why[0] ? why : strerror(-rc));
+			errlog(&q->dm->errors, "query/%s/in: line %u: %s", q->id, line, why[0] ? why : strerror(-rc));
 		else
-			errlog("query/%s/in: %s", q->id, why[0] ? why : strerror(-rc));
+			errlog(&q->dm->errors, "query/%s/in: %s", q->id, why[0] ? why : strerror(-rc));
 		free(qi.vecs);
 		pthread_mutex_unlock(&q->mu);
 		return rc;
 	}
 	/* searched ahead at the write, if that still holds */
-	vecfs_results *r = ahead_take(q->serial, q->ver, q->v);
+	vecfs_results *r = ahead_take(q->dm->ahead, q->serial, q->ver, q->v);
 	if (!r)
 		rc = vecfs_search(q->v, qi.vecs, qi.nq, qi.dim, &qi.o, &r, why, sizeof why);
 	clear_results(q);
 	if (rc) {
-		errlog("query/%s/in: %s", q->id, why[0] ? why : strerror(-rc));
+		errlog(&q->dm->errors, "query/%s/in: %s", q->id, why[0] ? why : strerror(-rc));
 	} else {
 		q->r = r;
 		q->exact = qi.o.exact;
@@ -669,7 +677,7 @@ int qs_in_flush(qsession *q, int *ran)
 		q->secs = now_s() - t0;
 		if (ensure_rendered(q, QS_OUT)) {
 			clear_results(q);
-			errlog("query/%s/in: out of memory formatting the results", q->id);
+			errlog(&q->dm->errors, "query/%s/in: out of memory formatting the results", q->id);
 			rc = -ENOMEM;
 		}
 	}

@@ -34,7 +34,9 @@
 
 #include <cmocka.h>
 
-#include "../fs/fs.h"
+#include "../fs/daemon.h"
+#include "../fs/errors.h"
+#include "../fs/ingest.h"
 #include "testutil.h"
 #include "vecfs.h"
 
@@ -45,24 +47,39 @@
 
 /* ------------------------------------------------------------ errors */
 
-/* fs/errors.c keeps `errors`; here the lines are counted and the last one
- * kept, to check that a rejection leaves one line naming the file. */
-static char err_last[1024];
-static unsigned err_count;
+/* The daemon context (not mounted) that the files of the running test are
+ * written to; made anew by run_init(), for the store of the test. */
+static fs_daemon dmn;
+static int dmn_up;
 
-void errlogv(const char *fmt, va_list ap)
+static fs_daemon *daemon_for(fixture *f, vecfs *v)
 {
-	vsnprintf(err_last, sizeof err_last, fmt, ap);
-	err_count++;
+	if (dmn_up)
+		daemon_fini(&dmn);
+	assert_int_equal(daemon_init(&dmn, f->dir, SESSIONS_DEFAULT,
+				     (size_t)QUERY_INPUT_MB_DEFAULT << 20), 0);
+	dmn.store = v;
+	dmn_up = 1;
+	return &dmn;
 }
 
-void errlog(const char *fmt, ...)
+/* `errors` of that daemon: how many lines it got, the last one (to check
+ * that a rejection leaves one line naming the file). */
+static unsigned errors_now(void)
 {
-	va_list ap;
-	va_start(ap, fmt);
-	errlogv(fmt, ap);
-	va_end(ap);
+	return dmn_up ? (unsigned)errors_count(&dmn.errors) : 0;
 }
+
+static const char *last_error(void)
+{
+	static char last[1100];
+	last[0] = 0;
+	if (dmn_up)
+		errors_last(&dmn.errors, last, sizeof last);
+	return last;
+}
+#define err_count errors_now()
+#define err_last last_error()
 
 /* ------------------------------------------------------------ bytes */
 
@@ -2016,11 +2033,11 @@ npy_ops:
 /* Write the file in pieces as write() calls would hand them over, then
  * close it (commit).  Returns 0 when every write and the commit succeeded,
  * else the first error. */
-static int feed(fs_mount *m, const char *name, const uint8_t *p, size_t n, rng *r)
+static int feed(fs_daemon *dm, const char *name, const uint8_t *p, size_t n, rng *r)
 {
 	int fmt = ingest_format_of(name);
 	assert_true(fmt >= 0);
-	ingest *in = ingest_new(m, name, fmt);
+	ingest *in = ingest_new(dm, name, fmt);
 	assert_non_null(in);
 	int policy = (int)rnd(r, 6);
 	if (policy == 0 && n > 4096)
@@ -2074,7 +2091,7 @@ static int feed(fs_mount *m, const char *name, const uint8_t *p, size_t n, rng *
 /* ------------------------------------------------------------ one case */
 
 typedef struct run {
-	fs_mount m;
+	fs_daemon *dm;
 	model md;
 	rng r;
 	int cosine;
@@ -2088,8 +2105,7 @@ static void run_init(run *t, fixture *f, uint32_t dim, vecfs_metric metric, uint
 	vecfs *v = f->v ? f->v : fx_open(f, NULL);
 	set_config(v, dim, metric);
 	t->cosine = metric == VECFS_COSINE;
-	t->m.store = v;
-	t->m.store_dir = f->dir;
+	t->dm = daemon_for(f, v);
 	t->md.dim = dim;
 	t->md.next_key = stats(v).next_key;
 	t->r.s = seed;
@@ -2127,7 +2143,7 @@ static void dump(const char *name, const uint8_t *p, size_t n)
  * must_accept: the file was generated valid. */
 static void run_file(run *t, const char *name, int kind, const uint8_t *p, size_t n, int must_accept)
 {
-	vecfs *v = t->m.store;
+	vecfs *v = t->dm->store;
 	oracle o;
 	reference(&o, kind, p, n, t->md.dim, t->cosine);
 	vecfs_stats before = stats(v);
@@ -2139,7 +2155,7 @@ static void run_file(run *t, const char *name, int kind, const uint8_t *p, size_
 	if (before.records != t->md.n || before.next_key != t->md.next_key || before.dim != t->md.dim)
 		CASE_FAIL("store and model differ before the file: %llu records (model %zu)",
 			  (unsigned long long)before.records, t->md.n);
-	rc = feed(&t->m, name, p, n, &t->r);
+	rc = feed(t->dm, name, p, n, &t->r);
 	t->cases++;
 	if (o.verdict == V_EITHER)
 		t->open++;
@@ -2283,7 +2299,7 @@ static void test_valid_files(void **state)
 			by_free(&b);
 		}
 	assert_int_equal(t.rejected, 0);
-	check_whole_store(t.m.store, &t.md);
+	check_whole_store(t.dm->store, &t.md);
 	model_free(&t.md);
 }
 
@@ -2300,7 +2316,7 @@ static void test_first_file_fixes_dim(void **state)
 	run_file(&t, "mixed.txt", K_TXT, (const uint8_t *)mixed, strlen(mixed), 0);
 	assert_int_equal(t.rejected, 1);
 	assert_non_null(strstr(err_last, "line 3: 2 numbers, expected 3 (the dimension of the file's first row)"));
-	assert_int_equal(stats(t.m.store).dim, 0);
+	assert_int_equal(stats(t.dm->store).dim, 0);
 	bytes b = {0};
 	uint8_t w[4];
 	put_le32(w, 5);
@@ -2311,16 +2327,16 @@ static void test_first_file_fixes_dim(void **state)
 	by_add(&b, "\x01\x02\x03\x04", 4);
 	run_file(&t, "mixed.bvecs", K_BVECS, b.p, b.n, 0);
 	assert_non_null(strstr(err_last, "row 2: dimension 4, expected 5 (the dimension of the file's first row)"));
-	assert_int_equal(stats(t.m.store).dim, 0);
+	assert_int_equal(stats(t.dm->store).dim, 0);
 	/* an empty file and one of blank lines and comments commit nothing */
 	run_file(&t, "empty.npy", K_NPY, (const uint8_t *)"", 0, 1);
 	run_file(&t, "blank.csv", K_CSV, (const uint8_t *)"\n\r\n# c\n  \n", 10, 1);
-	assert_int_equal(stats(t.m.store).dim, 0);
+	assert_int_equal(stats(t.dm->store).dim, 0);
 	/* the first valid file fixes dim 7 */
 	b.n = 0;
 	gen_npy(&t.r, 7, 3, 0, &b);
 	run_file(&t, "first.npy", K_NPY, b.p, b.n, 1);
-	assert_int_equal(stats(t.m.store).dim, 7);
+	assert_int_equal(stats(t.dm->store).dim, 7);
 	assert_int_equal(t.md.dim, 7);
 	/* then a file of another dimension is rejected with the store's dim named */
 	b.n = 0;
@@ -2336,7 +2352,7 @@ static void test_first_file_fixes_dim(void **state)
 	run_file(&t, "seven.csv", K_CSV, b.p, b.n, 1);
 	by_free(&b);
 	assert_int_equal(t.committed, 4);
-	check_whole_store(t.m.store, &t.md);
+	check_whole_store(t.dm->store, &t.md);
 	model_free(&t.md);
 }
 
@@ -2361,9 +2377,9 @@ static void test_cosine_zero_vector(void **state)
 	by_free(&b);
 	assert_int_equal(t.committed, 1);
 	assert_int_equal(t.rejected, 2);
-	assert_int_equal(vecfs_get(t.m.store, "c", 1, got_vec, VECFS_DIM_MAX, &(uint32_t){0}, NULL, 0, NULL),
+	assert_int_equal(vecfs_get(t.dm->store, "c", 1, got_vec, VECFS_DIM_MAX, &(uint32_t){0}, NULL, 0, NULL),
 			 -ENOENT);
-	check_whole_store(t.m.store, &t.md);
+	check_whole_store(t.dm->store, &t.md);
 	model_free(&t.md);
 }
 
@@ -2376,10 +2392,10 @@ static void test_file_states(void **state)
 	run t;
 	fx_open(f, NULL);
 	run_init(&t, f, 2, VECFS_L2, 0x5eed0004);
-	vecfs *v = t.m.store;
+	vecfs *v = t.dm->store;
 	int csv = ingest_format_of("s.csv");
 
-	ingest *in = ingest_new(&t.m, "s.csv", csv);
+	ingest *in = ingest_new(t.dm, "s.csv", csv);
 	assert_non_null(in);
 	assert_int_equal(ingest_commit(in), 0); /* nothing written */
 	assert_false(ingest_done(in));
@@ -2406,7 +2422,7 @@ static void test_file_states(void **state)
 	ingest_free(in);
 
 	/* unlinked while open: nothing is committed, writes are swallowed */
-	in = ingest_new(&t.m, "gone.fvecs", ingest_format_of("gone.fvecs"));
+	in = ingest_new(t.dm, "gone.fvecs", ingest_format_of("gone.fvecs"));
 	assert_non_null(in);
 	uint8_t row[12];
 	put_le32(row, 2);
@@ -2422,7 +2438,7 @@ static void test_file_states(void **state)
 	ingest_free(in);
 
 	/* freed without a close: nothing committed, nothing leaked */
-	in = ingest_new(&t.m, "dropped.npy", ingest_format_of("dropped.npy"));
+	in = ingest_new(t.dm, "dropped.npy", ingest_format_of("dropped.npy"));
 	assert_non_null(in);
 	bytes b = {0};
 	gen_npy(&t.r, 2, 5, 0, &b);
@@ -2496,17 +2512,17 @@ static void test_bounds(void **state)
 	/* keys and JSON strings are UTF-8 strictly: an overlong form, a
 	 * surrogate, a code point past U+10FFFF, raw bytes in a payload */
 	static const char *const not_utf8[] = {
-		"a\xC0\x80b,1,2,3\n", "c\xED\xA0\x80,1,2,3\n", "d\xF4\x90\x80\x80,1,2,3\n",
+		"a\xC0\x80" "b,1,2,3\n", "c\xED\xA0\x80,1,2,3\n", "d\xF4\x90\x80\x80,1,2,3\n",
 	};
 	for (size_t i = 0; i < sizeof not_utf8 / sizeof *not_utf8; i++) {
-		run_file(&t, "utf8.csv", K_CSV, not_utf8[i], strlen(not_utf8[i]), 0);
+		run_file(&t, "utf8.csv", K_CSV, (const uint8_t *)not_utf8[i], strlen(not_utf8[i]), 0);
 		assert_non_null(strstr(err_last, "bad key"));
 	}
 	static const char pay[] = "{\"key\": \"p8\", \"vector\": [1, 2, 3], \"payload\": \"\xFF\xFE\"}\n";
-	run_file(&t, "pay8.jsonl", K_JSONL, pay, strlen(pay), 0);
+	run_file(&t, "pay8.jsonl", K_JSONL, (const uint8_t *)pay, strlen(pay), 0);
 	assert_non_null(strstr(err_last, "not valid UTF-8"));
 	static const char good8[] = "\xC3\xA9\xE2\x82\xAC\xF0\x9D\x84\x9E,1,2,3\n";
-	run_file(&t, "good8.csv", K_CSV, good8, strlen(good8), 1);
+	run_file(&t, "good8.csv", K_CSV, (const uint8_t *)good8, strlen(good8), 1);
 
 	/* dim fields past VECFS_DIM_MAX */
 	b.n = 0;
@@ -2516,7 +2532,7 @@ static void test_bounds(void **state)
 	run_file(&t, "wide.fvecs", K_FVECS, b.p, b.n, 0);
 	assert_non_null(strstr(err_last, "row 1: dimension 4097 is out of range 1..4096"));
 	by_free(&b);
-	check_whole_store(t.m.store, &t.md);
+	check_whole_store(t.dm->store, &t.md);
 	model_free(&t.md);
 
 	/* a row of VECFS_DIM_MAX numbers is one; one more is refused */
@@ -2526,7 +2542,7 @@ static void test_bounds(void **state)
 	run_init(&t, f, 0, VECFS_L2, 0x5eed0006);
 	char dir[PATH_MAX];
 	snprintf(dir, sizeof dir, "%s/%s", f->dir, sub);
-	t.m.store_dir = dir;
+	t.dm->store_dir = dir;
 	bytes c = {0};
 	by_adds(&c, "w");
 	for (int i = 0; i < VECFS_DIM_MAX; i++)
@@ -2539,8 +2555,8 @@ static void test_bounds(void **state)
 	run_file(&t, "wider.csv", K_CSV, c.p, c.n, 0);
 	assert_non_null(strstr(err_last, "more than 4096 numbers"));
 	by_free(&c);
-	assert_int_equal(stats(t.m.store).dim, VECFS_DIM_MAX);
-	check_whole_store(t.m.store, &t.md);
+	assert_int_equal(stats(t.dm->store).dim, VECFS_DIM_MAX);
+	check_whole_store(t.dm->store, &t.md);
 	model_free(&t.md);
 }
 
@@ -2574,9 +2590,9 @@ static void test_fuzz(void **state)
 		per_kind[kind][t.committed != c0]++;
 		by_free(&b);
 		if (i % 1000 == 999)
-			check_whole_store(t.m.store, &t.md);
+			check_whole_store(t.dm->store, &t.md);
 	}
-	check_whole_store(t.m.store, &t.md);
+	check_whole_store(t.dm->store, &t.md);
 	print_message("fuzz: %u files, %u committed (%u rows), %u rejected, %u open to either; "
 		      "committed/rejected by format:",
 		      t.cases, t.committed, t.rows, t.rejected, t.open);

@@ -40,7 +40,7 @@
 
 #include <cmocka.h>
 
-#include "../fs/fs.h"
+#include "../fs/daemon.h"
 #include "testutil.h"
 #include "vecfs.h"
 
@@ -49,25 +49,20 @@
 #define FUZZ_CASES 3000
 #define IN_BOUND ((size_t)256 << 20) /* one `in` (README: EFBIG past it) */
 
-/* ------------------------------------------------------------ stand-ins */
+/* ------------------------------------------------------------ errors */
 
-/* `errors` (fs/errors.c): lines counted, the last one kept. */
-static unsigned nerr;
-static char lasterr[1024];
+/* `errors` of the daemon context of the running test (world_make()):
+ * lines counted, the latest one. */
+static fs_daemon *errs_of;
 
-void errlog(const char *fmt, ...)
+static const char *last_error(void)
 {
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(lasterr, sizeof lasterr, fmt, ap);
-	va_end(ap);
-	nerr++;
+	static char last[1100];
+	errors_last(&errs_of->errors, last, sizeof last);
+	return last;
 }
-
-/* fs/loop.c: nothing to hand over here. */
-void fs_loop_long(void)
-{
-}
+#define nerr ((unsigned)errors_count(&errs_of->errors))
+#define lasterr last_error()
 
 /* ------------------------------------------------------------ a byte string */
 
@@ -186,7 +181,7 @@ typedef struct world {
 	vecfs *v;
 	dataset ds;
 	uint64_t gen;
-	qbudget budget;
+	fs_daemon dm; /* not mounted: its sessions query v */
 } world;
 
 static void world_make(world *w, fixture *f, int with_gen)
@@ -214,14 +209,15 @@ static void world_make(world *w, fixture *f, int with_gen)
 	assert_int_equal(rc, 0);
 	if (with_gen)
 		w->gen = build(w->v, 1);
-	pthread_mutex_init(&w->budget.mu, NULL);
-	w->budget.max = (size_t)1 << 40;
+	assert_int_equal(daemon_init(&w->dm, f->dir, SESSIONS_DEFAULT, (size_t)1 << 40), 0);
+	w->dm.store = w->v;
+	errs_of = &w->dm;
 }
 
 static void world_free(world *w)
 {
-	assert_int_equal(w->budget.used, 0);
-	pthread_mutex_destroy(&w->budget.mu);
+	assert_int_equal(w->dm.query_input.used, 0);
+	daemon_fini(&w->dm); /* before the store closes: a search ahead may use it */
 	ds_free(&w->ds);
 }
 
@@ -953,7 +949,7 @@ static int run_in(runner *t, const char *p, size_t n, const char *junk, size_t j
 	t->open += ref.verdict == EITHER;
 	if (!f.ran)
 		BAD("the close after a write did not run anything");
-	assert_int_equal(t->w->budget.used, qs_in_size(t->q));
+	assert_int_equal(t->w->dm.query_input.used, qs_in_size(t->q));
 	if (qs_in_size(t->q) != f.kept)
 		BAD("in holds %zu bytes, %zu were taken", qs_in_size(t->q), f.kept);
 	int rc = f.wrc ? f.wrc : f.frc;
@@ -1320,7 +1316,7 @@ static void runner_init(runner *t, world *w, const char *id, uint64_t seed)
 	t->w = w;
 	t->id = id;
 	t->r.s = seed;
-	t->q = qs_new(w->v, id, &w->budget);
+	t->q = qs_new(&w->dm, id);
 	assert_non_null(t->q);
 }
 
@@ -1366,7 +1362,6 @@ static runner *bench_runner(void **state, uint64_t seed)
 static int bench_teardown(void **state)
 {
 	bench *b = *state;
-	ahead_stop(); /* before its store closes: a search ahead may use it */
 	runner_free(&b->t);
 	world_free(&b->w);
 	*state = b->fx;
@@ -1615,13 +1610,13 @@ static void test_bounds(void **state)
 	run_z(a, one, 1); /* and a write at offset 0 starts over */
 
 	/* the shared budget */
-	w->budget.max = 4096;
+	w->dm.query_input.max = 4096;
 	str s = {0};
 	s_cat(&s, "mode=exact\n");
 	while (s.n < 3000)
 		s_cat(&s, "1 2 3 4 5 6\n");
 	run_in(a, s.p, s.n, NULL, 0, 1); /* q1 holds 3000-odd bytes */
-	assert_int_equal(w->budget.used, s.n);
+	assert_int_equal(w->dm.query_input.used, s.n);
 	e0 = nerr;
 	assert_int_equal(qs_in_write(b->q, one, ol, 0), 0);
 	assert_int_equal(qs_in_write(b->q, s.p, 2000, ol), -ENOSPC);
@@ -1631,10 +1626,10 @@ static void test_bounds(void **state)
 	assert_int_equal(ran, 1);
 	assert_int_equal(nerr, e0 + 1);
 	assert_int_equal(qs_size(b->q, QS_OUT), 0);
-	assert_int_equal(w->budget.used, s.n + ol);
+	assert_int_equal(w->dm.query_input.used, s.n + ol);
 	/* a refused first write: nothing is held, a write at offset 0 starts over */
 	assert_int_equal(qs_in_write(b->q, s.p, 2000, 0), -ENOSPC);
-	assert_int_equal(w->budget.used, s.n);
+	assert_int_equal(w->dm.query_input.used, s.n);
 	assert_int_equal(qs_in_flush(b->q, &ran), -EINVAL);
 	assert_int_equal(qs_in_write(b->q, one, ol, 0), 0);
 	assert_int_equal(qs_in_flush(b->q, &ran), 0);
@@ -1646,12 +1641,12 @@ static void test_bounds(void **state)
 	assert_true(qs_size(b->q, QS_OUT) > 0);
 	/* q1's input given back (truncated, cleared, ended) makes room */
 	qs_in_truncate(a->q);
-	assert_int_equal(w->budget.used, ol);
+	assert_int_equal(w->dm.query_input.used, ol);
 	assert_int_equal(qs_in_write(b->q, s.p, s.n, 0), 0);
 	assert_int_equal(qs_in_flush(b->q, &ran), 0);
 	qs_clear(b->q);
 	assert_int_equal(qs_size(b->q, QS_OUT), 0);
-	assert_int_equal(w->budget.used, 0);
+	assert_int_equal(w->dm.query_input.used, 0);
 	/* a removed session refuses input */
 	qs_end(a->q);
 	e0 = nerr;
@@ -1659,7 +1654,7 @@ static void test_bounds(void **state)
 	assert_int_equal(nerr, e0 + 1);
 	assert_non_null(strstr(lasterr, "query/q1/in: the session was removed"));
 	assert_int_equal(qs_in_flush(a->q, &ran), 0);
-	assert_int_equal(w->budget.used, 0);
+	assert_int_equal(w->dm.query_input.used, 0);
 	s_drop(&s);
 	runner_free(b);
 }
@@ -1711,12 +1706,12 @@ static void test_search_ahead(void **state)
 	}
 	len += (size_t)snprintf(in + len, sizeof in - len, "\n");
 	len2 += (size_t)snprintf(in2 + len2, sizeof in2 - len2, "\n");
-	uint64_t queries0 = stats(w->v).queries, ahead0 = ahead_taken();
+	uint64_t queries0 = stats(w->v).queries, ahead0 = ahead_taken(w->dm.ahead);
 	float d;
 
 	/* one write, then the close: answered ahead, as the library answers */
 	write_flush(q, in, len, 0, 1);
-	assert_int_equal(ahead_taken(), ahead0 + 1);
+	assert_int_equal(ahead_taken(w->dm.ahead), ahead0 + 1);
 	vecfs_results *r = search_opts(w->v, far, 1, QD, &(vecfs_query_opts){.k = 3, .exact = 1});
 	first_hit(q, key, sizeof key, &d);
 	assert_string_equal(key, r->hits[0][0].key);
@@ -1734,7 +1729,7 @@ static void test_search_ahead(void **state)
 	first_hit(q, key, sizeof key, &d);
 	assert_string_equal(key, "near");
 	assert_true(d == 0);
-	assert_int_equal(ahead_taken(), ahead0 + 1);
+	assert_int_equal(ahead_taken(w->dm.ahead), ahead0 + 1);
 	assert_int_equal(stats(w->v).queries, queries0 + 3);
 
 	/* the input rewritten before the close: the close answers the second */
@@ -1766,12 +1761,12 @@ static void test_search_ahead(void **state)
 	s_drop(&big);
 
 	/* written in two writes: searched at the close only */
-	uint64_t a = ahead_taken();
+	uint64_t a = ahead_taken(w->dm.ahead);
 	write_flush(q, in, 20, 0, 0);
 	write_flush(q, in + 20, len - 20, 20, 1);
 	first_hit(q, key, sizeof key, &d);
 	assert_string_equal(key, "near");
-	assert_int_equal(ahead_taken(), a);
+	assert_int_equal(ahead_taken(w->dm.ahead), a);
 }
 
 /* Several sessions write and close at once (threads, as clients would):
@@ -1841,7 +1836,7 @@ static void test_search_ahead_many(void **state)
 	for (int i = 0; i < N; i++) {
 		char id[16];
 		snprintf(id, sizeof id, "m%d", i);
-		m[i] = (many){w, qs_new(w->v, id, &w->budget), i, 0};
+		m[i] = (many){w, qs_new(&w->dm, id), i, 0};
 		assert_non_null(m[i].q);
 		assert_int_equal(pthread_create(&th[i], NULL, many_run, &m[i]), 0);
 	}
@@ -1854,7 +1849,7 @@ static void test_search_ahead_many(void **state)
 		assert_int_equal(m[i].bad, 0);
 		qs_free(m[i].q);
 	}
-	print_message("%llu of %d closes answered ahead\n", (unsigned long long)ahead_taken(),
+	print_message("%llu of %d closes answered ahead\n", (unsigned long long)ahead_taken(w->dm.ahead),
 		      N * 1500);
 }
 

@@ -1,0 +1,29 @@
+/*
+ * fs/control.h - the `ctl` commands and the `backup` stream.
+ */
+#ifndef VECFS_FS_CONTROL_H
+#define VECFS_FS_CONTROL_H
+
+#include <pthread.h>
+#include <stddef.h>
+
+typedef struct fs_daemon fs_daemon;
+
+/* How a build started through ctl goes. */
+typedef struct build_state {
+	pthread_mutex_t mu;
+	int running;     /* builds running */
+	char phase[32];  /* of the latest one */
+	int pct;
+} build_state;
+
+void control_init(fs_daemon *dm);
+void control_fini(fs_daemon *dm);
+/* Run one ctl command line; 0 or -errno (with an errors line). */
+int ctl_exec(fs_daemon *dm, const char *line, size_t n);
+/* A file descriptor holding a fresh backup, positioned at 0; or -errno. */
+int backup_open(fs_daemon *dm);
+/* Live progress of a build started through ctl: 1 if one is running. */
+int build_progress(fs_daemon *dm, char *phase, size_t cap, int *pct);
+
+#endif

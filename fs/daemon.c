@@ -1,0 +1,41 @@
+/*
+ * fs/daemon.c - making and unmaking the daemon's context: each module's
+ * init and fini, in order.
+ */
+#include "daemon.h"
+
+#include <errno.h>
+#include <string.h>
+
+int daemon_init(fs_daemon *dm, const char *store_dir, unsigned max_sessions,
+		size_t query_input_bytes)
+{
+	memset(dm, 0, sizeof *dm);
+	dm->fuse = fc_new();
+	if (!dm->fuse)
+		return -ENOMEM;
+	dm->store_dir = store_dir;
+	dm->max_sessions = max_sessions;
+	dm->query_input.max = query_input_bytes;
+	pthread_mutex_init(&dm->query_input.mu, NULL);
+	errors_init(&dm->errors);
+	control_init(dm);
+	out_cache_init(dm);
+	if (tree_init(dm) != 0 || ahead_init(dm) != 0) {
+		daemon_fini(dm);
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+void daemon_fini(fs_daemon *dm)
+{
+	ahead_fini(dm);
+	tree_destroy(dm);
+	out_cache_fini(dm);
+	control_fini(dm);
+	errors_fini(&dm->errors);
+	pthread_mutex_destroy(&dm->query_input.mu);
+	fc_free(dm->fuse);
+	dm->fuse = NULL;
+}

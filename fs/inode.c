@@ -1,0 +1,398 @@
+/*
+ * fs/inode.c - the nodes of the tree and their tables.
+ *
+ * Inodes 1..12 are the fixed entries (the root, its files and directories,
+ * generations/active).  Everything else gets a node with a fresh inode
+ * number when the kernel first looks it up: records/KEY, generations/GEN
+ * and its files, query sessions and their files, ingest files and the
+ * transient symlinks made while flipping generations/active.  Nodes live
+ * while the kernel holds a lookup reference, a handle is open, or (for
+ * ingest files, sessions and transient symlinks) while they are linked in
+ * their directory.
+ */
+#include "inode.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "daemon.h"
+#include "generations.h"
+#include "out_cache.h"
+
+static const named root_entries[] = {
+	{"README", K_README}, {"config", K_CONFIG},   {"stats", K_STATS},
+	{"errors", K_ERRORS}, {"ctl", K_CTL},         {"backup", K_BACKUP},
+	{"ingest", K_INGEST}, {"records", K_RECORDS}, {"query", K_QUERY},
+	{"generations", K_GENS},
+};
+static const named session_entries[] = {
+	{"in", K_QIN}, {"out", K_QOUT}, {"out.json", K_QJSON}, {"stats", K_QSTATS},
+};
+static const named gen_entries[] = {
+	{"meta", K_GMETA}, {"centroids.fvecs", K_GCENT}, {"clusters", K_GCLUST}, {"progress", K_GPROG},
+};
+#define NELEM(a) (sizeof(a) / sizeof((a)[0]))
+
+enum { BY_INO, BY_NAME }; /* which table, and chain pointer of a node */
+
+const named *entries_of(int dirkind, size_t *n)
+{
+	switch (dirkind) {
+	case K_ROOT:
+		*n = NELEM(root_entries);
+		return root_entries;
+	case K_SESSION:
+		*n = NELEM(session_entries);
+		return session_entries;
+	case K_GEN:
+		*n = NELEM(gen_entries);
+		return gen_entries;
+	}
+	*n = 0;
+	return NULL;
+}
+
+int entry_kind(int dirkind, const char *name)
+{
+	size_t n;
+	const named *tab = entries_of(dirkind, &n);
+	for (size_t i = 0; i < n; i++)
+		if (!strcmp(tab[i].name, name))
+			return tab[i].kind;
+	return 0;
+}
+
+static size_t hash_ino(fuse_ino_t ino, size_t cap)
+{
+	return (size_t)((ino * 0x9E3779B97F4A7C15ULL) >> 20) & (cap - 1);
+}
+
+static size_t hash_name(fuse_ino_t parent, const char *name, size_t len, size_t cap)
+{
+	uint64_t h = 1469598103934665603ULL ^ parent;
+	for (size_t i = 0; i < len; i++)
+		h = (h ^ (unsigned char)name[i]) * 1099511628211ULL;
+	return (size_t)(h ^ (h >> 29)) & (cap - 1);
+}
+
+static size_t node_hash(const node_hash_table *t, const node *n, size_t cap)
+{
+	return t->by == BY_INO ? hash_ino(n->ino, cap) : hash_name(n->parent, n->name, n->namelen, cap);
+}
+
+static void tab_grow(node_hash_table *t)
+{
+	size_t nc = t->cap ? t->cap * 2 : 4096;
+	node **nt = calloc(nc, sizeof *nt);
+	if (!nt)
+		return;
+	for (size_t i = 0; i < t->cap; i++)
+		for (node *n = t->slot[i], *nx; n; n = nx) {
+			nx = n->next[t->by];
+			size_t h = node_hash(t, n, nc);
+			n->next[t->by] = nt[h];
+			nt[h] = n;
+		}
+	free(t->slot);
+	t->slot = nt;
+	t->cap = nc;
+}
+
+/* 0, or -ENOMEM when the table cannot grow. */
+static int tab_insert(node_hash_table *t, node *n)
+{
+	if (t->count + 1 > t->cap / 2)
+		tab_grow(t);
+	if (!t->cap)
+		return -ENOMEM;
+	size_t h = node_hash(t, n, t->cap);
+	n->next[t->by] = t->slot[h];
+	t->slot[h] = n;
+	t->count++;
+	return 0;
+}
+
+static void tab_remove(node_hash_table *t, node *n)
+{
+	for (node **pp = &t->slot[node_hash(t, n, t->cap)]; *pp; pp = &(*pp)->next[t->by])
+		if (*pp == n) {
+			*pp = n->next[t->by];
+			t->count--;
+			return;
+		}
+}
+
+node *get_node(fs_daemon *dm, fuse_ino_t ino)
+{
+	if (ino >= 1 && ino <= FIXED_MAX)
+		return &dm->tree.fixed[ino];
+	if (!dm->tree.inos.cap)
+		return NULL;
+	for (node *n = dm->tree.inos.slot[hash_ino(ino, dm->tree.inos.cap)]; n; n = n->next[BY_INO])
+		if (n->ino == ino)
+			return n;
+	return NULL;
+}
+
+node *find_name(fs_daemon *dm, fuse_ino_t parent, const char *name)
+{
+	size_t len = strlen(name);
+	if (!dm->tree.names.cap)
+		return NULL;
+	for (node *n = dm->tree.names.slot[hash_name(parent, name, len, dm->tree.names.cap)]; n; n = n->next[BY_NAME])
+		if (n->parent == parent && n->namelen == len && !memcmp(n->name, name, len))
+			return n;
+	return NULL;
+}
+
+static int stateful(const node *n)
+{
+	return n->kind == K_INGEST_FILE || n->kind == K_SESSION || n->kind == K_TMPLINK;
+}
+
+void link_name(fs_daemon *dm, node *n)
+{
+	if (n->linked || tab_insert(&dm->tree.names, n))
+		return;
+	n->linked = 1;
+	if (n->kind == K_SESSION)
+		dm->tree.sessions++;
+	if (stateful(n) && n->parent <= FIXED_MAX) {
+		n->sib_prev = NULL;
+		n->sib_next = dm->tree.children[n->parent];
+		if (n->sib_next)
+			n->sib_next->sib_prev = n;
+		dm->tree.children[n->parent] = n;
+	}
+}
+
+void unlink_name(fs_daemon *dm, node *n)
+{
+	if (!n->linked)
+		return;
+	if (n->kind == K_SESSION)
+		dm->tree.sessions--;
+	tab_remove(&dm->tree.names, n);
+	n->linked = 0;
+	if (stateful(n) && n->parent <= FIXED_MAX) {
+		if (n->sib_prev)
+			n->sib_prev->sib_next = n->sib_next;
+		else
+			dm->tree.children[n->parent] = n->sib_next;
+		if (n->sib_next)
+			n->sib_next->sib_prev = n->sib_prev;
+		n->sib_prev = n->sib_next = NULL;
+	}
+}
+
+node *new_node(fs_daemon *dm, int kind, fuse_ino_t parent, const char *name)
+{
+	node *n = calloc(1, sizeof *n);
+	if (!n)
+		return NULL;
+	n->name = strdup(name);
+	if (!n->name) {
+		free(n);
+		return NULL;
+	}
+	n->namelen = strlen(name);
+	n->kind = kind;
+	n->parent = parent;
+	n->ino = dm->tree.next_ino;
+	if (tab_insert(&dm->tree.inos, n)) {
+		free(n->name);
+		free(n);
+		return NULL;
+	}
+	dm->tree.next_ino++;
+	return n;
+}
+
+/* Free a node and what it owns (not the tables' links). */
+static void node_destroy(fs_daemon *dm, node *n)
+{
+	if (n->ing)
+		ingest_free(n->ing);
+	if (n->qs)
+		qs_free(n->qs);
+	out_backing_close(dm, n);
+	free(n->target);
+	free(n->name);
+	free(n);
+}
+
+void maybe_free(fs_daemon *dm, node *n)
+{
+	if (!n || n->ino <= FIXED_MAX)
+		return;
+	if (n->nlookup || n->opens || n->kids || (n->linked && stateful(n)))
+		return;
+	unlink_name(dm, n);
+	tab_remove(&dm->tree.inos, n);
+	node *sess = n->session;
+	node_destroy(dm, n);
+	if (sess) {
+		sess->kids--;
+		maybe_free(dm, sess);
+	}
+}
+
+node *pin(fs_daemon *dm, fuse_ino_t ino)
+{
+	pthread_mutex_lock(&dm->tree.mu);
+	node *n = get_node(dm, ino);
+	if (n)
+		n->opens++;
+	pthread_mutex_unlock(&dm->tree.mu);
+	return n;
+}
+
+void unpin(fs_daemon *dm, node *n)
+{
+	pthread_mutex_lock(&dm->tree.mu);
+	n->opens--;
+	maybe_free(dm, n);
+	pthread_mutex_unlock(&dm->tree.mu);
+}
+
+node *child_locked(fs_daemon *dm, node *p, const char *name, int *err)
+{
+	node *n;
+	int k;
+	uint64_t gen;
+	*err = ENOENT;
+	switch (p->kind) {
+	case K_ROOT:
+		k = entry_kind(K_ROOT, name);
+		return k ? &dm->tree.fixed[k] : NULL;
+	case K_INGEST:
+	case K_QUERY:
+		return find_name(dm, p->ino, name);
+	case K_RECORDS:
+		n = find_name(dm, p->ino, name);
+		if (!n && (n = new_node(dm, K_RECORD, p->ino, name)))
+			link_name(dm, n);
+		if (!n)
+			*err = ENOMEM;
+		return n;
+	case K_SESSION:
+		k = entry_kind(K_SESSION, name);
+		if (!k)
+			return NULL;
+		n = find_name(dm, p->ino, name);
+		if (!n && (n = new_node(dm, k, p->ino, name))) {
+			n->session = p;
+			p->kids++;
+			link_name(dm, n);
+		}
+		if (!n)
+			*err = ENOMEM;
+		return n;
+	case K_GENS:
+		if (!strcmp(name, "active"))
+			return &dm->tree.fixed[K_ACTIVE];
+		n = find_name(dm, p->ino, name);
+		if (n)
+			return n;
+		if (gen_parse_name(name, &gen))
+			return NULL;
+		if ((n = new_node(dm, K_GEN, p->ino, name))) {
+			n->gen = gen;
+			link_name(dm, n);
+		} else {
+			*err = ENOMEM;
+		}
+		return n;
+	case K_GEN:
+		k = entry_kind(K_GEN, name);
+		if (!k)
+			return NULL;
+		n = find_name(dm, p->ino, name);
+		if (!n && (n = new_node(dm, k, p->ino, name))) {
+			n->gen = p->gen;
+			link_name(dm, n);
+		}
+		if (!n)
+			*err = ENOMEM;
+		return n;
+	}
+	*err = ENOTDIR;
+	return NULL;
+}
+
+const char *kind_path(fs_daemon *dm, const node *n, char *buf, size_t cap)
+{
+	const node *p = n->parent ? get_node(dm, n->parent) : NULL;
+	if (n->ino == K_ROOT)
+		snprintf(buf, cap, "/");
+	else if (n->ino <= FIXED_MAX)
+		snprintf(buf, cap, "%s", n->name);
+	else if (p && p->kind == K_SESSION)
+		snprintf(buf, cap, "query/%s/%s", p->name, n->name);
+	else if (p && p->kind == K_GEN)
+		snprintf(buf, cap, "generations/%s/%s", p->name, n->name);
+	else if (p)
+		snprintf(buf, cap, "%s/%s", p->name, n->name);
+	else
+		snprintf(buf, cap, "%s", n->name);
+	return buf;
+}
+
+/* ---------------------------------------------------------------- setup */
+
+int tree_init(fs_daemon *dm)
+{
+	node_table *t = &dm->tree;
+	memset(t, 0, sizeof *t);
+	pthread_mutex_init(&t->mu, NULL);
+	t->inos.by = BY_INO;
+	t->names.by = BY_NAME;
+	t->next_ino = 1000;
+	t->uid = getuid();
+	t->gid = getgid();
+	static const struct {
+		int kind;
+		const char *name;
+		int parent;
+	} fx[] = {
+		{K_ROOT, "", 0},           {K_README, "README", K_ROOT}, {K_CONFIG, "config", K_ROOT},
+		{K_STATS, "stats", K_ROOT}, {K_ERRORS, "errors", K_ROOT}, {K_CTL, "ctl", K_ROOT},
+		{K_BACKUP, "backup", K_ROOT}, {K_INGEST, "ingest", K_ROOT}, {K_RECORDS, "records", K_ROOT},
+		{K_QUERY, "query", K_ROOT}, {K_GENS, "generations", K_ROOT}, {K_ACTIVE, "active", K_GENS},
+	};
+	for (size_t i = 0; i < NELEM(fx); i++) {
+		node *n = &dm->tree.fixed[fx[i].kind];
+		memset(n, 0, sizeof *n);
+		n->ino = (fuse_ino_t)fx[i].kind;
+		n->kind = fx[i].kind;
+		n->name = (char *)fx[i].name;
+		n->namelen = strlen(fx[i].name);
+		n->parent = (fuse_ino_t)fx[i].parent;
+	}
+	tab_grow(&t->inos);
+	tab_grow(&t->names);
+	return t->inos.cap && t->names.cap ? 0 : -ENOMEM;
+}
+
+void tree_destroy(fs_daemon *dm)
+{
+	pthread_mutex_lock(&dm->tree.mu);
+	for (size_t i = 0; i < dm->tree.inos.cap; i++) {
+		node *n = dm->tree.inos.slot[i];
+		while (n) {
+			node *nx = n->next[BY_INO];
+			node_destroy(dm, n);
+			n = nx;
+		}
+		dm->tree.inos.slot[i] = NULL;
+	}
+	free(dm->tree.inos.slot);
+	free(dm->tree.names.slot);
+	dm->tree.inos = (node_hash_table){.by = BY_INO};
+	dm->tree.names = (node_hash_table){.by = BY_NAME};
+	pthread_mutex_unlock(&dm->tree.mu);
+	pthread_mutex_destroy(&dm->tree.mu);
+}

@@ -1,0 +1,109 @@
+/*
+ * fs/inode.h - the nodes of the tree and the tables that find them, by
+ * inode number and by (parent, name).
+ */
+#ifndef VECFS_FS_INODE_H
+#define VECFS_FS_INODE_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "fuse_compat.h"
+#include "ingest.h"
+#include "query.h"
+
+typedef struct fs_daemon fs_daemon;
+
+enum kind {
+	K_ROOT = 1, K_README, K_CONFIG, K_STATS, K_ERRORS, K_CTL, K_BACKUP,
+	K_INGEST, K_RECORDS, K_QUERY, K_GENS, K_ACTIVE,
+	K_INGEST_FILE, K_RECORD, K_SESSION, K_QIN, K_QOUT, K_QJSON, K_QSTATS,
+	K_GEN, K_GMETA, K_GCENT, K_GCLUST, K_GPROG, K_TMPLINK,
+};
+#define FIXED_MAX K_ACTIVE
+
+typedef struct named {
+	const char *name;
+	int kind;
+} named;
+
+typedef struct node {
+	fuse_ino_t ino;
+	int kind;
+	uint64_t nlookup;
+	int opens;
+	int linked;           /* in the name table under its parent */
+	int kids;             /* session files referring to this session */
+	fuse_ino_t parent;
+	char *name;
+	size_t namelen;
+	uint64_t gen;         /* generation of K_GEN and its files */
+	ingest *ing;          /* K_INGEST_FILE */
+	qsession *qs;         /* K_SESSION */
+	int out_bid;          /* K_SESSION: backing file id of out (passthrough), or 0 */
+	int out_fd;           /* K_SESSION: that backing file, while out_bid > 0 */
+	size_t out_len;       /* K_SESSION: its size (SIZE_MAX: not known) */
+	atomic_int out_attrs; /* K_SESSION: out's attributes were given to the
+			       * kernel since push_out() last dropped them */
+	struct node *session; /* session files: their session node */
+	char *target;         /* K_TMPLINK */
+	uint64_t bsize;       /* K_BACKUP: size of the backup open handles read */
+	struct node *next[2];  /* chains of the tables: by ino, by (parent, name) */
+	struct node *sib_prev, *sib_next; /* children list of stateful dirs */
+} node;
+
+/* A chained hash table of nodes (by ino, or linked names by (parent,
+ * name)), using its own chain pointer of the node. */
+typedef struct node_hash_table {
+	node **slot;
+	size_t cap, count;
+	int by;
+} node_hash_table;
+
+/* The daemon's nodes (dm->tree). */
+typedef struct node_table {
+	pthread_mutex_t mu;  /* guards the tables and every node's counts,
+			      * links and names */
+	node fixed[FIXED_MAX + 1];
+	node_hash_table inos, names;
+	fuse_ino_t next_ino;
+	node *children[FIXED_MAX + 1]; /* of K_INGEST, K_QUERY, K_GENS */
+	unsigned sessions;              /* linked K_SESSION nodes */
+	uid_t uid;                      /* the owner of every file */
+	gid_t gid;
+} node_table;
+
+/* The fixed entries of a directory of kind dirkind (root, a session, a
+ * generation); NULL for other kinds. */
+const named *entries_of(int dirkind, size_t *n);
+/* The kind of fixed entry `name` of a directory of kind dirkind, or 0. */
+int entry_kind(int dirkind, const char *name);
+
+/* With dm->tree.mu held. */
+node *get_node(fs_daemon *dm, fuse_ino_t ino);
+node *find_name(fs_daemon *dm, fuse_ino_t parent, const char *name);
+void link_name(fs_daemon *dm, node *n);
+void unlink_name(fs_daemon *dm, node *n);
+node *new_node(fs_daemon *dm, int kind, fuse_ino_t parent, const char *name);
+/* Free n once nothing refers to it any more. */
+void maybe_free(fs_daemon *dm, node *n);
+/* Find or make the child `name` of p.  NULL with *err set when there is
+ * none. */
+node *child_locked(fs_daemon *dm, node *p, const char *name, int *err);
+/* The path of n in the tree, for errors lines. */
+const char *kind_path(fs_daemon *dm, const node *n, char *buf, size_t cap);
+
+/* Keep node ino while a request uses it outside dm->tree.mu (NULL: no
+ * such node); unpin() lets it go (freed once nothing refers to it). */
+node *pin(fs_daemon *dm, fuse_ino_t ino);
+void unpin(fs_daemon *dm, node *n);
+
+/* The fixed nodes and empty tables: 0, or -ENOMEM. */
+int tree_init(fs_daemon *dm);
+/* Free every node. */
+void tree_destroy(fs_daemon *dm);
+
+#endif

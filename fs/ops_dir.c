@@ -1,0 +1,341 @@
+/*
+ * fs/ops_dir.c - FUSE opendir, readdir, releasedir and fsyncdir.
+ *
+ * A directory is listed from a snapshot taken at opendir, but records/,
+ * which is read from the store a reply at a time.
+ */
+#include "ops.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon.h"
+#include "generations.h"
+
+typedef struct dent {
+	char *name;
+	fuse_ino_t ino;
+	mode_t type;
+} dent;
+
+typedef struct rec_mark {
+	uint64_t off;
+	size_t len;
+	char key[VECFS_KEY_MAX + 1];
+} rec_mark;
+
+typedef struct dirh {
+	node *n;
+	pthread_mutex_t mu;
+	dent *ents;
+	size_t count, cap;
+	/* records/: the entries of the last reply, to resume where the kernel
+	 * stopped consuming them */
+	rec_mark anchor;   /* the entry before the last reply (off 2 = none) */
+	rec_mark *batch;
+	size_t nbatch, capbatch;
+} dirh;
+
+static int add_dent(dirh *d, const char *name, fuse_ino_t ino, mode_t type)
+{
+	if (d->count == d->cap) {
+		size_t nc = d->cap ? d->cap * 2 : 16;
+		dent *ne = realloc(d->ents, nc * sizeof *ne);
+		if (!ne)
+			return -ENOMEM;
+		d->ents = ne;
+		d->cap = nc;
+	}
+	d->ents[d->count].name = strdup(name);
+	if (!d->ents[d->count].name)
+		return -ENOMEM;
+	d->ents[d->count].ino = ino;
+	d->ents[d->count].type = type;
+	d->count++;
+	return 0;
+}
+
+static fuse_ino_t pseudo_ino(const char *name, size_t len, fuse_ino_t parent)
+{
+	uint64_t h = 1469598103934665603ULL ^ parent;
+	for (size_t i = 0; i < len; i++)
+		h = (h ^ (unsigned char)name[i]) * 1099511628211ULL;
+	return (fuse_ino_t)((h >> 2) | (1ULL << 62));
+}
+
+static int snapshot_dir(fs_daemon *dm, dirh *d)
+{
+	node *n = d->n;
+	int rc = 0;
+	char num[32];
+	size_t nfixed;
+	const named *fx = entries_of(n->kind, &nfixed);
+	rc |= add_dent(d, ".", n->ino, S_IFDIR);
+	rc |= add_dent(d, "..", n->parent ? n->parent : K_ROOT, S_IFDIR);
+	switch (n->kind) {
+	case K_ROOT:
+		for (size_t i = 0; i < nfixed; i++) {
+			int k = fx[i].kind;
+			int dir = k == K_INGEST || k == K_RECORDS || k == K_QUERY || k == K_GENS;
+			rc |= add_dent(d, fx[i].name, (fuse_ino_t)k, dir ? S_IFDIR : S_IFREG);
+		}
+		break;
+	case K_INGEST:
+	case K_QUERY:
+		pthread_mutex_lock(&dm->tree.mu);
+		for (node *c = dm->tree.children[n->ino]; c; c = c->sib_next)
+			rc |= add_dent(d, c->name, c->ino, c->kind == K_SESSION ? S_IFDIR : S_IFREG);
+		pthread_mutex_unlock(&dm->tree.mu);
+		break;
+	case K_SESSION:
+	case K_GEN:
+		for (size_t i = 0; i < nfixed; i++)
+			rc |= add_dent(d, fx[i].name, pseudo_ino(fx[i].name, strlen(fx[i].name), n->ino),
+				       S_IFREG);
+		break;
+	case K_GENS: {
+		size_t total = 0, cap = 64;
+		uint64_t *ids = NULL;
+		if (vecfs_active(dm->store))
+			rc |= add_dent(d, "active", K_ACTIVE, S_IFLNK);
+		for (;;) {
+			free(ids);
+			ids = malloc(cap * sizeof *ids);
+			if (!ids)
+				return -ENOMEM;
+			int r = vecfs_gen_list(dm->store, ids, cap, &total);
+			if (r) {
+				free(ids);
+				return r;
+			}
+			if (total <= cap)
+				break;
+			cap = total + 16;
+		}
+		for (size_t i = 0; i < total; i++) {
+			int l = snprintf(num, sizeof num, "%llu", (unsigned long long)ids[i]);
+			rc |= add_dent(d, num, pseudo_ino(num, (size_t)l, n->ino), S_IFDIR);
+		}
+		free(ids);
+		pthread_mutex_lock(&dm->tree.mu);
+		for (node *c = dm->tree.children[n->ino]; c; c = c->sib_next)
+			rc |= add_dent(d, c->name, c->ino, S_IFLNK);
+		pthread_mutex_unlock(&dm->tree.mu);
+		break;
+	}
+	}
+	return rc ? -ENOMEM : 0;
+}
+
+static void dirh_free(dirh *d)
+{
+	if (!d)
+		return;
+	for (size_t i = 0; i < d->count; i++)
+		free(d->ents[i].name);
+	free(d->ents);
+	free(d->batch);
+	pthread_mutex_destroy(&d->mu);
+	free(d);
+}
+
+void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	fs_daemon *dm = fuse_req_userdata(req);
+	node *n = pin(dm, ino);
+	if (!n) {
+		fuse_reply_err(req, ENOENT);
+		return;
+	}
+	int rc = 0;
+	dirh *d = NULL;
+	if (n->kind != K_ROOT && n->kind != K_INGEST && n->kind != K_RECORDS && n->kind != K_QUERY &&
+	    n->kind != K_GENS && n->kind != K_SESSION && n->kind != K_GEN)
+		rc = -ENOTDIR;
+	else if (n->kind == K_GEN && !gen_exists(dm->store, n->gen))
+		rc = -ENOENT;
+	else if (!(d = calloc(1, sizeof *d)))
+		rc = -ENOMEM;
+	if (rc == 0) {
+		d->n = n;
+		pthread_mutex_init(&d->mu, NULL);
+		d->anchor.off = 2;
+		if (n->kind != K_RECORDS)
+			rc = snapshot_dir(dm, d);
+	}
+	if (rc) {
+		dirh_free(d);
+		unpin(dm, n);
+		fuse_reply_err(req, -rc);
+		return;
+	}
+	fi->fh = (uintptr_t)d;
+	if (fuse_reply_open(req, fi) != 0) {
+		dirh_free(d);
+		unpin(dm, n);
+	}
+}
+
+typedef struct rd_ctx {
+	fuse_req_t req;
+	dirh *d;
+	char *buf;
+	size_t size, used;
+	uint64_t off;      /* offset of the last entry added */
+	fuse_ino_t parent;
+	int full;
+} rd_ctx;
+
+static int add_entry(rd_ctx *c, const char *name, fuse_ino_t ino, mode_t type, uint64_t off)
+{
+	struct stat st;
+	memset(&st, 0, sizeof st);
+	st.st_ino = ino;
+	st.st_mode = type;
+	size_t need = fuse_add_direntry(c->req, NULL, 0, name, NULL, 0);
+	if (c->used + need > c->size) {
+		c->full = 1;
+		return 0;
+	}
+	fuse_add_direntry(c->req, c->buf + c->used, c->size - c->used, name, &st, (off_t)off);
+	c->used += need;
+	return 1;
+}
+
+static int rec_cb(void *arg, const char *key, size_t klen)
+{
+	rd_ctx *c = arg;
+	char name[VECFS_KEY_MAX + 1];
+	if (klen > VECFS_KEY_MAX)
+		return 0;
+	memcpy(name, key, klen);
+	name[klen] = 0;
+	if (!add_entry(c, name, pseudo_ino(key, klen, c->parent), S_IFREG, c->off + 1))
+		return 1;
+	c->off++;
+	dirh *d = c->d;
+	if (d->nbatch == d->capbatch) {
+		size_t nc = d->capbatch ? d->capbatch * 2 : 64;
+		rec_mark *nb = realloc(d->batch, nc * sizeof *nb);
+		if (!nb)
+			return 1;
+		d->batch = nb;
+		d->capbatch = nc;
+	}
+	rec_mark *m = &d->batch[d->nbatch++];
+	m->off = c->off;
+	m->len = klen;
+	memcpy(m->key, key, klen);
+	return 0;
+}
+
+typedef struct skip_ctx {
+	uint64_t left;
+	rec_mark *m;
+} skip_ctx;
+
+static int skip_cb(void *arg, const char *key, size_t klen)
+{
+	skip_ctx *s = arg;
+	if (klen > VECFS_KEY_MAX)
+		return 0;
+	memcpy(s->m->key, key, klen);
+	s->m->len = klen;
+	return --s->left == 0;
+}
+
+static void readdir_records(fuse_req_t req, dirh *d, rd_ctx *c, uint64_t off)
+{
+	fs_daemon *dm = fuse_req_userdata(req);
+	/* offsets: "." 1, ".." 2, the i-th key (from 0) 3 + i */
+	rec_mark start;
+	int rc = 0;
+	c->parent = d->n->ino;
+	if (off < 1 && !add_entry(c, ".", d->n->ino, S_IFDIR, 1))
+		return;
+	if (off < 2 && !add_entry(c, "..", K_ROOT, S_IFDIR, 2))
+		return;
+	if (off <= 2) {
+		start.off = 2;
+		start.len = 0;
+	} else if (off == d->anchor.off) {
+		start = d->anchor;
+	} else {
+		size_t i;
+		for (i = 0; i < d->nbatch; i++)
+			if (d->batch[i].off == off)
+				break;
+		if (i < d->nbatch) {
+			start = d->batch[i];
+		} else {
+			/* a seek elsewhere: count keys from the start */
+			skip_ctx s = {off - 2, &start};
+			start.len = 0;
+			rc = vecfs_keys(dm->store, NULL, 0, (size_t)-1, skip_cb, &s);
+			if (rc < 0 || s.left) {
+				c->used = 0; /* past the end */
+				return;
+			}
+			start.off = off;
+		}
+	}
+	d->anchor = start;
+	d->nbatch = 0;
+	c->off = start.off;
+	rc = vecfs_keys(dm->store, start.off > 2 ? start.key : NULL, start.off > 2 ? start.len : 0,
+			(size_t)-1, rec_cb, c);
+	if (rc < 0 && c->used == 0) {
+		fuse_reply_err(req, -rc);
+		c->full = -1; /* answered */
+	}
+}
+
+void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		       struct fuse_file_info *fi)
+{
+	(void)ino;
+	dirh *d = (dirh *)(uintptr_t)fi->fh;
+	rd_ctx c;
+	memset(&c, 0, sizeof c);
+	c.req = req;
+	c.d = d;
+	c.size = size;
+	c.buf = malloc(size ? size : 1);
+	if (!c.buf) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	pthread_mutex_lock(&d->mu);
+	if (d->n->kind == K_RECORDS) {
+		readdir_records(req, d, &c, (uint64_t)off);
+	} else {
+		for (size_t i = (size_t)off; i < d->count; i++)
+			if (!add_entry(&c, d->ents[i].name, d->ents[i].ino, d->ents[i].type, i + 1))
+				break;
+	}
+	pthread_mutex_unlock(&d->mu);
+	if (c.full != -1)
+		fuse_reply_buf(req, c.buf, c.used);
+	free(c.buf);
+}
+
+void op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	fs_daemon *dm = fuse_req_userdata(req);
+	(void)ino;
+	dirh *d = (dirh *)(uintptr_t)fi->fh;
+	node *n = d->n;
+	dirh_free(d);
+	unpin(dm, n);
+	fuse_reply_err(req, 0);
+}
+
+void op_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
+{
+	(void)ino;
+	(void)datasync;
+	(void)fi;
+	fuse_reply_err(req, 0);
+}

@@ -1,0 +1,576 @@
+/*
+ * fs/ops_file.c - FUSE create, open, read, write, flush, release, fsync
+ * and setattr (truncation) of the tree's files.
+ *
+ * Every file is opened with direct_io: reads return exactly what the
+ * handler replies, whatever size getattr reported.  Readable computed files
+ * are rendered once at open() into the handle, so one reader sees one
+ * consistent snapshot.  A session's out is the exception: it is served
+ * from the kernel's page cache or from a file of the daemon's (see
+ * out_cache.c), and changes in place when the session's query runs, so a
+ * reader that holds it open across another process's query of the same
+ * session may read a mix of both results.
+ */
+#include "ops.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "config_text.h"
+#include "control.h"
+#include "daemon.h"
+#include "errors.h"
+#include "out_cache.h"
+#include "render.h"
+#include "sbuf.h"
+
+static int readable(int kind)
+{
+	switch (kind) {
+	case K_README: case K_CONFIG: case K_STATS: case K_ERRORS: case K_BACKUP:
+	case K_RECORD: case K_QOUT: case K_QJSON: case K_QSTATS:
+	case K_GMETA: case K_GCENT: case K_GCLUST: case K_GPROG:
+		return 1;
+	}
+	return 0;
+}
+
+static int writable(int kind)
+{
+	return kind == K_CONFIG || kind == K_CTL || kind == K_INGEST_FILE || kind == K_QIN;
+}
+
+typedef struct handle {
+	fs_daemon *dm;
+	node *n;
+	/* held while a reply points into the handle: libfuse may see the
+	 * RELEASE of a reader woken by that very reply before writev returns */
+	pthread_mutex_t mu;
+	char *data;    /* read snapshot */
+	size_t len;
+	int fresh;     /* data was rendered by open and not read yet */
+	int fd;        /* backup */
+	sbuf wbuf;     /* config and ctl writes */
+	int wdirty;
+	size_t checked; /* config: bytes of wbuf whose lines were checked */
+	unsigned lines;
+	int bad;        /* config: a line failed its check */
+} handle;
+
+/* Render a readable file into its handle.  A read at offset 0 renders it
+ * anew (except right after open), so a descriptor held open and read again
+ * from 0 sees the file as it is now (a session's out after the next query,
+ * stats, errors), as /proc files do; reads at other offsets continue the
+ * snapshot. */
+static int rerender(handle *h)
+{
+	fs_daemon *dm = h->dm;
+	sbuf b;
+	sb_init(&b);
+	int rc = render_node(dm, h->n, &b);
+	if (rc == 0) {
+		char *p = sb_take(&b, &h->len);
+		if (!p) {
+			rc = -ENOMEM;
+			h->len = 0;
+		}
+		free(h->data);
+		h->data = p;
+	}
+	sb_free(&b);
+	return rc;
+}
+
+static handle *handle_of(struct fuse_file_info *fi)
+{
+	return (handle *)(uintptr_t)fi->fh;
+}
+
+/* Forget what was written to a config or ctl handle. */
+static void wbuf_reset(handle *h)
+{
+	sb_reset(&h->wbuf);
+	h->checked = 0;
+	h->lines = 0;
+	h->bad = 0;
+}
+
+static void handle_free(handle *h)
+{
+	if (!h)
+		return;
+	if (h->fd >= 0)
+		close(h->fd);
+	free(h->data);
+	sb_free(&h->wbuf);
+	pthread_mutex_destroy(&h->mu);
+	free(h);
+}
+
+/* Open n (a reference on it is already counted in n->opens). */
+static int open_node(fs_daemon *dm, node *n, struct fuse_file_info *fi, handle **out)
+{
+	int acc = fi->flags & O_ACCMODE;
+	char path[600];
+	if (n->kind == K_ROOT || n->kind == K_INGEST || n->kind == K_RECORDS || n->kind == K_QUERY ||
+	    n->kind == K_GENS || n->kind == K_SESSION || n->kind == K_GEN)
+		return -EISDIR;
+	if (acc != O_RDONLY && !writable(n->kind)) {
+		pthread_mutex_lock(&dm->tree.mu);
+		kind_path(dm, n, path, sizeof path);
+		pthread_mutex_unlock(&dm->tree.mu);
+		errlog(&dm->errors, "%s: cannot be written (read-only)", path);
+		return -EACCES;
+	}
+	if (acc == O_RDONLY && !readable(n->kind))
+		return -EACCES;
+	handle *h = calloc(1, sizeof *h);
+	if (!h)
+		return -ENOMEM;
+	h->dm = dm;
+	h->n = n;
+	h->fd = -1;
+	pthread_mutex_init(&h->mu, NULL);
+	int rc = 0;
+	if (acc != O_WRONLY && readable(n->kind)) {
+		if (n->kind == K_BACKUP) {
+			struct stat bst;
+			h->fd = backup_open(dm);
+			if (h->fd < 0)
+				rc = h->fd;
+			else if (fstat(h->fd, &bst) == 0) {
+				pthread_mutex_lock(&dm->tree.mu);
+				n->bsize = (uint64_t)bst.st_size;
+				pthread_mutex_unlock(&dm->tree.mu);
+			}
+		} else if (n->kind != K_QOUT && n->kind != K_QJSON && n->kind != K_QSTATS) {
+			/* rendered now, so that open fails when the file cannot be
+			 * (a record deleted meanwhile); a session's results cannot
+			 * fail and are rendered by the first read */
+			rc = rerender(h);
+			h->fresh = 1;
+		}
+	}
+	if (rc == 0 && n->kind == K_QIN && (fi->flags & O_TRUNC))
+		qs_in_truncate(n->session->qs);
+	if (rc) {
+		handle_free(h);
+		return rc;
+	}
+	fi->direct_io = !out_cached(dm, n) && !out_passthrough(n);
+	fi->keep_cache = out_cached(dm, n);
+	/* nothing happens when a reader closes: spare it the FLUSH round trip */
+	fi->noflush = acc == O_RDONLY;
+	fi->fh = (uintptr_t)h;
+	*out = h;
+	return 0;
+}
+
+void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	fs_daemon *dm = fuse_req_userdata(req);
+	handle *h;
+	node *n = pin(dm, ino);
+	if (!n) {
+		fuse_reply_err(req, ENOENT);
+		return;
+	}
+	int rc = open_node(dm, n, fi, &h);
+	if (rc == 0 && n->kind == K_INGEST_FILE && ingest_done(n->ing)) {
+		/* reopened after it left ingest/ (through a descriptor path) */
+		handle_free(h);
+		rc = -ENOENT;
+	}
+	if (rc) {
+		unpin(dm, n);
+		fuse_reply_err(req, -rc);
+		return;
+	}
+	/* one reading of the backing file: rmdir may release it meanwhile */
+	pthread_mutex_lock(&dm->tree.mu);
+	int bid = out_passthrough(n) ? n->session->out_bid : 0;
+	pthread_mutex_unlock(&dm->tree.mu);
+	if (bid > 0)
+		fi->direct_io = fi->keep_cache = 0;
+	if ((bid > 0 ? fc_reply_open_backing(req, fi, bid) : fuse_reply_open(req, fi)) != 0) {
+		handle_free(h);
+		unpin(dm, n);
+	}
+}
+
+/* A READ of a cached out fills part of the kernel's copy, whose other
+ * pages push_out() stored: it must see the content of now, at any offset. */
+static int read_fills_cache(const handle *h)
+{
+	return out_cached(h->dm, h->n);
+}
+
+void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		    struct fuse_file_info *fi)
+{
+	(void)ino;
+	handle *h = handle_of(fi);
+	pthread_mutex_lock(&h->mu);
+	if (h->fd >= 0) {
+		char *buf = malloc(size ? size : 1);
+		ssize_t r = buf ? pread(h->fd, buf, size, off) : -1;
+		if (!buf)
+			fuse_reply_err(req, ENOMEM);
+		else if (r < 0)
+			fuse_reply_err(req, errno);
+		else
+			fuse_reply_buf(req, buf, (size_t)r);
+		free(buf);
+	} else if (((off == 0 && !h->fresh) || read_fills_cache(h)) && rerender(h) != 0) {
+		fuse_reply_err(req, ENOMEM);
+	} else if (off < 0 || (size_t)off >= h->len) {
+		h->fresh = 0;
+		fuse_reply_buf(req, NULL, 0);
+	} else {
+		h->fresh = 0;
+		size_t n = h->len - (size_t)off;
+		fuse_reply_buf(req, h->data + off, n < size ? n : size);
+	}
+	pthread_mutex_unlock(&h->mu);
+}
+
+/* Remove an ingest file from ingest/ once it committed or failed. */
+static void ingest_leave(fs_daemon *dm, node *n)
+{
+	if (!ingest_done(n->ing))
+		return;
+	pthread_mutex_lock(&dm->tree.mu);
+	if (n->linked)
+		unlink_name(dm, n);
+	maybe_free(dm, n);
+	pthread_mutex_unlock(&dm->tree.mu);
+}
+
+/* Run the complete ctl lines in h->wbuf; keep a partial last line. */
+static int ctl_run_lines(handle *h, int all)
+{
+	fs_daemon *dm = h->dm;
+	int rc = 0;
+	size_t pos = 0;
+	while (pos < h->wbuf.len && rc == 0) {
+		const char *s = h->wbuf.p + pos;
+		const char *nl = memchr(s, '\n', h->wbuf.len - pos);
+		if (!nl && !all)
+			break;
+		size_t n = nl ? (size_t)(nl - s) : h->wbuf.len - pos;
+		pos += n + (nl ? 1 : 0);
+		rc = ctl_exec(dm, s, n);
+	}
+	if (rc)
+		pos = h->wbuf.len; /* a failed command drops what follows it */
+	memmove(h->wbuf.p, h->wbuf.p + pos, h->wbuf.len - pos);
+	h->wbuf.len -= pos;
+	if (h->wbuf.p)
+		h->wbuf.p[h->wbuf.len] = 0;
+	return rc;
+}
+
+/* Check the config lines completed by this write, so that a bad one fails
+ * the write() (which a shell's builtin echo reports) as well as the close. */
+static int config_check_lines(handle *h)
+{
+	fs_daemon *dm = h->dm;
+	vecfs_config scratch;
+	if (h->bad)
+		return -EINVAL;
+	vecfs_config_defaults(&scratch);
+	while (h->checked < h->wbuf.len) {
+		const char *s = h->wbuf.p + h->checked;
+		const char *nl = memchr(s, '\n', h->wbuf.len - h->checked);
+		if (!nl)
+			break;
+		h->checked += (size_t)(nl - s) + 1;
+		h->lines++;
+		if (config_line(&dm->errors, s, (size_t)(nl - s), h->lines, &scratch)) {
+			h->bad = 1;
+			return -EINVAL;
+		}
+	}
+	return 0;
+}
+
+void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
+		     struct fuse_file_info *fi)
+{
+	fs_daemon *dm = fuse_req_userdata(req);
+	(void)ino;
+	handle *h = handle_of(fi);
+	node *n = h->n;
+	int rc = 0;
+	switch (n->kind) {
+	case K_INGEST_FILE:
+		rc = ingest_write(n->ing, buf, size);
+		if (rc)
+			ingest_leave(dm, n);
+		break;
+	case K_QIN:
+		rc = qs_in_write(n->session->qs, buf, size, (uint64_t)off);
+		break;
+	case K_CONFIG:
+	case K_CTL:
+		if (h->wbuf.len + size > ((size_t)1 << 20)) {
+			errlog(&dm->errors, "%s: more than 1 MiB written at once", n->kind == K_CTL ? "ctl" : "config");
+			rc = -EFBIG;
+			break;
+		}
+		sb_add(&h->wbuf, buf, size);
+		if (h->wbuf.oom) {
+			rc = -ENOMEM;
+			break;
+		}
+		h->wdirty = 1;
+		if (n->kind == K_CTL)
+			rc = ctl_run_lines(h, 0);
+		else
+			rc = config_check_lines(h);
+		break;
+	default:
+		rc = -EBADF;
+	}
+	if (rc)
+		fuse_reply_err(req, -rc);
+	else
+		fuse_reply_write(req, size);
+}
+
+static int flush_handle(handle *h)
+{
+	fs_daemon *dm = h->dm;
+	node *n = h->n;
+	int rc = 0;
+	switch (n->kind) {
+	case K_INGEST_FILE:
+		fc_request_long(dm->fuse); /* a commit */
+		rc = ingest_commit(n->ing);
+		ingest_leave(dm, n);
+		break;
+	case K_QIN: {
+		int ran;
+		rc = qs_in_flush(n->session->qs, &ran);
+		if (ran) {
+			int prc = push_out(dm, n->session);
+			if (!rc)
+				rc = prc;
+		}
+		break;
+	}
+	case K_CONFIG:
+		if (h->wdirty) {
+			fc_request_long(dm->fuse);
+			h->wdirty = 0;
+			if (h->bad)
+				rc = -EINVAL; /* already in errors: nothing is applied */
+			else
+				rc = config_apply_text(dm->store, &dm->errors, h->wbuf.p ? h->wbuf.p : "", h->wbuf.len);
+			wbuf_reset(h);
+		}
+		break;
+	case K_CTL:
+		if (h->wdirty) {
+			fc_request_long(dm->fuse);
+			h->wdirty = 0;
+			rc = ctl_run_lines(h, 1);
+			sb_reset(&h->wbuf);
+		}
+		break;
+	}
+	return rc;
+}
+
+void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	(void)ino;
+	fuse_reply_err(req, -flush_handle(handle_of(fi)));
+}
+
+void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	fs_daemon *dm = fuse_req_userdata(req);
+	(void)ino;
+	handle *h = handle_of(fi);
+	node *n = h->n;
+	/* the last resort: data written and never flushed */
+	flush_handle(h);
+	pthread_mutex_lock(&h->mu); /* a read may still be replying */
+	pthread_mutex_unlock(&h->mu);
+	handle_free(h);
+	pthread_mutex_lock(&dm->tree.mu);
+	n->opens--;
+	if (n->kind == K_INGEST_FILE && n->opens == 0 && n->linked)
+		unlink_name(dm, n); /* a closed file leaves ingest/ */
+	if (n->kind == K_BACKUP && n->opens == 0)
+		n->bsize = 0;
+	maybe_free(dm, n);
+	pthread_mutex_unlock(&dm->tree.mu);
+	fuse_reply_err(req, 0);
+}
+
+void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
+{
+	(void)ino;
+	(void)datasync;
+	(void)fi;
+	fuse_reply_err(req, 0);
+}
+
+void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
+		       struct fuse_file_info *fi)
+{
+	fs_daemon *dm = fuse_req_userdata(req);
+	struct stat st;
+	node *n = get_locked(dm, ino);
+	if (!n) {
+		fuse_reply_err(req, ENOENT);
+		return;
+	}
+	if (to_set & FUSE_SET_ATTR_SIZE) {
+		char path[600];
+		switch (n->kind) {
+		case K_QIN:
+			if (attr->st_size == 0)
+				qs_in_truncate(n->session->qs);
+			break;
+		case K_CONFIG:
+		case K_CTL:
+			if (fi && attr->st_size == 0) {
+				wbuf_reset(handle_of(fi));
+			}
+			break;
+		case K_INGEST_FILE:
+			if ((uint64_t)attr->st_size != ingest_size(n->ing)) {
+				errlog(&dm->errors, "ingest/%s: cannot truncate a file being ingested", n->name);
+				fuse_reply_err(req, EINVAL);
+				return;
+			}
+			break;
+		default:
+			pthread_mutex_lock(&dm->tree.mu);
+			kind_path(dm, n, path, sizeof path);
+			pthread_mutex_unlock(&dm->tree.mu);
+			errlog(&dm->errors, "%s: cannot be truncated (read-only)", path);
+			fuse_reply_err(req, EACCES);
+			return;
+		}
+	}
+	/* modes, owners and times are fixed: accepted and ignored */
+	int rc = node_attr(dm, n, &st);
+	if (rc)
+		fuse_reply_err(req, -rc);
+	else
+		fuse_reply_attr(req, &st, 0);
+}
+
+/* Take back the lookup and open a failed create made: an ingest file
+ * nobody else holds leaves ingest/. */
+static void undo_create(fs_daemon *dm, node *n)
+{
+	pthread_mutex_lock(&dm->tree.mu);
+	n->nlookup--;
+	n->opens--;
+	if (n->kind == K_INGEST_FILE && n->opens == 0)
+		unlink_name(dm, n);
+	maybe_free(dm, n);
+	pthread_mutex_unlock(&dm->tree.mu);
+}
+
+void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
+		      struct fuse_file_info *fi)
+{
+	fs_daemon *dm = fuse_req_userdata(req);
+	(void)mode;
+	handle *h;
+	node *p = lock_parent(req, parent);
+	if (!p)
+		return;
+	node *n = NULL;
+	if (p->kind == K_INGEST) {
+		int fmt = ingest_format_of(name);
+		if (fmt < 0) {
+			pthread_mutex_unlock(&dm->tree.mu);
+			errlog(&dm->errors, "ingest/%s: unknown file type: the name must end in .csv, .tsv, .txt, .jsonl, .ndjson, .fvecs, .bvecs or .npy",
+			       name);
+			fuse_reply_err(req, EINVAL);
+			return;
+		}
+		n = find_name(dm, parent, name);
+		if (n && (fi->flags & O_EXCL)) {
+			pthread_mutex_unlock(&dm->tree.mu);
+			fuse_reply_err(req, EEXIST);
+			return;
+		}
+		if (!n) {
+			n = new_node(dm, K_INGEST_FILE, parent, name);
+			if (n && !(n->ing = ingest_new(dm, name, fmt))) {
+				maybe_free(dm, n);
+				n = NULL;
+			}
+			if (!n) {
+				pthread_mutex_unlock(&dm->tree.mu);
+				fuse_reply_err(req, ENOMEM);
+				return;
+			}
+			link_name(dm, n);
+		}
+	} else if (p->kind == K_SESSION && !strcmp(name, "in")) {
+		int err;
+		n = child_locked(dm, p, name, &err);
+		if (!n) {
+			pthread_mutex_unlock(&dm->tree.mu);
+			fuse_reply_err(req, err);
+			return;
+		}
+	} else {
+		char path[600];
+		kind_path(dm, p, path, sizeof path);
+		pthread_mutex_unlock(&dm->tree.mu);
+		if (p->kind == K_GEN || p->kind == K_GENS) {
+			errlog(&dm->errors, "%s/%s: generations are read-only", path, name);
+			fuse_reply_err(req, EACCES);
+		} else if (p->kind == K_RECORDS) {
+			errlog(&dm->errors, "records/%s: records are made by writing files into ingest/", name);
+			fuse_reply_err(req, EPERM);
+		} else if (p->kind == K_QUERY) {
+			errlog(&dm->errors, "query/%s: make a session with mkdir query/ID", name);
+			fuse_reply_err(req, EPERM);
+		} else if (p->kind == K_SESSION) {
+			errlog(&dm->errors, "%s/%s: a session holds only in, out, out.json and stats", path, name);
+			fuse_reply_err(req, EPERM);
+		} else {
+			errlog(&dm->errors, "%s%s: files cannot be created here (write into ingest/)",
+			       p->kind == K_ROOT ? "" : path, name);
+			fuse_reply_err(req, p->kind == K_ROOT ? EPERM : ENOTDIR);
+		}
+		return;
+	}
+	n->nlookup++;
+	n->opens++;
+	pthread_mutex_unlock(&dm->tree.mu);
+	struct stat st;
+	int rc = open_node(dm, n, fi, &h);
+	if (rc == 0) {
+		rc = node_attr(dm, n, &st);
+		if (rc)
+			handle_free(h);
+	}
+	if (rc) {
+		undo_create(dm, n);
+		fuse_reply_err(req, -rc);
+		return;
+	}
+	struct fuse_entry_param e;
+	memset(&e, 0, sizeof e);
+	e.ino = n->ino;
+	e.attr = st;
+	if (fuse_reply_create(req, &e, fi) != 0) {
+		handle_free(h);
+		undo_create(dm, n);
+	}
+}

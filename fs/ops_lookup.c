@@ -1,0 +1,233 @@
+/*
+ * fs/ops_lookup.c - FUSE lookup, forget and getattr: the entries of the
+ * tree and their attributes.
+ */
+#include "ops.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "daemon.h"
+#include "generations.h"
+#include "out_cache.h"
+#include "render.h"
+
+int node_attr(fs_daemon *dm, node *n, struct stat *st)
+{
+	sbuf b;
+	int rc = 0;
+	memset(st, 0, sizeof *st);
+	st->st_ino = n->ino;
+	st->st_uid = dm->tree.uid;
+	st->st_gid = dm->tree.gid;
+	st->st_nlink = 1;
+	st->st_blksize = 4096;
+	struct timespec now;
+	clock_gettime(CLOCK_REALTIME, &now);
+	st->st_atim = st->st_mtim = st->st_ctim = now;
+	switch (n->kind) {
+	case K_ROOT: case K_INGEST: case K_RECORDS: case K_QUERY: case K_GENS: case K_SESSION:
+		st->st_mode = S_IFDIR | 0755;
+		st->st_nlink = 2;
+		return 0;
+	case K_GEN:
+		if (!gen_exists(dm->store, n->gen))
+			return -ENOENT;
+		st->st_mode = S_IFDIR | 0555;
+		st->st_nlink = 2;
+		return 0;
+	case K_ACTIVE: {
+		uint64_t a = vecfs_active(dm->store);
+		char t[32];
+		if (!a)
+			return -ENOENT;
+		st->st_mode = S_IFLNK | 0777;
+		st->st_size = snprintf(t, sizeof t, "%llu", (unsigned long long)a);
+		return 0;
+	}
+	case K_TMPLINK:
+		st->st_mode = S_IFLNK | 0777;
+		st->st_size = (off_t)strlen(n->target);
+		return 0;
+	case K_CTL:
+		st->st_mode = S_IFREG | 0200;
+		return 0;
+	case K_QIN: /* what was written, so that O_APPEND writes append */
+		st->st_mode = S_IFREG | 0200;
+		st->st_size = (off_t)qs_in_size(n->session->qs);
+		return 0;
+	case K_INGEST_FILE:
+		st->st_mode = S_IFREG | 0200;
+		st->st_size = (off_t)ingest_size(n->ing);
+		return 0;
+	case K_BACKUP:
+		/* 0 unless a backup is open: then its size, for tools that trust
+		 * the size (sendfile-based copies) */
+		st->st_mode = S_IFREG | 0444;
+		pthread_mutex_lock(&dm->tree.mu);
+		st->st_size = (off_t)n->bsize;
+		pthread_mutex_unlock(&dm->tree.mu);
+		return 0;
+	case K_QOUT: case K_QJSON: case K_QSTATS:
+		if (n->kind == K_QOUT) /* before the size: see push_out() */
+			atomic_store(&n->session->out_attrs, 1);
+		st->st_mode = S_IFREG | 0444;
+		st->st_size = (off_t)qs_size(n->session->qs,
+					     n->kind == K_QOUT ? QS_OUT : n->kind == K_QJSON ? QS_JSON : QS_STATS);
+		return 0;
+	case K_GMETA: case K_GCENT: case K_GCLUST: case K_GPROG: {
+		int64_t s = gen_file_size(dm, n->gen, n->kind == K_GMETA ? GF_META
+						 : n->kind == K_GCENT ? GF_CENTROIDS
+						 : n->kind == K_GCLUST ? GF_CLUSTERS : GF_PROGRESS);
+		if (s < 0)
+			return (int)s;
+		st->st_mode = S_IFREG | 0444;
+		st->st_size = s;
+		return 0;
+	}
+	}
+	/* README, config, stats, errors, records/KEY: the exact size */
+	sb_init(&b);
+	rc = render_node(dm, n, &b);
+	st->st_mode = S_IFREG | (n->kind == K_CONFIG ? 0644 : 0444);
+	st->st_size = (off_t)b.len;
+	sb_free(&b);
+	return rc;
+}
+
+/* Attributes are computed afresh on every stat (0), but for a session's
+ * out, whose every change push_out() announces. */
+double attr_timeout(fs_daemon *dm, const node *n)
+{
+	return out_cached(dm, n) || out_passthrough(n) ? 60.0 : 0;
+}
+
+static void reply_entry(fuse_req_t req, node *n, const struct stat *st)
+{
+	fs_daemon *dm = fuse_req_userdata(req);
+	struct fuse_entry_param e;
+	memset(&e, 0, sizeof e);
+	e.ino = n->ino;
+	e.attr = *st;
+	e.attr_timeout = attr_timeout(dm, n);
+	/* the fixed names never go away; a query session and its files go only
+	 * by rmdir (which drops the kernel's entry); everything else may at any
+	 * time */
+	switch (n->kind) {
+	case K_SESSION: case K_QIN: case K_QOUT: case K_QJSON: case K_QSTATS:
+		e.entry_timeout = 60.0;
+		break;
+	default:
+		e.entry_timeout = n->ino <= FIXED_MAX && n->kind != K_ACTIVE ? 60.0 : 0;
+	}
+	if (fuse_reply_entry(req, &e) != 0) {
+		pthread_mutex_lock(&dm->tree.mu);
+		if (n->nlookup)
+			n->nlookup--;
+		maybe_free(dm, n);
+		pthread_mutex_unlock(&dm->tree.mu);
+	}
+}
+
+/* Drop the reference again when the attributes cannot be had. */
+void answer_entry_locked(fuse_req_t req, node *n)
+{
+	fs_daemon *dm = fuse_req_userdata(req);
+	struct stat st;
+	n->nlookup++;
+	pthread_mutex_unlock(&dm->tree.mu);
+	int rc = node_attr(dm, n, &st);
+	if (rc) {
+		pthread_mutex_lock(&dm->tree.mu);
+		n->nlookup--;
+		maybe_free(dm, n);
+		pthread_mutex_unlock(&dm->tree.mu);
+		fuse_reply_err(req, -rc);
+		return;
+	}
+	reply_entry(req, n, &st);
+}
+
+/* ---------------------------------------------------------------- lookup */
+
+void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	fs_daemon *dm = fuse_req_userdata(req);
+	int err;
+	pthread_mutex_lock(&dm->tree.mu);
+	node *p = get_node(dm, parent);
+	node *n = p ? child_locked(dm, p, name, &err) : (err = ENOENT, NULL);
+	if (!n) {
+		pthread_mutex_unlock(&dm->tree.mu);
+		fuse_reply_err(req, err);
+		return;
+	}
+	answer_entry_locked(req, n);
+}
+
+static void forget_one(fs_daemon *dm, fuse_ino_t ino, uint64_t nlookup)
+{
+	node *n = get_node(dm, ino);
+	if (!n || ino <= FIXED_MAX)
+		return;
+	n->nlookup = n->nlookup > nlookup ? n->nlookup - nlookup : 0;
+	maybe_free(dm, n);
+}
+
+void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
+{
+	fs_daemon *dm = fuse_req_userdata(req);
+	pthread_mutex_lock(&dm->tree.mu);
+	forget_one(dm, ino, nlookup);
+	pthread_mutex_unlock(&dm->tree.mu);
+	fuse_reply_none(req);
+}
+
+void op_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_data *forgets)
+{
+	fs_daemon *dm = fuse_req_userdata(req);
+	pthread_mutex_lock(&dm->tree.mu);
+	for (size_t i = 0; i < count; i++)
+		forget_one(dm, forgets[i].ino, forgets[i].nlookup);
+	pthread_mutex_unlock(&dm->tree.mu);
+	fuse_reply_none(req);
+}
+
+node *lock_parent(fuse_req_t req, fuse_ino_t parent)
+{
+	fs_daemon *dm = fuse_req_userdata(req);
+	pthread_mutex_lock(&dm->tree.mu);
+	node *p = get_node(dm, parent);
+	if (!p) {
+		pthread_mutex_unlock(&dm->tree.mu);
+		fuse_reply_err(req, ENOENT);
+	}
+	return p;
+}
+
+node *get_locked(fs_daemon *dm, fuse_ino_t ino)
+{
+	pthread_mutex_lock(&dm->tree.mu);
+	node *n = get_node(dm, ino);
+	pthread_mutex_unlock(&dm->tree.mu);
+	return n;
+}
+
+void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	fs_daemon *dm = fuse_req_userdata(req);
+	(void)fi;
+	struct stat st;
+	node *n = get_locked(dm, ino);
+	if (!n) {
+		fuse_reply_err(req, ENOENT);
+		return;
+	}
+	int rc = node_attr(dm, n, &st);
+	if (rc)
+		fuse_reply_err(req, -rc);
+	else
+		fuse_reply_attr(req, &st, attr_timeout(dm, n));
+}

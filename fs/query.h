@@ -1,0 +1,42 @@
+/*
+ * fs/query.h - query sessions (query/ID/).
+ */
+#ifndef VECFS_FS_QUERY_H
+#define VECFS_FS_QUERY_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "vecfs.h"
+
+/* Bytes that the query inputs of all sessions may hold together. */
+typedef struct qbudget {
+	pthread_mutex_t mu;
+	size_t max, used;
+} qbudget;
+
+typedef struct fs_daemon fs_daemon;
+typedef struct qsession qsession;
+
+enum { QS_OUT, QS_JSON, QS_STATS };
+
+/* A session of dm's store; its input counts against dm->query_input. */
+qsession *qs_new(fs_daemon *dm, const char *id);
+void qs_free(qsession *q);
+void qs_in_truncate(qsession *q);
+/* Forget the input and the results (rm of a session's files). */
+void qs_clear(qsession *q);
+/* The session was removed: forget input and results, refuse more input. */
+void qs_end(qsession *q);
+/* A write at offset 0 replaces the input; others append to it. */
+int qs_in_write(qsession *q, const char *buf, size_t len, uint64_t off);
+size_t qs_in_size(qsession *q);
+/* Run the query when `in` was written since the last run; *ran says
+ * whether it did (and so replaced or cleared the results). */
+int qs_in_flush(qsession *q, int *ran);
+/* A snapshot of out / out.json / stats (malloc'd; *len set). */
+char *qs_render(qsession *q, int which, size_t *len);
+size_t qs_size(qsession *q, int which);
+
+#endif

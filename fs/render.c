@@ -1,0 +1,173 @@
+/*
+ * fs/render.c - what the readable files of the tree read: README, config,
+ * stats, errors, records/KEY, a session's results and a generation's files.
+ */
+#include "render.h"
+
+#include <errno.h>
+#include <stdlib.h>
+
+#include "ahead.h"
+#include "daemon.h"
+#include "errors.h"
+#include "fuse_compat.h"
+#include "generations.h"
+#include "inode.h"
+#include "number.h"
+
+/* ---------------------------------------------------------------- README */
+
+void render_readme(sbuf *b)
+{
+	sb_adds(b,
+		"vecfs " VECFS_VERSION " - a vector-search index used through plain files.\n"
+		"\n"
+		"  ingest/          create NAME.csv|.tsv|.txt|.jsonl|.ndjson|.fvecs|.bvecs|.npy here,\n"
+		"                   write it, close it: every row is committed at once, or none\n"
+		"  records/KEY      one stored vector as text; `rm records/KEY` deletes it\n"
+		"  query/ID/        `mkdir query/ID`, write vectors (and a line like\n"
+		"                   `k=10 nprobe=32 refine=10 mode=ann|exact`) to in, close it,\n"
+		"                   read out (KEY<TAB>DISTANCE), out.json or stats\n"
+		"  generations/     index generations; `ln -sfn GEN generations/active` flips\n"
+		"  ctl              write a command: build, build stage, compact, rebalance, verify\n"
+		"  config           settings as `key = value` lines; write lines to change them\n"
+		"  stats            counters as `key = value` lines\n"
+		"  errors           the most recent error messages, oldest first\n"
+		"  backup           read it for a consistent copy of the store (save as data.mdb)\n");
+}
+
+/* ---------------------------------------------------------------- config */
+
+int render_config(vecfs *v, sbuf *b)
+{
+	vecfs_config c;
+	int rc = vecfs_config_get(v, &c);
+	if (rc)
+		return rc;
+	sb_printf(b, "dim = %u\n", c.dim);
+	sb_printf(b, "metric = %s\n", vecfs_metric_name(c.metric));
+	sb_printf(b, "nlist = %u\n", c.nlist);
+	sb_printf(b, "bits = %u\n", c.bits);
+	sb_printf(b, "nprobe = %u\n", c.nprobe);
+	sb_printf(b, "k = %u\n", c.k);
+	sb_printf(b, "refine = %u\n", c.refine);
+	sb_printf(b, "auto_build = %llu\n", (unsigned long long)c.auto_build);
+	sb_printf(b, "compact_deltas = %u\n", c.compact_deltas);
+	sb_printf(b, "keep_generations = %u\n", c.keep_generations);
+	sb_printf(b, "rebalance_ratio = %u\n", c.rebalance_ratio);
+	return b->oom ? -ENOMEM : 0;
+}
+
+/* ---------------------------------------------------------------- stats */
+
+int render_stats(vecfs *v, sbuf *b)
+{
+	vecfs_stats s;
+	int rc = vecfs_stats_get(v, &s);
+	if (rc)
+		return rc;
+	sb_printf(b, "dim = %u\n", s.dim);
+	sb_printf(b, "metric = %s\n", vecfs_metric_name(s.metric));
+	sb_printf(b, "records = %llu\n", (unsigned long long)s.records);
+	sb_printf(b, "deleted = %llu\n", (unsigned long long)s.deleted);
+	sb_printf(b, "generations = %llu\n", (unsigned long long)s.generations);
+	if (s.active)
+		sb_printf(b, "active = %llu\n", (unsigned long long)s.active);
+	else
+		sb_adds(b, "active = none\n");
+	sb_printf(b, "unindexed = %llu\n", (unsigned long long)s.unindexed);
+	sb_printf(b, "delta_postings = %llu\n", (unsigned long long)s.delta_postings);
+	sb_printf(b, "store_bytes = %llu\n", (unsigned long long)s.store_bytes);
+	sb_printf(b, "ingest_rows = %llu\n", (unsigned long long)s.ingest_rows);
+	sb_printf(b, "queries = %llu\n", (unsigned long long)s.queries);
+	sb_printf(b, "p50_us = %llu\n", (unsigned long long)s.p50_us);
+	sb_printf(b, "p99_us = %llu\n", (unsigned long long)s.p99_us);
+	sb_printf(b, "next_key = %llu\n", (unsigned long long)s.next_key);
+	sb_printf(b, "compactions = %llu\n", (unsigned long long)s.compactions);
+	sb_printf(b, "rebalances = %llu\n", (unsigned long long)s.rebalances);
+	sb_printf(b, "cluster_imbalance = %.3f\n", s.cluster_imbalance);
+	sb_printf(b, "maintenance = %s\n", s.maintenance ? "running" : "idle");
+	sb_printf(b, "kernels = %s\n", vecfs_kernel_name());
+	return b->oom ? -ENOMEM : 0;
+}
+
+/* ---------------------------------------------------------------- the tree's files */
+
+static int render_record(fs_daemon *dm, const char *key, size_t klen, sbuf *b)
+{
+	float *vec = malloc(sizeof(float) * VECFS_DIM_MAX);
+	uint32_t dim = 0;
+	char num[40];
+	if (!vec)
+		return -ENOMEM;
+	int rc = vecfs_get(dm->store, key, klen, vec, VECFS_DIM_MAX, &dim, NULL, 0, NULL);
+	if (rc == 0) {
+		sb_reserve(b, (size_t)dim * 16 + 1);
+		for (uint32_t i = 0; i < dim; i++) {
+			int n = fmt_float(num, sizeof num, vec[i]);
+			if (i)
+				sb_add(b, " ", 1);
+			sb_add(b, num, (size_t)n);
+		}
+		sb_add(b, "\n", 1);
+		if (b->oom)
+			rc = -ENOMEM;
+	}
+	free(vec);
+	return rc;
+}
+
+int render_node(fs_daemon *dm, node *n, sbuf *b)
+{
+	char *p;
+	size_t len;
+	switch (n->kind) {
+	case K_README:
+		render_readme(b);
+		return b->oom ? -ENOMEM : 0;
+	case K_CONFIG:
+		return render_config(dm->store, b);
+	case K_STATS: {
+		fs_loop_stats ls;
+		int rc = render_stats(dm->store, b);
+		if (rc == 0 && fc_loop_counts(dm->fuse, &ls)) {
+			sb_printf(b, "workers = %u\n", ls.workers);
+			sb_printf(b, "workers_started = %llu\n", (unsigned long long)ls.extra_started);
+			sb_printf(b, "workers_listening = %u\n", ls.listening);
+			sb_printf(b, "workers_listening_cpus = %s\n", ls.listening_cpus);
+			sb_printf(b, "queries_searched_ahead = %llu\n",
+				  (unsigned long long)ahead_taken(dm->ahead));
+			rc = b->oom ? -ENOMEM : 0;
+		}
+		return rc;
+	}
+	case K_ERRORS:
+		p = errors_render(&dm->errors, &len);
+		if (!p)
+			return -ENOMEM;
+		sb_add(b, p, len);
+		free(p);
+		return b->oom ? -ENOMEM : 0;
+	case K_RECORD:
+		return render_record(dm, n->name, n->namelen, b);
+	case K_QOUT:
+	case K_QJSON:
+	case K_QSTATS:
+		p = qs_render(n->session->qs, n->kind == K_QOUT ? QS_OUT : n->kind == K_QJSON ? QS_JSON : QS_STATS,
+			      &len);
+		if (!p)
+			return -ENOMEM;
+		sb_add(b, p, len);
+		free(p);
+		return b->oom ? -ENOMEM : 0;
+	case K_GMETA:
+		return gen_render(dm, n->gen, GF_META, b);
+	case K_GCENT:
+		return gen_render(dm, n->gen, GF_CENTROIDS, b);
+	case K_GCLUST:
+		return gen_render(dm, n->gen, GF_CLUSTERS, b);
+	case K_GPROG:
+		return gen_render(dm, n->gen, GF_PROGRESS, b);
+	}
+	return 0;
+}
