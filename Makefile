@@ -1,5 +1,6 @@
 # vecfs build.  `make` builds the library, tools and daemon into build/;
-# `make test` runs every test; `make asan` runs the unit tests under ASan+UBSan.
+# `make test` runs every test, `make check` the fast ones; `make asan` runs
+# the unit tests under ASan+UBSan.
 CC      ?= cc
 BUILD   ?= build
 OPT     ?= -O2
@@ -32,7 +33,8 @@ TOOLS      := $(BUILD)/vecfs-bench $(BUILD)/vecfs-data $(BUILD)/vecfs-churn $(BU
 DAEMON     := $(if $(FS_SRC),$(BUILD)/vecfs,)
 DEPS_OK    := $(BUILD)/.deps-ok
 
-.PHONY: all test unit mount-test crash-test full-test conformance asan bench clean deps
+.PHONY: all test check unit layers mount-test crash-test full-test conformance asan \
+	bench clean deps
 all: $(DEPS_OK) $(BUILD)/libvecfs.a $(TOOLS) $(DAEMON)
 
 $(DEPS_OK): tools/ensure-deps.sh
@@ -113,11 +115,22 @@ crash-test: all
 full-test: all
 	@bash tests/full_test.sh $(BUILD)/vecfs
 
-test: unit mount-test crash-test full-test
+# The layers, on the built objects and the sources (tests/check_layers.sh).
+layers: all $(TEST_BIN)
+	@bash tests/check_layers.sh $(BUILD)
 
-# The acceptance suite in ../shared/conformance, run against build/vecfs.
+# Suites one after another (tests/run-suite.sh), each one's time, and
+# `total: N passed, N failed`.
+check: all $(TEST_BIN)
+	@MAKE="$(MAKE)" bash tests/run-suite.sh unit layers
+
+test: all $(TEST_BIN)
+	@MAKE="$(MAKE)" bash tests/run-suite.sh unit layers mount-test crash-test full-test
+
+# The acceptance suite in ../shared/conformance, run against $(BUILD)/vecfs;
+# PENDING (a regex of groups not run) passes through the environment.
 conformance: all
-	bash ../shared/conformance/run.sh
+	VECFS=$(BUILD)/vecfs bash ../shared/conformance/run.sh
 
 asan:
 	$(MAKE) BUILD=build-asan OPT="-O1" \
