@@ -136,8 +136,8 @@ test: all $(TEST_BIN)
 conformance: all
 	$(SAN_DAEMON) VECFS=$(BUILD)/vecfs bash ../shared/conformance/run.sh
 
-# Sanitizer builds: `make asan` (ASan+UBSan: unit, mount and conformance
-# suites) and `make tsan` (ThreadSanitizer: unit tests and tests/stress.sh).
+# Sanitizer builds: `make asan` (ASan+UBSan: unit, mount, crash, full-disk
+# and conformance suites) and `make tsan` (ThreadSanitizer: unit tests and tests/stress.sh).
 # Reports go to files in $(BUILD)/san/, which tests/run-suite.sh counts as
 # failures (tests/stress.sh keeps its daemon's in its own log).  ASan stops
 # at the first error.  Leaks are looked for in the test binaries, not in the
@@ -152,7 +152,7 @@ SAN_ENV_asan = ASAN_OPTIONS=halt_on_error=1:detect_leaks=1:log_path=$(SAN_LOG)/a
 SAN_ENV_tsan = TSAN_OPTIONS=halt_on_error=0:second_deadlock_stack=1:log_path=$(SAN_LOG)/tsan:suppressions=$(CURDIR)/tests/tsan.supp
 SAN_DAEMON_asan = ASAN_OPTIONS="$$ASAN_OPTIONS:detect_leaks=0"
 SAN_DAEMON = $(SAN_DAEMON_$(SAN))
-SAN_SUITES_asan := unit mount-test conformance
+SAN_SUITES_asan := unit mount-test crash-test full-test conformance
 SAN_SUITES_tsan := unit stress
 asan:
 	@$(MAKE) --no-print-directory BUILD=build-asan OPT=-O1 CFLAGS="$(ASAN_CFLAGS)" SAN=asan sanitized
