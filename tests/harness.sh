@@ -80,8 +80,9 @@ kv() { awk -v k="$1" -F' *= *' '$1 == k { print $2; f = 1; exit } END { exit !f 
 stat_kv() { T cat "$M/stats" | kv "$1"; }
 
 # fileio.py, for the test scripts' Python: write_file(path, parts, flags)
-# opens, writes each part with one os.write and closes; it returns None, or
-# (the OSError, the stage that failed: open, write or close)
+# opens, writes each part with one os.write (a callable part is called with
+# the descriptor instead) and closes; it returns None, or (the OSError, the
+# stage that failed: open, write or close)
 cat >"$TMP/fileio.py" <<'PY'
 import os
 def write_file(path, parts, flags=os.O_WRONLY | os.O_CREAT | os.O_TRUNC):
@@ -90,7 +91,9 @@ def write_file(path, parts, flags=os.O_WRONLY | os.O_CREAT | os.O_TRUNC):
         fd = os.open(path, flags, 0o644)
         stage = 'write'
         for part in parts:
-            if part:
+            if callable(part):
+                part(fd)
+            elif part:
                 os.write(fd, part)
         stage = 'close'
         f, fd = fd, None

@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# The layers, checked on the built objects (nm) and the sources (#include):
+#  a. no object outside obj/layout/ refers to an LMDB symbol (mdb_*);
+#  b. no object of obj/fs/ or obj/tools/ refers to a symbol that libvecfs.a
+#     (obj/engine/ + obj/layout/) defines unless its name starts with vecfs_;
+#  c. fs/ and tools/ sources include (#include "...") only headers of their
+#     own folder and vecfs.h (engine/include);
+#  d. only layout/*.c and layout/*.h include <lmdb.h>.
+# tests/ see every layer (they are none): their objects and sources are not
+# checked.
+# Each offence is printed as `RULE OBJECT SYMBOL` (for c and d: the source and
+# the header), OBJECT relative to BUILD/obj or to the project root.  A pair
+# listed in ALLOW (`OBJECT SYMBOL` a line, # comments) is printed as allowed
+# and not counted.  The last line is `layers: N passed, N failed`, one count
+# per rule; exit status 1 if a rule failed.
+#
+# Usage: bash tests/check_layers.sh [BUILD [ALLOW]]   (from the project root;
+# BUILD defaults to build, ALLOW to tests/layers.allow if it exists)
+
+export LC_ALL=C
+BUILD=${1:-build}
+ALLOW=${2:-tests/layers.allow}
+OBJ=$BUILD/obj
+declare -A allowed=() count=()
+if [[ -f $ALLOW ]]; then
+	while read -r o s _; do
+		[[ -z $o || $o == \#* ]] && continue
+		allowed["$o $s"]=1
+	done <"$ALLOW"
+fi
+nallowed=0
+
+offence() { # RULE OBJECT SYMBOL
+	if [[ -n ${allowed["$2 $3"]:-} ]]; then
+		echo "allowed: $1 $2 $3"
+		nallowed=$((nallowed + 1))
+	else
+		echo "$1 $2 $3"
+		count[$1]=$((${count[$1]:-0} + 1))
+	fi
+}
+
+if [[ ! -d $OBJ/engine || ! -d $OBJ/layout ]]; then
+	echo "layers: $OBJ/engine and $OBJ/layout are not built"
+	echo "layers: 0 passed, 1 failed"
+	exit 1
+fi
+objs() { find "$OBJ/$1" -name '*.o' 2>/dev/null | sort; }
+# undefined DIR...: `OBJECT SYMBOL` for each symbol an object of DIR refers to
+undefined() {
+	local d
+	for d in "$@"; do objs "$d"; done | xargs -r nm -A -u 2>/dev/null |
+		awk -v p="$OBJ/" '{ o = $1; sub(/:$/, "", o); sub("^" p, "", o); print o, $NF }'
+}
+
+# a. mdb_ outside layout/
+while read -r o s; do
+	offence a "$o" "$s"
+done < <(undefined engine fs tools | awk '$2 ~ /^mdb_/')
+
+# b. fs/ and tools/ use the library only through vecfs_ names
+libdefs=$(for d in engine layout; do objs "$d"; done | xargs -r nm --defined-only -g 2>/dev/null |
+	awk 'NF == 3 && $3 !~ /^vecfs_/ { print $3 }' | sort -u)
+while read -r o s; do
+	offence b "$o" "$s"
+done < <(undefined fs tools | awk 'NR == FNR { lib[$1] = 1; next } ($2 in lib)' <(printf '%s\n' "$libdefs") -)
+
+# c. fs/ and tools/ include their own headers and vecfs.h only
+for d in fs tools; do
+	for f in "$d"/*.c "$d"/*.h; do
+		[[ -f $f ]] || continue
+		for h in $(sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1/p' "$f"); do
+			[[ $h == vecfs.h || ($h != */* && -f $d/$h) ]] || offence c "$f" "\"$h\""
+		done
+	done
+done
+
+# d. <lmdb.h> in layout/ only
+for f in $(grep -rl --include='*.[ch]' '^[[:space:]]*#[[:space:]]*include[[:space:]]*<lmdb\.h>' \
+	engine fs tools 2>/dev/null | sort); do
+	offence d "$f" "<lmdb.h>"
+done
+
+pass=0 fail=0
+for r in a b c d; do
+	n=${count[$r]:-0}
+	if [[ $n -eq 0 ]]; then pass=$((pass + 1)); else fail=$((fail + 1)); fi
+done
+echo "layers: offences a=${count[a]:-0} b=${count[b]:-0} c=${count[c]:-0} d=${count[d]:-0}, allowed $nallowed"
+echo "layers: $pass passed, $fail failed"
+[[ $fail -eq 0 ]]
