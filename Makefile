@@ -147,7 +147,8 @@ TSAN_CFLAGS := -O1 -g -fsanitize=thread -fno-omit-frame-pointer
 SAN_ENV_asan = ASAN_OPTIONS=halt_on_error=1:detect_leaks=1:log_path=$(SAN_LOG)/asan \
 	UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1:log_path=$(SAN_LOG)/ubsan
 SAN_ENV_tsan = TSAN_OPTIONS=halt_on_error=0:second_deadlock_stack=1:log_path=$(SAN_LOG)/tsan:suppressions=$(CURDIR)/tests/tsan.supp
-SAN_DAEMON_asan = ASAN_OPTIONS="$$ASAN_OPTIONS:detect_leaks=0"
+SAN_DAEMON_asan = VECFS_SANITIZER=asan ASAN_OPTIONS="$$ASAN_OPTIONS:detect_leaks=0"
+SAN_DAEMON_tsan = VECFS_SANITIZER=tsan
 SAN_DAEMON = $(SAN_DAEMON_$(SAN))
 SAN_SUITES_asan := unit mount-test crash-test full-test conformance
 SAN_SUITES_tsan := unit stress

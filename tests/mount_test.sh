@@ -243,7 +243,15 @@ listen_ok() {
 	done
 	return 0
 }
-check one_client_wakes_one_worker listen_ok
+# Which worker listens depends on how long a request takes to answer: in a
+# sanitizer build (VECFS_SANITIZER set by make asan/tsan) every request takes
+# several times longer, both workers read requests each round and both keep
+# listening, as designed; the plain build is where this is checked.
+if [[ -n ${VECFS_SANITIZER:-} ]]; then
+	echo "SKIP one_client_wakes_one_worker: timing of the $VECFS_SANITIZER build"
+else
+	check one_client_wakes_one_worker listen_ok
+fi
 # a held query is searched ahead at its write (fs/ahead.c), and its close
 # still sees an ingest committed between the write and the close
 ahead_ok() {
