@@ -96,20 +96,14 @@ static inline int vf_bytes_reserve(uint8_t **buf, size_t *cap, size_t need)
 	return 0;
 }
 
-/* meta family */
+/* The stored configuration, the defaults when the store has none. */
 int vf_load_config(MDB_txn *txn, vf_store *s, vf_stored_config *c);
-int vf_load_counters(MDB_txn *txn, vf_store *s, vf_counters *c);
-/* The same, in a read transaction of its own. */
-int vf_read_counters(vf_store *s, vf_counters *c);
-int vf_save_counters(MDB_txn *txn, vf_store *s, const vf_counters *c);
-uint64_t vf_load_active(MDB_txn *txn, vf_store *s);
-int vf_save_active(MDB_txn *txn, vf_store *s, uint64_t gen);
-int vf_load_genmeta(MDB_txn *txn, vf_store *s, uint64_t gen, vf_genmeta *m);
-int vf_save_genmeta(MDB_txn *txn, vf_store *s, const vf_genmeta *m);
-int vf_load_manifest(MDB_txn *txn, vf_store *s, uint64_t gen, uint32_t cluster,
-		     vf_manifest *m);
-int vf_save_manifest(MDB_txn *txn, vf_store *s, uint64_t gen, uint32_t cluster,
-		     const vf_manifest *m);
+
+/* A generation's delta postings and tombstones over its nlist clusters;
+ * its largest cluster over the mean (generations.c). */
+int vf_sum_manifests(MDB_txn *txn, vf_store *s, uint64_t gen, uint32_t nlist,
+		     uint64_t *deltas, uint64_t *tombs);
+int vf_cluster_imbalance(MDB_txn *txn, vf_store *s, const vf_genmeta *m, double *out);
 
 /* generation cache: a reference, released with vf_gen_put */
 int vf_gen_get(vecfs *v, MDB_txn *txn, uint64_t gen, vf_gen **out);
@@ -150,11 +144,9 @@ static inline void vf_catchup_after(vf_catchup *c, uint64_t behind)
 		c->step *= 2;
 	c->behind = behind;
 }
-/* Delete every key of a generation (postings and gens families). */
-int vf_drop_generation_keys(MDB_txn *txn, vf_store *s, uint64_t gen);
 
 /* Posting writes for one changed record while generation g is live. */
-/* A row's cluster and code, found before it is written (write.c encodes
+/* A row's cluster and code, found before it is written (postings_writer.c encodes
  * a chunk of rows on every CPU): code.planes points into the caller's
  * buffer. */
 typedef struct vf_precode {
@@ -242,7 +234,25 @@ int vf_maint_busy(vecfs *v);
 /* Remove the oldest generations beyond keep_generations (never the active
  * one nor `keep`). */
 void vf_retire_generations(vecfs *v, uint64_t keep);
-int vf_count_unindexed(vecfs *v, MDB_txn *txn, uint64_t gen, uint64_t *out);
+/* Shared by compaction and rebalance (compact.c): order of codes by id;
+ * posting i of an opened block whose columns were checked, as a code
+ * pointing into the block, its planes copied to `planes` (0, or -EIO when
+ * its key is damaged); a posting block opened with every column checked;
+ * codes[0..n) packed into evenly filled posting blocks 0, 1, ... of cluster
+ * c of generation m, with its manifest counting `deltas` delta postings
+ * left beside them; a compaction with build_mu held. */
+int vf_cmp_code(const void *a, const void *b);
+int vf_block_code(const vf_block *b, uint32_t i, vf_code *code, uint8_t *planes);
+int vf_block_open_checked(const MDB_val *d, vf_block *b);
+int vf_write_blocks(MDB_txn *txn, vf_store *s, const vf_genmeta *m, uint32_t c,
+		    const vf_code *codes, size_t n, uint64_t deltas, uint8_t **buf,
+		    size_t *bufcap);
+int vf_compact_locked(vecfs *v, uint32_t *clusters, char *err, size_t errlen);
+/* Microseconds since t (CLOCK_MONOTONIC). */
+int64_t vf_us_since(const struct timespec *t);
+/* After an automatic compaction: rebalance when the largest cluster is over
+ * rebalance_ratio times the mean (rebalance.c). */
+void vf_maybe_rebalance(vecfs *v);
 uint32_t vf_auto_nlist(uint64_t n);
 #define VF_BLOCK_TARGET 1024 /* vectors per posting block */
 
