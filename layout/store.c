@@ -16,8 +16,17 @@
 
 #define VF_MAP_MIN ((size_t)16 << 30) /* virtual: the file grows as data does */
 
-/* Read transactions this thread holds: the map cannot grow under them. */
-static __thread int reads_held;
+/* Read transactions of store s this thread holds: its map cannot grow
+ * under them. */
+static int reads_held(const vf_store *s)
+{
+	return (int)(intptr_t)pthread_getspecific(s->reads_key);
+}
+
+static int reads_add(vf_store *s, int n)
+{
+	return pthread_setspecific(s->reads_key, (void *)(intptr_t)(reads_held(s) + n));
+}
 
 int vf_mdb_err(int rc)
 {
@@ -92,6 +101,14 @@ static int store_open(const char *dir, size_t mapsize, int readonly, vf_store **
 		return rc;
 	}
 locked:
+	if ((rc = pthread_key_create(&s->reads_key, NULL))) {
+		rc = -rc;
+		seterr(err, errlen, "cannot open store %s: %s", dir, rc);
+		if (s->lockfd >= 0)
+			close(s->lockfd);
+		free(s);
+		return rc;
+	}
 	pthread_rwlock_init(&s->resize, NULL);
 	pthread_mutex_init(&s->pool_mu, NULL);
 
@@ -151,6 +168,7 @@ fail:
 		close(s->lockfd);
 	pthread_rwlock_destroy(&s->resize);
 	pthread_mutex_destroy(&s->pool_mu);
+	pthread_key_delete(s->reads_key);
 	free(s);
 	return vf_mdb_err(rc);
 }
@@ -186,6 +204,7 @@ void vf_store_close(vf_store *s)
 		close(s->lockfd);
 	pthread_rwlock_destroy(&s->resize);
 	pthread_mutex_destroy(&s->pool_mu);
+	pthread_key_delete(s->reads_key);
 	free(s);
 }
 
@@ -249,7 +268,7 @@ int vf_hint_reserve(vf_store *s, uint64_t records)
 	/* more than half full, and room to grow; never from a thread inside a
 	 * transaction */
 	if (!__atomic_load_n(&s->hints, __ATOMIC_RELAXED) || 2 * records <= have ||
-	    have >= HINT_MAX_SLOTS || reads_held > 0)
+	    have >= HINT_MAX_SLOTS || reads_held(s) > 0)
 		return 0;
 	uint64_t slots = hint_slots(records);
 	if (pthread_rwlock_trywrlock(&s->resize) != 0) {
@@ -326,7 +345,7 @@ int vf_read_begin(vf_store *s, MDB_txn **txn)
 	}
 	if (!t) {
 		rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &t);
-		if (rc == MDB_MAP_RESIZED && reads_held == 0) {
+		if (rc == MDB_MAP_RESIZED && reads_held(s) == 0) {
 			/* the daemon beside a read-only handle grew the map: take
 			 * its size (no transaction of ours may be open) */
 			pthread_rwlock_unlock(&s->resize);
@@ -343,8 +362,12 @@ int vf_read_begin(vf_store *s, MDB_txn **txn)
 			return vf_mdb_err(rc);
 		}
 	}
+	if ((rc = reads_add(s, 1))) {
+		mdb_txn_abort(t);
+		pthread_rwlock_unlock(&s->resize);
+		return -rc;
+	}
 	*txn = t;
-	reads_held++;
 	return 0;
 }
 
@@ -352,7 +375,7 @@ void vf_read_end(vf_store *s, MDB_txn *txn)
 {
 	if (!txn)
 		return;
-	reads_held--;
+	reads_add(s, -1); /* the thread's slot exists: no allocation, no failure */
 	mdb_txn_reset(txn);
 	pthread_mutex_lock(&s->pool_mu);
 	if (s->npool < (int)(sizeof s->pool / sizeof s->pool[0])) {
@@ -443,7 +466,7 @@ int vf_write(vf_store *s, vf_write_fn fn, void *arg)
 			/* the map is full: growing it waits for every transaction
 			 * of the process to end, never from a thread that holds
 			 * one itself */
-			if (reads_held > 0)
+			if (reads_held(s) > 0)
 				return -ENOSPC;
 			int g = vf_store_grow(s, 0);
 			if (g)

@@ -28,6 +28,7 @@ typedef struct vf_store {
 	MDB_env *env;
 	MDB_dbi meta, records, keys, changes, gens, postings, staging;
 	pthread_rwlock_t resize;  /* txns shared, map growth exclusive */
+	pthread_key_t reads_key;  /* read transactions each thread holds */
 	pthread_mutex_t pool_mu;  /* pool of reset read transactions */
 	MDB_txn *pool[64];
 	int npool;
@@ -69,8 +70,9 @@ void vf_write_yield(vf_store *s);
 /* Run fn inside one write transaction and commit it durably.  When the map
  * is full the transaction is aborted, the map grown and fn run again, so fn
  * must have no effect outside the transaction (from a thread that holds a
- * read transaction the map cannot grow: -ENOSPC).  fn returns 0, a negative
- * errno, or an LMDB code. */
+ * read transaction of this store the map cannot grow: -ENOSPC; one of
+ * another store does not matter).  fn returns 0, a negative errno, or an
+ * LMDB code. */
 typedef int (*vf_write_fn)(MDB_txn *txn, void *arg);
 int vf_write(vf_store *s, vf_write_fn fn, void *arg);
 

@@ -1021,8 +1021,23 @@ static void test_map_growth(void **state)
 	vf_read_end(s, rt);
 	assert_int_equal(vf_write(s, put_values, &big), 0);
 	assert_true(s->mapsize > ((size_t)1 << 20));
+	vf_store_close(s);
+
+	/* a read transaction held on another store does not stop this one's
+	 * map from growing */
+	vf_store *other = NULL;
+	snprintf(sub, sizeof sub, "%s/other", f->dir);
+	assert_int_equal(vf_store_open(sub, (size_t)1 << 20, &other, err, sizeof err), 0);
+	snprintf(sub, sizeof sub, "%s/small2", f->dir);
+	assert_int_equal(vf_store_open(sub, (size_t)1 << 20, &s, err, sizeof err), 0);
+	assert_int_equal(vf_read_begin(other, &rt), 0);
+	big.s = s;
+	assert_int_equal(vf_write(s, put_values, &big), 0);
+	assert_true(s->mapsize > ((size_t)1 << 20));
+	vf_read_end(other, rt);
 	free(big.val);
 	vf_store_close(s);
+	vf_store_close(other);
 }
 
 /* ------------------------------------------------------------ 6. assignment */
