@@ -5,8 +5,5 @@
 
 int vecfs_backup(vecfs *v, int fd)
 {
-	pthread_rwlock_rdlock(&v->store->resize);
-	int rc = mdb_env_copyfd2(v->store->env, fd, MDB_CP_COMPACT);
-	pthread_rwlock_unlock(&v->store->resize);
-	return vf_mdb_err(rc);
+	return vf_store_backup(v->store, fd);
 }

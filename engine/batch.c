@@ -43,7 +43,7 @@ static int batch_append(vecfs_batch *b, const vecfs_row *r)
 	return 0;
 }
 
-static int spool_fn(MDB_txn *txn, void *arg)
+static int spool_fn(vf_txn *txn, void *arg)
 {
 	vecfs_batch *b = arg;
 	uint64_t row = b->spooled;
@@ -53,7 +53,7 @@ static int spool_fn(MDB_txn *txn, void *arg)
 		memcpy(&n32, b->buf + off, 4);
 		vf_be64(k, b->id);
 		vf_be64(k + 8, row);
-		int rc = vf_put(txn, b->v->store->staging, k, 16, b->buf + off + 4, n32, MDB_APPEND);
+		int rc = vf_put(txn, b->v->store->staging, k, 16, b->buf + off + 4, n32, VF_APPEND);
 		if (rc)
 			return rc;
 		off += 4 + n32;
@@ -121,24 +121,12 @@ int vecfs_batch_add(vecfs_batch *b, const vecfs_row *rows, size_t n, size_t *bad
 	return 0;
 }
 
-static int drop_staged_fn(MDB_txn *txn, void *arg)
+static int drop_staged_fn(vf_txn *txn, void *arg)
 {
 	vecfs_batch *b = arg;
-	MDB_cursor *cur;
-	uint8_t k0[16];
+	uint8_t k0[8];
 	vf_be64(k0, b->id);
-	vf_be64(k0 + 8, 0);
-	MDB_val k = {16, k0}, d;
-	int rc = mdb_cursor_open(txn, b->v->store->staging, &cur);
-	if (rc)
-		return rc;
-	for (rc = mdb_cursor_get(cur, &k, &d, MDB_SET_RANGE);
-	     rc == 0 && !memcmp(k.mv_data, k0, 8);
-	     rc = mdb_cursor_get(cur, &k, &d, MDB_GET_CURRENT))
-		if ((rc = mdb_cursor_del(cur, 0)))
-			break;
-	mdb_cursor_close(cur);
-	return rc == MDB_NOTFOUND || rc == EINVAL ? 0 : rc;
+	return vf_drop_prefix(txn, b->v->store->staging, k0, 8);
 }
 
 typedef struct commit_job {
@@ -227,7 +215,7 @@ static int put_chunk(vf_put_ctx *c, staged_chunk *k)
 
 /* All rows, staged ones first (in order), then the ones in memory, in one
  * transaction; the staging area is emptied in the same transaction. */
-static int commit_fn(MDB_txn *txn, void *arg)
+static int commit_fn(vf_txn *txn, void *arg)
 {
 	commit_job *j = arg;
 	vecfs_batch *b = j->b;
@@ -237,20 +225,20 @@ static int commit_fn(MDB_txn *txn, void *arg)
 	c.maint_due = &j->maint_due;
 	c.live = &j->live;
 	if (rc == 0 && b->spooled) {
-		MDB_cursor *cur;
+		vf_cursor *cur;
 		uint8_t k0[16];
 		vf_be64(k0, b->id);
 		vf_be64(k0 + 8, 0);
-		MDB_val key = {16, k0}, d;
-		if ((rc = mdb_cursor_open(txn, b->v->store->staging, &cur)) == 0) {
-			for (rc = mdb_cursor_get(cur, &key, &d, MDB_SET_RANGE);
-			     rc == 0 && !memcmp(key.mv_data, k0, 8);
-			     rc = mdb_cursor_get(cur, &key, &d, MDB_NEXT))
-				if ((rc = chunk_add(&k, d.mv_data, d.mv_size)) ||
+		vf_val key = {16, k0}, d;
+		if ((rc = vf_cursor_open(txn, b->v->store->staging, &cur)) == 0) {
+			for (rc = vf_cursor_get(cur, &key, &d, VF_SEEK);
+			     rc == 0 && !memcmp(key.data, k0, 8);
+			     rc = vf_cursor_get(cur, &key, &d, VF_NEXT))
+				if ((rc = chunk_add(&k, d.data, d.len)) ||
 				    (chunk_full(k.n, k.len) && (rc = put_chunk(&c, &k))))
 					break;
-			mdb_cursor_close(cur);
-			if (rc == MDB_NOTFOUND)
+			vf_cursor_close(cur);
+			if (rc == -ENOENT)
 				rc = 0;
 		}
 		if (rc == 0 && k.n)

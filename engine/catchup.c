@@ -36,16 +36,16 @@ static void sync_chunk_free(sync_chunk *k)
 
 /* Copy the record of e into chunk slot k->n.  0 (added or, with `later`,
  * skipped because a later change deleted it) or -errno. */
-static int sync_take(sync_chunk *k, MDB_txn *txn, vf_store *s, const vf_dirty_entry *e,
+static int sync_take(sync_chunk *k, vf_txn *txn, vf_store *s, const vf_dirty_entry *e,
 		     uint32_t dim, int later)
 {
 	vf_key64 key = vf_key_u64(e->ch.id);
-	MDB_val rv;
+	vf_val rv;
 	vf_record r;
 	int got = vf_get(txn, s->records, key.b, 8, &rv), rc;
-	if (got == MDB_NOTFOUND && later)
+	if (got == -ENOENT && later)
 		return 0; /* deleted by a change after the chunk's end */
-	if ((rc = vf_mdb_err(got)) || (rc = vf_record_decode(rv.mv_data, rv.mv_size, &r)))
+	if ((rc = vf_store_err(got)) || (rc = vf_record_decode(rv.data, rv.len, &r)))
 		return rc;
 	if (vf_bytes_reserve((uint8_t **)&k->keys, &k->kcap, k->klen + r.keylen + 1))
 		return -ENOMEM;
@@ -61,7 +61,7 @@ static int sync_take(sync_chunk *k, MDB_txn *txn, vf_store *s, const vf_dirty_en
 	return 0;
 }
 
-int vf_sync_generation(vecfs *v, MDB_txn *txn, vf_gen *g, vf_genmeta *m, uint64_t to,
+int vf_sync_generation(vecfs *v, vf_txn *txn, vf_gen *g, vf_genmeta *m, uint64_t to,
 		       const vf_counters *cnt)
 {
 	vf_dirty d;

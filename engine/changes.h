@@ -7,7 +7,6 @@
 #ifndef VF_CHANGES_H
 #define VF_CHANGES_H
 
-#include <lmdb.h>
 #include <stdint.h>
 
 #include "meta.h"
@@ -27,10 +26,10 @@ typedef struct vf_dirty {
 void vf_dirty_init(vf_dirty *d);
 void vf_dirty_free(vf_dirty *d);
 /* Load the latest change of every id changed in (from, to]. */
-int vf_dirty_load(MDB_txn *txn, vf_store *s, uint64_t from, uint64_t to, vf_dirty *d);
+int vf_dirty_load(vf_txn *txn, vf_store *s, uint64_t from, uint64_t to, vf_dirty *d);
 const vf_dirty_entry *vf_dirty_find(const vf_dirty *d, uint64_t id);
 
-int vf_change_put(MDB_txn *txn, vf_store *s, uint64_t seq, const vf_change *c);
+int vf_change_put(vf_txn *txn, vf_store *s, uint64_t seq, const vf_change *c);
 
 /* The tombstones of one cluster: id -> kill seq (postings of id with a
  * lower seq are dead). */

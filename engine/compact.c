@@ -72,9 +72,9 @@ int vf_block_code(const vf_block *b, uint32_t i, vf_code *code, uint8_t *planes)
 }
 
 /* Open a posting block and check every column. */
-int vf_block_open_checked(const MDB_val *d, vf_block *b)
+int vf_block_open_checked(const vf_val *d, vf_block *b)
 {
-	int rc = vf_block_open(d->mv_data, d->mv_size, b);
+	int rc = vf_block_open(d->data, d->len, b);
 	for (int col = 0; col < VF_NCOL && rc == 0; col++)
 		rc = vf_block_check(NULL, b, col);
 	return rc;
@@ -83,7 +83,7 @@ int vf_block_open_checked(const MDB_val *d, vf_block *b)
 /* Pack codes[0..n) (in that order) into evenly filled posting blocks
  * 0, 1, ... of cluster c of generation m and save its manifest, which
  * counts `deltas` delta postings left beside them. */
-int vf_write_blocks(MDB_txn *txn, vf_store *s, const vf_genmeta *m, uint32_t c,
+int vf_write_blocks(vf_txn *txn, vf_store *s, const vf_genmeta *m, uint32_t c,
 			const vf_code *codes, size_t n, uint64_t deltas, uint8_t **buf,
 			size_t *bufcap)
 {
@@ -103,7 +103,7 @@ int vf_write_blocks(MDB_txn *txn, vf_store *s, const vf_genmeta *m, uint32_t c,
 		vf_block_write(*buf, codes + a, (uint32_t)(e - a), m->dim, m->pdim, m->bits);
 		vf_postkey bk = vf_post_key(m->id, c, VF_PK_BLOCK, bi);
 		if ((rc = vf_put(txn, s->postings, bk.b, sizeof bk.b, *buf, sz, 0)))
-			return vf_mdb_err(rc);
+			return vf_store_err(rc);
 		mf.vectors += e - a;
 	}
 	mf.blocks = nblocks;
@@ -154,13 +154,13 @@ typedef struct compact_job {
 /* Rewrite cluster c of g from its live postings: its blocks and its delta
  * postings up to change `upto`; later delta postings stay.  Every
  * tombstone is applied and goes (what it hides goes with it). */
-static int compact_cluster(MDB_txn *txn, vf_store *s, const vf_genmeta *m, uint32_t c,
+static int compact_cluster(vf_txn *txn, vf_store *s, const vf_genmeta *m, uint32_t c,
 			   uint64_t upto, fold *f, uint8_t **buf, size_t *bufcap)
 {
 	uint64_t kept = 0;
 	vf_postkey start = vf_post_key(m->id, c, VF_PK_TOMB, 0);
-	MDB_val k = {sizeof start.b, start.b}, d;
-	MDB_cursor *cur;
+	vf_val k = {sizeof start.b, start.b}, d;
+	vf_cursor *cur;
 	vf_tombs tombs = {0};
 	vf_dirty none;
 	size_t pbytes = (size_t)m->bits * (m->pdim / 8);
@@ -170,24 +170,24 @@ static int compact_cluster(MDB_txn *txn, vf_store *s, const vf_genmeta *m, uint3
 	f->n = f->len = 0;
 	if (!planes)
 		return -ENOMEM;
-	if ((rc = mdb_cursor_open(txn, s->postings, &cur))) {
+	if ((rc = vf_cursor_open(txn, s->postings, &cur))) {
 		free(planes);
-		return vf_mdb_err(rc);
+		return vf_store_err(rc);
 	}
 	/* collect live postings, deleting every tombstone, block and delta */
-	for (rc = mdb_cursor_get(cur, &k, &d, MDB_SET_RANGE); rc == 0;
-	     rc = mdb_cursor_get(cur, &k, &d, MDB_GET_CURRENT)) {
-		const uint8_t *kb = k.mv_data;
-		if (k.mv_size != sizeof start.b || memcmp(kb, start.b, 12))
+	for (rc = vf_cursor_get(cur, &k, &d, VF_SEEK); rc == 0;
+	     rc = vf_cursor_get(cur, &k, &d, VF_CURRENT)) {
+		const uint8_t *kb = k.data;
+		if (k.len != sizeof start.b || memcmp(kb, start.b, 12))
 			break;
 		uint8_t kind = vf_postkey_kind(kb);
 		if (kind == VF_PK_TOMB) {
 			uint64_t ks;
-			if (d.mv_size != 8) {
+			if (d.len != 8) {
 				rc = -EIO;
 				break;
 			}
-			memcpy(&ks, d.mv_data, 8);
+			memcpy(&ks, d.data, 8);
 			if ((rc = vf_tombs_add(&tombs, vf_postkey_sub(kb), ks)))
 				break;
 		} else if (kind == VF_PK_BLOCK) {
@@ -205,12 +205,12 @@ static int compact_cluster(MDB_txn *txn, vf_store *s, const vf_genmeta *m, uint3
 				break;
 		} else if (kind == VF_PK_DELTA) {
 			vf_code code;
-			if ((rc = vf_delta_open(d.mv_data, d.mv_size, m->dim, m->pdim, m->bits, &code)))
+			if ((rc = vf_delta_open(d.data, d.len, m->dim, m->pdim, m->bits, &code)))
 				break;
 			if (!vf_posting_stale(&tombs, &none, code.id, code.seq)) {
 				if (code.seq > upto) {
 					kept++; /* newer than this compaction */
-					if ((rc = mdb_cursor_get(cur, &k, &d, MDB_NEXT)))
+					if ((rc = vf_cursor_get(cur, &k, &d, VF_NEXT)))
 						break;
 					continue;
 				}
@@ -218,18 +218,18 @@ static int compact_cluster(MDB_txn *txn, vf_store *s, const vf_genmeta *m, uint3
 					break;
 			}
 		}
-		if (kind != VF_PK_MANIFEST && (rc = mdb_cursor_del(cur, 0)))
+		if (kind != VF_PK_MANIFEST && (rc = vf_cursor_del(cur)))
 			break;
-		if (kind == VF_PK_MANIFEST && (rc = mdb_cursor_get(cur, &k, &d, MDB_NEXT)))
+		if (kind == VF_PK_MANIFEST && (rc = vf_cursor_get(cur, &k, &d, VF_NEXT)))
 			break;
 	}
-	mdb_cursor_close(cur);
+	vf_cursor_close(cur);
 	vf_tombs_free(&tombs);
 	free(planes);
-	if (rc == MDB_NOTFOUND || rc == EINVAL)
+	if (rc == -ENOENT || rc == -EINVAL)
 		rc = 0;
 	if (rc)
-		return vf_mdb_err(rc);
+		return vf_store_err(rc);
 	/* pointers into the copied data, in id order */
 	for (size_t i = 0; i < f->n; i++) {
 		vf_code *o = &f->codes[i];
@@ -244,21 +244,17 @@ static int compact_cluster(MDB_txn *txn, vf_store *s, const vf_genmeta *m, uint3
 
 /* Drop change-log entries no generation needs any more: those at or below
  * every generation's sync and block points. */
-static int trim_changes(MDB_txn *txn, vf_store *s, uint64_t max, int *more)
+static int trim_changes(vf_txn *txn, vf_store *s, uint64_t max, int *more)
 {
-	MDB_cursor *cur;
-	MDB_val k, d;
+	vf_cursor *cur;
+	vf_val k, d;
+	vf_genmeta m;
 	uint64_t keep_after = UINT64_MAX;
-	int rc = mdb_cursor_open(txn, s->gens, &cur);
+	int rc = vf_cursor_open(txn, s->gens, &cur);
 	if (rc)
 		return rc;
-	for (rc = mdb_cursor_get(cur, &k, &d, MDB_FIRST); rc == 0;
-	     rc = mdb_cursor_get(cur, &k, &d, MDB_NEXT)) {
-		vf_genmeta m;
-		if (k.mv_size != 17 || ((uint8_t *)k.mv_data)[8] != VF_GK_META ||
-		    d.mv_size != sizeof m)
-			continue;
-		memcpy(&m, d.mv_data, sizeof m);
+	for (rc = vf_genmeta_walk(cur, VF_FIRST, &m); rc == 0;
+	     rc = vf_genmeta_walk(cur, VF_NEXT, &m)) {
 		if (m.state == VECFS_GEN_FAILED)
 			continue;
 		uint64_t need = m.synced_seq < m.blocks_seq ? m.synced_seq : m.blocks_seq;
@@ -267,29 +263,29 @@ static int trim_changes(MDB_txn *txn, vf_store *s, uint64_t max, int *more)
 		if (need < keep_after)
 			keep_after = need;
 	}
-	mdb_cursor_close(cur);
-	if (rc != MDB_NOTFOUND)
+	vf_cursor_close(cur);
+	if (rc != -ENOENT)
 		return rc;
-	if ((rc = mdb_cursor_open(txn, s->changes, &cur)))
+	if ((rc = vf_cursor_open(txn, s->changes, &cur)))
 		return rc;
 	*more = 0;
 	uint64_t n = 0;
-	for (rc = mdb_cursor_get(cur, &k, &d, MDB_FIRST);
-	     rc == 0 && vf_rd_be64(k.mv_data) <= keep_after;
-	     rc = mdb_cursor_get(cur, &k, &d, MDB_GET_CURRENT)) {
+	for (rc = vf_cursor_get(cur, &k, &d, VF_FIRST);
+	     rc == 0 && vf_rd_be64(k.data) <= keep_after;
+	     rc = vf_cursor_get(cur, &k, &d, VF_CURRENT)) {
 		if (n++ == max) {
 			*more = 1; /* the next step goes on */
 			break;
 		}
-		if ((rc = mdb_cursor_del(cur, 0)))
+		if ((rc = vf_cursor_del(cur)))
 			break;
 	}
-	mdb_cursor_close(cur);
-	return rc == MDB_NOTFOUND || rc == EINVAL || rc == 0 ? 0 : rc;
+	vf_cursor_close(cur);
+	return rc == -ENOENT || rc == -EINVAL || rc == 0 ? 0 : rc;
 }
 
 /* A step that only trims the change log (after the last folding step). */
-static int trim_step(MDB_txn *txn, void *arg)
+static int trim_step(vf_txn *txn, void *arg)
 {
 	compact_job *j = arg;
 	return trim_changes(txn, j->v->store, j->changes, &j->s_more);
@@ -304,7 +300,7 @@ int64_t vf_us_since(const struct timespec *t)
 }
 
 /* One step (see compact_job). */
-static int compact_step(MDB_txn *txn, void *arg)
+static int compact_step(vf_txn *txn, void *arg)
 {
 	compact_job *j = arg;
 	vf_store *s = j->v->store;

@@ -98,7 +98,7 @@ static void from_stored(const vf_stored_config *s, vecfs_config *c)
 	c->rebalance_ratio = s->rebalance_ratio;
 }
 
-int vf_load_config(MDB_txn *txn, vf_store *s, vf_stored_config *c)
+int vf_load_config(vf_txn *txn, vf_store *s, vf_stored_config *c)
 {
 	int rc = vf_load_meta(txn, s, VF_META_CONFIG, c, sizeof *c);
 	if (rc == -ENOENT) {
@@ -112,7 +112,7 @@ int vf_load_config(MDB_txn *txn, vf_store *s, vf_stored_config *c)
 
 int vecfs_config_get(vecfs *v, vecfs_config *out)
 {
-	MDB_txn *txn;
+	vf_txn *txn;
 	vf_stored_config sc;
 	int rc = vf_read_begin(v->store, &txn);
 	if (rc)
@@ -131,7 +131,7 @@ typedef struct config_job {
 	size_t errlen;
 } config_job;
 
-static int config_fn(MDB_txn *txn, void *arg)
+static int config_fn(vf_txn *txn, void *arg)
 {
 	config_job *j = arg;
 	vf_stored_config old, nw;

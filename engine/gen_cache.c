@@ -19,7 +19,7 @@ static void gen_free(vf_gen *g)
 	free(g);
 }
 
-static int gen_load(MDB_txn *txn, vf_store *s, uint64_t id, vf_gen **out)
+static int gen_load(vf_txn *txn, vf_store *s, uint64_t id, vf_gen **out)
 {
 	vf_genmeta m;
 	float *centroids = NULL;
@@ -27,22 +27,22 @@ static int gen_load(MDB_txn *txn, vf_store *s, uint64_t id, vf_gen **out)
 	if ((rc = vf_load_genmeta(txn, s, id, &m)))
 		return rc;
 	vf_genkey k = vf_gen_key(id, VF_GK_CENTROIDS, 0);
-	MDB_val v;
+	vf_val v;
 	if ((rc = vf_get(txn, s->gens, k.b, sizeof k.b, &v)))
-		return vf_mdb_err(rc);
+		return vf_store_err(rc);
 	size_t want = (size_t)m.nlist * m.dim * 4;
-	if (v.mv_size != want + 8 || m.nlist == 0)
+	if (v.len != want + 8 || m.nlist == 0)
 		return -EIO;
 	uint64_t sum;
-	memcpy(&sum, (uint8_t *)v.mv_data + want, 8);
-	if (vf_checksum(v.mv_data, want) != sum)
+	memcpy(&sum, (uint8_t *)v.data + want, 8);
+	if (vf_checksum(v.data, want) != sum)
 		return -EIO;
 	vf_gen *g = calloc(1, sizeof *g);
 	if (!g || !(centroids = malloc(want))) {
 		free(g);
 		return -ENOMEM;
 	}
-	memcpy(centroids, v.mv_data, want);
+	memcpy(centroids, v.data, want);
 	pthread_mutex_init(&g->located_mu, NULL);
 	/* routing state (rotation, centroid index, rotated centroids) */
 	if ((rc = vf_gen_routing(g, &m, centroids))) {
@@ -54,7 +54,7 @@ static int gen_load(MDB_txn *txn, vf_store *s, uint64_t id, vf_gen **out)
 	return 0;
 }
 
-int vf_gen_get(vecfs *v, MDB_txn *txn, uint64_t id, vf_gen **out)
+int vf_gen_get(vecfs *v, vf_txn *txn, uint64_t id, vf_gen **out)
 {
 	pthread_mutex_lock(&v->gen_mu);
 	for (vf_gen *g = v->gens; g; g = g->next)

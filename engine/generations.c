@@ -10,7 +10,7 @@
 
 uint64_t vecfs_active(vecfs *v)
 {
-	MDB_txn *txn;
+	vf_txn *txn;
 	if (vf_read_begin(v->store, &txn))
 		return 0;
 	uint64_t a = vf_load_active(txn, v->store);
@@ -25,7 +25,7 @@ typedef struct activate_job {
 	size_t errlen;
 } activate_job;
 
-static int activate_fn(MDB_txn *txn, void *arg)
+static int activate_fn(vf_txn *txn, void *arg)
 {
 	activate_job *j = arg;
 	vf_genmeta m;
@@ -51,7 +51,7 @@ int vecfs_activate(vecfs *v, uint64_t gen, char *err, size_t errlen)
 	return vf_write(v->store, activate_fn, &j);
 }
 
-static int remove_fn(MDB_txn *txn, void *arg)
+static int remove_fn(vf_txn *txn, void *arg)
 {
 	activate_job *j = arg;
 	vf_genmeta m;
@@ -76,7 +76,7 @@ int vecfs_gen_remove(vecfs *v, uint64_t gen)
 
 int vecfs_gen_list(vecfs *v, uint64_t *ids, size_t cap, size_t *n)
 {
-	MDB_txn *txn;
+	vf_txn *txn;
 	int rc = vf_read_begin(v->store, &txn);
 	if (rc)
 		return rc;
@@ -85,7 +85,7 @@ int vecfs_gen_list(vecfs *v, uint64_t *ids, size_t cap, size_t *n)
 	return rc;
 }
 
-int vf_sum_manifests(MDB_txn *txn, vf_store *s, uint64_t gen, uint32_t nlist,
+int vf_sum_manifests(vf_txn *txn, vf_store *s, uint64_t gen, uint32_t nlist,
 			 uint64_t *deltas, uint64_t *tombs)
 {
 	*deltas = *tombs = 0;
@@ -100,7 +100,7 @@ int vf_sum_manifests(MDB_txn *txn, vf_store *s, uint64_t gen, uint32_t nlist,
 	return 0;
 }
 
-int vf_cluster_imbalance(MDB_txn *txn, vf_store *s, const vf_genmeta *m, double *out)
+int vf_cluster_imbalance(vf_txn *txn, vf_store *s, const vf_genmeta *m, double *out)
 {
 	uint64_t total = 0, largest = 0;
 	for (uint32_t c = 0; c < m->nlist; c++) {
@@ -120,7 +120,7 @@ int vf_cluster_imbalance(MDB_txn *txn, vf_store *s, const vf_genmeta *m, double 
 
 int vecfs_gen_info_get(vecfs *v, uint64_t gen, vecfs_gen_info *out)
 {
-	MDB_txn *txn;
+	vf_txn *txn;
 	vf_genmeta m;
 	int rc = vf_read_begin(v->store, &txn);
 	if (rc)
@@ -152,7 +152,7 @@ int vecfs_gen_info_get(vecfs *v, uint64_t gen, vecfs_gen_info *out)
 int vecfs_gen_centroids(vecfs *v, uint64_t gen, float **out, uint32_t *nlist,
 			uint32_t *dim)
 {
-	MDB_txn *txn;
+	vf_txn *txn;
 	vf_gen *g;
 	int rc = vf_read_begin(v->store, &txn);
 	if (rc)
@@ -176,7 +176,7 @@ int vecfs_gen_centroids(vecfs *v, uint64_t gen, float **out, uint32_t *nlist,
 
 int vecfs_gen_clusters(vecfs *v, uint64_t gen, vecfs_cluster_info **out, uint32_t *n)
 {
-	MDB_txn *txn;
+	vf_txn *txn;
 	vf_genmeta m;
 	int rc = vf_read_begin(v->store, &txn);
 	if (rc)

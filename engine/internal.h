@@ -97,16 +97,16 @@ static inline int vf_bytes_reserve(uint8_t **buf, size_t *cap, size_t need)
 }
 
 /* The stored configuration, the defaults when the store has none. */
-int vf_load_config(MDB_txn *txn, vf_store *s, vf_stored_config *c);
+int vf_load_config(vf_txn *txn, vf_store *s, vf_stored_config *c);
 
 /* A generation's delta postings and tombstones over its nlist clusters;
  * its largest cluster over the mean (generations.c). */
-int vf_sum_manifests(MDB_txn *txn, vf_store *s, uint64_t gen, uint32_t nlist,
+int vf_sum_manifests(vf_txn *txn, vf_store *s, uint64_t gen, uint32_t nlist,
 		     uint64_t *deltas, uint64_t *tombs);
-int vf_cluster_imbalance(MDB_txn *txn, vf_store *s, const vf_genmeta *m, double *out);
+int vf_cluster_imbalance(vf_txn *txn, vf_store *s, const vf_genmeta *m, double *out);
 
 /* generation cache: a reference, released with vf_gen_put */
-int vf_gen_get(vecfs *v, MDB_txn *txn, uint64_t gen, vf_gen **out);
+int vf_gen_get(vecfs *v, vf_txn *txn, uint64_t gen, vf_gen **out);
 void vf_gen_put(vecfs *v, vf_gen *g);
 void vf_gen_forget(vecfs *v, uint64_t gen);
 /* nearest cluster of a vector (in index space) */
@@ -119,7 +119,7 @@ int vf_to_index_space(vecfs_metric m, const float *in, float *out, uint32_t dim)
 /* Bring a generation's postings up to date with every change after its
  * synced_seq (tombstones for stale postings, deltas for new versions): up
  * to change `to`, or to the last one (cnt->seq) when `to` is 0. */
-int vf_sync_generation(vecfs *v, MDB_txn *txn, vf_gen *g, vf_genmeta *m, uint64_t to,
+int vf_sync_generation(vecfs *v, vf_txn *txn, vf_gen *g, vf_genmeta *m, uint64_t to,
 		       const vf_counters *cnt);
 
 /* The size of the steps that bring a generation up to date while writes go
@@ -170,12 +170,12 @@ typedef struct vf_posting_writer {
 int vf_pw_init(vf_posting_writer *w, vecfs *v, vf_gen *g);
 void vf_pw_free(vf_posting_writer *w);
 /* Write back the cached manifests and assignment chunks (before commit). */
-int vf_pw_flush(vf_posting_writer *w, MDB_txn *txn);
+int vf_pw_flush(vf_posting_writer *w, vf_txn *txn);
 /* Kill the record's current posting in g (if any); with vec != NULL add a
  * delta posting (code, vector, key) for version `seq` in the cluster of
  * the nearest centroid and return that cluster in *cluster.  `pre`: the
  * cluster and code the caller found for vec already (NULL: found here). */
-int vf_pw_apply(vf_posting_writer *w, MDB_txn *txn, uint64_t id, uint64_t seq,
+int vf_pw_apply(vf_posting_writer *w, vf_txn *txn, uint64_t id, uint64_t seq,
 		const float *vec, const char *key, uint32_t keylen, int has_payload,
 		const vf_precode *pre, uint32_t *cluster);
 
@@ -243,8 +243,8 @@ void vf_retire_generations(vecfs *v, uint64_t keep);
  * left beside them; a compaction with build_mu held. */
 int vf_cmp_code(const void *a, const void *b);
 int vf_block_code(const vf_block *b, uint32_t i, vf_code *code, uint8_t *planes);
-int vf_block_open_checked(const MDB_val *d, vf_block *b);
-int vf_write_blocks(MDB_txn *txn, vf_store *s, const vf_genmeta *m, uint32_t c,
+int vf_block_open_checked(const vf_val *d, vf_block *b);
+int vf_write_blocks(vf_txn *txn, vf_store *s, const vf_genmeta *m, uint32_t c,
 		    const vf_code *codes, size_t n, uint64_t deltas, uint8_t **buf,
 		    size_t *bufcap);
 int vf_compact_locked(vecfs *v, uint32_t *clusters, char *err, size_t errlen);

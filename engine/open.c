@@ -14,28 +14,21 @@
 
 /* A build that did not finish (crash) leaves a `building` generation: mark
  * it failed and free its keys. */
-static int recover_fn(MDB_txn *txn, void *arg)
+static int recover_fn(vf_txn *txn, void *arg)
 {
 	vf_store *s = arg;
-	MDB_cursor *cur;
-	MDB_val k, d;
+	vf_cursor *cur;
+	vf_genmeta m;
 	uint64_t stale[64];
-	int n = 0, rc = mdb_cursor_open(txn, s->gens, &cur);
+	int n = 0, rc = vf_cursor_open(txn, s->gens, &cur);
 	if (rc)
 		return rc;
-	for (rc = mdb_cursor_get(cur, &k, &d, MDB_FIRST); rc == 0;
-	     rc = mdb_cursor_get(cur, &k, &d, MDB_NEXT)) {
-		if (k.mv_size != 17 || ((uint8_t *)k.mv_data)[8] != VF_GK_META ||
-		    d.mv_size != sizeof(vf_genmeta))
-			continue;
-		vf_genmeta m;
-		memcpy(&m, d.mv_data, sizeof m);
+	for (rc = vf_genmeta_walk(cur, VF_FIRST, &m); rc == 0;
+	     rc = vf_genmeta_walk(cur, VF_NEXT, &m))
 		if (m.state == VECFS_GEN_BUILDING && n < 64)
 			stale[n++] = m.id;
-	}
-	mdb_cursor_close(cur);
+	vf_cursor_close(cur);
 	for (int i = 0; i < n; i++) {
-		vf_genmeta m;
 		if ((rc = vf_load_genmeta(txn, s, stale[i], &m)))
 			return rc;
 		if ((rc = vf_drop_generation_keys(txn, s, stale[i])))
@@ -62,28 +55,28 @@ static void *hint_fill(void *arg)
 	/* in short read transactions, so that one never holds up a writer
 	 * that must grow the map (or keeps freed pages from reuse) for long */
 	while (more && !__atomic_load_n(&v->hint_stop, __ATOMIC_RELAXED)) {
-		MDB_txn *txn;
-		MDB_cursor *cur;
-		MDB_val k = {sizeof next, next}, d;
+		vf_txn *txn;
+		vf_cursor *cur;
+		vf_val k = {sizeof next, next}, d;
 		more = 0;
 		if (vf_read_begin(v->store, &txn))
 			return NULL;
-		if (mdb_cursor_open(txn, v->store->records, &cur) == 0) {
+		if (vf_cursor_open(txn, v->store->records, &cur) == 0) {
 			size_t n = 0;
-			for (int rc = mdb_cursor_get(cur, &k, &d, MDB_SET_RANGE); rc == 0;
-			     rc = mdb_cursor_get(cur, &k, &d, MDB_NEXT)) {
+			for (int rc = vf_cursor_get(cur, &k, &d, VF_SEEK); rc == 0;
+			     rc = vf_cursor_get(cur, &k, &d, VF_NEXT)) {
 				if (++n > HINT_FILL_CHUNK ||
 				    __atomic_load_n(&v->hint_stop, __ATOMIC_RELAXED)) {
 					/* resume at this key in the next transaction */
-					memcpy(next, k.mv_data, k.mv_size < 8 ? k.mv_size : 8);
-					more = k.mv_size == 8;
+					memcpy(next, k.data, k.len < 8 ? k.len : 8);
+					more = k.len == 8;
 					break;
 				}
-				if (k.mv_size == 8)
-					vf_hint_put(v->store, vf_rd_be64(k.mv_data), d.mv_data,
-						    d.mv_size);
+				if (k.len == 8)
+					vf_hint_put(v->store, vf_rd_be64(k.data), d.data,
+						    d.len);
 			}
-			mdb_cursor_close(cur);
+			vf_cursor_close(cur);
 		}
 		vf_read_end(v->store, txn);
 	}

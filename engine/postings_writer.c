@@ -48,7 +48,7 @@ void vf_pw_free(vf_posting_writer *w)
 	w->mf = NULL;
 }
 
-int vf_pw_flush(vf_posting_writer *w, MDB_txn *txn)
+int vf_pw_flush(vf_posting_writer *w, vf_txn *txn)
 {
 	vf_store *s = w->v->store;
 	for (uint32_t c = 0; c < w->g->meta.nlist; c++)
@@ -61,7 +61,7 @@ int vf_pw_flush(vf_posting_writer *w, MDB_txn *txn)
 	return vf_assign_cache_flush(&w->assign, txn, s);
 }
 
-static int bump_manifest(vf_posting_writer *w, MDB_txn *txn, uint32_t c, int dd, int dt)
+static int bump_manifest(vf_posting_writer *w, vf_txn *txn, uint32_t c, int dd, int dt)
 {
 	if (c >= w->g->meta.nlist)
 		return -EIO;
@@ -80,7 +80,7 @@ static int bump_manifest(vf_posting_writer *w, MDB_txn *txn, uint32_t c, int dd,
 	return 0;
 }
 
-int vf_pw_apply(vf_posting_writer *w, MDB_txn *txn, uint64_t id, uint64_t seq,
+int vf_pw_apply(vf_posting_writer *w, vf_txn *txn, uint64_t id, uint64_t seq,
 		const float *vec, const char *key, uint32_t keylen, int has_payload,
 		const vf_precode *pre, uint32_t *cluster)
 {

@@ -67,13 +67,13 @@ typedef struct rebal {
 	vecfs *v;
 	vf_task t;
 	int force;              /* publish even when nothing is split or merged */
-	MDB_txn *txn;           /* the snapshot */
+	vf_txn *txn;           /* the snapshot */
 	vf_genmeta pm, m;       /* the parent, the new generation */
 	vf_gen *pg;             /* the parent's centroids */
 	uint32_t nlist;         /* the parent's */
 	size_t pb;              /* plane bytes of a code */
 	rb_src *src;            /* nlist */
-	MDB_val *bvals;         /* the parent's blocks, cluster by cluster */
+	vf_val *bvals;         /* the parent's blocks, cluster by cluster */
 	uint64_t nbvals, cbvals;
 	uint64_t total;         /* postings in them */
 	uint32_t *splits;       /* parent clusters split, ascending */
@@ -97,11 +97,11 @@ typedef struct rebal {
 static const float *rb_vec(rebal *r, const vf_code *c, uint32_t o)
 {
 	vf_key64 k = vf_key_u64(c->id);
-	MDB_val d;
+	vf_val d;
 	vf_record rec;
 	uint32_t dim = r->pm.dim;
 	if (vf_get(r->txn, r->v->store->records, k.b, 8, &d) == 0 &&
-	    vf_record_decode(d.mv_data, d.mv_size, &rec) == 0 && rec.dim == dim &&
+	    vf_record_decode(d.data, d.len, &rec) == 0 && rec.dim == dim &&
 	    rec.seq == c->seq) {
 		memcpy(r->x, rec.vec, sizeof(float) * dim);
 		if (r->pm.metric == VECFS_COSINE)
@@ -124,27 +124,27 @@ static float rb_dist(const rebal *r, const float *x, const float *c)
 static int rb_scan(rebal *r)
 {
 	uint8_t p[8];
-	MDB_val k = {8, p}, d;
-	MDB_cursor *cur;
+	vf_val k = {8, p}, d;
+	vf_cursor *cur;
 	vf_be64(p, r->pm.id);
-	int rc = mdb_cursor_open(r->txn, r->v->store->postings, &cur);
+	int rc = vf_cursor_open(r->txn, r->v->store->postings, &cur);
 	if (rc)
-		return vf_mdb_err(rc);
-	for (rc = mdb_cursor_get(cur, &k, &d, MDB_SET_RANGE);
-	     rc == 0 && k.mv_size == sizeof(vf_postkey) && !memcmp(k.mv_data, p, 8);
-	     rc = mdb_cursor_get(cur, &k, &d, MDB_NEXT)) {
-		const uint8_t *kb = k.mv_data;
+		return vf_store_err(rc);
+	for (rc = vf_cursor_get(cur, &k, &d, VF_SEEK);
+	     rc == 0 && k.len == sizeof(vf_postkey) && !memcmp(k.data, p, 8);
+	     rc = vf_cursor_get(cur, &k, &d, VF_NEXT)) {
+		const uint8_t *kb = k.data;
 		if (vf_postkey_kind(kb) != VF_PK_BLOCK)
 			continue;
 		uint32_t c = vf_postkey_cluster(kb);
 		vf_block b;
-		if (c >= r->nlist || vf_block_open(d.mv_data, d.mv_size, &b)) {
+		if (c >= r->nlist || vf_block_open(d.data, d.len, &b)) {
 			rc = -EIO;
 			break;
 		}
 		if (r->nbvals == r->cbvals) {
 			uint64_t nc = r->cbvals ? r->cbvals * 2 : 256;
-			MDB_val *nv = realloc(r->bvals, sizeof *nv * nc);
+			vf_val *nv = realloc(r->bvals, sizeof *nv * nc);
 			if (!nv) {
 				rc = -ENOMEM;
 				break;
@@ -160,10 +160,10 @@ static int rb_scan(rebal *r)
 		sc->n += b.n;
 		r->total += b.n;
 	}
-	mdb_cursor_close(cur);
-	if (rc == MDB_NOTFOUND)
+	vf_cursor_close(cur);
+	if (rc == -ENOENT)
 		rc = 0;
-	return rc > 0 ? vf_mdb_err(rc) : rc;
+	return rc;
 }
 
 /* Decode the postings of parent cluster o (every column checked); each
@@ -512,8 +512,8 @@ static int rb_idmap(rebal *r)
 		}
 		for (uint64_t bi = 0; bi < sc->nb; bi++) {
 			vf_block b;
-			const MDB_val *d = &r->bvals[sc->b0 + bi];
-			if (vf_block_open(d->mv_data, d->mv_size, &b) ||
+			const vf_val *d = &r->bvals[sc->b0 + bi];
+			if (vf_block_open(d->data, d->len, &b) ||
 			    vf_block_check(NULL, &b, VF_COL_IDS))
 				return -EIO;
 			for (uint32_t i = 0; i < b.n; i++) {
@@ -534,7 +534,7 @@ typedef struct rb_blocks_job {
 	size_t bufcap;
 } rb_blocks_job;
 
-static int rb_blocks_fn(MDB_txn *txn, void *arg)
+static int rb_blocks_fn(vf_txn *txn, void *arg)
 {
 	rb_blocks_job *j = arg;
 	rebal *r = j->r;
@@ -551,9 +551,9 @@ static int rb_blocks_fn(MDB_txn *txn, void *arg)
 		/* untouched: the parent's blocks as they are */
 		const rb_src *sc = &r->src[d->src];
 		for (uint64_t bi = 0; bi < sc->nb; bi++) {
-			const MDB_val *v = &r->bvals[sc->b0 + bi];
+			const vf_val *v = &r->bvals[sc->b0 + bi];
 			vf_postkey k = vf_post_key(r->m.id, f, VF_PK_BLOCK, bi);
-			if ((rc = vf_put(txn, s->postings, k.b, sizeof k.b, v->mv_data, v->mv_size, 0)))
+			if ((rc = vf_put(txn, s->postings, k.b, sizeof k.b, v->data, v->len, 0)))
 				return rc;
 		}
 		vf_manifest mf = {0};
@@ -583,7 +583,7 @@ static int rb_write(rebal *r)
 			} else {
 				const rb_src *sc = &r->src[d->src];
 				for (uint64_t bi = 0; bi < sc->nb; bi++)
-					bytes += r->bvals[sc->b0 + bi].mv_size + 64;
+					bytes += r->bvals[sc->b0 + bi].len + 64;
 				bytes += 256;
 			}
 			j.f_hi++;
@@ -752,7 +752,7 @@ static void rebal_free(rebal *r)
 	free(r->x);
 }
 
-static int count_rebalance_fn(MDB_txn *txn, void *arg)
+static int count_rebalance_fn(vf_txn *txn, void *arg)
 {
 	vecfs *v = arg;
 	vf_counters cnt;

@@ -9,38 +9,38 @@
 #include "keys.h"
 #include "record.h"
 
-static int lookup_id(MDB_txn *txn, vf_store *s, const char *key, size_t keylen,
+static int lookup_id(vf_txn *txn, vf_store *s, const char *key, size_t keylen,
 		     uint64_t *id)
 {
-	MDB_val v;
+	vf_val v;
 	if (keylen == 0 || keylen > VECFS_KEY_MAX)
 		return -ENOENT;
 	int rc = vf_get(txn, s->keys, key, keylen, &v);
 	if (rc)
-		return vf_mdb_err(rc);
-	if (v.mv_size != 8)
+		return vf_store_err(rc);
+	if (v.len != 8)
 		return -EIO;
-	memcpy(id, v.mv_data, 8);
+	memcpy(id, v.data, 8);
 	return 0;
 }
 
 int vecfs_get(vecfs *v, const char *key, size_t keylen, float *vec, uint32_t cap,
 	      uint32_t *dim, void *payload, size_t pcap, size_t *plen)
 {
-	MDB_txn *txn;
+	vf_txn *txn;
 	uint64_t id = 0;
 	int rc = vf_read_begin(v->store, &txn);
 	if (rc)
 		return rc;
 	if ((rc = lookup_id(txn, v->store, key, keylen, &id)) == 0) {
 		vf_key64 k = vf_key_u64(id);
-		MDB_val d;
+		vf_val d;
 		vf_record r;
-		rc = vf_mdb_err(vf_get(txn, v->store->records, k.b, 8, &d));
+		rc = vf_store_err(vf_get(txn, v->store->records, k.b, 8, &d));
 		if (rc == -ENOENT)
 			rc = -EIO; /* key without record */
 		if (rc == 0)
-			rc = vf_record_decode(d.mv_data, d.mv_size, &r);
+			rc = vf_record_decode(d.data, d.len, &r);
 		if (rc == 0) {
 			*dim = r.dim;
 			if (vec)
@@ -58,31 +58,31 @@ int vecfs_get(vecfs *v, const char *key, size_t keylen, float *vec, uint32_t cap
 int vecfs_keys(vecfs *v, const char *after, size_t afterlen, size_t max,
 	       vecfs_key_fn fn, void *arg)
 {
-	MDB_txn *txn;
-	MDB_cursor *cur;
-	MDB_val k = {afterlen, (void *)after}, d;
+	vf_txn *txn;
+	vf_cursor *cur;
+	vf_val k = {afterlen, (void *)after}, d;
 	int rc = vf_read_begin(v->store, &txn);
 	if (rc)
 		return rc;
-	if ((rc = mdb_cursor_open(txn, v->store->keys, &cur))) {
+	if ((rc = vf_cursor_open(txn, v->store->keys, &cur))) {
 		vf_read_end(v->store, txn);
-		return vf_mdb_err(rc);
+		return vf_store_err(rc);
 	}
 	if (after && afterlen) {
-		rc = mdb_cursor_get(cur, &k, &d, MDB_SET_RANGE);
-		if (rc == 0 && k.mv_size == afterlen && !memcmp(k.mv_data, after, afterlen))
-			rc = mdb_cursor_get(cur, &k, &d, MDB_NEXT);
+		rc = vf_cursor_get(cur, &k, &d, VF_SEEK);
+		if (rc == 0 && k.len == afterlen && !memcmp(k.data, after, afterlen))
+			rc = vf_cursor_get(cur, &k, &d, VF_NEXT);
 	} else {
-		rc = mdb_cursor_get(cur, &k, &d, MDB_FIRST);
+		rc = vf_cursor_get(cur, &k, &d, VF_FIRST);
 	}
 	size_t n = 0;
 	int ret = 0;
-	for (; rc == 0 && n < max; rc = mdb_cursor_get(cur, &k, &d, MDB_NEXT), n++)
-		if ((ret = fn(arg, k.mv_data, k.mv_size)))
+	for (; rc == 0 && n < max; rc = vf_cursor_get(cur, &k, &d, VF_NEXT), n++)
+		if ((ret = fn(arg, k.data, k.len)))
 			break;
-	mdb_cursor_close(cur);
+	vf_cursor_close(cur);
 	vf_read_end(v->store, txn);
 	if (ret)
 		return ret;
-	return rc == MDB_NOTFOUND || rc == 0 ? 0 : vf_mdb_err(rc);
+	return rc == -ENOENT || rc == 0 ? 0 : vf_store_err(rc);
 }

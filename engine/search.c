@@ -119,7 +119,7 @@ typedef struct query {
 
 typedef struct search {
 	vecfs *v;
-	MDB_txn *txn;
+	vf_txn *txn;
 	uint64_t active;     /* the generation searched (0: an exact scan), read
 			      * once for every part of a batch */
 	const vf_kernels *kn;
@@ -472,7 +472,7 @@ static void located_put(search *s, uint32_t c, const entry *e, size_t n)
 /* Collect the entries of cluster c (tombstones, blocks, deltas) and
  * prefetch the start of each block, so the memory of all probed clusters
  * is in flight before the first is scored. */
-static int locate_cluster(search *s, MDB_cursor *cur, uint32_t c, entry **ents,
+static int locate_cluster(search *s, vf_cursor *cur, uint32_t c, entry **ents,
 			  size_t *n, size_t *cap)
 {
 	size_t n0 = *n;
@@ -481,22 +481,22 @@ static int locate_cluster(search *s, MDB_cursor *cur, uint32_t c, entry **ents,
 		return rc;
 	if (rc == 0) {
 		vf_postkey start = vf_post_key(s->g->id, c, VF_PK_TOMB, 0);
-		MDB_val k = {sizeof start.b, start.b}, d;
-		for (rc = mdb_cursor_get(cur, &k, &d, MDB_SET_RANGE); rc == 0;
-		     rc = mdb_cursor_get(cur, &k, &d, MDB_NEXT)) {
-			const uint8_t *kb = k.mv_data;
-			if (k.mv_size != sizeof start.b || memcmp(kb, start.b, 12))
+		vf_val k = {sizeof start.b, start.b}, d;
+		for (rc = vf_cursor_get(cur, &k, &d, VF_SEEK); rc == 0;
+		     rc = vf_cursor_get(cur, &k, &d, VF_NEXT)) {
+			const uint8_t *kb = k.data;
+			if (k.len != sizeof start.b || memcmp(kb, start.b, 12))
 				break;
 			if (ents_reserve(ents, *n, cap, 1))
 				return -ENOMEM;
 			entry *e = &(*ents)[(*n)++];
 			e->kind = vf_postkey_kind(kb);
 			e->sub = vf_postkey_sub(kb);
-			e->data = d.mv_data;
-			e->len = d.mv_size;
+			e->data = d.data;
+			e->len = d.len;
 		}
-		if (rc != MDB_NOTFOUND && rc != 0)
-			return vf_mdb_err(rc);
+		if (rc != -ENOENT && rc != 0)
+			return vf_store_err(rc);
 		located_put(s, c, *ents + n0, *n - n0);
 	}
 	for (size_t i = n0; i < *n; i++) {
@@ -677,14 +677,14 @@ static int scan_ivf(search *s)
 	uint32_t *qlist = malloc(sizeof(uint32_t) * (m ? m : 1));
 	size_t nw = 0, nents = 0, capents = 0;
 	entry *ents = NULL;
-	MDB_cursor *cur = NULL;
+	vf_cursor *cur = NULL;
 	int rc = 0;
 	if (!dots || !pairs || !work || !qlist) {
 		rc = -ENOMEM;
 		goto out;
 	}
-	if ((rc = mdb_cursor_open(s->txn, s->v->store->postings, &cur))) {
-		rc = vf_mdb_err(rc);
+	if ((rc = vf_cursor_open(s->txn, s->v->store->postings, &cur))) {
+		rc = vf_store_err(rc);
 		goto out;
 	}
 	for (size_t i = 0; i < s->nq; i++)
@@ -744,7 +744,7 @@ static int scan_ivf(search *s)
 out:
 	free(ents);
 	if (cur)
-		mdb_cursor_close(cur);
+		vf_cursor_close(cur);
 	free(dots);
 	free(pairs);
 	free(work);
@@ -752,13 +752,13 @@ out:
 	return rc;
 }
 
-static int fetch_record(search *s, uint64_t id, MDB_val *val, vf_record *r)
+static int fetch_record(search *s, uint64_t id, vf_val *val, vf_record *r)
 {
 	vf_key64 k = vf_key_u64(id);
 	int rc = vf_get(s->txn, s->v->store->records, k.b, 8, val);
 	if (rc)
-		return vf_mdb_err(rc);
-	return vf_record_decode(val->mv_data, val->mv_size, r);
+		return vf_store_err(rc);
+	return vf_record_decode(val->data, val->len, r);
 }
 
 /* Records changed since the generation was synced and not posted to it. */
@@ -768,7 +768,7 @@ static int scan_uncovered(search *s)
 		const vf_dirty_entry *e = &s->dirty.slots[i];
 		if (!e->id || e->ch.op != VF_OP_PUT || e->ch.gen == s->g->id)
 			continue;
-		MDB_val val;
+		vf_val val;
 		vf_record r;
 		int rc = fetch_record(s, e->ch.id, &val, &r);
 		if (rc == -ENOENT)
@@ -800,7 +800,7 @@ static int resolve(search *s, const cand *c, const uint8_t **vec, hit *h)
 	uint64_t id, seq;
 	memcpy(&id, c->idp, 8);
 	memcpy(&seq, c->idp + 8, 8); /* (blocks and deltas keep seq after id) */
-	MDB_val val;
+	vf_val val;
 	vf_record r;
 	size_t hlen;
 	/* where the record was last seen: good if that place still holds this
@@ -814,7 +814,7 @@ static int resolve(search *s, const cand *c, const uint8_t **vec, hit *h)
 		return 1;
 	if (rc)
 		return rc;
-	vf_hint_put(s->v->store, id, val.mv_data, val.mv_size);
+	vf_hint_put(s->v->store, id, val.data, val.len);
 found:
 	if (r.dim != s->dim)
 		return -EIO;
@@ -908,19 +908,19 @@ static int rerank(search *s, query *q)
 
 static int scan_exact(search *s)
 {
-	MDB_cursor *cur;
-	MDB_val k, d;
-	int rc = mdb_cursor_open(s->txn, s->v->store->records, &cur);
+	vf_cursor *cur;
+	vf_val k, d;
+	int rc = vf_cursor_open(s->txn, s->v->store->records, &cur);
 	if (rc)
-		return vf_mdb_err(rc);
-	for (rc = mdb_cursor_get(cur, &k, &d, MDB_FIRST); rc == 0;
-	     rc = mdb_cursor_get(cur, &k, &d, MDB_NEXT)) {
+		return vf_store_err(rc);
+	for (rc = vf_cursor_get(cur, &k, &d, VF_FIRST); rc == 0;
+	     rc = vf_cursor_get(cur, &k, &d, VF_NEXT)) {
 		vf_record r;
-		if (vf_record_decode(d.mv_data, d.mv_size, &r) || r.dim != s->dim) {
+		if (vf_record_decode(d.data, d.len, &r) || r.dim != s->dim) {
 			rc = -EIO;
 			break;
 		}
-		uint64_t id = vf_rd_be64(k.mv_data);
+		uint64_t id = vf_rd_be64(k.data);
 		for (size_t qi = 0; qi < s->nq; qi++) {
 			query *q = &s->qs[qi];
 			q->ex.uncovered_scanned++;
@@ -930,8 +930,8 @@ static int scan_exact(search *s)
 							  r.plen});
 		}
 	}
-	mdb_cursor_close(cur);
-	return rc == MDB_NOTFOUND ? 0 : rc > 0 ? vf_mdb_err(rc) : rc;
+	vf_cursor_close(cur);
+	return rc == -ENOENT ? 0 : rc;
 }
 
 static int cmp_hit(const void *a, const void *b)
@@ -1103,7 +1103,7 @@ static int search_run(search *s, const float *queries, size_t nq, size_t first,
 	int rc;
 
 	s->kn = vf_kernels_get();
-	s->txnid = mdb_txn_id(s->txn);
+	s->txnid = vf_txn_id(s->txn);
 	s->epoch = v->store->map_epoch;
 	if ((rc = vf_load_config(s->txn, v->store, &sc)) ||
 	    (rc = vf_load_counters(s->txn, v->store, &cnt)))
@@ -1234,12 +1234,12 @@ static void *cpu_run(void *arg)
 /* Read transactions txn[1..n) on the snapshot of txn[0].  Returns how many
  * CPUs have one: n, or 1 when a write committed in between (the batch then
  * runs on one CPU). */
-static int open_more(vecfs *v, MDB_txn **txn, int n)
+static int open_more(vecfs *v, vf_txn **txn, int n)
 {
 	int t;
 	for (t = 1; t < n; t++)
 		if (vf_read_begin(v->store, &txn[t]) ||
-		    mdb_txn_id(txn[t]) != mdb_txn_id(txn[0])) {
+		    vf_txn_id(txn[t]) != vf_txn_id(txn[0])) {
 			if (txn[t])
 				vf_read_end(v->store, txn[t]);
 			txn[t] = NULL;
@@ -1260,7 +1260,7 @@ int vecfs_search(vecfs *v, const float *queries, size_t nq, uint32_t dim,
 {
 	double t0 = now_us();
 	vecfs_query_opts o = opts ? *opts : (vecfs_query_opts){0};
-	MDB_txn *txn[VF_PARALLEL_MAX] = {0};
+	vf_txn *txn[VF_PARALLEL_MAX] = {0};
 	cpu_job jobs[VF_PARALLEL_MAX];
 	search *parts = NULL;
 	size_t nparts, per;
@@ -1323,7 +1323,7 @@ int vecfs_search(vecfs *v, const float *queries, size_t nq, uint32_t dim,
 		(*out)->explain.k = parts[0].k;
 		(*out)->explain.nprobe = parts[0].nprobe;
 		(*out)->explain.refine = parts[0].refine;
-		(*out)->snapshot = mdb_txn_id(txn[0]);
+		(*out)->snapshot = vf_txn_id(txn[0]);
 		if (!o.uncounted)
 			record_latency(v, nq, us);
 	}

@@ -11,7 +11,7 @@
 
 /* Live records whose current version is newer than the generation's packed
  * blocks: they sit in delta postings or are scanned exactly. */
-static int count_unindexed(vecfs *v, MDB_txn *txn, uint64_t gen, uint64_t *out)
+static int count_unindexed(vecfs *v, vf_txn *txn, uint64_t gen, uint64_t *out)
 {
 	vf_genmeta m;
 	vf_counters cnt;
@@ -38,7 +38,7 @@ static int cmp_u32(const void *a, const void *b)
 
 int vecfs_stats_get(vecfs *v, vecfs_stats *out)
 {
-	MDB_txn *txn;
+	vf_txn *txn;
 	vf_counters cnt;
 	vf_stored_config sc;
 	size_t ngen = 0;

@@ -16,15 +16,15 @@ typedef struct verify_state {
 	uint64_t blocks, deltas, live, stale, uncovered, bad;
 	char first[256];
 	char where[80]; /* what the walk reads: said when LMDB fails it */
-	int mdb_rc;     /* LMDB's own code of that failure */
+	int own_rc;     /* LMDB's own code of that failure */
 } verify_state;
 
 /* An LMDB failure of the walk: kept as LMDB says it, returned as -errno. */
 static int vfail(verify_state *st, int rc)
 {
-	if (rc >= MDB_KEYEXIST && rc <= MDB_LAST_ERRCODE && rc != MDB_NOTFOUND && !st->mdb_rc)
-		st->mdb_rc = rc;
-	return vf_mdb_err(rc);
+	if (vf_store_own_code(rc) && !st->own_rc)
+		st->own_rc = rc;
+	return vf_store_err(rc);
 }
 
 static void vbad(verify_state *st, const char *fmt, unsigned long long a,
@@ -37,23 +37,23 @@ static void vbad(verify_state *st, const char *fmt, unsigned long long a,
 /* Record `id` into r: *ok is 0 when it is missing or fails its checksum.
  * Returns LMDB's code when the tree is damaged (st->where then names the
  * record), else 0. */
-static int verify_record(MDB_txn *txn, vf_store *s, verify_state *st, uint64_t id,
+static int verify_record(vf_txn *txn, vf_store *s, verify_state *st, uint64_t id,
 			 vf_record *r, int *ok)
 {
 	vf_key64 rk = vf_key_u64(id);
-	MDB_val rv;
-	int rc = mdb_get(txn, s->records, &(MDB_val){8, rk.b}, &rv);
-	if (rc && rc != MDB_NOTFOUND) { /* not a missing record: a damaged tree */
+	vf_val rv;
+	int rc = vf_get(txn, s->records, rk.b, 8, &rv);
+	if (rc && rc != -ENOENT) { /* not a missing record: a damaged tree */
 		snprintf(st->where, sizeof st->where, "record id %llu", (unsigned long long)id);
 		return rc;
 	}
-	*ok = !rc && vf_record_decode(rv.mv_data, rv.mv_size, r) == 0;
+	*ok = !rc && vf_record_decode(rv.data, rv.len, r) == 0;
 	return 0;
 }
 
 /* A live posting must match its record: same version and key (the record's
  * own checksum covers its vector). */
-static int verify_posting(MDB_txn *txn, vf_store *s, verify_state *st, uint64_t gen,
+static int verify_posting(vf_txn *txn, vf_store *s, verify_state *st, uint64_t gen,
 			  uint64_t id, uint64_t seq, const char *key, uint32_t keylen,
 			  uint32_t dim)
 {
@@ -74,12 +74,12 @@ static int verify_posting(MDB_txn *txn, vf_store *s, verify_state *st, uint64_t 
 	return 0;
 }
 
-static int verify_gen(MDB_txn *txn, vf_store *s, const vf_genmeta *m,
+static int verify_gen(vf_txn *txn, vf_store *s, const vf_genmeta *m,
 		      const vf_counters *cnt, verify_state *st)
 {
-	MDB_cursor *cur;
+	vf_cursor *cur;
 	uint8_t p[8];
-	MDB_val k = {8, p}, d;
+	vf_val k = {8, p}, d;
 	vf_dirty dirty;
 	vf_tombs tombs = {0};
 	uint32_t cluster = UINT32_MAX;
@@ -95,14 +95,14 @@ static int verify_gen(MDB_txn *txn, vf_store *s, const vf_genmeta *m,
 			st->uncovered++;
 	snprintf(st->where, sizeof st->where, "the postings of generation %llu",
 		 (unsigned long long)m->id);
-	if ((rc = mdb_cursor_open(txn, s->postings, &cur))) {
+	if ((rc = vf_cursor_open(txn, s->postings, &cur))) {
 		vf_dirty_free(&dirty);
 		return vfail(st, rc);
 	}
-	for (rc = mdb_cursor_get(cur, &k, &d, MDB_SET_RANGE);
-	     rc == 0 && !memcmp(k.mv_data, p, 8);
-	     rc = mdb_cursor_get(cur, &k, &d, MDB_NEXT)) {
-		const uint8_t *kb = k.mv_data;
+	for (rc = vf_cursor_get(cur, &k, &d, VF_SEEK);
+	     rc == 0 && !memcmp(k.data, p, 8);
+	     rc = vf_cursor_get(cur, &k, &d, VF_NEXT)) {
+		const uint8_t *kb = k.data;
 		uint32_t cl = vf_postkey_cluster(kb);
 		if (cl != cluster) {
 			vf_tombs_clear(&tombs);
@@ -111,17 +111,17 @@ static int verify_gen(MDB_txn *txn, vf_store *s, const vf_genmeta *m,
 		uint8_t kind = vf_postkey_kind(kb);
 		if (kind == VF_PK_TOMB) {
 			uint64_t ks;
-			if (d.mv_size != 8) {
+			if (d.len != 8) {
 				vbad(st, "generation %llu cluster %llu: damaged tombstone", m->id, cl);
 				continue;
 			}
-			memcpy(&ks, d.mv_data, 8);
+			memcpy(&ks, d.data, 8);
 			if ((rc = vf_tombs_add(&tombs, vf_postkey_sub(kb), ks)))
 				break;
 		} else if (kind == VF_PK_BLOCK) {
 			vf_block b;
 			st->blocks++;
-			if (vf_block_open(d.mv_data, d.mv_size, &b)) {
+			if (vf_block_open(d.data, d.len, &b)) {
 				vbad(st, "generation %llu cluster %llu: block header damaged", m->id, cl);
 				continue;
 			}
@@ -151,7 +151,7 @@ static int verify_gen(MDB_txn *txn, vf_store *s, const vf_genmeta *m,
 		} else if (kind == VF_PK_DELTA) {
 			vf_code c;
 			st->deltas++;
-			if (vf_delta_open(d.mv_data, d.mv_size, m->dim, m->pdim, m->bits, &c))
+			if (vf_delta_open(d.data, d.len, m->dim, m->pdim, m->bits, &c))
 				vbad(st, "generation %llu cluster %llu: delta posting checksum mismatch",
 				     m->id, cl);
 			else if (vf_posting_stale(&tombs, &dirty, c.id, c.seq))
@@ -161,15 +161,15 @@ static int verify_gen(MDB_txn *txn, vf_store *s, const vf_genmeta *m,
 				break;
 		}
 	}
-	mdb_cursor_close(cur);
+	vf_cursor_close(cur);
 	vf_tombs_free(&tombs);
 	vf_dirty_free(&dirty);
-	return rc == MDB_NOTFOUND || rc == 0 ? 0 : vfail(st, rc);
+	return rc == -ENOENT || rc == 0 ? 0 : vfail(st, rc);
 }
 
 int vecfs_verify(vecfs *v, char *msg, size_t msglen)
 {
-	MDB_txn *txn;
+	vf_txn *txn;
 	verify_state st;
 	uint64_t ids[1024];
 	size_t n, nready = 0;
@@ -198,29 +198,29 @@ int vecfs_verify(vecfs *v, char *msg, size_t msglen)
 			     m.id, (st.live - live0) + (st.uncovered - unc0));
 	}
 	/* every key maps to a record whose key matches */
-	MDB_cursor *cur;
-	MDB_val k, d;
+	vf_cursor *cur;
+	vf_val k, d;
 	uint64_t nkeys = 0;
 	snprintf(st.where, sizeof st.where, "the keys");
-	if ((rc = mdb_cursor_open(txn, v->store->keys, &cur))) {
+	if ((rc = vf_cursor_open(txn, v->store->keys, &cur))) {
 		rc = vfail(&st, rc);
 		goto out;
 	}
-	for (rc = mdb_cursor_get(cur, &k, &d, MDB_FIRST); rc == 0;
-	     rc = mdb_cursor_get(cur, &k, &d, MDB_NEXT)) {
+	for (rc = vf_cursor_get(cur, &k, &d, VF_FIRST); rc == 0;
+	     rc = vf_cursor_get(cur, &k, &d, VF_NEXT)) {
 		uint64_t id;
 		vf_record r;
 		int ok;
 		nkeys++;
-		memcpy(&id, d.mv_data, 8);
+		memcpy(&id, d.data, 8);
 		if ((rc = verify_record(txn, v->store, &st, id, &r, &ok)))
 			break; /* a damaged tree */
-		if (!ok || r.keylen != k.mv_size || memcmp(r.key, k.mv_data, r.keylen))
+		if (!ok || r.keylen != k.len || memcmp(r.key, k.data, r.keylen))
 			vbad(&st, "record id %llu (key #%llu) is missing or does not match its key",
 			     id, nkeys);
 	}
-	mdb_cursor_close(cur);
-	if (rc != MDB_NOTFOUND) {
+	vf_cursor_close(cur);
+	if (rc != -ENOENT) {
 		rc = vfail(&st, rc);
 		goto out;
 	}
@@ -231,10 +231,10 @@ int vecfs_verify(vecfs *v, char *msg, size_t msglen)
 out:
 	vf_read_end(v->store, txn);
 	if (rc) {
-		if (st.mdb_rc) /* one of LMDB's own: a damaged B-tree page */
+		if (st.own_rc) /* one of LMDB's own: a damaged B-tree page */
 			snprintf(msg, msglen,
 				 "verify: failed reading %s: %s (the store's file is damaged; "
-				 "restore it from a backup)", st.where, mdb_strerror(st.mdb_rc));
+				 "restore it from a backup)", st.where, vf_store_strerror(st.own_rc));
 		else
 			snprintf(msg, msglen, "verify: failed reading %s: %s", st.where,
 				 strerror(-rc));

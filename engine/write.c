@@ -95,7 +95,7 @@ int vecfs_row_check(vecfs *v, const vecfs_row *row, uint32_t dim, char *err,
 }
 
 /* Load the active generation (if any) and a posting writer for it. */
-static int open_active(vecfs *v, MDB_txn *txn, vf_gen **g, vf_genmeta *m,
+static int open_active(vecfs *v, vf_txn *txn, vf_gen **g, vf_genmeta *m,
 		       vf_posting_writer *w)
 {
 	uint64_t a = vf_load_active(txn, v->store);
@@ -120,7 +120,7 @@ static void close_active(vecfs *v, vf_gen *g, vf_posting_writer *w)
 	}
 }
 
-int vf_put_begin(vf_put_ctx *c, vecfs *v, MDB_txn *txn, uint32_t dim, char *err,
+int vf_put_begin(vf_put_ctx *c, vecfs *v, vf_txn *txn, uint32_t dim, char *err,
 		     size_t errlen)
 {
 	vf_stored_config sc;
@@ -154,7 +154,7 @@ int vf_put_row(vf_put_ctx *c, const vecfs_row *r)
 	const char *key = r->key;
 	size_t klen = r->keylen;
 	uint64_t id;
-	MDB_val v;
+	vf_val v;
 	int rc;
 	if (!key) {
 		klen = (size_t)snprintf(kbuf, sizeof kbuf, "%llu",
@@ -162,9 +162,9 @@ int vf_put_row(vf_put_ctx *c, const vecfs_row *r)
 		key = kbuf;
 	}
 	rc = vf_get(c->txn, s->keys, key, klen, &v);
-	if (rc == 0 && v.mv_size == 8) {
-		memcpy(&id, v.mv_data, 8);
-	} else if (rc == MDB_NOTFOUND) {
+	if (rc == 0 && v.len == 8) {
+		memcpy(&id, v.data, 8);
+	} else if (rc == -ENOENT) {
 		id = c->cnt.next_id++;
 		c->cnt.live++;
 		if ((rc = vf_put(c->txn, s->keys, key, klen, &id, 8, 0)))
@@ -235,7 +235,7 @@ typedef struct put_job {
 	uint64_t live;
 } put_job;
 
-static int put_fn(MDB_txn *txn, void *arg)
+static int put_fn(vf_txn *txn, void *arg)
 {
 	put_job *j = arg;
 	vf_put_ctx c;
@@ -351,7 +351,7 @@ typedef struct del_job {
 	int maint_due;
 } del_job;
 
-static int del_fn(MDB_txn *txn, void *arg)
+static int del_fn(vf_txn *txn, void *arg)
 {
 	del_job *j = arg;
 	vf_store *s = j->v->store;
@@ -359,7 +359,7 @@ static int del_fn(MDB_txn *txn, void *arg)
 	vf_gen *g = NULL;
 	vf_genmeta gm;
 	vf_posting_writer w;
-	MDB_val v;
+	vf_val v;
 	uint64_t id;
 	int rc;
 	if (j->keylen == 0 || j->keylen > VECFS_KEY_MAX)
@@ -368,7 +368,7 @@ static int del_fn(MDB_txn *txn, void *arg)
 		return rc;
 	if ((rc = vf_get(txn, s->keys, j->key, j->keylen, &v)))
 		return rc;
-	memcpy(&id, v.mv_data, 8);
+	memcpy(&id, v.data, 8);
 	vf_key64 rk = vf_key_u64(id);
 	if ((rc = vf_del(txn, s->keys, j->key, j->keylen)) ||
 	    (rc = vf_del(txn, s->records, rk.b, 8)))

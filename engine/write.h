@@ -14,7 +14,7 @@ typedef struct vf_prepared vf_prepared; /* rows' clusters and codes: see vf_prep
 /* Writing rows into one transaction: begin, a row at a time, end. */
 typedef struct vf_put_ctx {
 	vecfs *v;
-	MDB_txn *txn;
+	vf_txn *txn;
 	vf_counters cnt;
 	vf_gen *g;            /* the active generation, if any */
 	vf_genmeta gm;
@@ -61,7 +61,7 @@ int vf_row_check(const vecfs_config *cfg, const vecfs_row *row, uint32_t dim,
 /* Begin writing rows of dimension dim in txn (the store takes dim with its
  * first row); one row; the end saves counters and the generation's sync
  * point and frees the context, returning rc or the first error. */
-int vf_put_begin(vf_put_ctx *c, vecfs *v, MDB_txn *txn, uint32_t dim, char *err,
+int vf_put_begin(vf_put_ctx *c, vecfs *v, vf_txn *txn, uint32_t dim, char *err,
 		 size_t errlen);
 int vf_put_row(vf_put_ctx *c, const vecfs_row *r);
 int vf_put_end(vf_put_ctx *c, int rc);

@@ -12,30 +12,30 @@
 
 /* A value of exactly len bytes: -ENOENT when missing, -EIO when of
  * another size. */
-static int load_fixed(MDB_txn *txn, MDB_dbi dbi, const void *k, size_t kl, void *out,
+static int load_fixed(vf_txn *txn, vf_dbi dbi, const void *k, size_t kl, void *out,
 		      size_t len)
 {
-	MDB_val v;
+	vf_val v;
 	int rc = vf_get(txn, dbi, k, kl, &v);
 	if (rc)
-		return vf_mdb_err(rc);
-	if (v.mv_size != len)
+		return vf_store_err(rc);
+	if (v.len != len)
 		return -EIO;
-	memcpy(out, v.mv_data, len);
+	memcpy(out, v.data, len);
 	return 0;
 }
 
-int vf_load_meta(MDB_txn *txn, vf_store *s, const char *key, void *out, size_t len)
+int vf_load_meta(vf_txn *txn, vf_store *s, const char *key, void *out, size_t len)
 {
 	return load_fixed(txn, s->meta, key, strlen(key), out, len);
 }
 
-int vf_save_config(MDB_txn *txn, vf_store *s, const vf_stored_config *c)
+int vf_save_config(vf_txn *txn, vf_store *s, const vf_stored_config *c)
 {
 	return vf_put(txn, s->meta, VF_META_CONFIG, strlen(VF_META_CONFIG), c, sizeof *c, 0);
 }
 
-int vf_load_counters(MDB_txn *txn, vf_store *s, vf_counters *c)
+int vf_load_counters(vf_txn *txn, vf_store *s, vf_counters *c)
 {
 	int rc = vf_load_meta(txn, s, VF_META_COUNTERS, c, sizeof *c);
 	if (rc == -ENOENT) {
@@ -48,7 +48,7 @@ int vf_load_counters(MDB_txn *txn, vf_store *s, vf_counters *c)
 
 int vf_read_counters(vf_store *s, vf_counters *c)
 {
-	MDB_txn *txn;
+	vf_txn *txn;
 	int rc = vf_read_begin(s, &txn);
 	if (rc)
 		return rc;
@@ -57,13 +57,13 @@ int vf_read_counters(vf_store *s, vf_counters *c)
 	return rc;
 }
 
-int vf_save_counters(MDB_txn *txn, vf_store *s, const vf_counters *c)
+int vf_save_counters(vf_txn *txn, vf_store *s, const vf_counters *c)
 {
 	return vf_put(txn, s->meta, VF_META_COUNTERS, strlen(VF_META_COUNTERS), c,
 		      sizeof *c, 0);
 }
 
-uint64_t vf_load_active(MDB_txn *txn, vf_store *s)
+uint64_t vf_load_active(vf_txn *txn, vf_store *s)
 {
 	uint64_t g = 0;
 	if (vf_load_meta(txn, s, VF_META_ACTIVE, &g, sizeof g))
@@ -71,25 +71,25 @@ uint64_t vf_load_active(MDB_txn *txn, vf_store *s)
 	return g;
 }
 
-int vf_save_active(MDB_txn *txn, vf_store *s, uint64_t gen)
+int vf_save_active(vf_txn *txn, vf_store *s, uint64_t gen)
 {
 	return vf_put(txn, s->meta, VF_META_ACTIVE, strlen(VF_META_ACTIVE), &gen,
 		      sizeof gen, 0);
 }
 
-int vf_load_genmeta(MDB_txn *txn, vf_store *s, uint64_t gen, vf_genmeta *m)
+int vf_load_genmeta(vf_txn *txn, vf_store *s, uint64_t gen, vf_genmeta *m)
 {
 	vf_genkey k = vf_gen_key(gen, VF_GK_META, 0);
 	return load_fixed(txn, s->gens, k.b, sizeof k.b, m, sizeof *m);
 }
 
-int vf_save_genmeta(MDB_txn *txn, vf_store *s, const vf_genmeta *m)
+int vf_save_genmeta(vf_txn *txn, vf_store *s, const vf_genmeta *m)
 {
 	vf_genkey k = vf_gen_key(m->id, VF_GK_META, 0);
 	return vf_put(txn, s->gens, k.b, sizeof k.b, m, sizeof *m, 0);
 }
 
-int vf_load_manifest(MDB_txn *txn, vf_store *s, uint64_t gen, uint32_t cluster,
+int vf_load_manifest(vf_txn *txn, vf_store *s, uint64_t gen, uint32_t cluster,
 		     vf_manifest *m)
 {
 	vf_postkey k = vf_post_key(gen, cluster, VF_PK_MANIFEST, 0);
@@ -101,61 +101,53 @@ int vf_load_manifest(MDB_txn *txn, vf_store *s, uint64_t gen, uint32_t cluster,
 	return rc;
 }
 
-int vf_save_manifest(MDB_txn *txn, vf_store *s, uint64_t gen, uint32_t cluster,
+int vf_save_manifest(vf_txn *txn, vf_store *s, uint64_t gen, uint32_t cluster,
 		     const vf_manifest *m)
 {
 	vf_postkey k = vf_post_key(gen, cluster, VF_PK_MANIFEST, 0);
 	return vf_put(txn, s->postings, k.b, sizeof k.b, m, sizeof *m, 0);
 }
 
-static int drop_range(MDB_txn *txn, MDB_dbi dbi, const uint8_t *prefix, size_t plen)
-{
-	MDB_cursor *cur;
-	MDB_val k = {plen, (void *)prefix}, d;
-	int rc = mdb_cursor_open(txn, dbi, &cur);
-	if (rc)
-		return rc;
-	rc = mdb_cursor_get(cur, &k, &d, MDB_SET_RANGE);
-	while (rc == 0 && k.mv_size >= plen && !memcmp(k.mv_data, prefix, plen)) {
-		if ((rc = mdb_cursor_del(cur, 0)))
-			break;
-		rc = mdb_cursor_get(cur, &k, &d, MDB_GET_CURRENT);
-		if (rc == MDB_NOTFOUND || rc == EINVAL)
-			rc = mdb_cursor_get(cur, &k, &d, MDB_NEXT);
-		/* after a delete the cursor points at the next item */
-	}
-	mdb_cursor_close(cur);
-	return rc == MDB_NOTFOUND ? 0 : rc;
-}
-
-int vf_drop_generation_keys(MDB_txn *txn, vf_store *s, uint64_t gen)
+int vf_drop_generation_keys(vf_txn *txn, vf_store *s, uint64_t gen)
 {
 	uint8_t p[8];
 	int rc;
 	vf_be64(p, gen);
-	if ((rc = drop_range(txn, s->postings, p, 8)))
+	if ((rc = vf_drop_prefix(txn, s->postings, p, 8)))
 		return rc;
-	return drop_range(txn, s->gens, p, 8);
+	return vf_drop_prefix(txn, s->gens, p, 8);
 }
 
-int vf_list_gens(MDB_txn *txn, vf_store *s, uint64_t *ids, size_t cap, size_t *n)
+int vf_genmeta_walk(vf_cursor *cur, int op, vf_genmeta *m)
 {
-	MDB_cursor *cur;
-	MDB_val k, d;
+	vf_val k = {0, NULL}, d;
+	int rc;
+	for (rc = vf_cursor_get(cur, &k, &d, op); rc == 0;
+	     rc = vf_cursor_get(cur, &k, &d, VF_NEXT)) {
+		if (k.len == sizeof(vf_genkey) && ((uint8_t *)k.data)[8] == VF_GK_META &&
+		    d.len == sizeof *m) {
+			memcpy(m, d.data, sizeof *m);
+			return 0;
+		}
+	}
+	return rc;
+}
+
+int vf_list_gens(vf_txn *txn, vf_store *s, uint64_t *ids, size_t cap, size_t *n)
+{
+	vf_cursor *cur;
+	vf_genmeta m;
 	size_t cnt = 0;
-	int rc = mdb_cursor_open(txn, s->gens, &cur);
+	int rc = vf_cursor_open(txn, s->gens, &cur);
 	if (rc)
-		return vf_mdb_err(rc);
-	for (rc = mdb_cursor_get(cur, &k, &d, MDB_FIRST); rc == 0;
-	     rc = mdb_cursor_get(cur, &k, &d, MDB_NEXT)) {
-		const uint8_t *kb = k.mv_data;
-		if (k.mv_size != 17 || kb[8] != VF_GK_META)
-			continue;
+		return vf_store_err(rc);
+	for (rc = vf_genmeta_walk(cur, VF_FIRST, &m); rc == 0;
+	     rc = vf_genmeta_walk(cur, VF_NEXT, &m)) {
 		if (cnt < cap)
-			ids[cnt] = vf_rd_be64(kb);
+			ids[cnt] = m.id;
 		cnt++;
 	}
-	mdb_cursor_close(cur);
+	vf_cursor_close(cur);
 	*n = cnt;
-	return rc == MDB_NOTFOUND ? 0 : vf_mdb_err(rc);
+	return rc == -ENOENT ? 0 : vf_store_err(rc);
 }

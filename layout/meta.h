@@ -87,26 +87,30 @@ typedef struct vf_manifest {
 /* Loading and saving them.  The loads return 0, -EIO for a value of the
  * wrong size, or another negative errno. */
 /* A fixed-size value of the meta family: -ENOENT when it is missing. */
-int vf_load_meta(MDB_txn *txn, vf_store *s, const char *key, void *out, size_t len);
-int vf_save_config(MDB_txn *txn, vf_store *s, const vf_stored_config *c);
+int vf_load_meta(vf_txn *txn, vf_store *s, const char *key, void *out, size_t len);
+int vf_save_config(vf_txn *txn, vf_store *s, const vf_stored_config *c);
 /* A store without counters has next_gen 1 and the rest 0. */
-int vf_load_counters(MDB_txn *txn, vf_store *s, vf_counters *c);
+int vf_load_counters(vf_txn *txn, vf_store *s, vf_counters *c);
 /* The same, in a read transaction of its own. */
 int vf_read_counters(vf_store *s, vf_counters *c);
-int vf_save_counters(MDB_txn *txn, vf_store *s, const vf_counters *c);
+int vf_save_counters(vf_txn *txn, vf_store *s, const vf_counters *c);
 /* The active generation, 0 for none. */
-uint64_t vf_load_active(MDB_txn *txn, vf_store *s);
-int vf_save_active(MDB_txn *txn, vf_store *s, uint64_t gen);
-int vf_load_genmeta(MDB_txn *txn, vf_store *s, uint64_t gen, vf_genmeta *m);
-int vf_save_genmeta(MDB_txn *txn, vf_store *s, const vf_genmeta *m);
+uint64_t vf_load_active(vf_txn *txn, vf_store *s);
+int vf_save_active(vf_txn *txn, vf_store *s, uint64_t gen);
+int vf_load_genmeta(vf_txn *txn, vf_store *s, uint64_t gen, vf_genmeta *m);
+int vf_save_genmeta(vf_txn *txn, vf_store *s, const vf_genmeta *m);
 /* A cluster without a manifest has an empty one. */
-int vf_load_manifest(MDB_txn *txn, vf_store *s, uint64_t gen, uint32_t cluster,
+int vf_load_manifest(vf_txn *txn, vf_store *s, uint64_t gen, uint32_t cluster,
 		     vf_manifest *m);
-int vf_save_manifest(MDB_txn *txn, vf_store *s, uint64_t gen, uint32_t cluster,
+int vf_save_manifest(vf_txn *txn, vf_store *s, uint64_t gen, uint32_t cluster,
 		     const vf_manifest *m);
+/* Each generation's metadata in id order, on a cursor of the gens family:
+ * op VF_FIRST, then VF_NEXT; -ENOENT after the last.  A value of another
+ * size than a vf_genmeta is passed over. */
+int vf_genmeta_walk(vf_cursor *cur, int op, vf_genmeta *m);
 /* The ids of the generations (up to cap of them in ids), how many in *n. */
-int vf_list_gens(MDB_txn *txn, vf_store *s, uint64_t *ids, size_t cap, size_t *n);
+int vf_list_gens(vf_txn *txn, vf_store *s, uint64_t *ids, size_t cap, size_t *n);
 /* Delete every key of a generation (postings and gens families). */
-int vf_drop_generation_keys(MDB_txn *txn, vf_store *s, uint64_t gen);
+int vf_drop_generation_keys(vf_txn *txn, vf_store *s, uint64_t gen);
 
 #endif

@@ -6,6 +6,7 @@
  * the writes made while it runs.
  */
 #include <errno.h>
+#include <lmdb.h> /* the change log's size, from LMDB itself */
 #include <math.h>
 #include <pthread.h>
 #include <setjmp.h>
