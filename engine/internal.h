@@ -33,7 +33,7 @@ typedef struct vf_gen {
 	float *rc_sum;          /* nlist */
 	vf_rotation rot;
 	/* where each cluster's postings were found in one snapshot (see
-	 * search.c): nlist slots, allocated on first use, under located_mu */
+	 * probe.c): nlist slots, allocated on first use, under located_mu */
 	pthread_mutex_t located_mu;
 	void *located;
 	struct vf_gen *next;
