@@ -226,14 +226,12 @@ static int commit_fn(vf_txn *txn, void *arg)
 	c.live = &j->live;
 	if (rc == 0 && b->spooled) {
 		vf_cursor *cur;
-		uint8_t k0[16];
+		uint8_t k0[8];
 		vf_be64(k0, b->id);
-		vf_be64(k0 + 8, 0);
-		vf_val key = {16, k0}, d;
+		vf_val key, d;
 		if ((rc = vf_cursor_open(txn, b->v->store->staging, &cur)) == 0) {
-			for (rc = vf_cursor_get(cur, &key, &d, VF_SEEK);
-			     rc == 0 && !memcmp(key.data, k0, 8);
-			     rc = vf_cursor_get(cur, &key, &d, VF_NEXT))
+			for (rc = vf_cursor_prefix(cur, k0, 8, &key, &d, VF_SEEK); rc == 0;
+			     rc = vf_cursor_prefix(cur, k0, 8, &key, &d, VF_NEXT))
 				if ((rc = chunk_add(&k, d.data, d.len)) ||
 				    (chunk_full(k.n, k.len) && (rc = put_chunk(&c, &k))))
 					break;

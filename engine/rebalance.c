@@ -124,16 +124,17 @@ static float rb_dist(const rebal *r, const float *x, const float *c)
 static int rb_scan(rebal *r)
 {
 	uint8_t p[8];
-	vf_val k = {8, p}, d;
+	vf_val k, d;
 	vf_cursor *cur;
 	vf_be64(p, r->pm.id);
 	int rc = vf_cursor_open(r->txn, r->v->store->postings, &cur);
 	if (rc)
 		return vf_store_err(rc);
-	for (rc = vf_cursor_get(cur, &k, &d, VF_SEEK);
-	     rc == 0 && k.len == sizeof(vf_postkey) && !memcmp(k.data, p, 8);
-	     rc = vf_cursor_get(cur, &k, &d, VF_NEXT)) {
+	for (rc = vf_cursor_prefix(cur, p, 8, &k, &d, VF_SEEK); rc == 0;
+	     rc = vf_cursor_prefix(cur, p, 8, &k, &d, VF_NEXT)) {
 		const uint8_t *kb = k.data;
+		if (k.len != sizeof(vf_postkey))
+			break;
 		if (vf_postkey_kind(kb) != VF_PK_BLOCK)
 			continue;
 		uint32_t c = vf_postkey_cluster(kb);

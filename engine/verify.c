@@ -79,7 +79,7 @@ static int verify_gen(vf_txn *txn, vf_store *s, const vf_genmeta *m,
 {
 	vf_cursor *cur;
 	uint8_t p[8];
-	vf_val k = {8, p}, d;
+	vf_val k, d;
 	vf_dirty dirty;
 	vf_tombs tombs = {0};
 	uint32_t cluster = UINT32_MAX;
@@ -99,9 +99,8 @@ static int verify_gen(vf_txn *txn, vf_store *s, const vf_genmeta *m,
 		vf_dirty_free(&dirty);
 		return vfail(st, rc);
 	}
-	for (rc = vf_cursor_get(cur, &k, &d, VF_SEEK);
-	     rc == 0 && !memcmp(k.data, p, 8);
-	     rc = vf_cursor_get(cur, &k, &d, VF_NEXT)) {
+	for (rc = vf_cursor_prefix(cur, p, 8, &k, &d, VF_SEEK); rc == 0;
+	     rc = vf_cursor_prefix(cur, p, 8, &k, &d, VF_NEXT)) {
 		const uint8_t *kb = k.data;
 		uint32_t cl = vf_postkey_cluster(kb);
 		if (cl != cluster) {

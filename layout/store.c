@@ -614,6 +614,19 @@ int vf_cursor_del(vf_cursor *cur)
 	return own(mdb_cursor_del(cur, 0));
 }
 
+int vf_cursor_prefix(vf_cursor *cur, const void *prefix, size_t plen, vf_val *k, vf_val *d,
+		     int op)
+{
+	if (op == VF_SEEK) {
+		k->len = plen;
+		k->data = (void *)prefix;
+	}
+	int rc = vf_cursor_get(cur, k, d, op);
+	if (rc == 0 && (k->len < plen || memcmp(k->data, prefix, plen)))
+		return -ENOENT;
+	return rc;
+}
+
 int vf_drop_prefix(vf_txn *txn, vf_dbi dbi, const void *prefix, size_t plen)
 {
 	MDB_cursor *cur;

@@ -1,6 +1,8 @@
 /*
  * layout/store.h - the LMDB environment of one store: its databases
- * (key families), transactions, map growth and error mapping.
+ * (key families), transactions, map growth, reads, writes and walks of
+ * the key families, and error mapping.  The rest of the library reaches
+ * LMDB only through this header (and meta.h, assign.h over it).
  *
  * Databases (each a key family; all keys big-endian so byte order is
  * numeric order):
@@ -148,6 +150,11 @@ int vf_cursor_open(vf_txn *txn, vf_dbi dbi, vf_cursor **cur);
 void vf_cursor_close(vf_cursor *cur);
 int vf_cursor_get(vf_cursor *cur, vf_val *k, vf_val *d, int op);
 int vf_cursor_del(vf_cursor *cur);
+/* A walk over the keys that start with prefix[0..plen): vf_cursor_get()
+ * with op VF_SEEK (k is set to the prefix) to the first of them, then
+ * VF_NEXT; -ENOENT past the last. */
+int vf_cursor_prefix(vf_cursor *cur, const void *prefix, size_t plen, vf_val *k, vf_val *d,
+		     int op);
 
 /* Delete every key of the family that starts with prefix[0..plen). */
 int vf_drop_prefix(vf_txn *txn, vf_dbi dbi, const void *prefix, size_t plen);
