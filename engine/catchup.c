@@ -10,7 +10,6 @@
 #include <string.h>
 
 #include "changes.h"
-#include "keys.h"
 #include "record.h"
 
 /* The puts of a chunk of the dirty set, copied out of their records (the
@@ -39,10 +38,9 @@ static void sync_chunk_free(sync_chunk *k)
 static int sync_take(sync_chunk *k, vf_txn *txn, vf_store *s, const vf_dirty_entry *e,
 		     uint32_t dim, int later)
 {
-	vf_key64 key = vf_key_u64(e->ch.id);
 	vf_val rv;
 	vf_record r;
-	int got = vf_get(txn, s->records, key.b, 8, &rv), rc;
+	int got = vf_records_get(txn, s, e->ch.id, &rv), rc;
 	if (got == -ENOENT && later)
 		return 0; /* deleted by a change after the chunk's end */
 	if ((rc = vf_store_err(got)) || (rc = vf_record_decode(rv.data, rv.len, &r)))

@@ -146,9 +146,9 @@ static inline void vf_catchup_after(vf_catchup *c, uint64_t behind)
 }
 
 /* Posting writes for one changed record while generation g is live. */
-/* A row's cluster and code, found before it is written (postings_writer.c encodes
- * a chunk of rows on every CPU): code.planes points into the caller's
- * buffer. */
+/* A row's cluster and code, found before it is written (postings_writer.c
+ * encodes a chunk of rows on every CPU): code.planes points into the
+ * caller's buffer. */
 typedef struct vf_precode {
 	uint32_t cluster;
 	vf_code code;

@@ -96,11 +96,10 @@ typedef struct rebal {
  * newer version): the cluster's centroid stands in for it. */
 static const float *rb_vec(rebal *r, const vf_code *c, uint32_t o)
 {
-	vf_key64 k = vf_key_u64(c->id);
 	vf_val d;
 	vf_record rec;
 	uint32_t dim = r->pm.dim;
-	if (vf_get(r->txn, r->v->store->records, k.b, 8, &d) == 0 &&
+	if (vf_records_get(r->txn, r->v->store, c->id, &d) == 0 &&
 	    vf_record_decode(d.data, d.len, &rec) == 0 && rec.dim == dim &&
 	    rec.seq == c->seq) {
 		memcpy(r->x, rec.vec, sizeof(float) * dim);

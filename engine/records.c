@@ -6,22 +6,14 @@
 #include <errno.h>
 #include <string.h>
 
-#include "keys.h"
 #include "record.h"
 
 static int lookup_id(vf_txn *txn, vf_store *s, const char *key, size_t keylen,
 		     uint64_t *id)
 {
-	vf_val v;
 	if (keylen == 0 || keylen > VECFS_KEY_MAX)
 		return -ENOENT;
-	int rc = vf_get(txn, s->keys, key, keylen, &v);
-	if (rc)
-		return vf_store_err(rc);
-	if (v.len != 8)
-		return -EIO;
-	memcpy(id, v.data, 8);
-	return 0;
+	return vf_store_err(vf_keys_get(txn, s, key, keylen, id));
 }
 
 int vecfs_get(vecfs *v, const char *key, size_t keylen, float *vec, uint32_t cap,
@@ -33,10 +25,9 @@ int vecfs_get(vecfs *v, const char *key, size_t keylen, float *vec, uint32_t cap
 	if (rc)
 		return rc;
 	if ((rc = lookup_id(txn, v->store, key, keylen, &id)) == 0) {
-		vf_key64 k = vf_key_u64(id);
 		vf_val d;
 		vf_record r;
-		rc = vf_store_err(vf_get(txn, v->store->records, k.b, 8, &d));
+		rc = vf_store_err(vf_records_get(txn, v->store, id, &d));
 		if (rc == -ENOENT)
 			rc = -EIO; /* key without record */
 		if (rc == 0)

@@ -258,8 +258,7 @@ int vf_scan_cluster(search *s, uint32_t c, const entry *ents, size_t nents,
 
 static int fetch_record(search *s, uint64_t id, vf_val *val, vf_record *r)
 {
-	vf_key64 k = vf_key_u64(id);
-	int rc = vf_get(s->txn, s->v->store->records, k.b, 8, val);
+	int rc = vf_records_get(s->txn, s->v->store, id, val);
 	if (rc)
 		return vf_store_err(rc);
 	return vf_record_decode(val->data, val->len, r);

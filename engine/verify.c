@@ -40,9 +40,8 @@ static void vbad(verify_state *st, const char *fmt, unsigned long long a,
 static int verify_record(vf_txn *txn, vf_store *s, verify_state *st, uint64_t id,
 			 vf_record *r, int *ok)
 {
-	vf_key64 rk = vf_key_u64(id);
 	vf_val rv;
-	int rc = vf_get(txn, s->records, rk.b, 8, &rv);
+	int rc = vf_records_get(txn, s, id, &rv);
 	if (rc && rc != -ENOENT) { /* not a missing record: a damaged tree */
 		snprintf(st->where, sizeof st->where, "record id %llu", (unsigned long long)id);
 		return rc;

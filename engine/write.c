@@ -11,7 +11,6 @@
 #include <string.h>
 
 #include "changes.h"
-#include "keys.h"
 #include "record.h"
 
 static int key_ok(const char *k, size_t len)
@@ -154,23 +153,20 @@ int vf_put_row(vf_put_ctx *c, const vecfs_row *r)
 	const char *key = r->key;
 	size_t klen = r->keylen;
 	uint64_t id;
-	vf_val v;
 	int rc;
 	if (!key) {
 		klen = (size_t)snprintf(kbuf, sizeof kbuf, "%llu",
 					(unsigned long long)c->cnt.next_key++);
 		key = kbuf;
 	}
-	rc = vf_get(c->txn, s->keys, key, klen, &v);
-	if (rc == 0 && v.len == 8) {
-		memcpy(&id, v.data, 8);
-	} else if (rc == -ENOENT) {
+	rc = vf_keys_get(c->txn, s, key, klen, &id);
+	if (rc == -ENOENT) {
 		id = c->cnt.next_id++;
 		c->cnt.live++;
-		if ((rc = vf_put(c->txn, s->keys, key, klen, &id, 8, 0)))
+		if ((rc = vf_keys_put(c->txn, s, key, klen, id)))
 			return rc;
-	} else {
-		return rc ? rc : -EIO;
+	} else if (rc) {
+		return rc;
 	}
 	uint64_t seq = ++c->cnt.seq;
 	size_t need = vf_record_size(c->dim, klen, r->payload_len);
@@ -182,8 +178,7 @@ int vf_put_row(vf_put_ctx *c, const vecfs_row *r)
 		c->reccap = need;
 	}
 	vf_record_encode(c->rec, seq, c->dim, r->vec, key, klen, r->payload, r->payload_len);
-	vf_key64 rk = vf_key_u64(id);
-	if ((rc = vf_put(c->txn, s->records, rk.b, 8, c->rec, need, 0)))
+	if ((rc = vf_records_put(c->txn, s, id, c->rec, need)))
 		return rc;
 	vf_change ch = {id, 0, 0, VF_OP_PUT};
 	if (c->g) {
@@ -359,19 +354,16 @@ static int del_fn(vf_txn *txn, void *arg)
 	vf_gen *g = NULL;
 	vf_genmeta gm;
 	vf_posting_writer w;
-	vf_val v;
 	uint64_t id;
 	int rc;
 	if (j->keylen == 0 || j->keylen > VECFS_KEY_MAX)
 		return -ENOENT;
 	if ((rc = vf_load_counters(txn, s, &cnt)))
 		return rc;
-	if ((rc = vf_get(txn, s->keys, j->key, j->keylen, &v)))
+	if ((rc = vf_keys_get(txn, s, j->key, j->keylen, &id)))
 		return rc;
-	memcpy(&id, v.data, 8);
-	vf_key64 rk = vf_key_u64(id);
-	if ((rc = vf_del(txn, s->keys, j->key, j->keylen)) ||
-	    (rc = vf_del(txn, s->records, rk.b, 8)))
+	if ((rc = vf_keys_del(txn, s, j->key, j->keylen)) ||
+	    (rc = vf_records_del(txn, s, id)))
 		return rc;
 	if ((rc = open_active(j->v, txn, &g, &gm, &w)))
 		return rc;

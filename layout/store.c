@@ -44,7 +44,7 @@ const char *vf_store_strerror(int rc)
 
 /* LMDB's return as this file's: MDB_NOTFOUND is -ENOENT, an errno is
  * negative, LMDB's other codes stay. */
-static int own(int rc)
+static int layout_rc(int rc)
 {
 	return rc == MDB_NOTFOUND ? -ENOENT : rc > 0 ? -rc : rc;
 }
@@ -563,7 +563,7 @@ int vf_get(vf_txn *txn, vf_dbi dbi, const void *k, size_t kl, vf_val *out)
 	MDB_val key = {kl, (void *)k}, val;
 	int rc = mdb_get(txn, dbi, &key, &val);
 	if (rc)
-		return own(rc);
+		return layout_rc(rc);
 	out->len = val.mv_size;
 	out->data = val.mv_data;
 	return 0;
@@ -573,18 +573,18 @@ int vf_put(vf_txn *txn, vf_dbi dbi, const void *k, size_t kl, const void *d,
 	   size_t dl, unsigned flags)
 {
 	MDB_val key = {kl, (void *)k}, val = {dl, (void *)d};
-	return own(mdb_put(txn, dbi, &key, &val, flags & VF_APPEND ? MDB_APPEND : 0));
+	return layout_rc(mdb_put(txn, dbi, &key, &val, flags & VF_APPEND ? MDB_APPEND : 0));
 }
 
 int vf_del(vf_txn *txn, vf_dbi dbi, const void *k, size_t kl)
 {
 	MDB_val key = {kl, (void *)k};
-	return own(mdb_del(txn, dbi, &key, NULL));
+	return layout_rc(mdb_del(txn, dbi, &key, NULL));
 }
 
 int vf_cursor_open(vf_txn *txn, vf_dbi dbi, vf_cursor **cur)
 {
-	return own(mdb_cursor_open(txn, dbi, cur));
+	return layout_rc(mdb_cursor_open(txn, dbi, cur));
 }
 
 void vf_cursor_close(vf_cursor *cur)
@@ -601,7 +601,7 @@ int vf_cursor_get(vf_cursor *cur, vf_val *k, vf_val *d, int op)
 	MDB_val key = {k->len, k->data}, val;
 	int rc = mdb_cursor_get(cur, &key, &val, ops[op]);
 	if (rc)
-		return own(rc);
+		return layout_rc(rc);
 	k->len = key.mv_size;
 	k->data = key.mv_data;
 	d->len = val.mv_size;
@@ -611,7 +611,7 @@ int vf_cursor_get(vf_cursor *cur, vf_val *k, vf_val *d, int op)
 
 int vf_cursor_del(vf_cursor *cur)
 {
-	return own(mdb_cursor_del(cur, 0));
+	return layout_rc(mdb_cursor_del(cur, 0));
 }
 
 int vf_cursor_prefix(vf_cursor *cur, const void *prefix, size_t plen, vf_val *k, vf_val *d,
@@ -633,7 +633,7 @@ int vf_drop_prefix(vf_txn *txn, vf_dbi dbi, const void *prefix, size_t plen)
 	MDB_val k = {plen, (void *)prefix}, d;
 	int rc = mdb_cursor_open(txn, dbi, &cur);
 	if (rc)
-		return own(rc);
+		return layout_rc(rc);
 	rc = mdb_cursor_get(cur, &k, &d, MDB_SET_RANGE);
 	while (rc == 0 && k.mv_size >= plen && !memcmp(k.mv_data, prefix, plen)) {
 		if ((rc = mdb_cursor_del(cur, 0)))
@@ -644,7 +644,7 @@ int vf_drop_prefix(vf_txn *txn, vf_dbi dbi, const void *prefix, size_t plen)
 			rc = mdb_cursor_get(cur, &k, &d, MDB_NEXT);
 	}
 	mdb_cursor_close(cur);
-	return rc == MDB_NOTFOUND ? 0 : own(rc);
+	return rc == MDB_NOTFOUND ? 0 : layout_rc(rc);
 }
 
 uint64_t vf_txn_id(vf_txn *txn)
