@@ -1,13 +1,12 @@
 /*
- * engine/changes.c - change log and dirty sets.
+ * engine/changes.c - the dirty set read from the change log, and the
+ * tombstones of a cluster.
  */
 #include "changes.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include "keys.h"
 
 void vf_dirty_init(vf_dirty *d)
 {
@@ -63,24 +62,17 @@ const vf_dirty_entry *vf_dirty_find(const vf_dirty *d, uint64_t id)
 int vf_dirty_load(vf_txn *txn, vf_store *s, uint64_t from, uint64_t to, vf_dirty *d)
 {
 	vf_cursor *cur;
-	vf_key64 k = vf_key_u64(from + 1);
-	vf_val key = {8, k.b}, val;
+	vf_change c;
+	uint64_t seq;
 	int rc;
 	if (to <= from)
 		return 0;
 	if ((rc = vf_cursor_open(txn, s->changes, &cur)))
 		return vf_store_err(rc);
-	for (rc = vf_cursor_get(cur, &key, &val, VF_SEEK); rc == 0;
-	     rc = vf_cursor_get(cur, &key, &val, VF_NEXT)) {
-		uint64_t seq = vf_rd_be64(key.data);
+	for (rc = vf_changes_walk(cur, VF_SEEK, from + 1, &seq, &c); rc == 0;
+	     rc = vf_changes_walk(cur, VF_NEXT, 0, &seq, &c)) {
 		if (seq > to)
 			break;
-		if (val.len != sizeof(vf_change)) {
-			rc = -EIO;
-			break;
-		}
-		vf_change c;
-		memcpy(&c, val.data, sizeof c);
 		if ((d->n + 1) * 2 > d->cap && (rc = grow(d)))
 			break;
 		vf_dirty_entry *e = slot_for(d->slots, d->cap, c.id);
@@ -174,10 +166,4 @@ int vf_posting_stale(const vf_tombs *t, const vf_dirty *d, uint64_t id, uint64_t
 			return 1;
 	}
 	return 0;
-}
-
-int vf_change_put(vf_txn *txn, vf_store *s, uint64_t seq, const vf_change *c)
-{
-	vf_key64 k = vf_key_u64(seq);
-	return vf_put(txn, s->changes, k.b, 8, c, sizeof *c, VF_APPEND);
 }

@@ -118,6 +118,26 @@ int vf_drop_generation_keys(vf_txn *txn, vf_store *s, uint64_t gen)
 	return vf_drop_prefix(txn, s->gens, p, 8);
 }
 
+int vf_change_put(vf_txn *txn, vf_store *s, uint64_t seq, const vf_change *c)
+{
+	vf_key64 k = vf_key_u64(seq);
+	return vf_put(txn, s->changes, k.b, sizeof k.b, c, sizeof *c, VF_APPEND);
+}
+
+int vf_changes_walk(vf_cursor *cur, int op, uint64_t from, uint64_t *seq, vf_change *c)
+{
+	vf_key64 k = vf_key_u64(from);
+	vf_val key = {sizeof k.b, k.b}, val;
+	int rc = vf_cursor_get(cur, &key, &val, op);
+	if (rc)
+		return rc;
+	if (key.len != sizeof k.b || val.len != sizeof *c)
+		return -EIO;
+	*seq = vf_rd_be64(key.data);
+	memcpy(c, val.data, sizeof *c);
+	return 0;
+}
+
 int vf_genmeta_walk(vf_cursor *cur, int op, vf_genmeta *m)
 {
 	vf_val k = {0, NULL}, d;

@@ -104,6 +104,12 @@ int vf_load_manifest(vf_txn *txn, vf_store *s, uint64_t gen, uint32_t cluster,
 		     vf_manifest *m);
 int vf_save_manifest(vf_txn *txn, vf_store *s, uint64_t gen, uint32_t cluster,
 		     const vf_manifest *m);
+/* The change log: entry seq written (after every other one); the entries
+ * in order on a cursor of the changes family, from change `from` on (op
+ * VF_SEEK), then the next one (op VF_NEXT): 0 with its seq and *c, -ENOENT
+ * past the last, -EIO for a damaged entry. */
+int vf_change_put(vf_txn *txn, vf_store *s, uint64_t seq, const vf_change *c);
+int vf_changes_walk(vf_cursor *cur, int op, uint64_t from, uint64_t *seq, vf_change *c);
 /* Each generation's metadata in id order, on a cursor of the gens family:
  * op VF_FIRST, then VF_NEXT; -ENOENT after the last.  A value of another
  * size than a vf_genmeta is passed over. */
