@@ -274,8 +274,7 @@ static int blocks_fn(vf_txn *txn, void *arg)
 				j->bufcap = sz;
 			}
 			vf_block_write(j->buf, j->tmp, cnt, b->m.dim, b->m.pdim, b->m.bits);
-			vf_postkey k = vf_post_key(b->m.id, c, VF_PK_BLOCK, bi);
-			if ((rc = vf_put(txn, s->postings, k.b, sizeof k.b, j->buf, sz, 0)))
+			if ((rc = vf_posting_put(txn, s, b->m.id, c, VF_PK_BLOCK, bi, j->buf, sz)))
 				return rc;
 			mf.vectors += cnt;
 		}
@@ -317,16 +316,7 @@ static int write_routing(vf_txn *txn, final_job *j)
 {
 	vf_store *s = j->v->store;
 	const vf_genmeta *m = j->m;
-	size_t csz = (size_t)m->nlist * m->dim * 4;
-	uint8_t *cbuf = malloc(csz + 8);
-	if (!cbuf)
-		return -ENOMEM;
-	memcpy(cbuf, j->centroids, csz);
-	uint64_t sum = vf_checksum(cbuf, csz);
-	memcpy(cbuf + csz, &sum, 8);
-	vf_genkey ck = vf_gen_key(m->id, VF_GK_CENTROIDS, 0);
-	int rc = vf_put(txn, s->gens, ck.b, sizeof ck.b, cbuf, csz + 8, 0);
-	free(cbuf);
+	int rc = vf_save_centroids(txn, s, m->id, j->centroids, (size_t)m->nlist * m->dim);
 	if (rc)
 		return rc;
 	return vf_assign_write(txn, s, m->id, j->idmap, j->id_limit);

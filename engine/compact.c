@@ -101,8 +101,7 @@ int vf_write_blocks(vf_txn *txn, vf_store *s, const vf_genmeta *m, uint32_t c,
 			*bufcap = sz;
 		}
 		vf_block_write(*buf, codes + a, (uint32_t)(e - a), m->dim, m->pdim, m->bits);
-		vf_postkey bk = vf_post_key(m->id, c, VF_PK_BLOCK, bi);
-		if ((rc = vf_put(txn, s->postings, bk.b, sizeof bk.b, *buf, sz, 0)))
+		if ((rc = vf_posting_put(txn, s, m->id, c, VF_PK_BLOCK, bi, *buf, sz)))
 			return vf_store_err(rc);
 		mf.vectors += e - a;
 	}

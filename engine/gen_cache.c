@@ -7,8 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "keys.h"
-
 static void gen_free(vf_gen *g)
 {
 	float *centroids = g->centroids;
@@ -26,23 +24,19 @@ static int gen_load(vf_txn *txn, vf_store *s, uint64_t id, vf_gen **out)
 	int rc;
 	if ((rc = vf_load_genmeta(txn, s, id, &m)))
 		return rc;
-	vf_genkey k = vf_gen_key(id, VF_GK_CENTROIDS, 0);
-	vf_val v;
-	if ((rc = vf_get(txn, s->gens, k.b, sizeof k.b, &v)))
-		return vf_store_err(rc);
-	size_t want = (size_t)m.nlist * m.dim * 4;
-	if (v.len != want + 8 || m.nlist == 0)
-		return -EIO;
-	uint64_t sum;
-	memcpy(&sum, (uint8_t *)v.data + want, 8);
-	if (vf_checksum(v.data, want) != sum)
+	size_t n = (size_t)m.nlist * m.dim;
+	if (m.nlist == 0)
 		return -EIO;
 	vf_gen *g = calloc(1, sizeof *g);
-	if (!g || !(centroids = malloc(want))) {
+	if (!g || !(centroids = malloc(sizeof *centroids * n))) {
 		free(g);
 		return -ENOMEM;
 	}
-	memcpy(centroids, v.data, want);
+	if ((rc = vf_store_err(vf_load_centroids(txn, s, id, centroids, n)))) {
+		free(centroids);
+		free(g);
+		return rc;
+	}
 	pthread_mutex_init(&g->located_mu, NULL);
 	/* routing state (rotation, centroid index, rotated centroids) */
 	if ((rc = vf_gen_routing(g, &m, centroids))) {

@@ -17,6 +17,7 @@
 #include "kernels.h"
 #include "kmeans.h"
 #include "meta.h"
+#include "postings.h"
 #include "rabitq.h"
 #include "rotation.h"
 #include "store.h"

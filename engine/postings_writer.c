@@ -92,8 +92,7 @@ int vf_pw_apply(vf_posting_writer *w, vf_txn *txn, uint64_t id, uint64_t seq,
 		return rc;
 	if (old != VF_ASSIGN_NONE) {
 		/* kill every posting of id in that cluster older than seq */
-		vf_postkey tk = vf_post_key(g->id, old, VF_PK_TOMB, id);
-		if ((rc = vf_put(txn, s->postings, tk.b, sizeof tk.b, &seq, 8, 0)) ||
+		if ((rc = vf_posting_put(txn, s, g->id, old, VF_PK_TOMB, id, &seq, 8)) ||
 		    (rc = bump_manifest(w, txn, old, 0, 1)))
 			return rc;
 	}
@@ -117,10 +116,8 @@ int vf_pw_apply(vf_posting_writer *w, vf_txn *txn, uint64_t id, uint64_t seq,
 		code.keylen = keylen;
 		code.has_payload = has_payload;
 		vf_delta_write(w->buf, &code, g->meta.dim, g->meta.pdim, g->meta.bits);
-		vf_postkey dk = vf_post_key(g->id, c, VF_PK_DELTA, seq);
-		if ((rc = vf_put(txn, s->postings, dk.b, sizeof dk.b, w->buf,
-				 vf_delta_size(g->meta.pdim, g->meta.bits, keylen),
-				 0)) ||
+		if ((rc = vf_posting_put(txn, s, g->id, c, VF_PK_DELTA, seq, w->buf,
+					 vf_delta_size(g->meta.pdim, g->meta.bits, keylen))) ||
 		    (rc = bump_manifest(w, txn, c, 1, 0)))
 			return rc;
 	}

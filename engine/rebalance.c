@@ -552,8 +552,8 @@ static int rb_blocks_fn(vf_txn *txn, void *arg)
 		const rb_src *sc = &r->src[d->src];
 		for (uint64_t bi = 0; bi < sc->nb; bi++) {
 			const vf_val *v = &r->bvals[sc->b0 + bi];
-			vf_postkey k = vf_post_key(r->m.id, f, VF_PK_BLOCK, bi);
-			if ((rc = vf_put(txn, s->postings, k.b, sizeof k.b, v->data, v->len, 0)))
+			if ((rc = vf_posting_put(txn, s, r->m.id, f, VF_PK_BLOCK, bi, v->data,
+						  v->len)))
 				return rc;
 		}
 		vf_manifest mf = {0};

@@ -1,13 +1,16 @@
 /*
- * layout/meta.c - the meta key family (configuration, counters, active
- * generation), generation metadata and cluster manifests: loaded and saved
- * as fixed-size values.
+ * layout/meta.c - the small values of a store, loaded and saved: the meta
+ * family (configuration, counters, active generation), the change log,
+ * generation metadata and centroids, cluster manifests; and dropping a
+ * generation's keys.
  */
 #include "meta.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "checksum.h"
 #include "keys.h"
 
 /* A value of exactly len bytes: -ENOENT when missing, -EIO when of
@@ -116,6 +119,39 @@ int vf_drop_generation_keys(vf_txn *txn, vf_store *s, uint64_t gen)
 	if ((rc = vf_drop_prefix(txn, s->postings, p, 8)))
 		return rc;
 	return vf_drop_prefix(txn, s->gens, p, 8);
+}
+
+int vf_save_centroids(vf_txn *txn, vf_store *s, uint64_t gen, const float *c, size_t n)
+{
+	size_t csz = n * sizeof *c;
+	uint8_t *buf = malloc(csz + 8);
+	if (!buf)
+		return -ENOMEM;
+	memcpy(buf, c, csz);
+	uint64_t sum = vf_checksum(buf, csz);
+	memcpy(buf + csz, &sum, 8);
+	vf_genkey k = vf_gen_key(gen, VF_GK_CENTROIDS, 0);
+	int rc = vf_put(txn, s->gens, k.b, sizeof k.b, buf, csz + 8, 0);
+	free(buf);
+	return rc;
+}
+
+int vf_load_centroids(vf_txn *txn, vf_store *s, uint64_t gen, float *c, size_t n)
+{
+	size_t csz = n * sizeof *c;
+	vf_genkey k = vf_gen_key(gen, VF_GK_CENTROIDS, 0);
+	vf_val v;
+	uint64_t sum;
+	int rc = vf_get(txn, s->gens, k.b, sizeof k.b, &v);
+	if (rc)
+		return rc;
+	if (v.len != csz + 8)
+		return -EIO;
+	memcpy(&sum, (uint8_t *)v.data + csz, 8);
+	if (vf_checksum(v.data, csz) != sum)
+		return -EIO;
+	memcpy(c, v.data, csz);
+	return 0;
 }
 
 int vf_change_put(vf_txn *txn, vf_store *s, uint64_t seq, const vf_change *c)

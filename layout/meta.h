@@ -1,8 +1,9 @@
 /*
  * layout/meta.h - the fixed-size values of the small key families: store
  * counters, stored configuration, change-log entries, generation metadata
- * and cluster manifests.  Values are host-endian (little-endian x86-64 and
- * arm64), written and read with memcpy since LMDB gives no alignment.
+ * and cluster manifests, with their loads, saves and walks (and a
+ * generation's centroids).  Values are host-endian (little-endian x86-64
+ * and arm64), written and read with memcpy since LMDB gives no alignment.
  */
 #ifndef VF_META_H
 #define VF_META_H
@@ -104,6 +105,10 @@ int vf_load_manifest(vf_txn *txn, vf_store *s, uint64_t gen, uint32_t cluster,
 		     vf_manifest *m);
 int vf_save_manifest(vf_txn *txn, vf_store *s, uint64_t gen, uint32_t cluster,
 		     const vf_manifest *m);
+/* The centroids of generation gen: n floats, saved with their checksum;
+ * loaded (-EIO when the value is not n floats or fails its checksum). */
+int vf_save_centroids(vf_txn *txn, vf_store *s, uint64_t gen, const float *c, size_t n);
+int vf_load_centroids(vf_txn *txn, vf_store *s, uint64_t gen, float *c, size_t n);
 /* The change log: entry seq written (after every other one); the entries
  * in order on a cursor of the changes family, from change `from` on (op
  * VF_SEEK), then the next one (op VF_NEXT): 0 with its seq and *c, -ENOENT
