@@ -221,7 +221,7 @@ typedef struct meta_job {
 	int alloc;     /* allocate the id */
 } meta_job;
 
-static int meta_fn(MDB_txn *txn, void *arg)
+static int meta_fn(vf_txn *txn, void *arg)
 {
 	meta_job *j = arg;
 	int rc;
@@ -248,7 +248,7 @@ typedef struct blocks_job {
 	size_t bufcap;
 } blocks_job;
 
-static int blocks_fn(MDB_txn *txn, void *arg)
+static int blocks_fn(vf_txn *txn, void *arg)
 {
 	blocks_job *j = arg;
 	build_ctx *b = j->b;
@@ -274,8 +274,7 @@ static int blocks_fn(MDB_txn *txn, void *arg)
 				j->bufcap = sz;
 			}
 			vf_block_write(j->buf, j->tmp, cnt, b->m.dim, b->m.pdim, b->m.bits);
-			vf_postkey k = vf_post_key(b->m.id, c, VF_PK_BLOCK, bi);
-			if ((rc = vf_put(txn, s->postings, k.b, sizeof k.b, j->buf, sz, 0)))
+			if ((rc = vf_posting_put(txn, s, b->m.id, c, VF_PK_BLOCK, bi, j->buf, sz)))
 				return rc;
 			mf.vectors += cnt;
 		}
@@ -313,27 +312,18 @@ typedef struct final_job {
 } final_job;
 
 /* The centroids and the assignment map of the generation. */
-static int write_routing(MDB_txn *txn, final_job *j)
+static int write_routing(vf_txn *txn, final_job *j)
 {
 	vf_store *s = j->v->store;
 	const vf_genmeta *m = j->m;
-	size_t csz = (size_t)m->nlist * m->dim * 4;
-	uint8_t *cbuf = malloc(csz + 8);
-	if (!cbuf)
-		return -ENOMEM;
-	memcpy(cbuf, j->centroids, csz);
-	uint64_t sum = vf_checksum(cbuf, csz);
-	memcpy(cbuf + csz, &sum, 8);
-	vf_genkey ck = vf_gen_key(m->id, VF_GK_CENTROIDS, 0);
-	int rc = vf_put(txn, s->gens, ck.b, sizeof ck.b, cbuf, csz + 8, 0);
-	free(cbuf);
+	int rc = vf_save_centroids(txn, s, m->id, j->centroids, (size_t)m->nlist * m->dim);
 	if (rc)
 		return rc;
 	return vf_assign_write(txn, s, m->id, j->idmap, j->id_limit);
 }
 
 /* The generation's meta as caught up so far; its routing written first. */
-static int catch_up_from(MDB_txn *txn, final_job *j, vf_genmeta *m, vf_counters *cnt)
+static int catch_up_from(vf_txn *txn, final_job *j, vf_genmeta *m, vf_counters *cnt)
 {
 	int rc;
 	*m = *j->m;
@@ -345,7 +335,7 @@ static int catch_up_from(MDB_txn *txn, final_job *j, vf_genmeta *m, vf_counters 
 	return vf_load_counters(txn, j->v->store, cnt);
 }
 
-static int catch_up_fn(MDB_txn *txn, void *arg)
+static int catch_up_fn(vf_txn *txn, void *arg)
 {
 	final_job *j = arg;
 	vf_genmeta m;
@@ -360,7 +350,7 @@ static int catch_up_fn(MDB_txn *txn, void *arg)
 	return vf_save_genmeta(txn, j->v->store, &m);
 }
 
-static int final_fn(MDB_txn *txn, void *arg)
+static int final_fn(vf_txn *txn, void *arg)
 {
 	final_job *j = arg;
 	vf_store *s = j->v->store;
@@ -411,7 +401,7 @@ int vf_gen_publish(vecfs *v, const vf_genmeta *m, const float *centroids,
 	return vf_write(v->store, final_fn, &fj);
 }
 
-static int fail_fn(MDB_txn *txn, void *arg)
+static int fail_fn(vf_txn *txn, void *arg)
 {
 	meta_job *j = arg;
 	int rc = vf_drop_generation_keys(txn, j->v->store, j->m->id);
@@ -473,23 +463,23 @@ void vf_gen_routing_free(vf_gen *g)
 }
 
 /* Read the snapshot: ids, seqs and pointers to every live vector. */
-static int snapshot(build_ctx *b, MDB_txn *txn, uint64_t *id_limit)
+static int snapshot(build_ctx *b, vf_txn *txn, uint64_t *id_limit)
 {
-	MDB_cursor *cur;
-	MDB_val k, d;
+	vf_cursor *cur;
+	vf_val k, d;
 	uint64_t i = 0;
-	int rc = mdb_cursor_open(txn, b->v->store->records, &cur);
+	int rc = vf_cursor_open(txn, b->v->store->records, &cur);
 	if (rc)
-		return vf_mdb_err(rc);
+		return vf_store_err(rc);
 	*id_limit = 0;
-	for (rc = mdb_cursor_get(cur, &k, &d, MDB_FIRST); rc == 0 && i < b->n;
-	     rc = mdb_cursor_get(cur, &k, &d, MDB_NEXT), i++) {
+	for (rc = vf_cursor_get(cur, &k, &d, VF_FIRST); rc == 0 && i < b->n;
+	     rc = vf_cursor_get(cur, &k, &d, VF_NEXT), i++) {
 		vf_record r;
-		if (vf_record_decode(d.mv_data, d.mv_size, &r) || r.dim != b->m.dim) {
+		if (vf_record_decode(d.data, d.len, &r) || r.dim != b->m.dim) {
 			rc = -EIO;
 			break;
 		}
-		b->ids[i] = vf_rd_be64(k.mv_data);
+		b->ids[i] = vf_rd_be64(k.data);
 		b->seqs[i] = r.seq;
 		b->vecs[i] = r.vec;
 		b->keys[i] = r.key;
@@ -498,16 +488,16 @@ static int snapshot(build_ctx *b, MDB_txn *txn, uint64_t *id_limit)
 		if (b->ids[i] + 1 > *id_limit)
 			*id_limit = b->ids[i] + 1;
 	}
-	mdb_cursor_close(cur);
-	if (rc == MDB_NOTFOUND || rc == 0)
+	vf_cursor_close(cur);
+	if (rc == -ENOENT || rc == 0)
 		rc = i == b->n ? 0 : -EIO;
-	return rc > 0 ? vf_mdb_err(rc) : rc;
+	return rc;
 }
 
 static int build_locked(build_ctx *b, int activate, uint64_t *gen_out)
 {
 	vecfs *v = b->v;
-	MDB_txn *txn = NULL;
+	vf_txn *txn = NULL;
 	vf_counters cnt;
 	vf_stored_config sc;
 	vf_gen g;
@@ -735,7 +725,7 @@ void vf_maybe_auto_build(vecfs *v)
 	pthread_mutex_unlock(&v->stat_mu);
 	if (busy)
 		return;
-	MDB_txn *txn;
+	vf_txn *txn;
 	if (vf_read_begin(v->store, &txn))
 		return;
 	vf_counters cnt;

@@ -1,13 +1,12 @@
 /*
- * engine/changes.c - change log and dirty sets.
+ * engine/changes.c - the dirty set read from the change log, and the
+ * tombstones of a cluster.
  */
 #include "changes.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include "keys.h"
 
 void vf_dirty_init(vf_dirty *d)
 {
@@ -60,27 +59,20 @@ const vf_dirty_entry *vf_dirty_find(const vf_dirty *d, uint64_t id)
 	return e->id ? e : NULL;
 }
 
-int vf_dirty_load(MDB_txn *txn, vf_store *s, uint64_t from, uint64_t to, vf_dirty *d)
+int vf_dirty_load(vf_txn *txn, vf_store *s, uint64_t from, uint64_t to, vf_dirty *d)
 {
-	MDB_cursor *cur;
-	vf_key64 k = vf_key_u64(from + 1);
-	MDB_val key = {8, k.b}, val;
+	vf_cursor *cur;
+	vf_change c;
+	uint64_t seq;
 	int rc;
 	if (to <= from)
 		return 0;
-	if ((rc = mdb_cursor_open(txn, s->changes, &cur)))
-		return vf_mdb_err(rc);
-	for (rc = mdb_cursor_get(cur, &key, &val, MDB_SET_RANGE); rc == 0;
-	     rc = mdb_cursor_get(cur, &key, &val, MDB_NEXT)) {
-		uint64_t seq = vf_rd_be64(key.mv_data);
+	if ((rc = vf_cursor_open(txn, s->changes, &cur)))
+		return vf_store_err(rc);
+	for (rc = vf_changes_walk(cur, VF_SEEK, from + 1, &seq, &c); rc == 0;
+	     rc = vf_changes_walk(cur, VF_NEXT, 0, &seq, &c)) {
 		if (seq > to)
 			break;
-		if (val.mv_size != sizeof(vf_change)) {
-			rc = -EIO;
-			break;
-		}
-		vf_change c;
-		memcpy(&c, val.mv_data, sizeof c);
 		if ((d->n + 1) * 2 > d->cap && (rc = grow(d)))
 			break;
 		vf_dirty_entry *e = slot_for(d->slots, d->cap, c.id);
@@ -91,10 +83,10 @@ int vf_dirty_load(MDB_txn *txn, vf_store *s, uint64_t from, uint64_t to, vf_dirt
 		e->seq = seq;
 		e->ch = c;
 	}
-	mdb_cursor_close(cur);
-	if (rc == MDB_NOTFOUND)
+	vf_cursor_close(cur);
+	if (rc == -ENOENT)
 		rc = 0;
-	return rc > 0 ? vf_mdb_err(rc) : rc;
+	return rc;
 }
 
 static uint64_t mixid(uint64_t x)
@@ -174,10 +166,4 @@ int vf_posting_stale(const vf_tombs *t, const vf_dirty *d, uint64_t id, uint64_t
 			return 1;
 	}
 	return 0;
-}
-
-int vf_change_put(MDB_txn *txn, vf_store *s, uint64_t seq, const vf_change *c)
-{
-	vf_key64 k = vf_key_u64(seq);
-	return vf_put(txn, s->changes, k.b, 8, c, sizeof *c, MDB_APPEND);
 }

@@ -1,13 +1,13 @@
 /*
- * engine/changes.h - the change log (one entry per committed put or delete,
- * keyed by sequence number) and the dirty set derived from it: the records
- * changed after a generation's synced_seq, whose postings in that generation
- * cannot be trusted without checking.
+ * engine/changes.h - the dirty set read from the change log (whose entries,
+ * one per committed put or delete keyed by sequence number, are in
+ * layout/meta.h): the records changed after a generation's synced_seq,
+ * whose postings in that generation cannot be trusted without checking;
+ * and the tombstones of a cluster.
  */
 #ifndef VF_CHANGES_H
 #define VF_CHANGES_H
 
-#include <lmdb.h>
 #include <stdint.h>
 
 #include "meta.h"
@@ -27,10 +27,8 @@ typedef struct vf_dirty {
 void vf_dirty_init(vf_dirty *d);
 void vf_dirty_free(vf_dirty *d);
 /* Load the latest change of every id changed in (from, to]. */
-int vf_dirty_load(MDB_txn *txn, vf_store *s, uint64_t from, uint64_t to, vf_dirty *d);
+int vf_dirty_load(vf_txn *txn, vf_store *s, uint64_t from, uint64_t to, vf_dirty *d);
 const vf_dirty_entry *vf_dirty_find(const vf_dirty *d, uint64_t id);
-
-int vf_change_put(MDB_txn *txn, vf_store *s, uint64_t seq, const vf_change *c);
 
 /* The tombstones of one cluster: id -> kill seq (postings of id with a
  * lower seq are dead). */

@@ -17,6 +17,7 @@
 #include "kernels.h"
 #include "kmeans.h"
 #include "meta.h"
+#include "postings.h"
 #include "rabitq.h"
 #include "rotation.h"
 #include "store.h"
@@ -33,7 +34,7 @@ typedef struct vf_gen {
 	float *rc_sum;          /* nlist */
 	vf_rotation rot;
 	/* where each cluster's postings were found in one snapshot (see
-	 * search.c): nlist slots, allocated on first use, under located_mu */
+	 * probe.c): nlist slots, allocated on first use, under located_mu */
 	pthread_mutex_t located_mu;
 	void *located;
 	struct vf_gen *next;
@@ -96,23 +97,17 @@ static inline int vf_bytes_reserve(uint8_t **buf, size_t *cap, size_t need)
 	return 0;
 }
 
-/* meta family */
-int vf_load_config(MDB_txn *txn, vf_store *s, vf_stored_config *c);
-int vf_load_counters(MDB_txn *txn, vf_store *s, vf_counters *c);
-/* The same, in a read transaction of its own. */
-int vf_read_counters(vf_store *s, vf_counters *c);
-int vf_save_counters(MDB_txn *txn, vf_store *s, const vf_counters *c);
-uint64_t vf_load_active(MDB_txn *txn, vf_store *s);
-int vf_save_active(MDB_txn *txn, vf_store *s, uint64_t gen);
-int vf_load_genmeta(MDB_txn *txn, vf_store *s, uint64_t gen, vf_genmeta *m);
-int vf_save_genmeta(MDB_txn *txn, vf_store *s, const vf_genmeta *m);
-int vf_load_manifest(MDB_txn *txn, vf_store *s, uint64_t gen, uint32_t cluster,
-		     vf_manifest *m);
-int vf_save_manifest(MDB_txn *txn, vf_store *s, uint64_t gen, uint32_t cluster,
-		     const vf_manifest *m);
+/* The stored configuration, the defaults when the store has none. */
+int vf_load_config(vf_txn *txn, vf_store *s, vf_stored_config *c);
+
+/* A generation's delta postings and tombstones over its nlist clusters;
+ * its largest cluster over the mean (generations.c). */
+int vf_sum_manifests(vf_txn *txn, vf_store *s, uint64_t gen, uint32_t nlist,
+		     uint64_t *deltas, uint64_t *tombs);
+int vf_cluster_imbalance(vf_txn *txn, vf_store *s, const vf_genmeta *m, double *out);
 
 /* generation cache: a reference, released with vf_gen_put */
-int vf_gen_get(vecfs *v, MDB_txn *txn, uint64_t gen, vf_gen **out);
+int vf_gen_get(vecfs *v, vf_txn *txn, uint64_t gen, vf_gen **out);
 void vf_gen_put(vecfs *v, vf_gen *g);
 void vf_gen_forget(vecfs *v, uint64_t gen);
 /* nearest cluster of a vector (in index space) */
@@ -125,7 +120,7 @@ int vf_to_index_space(vecfs_metric m, const float *in, float *out, uint32_t dim)
 /* Bring a generation's postings up to date with every change after its
  * synced_seq (tombstones for stale postings, deltas for new versions): up
  * to change `to`, or to the last one (cnt->seq) when `to` is 0. */
-int vf_sync_generation(vecfs *v, MDB_txn *txn, vf_gen *g, vf_genmeta *m, uint64_t to,
+int vf_sync_generation(vecfs *v, vf_txn *txn, vf_gen *g, vf_genmeta *m, uint64_t to,
 		       const vf_counters *cnt);
 
 /* The size of the steps that bring a generation up to date while writes go
@@ -150,13 +145,11 @@ static inline void vf_catchup_after(vf_catchup *c, uint64_t behind)
 		c->step *= 2;
 	c->behind = behind;
 }
-/* Delete every key of a generation (postings and gens families). */
-int vf_drop_generation_keys(MDB_txn *txn, vf_store *s, uint64_t gen);
 
 /* Posting writes for one changed record while generation g is live. */
-/* A row's cluster and code, found before it is written (write.c encodes
- * a chunk of rows on every CPU): code.planes points into the caller's
- * buffer. */
+/* A row's cluster and code, found before it is written (postings_writer.c
+ * encodes a chunk of rows on every CPU): code.planes points into the
+ * caller's buffer. */
 typedef struct vf_precode {
 	uint32_t cluster;
 	vf_code code;
@@ -178,12 +171,12 @@ typedef struct vf_posting_writer {
 int vf_pw_init(vf_posting_writer *w, vecfs *v, vf_gen *g);
 void vf_pw_free(vf_posting_writer *w);
 /* Write back the cached manifests and assignment chunks (before commit). */
-int vf_pw_flush(vf_posting_writer *w, MDB_txn *txn);
+int vf_pw_flush(vf_posting_writer *w, vf_txn *txn);
 /* Kill the record's current posting in g (if any); with vec != NULL add a
  * delta posting (code, vector, key) for version `seq` in the cluster of
  * the nearest centroid and return that cluster in *cluster.  `pre`: the
  * cluster and code the caller found for vec already (NULL: found here). */
-int vf_pw_apply(vf_posting_writer *w, MDB_txn *txn, uint64_t id, uint64_t seq,
+int vf_pw_apply(vf_posting_writer *w, vf_txn *txn, uint64_t id, uint64_t seq,
 		const float *vec, const char *key, uint32_t keylen, int has_payload,
 		const vf_precode *pre, uint32_t *cluster);
 
@@ -242,7 +235,25 @@ int vf_maint_busy(vecfs *v);
 /* Remove the oldest generations beyond keep_generations (never the active
  * one nor `keep`). */
 void vf_retire_generations(vecfs *v, uint64_t keep);
-int vf_count_unindexed(vecfs *v, MDB_txn *txn, uint64_t gen, uint64_t *out);
+/* Shared by compaction and rebalance (compact.c): order of codes by id;
+ * posting i of an opened block whose columns were checked, as a code
+ * pointing into the block, its planes copied to `planes` (0, or -EIO when
+ * its key is damaged); a posting block opened with every column checked;
+ * codes[0..n) packed into evenly filled posting blocks 0, 1, ... of cluster
+ * c of generation m, with its manifest counting `deltas` delta postings
+ * left beside them; a compaction with build_mu held. */
+int vf_cmp_code(const void *a, const void *b);
+int vf_block_code(const vf_block *b, uint32_t i, vf_code *code, uint8_t *planes);
+int vf_block_open_checked(const vf_val *d, vf_block *b);
+int vf_write_blocks(vf_txn *txn, vf_store *s, const vf_genmeta *m, uint32_t c,
+		    const vf_code *codes, size_t n, uint64_t deltas, uint8_t **buf,
+		    size_t *bufcap);
+int vf_compact_locked(vecfs *v, uint32_t *clusters, char *err, size_t errlen);
+/* Microseconds since t (CLOCK_MONOTONIC). */
+int64_t vf_us_since(const struct timespec *t);
+/* After an automatic compaction: rebalance when the largest cluster is over
+ * rebalance_ratio times the mean (rebalance.c). */
+void vf_maybe_rebalance(vecfs *v);
 uint32_t vf_auto_nlist(uint64_t n);
 #define VF_BLOCK_TARGET 1024 /* vectors per posting block */
 

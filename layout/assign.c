@@ -10,25 +10,25 @@
 
 #include "keys.h"
 
-static int load_chunk(MDB_txn *txn, vf_store *s, uint64_t gen, uint64_t chunk,
+static int load_chunk(vf_txn *txn, vf_store *s, uint64_t gen, uint64_t chunk,
 		      uint32_t *out)
 {
 	vf_genkey k = vf_gen_key(gen, VF_GK_ASSIGN, chunk);
-	MDB_val v;
+	vf_val v;
 	int rc = vf_get(txn, s->gens, k.b, sizeof k.b, &v);
-	if (rc == MDB_NOTFOUND) {
+	if (rc == -ENOENT) {
 		memset(out, 0xFF, VF_ASSIGN_CHUNK * 4);
 		return 0;
 	}
 	if (rc)
-		return vf_mdb_err(rc);
-	size_t got = ZSTD_decompress(out, VF_ASSIGN_CHUNK * 4, v.mv_data, v.mv_size);
+		return vf_store_err(rc);
+	size_t got = ZSTD_decompress(out, VF_ASSIGN_CHUNK * 4, v.data, v.len);
 	if (ZSTD_isError(got) || got != VF_ASSIGN_CHUNK * 4)
 		return -EIO;
 	return 0;
 }
 
-static int store_chunk(MDB_txn *txn, vf_store *s, uint64_t gen, uint64_t chunk,
+static int store_chunk(vf_txn *txn, vf_store *s, uint64_t gen, uint64_t chunk,
 		       const uint32_t *map)
 {
 	uint8_t buf[ZSTD_COMPRESSBOUND(VF_ASSIGN_CHUNK * 4)];
@@ -45,7 +45,7 @@ static int store_chunk(MDB_txn *txn, vf_store *s, uint64_t gen, uint64_t chunk,
 	return vf_put(txn, s->gens, k.b, sizeof k.b, buf, n, 0);
 }
 
-int vf_assign_get(MDB_txn *txn, vf_store *s, uint64_t gen, uint64_t id,
+int vf_assign_get(vf_txn *txn, vf_store *s, uint64_t gen, uint64_t id,
 		  uint32_t *cluster)
 {
 	uint32_t map[VF_ASSIGN_CHUNK];
@@ -56,7 +56,7 @@ int vf_assign_get(MDB_txn *txn, vf_store *s, uint64_t gen, uint64_t id,
 	return 0;
 }
 
-int vf_assign_set(MDB_txn *txn, vf_store *s, uint64_t gen, uint64_t id,
+int vf_assign_set(vf_txn *txn, vf_store *s, uint64_t gen, uint64_t id,
 		  uint32_t cluster)
 {
 	uint32_t map[VF_ASSIGN_CHUNK];
@@ -97,7 +97,7 @@ static struct vf_assign_chunk *cache_slot(struct vf_assign_chunk *slots, size_t 
 	return &slots[i];
 }
 
-static int cache_chunk(vf_assign_cache *c, MDB_txn *txn, vf_store *s, uint64_t chunk,
+static int cache_chunk(vf_assign_cache *c, vf_txn *txn, vf_store *s, uint64_t chunk,
 		       struct vf_assign_chunk **out)
 {
 	if ((c->n + 1) * 2 > c->cap) {
@@ -127,7 +127,7 @@ static int cache_chunk(vf_assign_cache *c, MDB_txn *txn, vf_store *s, uint64_t c
 	return 0;
 }
 
-int vf_assign_cache_get(vf_assign_cache *c, MDB_txn *txn, vf_store *s, uint64_t id,
+int vf_assign_cache_get(vf_assign_cache *c, vf_txn *txn, vf_store *s, uint64_t id,
 			uint32_t *cluster)
 {
 	struct vf_assign_chunk *e;
@@ -137,7 +137,7 @@ int vf_assign_cache_get(vf_assign_cache *c, MDB_txn *txn, vf_store *s, uint64_t 
 	return rc;
 }
 
-int vf_assign_cache_set(vf_assign_cache *c, MDB_txn *txn, vf_store *s, uint64_t id,
+int vf_assign_cache_set(vf_assign_cache *c, vf_txn *txn, vf_store *s, uint64_t id,
 			uint32_t cluster)
 {
 	struct vf_assign_chunk *e;
@@ -149,7 +149,7 @@ int vf_assign_cache_set(vf_assign_cache *c, MDB_txn *txn, vf_store *s, uint64_t 
 	return rc;
 }
 
-int vf_assign_cache_flush(vf_assign_cache *c, MDB_txn *txn, vf_store *s)
+int vf_assign_cache_flush(vf_assign_cache *c, vf_txn *txn, vf_store *s)
 {
 	for (size_t i = 0; i < c->cap; i++) {
 		struct vf_assign_chunk *e = &c->slots[i];
@@ -163,7 +163,7 @@ int vf_assign_cache_flush(vf_assign_cache *c, MDB_txn *txn, vf_store *s)
 	return 0;
 }
 
-int vf_assign_write(MDB_txn *txn, vf_store *s, uint64_t gen, const uint32_t *map,
+int vf_assign_write(vf_txn *txn, vf_store *s, uint64_t gen, const uint32_t *map,
 		    uint64_t n)
 {
 	uint32_t chunk[VF_ASSIGN_CHUNK];

@@ -9,7 +9,6 @@
 #ifndef VF_ASSIGN_H
 #define VF_ASSIGN_H
 
-#include <lmdb.h>
 #include <stdint.h>
 
 #include "store.h"
@@ -18,9 +17,9 @@
 #define VF_ASSIGN_NONE 0xFFFFFFFFu
 
 /* *cluster = VF_ASSIGN_NONE when the id has no posting there. */
-int vf_assign_get(MDB_txn *txn, vf_store *s, uint64_t gen, uint64_t id,
+int vf_assign_get(vf_txn *txn, vf_store *s, uint64_t gen, uint64_t id,
 		  uint32_t *cluster);
-int vf_assign_set(MDB_txn *txn, vf_store *s, uint64_t gen, uint64_t id,
+int vf_assign_set(vf_txn *txn, vf_store *s, uint64_t gen, uint64_t id,
 		  uint32_t cluster);
 /* A write transaction's view of one generation's map: chunks are read and
  * decompressed once, changed in memory, and compressed back by flush (call
@@ -32,15 +31,15 @@ typedef struct vf_assign_cache {
 } vf_assign_cache;
 
 void vf_assign_cache_init(vf_assign_cache *c, uint64_t gen);
-int vf_assign_cache_get(vf_assign_cache *c, MDB_txn *txn, vf_store *s, uint64_t id,
+int vf_assign_cache_get(vf_assign_cache *c, vf_txn *txn, vf_store *s, uint64_t id,
 			uint32_t *cluster);
-int vf_assign_cache_set(vf_assign_cache *c, MDB_txn *txn, vf_store *s, uint64_t id,
+int vf_assign_cache_set(vf_assign_cache *c, vf_txn *txn, vf_store *s, uint64_t id,
 			uint32_t cluster);
-int vf_assign_cache_flush(vf_assign_cache *c, MDB_txn *txn, vf_store *s);
+int vf_assign_cache_flush(vf_assign_cache *c, vf_txn *txn, vf_store *s);
 void vf_assign_cache_free(vf_assign_cache *c);
 
 /* Write a whole map for ids [0, n) (build time). */
-int vf_assign_write(MDB_txn *txn, vf_store *s, uint64_t gen, const uint32_t *map,
+int vf_assign_write(vf_txn *txn, vf_store *s, uint64_t gen, const uint32_t *map,
 		    uint64_t n);
 
 #endif

@@ -1,13 +1,17 @@
 /*
  * layout/meta.h - the fixed-size values of the small key families: store
  * counters, stored configuration, change-log entries, generation metadata
- * and cluster manifests.  Values are host-endian (little-endian x86-64 and
- * arm64), written and read with memcpy since LMDB gives no alignment.
+ * and cluster manifests, with their loads, saves and walks (and a
+ * generation's centroids).  Values are host-endian (little-endian x86-64
+ * and arm64), written and read with memcpy since LMDB gives no alignment.
  */
 #ifndef VF_META_H
 #define VF_META_H
 
+#include <stddef.h>
 #include <stdint.h>
+
+#include "store.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "vecfs stores little-endian values"
@@ -80,5 +84,44 @@ typedef struct vf_manifest {
 	uint32_t blocks;
 	uint32_t pad;
 } vf_manifest;
+
+/* Loading and saving them.  The loads return 0, -EIO for a value of the
+ * wrong size, or another negative errno. */
+/* A fixed-size value of the meta family: -ENOENT when it is missing. */
+int vf_load_meta(vf_txn *txn, vf_store *s, const char *key, void *out, size_t len);
+int vf_save_config(vf_txn *txn, vf_store *s, const vf_stored_config *c);
+/* A store without counters has next_gen 1 and the rest 0. */
+int vf_load_counters(vf_txn *txn, vf_store *s, vf_counters *c);
+/* The same, in a read transaction of its own. */
+int vf_read_counters(vf_store *s, vf_counters *c);
+int vf_save_counters(vf_txn *txn, vf_store *s, const vf_counters *c);
+/* The active generation, 0 for none. */
+uint64_t vf_load_active(vf_txn *txn, vf_store *s);
+int vf_save_active(vf_txn *txn, vf_store *s, uint64_t gen);
+int vf_load_genmeta(vf_txn *txn, vf_store *s, uint64_t gen, vf_genmeta *m);
+int vf_save_genmeta(vf_txn *txn, vf_store *s, const vf_genmeta *m);
+/* A cluster without a manifest has an empty one. */
+int vf_load_manifest(vf_txn *txn, vf_store *s, uint64_t gen, uint32_t cluster,
+		     vf_manifest *m);
+int vf_save_manifest(vf_txn *txn, vf_store *s, uint64_t gen, uint32_t cluster,
+		     const vf_manifest *m);
+/* The centroids of generation gen: n floats, saved with their checksum;
+ * loaded (-EIO when the value is not n floats or fails its checksum). */
+int vf_save_centroids(vf_txn *txn, vf_store *s, uint64_t gen, const float *c, size_t n);
+int vf_load_centroids(vf_txn *txn, vf_store *s, uint64_t gen, float *c, size_t n);
+/* The change log: entry seq written (after every other one); the entries
+ * in order on a cursor of the changes family, from change `from` on (op
+ * VF_SEEK), then the next one (op VF_NEXT): 0 with its seq and *c, -ENOENT
+ * past the last, -EIO for a damaged entry. */
+int vf_change_put(vf_txn *txn, vf_store *s, uint64_t seq, const vf_change *c);
+int vf_changes_walk(vf_cursor *cur, int op, uint64_t from, uint64_t *seq, vf_change *c);
+/* Each generation's metadata in id order, on a cursor of the gens family:
+ * op VF_FIRST, then VF_NEXT; -ENOENT after the last.  A value of another
+ * size than a vf_genmeta is passed over. */
+int vf_genmeta_walk(vf_cursor *cur, int op, vf_genmeta *m);
+/* The ids of the generations (up to cap of them in ids), how many in *n. */
+int vf_list_gens(vf_txn *txn, vf_store *s, uint64_t *ids, size_t cap, size_t *n);
+/* Delete every key of a generation (postings and gens families). */
+int vf_drop_generation_keys(vf_txn *txn, vf_store *s, uint64_t gen);
 
 #endif

@@ -1,5 +1,6 @@
 /*
- * layout/record.c - record value codec.
+ * layout/record.c - the record value codec, and the records and keys
+ * families.
  */
 #include "record.h"
 
@@ -7,6 +8,7 @@
 #include <string.h>
 
 #include "checksum.h"
+#include "keys.h"
 
 /* XXH3 of the value with the sum field (bytes 20..24) left out, low 32 bits. */
 static uint32_t record_sum(const uint8_t *p, size_t len)
@@ -59,4 +61,44 @@ int vf_record_decode(const void *data, size_t len, vf_record *out)
 	out->key = (const char *)p + VF_RECORD_HDR + (size_t)out->dim * 4;
 	out->payload = out->key + kl;
 	return 0;
+}
+
+int vf_records_get(vf_txn *txn, vf_store *s, uint64_t id, vf_val *out)
+{
+	vf_key64 k = vf_key_u64(id);
+	return vf_get(txn, s->records, k.b, sizeof k.b, out);
+}
+
+int vf_records_put(vf_txn *txn, vf_store *s, uint64_t id, const void *data, size_t len)
+{
+	vf_key64 k = vf_key_u64(id);
+	return vf_put(txn, s->records, k.b, sizeof k.b, data, len, 0);
+}
+
+int vf_records_del(vf_txn *txn, vf_store *s, uint64_t id)
+{
+	vf_key64 k = vf_key_u64(id);
+	return vf_del(txn, s->records, k.b, sizeof k.b);
+}
+
+int vf_keys_get(vf_txn *txn, vf_store *s, const void *key, size_t keylen, uint64_t *id)
+{
+	vf_val v;
+	int rc = vf_get(txn, s->keys, key, keylen, &v);
+	if (rc)
+		return rc;
+	if (v.len != sizeof *id)
+		return -EIO;
+	memcpy(id, v.data, sizeof *id);
+	return 0;
+}
+
+int vf_keys_put(vf_txn *txn, vf_store *s, const void *key, size_t keylen, uint64_t id)
+{
+	return vf_put(txn, s->keys, key, keylen, &id, sizeof id, 0);
+}
+
+int vf_keys_del(vf_txn *txn, vf_store *s, const void *key, size_t keylen)
+{
+	return vf_del(txn, s->keys, key, keylen);
 }

@@ -1,6 +1,8 @@
 /*
  * layout/record.h - the value of a record: sequence number, vector, user key
- * and payload in one LMDB value, so a re-rank reads one value per candidate.
+ * and payload in one LMDB value, so a re-rank reads one value per candidate;
+ * and the two key families that hold records: records (id -> value) and
+ * keys (user key -> id).
  *
  *   off 0  seq u64 | 8 dim u32 | 12 keylen u16 | 14 flags u16 | 16 plen u32
  *   | 20 sum u32 | 24 dim float32 | key bytes | payload bytes
@@ -12,6 +14,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include "store.h"
 
 #define VF_RECORD_HDR 24
 
@@ -31,5 +35,15 @@ void vf_record_encode(uint8_t *buf, uint64_t seq, uint32_t dim, const float *vec
 		      size_t plen);
 /* -EIO when the value is malformed or fails its checksum. */
 int vf_record_decode(const void *data, size_t len, vf_record *out);
+
+/* The value of record id (-ENOENT when there is none); write it; delete it. */
+int vf_records_get(vf_txn *txn, vf_store *s, uint64_t id, vf_val *out);
+int vf_records_put(vf_txn *txn, vf_store *s, uint64_t id, const void *data, size_t len);
+int vf_records_del(vf_txn *txn, vf_store *s, uint64_t id);
+/* The id of a user key (-ENOENT when there is none, -EIO when its value is
+ * not an id); write it; delete it. */
+int vf_keys_get(vf_txn *txn, vf_store *s, const void *key, size_t keylen, uint64_t *id);
+int vf_keys_put(vf_txn *txn, vf_store *s, const void *key, size_t keylen, uint64_t id);
+int vf_keys_del(vf_txn *txn, vf_store *s, const void *key, size_t keylen);
 
 #endif

@@ -3,6 +3,8 @@
  */
 #include "store.h"
 
+#include <lmdb.h>
+
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -16,10 +18,38 @@
 
 #define VF_MAP_MIN ((size_t)16 << 30) /* virtual: the file grows as data does */
 
-/* Read transactions this thread holds: the map cannot grow under them. */
-static __thread int reads_held;
+/* Read transactions of store s this thread holds: its map cannot grow
+ * under them. */
+static int reads_held(const vf_store *s)
+{
+	return (int)(intptr_t)pthread_getspecific(s->reads_key);
+}
 
-int vf_mdb_err(int rc)
+static int reads_add(vf_store *s, int n)
+{
+	return pthread_setspecific(s->reads_key, (void *)(intptr_t)(reads_held(s) + n));
+}
+
+_Static_assert(sizeof(vf_dbi) == sizeof(MDB_dbi), "vf_dbi is MDB_dbi");
+
+int vf_store_own_code(int rc)
+{
+	return rc >= MDB_KEYEXIST && rc <= MDB_LAST_ERRCODE;
+}
+
+const char *vf_store_strerror(int rc)
+{
+	return mdb_strerror(rc < 0 && !vf_store_own_code(rc) ? -rc : rc);
+}
+
+/* LMDB's return as this file's: MDB_NOTFOUND is -ENOENT, an errno is
+ * negative, LMDB's other codes stay. */
+static int layout_rc(int rc)
+{
+	return rc == MDB_NOTFOUND ? -ENOENT : rc > 0 ? -rc : rc;
+}
+
+int vf_store_err(int rc)
 {
 	switch (rc) {
 	case 0: return 0;
@@ -92,6 +122,14 @@ static int store_open(const char *dir, size_t mapsize, int readonly, vf_store **
 		return rc;
 	}
 locked:
+	if ((rc = pthread_key_create(&s->reads_key, NULL))) {
+		rc = -rc;
+		seterr(err, errlen, "cannot open store %s: %s", dir, rc);
+		if (s->lockfd >= 0)
+			close(s->lockfd);
+		free(s);
+		return rc;
+	}
 	pthread_rwlock_init(&s->resize, NULL);
 	pthread_mutex_init(&s->pool_mu, NULL);
 
@@ -151,8 +189,9 @@ fail:
 		close(s->lockfd);
 	pthread_rwlock_destroy(&s->resize);
 	pthread_mutex_destroy(&s->pool_mu);
+	pthread_key_delete(s->reads_key);
 	free(s);
-	return vf_mdb_err(rc);
+	return vf_store_err(rc);
 }
 
 int vf_store_open(const char *dir, size_t mapsize, vf_store **out, char *err,
@@ -186,6 +225,7 @@ void vf_store_close(vf_store *s)
 		close(s->lockfd);
 	pthread_rwlock_destroy(&s->resize);
 	pthread_mutex_destroy(&s->pool_mu);
+	pthread_key_delete(s->reads_key);
 	free(s);
 }
 
@@ -249,7 +289,7 @@ int vf_hint_reserve(vf_store *s, uint64_t records)
 	/* more than half full, and room to grow; never from a thread inside a
 	 * transaction */
 	if (!__atomic_load_n(&s->hints, __ATOMIC_RELAXED) || 2 * records <= have ||
-	    have >= HINT_MAX_SLOTS || reads_held > 0)
+	    have >= HINT_MAX_SLOTS || reads_held(s) > 0)
 		return 0;
 	uint64_t slots = hint_slots(records);
 	if (pthread_rwlock_trywrlock(&s->resize) != 0) {
@@ -326,7 +366,7 @@ int vf_read_begin(vf_store *s, MDB_txn **txn)
 	}
 	if (!t) {
 		rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &t);
-		if (rc == MDB_MAP_RESIZED && reads_held == 0) {
+		if (rc == MDB_MAP_RESIZED && reads_held(s) == 0) {
 			/* the daemon beside a read-only handle grew the map: take
 			 * its size (no transaction of ours may be open) */
 			pthread_rwlock_unlock(&s->resize);
@@ -340,11 +380,15 @@ int vf_read_begin(vf_store *s, MDB_txn **txn)
 		}
 		if (rc) {
 			pthread_rwlock_unlock(&s->resize);
-			return vf_mdb_err(rc);
+			return vf_store_err(rc);
 		}
 	}
+	if ((rc = reads_add(s, 1))) {
+		mdb_txn_abort(t);
+		pthread_rwlock_unlock(&s->resize);
+		return -rc;
+	}
 	*txn = t;
-	reads_held++;
 	return 0;
 }
 
@@ -352,7 +396,7 @@ void vf_read_end(vf_store *s, MDB_txn *txn)
 {
 	if (!txn)
 		return;
-	reads_held--;
+	reads_add(s, -1); /* the thread's slot exists: no allocation, no failure */
 	mdb_txn_reset(txn);
 	pthread_mutex_lock(&s->pool_mu);
 	if (s->npool < (int)(sizeof s->pool / sizeof s->pool[0])) {
@@ -386,7 +430,7 @@ int vf_store_grow(vf_store *s, size_t min_size)
 			 hint_swap_locked(s, slots_wanted)))
 		memset(s->hints, 0, (s->hint_mask + 1) * sizeof(vf_hint));
 	pthread_rwlock_unlock(&s->resize);
-	return vf_mdb_err(rc);
+	return vf_store_err(rc);
 }
 
 int vf_write_waiters(vf_store *s)
@@ -425,7 +469,7 @@ int vf_write(vf_store *s, vf_write_fn fn, void *arg)
 		__atomic_sub_fetch(&s->write_waiters, 1, __ATOMIC_RELAXED);
 		if (rc) {
 			pthread_rwlock_unlock(&s->resize);
-			return vf_mdb_err(rc);
+			return vf_store_err(rc);
 		}
 		rc = fn(txn, arg);
 		if (rc == 0) {
@@ -436,14 +480,14 @@ int vf_write(vf_store *s, vf_write_fn fn, void *arg)
 		pthread_rwlock_unlock(&s->resize);
 		if (rc == 0)
 			return 0;
-		rc = vf_mdb_err(rc);
+		rc = vf_store_err(rc);
 		if ((rc == -ENOSPC || rc == -EIO) && fs_full(s))
 			return -ENOSPC; /* a larger map would not help */
 		if (rc == -ENOSPC) {
 			/* the map is full: growing it waits for every transaction
 			 * of the process to end, never from a thread that holds
 			 * one itself */
-			if (reads_held > 0)
+			if (reads_held(s) > 0)
 				return -ENOSPC;
 			int g = vf_store_grow(s, 0);
 			if (g)
@@ -514,21 +558,104 @@ uint64_t vf_store_used_bytes(vf_store *s, MDB_txn *txn)
 	return (pages > free_pages ? pages - free_pages : 0) * st.ms_psize;
 }
 
-int vf_get(MDB_txn *txn, MDB_dbi dbi, const void *k, size_t kl, MDB_val *out)
+int vf_get(vf_txn *txn, vf_dbi dbi, const void *k, size_t kl, vf_val *out)
 {
-	MDB_val key = {kl, (void *)k};
-	return mdb_get(txn, dbi, &key, out);
+	MDB_val key = {kl, (void *)k}, val;
+	int rc = mdb_get(txn, dbi, &key, &val);
+	if (rc)
+		return layout_rc(rc);
+	out->len = val.mv_size;
+	out->data = val.mv_data;
+	return 0;
 }
 
-int vf_put(MDB_txn *txn, MDB_dbi dbi, const void *k, size_t kl, const void *d,
+int vf_put(vf_txn *txn, vf_dbi dbi, const void *k, size_t kl, const void *d,
 	   size_t dl, unsigned flags)
 {
 	MDB_val key = {kl, (void *)k}, val = {dl, (void *)d};
-	return mdb_put(txn, dbi, &key, &val, flags);
+	return layout_rc(mdb_put(txn, dbi, &key, &val, flags & VF_APPEND ? MDB_APPEND : 0));
 }
 
-int vf_del(MDB_txn *txn, MDB_dbi dbi, const void *k, size_t kl)
+int vf_del(vf_txn *txn, vf_dbi dbi, const void *k, size_t kl)
 {
 	MDB_val key = {kl, (void *)k};
-	return mdb_del(txn, dbi, &key, NULL);
+	return layout_rc(mdb_del(txn, dbi, &key, NULL));
+}
+
+int vf_cursor_open(vf_txn *txn, vf_dbi dbi, vf_cursor **cur)
+{
+	return layout_rc(mdb_cursor_open(txn, dbi, cur));
+}
+
+void vf_cursor_close(vf_cursor *cur)
+{
+	mdb_cursor_close(cur);
+}
+
+int vf_cursor_get(vf_cursor *cur, vf_val *k, vf_val *d, int op)
+{
+	static const MDB_cursor_op ops[] = {
+		[VF_FIRST] = MDB_FIRST, [VF_NEXT] = MDB_NEXT,
+		[VF_SEEK] = MDB_SET_RANGE, [VF_CURRENT] = MDB_GET_CURRENT,
+	};
+	MDB_val key = {k->len, k->data}, val;
+	int rc = mdb_cursor_get(cur, &key, &val, ops[op]);
+	if (rc)
+		return layout_rc(rc);
+	k->len = key.mv_size;
+	k->data = key.mv_data;
+	d->len = val.mv_size;
+	d->data = val.mv_data;
+	return 0;
+}
+
+int vf_cursor_del(vf_cursor *cur)
+{
+	return layout_rc(mdb_cursor_del(cur, 0));
+}
+
+int vf_cursor_prefix(vf_cursor *cur, const void *prefix, size_t plen, vf_val *k, vf_val *d,
+		     int op)
+{
+	if (op == VF_SEEK) {
+		k->len = plen;
+		k->data = (void *)prefix;
+	}
+	int rc = vf_cursor_get(cur, k, d, op);
+	if (rc == 0 && (k->len < plen || memcmp(k->data, prefix, plen)))
+		return -ENOENT;
+	return rc;
+}
+
+int vf_drop_prefix(vf_txn *txn, vf_dbi dbi, const void *prefix, size_t plen)
+{
+	MDB_cursor *cur;
+	MDB_val k = {plen, (void *)prefix}, d;
+	int rc = mdb_cursor_open(txn, dbi, &cur);
+	if (rc)
+		return layout_rc(rc);
+	rc = mdb_cursor_get(cur, &k, &d, MDB_SET_RANGE);
+	while (rc == 0 && k.mv_size >= plen && !memcmp(k.mv_data, prefix, plen)) {
+		if ((rc = mdb_cursor_del(cur, 0)))
+			break;
+		/* after a delete the cursor is on the next key, if any */
+		rc = mdb_cursor_get(cur, &k, &d, MDB_GET_CURRENT);
+		if (rc == MDB_NOTFOUND || rc == EINVAL)
+			rc = mdb_cursor_get(cur, &k, &d, MDB_NEXT);
+	}
+	mdb_cursor_close(cur);
+	return rc == MDB_NOTFOUND ? 0 : layout_rc(rc);
+}
+
+uint64_t vf_txn_id(vf_txn *txn)
+{
+	return mdb_txn_id(txn);
+}
+
+int vf_store_backup(vf_store *s, int fd)
+{
+	pthread_rwlock_rdlock(&s->resize);
+	int rc = mdb_env_copyfd2(s->env, fd, MDB_CP_COMPACT);
+	pthread_rwlock_unlock(&s->resize);
+	return vf_store_err(rc);
 }

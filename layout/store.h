@@ -1,6 +1,8 @@
 /*
  * layout/store.h - the LMDB environment of one store: its databases
- * (key families), transactions, map growth and error mapping.
+ * (key families), transactions, map growth, reads, writes and walks of
+ * the key families, and error mapping.  The rest of the library reaches
+ * LMDB only through this header (and meta.h, assign.h over it).
  *
  * Databases (each a key family; all keys big-endian so byte order is
  * numeric order):
@@ -19,17 +21,40 @@
 #ifndef VF_STORE_H
 #define VF_STORE_H
 
-#include <lmdb.h>
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
+/* A transaction (read or write) and a position in one key family: LMDB's
+ * own, opaque outside layout/, which alone includes <lmdb.h>. */
+typedef struct MDB_txn vf_txn;
+typedef struct MDB_cursor vf_cursor;
+/* A key family (one LMDB database) of an open store. */
+typedef unsigned int vf_dbi;
+/* Bytes: a key or value to write, or one read, which points into the map
+ * and stays valid until its transaction ends or writes to it. */
+typedef struct vf_val {
+	size_t len;
+	void *data;
+} vf_val;
+
+/* Errors.  Every call below returns 0 or a negative code: -ENOENT when a
+ * key is missing or a walk went past the last key, another negative errno,
+ * or one of LMDB's own codes (a damaged file, a full map), which
+ * vf_store_err() maps to a negative errno like any other. */
+int vf_store_err(int rc);
+/* Is rc one of LMDB's own codes (not an errno)? */
+int vf_store_own_code(int rc);
+/* rc in words (LMDB's name and message for its own codes). */
+const char *vf_store_strerror(int rc);
+
 typedef struct vf_store {
-	MDB_env *env;
-	MDB_dbi meta, records, keys, changes, gens, postings, staging;
+	struct MDB_env *env;
+	vf_dbi meta, records, keys, changes, gens, postings, staging;
 	pthread_rwlock_t resize;  /* txns shared, map growth exclusive */
+	pthread_key_t reads_key;  /* read transactions each thread holds */
 	pthread_mutex_t pool_mu;  /* pool of reset read transactions */
-	MDB_txn *pool[64];
+	vf_txn *pool[64];
 	int npool;
 	size_t mapsize;
 	uint64_t map_epoch;       /* grows each time the map may have moved */
@@ -42,9 +67,6 @@ typedef struct vf_store {
 	char dir[4096];
 } vf_store;
 
-/* Map an LMDB or errno return (positive) to a negative errno. */
-int vf_mdb_err(int rc);
-
 /* Open the store in `dir` (created if missing).  `mapsize` 0 = automatic.
  * -EBUSY when another handle or process holds it. */
 int vf_store_open(const char *dir, size_t mapsize, vf_store **out, char *err,
@@ -56,8 +78,8 @@ int vf_store_open_readonly(const char *dir, vf_store **out, char *err, size_t er
 void vf_store_close(vf_store *s);
 
 /* Read transactions: taken from a pool of reset transactions. */
-int vf_read_begin(vf_store *s, MDB_txn **txn);
-void vf_read_end(vf_store *s, MDB_txn *txn);
+int vf_read_begin(vf_store *s, vf_txn **txn);
+void vf_read_end(vf_store *s, vf_txn *txn);
 
 /* How many vf_write() calls wait for the writer lock now. */
 int vf_write_waiters(vf_store *s);
@@ -69,9 +91,10 @@ void vf_write_yield(vf_store *s);
 /* Run fn inside one write transaction and commit it durably.  When the map
  * is full the transaction is aborted, the map grown and fn run again, so fn
  * must have no effect outside the transaction (from a thread that holds a
- * read transaction the map cannot grow: -ENOSPC).  fn returns 0, a negative
- * errno, or an LMDB code. */
-typedef int (*vf_write_fn)(MDB_txn *txn, void *arg);
+ * read transaction of this store the map cannot grow: -ENOSPC; one of
+ * another store does not matter).  fn returns 0, a negative errno, or an
+ * LMDB code. */
+typedef int (*vf_write_fn)(vf_txn *txn, void *arg);
 int vf_write(vf_store *s, vf_write_fn fn, void *arg);
 
 /* Record location hints: where a record's value was last seen in the map,
@@ -107,12 +130,40 @@ uint64_t vf_store_bytes(vf_store *s);
 uint64_t vf_store_version(vf_store *s);
 /* Bytes in use in the snapshot of txn: the file's pages less the free
  * pages waiting for reuse (the file itself never shrinks). */
-uint64_t vf_store_used_bytes(vf_store *s, MDB_txn *txn);
+uint64_t vf_store_used_bytes(vf_store *s, vf_txn *txn);
 
-/* Small helpers over one database. */
-int vf_get(MDB_txn *txn, MDB_dbi dbi, const void *k, size_t kl, MDB_val *out);
-int vf_put(MDB_txn *txn, MDB_dbi dbi, const void *k, size_t kl, const void *d,
+/* One key of one family: read (-ENOENT when missing), write (flags 0 or
+ * VF_APPEND: the key sorts after every key of the family), delete. */
+#define VF_APPEND 1
+int vf_get(vf_txn *txn, vf_dbi dbi, const void *k, size_t kl, vf_val *out);
+int vf_put(vf_txn *txn, vf_dbi dbi, const void *k, size_t kl, const void *d,
 	   size_t dl, unsigned flags);
-int vf_del(MDB_txn *txn, MDB_dbi dbi, const void *k, size_t kl);
+int vf_del(vf_txn *txn, vf_dbi dbi, const void *k, size_t kl);
+
+/* Walking a family in key order.  vf_cursor_get() moves the cursor and
+ * returns its key and value (-ENOENT past the last key): VF_FIRST to the
+ * first key, VF_NEXT to the next one, VF_SEEK to the first key at or after
+ * *k, VF_CURRENT stays (after vf_cursor_del() it is on the key that
+ * followed the deleted one, or -ENOENT/-EINVAL when there was none). */
+enum { VF_FIRST, VF_NEXT, VF_SEEK, VF_CURRENT };
+int vf_cursor_open(vf_txn *txn, vf_dbi dbi, vf_cursor **cur);
+void vf_cursor_close(vf_cursor *cur);
+int vf_cursor_get(vf_cursor *cur, vf_val *k, vf_val *d, int op);
+int vf_cursor_del(vf_cursor *cur);
+/* A walk over the keys that start with prefix[0..plen): vf_cursor_get()
+ * with op VF_SEEK (k is set to the prefix) to the first of them, then
+ * VF_NEXT; -ENOENT past the last. */
+int vf_cursor_prefix(vf_cursor *cur, const void *prefix, size_t plen, vf_val *k, vf_val *d,
+		     int op);
+
+/* Delete every key of the family that starts with prefix[0..plen). */
+int vf_drop_prefix(vf_txn *txn, vf_dbi dbi, const void *prefix, size_t plen);
+
+/* The id of txn's snapshot: the last write transaction committed before it
+ * began (a read), or its own (a write). */
+uint64_t vf_txn_id(vf_txn *txn);
+
+/* A consistent, compacted copy of the store's file, written to fd. */
+int vf_store_backup(vf_store *s, int fd);
 
 #endif

@@ -14,6 +14,7 @@
 
 #include <errno.h>
 #include <ftw.h>
+#include <lmdb.h> /* the damaged-page test reads the file as LMDB lays it out */
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>

@@ -748,7 +748,7 @@ typedef struct put_batch {
 	int calls;
 } put_batch;
 
-static int put_values(MDB_txn *txn, void *arg)
+static int put_values(vf_txn *txn, void *arg)
 {
 	put_batch *pb = arg;
 	pb->calls++;
@@ -766,18 +766,18 @@ static size_t read_values(vf_store *s)
 {
 	uint8_t *want = malloc(VAL_SIZE);
 	assert_non_null(want);
-	MDB_txn *txn = NULL;
+	vf_txn *txn = NULL;
 	assert_int_equal(vf_read_begin(s, &txn), 0);
 	size_t bad = 0;
 	for (uint32_t i = 0; i < NVALS; i++) {
 		vf_key64 k = vf_key_u64(i);
-		MDB_val v;
+		vf_val v;
 		int rc = vf_get(txn, s->records, k.b, sizeof k.b, &v);
 		fill_value(want, i);
-		if (rc != 0 || v.mv_size != VAL_SIZE || memcmp(v.mv_data, want, VAL_SIZE) != 0) {
+		if (rc != 0 || v.len != VAL_SIZE || memcmp(v.data, want, VAL_SIZE) != 0) {
 			if (bad++ < 5)
 				print_message("value %u: rc %d size %zu\n", i, rc,
-					      rc ? (size_t)0 : v.mv_size);
+					      rc ? (size_t)0 : v.len);
 		}
 	}
 	vf_read_end(s, txn);
@@ -793,7 +793,7 @@ typedef struct block_put {
 	size_t len[3];
 } block_put;
 
-static int put_blocks(MDB_txn *txn, void *arg)
+static int put_blocks(vf_txn *txn, void *arg)
 {
 	block_put *bp = arg;
 	for (int i = 0; i < 3; i++) {
@@ -832,7 +832,7 @@ static void holder_wait(holder *h, int st)
 static void *hold_read(void *arg)
 {
 	holder *h = arg;
-	MDB_txn *txn;
+	vf_txn *txn;
 	if (vf_read_begin(h->s, &txn) != 0)
 		return NULL;
 	holder_set(h, 1);
@@ -851,7 +851,7 @@ static void test_hint_table_grows(void **state)
 	vf_store *s;
 	static const char rec[] = "a record";
 	size_t len = 0;
-	MDB_txn *txn;
+	vf_txn *txn;
 	assert_int_equal(vf_store_open(f->dir, 0, &s, err, sizeof err), 0);
 	assert_int_equal(vf_hint_init(s, 100), 0);
 	assert_int_equal(s->hint_mask + 1, 4096);
@@ -925,14 +925,14 @@ static void test_block_columns_aligned(void **state)
 		bp.buf[i] = block_make(&cs[i], &bp.len[i]);
 	}
 	assert_int_equal(vf_write(s, put_blocks, &bp), 0);
-	MDB_txn *txn;
+	vf_txn *txn;
 	assert_int_equal(vf_read_begin(s, &txn), 0);
 	for (int i = 0; i < 3; i++) {
 		vf_key64 k = vf_key_u64((uint64_t)i);
-		MDB_val v;
+		vf_val v;
 		vf_block b;
 		assert_int_equal(vf_get(txn, s->postings, k.b, sizeof k.b, &v), 0);
-		assert_int_equal(vf_block_open(v.mv_data, v.mv_size, &b), 0);
+		assert_int_equal(vf_block_open(v.data, v.len, &b), 0);
 		check_block(&b, &cs[i]);
 		for (int c = 0; c < VF_NCOL; c++)
 			if ((uintptr_t)b.col[c] % 64)
@@ -1012,7 +1012,7 @@ static void test_map_growth(void **state)
 	char sub[PATH_MAX];
 	snprintf(sub, sizeof sub, "%s/small", f->dir);
 	assert_int_equal(vf_store_open(sub, (size_t)1 << 20, &s, err, sizeof err), 0);
-	MDB_txn *rt = NULL;
+	vf_txn *rt = NULL;
 	assert_int_equal(vf_read_begin(s, &rt), 0);
 	put_batch big = { s, 0, 24, malloc(VAL_SIZE), 0 }; /* 1.5 MiB */
 	assert_non_null(big.val);
@@ -1021,8 +1021,23 @@ static void test_map_growth(void **state)
 	vf_read_end(s, rt);
 	assert_int_equal(vf_write(s, put_values, &big), 0);
 	assert_true(s->mapsize > ((size_t)1 << 20));
+	vf_store_close(s);
+
+	/* a read transaction held on another store does not stop this one's
+	 * map from growing */
+	vf_store *other = NULL;
+	snprintf(sub, sizeof sub, "%s/other", f->dir);
+	assert_int_equal(vf_store_open(sub, (size_t)1 << 20, &other, err, sizeof err), 0);
+	snprintf(sub, sizeof sub, "%s/small2", f->dir);
+	assert_int_equal(vf_store_open(sub, (size_t)1 << 20, &s, err, sizeof err), 0);
+	assert_int_equal(vf_read_begin(other, &rt), 0);
+	big.s = s;
+	assert_int_equal(vf_write(s, put_values, &big), 0);
+	assert_true(s->mapsize > ((size_t)1 << 20));
+	vf_read_end(other, rt);
 	free(big.val);
 	vf_store_close(s);
+	vf_store_close(other);
 }
 
 /* ------------------------------------------------------------ 6. assignment */
@@ -1043,14 +1058,14 @@ typedef struct assign_job {
 	int rc;
 } assign_job;
 
-static int assign_write(MDB_txn *txn, void *arg)
+static int assign_write(vf_txn *txn, void *arg)
 {
 	assign_job *j = arg;
 	return vf_assign_write(txn, j->s, j->gen, j->map, j->n);
 }
 
 /* Reads (no assertions inside the transaction): counts mismatches. */
-static int assign_read(MDB_txn *txn, void *arg)
+static int assign_read(vf_txn *txn, void *arg)
 {
 	assign_job *j = arg;
 	j->bad = 0;
@@ -1077,7 +1092,7 @@ typedef struct assign_sets {
 	uint64_t gen;
 } assign_sets;
 
-static int assign_set_all(MDB_txn *txn, void *arg)
+static int assign_set_all(vf_txn *txn, void *arg)
 {
 	assign_sets *a = arg;
 	for (size_t i = 0; i < a->n; i++) {

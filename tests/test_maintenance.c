@@ -6,6 +6,7 @@
  * the writes made while it runs.
  */
 #include <errno.h>
+#include <lmdb.h> /* the change log's size, from LMDB itself */
 #include <math.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -93,7 +94,7 @@ static void test_compact_keeps_results(void **state)
 	vecfs_stats st = stats(v);
 	assert_true(st.delta_postings > 0);
 	assert_true(st.unindexed > 0);
-	vecfs_query_opts ex = {10, 0, 0, 1}, ann = {10, 0, 0, 0};
+	vecfs_query_opts ex = {.k = 10, .exact = 1}, ann = {.k = 10};
 	vecfs_results *e1 = search_opts(v, c.q, NQ, D, &ex), *a1 = search_opts(v, c.q, NQ, D, &ann);
 	uint32_t rewritten = 0;
 	assert_int_equal(vecfs_compact(v, &rewritten, err, sizeof err), 0);
@@ -185,7 +186,7 @@ typedef struct reader {
 static void *read_loop(void *arg)
 {
 	reader *r = arg;
-	vecfs_query_opts o = {10, 0, 0, 0};
+	vecfs_query_opts o = {.k = 10};
 	while (!r->stop) {
 		vecfs_results *res;
 		char err[256];
@@ -238,7 +239,7 @@ static void test_rebalance_publishes(void **state)
 	churned c;
 	churn(v, &c);
 	uint64_t before = vecfs_active(v);
-	vecfs_query_opts ex = {10, 0, 0, 1};
+	vecfs_query_opts ex = {.k = 10, .exact = 1};
 	vecfs_results *e1 = search_opts(v, c.q, NQ, D, &ex);
 	assert_int_equal(vecfs_rebalance(v, 1, &gen, NULL, NULL, err, sizeof err), 0);
 	assert_true(gen != before);
@@ -476,7 +477,7 @@ static void test_rebalance_splits_skewed(void **state)
 	char msg[512];
 	skew(v, &k, 4242);
 	uint64_t parent = vecfs_active(v);
-	vecfs_query_opts ex = {10, 0, 0, 1}, ann = {10, 0, 0, 0};
+	vecfs_query_opts ex = {.k = 10, .exact = 1}, ann = {.k = 10};
 	vecfs_results *e1 = search_opts(v, k.q, SKQ, D, &ex);
 	uint64_t gen = rebalance(v, 1);
 	assert_true(gen != parent);
@@ -688,7 +689,7 @@ static void test_rebalance_keeps_writes(void **state)
 		if (k.alive[r])
 			find_own(v, k.ds.x + (size_t)r * D, key);
 	}
-	vecfs_query_opts ex = {10, 0, 0, 1}, ann = {10, 0, 0, 0};
+	vecfs_query_opts ex = {.k = 10, .exact = 1}, ann = {.k = 10};
 	vecfs_results *e = search_opts(v, k.q, SKQ, D, &ex), *a = search_opts(v, k.q, SKQ, D, &ann);
 	only_alive(e, k.alive, SKB + SKH);
 	only_alive(a, k.alive, SKB + SKH);
@@ -802,7 +803,7 @@ static void test_rebalance_merges(void **state)
 	assert_true(moved >= 1);
 	free(cent);
 	free(pcent);
-	vecfs_query_opts ex = {10, 0, 0, 1}, ann = {10, 0, 0, 0};
+	vecfs_query_opts ex = {.k = 10, .exact = 1}, ann = {.k = 10};
 	vecfs_results *e = search_opts(v, q, SKQ, D, &ex), *a = search_opts(v, q, SKQ, D, &ann);
 	only_alive(e, alive, 3000);
 	only_alive(a, alive, 3000);
@@ -889,7 +890,7 @@ static void test_rebalance_copy(void **state)
 	free(pc);
 	free(cc);
 	assert_int_equal(stats(v).rebalances, 1);
-	vecfs_query_opts ex = {10, 0, 0, 1}, ann = {10, 0, 0, 0};
+	vecfs_query_opts ex = {.k = 10, .exact = 1}, ann = {.k = 10};
 	vecfs_results *e = search_opts(v, ds.x + 7 * D, 1, D, &ex);
 	vecfs_results *a = search_opts(v, ds.x + 7 * D, 1, D, &ann);
 	assert_int_equal(a->generation, gen);
@@ -1087,7 +1088,7 @@ static void test_compact_in_steps(void **state)
 	assert_int_equal(st.records, N + 1000 - 300 + SW - SW);
 	assert_int_equal(vecfs_verify(v, msg, sizeof msg), 0);
 	stepper_check(&w);
-	vecfs_query_opts ann = {10, 0, 0, 0};
+	vecfs_query_opts ann = {.k = 10};
 	vecfs_results *a = search_opts(v, c.q, NQ, D, &ann);
 	no_deleted(a);
 	keys_unique(a);
@@ -1136,7 +1137,7 @@ static void test_compact_interrupted(void **state)
 	free(ci);
 	/* every live row once: no posting of a row twice in the new one */
 	assert_int_equal(postings, st.records);
-	vecfs_query_opts ann = {10, 0, 0, 0};
+	vecfs_query_opts ann = {.k = 10};
 	vecfs_results *a = search_opts(v, c.q, NQ, D, &ann);
 	no_deleted(a);
 	keys_unique(a);

@@ -646,27 +646,27 @@ static void test_location_hints_filled_at_open(void **state)
 	v = fx_open(f, NULL);
 	size_t seen = 0, hinted[3] = {0, 0, 0}, total[3] = {0, 0, 0};
 	for (int wait = 0; wait < 300; wait++) { /* until the fill has ended */
-		MDB_txn *txn;
-		MDB_cursor *cur;
-		MDB_val k, d;
+		vf_txn *txn;
+		vf_cursor *cur;
+		vf_val k, d;
 		size_t got = 0, n = 0, len;
 		assert_int_equal(vf_read_begin(v->store, &txn), 0);
-		assert_int_equal(mdb_cursor_open(txn, v->store->records, &cur), 0);
+		assert_int_equal(vf_cursor_open(txn, v->store->records, &cur), 0);
 		memset(hinted, 0, sizeof hinted);
 		memset(total, 0, sizeof total);
-		for (int rc = mdb_cursor_get(cur, &k, &d, MDB_FIRST); rc == 0;
-		     rc = mdb_cursor_get(cur, &k, &d, MDB_NEXT), n++) {
-			const void *p = vf_hint_get(v->store, vf_rd_be64(k.mv_data), &len);
+		for (int rc = vf_cursor_get(cur, &k, &d, VF_FIRST); rc == 0;
+		     rc = vf_cursor_get(cur, &k, &d, VF_NEXT), n++) {
+			const void *p = vf_hint_get(v->store, vf_rd_be64(k.data), &len);
 			size_t chunk = n / 65536 < 2 ? n / 65536 : 2;
 			total[chunk]++;
 			if (!p)
 				continue;
-			assert_ptr_equal(p, d.mv_data);
-			assert_int_equal(len, d.mv_size);
+			assert_ptr_equal(p, d.data);
+			assert_int_equal(len, d.len);
 			hinted[chunk]++;
 			got++;
 		}
-		mdb_cursor_close(cur);
+		vf_cursor_close(cur);
 		vf_read_end(v->store, txn);
 		seen = n;
 		if (got > n * 97 / 100)

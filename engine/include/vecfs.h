@@ -10,8 +10,9 @@
  * Conventions: functions return 0 or a negative errno.  Where a function takes
  * `char *err, size_t errlen`, a one-line human-readable reason is written
  * there on failure (may be NULL).  All functions are thread-safe on one
- * `vecfs` handle unless noted.  No global state: everything hangs off the
- * handle.
+ * `vecfs` handle unless noted.  Handles share no state: everything hangs
+ * off the handle, but for what the process settles once (the CPU kernels
+ * used, the CPUs jobs run on).
  */
 #ifndef VECFS_H
 #define VECFS_H
@@ -39,7 +40,7 @@ int vecfs_metric_parse(const char *s, vecfs_metric *out); /* 0 / -EINVAL */
 /* ---------------------------------------------------------------- store */
 
 /* Open (creating if missing) the store in directory `dir`.  Fails with
- * -EBUSY if another process holds the store open. */
+ * -EBUSY if another handle or process holds the store open. */
 int vecfs_open(const char *dir, vecfs **out, char *err, size_t errlen);
 /* Open an existing store to read it as it is, also while a daemon has it
  * mounted (each read is one consistent snapshot): no recovery, no

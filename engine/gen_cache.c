@@ -1,0 +1,118 @@
+/*
+ * engine/gen_cache.c - the in-memory cache of generations: routing state
+ * (centroids, rotation, cluster index) loaded once and shared by reference.
+ */
+#include "internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static void gen_free(vf_gen *g)
+{
+	float *centroids = g->centroids;
+	vf_gen_routing_free(g);
+	free(centroids);
+	free(g->located);
+	pthread_mutex_destroy(&g->located_mu);
+	free(g);
+}
+
+static int gen_load(vf_txn *txn, vf_store *s, uint64_t id, vf_gen **out)
+{
+	vf_genmeta m;
+	float *centroids = NULL;
+	int rc;
+	if ((rc = vf_load_genmeta(txn, s, id, &m)))
+		return rc;
+	size_t n = (size_t)m.nlist * m.dim;
+	if (m.nlist == 0)
+		return -EIO;
+	vf_gen *g = calloc(1, sizeof *g);
+	if (!g || !(centroids = malloc(sizeof *centroids * n))) {
+		free(g);
+		return -ENOMEM;
+	}
+	if ((rc = vf_store_err(vf_load_centroids(txn, s, id, centroids, n)))) {
+		free(centroids);
+		free(g);
+		return rc;
+	}
+	pthread_mutex_init(&g->located_mu, NULL);
+	/* routing state (rotation, centroid index, rotated centroids) */
+	if ((rc = vf_gen_routing(g, &m, centroids))) {
+		free(centroids);
+		free(g);
+		return rc;
+	}
+	*out = g;
+	return 0;
+}
+
+int vf_gen_get(vecfs *v, vf_txn *txn, uint64_t id, vf_gen **out)
+{
+	pthread_mutex_lock(&v->gen_mu);
+	for (vf_gen *g = v->gens; g; g = g->next)
+		if (g->id == id) {
+			g->refs++;
+			pthread_mutex_unlock(&v->gen_mu);
+			*out = g;
+			return 0;
+		}
+	pthread_mutex_unlock(&v->gen_mu);
+	vf_gen *g = NULL;
+	int rc = gen_load(txn, v->store, id, &g);
+	if (rc)
+		return rc;
+	if (g->meta.state != VECFS_GEN_READY && g->meta.state != VECFS_GEN_BUILDING) {
+		gen_free(g);
+		return -EINVAL;
+	}
+	pthread_mutex_lock(&v->gen_mu);
+	for (vf_gen *h = v->gens; h; h = h->next)
+		if (h->id == id) { /* loaded concurrently */
+			h->refs++;
+			pthread_mutex_unlock(&v->gen_mu);
+			gen_free(g);
+			*out = h;
+			return 0;
+		}
+	g->refs = 2; /* the cache's and the caller's */
+	g->next = v->gens;
+	v->gens = g;
+	pthread_mutex_unlock(&v->gen_mu);
+	*out = g;
+	return 0;
+}
+
+void vf_gen_put(vecfs *v, vf_gen *g)
+{
+	if (!g)
+		return;
+	pthread_mutex_lock(&v->gen_mu);
+	int last = --g->refs == 0;
+	pthread_mutex_unlock(&v->gen_mu);
+	if (last)
+		gen_free(g);
+}
+
+void vf_gen_forget(vecfs *v, uint64_t id)
+{
+	vf_gen *found = NULL;
+	pthread_mutex_lock(&v->gen_mu);
+	for (vf_gen **pp = &v->gens; *pp; pp = &(*pp)->next)
+		if ((*pp)->id == id) {
+			found = *pp;
+			*pp = found->next;
+			break;
+		}
+	pthread_mutex_unlock(&v->gen_mu);
+	vf_gen_put(v, found);
+}
+
+uint32_t vf_gen_nearest(const vf_gen *g, const float *x)
+{
+	uint32_t best = 0;
+	float bd = 0;
+	vf_nearest(&g->ci, x, 1, &best, &bd, 1);
+	return best;
+}

@@ -1,0 +1,177 @@
+/*
+ * engine/open.c - opening and closing a store: recovery of builds a crash
+ * interrupted, the thread that fills the record location hints, and the
+ * background threads started and stopped with the handle.
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "keys.h"
+
+/* A build that did not finish (crash) leaves a `building` generation: mark
+ * it failed and free its keys. */
+static int recover_fn(vf_txn *txn, void *arg)
+{
+	vf_store *s = arg;
+	vf_cursor *cur;
+	vf_genmeta m;
+	uint64_t stale[64];
+	int n = 0, rc = vf_cursor_open(txn, s->gens, &cur);
+	if (rc)
+		return rc;
+	for (rc = vf_genmeta_walk(cur, VF_FIRST, &m); rc == 0;
+	     rc = vf_genmeta_walk(cur, VF_NEXT, &m))
+		if (m.state == VECFS_GEN_BUILDING && n < 64)
+			stale[n++] = m.id;
+	vf_cursor_close(cur);
+	for (int i = 0; i < n; i++) {
+		if ((rc = vf_load_genmeta(txn, s, stale[i], &m)))
+			return rc;
+		if ((rc = vf_drop_generation_keys(txn, s, stale[i])))
+			return rc;
+		m.state = VECFS_GEN_FAILED;
+		snprintf(m.phase, sizeof m.phase, "failed");
+		if ((rc = vf_save_genmeta(txn, s, &m)))
+			return rc;
+	}
+	return 0;
+}
+
+#define HINT_FILL_CHUNK 65536 /* records a read transaction */
+
+/* Fill the record location hints once, in the background, so a re-rank
+ * skips the tree descent from the first queries on, not only for records
+ * it has read before.  (Afterwards each lookup that misses refreshes its
+ * record's hint.) */
+static void *hint_fill(void *arg)
+{
+	vecfs *v = arg;
+	uint8_t next[8] = {0}; /* the first id not yet seen */
+	int more = 1;
+	/* in short read transactions, so that one never holds up a writer
+	 * that must grow the map (or keeps freed pages from reuse) for long */
+	while (more && !__atomic_load_n(&v->hint_stop, __ATOMIC_RELAXED)) {
+		vf_txn *txn;
+		vf_cursor *cur;
+		vf_val k = {sizeof next, next}, d;
+		more = 0;
+		if (vf_read_begin(v->store, &txn))
+			return NULL;
+		if (vf_cursor_open(txn, v->store->records, &cur) == 0) {
+			size_t n = 0;
+			for (int rc = vf_cursor_get(cur, &k, &d, VF_SEEK); rc == 0;
+			     rc = vf_cursor_get(cur, &k, &d, VF_NEXT)) {
+				if (++n > HINT_FILL_CHUNK ||
+				    __atomic_load_n(&v->hint_stop, __ATOMIC_RELAXED)) {
+					/* resume at this key in the next transaction */
+					memcpy(next, k.data, k.len < 8 ? k.len : 8);
+					more = k.len == 8;
+					break;
+				}
+				if (k.len == 8)
+					vf_hint_put(v->store, vf_rd_be64(k.data), d.data,
+						    d.len);
+			}
+			vf_cursor_close(cur);
+		}
+		vf_read_end(v->store, txn);
+	}
+	return NULL;
+}
+
+static void hint_start(vecfs *v)
+{
+	vf_counters cnt;
+	/* for the records of today; writes make it larger as they add more */
+	if (vf_read_counters(v->store, &cnt) || vf_hint_init(v->store, cnt.live))
+		return;
+	/* tests that damage the file: a cursor walk into a damaged page is
+	 * one of LMDB's assertions (an abort), a point lookup an error */
+	if (getenv("VECFS_NO_HINT_FILL"))
+		return;
+	if (cnt.live && pthread_create(&v->hint_thread, NULL, hint_fill, v) == 0)
+		v->hint_started = 1;
+}
+
+static int open_store(const char *dir, int readonly, vecfs **out, char *err, size_t errlen)
+{
+	vecfs *v = calloc(1, sizeof *v);
+	int rc;
+	if (!v)
+		return -ENOMEM;
+	const char *ms = getenv("VECFS_MAPSIZE"); /* tests: start small */
+	size_t mapsize = ms ? strtoull(ms, NULL, 0) : 0;
+	if ((rc = readonly ? vf_store_open_readonly(dir, &v->store, err, errlen)
+			   : vf_store_open(dir, mapsize, &v->store, err, errlen))) {
+		free(v);
+		return rc;
+	}
+	v->vcache = calloc(1, sizeof *v->vcache);
+	if (!v->vcache) {
+		vf_store_close(v->store);
+		free(v);
+		return -ENOMEM;
+	}
+	pthread_mutex_init(&v->gen_mu, NULL);
+	pthread_mutex_init(&v->build_mu, NULL);
+	pthread_mutex_init(&v->stat_mu, NULL);
+	long nc = sysconf(_SC_NPROCESSORS_ONLN);
+	v->threads = nc < 1 ? 1 : nc > 16 ? 16 : (int)nc;
+	if (readonly) { /* as it is: no recovery, no maintenance */
+		*out = v;
+		return 0;
+	}
+	if ((rc = vf_write(v->store, recover_fn, v->store))) {
+		vf_seterr(err, errlen, "cannot recover store %s: %s", dir, strerror(-rc));
+		vecfs_close(v);
+		return rc;
+	}
+	hint_start(v);
+	vf_maint_start(v);
+	*out = v;
+	return 0;
+}
+
+int vecfs_open(const char *dir, vecfs **out, char *err, size_t errlen)
+{
+	return open_store(dir, 0, out, err, errlen);
+}
+
+int vecfs_open_readonly(const char *dir, vecfs **out, char *err, size_t errlen)
+{
+	return open_store(dir, 1, out, err, errlen);
+}
+
+void vecfs_close(vecfs *v)
+{
+	if (!v)
+		return;
+	if (v->maint_started)
+		vf_maint_stop(v);
+	pthread_mutex_lock(&v->stat_mu);
+	v->closing = 1;
+	int running = v->auto_running;
+	pthread_mutex_unlock(&v->stat_mu);
+	if (running)
+		pthread_join(v->auto_thread, NULL);
+	if (v->hint_started) {
+		__atomic_store_n(&v->hint_stop, 1, __ATOMIC_RELAXED);
+		pthread_join(v->hint_thread, NULL);
+	}
+	while (v->gens) {
+		vf_gen *g = v->gens;
+		v->gens = g->next;
+		g->refs = 1;
+		vf_gen_put(v, g);
+	}
+	vf_store_close(v->store);
+	free(v->vcache);
+	pthread_mutex_destroy(&v->gen_mu);
+	pthread_mutex_destroy(&v->build_mu);
+	pthread_mutex_destroy(&v->stat_mu);
+	free(v);
+}

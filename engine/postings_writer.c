@@ -1,0 +1,226 @@
+/*
+ * engine/postings_writer.c - delta postings and tombstones written into a
+ * live generation for changed records, and the rows' clusters and codes
+ * found beforehand on every CPU.
+ */
+#include "write.h"
+#include "parallel.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "changes.h"
+#include "keys.h"
+
+int vf_pw_init(vf_posting_writer *w, vecfs *v, vf_gen *g)
+{
+	memset(w, 0, sizeof *w);
+	w->v = v;
+	w->g = g;
+	vf_assign_cache_init(&w->assign, g->id);
+	int rc = vf_encoder_init(&w->enc, &g->rot, g->meta.bits, g->meta.metric == VECFS_DOT);
+	if (rc)
+		return rc;
+	w->planes = malloc((size_t)g->meta.bits * g->meta.pdim / 8);
+	w->buf = malloc(vf_delta_size(g->meta.pdim, g->meta.bits, VECFS_KEY_MAX));
+	w->tmp = malloc(sizeof(float) * g->meta.dim);
+	w->mf = malloc(sizeof(vf_manifest) * g->meta.nlist);
+	w->mf_state = calloc(g->meta.nlist, 1);
+	if (!w->planes || !w->buf || !w->tmp || !w->mf || !w->mf_state) {
+		vf_pw_free(w);
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+void vf_pw_free(vf_posting_writer *w)
+{
+	vf_encoder_free(&w->enc);
+	vf_assign_cache_free(&w->assign);
+	free(w->planes);
+	free(w->buf);
+	free(w->tmp);
+	free(w->mf);
+	free(w->mf_state);
+	w->planes = w->buf = w->mf_state = NULL;
+	w->tmp = NULL;
+	w->mf = NULL;
+}
+
+int vf_pw_flush(vf_posting_writer *w, vf_txn *txn)
+{
+	vf_store *s = w->v->store;
+	for (uint32_t c = 0; c < w->g->meta.nlist; c++)
+		if (w->mf_state[c] == 2) {
+			int rc = vf_save_manifest(txn, s, w->g->id, c, &w->mf[c]);
+			if (rc)
+				return rc;
+			w->mf_state[c] = 1;
+		}
+	return vf_assign_cache_flush(&w->assign, txn, s);
+}
+
+static int bump_manifest(vf_posting_writer *w, vf_txn *txn, uint32_t c, int dd, int dt)
+{
+	if (c >= w->g->meta.nlist)
+		return -EIO;
+	if (!w->mf_state[c]) {
+		int rc = vf_load_manifest(txn, w->v->store, w->g->id, c, &w->mf[c]);
+		if (rc)
+			return rc;
+	}
+	vf_manifest *m = &w->mf[c];
+	m->deltas += dd;
+	m->tombstones += dt;
+	w->added += (uint64_t)(dd + dt);
+	w->mf_state[c] = 2;
+	if (m->deltas + m->tombstones > w->max_deltas)
+		w->max_deltas = m->deltas + m->tombstones;
+	return 0;
+}
+
+int vf_pw_apply(vf_posting_writer *w, vf_txn *txn, uint64_t id, uint64_t seq,
+		const float *vec, const char *key, uint32_t keylen, int has_payload,
+		const vf_precode *pre, uint32_t *cluster)
+{
+	vf_store *s = w->v->store;
+	vf_gen *g = w->g;
+	uint32_t old;
+	int rc = vf_assign_cache_get(&w->assign, txn, s, id, &old);
+	if (rc)
+		return rc;
+	if (old != VF_ASSIGN_NONE) {
+		/* kill every posting of id in that cluster older than seq */
+		if ((rc = vf_posting_put(txn, s, g->id, old, VF_PK_TOMB, id, &seq, 8)) ||
+		    (rc = bump_manifest(w, txn, old, 0, 1)))
+			return rc;
+	}
+	uint32_t c = VF_ASSIGN_NONE;
+	if (vec) {
+		vf_code code;
+		if (pre) {
+			code = pre->code;
+			c = pre->cluster;
+		} else {
+			if (vf_to_index_space((vecfs_metric)g->meta.metric, vec, w->tmp,
+					      g->meta.dim))
+				return -EINVAL;
+			c = vf_gen_nearest(g, w->tmp);
+			vf_encode(&w->enc, w->tmp, g->centroids + (size_t)c * g->meta.dim,
+				  g->rc + (size_t)c * g->meta.pdim, w->planes, &code);
+		}
+		code.id = id;
+		code.seq = seq;
+		code.key = key;
+		code.keylen = keylen;
+		code.has_payload = has_payload;
+		vf_delta_write(w->buf, &code, g->meta.dim, g->meta.pdim, g->meta.bits);
+		if ((rc = vf_posting_put(txn, s, g->id, c, VF_PK_DELTA, seq, w->buf,
+					 vf_delta_size(g->meta.pdim, g->meta.bits, keylen))) ||
+		    (rc = bump_manifest(w, txn, c, 1, 0)))
+			return rc;
+	}
+	if (cluster)
+		*cluster = c;
+	if (old != c)
+		rc = vf_assign_cache_set(&w->assign, txn, s, id, c);
+	return rc;
+}
+
+const vf_precode *vf_prepared_next(vf_prepared *p)
+{
+	if (!p || p->next >= p->n)
+		return NULL;
+	const vf_precode *c = &p->pc[p->next++];
+	return c->code.planes ? c : NULL;
+}
+
+void vf_prepared_free(vf_prepared *p)
+{
+	free(p->pc);
+	free(p->planes);
+	free(p->near);
+	free(p->x);
+	free(p->bad);
+	memset(p, 0, sizeof *p);
+}
+
+typedef struct encode_job {
+	const vf_gen *g;
+	vf_prepared *p;
+	size_t from, to;
+	int rc;
+} encode_job;
+
+static void *encode_run(void *arg)
+{
+	encode_job *j = arg;
+	const vf_gen *g = j->g;
+	vf_prepared *p = j->p;
+	uint32_t dim = g->meta.dim, pdim = g->meta.pdim;
+	size_t pbytes = (size_t)g->meta.bits * pdim / 8;
+	vf_encoder enc;
+	j->rc = vf_encoder_init(&enc, &g->rot, g->meta.bits, g->meta.metric == VECFS_DOT);
+	if (j->rc)
+		return NULL;
+	for (size_t i = j->from; i < j->to; i++) {
+		uint32_t c = p->near[i];
+		if (p->bad[i] || c >= g->meta.nlist)
+			continue;
+		p->pc[i].cluster = c;
+		vf_encode(&enc, p->x + i * dim, g->centroids + (size_t)c * dim,
+			  g->rc + (size_t)c * pdim, p->planes + i * pbytes, &p->pc[i].code);
+	}
+	vf_encoder_free(&enc);
+	return NULL;
+}
+
+/* Prepare rows[0..n) but those `skip` marks (superseded later in the same
+ * write, so vf_put_row never sees them).  Returns 0 or -ENOMEM. */
+int vf_prepare(vecfs *v, const vf_gen *g, const vecfs_row *rows, size_t n,
+		   const uint8_t *skip, vf_prepared *p)
+{
+	uint32_t dim = g->meta.dim;
+	size_t pbytes = (size_t)g->meta.bits * g->meta.pdim / 8, m = 0;
+	if (p->cap < n) {
+		vf_prepared_free(p);
+		p->pc = malloc(sizeof *p->pc * n);
+		p->planes = malloc(pbytes * n);
+		p->near = malloc(sizeof *p->near * n);
+		p->x = malloc(sizeof *p->x * dim * n);
+		p->bad = malloc(n);
+		if (!p->pc || !p->planes || !p->near || !p->x || !p->bad) {
+			vf_prepared_free(p);
+			return -ENOMEM;
+		}
+		p->cap = n;
+	}
+	for (size_t i = 0; i < n; i++) {
+		if (skip && skip[i])
+			continue;
+		p->bad[m] = vf_to_index_space((vecfs_metric)g->meta.metric, rows[i].vec,
+					      p->x + m * dim, dim) != 0;
+		if (p->bad[m])
+			memset(p->x + m * dim, 0, sizeof(float) * dim);
+		p->pc[m].code.planes = NULL;
+		m++;
+	}
+	p->n = m;
+	p->next = 0;
+	vf_nearest(&g->ci, p->x, m, p->near, NULL, v->threads);
+	int threads = m < 64 ? 1 : v->threads;
+	encode_job jobs[VF_PARALLEL_MAX];
+	int rc = 0;
+	if (threads > VF_PARALLEL_MAX)
+		threads = VF_PARALLEL_MAX;
+	for (int t = 0; t < threads; t++)
+		jobs[t] = (encode_job){g, p, m * t / threads, m * (t + 1) / threads, 0};
+	vf_parallel(encode_run, jobs, sizeof *jobs, threads);
+	for (int t = 0; t < threads; t++)
+		if (jobs[t].rc)
+			rc = jobs[t].rc;
+	if (rc)
+		p->n = 0; /* vf_pw_apply() encodes them itself */
+	return rc == -ENOMEM ? 0 : rc;
+}

@@ -1,0 +1,318 @@
+/*
+ * engine/probe.c - probing: each query's nprobe nearest centroids, the
+ * probed clusters' postings located (and remembered for the snapshot) and
+ * prefetched, then scored cluster by cluster for the queries that probe
+ * each one.
+ */
+#include "search_internal.h"
+
+#include <errno.h>
+#include <string.h>
+
+#include "keys.h"
+
+typedef struct cluster_work {
+	uint32_t cluster;
+	uint32_t rank;        /* best probe rank among its queries */
+	uint32_t first, count;/* range in the query list */
+} cluster_work;
+
+/* Where a cluster's entries were found, valid for one snapshot: queries
+ * that read the same snapshot (same LMDB transaction id, map not moved
+ * since) take them from here instead of walking the tree.  A write makes a
+ * new snapshot, so a slot never outlives what it describes for a reader
+ * that can use it (that reader holds the snapshot, so its pages stay). */
+#define LOCATED_MAX 4 /* clusters with more entries are not kept */
+
+typedef struct located {
+	uint64_t txnid, epoch; /* txnid 0: empty */
+	uint32_t n;
+	entry e[LOCATED_MAX];
+} located;
+
+/* Room for `more` entries after the first n. */
+static int ents_reserve(entry **ents, size_t n, size_t *cap, size_t more)
+{
+	if (*cap - n >= more)
+		return 0;
+	size_t nc = *cap ? *cap : 64;
+	while (nc - n < more)
+		nc *= 2;
+	entry *ne = realloc(*ents, nc * sizeof *ne);
+	if (!ne)
+		return -ENOMEM;
+	*ents = ne;
+	*cap = nc;
+	return 0;
+}
+
+/* Append cluster c's entries as located in this snapshot: 1, or 0 when
+ * they are not known for it. */
+static int located_get(search *s, uint32_t c, entry **ents, size_t *n, size_t *cap)
+{
+	vf_gen *g = s->g;
+	entry e[LOCATED_MAX];
+	uint32_t ne = 0;
+	int found = 0;
+	pthread_mutex_lock(&g->located_mu);
+	if (g->located) {
+		const located *l = (const located *)g->located + c;
+		if (l->txnid == s->txnid && l->epoch == s->epoch) {
+			ne = l->n;
+			memcpy(e, l->e, ne * sizeof(entry));
+			found = 1;
+		}
+	}
+	pthread_mutex_unlock(&g->located_mu);
+	if (!found)
+		return 0;
+	if (ents_reserve(ents, *n, cap, ne))
+		return -ENOMEM;
+	memcpy(*ents + *n, e, ne * sizeof(entry));
+	*n += ne;
+	return 1;
+}
+
+static void located_put(search *s, uint32_t c, const entry *e, size_t n)
+{
+	vf_gen *g = s->g;
+	if (n > LOCATED_MAX)
+		return;
+	pthread_mutex_lock(&g->located_mu);
+	if (!g->located)
+		g->located = calloc(g->meta.nlist, sizeof(located));
+	if (g->located) {
+		located *l = (located *)g->located + c;
+		l->txnid = s->txnid;
+		l->epoch = s->epoch;
+		l->n = (uint32_t)n;
+		memcpy(l->e, e, n * sizeof(entry));
+	}
+	pthread_mutex_unlock(&g->located_mu);
+}
+
+/* Collect the entries of cluster c (tombstones, blocks, deltas) and
+ * prefetch the start of each block, so the memory of all probed clusters
+ * is in flight before the first is scored. */
+static int locate_cluster(search *s, vf_cursor *cur, uint32_t c, entry **ents,
+			  size_t *n, size_t *cap)
+{
+	size_t n0 = *n;
+	int rc = located_get(s, c, ents, n, cap);
+	if (rc < 0)
+		return rc;
+	if (rc == 0) {
+		vf_postkey start = vf_post_key(s->g->id, c, VF_PK_TOMB, 0);
+		vf_val k = {sizeof start.b, start.b}, d;
+		for (rc = vf_cursor_get(cur, &k, &d, VF_SEEK); rc == 0;
+		     rc = vf_cursor_get(cur, &k, &d, VF_NEXT)) {
+			const uint8_t *kb = k.data;
+			if (k.len != sizeof start.b || memcmp(kb, start.b, 12))
+				break;
+			if (ents_reserve(ents, *n, cap, 1))
+				return -ENOMEM;
+			entry *e = &(*ents)[(*n)++];
+			e->kind = vf_postkey_kind(kb);
+			e->sub = vf_postkey_sub(kb);
+			e->data = d.data;
+			e->len = d.len;
+		}
+		if (rc != -ENOENT && rc != 0)
+			return vf_store_err(rc);
+		located_put(s, c, *ents + n0, *n - n0);
+	}
+	for (size_t i = n0; i < *n; i++) {
+		const entry *e = &(*ents)[i];
+		if (e->kind == VF_PK_BLOCK)
+			for (size_t o = 0; o < 1024 && o < e->len; o += 64)
+				__builtin_prefetch(e->data + o);
+	}
+	return 0;
+}
+
+/* Start fetching the first batches of the blocks of a located cluster (its
+ * block headers were prefetched when it was located). */
+static void prefetch_cluster(const entry *ents, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		vf_block b;
+		if (ents[i].kind != VF_PK_BLOCK || vf_block_open(ents[i].data, ents[i].len, &b))
+			continue;
+		for (uint32_t bt = 0; bt < PF_BATCHES && bt < b.nbatch; bt++)
+			prefetch_batch(&b, bt);
+	}
+}
+
+static int cmp_probe(const void *a, const void *b)
+{
+	const cluster_work *x = a, *y = b;
+	if (x->rank != y->rank)
+		return x->rank < y->rank ? -1 : 1;
+	return x->cluster < y->cluster ? -1 : x->cluster > y->cluster;
+}
+
+/* nprobe nearest centroids of q, nearest first. */
+static int probe(search *s, query *q, float *dots)
+{
+	const vf_gen *g = s->g;
+	uint32_t nl = g->meta.nlist, np = s->nprobe < nl ? s->nprobe : nl;
+	vf_cindex_dots(&g->ci, q->q, dots);
+	/* max-heap of the np best (score, cluster) */
+	uint32_t n = 0;
+	for (uint32_t c = 0; c < nl; c++) {
+		float sc = s->metric == VECFS_DOT ? -dots[c] : g->ci.norms[c] - 2 * dots[c];
+		if (n < np) {
+			uint32_t i = n++;
+			while (i > 0 && q->pdist[(i - 1) / 2] < sc) {
+				q->pdist[i] = q->pdist[(i - 1) / 2];
+				q->probe[i] = q->probe[(i - 1) / 2];
+				i = (i - 1) / 2;
+			}
+			q->pdist[i] = sc;
+			q->probe[i] = c;
+		} else if (sc < q->pdist[0]) {
+			uint32_t i = 0;
+			for (;;) {
+				uint32_t l = 2 * i + 1, m = i;
+				float mv = sc;
+				if (l < n && q->pdist[l] > mv)
+					m = l, mv = q->pdist[l];
+				if (l + 1 < n && q->pdist[l + 1] > mv)
+					m = l + 1;
+				if (m == i)
+					break;
+				q->pdist[i] = q->pdist[m];
+				q->probe[i] = q->probe[m];
+				i = m;
+			}
+			q->pdist[i] = sc;
+			q->probe[i] = c;
+		}
+	}
+	/* heap-sort ascending */
+	for (uint32_t e = n; e > 1; e--) {
+		float td = q->pdist[0];
+		uint32_t tc = q->probe[0];
+		q->pdist[0] = q->pdist[e - 1];
+		q->probe[0] = q->probe[e - 1];
+		q->pdist[e - 1] = td;
+		q->probe[e - 1] = tc;
+		uint32_t i = 0, m2 = e - 1;
+		for (;;) {
+			uint32_t l = 2 * i + 1, m = i;
+			if (l < m2 && q->pdist[l] > q->pdist[m])
+				m = l;
+			if (l + 1 < m2 && q->pdist[l + 1] > q->pdist[m])
+				m = l + 1;
+			if (m == i)
+				break;
+			float fd = q->pdist[i];
+			uint32_t fc = q->probe[i];
+			q->pdist[i] = q->pdist[m];
+			q->probe[i] = q->probe[m];
+			q->pdist[m] = fd;
+			q->probe[m] = fc;
+			i = m;
+		}
+	}
+	return (int)n;
+}
+
+#define LOCATE_AHEAD 16 /* clusters located (and prefetched) at a time */
+
+typedef struct pair {
+	uint32_t cluster, rank, q;
+} pair;
+
+static int cmp_pair(const void *a, const void *b)
+{
+	const pair *x = a, *y = b;
+	if (x->cluster != y->cluster)
+		return x->cluster < y->cluster ? -1 : 1;
+	return x->rank < y->rank ? -1 : x->rank > y->rank;
+}
+
+int vf_scan_ivf(search *s)
+{
+	uint32_t np = s->nprobe < s->g->meta.nlist ? s->nprobe : s->g->meta.nlist;
+	size_t m = s->nq * np;
+	float *dots = malloc(sizeof(float) * s->g->ci.npanels * VF_PANEL);
+	pair *pairs = malloc(sizeof(pair) * (m ? m : 1));
+	cluster_work *work = malloc(sizeof(cluster_work) * (m ? m : 1));
+	uint32_t *qlist = malloc(sizeof(uint32_t) * (m ? m : 1));
+	size_t nw = 0, nents = 0, capents = 0;
+	entry *ents = NULL;
+	vf_cursor *cur = NULL;
+	int rc = 0;
+	if (!dots || !pairs || !work || !qlist) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	if ((rc = vf_cursor_open(s->txn, s->v->store->postings, &cur))) {
+		rc = vf_store_err(rc);
+		goto out;
+	}
+	for (size_t i = 0; i < s->nq; i++)
+		probe(s, &s->qs[i], dots);
+	if (s->nq == 1) { /* probe order as it is */
+		for (uint32_t r = 0; r < np; r++) {
+			work[nw++] = (cluster_work){s->qs[0].probe[r], r, 0, 1};
+			qlist[r] = 0;
+		}
+	} else {
+		/* group (cluster, query) pairs by cluster; visit clusters in order
+		 * of their best rank so every query meets its nearest clusters
+		 * early */
+		for (size_t i = 0, j = 0; i < s->nq; i++)
+			for (uint32_t r = 0; r < np; r++, j++)
+				pairs[j] = (pair){s->qs[i].probe[r], r, (uint32_t)i};
+		qsort(pairs, m, sizeof *pairs, cmp_pair);
+		for (size_t i = 0; i < m;) {
+			size_t j = i;
+			while (j < m && pairs[j].cluster == pairs[i].cluster) {
+				qlist[j] = pairs[j].q;
+				j++;
+			}
+			work[nw++] = (cluster_work){pairs[i].cluster, pairs[i].rank, (uint32_t)i,
+						    (uint32_t)(j - i)};
+			i = j;
+		}
+		qsort(work, nw, sizeof *work, cmp_probe);
+	}
+	/* locate a window of clusters ahead (in key order, so the cursor moves
+	 * forward through the tree), then score them nearest first */
+	for (size_t w0 = 0; w0 < nw && rc == 0; w0 += LOCATE_AHEAD) {
+		size_t w1 = w0 + LOCATE_AHEAD < nw ? w0 + LOCATE_AHEAD : nw;
+		size_t first[LOCATE_AHEAD], count[LOCATE_AHEAD];
+		uint32_t order[LOCATE_AHEAD];
+		size_t nwin = w1 - w0;
+		for (size_t i = 0; i < nwin; i++) {
+			size_t j = i;
+			for (; j > 0 && work[w0 + order[j - 1]].cluster > work[w0 + i].cluster; j--)
+				order[j] = order[j - 1];
+			order[j] = (uint32_t)i;
+		}
+		nents = 0;
+		for (size_t i = 0; i < nwin && rc == 0; i++) {
+			first[order[i]] = nents;
+			rc = locate_cluster(s, cur, work[w0 + order[i]].cluster, &ents, &nents,
+					    &capents);
+			count[order[i]] = nents - first[order[i]];
+		}
+		for (size_t i = 0; i < nwin && rc == 0; i++) {
+			if (i + 1 < nwin) /* the next cluster's memory while this one scores */
+				prefetch_cluster(ents + first[i + 1], count[i + 1]);
+			rc = vf_scan_cluster(s, work[w0 + i].cluster, ents + first[i], count[i],
+					  qlist + work[w0 + i].first, work[w0 + i].count);
+		}
+	}
+out:
+	free(ents);
+	if (cur)
+		vf_cursor_close(cur);
+	free(dots);
+	free(pairs);
+	free(work);
+	free(qlist);
+	return rc;
+}

@@ -1,0 +1,438 @@
+/*
+ * engine/score.c - scoring: posting blocks in two passes (the sign planes by
+ * 4-bit table look-ups, then all bit planes for the survivors), delta
+ * postings, records the generation does not cover, and the exact re-rank
+ * of the candidates on their records' vectors.
+ */
+#include "search_internal.h"
+
+#include <errno.h>
+#include <string.h>
+
+#include "keys.h"
+#include "record.h"
+
+static int cand_push(query *q, cand c)
+{
+	if (q->nc == q->capc) {
+		size_t nc = q->capc ? q->capc * 2 : 256;
+		cand *n = realloc(q->cands, nc * sizeof *n);
+		if (!n)
+			return -ENOMEM;
+		q->cands = n;
+		q->capc = nc;
+	}
+	q->cands[q->nc++] = c;
+	return 0;
+}
+
+/* Drop candidates that can no longer make the top k. */
+static void cand_trim(query *q)
+{
+	float t = fheap_top(&q->ub);
+	size_t w = 0;
+	for (size_t i = 0; i < q->nc; i++)
+		if (q->cands[i].lo <= t)
+			q->cands[w++] = q->cands[i];
+	q->nc = w;
+}
+
+/* Can a second-pass result still make the top k?  (Counts it.) */
+static int pass2_keeps(query *q, float est, float bound)
+{
+	q->ex.pass2_scored++;
+	if (est - bound > fheap_top(&q->ub)) { /* a NaN prunes nothing */
+		q->ex.pass2_pruned++;
+		return 0;
+	}
+	return 1;
+}
+
+/* A second-pass result that can make the top k becomes candidate c unless
+ * it is stale in this snapshot: the posting's id and seq (in block b, or
+ * the delta posting) are read only when something can be stale, since the
+ * re-rank takes a candidate's id from its posting. */
+static int accept(search *s, query *q, float est, float bound, const vf_block *b, uint32_t i,
+		  const vf_code *delta, const uint8_t *delta_data)
+{
+	if (!b || s->tombs.n || s->dirty.n) {
+		uint64_t id = b ? vf_block_id(b, i) : delta->id;
+		uint64_t seq = b ? vf_block_seq(b, i) : delta->seq;
+		if (stale(s, id, seq)) {
+			q->ex.stale_skipped++;
+			return 0;
+		}
+	}
+	/* a NaN estimate (float32 overflow in the factors) bounds nothing:
+	 * the candidate stays, and sets no threshold */
+	float lo = est - bound, hi = est + bound;
+	cand c = {lo == lo ? lo : -INFINITY, b ? vf_block_id_at(b, i) : vf_delta_id_at(delta_data)};
+	fheap_push(&q->ub, hi == hi ? hi : INFINITY);
+	int rc = cand_push(q, c);
+	if (rc == 0 && q->nc >= 4096 && q->nc >= 8 * (size_t)s->k * s->refine)
+		cand_trim(q);
+	return rc;
+}
+
+#define PASS2_LAG 4 /* batches between a survivor's prefetch and its pass 2 */
+
+/* Pass 2 for survivors s->surv[k0..k1) of block b (their PASS2 records were
+ * prefetched when pass 1 let them through). */
+static int pass2_block(search *s, query *q, const vf_block *b, uint32_t k0, uint32_t k1,
+		       int *checked2)
+{
+	if (k0 < k1 && !*checked2) {
+		if (vf_block_check(s->v->vcache, b, VF_COL_PASS2) ||
+		    vf_block_check(s->v->vcache, b, VF_COL_IDS))
+			return -EIO;
+		*checked2 = 1;
+	}
+	for (uint32_t k = k0; k < k1; k++) {
+		uint32_t i = s->surv[k];
+		/* the bound has tightened since pass 1 */
+		if (s->surv_lo[k] > fheap_top(&q->ub)) {
+			q->ex.pass1_pruned++;
+			continue;
+		}
+		const uint8_t *f2 = vf_block_f2_at(b, i);
+		float est, bound;
+		vf_block_planes(b, i, s->planes);
+		vf_pass2(&q->qs, &q->cs, s->planes, vf_block_f1(b, 0, i),
+			 vf_ldf(f2, 0), vf_ldf(f2, 1), vf_ldf(f2, 2), &est, &bound);
+		if (!pass2_keeps(q, est, bound))
+			continue;
+		int rc = accept(s, q, est, bound, b, i, NULL, NULL);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+static inline void prefetch_pass2(const vf_block *b, uint32_t i)
+{
+	const uint8_t *rec = vf_block_pass2_at(b, i);
+	for (size_t o = 0; o < b->stride; o += 64)
+		__builtin_prefetch(rec + o);
+}
+
+/* Score one posting block for one query.  Pass 1 runs batch by batch; the
+ * PASS2 records of its survivors are prefetched at once and scored
+ * PASS2_LAG batches later, so their memory arrives while pass 1 goes on,
+ * and every result tightens the threshold of the batches after it.  Before
+ * the query has k candidates, pass 1 covers the whole block first (see
+ * below). */
+static int scan_block(search *s, query *q, const vf_block *b, int *checked2)
+{
+	uint32_t groups = b->pdim / 4;
+	int check = s->tombs.n || s->dirty.n;
+	int whole = q->ub.n < q->ub.k && !check; /* pass 1 over all batches first */
+	float lo[32], hi[32];
+	uint32_t ns = 0, done = 0, lag[PASS2_LAG] = {0};
+	int rc = 0;
+	for (uint32_t bt = 0; bt < PF_BATCHES && bt < b->nbatch; bt++)
+		prefetch_batch(b, bt);
+	for (uint32_t bt = 0; bt < b->nbatch; bt++) {
+		if (bt + PF_BATCHES < b->nbatch)
+			prefetch_batch(b, bt + PF_BATCHES);
+		const uint8_t *f1 = vf_block_f1_batch(b, bt);
+		q->cs.p1.thresh = fheap_top(&q->ub);
+		uint32_t mask = s->kn->pass1(b->col[VF_COL_SIGN] + (size_t)bt * groups * 16,
+					     q->cs.lut, groups, f1, f1 + 128, f1 + 256,
+					     &q->cs.p1, lo, hi);
+		uint32_t in = b->n - bt * 32 < 32 ? b->n - bt * 32 : 32;
+		if (in < 32)
+			mask &= (1u << in) - 1;
+		uint32_t ns0 = ns;
+		for (; mask; mask &= mask - 1) {
+			uint32_t j = (uint32_t)__builtin_ctz(mask), i = bt * 32 + j;
+			if (!whole)
+				prefetch_pass2(b, i);
+			s->surv[ns] = i;
+			s->surv_hi[ns] = hi[j];
+			s->surv_lo[ns++] = lo[j];
+		}
+		q->ex.pass1_scored += in;
+		q->ex.pass1_pruned += in - (ns - ns0);
+		if (whole)
+			continue;
+		/* survivors of batch bt - PASS2_LAG + 1 and before are due */
+		uint32_t due = lag[bt % PASS2_LAG];
+		lag[bt % PASS2_LAG] = ns;
+		if ((rc = pass2_block(s, q, b, done, due, checked2)))
+			return rc;
+		done = due;
+	}
+	/* Before k candidates exist there is no threshold yet: then the block's
+	 * own k smallest first-pass upper bounds (k distinct records when no
+	 * posting can be stale) bound the k-th distance instead.  The survivors
+	 * whose upper bound is among them go to pass 2 first: their tighter
+	 * bounds set the threshold before the others are scored. */
+	if (whole && ns > q->ub.k) {
+		fheap blk = {s->kbuf, 0, q->ub.k};
+		for (uint32_t k = 0; k < ns; k++)
+			if (s->surv_hi[k] < fheap_top(&blk))
+				fheap_push(&blk, s->surv_hi[k]);
+		float tb = fheap_top(&blk);
+		uint32_t a = 0, e = ns;
+		while (a < e) {
+			if (s->surv_hi[a] <= tb) {
+				a++;
+				continue;
+			}
+			e--;
+			uint32_t ti = s->surv[a];
+			float tl = s->surv_lo[a], th = s->surv_hi[a];
+			s->surv[a] = s->surv[e], s->surv_lo[a] = s->surv_lo[e];
+			s->surv_hi[a] = s->surv_hi[e];
+			s->surv[e] = ti, s->surv_lo[e] = tl, s->surv_hi[e] = th;
+		}
+		uint32_t w = a;
+		for (uint32_t k = a; k < ns; k++)
+			if (!(s->surv_lo[k] > tb)) {
+				s->surv[w] = s->surv[k];
+				s->surv_lo[w++] = s->surv_lo[k];
+			}
+		q->ex.pass1_pruned += ns - w;
+		ns = w;
+	}
+	if (whole)
+		for (uint32_t k = 0; k < ns; k++)
+			prefetch_pass2(b, s->surv[k]);
+	return pass2_block(s, q, b, done, ns, checked2);
+}
+
+/* Score the located entries of cluster c for the queries that probe it. */
+int vf_scan_cluster(search *s, uint32_t c, const entry *ents, size_t nents,
+			const uint32_t *qids, uint32_t nqc)
+{
+	int rc = 0;
+	vf_tombs_clear(&s->tombs);
+	for (uint32_t i = 0; i < nqc; i++) {
+		query *q = &s->qs[qids[i]];
+		const float *cent = s->g->centroids + (size_t)c * s->dim;
+		float nq2 = s->kn->l2sq(q->q, cent, s->dim);
+		float qc = s->metric == VECFS_DOT ? -s->kn->dot(q->q, cent, s->dim) : nq2;
+		vf_cstate_set(&q->cs, &q->qs, s->g->rc + (size_t)c * s->gm.pdim, s->g->rc_sum[c],
+			      qc, sqrtf(nq2));
+		q->ex.clusters_probed++;
+	}
+	/* each query has its own table for the cluster, set above; the block
+	 * reads are shared */
+	for (size_t ei = 0; ei < nents && rc == 0; ei++) {
+		const entry *e = &ents[ei];
+		if (e->kind == VF_PK_TOMB) {
+			uint64_t ks;
+			if (e->len != 8)
+				return -EIO;
+			memcpy(&ks, e->data, 8);
+			rc = vf_tombs_add(&s->tombs, e->sub, ks);
+		} else if (e->kind == VF_PK_BLOCK) {
+			vf_block b;
+			int checked2 = 0;
+			if ((rc = vf_block_open(e->data, e->len, &b)) ||
+			    (rc = vf_block_check(s->v->vcache, &b, VF_COL_SIGN)) ||
+			    (rc = vf_block_check(s->v->vcache, &b, VF_COL_F1)))
+				break;
+			if (b.pdim != s->gm.pdim || b.bits != s->gm.bits)
+				return -EIO;
+			for (uint32_t i = 0; i < nqc && rc == 0; i++)
+				rc = scan_block(s, &s->qs[qids[i]], &b, &checked2);
+		} else if (e->kind == VF_PK_DELTA) {
+			vf_code code;
+			if ((rc = vf_delta_open_cached(s->v->vcache, e->data, e->len, s->gm.dim,
+							s->gm.pdim, s->gm.bits, &code)))
+				break;
+			for (uint32_t i = 0; i < nqc && rc == 0; i++) {
+				query *q = &s->qs[qids[i]];
+				float est, bound;
+				q->ex.delta_scanned++;
+				vf_pass2(&q->qs, &q->cs, code.planes, code.add, code.rb, code.eb,
+					 code.cdot, &est, &bound);
+				if (pass2_keeps(q, est, bound))
+					rc = accept(s, q, est, bound, NULL, 0, &code, e->data);
+			}
+		}
+	}
+	return rc;
+}
+
+static int fetch_record(search *s, uint64_t id, vf_val *val, vf_record *r)
+{
+	int rc = vf_records_get(s->txn, s->v->store, id, val);
+	if (rc)
+		return vf_store_err(rc);
+	return vf_record_decode(val->data, val->len, r);
+}
+
+/* Records changed since the generation was synced and not posted to it. */
+int vf_scan_uncovered(search *s)
+{
+	for (uint64_t i = 0; i < s->dirty.cap; i++) {
+		const vf_dirty_entry *e = &s->dirty.slots[i];
+		if (!e->id || e->ch.op != VF_OP_PUT || e->ch.gen == s->g->id)
+			continue;
+		vf_val val;
+		vf_record r;
+		int rc = fetch_record(s, e->ch.id, &val, &r);
+		if (rc == -ENOENT)
+			continue;
+		if (rc)
+			return rc;
+		for (size_t qi = 0; qi < s->nq; qi++) {
+			query *q = &s->qs[qi];
+			q->ex.uncovered_scanned++;
+			hheap_push(&q->top, (hit){exact_dist(s, q, r.vec), e->ch.id, r.key, r.keylen,
+						  r.payload, r.plen});
+		}
+	}
+	return 0;
+}
+
+static int cmp_cand(const void *a, const void *b)
+{
+	const cand *x = a, *y = b;
+	return x->lo < y->lo ? -1 : x->lo > y->lo;
+}
+
+/* The vector, key and payload of a candidate, from its record (the one
+ * copy of every vector; checksummed).  1 when the record is gone: the
+ * posting is stale (tombstones and the change log say so first; this only
+ * guards the answer). */
+static int resolve(search *s, const cand *c, const uint8_t **vec, hit *h)
+{
+	uint64_t id, seq;
+	memcpy(&id, c->idp, 8);
+	memcpy(&seq, c->idp + 8, 8); /* (blocks and deltas keep seq after id) */
+	vf_val val;
+	vf_record r;
+	size_t hlen;
+	/* where the record was last seen: good if that place still holds this
+	 * very version (sequence numbers are never reused) intact */
+	const void *hp = vf_hint_get(s->v->store, id, &hlen);
+	if (hp && vf_record_decode(hp, hlen, &r) == 0 && r.seq == (seq & ~VF_SEQ_PAYLOAD) &&
+	    r.dim == s->dim)
+		goto found;
+	int rc = fetch_record(s, id, &val, &r);
+	if (rc == -ENOENT)
+		return 1;
+	if (rc)
+		return rc;
+	vf_hint_put(s->v->store, id, val.data, val.len);
+found:
+	if (r.dim != s->dim)
+		return -EIO;
+	*vec = r.vec;
+	h->id = id;
+	h->key = r.key;
+	h->keylen = r.keylen;
+	h->payload = r.payload;
+	h->plen = r.plen;
+	return 0;
+}
+
+#define RERANK_STEP 16 /* most candidates whose records are fetched together */
+#define RERANK_AHEAD 4 /* records read ahead when candidates go one at a time */
+
+/* Start reading the records of candidates c[0..n): first where each was
+ * last seen, then the record there, so that the cache misses of all of
+ * them overlap instead of coming one after another. */
+static void prefetch_records(search *s, const cand *c, size_t n)
+{
+	for (size_t j = 0; j < n; j++) {
+		uint64_t id;
+		memcpy(&id, c[j].idp, 8);
+		vf_hint_prefetch(s->v->store, id);
+	}
+	for (size_t j = 0; j < n; j++) {
+		uint64_t id;
+		size_t len;
+		memcpy(&id, c[j].idp, 8);
+		const char *p = vf_hint_get(s->v->store, id, &len);
+		for (size_t o = 0; p && o < len; o += 64)
+			__builtin_prefetch(p + o);
+	}
+}
+
+/* Exact distances for the candidates, best lower bound first, until no
+ * remaining bound can enter the top k.  While the top k is short by m
+ * results, the next m candidates are all scored, so their records are
+ * fetched together; once it is full, one at a time, each only if its bound
+ * can still enter (a record read costs a tree descent: none in vain). */
+int vf_rerank(search *s, query *q)
+{
+	cand_trim(q);
+	if (q->nc == 0)
+		return 0;
+	qsort(q->cands, q->nc, sizeof(cand), cmp_cand);
+	size_t cap = (size_t)s->k * s->refine;
+	size_t n = q->nc < cap ? q->nc : cap;
+	/* the ids of the likely re-ranks (the top k and as many again) */
+	for (size_t i = 0; i < n && i < 2 * (size_t)q->top.k; i++)
+		__builtin_prefetch(q->cands[i].idp);
+	size_t ahead = 0; /* records read ahead up to here */
+	for (size_t i0 = 0, m; i0 < n; i0 += m) {
+		const uint8_t *vec[RERANK_STEP];
+		hit h[RERANK_STEP];
+		m = q->top.n < q->top.k ? q->top.k - q->top.n : 1;
+		if (m > RERANK_STEP)
+			m = RERANK_STEP;
+		if (m > n - i0)
+			m = n - i0;
+		if (!hheap_admits(&q->top, q->cands[i0].lo))
+			break;
+		if (i0 + m > ahead) { /* read this step's records, or a few ahead */
+			size_t r = m > RERANK_AHEAD ? m : RERANK_AHEAD;
+			r = r < n - i0 ? r : n - i0;
+			prefetch_records(s, &q->cands[i0], r);
+			ahead = i0 + r;
+		}
+		for (size_t j = 0; j < m; j++) {
+			int rc = resolve(s, &q->cands[i0 + j], &vec[j], &h[j]);
+			if (rc < 0)
+				return rc;
+			if (rc)
+				vec[j] = NULL; /* (the record checksum has read the vector) */
+		}
+		for (size_t j = 0; j < m; j++) {
+			const cand *c = &q->cands[i0 + j];
+			if (!hheap_admits(&q->top, c->lo))
+				return 0;
+			if (!vec[j]) {
+				q->ex.stale_skipped++;
+				continue;
+			}
+			q->ex.reranked++;
+			h[j].d = exact_dist(s, q, vec[j]);
+			hheap_push(&q->top, h[j]);
+		}
+	}
+	return 0;
+}
+
+int vf_scan_exact(search *s)
+{
+	vf_cursor *cur;
+	vf_val k, d;
+	int rc = vf_cursor_open(s->txn, s->v->store->records, &cur);
+	if (rc)
+		return vf_store_err(rc);
+	for (rc = vf_cursor_get(cur, &k, &d, VF_FIRST); rc == 0;
+	     rc = vf_cursor_get(cur, &k, &d, VF_NEXT)) {
+		vf_record r;
+		if (vf_record_decode(d.data, d.len, &r) || r.dim != s->dim) {
+			rc = -EIO;
+			break;
+		}
+		uint64_t id = vf_rd_be64(k.data);
+		for (size_t qi = 0; qi < s->nq; qi++) {
+			query *q = &s->qs[qi];
+			q->ex.uncovered_scanned++;
+			float dd = exact_dist(s, q, r.vec);
+			if (hheap_admits(&q->top, dd))
+				hheap_push(&q->top, (hit){dd, id, r.key, r.keylen, r.payload,
+							  r.plen});
+		}
+	}
+	vf_cursor_close(cur);
+	return rc == -ENOENT ? 0 : rc;
+}

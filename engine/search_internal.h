@@ -1,0 +1,198 @@
+/*
+ * engine/search_internal.h - what a search's files share: the small heaps
+ * of results and bounds, one query's and one search's state, the exact
+ * distance, and the phases each file runs (probe.c: probing and locating
+ * clusters; score.c: scoring postings and records; search.c: the driver).
+ */
+#ifndef VF_SEARCH_INTERNAL_H
+#define VF_SEARCH_INTERNAL_H
+
+#include "internal.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+#include "changes.h"
+
+/* ------------------------------------------------------------ small heaps */
+
+typedef struct hit { /* exact result, from its record; pointers valid in the
+		      * transaction */
+	float d;              /* index units */
+	uint64_t id;
+	const char *key;
+	uint32_t keylen;
+	const void *payload;
+	uint32_t plen;
+} hit;
+
+/* A max-heap of the k smallest items by a float key, so that the k-th best
+ * so far is at the top (+inf until there are k); one definition serves the
+ * bounds (fheap, plain floats) and the exact results (hheap, hits). */
+#define TOPK_HEAP(name, type, KEY)                                              \
+	typedef struct name {                                                   \
+		type *v;                                                        \
+		uint32_t n, k;                                                  \
+	} name;                                                                 \
+                                                                                \
+	static __attribute__((unused)) void name##_push(name *h, type x)                                \
+	{                                                                       \
+		uint32_t i;                                                     \
+		if (h->n < h->k) {                                              \
+			i = h->n++;                                             \
+			while (i > 0 && KEY(h->v[(i - 1) / 2]) < KEY(x)) {      \
+				h->v[i] = h->v[(i - 1) / 2];                    \
+				i = (i - 1) / 2;                                \
+			}                                                       \
+			h->v[i] = x;                                            \
+			return;                                                 \
+		}                                                               \
+		if (!(KEY(x) < KEY(h->v[0])))                                   \
+			return;                                                 \
+		i = 0;                                                          \
+		for (;;) {                                                      \
+			uint32_t l = 2 * i + 1, m = i;                          \
+			float mv = KEY(x);                                      \
+			if (l < h->n && KEY(h->v[l]) > mv)                      \
+				m = l, mv = KEY(h->v[l]);                       \
+			if (l + 1 < h->n && KEY(h->v[l + 1]) > mv)              \
+				m = l + 1;                                      \
+			if (m == i)                                             \
+				break;                                          \
+			h->v[i] = h->v[m];                                      \
+			i = m;                                                  \
+		}                                                               \
+		h->v[i] = x;                                                    \
+	}                                                                       \
+                                                                                \
+	static inline float name##_top(const name *h)                           \
+	{                                                                       \
+		return h->n < h->k ? INFINITY : KEY(h->v[0]);                   \
+	}
+
+#define KEY_SELF(x) (x)
+#define KEY_DIST(x) ((x).d)
+TOPK_HEAP(fheap, float, KEY_SELF)
+TOPK_HEAP(hheap, hit, KEY_DIST)
+
+/* Can a result at distance (or lower bound) d still enter the top k?  Always
+ * while there are fewer than k, even at +inf: a distance that overflows
+ * float32 is still a result. */
+static inline int hheap_admits(const hheap *h, float d)
+{
+	return h->n < h->k || d < KEY_DIST(h->v[0]);
+}
+
+/* ------------------------------------------------------------ per query */
+
+typedef struct cand {
+	float lo;
+	const uint8_t *idp;   /* its record id (u64): in the block's IDS column
+			       * or the delta posting, both checked by the scan */
+} cand;
+
+typedef struct query {
+	float *q;          /* index space */
+	float qn2;         /* |q|^2 */
+	vf_qstate qs;
+	vf_cstate cs;
+	fheap ub;          /* k smallest upper bounds: the pruning threshold */
+	cand *cands;
+	size_t nc, capc;
+	hheap top;         /* exact results */
+	uint32_t *probe;   /* nprobe clusters, nearest first */
+	float *pdist;
+	vecfs_explain ex;
+} query;
+
+typedef struct search {
+	vecfs *v;
+	vf_txn *txn;
+	uint64_t active;     /* the generation searched (0: an exact scan), read
+			      * once for every part of a batch */
+	const vf_kernels *kn;
+	vecfs_metric metric;
+	uint32_t dim, k, nprobe, refine;
+	size_t nq;
+	query *qs;
+	vf_gen *g;
+	vf_genmeta gm;
+	vf_dirty dirty;
+	vf_tombs tombs;      /* of the cluster being scanned */
+	uint64_t txnid, epoch; /* the snapshot and the map it is read through */
+	uint32_t *surv;      /* first-pass survivors of one block */
+	float *surv_lo, *surv_hi;
+	float *kbuf;         /* k floats */
+	uint8_t *planes;     /* one full code */
+} search;
+
+static inline float exact_dist_raw(const search *s, const query *q, const void *vec)
+{
+	switch (s->metric) {
+	case VECFS_L2:
+		return s->kn->l2sq(q->q, vec, s->dim);
+	case VECFS_DOT:
+		return -s->kn->dot(q->q, vec, s->dim);
+	case VECFS_COSINE: {
+		float dv = s->kn->dot(vec, vec, s->dim);
+		float c = dv > 0 ? s->kn->dot(q->q, vec, s->dim) / sqrtf(dv) : 0;
+		float d = 1 - c;
+		if (d < 0)
+			d = 0;
+		if (d > 2)
+			d = 2;
+		return 2 * d; /* index units: squared l2 of unit vectors */
+	}
+	}
+	return 0;
+}
+
+/* The distance, +inf where float32 arithmetic gives none (overflowing
+ * sums of opposite signs): a NaN would not order. */
+static inline float exact_dist(const search *s, const query *q, const void *vec)
+{
+	float d = exact_dist_raw(s, q, vec);
+	return d == d ? d : INFINITY;
+}
+
+static inline int stale(const search *s, uint64_t id, uint64_t seq)
+{
+	return vf_posting_stale(&s->tombs, &s->dirty, id, seq);
+}
+
+#define PF_BATCHES 8 /* batches prefetched ahead of the first pass */
+
+static inline void prefetch_batch(const vf_block *b, uint32_t bt)
+{
+	size_t sz = (size_t)(b->pdim / 4) * 16;
+	const uint8_t *c = b->col[VF_COL_SIGN] + (size_t)bt * sz;
+	for (size_t o = 0; o < sz; o += 64)
+		__builtin_prefetch(c + o);
+	const uint8_t *f = vf_block_f1_batch(b, bt);
+	for (size_t o = 0; o < VF_BATCH * 12; o += 64)
+		__builtin_prefetch(f + o);
+}
+
+/* One entry of a cluster's key range, located before scanning. */
+typedef struct entry {
+	uint8_t kind;
+	uint64_t sub;
+	const uint8_t *data;
+	size_t len;
+} entry;
+
+/* Score the located entries of cluster c for the queries qids[0..nqc) that
+ * probe it (score.c). */
+int vf_scan_cluster(search *s, uint32_t c, const entry *ents, size_t nents,
+		    const uint32_t *qids, uint32_t nqc);
+/* Records changed since the generation was synced and not posted to it,
+ * scored exactly (score.c). */
+int vf_scan_uncovered(search *s);
+/* Re-rank q's candidates with exact distances (score.c). */
+int vf_rerank(search *s, query *q);
+/* Every live record scored exactly (score.c). */
+int vf_scan_exact(search *s);
+/* Probe each query's nearest clusters and score them (probe.c). */
+int vf_scan_ivf(search *s);
+
+#endif

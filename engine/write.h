@@ -1,0 +1,69 @@
+/*
+ * engine/write.h - writing rows into one transaction, shared by puts
+ * (write.c), batches (batch.c) and the catch-up of a generation
+ * (catchup.c): the put context and the rows' clusters and codes found
+ * beforehand (postings_writer.c).
+ */
+#ifndef VF_WRITE_H
+#define VF_WRITE_H
+
+#include "internal.h"
+
+typedef struct vf_prepared vf_prepared; /* rows' clusters and codes: see vf_prepare() */
+
+/* Writing rows into one transaction: begin, a row at a time, end. */
+typedef struct vf_put_ctx {
+	vecfs *v;
+	vf_txn *txn;
+	vf_counters cnt;
+	vf_gen *g;            /* the active generation, if any */
+	vf_genmeta gm;
+	vf_posting_writer w;
+	uint64_t seq_before;
+	uint32_t dim;
+	uint8_t *rec;
+	size_t reccap;
+	int *maint_due;        /* out: compaction is due */
+	uint64_t *live;        /* out: live records after the write */
+	vf_prepared *pre;         /* clusters and codes of the rows to come, in order */
+	uint32_t compact_deltas;
+} vf_put_ctx;
+
+#define VF_NEAR_CHUNK 4096 /* rows prepared together */
+
+/* With an active generation, rows are prepared a chunk at a time before
+ * they are written: their nearest centroids found together (the centroids
+ * read once for 64 rows), then their codes, on every CPU.  vf_put_row() takes
+ * them in order; a row without one (vf_put_row would refuse it, or there was
+ * no chunk) is encoded by vf_pw_apply() itself. */
+struct vf_prepared {
+	size_t n, next;
+	vf_precode *pc;      /* .code.planes NULL: none */
+	uint8_t *planes;     /* pbytes a row */
+	uint32_t *near;
+	float *x;            /* the rows in index space, dim floats each */
+	uint8_t *bad;
+	size_t cap;
+};
+
+/* Prepare rows[0..n) but those `skip` marks (superseded later in the same
+ * write, so vf_put_row never sees them).  Returns 0 or -ENOMEM. */
+int vf_prepare(vecfs *v, const vf_gen *g, const vecfs_row *rows, size_t n,
+	       const uint8_t *skip, vf_prepared *p);
+/* The next row's cluster and code, NULL when it has none. */
+const vf_precode *vf_prepared_next(vf_prepared *p);
+void vf_prepared_free(vf_prepared *p);
+
+/* Is the row acceptable for a store configured as cfg? 0 or -EINVAL with
+ * the reason in err. */
+int vf_row_check(const vecfs_config *cfg, const vecfs_row *row, uint32_t dim,
+		 char *err, size_t errlen);
+/* Begin writing rows of dimension dim in txn (the store takes dim with its
+ * first row); one row; the end saves counters and the generation's sync
+ * point and frees the context, returning rc or the first error. */
+int vf_put_begin(vf_put_ctx *c, vecfs *v, vf_txn *txn, uint32_t dim, char *err,
+		 size_t errlen);
+int vf_put_row(vf_put_ctx *c, const vecfs_row *r);
+int vf_put_end(vf_put_ctx *c, int rc);
+
+#endif
