@@ -45,7 +45,15 @@ if [[ ! -d $OBJ/engine || ! -d $OBJ/layout ]]; then
 	echo "layers: 0 passed, 1 failed"
 	exit 1
 fi
-objs() { find "$OBJ/$1" -name '*.o' 2>/dev/null | sort; }
+# the objects of DIR's current sources (an object left from a removed
+# source is not part of any build)
+objs() {
+	local o src
+	find "$OBJ/$1" -name '*.o' 2>/dev/null | sort | while read -r o; do
+		src=${o#"$OBJ"/}
+		[[ -f ${src%.o}.c ]] && echo "$o"
+	done
+}
 # undefined DIR...: `OBJECT SYMBOL` for each symbol an object of DIR refers to
 undefined() {
 	local d
