@@ -166,7 +166,10 @@ static void *signal_thread(void *arg)
 			lazy_unmount(fc->mountpoint);
 			fc->unmounted = 1;
 		}
+		int quit = fc->sig_quit;
 		pthread_mutex_unlock(&fc->stop_mu);
+		if (quit)
+			break;
 	}
 	return NULL;
 }
@@ -176,7 +179,6 @@ static void *signal_thread(void *arg)
 int fc_mount(fuse_compat *fc, struct fuse_args *args, const fc_options *o,
 	     const struct fuse_lowlevel_ops *ops, void *userdata, void (*on_stop)(void *))
 {
-	pthread_t sth;
 	fc->on_stop = on_stop;
 	fc->userdata = userdata;
 	fc->mountpoint = o->mountpoint;
@@ -193,11 +195,11 @@ int fc_mount(fuse_compat *fc, struct fuse_args *args, const fc_options *o,
 		fprintf(stderr, "vecfs: cannot set up the FUSE device's I/O\n");
 		goto out_unmount;
 	}
-	if (pthread_create(&sth, NULL, signal_thread, fc) != 0) {
+	if (pthread_create(&fc->sig_thread, NULL, signal_thread, fc) != 0) {
 		fprintf(stderr, "vecfs: cannot start the signal thread\n");
 		goto out_unmount;
 	}
-	pthread_detach(sth);
+	fc->sig_started = 1;
 	return 0;
 out_unmount:
 	fuse_session_unmount(fc->se);
@@ -239,8 +241,15 @@ void fc_unmount(fuse_compat *fc)
 {
 	pthread_mutex_lock(&fc->stop_mu);
 	fc->loop_done = 1;
+	fc->sig_quit = 1;
 	int need_unmount = !fc->unmounted;
 	pthread_mutex_unlock(&fc->stop_mu);
+	if (fc->sig_started) {
+		/* the signal thread reads fc: it ends before fc can be freed */
+		pthread_kill(fc->sig_thread, SIGTERM);
+		pthread_join(fc->sig_thread, NULL);
+		fc->sig_started = 0;
+	}
 	if (!need_unmount) {
 		/* unmounted by the signal thread: let libfuse tidy up only when the
 		 * connection is gone, so it cannot unmount a newer mount there */

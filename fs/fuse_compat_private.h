@@ -31,6 +31,8 @@ struct fuse_compat {
 	void *userdata;
 	pthread_mutex_t stop_mu;
 	int loop_done, unmounted;
+	pthread_t sig_thread;    /* the signal thread, joined by fc_unmount() */
+	int sig_started, sig_quit; /* sig_quit: under stop_mu */
 	loop *loop;             /* loop.c's */
 	pt_state pt;
 };

@@ -645,7 +645,7 @@ static void test_location_hints_filled_at_open(void **state)
 	fx_close(f);
 	v = fx_open(f, NULL);
 	size_t seen = 0, hinted[3] = {0, 0, 0}, total[3] = {0, 0, 0};
-	for (int wait = 0; wait < 300; wait++) { /* until the fill has ended */
+	for (int wait = 0; wait < 1200; wait++) { /* until the fill has ended (2 min at most: slow under sanitizers and load) */
 		vf_txn *txn;
 		vf_cursor *cur;
 		vf_val k, d;
