@@ -2530,7 +2530,7 @@ static void test_bounds(void **state)
 	put_le32(w, VECFS_DIM_MAX + 1);
 	by_add(&b, w, 4);
 	run_file(&t, "wide.fvecs", K_FVECS, b.p, b.n, 0);
-	assert_non_null(strstr(err_last, "row 1: dimension 4097 is out of range 1..4096"));
+	assert_non_null(strstr(err_last, "row 1: dimension 16385 is out of range 1..16384"));
 	by_free(&b);
 	check_whole_store(t.dm->store, &t.md);
 	model_free(&t.md);
@@ -2553,7 +2553,7 @@ static void test_bounds(void **state)
 	c.n--;
 	by_adds(&c, ",1\n");
 	run_file(&t, "wider.csv", K_CSV, c.p, c.n, 0);
-	assert_non_null(strstr(err_last, "more than 4096 numbers"));
+	assert_non_null(strstr(err_last, "more than 16384 numbers"));
 	by_free(&c);
 	assert_int_equal(stats(t.dm->store).dim, VECFS_DIM_MAX);
 	check_whole_store(t.dm->store, &t.md);
