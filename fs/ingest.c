@@ -31,7 +31,7 @@
 
 enum { F_CSV, F_TSV, F_TXT, F_JSONL, F_FVECS, F_BVECS, F_NPY };
 
-#define SPOOL_BUF ((size_t)1 << 20)
+#define SPOOL_BUF ((size_t)256 << 10)
 #define LINE_MAX_BYTES ((size_t)4 << 20)
 #define NPY_HEADER_MAX ((size_t)1 << 20)
 #define LINE_KEEP ((size_t)64 << 10) /* a line buffer larger is freed after its line */
@@ -54,7 +54,7 @@ struct ingest {
 	size_t nowners;    /* OWNERS_MAX + 1: more than were told apart */
 	uint64_t opener;   /* pid of the process that made the file */
 	size_t charged;    /* bytes of the budget held */
-	size_t line_charged; /* of which for the line or .npy header buffer */
+	size_t line_charged; /* of which the capacity of line and npy_hdr */
 	/* text formats */
 	sbuf line;
 	uint64_t lineno;   /* lines completed */
@@ -146,23 +146,8 @@ ingest *ingest_new(fs_daemon *dm, const char *name, int format, uint64_t opener)
 	if (!in)
 		return NULL;
 	in->dm = dm;
-	int binary = format == F_FVECS || format == F_BVECS || format == F_NPY;
-	size_t base = sizeof(float) * (VECFS_DIM_MAX + 1) + (binary ? 4 + (size_t)4 * VECFS_DIM_MAX : 0);
-	if (budget_take(in, base)) {
-		char why[160];
-		errlog(&dm->errors, "ingest/%s: %s", name, budget_why(in, why, sizeof why));
-		free(in);
-		return NULL;
-	}
 	in->name = strdup(name);
-	in->tmp = malloc(sizeof(float) * (VECFS_DIM_MAX + 1));
-	if (binary)
-		in->row = malloc(4 + (size_t)4 * VECFS_DIM_MAX);
-	if (!in->name || !in->tmp || (binary && !in->row)) {
-		budget_give(in, in->charged);
-		free(in->name);
-		free(in->tmp);
-		free(in->row);
+	if (!in->name) {
 		free(in);
 		return NULL;
 	}
@@ -176,18 +161,59 @@ ingest *ingest_new(fs_daemon *dm, const char *name, int format, uint64_t opener)
 }
 
 static void spool_clear(ingest *in);
+static void line_drop(ingest *in);
+
+static size_t scratch_size(const ingest *in)
+{
+	int binary = in->fmt == F_FVECS || in->fmt == F_BVECS || in->fmt == F_NPY;
+	return sizeof(float) * (VECFS_DIM_MAX + 1) + (binary ? 4 + (size_t)4 * VECFS_DIM_MAX : 0);
+}
+
+/* The row scratch buffers, made at the first write after the file was
+ * made or settled: 0, or -ENOMEM (past the budget: *over set). */
+static int scratch_get(ingest *in, int *over)
+{
+	*over = 0;
+	if (in->tmp)
+		return 0;
+	if (budget_take(in, scratch_size(in))) {
+		*over = 1;
+		return -ENOMEM;
+	}
+	in->tmp = malloc(sizeof(float) * (VECFS_DIM_MAX + 1));
+	if (in->fmt == F_FVECS || in->fmt == F_BVECS || in->fmt == F_NPY)
+		in->row = malloc(4 + (size_t)4 * VECFS_DIM_MAX);
+	if (!in->tmp || (scratch_size(in) > sizeof(float) * (VECFS_DIM_MAX + 1) && !in->row)) {
+		free(in->tmp);
+		free(in->row);
+		in->tmp = NULL;
+		in->row = NULL;
+		budget_give(in, scratch_size(in));
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+/* Give back every buffer of a file that committed, failed or was
+ * removed: a done file that the kernel still remembers costs nothing. */
+static void settle(ingest *in)
+{
+	spool_clear(in);
+	line_drop(in);
+	sb_free(&in->key);
+	if (in->tmp)
+		budget_give(in, scratch_size(in));
+	free(in->tmp);
+	free(in->row);
+	in->tmp = NULL;
+	in->row = NULL;
+}
 
 void ingest_free(ingest *in)
 {
 	if (!in)
 		return;
-	spool_clear(in);
-	budget_give(in, in->charged);
-	sb_free(&in->line);
-	sb_free(&in->key);
-	sb_free(&in->npy_hdr);
-	free(in->row);
-	free(in->tmp);
+	settle(in);
 	free(in->why);
 	free(in->name);
 	pthread_mutex_destroy(&in->mu);
@@ -200,8 +226,6 @@ static const char *unit(const ingest *in)
 {
 	return in->fmt <= F_JSONL ? "line" : "row";
 }
-
-static void line_drop(ingest *in);
 
 /* Log "ingest/NAME: line N: why", drop everything, and mark the file dead
  * (a staged file keeps the line for its rename, and its place in ingest/). */
@@ -235,9 +259,8 @@ static int fail_at(ingest *in, int rc, uint64_t where, const char *fmt, ...)
 		errlog(&in->dm->errors, "ingest/%s: %s%s; %s", in->name, at, why, tail);
 		in->done = 1;
 	}
-	spool_clear(in);
-	line_drop(in);
 	in->failed = 1;
+	settle(in);
 	return rc;
 }
 
@@ -456,11 +479,7 @@ static int spool_commit(ingest *in)
 		return fail_at(in, rc, where, "%s", why);
 	}
 	in->committed += in->n;
-	/* start over for what may still be written */
-	if (ftruncate(in->fd, 0) != 0)
-		spool_clear(in);
-	in->fsize = 0;
-	in->n = 0;
+	spool_clear(in);
 	return 0;
 }
 
@@ -960,13 +979,15 @@ static int text_line(ingest *in, const char *s, size_t n)
  * counting its growth against the budget. */
 static int buf_add(ingest *in, sbuf *b, const void *p, size_t n, uint64_t where)
 {
-	size_t want = b->len + n + 1;
-	if (want > in->line_charged) {
-		size_t more = want < 2 * in->line_charged ? 2 * in->line_charged : want;
+	/* the capacity sb_reserve() will give it */
+	size_t cap = b->cap ? b->cap : 256;
+	while (cap < b->len + n + 1)
+		cap *= 2;
+	if (cap > b->cap) {
 		char why[160];
-		if (budget_take(in, more - in->line_charged))
+		if (budget_take(in, cap - b->cap))
 			return fail_at(in, -ENOMEM, where, "%s", budget_why(in, why, sizeof why));
-		in->line_charged = more;
+		in->line_charged += cap - b->cap;
 	}
 	sb_add(b, p, n);
 	if (b->oom)
@@ -1279,8 +1300,12 @@ int ingest_write(ingest *in, const char *buf, size_t len, uint64_t off, uint64_t
 		in->written += len;
 		in->dirty = 1;
 		owner_add(in, owner);
+		int over;
+		char why[160];
 		if (in->failed)
 			; /* a staged file that failed: its rename tells */
+		else if ((rc = scratch_get(in, &over)))
+			rc = fail_at(in, rc, 0, "%s", over ? budget_why(in, why, sizeof why) : "out of memory");
 		else if (in->fmt <= F_JSONL)
 			rc = text_feed(in, buf, len);
 		else
@@ -1346,6 +1371,7 @@ int ingest_commit(ingest *in)
 		return rc;
 	}
 	in->done = 1;
+	settle(in);
 	pthread_mutex_unlock(&in->mu);
 	return 0;
 }
@@ -1412,6 +1438,7 @@ int ingest_rename(ingest *in)
 	if ((rc = finish(in)) == 0 && in->n)
 		rc = spool_commit(in);
 	in->done = 1;
+	settle(in);
 	pthread_mutex_unlock(&in->mu);
 	return rc;
 }
@@ -1426,7 +1453,7 @@ void ingest_cancel(ingest *in)
 	pthread_mutex_lock(&in->mu);
 	in->cancelled = 1;
 	in->done = 1;
-	spool_clear(in);
+	settle(in);
 	pthread_mutex_unlock(&in->mu);
 }
 

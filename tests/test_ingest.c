@@ -2571,6 +2571,171 @@ static void test_bounds(void **state)
 	model_free(&t.md);
 }
 
+/* A record's presence. */
+static int has_key(vecfs *v, const char *k)
+{
+	return vecfs_get(v, k, strlen(k), got_vec, VECFS_DIM_MAX, &(uint32_t){0}, NULL, 0, NULL) == 0;
+}
+
+/* Who commits (a close by a lock owner that wrote), writes that do not
+ * append, empty files, staged files, the buffer budget, a byte order mark,
+ * long .npy headers. */
+static void test_rules(void **state)
+{
+	fixture *f = *state;
+	run t;
+	fx_open(f, NULL);
+	run_init(&t, f, 3, VECFS_L2, 0x5eed0007);
+	vecfs *v = t.dm->store;
+	int csv = ingest_format_of("a.csv"), npy = ingest_format_of("a.npy");
+	unsigned e0;
+
+	/* a close by an owner that did not write commits nothing */
+	ingest *in = ingest_new(t.dm, "o.csv", csv, 10);
+	assert_int_equal(ingest_write(in, "o1,1,", 5, 0, 1), 0);
+	assert_int_equal(ingest_close(in, 2, 11), 0);
+	assert_false(ingest_done(in));
+	assert_int_equal(ingest_write(in, "2,3\n", 4, 5, 1), 0);
+	assert_int_equal(ingest_write(in, "o2,1,2,3\n", 9, 9, 3), 0);
+	assert_int_equal(ingest_close(in, 2, 11), 0);
+	assert_false(has_key(v, "o1"));
+	assert_int_equal(ingest_close(in, 3, 12), 0); /* another writer */
+	assert_true(ingest_done(in));
+	assert_true(has_key(v, "o1") && has_key(v, "o2"));
+	/* the owners start over at a commit: a new file of the same name */
+	assert_int_equal(ingest_write(in, "o3,1,2,3\n", 9, 18, 1), 0);
+	assert_int_equal(ingest_close(in, 3, 12), 0);
+	assert_false(has_key(v, "o3"));
+	assert_int_equal(ingest_close(in, 1, 10), 0);
+	assert_true(has_key(v, "o3"));
+	ingest_free(in);
+
+	/* writes append */
+	in = ingest_new(t.dm, "off.csv", csv, 10);
+	assert_int_equal(ingest_write(in, "w1,1,2,3\n", 9, 0, 1), 0);
+	e0 = err_count;
+	assert_int_equal(ingest_write(in, "w2,1,2,3\n", 9, 0, 1), -EINVAL);
+	assert_int_equal(err_count, e0 + 1);
+	assert_non_null(strstr(err_last, "ingest/off.csv: a write at offset 0, but the file holds 9 bytes"));
+	assert_true(ingest_done(in));
+	assert_int_equal(ingest_close(in, 1, 10), -EINVAL);
+	assert_false(has_key(v, "w1"));
+	ingest_free(in);
+
+	/* closed with nothing ever written, by the process that made it */
+	in = ingest_new(t.dm, "e.csv", csv, 10);
+	assert_int_equal(ingest_close(in, 5, 11), 0); /* another process */
+	assert_false(ingest_done(in));
+	assert_int_equal(ingest_close(in, 5, 10), 0);
+	assert_true(ingest_done(in));
+	ingest_free(in);
+	in = ingest_new(t.dm, "e.npy", npy, 10);
+	e0 = err_count;
+	assert_int_equal(ingest_close(in, 5, 10), -EINVAL);
+	assert_int_equal(err_count, e0 + 1);
+	assert_non_null(strstr(err_last, "ingest/e.npy: empty"));
+	assert_true(ingest_done(in));
+	ingest_free(in);
+
+	/* staged: no close commits; a bad row waits, silent, for the rename */
+	assert_int_equal(ingest_format_staged("a.csv.part"), csv);
+	assert_int_equal(ingest_format_staged("a.part"), -1);
+	assert_int_equal(ingest_format_staged("a.csv.part.part"), -1);
+	assert_int_equal(ingest_format_staged(".part"), -1);
+	in = ingest_new(t.dm, "s.csv.part", ingest_format_staged("s.csv.part"), 10);
+	e0 = err_count;
+	assert_int_equal(ingest_write(in, "s1,1,2,3\ns2,1,x,3\n", 18, 0, 1), 0);
+	assert_int_equal(ingest_write(in, "s3,1,2,3\n", 9, 18, 2), 0);
+	assert_int_equal(ingest_close(in, 1, 10), 0);
+	ingest_release(in);
+	assert_int_equal(err_count, e0);
+	assert_false(ingest_done(in));
+	assert_int_equal(ingest_rename(in), -EINVAL);
+	assert_int_equal(err_count, e0 + 1);
+	assert_non_null(strstr(err_last, "ingest/s.csv.part: line 2: "));
+	assert_true(ingest_done(in));
+	assert_false(has_key(v, "s1"));
+	ingest_free(in);
+	in = ingest_new(t.dm, "g.csv.part", csv, 10);
+	assert_int_equal(ingest_write(in, "g1,1,2,3\ng2,1,2", 15, 0, 1), 0);
+	assert_int_equal(ingest_close(in, 1, 10), 0);
+	assert_int_equal(ingest_write(in, ",3\n", 3, 15, 2), 0);
+	ingest_release(in);
+	assert_false(has_key(v, "g1"));
+	assert_int_equal(ingest_rename(in), 0);
+	assert_true(has_key(v, "g1") && has_key(v, "g2"));
+	ingest_free(in);
+
+	/* a byte order mark opens the text: not part of the first key */
+	in = ingest_new(t.dm, "bom.csv", csv, 10);
+	assert_int_equal(ingest_write(in, "\xEF\xBB\xBF" "bom,1,2,3\n", 13, 0, 1), 0);
+	assert_int_equal(ingest_close(in, 1, 10), 0);
+	assert_true(has_key(v, "bom"));
+	ingest_free(in);
+
+	/* an .npy header of 6000 bytes is read whole */
+	bytes b = {0};
+	char dict[6100];
+	int dl = snprintf(dict, sizeof dict, "{'descr': '<f4', 'fortran_order': False, %*s'shape': (2, 3), }",
+			  6000, "");
+	by_add(&b, "\x93NUMPY\x01\x00", 8);
+	uint8_t hl[2] = {(uint8_t)((dl + 1) & 0xff), (uint8_t)((dl + 1) >> 8)};
+	by_add(&b, hl, 2);
+	by_add(&b, dict, (size_t)dl);
+	by_adds(&b, "\n");
+	for (int i = 0; i < 6; i++) {
+		uint8_t w[4];
+		put_le32(w, f2u((float)i));
+		by_add(&b, w, 4);
+	}
+	uint64_t next = stats(v).next_key;
+	assert_int_equal(feed(t.dm, "long.npy", b.p, b.n, &t.r), 0);
+	assert_int_equal(stats(v).next_key, next + 2);
+	/* a shape past unsigned long long is refused for what it is */
+	char *sh = strstr((char *)b.p + 10, "(2, 3)");
+	assert_non_null(sh);
+	by_free(&b);
+	by_add(&b, "\x93NUMPY\x01\x00", 8);
+	dl = snprintf(dict, sizeof dict, "{'descr': '<f4', 'fortran_order': False, 'shape': (99999999999999999999999, 3), }");
+	hl[0] = (uint8_t)((dl + 1) & 0xff);
+	hl[1] = (uint8_t)((dl + 1) >> 8);
+	by_add(&b, hl, 2);
+	by_add(&b, dict, (size_t)dl);
+	by_adds(&b, "\n");
+	e0 = err_count;
+	assert_int_equal(feed(t.dm, "huge.npy", b.p, b.n, &t.r), -EINVAL);
+	assert_non_null(strstr(err_last, "is too large"));
+	by_free(&b);
+
+	/* the budget: the buffers of all open files together */
+	assert_int_equal(atomic_load(&t.dm->ingest_used), 0);
+	t.dm->ingest_max = (size_t)3 << 20; /* a partial line of 1200 KiB holds 2 MiB */
+	ingest *a = ingest_new(t.dm, "a.txt", ingest_format_of("a.txt"), 10);
+	ingest *c = ingest_new(t.dm, "c.txt", ingest_format_of("c.txt"), 10);
+	char *big = malloc(1200 << 10);
+	assert_non_null(big);
+	memset(big, ' ', 1200 << 10);
+	big[0] = 'a';
+	assert_int_equal(ingest_write(a, big, 1200 << 10, 0, 1), 0);
+	big[0] = 'c';
+	e0 = err_count;
+	assert_int_equal(ingest_write(c, big, 1200 << 10, 0, 1), -ENOMEM);
+	assert_int_equal(err_count, e0 + 1);
+	assert_non_null(strstr(err_last, "ingest_buffer_mb"));
+	ingest_free(c);
+	ingest_cancel(a); /* what it held is free again */
+	c = ingest_new(t.dm, "c.txt", ingest_format_of("c.txt"), 10);
+	assert_int_equal(ingest_write(c, big, 1200 << 10, 0, 1), 0);
+	assert_int_equal(ingest_write(c, " 1 2 3\n", 7, 1200 << 10, 1), 0);
+	assert_int_equal(ingest_close(c, 1, 10), 0);
+	assert_true(has_key(v, "c"));
+	ingest_free(c);
+	ingest_free(a);
+	assert_int_equal(atomic_load(&t.dm->ingest_used), 0);
+	free(big);
+	model_free(&t.md);
+}
+
 /* Valid files of every format, mutated: each is committed exactly as the
  * reference reads it, or rejected leaving the store as it was. */
 static void test_fuzz(void **state)
@@ -2627,6 +2792,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_cosine_zero_vector, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_file_states, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_bounds, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_rules, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_fuzz, fx_setup, fx_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
