@@ -1399,7 +1399,10 @@ int ingest_close(ingest *in, uint64_t owner, uint64_t pid)
 		return 0;
 	}
 	if (never_written(in) && pid == in->opener) {
-		int rc = empty_close(in);
+		/* maybe its creator closing a descriptor it dup'ed (a shell's
+		 * redirection) before the command writes: the file stays, and
+		 * its last close (RELEASE) makes it an empty file */
+		int rc = in->fmt == F_NPY ? -EINVAL : 0;
 		pthread_mutex_unlock(&in->mu);
 		return rc;
 	}

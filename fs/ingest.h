@@ -32,12 +32,13 @@ int ingest_write(ingest *in, const char *buf, size_t len, uint64_t off, uint64_t
  * Returns 0 when nothing was pending. */
 int ingest_commit(ingest *in);
 /* A close (FLUSH) by lock owner `owner`, process `pid`: commits when that
- * owner wrote since the last commit; a file never written, closed by the
- * process that made it, is empty (zero rows; -EINVAL for .npy).  A staged
- * file: nothing. */
+ * owner wrote since the last commit.  A file never written, closed by the
+ * process that made it: -EINVAL for .npy, which needs a header (the file
+ * stays: ingest_release() ends it).  A staged file: nothing. */
 int ingest_close(ingest *in, uint64_t owner, uint64_t pid);
 /* The last close of a descriptor: what no writer's close committed is
- * committed now (a staged file waits for its rename). */
+ * committed now (a staged file waits for its rename); a file never written
+ * is empty: zero rows, or for .npy an errors line. */
 void ingest_release(ingest *in);
 /* Commit a staged file (its rename): 0 once committed, -EINVAL (with an
  * errors line) when it is bad, -ENOENT when it is not a staged file being

@@ -540,6 +540,10 @@ void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
 			fuse_reply_err(req, EEXIST);
 			return;
 		}
+		if (n && ingest_done(n->ing)) {
+			unlink_name(dm, n); /* committed, and about to leave */
+			n = NULL;
+		}
 		if (n && !ingest_is_staged(name)) {
 			pthread_mutex_unlock(&dm->tree.mu);
 			fuse_reply_err(req, -ingest_busy(dm, name));
