@@ -1451,6 +1451,29 @@ int ingest_staged(ingest *in)
 	return in->staged;
 }
 
+void ingest_truncate(ingest *in)
+{
+	pthread_mutex_lock(&in->mu);
+	if (in->staged && !in->done && in->written) {
+		settle(in);
+		free(in->why);
+		in->why = NULL;
+		in->written = 0;
+		in->dirty = in->failed = 0;
+		in->defer = 1;
+		in->dim = 0;
+		in->dim_from_store = 0;
+		in->lineno = in->rowno = 0;
+		in->rowlen = 0;
+		in->rowneed = in->fmt == F_NPY ? 0 : 4;
+		in->npy_stage = 0;
+		in->npy_hlen = 0;
+		in->npy_rows = 0;
+		in->nowners = 0;
+	}
+	pthread_mutex_unlock(&in->mu);
+}
+
 void ingest_cancel(ingest *in)
 {
 	pthread_mutex_lock(&in->mu);

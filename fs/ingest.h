@@ -45,6 +45,9 @@ void ingest_release(ingest *in);
  * written.  The file is done either way. */
 int ingest_rename(ingest *in);
 int ingest_staged(ingest *in);
+/* A staged file opened with O_TRUNC (or truncated to 0): it starts over
+ * empty.  Other files: nothing. */
+void ingest_truncate(ingest *in);
 /* Abandon the file (unlinked while open): nothing more is committed. */
 void ingest_cancel(ingest *in);
 /* Bytes written so far (the file's size). */

@@ -156,6 +156,8 @@ static int open_node(fs_daemon *dm, node *n, struct fuse_file_info *fi, handle *
 	}
 	if (rc == 0 && n->kind == K_QIN && (fi->flags & O_TRUNC))
 		qs_in_truncate(n->session->qs);
+	if (rc == 0 && n->kind == K_INGEST_FILE && (fi->flags & O_TRUNC))
+		ingest_truncate(n->ing); /* a staged file starts over */
 	if (rc) {
 		handle_free(h);
 		return rc;
@@ -479,7 +481,9 @@ void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
 			}
 			break;
 		case K_INGEST_FILE:
-			if ((uint64_t)attr->st_size != ingest_size(n->ing)) {
+			if (attr->st_size == 0 && ingest_staged(n->ing))
+				ingest_truncate(n->ing); /* starts over */
+			else if ((uint64_t)attr->st_size != ingest_size(n->ing)) {
 				errlog(&dm->errors, "ingest/%s: cannot truncate a file being ingested", n->name);
 				fuse_reply_err(req, EINVAL);
 				return;

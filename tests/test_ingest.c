@@ -2672,6 +2672,16 @@ static void test_rules(void **state)
 	assert_int_equal(ingest_rename(in), 0);
 	assert_true(has_key(v, "g1") && has_key(v, "g2"));
 	ingest_free(in);
+	/* truncated (opened with O_TRUNC): a staged file starts over */
+	in = ingest_new(t.dm, "z.csv.part", csv, 10);
+	assert_int_equal(ingest_write(in, "z1,1,2,3\nz2,x\n", 14, 0, 1), 0);
+	ingest_truncate(in);
+	assert_int_equal(ingest_size(in), 0);
+	assert_int_equal(ingest_write(in, "z3,1,2,3\n", 9, 0, 1), 0);
+	assert_int_equal(ingest_rename(in), 0);
+	assert_true(has_key(v, "z3"));
+	assert_false(has_key(v, "z1"));
+	ingest_free(in);
 
 	/* a byte order mark opens the text: not part of the first key */
 	in = ingest_new(t.dm, "bom.csv", csv, 10);
