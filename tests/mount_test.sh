@@ -861,7 +861,19 @@ if mnt "$IS" "$M" -o ingest_buffer_mb=8; then
 	if mnt "$IS" "$M"; then
 		check ingest_part_gone_after_remount test ! -e "$M/ingest/u.csv.part"
 		check ingest_part_never_committed test ! -e "$M/records/u0"
-		umnt "$M"
+		# and after a crash
+		check ingest_part_before_crash test "$(printf 'k0,1,1,1,1\n' | put - "$M/ingest/k.csv.part")" == OK
+		kill -9 "$(daemon_pid "$M")"
+		sleep 0.5
+		T fusermount3 -uz "$M" 2>/dev/null
+		if mnt "$IS" "$M"; then
+			check ingest_part_gone_after_crash test ! -e "$M/ingest/k.csv.part"
+			check ingest_part_crash_never_committed test ! -e "$M/records/k0"
+			check ingest_no_spool_left sh -c "! ls -A '$IS' | grep -q spool"
+			umnt "$M"
+		else
+			bad mount_after_crash "$(tail -c 200 "$TMP/daemon.log")"
+		fi
 	fi
 else
 	bad mount_ingest "$(tail -c 200 "$TMP/daemon.log")"
