@@ -17,6 +17,7 @@ int daemon_init(fs_daemon *dm, const char *store_dir, unsigned max_sessions,
 	dm->store_dir = store_dir;
 	dm->max_sessions = max_sessions;
 	dm->query_input.max = query_input_bytes;
+	dm->ingest_max = (size_t)INGEST_BUFFER_MB_DEFAULT << 20;
 	pthread_mutex_init(&dm->query_input.mu, NULL);
 	errors_init(&dm->errors);
 	control_init(dm);

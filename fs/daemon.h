@@ -54,6 +54,9 @@ struct fs_daemon {
 	out_cache out;          /* how sessions' out are served (out_cache.c) */
 	build_state build;      /* builds started through ctl (control.c) */
 	ahead *ahead;           /* searching ahead (ahead.c) */
+	size_t ingest_max;      /* bytes the buffers of open ingest files may
+				 * hold (-o ingest_buffer_mb) */
+	_Atomic size_t ingest_used; /* bytes they hold */
 };
 
 /* Everything but the store (dm->store stays NULL for the caller to set)

@@ -2,16 +2,21 @@
  * fs/ingest.c - files written into ingest/: incremental parsers for
  * .csv/.tsv/.txt, .jsonl/.ndjson, .fvecs, .bvecs and .npy.
  *
- * Bytes arrive in write() pieces split anywhere.  Each row is parsed and
- * checked (vecfs_row_check) as soon as it is complete, so a malformed row
- * fails the write() that completes it.  Good rows wait in a temporary file
- * and are handed to vecfs_put as one batch when the file is flushed (close),
- * which commits them atomically.
+ * Bytes arrive in write() pieces split anywhere, each at the end of what
+ * was written before.  Each row is parsed and checked (vecfs_row_check) as
+ * soon as it is complete, so a malformed row fails the write() that
+ * completes it.  Good rows wait in a temporary file and are handed to
+ * vecfs_put as one batch at the close of a process that wrote (told by the
+ * FUSE lock owner of its writes and of its FLUSH), which commits them
+ * atomically.  A staged file (NAME.EXT.part) never commits at a close: its
+ * errors wait, silent, for the rename that commits it.  The buffers of all
+ * open files count against one budget of the daemon.
  */
 #include "ingest.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdarg.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,10 +31,11 @@
 
 enum { F_CSV, F_TSV, F_TXT, F_JSONL, F_FVECS, F_BVECS, F_NPY };
 
-#define SPOOL_BUF ((size_t)1 << 20)
+#define SPOOL_BUF ((size_t)256 << 10)
 #define LINE_MAX_BYTES ((size_t)4 << 20)
 #define NPY_HEADER_MAX ((size_t)1 << 20)
-
+#define LINE_KEEP ((size_t)64 << 10) /* a line buffer larger is freed after its line */
+#define OWNERS_MAX 64  /* writers told apart; past it any close is a writer's */
 
 struct ingest {
 	pthread_mutex_t mu;
@@ -41,6 +47,14 @@ struct ingest {
 	uint64_t written;  /* bytes written */
 	int dirty;         /* bytes written since the last commit */
 	int failed, cancelled, done;
+	int staged;        /* NAME.EXT.part: commits at its rename only */
+	int defer;         /* staged: errors wait for the rename */
+	char *why;         /* staged: the errors line its failure waits to give */
+	uint64_t owners[OWNERS_MAX]; /* lock owners that wrote since the last commit */
+	size_t nowners;    /* OWNERS_MAX + 1: more than were told apart */
+	uint64_t opener;   /* pid of the process that made the file */
+	size_t charged;    /* bytes of the budget held */
+	size_t line_charged; /* of which the capacity of line and npy_hdr */
 	/* text formats */
 	sbuf line;
 	uint64_t lineno;   /* lines completed */
@@ -81,21 +95,59 @@ int ingest_format_of(const char *name)
 	return -1;
 }
 
-ingest *ingest_new(fs_daemon *dm, const char *name, int format)
+/* Count n bytes more against the daemon's ingest budget: 0, or -ENOMEM. */
+static int budget_take(ingest *in, size_t n)
+{
+	fs_daemon *dm = in->dm;
+	size_t used = atomic_load(&dm->ingest_used);
+	do {
+		if (used + n > dm->ingest_max || used + n < used)
+			return -ENOMEM;
+	} while (!atomic_compare_exchange_weak(&dm->ingest_used, &used, used + n));
+	in->charged += n;
+	return 0;
+}
+
+static void budget_give(ingest *in, size_t n)
+{
+	atomic_fetch_sub(&in->dm->ingest_used, n);
+	in->charged -= n;
+}
+
+static const char *budget_why(ingest *in, char *buf, size_t cap)
+{
+	snprintf(buf, cap, "the buffers of the files being ingested would pass %zu MiB "
+		 "(-o ingest_buffer_mb); close some", in->dm->ingest_max >> 20);
+	return buf;
+}
+
+int ingest_format_staged(const char *name)
+{
+	size_t n = strlen(name);
+	if (n <= 5 || strcmp(name + n - 5, ".part"))
+		return ingest_format_of(name);
+	char *base = strndup(name, n - 5);
+	if (!base)
+		return -1;
+	int f = ingest_format_of(base);
+	free(base);
+	return f;
+}
+
+int ingest_is_staged(const char *name)
+{
+	size_t n = strlen(name);
+	return n > 5 && !strcmp(name + n - 5, ".part") && ingest_format_staged(name) >= 0;
+}
+
+ingest *ingest_new(fs_daemon *dm, const char *name, int format, uint64_t opener)
 {
 	ingest *in = calloc(1, sizeof *in);
 	if (!in)
 		return NULL;
 	in->dm = dm;
 	in->name = strdup(name);
-	in->tmp = malloc(sizeof(float) * (VECFS_DIM_MAX + 1));
-	if (format == F_FVECS || format == F_BVECS || format == F_NPY)
-		in->row = malloc(4 + (size_t)4 * VECFS_DIM_MAX);
-	if (!in->name || !in->tmp ||
-	    ((format == F_FVECS || format == F_BVECS || format == F_NPY) && !in->row)) {
-		free(in->name);
-		free(in->tmp);
-		free(in->row);
+	if (!in->name) {
 		free(in);
 		return NULL;
 	}
@@ -103,21 +155,66 @@ ingest *ingest_new(fs_daemon *dm, const char *name, int format)
 	in->fd = -1;
 	in->fmt = format;
 	in->rowneed = format == F_NPY ? 0 : 4;
+	in->staged = in->defer = ingest_is_staged(name);
+	in->opener = opener;
 	return in;
 }
 
 static void spool_clear(ingest *in);
+static void line_drop(ingest *in);
+
+static size_t scratch_size(const ingest *in)
+{
+	int binary = in->fmt == F_FVECS || in->fmt == F_BVECS || in->fmt == F_NPY;
+	return sizeof(float) * (VECFS_DIM_MAX + 1) + (binary ? 4 + (size_t)4 * VECFS_DIM_MAX : 0);
+}
+
+/* The row scratch buffers, made at the first write after the file was
+ * made or settled: 0, or -ENOMEM (past the budget: *over set). */
+static int scratch_get(ingest *in, int *over)
+{
+	*over = 0;
+	if (in->tmp)
+		return 0;
+	if (budget_take(in, scratch_size(in))) {
+		*over = 1;
+		return -ENOMEM;
+	}
+	in->tmp = malloc(sizeof(float) * (VECFS_DIM_MAX + 1));
+	if (in->fmt == F_FVECS || in->fmt == F_BVECS || in->fmt == F_NPY)
+		in->row = malloc(4 + (size_t)4 * VECFS_DIM_MAX);
+	if (!in->tmp || (scratch_size(in) > sizeof(float) * (VECFS_DIM_MAX + 1) && !in->row)) {
+		free(in->tmp);
+		free(in->row);
+		in->tmp = NULL;
+		in->row = NULL;
+		budget_give(in, scratch_size(in));
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+/* Give back every buffer of a file that committed, failed or was
+ * removed: a done file that the kernel still remembers costs nothing. */
+static void settle(ingest *in)
+{
+	spool_clear(in);
+	line_drop(in);
+	sb_free(&in->key);
+	if (in->tmp)
+		budget_give(in, scratch_size(in));
+	free(in->tmp);
+	free(in->row);
+	in->tmp = NULL;
+	in->row = NULL;
+}
 
 void ingest_free(ingest *in)
 {
 	if (!in)
 		return;
-	spool_clear(in);
-	sb_free(&in->line);
-	sb_free(&in->key);
-	sb_free(&in->npy_hdr);
-	free(in->row);
-	free(in->tmp);
+	settle(in);
+	free(in->why);
 	free(in->name);
 	pthread_mutex_destroy(&in->mu);
 	free(in);
@@ -130,7 +227,8 @@ static const char *unit(const ingest *in)
 	return in->fmt <= F_JSONL ? "line" : "row";
 }
 
-/* Log "ingest/NAME: line N: why", drop everything, and mark the file dead. */
+/* Log "ingest/NAME: line N: why", drop everything, and mark the file dead
+ * (a staged file keeps the line for its rename, and its place in ingest/). */
 static int fail_at(ingest *in, int rc, uint64_t where, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
 static int fail_at(ingest *in, int rc, uint64_t where, const char *fmt, ...)
@@ -141,20 +239,28 @@ static int fail_at(ingest *in, int rc, uint64_t where, const char *fmt, ...)
 	vsnprintf(why, sizeof why, fmt, ap);
 	va_end(ap);
 	char tail[128];
-	if (in->committed)
+	if (in->staged)
+		snprintf(tail, sizeof tail, "nothing of the staged file was committed");
+	else if (in->committed)
 		snprintf(tail, sizeof tail,
 			 "nothing written since the close that committed %llu rows was committed",
 			 (unsigned long long)in->committed);
 	else
 		snprintf(tail, sizeof tail, "nothing of the file was committed");
+	char at[48] = "";
 	if (where)
-		errlog(&in->dm->errors, "ingest/%s: %s %llu: %s; %s", in->name, unit(in), (unsigned long long)where, why,
-		       tail);
-	else
-		errlog(&in->dm->errors, "ingest/%s: %s; %s", in->name, why, tail);
-	spool_clear(in);
+		snprintf(at, sizeof at, "%s %llu: ", unit(in), (unsigned long long)where);
+	if (in->defer && rc == -EINVAL) {
+		/* bad content of a staged file: told by the rename that would
+		 * have committed it */
+		if (!in->why && asprintf(&in->why, "ingest/%s: %s%s; %s", in->name, at, why, tail) < 0)
+			in->why = NULL;
+	} else {
+		errlog(&in->dm->errors, "ingest/%s: %s%s; %s", in->name, at, why, tail);
+		in->done = 1;
+	}
 	in->failed = 1;
-	in->done = 1;
+	settle(in);
 	return rc;
 }
 
@@ -259,6 +365,8 @@ static void spool_clear(ingest *in)
 	if (in->fd >= 0)
 		close(in->fd);
 	in->fd = -1;
+	if (in->wbuf)
+		budget_give(in, SPOOL_BUF);
 	free(in->wbuf);
 	in->wbuf = NULL;
 	in->wlen = 0;
@@ -286,9 +394,16 @@ static int add_row(ingest *in, uint64_t where, const char *key, size_t klen, uin
 	int rc = vecfs_row_check(in->dm->store, &r, dim, why, sizeof why);
 	if (rc)
 		return fail_at(in, rc, where, "%s", why[0] ? why : strerror(-rc));
-	if (in->fd < 0 && (rc = spool_open(in)))
-		return fail_at(in, rc, where, "cannot create the spool file in %s: %s", in->dm->store_dir,
-			       strerror(-rc));
+	if (in->fd < 0) {
+		/* the write buffer counts from here until spool_clear() */
+		if (budget_take(in, SPOOL_BUF))
+			return fail_at(in, -ENOMEM, where, "%s", budget_why(in, why, sizeof why));
+		if ((rc = spool_open(in))) {
+			budget_give(in, SPOOL_BUF);
+			return fail_at(in, rc, where, "cannot create the spool file in %s: %s", in->dm->store_dir,
+				       strerror(-rc));
+		}
+	}
 	static const char zeros[8];
 	rec_hdr h = {where, (uint32_t)klen, (uint32_t)plen, key != NULL, 0};
 	size_t head = sizeof h + klen + plen;
@@ -304,7 +419,9 @@ static int add_row(ingest *in, uint64_t where, const char *key, size_t klen, uin
 	return 0;
 }
 
-/* Map the spool and hand its rows to vecfs_put. */
+/* Map the spool and hand its rows to vecfs_put.  The row array's pages are
+ * allocated (posix_fallocate) before the mapping stores into them: on a
+ * full disk the commit fails with ENOSPC instead of a SIGBUS. */
 static int spool_commit(ingest *in)
 {
 	char err[512] = "";
@@ -314,9 +431,9 @@ static int spool_commit(ingest *in)
 		return fail_at(in, rc, 0, "cannot spool: %s", strerror(-rc));
 	size_t rows_off = (size_t)in->fsize;
 	size_t total = rows_off + in->n * sizeof(vecfs_row);
-	if (ftruncate(in->fd, (off_t)total) != 0) {
-		rc = -errno;
-		return fail_at(in, rc, 0, "cannot spool: %s", strerror(-rc));
+	if (total > rows_off && (rc = posix_fallocate(in->fd, (off_t)rows_off, (off_t)(total - rows_off))) != 0) {
+		rc = rc == EDQUOT ? -ENOSPC : -rc;
+		return fail_at(in, rc, 0, "cannot spool the rows: %s", strerror(-rc));
 	}
 	char *map = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED, in->fd, 0);
 	if (map == MAP_FAILED) {
@@ -362,11 +479,7 @@ static int spool_commit(ingest *in)
 		return fail_at(in, rc, where, "%s", why);
 	}
 	in->committed += in->n;
-	/* start over for what may still be written */
-	if (ftruncate(in->fd, 0) != 0)
-		spool_clear(in);
-	in->fsize = 0;
-	in->n = 0;
+	spool_clear(in);
 	return 0;
 }
 
@@ -443,6 +556,7 @@ static int delim_line(ingest *in, const char *s, size_t n)
 typedef struct jp {
 	const char *p, *e;
 	char err[160];
+	int deep;  /* nested past the limit: a limit, not a malformed line */
 } jp;
 
 static void jws(jp *j)
@@ -630,8 +744,10 @@ static int jvalue(jp *j, int depth)
 {
 	const char *s;
 	size_t n;
-	if (depth > 256)
-		return jfail(j, "nested too deeply");
+	if (depth > 256) {
+		j->deep = 1;
+		return jfail(j, "nested too deeply (more than 256 levels)");
+	}
 	jws(j);
 	if (j->p >= j->e)
 		return jfail(j, "unexpected end of line");
@@ -693,7 +809,7 @@ static int jvalue(jp *j, int depth)
 static int json_line(ingest *in, const char *s, size_t n)
 {
 	uint64_t where = in->lineno;
-	jp j = {s, s + n, ""};
+	jp j = {s, s + n, "", 0};
 	sbuf name;
 	int have_key = 0, have_vec = 0;
 	uint32_t cnt = 0;
@@ -824,6 +940,8 @@ done:
 out:
 	sb_free(&name);
 	if (rc) {
+		if (j.deep)
+			return fail_at(in, -E2BIG, where, "%s", j.err);
 		if (!strncmp(j.err, "no \"", 4) || strstr(j.err, "\"vector\"") || strstr(j.err, "\"key\""))
 			return fail_at(in, -EINVAL, where, "%s", j.err);
 		if (j.p >= j.e)
@@ -840,7 +958,11 @@ out:
 
 static int text_line(ingest *in, const char *s, size_t n)
 {
-	in->lineno++;
+	/* a UTF-8 byte order mark opens the text, not its first key */
+	if (++in->lineno == 1 && n >= 3 && !memcmp(s, "\xEF\xBB\xBF", 3)) {
+		s += 3;
+		n -= 3;
+	}
 	const char *t = s;
 	size_t tn = n;
 	trim(&t, &tn);
@@ -853,6 +975,35 @@ static int text_line(ingest *in, const char *s, size_t n)
 	return delim_line(in, t, tn);
 }
 
+/* Add n bytes to a buffer of the file (the partial line, the .npy header),
+ * counting its growth against the budget. */
+static int buf_add(ingest *in, sbuf *b, const void *p, size_t n, uint64_t where)
+{
+	/* the capacity sb_reserve() will give it */
+	size_t cap = b->cap ? b->cap : 256;
+	while (cap < b->len + n + 1)
+		cap *= 2;
+	if (cap > b->cap) {
+		char why[160];
+		if (budget_take(in, cap - b->cap))
+			return fail_at(in, -ENOMEM, where, "%s", budget_why(in, why, sizeof why));
+		in->line_charged += cap - b->cap;
+	}
+	sb_add(b, p, n);
+	if (b->oom)
+		return fail_at(in, -ENOMEM, where, "out of memory");
+	return 0;
+}
+
+/* Free the buffers buf_add() grew (a line done, the file dead). */
+static void line_drop(ingest *in)
+{
+	sb_free(&in->line);
+	sb_free(&in->npy_hdr);
+	budget_give(in, in->line_charged);
+	in->line_charged = 0;
+}
+
 static int text_feed(ingest *in, const char *p, size_t n)
 {
 	while (n) {
@@ -861,19 +1012,17 @@ static int text_feed(ingest *in, const char *p, size_t n)
 		if (in->line.len + take > LINE_MAX_BYTES)
 			return fail_at(in, -EINVAL, in->lineno + 1, "longer than %zu bytes",
 				       LINE_MAX_BYTES);
-		if (!nl) {
-			sb_add(&in->line, p, take);
-			if (in->line.oom)
-				return fail_at(in, -ENOMEM, in->lineno + 1, "out of memory");
-			return 0;
-		}
+		if (!nl)
+			return buf_add(in, &in->line, p, take, in->lineno + 1);
 		int rc;
 		if (in->line.len) {
-			sb_add(&in->line, p, take);
-			if (in->line.oom)
-				return fail_at(in, -ENOMEM, in->lineno + 1, "out of memory");
+			if ((rc = buf_add(in, &in->line, p, take, in->lineno + 1)))
+				return rc;
 			rc = text_line(in, in->line.p, in->line.len);
-			sb_reset(&in->line);
+			if (in->line_charged > LINE_KEEP)
+				line_drop(in);
+			else
+				sb_reset(&in->line);
 		} else {
 			rc = text_line(in, p, take);
 		}
@@ -900,13 +1049,22 @@ static float rd_lef32(const uint8_t *p)
 	return f;
 }
 
+static int npy_dict(ingest *in, char *buf);
+
 /* Parse the python-literal header dict of an .npy file. */
 static int npy_header(ingest *in, const char *h, size_t n)
 {
-	char buf[4096];
-	size_t len = n < sizeof buf - 1 ? n : sizeof buf - 1;
-	memcpy(buf, h, len);
-	buf[len] = 0;
+	char *buf = strndup(h, n);
+	if (!buf)
+		return fail_at(in, -ENOMEM, 0, "out of memory");
+	int rc = npy_dict(in, buf);
+	free(buf);
+	return rc;
+}
+
+/* The header dict, NUL-terminated. */
+static int npy_dict(ingest *in, char *buf)
+{
 	char *d = strstr(buf, "'descr'");
 	char *fo = strstr(buf, "'fortran_order'");
 	char *sh = strstr(buf, "'shape'");
@@ -947,7 +1105,10 @@ static int npy_header(ingest *in, const char *h, size_t n)
 		char *e;
 		if (*sh < '0' || *sh > '9')
 			return fail_at(in, -EINVAL, 0, "bad shape in the .npy header");
+		errno = 0;
 		unsigned long long v = strtoull(sh, &e, 10);
+		if (errno == ERANGE)
+			return fail_at(in, -EINVAL, 0, "shape value %.24s... is too large", sh);
 		if (nd < 3)
 			dims[nd] = v;
 		nd++;
@@ -981,9 +1142,12 @@ static int npy_feed_header(ingest *in, const uint8_t **pp, size_t *np)
 		size_t take = want > in->npy_hdr.len ? want - in->npy_hdr.len : 0;
 		if (take > n)
 			take = n;
-		sb_add(&in->npy_hdr, p, take);
-		if (in->npy_hdr.oom)
-			return fail_at(in, -ENOMEM, 0, "out of memory");
+		int rc = buf_add(in, &in->npy_hdr, p, take, 0);
+		if (rc) {
+			*pp = p;
+			*np = n;
+			return rc;
+		}
 		p += take;
 		n -= take;
 		if (in->npy_hdr.len >= 6 && memcmp(in->npy_hdr.p, "\x93NUMPY", 6)) {
@@ -1018,10 +1182,12 @@ static int npy_feed_header(ingest *in, const uint8_t **pp, size_t *np)
 			in->npy_stage = 1;
 		} else {
 			size_t off = (unsigned char)in->npy_hdr.p[6] == 1 ? 10 : 12;
-			int rc = npy_header(in, in->npy_hdr.p + off, in->npy_hdr.len - off);
+			int hrc = npy_header(in, in->npy_hdr.p + off, in->npy_hdr.len - off);
+			if (hrc == 0)
+				line_drop(in);
 			*pp = p;
 			*np = n;
-			return rc;
+			return hrc;
 		}
 	}
 	*pp = p;
@@ -1092,7 +1258,28 @@ static int bin_feed(ingest *in, const uint8_t *p, size_t n)
 
 /* ---------------------------------------------------------------- interface */
 
-int ingest_write(ingest *in, const char *buf, size_t len)
+static void owner_add(ingest *in, uint64_t owner)
+{
+	for (size_t i = 0; i < in->nowners && i < OWNERS_MAX; i++)
+		if (in->owners[i] == owner)
+			return;
+	if (in->nowners < OWNERS_MAX)
+		in->owners[in->nowners] = owner;
+	if (in->nowners <= OWNERS_MAX)
+		in->nowners++;
+}
+
+static int owner_wrote(const ingest *in, uint64_t owner)
+{
+	if (in->nowners > OWNERS_MAX)
+		return 1;
+	for (size_t i = 0; i < in->nowners; i++)
+		if (in->owners[i] == owner)
+			return 1;
+	return 0;
+}
+
+int ingest_write(ingest *in, const char *buf, size_t len, uint64_t off, uint64_t owner)
 {
 	int rc = 0;
 	pthread_mutex_lock(&in->mu);
@@ -1100,17 +1287,31 @@ int ingest_write(ingest *in, const char *buf, size_t len)
 		pthread_mutex_unlock(&in->mu);
 		return 0;
 	}
-	if (in->failed) {
+	if (in->failed && in->done) {
 		pthread_mutex_unlock(&in->mu);
 		return -EINVAL;
 	}
-	if (len) {
+	if (off != in->written) {
+		in->defer = 0; /* a staged file too fails here and now */
+		rc = fail_at(in, -EINVAL, 0, "a write at offset %llu, but the file holds %llu bytes: "
+			     "writes append at its end", (unsigned long long)off,
+			     (unsigned long long)in->written);
+	} else if (len) {
 		in->written += len;
 		in->dirty = 1;
-		if (in->fmt <= F_JSONL)
+		owner_add(in, owner);
+		int over;
+		char why[160];
+		if (in->failed)
+			; /* a staged file that failed: its rename tells */
+		else if ((rc = scratch_get(in, &over)))
+			rc = fail_at(in, rc, 0, "%s", over ? budget_why(in, why, sizeof why) : "out of memory");
+		else if (in->fmt <= F_JSONL)
 			rc = text_feed(in, buf, len);
 		else
 			rc = bin_feed(in, (const uint8_t *)buf, len);
+		if (in->failed && !in->done)
+			rc = 0; /* failed, and waits for its rename */
 	}
 	pthread_mutex_unlock(&in->mu);
 	return rc;
@@ -1160,6 +1361,7 @@ int ingest_commit(ingest *in)
 		return -EINVAL;
 	}
 	in->dirty = 0;
+	in->nowners = 0;
 	if ((rc = finish(in))) {
 		pthread_mutex_unlock(&in->mu);
 		return rc;
@@ -1169,8 +1371,107 @@ int ingest_commit(ingest *in)
 		return rc;
 	}
 	in->done = 1;
+	settle(in);
 	pthread_mutex_unlock(&in->mu);
 	return 0;
+}
+
+/* A file closed with nothing ever written (in->mu held): zero rows, but
+ * an .npy file needs its header. */
+static int empty_close(ingest *in)
+{
+	in->done = 1;
+	if (in->fmt == F_NPY)
+		return fail_at(in, -EINVAL, 0, "empty: an .npy file holds at least its header");
+	return 0;
+}
+
+static int never_written(const ingest *in)
+{
+	return !in->written && !in->committed && !in->failed && !in->cancelled && !in->done && !in->staged;
+}
+
+int ingest_close(ingest *in, uint64_t owner, uint64_t pid)
+{
+	pthread_mutex_lock(&in->mu);
+	if (in->staged || in->cancelled) {
+		pthread_mutex_unlock(&in->mu);
+		return 0;
+	}
+	if (never_written(in) && pid == in->opener) {
+		/* maybe its creator closing a descriptor it dup'ed (a shell's
+		 * redirection) before the command writes: the file stays, and
+		 * its last close (RELEASE) makes it an empty file */
+		int rc = in->fmt == F_NPY ? -EINVAL : 0;
+		pthread_mutex_unlock(&in->mu);
+		return rc;
+	}
+	int wrote = owner_wrote(in, owner);
+	pthread_mutex_unlock(&in->mu);
+	return wrote ? ingest_commit(in) : 0;
+}
+
+void ingest_release(ingest *in)
+{
+	pthread_mutex_lock(&in->mu);
+	int pending = in->dirty && !in->staged;
+	if (never_written(in))
+		empty_close(in);
+	pthread_mutex_unlock(&in->mu);
+	if (pending)
+		ingest_commit(in);
+}
+
+int ingest_rename(ingest *in)
+{
+	int rc = 0;
+	pthread_mutex_lock(&in->mu);
+	if (!in->staged || in->cancelled || in->done) {
+		pthread_mutex_unlock(&in->mu);
+		return -ENOENT;
+	}
+	in->defer = 0;
+	if (in->failed) {
+		errlog(&in->dm->errors, "%s", in->why ? in->why : "ingest: a staged file failed");
+		in->done = 1;
+		pthread_mutex_unlock(&in->mu);
+		return -EINVAL;
+	}
+	in->dirty = 0;
+	if ((rc = finish(in)) == 0 && in->n)
+		rc = spool_commit(in);
+	in->done = 1;
+	settle(in);
+	pthread_mutex_unlock(&in->mu);
+	return rc;
+}
+
+int ingest_staged(ingest *in)
+{
+	return in->staged;
+}
+
+void ingest_truncate(ingest *in)
+{
+	pthread_mutex_lock(&in->mu);
+	if (in->staged && !in->done && in->written) {
+		settle(in);
+		free(in->why);
+		in->why = NULL;
+		in->written = 0;
+		in->dirty = in->failed = 0;
+		in->defer = 1;
+		in->dim = 0;
+		in->dim_from_store = 0;
+		in->lineno = in->rowno = 0;
+		in->rowlen = 0;
+		in->rowneed = in->fmt == F_NPY ? 0 : 4;
+		in->npy_stage = 0;
+		in->npy_hlen = 0;
+		in->npy_rows = 0;
+		in->nowners = 0;
+	}
+	pthread_mutex_unlock(&in->mu);
 }
 
 void ingest_cancel(ingest *in)
@@ -1178,7 +1479,7 @@ void ingest_cancel(ingest *in)
 	pthread_mutex_lock(&in->mu);
 	in->cancelled = 1;
 	in->done = 1;
-	spool_clear(in);
+	settle(in);
 	pthread_mutex_unlock(&in->mu);
 }
 

@@ -10,17 +10,44 @@
 typedef struct fs_daemon fs_daemon;
 typedef struct ingest ingest;
 
+#define INGEST_BUFFER_MB_DEFAULT 256 /* -o ingest_buffer_mb */
+
 /* The format for a file name, or -1 when its ending is not one vecfs reads. */
 int ingest_format_of(const char *name);
-ingest *ingest_new(fs_daemon *dm, const char *name, int format);
+/* The same, also for a staged name (NAME.EXT.part: the format of NAME.EXT). */
+int ingest_format_staged(const char *name);
+/* 1 for a staged name: NAME.EXT.part with a format's EXT. */
+int ingest_is_staged(const char *name);
+/* A file made by process `opener` (its pid); NULL when out of memory or
+ * past the budget of -o ingest_buffer_mb (an errors line says so). */
+ingest *ingest_new(fs_daemon *dm, const char *name, int format, uint64_t opener);
 void ingest_free(ingest *in);
-/* Parse bytes written to the file.  Rows are validated as they complete; a
- * bad row fails with -EINVAL (and an errors line), after which the file is
- * dead: nothing of it is committed. */
-int ingest_write(ingest *in, const char *buf, size_t len);
-/* Commit what was written since the last commit (a flush after data).
+/* Parse bytes written at offset off (which must be the file's end) by lock
+ * owner `owner`.  Rows are validated as they complete; a bad row fails
+ * with -EINVAL (and an errors line), after which the file is dead: nothing
+ * of it is committed.  A staged file keeps its bad rows quiet until its
+ * rename.  Past the budget: -ENOMEM. */
+int ingest_write(ingest *in, const char *buf, size_t len, uint64_t off, uint64_t owner);
+/* Commit what was written since the last commit, whoever closes.
  * Returns 0 when nothing was pending. */
 int ingest_commit(ingest *in);
+/* A close (FLUSH) by lock owner `owner`, process `pid`: commits when that
+ * owner wrote since the last commit.  A file never written, closed by the
+ * process that made it: -EINVAL for .npy, which needs a header (the file
+ * stays: ingest_release() ends it).  A staged file: nothing. */
+int ingest_close(ingest *in, uint64_t owner, uint64_t pid);
+/* The last close of a descriptor: what no writer's close committed is
+ * committed now (a staged file waits for its rename); a file never written
+ * is empty: zero rows, or for .npy an errors line. */
+void ingest_release(ingest *in);
+/* Commit a staged file (its rename): 0 once committed, -EINVAL (with an
+ * errors line) when it is bad, -ENOENT when it is not a staged file being
+ * written.  The file is done either way. */
+int ingest_rename(ingest *in);
+int ingest_staged(ingest *in);
+/* A staged file opened with O_TRUNC (or truncated to 0): it starts over
+ * empty.  Other files: nothing. */
+void ingest_truncate(ingest *in);
 /* Abandon the file (unlinked while open): nothing more is committed. */
 void ingest_cancel(ingest *in);
 /* Bytes written so far (the file's size). */

@@ -26,12 +26,14 @@ struct options {
 	int no_passthrough;  /* -o no_passthrough */
 	unsigned max_sessions;   /* -o max_sessions=N */
 	unsigned query_input_mb; /* -o query_input_mb=N */
+	unsigned ingest_buffer_mb; /* -o ingest_buffer_mb=N */
 };
 
 static const struct fuse_opt option_spec[] = {
 	{"no_passthrough", offsetof(struct options, no_passthrough), 1},
 	{"max_sessions=%u", offsetof(struct options, max_sessions), 0},
 	{"query_input_mb=%u", offsetof(struct options, query_input_mb), 0},
+	{"ingest_buffer_mb=%u", offsetof(struct options, ingest_buffer_mb), 0},
 	FUSE_OPT_END,
 };
 
@@ -76,8 +78,11 @@ static void usage(FILE *f, const char *prog, int full)
 		"    -o query_input_mb=N    MiB that the `in` files of all sessions may\n"
 		"                           hold together (default %u); a write past it\n"
 		"                           fails with ENOSPC\n"
+		"    -o ingest_buffer_mb=N  MiB that the buffers of all files being\n"
+		"                           ingested may hold together (default %u); a\n"
+		"                           write past it fails with ENOMEM\n"
 		"\n"
-		"libfuse's options:\n", SESSIONS_DEFAULT, QUERY_INPUT_MB_DEFAULT);
+		"libfuse's options:\n", SESSIONS_DEFAULT, QUERY_INPUT_MB_DEFAULT, INGEST_BUFFER_MB_DEFAULT);
 }
 
 /* ---------------------------------------------------------------- main */
@@ -183,6 +188,8 @@ int main(int argc, char *argv[])
 		fprintf(stderr, "vecfs: out of memory\n");
 		goto out;
 	}
+	if (o.ingest_buffer_mb)
+		dm.ingest_max = (size_t)o.ingest_buffer_mb << 20;
 	int rc = fc_background(dm.fuse, &fo);
 	if (rc) {
 		fprintf(stderr, "vecfs: cannot start in the background: %s\n", strerror(-rc));

@@ -156,6 +156,8 @@ static int open_node(fs_daemon *dm, node *n, struct fuse_file_info *fi, handle *
 	}
 	if (rc == 0 && n->kind == K_QIN && (fi->flags & O_TRUNC))
 		qs_in_truncate(n->session->qs);
+	if (rc == 0 && n->kind == K_INGEST_FILE && (fi->flags & O_TRUNC))
+		ingest_truncate(n->ing); /* a staged file starts over */
 	if (rc) {
 		handle_free(h);
 		return rc;
@@ -168,6 +170,8 @@ static int open_node(fs_daemon *dm, node *n, struct fuse_file_info *fi, handle *
 	*out = h;
 	return 0;
 }
+
+static int ingest_busy(fs_daemon *dm, const char *name);
 
 void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
@@ -183,6 +187,10 @@ void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		/* reopened after it left ingest/ (through a descriptor path) */
 		handle_free(h);
 		rc = -ENOENT;
+	} else if (rc == 0 && n->kind == K_INGEST_FILE && !ingest_staged(n->ing)) {
+		/* only its creator writes a file of ingest/ */
+		handle_free(h);
+		rc = ingest_busy(dm, n->name);
 	}
 	if (rc) {
 		unpin(dm, n);
@@ -235,6 +243,14 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		fuse_reply_buf(req, h->data + off, n < size ? n : size);
 	}
 	pthread_mutex_unlock(&h->mu);
+}
+
+/* A second writer of an ingest file: -EBUSY, with an errors line. */
+static int ingest_busy(fs_daemon *dm, const char *name)
+{
+	errlog(&dm->errors, "ingest/%s: is being written; another writer may open it once it is "
+	       "closed (several writers share a NAME.part file)", name);
+	return -EBUSY;
 }
 
 /* Remove an ingest file from ingest/ once it committed or failed. */
@@ -307,7 +323,9 @@ void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_
 	int rc = 0;
 	switch (n->kind) {
 	case K_INGEST_FILE:
-		rc = ingest_write(n->ing, buf, size);
+		/* the lock owner of a write is the writer's: with direct_io the
+		 * kernel sends it (FUSE_WRITE_LOCKOWNER) */
+		rc = ingest_write(n->ing, buf, size, (uint64_t)off, fi->lock_owner);
 		if (rc)
 			ingest_leave(dm, n);
 		break;
@@ -341,6 +359,22 @@ void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_
 		fuse_reply_write(req, size);
 }
 
+/* A close (FLUSH) of an ingest file by lock owner `owner` of process
+ * `pid`, or the last close of its descriptor (RELEASE: pid 0). */
+static int ingest_flush(handle *h, uint64_t owner, pid_t pid)
+{
+	fs_daemon *dm = h->dm;
+	node *n = h->n;
+	int rc = 0;
+	fc_request_long(dm->fuse); /* a commit */
+	if (pid)
+		rc = ingest_close(n->ing, owner, (uint64_t)pid);
+	else
+		ingest_release(n->ing);
+	ingest_leave(dm, n);
+	return rc;
+}
+
 static int flush_handle(handle *h)
 {
 	fs_daemon *dm = h->dm;
@@ -348,9 +382,7 @@ static int flush_handle(handle *h)
 	int rc = 0;
 	switch (n->kind) {
 	case K_INGEST_FILE:
-		fc_request_long(dm->fuse); /* a commit */
-		rc = ingest_commit(n->ing);
-		ingest_leave(dm, n);
+		rc = ingest_flush(h, 0, 0);
 		break;
 	case K_QIN: {
 		int ran;
@@ -388,7 +420,11 @@ static int flush_handle(handle *h)
 void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	(void)ino;
-	fuse_reply_err(req, -flush_handle(handle_of(fi)));
+	handle *h = handle_of(fi);
+	if (h->n->kind == K_INGEST_FILE)
+		fuse_reply_err(req, -ingest_flush(h, fi->lock_owner, fuse_req_ctx(req)->pid));
+	else
+		fuse_reply_err(req, -flush_handle(h));
 }
 
 void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -404,8 +440,8 @@ void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	handle_free(h);
 	pthread_mutex_lock(&dm->tree.mu);
 	n->opens--;
-	if (n->kind == K_INGEST_FILE && n->opens == 0 && n->linked)
-		unlink_name(dm, n); /* a closed file leaves ingest/ */
+	if (n->kind == K_INGEST_FILE && n->opens == 0 && n->linked && !ingest_staged(n->ing))
+		unlink_name(dm, n); /* a closed file leaves ingest/ (a staged one stays) */
 	if (n->kind == K_BACKUP && n->opens == 0)
 		n->bsize = 0;
 	maybe_free(dm, n);
@@ -445,7 +481,9 @@ void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
 			}
 			break;
 		case K_INGEST_FILE:
-			if ((uint64_t)attr->st_size != ingest_size(n->ing)) {
+			if (attr->st_size == 0 && ingest_staged(n->ing))
+				ingest_truncate(n->ing); /* starts over */
+			else if ((uint64_t)attr->st_size != ingest_size(n->ing)) {
 				errlog(&dm->errors, "ingest/%s: cannot truncate a file being ingested", n->name);
 				fuse_reply_err(req, EINVAL);
 				return;
@@ -469,13 +507,13 @@ void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
 }
 
 /* Take back the lookup and open a failed create made: an ingest file
- * nobody else holds leaves ingest/. */
+ * nobody else holds leaves ingest/ (a staged one with bytes stays). */
 static void undo_create(fs_daemon *dm, node *n)
 {
 	pthread_mutex_lock(&dm->tree.mu);
 	n->nlookup--;
 	n->opens--;
-	if (n->kind == K_INGEST_FILE && n->opens == 0)
+	if (n->kind == K_INGEST_FILE && n->opens == 0 && !(ingest_staged(n->ing) && ingest_size(n->ing)))
 		unlink_name(dm, n);
 	maybe_free(dm, n);
 	pthread_mutex_unlock(&dm->tree.mu);
@@ -492,10 +530,10 @@ void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
 		return;
 	node *n = NULL;
 	if (p->kind == K_INGEST) {
-		int fmt = ingest_format_of(name);
+		int fmt = ingest_format_staged(name);
 		if (fmt < 0) {
 			pthread_mutex_unlock(&dm->tree.mu);
-			errlog(&dm->errors, "ingest/%s: unknown file type: the name must end in .csv, .tsv, .txt, .jsonl, .ndjson, .fvecs, .bvecs or .npy",
+			errlog(&dm->errors, "ingest/%s: unknown file type: the name must end in .csv, .tsv, .txt, .jsonl, .ndjson, .fvecs, .bvecs or .npy (then .part for a staged file)",
 			       name);
 			fuse_reply_err(req, EINVAL);
 			return;
@@ -506,9 +544,18 @@ void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
 			fuse_reply_err(req, EEXIST);
 			return;
 		}
+		if (n && ingest_done(n->ing)) {
+			unlink_name(dm, n); /* committed, and about to leave */
+			n = NULL;
+		}
+		if (n && !ingest_is_staged(name)) {
+			pthread_mutex_unlock(&dm->tree.mu);
+			fuse_reply_err(req, -ingest_busy(dm, name));
+			return;
+		}
 		if (!n) {
 			n = new_node(dm, K_INGEST_FILE, parent, name);
-			if (n && !(n->ing = ingest_new(dm, name, fmt))) {
+			if (n && !(n->ing = ingest_new(dm, name, fmt, (uint64_t)fuse_req_ctx(req)->pid))) {
 				maybe_free(dm, n);
 				n = NULL;
 			}

@@ -317,6 +317,45 @@ void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char 
 	answer_entry_locked(req, n);
 }
 
+/* mv ingest/NAME.part ingest/NAME (dm->tree.mu held, released here):
+ * commits the staged file; the file leaves ingest/ whatever the outcome. */
+static void rename_staged(fuse_req_t req, fs_daemon *dm, fuse_ino_t dir, const char *name,
+			  const char *newname)
+{
+	node *src = find_name(dm, dir, name);
+	size_t len = strlen(newname);
+	if (!src) {
+		pthread_mutex_unlock(&dm->tree.mu);
+		fuse_reply_err(req, ENOENT);
+		return;
+	}
+	if (!ingest_staged(src->ing) || strlen(name) != len + 5 || strncmp(name, newname, len)) {
+		pthread_mutex_unlock(&dm->tree.mu);
+		errlog(&dm->errors, "mv ingest/%s ingest/%s: in ingest/ only a staged NAME.part is renamed, "
+		       "to NAME, which commits it", name, newname);
+		fuse_reply_err(req, EINVAL);
+		return;
+	}
+	if (find_name(dm, dir, newname)) {
+		pthread_mutex_unlock(&dm->tree.mu);
+		errlog(&dm->errors, "mv ingest/%s ingest/%s: ingest/%s is being written; the staged file "
+		       "stays as it was", name, newname, newname);
+		fuse_reply_err(req, EBUSY);
+		return;
+	}
+	src->opens++; /* kept while it commits outside the lock */
+	pthread_mutex_unlock(&dm->tree.mu);
+	fc_request_long(dm->fuse);
+	int rc = ingest_rename(src->ing);
+	pthread_mutex_lock(&dm->tree.mu);
+	src->opens--;
+	if (src->linked)
+		unlink_name(dm, src);
+	maybe_free(dm, src);
+	pthread_mutex_unlock(&dm->tree.mu);
+	fuse_reply_err(req, -rc);
+}
+
 void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
 		      const char *newname, unsigned int flags)
 {
@@ -330,6 +369,10 @@ void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t n
 	if (!p || !np) {
 		pthread_mutex_unlock(&dm->tree.mu);
 		fuse_reply_err(req, ENOENT);
+		return;
+	}
+	if (p->kind == K_INGEST && np->kind == K_INGEST) {
+		rename_staged(req, dm, parent, name, newname);
 		return;
 	}
 	if (p->kind != K_GENS || np->kind != K_GENS) {

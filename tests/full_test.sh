@@ -27,7 +27,13 @@ if [[ $(id -u) != 0 ]] || ! mount -t tmpfs -o size=4m vecfs-full-test "$FS" 2>/d
 	exit 0
 fi
 # unmounted after the daemon (cleanup() takes MOUNTS in order)
-untmpfs() { umount "$FS" 2>/dev/null || umount -l "$FS" 2>/dev/null; }
+untmpfs() {
+	local f
+	for f in "$FS" "$TMP/fs2"; do
+		mountpoint -q "$f" 2>/dev/null || continue
+		umount "$f" 2>/dev/null || umount -l "$f" 2>/dev/null
+	done
+}
 trap 'cleanup_full' EXIT
 cleanup_full() {
 	local m
@@ -180,4 +186,44 @@ check count_after_remount test "$(records)" == $((n_acked + ROWS))
 check intact_after_remount T "$PY" "$TMP/check.py" "$M" "$ROWS" $(acked)
 check verify_after_remount verify_ok
 T fusermount3 -u "$M"
+
+# ---------------------------------------------------------------- a commit's row array on a full disk
+# A commit lays the row array vecfs_put takes behind the spooled rows (88
+# bytes a row at dim 16); with room for the rows and 64 KiB more, the array
+# has none: the close fails with ENOSPC and an errors line, nothing is
+# committed, and the daemon serves on (it once died of SIGBUS there).
+FS2=$TMP/fs2
+M2=$TMP/mnt2
+N2=12000
+mkdir -p "$FS2"
+if mount -t tmpfs -o size=8m vecfs-full-spool "$FS2"; then
+	check spool_mount mnt "$FS2/store" "$M2"
+	T "$PY" -c '
+import struct, sys
+n, d = int(sys.argv[2]), 16
+with open(sys.argv[1], "wb") as f:
+    for i in range(n):
+        f.write(struct.pack("<i%df" % d, d, *[float(i % 97 + j) for j in range(d)]))' "$TMP/spool.fvecs" "$N2"
+	avail=$(($(stat -f -c '%a' "$FS2") * $(stat -f -c '%S' "$FS2")))
+	fill=$((avail - (88 * N2 + 65536)))
+	check spool_fill test "$fill" -gt 0
+	head -c "$fill" /dev/zero >"$FS2/filler" 2>/dev/null
+	out=$(put "$TMP/spool.fvecs" "$M2/ingest/s.fvecs")
+	echo "ingest with room for the spooled rows only: $out"
+	check spool_full_enospc test "$out" == "ERR ENOSPC close"
+	pid2=$(daemon_pid "$M2")
+	check spool_full_daemon_alive test -n "$pid2"
+	M_SAVE=$M
+	M=$M2
+	check spool_full_errors_line errors_has "ingest/s.fvecs"
+	check spool_full_nothing_committed test "$(records)" == 0
+	check spool_full_leaves_ingest test -z "$(T ls -A "$M2/ingest")"
+	rm -f "$FS2/filler"
+	check spool_room_commits test "$(put "$TMP/spool.fvecs" "$M2/ingest/s.fvecs")" == OK
+	check spool_room_count test "$(records)" == "$N2"
+	M=$M_SAVE
+	T fusermount3 -u "$M2"
+else
+	bad spool_tmpfs "cannot mount a second tmpfs"
+fi
 summary

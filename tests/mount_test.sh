@@ -679,4 +679,229 @@ if mnt "$S" "$M" -o fsname=vecfstest; then
 	check fusermount_unmount umnt "$M"
 fi
 
+
+# ================================================================ ingest/: who commits, appends, writers, staged files
+# A store of its own, with an ingest buffer budget of 8 MiB.  Each check of
+# ingest.py prints "NAME OK" or "NAME why".
+cat >"$TMP/ingest.py" <<'EOF'
+import errno, os, struct, subprocess, sys, threading, time
+mnt = sys.argv[1]
+I = mnt + '/ingest/'
+def row(k, v):
+    return ('%s,%s\n' % (k, ','.join([str(v)] * 4))).encode()
+def has(k):
+    return os.path.exists(mnt + '/records/' + k)
+def listed(name):
+    return name in os.listdir(mnt + '/ingest')
+def gone(name):  # a release may come a moment after the close returned
+    for _ in range(20):
+        if not listed(name):
+            return True
+        time.sleep(0.1)
+    return False
+def res(name, ok, why='FAIL'):
+    print(name, 'OK' if ok else why)
+def err(fn):
+    try:
+        fn()
+        return 0
+    except OSError as e:
+        return e.errno
+def opn(name, flags=os.O_CREAT | os.O_TRUNC):
+    return os.open(I + name, os.O_WRONLY | flags, 0o644)
+# a forked child that only inherited the descriptor: its close commits nothing
+fd = opn('f.csv')
+os.write(fd, row('f0', 1)[:4])
+pid = os.fork()
+if pid == 0:
+    os.close(fd)
+    os._exit(0)
+os.waitpid(pid, 0)
+res('child_close_commits_nothing', not has('f0') and listed('f.csv'))
+os.write(fd, row('f0', 1)[4:])
+os.close(fd)
+res('writer_close_commits', has('f0') and not listed('f.csv'))
+# nor does a subprocess that inherits it
+fd = opn('g.csv')
+os.write(fd, row('g0', 1)[:4])
+subprocess.run(['true'], pass_fds=(fd,), check=True)
+res('subprocess_commits_nothing', not has('g0'))
+os.write(fd, row('g0', 1)[4:])
+os.close(fd)
+res('subprocess_then_writer', has('g0'))
+# a thread of the writing process shares its lock owner: its close commits
+fd = opn('t.csv')
+th = threading.Thread(target=lambda: os.write(fd, row('t0', 1)))
+th.start(); th.join()
+th = threading.Thread(target=lambda: os.close(fd))
+th.start(); th.join()
+res('thread_close_commits', has('t0'))
+# writes append
+fd = opn('w.csv')
+os.write(fd, row('w0', 1))
+res('overwrite_einval', err(lambda: os.pwrite(fd, row('w9', 9), 0)) == errno.EINVAL)
+err(lambda: os.close(fd))
+fd = opn('h.csv')
+os.write(fd, row('h0', 1))
+res('hole_einval', err(lambda: os.pwrite(fd, row('h9', 9), 4096)) == errno.EINVAL)
+err(lambda: os.close(fd))
+res('bad_offsets_commit_nothing', not has('w0') and not has('w9') and not has('h0'))
+fd = opn('a.csv')
+a0 = row('a0', 1)
+os.write(fd, a0)
+res('pwrite_at_end', err(lambda: os.pwrite(fd, row('a1', 2), len(a0))) == 0)
+os.close(fd)
+res('pwrite_at_end_commits', has('a1'))
+# one writer a name
+fd = opn('b.csv')
+os.write(fd, row('b0', 1))
+res('second_create_ebusy', err(lambda: os.close(opn('b.csv'))) == errno.EBUSY)
+res('second_open_ebusy', err(lambda: os.close(opn('b.csv', 0))) == errno.EBUSY)
+os.write(fd, row('b1', 2))
+os.close(fd)
+res('first_writer_commits', has('b0') and has('b1'))
+fd = opn('b.csv')
+os.write(fd, row('b2', 3))
+os.close(fd)
+res('name_free_after_commit', has('b2'))
+# writes through a descriptor still open after its commit: a new file
+fd = opn('c.csv')
+os.write(fd, row('c0', 1))
+pid = os.fork()
+if pid == 0:
+    os.write(fd, row('c1', 2))
+    os.close(fd)
+    os._exit(0)
+os.waitpid(pid, 0)
+res('child_writer_commits', has('c0') and has('c1') and not listed('c.csv'))
+os.write(fd, row('c2', 3))
+os.close(fd)
+res('write_after_commit_new_file', has('c2'))
+# staged files
+fd = opn('s.csv.part')
+os.write(fd, row('s0', 1) + row('s1', 2)[:3])
+os.close(fd)
+fd = opn('s.csv.part', os.O_APPEND)
+os.write(fd, row('s1', 2)[3:])
+os.close(fd)
+res('part_commits_nothing', not has('s0') and listed('s.csv.part'))
+size = os.stat(I + 's.csv.part').st_size
+busy = opn('s.csv')
+os.write(busy, row('x0', 1))
+res('part_onto_busy_ebusy', err(lambda: os.rename(I + 's.csv.part', I + 's.csv')) == errno.EBUSY)
+os.close(busy)
+res('part_unchanged', os.stat(I + 's.csv.part').st_size == size and not has('s0'))
+res('part_other_name_einval', err(lambda: os.rename(I + 's.csv.part', I + 't.csv')) == errno.EINVAL)
+res('part_rename_commits', err(lambda: os.rename(I + 's.csv.part', I + 's.csv')) == 0 and has('s0') and has('s1'))
+res('part_leaves_ingest', not listed('s.csv.part') and not listed('s.csv'))
+fd = opn('bad.csv.part')
+os.write(fd, row('bad0', 1) + b'bad1,1,oops,1,1\n')
+os.close(fd)
+res('bad_part_rename_einval', err(lambda: os.rename(I + 'bad.csv.part', I + 'bad.csv')) == errno.EINVAL)
+res('bad_part_nothing_committed', not has('bad0') and not listed('bad.csv.part'))
+fd = opn('r.csv.part')
+os.write(fd, row('r0', 1))
+os.close(fd)
+os.unlink(I + 'r.csv.part')
+res('rm_part_discards', not listed('r.csv.part') and not has('r0'))
+fd = opn('z.csv.part')
+os.write(fd, row('z0', 1))
+os.close(fd)
+fd = opn('z.csv.part')  # O_TRUNC: it starts over
+os.write(fd, row('z1', 2))
+os.close(fd)
+res('part_trunc_starts_over', err(lambda: os.rename(I + 'z.csv.part', I + 'z.csv')) == 0 and has('z1') and not has('z0'))
+fd = opn('u.csv.part')
+os.write(fd, row('u0', 1))
+os.close(fd)
+# empty files
+res('empty_csv_zero_rows', err(lambda: os.close(opn('e.csv'))) == 0 and gone('e.csv'))
+res('empty_npy_einval', err(lambda: os.close(opn('e.npy'))) == errno.EINVAL and gone('e.npy'))
+# a shell's redirection closes the descriptor it dup'ed before cat writes
+hdr = "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 4), }".ljust(117) + '\n'
+with open(sys.argv[2], 'wb') as f:
+    f.write(b'\x93NUMPY\x01\x00' + struct.pack('<H', len(hdr)) + hdr.encode() + struct.pack('<8f', *range(8)))
+r = subprocess.run(['bash', '-c', 'cat "$1" > "$2"', '_', sys.argv[2], I + 'cat.npy'])
+res('shell_redirect_npy', r.returncode == 0 and gone('cat.npy') and has('0') and has('1'))
+# a byte order mark opens the text, not the key
+fd = opn('bom.csv')
+os.write(fd, b'\xef\xbb\xbf' + row('bom0', 1))
+os.close(fd)
+res('bom_dropped', has('bom0'))
+# the buffers of open files together stay under -o ingest_buffer_mb
+fds, failed = [], 0
+for i in range(12):
+    fd = opn('m%d.txt' % i)
+    fds.append(fd)
+    data = b'm%d' % i + b' 1' * (1 << 19)
+    try:  # refused part way (the kernel writes 128 KiB at a time): short
+        failed += os.write(fd, data) < len(data)
+    except OSError as e:
+        failed += e.errno == errno.ENOMEM
+for fd in fds:
+    err(lambda: os.close(fd))
+res('budget_enomem', failed > 0, 'no write failed with ENOMEM')
+fd = opn('after.csv')
+os.write(fd, row('after0', 1))
+os.close(fd)
+res('budget_freed', has('after0'))
+EOF
+IS=$TMP/istore
+if mnt "$IS" "$M" -o ingest_buffer_mb=8; then
+	check ingest_config test "$(printf 'dim = 4\nauto_build = 0\n' | put - "$M/config")" == OK
+	T "$PY" "$TMP/ingest.py" "$M" "$TMP/cat.npy" >"$TMP/ingest.res" 2>&1
+	check ingest_py_ran grep -q budget_freed "$TMP/ingest.res"
+	while read -r name verdict; do
+		if [[ $verdict == OK ]]; then ok "ingest_$name"; else bad "ingest_$name" "$verdict"; fi
+	done < <(grep -E '^[a-z_0-9]+ ' "$TMP/ingest.res")
+	grep -vE '^[a-z_0-9]+ ' "$TMP/ingest.res" | head -5
+	check ingest_errors_overwrite errors_has "ingest/w.csv: a write at offset 0"
+	check ingest_errors_busy errors_has "ingest/b.csv: is being written"
+	check ingest_errors_bad_part errors_has "ingest/bad.csv.part: line 2"
+	check ingest_errors_npy errors_has "ingest/e.npy: empty"
+	check ingest_errors_budget errors_has "ingest_buffer_mb"
+	check ingest_shell_redirect_npy_no_error sh -c "! timeout 60 cat '$M/errors' | grep -qF cat.npy"
+	# a shell loop whose $(...) children close the redirected descriptor
+	T bash -c 'for i in 1 2 3; do printf "e%d" "$i"; for j in $(seq 4); do printf " 0.5"; done; echo; done >"$1"' _ "$M/ingest/loop.txt"
+	check ingest_shell_loop test -e "$M/records/e3" -a -e "$M/records/e1"
+	check ingest_shell_loop_no_error sh -c "! timeout 60 cat '$M/errors' | grep -qF loop.txt"
+	umnt "$M"
+	if mnt "$IS" "$M"; then
+		check ingest_part_gone_after_remount test ! -e "$M/ingest/u.csv.part"
+		check ingest_part_never_committed test ! -e "$M/records/u0"
+		# and after a crash
+		check ingest_part_before_crash test "$(printf 'k0,1,1,1,1\n' | put - "$M/ingest/k.csv.part")" == OK
+		kill -9 "$(daemon_pid "$M")"
+		sleep 0.5
+		T fusermount3 -uz "$M" 2>/dev/null
+		if mnt "$IS" "$M"; then
+			check ingest_part_gone_after_crash test ! -e "$M/ingest/k.csv.part"
+			check ingest_part_crash_never_committed test ! -e "$M/records/k0"
+			check ingest_no_spool_left sh -c "! ls -A '$IS' | grep -q spool"
+			umnt "$M"
+		else
+			bad mount_after_crash "$(tail -c 200 "$TMP/daemon.log")"
+		fi
+	fi
+else
+	bad mount_ingest "$(tail -c 200 "$TMP/daemon.log")"
+fi
+# dim 16384: ingest, build, an ANN query that finds each row
+if mnt "$TMP/wstore" "$M"; then
+	gen "$TMP/wide.fvecs" 4 16384 7
+	check wide_ingest test "$(put "$TMP/wide.fvecs" "$M/ingest/wide.fvecs")" == OK
+	check wide_dim test "$(stat_kv dim)" == 16384
+	check wide_build test "$(printf 'build\n' | put - "$M/ctl")" == OK
+	T mkdir -p "$M/query/w"
+	check wide_query test "$(T "$PY" -c '
+import struct, sys
+d = open(sys.argv[1], "rb").read()[65540 * 2 + 4:65540 * 3]
+v = struct.unpack("<16384f", d)
+open(sys.argv[2] + "/in", "w").write("k=1\n" + " ".join("%.9g" % x for x in v) + "\n")
+print(open(sys.argv[2] + "/out").read().split("\t")[0])' "$TMP/wide.fvecs" "$M/query/w")" == 2
+	umnt "$M"
+else
+	bad mount_wide "$(tail -c 200 "$TMP/daemon.log")"
+fi
+
 summary

@@ -28,7 +28,7 @@ extern "C" {
 
 #define VECFS_KEY_MAX 255           /* bytes of a record key */
 #define VECFS_PAYLOAD_MAX (64 << 10) /* bytes of a record payload */
-#define VECFS_DIM_MAX 4096
+#define VECFS_DIM_MAX 16384
 
 typedef struct vecfs vecfs;
 
