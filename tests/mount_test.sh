@@ -671,4 +671,47 @@ if mnt "$S" "$M" -o fsname=vecfstest; then
 	check fusermount_unmount umnt "$M"
 fi
 
+# ================================================================ access, limits, errors, signals
+# A store of its own, mounted afresh for each part.
+A=$TMP/astore
+M=$TMP/mnt
+
+# one ctl or config descriptor written by one thread while another closes dups of it
+shared_fd() { # FILE LINE: two threads on one descriptor for 2 s; 0 when the daemon still serves
+	T "$PY" - "$1" "$2" <<'EOF' || return 1
+import os, sys, threading, time
+fd = os.open(sys.argv[1], os.O_WRONLY)
+line = sys.argv[2].encode() + b"\n"
+end = time.time() + 2
+def writer():
+    while time.time() < end:
+        try:
+            os.write(fd, line)
+        except OSError:
+            pass
+def closer():
+    while time.time() < end:
+        try:
+            os.close(os.dup(fd))
+        except OSError:
+            pass
+ts = [threading.Thread(target=writer), threading.Thread(target=closer)]
+for t in ts: t.start()
+for t in ts: t.join()
+try:
+    os.close(fd)
+except OSError:
+    pass
+EOF
+	T cat "$M/stats" >/dev/null
+}
+if mnt "$A" "$M"; then
+	check shared_ctl_fd shared_fd "$M/ctl" verify
+	check shared_config_fd shared_fd "$M/config" "k = 7"
+	check shared_fd_still_serving test "$(T cat "$M/config" | kv k)" == 7
+	umnt "$M"
+else
+	bad mount_access "$(tail -c 200 "$TMP/daemon.log")"
+fi
+
 summary
