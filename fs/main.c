@@ -171,6 +171,11 @@ int main(int argc, char *argv[])
 	if (ret != -1)
 		goto out;
 	ret = 1;
+	/* the kernel enforces the modes getattr shows (see node_attr()) */
+	if (fuse_opt_add_arg(&args, "-odefault_permissions") != 0) {
+		fprintf(stderr, "vecfs: out of memory\n");
+		goto out;
+	}
 	if (!(store_abs = absolute(o.store)))
 		goto out;
 	fc_options fo = {

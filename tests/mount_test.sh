@@ -714,4 +714,29 @@ else
 	bad mount_access "$(tail -c 200 "$TMP/daemon.log")"
 fi
 
+# who may do what: the kernel enforces the modes (default_permissions);
+# with allow_other, another user reads README, stats, config and generations/ only
+nobody() { T setpriv --reuid=65534 --regid=65534 --clear-groups "$@" 2>/dev/null; }
+perms_other() {
+	grep -q "^[^ ]* $M [^ ]* [^ ]*default_permissions" /proc/self/mounts || return 1
+	nobody cat "$M/README" >/dev/null && nobody cat "$M/stats" >/dev/null &&
+		nobody cat "$M/config" >/dev/null && nobody ls "$M/generations" >/dev/null || return 1
+	! nobody cat "$M/backup" >/dev/null && ! nobody cat "$M/errors" >/dev/null &&
+		! nobody ls "$M/records" >/dev/null && ! nobody ls "$M/ingest" >/dev/null &&
+		! nobody mkdir "$M/query/nb" && ! nobody sh -c "echo k = 9 >'$M/config'" &&
+		! nobody sh -c "echo compact >'$M/ctl'" || return 1
+	[[ $(T cat "$M/config" | kv k) != 9 && ! -e $M/query/nb ]]
+}
+if [[ $(id -u) == 0 ]] && command -v setpriv >/dev/null; then
+	chmod 711 "$TMP"
+	if mnt "$A" "$M" -o allow_other; then
+		check perms_allow_other perms_other
+		umnt "$M"
+	else
+		bad mount_allow_other "$(tail -c 200 "$TMP/daemon.log")"
+	fi
+else
+	echo "SKIP perms_allow_other: needs root and setpriv"
+fi
+
 summary
