@@ -739,4 +739,29 @@ else
 	echo "SKIP perms_allow_other: needs root and setpriv"
 fi
 
+# errors: each line starts with its UTC time; a name cannot forge lines;
+# a flood of one failure keeps the other lines
+errors_lines() {
+	printf 'no_such_key_mt = 1\n' | put - "$M/config" >/dev/null
+	T "$PY" -c "
+import os, sys
+for name in ['a\nforged\x1b[2J'] + ['bad name %d' % i for i in range(2000)]:
+    try:
+        os.mkdir(os.path.join(sys.argv[1], name))
+    except OSError:
+        pass
+" "$M/query" || return 1
+	T cat "$M/errors" >"$TMP/errors" || return 1
+	! grep -vqE '^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z ' "$TMP/errors" &&
+		grep -qF 'no_such_key_mt' "$TMP/errors" && grep -qF 'a\nforged\x1b[2J' "$TMP/errors" &&
+		! grep -q '^forged' "$TMP/errors" && grep -q 'more like it$' "$TMP/errors" &&
+		(($(wc -l <"$TMP/errors") < 100))
+}
+if mnt "$A" "$M"; then
+	check errors_stamped_escaped_limited errors_lines
+	umnt "$M"
+else
+	bad mount_errors "$(tail -c 200 "$TMP/daemon.log")"
+fi
+
 summary

@@ -1853,12 +1853,73 @@ static void test_search_ahead_many(void **state)
 		      N * 1500);
 }
 
+/* ------------------------------------------------------------ errors lines */
+
+static time_t fake_now = 1796337667; /* 2026-12-03T22:41:07Z */
+static time_t fake_clock(time_t *t)
+{
+	if (t)
+		*t = fake_now;
+	return fake_now;
+}
+
+/* the lines of `errors` now, and how many hold s */
+static size_t lines_with(err_log *log, const char *s, size_t *lines)
+{
+	size_t len, n = 0;
+	char *p = errors_render(log, &len);
+	assert_non_null(p);
+	*lines = 0;
+	for (char *l = p, *nl; (nl = strchr(l, '\n')); l = nl + 1) {
+		*nl = 0;
+		(*lines)++;
+		if (strstr(l, s))
+			n++;
+	}
+	free(p);
+	return n;
+}
+
+/* every line starts with its UTC time; control characters cannot make or
+ * garble lines; a flood of one message keeps the others in the ring */
+static void test_errors_lines(void **state)
+{
+	(void)state;
+	err_log log;
+	errors_init(&log);
+	log.clock = fake_clock;
+	errlog(&log, "query/%s: bad", "a\nforged line\x1b[2J");
+	size_t len, lines;
+	char *p = errors_render(&log, &len);
+	assert_non_null(p);
+	assert_string_equal(p, "2026-12-03T22:41:07Z query/a\\nforged line\\x1b[2J: bad\n");
+	free(p);
+	errlog(&log, "keep me %d", 1);
+	for (int i = 0; i < 10000; i++)
+		errlog(&log, "query/%d: mkdir failed", i);
+	errlog(&log, "keep me %d", 2);
+	assert_int_equal(errors_count(&log), 10003);
+	char last[200];
+	errors_last(&log, last, sizeof last);
+	assert_string_equal(last, "keep me 2");
+	assert_int_equal(lines_with(&log, "keep me", &lines), 2);
+	assert_int_equal(lines_with(&log, "mkdir failed", &lines), ERR_BURST + 1);
+	assert_int_equal(lines_with(&log, "query/9999: mkdir failed ... and 9,990 more like it", &lines), 1);
+	assert_int_equal(lines, ERR_BURST + 4);
+	/* a new window shows the message again */
+	fake_now += ERR_WINDOW_S;
+	errlog(&log, "query/%s: mkdir failed", "x");
+	assert_int_equal(lines_with(&log, "query/x: mkdir failed", &lines), 1);
+	errors_fini(&log);
+}
+
 int main(void)
 {
 #define TEST(f) cmocka_unit_test_setup_teardown(f, bench_setup, bench_teardown)
 	const struct CMUnitTest tests[] = {
 		TEST(test_examples), TEST(test_options_take_effect), TEST(test_pieces), TEST(test_fuzz),
 		TEST(test_bounds), TEST(test_search_ahead), TEST(test_search_ahead_many),
+		cmocka_unit_test(test_errors_lines),
 	};
 #undef TEST
 	return cmocka_run_group_tests(tests, NULL, NULL);
