@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "fuse_compat.h"
@@ -65,7 +66,11 @@ static void usage(FILE *f, const char *prog, int full)
 		"\n"
 		"Mount the vecfs vector index kept in directory STORE (created if missing) on\n"
 		"MOUNTPOINT.  The command returns once the mount is usable; unmount with\n"
-		"`fusermount3 -u MOUNTPOINT`, SIGINT or SIGTERM.  See MOUNTPOINT/README.\n"
+		"`fusermount3 -u MOUNTPOINT`, SIGINT, SIGTERM or SIGHUP (a hangup ends a\n"
+		"daemon as it ends any program of the terminal; under nohup it is ignored).\n"
+		"SIGUSR1, SIGUSR2, SIGALRM and other signals that mean nothing to vecfs are\n"
+		"ignored: a stray one cannot leave a dead mount.  A MOUNTPOINT that already\n"
+		"has a mount, or a stale one, is refused.  See MOUNTPOINT/README.\n"
 		"\n"
 		"Options:\n"
 		"    -o no_passthrough      serve query/ID/out through the daemon, not from\n"
@@ -126,6 +131,53 @@ static char *absolute(const char *store)
 	return p;
 }
 
+/* Refuse a mountpoint that is stale (its daemon died) or already has a
+ * mount on it (a second mount would hide the first): 0, or 1 with a
+ * message. */
+static int check_mountpoint(const char *mnt)
+{
+	struct stat st;
+	char real[PATH_MAX];
+	if (stat(mnt, &st) != 0 && errno == ENOTCONN) {
+		fprintf(stderr, "vecfs: the mount point is stale: run fusermount3 -u %s\n", mnt);
+		return 1;
+	}
+	if (!realpath(mnt, real))
+		return 0; /* libfuse reports a missing mountpoint */
+	FILE *f = fopen("/proc/self/mountinfo", "r");
+	if (!f)
+		return 0;
+	char line[8192];
+	int found = 0;
+	while (!found && fgets(line, sizeof line, f)) {
+		/* ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS ... - FSTYPE ... */
+		char point[PATH_MAX], type[64] = "?";
+		if (sscanf(line, "%*s %*s %*s %*s %4095s", point) != 1)
+			continue;
+		size_t o = 0; /* undo the octal escapes of blanks and backslashes */
+		for (size_t i = 0; point[i]; i++) {
+			if (point[i] == '\\' && point[i + 1] >= '0' && point[i + 1] <= '3' &&
+			    point[i + 2] >= '0' && point[i + 2] <= '7' && point[i + 3] >= '0' && point[i + 3] <= '7') {
+				point[o++] = (char)((point[i + 1] - '0') * 64 + (point[i + 2] - '0') * 8 + point[i + 3] - '0');
+				i += 3;
+			} else {
+				point[o++] = point[i];
+			}
+		}
+		point[o] = 0;
+		if (strcmp(point, real))
+			continue;
+		const char *dash = strstr(line, " - ");
+		if (dash)
+			sscanf(dash + 3, "%63s", type);
+		fprintf(stderr, "vecfs: %s is already a mount point (%s): unmount it first "
+			"(fusermount3 -u %s)\n", mnt, type, mnt);
+		found = 1;
+	}
+	fclose(f);
+	return found;
+}
+
 /* descriptors: every query session may hold one (its out), beside ingest
  * spools and backups; take all that the hard limit allows */
 static void raise_fd_limit(void)
@@ -156,6 +208,8 @@ static int parse_args(struct fuse_args *args, struct options *o, struct fuse_cmd
 	}
 	if (co->show_help || co->show_version || !o->store || !co->mountpoint || o->extra)
 		return early_exit(co, o, prog);
+	if (check_mountpoint(co->mountpoint))
+		return 1;
 	return -1;
 }
 

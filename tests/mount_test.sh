@@ -764,4 +764,43 @@ else
 	bad mount_errors "$(tail -c 200 "$TMP/daemon.log")"
 fi
 
+# stray signals are ignored, SIGHUP unmounts cleanly; a second mount on a
+# live mount is refused; a stale mount point is named as such
+signals_ignored() {
+	local pid s
+	pid=$(daemon_pid "$M") || return 1
+	for s in USR1 USR2 ALRM; do kill -s "$s" "$pid" || return 1; done
+	sleep 0.3
+	T cat "$M/stats" >/dev/null || return 1
+	kill -s HUP "$pid" || return 1
+	for ((s = 0; s < 50; s++)); do is_mounted "$M" || break; sleep 0.1; done
+	! is_mounted "$M"
+}
+remount_refused() {
+	local out
+	out=$(T "$VECFS" "$TMP/other" "$M" 2>&1) && return 1
+	[[ $out == *"already a mount point"* ]] && T cat "$M/stats" >/dev/null
+}
+stale_named() {
+	local pid out i
+	pid=$(daemon_pid "$M") || return 1
+	kill -9 "$pid"
+	for ((i = 0; i < 50; i++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+	out=$(T "$VECFS" "$A" "$M" 2>&1) && return 1
+	T fusermount3 -u "$M"
+	[[ $out == *"the mount point is stale: run fusermount3 -u $M"* ]]
+}
+if mnt "$A" "$M"; then
+	check signals_ignored signals_ignored
+else
+	bad mount_signals "$(tail -c 200 "$TMP/daemon.log")"
+fi
+if mnt "$A" "$M"; then
+	check remount_refused remount_refused
+	check stale_mount_named stale_named
+	is_mounted "$M" && umnt "$M"
+else
+	bad mount_stale "$(tail -c 200 "$TMP/daemon.log")"
+fi
+
 summary
