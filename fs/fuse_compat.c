@@ -264,3 +264,8 @@ struct fuse_session *fc_session(fuse_compat *fc)
 {
 	return fc->se;
 }
+
+const char *fc_mountpoint(fuse_compat *fc)
+{
+	return fc->mountpoint ? fc->mountpoint : "";
+}

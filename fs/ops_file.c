@@ -14,7 +14,10 @@
 #include "ops.h"
 
 #include <errno.h>
+#include <dirent.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -59,6 +62,7 @@ typedef struct handle {
 	pthread_mutex_t wmu;
 	sbuf wbuf;     /* config and ctl writes */
 	int wdirty;
+	int wrote;      /* a session's in: written through this handle */
 	size_t checked; /* config: bytes of wbuf whose lines were checked */
 	unsigned lines;
 	int bad;        /* config: a line failed its check */
@@ -338,6 +342,7 @@ void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_
 			ingest_leave(dm, n);
 		break;
 	case K_QIN:
+		h->wrote = 1;
 		rc = qs_in_write(n->session->qs, buf, size, (uint64_t)off);
 		break;
 	case K_CONFIG:
@@ -372,7 +377,35 @@ void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_
 		fuse_reply_write(req, size);
 }
 
-static int flush_handle(handle *h)
+/* Whether process pid holds a descriptor of the session's in (besides
+ * the one it closes, which has left its table by now): a shell that
+ * redirects opens the file, dup2()s it and closes the first descriptor
+ * before anything is written.  Read from /proc, which asks nothing of the
+ * mount. */
+static int caller_holds_in(fs_daemon *dm, node *n, pid_t pid)
+{
+	char want[PATH_MAX], dir[64], link[PATH_MAX + 2];
+	pthread_mutex_lock(&dm->tree.mu);
+	snprintf(want, sizeof want, "%s/query/%s/in", fc_mountpoint(dm->fuse), n->session->name);
+	pthread_mutex_unlock(&dm->tree.mu);
+	snprintf(dir, sizeof dir, "/proc/%d/fd", (int)pid);
+	DIR *d = opendir(dir);
+	if (!d)
+		return 0;
+	int held = 0;
+	struct dirent *e;
+	while (!held && (e = readdir(d))) {
+		ssize_t l = readlinkat(dirfd(d), e->d_name, link, sizeof link - 1);
+		if (l <= 0)
+			continue;
+		link[l] = 0;
+		held = !strcmp(link, want);
+	}
+	closedir(d);
+	return held;
+}
+
+static int flush_handle(handle *h, pid_t pid)
 {
 	fs_daemon *dm = h->dm;
 	node *n = h->n;
@@ -385,7 +418,10 @@ static int flush_handle(handle *h)
 		break;
 	case K_QIN: {
 		int ran;
-		rc = qs_in_flush(n->session->qs, &ran);
+		if (!h->wrote && pid > 0 && !caller_holds_in(dm, n, pid))
+			rc = qs_in_flush_empty(n->session->qs, &ran);
+		else
+			rc = qs_in_flush(n->session->qs, &ran);
 		if (ran) {
 			int prc = push_out(dm, n->session);
 			if (!rc)
@@ -431,7 +467,7 @@ static int flush_handle(handle *h)
 void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	(void)ino;
-	fuse_reply_err(req, -flush_handle(handle_of(fi)));
+	fuse_reply_err(req, -flush_handle(handle_of(fi), fuse_req_ctx(req)->pid));
 }
 
 void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -441,7 +477,7 @@ void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	handle *h = handle_of(fi);
 	node *n = h->n;
 	/* the last resort: data written and never flushed */
-	flush_handle(h);
+	flush_handle(h, 0);
 	pthread_mutex_lock(&h->mu); /* a read may still be replying */
 	pthread_mutex_unlock(&h->mu);
 	handle_free(h);

@@ -650,7 +650,7 @@ int qs_in_flush(qsession *q, int *ran)
 			rc = 0;
 	}
 	if (rc == 0 && qi.nq == 0) {
-		snprintf(why, sizeof why, "no query vector");
+		snprintf(why, sizeof why, q->in.len ? "no query vector" : "no query vector (empty)");
 		rc = -EINVAL;
 	}
 	if (rc) {
@@ -684,6 +684,15 @@ int qs_in_flush(qsession *q, int *ran)
 	free(qi.vecs);
 	pthread_mutex_unlock(&q->mu);
 	return rc;
+}
+
+int qs_in_flush_empty(qsession *q, int *ran)
+{
+	pthread_mutex_lock(&q->mu);
+	if (q->in.len == 0 && !q->ended)
+		q->dirty = 1;
+	pthread_mutex_unlock(&q->mu);
+	return qs_in_flush(q, ran);
 }
 
 char *qs_render(qsession *q, int which, size_t *len)

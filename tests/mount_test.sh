@@ -764,6 +764,25 @@ else
 	bad mount_errors "$(tail -c 200 "$TMP/daemon.log")"
 fi
 
+# an empty in fails its close with EINVAL and an errors line; a shell's
+# redirection (which closes a dup before writing) runs its query alone
+empty_in() {
+	T mkdir -p "$M/query/e1" || return 1
+	printf 'a,1,2,3,4\nb,5,6,7,8\n' | put - "$M/ingest/e.csv" >/dev/null
+	[[ $(put /dev/null "$M/query/e1/in") == "ERR EINVAL close" ]] || return 1
+	errors_has 'query/e1/in: no query vector' || return 1
+	local n0
+	n0=$(T cat "$M/errors" | wc -l)
+	T bash -c "printf 'k=1 mode=exact\n1 2 3 4\n' >'$M/query/e1/in'" || return 1
+	[[ $(T cat "$M/errors" | wc -l) == "$n0" && $(T cat "$M/query/e1/out") == a* ]]
+}
+if mnt "$A" "$M"; then
+	check empty_in_einval empty_in
+	umnt "$M"
+else
+	bad mount_empty_in "$(tail -c 200 "$TMP/daemon.log")"
+fi
+
 # stray signals are ignored, SIGHUP unmounts cleanly; a second mount on a
 # live mount is refused; a stale mount point is named as such
 signals_ignored() {
