@@ -27,12 +27,16 @@ struct options {
 	int no_passthrough;  /* -o no_passthrough */
 	unsigned max_sessions;   /* -o max_sessions=N */
 	unsigned query_input_mb; /* -o query_input_mb=N */
+	unsigned query_results;  /* -o query_results=N */
+	unsigned query_output_mb; /* -o query_output_mb=N */
 };
 
 static const struct fuse_opt option_spec[] = {
 	{"no_passthrough", offsetof(struct options, no_passthrough), 1},
 	{"max_sessions=%u", offsetof(struct options, max_sessions), 0},
 	{"query_input_mb=%u", offsetof(struct options, query_input_mb), 0},
+	{"query_results=%u", offsetof(struct options, query_results), 0},
+	{"query_output_mb=%u", offsetof(struct options, query_output_mb), 0},
 	FUSE_OPT_END,
 };
 
@@ -81,8 +85,16 @@ static void usage(FILE *f, const char *prog, int full)
 		"    -o query_input_mb=N    MiB that the `in` files of all sessions may\n"
 		"                           hold together (default %u); a write past it\n"
 		"                           fails with ENOSPC\n"
+		"    -o query_results=N     results (query vectors x k) that the queries of\n"
+		"                           all sessions may ask for and hold together\n"
+		"                           (default %u); the close of an in past it\n"
+		"                           fails with E2BIG\n"
+		"    -o query_output_mb=N   MiB of rendered out, out.json and stats that all\n"
+		"                           sessions may hold together (default %u); past\n"
+		"                           it the close of in, or the read, fails with E2BIG\n"
 		"\n"
-		"libfuse's options:\n", SESSIONS_DEFAULT, QUERY_INPUT_MB_DEFAULT);
+		"libfuse's options:\n", SESSIONS_DEFAULT, QUERY_INPUT_MB_DEFAULT, QUERY_RESULTS_DEFAULT,
+		QUERY_OUTPUT_MB_DEFAULT);
 }
 
 /* ---------------------------------------------------------------- main */
@@ -242,6 +254,10 @@ int main(int argc, char *argv[])
 		fprintf(stderr, "vecfs: out of memory\n");
 		goto out;
 	}
+	if (o.query_results)
+		dm.query_results.max = o.query_results;
+	if (o.query_output_mb)
+		dm.query_output.max = (size_t)o.query_output_mb << 20;
 	int rc = fc_background(dm.fuse, &fo);
 	if (rc) {
 		fprintf(stderr, "vecfs: cannot start in the background: %s\n", strerror(-rc));

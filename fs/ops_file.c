@@ -223,6 +223,7 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 {
 	(void)ino;
 	handle *h = handle_of(fi);
+	int rc;
 	pthread_mutex_lock(&h->mu);
 	if (h->fd >= 0) {
 		char *buf = malloc(size ? size : 1);
@@ -234,8 +235,8 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		else
 			fuse_reply_buf(req, buf, (size_t)r);
 		free(buf);
-	} else if (((off == 0 && !h->fresh) || read_fills_cache(h)) && rerender(h) != 0) {
-		fuse_reply_err(req, ENOMEM);
+	} else if (((off == 0 && !h->fresh) || read_fills_cache(h)) && (rc = rerender(h)) != 0) {
+		fuse_reply_err(req, -rc);
 	} else if (off < 0 || (size_t)off >= h->len) {
 		h->fresh = 0;
 		fuse_reply_buf(req, NULL, 0);

@@ -41,6 +41,10 @@ int qs_in_flush(qsession *q, int *ran);
 int qs_in_flush_empty(qsession *q, int *ran);
 /* A snapshot of out / out.json / stats (malloc'd; *len set). */
 char *qs_render(qsession *q, int which, size_t *len);
+/* The same, appended to b: 0, -ENOMEM, or -E2BIG (with an errors line)
+ * when the rendered file would pass dm's query_output. */
+struct sbuf;
+int qs_render_into(qsession *q, int which, struct sbuf *b);
 size_t qs_size(qsession *q, int which);
 
 #endif

@@ -822,4 +822,25 @@ else
 	bad mount_stale "$(tail -c 200 "$TMP/daemon.log")"
 fi
 
+# a query asking for more results (vectors x k) than -o query_results fails
+# its close with E2BIG, before it takes the memory
+results_bounded() {
+	local pid hwm
+	T mkdir -p "$M/query/big" || return 1
+	printf 'a,1,2,3,4\nb,5,6,7,8\n' | put - "$M/ingest/r.csv" >/dev/null
+	T "$PY" -c 'import sys; sys.stdout.write("k=100000 mode=exact\n" + "1 2 3 4\n" * 2000)' >"$TMP/bigq"
+	[[ $(put "$TMP/bigq" "$M/query/big/in") == "ERR E2BIG close" ]] || return 1
+	errors_has 'query/big/in: 2000 query vectors x k=100000' || return 1
+	pid=$(daemon_pid "$M") || return 1
+	hwm=$(awk '/^VmHWM/ { print $2 }' "/proc/$pid/status")
+	((hwm < 262144)) || { echo "daemon peak RSS $hwm KiB" >&2; return 1; }
+	[[ $(printf 'k=1 mode=exact\n1 2 3 4\n' | put - "$M/query/big/in") == OK ]]
+}
+if mnt "$A" "$M"; then
+	check query_results_bounded results_bounded
+	umnt "$M"
+else
+	bad mount_results "$(tail -c 200 "$TMP/daemon.log")"
+fi
+
 summary
