@@ -17,6 +17,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,7 +63,7 @@ typedef struct handle {
 	pthread_mutex_t wmu;
 	sbuf wbuf;     /* config and ctl writes */
 	int wdirty;
-	int wrote;      /* a session's in: written through this handle */
+	atomic_int wrote; /* a session's in: written through this handle */
 	size_t checked; /* config: bytes of wbuf whose lines were checked */
 	unsigned lines;
 	int bad;        /* config: a line failed its check */
@@ -343,7 +344,7 @@ void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_
 			ingest_leave(dm, n);
 		break;
 	case K_QIN:
-		h->wrote = 1;
+		atomic_store_explicit(&h->wrote, 1, memory_order_relaxed);
 		rc = qs_in_write(n->session->qs, buf, size, (uint64_t)off);
 		break;
 	case K_CONFIG:
@@ -419,7 +420,8 @@ static int flush_handle(handle *h, pid_t pid)
 		break;
 	case K_QIN: {
 		int ran;
-		if (!h->wrote && pid > 0 && !caller_holds_in(dm, n, pid))
+		if (!atomic_load_explicit(&h->wrote, memory_order_relaxed) && pid > 0 &&
+		    !caller_holds_in(dm, n, pid))
 			rc = qs_in_flush_empty(n->session->qs, &ran);
 		else
 			rc = qs_in_flush(n->session->qs, &ran);
