@@ -32,7 +32,8 @@ void render_readme(sbuf *b)
 		"  ctl              write a command: build, build stage, compact, rebalance, verify\n"
 		"  config           settings as `key = value` lines; write lines to change them\n"
 		"  stats            counters as `key = value` lines\n"
-		"  errors           the most recent error messages, oldest first\n"
+		"  errors           the most recent error messages, oldest first, each\n"
+		"                   after its UTC time\n"
 		"  backup           read it for a consistent copy of the store (save as data.mdb)\n");
 }
 
