@@ -19,6 +19,10 @@ int daemon_init(fs_daemon *dm, const char *store_dir, unsigned max_sessions,
 	dm->query_input.max = query_input_bytes;
 	dm->ingest_max = (size_t)INGEST_BUFFER_MB_DEFAULT << 20;
 	pthread_mutex_init(&dm->query_input.mu, NULL);
+	dm->query_results.max = QUERY_RESULTS_DEFAULT;
+	pthread_mutex_init(&dm->query_results.mu, NULL);
+	dm->query_output.max = (size_t)QUERY_OUTPUT_MB_DEFAULT << 20;
+	pthread_mutex_init(&dm->query_output.mu, NULL);
 	errors_init(&dm->errors);
 	control_init(dm);
 	out_cache_init(dm);
@@ -37,6 +41,8 @@ void daemon_fini(fs_daemon *dm)
 	control_fini(dm);
 	errors_fini(&dm->errors);
 	pthread_mutex_destroy(&dm->query_input.mu);
+	pthread_mutex_destroy(&dm->query_results.mu);
+	pthread_mutex_destroy(&dm->query_output.mu);
 	fc_free(dm->fuse);
 	dm->fuse = NULL;
 }

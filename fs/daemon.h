@@ -36,6 +36,8 @@
 
 #define SESSIONS_DEFAULT 1024     /* -o max_sessions */
 #define QUERY_INPUT_MB_DEFAULT 1024 /* -o query_input_mb */
+#define QUERY_RESULTS_DEFAULT (4u << 20) /* -o query_results: vectors x k */
+#define QUERY_OUTPUT_MB_DEFAULT 256 /* -o query_output_mb */
 
 struct fs_daemon {
 	fuse_compat *fuse;      /* first: the FUSE device's I/O hooks find it
@@ -48,6 +50,10 @@ struct fs_daemon {
 				 * builds stop */
 	unsigned max_sessions;  /* query sessions open at once */
 	qbudget query_input;    /* what the sessions' `in` may hold */
+	qbudget query_results;  /* results (vectors x k) sessions may ask
+				 * for and hold */
+	qbudget query_output;   /* bytes of rendered out, out.json and
+				 * stats sessions may hold */
 	_Atomic uint64_t query_serial; /* query sessions made */
 	err_log errors;         /* `errors` */
 	node_table tree;        /* the nodes (inode.c) */

@@ -1,5 +1,12 @@
 /*
  * fs/errors.h - the bounded ring of lines shown in `errors`, oldest first.
+ *
+ * Each line starts with its UTC time (`2026-12-03T22:41:07Z `); control
+ * characters in a message are escaped, so a name cannot forge or garble
+ * lines.  Repeats are rate-limited: past ERR_BURST lines of one kind (the
+ * same format) within ERR_WINDOW_S seconds, further ones are counted, and
+ * one line `... and N more like it` (naming the last) stands for them, so
+ * a flood of one failure keeps the other lines in the ring.
  */
 #ifndef VECFS_FS_ERRORS_H
 #define VECFS_FS_ERRORS_H
@@ -7,13 +14,31 @@
 #include <pthread.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <time.h>
 
 #define ERR_LINES 1000
+#define ERR_BURST 10      /* lines of one kind shown per window */
+#define ERR_WINDOW_S 60
+#define ERR_KINDS 32      /* kinds followed at once */
+#define ERR_MSG_MAX 1024  /* one message, escaped */
+
+/* One kind of message being rate-limited. */
+typedef struct err_kind {
+	unsigned long key;    /* 0: unused */
+	time_t start;         /* of its window */
+	unsigned shown;       /* lines in the ring this window */
+	unsigned long held;   /* lines held back since the last summary */
+	char last[ERR_MSG_MAX]; /* the last one held back */
+} err_kind;
 
 typedef struct err_log {
 	pthread_mutex_t mu;
 	char *ring[ERR_LINES];
 	size_t next, count;
+	size_t messages;      /* logged, held back ones included */
+	char last[ERR_MSG_MAX]; /* the latest message */
+	err_kind kinds[ERR_KINDS];
+	time_t (*clock)(time_t *); /* time(); tests may set another */
 } err_log;
 
 void errors_init(err_log *log);
@@ -22,11 +47,12 @@ void errors_fini(err_log *log);
 void errlog(err_log *log, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void errlogv(err_log *log, const char *fmt, va_list ap);
 /* The lines, each ending in a newline (malloc'd; *len set); NULL without
- * memory. */
+ * memory.  Repeats held back so far are summed up first. */
 char *errors_render(err_log *log, size_t *len);
-/* Lines appended since the start. */
+/* Messages logged since the start, held back ones included. */
 size_t errors_count(err_log *log);
-/* The latest line ("" when none), cut to cap. */
+/* The latest message without its time stamp ("" when none; also one held
+ * back), cut to cap. */
 void errors_last(err_log *log, char *buf, size_t cap);
 
 #endif

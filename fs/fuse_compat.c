@@ -5,7 +5,8 @@
  * waits until the child has mounted (fc_started()), so the command returns
  * once the mount is usable and fails with a message when it is not (a
  * second daemon on one STORE, a bad mountpoint).  SIGINT, SIGTERM and
- * SIGHUP are taken by a thread that ends the session and unmounts.  The
+ * SIGHUP are taken by a thread that ends the session and unmounts; other
+ * signals that would end the daemon for nothing are ignored.  The
  * session is served by loop.c, or with -s or -o clone_fd by libfuse's
  * loops.
  */
@@ -95,7 +96,12 @@ int fc_background(fuse_compat *fc, const fc_options *o)
 	signal(SIGINT, SIG_DFL);
 	signal(SIGTERM, SIG_DFL);
 	pthread_sigmask(SIG_BLOCK, &fc->sigs, NULL);
-	signal(SIGPIPE, SIG_IGN);
+	/* signals whose default ends a process and that mean nothing to the
+	 * daemon: ignored, so that a stray one cannot leave a dead mount */
+	static const int ignored[] = {SIGPIPE, SIGUSR1, SIGUSR2, SIGALRM, SIGVTALRM,
+				      SIGIO, SIGPWR, SIGXFSZ};
+	for (size_t i = 0; i < sizeof ignored / sizeof ignored[0]; i++)
+		signal(ignored[i], SIG_IGN);
 	return 0;
 }
 
@@ -266,4 +272,9 @@ void fc_unmount(fuse_compat *fc)
 struct fuse_session *fc_session(fuse_compat *fc)
 {
 	return fc->se;
+}
+
+const char *fc_mountpoint(fuse_compat *fc)
+{
+	return fc->mountpoint ? fc->mountpoint : "";
 }

@@ -67,6 +67,8 @@ int fc_serve(fuse_compat *fc, const fc_options *o);
 void fc_unmount(fuse_compat *fc);
 /* The session, for notifications. */
 struct fuse_session *fc_session(fuse_compat *fc);
+/* The mountpoint, absolute ("" before the mount). */
+const char *fc_mountpoint(fuse_compat *fc);
 
 /* INIT: ask for passthrough when the kernel offers it and it was wanted. */
 void fc_init_conn(fuse_compat *fc, struct fuse_conn_info *conn);

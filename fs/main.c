@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "fuse_compat.h"
@@ -27,6 +28,8 @@ struct options {
 	unsigned max_sessions;   /* -o max_sessions=N */
 	unsigned query_input_mb; /* -o query_input_mb=N */
 	unsigned ingest_buffer_mb; /* -o ingest_buffer_mb=N */
+	unsigned query_results;  /* -o query_results=N */
+	unsigned query_output_mb; /* -o query_output_mb=N */
 };
 
 static const struct fuse_opt option_spec[] = {
@@ -34,6 +37,8 @@ static const struct fuse_opt option_spec[] = {
 	{"max_sessions=%u", offsetof(struct options, max_sessions), 0},
 	{"query_input_mb=%u", offsetof(struct options, query_input_mb), 0},
 	{"ingest_buffer_mb=%u", offsetof(struct options, ingest_buffer_mb), 0},
+	{"query_results=%u", offsetof(struct options, query_results), 0},
+	{"query_output_mb=%u", offsetof(struct options, query_output_mb), 0},
 	FUSE_OPT_END,
 };
 
@@ -67,7 +72,11 @@ static void usage(FILE *f, const char *prog, int full)
 		"\n"
 		"Mount the vecfs vector index kept in directory STORE (created if missing) on\n"
 		"MOUNTPOINT.  The command returns once the mount is usable; unmount with\n"
-		"`fusermount3 -u MOUNTPOINT`, SIGINT or SIGTERM.  See MOUNTPOINT/README.\n"
+		"`fusermount3 -u MOUNTPOINT`, SIGINT, SIGTERM or SIGHUP (a hangup ends a\n"
+		"daemon as it ends any program of the terminal; under nohup it is ignored).\n"
+		"SIGUSR1, SIGUSR2, SIGALRM and other signals that mean nothing to vecfs are\n"
+		"ignored: a stray one cannot leave a dead mount.  A MOUNTPOINT that already\n"
+		"has a mount, or a stale one, is refused.  See MOUNTPOINT/README.\n"
 		"\n"
 		"Options:\n"
 		"    -o no_passthrough      serve query/ID/out through the daemon, not from\n"
@@ -81,8 +90,17 @@ static void usage(FILE *f, const char *prog, int full)
 		"    -o ingest_buffer_mb=N  MiB that the buffers of all files being\n"
 		"                           ingested may hold together (default %u); a\n"
 		"                           write past it fails with ENOMEM\n"
+		"    -o query_results=N     results (query vectors x k) that the queries of\n"
+		"                           all sessions may ask for and hold together\n"
+		"                           (default %u); the close of an in past it\n"
+		"                           fails with E2BIG\n"
+		"    -o query_output_mb=N   MiB of rendered out, out.json and stats that all\n"
+		"                           sessions may hold together (default %u); past\n"
+		"                           it the close of in, or the read, fails with E2BIG\n"
 		"\n"
-		"libfuse's options:\n", SESSIONS_DEFAULT, QUERY_INPUT_MB_DEFAULT, INGEST_BUFFER_MB_DEFAULT);
+		"libfuse's options:\n", SESSIONS_DEFAULT, QUERY_INPUT_MB_DEFAULT, INGEST_BUFFER_MB_DEFAULT,
+		QUERY_RESULTS_DEFAULT,
+		QUERY_OUTPUT_MB_DEFAULT);
 }
 
 /* ---------------------------------------------------------------- main */
@@ -131,6 +149,53 @@ static char *absolute(const char *store)
 	return p;
 }
 
+/* Refuse a mountpoint that is stale (its daemon died) or already has a
+ * mount on it (a second mount would hide the first): 0, or 1 with a
+ * message. */
+static int check_mountpoint(const char *mnt)
+{
+	struct stat st;
+	char real[PATH_MAX];
+	if (stat(mnt, &st) != 0 && errno == ENOTCONN) {
+		fprintf(stderr, "vecfs: the mount point is stale: run fusermount3 -u %s\n", mnt);
+		return 1;
+	}
+	if (!realpath(mnt, real))
+		return 0; /* libfuse reports a missing mountpoint */
+	FILE *f = fopen("/proc/self/mountinfo", "r");
+	if (!f)
+		return 0;
+	char line[8192];
+	int found = 0;
+	while (!found && fgets(line, sizeof line, f)) {
+		/* ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS ... - FSTYPE ... */
+		char point[PATH_MAX], type[64] = "?";
+		if (sscanf(line, "%*s %*s %*s %*s %4095s", point) != 1)
+			continue;
+		size_t o = 0; /* undo the octal escapes of blanks and backslashes */
+		for (size_t i = 0; point[i]; i++) {
+			if (point[i] == '\\' && point[i + 1] >= '0' && point[i + 1] <= '3' &&
+			    point[i + 2] >= '0' && point[i + 2] <= '7' && point[i + 3] >= '0' && point[i + 3] <= '7') {
+				point[o++] = (char)((point[i + 1] - '0') * 64 + (point[i + 2] - '0') * 8 + point[i + 3] - '0');
+				i += 3;
+			} else {
+				point[o++] = point[i];
+			}
+		}
+		point[o] = 0;
+		if (strcmp(point, real))
+			continue;
+		const char *dash = strstr(line, " - ");
+		if (dash)
+			sscanf(dash + 3, "%63s", type);
+		fprintf(stderr, "vecfs: %s is already a mount point (%s): unmount it first "
+			"(fusermount3 -u %s)\n", mnt, type, mnt);
+		found = 1;
+	}
+	fclose(f);
+	return found;
+}
+
 /* descriptors: every query session may hold one (its out), beside ingest
  * spools and backups; take all that the hard limit allows */
 static void raise_fd_limit(void)
@@ -161,6 +226,8 @@ static int parse_args(struct fuse_args *args, struct options *o, struct fuse_cmd
 	}
 	if (co->show_help || co->show_version || !o->store || !co->mountpoint || o->extra)
 		return early_exit(co, o, prog);
+	if (check_mountpoint(co->mountpoint))
+		return 1;
 	return -1;
 }
 
@@ -176,6 +243,11 @@ int main(int argc, char *argv[])
 	if (ret != -1)
 		goto out;
 	ret = 1;
+	/* the kernel enforces the modes getattr shows (see node_attr()) */
+	if (fuse_opt_add_arg(&args, "-odefault_permissions") != 0) {
+		fprintf(stderr, "vecfs: out of memory\n");
+		goto out;
+	}
 	if (!(store_abs = absolute(o.store)))
 		goto out;
 	fc_options fo = {
@@ -190,6 +262,10 @@ int main(int argc, char *argv[])
 	}
 	if (o.ingest_buffer_mb)
 		dm.ingest_max = (size_t)o.ingest_buffer_mb << 20;
+	if (o.query_results)
+		dm.query_results.max = o.query_results;
+	if (o.query_output_mb)
+		dm.query_output.max = (size_t)o.query_output_mb << 20;
 	int rc = fc_background(dm.fuse, &fo);
 	if (rc) {
 		fprintf(stderr, "vecfs: cannot start in the background: %s\n", strerror(-rc));

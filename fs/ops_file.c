@@ -14,7 +14,11 @@
 #include "ops.h"
 
 #include <errno.h>
+#include <dirent.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -53,8 +57,13 @@ typedef struct handle {
 	size_t len;
 	int fresh;     /* data was rendered by open and not read yet */
 	int fd;        /* backup */
+	/* held while wbuf and what follows change or are read; never while a
+	 * ctl command or a config transaction runs (two threads may write or
+	 * close one descriptor at once) */
+	pthread_mutex_t wmu;
 	sbuf wbuf;     /* config and ctl writes */
 	int wdirty;
+	atomic_int wrote; /* a session's in: written through this handle */
 	size_t checked; /* config: bytes of wbuf whose lines were checked */
 	unsigned lines;
 	int bad;        /* config: a line failed its check */
@@ -89,7 +98,7 @@ static handle *handle_of(struct fuse_file_info *fi)
 	return (handle *)(uintptr_t)fi->fh;
 }
 
-/* Forget what was written to a config or ctl handle. */
+/* Forget what was written to a config or ctl handle (h->wmu held). */
 static void wbuf_reset(handle *h)
 {
 	sb_reset(&h->wbuf);
@@ -106,6 +115,7 @@ static void handle_free(handle *h)
 		close(h->fd);
 	free(h->data);
 	sb_free(&h->wbuf);
+	pthread_mutex_destroy(&h->wmu);
 	pthread_mutex_destroy(&h->mu);
 	free(h);
 }
@@ -134,6 +144,7 @@ static int open_node(fs_daemon *dm, node *n, struct fuse_file_info *fi, handle *
 	h->n = n;
 	h->fd = -1;
 	pthread_mutex_init(&h->mu, NULL);
+	pthread_mutex_init(&h->wmu, NULL);
 	int rc = 0;
 	if (acc != O_WRONLY && readable(n->kind)) {
 		if (n->kind == K_BACKUP) {
@@ -221,6 +232,7 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 {
 	(void)ino;
 	handle *h = handle_of(fi);
+	int rc;
 	pthread_mutex_lock(&h->mu);
 	if (h->fd >= 0) {
 		char *buf = malloc(size ? size : 1);
@@ -232,8 +244,8 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		else
 			fuse_reply_buf(req, buf, (size_t)r);
 		free(buf);
-	} else if (((off == 0 && !h->fresh) || read_fills_cache(h)) && rerender(h) != 0) {
-		fuse_reply_err(req, ENOMEM);
+	} else if (((off == 0 && !h->fresh) || read_fills_cache(h)) && (rc = rerender(h)) != 0) {
+		fuse_reply_err(req, -rc);
 	} else if (off < 0 || (size_t)off >= h->len) {
 		h->fresh = 0;
 		fuse_reply_buf(req, NULL, 0);
@@ -265,32 +277,52 @@ static void ingest_leave(fs_daemon *dm, node *n)
 	pthread_mutex_unlock(&dm->tree.mu);
 }
 
-/* Run the complete ctl lines in h->wbuf; keep a partial last line. */
+/* Take the complete ctl lines (all of h->wbuf when `all`) out of h->wbuf
+ * under h->wmu, leaving a partial last line, and run them without it: a
+ * build holds no lock another request waits on.  A failed command drops
+ * what follows it. */
 static int ctl_run_lines(handle *h, int all)
 {
 	fs_daemon *dm = h->dm;
+	pthread_mutex_lock(&h->wmu);
+	size_t take = h->wbuf.len;
+	if (!all) {
+		while (take > 0 && h->wbuf.p[take - 1] != '\n')
+			take--;
+	}
+	char *lines = NULL;
+	if (take > 0 && !(lines = malloc(take))) {
+		pthread_mutex_unlock(&h->wmu);
+		return -ENOMEM;
+	}
+	if (take > 0) {
+		memcpy(lines, h->wbuf.p, take);
+		memmove(h->wbuf.p, h->wbuf.p + take, h->wbuf.len - take);
+		h->wbuf.len -= take;
+		h->wbuf.p[h->wbuf.len] = 0;
+	}
+	pthread_mutex_unlock(&h->wmu);
 	int rc = 0;
 	size_t pos = 0;
-	while (pos < h->wbuf.len && rc == 0) {
-		const char *s = h->wbuf.p + pos;
-		const char *nl = memchr(s, '\n', h->wbuf.len - pos);
-		if (!nl && !all)
-			break;
-		size_t n = nl ? (size_t)(nl - s) : h->wbuf.len - pos;
+	while (pos < take && rc == 0) {
+		const char *s = lines + pos;
+		const char *nl = memchr(s, '\n', take - pos);
+		size_t n = nl ? (size_t)(nl - s) : take - pos;
 		pos += n + (nl ? 1 : 0);
 		rc = ctl_exec(dm, s, n);
 	}
-	if (rc)
-		pos = h->wbuf.len; /* a failed command drops what follows it */
-	memmove(h->wbuf.p, h->wbuf.p + pos, h->wbuf.len - pos);
-	h->wbuf.len -= pos;
-	if (h->wbuf.p)
-		h->wbuf.p[h->wbuf.len] = 0;
+	free(lines);
+	if (rc) {
+		pthread_mutex_lock(&h->wmu);
+		sb_reset(&h->wbuf);
+		pthread_mutex_unlock(&h->wmu);
+	}
 	return rc;
 }
 
 /* Check the config lines completed by this write, so that a bad one fails
- * the write() (which a shell's builtin echo reports) as well as the close. */
+ * the write() (which a shell's builtin echo reports) as well as the close
+ * (h->wmu held). */
 static int config_check_lines(handle *h)
 {
 	fs_daemon *dm = h->dm;
@@ -330,25 +362,31 @@ void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_
 			ingest_leave(dm, n);
 		break;
 	case K_QIN:
+		atomic_store_explicit(&h->wrote, 1, memory_order_relaxed);
 		rc = qs_in_write(n->session->qs, buf, size, (uint64_t)off);
 		break;
 	case K_CONFIG:
 	case K_CTL:
+		pthread_mutex_lock(&h->wmu);
 		if (h->wbuf.len + size > ((size_t)1 << 20)) {
+			pthread_mutex_unlock(&h->wmu);
 			errlog(&dm->errors, "%s: more than 1 MiB written at once", n->kind == K_CTL ? "ctl" : "config");
 			rc = -EFBIG;
 			break;
 		}
 		sb_add(&h->wbuf, buf, size);
 		if (h->wbuf.oom) {
+			h->wbuf.oom = 0;
+			pthread_mutex_unlock(&h->wmu);
 			rc = -ENOMEM;
 			break;
 		}
 		h->wdirty = 1;
+		if (n->kind == K_CONFIG)
+			rc = config_check_lines(h);
+		pthread_mutex_unlock(&h->wmu);
 		if (n->kind == K_CTL)
 			rc = ctl_run_lines(h, 0);
-		else
-			rc = config_check_lines(h);
 		break;
 	default:
 		rc = -EBADF;
@@ -375,7 +413,35 @@ static int ingest_flush(handle *h, uint64_t owner, pid_t pid)
 	return rc;
 }
 
-static int flush_handle(handle *h)
+/* Whether process pid holds a descriptor of the session's in (besides
+ * the one it closes, which has left its table by now): a shell that
+ * redirects opens the file, dup2()s it and closes the first descriptor
+ * before anything is written.  Read from /proc, which asks nothing of the
+ * mount. */
+static int caller_holds_in(fs_daemon *dm, node *n, pid_t pid)
+{
+	char want[PATH_MAX], dir[64], link[PATH_MAX + 2];
+	pthread_mutex_lock(&dm->tree.mu);
+	snprintf(want, sizeof want, "%s/query/%s/in", fc_mountpoint(dm->fuse), n->session->name);
+	pthread_mutex_unlock(&dm->tree.mu);
+	snprintf(dir, sizeof dir, "/proc/%d/fd", (int)pid);
+	DIR *d = opendir(dir);
+	if (!d)
+		return 0;
+	int held = 0;
+	struct dirent *e;
+	while (!held && (e = readdir(d))) {
+		ssize_t l = readlinkat(dirfd(d), e->d_name, link, sizeof link - 1);
+		if (l <= 0)
+			continue;
+		link[l] = 0;
+		held = !strcmp(link, want);
+	}
+	closedir(d);
+	return held;
+}
+
+static int flush_handle(handle *h, pid_t pid)
 {
 	fs_daemon *dm = h->dm;
 	node *n = h->n;
@@ -386,7 +452,11 @@ static int flush_handle(handle *h)
 		break;
 	case K_QIN: {
 		int ran;
-		rc = qs_in_flush(n->session->qs, &ran);
+		if (!atomic_load_explicit(&h->wrote, memory_order_relaxed) && pid > 0 &&
+		    !caller_holds_in(dm, n, pid))
+			rc = qs_in_flush_empty(n->session->qs, &ran);
+		else
+			rc = qs_in_flush(n->session->qs, &ran);
 		if (ran) {
 			int prc = push_out(dm, n->session);
 			if (!rc)
@@ -394,25 +464,37 @@ static int flush_handle(handle *h)
 		}
 		break;
 	}
-	case K_CONFIG:
-		if (h->wdirty) {
+	case K_CONFIG: {
+		/* the text is taken out under h->wmu and applied without it */
+		pthread_mutex_lock(&h->wmu);
+		int dirty = h->wdirty, bad = h->bad;
+		size_t len = 0;
+		char *text = dirty && !bad ? sb_take(&h->wbuf, &len) : NULL;
+		h->wdirty = 0;
+		if (dirty)
+			wbuf_reset(h);
+		pthread_mutex_unlock(&h->wmu);
+		if (dirty) {
 			fc_request_long(dm->fuse);
-			h->wdirty = 0;
-			if (h->bad)
+			if (bad)
 				rc = -EINVAL; /* already in errors: nothing is applied */
 			else
-				rc = config_apply_text(dm->store, &dm->errors, h->wbuf.p ? h->wbuf.p : "", h->wbuf.len);
-			wbuf_reset(h);
+				rc = config_apply_text(dm->store, &dm->errors, text ? text : "", len);
 		}
+		free(text);
 		break;
-	case K_CTL:
-		if (h->wdirty) {
+	}
+	case K_CTL: {
+		pthread_mutex_lock(&h->wmu);
+		int dirty = h->wdirty;
+		h->wdirty = 0;
+		pthread_mutex_unlock(&h->wmu);
+		if (dirty) {
 			fc_request_long(dm->fuse);
-			h->wdirty = 0;
 			rc = ctl_run_lines(h, 1);
-			sb_reset(&h->wbuf);
 		}
 		break;
+	}
 	}
 	return rc;
 }
@@ -424,7 +506,7 @@ void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	if (h->n->kind == K_INGEST_FILE)
 		fuse_reply_err(req, -ingest_flush(h, fi->lock_owner, fuse_req_ctx(req)->pid));
 	else
-		fuse_reply_err(req, -flush_handle(h));
+		fuse_reply_err(req, -flush_handle(h, fuse_req_ctx(req)->pid));
 }
 
 void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -434,7 +516,7 @@ void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	handle *h = handle_of(fi);
 	node *n = h->n;
 	/* the last resort: data written and never flushed */
-	flush_handle(h);
+	flush_handle(h, 0);
 	pthread_mutex_lock(&h->mu); /* a read may still be replying */
 	pthread_mutex_unlock(&h->mu);
 	handle_free(h);
@@ -477,7 +559,10 @@ void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
 		case K_CONFIG:
 		case K_CTL:
 			if (fi && attr->st_size == 0) {
-				wbuf_reset(handle_of(fi));
+				handle *h = handle_of(fi);
+				pthread_mutex_lock(&h->wmu);
+				wbuf_reset(h);
+				pthread_mutex_unlock(&h->wmu);
 			}
 			break;
 		case K_INGEST_FILE:

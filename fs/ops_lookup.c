@@ -27,9 +27,17 @@ int node_attr(fs_daemon *dm, node *n, struct stat *st)
 	struct timespec now;
 	clock_gettime(CLOCK_REALTIME, &now);
 	st->st_atim = st->st_mtim = st->st_ctim = now;
+	/* The kernel enforces these modes (default_permissions): only the
+	 * owner writes anything or reads backup, errors, records/, ingest/
+	 * and query/; README, stats, config and generations/ are readable by
+	 * all (other users reach them only with allow_other). */
 	switch (n->kind) {
-	case K_ROOT: case K_INGEST: case K_RECORDS: case K_QUERY: case K_GENS: case K_SESSION:
+	case K_ROOT: case K_GENS:
 		st->st_mode = S_IFDIR | 0755;
+		st->st_nlink = 2;
+		return 0;
+	case K_INGEST: case K_RECORDS: case K_QUERY: case K_SESSION:
+		st->st_mode = S_IFDIR | 0700;
 		st->st_nlink = 2;
 		return 0;
 	case K_GEN:
@@ -65,7 +73,7 @@ int node_attr(fs_daemon *dm, node *n, struct stat *st)
 	case K_BACKUP:
 		/* 0 unless a backup is open: then its size, for tools that trust
 		 * the size (sendfile-based copies) */
-		st->st_mode = S_IFREG | 0444;
+		st->st_mode = S_IFREG | 0400;
 		pthread_mutex_lock(&dm->tree.mu);
 		st->st_size = (off_t)n->bsize;
 		pthread_mutex_unlock(&dm->tree.mu);
@@ -73,7 +81,7 @@ int node_attr(fs_daemon *dm, node *n, struct stat *st)
 	case K_QOUT: case K_QJSON: case K_QSTATS:
 		if (n->kind == K_QOUT) /* before the size: see push_out() */
 			atomic_store(&n->session->out_attrs, 1);
-		st->st_mode = S_IFREG | 0444;
+		st->st_mode = S_IFREG | 0400;
 		st->st_size = (off_t)qs_size(n->session->qs,
 					     n->kind == K_QOUT ? QS_OUT : n->kind == K_QJSON ? QS_JSON : QS_STATS);
 		return 0;
@@ -91,7 +99,8 @@ int node_attr(fs_daemon *dm, node *n, struct stat *st)
 	/* README, config, stats, errors, records/KEY: the exact size */
 	sb_init(&b);
 	rc = render_node(dm, n, &b);
-	st->st_mode = S_IFREG | (n->kind == K_CONFIG ? 0644 : 0444);
+	st->st_mode = S_IFREG | (n->kind == K_CONFIG ? 0644
+				 : n->kind == K_README || n->kind == K_STATS ? 0444 : 0400);
 	st->st_size = (off_t)b.len;
 	sb_free(&b);
 	return rc;

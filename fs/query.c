@@ -53,8 +53,10 @@ struct qsession {
 	int exact;     /* how the last query ran */
 	uint32_t dim;
 	double secs;
-	char *res[3];  /* NULL: not rendered yet */
+	char *res[3];  /* NULL: not rendered yet; each counts in dm's
+			* query_output */
 	size_t reslen[3];
+	size_t results_held; /* of dm's query_results: vectors x k of r */
 	/* for searching ahead (ahead.c): the session, the version of its input
 	 * (changed by every write and reset) */
 	uint64_t serial, ver;
@@ -76,15 +78,21 @@ qsession *qs_new(fs_daemon *dm, const char *id)
 
 static void reset_input(qsession *q);
 
+static void budget_give(qbudget *b, size_t n);
+
 static void clear_results(qsession *q)
 {
 	for (int i = 0; i < 3; i++) {
+		if (q->res[i])
+			budget_give(&q->dm->query_output, q->reslen[i]);
 		free(q->res[i]);
 		q->res[i] = NULL;
 		q->reslen[i] = 0;
 	}
 	vecfs_results_free(q->r);
 	q->r = NULL;
+	budget_give(&q->dm->query_results, q->results_held);
+	q->results_held = 0;
 }
 
 void qs_free(qsession *q)
@@ -453,14 +461,15 @@ static int check_lines(qsession *q)
 
 /* ---------------------------------------------------------------- results */
 
-/* One line a hit, KEY<TAB>DISTANCE; an empty line between queries. */
-static void render_out(sbuf *out, const vecfs_results *r)
+/* One line a hit, KEY<TAB>DISTANCE; an empty line between queries.  The
+ * renderers stop once more than `room` bytes are out. */
+static void render_out(sbuf *out, const vecfs_results *r, size_t room)
 {
 	char num[40];
-	for (size_t i = 0; i < r->nq; i++) {
+	for (size_t i = 0; i < r->nq && out->len <= room; i++) {
 		if (i)
 			sb_add(out, "\n", 1);
-		for (size_t j = 0; j < r->count[i]; j++) {
+		for (size_t j = 0; j < r->count[i] && out->len <= room; j++) {
 			const vecfs_hit *h = &r->hits[i][j];
 			int nn = fmt_float(num, sizeof num, h->distance);
 			sb_add(out, h->key, h->keylen);
@@ -471,16 +480,16 @@ static void render_out(sbuf *out, const vecfs_results *r)
 	}
 }
 
-static void render_json(sbuf *js, const vecfs_results *r)
+static void render_json(sbuf *js, const vecfs_results *r, size_t room)
 {
 	char num[40];
 	if (r->generation)
 		sb_printf(js, "{\"generation\": %llu, \"results\": [", (unsigned long long)r->generation);
 	else
 		sb_adds(js, "{\"generation\": null, \"results\": [");
-	for (size_t i = 0; i < r->nq; i++) {
+	for (size_t i = 0; i < r->nq && js->len <= room; i++) {
 		sb_adds(js, i ? ", [" : "[");
-		for (size_t j = 0; j < r->count[i]; j++) {
+		for (size_t j = 0; j < r->count[i] && js->len <= room; j++) {
 			const vecfs_hit *h = &r->hits[i][j];
 			/* JSON has no infinity: a distance that overflowed float32
 			 * is 1e999, which JSON readers take for one */
@@ -531,25 +540,62 @@ static void render_session_stats(sbuf *st, const qsession *q)
 }
 
 /* Render one of the session's files unless it is already: with q->mu held.
- * Returns 0, or -ENOMEM (the file then reads as empty). */
+ * Returns 0, -ENOMEM, or -E2BIG past the room left in dm's query_output
+ * (the file then reads as empty). */
 static int ensure_rendered(qsession *q, int which)
 {
 	if (q->res[which] || !q->r)
 		return 0;
+	qbudget *ob = &q->dm->query_output;
+	pthread_mutex_lock(&ob->mu);
+	size_t room = ob->max > ob->used ? ob->max - ob->used : 0;
+	pthread_mutex_unlock(&ob->mu);
 	sbuf b;
 	sb_init(&b);
 	if (which == QS_OUT)
-		render_out(&b, q->r);
+		render_out(&b, q->r, room);
 	else if (which == QS_JSON)
-		render_json(&b, q->r);
+		render_json(&b, q->r, room);
 	else
 		render_session_stats(&b, q);
-	if (b.oom) {
+	int rc = b.oom ? -ENOMEM : b.len > room || budget_take(ob, b.len) ? -E2BIG : 0;
+	if (rc) {
 		sb_free(&b);
-		return -ENOMEM;
+		return rc;
 	}
 	q->res[which] = sb_take(&b, &q->reslen[which]);
-	return q->res[which] ? 0 : -ENOMEM;
+	return 0;
+}
+
+/* Results a query asks for: its vectors times its k (or config's). */
+static size_t results_asked(qsession *q, const qinput *qi, uint32_t *k)
+{
+	vecfs_config c;
+	*k = qi->o.k;
+	if (!*k && vecfs_config_get(q->v, &c) == 0)
+		*k = c.k;
+	return qi->nq * (size_t)*k;
+}
+
+/* Count the results qi asks for against dm's query_results (q->mu held,
+ * q's own results cleared): 0, or -E2BIG with the reason in why. */
+static int results_take(qsession *q, const qinput *qi, size_t *held, char *why, size_t wl)
+{
+	qbudget *rb = &q->dm->query_results;
+	uint32_t k;
+	size_t want = results_asked(q, qi, &k);
+	if (want > rb->max) {
+		snprintf(why, wl, "%zu query vectors x k=%u = %zu results, more than the bound of %zu "
+			 "(-o query_results): ask for fewer vectors or a smaller k", qi->nq, k, want, rb->max);
+		return -E2BIG;
+	}
+	if (budget_take(rb, want)) {
+		snprintf(why, wl, "the results of all sessions together are at their bound of %zu "
+			 "(-o query_results): remove other sessions, or ask for fewer", rb->max);
+		return -E2BIG;
+	}
+	*held = want;
+	return 0;
 }
 
 /* Text input at close: the lines check_lines() parsed, and the last line
@@ -607,6 +653,10 @@ static void search_ahead(qsession *q)
 		free(qi.vecs);
 		return;
 	}
+	if (qi.o.k && qi.nq * (size_t)qi.o.k > q->dm->query_results.max) {
+		free(qi.vecs); /* refused at the close */
+		return;
+	}
 	ahead_submit(q->dm->ahead, q->serial, q->ver, q->v, &qi.o, qi.vecs, qi.nq, qi.dim);
 }
 
@@ -650,8 +700,13 @@ int qs_in_flush(qsession *q, int *ran)
 			rc = 0;
 	}
 	if (rc == 0 && qi.nq == 0) {
-		snprintf(why, sizeof why, "no query vector");
+		snprintf(why, sizeof why, q->in.len ? "no query vector" : "no query vector (empty)");
 		rc = -EINVAL;
+	}
+	size_t held = 0;
+	if (rc == 0) {
+		clear_results(q); /* replaced either way: their room counts no more */
+		rc = results_take(q, &qi, &held, why, sizeof why);
 	}
 	if (rc) {
 		clear_results(q);
@@ -669,16 +724,23 @@ int qs_in_flush(qsession *q, int *ran)
 		rc = vecfs_search(q->v, qi.vecs, qi.nq, qi.dim, &qi.o, &r, why, sizeof why);
 	clear_results(q);
 	if (rc) {
+		budget_give(&q->dm->query_results, held);
 		errlog(&q->dm->errors, "query/%s/in: %s", q->id, why[0] ? why : strerror(-rc));
 	} else {
 		q->r = r;
+		q->results_held = held;
 		q->exact = qi.o.exact;
 		q->dim = qi.dim;
 		q->secs = now_s() - t0;
-		if (ensure_rendered(q, QS_OUT)) {
+		rc = ensure_rendered(q, QS_OUT);
+		if (rc) {
 			clear_results(q);
-			errlog(&q->dm->errors, "query/%s/in: out of memory formatting the results", q->id);
-			rc = -ENOMEM;
+			if (rc == -E2BIG)
+				errlog(&q->dm->errors, "query/%s/in: the results' text is past the room left for "
+				       "rendered results (%zu MiB for all sessions, -o query_output_mb)",
+				       q->id, q->dm->query_output.max >> 20);
+			else
+				errlog(&q->dm->errors, "query/%s/in: out of memory formatting the results", q->id);
 		}
 	}
 	free(qi.vecs);
@@ -686,23 +748,39 @@ int qs_in_flush(qsession *q, int *ran)
 	return rc;
 }
 
-char *qs_render(qsession *q, int which, size_t *len)
+int qs_in_flush_empty(qsession *q, int *ran)
 {
 	pthread_mutex_lock(&q->mu);
-	if (ensure_rendered(q, which)) {
-		pthread_mutex_unlock(&q->mu);
+	if (q->in.len == 0 && !q->ended)
+		q->dirty = 1;
+	pthread_mutex_unlock(&q->mu);
+	return qs_in_flush(q, ran);
+}
+
+int qs_render_into(qsession *q, int which, sbuf *b)
+{
+	static const char *const names[] = {"out", "out.json", "stats"};
+	pthread_mutex_lock(&q->mu);
+	int rc = ensure_rendered(q, which);
+	if (rc == 0 && q->reslen[which])
+		sb_add(b, q->res[which], q->reslen[which]);
+	if (rc == -E2BIG)
+		errlog(&q->dm->errors, "query/%s/%s: past the room left for rendered results (%zu MiB "
+		       "for all sessions, -o query_output_mb): remove other sessions", q->id,
+		       names[which], q->dm->query_output.max >> 20);
+	pthread_mutex_unlock(&q->mu);
+	return rc ? rc : b->oom ? -ENOMEM : 0;
+}
+
+char *qs_render(qsession *q, int which, size_t *len)
+{
+	sbuf b;
+	sb_init(&b);
+	if (qs_render_into(q, which, &b)) {
+		sb_free(&b);
 		return NULL;
 	}
-	size_t n = q->reslen[which];
-	char *p = malloc(n + 1);
-	if (p) {
-		if (n)
-			memcpy(p, q->res[which], n);
-		p[n] = 0;
-		*len = n;
-	}
-	pthread_mutex_unlock(&q->mu);
-	return p;
+	return sb_take(&b, len);
 }
 
 size_t qs_in_size(qsession *q)

@@ -35,8 +35,16 @@ size_t qs_in_size(qsession *q);
 /* Run the query when `in` was written since the last run; *ran says
  * whether it did (and so replaced or cleared the results). */
 int qs_in_flush(qsession *q, int *ran);
+/* The close of a descriptor of `in` that wrote nothing, and the last one
+ * its process holds: an input left empty (by O_TRUNC or a truncate) runs,
+ * and fails as one with no query vector. */
+int qs_in_flush_empty(qsession *q, int *ran);
 /* A snapshot of out / out.json / stats (malloc'd; *len set). */
 char *qs_render(qsession *q, int which, size_t *len);
+/* The same, appended to b: 0, -ENOMEM, or -E2BIG (with an errors line)
+ * when the rendered file would pass dm's query_output. */
+struct sbuf;
+int qs_render_into(qsession *q, int which, struct sbuf *b);
 size_t qs_size(qsession *q, int which);
 
 #endif

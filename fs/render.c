@@ -32,7 +32,8 @@ void render_readme(sbuf *b)
 		"  ctl              write a command: build, build stage, compact, rebalance, verify\n"
 		"  config           settings as `key = value` lines; write lines to change them\n"
 		"  stats            counters as `key = value` lines\n"
-		"  errors           the most recent error messages, oldest first\n"
+		"  errors           the most recent error messages, oldest first, each\n"
+		"                   after its UTC time\n"
 		"  backup           read it for a consistent copy of the store (save as data.mdb)\n");
 }
 
@@ -153,13 +154,8 @@ int render_node(fs_daemon *dm, node *n, sbuf *b)
 	case K_QOUT:
 	case K_QJSON:
 	case K_QSTATS:
-		p = qs_render(n->session->qs, n->kind == K_QOUT ? QS_OUT : n->kind == K_QJSON ? QS_JSON : QS_STATS,
-			      &len);
-		if (!p)
-			return -ENOMEM;
-		sb_add(b, p, len);
-		free(p);
-		return b->oom ? -ENOMEM : 0;
+		return qs_render_into(n->session->qs,
+				      n->kind == K_QOUT ? QS_OUT : n->kind == K_QJSON ? QS_JSON : QS_STATS, b);
 	case K_GMETA:
 		return gen_render(dm, n->gen, GF_META, b);
 	case K_GCENT:

@@ -269,7 +269,7 @@ EOF
 verify_ok() {
 	local r line
 	r=$(printf 'verify\n' | put - "$M/ctl")
-	line=$(T cat "$M/errors" | grep '^verify: ' | tail -n 1)
+	line=$(T cat "$M/errors" | cut -d' ' -f2- | grep '^verify: ' | tail -n 1)
 	[[ $r == OK && $line == "verify: ok"* ]] && return 0
 	echo "ctl: $r; errors: $line" >&2
 	return 1

@@ -145,7 +145,7 @@ n_acked=$(($(grep -c '^P' "$TMP/fill.log") * ROWS))
 check count_is_acknowledged test "$(records)" == "$n_acked"
 # shellcheck disable=SC2046
 check acknowledged_intact_when_full T "$PY" "$TMP/check.py" "$M" "$ROWS" $(acked)
-verify_ok() { T sh -c "echo verify > '$M/ctl'" && T cat "$M/errors" | tail -1 | grep -q '^verify: ok'; }
+verify_ok() { T sh -c "echo verify > '$M/ctl'" && T cat "$M/errors" | tail -1 | cut -d' ' -f2- | grep -q '^verify: ok'; }
 check verify_when_full verify_ok
 # a build needs room for a whole new generation: ok, or a clear error; the
 # active generation serves either way
@@ -154,7 +154,7 @@ out=$(printf 'build\n' | put - "$M/ctl")
 echo "build while full: $out; errors: $(T cat "$M/errors" | tail -1)"
 if [[ $out != OK ]]; then
 	check build_when_full_fails_clearly test "$out" == "ERR ENOSPC close" -o "$out" == "ERR ENOSPC write"
-	check build_when_full_logged sh -c "timeout 60 cat '$M/errors' | tail -1 | grep -i '^ctl: build' | grep -qi space"
+	check build_when_full_logged sh -c "timeout 60 cat '$M/errors' | tail -1 | cut -d' ' -f2- | grep -i '^ctl: build' | grep -qi space"
 	check build_when_full_keeps_active test "$(T readlink "$M/generations/active")" == "$active"
 fi
 # compaction rewrites posting blocks: done, or ENOSPC with its line
@@ -162,7 +162,7 @@ out=$(printf 'compact\n' | put - "$M/ctl")
 echo "compact while full: $out; errors: $(T cat "$M/errors" | tail -1)"
 if [[ $out != OK ]]; then
 	check compact_when_full_fails_clearly test "$out" == "ERR ENOSPC close" -o "$out" == "ERR ENOSPC write"
-	check compact_when_full_logged sh -c "timeout 60 cat '$M/errors' | tail -1 | grep -i '^ctl: compact' | grep -qi space"
+	check compact_when_full_logged sh -c "timeout 60 cat '$M/errors' | tail -1 | cut -d' ' -f2- | grep -i '^ctl: compact' | grep -qi space"
 fi
 check verify_after_compact_when_full verify_ok
 # shellcheck disable=SC2046

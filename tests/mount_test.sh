@@ -440,7 +440,7 @@ check rmdir_other T rmdir "$M/generations/$g2"
 check rmdir_other_gone test ! -e "$M/generations/$g2"
 check gen_read_only test "$(printf 'x\n' | put - "$M/generations/$g1/meta")" == "ERR EACCES open"
 check ctl_verify T sh -c "echo verify > '$M/ctl'"
-check verify_line test "$(T cat "$M/errors" | tail -n 1 | cut -c1-10)" == "verify: ok"
+check verify_line test "$(T cat "$M/errors" | tail -n 1 | cut -d' ' -f2- | cut -c1-10)" == "verify: ok"
 check ctl_compact test "$(printf 'compact\n' | put - "$M/ctl")" == "OK"
 check ctl_compact_folds test "$(T cat "$M/stats" | sed -n 's/^delta_postings = //p')" == 0
 check ctl_rebalance test "$(printf 'rebalance\n' | put - "$M/ctl")" == "OK"
@@ -902,6 +902,176 @@ print(open(sys.argv[2] + "/out").read().split("\t")[0])' "$TMP/wide.fvecs" "$M/q
 	umnt "$M"
 else
 	bad mount_wide "$(tail -c 200 "$TMP/daemon.log")"
+# ================================================================ access, limits, errors, signals
+# A store of its own, mounted afresh for each part.
+A=$TMP/astore
+M=$TMP/mnt
+
+# one ctl or config descriptor written by one thread while another closes dups of it
+shared_fd() { # FILE LINE: two threads on one descriptor for 2 s; 0 when the daemon still serves
+	T "$PY" - "$1" "$2" <<'EOF' || return 1
+import os, sys, threading, time
+fd = os.open(sys.argv[1], os.O_WRONLY)
+line = sys.argv[2].encode() + b"\n"
+end = time.time() + 2
+def writer():
+    while time.time() < end:
+        try:
+            os.write(fd, line)
+        except OSError:
+            pass
+def closer():
+    while time.time() < end:
+        try:
+            os.close(os.dup(fd))
+        except OSError:
+            pass
+ts = [threading.Thread(target=writer), threading.Thread(target=closer)]
+for t in ts: t.start()
+for t in ts: t.join()
+try:
+    os.close(fd)
+except OSError:
+    pass
+EOF
+	T cat "$M/stats" >/dev/null
+}
+if mnt "$A" "$M"; then
+	check shared_ctl_fd shared_fd "$M/ctl" verify
+	check shared_config_fd shared_fd "$M/config" "k = 7"
+	check shared_fd_still_serving test "$(T cat "$M/config" | kv k)" == 7
+	umnt "$M"
+else
+	bad mount_access "$(tail -c 200 "$TMP/daemon.log")"
+fi
+
+# who may do what: the kernel enforces the modes (default_permissions);
+# with allow_other, another user reads README, stats, config and generations/ only
+nobody() { T setpriv --reuid=65534 --regid=65534 --clear-groups "$@" 2>/dev/null; }
+perms_other() {
+	grep -q "^[^ ]* $M [^ ]* [^ ]*default_permissions" /proc/self/mounts || return 1
+	nobody cat "$M/README" >/dev/null && nobody cat "$M/stats" >/dev/null &&
+		nobody cat "$M/config" >/dev/null && nobody ls "$M/generations" >/dev/null || return 1
+	! nobody cat "$M/backup" >/dev/null && ! nobody cat "$M/errors" >/dev/null &&
+		! nobody ls "$M/records" >/dev/null && ! nobody ls "$M/ingest" >/dev/null &&
+		! nobody mkdir "$M/query/nb" && ! nobody sh -c "echo k = 9 >'$M/config'" &&
+		! nobody sh -c "echo compact >'$M/ctl'" || return 1
+	[[ $(T cat "$M/config" | kv k) != 9 && ! -e $M/query/nb ]]
+}
+if [[ $(id -u) == 0 ]] && command -v setpriv >/dev/null; then
+	chmod 711 "$TMP"
+	if mnt "$A" "$M" -o allow_other; then
+		check perms_allow_other perms_other
+		umnt "$M"
+	else
+		bad mount_allow_other "$(tail -c 200 "$TMP/daemon.log")"
+	fi
+else
+	echo "SKIP perms_allow_other: needs root and setpriv"
+fi
+
+# errors: each line starts with its UTC time; a name cannot forge lines;
+# a flood of one failure keeps the other lines
+errors_lines() {
+	printf 'no_such_key_mt = 1\n' | put - "$M/config" >/dev/null
+	T "$PY" -c "
+import os, sys
+for name in ['a\nforged\x1b[2J'] + ['bad name %d' % i for i in range(2000)]:
+    try:
+        os.mkdir(os.path.join(sys.argv[1], name))
+    except OSError:
+        pass
+" "$M/query" || return 1
+	T cat "$M/errors" >"$TMP/errors" || return 1
+	! grep -vqE '^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z ' "$TMP/errors" &&
+		grep -qF 'no_such_key_mt' "$TMP/errors" && grep -qF 'a\nforged\x1b[2J' "$TMP/errors" &&
+		! grep -q '^forged' "$TMP/errors" && grep -q 'more like it$' "$TMP/errors" &&
+		(($(wc -l <"$TMP/errors") < 100))
+}
+if mnt "$A" "$M"; then
+	check errors_stamped_escaped_limited errors_lines
+	umnt "$M"
+else
+	bad mount_errors "$(tail -c 200 "$TMP/daemon.log")"
+fi
+
+# an empty in fails its close with EINVAL and an errors line; a shell's
+# redirection (which closes a dup before writing) runs its query alone
+empty_in() {
+	T mkdir -p "$M/query/e1" || return 1
+	printf 'a,1,2,3,4\nb,5,6,7,8\n' | put - "$M/ingest/e.csv" >/dev/null
+	[[ $(put /dev/null "$M/query/e1/in") == "ERR EINVAL close" ]] || return 1
+	errors_has 'query/e1/in: no query vector' || return 1
+	local n0
+	n0=$(T cat "$M/errors" | wc -l)
+	T bash -c "printf 'k=1 mode=exact\n1 2 3 4\n' >'$M/query/e1/in'" || return 1
+	[[ $(T cat "$M/errors" | wc -l) == "$n0" && $(T cat "$M/query/e1/out") == a* ]]
+}
+if mnt "$A" "$M"; then
+	check empty_in_einval empty_in
+	umnt "$M"
+else
+	bad mount_empty_in "$(tail -c 200 "$TMP/daemon.log")"
+fi
+
+# stray signals are ignored, SIGHUP unmounts cleanly; a second mount on a
+# live mount is refused; a stale mount point is named as such
+signals_ignored() {
+	local pid s
+	pid=$(daemon_pid "$M") || return 1
+	for s in USR1 USR2 ALRM; do kill -s "$s" "$pid" || return 1; done
+	sleep 0.3
+	T cat "$M/stats" >/dev/null || return 1
+	kill -s HUP "$pid" || return 1
+	for ((s = 0; s < 50; s++)); do is_mounted "$M" || break; sleep 0.1; done
+	! is_mounted "$M"
+}
+remount_refused() {
+	local out
+	out=$(T "$VECFS" "$TMP/other" "$M" 2>&1) && return 1
+	[[ $out == *"already a mount point"* ]] && T cat "$M/stats" >/dev/null
+}
+stale_named() {
+	local pid out i
+	pid=$(daemon_pid "$M") || return 1
+	kill -9 "$pid"
+	for ((i = 0; i < 50; i++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+	out=$(T "$VECFS" "$A" "$M" 2>&1) && return 1
+	T fusermount3 -u "$M"
+	[[ $out == *"the mount point is stale: run fusermount3 -u $M"* ]]
+}
+if mnt "$A" "$M"; then
+	check signals_ignored signals_ignored
+else
+	bad mount_signals "$(tail -c 200 "$TMP/daemon.log")"
+fi
+if mnt "$A" "$M"; then
+	check remount_refused remount_refused
+	check stale_mount_named stale_named
+	is_mounted "$M" && umnt "$M"
+else
+	bad mount_stale "$(tail -c 200 "$TMP/daemon.log")"
+fi
+
+# a query asking for more results (vectors x k) than -o query_results fails
+# its close with E2BIG, before it takes the memory
+results_bounded() {
+	local pid hwm
+	T mkdir -p "$M/query/big" || return 1
+	printf 'a,1,2,3,4\nb,5,6,7,8\n' | put - "$M/ingest/r.csv" >/dev/null
+	T "$PY" -c 'import sys; sys.stdout.write("k=100000 mode=exact\n" + "1 2 3 4\n" * 2000)' >"$TMP/bigq"
+	[[ $(put "$TMP/bigq" "$M/query/big/in") == "ERR E2BIG close" ]] || return 1
+	errors_has 'query/big/in: 2000 query vectors x k=100000' || return 1
+	pid=$(daemon_pid "$M") || return 1
+	hwm=$(awk '/^VmHWM/ { print $2 }' "/proc/$pid/status")
+	((hwm < 262144)) || { echo "daemon peak RSS $hwm KiB" >&2; return 1; }
+	[[ $(printf 'k=1 mode=exact\n1 2 3 4\n' | put - "$M/query/big/in") == OK ]]
+}
+if mnt "$A" "$M"; then
+	check query_results_bounded results_bounded
+	umnt "$M"
+else
+	bad mount_results "$(tail -c 200 "$TMP/daemon.log")"
 fi
 
 summary

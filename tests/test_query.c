@@ -41,6 +41,7 @@
 #include <cmocka.h>
 
 #include "../fs/daemon.h"
+#include "../fs/sbuf.h"
 #include "testutil.h"
 #include "vecfs.h"
 
@@ -217,6 +218,8 @@ static void world_make(world *w, fixture *f, int with_gen)
 static void world_free(world *w)
 {
 	assert_int_equal(w->dm.query_input.used, 0);
+	assert_int_equal(w->dm.query_results.used, 0);
+	assert_int_equal(w->dm.query_output.used, 0);
 	daemon_fini(&w->dm); /* before the store closes: a search ahead may use it */
 	ds_free(&w->ds);
 }
@@ -1659,6 +1662,83 @@ static void test_bounds(void **state)
 	runner_free(b);
 }
 
+/* Results asked for (vectors x k) and rendered text held are bounded
+ * daemon-wide: past a bound the close fails with E2BIG, leaves one errors
+ * line and no results; what a session holds is given back when its results
+ * go. */
+static void test_result_bounds(void **state)
+{
+	runner *a = bench_runner(state, 0x56), other, *b = &other;
+	world *w = a->w;
+	runner_init(b, w, "q2", 0x57);
+	int ran = 0;
+	unsigned e0;
+	str s = {0};
+	s_cat(&s, "k=100 mode=exact\n");
+	for (int i = 0; i < 20; i++)
+		s_cat(&s, "1 2 3 4 5 6\n");
+	w->dm.query_results.max = 1500;
+	/* 20 x 100 is past the bound */
+	run_z(a, "k=2 mode=exact\n1 2 3 4 5 6\n", 1);
+	e0 = nerr;
+	assert_int_equal(qs_in_write(a->q, s.p, s.n, 0), 0);
+	assert_int_equal(qs_in_flush(a->q, &ran), -E2BIG);
+	assert_int_equal(nerr, e0 + 1);
+	assert_non_null(strstr(lasterr, "query/q1/in: 20 query vectors x k=100 = 2000 results, more than the bound of 1500"));
+	assert_int_equal(qs_size(a->q, QS_OUT), 0);
+	assert_int_equal(w->dm.query_results.used, 0);
+	/* 10 x 100 fits, and is held while its results are */
+	const char *ten = strchr(s.p, '\n') + 1 + 10 * 12;
+	assert_int_equal(qs_in_write(a->q, s.p, (size_t)(ten - s.p), 0), 0);
+	assert_int_equal(qs_in_flush(a->q, &ran), 0);
+	assert_true(qs_size(a->q, QS_OUT) > 0);
+	assert_int_equal(w->dm.query_results.used, 1000);
+	/* then another session's 10 x 100 does not */
+	e0 = nerr;
+	assert_int_equal(qs_in_write(b->q, s.p, (size_t)(ten - s.p), 0), 0);
+	assert_int_equal(qs_in_flush(b->q, &ran), -E2BIG);
+	assert_int_equal(nerr, e0 + 1);
+	assert_non_null(strstr(lasterr, "query/q2/in: the results of all sessions together are at their bound"));
+	/* until the first one's results go */
+	qs_clear(a->q);
+	assert_int_equal(w->dm.query_results.used, 0);
+	assert_int_equal(qs_in_write(b->q, s.p, (size_t)(ten - s.p), 0), 0);
+	assert_int_equal(qs_in_flush(b->q, &ran), 0);
+	assert_int_equal(w->dm.query_results.used, 1000);
+	size_t outlen = qs_size(b->q, QS_OUT);
+	assert_int_equal(w->dm.query_output.used, outlen);
+	qs_clear(b->q);
+	assert_int_equal(w->dm.query_output.used, 0);
+	/* rendered text: out past the room fails the close; out.json past it
+	 * fails its rendering, with an errors line */
+	w->dm.query_output.max = outlen / 2;
+	e0 = nerr;
+	assert_int_equal(qs_in_write(b->q, s.p, (size_t)(ten - s.p), 0), 0);
+	assert_int_equal(qs_in_flush(b->q, &ran), -E2BIG);
+	assert_int_equal(nerr, e0 + 1);
+	assert_non_null(strstr(lasterr, "query/q2/in: the results' text is past the room left"));
+	assert_int_equal(w->dm.query_results.used, 0);
+	assert_int_equal(w->dm.query_output.used, 0);
+	w->dm.query_output.max = outlen + 10;
+	assert_int_equal(qs_in_write(b->q, s.p, (size_t)(ten - s.p), 0), 0);
+	assert_int_equal(qs_in_flush(b->q, &ran), 0);
+	sbuf js;
+	sb_init(&js);
+	e0 = nerr;
+	assert_int_equal(qs_render_into(b->q, QS_JSON, &js), -E2BIG);
+	assert_int_equal(nerr, e0 + 1);
+	assert_non_null(strstr(lasterr, "query/q2/out.json: past the room left"));
+	sb_free(&js);
+	assert_int_equal(w->dm.query_output.used, outlen);
+	w->dm.query_results.max = QUERY_RESULTS_DEFAULT;
+	w->dm.query_output.max = (size_t)QUERY_OUTPUT_MB_DEFAULT << 20;
+	s_drop(&s);
+	runner_free(b);
+	qs_clear(a->q);
+	assert_int_equal(w->dm.query_results.used, 0);
+	assert_int_equal(w->dm.query_output.used, 0);
+}
+
 /* The first line of the session's out: its key and distance. */
 static void first_hit(qsession *q, char *key, size_t cap, float *dist)
 {
@@ -1853,12 +1933,73 @@ static void test_search_ahead_many(void **state)
 		      N * 1500);
 }
 
+/* ------------------------------------------------------------ errors lines */
+
+static time_t fake_now = 1796337667; /* 2026-12-03T22:41:07Z */
+static time_t fake_clock(time_t *t)
+{
+	if (t)
+		*t = fake_now;
+	return fake_now;
+}
+
+/* the lines of `errors` now, and how many hold s */
+static size_t lines_with(err_log *log, const char *s, size_t *lines)
+{
+	size_t len, n = 0;
+	char *p = errors_render(log, &len);
+	assert_non_null(p);
+	*lines = 0;
+	for (char *l = p, *nl; (nl = strchr(l, '\n')); l = nl + 1) {
+		*nl = 0;
+		(*lines)++;
+		if (strstr(l, s))
+			n++;
+	}
+	free(p);
+	return n;
+}
+
+/* every line starts with its UTC time; control characters cannot make or
+ * garble lines; a flood of one message keeps the others in the ring */
+static void test_errors_lines(void **state)
+{
+	(void)state;
+	err_log log;
+	errors_init(&log);
+	log.clock = fake_clock;
+	errlog(&log, "query/%s: bad", "a\nforged line\x1b[2J");
+	size_t len, lines;
+	char *p = errors_render(&log, &len);
+	assert_non_null(p);
+	assert_string_equal(p, "2026-12-03T22:41:07Z query/a\\nforged line\\x1b[2J: bad\n");
+	free(p);
+	errlog(&log, "keep me %d", 1);
+	for (int i = 0; i < 10000; i++)
+		errlog(&log, "query/%d: mkdir failed", i);
+	errlog(&log, "keep me %d", 2);
+	assert_int_equal(errors_count(&log), 10003);
+	char last[200];
+	errors_last(&log, last, sizeof last);
+	assert_string_equal(last, "keep me 2");
+	assert_int_equal(lines_with(&log, "keep me", &lines), 2);
+	assert_int_equal(lines_with(&log, "mkdir failed", &lines), ERR_BURST + 1);
+	assert_int_equal(lines_with(&log, "query/9999: mkdir failed ... and 9,990 more like it", &lines), 1);
+	assert_int_equal(lines, ERR_BURST + 4);
+	/* a new window shows the message again */
+	fake_now += ERR_WINDOW_S;
+	errlog(&log, "query/%s: mkdir failed", "x");
+	assert_int_equal(lines_with(&log, "query/x: mkdir failed", &lines), 1);
+	errors_fini(&log);
+}
+
 int main(void)
 {
 #define TEST(f) cmocka_unit_test_setup_teardown(f, bench_setup, bench_teardown)
 	const struct CMUnitTest tests[] = {
 		TEST(test_examples), TEST(test_options_take_effect), TEST(test_pieces), TEST(test_fuzz),
 		TEST(test_bounds), TEST(test_search_ahead), TEST(test_search_ahead_many),
+		TEST(test_result_bounds), cmocka_unit_test(test_errors_lines),
 	};
 #undef TEST
 	return cmocka_run_group_tests(tests, NULL, NULL);
