@@ -21,7 +21,7 @@
 VECFS=$(readlink -f "${1:-build/vecfs}")
 SUITE=crash
 . "$(dirname "$0")/harness.sh"
-ROUNDS=5
+ROUNDS=${CRASH_ROUNDS:-5} # kill -9 cycles on one store
 BASE=3000 # rows of the first ingest, keys base-0 ... base-2999
 DIM=16
 SEED=${CRASH_SEED:-$RANDOM}

@@ -902,6 +902,8 @@ print(open(sys.argv[2] + "/out").read().split("\t")[0])' "$TMP/wide.fvecs" "$M/q
 	umnt "$M"
 else
 	bad mount_wide "$(tail -c 200 "$TMP/daemon.log")"
+fi
+
 # ================================================================ access, limits, errors, signals
 # A store of its own, mounted afresh for each part.
 A=$TMP/astore
