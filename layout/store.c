@@ -456,10 +456,23 @@ static int fs_full(const vf_store *s)
 	return statvfs(s->dir, &fs) == 0 && (uint64_t)fs.f_bavail * fs.f_frsize < FS_FULL_BYTES;
 }
 
+/* Free the reader slots of processes that died holding a read transaction
+ * (a reader killed with -9): such a slot pins its snapshot, so no page
+ * freed after it could be reused and the file would grow with every
+ * rewrite until the next open.  LMDB checks only at open; every write
+ * checks first: a scan of the reader table and one lock test per other
+ * process that reads the store, cheap beside a durable commit. */
+static void readers_clear(vf_store *s)
+{
+	int dead = 0;
+	mdb_reader_check(s->env, &dead);
+}
+
 int vf_write(vf_store *s, vf_write_fn fn, void *arg)
 {
 	if (s->readonly)
 		return -EROFS;
+	readers_clear(s);
 	for (int attempt = 0; attempt < 40; attempt++) {
 		MDB_txn *txn;
 		int rc;
