@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "assign.h"
+#include "io.h"
 #include "block.h"
 #include "checksum.h"
 #include "kernels.h"
@@ -89,7 +90,7 @@ static inline int vf_bytes_reserve(uint8_t **buf, size_t *cap, size_t need)
 	size_t nc = *cap ? *cap * 2 : 1 << 16;
 	while (nc < need)
 		nc *= 2;
-	uint8_t *nb = realloc(*buf, nc);
+	uint8_t *nb = vf_realloc(*buf, nc);
 	if (!nb)
 		return -ENOMEM;
 	*buf = nb;

@@ -3,6 +3,7 @@
  * delta postings and tombstones in the active generation so new rows are
  * searchable at once and stale postings are never returned.
  */
+#include "io.h"
 #include "write.h"
 
 #include <errno.h>
@@ -171,7 +172,7 @@ int vf_put_row(vf_put_ctx *c, const vecfs_row *r)
 	uint64_t seq = ++c->cnt.seq;
 	size_t need = vf_record_size(c->dim, klen, r->payload_len);
 	if (need > c->reccap) {
-		uint8_t *nr = realloc(c->rec, need);
+		uint8_t *nr = vf_realloc(c->rec, need);
 		if (!nr)
 			return -ENOMEM;
 		c->rec = nr;
@@ -273,8 +274,8 @@ static int mark_superseded(const vecfs_row *rows, size_t n, uint8_t **skip)
 	size_t cap = 16;
 	while (cap < n * 2)
 		cap *= 2;
-	size_t *slot = malloc(sizeof(size_t) * cap);
-	uint8_t *sk = calloc(n ? n : 1, 1);
+	size_t *slot = vf_malloc(sizeof(size_t) * cap);
+	uint8_t *sk = vf_calloc(n ? n : 1, 1);
 	if (!slot || !sk) {
 		free(slot);
 		free(sk);
