@@ -181,6 +181,13 @@ int vf_pw_apply(vf_posting_writer *w, vf_txn *txn, uint64_t id, uint64_t seq,
 		const float *vec, const char *key, uint32_t keylen, int has_payload,
 		const vf_precode *pre, uint32_t *cluster);
 
+/* Records ids[0..n) were removed (with their keys) in txn: as a delete
+ * does, a change-log entry each (cnt->seq advances, cnt->deleted counts)
+ * and their postings in the active generation killed; *maint_due (may be
+ * NULL) says whether compaction is due.  The caller saves cnt. */
+int vf_forget_records(vecfs *v, vf_txn *txn, const uint64_t *ids, size_t n,
+		      vf_counters *cnt, int *maint_due);
+
 /* A generation being made (a build or a rebalance): whom to tell about
  * progress, where its error goes, whether it was asked to stop.  report()
  * may be called from worker threads. */

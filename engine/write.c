@@ -340,6 +340,41 @@ int vecfs_put(vecfs *v, const vecfs_row *rows, size_t n, uint32_t dim,
 	return rc;
 }
 
+int vf_forget_records(vecfs *v, vf_txn *txn, const uint64_t *ids, size_t n,
+		      vf_counters *cnt, int *maint_due)
+{
+	vf_store *s = v->store;
+	vf_gen *g = NULL;
+	vf_genmeta gm;
+	vf_posting_writer w;
+	int rc;
+	if ((rc = open_active(v, txn, &g, &gm, &w)))
+		return rc;
+	uint64_t seq_before = cnt->seq;
+	for (size_t i = 0; i < n && rc == 0; i++) {
+		uint64_t seq = ++cnt->seq;
+		vf_change ch = {ids[i], 0, 0, VF_OP_DEL};
+		if (g)
+			rc = vf_pw_apply(&w, txn, ids[i], seq, NULL, NULL, 0, 0, NULL, NULL);
+		if (rc == 0)
+			rc = vf_change_put(txn, s, seq, &ch);
+		cnt->deleted++;
+	}
+	if (rc == 0 && g)
+		rc = vf_pw_flush(&w, txn);
+	if (rc == 0 && g) {
+		if (gm.synced_seq == seq_before)
+			gm.synced_seq = cnt->seq;
+		gm.pending += w.added;
+		rc = vf_save_genmeta(txn, s, &gm);
+		vf_stored_config sc;
+		if (rc == 0 && maint_due && (rc = vf_load_config(txn, s, &sc)) == 0)
+			*maint_due = vf_maint_due(&w, &gm, cnt->live, sc.compact_deltas);
+	}
+	close_active(v, g, &w);
+	return rc;
+}
+
 typedef struct del_job {
 	vecfs *v;
 	const char *key;
@@ -352,9 +387,6 @@ static int del_fn(vf_txn *txn, void *arg)
 	del_job *j = arg;
 	vf_store *s = j->v->store;
 	vf_counters cnt;
-	vf_gen *g = NULL;
-	vf_genmeta gm;
-	vf_posting_writer w;
 	uint64_t id;
 	int rc;
 	if (j->keylen == 0 || j->keylen > VECFS_KEY_MAX)
@@ -366,31 +398,10 @@ static int del_fn(vf_txn *txn, void *arg)
 	if ((rc = vf_keys_del(txn, s, j->key, j->keylen)) ||
 	    (rc = vf_records_del(txn, s, id)))
 		return rc;
-	if ((rc = open_active(j->v, txn, &g, &gm, &w)))
-		return rc;
-	uint64_t seq_before = cnt.seq, seq = ++cnt.seq;
-	vf_change ch = {id, 0, 0, VF_OP_DEL};
-	if (g)
-		rc = vf_pw_apply(&w, txn, id, seq, NULL, NULL, 0, 0, NULL, NULL);
-	if (rc == 0 && g)
-		rc = vf_pw_flush(&w, txn);
-	if (rc == 0)
-		rc = vf_change_put(txn, s, seq, &ch);
 	cnt.live--;
-	cnt.deleted++;
-	if (rc == 0 && g) {
-		if (gm.synced_seq == seq_before)
-			gm.synced_seq = cnt.seq;
-		gm.pending += w.added;
-		rc = vf_save_genmeta(txn, s, &gm);
-		vf_stored_config sc;
-		if (rc == 0 && (rc = vf_load_config(txn, s, &sc)) == 0)
-			j->maint_due = vf_maint_due(&w, &gm, cnt.live, sc.compact_deltas);
-	}
-	if (rc == 0)
-		rc = vf_save_counters(txn, s, &cnt);
-	close_active(j->v, g, &w);
-	return rc;
+	if ((rc = vf_forget_records(j->v, txn, &id, 1, &cnt, &j->maint_due)))
+		return rc;
+	return vf_save_counters(txn, s, &cnt);
 }
 
 int vecfs_delete(vecfs *v, const char *key, size_t keylen)
