@@ -463,7 +463,9 @@ void vf_gen_routing_free(vf_gen *g)
 	g->rc = g->rc_sum = NULL;
 }
 
-/* Read the snapshot: ids, seqs and pointers to every live vector. */
+/* Read the snapshot: ids, seqs and pointers to every live vector.  A
+ * record that fails its checksum is left out (and reported): the
+ * generation covers the others; b->n becomes how many it holds. */
 static int snapshot(build_ctx *b, vf_txn *txn, uint64_t *id_limit)
 {
 	vf_cursor *cur;
@@ -474,9 +476,15 @@ static int snapshot(build_ctx *b, vf_txn *txn, uint64_t *id_limit)
 		return vf_store_err(rc);
 	*id_limit = 0;
 	for (rc = vf_cursor_get(cur, &k, &d, VF_FIRST); rc == 0 && i < b->n;
-	     rc = vf_cursor_get(cur, &k, &d, VF_NEXT), i++) {
+	     rc = vf_cursor_get(cur, &k, &d, VF_NEXT)) {
 		vf_record r;
-		if (vf_record_decode(d.data, d.len, &r) || r.dim != b->m.dim) {
+		if (vf_record_decode(d.data, d.len, &r)) {
+			if (b->v->lost_fn)
+				b->v->lost_fn(b->v->lost_arg, r.key ? r.key : "",
+					      r.key ? r.keylen : 0);
+			continue;
+		}
+		if (r.dim != b->m.dim) {
 			rc = -EIO;
 			break;
 		}
@@ -488,10 +496,14 @@ static int snapshot(build_ctx *b, vf_txn *txn, uint64_t *id_limit)
 		b->has_payload[i] = r.plen > 0;
 		if (b->ids[i] + 1 > *id_limit)
 			*id_limit = b->ids[i] + 1;
+		i++;
 	}
 	vf_cursor_close(cur);
-	if (rc == -ENOENT || rc == 0)
-		rc = i == b->n ? 0 : -EIO;
+	if (rc == -ENOENT || rc == 0) {
+		rc = i ? 0 : -EIO;
+		b->n = i;
+		b->m.covered = i;
+	}
 	return rc;
 }
 

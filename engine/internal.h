@@ -66,6 +66,8 @@ struct vecfs {
 	int hint_started, hint_stop;
 	int threads;
 	uint64_t next_batch;        /* staging ids, guarded by stat_mu */
+	vecfs_lost_fn lost_fn;      /* damaged records skipped (vecfs_set_lost_fn) */
+	void *lost_arg;
 };
 
 static inline void vf_seterr(char *err, size_t len, const char *fmt, ...)

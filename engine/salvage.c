@@ -254,3 +254,9 @@ int vecfs_salvage(vecfs *v, vecfs_lost_fn lost, void *arg, vecfs_salvage_info *i
 	free(j.keybuf);
 	return rc;
 }
+
+void vecfs_set_lost_fn(vecfs *v, vecfs_lost_fn fn, void *arg)
+{
+	v->lost_fn = fn;
+	v->lost_arg = arg;
+}

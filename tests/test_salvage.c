@@ -296,12 +296,45 @@ static void test_damaged_postings(void **state)
 	ds_free(&w.ds);
 }
 
+/* A build leaves a damaged record out and reports its key, rather than
+ * fail; salvage then removes it. */
+static void test_build_skips_damaged(void **state)
+{
+	world w;
+	world_make(&w, *state);
+	size_t len;
+	uint64_t id = id_of(w.f->v, "k11");
+	vf_key64 k = vf_key_u64(id);
+	uint8_t *val = value_copy(w.f->v, w.f->v->store->records, k.b, sizeof k.b, &len);
+	assert_true(flip_in_file(&w, val, len, VF_RECORD_HDR + 8, NULL, 0) >= 1);
+	free(val);
+	vecfs_set_lost_fn(w.f->v, on_lost, &w);
+	uint64_t gen;
+	char err[256] = "";
+	int rc = vecfs_build(w.f->v, 1, &gen, NULL, NULL, err, sizeof err);
+	if (rc)
+		print_message("build: %s\n", err);
+	assert_int_equal(rc, 0);
+	assert_int_equal(w.nlost, 1);
+	assert_string_equal(w.lost[0], "k11");
+	vecfs_gen_info gi;
+	assert_int_equal(vecfs_gen_info_get(w.f->v, gen, &gi), 0);
+	assert_int_equal(gi.covered, N - 1);
+	expect_verify(w.f->v, 0, "damaged");
+	w.alive[11] = 0;
+	vecfs_salvage_info info = salvage(&w);
+	assert_int_equal(info.keys_lost, 1);
+	assert_string_equal(w.lost[0], "k11");
+	ds_free(&w.ds);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_damaged_records, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_damaged_key_entry, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_damaged_postings, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_build_skips_damaged, fx_setup, fx_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

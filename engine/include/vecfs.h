@@ -332,6 +332,12 @@ typedef void (*vecfs_lost_fn)(void *arg, const char *key, size_t keylen);
 int vecfs_salvage(vecfs *v, vecfs_lost_fn lost, void *arg, vecfs_salvage_info *info,
 		  char *err, size_t errlen);
 
+/* Where records that fail their checksum are reported when an operation
+ * skips them (a build leaves them out of its generation rather than
+ * fail): one call each, with the key as far as it can be read (keylen 0
+ * when it cannot).  fn NULL: not reported.  Salvage removes them. */
+void vecfs_set_lost_fn(vecfs *v, vecfs_lost_fn fn, void *arg);
+
 /* Stream a consistent compacted copy of the store (an LMDB data.mdb) to fd. */
 int vecfs_backup(vecfs *v, int fd);
 
