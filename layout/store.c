@@ -689,7 +689,7 @@ typedef struct backup_drain {
 static void *backup_drain_run(void *arg)
 {
 	backup_drain *d = arg;
-	static __thread unsigned char buf[1 << 16];
+	unsigned char buf[1 << 16];
 	for (;;) {
 		ssize_t n = read(d->in, buf, sizeof buf);
 		if (n < 0 && errno == EINTR)
