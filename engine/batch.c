@@ -2,6 +2,7 @@
  * engine/batch.c - large writes: rows staged in the store (spooled from
  * memory) and committed in chunks, or dropped.
  */
+#include "io.h"
 #include "write.h"
 
 #include <errno.h>
@@ -74,7 +75,7 @@ static int batch_spool(vecfs_batch *b)
 
 int vecfs_batch_begin(vecfs *v, uint32_t dim, vecfs_batch **out)
 {
-	vecfs_batch *b = calloc(1, sizeof *b);
+	vecfs_batch *b = vf_calloc(1, sizeof *b);
 	int rc;
 	if (!b)
 		return -ENOMEM;
@@ -173,9 +174,9 @@ static int chunk_full(size_t n, size_t bytes)
 /* Put the n staged records of buf[0..len) (u32 length, record) in order. */
 static int put_records(vf_put_ctx *c, const uint8_t *buf, size_t len, size_t n)
 {
-	vecfs_row *rows = malloc(sizeof *rows * (n ? n : 1));
+	vecfs_row *rows = vf_malloc(sizeof *rows * (n ? n : 1));
 	/* staged vectors may be unaligned: rows take aligned copies */
-	float *vecs = malloc(sizeof(float) * c->dim * (n ? n : 1));
+	float *vecs = vf_malloc(sizeof(float) * c->dim * (n ? n : 1));
 	size_t i = 0;
 	int rc = rows && vecs ? 0 : -ENOMEM;
 	for (size_t off = 0; rc == 0 && off < len && i < n; i++) {

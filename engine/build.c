@@ -8,6 +8,7 @@
  * `ready` and (optionally) flips `active`, atomically.
  */
 #include "internal.h"
+#include "io.h"
 
 #include <errno.h>
 #include <math.h>
@@ -155,7 +156,7 @@ static void *enc_run(void *arg)
 	const vf_gen *g = j->g;
 	uint32_t dim = b->m.dim;
 	vf_encoder enc;
-	float *buf = malloc(sizeof(float) * ENC_CHUNK * dim);
+	float *buf = vf_malloc(sizeof(float) * ENC_CHUNK * dim);
 	if (!buf || vf_encoder_init(&enc, &g->rot, b->m.bits, b->m.metric == VECFS_DOT)) {
 		free(buf);
 		j->rc = -ENOMEM;
@@ -267,7 +268,7 @@ static int blocks_fn(vf_txn *txn, void *arg)
 				j->tmp[i] = b->codes[j->order[a + i]];
 			size_t sz = vf_block_size(j->tmp, cnt, b->m.pdim, b->m.bits);
 			if (sz > j->bufcap) {
-				uint8_t *nb = realloc(j->buf, sz);
+				uint8_t *nb = vf_realloc(j->buf, sz);
 				if (!nb)
 					return -ENOMEM;
 				j->buf = nb;
@@ -434,8 +435,8 @@ int vf_gen_routing(vf_gen *g, const vf_genmeta *m, float *centroids)
 	if ((rc = vf_rotation_init(&g->rot, m->dim, m->seed)) ||
 	    (rc = vf_cindex_init(&g->ci, g->centroids, m->nlist, m->dim)))
 		goto fail;
-	g->rc = malloc(sizeof(float) * m->nlist * m->pdim);
-	g->rc_sum = malloc(sizeof(float) * m->nlist);
+	g->rc = vf_malloc(sizeof(float) * m->nlist * m->pdim);
+	g->rc_sum = vf_malloc(sizeof(float) * m->nlist);
 	if (!g->rc || !g->rc_sum) {
 		rc = -ENOMEM;
 		goto fail;
@@ -462,7 +463,9 @@ void vf_gen_routing_free(vf_gen *g)
 	g->rc = g->rc_sum = NULL;
 }
 
-/* Read the snapshot: ids, seqs and pointers to every live vector. */
+/* Read the snapshot: ids, seqs and pointers to every live vector.  A
+ * record that fails its checksum is left out (and reported): the
+ * generation covers the others; b->n becomes how many it holds. */
 static int snapshot(build_ctx *b, vf_txn *txn, uint64_t *id_limit)
 {
 	vf_cursor *cur;
@@ -473,9 +476,15 @@ static int snapshot(build_ctx *b, vf_txn *txn, uint64_t *id_limit)
 		return vf_store_err(rc);
 	*id_limit = 0;
 	for (rc = vf_cursor_get(cur, &k, &d, VF_FIRST); rc == 0 && i < b->n;
-	     rc = vf_cursor_get(cur, &k, &d, VF_NEXT), i++) {
+	     rc = vf_cursor_get(cur, &k, &d, VF_NEXT)) {
 		vf_record r;
-		if (vf_record_decode(d.data, d.len, &r) || r.dim != b->m.dim) {
+		if (vf_record_decode(d.data, d.len, &r)) {
+			if (b->v->lost_fn)
+				b->v->lost_fn(b->v->lost_arg, r.key ? r.key : "",
+					      r.key ? r.keylen : 0);
+			continue;
+		}
+		if (r.dim != b->m.dim) {
 			rc = -EIO;
 			break;
 		}
@@ -487,10 +496,14 @@ static int snapshot(build_ctx *b, vf_txn *txn, uint64_t *id_limit)
 		b->has_payload[i] = r.plen > 0;
 		if (b->ids[i] + 1 > *id_limit)
 			*id_limit = b->ids[i] + 1;
+		i++;
 	}
 	vf_cursor_close(cur);
-	if (rc == -ENOENT || rc == 0)
-		rc = i == b->n ? 0 : -EIO;
+	if (rc == -ENOENT || rc == 0) {
+		rc = i ? 0 : -EIO;
+		b->n = i;
+		b->m.covered = i;
+	}
 	return rc;
 }
 
@@ -541,13 +554,13 @@ static int build_locked(build_ctx *b, int activate, uint64_t *gen_out)
 
 	rc = -ENOMEM;
 	b->pb = (size_t)b->m.bits * b->m.pdim / 8;
-	b->ids = malloc(sizeof(uint64_t) * b->n);
-	b->seqs = malloc(sizeof(uint64_t) * b->n);
-	b->vecs = malloc(sizeof(void *) * b->n);
-	b->keys = malloc(sizeof(char *) * b->n);
-	b->keylens = malloc(sizeof(uint32_t) * b->n);
-	b->has_payload = malloc(b->n);
-	b->centroids = malloc(sizeof(float) * b->m.nlist * b->m.dim);
+	b->ids = vf_malloc(sizeof(uint64_t) * b->n);
+	b->seqs = vf_malloc(sizeof(uint64_t) * b->n);
+	b->vecs = vf_malloc(sizeof(void *) * b->n);
+	b->keys = vf_malloc(sizeof(char *) * b->n);
+	b->keylens = vf_malloc(sizeof(uint32_t) * b->n);
+	b->has_payload = vf_malloc(b->n);
+	b->centroids = vf_malloc(sizeof(float) * b->m.nlist * b->m.dim);
 	if (!b->ids || !b->seqs || !b->vecs || !b->keys || !b->keylens || !b->has_payload ||
 	    !b->centroids)
 		goto out;
@@ -560,7 +573,7 @@ static int build_locked(build_ctx *b, int activate, uint64_t *gen_out)
 		ns = 20000;
 	if (ns > b->n)
 		ns = b->n;
-	float *sample = malloc(sizeof(float) * ns * b->m.dim);
+	float *sample = vf_malloc(sizeof(float) * ns * b->m.dim);
 	if (!sample) {
 		rc = -ENOMEM;
 		goto out;
@@ -581,9 +594,9 @@ static int build_locked(build_ctx *b, int activate, uint64_t *gen_out)
 
 	/* assign and encode everything */
 	rc = -ENOMEM;
-	b->assign = malloc(sizeof(uint32_t) * b->n);
-	b->planes = malloc(b->pb * b->n);
-	b->codes = malloc(sizeof(vf_code) * b->n);
+	b->assign = vf_malloc(sizeof(uint32_t) * b->n);
+	b->planes = vf_malloc(b->pb * b->n);
+	b->codes = vf_malloc(sizeof(vf_code) * b->n);
 	if (!b->assign || !b->planes || !b->codes)
 		goto out;
 	if ((rc = vf_gen_routing(&g, &b->m, b->centroids)))
@@ -598,9 +611,9 @@ static int build_locked(build_ctx *b, int activate, uint64_t *gen_out)
 
 	/* sort rows by cluster (stable: ids stay ascending) */
 	rc = -ENOMEM;
-	order = malloc(sizeof(uint64_t) * b->n);
-	cstart = calloc((size_t)b->m.nlist + 1, sizeof(uint64_t));
-	idmap = malloc(sizeof(uint32_t) * (id_limit ? id_limit : 1));
+	order = vf_malloc(sizeof(uint64_t) * b->n);
+	cstart = vf_calloc((size_t)b->m.nlist + 1, sizeof(uint64_t));
+	idmap = vf_malloc(sizeof(uint32_t) * (id_limit ? id_limit : 1));
 	if (!order || !cstart || !idmap)
 		goto out;
 	for (uint64_t i = 0; i < b->n; i++)
@@ -608,7 +621,7 @@ static int build_locked(build_ctx *b, int activate, uint64_t *gen_out)
 	for (uint32_t c = 0; c < b->m.nlist; c++)
 		cstart[c + 1] += cstart[c];
 	{
-		uint64_t *fill = malloc(sizeof(uint64_t) * b->m.nlist);
+		uint64_t *fill = vf_malloc(sizeof(uint64_t) * b->m.nlist);
 		if (!fill)
 			goto out;
 		memcpy(fill, cstart, sizeof(uint64_t) * b->m.nlist);
@@ -626,7 +639,7 @@ static int build_locked(build_ctx *b, int activate, uint64_t *gen_out)
 		goto out;
 	}
 	blocks_job bj = {b, order, cstart, 0, 0, NULL, NULL, 0};
-	bj.tmp = malloc(sizeof(vf_code) * VF_BLOCK_TARGET * 2);
+	bj.tmp = vf_malloc(sizeof(vf_code) * VF_BLOCK_TARGET * 2);
 	if (!bj.tmp) {
 		rc = -ENOMEM;
 		goto out;

@@ -3,6 +3,7 @@
  * written after its snapshot: tombstones for stale postings, delta postings
  * for new versions.
  */
+#include "io.h"
 #include "write.h"
 
 #include <errno.h>
@@ -77,11 +78,11 @@ int vf_sync_generation(vecfs *v, vf_txn *txn, vf_gen *g, vf_genmeta *m, uint64_t
 		goto out;
 	if ((rc = vf_pw_init(&w, v, g)))
 		goto out;
-	k.rows = malloc(sizeof *k.rows * VF_NEAR_CHUNK);
-	k.id = malloc(sizeof *k.id * VF_NEAR_CHUNK);
-	k.seq = malloc(sizeof *k.seq * VF_NEAR_CHUNK);
-	k.vecs = malloc(sizeof(float) * dim * VF_NEAR_CHUNK);
-	k.koff = malloc(sizeof *k.koff * VF_NEAR_CHUNK);
+	k.rows = vf_malloc(sizeof *k.rows * VF_NEAR_CHUNK);
+	k.id = vf_malloc(sizeof *k.id * VF_NEAR_CHUNK);
+	k.seq = vf_malloc(sizeof *k.seq * VF_NEAR_CHUNK);
+	k.vecs = vf_malloc(sizeof(float) * dim * VF_NEAR_CHUNK);
+	k.koff = vf_malloc(sizeof *k.koff * VF_NEAR_CHUNK);
 	if (!k.rows || !k.id || !k.seq || !k.vecs || !k.koff) {
 		rc = -ENOMEM;
 		goto out_w;

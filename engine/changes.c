@@ -3,6 +3,7 @@
  * tombstones of a cluster.
  */
 #include "changes.h"
+#include "io.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -39,7 +40,7 @@ static vf_dirty_entry *slot_for(vf_dirty_entry *slots, uint64_t cap, uint64_t id
 static int grow(vf_dirty *d)
 {
 	uint64_t cap = d->cap ? d->cap * 2 : 64;
-	vf_dirty_entry *ns = calloc(cap, sizeof *ns);
+	vf_dirty_entry *ns = vf_calloc(cap, sizeof *ns);
 	if (!ns)
 		return -ENOMEM;
 	for (uint64_t i = 0; i < d->cap; i++)
@@ -114,7 +115,7 @@ int vf_tombs_add(vf_tombs *t, uint64_t id, uint64_t seq)
 {
 	if ((t->n + 1) * 2 > t->cap) {
 		uint32_t cap = t->cap ? t->cap * 2 : 64;
-		uint64_t *ni = malloc(sizeof(uint64_t) * cap), *ns = malloc(sizeof(uint64_t) * cap);
+		uint64_t *ni = vf_malloc(sizeof(uint64_t) * cap), *ns = vf_malloc(sizeof(uint64_t) * cap);
 		if (!ni || !ns) {
 			free(ni);
 			free(ns);

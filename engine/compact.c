@@ -4,6 +4,7 @@
  * versions made dead, in steps that let writes in between.
  */
 #include "internal.h"
+#include "io.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -26,7 +27,7 @@ static int fold_add(fold *f, const vf_code *c, size_t pbytes)
 	size_t need = pbytes + c->keylen;
 	if (f->n == f->cap) {
 		size_t nc = f->cap ? f->cap * 2 : 256;
-		vf_code *n = realloc(f->codes, nc * sizeof *n);
+		vf_code *n = vf_realloc(f->codes, nc * sizeof *n);
 		if (!n)
 			return -ENOMEM;
 		f->codes = n;
@@ -94,7 +95,7 @@ int vf_write_blocks(vf_txn *txn, vf_store *s, const vf_genmeta *m, uint32_t c,
 		size_t a = n * bi / nblocks, e = n * (bi + 1) / nblocks;
 		size_t sz = vf_block_size(codes + a, (uint32_t)(e - a), m->pdim, m->bits);
 		if (sz > *bufcap) {
-			uint8_t *nb = realloc(*buf, sz);
+			uint8_t *nb = vf_realloc(*buf, sz);
 			if (!nb)
 				return -ENOMEM;
 			*buf = nb;
@@ -163,7 +164,7 @@ static int compact_cluster(vf_txn *txn, vf_store *s, const vf_genmeta *m, uint32
 	vf_tombs tombs = {0};
 	vf_dirty none;
 	size_t pbytes = (size_t)m->bits * (m->pdim / 8);
-	uint8_t *planes = malloc(pbytes); /* one block posting's, until copied */
+	uint8_t *planes = vf_malloc(pbytes); /* one block posting's, until copied */
 	int rc;
 	vf_dirty_init(&none); /* the generation was synced just before */
 	f->n = f->len = 0;

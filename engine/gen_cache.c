@@ -3,6 +3,7 @@
  * (centroids, rotation, cluster index) loaded once and shared by reference.
  */
 #include "internal.h"
+#include "io.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -27,8 +28,8 @@ static int gen_load(vf_txn *txn, vf_store *s, uint64_t id, vf_gen **out)
 	size_t n = (size_t)m.nlist * m.dim;
 	if (m.nlist == 0)
 		return -EIO;
-	vf_gen *g = calloc(1, sizeof *g);
-	if (!g || !(centroids = malloc(sizeof *centroids * n))) {
+	vf_gen *g = vf_calloc(1, sizeof *g);
+	if (!g || !(centroids = vf_malloc(sizeof *centroids * n))) {
 		free(g);
 		return -ENOMEM;
 	}

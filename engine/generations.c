@@ -3,6 +3,7 @@
  * activation, removal, centroids and per-cluster counts.
  */
 #include "internal.h"
+#include "io.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -162,7 +163,7 @@ int vecfs_gen_centroids(vecfs *v, uint64_t gen, float **out, uint32_t *nlist,
 	if (rc)
 		return rc;
 	size_t n = (size_t)g->meta.nlist * g->meta.dim;
-	*out = malloc(sizeof(float) * n);
+	*out = vf_malloc(sizeof(float) * n);
 	if (!*out) {
 		vf_gen_put(v, g);
 		return -ENOMEM;
@@ -183,7 +184,7 @@ int vecfs_gen_clusters(vecfs *v, uint64_t gen, vecfs_cluster_info **out, uint32_
 		return rc;
 	if ((rc = vf_load_genmeta(txn, v->store, gen, &m)))
 		goto out;
-	vecfs_cluster_info *ci = calloc(m.nlist ? m.nlist : 1, sizeof *ci);
+	vecfs_cluster_info *ci = vf_calloc(m.nlist ? m.nlist : 1, sizeof *ci);
 	if (!ci) {
 		rc = -ENOMEM;
 		goto out;

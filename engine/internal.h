@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "assign.h"
+#include "io.h"
 #include "block.h"
 #include "checksum.h"
 #include "kernels.h"
@@ -65,6 +66,8 @@ struct vecfs {
 	int hint_started, hint_stop;
 	int threads;
 	uint64_t next_batch;        /* staging ids, guarded by stat_mu */
+	vecfs_lost_fn lost_fn;      /* damaged records skipped (vecfs_set_lost_fn) */
+	void *lost_arg;
 };
 
 static inline void vf_seterr(char *err, size_t len, const char *fmt, ...)
@@ -89,7 +92,7 @@ static inline int vf_bytes_reserve(uint8_t **buf, size_t *cap, size_t need)
 	size_t nc = *cap ? *cap * 2 : 1 << 16;
 	while (nc < need)
 		nc *= 2;
-	uint8_t *nb = realloc(*buf, nc);
+	uint8_t *nb = vf_realloc(*buf, nc);
 	if (!nb)
 		return -ENOMEM;
 	*buf = nb;
@@ -179,6 +182,13 @@ int vf_pw_flush(vf_posting_writer *w, vf_txn *txn);
 int vf_pw_apply(vf_posting_writer *w, vf_txn *txn, uint64_t id, uint64_t seq,
 		const float *vec, const char *key, uint32_t keylen, int has_payload,
 		const vf_precode *pre, uint32_t *cluster);
+
+/* Records ids[0..n) were removed (with their keys) in txn: as a delete
+ * does, a change-log entry each (cnt->seq advances, cnt->deleted counts)
+ * and their postings in the active generation killed; *maint_due (may be
+ * NULL) says whether compaction is due.  The caller saves cnt. */
+int vf_forget_records(vecfs *v, vf_txn *txn, const uint64_t *ids, size_t n,
+		      vf_counters *cnt, int *maint_due);
 
 /* A generation being made (a build or a rebalance): whom to tell about
  * progress, where its error goes, whether it was asked to stop.  report()

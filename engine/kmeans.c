@@ -2,6 +2,7 @@
  * engine/kmeans.c - k-means (k-means++ seeding, Lloyd iterations on all
  * cores, empty-cluster repair) and nearest-centroid search.
  */
+#include "io.h"
 #include "kmeans.h"
 
 #include <errno.h>
@@ -19,8 +20,8 @@ int vf_cindex_init(vf_cindex *ci, const float *centroids, uint32_t k, uint32_t d
 	ci->k = k;
 	ci->dim = dim;
 	ci->npanels = (k + VF_PANEL - 1) / VF_PANEL;
-	ci->panels = calloc((size_t)ci->npanels * dim * VF_PANEL, sizeof(float));
-	ci->norms = malloc(sizeof(float) * (size_t)ci->npanels * VF_PANEL);
+	ci->panels = vf_calloc((size_t)ci->npanels * dim * VF_PANEL, sizeof(float));
+	ci->norms = vf_malloc(sizeof(float) * (size_t)ci->npanels * VF_PANEL);
 	if (!ci->panels || !ci->norms) {
 		vf_cindex_free(ci);
 		return -ENOMEM;
@@ -133,8 +134,8 @@ static int seed_pp(const float *pts, size_t n, uint32_t dim, uint32_t k,
 	size_t m = n < (size_t)k * 8 ? n : (size_t)k * 8;
 	if (m > 65536 && m > k)
 		m = 65536 > k ? 65536 : k;
-	size_t *idx = malloc(sizeof(size_t) * m);
-	double *d2 = malloc(sizeof(double) * m);
+	size_t *idx = vf_malloc(sizeof(size_t) * m);
+	double *d2 = vf_malloc(sizeof(double) * m);
 	if (!idx || !d2) {
 		free(idx);
 		free(d2);
@@ -187,9 +188,9 @@ int vf_kmeans(const float *pts, size_t n, uint32_t dim, uint32_t k, int iters,
 	}
 	if ((rc = seed_pp(pts, n, dim, k, &rng, cent)))
 		return rc;
-	uint32_t *assign = malloc(sizeof(uint32_t) * n);
-	double *sum = malloc(sizeof(double) * (size_t)k * dim);
-	size_t *cnt = malloc(sizeof(size_t) * k);
+	uint32_t *assign = vf_malloc(sizeof(uint32_t) * n);
+	double *sum = vf_malloc(sizeof(double) * (size_t)k * dim);
+	size_t *cnt = vf_malloc(sizeof(size_t) * k);
 	if (!assign || !sum || !cnt) {
 		rc = -ENOMEM;
 		goto out;

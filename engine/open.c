@@ -4,6 +4,7 @@
  * background threads started and stopped with the handle.
  */
 #include "internal.h"
+#include "io.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -99,7 +100,7 @@ static void hint_start(vecfs *v)
 
 static int open_store(const char *dir, int readonly, vecfs **out, char *err, size_t errlen)
 {
-	vecfs *v = calloc(1, sizeof *v);
+	vecfs *v = vf_calloc(1, sizeof *v);
 	int rc;
 	if (!v)
 		return -ENOMEM;
@@ -110,7 +111,7 @@ static int open_store(const char *dir, int readonly, vecfs **out, char *err, siz
 		free(v);
 		return rc;
 	}
-	v->vcache = calloc(1, sizeof *v->vcache);
+	v->vcache = vf_calloc(1, sizeof *v->vcache);
 	if (!v->vcache) {
 		vf_store_close(v->store);
 		free(v);

@@ -3,6 +3,7 @@
  * live generation for changed records, and the rows' clusters and codes
  * found beforehand on every CPU.
  */
+#include "io.h"
 #include "write.h"
 #include "parallel.h"
 
@@ -22,11 +23,11 @@ int vf_pw_init(vf_posting_writer *w, vecfs *v, vf_gen *g)
 	int rc = vf_encoder_init(&w->enc, &g->rot, g->meta.bits, g->meta.metric == VECFS_DOT);
 	if (rc)
 		return rc;
-	w->planes = malloc((size_t)g->meta.bits * g->meta.pdim / 8);
-	w->buf = malloc(vf_delta_size(g->meta.pdim, g->meta.bits, VECFS_KEY_MAX));
-	w->tmp = malloc(sizeof(float) * g->meta.dim);
-	w->mf = malloc(sizeof(vf_manifest) * g->meta.nlist);
-	w->mf_state = calloc(g->meta.nlist, 1);
+	w->planes = vf_malloc((size_t)g->meta.bits * g->meta.pdim / 8);
+	w->buf = vf_malloc(vf_delta_size(g->meta.pdim, g->meta.bits, VECFS_KEY_MAX));
+	w->tmp = vf_malloc(sizeof(float) * g->meta.dim);
+	w->mf = vf_malloc(sizeof(vf_manifest) * g->meta.nlist);
+	w->mf_state = vf_calloc(g->meta.nlist, 1);
 	if (!w->planes || !w->buf || !w->tmp || !w->mf || !w->mf_state) {
 		vf_pw_free(w);
 		return -ENOMEM;
@@ -185,11 +186,11 @@ int vf_prepare(vecfs *v, const vf_gen *g, const vecfs_row *rows, size_t n,
 	size_t pbytes = (size_t)g->meta.bits * g->meta.pdim / 8, m = 0;
 	if (p->cap < n) {
 		vf_prepared_free(p);
-		p->pc = malloc(sizeof *p->pc * n);
-		p->planes = malloc(pbytes * n);
-		p->near = malloc(sizeof *p->near * n);
-		p->x = malloc(sizeof *p->x * dim * n);
-		p->bad = malloc(n);
+		p->pc = vf_malloc(sizeof *p->pc * n);
+		p->planes = vf_malloc(pbytes * n);
+		p->near = vf_malloc(sizeof *p->near * n);
+		p->x = vf_malloc(sizeof *p->x * dim * n);
+		p->bad = vf_malloc(n);
 		if (!p->pc || !p->planes || !p->near || !p->x || !p->bad) {
 			vf_prepared_free(p);
 			return -ENOMEM;

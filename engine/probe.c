@@ -4,6 +4,7 @@
  * prefetched, then scored cluster by cluster for the queries that probe
  * each one.
  */
+#include "io.h"
 #include "search_internal.h"
 
 #include <errno.h>
@@ -38,7 +39,7 @@ static int ents_reserve(entry **ents, size_t n, size_t *cap, size_t more)
 	size_t nc = *cap ? *cap : 64;
 	while (nc - n < more)
 		nc *= 2;
-	entry *ne = realloc(*ents, nc * sizeof *ne);
+	entry *ne = vf_realloc(*ents, nc * sizeof *ne);
 	if (!ne)
 		return -ENOMEM;
 	*ents = ne;
@@ -80,7 +81,7 @@ static void located_put(search *s, uint32_t c, const entry *e, size_t n)
 		return;
 	pthread_mutex_lock(&g->located_mu);
 	if (!g->located)
-		g->located = calloc(g->meta.nlist, sizeof(located));
+		g->located = vf_calloc(g->meta.nlist, sizeof(located));
 	if (g->located) {
 		located *l = (located *)g->located + c;
 		l->txnid = s->txnid;
@@ -236,10 +237,10 @@ int vf_scan_ivf(search *s)
 {
 	uint32_t np = s->nprobe < s->g->meta.nlist ? s->nprobe : s->g->meta.nlist;
 	size_t m = s->nq * np;
-	float *dots = malloc(sizeof(float) * s->g->ci.npanels * VF_PANEL);
-	pair *pairs = malloc(sizeof(pair) * (m ? m : 1));
-	cluster_work *work = malloc(sizeof(cluster_work) * (m ? m : 1));
-	uint32_t *qlist = malloc(sizeof(uint32_t) * (m ? m : 1));
+	float *dots = vf_malloc(sizeof(float) * s->g->ci.npanels * VF_PANEL);
+	pair *pairs = vf_malloc(sizeof(pair) * (m ? m : 1));
+	cluster_work *work = vf_malloc(sizeof(cluster_work) * (m ? m : 1));
+	uint32_t *qlist = vf_malloc(sizeof(uint32_t) * (m ? m : 1));
 	size_t nw = 0, nents = 0, capents = 0;
 	entry *ents = NULL;
 	vf_cursor *cur = NULL;

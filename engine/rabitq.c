@@ -2,6 +2,7 @@
  * engine/rabitq.c - RaBitQ encoding (extended multi-bit codes) and the
  * query-side tables.
  */
+#include "io.h"
 #include "rabitq.h"
 
 #include <errno.h>
@@ -17,9 +18,9 @@ int vf_encoder_init(vf_encoder *e, const vf_rotation *rot, uint32_t bits, int do
 	e->rot = rot;
 	e->bits = bits;
 	e->dot = dot;
-	e->x = malloc(sizeof(float) * rot->pdim);
-	e->vc = malloc(sizeof(float) * rot->pdim);
-	e->k = malloc(rot->pdim);
+	e->x = vf_malloc(sizeof(float) * rot->pdim);
+	e->vc = vf_malloc(sizeof(float) * rot->pdim);
+	e->k = vf_malloc(rot->pdim);
 	if (!e->x || !e->vc || !e->k) {
 		vf_encoder_free(e);
 		return -ENOMEM;
@@ -141,7 +142,7 @@ int vf_qstate_init(vf_qstate *s, uint32_t pdim, uint32_t bits)
 {
 	s->pdim = pdim;
 	s->bits = bits;
-	s->rq = malloc(sizeof(float) * pdim);
+	s->rq = vf_malloc(sizeof(float) * pdim);
 	s->kn = vf_kernels_get();
 	if (!s->rq) {
 		vf_qstate_free(s);
@@ -167,9 +168,9 @@ void vf_qstate_set(vf_qstate *s, const vf_rotation *rot, const float *q)
 
 int vf_cstate_init(vf_cstate *c, uint32_t pdim)
 {
-	c->lut = malloc(pdim / 4 * 16);
-	c->qr = malloc(sizeof(float) * pdim);
-	c->base = malloc(sizeof(float) * (pdim / 4));
+	c->lut = vf_malloc(pdim / 4 * 16);
+	c->qr = vf_malloc(sizeof(float) * pdim);
+	c->base = vf_malloc(sizeof(float) * (pdim / 4));
 	if (!c->lut || !c->qr || !c->base) {
 		vf_cstate_free(c);
 		return -ENOMEM;

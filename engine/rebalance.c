@@ -4,6 +4,7 @@
  * clusters it leaves alone.
  */
 #include "internal.h"
+#include "io.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -144,7 +145,7 @@ static int rb_scan(rebal *r)
 		}
 		if (r->nbvals == r->cbvals) {
 			uint64_t nc = r->cbvals ? r->cbvals * 2 : 256;
-			vf_val *nv = realloc(r->bvals, sizeof *nv * nc);
+			vf_val *nv = vf_realloc(r->bvals, sizeof *nv * nc);
 			if (!nv) {
 				rc = -ENOMEM;
 				break;
@@ -173,9 +174,9 @@ static int rb_load(rebal *r, uint32_t o)
 	rb_src *sc = &r->src[o];
 	if (sc->loaded)
 		return 0;
-	sc->codes = malloc(sizeof(vf_code) * (sc->n ? sc->n : 1));
-	sc->dest = malloc(sizeof(uint32_t) * (sc->n ? sc->n : 1));
-	sc->planes = malloc(r->pb * (sc->n ? sc->n : 1));
+	sc->codes = vf_malloc(sizeof(vf_code) * (sc->n ? sc->n : 1));
+	sc->dest = vf_malloc(sizeof(uint32_t) * (sc->n ? sc->n : 1));
+	sc->planes = vf_malloc(r->pb * (sc->n ? sc->n : 1));
 	if (!sc->codes || !sc->dest || !sc->planes)
 		return -ENOMEM;
 	uint64_t k = 0;
@@ -209,7 +210,7 @@ static int rb_split(rebal *r, uint32_t o)
 	if (rc)
 		return rc;
 	uint64_t ns = sc->n < RB_TRAIN_MAX ? sc->n : RB_TRAIN_MAX;
-	float *pts = malloc(sizeof(float) * ns * dim);
+	float *pts = vf_malloc(sizeof(float) * ns * dim);
 	float *h = r->halves + (size_t)r->nsplit * 2 * dim;
 	if (!pts)
 		return -ENOMEM;
@@ -242,10 +243,10 @@ static int rb_split(rebal *r, uint32_t o)
 static int rb_assign_ids(rebal *r)
 {
 	uint32_t nl = r->nlist, dim = r->pm.dim;
-	uint32_t *merged = malloc(sizeof(uint32_t) * (r->nmerge ? r->nmerge : 1));
+	uint32_t *merged = vf_malloc(sizeof(uint32_t) * (r->nmerge ? r->nmerge : 1));
 	uint32_t ntent = nl + (r->nsplit > r->nmerge ? r->nsplit - r->nmerge : 0);
-	uint32_t *tmap = malloc(sizeof(uint32_t) * ntent);
-	uint8_t *hole = calloc(ntent, 1);
+	uint32_t *tmap = vf_malloc(sizeof(uint32_t) * ntent);
+	uint8_t *hole = vf_calloc(ntent, 1);
 	int rc = -ENOMEM;
 	if (!merged || !tmap || !hole)
 		goto out;
@@ -270,8 +271,8 @@ static int rb_assign_ids(rebal *r)
 		tmap[last] = merged[k];
 	}
 	r->m.nlist = nlist2;
-	r->cent = malloc(sizeof(float) * nlist2 * dim);
-	r->dst = calloc(nlist2, sizeof *r->dst);
+	r->cent = vf_malloc(sizeof(float) * nlist2 * dim);
+	r->dst = vf_calloc(nlist2, sizeof *r->dst);
 	if (!r->cent || !r->dst)
 		goto out;
 	for (uint32_t f = 0; f < nlist2; f++)
@@ -321,7 +322,7 @@ static int rb_add_near(rb_src *sc, uint32_t split)
 {
 	if (sc->nnear == sc->cnear) {
 		uint32_t nc = sc->cnear ? sc->cnear * 2 : 4;
-		uint32_t *n = realloc(sc->near, sizeof *n * nc);
+		uint32_t *n = vf_realloc(sc->near, sizeof *n * nc);
 		if (!n)
 			return -ENOMEM;
 		sc->near = n;
@@ -448,8 +449,8 @@ static int rb_encode(rebal *r)
 		at += r->dst[f].ne;
 		r->dst[f].ne = 0;
 	}
-	r->codes = malloc(sizeof(vf_code) * (total ? total : 1));
-	r->planes = malloc(r->pb * (fresh ? fresh : 1));
+	r->codes = vf_malloc(sizeof(vf_code) * (total ? total : 1));
+	r->planes = vf_malloc(r->pb * (fresh ? fresh : 1));
 	if (!r->codes || !r->planes)
 		return -ENOMEM;
 	vf_encoder enc;
@@ -496,7 +497,7 @@ static int rb_encode(rebal *r)
  * the parent's blocks. */
 static int rb_idmap(rebal *r)
 {
-	r->idmap = malloc(sizeof(uint32_t) * (r->id_limit ? r->id_limit : 1));
+	r->idmap = vf_malloc(sizeof(uint32_t) * (r->id_limit ? r->id_limit : 1));
 	if (!r->idmap)
 		return -ENOMEM;
 	memset(r->idmap, 0xFF, sizeof(uint32_t) * (r->id_limit ? r->id_limit : 1));
@@ -632,8 +633,8 @@ static int rebalance_locked(rebal *r, int activate, uint64_t *gen_out)
 	r->nlist = r->pm.nlist;
 	r->pb = (size_t)r->pm.bits * r->pm.pdim / 8;
 	r->id_limit = cnt.next_id;
-	r->src = calloc(r->nlist, sizeof *r->src);
-	r->x = malloc(sizeof(float) * r->pm.dim);
+	r->src = vf_calloc(r->nlist, sizeof *r->src);
+	r->x = vf_malloc(sizeof(float) * r->pm.dim);
 	if (!r->src || !r->x) {
 		rc = -ENOMEM;
 		goto out;
@@ -662,8 +663,8 @@ static int rebalance_locked(rebal *r, int activate, uint64_t *gen_out)
 	uint32_t ncand = 0, tried = 0;
 	for (uint32_t c = 0; c < r->nlist; c++)
 		ncand += (double)r->src[c].n > RB_SPLIT_FACTOR * mean && r->src[c].n >= RB_SPLIT_MIN;
-	r->splits = malloc(sizeof(uint32_t) * (ncand ? ncand : 1));
-	r->halves = malloc(sizeof(float) * 2 * r->pm.dim * (ncand ? ncand : 1));
+	r->splits = vf_malloc(sizeof(uint32_t) * (ncand ? ncand : 1));
+	r->halves = vf_malloc(sizeof(float) * 2 * r->pm.dim * (ncand ? ncand : 1));
 	if (!r->splits || !r->halves) {
 		rc = -ENOMEM;
 		goto out;

@@ -1,6 +1,7 @@
 /*
  * engine/rotation.c - randomized Hadamard rotation.
  */
+#include "io.h"
 #include "rotation.h"
 
 #include <errno.h>
@@ -23,7 +24,7 @@ int vf_rotation_init(vf_rotation *r, uint32_t dim, uint64_t seed)
 	r->dim = dim;
 	r->pdim = vf_padded_dim(dim);
 	r->seed = seed;
-	r->signs = malloc(sizeof(float) * VF_ROT_ROUNDS * r->pdim);
+	r->signs = vf_malloc(sizeof(float) * VF_ROT_ROUNDS * r->pdim);
 	if (!r->signs)
 		return -ENOMEM;
 	uint64_t s = seed ^ 0x726f746174696f6eULL;

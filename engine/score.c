@@ -4,6 +4,7 @@
  * postings, records the generation does not cover, and the exact re-rank
  * of the candidates on their records' vectors.
  */
+#include "io.h"
 #include "search_internal.h"
 
 #include <errno.h>
@@ -16,7 +17,7 @@ static int cand_push(query *q, cand c)
 {
 	if (q->nc == q->capc) {
 		size_t nc = q->capc ? q->capc * 2 : 256;
-		cand *n = realloc(q->cands, nc * sizeof *n);
+		cand *n = vf_realloc(q->cands, nc * sizeof *n);
 		if (!n)
 			return -ENOMEM;
 		q->cands = n;

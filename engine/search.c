@@ -14,6 +14,7 @@
  * Queries of one call that probe the same cluster share its scan (one range
  * read, one checksum check, one tombstone load).
  */
+#include "io.h"
 #include "search_internal.h"
 #include "parallel.h"
 
@@ -64,13 +65,13 @@ static int collect(search *parts, int nparts, vecfs_results **out)
 			bytes += q->top.v[j].keylen + 1 + q->top.v[j].plen;
 		nh += q->top.n;
 	}
-	vecfs_results *res = calloc(1, sizeof *res);
+	vecfs_results *res = vf_calloc(1, sizeof *res);
 	if (!res)
 		return -ENOMEM;
 	res->nq = nq;
-	res->count = calloc(nq, sizeof(size_t));
-	res->hits = calloc(nq, sizeof(vecfs_hit *));
-	vecfs_hit *hits = malloc(sizeof(vecfs_hit) * (nh ? nh : 1) + bytes);
+	res->count = vf_calloc(nq, sizeof(size_t));
+	res->hits = vf_calloc(nq, sizeof(vecfs_hit *));
+	vecfs_hit *hits = vf_malloc(sizeof(vecfs_hit) * (nh ? nh : 1) + bytes);
 	if (!res->count || !res->hits || !hits) {
 		free(hits);
 		vecfs_results_free(res);
@@ -223,19 +224,19 @@ static int search_run(search *s, const float *queries, size_t nq, size_t first,
 		    (rc = vf_load_genmeta(s->txn, v->store, active, &s->gm)))
 			return rc;
 	}
-	s->qs = calloc(nq, sizeof(query));
-	s->surv = malloc(sizeof(uint32_t) * VF_BLOCK_MAX);
-	s->surv_lo = malloc(sizeof(float) * VF_BLOCK_MAX);
-	s->surv_hi = malloc(sizeof(float) * VF_BLOCK_MAX);
-	s->kbuf = malloc(sizeof(float) * s->k);
-	s->planes = malloc(s->g ? (size_t)s->gm.bits * (s->gm.pdim / 8) : 1);
+	s->qs = vf_calloc(nq, sizeof(query));
+	s->surv = vf_malloc(sizeof(uint32_t) * VF_BLOCK_MAX);
+	s->surv_lo = vf_malloc(sizeof(float) * VF_BLOCK_MAX);
+	s->surv_hi = vf_malloc(sizeof(float) * VF_BLOCK_MAX);
+	s->kbuf = vf_malloc(sizeof(float) * s->k);
+	s->planes = vf_malloc(s->g ? (size_t)s->gm.bits * (s->gm.pdim / 8) : 1);
 	if (!s->qs || !s->surv || !s->surv_lo || !s->surv_hi || !s->kbuf || !s->planes)
 		return -ENOMEM;
 	for (size_t i = 0; i < nq; i++) {
 		query *q = &s->qs[i];
-		q->q = malloc(sizeof(float) * dim);
+		q->q = vf_malloc(sizeof(float) * dim);
 		q->top.k = s->k;
-		q->top.v = malloc(sizeof(hit) * s->k);
+		q->top.v = vf_malloc(sizeof(hit) * s->k);
 		if (!q->q || !q->top.v)
 			return -ENOMEM;
 		if (vf_to_index_space(s->metric, queries + i * dim, q->q, dim)) {
@@ -246,11 +247,11 @@ static int search_run(search *s, const float *queries, size_t nq, size_t first,
 		if (!s->g)
 			continue;
 		q->ub.k = s->k;
-		q->ub.v = malloc(sizeof(float) * s->k);
+		q->ub.v = vf_malloc(sizeof(float) * s->k);
 		/* an nprobe past the clusters there are probes them all */
 		size_t np = s->nprobe < s->gm.nlist ? s->nprobe : s->gm.nlist;
-		q->probe = malloc(sizeof(uint32_t) * (np + 1));
-		q->pdist = malloc(sizeof(float) * (np + 1));
+		q->probe = vf_malloc(sizeof(uint32_t) * (np + 1));
+		q->pdist = vf_malloc(sizeof(float) * (np + 1));
 		if (!q->ub.v || !q->probe || !q->pdist ||
 		    (rc = vf_qstate_init(&q->qs, s->gm.pdim, s->gm.bits)) ||
 		    (rc = vf_cstate_init(&q->cs, s->gm.pdim)))
@@ -387,7 +388,7 @@ int vecfs_search(vecfs *v, const float *queries, size_t nq, uint32_t dim,
 	n = open_more(v, txn, n);
 	per = exact ? (nq + (size_t)n - 1) / (size_t)n : PART_ANN;
 	nparts = (nq + per - 1) / per;
-	parts = calloc(nparts, sizeof *parts);
+	parts = vf_calloc(nparts, sizeof *parts);
 	if (!parts) {
 		vf_read_end(v->store, txn[0]);
 		for (int t = 1; t < n; t++)

@@ -3,6 +3,7 @@
  * generation's shape and the latency of recent queries.
  */
 #include "internal.h"
+#include "io.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -79,7 +80,7 @@ out:
 	pthread_mutex_lock(&v->stat_mu);
 	out->queries = v->queries;
 	size_t nl = v->nlat < VF_LAT_RING ? v->nlat : VF_LAT_RING;
-	uint32_t *tmp = nl ? malloc(sizeof(uint32_t) * nl) : NULL;
+	uint32_t *tmp = nl ? vf_malloc(sizeof(uint32_t) * nl) : NULL;
 	if (tmp)
 		memcpy(tmp, v->lat, sizeof(uint32_t) * nl);
 	pthread_mutex_unlock(&v->stat_mu);

@@ -34,9 +34,9 @@ static void vbad(verify_state *st, const char *fmt, unsigned long long a,
 		snprintf(st->first, sizeof st->first, fmt, a, b);
 }
 
-/* Record `id` into r: *ok is 0 when it is missing or fails its checksum.
- * Returns LMDB's code when the tree is damaged (st->where then names the
- * record), else 0. */
+/* Record `id` into r: *ok is 1 when it is there and intact, 0 when it is
+ * missing, -1 when it fails its checksum (damaged).  Returns LMDB's code
+ * when the tree is damaged (st->where then names the record), else 0. */
 static int verify_record(vf_txn *txn, vf_store *s, verify_state *st, uint64_t id,
 			 vf_record *r, int *ok)
 {
@@ -46,7 +46,7 @@ static int verify_record(vf_txn *txn, vf_store *s, verify_state *st, uint64_t id
 		snprintf(st->where, sizeof st->where, "record id %llu", (unsigned long long)id);
 		return rc;
 	}
-	*ok = !rc && vf_record_decode(rv.data, rv.len, r) == 0;
+	*ok = rc ? 0 : vf_record_decode(rv.data, rv.len, r) == 0 ? 1 : -1;
 	return 0;
 }
 
@@ -62,8 +62,10 @@ static int verify_posting(vf_txn *txn, vf_store *s, verify_state *st, uint64_t g
 	int rc = verify_record(txn, s, st, id, &r, &ok);
 	if (rc)
 		return rc;
-	if (!ok) {
-		vbad(st, "generation %llu: a live posting names record id %llu, which is missing",
+	if (ok != 1) {
+		vbad(st, ok ? "generation %llu: a live posting names record id %llu, which is "
+			      "damaged (fails its checksum; salvage removes it)"
+			    : "generation %llu: a live posting names record id %llu, which is missing",
 		     gen, id);
 		return 0;
 	}
@@ -213,7 +215,10 @@ int vecfs_verify(vecfs *v, char *msg, size_t msglen)
 		memcpy(&id, d.data, 8);
 		if ((rc = verify_record(txn, v->store, &st, id, &r, &ok)))
 			break; /* a damaged tree */
-		if (!ok || r.keylen != k.len || memcmp(r.key, k.data, r.keylen))
+		if (ok == -1)
+			vbad(&st, "record id %llu (key #%llu) is damaged (fails its checksum; "
+				  "salvage removes it)", id, nkeys);
+		else if (!ok || r.keylen != k.len || memcmp(r.key, k.data, r.keylen))
 			vbad(&st, "record id %llu (key #%llu) is missing or does not match its key",
 			     id, nkeys);
 	}

@@ -3,6 +3,7 @@
  * delta postings and tombstones in the active generation so new rows are
  * searchable at once and stale postings are never returned.
  */
+#include "io.h"
 #include "write.h"
 
 #include <errno.h>
@@ -171,7 +172,7 @@ int vf_put_row(vf_put_ctx *c, const vecfs_row *r)
 	uint64_t seq = ++c->cnt.seq;
 	size_t need = vf_record_size(c->dim, klen, r->payload_len);
 	if (need > c->reccap) {
-		uint8_t *nr = realloc(c->rec, need);
+		uint8_t *nr = vf_realloc(c->rec, need);
 		if (!nr)
 			return -ENOMEM;
 		c->rec = nr;
@@ -273,8 +274,8 @@ static int mark_superseded(const vecfs_row *rows, size_t n, uint8_t **skip)
 	size_t cap = 16;
 	while (cap < n * 2)
 		cap *= 2;
-	size_t *slot = malloc(sizeof(size_t) * cap);
-	uint8_t *sk = calloc(n ? n : 1, 1);
+	size_t *slot = vf_malloc(sizeof(size_t) * cap);
+	uint8_t *sk = vf_calloc(n ? n : 1, 1);
 	if (!slot || !sk) {
 		free(slot);
 		free(sk);
@@ -339,6 +340,41 @@ int vecfs_put(vecfs *v, const vecfs_row *rows, size_t n, uint32_t dim,
 	return rc;
 }
 
+int vf_forget_records(vecfs *v, vf_txn *txn, const uint64_t *ids, size_t n,
+		      vf_counters *cnt, int *maint_due)
+{
+	vf_store *s = v->store;
+	vf_gen *g = NULL;
+	vf_genmeta gm;
+	vf_posting_writer w;
+	int rc;
+	if ((rc = open_active(v, txn, &g, &gm, &w)))
+		return rc;
+	uint64_t seq_before = cnt->seq;
+	for (size_t i = 0; i < n && rc == 0; i++) {
+		uint64_t seq = ++cnt->seq;
+		vf_change ch = {ids[i], 0, 0, VF_OP_DEL};
+		if (g)
+			rc = vf_pw_apply(&w, txn, ids[i], seq, NULL, NULL, 0, 0, NULL, NULL);
+		if (rc == 0)
+			rc = vf_change_put(txn, s, seq, &ch);
+		cnt->deleted++;
+	}
+	if (rc == 0 && g)
+		rc = vf_pw_flush(&w, txn);
+	if (rc == 0 && g) {
+		if (gm.synced_seq == seq_before)
+			gm.synced_seq = cnt->seq;
+		gm.pending += w.added;
+		rc = vf_save_genmeta(txn, s, &gm);
+		vf_stored_config sc;
+		if (rc == 0 && maint_due && (rc = vf_load_config(txn, s, &sc)) == 0)
+			*maint_due = vf_maint_due(&w, &gm, cnt->live, sc.compact_deltas);
+	}
+	close_active(v, g, &w);
+	return rc;
+}
+
 typedef struct del_job {
 	vecfs *v;
 	const char *key;
@@ -351,9 +387,6 @@ static int del_fn(vf_txn *txn, void *arg)
 	del_job *j = arg;
 	vf_store *s = j->v->store;
 	vf_counters cnt;
-	vf_gen *g = NULL;
-	vf_genmeta gm;
-	vf_posting_writer w;
 	uint64_t id;
 	int rc;
 	if (j->keylen == 0 || j->keylen > VECFS_KEY_MAX)
@@ -365,31 +398,10 @@ static int del_fn(vf_txn *txn, void *arg)
 	if ((rc = vf_keys_del(txn, s, j->key, j->keylen)) ||
 	    (rc = vf_records_del(txn, s, id)))
 		return rc;
-	if ((rc = open_active(j->v, txn, &g, &gm, &w)))
-		return rc;
-	uint64_t seq_before = cnt.seq, seq = ++cnt.seq;
-	vf_change ch = {id, 0, 0, VF_OP_DEL};
-	if (g)
-		rc = vf_pw_apply(&w, txn, id, seq, NULL, NULL, 0, 0, NULL, NULL);
-	if (rc == 0 && g)
-		rc = vf_pw_flush(&w, txn);
-	if (rc == 0)
-		rc = vf_change_put(txn, s, seq, &ch);
 	cnt.live--;
-	cnt.deleted++;
-	if (rc == 0 && g) {
-		if (gm.synced_seq == seq_before)
-			gm.synced_seq = cnt.seq;
-		gm.pending += w.added;
-		rc = vf_save_genmeta(txn, s, &gm);
-		vf_stored_config sc;
-		if (rc == 0 && (rc = vf_load_config(txn, s, &sc)) == 0)
-			j->maint_due = vf_maint_due(&w, &gm, cnt.live, sc.compact_deltas);
-	}
-	if (rc == 0)
-		rc = vf_save_counters(txn, s, &cnt);
-	close_active(j->v, g, &w);
-	return rc;
+	if ((rc = vf_forget_records(j->v, txn, &id, 1, &cnt, &j->maint_due)))
+		return rc;
+	return vf_save_counters(txn, s, &cnt);
 }
 
 int vecfs_delete(vecfs *v, const char *key, size_t keylen)

@@ -29,6 +29,18 @@ void control_fini(fs_daemon *dm)
 	pthread_mutex_destroy(&dm->build.mu);
 }
 
+static void salvage_lost(void *arg, const char *key, size_t keylen)
+{
+	errlog(&((fs_daemon *)arg)->errors, "salvage: lost record %.*s", (int)keylen, key);
+}
+
+static void build_skipped(void *arg, const char *key, size_t keylen)
+{
+	errlog(&((fs_daemon *)arg)->errors,
+	       "build: record %.*s fails its checksum: left out (ctl salvage removes it)",
+	       (int)keylen, key);
+}
+
 static int on_progress(void *arg, const char *phase, int pct)
 {
 	fs_daemon *dm = arg;
@@ -64,6 +76,7 @@ static int run_build(fs_daemon *dm, const char *what, int activate, int rebalanc
 	b->phase[0] = 0;
 	b->pct = 0;
 	pthread_mutex_unlock(&b->mu);
+	vecfs_set_lost_fn(dm->store, build_skipped, dm);
 	int rc = rebalance ? vecfs_rebalance(dm->store, activate, &gen, on_progress, dm, err,
 					     sizeof err)
 			   : vecfs_build(dm->store, activate, &gen, on_progress, dm, err, sizeof err);
@@ -114,7 +127,7 @@ int ctl_exec(fs_daemon *dm, const char *line, size_t n)
 	}
 	cmd[cl] = 0;
 	if (n >= sizeof cmd - 1) {
-		errlog(&dm->errors, "ctl: unknown command '%.60s...' (commands: build, build stage, compact, rebalance, verify)", s);
+		errlog(&dm->errors, "ctl: unknown command '%.60s...' (commands: build, build stage, compact, rebalance, verify, salvage)", s);
 		return -EINVAL;
 	}
 	if (!strcmp(cmd, "build"))
@@ -134,7 +147,21 @@ int ctl_exec(fs_daemon *dm, const char *line, size_t n)
 			errlog(&dm->errors, "verify: failed: %s", strerror(-rc));
 		return rc;
 	}
-	errlog(&dm->errors, "ctl: unknown command '%s' (commands: build, build stage, compact, rebalance, verify)", cmd);
+	if (!strcmp(cmd, "salvage")) {
+		vecfs_salvage_info si;
+		char err[256] = "";
+		int rc = vecfs_salvage(dm->store, salvage_lost, dm, &si, err, sizeof err);
+		if (rc)
+			errlog(&dm->errors, "%s", err);
+		else
+			errlog(&dm->errors, "salvage: %llu damaged record(s) removed, %llu key(s) lost, "
+			       "%llu key(s) restored, %llu generation(s) dropped",
+			       (unsigned long long)si.records_dropped, (unsigned long long)si.keys_lost,
+			       (unsigned long long)si.keys_restored,
+			       (unsigned long long)si.generations_dropped);
+		return rc;
+	}
+	errlog(&dm->errors, "ctl: unknown command '%s' (commands: build, build stage, compact, rebalance, verify, salvage)", cmd);
 	return -EINVAL;
 }
 

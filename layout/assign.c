@@ -2,6 +2,7 @@
  * layout/assign.c - the compressed assignment map.
  */
 #include "assign.h"
+#include "io.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -102,7 +103,7 @@ static int cache_chunk(vf_assign_cache *c, vf_txn *txn, vf_store *s, uint64_t ch
 {
 	if ((c->n + 1) * 2 > c->cap) {
 		size_t cap = c->cap ? c->cap * 2 : 16;
-		struct vf_assign_chunk *ns = malloc(cap * sizeof *ns);
+		struct vf_assign_chunk *ns = vf_malloc(cap * sizeof *ns);
 		if (!ns)
 			return -ENOMEM;
 		for (size_t i = 0; i < cap; i++)

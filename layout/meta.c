@@ -4,6 +4,7 @@
  * generation metadata and centroids, cluster manifests; and dropping a
  * generation's keys.
  */
+#include "io.h"
 #include "meta.h"
 
 #include <errno.h>
@@ -124,7 +125,7 @@ int vf_drop_generation_keys(vf_txn *txn, vf_store *s, uint64_t gen)
 int vf_save_centroids(vf_txn *txn, vf_store *s, uint64_t gen, const float *c, size_t n)
 {
 	size_t csz = n * sizeof *c;
-	uint8_t *buf = malloc(csz + 8);
+	uint8_t *buf = vf_malloc(csz + 8);
 	if (!buf)
 		return -ENOMEM;
 	memcpy(buf, c, csz);

@@ -55,12 +55,13 @@ int vf_record_decode(const void *data, size_t len, vf_record *out)
 	memcpy(&out->plen, p + 16, 4);
 	out->keylen = kl;
 	memcpy(&sum, p + 20, 4);
-	if (vf_record_size(out->dim, kl, out->plen) != len || record_sum(p, len) != sum)
+	out->key = NULL;
+	if (vf_record_size(out->dim, kl, out->plen) != len)
 		return -EIO;
 	out->vec = p + VF_RECORD_HDR;
 	out->key = (const char *)p + VF_RECORD_HDR + (size_t)out->dim * 4;
 	out->payload = out->key + kl;
-	return 0;
+	return record_sum(p, len) == sum ? 0 : -EIO;
 }
 
 int vf_records_get(vf_txn *txn, vf_store *s, uint64_t id, vf_val *out)

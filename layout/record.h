@@ -33,7 +33,10 @@ size_t vf_record_size(uint32_t dim, size_t keylen, size_t plen);
 void vf_record_encode(uint8_t *buf, uint64_t seq, uint32_t dim, const float *vec,
 		      const char *key, size_t keylen, const void *payload,
 		      size_t plen);
-/* -EIO when the value is malformed or fails its checksum. */
+/* -EIO when the value is malformed or fails its checksum; on a checksum
+ * failure of a value whose sizes agree, out->key and the rest point where
+ * they would be (unchecked: what can be read of a damaged record), else
+ * out->key is NULL. */
 int vf_record_decode(const void *data, size_t len, vf_record *out);
 
 /* The value of record id (-ENOENT when there is none); write it; delete it. */

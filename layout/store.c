@@ -1,6 +1,7 @@
 /*
  * layout/store.c - LMDB environment, transactions and map growth.
  */
+#include "io.h"
 #include "store.h"
 
 #include <lmdb.h>
@@ -58,7 +59,7 @@ int vf_store_err(int rc)
 	case MDB_MAP_FULL: return -ENOSPC;
 	case MDB_READERS_FULL: return -EAGAIN;
 	case MDB_CORRUPTED: case MDB_PAGE_NOTFOUND: case MDB_INVALID:
-	case MDB_VERSION_MISMATCH: return -EIO;
+	case MDB_VERSION_MISMATCH: case MDB_PANIC: return -EIO;
 	case MDB_TXN_FULL: case MDB_CURSOR_FULL: case MDB_PAGE_FULL:
 	case MDB_MAP_RESIZED: case MDB_DBS_FULL: case MDB_TLS_FULL:
 	case MDB_BAD_RSLOT: case MDB_BAD_TXN: case MDB_BAD_VALSIZE:
@@ -76,7 +77,7 @@ static void seterr(char *err, size_t len, const char *fmt, const char *a, int rc
 static int store_open(const char *dir, size_t mapsize, int readonly, vf_store **out,
 		      char *err, size_t errlen)
 {
-	vf_store *s = calloc(1, sizeof *s);
+	vf_store *s = vf_calloc(1, sizeof *s);
 	char path[4200];
 	int rc;
 	struct stat st;
@@ -106,7 +107,7 @@ static int store_open(const char *dir, size_t mapsize, int readonly, vf_store **
 		return rc;
 	}
 	snprintf(path, sizeof path, "%s/vecfs.lock", dir);
-	s->lockfd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	s->lockfd = vf_io_ops.open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
 	if (s->lockfd < 0) {
 		rc = -errno;
 		seterr(err, errlen, "cannot open %s: %s", path, rc);
@@ -260,7 +261,7 @@ static uint64_t hint_slots(uint64_t records)
 int vf_hint_init(vf_store *s, uint64_t records)
 {
 	uint64_t slots = hint_slots(records);
-	s->hints = calloc(slots, sizeof(vf_hint));
+	s->hints = vf_calloc(slots, sizeof(vf_hint));
 	if (!s->hints)
 		return -ENOMEM;
 	s->hint_mask = slots - 1;
@@ -273,7 +274,7 @@ static int hint_swap_locked(vf_store *s, uint64_t slots)
 {
 	if (slots <= s->hint_mask + 1)
 		return 0;
-	vf_hint *h = calloc(slots, sizeof(vf_hint));
+	vf_hint *h = vf_calloc(slots, sizeof(vf_hint));
 	if (!h)
 		return -ENOMEM;
 	free(s->hints);
@@ -456,10 +457,23 @@ static int fs_full(const vf_store *s)
 	return statvfs(s->dir, &fs) == 0 && (uint64_t)fs.f_bavail * fs.f_frsize < FS_FULL_BYTES;
 }
 
+/* Free the reader slots of processes that died holding a read transaction
+ * (a reader killed with -9): such a slot pins its snapshot, so no page
+ * freed after it could be reused and the file would grow with every
+ * rewrite until the next open.  LMDB checks only at open; every write
+ * checks first: a scan of the reader table and one lock test per other
+ * process that reads the store, cheap beside a durable commit. */
+static void readers_clear(vf_store *s)
+{
+	int dead = 0;
+	mdb_reader_check(s->env, &dead);
+}
+
 int vf_write(vf_store *s, vf_write_fn fn, void *arg)
 {
 	if (s->readonly)
 		return -EROFS;
+	readers_clear(s);
 	for (int attempt = 0; attempt < 40; attempt++) {
 		MDB_txn *txn;
 		int rc;
@@ -471,8 +485,10 @@ int vf_write(vf_store *s, vf_write_fn fn, void *arg)
 			pthread_rwlock_unlock(&s->resize);
 			return vf_store_err(rc);
 		}
+		int committing = 0;
 		rc = fn(txn, arg);
 		if (rc == 0) {
+			committing = 1;
 			rc = mdb_txn_commit(txn);
 		} else {
 			mdb_txn_abort(txn);
@@ -480,10 +496,13 @@ int vf_write(vf_store *s, vf_write_fn fn, void *arg)
 		pthread_rwlock_unlock(&s->resize);
 		if (rc == 0)
 			return 0;
+		/* a commit writes the pages: its ENOSPC is the filesystem's,
+		 * while a full map is MDB_MAP_FULL */
+		int map_full = rc == MDB_MAP_FULL || (!committing && rc == -ENOSPC);
 		rc = vf_store_err(rc);
 		if ((rc == -ENOSPC || rc == -EIO) && fs_full(s))
 			return -ENOSPC; /* a larger map would not help */
-		if (rc == -ENOSPC) {
+		if (map_full) {
 			/* the map is full: growing it waits for every transaction
 			 * of the process to end, never from a thread that holds
 			 * one itself */
@@ -652,10 +671,81 @@ uint64_t vf_txn_id(vf_txn *txn)
 	return mdb_txn_id(txn);
 }
 
+/* A backup goes through a pipe drained here: LMDB's copy can report
+ * success when its last write failed, so the bytes are written to fd by
+ * this file, every error seen, and the stream's length checked against
+ * the copy's second meta page (the one that holds the main database), its
+ * last page number. */
+#define META_LAST_PG 136 /* page header 16 + magic, version, address, mapsize,
+			    two database records: MDB_meta's mm_last_pg */
+typedef struct backup_drain {
+	int in, out;
+	int err;              /* first write error (negative errno) */
+	uint64_t bytes;       /* bytes of the stream */
+	uint64_t last_at;     /* where the stream holds the last page number */
+	unsigned char last[8];
+} backup_drain;
+
+static void *backup_drain_run(void *arg)
+{
+	backup_drain *d = arg;
+	unsigned char buf[1 << 16];
+	for (;;) {
+		ssize_t n = read(d->in, buf, sizeof buf);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			if (n < 0 && !d->err)
+				d->err = -errno;
+			return NULL;
+		}
+		for (uint64_t i = 0; i < sizeof d->last; i++)
+			if (d->last_at + i >= d->bytes && d->last_at + i < d->bytes + (uint64_t)n)
+				d->last[i] = buf[d->last_at + i - d->bytes];
+		d->bytes += (uint64_t)n;
+		for (ssize_t off = 0; off < n && !d->err;) {
+			ssize_t w = write(d->out, buf + off, (size_t)(n - off));
+			if (w < 0 && errno == EINTR)
+				continue;
+			if (w <= 0)
+				d->err = w < 0 ? -errno : -EIO;
+			else
+				off += w;
+		}
+	}
+}
+
 int vf_store_backup(vf_store *s, int fd)
 {
+	int p[2];
+	pthread_t th;
+	backup_drain d = {.out = fd};
+	MDB_stat st;
+	int rc = mdb_env_stat(s->env, &st);
+	if (rc)
+		return vf_store_err(rc);
+	d.last_at = (uint64_t)st.ms_psize + META_LAST_PG;
+	if (pipe2(p, O_CLOEXEC))
+		return -errno;
+	d.in = p[0];
+	if ((rc = pthread_create(&th, NULL, backup_drain_run, &d))) {
+		close(p[0]);
+		close(p[1]);
+		return -rc;
+	}
 	pthread_rwlock_rdlock(&s->resize);
-	int rc = mdb_env_copyfd2(s->env, fd, MDB_CP_COMPACT);
+	rc = mdb_env_copyfd2(s->env, p[1], MDB_CP_COMPACT);
 	pthread_rwlock_unlock(&s->resize);
-	return vf_store_err(rc);
+	close(p[1]);
+	pthread_join(th, NULL);
+	close(p[0]);
+	if (rc)
+		return vf_store_err(rc);
+	if (d.err)
+		return d.err;
+	uint64_t last;
+	memcpy(&last, d.last, sizeof last);
+	if (d.bytes < d.last_at + sizeof last || d.bytes != (last + 1) * st.ms_psize)
+		return -EIO; /* the copy came out short */
+	return 0;
 }

@@ -2,7 +2,7 @@
  * vecfs-inspect - look into a store without mounting it: a backup, a copy,
  * a store after a crash, or one a daemon serves right now.
  *
- * The store is opened read-only (vecfs_open_readonly): nothing in it is
+ * The store is opened read-only (but for salvage) (vecfs_open_readonly): nothing in it is
  * written, recovered or maintained, and a daemon that has it mounted goes
  * on serving (LMDB lets readers of other processes in; each command reads
  * one consistent snapshot).  Commands:
@@ -14,6 +14,10 @@
  *   clusters [GEN]     one line a cluster of GEN (default: the active one)
  *   keys               every live key, one a line, in key order
  *   get KEY            the vector of KEY as records/KEY shows it
+ *   salvage            the repair of `ctl salvage` (vecfs_salvage): opens
+ *                      the store for writing, so only when no daemon holds
+ *                      it (EBUSY otherwise); one line a lost key, one line
+ *                      of what it did, then verify's line
  *
  * Exit status: 0, 1 (verify found a problem, or KEY does not exist), 2 (bad
  * usage, or the store cannot be read).
@@ -42,6 +46,8 @@ static const char usage_text[] =
 	"  clusters [GEN]   one line a cluster of generation GEN (default: active)\n"
 	"  keys             every live key, one a line\n"
 	"  get KEY          the vector of KEY, as records/KEY shows it\n"
+	"  salvage          remove what fails its checksums, as `ctl salvage` does;\n"
+	"                   writes, so only when no daemon holds the store\n"
 	"\n"
 	"Exit status: 0; 1 when verify finds a problem or KEY does not exist;\n"
 	"2 on bad usage or a store that cannot be read.\n";
@@ -129,6 +135,27 @@ static int verify(vecfs *v)
 	return rc ? 1 : 0;
 }
 
+static void print_lost(void *arg, const char *key, size_t keylen)
+{
+	(void)arg;
+	printf("lost %.*s\n", (int)keylen, key);
+}
+
+static int salvage(vecfs *v)
+{
+	vecfs_salvage_info si;
+	char err[ERRLEN] = "";
+	int rc = vecfs_salvage(v, print_lost, NULL, &si, err, sizeof err);
+	if (rc) {
+		fprintf(stderr, PROG ": %s\n", err[0] ? err : strerror(-rc));
+		return 2;
+	}
+	printf("salvage: %" PRIu64 " damaged record(s) removed, %" PRIu64 " key(s) lost, %" PRIu64
+	       " key(s) restored, %" PRIu64 " generation(s) dropped\n",
+	       si.records_dropped, si.keys_lost, si.keys_restored, si.generations_dropped);
+	return verify(v);
+}
+
 static int clusters(vecfs *v, const char *arg)
 {
 	uint64_t gen = vecfs_active(v);
@@ -204,7 +231,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	static const char *const known[] = { "summary", "verify", "generations", "clusters",
-					     "keys", "get" };
+					     "keys", "get", "salvage" };
 	size_t k = 0;
 	while (k < sizeof known / sizeof *known && strcmp(cmd, known[k]))
 		k++;
@@ -215,6 +242,10 @@ int main(int argc, char **argv)
 	vecfs *v;
 	char err[ERRLEN] = "";
 	int rc = vecfs_open_readonly(argv[1], &v, err, sizeof err);
+	if (rc == 0 && !strcmp(cmd, "salvage")) { /* a store: now for writing */
+		vecfs_close(v);
+		rc = vecfs_open(argv[1], &v, err, sizeof err);
+	}
 	if (rc) {
 		fprintf(stderr, PROG ": %s\n", err[0] ? err : strerror(-rc));
 		return 2;
@@ -230,6 +261,8 @@ int main(int argc, char **argv)
 		status = clusters(v, argc == 4 ? argv[3] : NULL);
 	else if (!strcmp(cmd, "keys"))
 		status = keys(v);
+	else if (!strcmp(cmd, "salvage"))
+		status = salvage(v);
 	else
 		status = get(v, argv[3]);
 	vecfs_close(v);

@@ -312,6 +312,32 @@ typedef struct vecfs_stats {
 } vecfs_stats;
 int vecfs_stats_get(vecfs *v, vecfs_stats *out);
 
+/* Repair a store whose values fail their checksums (a flipped bit on disk;
+ * vecfs_verify() names them), in one transaction: a record that fails its
+ * checksum is removed as a delete removes one (its postings become stale)
+ * and its key reported lost through `lost` (may be NULL); a key entry that
+ * names a missing record or one of another key is removed, and an intact
+ * record whose key entry is gone gets it back; a ready generation with a
+ * posting block, delta posting, tombstone or manifest that fails its
+ * checks is removed (when it was the active one, none is active: every
+ * row is scanned exactly until the next build).  Afterwards vecfs_verify()
+ * passes unless LMDB's own pages are damaged (then restore a backup). */
+typedef struct vecfs_salvage_info {
+	uint64_t records_dropped;     /* records that failed their checksum */
+	uint64_t keys_lost;           /* keys whose record was dropped or missing */
+	uint64_t keys_restored;       /* key entries made again from intact records */
+	uint64_t generations_dropped;
+} vecfs_salvage_info;
+typedef void (*vecfs_lost_fn)(void *arg, const char *key, size_t keylen);
+int vecfs_salvage(vecfs *v, vecfs_lost_fn lost, void *arg, vecfs_salvage_info *info,
+		  char *err, size_t errlen);
+
+/* Where records that fail their checksum are reported when an operation
+ * skips them (a build leaves them out of its generation rather than
+ * fail): one call each, with the key as far as it can be read (keylen 0
+ * when it cannot).  fn NULL: not reported.  Salvage removes them. */
+void vecfs_set_lost_fn(vecfs *v, vecfs_lost_fn fn, void *arg);
+
 /* Stream a consistent compacted copy of the store (an LMDB data.mdb) to fd. */
 int vecfs_backup(vecfs *v, int fd);
 

@@ -1,0 +1,38 @@
+/*
+ * layout/io.h - the one seam through which the library allocates memory
+ * and opens its own files: a table of functions, the real calls by
+ * default, that a test replaces to fail the Nth call (ENOMEM, EIO,
+ * ENOSPC).  LMDB's own file I/O does not pass here (it is inside liblmdb).
+ */
+#ifndef VF_IO_H
+#define VF_IO_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+typedef struct vf_io {
+	void *(*malloc)(size_t n);
+	void *(*calloc)(size_t n, size_t size);
+	void *(*realloc)(void *p, size_t n);
+	int (*open)(const char *path, int flags, mode_t mode);
+} vf_io;
+
+/* The table in use (the real calls unless replaced). */
+extern vf_io vf_io_ops;
+/* Put the real calls back. */
+void vf_io_reset(void);
+
+static inline void *vf_malloc(size_t n)
+{
+	return vf_io_ops.malloc(n);
+}
+static inline void *vf_calloc(size_t n, size_t size)
+{
+	return vf_io_ops.calloc(n, size);
+}
+static inline void *vf_realloc(void *p, size_t n)
+{
+	return vf_io_ops.realloc(p, n);
+}
+
+#endif
