@@ -41,6 +41,11 @@ static void build_skipped(void *arg, const char *key, size_t keylen)
 	       (int)keylen, key);
 }
 
+void control_store_opened(fs_daemon *dm)
+{
+	vecfs_set_lost_fn(dm->store, build_skipped, dm);
+}
+
 static int on_progress(void *arg, const char *phase, int pct)
 {
 	fs_daemon *dm = arg;
@@ -76,7 +81,6 @@ static int run_build(fs_daemon *dm, const char *what, int activate, int rebalanc
 	b->phase[0] = 0;
 	b->pct = 0;
 	pthread_mutex_unlock(&b->mu);
-	vecfs_set_lost_fn(dm->store, build_skipped, dm);
 	int rc = rebalance ? vecfs_rebalance(dm->store, activate, &gen, on_progress, dm, err,
 					     sizeof err)
 			   : vecfs_build(dm->store, activate, &gen, on_progress, dm, err, sizeof err);

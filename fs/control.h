@@ -19,6 +19,9 @@ typedef struct build_state {
 
 void control_init(fs_daemon *dm);
 void control_fini(fs_daemon *dm);
+/* The store is open (dm->store): records that a build, automatic or not,
+ * leaves out for failing their checksum get an errors line each. */
+void control_store_opened(fs_daemon *dm);
 /* Run one ctl command line; 0 or -errno (with an errors line). */
 int ctl_exec(fs_daemon *dm, const char *line, size_t n);
 /* A file descriptor holding a fresh backup, positioned at 0; or -errno. */

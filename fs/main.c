@@ -278,6 +278,7 @@ int main(int argc, char *argv[])
 		fc_started(dm.fuse, ret);
 		goto out_daemon;
 	}
+	control_store_opened(&dm);
 	if (fc_mount(dm.fuse, &args, &fo, &fs_ops, &dm, on_stop) == 0) {
 		out_cache_set_session(&dm, fc_session(dm.fuse), !fo.single, fo.passthrough);
 		fc_started(dm.fuse, 0);

@@ -1076,4 +1076,42 @@ else
 	bad mount_results "$(tail -c 200 "$TMP/daemon.log")"
 fi
 
+# ================================================================ damaged records
+# A record whose stored bytes fail their checksum (a byte flipped in
+# data.mdb while unmounted): reading it fails with EIO, rm removes it, and
+# ctl salvage names each lost key in errors and leaves a store that verifies.
+D=$TMP/dstore
+damage() { # STORE VALUE...: flip a byte inside each record's vector bytes
+	T "$PY" - "$@" <<'PY'
+import struct, sys
+p = sys.argv[1] + '/data.mdb'
+data = bytearray(open(p, 'rb').read())
+for v in sys.argv[2:]:
+    pat = struct.pack('<4f', *([float(v)] * 4))
+    i = data.find(pat)
+    assert i >= 0, v
+    data[i + 5] ^= 0x40
+open(p, 'wb').write(bytes(data))
+PY
+}
+if mnt "$D" "$M"; then
+	printf 'ok1,1,1,1,1\nbad1,7.25,7.25,7.25,7.25\nbad2,9.5,9.5,9.5,9.5\nok2,2,2,2,2\n' | put - "$M/ingest/d.csv" >/dev/null
+	umnt "$M"
+	damage "$D" 7.25 9.5
+	if mnt "$D" "$M"; then
+		check damaged_read_eio sh -c "! cat '$M/records/bad1' 2>/dev/null"
+		check damaged_rm rm "$M/records/bad1"
+		check damaged_rm_gone sh -c "! test -e '$M/records/bad1'"
+		check damaged_salvage test "$(printf 'salvage\n' | put - "$M/ctl")" == OK
+		check damaged_salvage_names_key errors_has 'salvage: lost record bad2'
+		check damaged_intact test "$(T cat "$M/records/ok2")" == "2 2 2 2"
+		check damaged_verify test "$(printf 'verify\n' | put - "$M/ctl")" == OK
+		umnt "$M"
+	else
+		bad mount_damaged "$(tail -c 200 "$TMP/daemon.log")"
+	fi
+else
+	bad mount_damage_store "$(tail -c 200 "$TMP/daemon.log")"
+fi
+
 summary
