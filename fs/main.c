@@ -15,6 +15,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <unistd.h>
 
 #include "fuse_compat.h"
@@ -154,9 +155,11 @@ static char *absolute(const char *store)
  * message. */
 static int check_mountpoint(const char *mnt)
 {
-	struct stat st;
+	struct statfs sf;
 	char real[PATH_MAX];
-	if (stat(mnt, &st) != 0 && errno == ENOTCONN) {
+	/* statfs always asks the filesystem (a stat may be answered from the
+	 * kernel's cache of the root's attributes) */
+	if (statfs(mnt, &sf) != 0 && errno == ENOTCONN) {
 		fprintf(stderr, "vecfs: the mount point is stale: run fusermount3 -u %s\n", mnt);
 		return 1;
 	}

@@ -111,9 +111,16 @@ int node_attr(fs_daemon *dm, node *n, struct stat *st)
 }
 
 /* Attributes are computed afresh on every stat (0), but for a session's
- * out, whose every change push_out() announces. */
+ * out, whose every change push_out() announces, and for the directories
+ * whose attributes never change: the kernel checks the modes
+ * (default_permissions) of every directory on a path and of the file it
+ * opens, and would ask for fresh attributes at each check. */
 double attr_timeout(fs_daemon *dm, const node *n)
 {
+	switch (n->kind) {
+	case K_ROOT: case K_INGEST: case K_RECORDS: case K_QUERY: case K_GENS: case K_SESSION:
+		return 60.0;
+	}
 	return out_cached(dm, n) || out_passthrough(n) ? 60.0 : 0;
 }
 
