@@ -13,7 +13,7 @@
 
 static fs_daemon dm;
 static vecfs *store;
-static char dir[64];
+static char dir[256];
 static uint32_t store_dim;
 static uint64_t first_key; /* the assigned-key counter of a fresh store */
 static int up;
@@ -71,7 +71,7 @@ fs_daemon *fz_daemon(uint32_t dim)
 	if (up)
 		return &dm;
 	const char *tmp = getenv("TMPDIR");
-	snprintf(dir, sizeof dir, "%s/vecfs-fuzz-XXXXXX", tmp && strlen(tmp) < 40 ? tmp : "/tmp");
+	snprintf(dir, sizeof dir, "%s/vecfs-fuzz-XXXXXX", tmp && strlen(tmp) < 200 ? tmp : "/tmp");
 	if (!mkdtemp(dir)) {
 		perror("mkdtemp");
 		abort();

@@ -14,7 +14,10 @@ here=$(dirname "$0")
 secs=${FUZZ_SECONDS:-60}
 pass=0
 fail=0
-mkdir -p "$build/fuzz-logs"
+mkdir -p "$build/fuzz-logs" "$build/tmp"
+# the targets' temporary stores: under the build directory, apart from /tmp
+TMPDIR=$(cd "$build/tmp" && pwd)
+export TMPDIR
 for t in "$@"; do
 	log=$build/fuzz-logs/$t.log
 	if [ $crashes = 1 ]; then
