@@ -20,6 +20,7 @@ TMPDIR=$(cd "$build/tmp" && pwd)
 export TMPDIR
 for t in "$@"; do
 	log=$build/fuzz-logs/$t.log
+	[ $crashes = 1 ] && log=$build/fuzz-logs/$t.crashes.log
 	if [ $crashes = 1 ]; then
 		files=()
 		[ -d "$here/crashes/$t" ] && files=("$here/crashes/$t"/*)
