@@ -155,6 +155,11 @@ int vf_block_open(const void *p, size_t len, vf_block *out)
 	klen = h.col[VF_COL_KEYS].len;
 	if (klen < 4 * (h.n + 1))
 		return -EIO;
+	/* the columns a header describes must fit the value, counted in 64
+	 * bits: a huge pdim would wrap their lengths in 32 */
+	if (len > UINT32_MAX || (uint64_t)h.nbatch * (h.pdim / 4) * 16 > len ||
+	    (uint64_t)h.n * vf_pass2_stride(h.pdim, h.bits) > len)
+		return -EIO;
 	col_lens(h.n, h.pdim, h.bits, klen, want);
 	out->base = p;
 	out->len = len;

@@ -309,6 +309,38 @@ static void test_block_bad_lengths(void **state)
 	codes_free(&cs);
 }
 
+/* A header whose own checksum holds but whose pdim is so large that the
+ * sign column's length wraps to 0 in 32 bits (2 batches x 2^29/4 x 16 =
+ * 2^32): opening it must fail, not hand out columns past the value.  The
+ * header is laid out here as layout/block.c writes it. */
+static void test_block_huge_pdim(void **state)
+{
+	(void)state;
+	struct {
+		uint32_t magic;
+		uint32_t n, nbatch, pdim, bits, dim;
+		struct { uint32_t off, len; uint64_t sum; } col[VF_NCOL];
+		uint64_t hdr_sum;
+	} h;
+	rng r = { .s = 13 };
+	codeset cs;
+	codes_make(&cs, &r, 40, 100, 128, 1);
+	size_t len;
+	uint8_t *buf = block_make(&cs, &len);
+	assert_true(len >= sizeof h);
+	memcpy(&h, buf, sizeof h);
+	h.pdim = 1u << 29;
+	h.col[VF_COL_SIGN].len = (uint32_t)((uint64_t)h.nbatch * (h.pdim / 4) * 16); /* wraps to 0 */
+	assert_int_equal(h.col[VF_COL_SIGN].len, 0);
+	h.col[VF_COL_PASS2].len = h.n * vf_pass2_stride(h.pdim, h.bits);
+	h.hdr_sum = vf_checksum(&h, offsetof(__typeof__(h), hdr_sum));
+	memcpy(buf, &h, sizeof h);
+	vf_block b;
+	assert_int_equal(vf_block_open(buf, len, &b), -EIO);
+	free(buf);
+	codes_free(&cs);
+}
+
 /* ------------------------------------------------------------ 2. bit flips */
 
 static void flip(uint8_t *p, size_t bit)
@@ -1205,6 +1237,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_block_roundtrip),
 		cmocka_unit_test(test_block_bad_lengths),
+		cmocka_unit_test(test_block_huge_pdim),
 		cmocka_unit_test(test_block_flips_detected),
 		cmocka_unit_test(test_delta_roundtrip_and_flips),
 		cmocka_unit_test(test_key_order),
