@@ -175,7 +175,7 @@ bench: all
 	$(BUILD)/vecfs-bench ../shared/data/sift-128
 
 clean:
-	rm -rf build build-asan build-tsan
+	rm -rf build build-asan build-tsan build-fuzz
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
 -include tests/fuzz/fuzz.mk

@@ -23,7 +23,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	int fmt = ingest_format_of(INGEST_NAME);
 	if (fmt < 0)
 		abort();
-	ingest *in = ingest_new(dm, INGEST_NAME, fmt);
+	ingest *in = ingest_new(dm, INGEST_NAME, fmt, 1);
 	if (!in)
 		abort();
 	fz_split sp;
@@ -32,7 +32,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	size_t n, written = 0;
 	int rc = 0;
 	while ((p = fz_split_next(&sp, &n))) {
-		rc = ingest_write(in, (const char *)p, n);
+		rc = ingest_write(in, (const char *)p, n, ingest_size(in), 1); /* appends, one writer */
 		written += n;
 		if (rc)
 			break;
