@@ -38,6 +38,8 @@ typedef struct vf_gen {
 	 * probe.c): nlist slots, allocated on first use, under located_mu */
 	pthread_mutex_t located_mu;
 	void *located;
+	struct vf_calib *cal;   /* its recall calibration (calibrate.h), NULL
+				 * for a generation built without one */
 	struct vf_gen *next;
 } vf_gen;
 
@@ -102,6 +104,8 @@ static inline int vf_bytes_reserve(uint8_t **buf, size_t *cap, size_t need)
 
 /* The stored configuration, the defaults when the store has none. */
 int vf_load_config(vf_txn *txn, vf_store *s, vf_stored_config *c);
+/* The stored recall target (0.95 when unset). */
+float vf_recall_target(const vf_stored_config *s);
 
 /* A generation's delta postings and tombstones over its nlist clusters;
  * its largest cluster over the mean (generations.c). */
@@ -274,12 +278,14 @@ uint32_t vf_auto_nlist(uint64_t n);
  * it); then in one transaction store centroids, the assignment map for ids
  * below id_limit, sync the changes after m->snap_seq, mark it `ready` and
  * flip `active` when asked.  On failure, abandon it: its keys are dropped
- * and it is marked `failed`. */
+ * and it is marked `failed`.  g->cal, when set, is stored with it; a
+ * rebalanced one is counted in the store's counters. */
 #define VF_PUBLISH_TXN_BYTES (64u << 20)
 #define VF_GEN_RESERVE(s) (3 * vf_store_bytes(s) + (64u << 20))
 int vf_gen_register(vecfs *v, vf_genmeta *m);
 int vf_gen_publish(vecfs *v, const vf_genmeta *m, const float *centroids,
-		   const uint32_t *idmap, uint64_t id_limit, vf_gen *g, int activate);
+		   const uint32_t *idmap, uint64_t id_limit, vf_gen *g, int activate,
+		   int rebalanced);
 void vf_gen_abandon(vecfs *v, vf_genmeta *m);
 /* The routing state of a generation not yet loadable from the store: g
  * borrows centroids (m->nlist * m->dim); release with vf_gen_routing_free. */

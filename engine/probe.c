@@ -157,6 +157,8 @@ static int probe(search *s, query *q, float *dots)
 {
 	const vf_gen *g = s->g;
 	uint32_t nl = g->meta.nlist, np = s->nprobe < nl ? s->nprobe : nl;
+	if (s->target > 0) /* as many again, for the second look */
+		np = np < nl / 2 ? 2 * np : nl;
 	vf_cindex_dots(&g->ci, q->q, dots);
 	/* max-heap of the np best (score, cluster) */
 	uint32_t n = 0;
@@ -190,7 +192,7 @@ static int probe(search *s, query *q, float *dots)
 			q->probe[i] = c;
 		}
 	}
-	/* heap-sort ascending */
+	/* heap-sort ascending (below) */
 	for (uint32_t e = n; e > 1; e--) {
 		float td = q->pdist[0];
 		uint32_t tc = q->probe[0];
@@ -216,6 +218,22 @@ static int probe(search *s, query *q, float *dots)
 			i = m;
 		}
 	}
+	/* with a recall target: the nearest, then those within tau * scale
+	 * of it (calibrate.h) */
+	q->listed = n;
+	q->np = n < s->nprobe ? n : s->nprobe;
+	if (s->target > 0 && q->np > 1) {
+		float lim = q->pdist[0] + s->tau * q->scale;
+		uint32_t lo = 1, hi = q->np;
+		while (lo < hi) {
+			uint32_t mid = lo + (hi - lo) / 2;
+			if (q->pdist[mid] > lim)
+				hi = mid;
+			else
+				lo = mid + 1;
+		}
+		q->np = lo;
+	}
 	return (int)n;
 }
 
@@ -233,7 +251,7 @@ static int cmp_pair(const void *a, const void *b)
 	return x->rank < y->rank ? -1 : x->rank > y->rank;
 }
 
-int vf_scan_ivf(search *s)
+int vf_scan_ivf(search *s, int again)
 {
 	uint32_t np = s->nprobe < s->g->meta.nlist ? s->nprobe : s->g->meta.nlist;
 	size_t m = s->nq * np;
@@ -253,20 +271,21 @@ int vf_scan_ivf(search *s)
 		rc = vf_store_err(rc);
 		goto out;
 	}
-	for (size_t i = 0; i < s->nq; i++)
+	for (size_t i = 0; i < s->nq && !again; i++)
 		probe(s, &s->qs[i], dots);
 	if (s->nq == 1) { /* probe order as it is */
-		for (uint32_t r = 0; r < np; r++) {
-			work[nw++] = (cluster_work){s->qs[0].probe[r], r, 0, 1};
-			qlist[r] = 0;
+		for (uint32_t r = s->qs[0].from; r < s->qs[0].np; r++) {
+			work[nw] = (cluster_work){s->qs[0].probe[r], r, (uint32_t)nw, 1};
+			qlist[nw++] = 0;
 		}
 	} else {
 		/* group (cluster, query) pairs by cluster; visit clusters in order
 		 * of their best rank so every query meets its nearest clusters
 		 * early */
-		for (size_t i = 0, j = 0; i < s->nq; i++)
-			for (uint32_t r = 0; r < np; r++, j++)
-				pairs[j] = (pair){s->qs[i].probe[r], r, (uint32_t)i};
+		m = 0;
+		for (size_t i = 0; i < s->nq; i++)
+			for (uint32_t r = s->qs[i].from; r < s->qs[i].np; r++)
+				pairs[m++] = (pair){s->qs[i].probe[r], r, (uint32_t)i};
 		qsort(pairs, m, sizeof *pairs, cmp_pair);
 		for (size_t i = 0; i < m;) {
 			size_t j = i;

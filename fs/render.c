@@ -26,7 +26,7 @@ void render_readme(sbuf *b)
 		"                   write it, close it: every row is committed at once, or none\n"
 		"  records/KEY      one stored vector as text; `rm records/KEY` deletes it\n"
 		"  query/ID/        `mkdir query/ID`, write vectors (and a line like\n"
-		"                   `k=10 nprobe=32 refine=10 mode=ann|exact`) to in, close it,\n"
+		"                   `k=10 recall=0.95 mode=ann|exact`) to in, close it,\n"
 		"                   read out (KEY<TAB>DISTANCE), out.json or stats\n"
 		"  generations/     index generations; `ln -sfn GEN generations/active` flips\n"
 		"  ctl              write a command: build, build stage, compact, rebalance, verify\n"
@@ -50,6 +50,8 @@ int render_config(vecfs *v, sbuf *b)
 	sb_printf(b, "nlist = %u\n", c.nlist);
 	sb_printf(b, "bits = %u\n", c.bits);
 	sb_printf(b, "nprobe = %u\n", c.nprobe);
+	/* kept in millionths: six digits say it */
+	sb_printf(b, "recall_target = %.6g\n", (double)c.recall_target);
 	sb_printf(b, "k = %u\n", c.k);
 	sb_printf(b, "refine = %u\n", c.refine);
 	sb_printf(b, "auto_build = %llu\n", (unsigned long long)c.auto_build);
