@@ -70,7 +70,19 @@ struct vecfs {
 	uint64_t next_batch;        /* staging ids, guarded by stat_mu */
 	vecfs_lost_fn lost_fn;      /* damaged records skipped (vecfs_set_lost_fn) */
 	void *lost_arg;
+	vecfs_notice_fn notice_fn;  /* what the owner should hear (vecfs_set_notice_fn) */
+	void *notice_arg;
+	struct vf_sampler *sampler; /* the recall of served queries (sampler.c) */
 };
+
+/* sampler.c: a share of served ANN queries run again exactly in the
+ * background; the estimate in stats. */
+typedef struct vf_sampler vf_sampler;
+int vf_sampler_init(vecfs *v);
+void vf_sampler_fini(vecfs *v);
+void vf_sampler_offer(vecfs *v, const float *queries, size_t nq, uint32_t dim,
+		      const vecfs_results *r);
+void vf_sampler_stats(vecfs *v, vecfs_stats *st);
 
 static inline void vf_seterr(char *err, size_t len, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));

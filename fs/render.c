@@ -85,6 +85,15 @@ int render_stats(vecfs *v, sbuf *b)
 	sb_printf(b, "queries = %llu\n", (unsigned long long)s.queries);
 	sb_printf(b, "p50_us = %llu\n", (unsigned long long)s.p50_us);
 	sb_printf(b, "p99_us = %llu\n", (unsigned long long)s.p99_us);
+	if (s.recall_estimate < 0) {
+		sb_adds(b, "recall_estimate = none\n");
+		sb_printf(b, "recall_samples = %llu\n", (unsigned long long)s.recall_samples);
+		sb_adds(b, "recall_interval = none\n");
+	} else {
+		sb_printf(b, "recall_estimate = %.4f\n", s.recall_estimate);
+		sb_printf(b, "recall_samples = %llu\n", (unsigned long long)s.recall_samples);
+		sb_printf(b, "recall_interval = %.4f %.4f\n", s.recall_low, s.recall_high);
+	}
 	sb_printf(b, "next_key = %llu\n", (unsigned long long)s.next_key);
 	sb_printf(b, "compactions = %llu\n", (unsigned long long)s.compactions);
 	sb_printf(b, "rebalances = %llu\n", (unsigned long long)s.rebalances);

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "internal.h"
 #include "testutil.h"
@@ -266,6 +267,93 @@ static void test_old_config(void **state)
 	}
 }
 
+/* The estimate of served queries' recall: none before an ANN query on a
+ * generation, then near the true recall of the queries served, with an
+ * interval around it; a recall below the target is reported once. */
+typedef struct heard {
+	int n;
+	char line[256];
+} heard;
+
+static void hear(void *arg, const char *line)
+{
+	heard *h = arg;
+	h->n++;
+	snprintf(h->line, sizeof h->line, "%s", line);
+}
+
+static vecfs_stats wait_samples(vecfs *v, uint64_t want)
+{
+	vecfs_stats st = stats(v);
+	for (int i = 0; i < 600 && st.recall_samples < want; i++) {
+		struct timespec ts = {0, 50 * 1000 * 1000};
+		nanosleep(&ts, NULL);
+		st = stats(v);
+	}
+	return st;
+}
+
+static void test_recall_estimate(void **state)
+{
+	dataset ds;
+	vecfs *v = blob_store(*state, &ds, VECFS_L2);
+	heard h = {0};
+	vecfs_set_notice_fn(v, hear, &h);
+	vecfs_stats st = stats(v);
+	assert_true(st.recall_estimate < 0);
+	assert_int_equal(st.recall_samples, 0);
+	enum { Q = 1000 };
+	float *q = malloc(sizeof(float) * Q * D);
+	assert_non_null(q);
+	fresh_queries(&ds, q, Q, 1);
+	/* exact queries are not sampled */
+	vecfs_query_opts ex = {.k = 10, .exact = 1}, ann = {.k = 10};
+	vecfs_results *e = search_opts(v, q, Q, D, &ex);
+	assert_true(stats(v).recall_estimate < 0);
+	/* ANN queries one at a time, as a client sends them */
+	size_t found = 0, want = 0;
+	for (size_t i = 0; i < Q; i++) {
+		vecfs_results *a = search_opts(v, q + i * D, 1, D, &ann);
+		for (size_t hh = 0; hh < e->count[i]; hh++, want++)
+			for (size_t g = 0; g < a->count[0]; g++)
+				if (!strcmp(e->hits[i][hh].key, a->hits[0][g].key)) {
+					found++;
+					break;
+				}
+		vecfs_results_free(a);
+	}
+	double truth = (double)found / (double)want;
+	st = wait_samples(v, 50);
+	print_message("served recall %.4f; estimate %.4f [%.4f, %.4f] over %llu samples\n", truth,
+		      st.recall_estimate, st.recall_low, st.recall_high,
+		      (unsigned long long)st.recall_samples);
+	assert_true(st.recall_samples >= 50);
+	assert_true(fabs(st.recall_estimate - truth) <= 0.03);
+	assert_true(st.recall_low <= st.recall_estimate && st.recall_estimate <= st.recall_high);
+	assert_int_equal(h.n, 0);
+
+	/* nprobe 1 with a target of 0.999: below it, said once */
+	vecfs_config c;
+	char err[256];
+	assert_int_equal(vecfs_config_get(v, &c), 0);
+	c.recall_target = 0.999f;
+	c.nprobe = 1;
+	assert_int_equal(vecfs_config_set(v, &c, err, sizeof err), 0);
+	for (int round = 0; round < 4; round++) {
+		for (size_t i = 0; i < Q; i++)
+			vecfs_results_free(search_opts(v, q + i * D, 1, D, &ann));
+		st = wait_samples(v, st.recall_samples + 40);
+	}
+	print_message("at nprobe 1: estimate %.4f [%.4f, %.4f]; heard %d: %s\n",
+		      st.recall_estimate, st.recall_low, st.recall_high, h.n, h.line);
+	assert_true(st.recall_estimate < 0.9);
+	assert_int_equal(h.n, 1);
+	assert_non_null(strstr(h.line, "below recall_target 0.999"));
+	vecfs_results_free(e);
+	free(q);
+	ds_free(&ds);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -275,6 +363,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_who_decides, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_recall_table, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_old_config, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_recall_estimate, fx_setup, fx_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -333,6 +333,12 @@ typedef struct vecfs_stats {
 	double cluster_imbalance;/* largest / mean live vectors per cluster */
 	int maintenance;         /* 1 while a compaction or rebalance is due or
 				    running in the background */
+	/* the recall@k of the ANN queries served (on a generation), from a
+	 * share of them run again exactly in the background on the same
+	 * snapshot, at most 5% of one CPU, at the lowest priority */
+	double recall_estimate;  /* < 0: no sample yet */
+	uint64_t recall_samples; /* queries it rests on (the latest 500 at most) */
+	double recall_low, recall_high; /* its 95% interval (Wilson) */
 } vecfs_stats;
 int vecfs_stats_get(vecfs *v, vecfs_stats *out);
 
@@ -361,6 +367,11 @@ int vecfs_salvage(vecfs *v, vecfs_lost_fn lost, void *arg, vecfs_salvage_info *i
  * fail): one call each, with the key as far as it can be read (keylen 0
  * when it cannot).  fn NULL: not reported.  Salvage removes them. */
 void vecfs_set_lost_fn(vecfs *v, vecfs_lost_fn fn, void *arg);
+/* A line the owner of the store should hear about (for an error log):
+ * e.g. the recall of served queries fell below recall_target.  Called
+ * from a background thread; set it before queries run. */
+typedef void (*vecfs_notice_fn)(void *arg, const char *line);
+void vecfs_set_notice_fn(vecfs *v, vecfs_notice_fn fn, void *arg);
 
 /* Stream a consistent compacted copy of the store (an LMDB data.mdb) to fd. */
 int vecfs_backup(vecfs *v, int fd);
