@@ -69,7 +69,8 @@ static int located_get(search *s, uint32_t c, entry **ents, size_t *n, size_t *c
 		return 0;
 	if (ents_reserve(ents, *n, cap, ne))
 		return -ENOMEM;
-	memcpy(*ents + *n, e, ne * sizeof(entry));
+	if (ne)
+		memcpy(*ents + *n, e, ne * sizeof(entry));
 	*n += ne;
 	return 1;
 }
@@ -87,7 +88,8 @@ static void located_put(search *s, uint32_t c, const entry *e, size_t n)
 		l->txnid = s->txnid;
 		l->epoch = s->epoch;
 		l->n = (uint32_t)n;
-		memcpy(l->e, e, n * sizeof(entry));
+		if (n)
+			memcpy(l->e, e, n * sizeof(entry));
 	}
 	pthread_mutex_unlock(&g->located_mu);
 }
@@ -253,17 +255,26 @@ static int cmp_pair(const void *a, const void *b)
 
 int vf_scan_ivf(search *s, int again)
 {
-	uint32_t np = s->nprobe < s->g->meta.nlist ? s->nprobe : s->g->meta.nlist;
-	size_t m = s->nq * np;
 	float *dots = vf_malloc(sizeof(float) * s->g->ci.npanels * VF_PANEL);
-	pair *pairs = vf_malloc(sizeof(pair) * (m ? m : 1));
-	cluster_work *work = vf_malloc(sizeof(cluster_work) * (m ? m : 1));
-	uint32_t *qlist = vf_malloc(sizeof(uint32_t) * (m ? m : 1));
-	size_t nw = 0, nents = 0, capents = 0;
+	pair *pairs = NULL;
+	cluster_work *work = NULL;
+	uint32_t *qlist = NULL;
+	size_t nw = 0, nents = 0, capents = 0, m = 0;
 	entry *ents = NULL;
 	vf_cursor *cur = NULL;
 	int rc = 0;
-	if (!dots || !pairs || !work || !qlist) {
+	if (!dots) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	for (size_t i = 0; i < s->nq && !again; i++)
+		probe(s, &s->qs[i], dots);
+	for (size_t i = 0; i < s->nq; i++)
+		m += s->qs[i].np - s->qs[i].from;
+	pairs = vf_malloc(sizeof(pair) * (m ? m : 1));
+	work = vf_malloc(sizeof(cluster_work) * (m ? m : 1));
+	qlist = vf_malloc(sizeof(uint32_t) * (m ? m : 1));
+	if (!pairs || !work || !qlist) {
 		rc = -ENOMEM;
 		goto out;
 	}
@@ -271,8 +282,6 @@ int vf_scan_ivf(search *s, int again)
 		rc = vf_store_err(rc);
 		goto out;
 	}
-	for (size_t i = 0; i < s->nq && !again; i++)
-		probe(s, &s->qs[i], dots);
 	if (s->nq == 1) { /* probe order as it is */
 		for (uint32_t r = s->qs[0].from; r < s->qs[0].np; r++) {
 			work[nw] = (cluster_work){s->qs[0].probe[r], r, (uint32_t)nw, 1};
