@@ -55,7 +55,9 @@ static const char usage_text[] =
 	"options:\n"
 	"  --metric l2|cosine|dot  distance (default: the `metric:` line of\n"
 	"                          DIR/README.md, else l2)\n"
-	"  --nprobe LIST           comma-separated nprobe values (default 4,8,16,32,64)\n"
+	"  --nprobe LIST           comma-separated nprobe values (default 4,8,16,32,64);\n"
+	"                          0: the defaults (nprobe chosen per query to reach\n"
+	"                          the config's recall_target; no option sent)\n"
 	"  --recall LIST           comma-separated recall targets (e.g. 0.95,0.99):\n"
 	"                          after the nprobe values, a search per target with\n"
 	"                          the clusters chosen per query to reach it\n"
@@ -209,7 +211,7 @@ static int parse_nprobe_list(const char *s, struct options *o)
 			return -EINVAL;
 		memcpy(item, s, len);
 		item[len] = '\0';
-		if (parse_u32(item, 1, &o->nprobe[n]))
+		if (parse_u32(item, 0, &o->nprobe[n]))
 			return -EINVAL;
 		n++;
 		if (s[len] == '\0')
@@ -778,6 +780,9 @@ static int measure_setting(struct bench *b, const vecfs_query_opts *qo,
 	qsort(b->lat_ns, b->nq, sizeof *b->lat_ns, tool_cmp_u64);
 	m->nprobe = qo->exact ? 0 : qo->nprobe;
 	m->target = qo->exact ? 0 : qo->recall;
+	vecfs_config cfg;
+	if (!qo->exact && !qo->nprobe && !qo->recall && vecfs_config_get(b->v, &cfg) == 0)
+		m->target = cfg.recall_target; /* the defaults */
 	m->clusters = (double)sum.clusters_probed / (double)b->nq;
 	m->recall = recall_sum / (double)b->nq;
 	m->qps = total_ns ? (double)b->nq * 1e9 / (double)total_ns : 0;
@@ -2276,7 +2281,8 @@ static int mnt_measure(struct bench *b, struct mnt *m, uint32_t nprobe, int held
 	double recall_sum = 0;
 	int optlen, rc;
 
-	optlen = snprintf(m->req, 128, "nprobe=%u k=%u", nprobe, o->k);
+	optlen = nprobe ? snprintf(m->req, 128, "nprobe=%u k=%u", nprobe, o->k)
+			: snprintf(m->req, 128, "k=%u", o->k); /* the defaults */
 	if (o->refine)
 		optlen += snprintf(m->req + optlen, 128 - (size_t)optlen, " refine=%u",
 				   o->refine);
