@@ -17,6 +17,7 @@
 #include <time.h>
 
 #include "assign.h"
+#include "calibrate.h"
 #include "parallel.h"
 #include "keys.h"
 #include "record.h"
@@ -130,11 +131,21 @@ static int kmeans_tick(void *arg, int pct)
 	return vf_task_report(&((build_ctx *)arg)->t, "train", pct);
 }
 
+static int calibrate_tick(void *arg, int pct)
+{
+	return vf_task_report(&((build_ctx *)arg)->t, "calibrate", pct);
+}
+
 static void load_vec(const build_ctx *b, uint64_t i, float *out)
 {
 	memcpy(out, b->vecs[i], sizeof(float) * b->m.dim);
 	if (b->m.metric == VECFS_COSINE)
 		vf_to_index_space(VECFS_COSINE, out, out, b->m.dim);
+}
+
+static void calib_vec(const void *arg, uint64_t i, float *out)
+{
+	load_vec(arg, i, out);
 }
 
 /* ------------------------------------------------------------ encode */
@@ -307,6 +318,7 @@ typedef struct final_job {
 	uint64_t id_limit;
 	vf_gen *g;
 	int activate;
+	int rebalanced;          /* count it in the store's rebalances */
 	uint64_t synced;         /* changes caught up with so far; 0: none */
 	vf_catchup cu;           /* the size of the next catch-up step */
 	uint64_t s_synced, s_left; /* the catch-up step in progress */
@@ -318,6 +330,8 @@ static int write_routing(vf_txn *txn, final_job *j)
 	vf_store *s = j->v->store;
 	const vf_genmeta *m = j->m;
 	int rc = vf_save_centroids(txn, s, m->id, j->centroids, (size_t)m->nlist * m->dim);
+	if (rc == 0 && j->g->cal)
+		rc = vf_save_calib(txn, s, m->id, j->g->cal, sizeof(vf_calib));
 	if (rc)
 		return rc;
 	return vf_assign_write(txn, s, m->id, j->idmap, j->id_limit);
@@ -368,6 +382,13 @@ static int final_fn(vf_txn *txn, void *arg)
 		return rc;
 	if (j->activate && (rc = vf_save_active(txn, s, m.id)))
 		return rc;
+	if (j->rebalanced) { /* counted in the transaction that publishes it */
+		if ((rc = vf_load_counters(txn, s, &cnt)))
+			return rc;
+		cnt.rebalances++;
+		if ((rc = vf_save_counters(txn, s, &cnt)))
+			return rc;
+	}
 	return 0;
 }
 
@@ -382,10 +403,12 @@ static int backlog(vecfs *v, const final_job *j, uint64_t *left)
 }
 
 int vf_gen_publish(vecfs *v, const vf_genmeta *m, const float *centroids,
-		   const uint32_t *idmap, uint64_t id_limit, vf_gen *g, int activate)
+		   const uint32_t *idmap, uint64_t id_limit, vf_gen *g, int activate,
+		   int rebalanced)
 {
 	final_job fj = {.v = v, .m = m, .centroids = centroids, .idmap = idmap,
-			.id_limit = id_limit, .g = g, .activate = activate};
+			.id_limit = id_limit, .g = g, .activate = activate,
+			.rebalanced = rebalanced};
 	uint64_t left;
 	int rc;
 	if ((rc = backlog(v, &fj, &left)))
@@ -514,6 +537,7 @@ static int build_locked(build_ctx *b, int activate, uint64_t *gen_out)
 	vf_counters cnt;
 	vf_stored_config sc;
 	vf_gen g;
+	vf_calib cal;
 	uint32_t *idmap = NULL;
 	uint64_t *order = NULL, *cstart = NULL, id_limit = 0;
 	int rc, have_gen = 0, registered = 0;
@@ -608,6 +632,15 @@ static int build_locked(build_ctx *b, int activate, uint64_t *gen_out)
 	}
 	if ((rc = encode_all(b, &g)))
 		goto out;
+	/* the stopping rule's thresholds, from sample queries */
+	if (vf_task_report(&b->t, "calibrate", 0)) {
+		rc = -ECANCELED;
+		goto out;
+	}
+	if ((rc = vf_calibrate(&g, b->m.metric, b->n, calib_vec, b, b->assign, v->threads,
+			       b->m.seed, calibrate_tick, b, &cal)))
+		goto out;
+	g.cal = &cal;
 
 	/* sort rows by cluster (stable: ids stay ascending) */
 	rc = -ENOMEM;
@@ -667,7 +700,7 @@ static int build_locked(build_ctx *b, int activate, uint64_t *gen_out)
 	txn = NULL;
 
 	b->m.build_seconds = now_s() - t0;
-	if ((rc = vf_gen_publish(v, &b->m, b->centroids, idmap, id_limit, &g, activate)))
+	if ((rc = vf_gen_publish(v, &b->m, b->centroids, idmap, id_limit, &g, activate, 0)))
 		goto out;
 	*gen_out = b->m.id;
 	rc = 0;

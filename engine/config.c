@@ -54,7 +54,8 @@ void vecfs_config_defaults(vecfs_config *c)
 	memset(c, 0, sizeof *c);
 	c->metric = VECFS_L2;
 	c->bits = 4;
-	c->nprobe = 32;
+	c->nprobe = 0;
+	c->recall_target = 0.95f;
 	c->k = 10;
 	c->refine = 10;
 	c->auto_build = 10000;
@@ -67,7 +68,7 @@ void vecfs_config_defaults(vecfs_config *c)
 static void to_stored(const vecfs_config *c, vf_stored_config *s)
 {
 	memset(s, 0, sizeof *s);
-	s->version = 1;
+	s->version = 2;
 	s->dim = c->dim;
 	s->metric = c->metric;
 	s->nlist = c->nlist;
@@ -80,6 +81,7 @@ static void to_stored(const vecfs_config *c, vf_stored_config *s)
 	s->keep_generations = c->keep_generations;
 	s->seed = c->seed;
 	s->rebalance_ratio = c->rebalance_ratio;
+	s->recall_ppm = (uint32_t)lrint((double)c->recall_target * 1e6);
 }
 
 static void from_stored(const vf_stored_config *s, vecfs_config *c)
@@ -96,6 +98,12 @@ static void from_stored(const vf_stored_config *s, vecfs_config *c)
 	c->keep_generations = s->keep_generations;
 	c->seed = s->seed;
 	c->rebalance_ratio = s->rebalance_ratio;
+	c->recall_target = vf_recall_target(s);
+}
+
+float vf_recall_target(const vf_stored_config *s)
+{
+	return s->recall_ppm ? (float)(s->recall_ppm / 1e6) : 0.95f;
 }
 
 int vf_load_config(vf_txn *txn, vf_store *s, vf_stored_config *c)
@@ -106,6 +114,15 @@ int vf_load_config(vf_txn *txn, vf_store *s, vf_stored_config *c)
 		vecfs_config_defaults(&d);
 		to_stored(&d, c);
 		return 0;
+	}
+	/* version 1 had no recall target, and every query probed nprobe
+	 * clusters (32 unless set): the old default becomes the new one, 0,
+	 * chosen per query */
+	if (rc == 0 && c->version < 2) {
+		if (c->nprobe == 32)
+			c->nprobe = 0;
+		c->recall_ppm = 0;
+		c->version = 2;
 	}
 	return rc;
 }
@@ -168,9 +185,12 @@ int vecfs_config_set(vecfs *v, const vecfs_config *c, char *err, size_t errlen)
 		vf_seterr(err, errlen, "config: nlist must be at most 1000000");
 		return -EINVAL;
 	}
-	if (c->nprobe < 1 || c->k < 1 || c->refine < 1 || c->k > 100000 ||
-	    c->refine > 1000) {
-		vf_seterr(err, errlen, "config: nprobe, k and refine must be positive (k <= 100000, refine <= 1000)");
+	if (c->k < 1 || c->refine < 1 || c->k > 100000 || c->refine > 1000) {
+		vf_seterr(err, errlen, "config: k and refine must be positive (k <= 100000, refine <= 1000)");
+		return -EINVAL;
+	}
+	if (!(c->recall_target > 0 && c->recall_target <= 1)) {
+		vf_seterr(err, errlen, "config: recall_target must be a number in (0, 1]");
 		return -EINVAL;
 	}
 	if (c->compact_deltas < 1) {

@@ -4,6 +4,7 @@
  */
 #include "internal.h"
 #include "io.h"
+#include "calibrate.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +15,7 @@ static void gen_free(vf_gen *g)
 	vf_gen_routing_free(g);
 	free(centroids);
 	free(g->located);
+	free(g->cal);
 	pthread_mutex_destroy(&g->located_mu);
 	free(g);
 }
@@ -44,6 +46,16 @@ static int gen_load(vf_txn *txn, vf_store *s, uint64_t id, vf_gen **out)
 		free(centroids);
 		free(g);
 		return rc;
+	}
+	/* the recall calibration, if it was built with one */
+	g->cal = vf_malloc(sizeof *g->cal);
+	rc = g->cal ? vf_load_calib(txn, s, id, g->cal, sizeof *g->cal) : -ENOMEM;
+	if (rc == -ENOENT || (rc == 0 && g->cal->version != 1)) {
+		free(g->cal);
+		g->cal = NULL;
+	} else if (rc) {
+		gen_free(g);
+		return vf_store_err(rc);
 	}
 	*out = g;
 	return 0;

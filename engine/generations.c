@@ -3,6 +3,7 @@
  * activation, removal, centroids and per-cluster counts.
  */
 #include "internal.h"
+#include "calibrate.h"
 #include "io.h"
 
 #include <errno.h>
@@ -150,16 +151,49 @@ int vecfs_gen_info_get(vecfs *v, uint64_t gen, vecfs_gen_info *out)
 	return rc;
 }
 
-int vecfs_gen_centroids(vecfs *v, uint64_t gen, float **out, uint32_t *nlist,
-			uint32_t *dim)
+/* Generation gen from the cache (loaded if need be); vf_gen_put it. */
+static int gen_ref(vecfs *v, uint64_t gen, vf_gen **g)
 {
 	vf_txn *txn;
-	vf_gen *g;
 	int rc = vf_read_begin(v->store, &txn);
 	if (rc)
 		return rc;
-	rc = vf_gen_get(v, txn, gen, &g);
+	rc = vf_gen_get(v, txn, gen, g);
 	vf_read_end(v->store, txn);
+	return rc;
+}
+
+int vecfs_gen_recall_table(vecfs *v, uint64_t gen, uint32_t k, vecfs_recall_row *rows,
+			   size_t cap, size_t *n, uint32_t *queries)
+{
+	vf_gen *g;
+	*n = 0;
+	int rc = gen_ref(v, gen, &g);
+	if (rc)
+		return rc;
+	const vf_calib *c = g->cal;
+	if (!c || c->nk == 0) {
+		vf_gen_put(v, g);
+		return -ENOENT;
+	}
+	uint32_t ki = c->nk - 1;
+	for (uint32_t i = 0; i < c->nk; i++)
+		if (c->k[i] >= k) {
+			ki = i;
+			break;
+		}
+	for (uint32_t t = 0; t < VF_CAL_NT && *n < cap; t++)
+		rows[(*n)++] = (vecfs_recall_row){c->target[t], c->nprobe[ki][t], c->clusters[ki][t]};
+	*queries = c->queries;
+	vf_gen_put(v, g);
+	return 0;
+}
+
+int vecfs_gen_centroids(vecfs *v, uint64_t gen, float **out, uint32_t *nlist,
+			uint32_t *dim)
+{
+	vf_gen *g;
+	int rc = gen_ref(v, gen, &g);
 	if (rc)
 		return rc;
 	size_t n = (size_t)g->meta.nlist * g->meta.dim;

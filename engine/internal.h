@@ -38,6 +38,8 @@ typedef struct vf_gen {
 	 * probe.c): nlist slots, allocated on first use, under located_mu */
 	pthread_mutex_t located_mu;
 	void *located;
+	struct vf_calib *cal;   /* its recall calibration (calibrate.h), NULL
+				 * for a generation built without one */
 	struct vf_gen *next;
 } vf_gen;
 
@@ -68,7 +70,19 @@ struct vecfs {
 	uint64_t next_batch;        /* staging ids, guarded by stat_mu */
 	vecfs_lost_fn lost_fn;      /* damaged records skipped (vecfs_set_lost_fn) */
 	void *lost_arg;
+	vecfs_notice_fn notice_fn;  /* what the owner should hear (vecfs_set_notice_fn) */
+	void *notice_arg;
+	struct vf_sampler *sampler; /* the recall of served queries (sampler.c) */
 };
+
+/* sampler.c: a share of served ANN queries run again exactly in the
+ * background; the estimate in stats. */
+typedef struct vf_sampler vf_sampler;
+int vf_sampler_init(vecfs *v);
+void vf_sampler_fini(vecfs *v);
+void vf_sampler_offer(vecfs *v, const float *queries, size_t nq, uint32_t dim,
+		      const vecfs_results *r);
+void vf_sampler_stats(vecfs *v, vecfs_stats *st);
 
 static inline void vf_seterr(char *err, size_t len, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
@@ -102,6 +116,8 @@ static inline int vf_bytes_reserve(uint8_t **buf, size_t *cap, size_t need)
 
 /* The stored configuration, the defaults when the store has none. */
 int vf_load_config(vf_txn *txn, vf_store *s, vf_stored_config *c);
+/* The stored recall target (0.95 when unset). */
+float vf_recall_target(const vf_stored_config *s);
 
 /* A generation's delta postings and tombstones over its nlist clusters;
  * its largest cluster over the mean (generations.c). */
@@ -274,12 +290,14 @@ uint32_t vf_auto_nlist(uint64_t n);
  * it); then in one transaction store centroids, the assignment map for ids
  * below id_limit, sync the changes after m->snap_seq, mark it `ready` and
  * flip `active` when asked.  On failure, abandon it: its keys are dropped
- * and it is marked `failed`. */
+ * and it is marked `failed`.  g->cal, when set, is stored with it; a
+ * rebalanced one is counted in the store's counters. */
 #define VF_PUBLISH_TXN_BYTES (64u << 20)
 #define VF_GEN_RESERVE(s) (3 * vf_store_bytes(s) + (64u << 20))
 int vf_gen_register(vecfs *v, vf_genmeta *m);
 int vf_gen_publish(vecfs *v, const vf_genmeta *m, const float *centroids,
-		   const uint32_t *idmap, uint64_t id_limit, vf_gen *g, int activate);
+		   const uint32_t *idmap, uint64_t id_limit, vf_gen *g, int activate,
+		   int rebalanced);
 void vf_gen_abandon(vecfs *v, vf_genmeta *m);
 /* The routing state of a generation not yet loadable from the store: g
  * borrows centroids (m->nlist * m->dim); release with vf_gen_routing_free. */

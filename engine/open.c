@@ -122,6 +122,10 @@ static int open_store(const char *dir, int readonly, vecfs **out, char *err, siz
 	pthread_mutex_init(&v->stat_mu, NULL);
 	long nc = sysconf(_SC_NPROCESSORS_ONLN);
 	v->threads = nc < 1 ? 1 : nc > 16 ? 16 : (int)nc;
+	if ((rc = vf_sampler_init(v))) {
+		vecfs_close(v);
+		return rc;
+	}
 	if (readonly) { /* as it is: no recovery, no maintenance */
 		*out = v;
 		return 0;
@@ -151,6 +155,7 @@ void vecfs_close(vecfs *v)
 {
 	if (!v)
 		return;
+	vf_sampler_fini(v); /* (its exact runs search the store) */
 	if (v->maint_started)
 		vf_maint_stop(v);
 	pthread_mutex_lock(&v->stat_mu);
@@ -175,4 +180,10 @@ void vecfs_close(vecfs *v)
 	pthread_mutex_destroy(&v->build_mu);
 	pthread_mutex_destroy(&v->stat_mu);
 	free(v);
+}
+
+void vecfs_set_notice_fn(vecfs *v, vecfs_notice_fn fn, void *arg)
+{
+	v->notice_fn = fn;
+	v->notice_arg = arg;
 }

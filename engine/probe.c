@@ -69,7 +69,8 @@ static int located_get(search *s, uint32_t c, entry **ents, size_t *n, size_t *c
 		return 0;
 	if (ents_reserve(ents, *n, cap, ne))
 		return -ENOMEM;
-	memcpy(*ents + *n, e, ne * sizeof(entry));
+	if (ne)
+		memcpy(*ents + *n, e, ne * sizeof(entry));
 	*n += ne;
 	return 1;
 }
@@ -87,7 +88,8 @@ static void located_put(search *s, uint32_t c, const entry *e, size_t n)
 		l->txnid = s->txnid;
 		l->epoch = s->epoch;
 		l->n = (uint32_t)n;
-		memcpy(l->e, e, n * sizeof(entry));
+		if (n)
+			memcpy(l->e, e, n * sizeof(entry));
 	}
 	pthread_mutex_unlock(&g->located_mu);
 }
@@ -157,6 +159,8 @@ static int probe(search *s, query *q, float *dots)
 {
 	const vf_gen *g = s->g;
 	uint32_t nl = g->meta.nlist, np = s->nprobe < nl ? s->nprobe : nl;
+	if (s->target > 0) /* as many again, for the second look */
+		np = np < nl / 2 ? 2 * np : nl;
 	vf_cindex_dots(&g->ci, q->q, dots);
 	/* max-heap of the np best (score, cluster) */
 	uint32_t n = 0;
@@ -190,7 +194,7 @@ static int probe(search *s, query *q, float *dots)
 			q->probe[i] = c;
 		}
 	}
-	/* heap-sort ascending */
+	/* heap-sort ascending (below) */
 	for (uint32_t e = n; e > 1; e--) {
 		float td = q->pdist[0];
 		uint32_t tc = q->probe[0];
@@ -216,6 +220,22 @@ static int probe(search *s, query *q, float *dots)
 			i = m;
 		}
 	}
+	/* with a recall target: the nearest, then those within tau * scale
+	 * of it (calibrate.h) */
+	q->listed = n;
+	q->np = n < s->nprobe ? n : s->nprobe;
+	if (s->target > 0 && q->np > 1) {
+		float lim = q->pdist[0] + s->tau * q->scale;
+		uint32_t lo = 1, hi = q->np;
+		while (lo < hi) {
+			uint32_t mid = lo + (hi - lo) / 2;
+			if (q->pdist[mid] > lim)
+				hi = mid;
+			else
+				lo = mid + 1;
+		}
+		q->np = lo;
+	}
 	return (int)n;
 }
 
@@ -233,19 +253,28 @@ static int cmp_pair(const void *a, const void *b)
 	return x->rank < y->rank ? -1 : x->rank > y->rank;
 }
 
-int vf_scan_ivf(search *s)
+int vf_scan_ivf(search *s, int again)
 {
-	uint32_t np = s->nprobe < s->g->meta.nlist ? s->nprobe : s->g->meta.nlist;
-	size_t m = s->nq * np;
 	float *dots = vf_malloc(sizeof(float) * s->g->ci.npanels * VF_PANEL);
-	pair *pairs = vf_malloc(sizeof(pair) * (m ? m : 1));
-	cluster_work *work = vf_malloc(sizeof(cluster_work) * (m ? m : 1));
-	uint32_t *qlist = vf_malloc(sizeof(uint32_t) * (m ? m : 1));
-	size_t nw = 0, nents = 0, capents = 0;
+	pair *pairs = NULL;
+	cluster_work *work = NULL;
+	uint32_t *qlist = NULL;
+	size_t nw = 0, nents = 0, capents = 0, m = 0;
 	entry *ents = NULL;
 	vf_cursor *cur = NULL;
 	int rc = 0;
-	if (!dots || !pairs || !work || !qlist) {
+	if (!dots) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	for (size_t i = 0; i < s->nq && !again; i++)
+		probe(s, &s->qs[i], dots);
+	for (size_t i = 0; i < s->nq; i++)
+		m += s->qs[i].np - s->qs[i].from;
+	pairs = vf_malloc(sizeof(pair) * (m ? m : 1));
+	work = vf_malloc(sizeof(cluster_work) * (m ? m : 1));
+	qlist = vf_malloc(sizeof(uint32_t) * (m ? m : 1));
+	if (!pairs || !work || !qlist) {
 		rc = -ENOMEM;
 		goto out;
 	}
@@ -253,20 +282,19 @@ int vf_scan_ivf(search *s)
 		rc = vf_store_err(rc);
 		goto out;
 	}
-	for (size_t i = 0; i < s->nq; i++)
-		probe(s, &s->qs[i], dots);
 	if (s->nq == 1) { /* probe order as it is */
-		for (uint32_t r = 0; r < np; r++) {
-			work[nw++] = (cluster_work){s->qs[0].probe[r], r, 0, 1};
-			qlist[r] = 0;
+		for (uint32_t r = s->qs[0].from; r < s->qs[0].np; r++) {
+			work[nw] = (cluster_work){s->qs[0].probe[r], r, (uint32_t)nw, 1};
+			qlist[nw++] = 0;
 		}
 	} else {
 		/* group (cluster, query) pairs by cluster; visit clusters in order
 		 * of their best rank so every query meets its nearest clusters
 		 * early */
-		for (size_t i = 0, j = 0; i < s->nq; i++)
-			for (uint32_t r = 0; r < np; r++, j++)
-				pairs[j] = (pair){s->qs[i].probe[r], r, (uint32_t)i};
+		m = 0;
+		for (size_t i = 0; i < s->nq; i++)
+			for (uint32_t r = s->qs[i].from; r < s->qs[i].np; r++)
+				pairs[m++] = (pair){s->qs[i].probe[r], r, (uint32_t)i};
 		qsort(pairs, m, sizeof *pairs, cmp_pair);
 		for (size_t i = 0; i < m;) {
 			size_t j = i;

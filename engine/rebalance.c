@@ -4,6 +4,7 @@
  * clusters it leaves alone.
  */
 #include "internal.h"
+#include "calibrate.h"
 #include "io.h"
 
 #include <errno.h>
@@ -89,6 +90,7 @@ typedef struct rebal {
 	uint32_t *idmap;
 	uint64_t id_limit;
 	float *x;               /* dim scratch */
+	vf_calib cal;           /* the new generation's recall calibration */
 } rebal;
 
 /* A posting of parent cluster o: its record's vector in index space, in
@@ -493,6 +495,8 @@ static int rb_encode(rebal *r)
 	return vf_task_report(&r->t, "encode", 100) ? -ECANCELED : 0;
 }
 
+static int rb_calibrate(rebal *r);
+
 /* The new generation's assignment map: the final cluster of every id in
  * the parent's blocks. */
 static int rb_idmap(rebal *r)
@@ -706,14 +710,14 @@ static int rebalance_locked(rebal *r, int activate, uint64_t *gen_out)
 		goto out;
 	r->have_g = 1;
 	if ((rc = rb_neighbours(r)) || (rc = rb_reassign(r)) || (rc = rb_encode(r)) ||
-	    (rc = rb_idmap(r)) || (rc = rb_write(r)))
+	    (rc = rb_idmap(r)) || (rc = rb_write(r)) || (rc = rb_calibrate(r)))
 		goto out;
 	vf_read_end(v->store, r->txn);
 	r->txn = NULL;
 
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	r->m.build_seconds = (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9;
-	if ((rc = vf_gen_publish(v, &r->m, r->cent, r->idmap, r->id_limit, &r->g, activate)))
+	if ((rc = vf_gen_publish(v, &r->m, r->cent, r->idmap, r->id_limit, &r->g, activate, 1)))
 		goto out;
 	*gen_out = r->m.id;
 out:
@@ -753,15 +757,68 @@ static void rebal_free(rebal *r)
 	free(r->x);
 }
 
-static int count_rebalance_fn(vf_txn *txn, void *arg)
+typedef struct rb_cal {
+	const uint8_t **vecs;   /* records' vectors, in the snapshot's map */
+	uint32_t dim;
+	vecfs_metric metric;
+} rb_cal;
+
+static void rb_cal_vec(const void *arg, uint64_t i, float *out)
 {
-	vecfs *v = arg;
-	vf_counters cnt;
-	int rc = vf_load_counters(txn, v->store, &cnt);
-	if (rc)
-		return rc;
-	cnt.rebalances++;
-	return vf_save_counters(txn, v->store, &cnt);
+	const rb_cal *c = arg;
+	memcpy(out, c->vecs[i], sizeof(float) * c->dim);
+	if (c->metric == VECFS_COSINE)
+		vf_to_index_space(VECFS_COSINE, out, out, c->dim);
+}
+
+static int rb_cal_tick(void *arg, int pct)
+{
+	return vf_task_report(arg, "calibrate", pct);
+}
+
+/* The recall calibration of the new generation (calibrate.h), on the
+ * records its clusters hold in the snapshot. */
+static int rb_calibrate(rebal *r)
+{
+	uint64_t n = 0;
+	for (uint64_t id = 0; id < r->id_limit; id++)
+		n += r->idmap[id] != UINT32_MAX;
+	rb_cal c = {vf_malloc(sizeof(uint8_t *) * (n ? n : 1)), r->pm.dim,
+		    (vecfs_metric)r->pm.metric};
+	uint32_t *assign = vf_malloc(sizeof(uint32_t) * (n ? n : 1));
+	int rc = 0;
+	if (!c.vecs || !assign) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	n = 0;
+	for (uint64_t id = 0; id < r->id_limit && rc == 0; id++) {
+		if (r->idmap[id] == UINT32_MAX)
+			continue;
+		vf_val d;
+		vf_record rec;
+		rc = vf_records_get(r->txn, r->v->store, id, &d);
+		if (rc == -ENOENT) { /* deleted since: its posting is stale */
+			rc = 0;
+			continue;
+		}
+		if (rc || (rc = vf_record_decode(d.data, d.len, &rec)))
+			break;
+		if (rec.dim != r->pm.dim) {
+			rc = -EIO;
+			break;
+		}
+		c.vecs[n] = (const uint8_t *)rec.vec;
+		assign[n++] = r->idmap[id];
+	}
+	if (rc == 0 && (rc = vf_calibrate(&r->g, c.metric, n, rb_cal_vec, &c, assign,
+					 r->v->threads, r->m.seed ^ r->m.id, rb_cal_tick, &r->t,
+					 &r->cal)) == 0)
+		r->g.cal = &r->cal;
+out:
+	free(c.vecs);
+	free(assign);
+	return rc;
 }
 
 static int rebalance(vecfs *v, int activate, int force, uint64_t *gen_out,
@@ -780,7 +837,6 @@ static int rebalance(vecfs *v, int activate, int force, uint64_t *gen_out,
 	vf_task_end(&r.t);
 	if (rc)
 		return rc;
-	vf_write(v->store, count_rebalance_fn, v);
 	vf_retire_generations(v, gen);
 	if (gen_out)
 		*gen_out = gen;

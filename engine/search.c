@@ -17,11 +17,16 @@
 #include "io.h"
 #include "search_internal.h"
 #include "parallel.h"
+#include "calibrate.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+/* Clusters probed when nprobe is 0 but the generation has no calibration
+ * (built before there was one). */
+#define VF_NPROBE_UNCALIBRATED 32
 
 static float to_metric_units(const search *s, float d)
 {
@@ -163,16 +168,17 @@ static int search_run(search *s, const float *queries, size_t nq, size_t first,
 		      uint32_t dim, const vecfs_query_opts *opts, char *err, size_t errlen);
 static void search_free(search *s);
 
-/* Query i of s again, on the same snapshot, probing four times as many
- * clusters (at most all of them; that search widens further if it must):
- * its results and counts replace the first ones, its work adds to theirs. */
+/* Query i of s again, on the same snapshot, probing nprobe clusters (that
+ * search widens further if it must): its results and counts replace the
+ * first ones, its work adds to theirs. */
 static int widen(search *s, size_t i, const float *qv, size_t first,
-		 const vecfs_query_opts *o, char *err, size_t errlen)
+		 const vecfs_query_opts *o, uint32_t nprobe, char *err, size_t errlen)
 {
 	vecfs_query_opts wo = *o;
 	wo.k = s->k;
 	wo.refine = s->refine;
-	wo.nprobe = s->nprobe > s->gm.nlist / 4 ? s->gm.nlist : s->nprobe * 4;
+	wo.nprobe = nprobe < s->gm.nlist ? nprobe : s->gm.nlist;
+	wo.recall = 0;
 	search w = {.v = s->v, .txn = s->txn, .active = s->active};
 	int rc = search_run(&w, qv, 1, first, s->dim, &wo, err, errlen);
 	if (rc == 0) {
@@ -211,18 +217,33 @@ static int search_run(search *s, const float *queries, size_t nq, size_t first,
 	s->metric = (vecfs_metric)sc.metric;
 	s->dim = dim;
 	s->k = o.k ? o.k : sc.k;
-	s->nprobe = o.nprobe ? o.nprobe : sc.nprobe;
+	/* an nprobe of the query's wins; then its recall target; then the
+	 * config's nprobe, which may be 0: chosen to reach recall_target */
+	s->nprobe = o.nprobe ? o.nprobe : o.recall > 0 || o.auto_nprobe ? 0 : sc.nprobe;
 	s->refine = o.refine ? o.refine : sc.refine;
 	if (s->k > 100000 || s->refine > 1000) {
 		vf_seterr(err, errlen, "k must be at most 100000 and refine at most 1000");
 		return -EINVAL;
 	}
+	if (o.recall < 0 || o.recall > 1 || o.recall != o.recall) {
+		vf_seterr(err, errlen, "recall must be a number in (0, 1]");
+		return -EINVAL;
+	}
 	s->nq = nq;
 	uint64_t active = s->active;
+	vf_stop_rule rule = {INFINITY, 0, 0, 0};
 	if (active) {
 		if ((rc = vf_gen_get(v, s->txn, active, &s->g)) ||
 		    (rc = vf_load_genmeta(s->txn, v->store, active, &s->gm)))
 			return rc;
+		if (s->nprobe == 0 && s->g->cal) {
+			s->target = o.recall > 0 ? o.recall : vf_recall_target(&sc);
+			vf_calib_rule(s->g->cal, s->gm.nlist, s->k, s->target, &rule);
+			s->nprobe = rule.cap;
+			s->tau = rule.tau;
+		} else if (s->nprobe == 0) {
+			s->nprobe = VF_NPROBE_UNCALIBRATED;
+		}
 	}
 	s->qs = vf_calloc(nq, sizeof(query));
 	s->surv = vf_malloc(sizeof(uint32_t) * VF_BLOCK_MAX);
@@ -250,8 +271,11 @@ static int search_run(search *s, const float *queries, size_t nq, size_t first,
 		q->ub.v = vf_malloc(sizeof(float) * s->k);
 		/* an nprobe past the clusters there are probes them all */
 		size_t np = s->nprobe < s->gm.nlist ? s->nprobe : s->gm.nlist;
-		q->probe = vf_malloc(sizeof(uint32_t) * (np + 1));
-		q->pdist = vf_malloc(sizeof(float) * (np + 1));
+		q->probe = vf_malloc(sizeof(uint32_t) * (2 * (size_t)np + 1));
+		q->pdist = vf_malloc(sizeof(float) * (2 * (size_t)np + 1));
+		if (s->target > 0)
+			q->scale = vf_calib_scale(s->metric, s->kn->dot(q->q, q->q, dim),
+						  rule.max_norm);
 		if (!q->ub.v || !q->probe || !q->pdist ||
 		    (rc = vf_qstate_init(&q->qs, s->gm.pdim, s->gm.bits)) ||
 		    (rc = vf_cstate_init(&q->cs, s->gm.pdim)))
@@ -262,16 +286,48 @@ static int search_run(search *s, const float *queries, size_t nq, size_t first,
 		return vf_scan_exact(s);
 	vf_dirty_init(&s->dirty);
 	if ((rc = vf_dirty_load(s->txn, v->store, s->gm.synced_seq, cnt.seq, &s->dirty)) ||
-	    (rc = vf_scan_uncovered(s)) || (rc = vf_scan_ivf(s)))
+	    (rc = vf_scan_uncovered(s)) || (rc = vf_scan_ivf(s, 0)))
 		return rc;
 	for (size_t i = 0; i < nq && rc == 0; i++)
 		rc = vf_rerank(s, &s->qs[i]);
+	/* with a recall target, the second look (calibrate.h): the clusters
+	 * up to the first one far enough are scanned too, their candidates
+	 * re-ranked into the results (those left from the first re-rank
+	 * could not enter them then, nor can they now) */
+	int looks = 0;
+	for (size_t i = 0; i < nq && rule.gamma > 0; i++) {
+		query *q = &s->qs[i];
+		q->from = q->np;
+		if (q->top.n < s->k || q->np >= q->listed)
+			continue;
+		float lim = rule.gamma * (hheap_top(&q->top) + (s->metric == VECFS_DOT ? q->scale : 0));
+		uint32_t r = q->np;
+		while (r < q->listed && q->pdist[r] + q->scale <= lim)
+			r++;
+		if (r == q->listed && r < s->gm.nlist) {
+			/* every listed one is near: a search of twice as many */
+			q->wide = 2 * r;
+			continue;
+		}
+		q->np = r;
+		q->nc = 0;
+		looks += r > q->from;
+	}
+	if (looks && rc == 0)
+		rc = vf_scan_ivf(s, 1);
+	for (size_t i = 0; i < nq && rc == 0 && looks; i++)
+		if (s->qs[i].np > s->qs[i].from)
+			rc = vf_rerank(s, &s->qs[i]);
+	for (size_t i = 0; i < nq && rc == 0; i++)
+		if (s->qs[i].wide)
+			rc = widen(s, i, queries + i * dim, first + i, &o, s->qs[i].wide, err, errlen);
 	/* min(k, live records) results: a query whose probed clusters held
 	 * fewer live postings probes again, more clusters */
 	uint64_t want = cnt.live < s->k ? cnt.live : s->k;
 	for (size_t i = 0; i < nq && rc == 0; i++)
-		if (s->qs[i].top.n < want && s->nprobe < s->gm.nlist)
-			rc = widen(s, i, queries + i * dim, first + i, &o, err, errlen);
+		if (s->qs[i].top.n < want && (s->nprobe < s->gm.nlist || s->qs[i].np < s->nprobe))
+			rc = widen(s, i, queries + i * dim, first + i, &o,
+				   s->nprobe > s->gm.nlist / 4 ? s->gm.nlist : s->nprobe * 4, err, errlen);
 	return rc;
 }
 
@@ -415,11 +471,14 @@ int vecfs_search(vecfs *v, const float *queries, size_t nq, uint32_t dim,
 		double us = now_us() - t0;
 		(*out)->explain.micros = (uint64_t)us;
 		(*out)->explain.k = parts[0].k;
-		(*out)->explain.nprobe = parts[0].nprobe;
+		(*out)->explain.nprobe = parts[0].target > 0 ? 0 : parts[0].nprobe;
+		(*out)->explain.recall_target = parts[0].target;
 		(*out)->explain.refine = parts[0].refine;
 		(*out)->snapshot = vf_txn_id(txn[0]);
 		if (!o.uncounted)
 			record_latency(v, nq, us);
+		if (!exact)
+			vf_sampler_offer(v, queries, nq, dim, *out);
 	}
 	if (rc == -EIO && err && errlen && !err[0])
 		vf_seterr(err, errlen, "a posting block or record failed its checksum or is damaged");

@@ -101,7 +101,12 @@ typedef struct query {
 	size_t nc, capc;
 	hheap top;         /* exact results */
 	uint32_t *probe;   /* nprobe clusters, nearest first */
-	float *pdist;
+	float *pdist;      /* their probe scores */
+	uint32_t from, np; /* it probes probe[from..np) */
+	uint32_t listed;   /* how many are listed (with a recall target,
+			    * twice nprobe, for the second look) */
+	uint32_t wide;     /* the second look's nprobe when it goes past them */
+	float scale;       /* the probing rule's scale (calibrate.h) */
 	vecfs_explain ex;
 } query;
 
@@ -113,6 +118,10 @@ typedef struct search {
 	const vf_kernels *kn;
 	vecfs_metric metric;
 	uint32_t dim, k, nprobe, refine;
+	float target;        /* the recall target the probing aims at; 0:
+			      * nprobe clusters for every query */
+	float tau;           /* its rule: clusters within tau * scale of the
+			      * nearest one, nprobe at most (calibrate.h) */
 	size_t nq;
 	query *qs;
 	vf_gen *g;
@@ -192,7 +201,8 @@ int vf_scan_uncovered(search *s);
 int vf_rerank(search *s, query *q);
 /* Every live record scored exactly (score.c). */
 int vf_scan_exact(search *s);
-/* Probe each query's nearest clusters and score them (probe.c). */
-int vf_scan_ivf(search *s);
+/* Probe each query's nearest clusters and score them (probe.c); again:
+ * the clusters probe[from..np) of each, its probe list already made. */
+int vf_scan_ivf(search *s, int again);
 
 #endif

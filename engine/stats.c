@@ -77,6 +77,7 @@ int vecfs_stats_get(vecfs *v, vecfs_stats *out)
 out:
 	vf_read_end(v->store, txn);
 	out->maintenance = vf_maint_busy(v);
+	vf_sampler_stats(v, out);
 	pthread_mutex_lock(&v->stat_mu);
 	out->queries = v->queries;
 	size_t nl = v->nlat < VF_LAT_RING ? v->nlat : VF_LAT_RING;

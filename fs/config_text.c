@@ -11,7 +11,7 @@
 #include "errors.h"
 #include "number.h"
 
-enum { CK_U32, CK_U64, CK_METRIC };
+enum { CK_U32, CK_U64, CK_METRIC, CK_RECALL };
 static const struct {
 	const char *name;
 	int type;
@@ -22,6 +22,7 @@ static const struct {
 	{"nlist", CK_U32, offsetof(vecfs_config, nlist)},
 	{"bits", CK_U32, offsetof(vecfs_config, bits)},
 	{"nprobe", CK_U32, offsetof(vecfs_config, nprobe)},
+	{"recall_target", CK_RECALL, offsetof(vecfs_config, recall_target)},
 	{"k", CK_U32, offsetof(vecfs_config, k)},
 	{"refine", CK_U32, offsetof(vecfs_config, refine)},
 	{"auto_build", CK_U64, offsetof(vecfs_config, auto_build)},
@@ -51,7 +52,7 @@ int config_line(err_log *log, const char *s, size_t n, unsigned line, vecfs_conf
 		if (strlen(config_keys[i].name) == kn && !memcmp(config_keys[i].name, k, kn))
 			break;
 	if (i == sizeof config_keys / sizeof config_keys[0]) {
-		errlog(log, "config: line %u: unknown key '%.*s' (keys: dim, metric, nlist, bits, nprobe, k, refine, auto_build, compact_deltas, keep_generations, rebalance_ratio)",
+		errlog(log, "config: line %u: unknown key '%.*s' (keys: dim, metric, nlist, bits, nprobe, recall_target, k, refine, auto_build, compact_deltas, keep_generations, rebalance_ratio)",
 		       line, (int)(kn > 80 ? 80 : kn), k);
 		return -EINVAL;
 	}
@@ -67,6 +68,16 @@ int config_line(err_log *log, const char *s, size_t n, unsigned line, vecfs_conf
 			return -EINVAL;
 		}
 		memcpy(field, &mv, sizeof mv);
+		break;
+	}
+	case CK_RECALL: {
+		float f;
+		if (parse_float(v, vn, &f) || !(f > 0 && f <= 1)) {
+			errlog(log, "config: line %u: bad value '%.*s' for recall_target (a number in (0, 1])",
+			       line, (int)(vn > 80 ? 80 : vn), v);
+			return -EINVAL;
+		}
+		memcpy(field, &f, sizeof f);
 		break;
 	}
 	case CK_U32:

@@ -41,9 +41,15 @@ static void build_skipped(void *arg, const char *key, size_t keylen)
 	       (int)keylen, key);
 }
 
+static void store_notice(void *arg, const char *line)
+{
+	errlog(&((fs_daemon *)arg)->errors, "%s", line);
+}
+
 void control_store_opened(fs_daemon *dm)
 {
 	vecfs_set_lost_fn(dm->store, build_skipped, dm);
+	vecfs_set_notice_fn(dm->store, store_notice, dm);
 }
 
 static int on_progress(void *arg, const char *phase, int pct)

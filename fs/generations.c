@@ -15,6 +15,26 @@
 #include "errors.h"
 #include "number.h"
 
+/* The recall calibration of a ready generation, for k = 10: the fixed
+ * nprobe each target needed on its sample queries, and the clusters the
+ * per-query choice probed on average. */
+static void recall_lines(vecfs *v, uint64_t gen, sbuf *b)
+{
+	vecfs_recall_row rows[32];
+	size_t n;
+	uint32_t nq;
+	if (vecfs_gen_recall_table(v, gen, 10, rows, 32, &n, &nq))
+		return;
+	sb_printf(b, "calibration_queries = %u\n", nq);
+	sb_adds(b, "nprobe_for_recall =");
+	for (size_t i = 0; i < n; i++)
+		sb_printf(b, " %g:%u", rows[i].target, rows[i].nprobe);
+	sb_adds(b, "\nclusters_for_recall =");
+	for (size_t i = 0; i < n; i++)
+		sb_printf(b, " %g:%.1f", rows[i].target, rows[i].clusters);
+	sb_adds(b, "\n");
+}
+
 static const char *state_name(vecfs_gen_state s)
 {
 	switch (s) {
@@ -80,6 +100,8 @@ int gen_render(fs_daemon *dm, uint64_t gen, int which, sbuf *b)
 			sb_adds(b, "parent = none\n");
 		sb_printf(b, "delta_postings = %llu\n", (unsigned long long)gi.delta_postings);
 		sb_printf(b, "tombstones = %llu\n", (unsigned long long)gi.tombstones);
+		if (gi.state == VECFS_GEN_READY)
+			recall_lines(v, gen, b);
 		sb_adds(b, "progress = ");
 		progress_line(dm, &gi, b);
 		break;

@@ -278,7 +278,7 @@ static int parse_options(const char *s, size_t n, qinput *qi, char *why, size_t 
 		size_t tl = pos - st;
 		const char *eq = memchr(t, '=', tl);
 		if (!eq) {
-			snprintf(why, wl, "'%.*s' is not name=value (options: k, nprobe, refine, mode)",
+			snprintf(why, wl, "'%.*s' is not name=value (options: k, nprobe, recall, refine, mode)",
 				 (int)(tl > 40 ? 40 : tl), t);
 			return -EINVAL;
 		}
@@ -293,12 +293,25 @@ static int parse_options(const char *s, size_t n, qinput *qi, char *why, size_t 
 		else if (nl == 6 && !memcmp(t, "refine", 6))
 			dst = &qi->o.refine;
 		if (dst) {
-			if (parse_uint(v, vl, UINT32_MAX, &u) || u == 0) {
-				snprintf(why, wl, "bad value '%.*s' for %.*s (a positive integer)",
-					 (int)(vl > 40 ? 40 : vl), v, (int)nl, t);
+			/* nprobe=0: chosen per query, as in config */
+			int zero_ok = dst == &qi->o.nprobe;
+			if (parse_uint(v, vl, UINT32_MAX, &u) || (u == 0 && !zero_ok)) {
+				snprintf(why, wl, "bad value '%.*s' for %.*s (a %s integer)",
+					 (int)(vl > 40 ? 40 : vl), v, (int)nl, t,
+					 zero_ok ? "non-negative" : "positive");
 				return -EINVAL;
 			}
 			*dst = (uint32_t)u;
+			if (zero_ok)
+				qi->o.auto_nprobe = u == 0;
+		} else if (nl == 6 && !memcmp(t, "recall", 6)) {
+			float f;
+			if (parse_float(v, vl, &f) || !(f > 0 && f <= 1)) {
+				snprintf(why, wl, "bad value '%.*s' for recall (a number in (0, 1])",
+					 (int)(vl > 40 ? 40 : vl), v);
+				return -EINVAL;
+			}
+			qi->o.recall = f;
 		} else if (nl == 4 && !memcmp(t, "mode", 4)) {
 			if (vl == 3 && !memcmp(v, "ann", 3))
 				qi->o.exact = 0;
@@ -310,7 +323,7 @@ static int parse_options(const char *s, size_t n, qinput *qi, char *why, size_t 
 				return -EINVAL;
 			}
 		} else {
-			snprintf(why, wl, "unknown option '%.*s' (options: k, nprobe, refine, mode)",
+			snprintf(why, wl, "unknown option '%.*s' (options: k, nprobe, recall, refine, mode)",
 				 (int)(nl > 40 ? 40 : nl), t);
 			return -EINVAL;
 		}
@@ -525,6 +538,8 @@ static void render_session_stats(sbuf *st, const qsession *q)
 	sb_printf(st, "dim = %u\n", q->dim);
 	sb_printf(st, "k = %u\n", e->k);
 	sb_printf(st, "nprobe = %u\n", e->nprobe);
+	if (e->recall_target > 0)
+		sb_printf(st, "recall_target = %.6g\n", (double)e->recall_target);
 	sb_printf(st, "refine = %u\n", e->refine);
 	sb_printf(st, "clusters_probed = %llu\n", (unsigned long long)e->clusters_probed);
 	sb_printf(st, "pass1_scored = %llu\n", (unsigned long long)e->pass1_scored);

@@ -26,7 +26,7 @@ void render_readme(sbuf *b)
 		"                   write it, close it: every row is committed at once, or none\n"
 		"  records/KEY      one stored vector as text; `rm records/KEY` deletes it\n"
 		"  query/ID/        `mkdir query/ID`, write vectors (and a line like\n"
-		"                   `k=10 nprobe=32 refine=10 mode=ann|exact`) to in, close it,\n"
+		"                   `k=10 recall=0.95 mode=ann|exact`) to in, close it,\n"
 		"                   read out (KEY<TAB>DISTANCE), out.json or stats\n"
 		"  generations/     index generations; `ln -sfn GEN generations/active` flips\n"
 		"  ctl              write a command: build, build stage, compact, rebalance, verify\n"
@@ -50,6 +50,8 @@ int render_config(vecfs *v, sbuf *b)
 	sb_printf(b, "nlist = %u\n", c.nlist);
 	sb_printf(b, "bits = %u\n", c.bits);
 	sb_printf(b, "nprobe = %u\n", c.nprobe);
+	/* kept in millionths: six digits say it */
+	sb_printf(b, "recall_target = %.6g\n", (double)c.recall_target);
 	sb_printf(b, "k = %u\n", c.k);
 	sb_printf(b, "refine = %u\n", c.refine);
 	sb_printf(b, "auto_build = %llu\n", (unsigned long long)c.auto_build);
@@ -83,6 +85,15 @@ int render_stats(vecfs *v, sbuf *b)
 	sb_printf(b, "queries = %llu\n", (unsigned long long)s.queries);
 	sb_printf(b, "p50_us = %llu\n", (unsigned long long)s.p50_us);
 	sb_printf(b, "p99_us = %llu\n", (unsigned long long)s.p99_us);
+	if (s.recall_estimate < 0) {
+		sb_adds(b, "recall_estimate = none\n");
+		sb_printf(b, "recall_samples = %llu\n", (unsigned long long)s.recall_samples);
+		sb_adds(b, "recall_interval = none\n");
+	} else {
+		sb_printf(b, "recall_estimate = %.4f\n", s.recall_estimate);
+		sb_printf(b, "recall_samples = %llu\n", (unsigned long long)s.recall_samples);
+		sb_printf(b, "recall_interval = %.4f %.4f\n", s.recall_low, s.recall_high);
+	}
 	sb_printf(b, "next_key = %llu\n", (unsigned long long)s.next_key);
 	sb_printf(b, "compactions = %llu\n", (unsigned long long)s.compactions);
 	sb_printf(b, "rebalances = %llu\n", (unsigned long long)s.rebalances);

@@ -122,37 +122,59 @@ int vf_drop_generation_keys(vf_txn *txn, vf_store *s, uint64_t gen)
 	return vf_drop_prefix(txn, s->gens, p, 8);
 }
 
-int vf_save_centroids(vf_txn *txn, vf_store *s, uint64_t gen, const float *c, size_t n)
+
+/* A value of generation gen's family `kind` followed by its checksum. */
+static int save_checked(vf_txn *txn, vf_store *s, uint64_t gen, uint8_t kind, const void *p,
+			size_t len)
 {
-	size_t csz = n * sizeof *c;
-	uint8_t *buf = vf_malloc(csz + 8);
+	uint8_t *buf = vf_malloc(len + 8);
 	if (!buf)
 		return -ENOMEM;
-	memcpy(buf, c, csz);
-	uint64_t sum = vf_checksum(buf, csz);
-	memcpy(buf + csz, &sum, 8);
-	vf_genkey k = vf_gen_key(gen, VF_GK_CENTROIDS, 0);
-	int rc = vf_put(txn, s->gens, k.b, sizeof k.b, buf, csz + 8, 0);
+	memcpy(buf, p, len);
+	uint64_t sum = vf_checksum(buf, len);
+	memcpy(buf + len, &sum, 8);
+	vf_genkey k = vf_gen_key(gen, kind, 0);
+	int rc = vf_put(txn, s->gens, k.b, sizeof k.b, buf, len + 8, 0);
 	free(buf);
 	return rc;
 }
 
-int vf_load_centroids(vf_txn *txn, vf_store *s, uint64_t gen, float *c, size_t n)
+static int load_checked(vf_txn *txn, vf_store *s, uint64_t gen, uint8_t kind, void *p,
+			size_t len)
 {
-	size_t csz = n * sizeof *c;
-	vf_genkey k = vf_gen_key(gen, VF_GK_CENTROIDS, 0);
+	vf_genkey k = vf_gen_key(gen, kind, 0);
 	vf_val v;
 	uint64_t sum;
 	int rc = vf_get(txn, s->gens, k.b, sizeof k.b, &v);
 	if (rc)
 		return rc;
-	if (v.len != csz + 8)
+	if (v.len != len + 8)
 		return -EIO;
-	memcpy(&sum, (uint8_t *)v.data + csz, 8);
-	if (vf_checksum(v.data, csz) != sum)
+	memcpy(&sum, (uint8_t *)v.data + len, 8);
+	if (vf_checksum(v.data, len) != sum)
 		return -EIO;
-	memcpy(c, v.data, csz);
+	memcpy(p, v.data, len);
 	return 0;
+}
+
+int vf_save_centroids(vf_txn *txn, vf_store *s, uint64_t gen, const float *c, size_t n)
+{
+	return save_checked(txn, s, gen, VF_GK_CENTROIDS, c, n * sizeof *c);
+}
+
+int vf_load_centroids(vf_txn *txn, vf_store *s, uint64_t gen, float *c, size_t n)
+{
+	return load_checked(txn, s, gen, VF_GK_CENTROIDS, c, n * sizeof *c);
+}
+
+int vf_save_calib(vf_txn *txn, vf_store *s, uint64_t gen, const void *c, size_t len)
+{
+	return save_checked(txn, s, gen, VF_GK_CALIB, c, len);
+}
+
+int vf_load_calib(vf_txn *txn, vf_store *s, uint64_t gen, void *c, size_t len)
+{
+	return load_checked(txn, s, gen, VF_GK_CALIB, c, len);
 }
 
 int vf_change_put(vf_txn *txn, vf_store *s, uint64_t seq, const vf_change *c)

@@ -47,7 +47,7 @@ typedef struct vf_stored_config {
 	uint32_t keep_generations;
 	uint64_t seed;
 	uint32_t rebalance_ratio;
-	uint32_t pad;
+	uint32_t recall_ppm;   /* recall_target in millionths; 0: 0.95 (version 2) */
 } vf_stored_config;
 
 enum { VF_OP_PUT = 1, VF_OP_DEL = 2 };
@@ -109,6 +109,11 @@ int vf_save_manifest(vf_txn *txn, vf_store *s, uint64_t gen, uint32_t cluster,
  * loaded (-EIO when the value is not n floats or fails its checksum). */
 int vf_save_centroids(vf_txn *txn, vf_store *s, uint64_t gen, const float *c, size_t n);
 int vf_load_centroids(vf_txn *txn, vf_store *s, uint64_t gen, float *c, size_t n);
+/* A generation's recall calibration (engine/calibrate.h): len bytes, saved
+ * with their checksum; loaded (-ENOENT for a generation without one, -EIO
+ * for a value of another size or a failed checksum). */
+int vf_save_calib(vf_txn *txn, vf_store *s, uint64_t gen, const void *c, size_t len);
+int vf_load_calib(vf_txn *txn, vf_store *s, uint64_t gen, void *c, size_t len);
 /* The change log: entry seq written (after every other one); the entries
  * in order on a cursor of the changes family, from change `from` on (op
  * VF_SEEK), then the next one (op VF_NEXT): 0 with its seq and *c, -ENOENT

@@ -693,6 +693,7 @@ static void test_rebalance_keeps_writes(void **state)
 	vecfs_results *e = search_opts(v, k.q, SKQ, D, &ex), *a = search_opts(v, k.q, SKQ, D, &ann);
 	only_alive(e, k.alive, SKB + SKH);
 	only_alive(a, k.alive, SKB + SKH);
+	print_message("recall@10 %.3f\n", recall10(a, e));
 	assert_true(recall10(a, e) >= 0.95);
 	vecfs_results_free(e);
 	vecfs_results_free(a);
@@ -720,6 +721,7 @@ static void test_rebalance_keeps_writes(void **state)
 	assert_int_equal(a->generation, staged);
 	only_alive(e, k.alive, SKB + SKH);
 	only_alive(a, k.alive, SKB + SKH);
+	print_message("recall@10 %.3f\n", recall10(a, e));
 	assert_true(recall10(a, e) >= 0.95);
 	vecfs_results_free(e);
 	vecfs_results_free(a);
@@ -807,6 +809,7 @@ static void test_rebalance_merges(void **state)
 	vecfs_results *e = search_opts(v, q, SKQ, D, &ex), *a = search_opts(v, q, SKQ, D, &ann);
 	only_alive(e, alive, 3000);
 	only_alive(a, alive, 3000);
+	print_message("recall@10 %.3f\n", recall10(a, e));
 	assert_true(recall10(a, e) >= 0.95);
 	vecfs_results_free(e);
 	vecfs_results_free(a);

@@ -267,6 +267,8 @@ static int is_blank_cr(char c)
 }
 
 /* A positive integer written in decimal digits: 0 and its value, or -1. */
+static int ref_number(const char *s, size_t n, float *out);
+
 static int ref_count(const char *s, size_t n, uint32_t *out)
 {
 	uint64_t v = 0;
@@ -314,8 +316,26 @@ static int ref_options(qref *q, const char *s, size_t n, unsigned line)
 				return ref_reject(q, line);
 			continue;
 		}
+		if (nl == 6 && !memcmp(t, "recall", 6)) {
+			float f;
+			if (ref_number(val, vl, &f) || !(f > 0 && f <= 1))
+				return ref_reject(q, line);
+			q->o.recall = f;
+			continue;
+		}
+		/* nprobe=0: chosen per query */
+		size_t zeros = 0;
+		while (zeros < vl && val[zeros] == '0')
+			zeros++;
+		if (nl == 6 && !memcmp(t, "nprobe", 6) && vl && zeros == vl) {
+			q->o.nprobe = 0;
+			q->o.auto_nprobe = 1;
+			continue;
+		}
 		if (ref_count(val, vl, &u))
 			return ref_reject(q, line);
+		if (nl == 6 && !memcmp(t, "nprobe", 6))
+			q->o.auto_nprobe = 0;
 		if (nl == 1 && t[0] == 'k')
 			q->o.k = u;
 		else if (nl == 6 && !memcmp(t, "nprobe", 6))
@@ -1100,7 +1120,8 @@ static const char *const odd_words[] = {
 	"nan", "-nan", "NAN(1)", "inf", "-Infinity", "1e39", "-3.5e38", "3.40282347e38", "1e-50", "0x1p-149",
 	"0x1p128", "1e", "--1", "+.5", ".", "abc", "1.5.5", "\xc3\xa9", "\xff", "[1", "1]", "[]", "[", "]",
 	"k=0", "k=-1", "k=abc", "k=", "=3", "k==3", "mode=fast", "mode=", "mode=EXACT", "foo=1", "K=3",
-	"k=100001", "refine=1001", "nprobe=0", "k=99999999999", "refine=4294967296", "k=007", "nprobe=4096",
+	"k=100001", "refine=1001", "nprobe=0", "nprobe=00", "recall=0.9", "recall=1", "recall=0",
+	"recall=1.5", "recall=-0.5", "recall=1e-50", "recall=", "k=99999999999", "refine=4294967296", "k=007", "nprobe=4096",
 	"k=+3", "k=3 mode=exact", "#", "# note", ",", ",,", "1,,2", "k", "mode=exact,k=2",
 };
 

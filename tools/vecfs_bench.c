@@ -55,7 +55,12 @@ static const char usage_text[] =
 	"options:\n"
 	"  --metric l2|cosine|dot  distance (default: the `metric:` line of\n"
 	"                          DIR/README.md, else l2)\n"
-	"  --nprobe LIST           comma-separated nprobe values (default 4,8,16,32,64)\n"
+	"  --nprobe LIST           comma-separated nprobe values (default 4,8,16,32,64);\n"
+	"                          0: the defaults (nprobe chosen per query to reach\n"
+	"                          the config's recall_target; no option sent)\n"
+	"  --recall LIST           comma-separated recall targets (e.g. 0.95,0.99):\n"
+	"                          after the nprobe values, a search per target with\n"
+	"                          the clusters chosen per query to reach it\n"
 	"  --bits B                RaBitQ bits per dimension (default: library's)\n"
 	"  --refine R              re-rank candidates per result (default: library's)\n"
 	"  --nlist N               clusters (default: chosen from N at build time)\n"
@@ -134,6 +139,8 @@ struct options {
 	vecfs_metric metric;
 	uint32_t nprobe[MAX_NPROBE];
 	size_t n_nprobe;
+	float recall[MAX_NPROBE];  /* --recall: targets, nprobe chosen per query */
+	size_t n_recall;
 	uint32_t bits, refine, nlist; /* 0 = library default */
 	uint32_t k;
 	size_t queries;          /* 0 = all */
@@ -154,11 +161,12 @@ struct options {
 enum opt_id {
 	OPT_METRIC, OPT_NPROBE, OPT_BITS, OPT_REFINE, OPT_NLIST, OPT_K,
 	OPT_QUERIES, OPT_EXACTQ, OPT_REUSE, OPT_WARMUP, OPT_STORE, OPT_JSON, OPT_KEEP, OPT_HELP,
-	OPT_MOUNT, OPT_VECFS, OPT_AFTER_BUILD, OPT_ROUNDS, OPT_BATCH, OPT_FILES
+	OPT_MOUNT, OPT_VECFS, OPT_AFTER_BUILD, OPT_ROUNDS, OPT_BATCH, OPT_FILES, OPT_RECALL
 };
 
 static const struct tool_opt opt_table[] = {
 	{ "--metric", 1, OPT_METRIC },   { "--nprobe", 1, OPT_NPROBE },
+	{ "--recall", 1, OPT_RECALL },
 	{ "--bits", 1, OPT_BITS },       { "--refine", 1, OPT_REFINE },
 	{ "--nlist", 1, OPT_NLIST },     { "--k", 1, OPT_K },
 	{ "--queries", 1, OPT_QUERIES }, { "--store", 1, OPT_STORE },
@@ -203,7 +211,7 @@ static int parse_nprobe_list(const char *s, struct options *o)
 			return -EINVAL;
 		memcpy(item, s, len);
 		item[len] = '\0';
-		if (parse_u32(item, 1, &o->nprobe[n]))
+		if (parse_u32(item, 0, &o->nprobe[n]))
 			return -EINVAL;
 		n++;
 		if (s[len] == '\0')
@@ -211,6 +219,26 @@ static int parse_nprobe_list(const char *s, struct options *o)
 		s += len + 1;
 	}
 	o->n_nprobe = n;
+	return 0;
+}
+
+static int parse_recall_list(const char *s, struct options *o)
+{
+	size_t n = 0;
+
+	for (;;) {
+		char *end;
+		double t = strtod(s, &end);
+
+		if (end == s || !(t > 0 && t <= 1) || n == MAX_NPROBE ||
+		    (*end != ',' && *end != '\0'))
+			return -EINVAL;
+		o->recall[n++] = (float)t;
+		if (*end == '\0')
+			break;
+		s = end + 1;
+	}
+	o->n_recall = n;
 	return 0;
 }
 
@@ -228,6 +256,9 @@ static int apply_opt(void *ctx, const struct tool_opt *spec, const char *val)
 		break;
 	case OPT_NPROBE:
 		bad = parse_nprobe_list(val, o) != 0;
+		break;
+	case OPT_RECALL:
+		bad = parse_recall_list(val, o) != 0;
 		break;
 	case OPT_BITS:
 		bad = parse_u32(val, 1, &o->bits) != 0;
@@ -384,6 +415,8 @@ static int build_progress(void *arg, const char *phase, int pct)
 /* One measured setting; nprobe 0 is the exact scan. */
 struct measure {
 	uint32_t nprobe;
+	float target;   /* recall target (nprobe chosen per query), or 0 */
+	double clusters; /* clusters probed per query */
 	double recall, qps, p50_us, p99_us;
 	double pass1_scored, pass1_pruned, pass2_scored, reranked; /* per query */
 	double write_us, close_us, read_us; /* held descriptors: mean of each step */
@@ -710,6 +743,7 @@ static void add_explain(vecfs_explain *sum, const vecfs_explain *e)
 	sum->pass1_pruned += e->pass1_pruned;
 	sum->pass2_scored += e->pass2_scored;
 	sum->reranked += e->reranked;
+	sum->clusters_probed += e->clusters_probed;
 }
 
 /* Warm up, then time every query once with these options. */
@@ -745,6 +779,11 @@ static int measure_setting(struct bench *b, const vecfs_query_opts *qo,
 	}
 	qsort(b->lat_ns, b->nq, sizeof *b->lat_ns, tool_cmp_u64);
 	m->nprobe = qo->exact ? 0 : qo->nprobe;
+	m->target = qo->exact ? 0 : qo->recall;
+	vecfs_config cfg;
+	if (!qo->exact && !qo->nprobe && !qo->recall && vecfs_config_get(b->v, &cfg) == 0)
+		m->target = cfg.recall_target; /* the defaults */
+	m->clusters = (double)sum.clusters_probed / (double)b->nq;
 	m->recall = recall_sum / (double)b->nq;
 	m->qps = total_ns ? (double)b->nq * 1e9 / (double)total_ns : 0;
 	m->p50_us = percentile_us(b->lat_ns, b->nq, 50);
@@ -829,9 +868,9 @@ static void print_header(const struct bench *b)
 		       b->after_rate, b->base.n - b->ingest_n, b->after_s,
 		       (unsigned long long)b->gen_id);
 	printf("store    %.1f MB\n", (double)b->store_bytes / (1024.0 * 1024.0));
-	printf("\n%6s %9s %10s %9s %9s %8s %13s %13s %13s %10s\n", "nprobe",
+	printf("\n%6s %9s %10s %9s %9s %8s %13s %13s %13s %10s %9s\n", "nprobe",
 	       "recall@10", "QPS", "p50_us", "p99_us", "xExact", "pass1_scored",
-	       "pass1_pruned", "pass2_scored", "reranked");
+	       "pass1_pruned", "pass2_scored", "reranked", "clusters");
 	fflush(stdout);
 }
 
@@ -839,14 +878,16 @@ static void print_row(const struct bench *b, const struct measure *m)
 {
 	char np[16];
 
-	if (m->nprobe)
+	if (m->target > 0)
+		snprintf(np, sizeof np, "r%g", m->target);
+	else if (m->nprobe)
 		snprintf(np, sizeof np, "%u", m->nprobe);
 	else
 		snprintf(np, sizeof np, "exact");
-	printf("%6s %9.4f %10.1f %9.1f %9.1f %8.2f %13.1f %13.1f %13.1f %10.1f\n",
+	printf("%6s %9.4f %10.1f %9.1f %9.1f %8.2f %13.1f %13.1f %13.1f %10.1f %9.1f\n",
 	       np, m->recall, m->qps, m->p50_us, m->p99_us,
 	       b->exact_qps > 0 ? m->qps / b->exact_qps : 0, m->pass1_scored,
-	       m->pass1_pruned, m->pass2_scored, m->reranked);
+	       m->pass1_pruned, m->pass2_scored, m->reranked, m->clusters);
 	if (b->opt->batch && m->nprobe)
 		printf("%6s %9.4f %10.1f %9.2f\n", "", m->batch_recall, m->batch_qps,
 		       m->qps > 0 ? m->batch_qps / m->qps : 0);
@@ -855,9 +896,13 @@ static void print_row(const struct bench *b, const struct measure *m)
 
 static void json_row(const struct bench *b, const struct measure *m)
 {
-	printf("{\"mode\":\"%s\",\"dataset\":", m->nprobe ? "ivf" : "exact");
+	printf("{\"mode\":\"%s\",\"dataset\":",
+	       m->target > 0 ? "recall" : m->nprobe ? "ivf" : "exact");
 	tool_json_string(b->name);
 	printf(",\"nprobe\":%u", m->nprobe);
+	if (m->target > 0)
+		tool_json_num("recall_target", m->target, 4);
+	tool_json_num("clusters_probed", m->clusters, 2);
 	tool_json_num("recall_at_10", m->recall, 4);
 	tool_json_num("qps", m->qps, 1);
 	tool_json_num("p50_us", m->p50_us, 1);
@@ -923,9 +968,13 @@ static int measure_all(struct bench *b)
 		return rc;
 	b->exact_qps = m.qps;
 	report(b, &m);
-	for (size_t i = 0; i < o->n_nprobe; i++) {
-		qo = (vecfs_query_opts){ .k = o->k, .nprobe = o->nprobe[i],
-					 .refine = o->refine };
+	/* the nprobe values, then the recall targets */
+	for (size_t i = 0; i < o->n_nprobe + o->n_recall; i++) {
+		qo = (vecfs_query_opts){ .k = o->k, .refine = o->refine };
+		if (i < o->n_nprobe)
+			qo.nprobe = o->nprobe[i];
+		else
+			qo.recall = o->recall[i - o->n_nprobe];
 		if ((rc = measure_setting(b, &qo, &m)))
 			return rc;
 		if (o->batch && (rc = measure_batch(b, &qo, &m)))
@@ -2232,7 +2281,8 @@ static int mnt_measure(struct bench *b, struct mnt *m, uint32_t nprobe, int held
 	double recall_sum = 0;
 	int optlen, rc;
 
-	optlen = snprintf(m->req, 128, "nprobe=%u k=%u", nprobe, o->k);
+	optlen = nprobe ? snprintf(m->req, 128, "nprobe=%u k=%u", nprobe, o->k)
+			: snprintf(m->req, 128, "k=%u", o->k); /* the defaults */
 	if (o->refine)
 		optlen += snprintf(m->req + optlen, 128 - (size_t)optlen, " refine=%u",
 				   o->refine);

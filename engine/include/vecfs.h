@@ -55,7 +55,9 @@ typedef struct vecfs_config {
 	vecfs_metric metric;
 	uint32_t nlist;          /* 0 = chosen from N at build time */
 	uint32_t bits;           /* RaBitQ bits per dimension, 1..8 */
-	uint32_t nprobe;         /* query defaults */
+	uint32_t nprobe;         /* query defaults; nprobe 0: chosen per query
+				    to reach recall_target */
+	float recall_target;     /* in (0, 1]: mean recall@k a query aims at */
 	uint32_t k;
 	uint32_t refine;         /* re-rank candidates per result */
 	uint64_t auto_build;     /* records that trigger a first build; 0 = never */
@@ -139,8 +141,14 @@ int vecfs_keys(vecfs *v, const char *after, size_t afterlen, size_t max,
 
 typedef struct vecfs_query_opts {
 	uint32_t k;       /* 0 = config default */
-	uint32_t nprobe;  /* 0 = config default */
+	uint32_t nprobe;  /* 0 = config default (which may be 0: chosen per
+			   * query to reach the recall target) */
 	uint32_t refine;  /* 0 = config default */
+	float recall;     /* this query's recall target, in (0, 1]; 0 = the
+			   * config's; an nprobe given here wins over it */
+	int auto_nprobe;  /* 1 = nprobe chosen per query (to reach `recall` or
+			   * the config's recall_target) whatever the
+			   * config's nprobe */
 	int exact;        /* 1 = scan every live record */
 	int uncounted;    /* 1 = not in the store's query counts and latencies
 			   * (stats) unless vecfs_search_count() adds it */
@@ -159,6 +167,8 @@ typedef struct vecfs_explain {
 	uint64_t stale_skipped;    /* superseded or deleted postings skipped */
 	uint64_t micros;
 	uint32_t k, nprobe, refine;/* as run: the options, or the config's defaults */
+	float recall_target;       /* the target the probing aimed at; 0 when a
+				      fixed nprobe was used */
 } vecfs_explain;
 
 typedef struct vecfs_hit {
@@ -242,6 +252,20 @@ int vecfs_gen_remove(vecfs *v, uint64_t gen);
 /* List generation ids in increasing order; *n gets the total count. */
 int vecfs_gen_list(vecfs *v, uint64_t *ids, size_t cap, size_t *n);
 int vecfs_gen_info_get(vecfs *v, uint64_t gen, vecfs_gen_info *out);
+/* How a generation reaches recall targets, as measured when it was built
+ * on sample queries drawn from its records (their exact k nearest known):
+ * per target, the smallest fixed nprobe that reached it, and the mean
+ * clusters the per-query choice (nprobe 0) probed for it. */
+typedef struct vecfs_recall_row {
+	float target;
+	uint32_t nprobe;
+	float clusters;
+} vecfs_recall_row;
+/* Rows for k results (the nearest calibrated k at or above it), *n of
+ * them (at most cap); *queries the sample's size.  -ENOENT for a
+ * generation built without a calibration. */
+int vecfs_gen_recall_table(vecfs *v, uint64_t gen, uint32_t k, vecfs_recall_row *rows,
+			   size_t cap, size_t *n, uint32_t *queries);
 /* Centroids of a generation: nlist*dim floats (caller frees with free()). */
 int vecfs_gen_centroids(vecfs *v, uint64_t gen, float **out, uint32_t *nlist,
 			uint32_t *dim);
@@ -309,6 +333,12 @@ typedef struct vecfs_stats {
 	double cluster_imbalance;/* largest / mean live vectors per cluster */
 	int maintenance;         /* 1 while a compaction or rebalance is due or
 				    running in the background */
+	/* the recall@k of the ANN queries served (on a generation), from a
+	 * share of them run again exactly in the background on the same
+	 * snapshot, at most 5% of one CPU, at the lowest priority */
+	double recall_estimate;  /* < 0: no sample yet */
+	uint64_t recall_samples; /* queries it rests on (the latest 500 at most) */
+	double recall_low, recall_high; /* its 95% interval (Wilson) */
 } vecfs_stats;
 int vecfs_stats_get(vecfs *v, vecfs_stats *out);
 
@@ -337,6 +367,11 @@ int vecfs_salvage(vecfs *v, vecfs_lost_fn lost, void *arg, vecfs_salvage_info *i
  * fail): one call each, with the key as far as it can be read (keylen 0
  * when it cannot).  fn NULL: not reported.  Salvage removes them. */
 void vecfs_set_lost_fn(vecfs *v, vecfs_lost_fn fn, void *arg);
+/* A line the owner of the store should hear about (for an error log):
+ * e.g. the recall of served queries fell below recall_target.  Called
+ * from a background thread; set it before queries run. */
+typedef void (*vecfs_notice_fn)(void *arg, const char *line);
+void vecfs_set_notice_fn(vecfs *v, vecfs_notice_fn fn, void *arg);
 
 /* Stream a consistent compacted copy of the store (an LMDB data.mdb) to fd. */
 int vecfs_backup(vecfs *v, int fd);
