@@ -8,8 +8,9 @@
  * queue of at most QUEUE (then it replaces a random one: the queue stays
  * a uniform sample of recent queries).  The sampler thread runs at the
  * lowest scheduling priority (SCHED_IDLE: only when a CPU would be idle)
- * and, after each exact run of t seconds of its CPU time, sleeps 19 t: it
- * uses at most 5% of one CPU.  A query's recall is the share of its
+ * and runs the queued samples of the current snapshot as one exact batch
+ * (one pass over the records for all of them); after a batch of t seconds
+ * of its CPU time it sleeps 19 t: it uses at most 5% of one CPU.  A query's recall is the share of its
  * results no farther than the exact k-th distance (ties count as found).
  * The estimate is the mean over the window, with a Wilson 95% interval
  * whose number of trials is the window's effective number of results:
@@ -118,33 +119,46 @@ static void estimate_locked(const vf_sampler *s, double *est, uint64_t *n, doubl
 	wilson(*est, trials, lo, hi);
 }
 
-/* The exact run of one sample: its recall, or -1 when its snapshot is
- * gone; *want: the results it should have. */
-static double run_exact(vecfs *v, const sample *e, uint32_t *want_out)
+/* The exact run of samples e[0..n), all on one snapshot and one dim, as
+ * one batch (one pass over the records): each one's recall in rec[i]
+ * and the results it should have in want[i]; 0, or -1 when the snapshot
+ * is gone. */
+static int run_exact(vecfs *v, const sample *e, uint32_t n, double *rec, uint32_t *want)
 {
-	if (vecfs_snapshot(v) != e->snapshot)
+	uint32_t dim = e[0].dim, k = 0;
+	float *q = vf_malloc(sizeof(float) * dim * n);
+	if (!q)
 		return -1;
-	vecfs_query_opts o = {.k = e->k, .exact = 1, .uncounted = 1};
+	for (uint32_t i = 0; i < n; i++) {
+		memcpy(q + (size_t)i * dim, e[i].q, sizeof(float) * dim);
+		if (e[i].k > k)
+			k = e[i].k;
+	}
+	vecfs_query_opts o = {.k = k, .exact = 1, .uncounted = 1};
 	vecfs_results *r = NULL;
 	char err[128];
-	double rec = -1;
-	if (vecfs_search(v, e->q, 1, e->dim, &o, &r, err, sizeof err) == 0 &&
-	    r->snapshot == e->snapshot) {
-		size_t want = r->count[0];
-		*want_out = want ? (uint32_t)want : 1;
-		if (want == 0) {
-			rec = 1;
-		} else {
-			float kth = r->hits[0][want - 1].distance;
+	int rc = -1;
+	if (vecfs_search(v, q, n, dim, &o, &r, err, sizeof err) == 0 &&
+	    r->snapshot == e[0].snapshot) {
+		rc = 0;
+		for (uint32_t i = 0; i < n; i++) {
+			size_t w = r->count[i] < e[i].k ? r->count[i] : e[i].k;
+			want[i] = w ? (uint32_t)w : 1;
+			if (w == 0) {
+				rec[i] = 1;
+				continue;
+			}
+			float kth = r->hits[i][w - 1].distance;
 			float tol = fabsf(kth) * 1e-6f + 1e-30f;
 			uint32_t found = 0;
-			for (uint32_t i = 0; i < e->n; i++)
-				found += e->d[i] <= kth + tol;
-			rec = (double)(found < want ? found : want) / (double)want;
+			for (uint32_t j = 0; j < e[i].n; j++)
+				found += e[i].d[j] <= kth + tol;
+			rec[i] = (double)(found < w ? found : w) / (double)w;
 		}
 	}
 	vecfs_results_free(r);
-	return rec;
+	free(q);
+	return rc;
 }
 
 static void alert(vecfs *v, vf_sampler *s)
@@ -184,21 +198,39 @@ static void *sampler_run(void *arg)
 			pthread_cond_wait(&s->cv, &s->mu);
 			continue;
 		}
-		uint32_t i = (uint32_t)(next_rand(s) % s->nqueue);
-		sample e = s->queue[i];
-		s->queue[i] = s->queue[--s->nqueue];
+		/* the queued samples of the current snapshot (the others are
+		 * dropped: no exact answer for them any more), of the first
+		 * one's dim, as one batch */
+		uint64_t snap = vecfs_snapshot(v);
+		sample batch[QUEUE];
+		uint32_t nb = 0;
+		for (uint32_t i = 0; i < s->nqueue;) {
+			if (s->queue[i].snapshot != snap) {
+				sample_free(&s->queue[i]);
+				s->queue[i] = s->queue[--s->nqueue];
+				s->dropped++;
+			} else if (nb == 0 || s->queue[i].dim == batch[0].dim) {
+				batch[nb++] = s->queue[i];
+				s->queue[i] = s->queue[--s->nqueue];
+			} else {
+				i++;
+			}
+		}
 		pthread_mutex_unlock(&s->mu);
-		double t0 = thread_cpu();
-		uint32_t want = 1;
-		double rec = run_exact(v, &e, &want);
+		double t0 = thread_cpu(), rec[QUEUE];
+		uint32_t want[QUEUE];
+		int rc = nb ? run_exact(v, batch, nb, rec, want) : -1;
 		double t = thread_cpu() - t0;
-		sample_free(&e);
+		for (uint32_t i = 0; i < nb; i++)
+			sample_free(&batch[i]);
 		pthread_mutex_lock(&s->mu);
-		if (rec < 0) {
-			s->dropped++;
+		if (rc) {
+			s->dropped += nb;
 		} else {
-			s->wk[s->samples % WINDOW] = want;
-			s->window[s->samples++ % WINDOW] = (float)rec;
+			for (uint32_t i = 0; i < nb; i++) {
+				s->wk[s->samples % WINDOW] = want[i];
+				s->window[s->samples++ % WINDOW] = (float)rec[i];
+			}
 			alert(v, s);
 		}
 		/* at most 1/DUTY of one CPU */

@@ -58,6 +58,11 @@ static const char usage_text[] =
 	"  --nprobe LIST           comma-separated nprobe values (default 4,8,16,32,64);\n"
 	"                          0: the defaults (nprobe chosen per query to reach\n"
 	"                          the config's recall_target; no option sent)\n"
+	"  --served N              last, on the store opened afresh: N queries at the\n"
+	"                          defaults, one a call, then the store's recall\n"
+	"                          estimate (stats) is awaited (up to 10 min, until\n"
+	"                          it rests on 100 samples or stops growing for 60 s)\n"
+	"                          and printed next to the measured recall\n"
 	"  --recall LIST           comma-separated recall targets (e.g. 0.95,0.99):\n"
 	"                          after the nprobe values, a search per target with\n"
 	"                          the clusters chosen per query to reach it\n"
@@ -155,18 +160,19 @@ struct options {
 	unsigned rounds;         /* --rounds: mount, library, mount, ... */
 	size_t batch;            /* --batch: also time calls of this many queries */
 	size_t files;            /* --ingest-files: the second half in this many */
+	size_t served;           /* --served: check the store's recall estimate */
 	const char *argv0;
 };
 
 enum opt_id {
 	OPT_METRIC, OPT_NPROBE, OPT_BITS, OPT_REFINE, OPT_NLIST, OPT_K,
 	OPT_QUERIES, OPT_EXACTQ, OPT_REUSE, OPT_WARMUP, OPT_STORE, OPT_JSON, OPT_KEEP, OPT_HELP,
-	OPT_MOUNT, OPT_VECFS, OPT_AFTER_BUILD, OPT_ROUNDS, OPT_BATCH, OPT_FILES, OPT_RECALL
+	OPT_MOUNT, OPT_VECFS, OPT_AFTER_BUILD, OPT_ROUNDS, OPT_BATCH, OPT_FILES, OPT_RECALL, OPT_SERVED
 };
 
 static const struct tool_opt opt_table[] = {
 	{ "--metric", 1, OPT_METRIC },   { "--nprobe", 1, OPT_NPROBE },
-	{ "--recall", 1, OPT_RECALL },
+	{ "--recall", 1, OPT_RECALL },    { "--served", 1, OPT_SERVED },
 	{ "--bits", 1, OPT_BITS },       { "--refine", 1, OPT_REFINE },
 	{ "--nlist", 1, OPT_NLIST },     { "--k", 1, OPT_K },
 	{ "--queries", 1, OPT_QUERIES }, { "--store", 1, OPT_STORE },
@@ -256,6 +262,10 @@ static int apply_opt(void *ctx, const struct tool_opt *spec, const char *val)
 		break;
 	case OPT_NPROBE:
 		bad = parse_nprobe_list(val, o) != 0;
+		break;
+	case OPT_SERVED:
+		bad = tool_parse_uint(val, 1, 1000000, &q) != 0;
+		o->served = (size_t)q;
 		break;
 	case OPT_RECALL:
 		bad = parse_recall_list(val, o) != 0;
@@ -1004,6 +1014,57 @@ static int reuse_store(struct bench *b)
 	return 0;
 }
 
+/* --served: what the store's sampler says of N queries served at the
+ * defaults, against their measured recall. */
+static int served_estimate(struct bench *b)
+{
+	char err[ERRLEN] = "";
+	vecfs_query_opts qo = { .k = b->opt->k };
+	size_t n = b->opt->served < b->nq ? b->opt->served : b->nq;
+	double sum = 0, t0 = tool_now_ns() / 1e9;
+	vecfs_stats st;
+	int rc;
+
+	vecfs_close(b->v);
+	if ((rc = vecfs_open(b->store, &b->v, err, sizeof err)))
+		return tool_fail(rc, err, "vecfs_open %s", b->store);
+	for (size_t i = 0; i < n; i++) {
+		vecfs_results *r;
+		double rec;
+		if ((rc = vecfs_search(b->v, (const float *)b->query.data + i * b->query.dim, 1, b->query.dim, &qo,
+				       &r, err, sizeof err)))
+			return tool_fail(rc, err, "vecfs_search");
+		rc = query_recall(b, i, r, &rec);
+		vecfs_results_free(r);
+		if (rc)
+			return rc;
+		sum += rec;
+	}
+	uint64_t last = 0;
+	double since = tool_now_ns() / 1e9;
+	for (;;) {
+		if ((rc = vecfs_stats_get(b->v, &st)))
+			return tool_fail(rc, NULL, "vecfs_stats_get");
+		double now = tool_now_ns() / 1e9;
+		if (st.recall_samples != last) {
+			last = st.recall_samples;
+			since = now;
+		}
+		if (st.recall_samples >= 100 || now - since > 60 || now - t0 > 600 ||
+		    tool_interrupted())
+			break;
+		struct timespec ts = { 0, 200 * 1000 * 1000 };
+		nanosleep(&ts, NULL);
+	}
+	double truth = sum / (double)n;
+	printf("served   %zu queries at the defaults: recall@%u %.4f; stats: recall_estimate "
+	       "%.4f [%.4f, %.4f] over %llu samples (%.1f s after the last query), "
+	       "difference %+.4f\n", n, b->opt->k, truth, st.recall_estimate, st.recall_low,
+	       st.recall_high, (unsigned long long)st.recall_samples,
+	       tool_now_ns() / 1e9 - t0, st.recall_estimate - truth);
+	return 0;
+}
+
 static int bench_run(struct bench *b)
 {
 	int rc;
@@ -1015,7 +1076,11 @@ static int bench_run(struct bench *b)
 	else if (!(rc = open_store(b)) && !(rc = ingest(b)) && !(rc = build(b)) &&
 		 b->opt->after_build)
 		rc = ingest_after_build(b);
-	return rc ? rc : measure_all(b);
+	if (!rc)
+		rc = measure_all(b);
+	if (!rc && b->opt->served)
+		rc = served_estimate(b);
+	return rc;
 }
 
 static void bench_free(struct bench *b)
