@@ -375,8 +375,9 @@ static void spool_clear(ingest *in)
 }
 
 /* Check a complete row and add it to the spool. */
+/* numeric_key: the row's key reads as a number (a row of numbers only). */
 static int add_row(ingest *in, uint64_t where, const char *key, size_t klen, uint32_t dim,
-		   const char *payload, size_t plen)
+		   const char *payload, size_t plen, int numeric_key)
 {
 	char why[300] = "";
 	if (in->dim == 0) {
@@ -388,8 +389,9 @@ static int add_row(ingest *in, uint64_t where, const char *key, size_t klen, uin
 		in->dim_from_store = c.dim != 0;
 	}
 	if (dim != in->dim)
-		return fail_at(in, -EINVAL, where, "%u numbers, expected %u (%s)", dim, in->dim,
-			       in->dim_from_store ? "the store's dim" : "the dimension of the file's first row");
+		return fail_at(in, -EINVAL, where, "%u numbers, expected %u (%s)%s", dim, in->dim,
+			       in->dim_from_store ? "the store's dim" : "the dimension of the file's first row",
+			       numeric_key && dim + 1 == in->dim ? "; missing key column?" : "");
 	vecfs_row r = {key, klen, in->tmp, payload, plen};
 	int rc = vecfs_row_check(in->dm->store, &r, dim, why, sizeof why);
 	if (rc)
@@ -490,19 +492,73 @@ static int is_blank(char c)
 	return c == ' ' || c == '\t' || c == '\r';
 }
 
+/* The separator of a line (or of what follows its quoted key): .csv a
+ * comma, else a tab; .tsv a tab, else a comma; .txt a comma; else 0, blanks. */
+static char line_sep(int fmt, const char *s, size_t n)
+{
+	if (fmt == F_TSV)
+		return memchr(s, '\t', n) ? '\t' : memchr(s, ',', n) ? ',' : 0;
+	return memchr(s, ',', n) ? ',' : fmt == F_CSV && memchr(s, '\t', n) ? '\t' : 0;
+}
+
+/* A key double-quoted as in RFC 4180 at s[0] ("" inside is one quote),
+ * decoded into in->key; *end: just past the closing quote. */
+static int quoted_key(ingest *in, const char *s, size_t n, size_t *end)
+{
+	uint64_t where = in->lineno;
+	size_t i = 1;
+	sb_reset(&in->key);
+	for (;;) {
+		const char *q = memchr(s + i, '"', n - i);
+		if (!q)
+			return fail_at(in, -EINVAL, where, "the quoted key has no closing quote");
+		size_t at = (size_t)(q - s);
+		sb_add(&in->key, s + i, at - i);
+		if (at + 1 < n && s[at + 1] == '"') {
+			sb_add(&in->key, "\"", 1);
+			i = at + 2;
+			continue;
+		}
+		*end = at + 1;
+		break;
+	}
+	if (in->key.oom)
+		return fail_at(in, -ENOMEM, where, "out of memory");
+	if (in->key.len == 0)
+		return fail_at(in, -EINVAL, where, "the quoted key \"\" is empty");
+	return 0;
+}
+
 static int delim_line(ingest *in, const char *s, size_t n)
 {
 	uint64_t where = in->lineno;
-	char sep = 0;
-	if (in->fmt == F_TSV)
-		sep = memchr(s, '\t', n) ? '\t' : memchr(s, ',', n) ? ',' : 0;
-	else
-		sep = memchr(s, ',', n) ? ',' : in->fmt == F_CSV && memchr(s, '\t', n) ? '\t' : 0;
 	const char *key = NULL;
 	size_t klen = 0;
-	uint32_t cnt = 0;
 	size_t pos = 0;
-	unsigned field = 0;
+	int quoted = s[0] == '"';
+	if (quoted) {
+		int rc = quoted_key(in, s, n, &pos);
+		if (rc)
+			return rc;
+		key = in->key.p;
+		klen = in->key.len;
+	}
+	char sep = line_sep(in->fmt, s + pos, n - pos);
+	if (quoted) {
+		/* after the closing quote: blanks, then the separator */
+		size_t q = pos;
+		while (pos < n && is_blank(s[pos]) && s[pos] != sep)
+			pos++;
+		if (pos == n)
+			return fail_at(in, -EINVAL, where, "a key and no numbers (expected KEY then the vector)");
+		if (sep ? s[pos] != sep : pos == q)
+			return fail_at(in, -EINVAL, where, "text after the closing quote of the key (expected %s)",
+				       sep == ',' ? "a comma" : sep ? "a tab" : "a blank");
+		if (sep)
+			pos++;
+	}
+	uint32_t cnt = 0;
+	unsigned field = quoted;
 	while (pos <= n) {
 		const char *f;
 		size_t fl;
@@ -548,7 +604,9 @@ static int delim_line(ingest *in, const char *s, size_t n)
 	}
 	if (cnt == 0)
 		return fail_at(in, -EINVAL, where, "a key and no numbers (expected KEY then the vector)");
-	return add_row(in, where, key, klen, cnt, NULL, 0);
+	float k;
+	int numeric = !quoted && klen <= 64 && parse_float(key, klen, &k) == 0;
+	return add_row(in, where, key, klen, cnt, NULL, 0, numeric);
 }
 
 /* ---------------------------------------------------------------- JSON lines */
@@ -951,7 +1009,7 @@ out:
 	}
 	if (in->key.oom)
 		return fail_at(in, -ENOMEM, where, "out of memory");
-	return add_row(in, where, in->key.p ? in->key.p : "", in->key.len, cnt, payload, plen);
+	return add_row(in, where, in->key.p ? in->key.p : "", in->key.len, cnt, payload, plen, 0);
 }
 
 /* ---------------------------------------------------------------- text lines */
@@ -1215,7 +1273,7 @@ static int bin_row_done(ingest *in)
 		for (uint32_t i = 0; i < dim; i++)
 			in->tmp[i] = (float)in->row[4 + i];
 	}
-	return add_row(in, where, NULL, 0, dim, NULL, 0);
+	return add_row(in, where, NULL, 0, dim, NULL, 0, 0);
 }
 
 static int bin_feed(ingest *in, const uint8_t *p, size_t n)

@@ -589,13 +589,11 @@ static int line_row(oracle *o, uint64_t lineno, const char *key, size_t klen, ui
 	return 0;
 }
 
-/* A .csv/.tsv/.txt line (trimmed, not blank, not a comment). */
-static int delim_line_ref(oracle *o, int kind, const uint8_t *s, size_t n, uint64_t lineno)
+/* The fields of a .csv/.tsv/.txt line from pos (key: the quoted key, or
+ * NULL: the first field is the key). */
+static int delim_fields_ref(oracle *o, const uint8_t *s, size_t n, uint64_t lineno, char sep,
+			    const uint8_t *key, size_t klen, size_t pos)
 {
-	int comma = memchr(s, ',', n) != NULL, tab = memchr(s, '\t', n) != NULL;
-	char sep = kind == K_TSV ? (tab ? '\t' : comma ? ',' : 0) : comma ? ',' : (kind == K_CSV && tab) ? '\t' : 0;
-	const uint8_t *key = NULL;
-	size_t klen = 0, pos = 0;
 	uint32_t cnt = 0;
 	int lamb = 0;
 	for (;;) {
@@ -639,6 +637,57 @@ static int delim_line_ref(oracle *o, int kind, const uint8_t *s, size_t n, uint6
 	if (cnt == 0)
 		return or_reject(o, lineno);
 	return line_row(o, lineno, (const char *)key, klen, cnt, NULL, 0, lamb);
+}
+
+/* A .csv/.tsv/.txt line (trimmed, not blank, not a comment).  A key may be
+ * double-quoted as in RFC 4180 ("" is one quote); the separator is then
+ * chosen from what follows the closing quote. */
+static int delim_line_ref(oracle *o, int kind, const uint8_t *s, size_t n, uint64_t lineno)
+{
+	const uint8_t *key = NULL;
+	size_t klen = 0, pos = 0;
+	bytes qk = {0};
+	if (s[0] == '"') {
+		for (pos = 1;; pos++) {
+			if (pos == n) {
+				by_free(&qk);
+				return or_reject(o, lineno);
+			}
+			if (s[pos] != '"') {
+				by_byte(&qk, s[pos]);
+				continue;
+			}
+			if (pos + 1 == n || s[pos + 1] != '"')
+				break;
+			by_byte(&qk, '"');
+			pos++;
+		}
+		pos++;
+		if (!qk.n) {
+			by_free(&qk);
+			return or_reject(o, lineno);
+		}
+		key = qk.p;
+		klen = qk.n;
+	}
+	int comma = memchr(s + pos, ',', n - pos) != NULL, tab = memchr(s + pos, '\t', n - pos) != NULL;
+	char sep = kind == K_TSV ? (tab ? '\t' : comma ? ',' : 0) : comma ? ',' : (kind == K_CSV && tab) ? '\t' : 0;
+	if (key) {
+		/* blanks, then the separator (at least one blank when there is none) */
+		size_t st = pos;
+		while (pos < n && blank(s[pos]) && s[pos] != (uint8_t)sep)
+			pos++;
+		int ok = pos < n && (sep ? s[pos] == (uint8_t)sep : pos > st);
+		if (!ok) {
+			by_free(&qk);
+			return or_reject(o, lineno);
+		}
+		if (sep)
+			pos++;
+	}
+	int rc = delim_fields_ref(o, s, n, lineno, sep, key, klen, pos);
+	by_free(&qk);
+	return rc;
 }
 
 /* ---- JSON, read strictly (RFC 8259) */
@@ -1552,16 +1601,33 @@ static void gen_text(rng *r, int kind, uint32_t dim, size_t rows, const model *m
 				   : kind == K_TSV ? (mode == 0 ? '\t' : mode == 1 ? ',' : 0)
 						   : (mode == 0 ? ',' : 0);
 			bytes key = {0};
-			gen_key(r, sep ? sep : 0, m, &key);
-			/* no comma may appear where the line is to be split on tabs or blanks */
-			int commas_ok = sep == ',' || (kind == K_TSV && sep == '\t');
-			for (size_t j = 0; !commas_ok && j < key.n; j++)
-				if (key.p[j] == ',')
-					key.p[j] = '_';
-			/* a line starting with '#' is a comment */
-			if (key.n && key.p[0] == '#')
-				key.p[0] = '_';
-			by_add(b, key.p, key.n);
+			if (rnd(r, 5) == 0) {
+				/* double-quoted as in RFC 4180: separators, blanks and a
+				 * leading '#' inside; a quote doubled */
+				gen_key(r, ',', m, &key);
+				if (rnd(r, 3) == 0) {
+					const char *lead = rnd(r, 2) ? "#" : ", ";
+					by_insert(&key, 0, lead, strlen(lead));
+				}
+				by_byte(b, '"');
+				for (size_t j = 0; j < key.n; j++) {
+					if (key.p[j] == '"')
+						by_byte(b, '"');
+					by_byte(b, key.p[j]);
+				}
+				by_byte(b, '"');
+			} else {
+				gen_key(r, sep ? sep : 0, m, &key);
+				/* no comma may appear where the line is to be split on tabs or blanks */
+				int commas_ok = sep == ',' || (kind == K_TSV && sep == '\t');
+				for (size_t j = 0; !commas_ok && j < key.n; j++)
+					if (key.p[j] == ',')
+						key.p[j] = '_';
+				/* a line starting with '#' is a comment */
+				if (key.n && key.p[0] == '#')
+					key.p[0] = '_';
+				by_add(b, key.p, key.n);
+			}
 			by_free(&key);
 			for (uint32_t j = 0; j < dim; j++) {
 				char t[64];
@@ -2577,6 +2643,61 @@ static int has_key(vecfs *v, const char *k)
 	return vecfs_get(v, k, strlen(k), got_vec, VECFS_DIM_MAX, &(uint32_t){0}, NULL, 0, NULL) == 0;
 }
 
+/* Keys double-quoted as in RFC 4180 in .csv, .tsv and .txt; a quote left
+ * open or an empty quoted key rejects the file; a row of numbers one short
+ * of dim is told it may lack its key. */
+static void test_quoted_keys(void **state)
+{
+	fixture *f = *state;
+	run t;
+	fx_open(f, NULL);
+	run_init(&t, f, 3, VECFS_L2, 0x5eed0009);
+	vecfs *v = t.dm->store;
+	static const struct {
+		int kind;
+		const char *name, *text, *keys[3];
+	} good[] = {
+		{K_CSV, "q.csv", "\"a, b\",1,2,3\n\"say \"\"hi\"\"\" , 2,2,3\n\"#not a comment\",3,2,3\n",
+		 {"a, b", "say \"hi\"", "#not a comment"}},
+		{K_TXT, "q.txt", "\"two words\" 5 2 3\n  \"x\"\"y\"\t6 2 3\n\"1,5\",1,2,3\n", {"two words", "x\"y", "1,5"}},
+		{K_TSV, "q.tsv", "\"tab, key\"\t7\t2\t3\n\"\"\"\"\t8\t2\t3\r\n\"a b\" ,9,2,3\n", {"tab, key", "\"", "a b"}},
+	};
+	for (size_t i = 0; i < sizeof good / sizeof *good; i++) {
+		run_file(&t, good[i].name, good[i].kind, (const uint8_t *)good[i].text, strlen(good[i].text), 1);
+		for (int k = 0; k < 3; k++)
+			assert_true(has_key(v, good[i].keys[k]));
+	}
+	assert_int_equal(t.committed, 3);
+	static const struct {
+		const char *text, *why;
+	} bad[] = {
+		{"ok9,1,1,1\n\"unterminated,1,2,3\n", "line 2: the quoted key has no closing quote"},
+		{"ok9,1,1,1\n\"\",1,2,3\n", "line 2: the quoted key \"\" is empty"},
+		{"ok9,1,1,1\n\"a\"b,1,2,3\n", "line 2: text after the closing quote of the key"},
+		{"ok9,1,1,1\n\"a\"\n", "line 2: a key and no numbers"},
+		{"ok9,1,1,1\n\"a\"\"\n", "line 2: the quoted key has no closing quote"},
+		{"ok9,1,1,1\n\"a\",\n", "line 2: field 2 is empty"},
+		{"ok9 1 1 1\n\"a\"1 2 3\n", "line 2: text after the closing quote of the key (expected a blank)"},
+		{"ok9,1,1,1\n1.5,2,3\n", "line 2: 2 numbers, expected 3 (the store's dim); missing key column?"},
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+		char name[32];
+		snprintf(name, sizeof name, "bad%zu.%s", i, i == 6 ? "txt" : "csv");
+		run_file(&t, name, i == 6 ? K_TXT : K_CSV, (const uint8_t *)bad[i].text, strlen(bad[i].text), 0);
+		if (!strstr(err_last, bad[i].why))
+			fail_msg("%s: errors line '%s', expected '%s'", name, err_last, bad[i].why);
+		assert_false(has_key(v, "ok9"));
+	}
+	/* a key that is not a number, or a row two short: no hint */
+	run_file(&t, "short.csv", K_CSV, (const uint8_t *)"k,2,3\n", 6, 0);
+	assert_null(strstr(err_last, "missing key"));
+	run_file(&t, "shorter.csv", K_CSV, (const uint8_t *)"1,3\n", 4, 0);
+	assert_null(strstr(err_last, "missing key"));
+	assert_int_equal(t.rejected, 10);
+	check_whole_store(v, &t.md);
+	model_free(&t.md);
+}
+
 /* Who commits (a close by a lock owner that wrote), writes that do not
  * append, empty files, staged files, the buffer budget, a byte order mark,
  * long .npy headers. */
@@ -2810,6 +2931,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_file_states, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_bounds, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_rules, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_quoted_keys, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_fuzz, fx_setup, fx_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
