@@ -16,6 +16,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdarg.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -64,6 +65,7 @@ struct ingest {
 	size_t rowlen, rowneed;
 	uint64_t rowno;    /* rows completed */
 	int npy_stage;     /* 0: magic and length, 1: header, 2: data */
+	int npy_f8;        /* '<f8': float64 values, converted to float32 */
 	size_t npy_hlen;
 	uint64_t npy_rows;
 	sbuf npy_hdr;
@@ -163,10 +165,19 @@ ingest *ingest_new(fs_daemon *dm, const char *name, int format, uint64_t opener)
 static void spool_clear(ingest *in);
 static void line_drop(ingest *in);
 
+/* The binary row buffer: the longest row of the format (.npy: float64). */
+static size_t row_size(const ingest *in)
+{
+	if (in->fmt == F_NPY)
+		return (size_t)8 * VECFS_DIM_MAX;
+	if (in->fmt == F_FVECS || in->fmt == F_BVECS)
+		return 4 + (size_t)4 * VECFS_DIM_MAX;
+	return 0;
+}
+
 static size_t scratch_size(const ingest *in)
 {
-	int binary = in->fmt == F_FVECS || in->fmt == F_BVECS || in->fmt == F_NPY;
-	return sizeof(float) * (VECFS_DIM_MAX + 1) + (binary ? 4 + (size_t)4 * VECFS_DIM_MAX : 0);
+	return sizeof(float) * (VECFS_DIM_MAX + 1) + row_size(in);
 }
 
 /* The row scratch buffers, made at the first write after the file was
@@ -181,9 +192,9 @@ static int scratch_get(ingest *in, int *over)
 		return -ENOMEM;
 	}
 	in->tmp = malloc(sizeof(float) * (VECFS_DIM_MAX + 1));
-	if (in->fmt == F_FVECS || in->fmt == F_BVECS || in->fmt == F_NPY)
-		in->row = malloc(4 + (size_t)4 * VECFS_DIM_MAX);
-	if (!in->tmp || (scratch_size(in) > sizeof(float) * (VECFS_DIM_MAX + 1) && !in->row)) {
+	if (row_size(in))
+		in->row = malloc(row_size(in));
+	if (!in->tmp || (row_size(in) && !in->row)) {
 		free(in->tmp);
 		free(in->row);
 		in->tmp = NULL;
@@ -1107,6 +1118,14 @@ static float rd_lef32(const uint8_t *p)
 	return f;
 }
 
+static double rd_lef64(const uint8_t *p)
+{
+	uint64_t u = (uint64_t)rd_le32(p) | (uint64_t)rd_le32(p + 4) << 32;
+	double d;
+	memcpy(&d, &u, 8);
+	return d;
+}
+
 static int npy_dict(ingest *in, char *buf);
 
 /* Parse the python-literal header dict of an .npy file. */
@@ -1134,10 +1153,12 @@ static int npy_dict(ingest *in, char *buf)
 	d++;
 	while (*d == ' ')
 		d++;
-	if (strncmp(d, "'<f4'", 5) && strncmp(d, "\"<f4\"", 5)) {
+	in->npy_f8 = !strncmp(d, "'<f8'", 5) || !strncmp(d, "\"<f8\"", 5);
+	if (!in->npy_f8 && strncmp(d, "'<f4'", 5) && strncmp(d, "\"<f4\"", 5)) {
 		char *e = strchr(d, ',');
 		int l = e ? (int)(e - d) : 10;
-		return fail_at(in, -EINVAL, 0, "dtype %.*s: expected little-endian float32 ('<f4')", l, d);
+		return fail_at(in, -EINVAL, 0,
+			       "dtype %.*s: expected little-endian float32 ('<f4') or float64 ('<f8')", l, d);
 	}
 	fo = strchr(fo + 15, ':');
 	if (!fo)
@@ -1184,7 +1205,7 @@ static int npy_dict(ingest *in, char *buf)
 		return fail_at(in, -EINVAL, 0, "dimension %llu is out of range 1..%d",
 			       (unsigned long long)dims[1], VECFS_DIM_MAX);
 	in->npy_rows = dims[0];
-	in->rowneed = (size_t)dims[1] * 4;
+	in->rowneed = (size_t)dims[1] * (in->npy_f8 ? 8 : 4);
 	in->npy_stage = 2;
 	return 0;
 }
@@ -1258,12 +1279,19 @@ static int bin_row_done(ingest *in)
 	uint64_t where = ++in->rowno;
 	uint32_t dim;
 	if (in->fmt == F_NPY) {
-		dim = (uint32_t)(in->rowneed / 4);
+		dim = (uint32_t)(in->rowneed / (in->npy_f8 ? 8 : 4));
 		if (where > in->npy_rows)
 			return fail_at(in, -EINVAL, where, "data beyond the %llu rows the header declares",
 				       (unsigned long long)in->npy_rows);
-		for (uint32_t i = 0; i < dim; i++)
+		for (uint32_t i = 0; i < dim && !in->npy_f8; i++)
 			in->tmp[i] = rd_lef32(in->row + 4 * i);
+		for (uint32_t i = 0; i < dim && in->npy_f8; i++) {
+			double v = rd_lef64(in->row + 8 * i);
+			in->tmp[i] = (float)v;
+			/* NaN and ±Inf pass on to the row check, which names them */
+			if (isfinite(v) && isinf(in->tmp[i]))
+				return fail_at(in, -EINVAL, where, "value %u (%g) overflows float32", i + 1, v);
+		}
 	} else if (in->fmt == F_FVECS) {
 		dim = rd_le32(in->row);
 		for (uint32_t i = 0; i < dim; i++)

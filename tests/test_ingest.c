@@ -1216,6 +1216,25 @@ static int npy_header_ref(const uint8_t *h, size_t n, npyhdr *out)
 	return i == n;
 }
 
+/* One .npy row of d values of es bytes (4: float32; 8: float64, which must
+ * fit float32) into o->tmp: -1 when it is not a good row. */
+static int npy_row_ref(oracle *o, const uint8_t *p, uint32_t d, size_t es)
+{
+	for (uint32_t i = 0; i < d; i++) {
+		if (es == 4) {
+			o->tmp[i] = u2f(get_le32(p + 4 * i));
+			continue;
+		}
+		uint64_t u = get_le32(p + 8 * i) | (uint64_t)get_le32(p + 8 * i + 4) << 32;
+		double v;
+		memcpy(&v, &u, 8);
+		o->tmp[i] = (float)v;
+		if (isfinite(v) && !isfinite(o->tmp[i]))
+			return -1; /* rounds past float32's range */
+	}
+	return vec_ok(o, o->tmp, d) ? 0 : -1;
+}
+
 static void npy_ref(oracle *o, const uint8_t *p, size_t n)
 {
 	if (n == 0)
@@ -1242,18 +1261,22 @@ static void npy_ref(oracle *o, const uint8_t *p, size_t n)
 	size_t dn = n - off - hl;
 	if (!strict) {
 		/* not numpy.save's header: whatever the parser read of it, rows it
-		 * commits are the data read as rows of the store's dim */
+		 * commits are the data read as rows of the store's dim, of float64
+		 * where its 'descr' says '<f8' */
 		o->amb = 1;
 		assert_true(o->sdim != 0);
-		size_t rowb = 4 * (size_t)o->sdim;
+		const uint8_t *ds = memmem(p + off, hl, "'descr'", 7);
+		const uint8_t *c = ds ? memchr(ds, ':', hl - (size_t)(ds - (p + off))) : NULL;
+		while (c && c + 1 < p + off + hl && c[1] == ' ')
+			c++;
+		size_t es = c && p + off + hl - c > 5 && (!memcmp(c + 1, "'<f8'", 5) || !memcmp(c + 1, "\"<f8\"", 5)) ? 8 : 4;
+		size_t rowb = es * o->sdim;
 		if (dn % rowb) {
 			or_reject(o, 0);
 			return;
 		}
 		for (size_t r = 0; r < dn / rowb; r++) {
-			for (uint32_t i = 0; i < o->sdim; i++)
-				o->tmp[i] = u2f(get_le32(data + r * rowb + 4 * i));
-			if (!vec_ok(o, o->tmp, o->sdim)) {
+			if (npy_row_ref(o, data + r * rowb, o->sdim, es)) {
 				or_reject(o, 0);
 				return;
 			}
@@ -1261,14 +1284,15 @@ static void npy_ref(oracle *o, const uint8_t *p, size_t n)
 		}
 		return;
 	}
-	if (strcmp(h.descr, "<f4") || h.fortran || h.nd != 2 || h.shape[1] == 0 ||
+	size_t es = !strcmp(h.descr, "<f8") ? 8 : 4;
+	if ((es == 4 && strcmp(h.descr, "<f4")) || h.fortran || h.nd != 2 || h.shape[1] == 0 ||
 	    h.shape[1] > VECFS_DIM_MAX) {
 		or_reject(o, 0);
 		return;
 	}
 	uint32_t d = (uint32_t)h.shape[1];
 	uint64_t rows = h.shape[0];
-	size_t rowb = 4 * (size_t)d;
+	size_t rowb = es * (size_t)d;
 	uint64_t full = dn / rowb, part = dn % rowb;
 	uint64_t upto = full < rows ? full : rows;
 	for (uint64_t r = 0; r < upto; r++) {
@@ -1276,9 +1300,7 @@ static void npy_ref(oracle *o, const uint8_t *p, size_t n)
 			or_reject(o, r + 1);
 			return;
 		}
-		for (uint32_t i = 0; i < d; i++)
-			o->tmp[i] = u2f(get_le32(data + r * rowb + 4 * i));
-		if (!vec_ok(o, o->tmp, d)) {
+		if (npy_row_ref(o, data + r * rowb, d, es)) {
 			or_reject(o, r + 1);
 			return;
 		}
@@ -1673,17 +1695,18 @@ static void gen_texmex(rng *r, int kind, uint32_t dim, size_t rows, bytes *b)
 }
 
 /* The header dict (mostly as numpy.save writes it); `bad` picks a defect. */
-static void npy_dict(rng *r, bytes *h, uint32_t dim, uint64_t rows, int bad)
+static void npy_dict(rng *r, bytes *h, uint32_t dim, uint64_t rows, int bad, int f8)
 {
 	char descr[32] = "'<f4'", fortran[8] = "False", shape[64];
 	snprintf(shape, sizeof shape, "(%llu, %u)", (unsigned long long)rows, dim);
 	if (rnd(r, 3) == 0)
 		snprintf(shape, sizeof shape, "(%llu,%u,)", (unsigned long long)rows, dim);
+	descr[3] = f8 ? '8' : '4';
 	if (rnd(r, 5) == 0)
-		strcpy(descr, "\"<f4\"");
+		strcpy(descr, f8 ? "\"<f8\"" : "\"<f4\"");
 	switch (bad) {
 	case 0: break;
-	case 1: strcpy(descr, "'<f8'"); break;
+	case 1: strcpy(descr, rnd(r, 2) ? "'>f8'" : "'<f2'"); break;
 	case 2: strcpy(descr, "'>f4'"); break;
 	case 3: strcpy(descr, "'<i4'"); break;
 	case 4: strcpy(descr, "'|u1'"); break;
@@ -1713,12 +1736,14 @@ static void npy_dict(rng *r, bytes *h, uint32_t dim, uint64_t rows, int bad)
 	by_adds(h, rnd(r, 2) ? ", }" : "}");
 }
 
+/* Valid files are of float32 or (one in four) float64 values. */
 static void gen_npy(rng *r, uint32_t dim, size_t rows, int bad, bytes *b)
 {
 	int major = rnd(r, 4) == 0 ? 2 + (int)rnd(r, 2) : 1;
 	size_t pre = major == 1 ? 10 : 12;
+	int f8 = !bad && rnd(r, 4) == 0;
 	bytes h = {0};
-	npy_dict(r, &h, dim, rows, bad);
+	npy_dict(r, &h, dim, rows, bad, f8);
 	/* padded with spaces and a newline so that the data starts at a multiple of 64 */
 	size_t total = pre + h.n + 1;
 	size_t pad = (64 - total % 64) % 64;
@@ -1738,9 +1763,20 @@ static void gen_npy(rng *r, uint32_t dim, size_t rows, int bad, bytes *b)
 	by_add(b, h.p, h.n);
 	by_free(&h);
 	for (size_t i = 0; i < rows * dim; i++) {
-		uint8_t w[4];
-		put_le32(w, f2u(gen_value(r)));
-		by_add(b, w, 4);
+		uint8_t w[8];
+		float v = gen_value(r);
+		if (!f8) {
+			put_le32(w, f2u(v));
+			by_add(b, w, 4);
+			continue;
+		}
+		/* a float64 that rounds to v, or to a neighbour of it */
+		double d = rnd(r, 2) ? nextafter((double)v, 0.0) : (double)v;
+		uint64_t u;
+		memcpy(&u, &d, 8);
+		put_le32(w, (uint32_t)u);
+		put_le32(w + 4, (uint32_t)(u >> 32));
+		by_add(b, w, 8);
 	}
 }
 
@@ -2698,6 +2734,85 @@ static void test_quoted_keys(void **state)
 	model_free(&t.md);
 }
 
+/* An .npy file (version 1.0) of `rows` rows of `dim` float64 values, in
+ * the byte order `descr` names ('<f8' or '>f8'). */
+static void npy_f8_file(bytes *b, const char *descr, uint32_t rows, uint32_t dim, const double *vals)
+{
+	bytes h = {0};
+	by_printf(&h, "{'descr': '%s', 'fortran_order': False, 'shape': (%u, %u), }", descr, rows, dim);
+	while ((10 + h.n + 1) % 64)
+		by_byte(&h, ' ');
+	by_byte(&h, '\n');
+	by_add(b, "\x93NUMPY\x01\x00", 8);
+	by_byte(b, (uint8_t)h.n);
+	by_byte(b, (uint8_t)(h.n >> 8));
+	by_add(b, h.p, h.n);
+	by_free(&h);
+	for (size_t i = 0; i < (size_t)rows * dim; i++) {
+		uint8_t w[8];
+		memcpy(w, &vals[i], 8);
+		if (descr[0] == '>')
+			for (int j = 0; j < 4; j++) {
+				uint8_t c = w[j];
+				w[j] = w[7 - j];
+				w[7 - j] = c;
+			}
+		by_add(b, w, 8);
+	}
+}
+
+/* .npy of little-endian float64: converted to float32; a value past
+ * float32's range, big-endian data or a truncated file rejects the file. */
+static void test_npy_float64(void **state)
+{
+	fixture *f = *state;
+	run t;
+	fx_open(f, NULL);
+	run_init(&t, f, 4, VECFS_L2, 0x5eed000a);
+	vecfs *v = t.dm->store;
+	const double good[] = {0.1, 1.0 / 3, -2.5, 1e-3, 3.0, -0.0, 123456.789, 0x1p-20, 1e30, -1e-30, 7.0, 0.5,
+			       FLT_MAX, -FLT_MAX, 1e-46, 0x1.fffffefffffffp127};
+	bytes b = {0};
+	npy_f8_file(&b, "<f8", 4, 4, good);
+	run_file(&t, "f8.npy", K_NPY, b.p, b.n, 1);
+	uint32_t d;
+	assert_int_equal(vecfs_get(v, "1", 1, got_vec, VECFS_DIM_MAX, &d, NULL, 0, NULL), 0);
+	assert_int_equal(d, 4);
+	for (int i = 0; i < 4; i++)
+		assert_true(f2u(got_vec[i]) == f2u((float)good[4 + i]));
+	/* a float64 a little past FLT_MAX that rounds to it is FLT_MAX */
+	assert_int_equal(vecfs_get(v, "3", 1, got_vec, VECFS_DIM_MAX, &d, NULL, 0, NULL), 0);
+	assert_true(got_vec[0] == FLT_MAX && got_vec[1] == -FLT_MAX && got_vec[2] == 0 && got_vec[3] == FLT_MAX);
+	const double over[] = {1, 2, 3, 4, 1e39, 1, 1, 1};
+	const double inf[] = {1, 2, 3, 4, 1, INFINITY, 1, 1};
+	const double big[] = {1, 2, 3, 4, 1, -3.5e38, 1, 1};
+	const struct {
+		const char *name, *descr, *why;
+		const double *vals;
+		size_t cut;
+	} bad[] = {
+		{"over.npy", "<f8", "row 2: value 1 (1e+39) overflows float32", over, 0},
+		{"big.npy", "<f8", "row 2: value 2 (-3.5e+38) overflows float32", big, 0},
+		{"inf.npy", "<f8", "row 2: ", inf, 0},
+		{"be.npy", ">f8", "dtype '>f8': expected little-endian float32 ('<f4') or float64 ('<f8')", over, 0},
+		{"cut.npy", "<f8", "row 2: truncated: 20 of 32 bytes", over, 12},
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+		b.n = 0;
+		npy_f8_file(&b, bad[i].descr, 2, 4, bad[i].vals);
+		b.n -= bad[i].cut;
+		run_file(&t, bad[i].name, K_NPY, b.p, b.n, 0);
+		if (!strstr(err_last, bad[i].why))
+			fail_msg("%s: errors line '%s', expected '%s'", bad[i].name, err_last, bad[i].why);
+	}
+	by_free(&b);
+	assert_int_equal(t.committed, 1);
+	assert_int_equal(t.rejected, 5);
+	assert_int_equal(stats(v).records, 4);
+	check_whole_store(v, &t.md);
+	model_free(&t.md);
+}
+
 /* Who commits (a close by a lock owner that wrote), writes that do not
  * append, empty files, staged files, the buffer budget, a byte order mark,
  * long .npy headers. */
@@ -2932,6 +3047,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_bounds, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_rules, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_quoted_keys, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_npy_float64, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_fuzz, fx_setup, fx_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
