@@ -41,6 +41,13 @@ out=$(T "$VECFS" --help 2>&1)
 check help_usage grep -qi usage <<<"$out"
 out=$(T "$VECFS" --version 2>&1)
 check version_number grep -q '[0-9]' <<<"$out"
+# every tool: "NAME VERSION", the daemon's version, exit status 0
+version=$(head -n 1 <<<"$out" | awk '$1 == "vecfs" && NF == 2 { print $2 }')
+check version_name_first test -n "$version"
+for tool in vecfs-bench vecfs-data vecfs-churn vecfs-inspect; do
+	check "version_$tool" test "$(T "$(dirname "$VECFS")/$tool" --version 2>&1; echo "rc=$?")" == "$tool $version
+rc=0"
+done
 T "$VECFS" "$TMP/only-store" >/dev/null 2>&1
 check missing_mountpoint_fails test $? -ne 0
 
