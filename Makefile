@@ -70,7 +70,7 @@ $(BUILD)/vecfs-inspect: $(BUILD)/obj/tools/vecfs_inspect.o $(BUILD)/obj/tools/to
 		$(BUILD)/libvecfs.a
 	$(CC) $(CFLAGS) -o $@ $^ $(LIBS)
 
-$(BUILD)/vecfs-data: $(BUILD)/obj/tools/vecfs_data.o
+$(BUILD)/vecfs-data: $(BUILD)/obj/tools/vecfs_data.o $(BUILD)/obj/tools/toolutil.o
 	$(CC) $(CFLAGS) -o $@ $^ -lm -pthread
 
 # the daemon: main() over the fs/ library (every fs/ object but main.o),

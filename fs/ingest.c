@@ -16,6 +16,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdarg.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -64,6 +65,7 @@ struct ingest {
 	size_t rowlen, rowneed;
 	uint64_t rowno;    /* rows completed */
 	int npy_stage;     /* 0: magic and length, 1: header, 2: data */
+	int npy_f8;        /* '<f8': float64 values, converted to float32 */
 	size_t npy_hlen;
 	uint64_t npy_rows;
 	sbuf npy_hdr;
@@ -163,10 +165,19 @@ ingest *ingest_new(fs_daemon *dm, const char *name, int format, uint64_t opener)
 static void spool_clear(ingest *in);
 static void line_drop(ingest *in);
 
+/* The binary row buffer: the longest row of the format (.npy: float64). */
+static size_t row_size(const ingest *in)
+{
+	if (in->fmt == F_NPY)
+		return (size_t)8 * VECFS_DIM_MAX;
+	if (in->fmt == F_FVECS || in->fmt == F_BVECS)
+		return 4 + (size_t)4 * VECFS_DIM_MAX;
+	return 0;
+}
+
 static size_t scratch_size(const ingest *in)
 {
-	int binary = in->fmt == F_FVECS || in->fmt == F_BVECS || in->fmt == F_NPY;
-	return sizeof(float) * (VECFS_DIM_MAX + 1) + (binary ? 4 + (size_t)4 * VECFS_DIM_MAX : 0);
+	return sizeof(float) * (VECFS_DIM_MAX + 1) + row_size(in);
 }
 
 /* The row scratch buffers, made at the first write after the file was
@@ -181,9 +192,9 @@ static int scratch_get(ingest *in, int *over)
 		return -ENOMEM;
 	}
 	in->tmp = malloc(sizeof(float) * (VECFS_DIM_MAX + 1));
-	if (in->fmt == F_FVECS || in->fmt == F_BVECS || in->fmt == F_NPY)
-		in->row = malloc(4 + (size_t)4 * VECFS_DIM_MAX);
-	if (!in->tmp || (scratch_size(in) > sizeof(float) * (VECFS_DIM_MAX + 1) && !in->row)) {
+	if (row_size(in))
+		in->row = malloc(row_size(in));
+	if (!in->tmp || (row_size(in) && !in->row)) {
 		free(in->tmp);
 		free(in->row);
 		in->tmp = NULL;
@@ -375,8 +386,9 @@ static void spool_clear(ingest *in)
 }
 
 /* Check a complete row and add it to the spool. */
+/* numeric_key: the row's key reads as a number (a row of numbers only). */
 static int add_row(ingest *in, uint64_t where, const char *key, size_t klen, uint32_t dim,
-		   const char *payload, size_t plen)
+		   const char *payload, size_t plen, int numeric_key)
 {
 	char why[300] = "";
 	if (in->dim == 0) {
@@ -388,8 +400,9 @@ static int add_row(ingest *in, uint64_t where, const char *key, size_t klen, uin
 		in->dim_from_store = c.dim != 0;
 	}
 	if (dim != in->dim)
-		return fail_at(in, -EINVAL, where, "%u numbers, expected %u (%s)", dim, in->dim,
-			       in->dim_from_store ? "the store's dim" : "the dimension of the file's first row");
+		return fail_at(in, -EINVAL, where, "%u numbers, expected %u (%s)%s", dim, in->dim,
+			       in->dim_from_store ? "the store's dim" : "the dimension of the file's first row",
+			       numeric_key && dim + 1 == in->dim ? "; missing key column?" : "");
 	vecfs_row r = {key, klen, in->tmp, payload, plen};
 	int rc = vecfs_row_check(in->dm->store, &r, dim, why, sizeof why);
 	if (rc)
@@ -490,19 +503,73 @@ static int is_blank(char c)
 	return c == ' ' || c == '\t' || c == '\r';
 }
 
+/* The separator of a line (or of what follows its quoted key): .csv a
+ * comma, else a tab; .tsv a tab, else a comma; .txt a comma; else 0, blanks. */
+static char line_sep(int fmt, const char *s, size_t n)
+{
+	if (fmt == F_TSV)
+		return memchr(s, '\t', n) ? '\t' : memchr(s, ',', n) ? ',' : 0;
+	return memchr(s, ',', n) ? ',' : fmt == F_CSV && memchr(s, '\t', n) ? '\t' : 0;
+}
+
+/* A key double-quoted as in RFC 4180 at s[0] ("" inside is one quote),
+ * decoded into in->key; *end: just past the closing quote. */
+static int quoted_key(ingest *in, const char *s, size_t n, size_t *end)
+{
+	uint64_t where = in->lineno;
+	size_t i = 1;
+	sb_reset(&in->key);
+	for (;;) {
+		const char *q = memchr(s + i, '"', n - i);
+		if (!q)
+			return fail_at(in, -EINVAL, where, "the quoted key has no closing quote");
+		size_t at = (size_t)(q - s);
+		sb_add(&in->key, s + i, at - i);
+		if (at + 1 < n && s[at + 1] == '"') {
+			sb_add(&in->key, "\"", 1);
+			i = at + 2;
+			continue;
+		}
+		*end = at + 1;
+		break;
+	}
+	if (in->key.oom)
+		return fail_at(in, -ENOMEM, where, "out of memory");
+	if (in->key.len == 0)
+		return fail_at(in, -EINVAL, where, "the quoted key \"\" is empty");
+	return 0;
+}
+
 static int delim_line(ingest *in, const char *s, size_t n)
 {
 	uint64_t where = in->lineno;
-	char sep = 0;
-	if (in->fmt == F_TSV)
-		sep = memchr(s, '\t', n) ? '\t' : memchr(s, ',', n) ? ',' : 0;
-	else
-		sep = memchr(s, ',', n) ? ',' : in->fmt == F_CSV && memchr(s, '\t', n) ? '\t' : 0;
 	const char *key = NULL;
 	size_t klen = 0;
-	uint32_t cnt = 0;
 	size_t pos = 0;
-	unsigned field = 0;
+	int quoted = s[0] == '"';
+	if (quoted) {
+		int rc = quoted_key(in, s, n, &pos);
+		if (rc)
+			return rc;
+		key = in->key.p;
+		klen = in->key.len;
+	}
+	char sep = line_sep(in->fmt, s + pos, n - pos);
+	if (quoted) {
+		/* after the closing quote: blanks, then the separator */
+		size_t q = pos;
+		while (pos < n && is_blank(s[pos]) && s[pos] != sep)
+			pos++;
+		if (pos == n)
+			return fail_at(in, -EINVAL, where, "a key and no numbers (expected KEY then the vector)");
+		if (sep ? s[pos] != sep : pos == q)
+			return fail_at(in, -EINVAL, where, "text after the closing quote of the key (expected %s)",
+				       sep == ',' ? "a comma" : sep ? "a tab" : "a blank");
+		if (sep)
+			pos++;
+	}
+	uint32_t cnt = 0;
+	unsigned field = quoted;
 	while (pos <= n) {
 		const char *f;
 		size_t fl;
@@ -548,7 +615,9 @@ static int delim_line(ingest *in, const char *s, size_t n)
 	}
 	if (cnt == 0)
 		return fail_at(in, -EINVAL, where, "a key and no numbers (expected KEY then the vector)");
-	return add_row(in, where, key, klen, cnt, NULL, 0);
+	float k;
+	int numeric = !quoted && klen <= 64 && parse_float(key, klen, &k) == 0;
+	return add_row(in, where, key, klen, cnt, NULL, 0, numeric);
 }
 
 /* ---------------------------------------------------------------- JSON lines */
@@ -951,7 +1020,7 @@ out:
 	}
 	if (in->key.oom)
 		return fail_at(in, -ENOMEM, where, "out of memory");
-	return add_row(in, where, in->key.p ? in->key.p : "", in->key.len, cnt, payload, plen);
+	return add_row(in, where, in->key.p ? in->key.p : "", in->key.len, cnt, payload, plen, 0);
 }
 
 /* ---------------------------------------------------------------- text lines */
@@ -1049,6 +1118,14 @@ static float rd_lef32(const uint8_t *p)
 	return f;
 }
 
+static double rd_lef64(const uint8_t *p)
+{
+	uint64_t u = (uint64_t)rd_le32(p) | (uint64_t)rd_le32(p + 4) << 32;
+	double d;
+	memcpy(&d, &u, 8);
+	return d;
+}
+
 static int npy_dict(ingest *in, char *buf);
 
 /* Parse the python-literal header dict of an .npy file. */
@@ -1076,10 +1153,12 @@ static int npy_dict(ingest *in, char *buf)
 	d++;
 	while (*d == ' ')
 		d++;
-	if (strncmp(d, "'<f4'", 5) && strncmp(d, "\"<f4\"", 5)) {
+	in->npy_f8 = !strncmp(d, "'<f8'", 5) || !strncmp(d, "\"<f8\"", 5);
+	if (!in->npy_f8 && strncmp(d, "'<f4'", 5) && strncmp(d, "\"<f4\"", 5)) {
 		char *e = strchr(d, ',');
 		int l = e ? (int)(e - d) : 10;
-		return fail_at(in, -EINVAL, 0, "dtype %.*s: expected little-endian float32 ('<f4')", l, d);
+		return fail_at(in, -EINVAL, 0,
+			       "dtype %.*s: expected little-endian float32 ('<f4') or float64 ('<f8')", l, d);
 	}
 	fo = strchr(fo + 15, ':');
 	if (!fo)
@@ -1126,7 +1205,7 @@ static int npy_dict(ingest *in, char *buf)
 		return fail_at(in, -EINVAL, 0, "dimension %llu is out of range 1..%d",
 			       (unsigned long long)dims[1], VECFS_DIM_MAX);
 	in->npy_rows = dims[0];
-	in->rowneed = (size_t)dims[1] * 4;
+	in->rowneed = (size_t)dims[1] * (in->npy_f8 ? 8 : 4);
 	in->npy_stage = 2;
 	return 0;
 }
@@ -1200,12 +1279,19 @@ static int bin_row_done(ingest *in)
 	uint64_t where = ++in->rowno;
 	uint32_t dim;
 	if (in->fmt == F_NPY) {
-		dim = (uint32_t)(in->rowneed / 4);
+		dim = (uint32_t)(in->rowneed / (in->npy_f8 ? 8 : 4));
 		if (where > in->npy_rows)
 			return fail_at(in, -EINVAL, where, "data beyond the %llu rows the header declares",
 				       (unsigned long long)in->npy_rows);
-		for (uint32_t i = 0; i < dim; i++)
+		for (uint32_t i = 0; i < dim && !in->npy_f8; i++)
 			in->tmp[i] = rd_lef32(in->row + 4 * i);
+		for (uint32_t i = 0; i < dim && in->npy_f8; i++) {
+			double v = rd_lef64(in->row + 8 * i);
+			in->tmp[i] = (float)v;
+			/* NaN and ±Inf pass on to the row check, which names them */
+			if (isfinite(v) && isinf(in->tmp[i]))
+				return fail_at(in, -EINVAL, where, "value %u (%g) overflows float32", i + 1, v);
+		}
 	} else if (in->fmt == F_FVECS) {
 		dim = rd_le32(in->row);
 		for (uint32_t i = 0; i < dim; i++)
@@ -1215,7 +1301,7 @@ static int bin_row_done(ingest *in)
 		for (uint32_t i = 0; i < dim; i++)
 			in->tmp[i] = (float)in->row[4 + i];
 	}
-	return add_row(in, where, NULL, 0, dim, NULL, 0);
+	return add_row(in, where, NULL, 0, dim, NULL, 0, 0);
 }
 
 static int bin_feed(ingest *in, const uint8_t *p, size_t n)

@@ -58,4 +58,8 @@ const struct fuse_lowlevel_ops fs_ops = {
 	.fsyncdir = op_fsyncdir,
 	.statfs = op_statfs,
 	.create = op_create,
+	.getxattr = op_getxattr,
+	.listxattr = op_listxattr,
+	.setxattr = op_setxattr,
+	.removexattr = op_removexattr,
 };

@@ -5,6 +5,7 @@
  *   ops_file.c       create, open, read, write, flush, release, fsync, setattr
  *   ops_namespace.c  mkdir, rmdir, unlink, symlink, rename, readlink
  *   ops_dir.c        opendir, readdir, releasedir, fsyncdir
+ *   ops_xattr.c      getxattr, listxattr, setxattr, removexattr
  */
 #ifndef VECFS_FS_OPS_H
 #define VECFS_FS_OPS_H
@@ -66,5 +67,13 @@ void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
 void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi);
 void op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
 void op_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi);
+
+/* ---------------------------------------------------------------- ops_xattr.c */
+
+void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size);
+void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size);
+void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value, size_t size,
+		 int flags);
+void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name);
 
 #endif

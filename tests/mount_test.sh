@@ -41,6 +41,13 @@ out=$(T "$VECFS" --help 2>&1)
 check help_usage grep -qi usage <<<"$out"
 out=$(T "$VECFS" --version 2>&1)
 check version_number grep -q '[0-9]' <<<"$out"
+# every tool: "NAME VERSION", the daemon's version, exit status 0
+version=$(head -n 1 <<<"$out" | awk '$1 == "vecfs" && NF == 2 { print $2 }')
+check version_name_first test -n "$version"
+for tool in vecfs-bench vecfs-data vecfs-churn vecfs-inspect; do
+	check "version_$tool" test "$(T "$(dirname "$VECFS")/$tool" --version 2>&1; echo "rc=$?")" == "$tool $version
+rc=0"
+done
 T "$VECFS" "$TMP/only-store" >/dev/null 2>&1
 check missing_mountpoint_fails test $? -ne 0
 
@@ -156,6 +163,46 @@ check query_binary_self test "$(T cat "$M/query/q1/out" | head -n 1 | cut -f2)" 
 T mkdir -p "$M/query/pay"
 check query_payload test "$(printf 'k=1\n0.5 0.25 0.125 2\n' | put - "$M/query/pay/in")" == OK
 check query_payload_json grep -qF '"payload": {"tag": ["x", 1]}' <(T cat "$M/query/pay/out.json")
+# a record's payload is its extended attribute user.payload, read only
+cat >"$TMP/xattr.py" <<'PY'
+import ctypes, errno, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+def call(f, *a):
+    r = f(*a)
+    return 'ERR ' + errno.errorcode[ctypes.get_errno()] if r < 0 else r
+op, path = sys.argv[1], sys.argv[2].encode()
+name = sys.argv[3].encode() if len(sys.argv) > 3 else b''
+try:
+    if op == 'get':
+        print(os.getxattr(path, name).decode())
+    elif op == 'size':  # a size query, then a buffer one byte short
+        n = call(libc.getxattr, path, name, None, 0)
+        short = call(libc.getxattr, path, name, ctypes.create_string_buffer(64), n - 1) if isinstance(n, int) else ''
+        print(n, short)
+    elif op == 'list':
+        n = call(libc.listxattr, path, None, 0)
+        short = call(libc.listxattr, path, ctypes.create_string_buffer(64), n - 1) if isinstance(n, int) and n else ''
+        print(n, short, ' '.join(os.listxattr(path)))
+    elif op == 'set':
+        os.setxattr(path, name, b'1')
+    elif op == 'remove':
+        os.removexattr(path, name)
+    print('OK') if op in ('set', 'remove') else None
+except OSError as e:
+    print('ERR ' + errno.errorcode[e.errno])
+PY
+xa() { T "$PY" "$TMP/xattr.py" "$@"; }
+check xattr_payload test "$(xa get "$M/records/jé" user.payload)" == '{"tag": ["x", 1]}'
+check xattr_size_query test "$(xa size "$M/records/jé" user.payload)" == "17 ERR ERANGE"
+check xattr_list test "$(xa list "$M/records/jé")" == "13 ERR ERANGE user.payload"
+check xattr_none_enodata test "$(xa get "$M/records/k1" user.payload)" == "ERR ENODATA"
+check xattr_none_listed test "$(xa list "$M/records/k1")" == "0  "
+check xattr_other_name test "$(xa get "$M/records/jé" user.other)" == "ERR ENODATA"
+check xattr_other_file test "$(xa get "$M/README" user.payload)" == "ERR ENODATA"
+check xattr_set_enotsup test "$(xa set "$M/records/jé" user.payload)" == "ERR ENOTSUP"
+check xattr_remove_enotsup test "$(xa remove "$M/records/jé" user.payload)" == "ERR ENOTSUP"
+check xattr_set_other_enotsup test "$(xa set "$M/config" user.x)" == "ERR ENOTSUP"
+check xattr_unchanged test "$(xa get "$M/records/jé" user.payload)" == '{"tag": ["x", 1]}'
 check query_bad_in test "$(printf 'k=x\n1 2 3 4\n' | put - "$M/query/q1/in")" == "ERR EINVAL write"
 check query_bad_logged errors_has "query/q1/in: line 1"
 check query_bad_dim test "$(printf '1 2 3\n' | put - "$M/query/q1/in")" == "ERR EINVAL write"
@@ -954,6 +1001,10 @@ perms_other() {
 	grep -q "^[^ ]* $M [^ ]* [^ ]*default_permissions" /proc/self/mounts || return 1
 	nobody cat "$M/README" >/dev/null && nobody cat "$M/stats" >/dev/null &&
 		nobody cat "$M/config" >/dev/null && nobody ls "$M/generations" >/dev/null || return 1
+	# a payload is read only by the owner, like its record
+	[[ $(xa get "$M/records/p" user.payload) == 7 ]] || return 1
+	! nobody "$PY" -c 'import os, sys; os.getxattr(sys.argv[1], "user.payload")' "$M/records/p" &&
+		! nobody "$PY" -c 'import os, sys; os.listxattr(sys.argv[1])' "$M/records/p" || return 1
 	! nobody cat "$M/backup" >/dev/null && ! nobody cat "$M/errors" >/dev/null &&
 		! nobody ls "$M/records" >/dev/null && ! nobody ls "$M/ingest" >/dev/null &&
 		! nobody mkdir "$M/query/nb" && ! nobody sh -c "echo k = 9 >'$M/config'" &&
@@ -963,6 +1014,7 @@ perms_other() {
 if [[ $(id -u) == 0 ]] && command -v setpriv >/dev/null; then
 	chmod 711 "$TMP"
 	if mnt "$A" "$M" -o allow_other; then
+		put - "$M/ingest/p.jsonl" <<<'{"key": "p", "vector": [9, 9, 9, 9], "payload": 7}' >/dev/null
 		check perms_allow_other perms_other
 		umnt "$M"
 	else

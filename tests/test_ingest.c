@@ -589,13 +589,11 @@ static int line_row(oracle *o, uint64_t lineno, const char *key, size_t klen, ui
 	return 0;
 }
 
-/* A .csv/.tsv/.txt line (trimmed, not blank, not a comment). */
-static int delim_line_ref(oracle *o, int kind, const uint8_t *s, size_t n, uint64_t lineno)
+/* The fields of a .csv/.tsv/.txt line from pos (key: the quoted key, or
+ * NULL: the first field is the key). */
+static int delim_fields_ref(oracle *o, const uint8_t *s, size_t n, uint64_t lineno, char sep,
+			    const uint8_t *key, size_t klen, size_t pos)
 {
-	int comma = memchr(s, ',', n) != NULL, tab = memchr(s, '\t', n) != NULL;
-	char sep = kind == K_TSV ? (tab ? '\t' : comma ? ',' : 0) : comma ? ',' : (kind == K_CSV && tab) ? '\t' : 0;
-	const uint8_t *key = NULL;
-	size_t klen = 0, pos = 0;
 	uint32_t cnt = 0;
 	int lamb = 0;
 	for (;;) {
@@ -639,6 +637,57 @@ static int delim_line_ref(oracle *o, int kind, const uint8_t *s, size_t n, uint6
 	if (cnt == 0)
 		return or_reject(o, lineno);
 	return line_row(o, lineno, (const char *)key, klen, cnt, NULL, 0, lamb);
+}
+
+/* A .csv/.tsv/.txt line (trimmed, not blank, not a comment).  A key may be
+ * double-quoted as in RFC 4180 ("" is one quote); the separator is then
+ * chosen from what follows the closing quote. */
+static int delim_line_ref(oracle *o, int kind, const uint8_t *s, size_t n, uint64_t lineno)
+{
+	const uint8_t *key = NULL;
+	size_t klen = 0, pos = 0;
+	bytes qk = {0};
+	if (s[0] == '"') {
+		for (pos = 1;; pos++) {
+			if (pos == n) {
+				by_free(&qk);
+				return or_reject(o, lineno);
+			}
+			if (s[pos] != '"') {
+				by_byte(&qk, s[pos]);
+				continue;
+			}
+			if (pos + 1 == n || s[pos + 1] != '"')
+				break;
+			by_byte(&qk, '"');
+			pos++;
+		}
+		pos++;
+		if (!qk.n) {
+			by_free(&qk);
+			return or_reject(o, lineno);
+		}
+		key = qk.p;
+		klen = qk.n;
+	}
+	int comma = memchr(s + pos, ',', n - pos) != NULL, tab = memchr(s + pos, '\t', n - pos) != NULL;
+	char sep = kind == K_TSV ? (tab ? '\t' : comma ? ',' : 0) : comma ? ',' : (kind == K_CSV && tab) ? '\t' : 0;
+	if (key) {
+		/* blanks, then the separator (at least one blank when there is none) */
+		size_t st = pos;
+		while (pos < n && blank(s[pos]) && s[pos] != (uint8_t)sep)
+			pos++;
+		int ok = pos < n && (sep ? s[pos] == (uint8_t)sep : pos > st);
+		if (!ok) {
+			by_free(&qk);
+			return or_reject(o, lineno);
+		}
+		if (sep)
+			pos++;
+	}
+	int rc = delim_fields_ref(o, s, n, lineno, sep, key, klen, pos);
+	by_free(&qk);
+	return rc;
 }
 
 /* ---- JSON, read strictly (RFC 8259) */
@@ -1167,6 +1216,25 @@ static int npy_header_ref(const uint8_t *h, size_t n, npyhdr *out)
 	return i == n;
 }
 
+/* One .npy row of d values of es bytes (4: float32; 8: float64, which must
+ * fit float32) into o->tmp: -1 when it is not a good row. */
+static int npy_row_ref(oracle *o, const uint8_t *p, uint32_t d, size_t es)
+{
+	for (uint32_t i = 0; i < d; i++) {
+		if (es == 4) {
+			o->tmp[i] = u2f(get_le32(p + 4 * i));
+			continue;
+		}
+		uint64_t u = get_le32(p + 8 * i) | (uint64_t)get_le32(p + 8 * i + 4) << 32;
+		double v;
+		memcpy(&v, &u, 8);
+		o->tmp[i] = (float)v;
+		if (isfinite(v) && !isfinite(o->tmp[i]))
+			return -1; /* rounds past float32's range */
+	}
+	return vec_ok(o, o->tmp, d) ? 0 : -1;
+}
+
 static void npy_ref(oracle *o, const uint8_t *p, size_t n)
 {
 	if (n == 0)
@@ -1193,18 +1261,22 @@ static void npy_ref(oracle *o, const uint8_t *p, size_t n)
 	size_t dn = n - off - hl;
 	if (!strict) {
 		/* not numpy.save's header: whatever the parser read of it, rows it
-		 * commits are the data read as rows of the store's dim */
+		 * commits are the data read as rows of the store's dim, of float64
+		 * where its 'descr' says '<f8' */
 		o->amb = 1;
 		assert_true(o->sdim != 0);
-		size_t rowb = 4 * (size_t)o->sdim;
+		const uint8_t *ds = memmem(p + off, hl, "'descr'", 7);
+		const uint8_t *c = ds ? memchr(ds, ':', hl - (size_t)(ds - (p + off))) : NULL;
+		while (c && c + 1 < p + off + hl && c[1] == ' ')
+			c++;
+		size_t es = c && p + off + hl - c > 5 && (!memcmp(c + 1, "'<f8'", 5) || !memcmp(c + 1, "\"<f8\"", 5)) ? 8 : 4;
+		size_t rowb = es * o->sdim;
 		if (dn % rowb) {
 			or_reject(o, 0);
 			return;
 		}
 		for (size_t r = 0; r < dn / rowb; r++) {
-			for (uint32_t i = 0; i < o->sdim; i++)
-				o->tmp[i] = u2f(get_le32(data + r * rowb + 4 * i));
-			if (!vec_ok(o, o->tmp, o->sdim)) {
+			if (npy_row_ref(o, data + r * rowb, o->sdim, es)) {
 				or_reject(o, 0);
 				return;
 			}
@@ -1212,14 +1284,15 @@ static void npy_ref(oracle *o, const uint8_t *p, size_t n)
 		}
 		return;
 	}
-	if (strcmp(h.descr, "<f4") || h.fortran || h.nd != 2 || h.shape[1] == 0 ||
+	size_t es = !strcmp(h.descr, "<f8") ? 8 : 4;
+	if ((es == 4 && strcmp(h.descr, "<f4")) || h.fortran || h.nd != 2 || h.shape[1] == 0 ||
 	    h.shape[1] > VECFS_DIM_MAX) {
 		or_reject(o, 0);
 		return;
 	}
 	uint32_t d = (uint32_t)h.shape[1];
 	uint64_t rows = h.shape[0];
-	size_t rowb = 4 * (size_t)d;
+	size_t rowb = es * (size_t)d;
 	uint64_t full = dn / rowb, part = dn % rowb;
 	uint64_t upto = full < rows ? full : rows;
 	for (uint64_t r = 0; r < upto; r++) {
@@ -1227,9 +1300,7 @@ static void npy_ref(oracle *o, const uint8_t *p, size_t n)
 			or_reject(o, r + 1);
 			return;
 		}
-		for (uint32_t i = 0; i < d; i++)
-			o->tmp[i] = u2f(get_le32(data + r * rowb + 4 * i));
-		if (!vec_ok(o, o->tmp, d)) {
+		if (npy_row_ref(o, data + r * rowb, d, es)) {
 			or_reject(o, r + 1);
 			return;
 		}
@@ -1552,16 +1623,33 @@ static void gen_text(rng *r, int kind, uint32_t dim, size_t rows, const model *m
 				   : kind == K_TSV ? (mode == 0 ? '\t' : mode == 1 ? ',' : 0)
 						   : (mode == 0 ? ',' : 0);
 			bytes key = {0};
-			gen_key(r, sep ? sep : 0, m, &key);
-			/* no comma may appear where the line is to be split on tabs or blanks */
-			int commas_ok = sep == ',' || (kind == K_TSV && sep == '\t');
-			for (size_t j = 0; !commas_ok && j < key.n; j++)
-				if (key.p[j] == ',')
-					key.p[j] = '_';
-			/* a line starting with '#' is a comment */
-			if (key.n && key.p[0] == '#')
-				key.p[0] = '_';
-			by_add(b, key.p, key.n);
+			if (rnd(r, 5) == 0) {
+				/* double-quoted as in RFC 4180: separators, blanks and a
+				 * leading '#' inside; a quote doubled */
+				gen_key(r, ',', m, &key);
+				if (rnd(r, 3) == 0) {
+					const char *lead = rnd(r, 2) ? "#" : ", ";
+					by_insert(&key, 0, lead, strlen(lead));
+				}
+				by_byte(b, '"');
+				for (size_t j = 0; j < key.n; j++) {
+					if (key.p[j] == '"')
+						by_byte(b, '"');
+					by_byte(b, key.p[j]);
+				}
+				by_byte(b, '"');
+			} else {
+				gen_key(r, sep ? sep : 0, m, &key);
+				/* no comma may appear where the line is to be split on tabs or blanks */
+				int commas_ok = sep == ',' || (kind == K_TSV && sep == '\t');
+				for (size_t j = 0; !commas_ok && j < key.n; j++)
+					if (key.p[j] == ',')
+						key.p[j] = '_';
+				/* a line starting with '#' is a comment */
+				if (key.n && key.p[0] == '#')
+					key.p[0] = '_';
+				by_add(b, key.p, key.n);
+			}
 			by_free(&key);
 			for (uint32_t j = 0; j < dim; j++) {
 				char t[64];
@@ -1607,17 +1695,18 @@ static void gen_texmex(rng *r, int kind, uint32_t dim, size_t rows, bytes *b)
 }
 
 /* The header dict (mostly as numpy.save writes it); `bad` picks a defect. */
-static void npy_dict(rng *r, bytes *h, uint32_t dim, uint64_t rows, int bad)
+static void npy_dict(rng *r, bytes *h, uint32_t dim, uint64_t rows, int bad, int f8)
 {
 	char descr[32] = "'<f4'", fortran[8] = "False", shape[64];
 	snprintf(shape, sizeof shape, "(%llu, %u)", (unsigned long long)rows, dim);
 	if (rnd(r, 3) == 0)
 		snprintf(shape, sizeof shape, "(%llu,%u,)", (unsigned long long)rows, dim);
+	descr[3] = f8 ? '8' : '4';
 	if (rnd(r, 5) == 0)
-		strcpy(descr, "\"<f4\"");
+		strcpy(descr, f8 ? "\"<f8\"" : "\"<f4\"");
 	switch (bad) {
 	case 0: break;
-	case 1: strcpy(descr, "'<f8'"); break;
+	case 1: strcpy(descr, rnd(r, 2) ? "'>f8'" : "'<f2'"); break;
 	case 2: strcpy(descr, "'>f4'"); break;
 	case 3: strcpy(descr, "'<i4'"); break;
 	case 4: strcpy(descr, "'|u1'"); break;
@@ -1647,12 +1736,14 @@ static void npy_dict(rng *r, bytes *h, uint32_t dim, uint64_t rows, int bad)
 	by_adds(h, rnd(r, 2) ? ", }" : "}");
 }
 
+/* Valid files are of float32 or (one in four) float64 values. */
 static void gen_npy(rng *r, uint32_t dim, size_t rows, int bad, bytes *b)
 {
 	int major = rnd(r, 4) == 0 ? 2 + (int)rnd(r, 2) : 1;
 	size_t pre = major == 1 ? 10 : 12;
+	int f8 = !bad && rnd(r, 4) == 0;
 	bytes h = {0};
-	npy_dict(r, &h, dim, rows, bad);
+	npy_dict(r, &h, dim, rows, bad, f8);
 	/* padded with spaces and a newline so that the data starts at a multiple of 64 */
 	size_t total = pre + h.n + 1;
 	size_t pad = (64 - total % 64) % 64;
@@ -1672,9 +1763,20 @@ static void gen_npy(rng *r, uint32_t dim, size_t rows, int bad, bytes *b)
 	by_add(b, h.p, h.n);
 	by_free(&h);
 	for (size_t i = 0; i < rows * dim; i++) {
-		uint8_t w[4];
-		put_le32(w, f2u(gen_value(r)));
-		by_add(b, w, 4);
+		uint8_t w[8];
+		float v = gen_value(r);
+		if (!f8) {
+			put_le32(w, f2u(v));
+			by_add(b, w, 4);
+			continue;
+		}
+		/* a float64 that rounds to v, or to a neighbour of it */
+		double d = rnd(r, 2) ? nextafter((double)v, 0.0) : (double)v;
+		uint64_t u;
+		memcpy(&u, &d, 8);
+		put_le32(w, (uint32_t)u);
+		put_le32(w + 4, (uint32_t)(u >> 32));
+		by_add(b, w, 8);
 	}
 }
 
@@ -2577,6 +2679,140 @@ static int has_key(vecfs *v, const char *k)
 	return vecfs_get(v, k, strlen(k), got_vec, VECFS_DIM_MAX, &(uint32_t){0}, NULL, 0, NULL) == 0;
 }
 
+/* Keys double-quoted as in RFC 4180 in .csv, .tsv and .txt; a quote left
+ * open or an empty quoted key rejects the file; a row of numbers one short
+ * of dim is told it may lack its key. */
+static void test_quoted_keys(void **state)
+{
+	fixture *f = *state;
+	run t;
+	fx_open(f, NULL);
+	run_init(&t, f, 3, VECFS_L2, 0x5eed0009);
+	vecfs *v = t.dm->store;
+	static const struct {
+		int kind;
+		const char *name, *text, *keys[3];
+	} good[] = {
+		{K_CSV, "q.csv", "\"a, b\",1,2,3\n\"say \"\"hi\"\"\" , 2,2,3\n\"#not a comment\",3,2,3\n",
+		 {"a, b", "say \"hi\"", "#not a comment"}},
+		{K_TXT, "q.txt", "\"two words\" 5 2 3\n  \"x\"\"y\"\t6 2 3\n\"1,5\",1,2,3\n", {"two words", "x\"y", "1,5"}},
+		{K_TSV, "q.tsv", "\"tab, key\"\t7\t2\t3\n\"\"\"\"\t8\t2\t3\r\n\"a b\" ,9,2,3\n", {"tab, key", "\"", "a b"}},
+	};
+	for (size_t i = 0; i < sizeof good / sizeof *good; i++) {
+		run_file(&t, good[i].name, good[i].kind, (const uint8_t *)good[i].text, strlen(good[i].text), 1);
+		for (int k = 0; k < 3; k++)
+			assert_true(has_key(v, good[i].keys[k]));
+	}
+	assert_int_equal(t.committed, 3);
+	static const struct {
+		const char *text, *why;
+	} bad[] = {
+		{"ok9,1,1,1\n\"unterminated,1,2,3\n", "line 2: the quoted key has no closing quote"},
+		{"ok9,1,1,1\n\"\",1,2,3\n", "line 2: the quoted key \"\" is empty"},
+		{"ok9,1,1,1\n\"a\"b,1,2,3\n", "line 2: text after the closing quote of the key"},
+		{"ok9,1,1,1\n\"a\"\n", "line 2: a key and no numbers"},
+		{"ok9,1,1,1\n\"a\"\"\n", "line 2: the quoted key has no closing quote"},
+		{"ok9,1,1,1\n\"a\",\n", "line 2: field 2 is empty"},
+		{"ok9 1 1 1\n\"a\"1 2 3\n", "line 2: text after the closing quote of the key (expected a blank)"},
+		{"ok9,1,1,1\n1.5,2,3\n", "line 2: 2 numbers, expected 3 (the store's dim); missing key column?"},
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+		char name[32];
+		snprintf(name, sizeof name, "bad%zu.%s", i, i == 6 ? "txt" : "csv");
+		run_file(&t, name, i == 6 ? K_TXT : K_CSV, (const uint8_t *)bad[i].text, strlen(bad[i].text), 0);
+		if (!strstr(err_last, bad[i].why))
+			fail_msg("%s: errors line '%s', expected '%s'", name, err_last, bad[i].why);
+		assert_false(has_key(v, "ok9"));
+	}
+	/* a key that is not a number, or a row two short: no hint */
+	run_file(&t, "short.csv", K_CSV, (const uint8_t *)"k,2,3\n", 6, 0);
+	assert_null(strstr(err_last, "missing key"));
+	run_file(&t, "shorter.csv", K_CSV, (const uint8_t *)"1,3\n", 4, 0);
+	assert_null(strstr(err_last, "missing key"));
+	assert_int_equal(t.rejected, 10);
+	check_whole_store(v, &t.md);
+	model_free(&t.md);
+}
+
+/* An .npy file (version 1.0) of `rows` rows of `dim` float64 values, in
+ * the byte order `descr` names ('<f8' or '>f8'). */
+static void npy_f8_file(bytes *b, const char *descr, uint32_t rows, uint32_t dim, const double *vals)
+{
+	bytes h = {0};
+	by_printf(&h, "{'descr': '%s', 'fortran_order': False, 'shape': (%u, %u), }", descr, rows, dim);
+	while ((10 + h.n + 1) % 64)
+		by_byte(&h, ' ');
+	by_byte(&h, '\n');
+	by_add(b, "\x93NUMPY\x01\x00", 8);
+	by_byte(b, (uint8_t)h.n);
+	by_byte(b, (uint8_t)(h.n >> 8));
+	by_add(b, h.p, h.n);
+	by_free(&h);
+	for (size_t i = 0; i < (size_t)rows * dim; i++) {
+		uint8_t w[8];
+		memcpy(w, &vals[i], 8);
+		if (descr[0] == '>')
+			for (int j = 0; j < 4; j++) {
+				uint8_t c = w[j];
+				w[j] = w[7 - j];
+				w[7 - j] = c;
+			}
+		by_add(b, w, 8);
+	}
+}
+
+/* .npy of little-endian float64: converted to float32; a value past
+ * float32's range, big-endian data or a truncated file rejects the file. */
+static void test_npy_float64(void **state)
+{
+	fixture *f = *state;
+	run t;
+	fx_open(f, NULL);
+	run_init(&t, f, 4, VECFS_L2, 0x5eed000a);
+	vecfs *v = t.dm->store;
+	const double good[] = {0.1, 1.0 / 3, -2.5, 1e-3, 3.0, -0.0, 123456.789, 0x1p-20, 1e30, -1e-30, 7.0, 0.5,
+			       FLT_MAX, -FLT_MAX, 1e-46, 0x1.fffffefffffffp127};
+	bytes b = {0};
+	npy_f8_file(&b, "<f8", 4, 4, good);
+	run_file(&t, "f8.npy", K_NPY, b.p, b.n, 1);
+	uint32_t d;
+	assert_int_equal(vecfs_get(v, "1", 1, got_vec, VECFS_DIM_MAX, &d, NULL, 0, NULL), 0);
+	assert_int_equal(d, 4);
+	for (int i = 0; i < 4; i++)
+		assert_true(f2u(got_vec[i]) == f2u((float)good[4 + i]));
+	/* a float64 a little past FLT_MAX that rounds to it is FLT_MAX */
+	assert_int_equal(vecfs_get(v, "3", 1, got_vec, VECFS_DIM_MAX, &d, NULL, 0, NULL), 0);
+	assert_true(got_vec[0] == FLT_MAX && got_vec[1] == -FLT_MAX && got_vec[2] == 0 && got_vec[3] == FLT_MAX);
+	const double over[] = {1, 2, 3, 4, 1e39, 1, 1, 1};
+	const double inf[] = {1, 2, 3, 4, 1, INFINITY, 1, 1};
+	const double big[] = {1, 2, 3, 4, 1, -3.5e38, 1, 1};
+	const struct {
+		const char *name, *descr, *why;
+		const double *vals;
+		size_t cut;
+	} bad[] = {
+		{"over.npy", "<f8", "row 2: value 1 (1e+39) overflows float32", over, 0},
+		{"big.npy", "<f8", "row 2: value 2 (-3.5e+38) overflows float32", big, 0},
+		{"inf.npy", "<f8", "row 2: ", inf, 0},
+		{"be.npy", ">f8", "dtype '>f8': expected little-endian float32 ('<f4') or float64 ('<f8')", over, 0},
+		{"cut.npy", "<f8", "row 2: truncated: 20 of 32 bytes", over, 12},
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+		b.n = 0;
+		npy_f8_file(&b, bad[i].descr, 2, 4, bad[i].vals);
+		b.n -= bad[i].cut;
+		run_file(&t, bad[i].name, K_NPY, b.p, b.n, 0);
+		if (!strstr(err_last, bad[i].why))
+			fail_msg("%s: errors line '%s', expected '%s'", bad[i].name, err_last, bad[i].why);
+	}
+	by_free(&b);
+	assert_int_equal(t.committed, 1);
+	assert_int_equal(t.rejected, 5);
+	assert_int_equal(stats(v).records, 4);
+	check_whole_store(v, &t.md);
+	model_free(&t.md);
+}
+
 /* Who commits (a close by a lock owner that wrote), writes that do not
  * append, empty files, staged files, the buffer budget, a byte order mark,
  * long .npy headers. */
@@ -2810,6 +3046,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_file_states, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_bounds, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_rules, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_quoted_keys, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_npy_float64, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_fuzz, fx_setup, fx_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

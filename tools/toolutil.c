@@ -11,6 +11,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "vecfs.h"
+
 static const char *prog_name = "";
 static void (*error_hook)(void);
 
@@ -18,6 +20,14 @@ void tool_init(const char *prog, void (*before_error)(void))
 {
 	prog_name = prog;
 	error_hook = before_error;
+}
+
+int tool_version(int argc, char **argv)
+{
+	if (argc < 2 || strcmp(argv[1], "--version"))
+		return -1;
+	printf("%s %s\n", prog_name, VECFS_VERSION);
+	return fflush(stdout) ? 1 : 0;
 }
 
 static void error_prefix(void)

@@ -13,6 +13,10 @@
  * error is printed (e.g. to end a progress line; may be NULL). */
 void tool_init(const char *prog, void (*before_error)(void));
 
+/* With --version as the first argument: print "<prog> VERSION" (the
+ * library's VECFS_VERSION) and return the exit status; else -1. */
+int tool_version(int argc, char **argv);
+
 /* Print "<prog>: <what>: <strerror(-rc)>[: <detail>]" and return rc. */
 int tool_fail(int rc, const char *detail, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));

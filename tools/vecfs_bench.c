@@ -2788,6 +2788,9 @@ int main(int argc, char **argv)
 	int rc;
 
 	tool_init(PROG, progress_break);
+	int vs = tool_version(argc, argv);
+	if (vs >= 0)
+		return vs;
 	if (parse_args(argc, argv, &opt))
 		return 1;
 	if (opt.help) {

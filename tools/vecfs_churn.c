@@ -1517,6 +1517,9 @@ int main(int argc, char **argv)
 	int rc;
 
 	tool_init(PROG, NULL);
+	int vs = tool_version(argc, argv);
+	if (vs >= 0)
+		return vs;
 	if (parse_args(argc, argv, &opt))
 		return 2;
 	if (opt.help) {

@@ -37,6 +37,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "toolutil.h"
+
 #define PROG "vecfs-data"
 #define CHUNK_ROWS 4096        /* rows generated and written at a time */
 #define MAX_DIM (1u << 20)
@@ -1021,6 +1023,10 @@ int main(int argc, char **argv)
 {
 	struct options o;
 
+	tool_init(PROG, NULL);
+	int vs = tool_version(argc, argv);
+	if (vs >= 0)
+		return vs;
 	parse_args(argc, argv, &o);
 	if (o.help) {
 		fputs(usage_text, stdout);

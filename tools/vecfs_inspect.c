@@ -219,6 +219,9 @@ static int get(vecfs *v, const char *key)
 int main(int argc, char **argv)
 {
 	tool_init(PROG, NULL);
+	int vs = tool_version(argc, argv);
+	if (vs >= 0)
+		return vs;
 	if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
 		fputs(usage_text, stdout);
 		return 0;
