@@ -155,12 +155,14 @@ static int cmp_probe(const void *a, const void *b)
 }
 
 /* nprobe nearest centroids of q, nearest first. */
-static int probe(search *s, query *q, float *dots)
+static int probe(search *s, query *q, float *dots, uint32_t list)
 {
 	const vf_gen *g = s->g;
 	uint32_t nl = g->meta.nlist, np = s->nprobe < nl ? s->nprobe : nl;
 	if (s->target > 0) /* as many again, for the second look */
 		np = np < nl / 2 ? 2 * np : nl;
+	if (list)
+		np = list < nl ? list : nl;
 	vf_cindex_dots(&g->ci, q->q, dots);
 	/* max-heap of the np best (score, cluster) */
 	uint32_t n = 0;
@@ -239,6 +241,26 @@ static int probe(search *s, query *q, float *dots)
 	return (int)n;
 }
 
+int vf_probe_more(search *s, query *q, uint32_t list)
+{
+	uint32_t *np = vf_realloc(q->probe, sizeof(uint32_t) * ((size_t)list + 1));
+	if (np)
+		q->probe = np;
+	float *pd = vf_realloc(q->pdist, sizeof(float) * ((size_t)list + 1));
+	if (pd)
+		q->pdist = pd;
+	float *dots = vf_malloc(sizeof(float) * s->g->ci.npanels * VF_PANEL);
+	if (!np || !pd || !dots) {
+		free(dots);
+		return -ENOMEM;
+	}
+	uint32_t keep = q->np;
+	probe(s, q, dots, list);
+	q->np = keep;
+	free(dots);
+	return 0;
+}
+
 #define LOCATE_AHEAD 16 /* clusters located (and prefetched) at a time */
 
 typedef struct pair {
@@ -268,7 +290,7 @@ int vf_scan_ivf(search *s, int again)
 		goto out;
 	}
 	for (size_t i = 0; i < s->nq && !again; i++)
-		probe(s, &s->qs[i], dots);
+		probe(s, &s->qs[i], dots, 0);
 	for (size_t i = 0; i < s->nq; i++)
 		m += s->qs[i].np - s->qs[i].from;
 	pairs = vf_malloc(sizeof(pair) * (m ? m : 1));

@@ -295,7 +295,7 @@ static int search_run(search *s, const float *queries, size_t nq, size_t first,
 	 * re-ranked into the results (those left from the first re-rank
 	 * could not enter them then, nor can they now) */
 	int looks = 0;
-	for (size_t i = 0; i < nq && rule.gamma > 0; i++) {
+	for (size_t i = 0; i < nq && rule.gamma > 0 && rc == 0; i++) {
 		query *q = &s->qs[i];
 		q->from = q->np;
 		if (q->top.n < s->k || q->np >= q->listed)
@@ -304,11 +304,11 @@ static int search_run(search *s, const float *queries, size_t nq, size_t first,
 		uint32_t r = q->np;
 		while (r < q->listed && q->pdist[r] + q->scale <= lim)
 			r++;
-		if (r == q->listed && r < s->gm.nlist) {
-			/* every listed one is near: a search of twice as many */
-			q->wide = 2 * r;
-			continue;
-		}
+		/* every listed one is near: twice as many listed */
+		while (rc == 0 && r == q->listed && r < s->gm.nlist &&
+		       (rc = vf_probe_more(s, q, 2 * q->listed)) == 0)
+			while (r < q->listed && q->pdist[r] + q->scale <= lim)
+				r++;
 		q->np = r;
 		q->nc = 0;
 		looks += r > q->from;
@@ -318,9 +318,7 @@ static int search_run(search *s, const float *queries, size_t nq, size_t first,
 	for (size_t i = 0; i < nq && rc == 0 && looks; i++)
 		if (s->qs[i].np > s->qs[i].from)
 			rc = vf_rerank(s, &s->qs[i]);
-	for (size_t i = 0; i < nq && rc == 0; i++)
-		if (s->qs[i].wide)
-			rc = widen(s, i, queries + i * dim, first + i, &o, s->qs[i].wide, err, errlen);
+
 	/* min(k, live records) results: a query whose probed clusters held
 	 * fewer live postings probes again, more clusters */
 	uint64_t want = cnt.live < s->k ? cnt.live : s->k;

@@ -105,7 +105,6 @@ typedef struct query {
 	uint32_t from, np; /* it probes probe[from..np) */
 	uint32_t listed;   /* how many are listed (with a recall target,
 			    * twice nprobe, for the second look) */
-	uint32_t wide;     /* the second look's nprobe when it goes past them */
 	float scale;       /* the probing rule's scale (calibrate.h) */
 	vecfs_explain ex;
 } query;
@@ -201,6 +200,8 @@ int vf_scan_uncovered(search *s);
 int vf_rerank(search *s, query *q);
 /* Every live record scored exactly (score.c). */
 int vf_scan_exact(search *s);
+/* List query q's `list` nearest clusters afresh (its np stays) (probe.c). */
+int vf_probe_more(search *s, query *q, uint32_t list);
 /* Probe each query's nearest clusters and score them (probe.c); again:
  * the clusters probe[from..np) of each, its probe list already made. */
 int vf_scan_ivf(search *s, int again);
