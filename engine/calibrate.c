@@ -20,13 +20,17 @@
 
 #include "io.h"
 #include "kernels.h"
+#include "kmeans.h"
 #include "parallel.h"
 
 static const float targets[VF_CAL_NT] = {0.80f,  0.85f, 0.90f,  0.93f,  0.95f, 0.97f,
 					 0.98f,  0.99f, 0.995f, 0.998f, 0.999f, 0.9995f};
 static const uint32_t kvals[VF_CAL_NK] = {1, 10, 100};
 
-#define CAL_QUERIES 500
+#define CAL_QUERIES 500     /* sample queries ... */
+#define CAL_QUERIES_BIG 300 /* ... and from CAL_BIG records on (the brute
+			     * force costs queries x records) */
+#define CAL_BIG 250000
 #define CAL_M 200       /* nearest kept per sample query: twice the largest k */
 #define CAL_CHUNK 1024  /* records per chunk streamed through the cache */
 #define CAL_RANKS 8192  /* clusters followed per query at most */
@@ -91,38 +95,52 @@ static void *bf_run(void *arg)
 	bf_job *j = arg;
 	const vf_kernels *kn = vf_kernels_get();
 	float *buf = vf_malloc(sizeof(float) * CAL_CHUNK * j->dim);
-	if (!buf) {
+	float *dots = vf_malloc(sizeof(float) * (CAL_CHUNK + VF_PANEL));
+	float *qn2 = vf_malloc(sizeof(float) * (j->q1 - j->q0 + 1));
+	if (!buf || !dots || !qn2) {
 		j->rc = -ENOMEM;
-		return NULL;
+		goto out;
 	}
+	for (uint32_t qi = j->q0; qi < j->q1; qi++)
+		qn2[qi - j->q0] = kn->dot(j->qs[qi].q, j->qs[qi].q, j->dim);
+	/* each chunk of records as panels (kmeans.h): every sample query's
+	 * distances to it in one blocked product */
 	for (uint64_t c0 = 0; c0 < j->n; c0 += CAL_CHUNK) {
 		uint64_t cn = j->n - c0 < CAL_CHUNK ? j->n - c0 : CAL_CHUNK;
-		for (uint64_t i = 0; i < cn; i++) {
-			float *x = buf + i * j->dim;
-			j->vec(j->varg, c0 + i, x);
-			float n2 = kn->dot(x, x, j->dim);
-			if (n2 > j->max_norm2)
-				j->max_norm2 = n2;
+		vf_cindex ci;
+		for (uint64_t i = 0; i < cn; i++)
+			j->vec(j->varg, c0 + i, buf + i * j->dim);
+		if (vf_cindex_init(&ci, buf, (uint32_t)cn, j->dim)) {
+			j->rc = -ENOMEM;
+			break;
 		}
+		for (uint64_t i = 0; i < cn; i++)
+			if (ci.norms[i] > j->max_norm2)
+				j->max_norm2 = ci.norms[i];
 		for (uint32_t qi = j->q0; qi < j->q1; qi++) {
 			sq *s = &j->qs[qi];
+			vf_cindex_dots(&ci, s->q, dots);
 			for (uint64_t i = 0; i < cn; i++) {
 				if (c0 + i == s->self)
 					continue;
-				const float *x = buf + i * j->dim;
-				float d = j->metric == VECFS_DOT ? -kn->dot(s->q, x, j->dim)
-								: kn->l2sq(s->q, x, j->dim);
+				float d = j->metric == VECFS_DOT
+						  ? -dots[i]
+						  : ci.norms[i] - 2 * dots[i] + qn2[qi - j->q0];
 				if (d == d)
 					heap_push(s, d, c0 + i);
 			}
 		}
+		vf_cindex_free(&ci);
 		if (j->tick && (c0 / CAL_CHUNK) % 64 == 0 &&
 		    j->tick(j->targ, (int)(c0 * 100 / j->n))) {
 			j->rc = -ECANCELED;
 			break;
 		}
 	}
+out:
 	free(buf);
+	free(dots);
+	free(qn2);
 	return NULL;
 }
 
@@ -278,7 +296,7 @@ int vf_calibrate(const vf_gen *g, vecfs_metric metric, uint64_t n, vf_vec_fn vec
 		 int (*tick)(void *, int), void *targ, vf_calib *out)
 {
 	uint32_t dim = g->meta.dim, nl = g->meta.nlist;
-	uint32_t nq = n < CAL_QUERIES ? (uint32_t)n : CAL_QUERIES;
+	uint32_t nq = n >= CAL_BIG ? CAL_QUERIES_BIG : n < CAL_QUERIES ? (uint32_t)n : CAL_QUERIES;
 	uint32_t m = n - 1 < CAL_M ? (uint32_t)(n - 1) : CAL_M;
 	uint32_t ranks = nl < CAL_RANKS ? nl : CAL_RANKS;
 	int rc = -ENOMEM;
