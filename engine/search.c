@@ -173,7 +173,7 @@ static int widen(search *s, size_t i, const float *qv, size_t first,
 	wo.k = s->k;
 	wo.refine = s->refine;
 	wo.nprobe = s->nprobe > s->gm.nlist / 4 ? s->gm.nlist : s->nprobe * 4;
-	search w = {.v = s->v, .txn = s->txn, .active = s->active};
+	search w = {.v = s->v, .txn = s->txn, .active = s->active, .fset = s->fset};
 	int rc = search_run(&w, qv, 1, first, s->dim, &wo, err, errlen);
 	if (rc == 0) {
 		query t = s->qs[i];
@@ -258,6 +258,8 @@ static int search_run(search *s, const float *queries, size_t nq, size_t first,
 			return rc ? rc : -ENOMEM;
 		vf_qstate_set(&q->qs, &s->g->rot, q->q);
 	}
+	if (s->fset && s->fset->n <= VF_FSET_EXACT)
+		return vf_scan_set(s);
 	if (!s->g)
 		return vf_scan_exact(s);
 	vf_dirty_init(&s->dirty);
@@ -268,7 +270,8 @@ static int search_run(search *s, const float *queries, size_t nq, size_t first,
 		rc = vf_rerank(s, &s->qs[i]);
 	/* min(k, live records) results: a query whose probed clusters held
 	 * fewer live postings probes again, more clusters */
-	uint64_t want = cnt.live < s->k ? cnt.live : s->k;
+	uint64_t live = s->fset ? s->fset->n : cnt.live; /* (a filter: its matches) */
+	uint64_t want = live < s->k ? live : s->k;
 	for (size_t i = 0; i < nq && rc == 0; i++)
 		if (s->qs[i].top.n < want && s->nprobe < s->gm.nlist)
 			rc = widen(s, i, queries + i * dim, first + i, &o, err, errlen);
@@ -373,6 +376,11 @@ int vecfs_search(vecfs *v, const float *queries, size_t nq, uint32_t dim,
 		}
 	if ((rc = vf_read_begin(v->store, &txn[0])))
 		return rc;
+	vf_fset *fset = NULL; /* a filter's matches in this snapshot */
+	if (o.filter && (rc = vf_fset_build(v, txn[0], o.filter, o.filter_len, &fset, err, errlen))) {
+		vf_read_end(v->store, txn[0]);
+		return rc;
+	}
 	if (n > VF_PARALLEL_MAX)
 		n = VF_PARALLEL_MAX;
 	uint64_t active = o.exact ? 0 : vf_load_active(txn[0], v->store);
@@ -390,6 +398,7 @@ int vecfs_search(vecfs *v, const float *queries, size_t nq, uint32_t dim,
 	nparts = (nq + per - 1) / per;
 	parts = vf_calloc(nparts, sizeof *parts);
 	if (!parts) {
+		vf_fset_free(fset);
 		vf_read_end(v->store, txn[0]);
 		for (int t = 1; t < n; t++)
 			vf_read_end(v->store, txn[t]);
@@ -403,6 +412,7 @@ int vecfs_search(vecfs *v, const float *queries, size_t nq, uint32_t dim,
 			parts[p].v = v;
 			parts[p].txn = txn[t]; /* the snapshot of txn[0] (open_more) */
 			parts[p].active = active;
+			parts[p].fset = fset;
 		}
 	}
 	vf_parallel(cpu_run, jobs, sizeof *jobs, n);
@@ -417,6 +427,7 @@ int vecfs_search(vecfs *v, const float *queries, size_t nq, uint32_t dim,
 		(*out)->explain.k = parts[0].k;
 		(*out)->explain.nprobe = parts[0].nprobe;
 		(*out)->explain.refine = parts[0].refine;
+		(*out)->explain.filter_passed = fset ? fset->n : 0;
 		(*out)->snapshot = vf_txn_id(txn[0]);
 		if (!o.uncounted)
 			record_latency(v, nq, us);
@@ -426,6 +437,7 @@ int vecfs_search(vecfs *v, const float *queries, size_t nq, uint32_t dim,
 	for (size_t p = 0; p < nparts; p++)
 		search_free(&parts[p]);
 	free(parts);
+	vf_fset_free(fset);
 	for (int t = 0; t < n; t++)
 		vf_read_end(v->store, txn[t]);
 	return rc;

@@ -1,0 +1,44 @@
+/*
+ * engine/filtered.h - a filtered search's set: the records of the
+ * search's snapshot whose payloads match its filter, by record id.
+ */
+#ifndef VF_FILTERED_H
+#define VF_FILTERED_H
+
+#include "filter.h"
+#include "internal.h"
+
+/* Sets this small are scored record by record, exactly, in every mode. */
+#define VF_FSET_EXACT 4096
+
+typedef struct vf_fset {
+	vf_filter *filter;
+	uint64_t *ids;   /* ascending */
+	size_t n;
+	uint64_t *bits;  /* by id below nbits, when that is small enough; else NULL */
+	uint64_t nbits;
+} vf_fset;
+
+/* Compile the filter text[0..len) and find the live records of txn's
+ * snapshot that it matches (one pass over the records): 0, -EINVAL,
+ * -E2BIG (vf_filter_compile()), -ENOMEM or a read error, with a reason. */
+int vf_fset_build(vecfs *v, vf_txn *txn, const char *text, size_t len, vf_fset **out,
+		  char *err, size_t errlen);
+void vf_fset_free(vf_fset *s);
+
+static inline int vf_fset_has(const vf_fset *s, uint64_t id)
+{
+	if (s->bits)
+		return id < s->nbits && (s->bits[id / 64] >> (id % 64) & 1);
+	size_t lo = 0, hi = s->n;
+	while (lo < hi) {
+		size_t m = lo + (hi - lo) / 2;
+		if (s->ids[m] < id)
+			lo = m + 1;
+		else
+			hi = m;
+	}
+	return lo < s->n && s->ids[lo] == id;
+}
+
+#endif
