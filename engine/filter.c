@@ -217,6 +217,15 @@ static size_t num_end(const char *p, size_t n, size_t i)
 /* The value of the number p[a..b): 0, or -1 without memory for a long one. */
 static int num_value(const char *p, size_t a, size_t b, double *out)
 {
+	/* an integer of up to 15 digits is exact as a double: no strtod */
+	size_t i = a + (p[a] == '-'), j = i;
+	uint64_t u = 0;
+	while (j < b && j - i < 15 && p[j] >= '0' && p[j] <= '9')
+		u = u * 10 + (uint64_t)(p[j++] - '0');
+	if (j == b) {
+		*out = p[a] == '-' ? -(double)u : (double)u;
+		return 0;
+	}
 	char buf[128], *t = buf;
 	if (b - a >= sizeof buf && !(t = vf_malloc(b - a + 1)))
 		return -1;

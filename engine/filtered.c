@@ -1,7 +1,8 @@
 /*
  * engine/filtered.c - filtered search.  Before the search, one pass over
  * the snapshot's records evaluates the filter on each payload and keeps
- * the ids that match.  A small set is then scored record by record
+ * the ids that match (kept for the queries that repeat the filter on the
+ * same snapshot).  A small set is then scored record by record
  * (exact); otherwise the scans check each posting and row against the set
  * before it can become a candidate (score.c), and a query probes more
  * clusters until it has min(k, matches) results (search.c).
@@ -9,6 +10,7 @@
 #include "filtered.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,14 +19,75 @@
 #include "record.h"
 #include "search_internal.h"
 
-void vf_fset_free(vf_fset *s)
+/* Sets of recent filters, by snapshot: a query that repeats a filter on
+ * the same snapshot (no write in between) takes the set the first one
+ * found.  Each set counts its users, the cache being one. */
+#define FSET_CACHED 4
+
+typedef struct vf_fset_cache {
+	pthread_mutex_t mu;
+	vf_fset *e[FSET_CACHED];
+	uint64_t clock;
+} vf_fset_cache;
+
+static void fset_free(vf_fset *s)
 {
 	if (!s)
 		return;
-	vf_filter_free(s->filter);
 	free(s->ids);
 	free(s->bits);
+	free(s->text);
 	free(s);
+}
+
+/* With the cache's lock held (or none). */
+static void fset_unref(vf_fset *s)
+{
+	if (s && --s->refs == 0)
+		fset_free(s);
+}
+
+void vf_fset_put(vecfs *v, vf_fset *s)
+{
+	vf_fset_cache *c = v->fset_cache;
+	if (!s)
+		return;
+	if (!c) {
+		fset_unref(s);
+		return;
+	}
+	pthread_mutex_lock(&c->mu);
+	fset_unref(s);
+	pthread_mutex_unlock(&c->mu);
+}
+
+void vf_fset_cache_free(vecfs *v)
+{
+	vf_fset_cache *c = v->fset_cache;
+	if (!c)
+		return;
+	for (int i = 0; i < FSET_CACHED; i++)
+		fset_unref(c->e[i]);
+	pthread_mutex_destroy(&c->mu);
+	free(c);
+	v->fset_cache = NULL;
+}
+
+static vf_fset_cache *cache_of(vecfs *v)
+{
+	vf_fset_cache *c = __atomic_load_n(&v->fset_cache, __ATOMIC_ACQUIRE);
+	if (c)
+		return c;
+	if (!(c = vf_calloc(1, sizeof *c)))
+		return NULL;
+	pthread_mutex_init(&c->mu, NULL);
+	vf_fset_cache *none = NULL;
+	if (__atomic_compare_exchange_n(&v->fset_cache, &none, c, 0, __ATOMIC_ACQ_REL,
+					__ATOMIC_ACQUIRE))
+		return c;
+	pthread_mutex_destroy(&c->mu);
+	free(c);
+	return none;
 }
 
 static int ids_push(vf_fset *s, size_t *cap, uint64_t id)
@@ -41,52 +104,101 @@ static int ids_push(vf_fset *s, size_t *cap, uint64_t id)
 	return 0;
 }
 
-int vf_fset_build(vecfs *v, vf_txn *txn, const char *text, size_t len, vf_fset **out,
-		  char *err, size_t errlen)
+/* One pass over the snapshot's records. */
+static int fset_build(vecfs *v, vf_txn *txn, const vf_filter *f, vf_fset *s)
 {
-	vf_fset *s = vf_calloc(1, sizeof *s);
 	vf_cursor *cur;
 	vf_val k, d;
 	size_t cap = 0;
-	int rc;
-	*out = NULL;
-	if (!s)
-		return -ENOMEM;
-	if ((rc = vf_filter_compile(text, len, &s->filter, err, errlen))) {
-		vf_fset_free(s);
-		return rc;
-	}
-	if ((rc = vf_cursor_open(txn, v->store->records, &cur))) {
-		vf_fset_free(s);
+	int rc = vf_cursor_open(txn, v->store->records, &cur);
+	if (rc)
 		return vf_store_err(rc);
-	}
-	/* a damaged record matches nothing here; the scans that read it
-	 * report it */
+	/* the payloads as stored, checksums unchecked: a record that comes
+	 * into the results is read (and checked) again; one whose sizes do not
+	 * add up matches nothing here, and the scans that read it report it */
 	for (rc = vf_cursor_get(cur, &k, &d, VF_FIRST); rc == 0;
 	     rc = vf_cursor_get(cur, &k, &d, VF_NEXT)) {
 		vf_record r;
-		if (k.len != 8 || vf_record_decode(d.data, d.len, &r))
+		if (k.len != 8 || vf_record_fields(d.data, d.len, &r))
 			continue;
-		if (vf_filter_match(s->filter, r.payload, r.plen) &&
+		if (vf_filter_match(f, r.payload, r.plen) &&
 		    (rc = ids_push(s, &cap, vf_rd_be64(k.data))))
 			break;
 	}
 	vf_cursor_close(cur);
-	if (rc != -ENOENT) {
-		vf_fset_free(s);
+	if (rc != -ENOENT)
 		return rc;
-	}
 	/* a bitmap by id when it is at most 8 times the ids' own memory */
 	uint64_t top = s->n ? s->ids[s->n - 1] + 1 : 0;
 	if (s->n && top / 8 <= 64 * (uint64_t)s->n) {
-		s->bits = vf_calloc((size_t)(top + 63) / 64, 8);
-		if (!s->bits) {
-			vf_fset_free(s);
+		if (!(s->bits = vf_calloc((size_t)(top + 63) / 64, 8)))
 			return -ENOMEM;
-		}
 		s->nbits = top;
 		for (size_t i = 0; i < s->n; i++)
 			s->bits[s->ids[i] / 64] |= 1ULL << (s->ids[i] % 64);
+	}
+	return 0;
+}
+
+/* Which cached set goes first: none, then those of other snapshots, then
+ * by last use. */
+static uint64_t evict_rank(const vf_fset *e, uint64_t txnid)
+{
+	return !e ? 0 : e->txnid != txnid ? e->used : e->used + (1ULL << 62);
+}
+
+int vf_fset_get(vecfs *v, vf_txn *txn, const char *text, size_t len, vf_fset **out,
+		char *err, size_t errlen)
+{
+	vf_fset_cache *c = cache_of(v);
+	uint64_t txnid = vf_txn_id(txn);
+	vf_filter *f;
+	int rc;
+	*out = NULL;
+	if (c) {
+		pthread_mutex_lock(&c->mu);
+		for (int i = 0; i < FSET_CACHED; i++) {
+			vf_fset *e = c->e[i];
+			if (e && e->txnid == txnid && e->len == len && !memcmp(e->text, text, len)) {
+				e->refs++;
+				e->used = ++c->clock;
+				*out = e;
+				break;
+			}
+		}
+		pthread_mutex_unlock(&c->mu);
+		if (*out)
+			return 0;
+	}
+	if ((rc = vf_filter_compile(text, len, &f, err, errlen)))
+		return rc;
+	vf_fset *s = vf_calloc(1, sizeof *s);
+	if (!s || !(s->text = vf_malloc(len ? len : 1))) {
+		vf_filter_free(f);
+		fset_free(s);
+		return -ENOMEM;
+	}
+	memcpy(s->text, text, len);
+	s->len = len;
+	s->txnid = txnid;
+	s->refs = 1;
+	rc = fset_build(v, txn, f, s);
+	vf_filter_free(f);
+	if (rc) {
+		fset_free(s);
+		return rc;
+	}
+	if (c) { /* in an empty slot, else in place of the least used set */
+		pthread_mutex_lock(&c->mu);
+		int w = 0;
+		for (int i = 1; i < FSET_CACHED; i++)
+			if (evict_rank(c->e[i], txnid) < evict_rank(c->e[w], txnid))
+				w = i;
+		fset_unref(c->e[w]);
+		c->e[w] = s;
+		s->refs++;
+		s->used = ++c->clock;
+		pthread_mutex_unlock(&c->mu);
 	}
 	*out = s;
 	return 0;

@@ -9,22 +9,30 @@
 #include "internal.h"
 
 /* Sets this small are scored record by record, exactly, in every mode. */
-#define VF_FSET_EXACT 4096
+#define VF_FSET_EXACT 1024
 
 typedef struct vf_fset {
-	vf_filter *filter;
 	uint64_t *ids;   /* ascending */
 	size_t n;
 	uint64_t *bits;  /* by id below nbits, when that is small enough; else NULL */
 	uint64_t nbits;
+	/* in the store's cache: the snapshot, the filter's text; users */
+	uint64_t txnid;
+	char *text;
+	size_t len;
+	int refs;
+	uint64_t used;
 } vf_fset;
 
-/* Compile the filter text[0..len) and find the live records of txn's
- * snapshot that it matches (one pass over the records): 0, -EINVAL,
- * -E2BIG (vf_filter_compile()), -ENOMEM or a read error, with a reason. */
-int vf_fset_build(vecfs *v, vf_txn *txn, const char *text, size_t len, vf_fset **out,
-		  char *err, size_t errlen);
-void vf_fset_free(vf_fset *s);
+/* The live records of txn's snapshot that the filter text[0..len)
+ * matches: from the store's cache of recent ones, else compiled and found
+ * by one pass over the records.  0, -EINVAL, -E2BIG (vf_filter_compile()),
+ * -ENOMEM or a read error, with a reason.  vf_fset_put() when done. */
+int vf_fset_get(vecfs *v, vf_txn *txn, const char *text, size_t len, vf_fset **out,
+		char *err, size_t errlen);
+void vf_fset_put(vecfs *v, vf_fset *s);
+/* At close. */
+void vf_fset_cache_free(vecfs *v);
 
 static inline int vf_fset_has(const vf_fset *s, uint64_t id)
 {

@@ -68,6 +68,8 @@ struct vecfs {
 	uint64_t next_batch;        /* staging ids, guarded by stat_mu */
 	vecfs_lost_fn lost_fn;      /* damaged records skipped (vecfs_set_lost_fn) */
 	void *lost_arg;
+	struct vf_fset_cache *fset_cache; /* filters' matches by snapshot
+					   * (filtered.c), made at first use */
 };
 
 static inline void vf_seterr(char *err, size_t len, const char *fmt, ...)

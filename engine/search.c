@@ -377,7 +377,7 @@ int vecfs_search(vecfs *v, const float *queries, size_t nq, uint32_t dim,
 	if ((rc = vf_read_begin(v->store, &txn[0])))
 		return rc;
 	vf_fset *fset = NULL; /* a filter's matches in this snapshot */
-	if (o.filter && (rc = vf_fset_build(v, txn[0], o.filter, o.filter_len, &fset, err, errlen))) {
+	if (o.filter && (rc = vf_fset_get(v, txn[0], o.filter, o.filter_len, &fset, err, errlen))) {
 		vf_read_end(v->store, txn[0]);
 		return rc;
 	}
@@ -398,7 +398,7 @@ int vecfs_search(vecfs *v, const float *queries, size_t nq, uint32_t dim,
 	nparts = (nq + per - 1) / per;
 	parts = vf_calloc(nparts, sizeof *parts);
 	if (!parts) {
-		vf_fset_free(fset);
+		vf_fset_put(v, fset);
 		vf_read_end(v->store, txn[0]);
 		for (int t = 1; t < n; t++)
 			vf_read_end(v->store, txn[t]);
@@ -437,7 +437,7 @@ int vecfs_search(vecfs *v, const float *queries, size_t nq, uint32_t dim,
 	for (size_t p = 0; p < nparts; p++)
 		search_free(&parts[p]);
 	free(parts);
-	vf_fset_free(fset);
+	vf_fset_put(v, fset);
 	for (int t = 0; t < n; t++)
 		vf_read_end(v->store, txn[t]);
 	return rc;
