@@ -3,7 +3,8 @@
  * evaluator (engine/filter.c) on payload texts, malformed filters and the
  * limits, failed allocations; and filtered searches against a brute-force
  * filtered scan, exact and ANN, with deltas, deletes, upserts, rows the
- * generation does not cover, and batches.
+ * generation does not cover, and batches; searches on several threads
+ * while writes go on.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -15,6 +16,7 @@
 #include <cmocka.h>
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -575,6 +577,80 @@ static void test_filtered_search(void **state)
 	ds_free(&ds);
 }
 
+/* Searches on several threads with more filters than the store keeps
+ * sets of, while a writer makes new snapshots: each result holds
+ * min(k, filter_passed) hits, every one matching its filter. */
+typedef struct worker {
+	vecfs *v;
+	const float *qs;
+	uint32_t d;
+	int seed, bad;
+} worker;
+
+static const char *const shared_filters[] = {
+	"{\"h\": \"even\"}", "{\"g\": 3}", "{\"g\": {\"$gte\": 5}}", "{\"tags\": 4}",
+	"{\"n.x\": {\"$lt\": 2}}", "{\"$not\": {\"g\": {\"$in\": [1, 2]}}}",
+};
+
+static void *search_worker(void *arg)
+{
+	worker *w = arg;
+	for (int i = 0; i < 60 && !w->bad; i++) {
+		const char *text = shared_filters[(w->seed + i) % 6];
+		vecfs_query_opts o = {.k = 10, .exact = i % 5 == 0, .filter = text,
+				      .filter_len = strlen(text)};
+		vecfs_results *r = NULL;
+		vf_filter *f = NULL;
+		if (vecfs_search(w->v, w->qs + (size_t)(i % 8) * w->d, 1, w->d, &o, &r, NULL, 0) ||
+		    vf_filter_compile(text, strlen(text), &f, NULL, 0)) {
+			w->bad = 1;
+			break;
+		}
+		size_t want = r->explain.filter_passed < 10 ? r->explain.filter_passed : 10;
+		w->bad |= r->count[0] != want;
+		for (size_t j = 0; j < r->count[0]; j++)
+			w->bad |= !vf_filter_match(f, r->hits[0][j].payload, r->hits[0][j].payload_len);
+		vf_filter_free(f);
+		vecfs_results_free(r);
+	}
+	return NULL;
+}
+
+static void test_concurrent_filters(void **state)
+{
+	fixture *f = *state;
+	const uint32_t D = 8;
+	const size_t N = 6000;
+	vecfs *v = fx_open(f, NULL);
+	set_config(v, D, VECFS_L2);
+	dataset ds;
+	ds_make(&ds, 307, N + 400, D, 16);
+	pay *pays = malloc((N + 400) * sizeof *pays);
+	float *qs = malloc(8 * D * sizeof(float));
+	assert_true(pays && qs);
+	for (size_t i = 0; i < N + 400; i++)
+		pays[i] = pay_make(i, 0);
+	for (size_t i = 0; i < 8; i++)
+		ds_fresh(&ds, qs + i * D);
+	put_pay(v, ds.x, 0, N, D, pays);
+	build(v, 1);
+	pthread_t th[4];
+	worker w[4];
+	for (int t = 0; t < 4; t++) {
+		w[t] = (worker){v, qs, D, t, 0};
+		assert_int_equal(pthread_create(&th[t], NULL, search_worker, &w[t]), 0);
+	}
+	for (size_t i = 0; i < 400; i += 20) /* new snapshots meanwhile */
+		put_pay(v, ds.x, N + i, 20, D, pays);
+	for (int t = 0; t < 4; t++) {
+		pthread_join(th[t], NULL);
+		assert_int_equal(w[t].bad, 0);
+	}
+	free(pays);
+	free(qs);
+	ds_free(&ds);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -584,6 +660,7 @@ int main(void)
 		cmocka_unit_test(test_limits),
 		cmocka_unit_test(test_out_of_memory),
 		cmocka_unit_test_setup_teardown(test_filtered_search, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_concurrent_filters, fx_setup, fx_teardown),
 	};
 	return cmocka_run_group_tests_name("filter", tests, NULL, NULL);
 }
