@@ -33,6 +33,9 @@ int vf_fset_get(vecfs *v, vf_txn *txn, const char *text, size_t len, vf_fset **o
 void vf_fset_put(vecfs *v, vf_fset *s);
 /* At close. */
 void vf_fset_cache_free(vecfs *v);
+/* The clusters a query with set s (NULL: none) probes by default when
+ * nprobe would do without one: more when few of the live records match. */
+uint32_t vf_fset_nprobe(const vf_fset *s, uint64_t live, uint32_t nprobe);
 
 static inline int vf_fset_has(const vf_fset *s, uint64_t id)
 {

@@ -211,7 +211,7 @@ static int search_run(search *s, const float *queries, size_t nq, size_t first,
 	s->metric = (vecfs_metric)sc.metric;
 	s->dim = dim;
 	s->k = o.k ? o.k : sc.k;
-	s->nprobe = o.nprobe ? o.nprobe : sc.nprobe;
+	s->nprobe = o.nprobe ? o.nprobe : vf_fset_nprobe(s->fset, cnt.live, sc.nprobe);
 	s->refine = o.refine ? o.refine : sc.refine;
 	if (s->k > 100000 || s->refine > 1000) {
 		vf_seterr(err, errlen, "k must be at most 100000 and refine at most 1000");
