@@ -24,6 +24,7 @@
  * the same snapshot (no write in between) takes the set the first one
  * found.  Each set counts its users, the cache being one. */
 #define FSET_CACHED 4
+#define FSET_CACHED_MAX ((size_t)64 << 20) /* bytes of a set kept */
 
 typedef struct vf_fset_cache {
 	pthread_mutex_t mu;
@@ -137,6 +138,10 @@ static int fset_build(vecfs *v, vf_txn *txn, const vf_filter *f, vf_fset *s)
 		s->nbits = top;
 		for (size_t i = 0; i < s->n; i++)
 			s->bits[s->ids[i] / 64] |= 1ULL << (s->ids[i] % 64);
+		if (s->n > VF_FSET_EXACT) { /* the ids are read only to score them */
+			free(s->ids);
+			s->ids = NULL;
+		}
 	}
 	return 0;
 }
@@ -189,7 +194,8 @@ int vf_fset_get(vecfs *v, vf_txn *txn, const char *text, size_t len, vf_fset **o
 		fset_free(s);
 		return rc;
 	}
-	if (c) { /* in an empty slot, else in place of the least used set */
+	size_t bytes = (s->ids ? s->n * 8 : 0) + (size_t)(s->nbits / 8);
+	if (c && bytes <= FSET_CACHED_MAX) { /* in an empty slot, else in place of the least used */
 		pthread_mutex_lock(&c->mu);
 		int w = 0;
 		for (int i = 1; i < FSET_CACHED; i++)

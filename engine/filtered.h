@@ -12,7 +12,7 @@
 #define VF_FSET_EXACT 1024
 
 typedef struct vf_fset {
-	uint64_t *ids;   /* ascending */
+	uint64_t *ids;   /* ascending; NULL past VF_FSET_EXACT when bits is set */
 	size_t n;
 	uint64_t *bits;  /* by id below nbits, when that is small enough; else NULL */
 	uint64_t nbits;
