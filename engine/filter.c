@@ -166,11 +166,20 @@ static int str_next(const char *p, size_t n, size_t *i, unsigned char u[4])
 static int str_cmp(const char *p, size_t n, size_t *i, const char *s, size_t sl, int *cmp)
 {
 	unsigned char u[4];
-	size_t k = 0;
+	size_t k = 0, e;
 	int c = 0, m;
 	if (*i >= n || p[*i] != '"')
 		return -1;
 	(*i)++;
+	for (e = *i; e < n && p[e] != '"' && p[e] != '\\' && (unsigned char)p[e] >= 0x20; e++)
+		;
+	if (e < n && p[e] == '"') { /* no escapes: the bytes as they are */
+		size_t l = e - *i;
+		c = memcmp(p + *i, s, l < sl ? l : sl);
+		*cmp = c ? c : l < sl ? -1 : l > sl;
+		*i = e + 1;
+		return 0;
+	}
 	while ((m = str_next(p, n, i, u)) > 0)
 		for (int j = 0; j < m; j++, k++)
 			if (c == 0)

@@ -17,6 +17,8 @@
 
 #include "io.h"
 #include "keys.h"
+#include "meta.h"
+#include "parallel.h"
 #include "record.h"
 #include "search_internal.h"
 
@@ -106,29 +108,102 @@ static int ids_push(vf_fset *s, size_t *cap, uint64_t id)
 	return 0;
 }
 
-/* One pass over the snapshot's records. */
-static int fset_build(vecfs *v, vf_txn *txn, const vf_filter *f, vf_fset *s)
+/* A share of the pass: the records with ids in [lo, hi) on txn. */
+typedef struct pass_job {
+	vecfs *v;
+	vf_txn *txn;
+	const vf_filter *f;
+	uint64_t lo, hi;
+	vf_fset part;  /* its ids */
+	size_t cap;
+	int rc;
+} pass_job;
+
+static void *pass_run(void *arg)
 {
+	pass_job *j = arg;
 	vf_cursor *cur;
 	vf_val k, d;
-	size_t cap = 0;
-	int rc = vf_cursor_open(txn, v->store->records, &cur);
-	if (rc)
-		return vf_store_err(rc);
+	vf_key64 from = vf_key_u64(j->lo);
+	int rc = vf_cursor_open(j->txn, j->v->store->records, &cur);
+	if (rc) {
+		j->rc = vf_store_err(rc);
+		return NULL;
+	}
 	/* the payloads as stored, checksums unchecked: a record that comes
 	 * into the results is read (and checked) again; one whose sizes do not
 	 * add up matches nothing here, and the scans that read it report it */
-	for (rc = vf_cursor_get(cur, &k, &d, VF_FIRST); rc == 0;
+	k.data = from.b;
+	k.len = sizeof from.b;
+	for (rc = vf_cursor_get(cur, &k, &d, VF_SEEK); rc == 0;
 	     rc = vf_cursor_get(cur, &k, &d, VF_NEXT)) {
 		vf_record r;
-		if (k.len != 8 || vf_record_fields(d.data, d.len, &r))
+		if (k.len != 8)
 			continue;
-		if (vf_filter_match(f, r.payload, r.plen) &&
-		    (rc = ids_push(s, &cap, vf_rd_be64(k.data))))
+		uint64_t id = vf_rd_be64(k.data);
+		if (id >= j->hi)
+			break;
+		if (vf_record_fields(d.data, d.len, &r) == 0 &&
+		    vf_filter_match(j->f, r.payload, r.plen) &&
+		    (rc = ids_push(&j->part, &j->cap, id)))
 			break;
 	}
 	vf_cursor_close(cur);
-	if (rc != -ENOENT)
+	j->rc = rc == -ENOENT ? 0 : rc;
+	return NULL;
+}
+
+#define PASS_SPLIT 65536 /* live records from which the pass runs on every CPU */
+
+/* One pass over the snapshot's records, split by id range over the CPUs
+ * (each on a read transaction of its own on txn's snapshot). */
+static int fset_build(vecfs *v, vf_txn *txn, const vf_filter *f, vf_fset *s)
+{
+	vf_counters cnt;
+	vf_txn *t[VF_PARALLEL_MAX] = {txn};
+	pass_job jobs[VF_PARALLEL_MAX];
+	int n = v->threads < VF_PARALLEL_MAX ? v->threads : VF_PARALLEL_MAX, rc;
+	if ((rc = vf_load_counters(txn, v->store, &cnt)))
+		return rc;
+	if (cnt.live < PASS_SPLIT || n < 1)
+		n = 1;
+	for (int i = 1; i < n; i++)
+		if (vf_read_begin(v->store, &t[i]) || vf_txn_id(t[i]) != vf_txn_id(txn)) {
+			n = i; /* a write in between: the rest on the transactions there are */
+			if (t[i])
+				vf_read_end(v->store, t[i]);
+			t[i] = NULL;
+			break;
+		}
+	for (int i = 0; i < n; i++)
+		jobs[i] = (pass_job){.v = v, .txn = t[i], .f = f,
+				     .lo = i ? cnt.next_id / (uint64_t)n * (uint64_t)i : 0,
+				     .hi = i + 1 < n ? cnt.next_id / (uint64_t)n * (uint64_t)(i + 1)
+						     : UINT64_MAX};
+	vf_parallel(pass_run, jobs, sizeof jobs[0], n);
+	size_t total = 0;
+	for (int i = 0; i < n; i++) {
+		rc = rc ? rc : jobs[i].rc;
+		total += jobs[i].part.n;
+	}
+	if (rc == 0 && n == 1) {
+		s->ids = jobs[0].part.ids; /* taken as it is */
+		s->n = total;
+		jobs[0].part.ids = NULL;
+		jobs[0].part.n = 0;
+	} else if (rc == 0 && total && !(s->ids = vf_malloc(total * sizeof(uint64_t)))) {
+		rc = -ENOMEM;
+	}
+	for (int i = 0; i < n; i++) {
+		if (rc == 0 && jobs[i].part.n) {
+			memcpy(s->ids + s->n, jobs[i].part.ids, jobs[i].part.n * sizeof(uint64_t));
+			s->n += jobs[i].part.n;
+		}
+		free(jobs[i].part.ids);
+		if (i)
+			vf_read_end(v->store, t[i]);
+	}
+	if (rc)
 		return rc;
 	/* a bitmap by id when it is at most 8 times the ids' own memory */
 	uint64_t top = s->n ? s->ids[s->n - 1] + 1 : 0;

@@ -495,24 +495,52 @@ static void check_filters(vecfs *v, const dataset *ds, size_t N, const unsigned 
 	free(dist);
 }
 
+/* A store with its data: N rows of payloads pay_make(i, 0), none put
+ * yet, alive all 0, NQ fresh queries. */
+typedef struct scene {
+	vecfs *v;
+	dataset ds;
+	unsigned char *alive;
+	pay *pays;
+	float *qs;
+} scene;
+
+static void scene_open(scene *sc, fixture *f, uint32_t d, size_t n, size_t nq, uint64_t seed,
+		       uint32_t clusters)
+{
+	sc->v = fx_open(f, NULL);
+	set_config(sc->v, d, VECFS_L2);
+	ds_make(&sc->ds, seed, n, d, clusters);
+	sc->alive = calloc(n, 1);
+	sc->pays = malloc(n * sizeof *sc->pays);
+	sc->qs = malloc(nq * d * sizeof(float));
+	assert_true(sc->alive && sc->pays && sc->qs);
+	for (size_t i = 0; i < n; i++)
+		sc->pays[i] = pay_make(i, 0);
+	for (size_t i = 0; i < nq; i++)
+		ds_fresh(&sc->ds, sc->qs + i * d);
+}
+
+static void scene_free(scene *sc)
+{
+	free(sc->alive);
+	free(sc->pays);
+	free(sc->qs);
+	ds_free(&sc->ds);
+}
+
 static void test_filtered_search(void **state)
 {
 	fixture *f = *state;
 	const uint32_t D = 16;
 	const size_t NA = 9000, NB = 1500, NC = 600, N = NA + NB + NC, NQ = 40;
-	vecfs *v = fx_open(f, NULL);
-	set_config(v, D, VECFS_L2);
-	dataset ds;
-	ds_make(&ds, 211, N, D, 40);
-	unsigned char *alive = malloc(N);
-	pay *pays = malloc(N * sizeof *pays);
-	float *qs = malloc(NQ * D * sizeof(float));
-	assert_true(alive && pays && qs);
-	memset(alive, 0, N);
-	for (size_t i = 0; i < N; i++)
-		pays[i] = pay_make(i, 0);
-	for (size_t i = 0; i < NQ; i++)
-		ds_fresh(&ds, qs + i * D);
+	scene sc;
+	scene_open(&sc, f, D, N, NQ, 211, 40);
+	vecfs *v = sc.v;
+	dataset ds = sc.ds;
+	unsigned char *alive = sc.alive;
+	pay *pays = sc.pays;
+	float *qs = sc.qs;
 	tally t = {0, 0};
 
 	/* no generation: exact scans */
@@ -571,10 +599,36 @@ static void test_filtered_search(void **state)
 	o.filter_len = len;
 	assert_int_equal(vecfs_search(v, qs, 1, D, &o, &r, err, sizeof err), -E2BIG);
 	free(deep);
-	free(alive);
-	free(pays);
-	free(qs);
-	ds_free(&ds);
+	sc.ds = ds;
+	scene_free(&sc);
+}
+
+/* A store large enough that the pass over the payloads is split over the
+ * CPUs by id range: the same sets, the same results. */
+static void test_split_pass(void **state)
+{
+	fixture *f = *state;
+	const uint32_t D = 4;
+	const size_t N = 70000, NQ = 4;
+	scene sc;
+	scene_open(&sc, f, D, N, NQ, 401, 8);
+	vecfs *v = sc.v;
+	dataset ds = sc.ds;
+	unsigned char *alive = sc.alive;
+	pay *pays = sc.pays;
+	float *qs = sc.qs;
+	put_pay(v, ds.x, 0, N, D, pays);
+	memset(alive, 1, N);
+	for (size_t i = 0; i < N; i += 701) { /* holes in the ids */
+		char key[32];
+		snprintf(key, sizeof key, "r%zu", i);
+		del_key(v, key);
+		alive[i] = 0;
+	}
+	tally t = {0, 0};
+	check_filters(v, &ds, N, alive, pays, qs, NQ, &t);
+	assert_int_equal(t.hits, t.want);
+	scene_free(&sc);
 }
 
 /* Searches on several threads with more filters than the store keeps
@@ -660,6 +714,7 @@ int main(void)
 		cmocka_unit_test(test_limits),
 		cmocka_unit_test(test_out_of_memory),
 		cmocka_unit_test_setup_teardown(test_filtered_search, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_split_pass, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_concurrent_filters, fx_setup, fx_teardown),
 	};
 	return cmocka_run_group_tests_name("filter", tests, NULL, NULL);
