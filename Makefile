@@ -29,7 +29,8 @@ FS_SRC     := $(wildcard fs/*.c)
 FS_OBJ     := $(FS_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_SRC   := $(wildcard tests/test_*.c)
 TEST_BIN   := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
-TOOLS      := $(BUILD)/vecfs-bench $(BUILD)/vecfs-data $(BUILD)/vecfs-churn $(BUILD)/vecfs-inspect
+TOOLS      := $(BUILD)/vecfs-bench $(BUILD)/vecfs-data $(BUILD)/vecfs-churn $(BUILD)/vecfs-inspect \
+	$(BUILD)/vecfs-filterbench
 DAEMON     := $(if $(FS_SRC),$(BUILD)/vecfs,)
 DEPS_OK    := $(BUILD)/.deps-ok
 
@@ -64,6 +65,9 @@ $(BUILD)/vecfs-bench: $(BUILD)/obj/tools/vecfs_bench.o $(TOOL_OBJ) $(BUILD)/libv
 	$(CC) $(CFLAGS) -o $@ $^ $(LIBS)
 
 $(BUILD)/vecfs-churn: $(BUILD)/obj/tools/vecfs_churn.o $(TOOL_OBJ) $(BUILD)/libvecfs.a
+	$(CC) $(CFLAGS) -o $@ $^ $(LIBS)
+
+$(BUILD)/vecfs-filterbench: $(BUILD)/obj/tools/vecfs_filterbench.o $(TOOL_OBJ) $(BUILD)/libvecfs.a
 	$(CC) $(CFLAGS) -o $@ $^ $(LIBS)
 
 $(BUILD)/vecfs-inspect: $(BUILD)/obj/tools/vecfs_inspect.o $(BUILD)/obj/tools/toolutil.o \

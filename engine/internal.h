@@ -73,6 +73,8 @@ struct vecfs {
 	vecfs_notice_fn notice_fn;  /* what the owner should hear (vecfs_set_notice_fn) */
 	void *notice_arg;
 	struct vf_sampler *sampler; /* the recall of served queries (sampler.c) */
+	struct vf_fset_cache *fset_cache; /* filters' matches by snapshot
+					   * (filtered.c), made at first use */
 };
 
 /* sampler.c: a share of served ANN queries run again exactly in the

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "filtered.h"
 #include "keys.h"
 
 /* A build that did not finish (crash) leaves a `building` generation: mark
@@ -175,6 +176,7 @@ void vecfs_close(vecfs *v)
 		vf_gen_put(v, g);
 	}
 	vf_store_close(v->store);
+	vf_fset_cache_free(v);
 	free(v->vcache);
 	pthread_mutex_destroy(&v->gen_mu);
 	pthread_mutex_destroy(&v->build_mu);

@@ -90,6 +90,8 @@ static int pass2_block(search *s, query *q, const vf_block *b, uint32_t k0, uint
 	}
 	for (uint32_t k = k0; k < k1; k++) {
 		uint32_t i = s->surv[k];
+		if (filtered_out(s, vf_block_id(b, i)))
+			continue;
 		/* the bound has tightened since pass 1 */
 		if (s->surv_lo[k] > fheap_top(&q->ub)) {
 			q->ex.pass1_pruned++;
@@ -125,7 +127,7 @@ static inline void prefetch_pass2(const vf_block *b, uint32_t i)
 static int scan_block(search *s, query *q, const vf_block *b, int *checked2)
 {
 	uint32_t groups = b->pdim / 4;
-	int check = s->tombs.n || s->dirty.n;
+	int check = s->tombs.n || s->dirty.n || s->fset;
 	int whole = q->ub.n < q->ub.k && !check; /* pass 1 over all batches first */
 	float lo[32], hi[32];
 	uint32_t ns = 0, done = 0, lag[PASS2_LAG] = {0};
@@ -243,6 +245,8 @@ int vf_scan_cluster(search *s, uint32_t c, const entry *ents, size_t nents,
 			if ((rc = vf_delta_open_cached(s->v->vcache, e->data, e->len, s->gm.dim,
 							s->gm.pdim, s->gm.bits, &code)))
 				break;
+			if (filtered_out(s, code.id))
+				continue;
 			for (uint32_t i = 0; i < nqc && rc == 0; i++) {
 				query *q = &s->qs[qids[i]];
 				float est, bound;
@@ -270,7 +274,8 @@ int vf_scan_uncovered(search *s)
 {
 	for (uint64_t i = 0; i < s->dirty.cap; i++) {
 		const vf_dirty_entry *e = &s->dirty.slots[i];
-		if (!e->id || e->ch.op != VF_OP_PUT || e->ch.gen == s->g->id)
+		if (!e->id || e->ch.op != VF_OP_PUT || e->ch.gen == s->g->id ||
+		    filtered_out(s, e->ch.id))
 			continue;
 		vf_val val;
 		vf_record r;
@@ -425,6 +430,8 @@ int vf_scan_exact(search *s)
 			break;
 		}
 		uint64_t id = vf_rd_be64(k.data);
+		if (filtered_out(s, id))
+			continue;
 		for (size_t qi = 0; qi < s->nq; qi++) {
 			query *q = &s->qs[qi];
 			q->ex.uncovered_scanned++;

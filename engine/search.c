@@ -179,7 +179,7 @@ static int widen(search *s, size_t i, const float *qv, size_t first,
 	wo.refine = s->refine;
 	wo.nprobe = nprobe < s->gm.nlist ? nprobe : s->gm.nlist;
 	wo.recall = 0;
-	search w = {.v = s->v, .txn = s->txn, .active = s->active};
+	search w = {.v = s->v, .txn = s->txn, .active = s->active, .fset = s->fset};
 	int rc = search_run(&w, qv, 1, first, s->dim, &wo, err, errlen);
 	if (rc == 0) {
 		query t = s->qs[i];
@@ -218,8 +218,11 @@ static int search_run(search *s, const float *queries, size_t nq, size_t first,
 	s->dim = dim;
 	s->k = o.k ? o.k : sc.k;
 	/* an nprobe of the query's wins; then its recall target; then the
-	 * config's nprobe, which may be 0: chosen to reach recall_target */
-	s->nprobe = o.nprobe ? o.nprobe : o.recall > 0 || o.auto_nprobe ? 0 : sc.nprobe;
+	 * config's nprobe, which may be 0: chosen to reach recall_target
+	 * (a selective filter probes more: filtered.c) */
+	s->nprobe = o.nprobe                       ? o.nprobe
+		    : o.recall > 0 || o.auto_nprobe ? 0
+						    : vf_fset_nprobe(s->fset, cnt.live, sc.nprobe);
 	s->refine = o.refine ? o.refine : sc.refine;
 	if (s->k > 100000 || s->refine > 1000) {
 		vf_seterr(err, errlen, "k must be at most 100000 and refine at most 1000");
@@ -239,7 +242,7 @@ static int search_run(search *s, const float *queries, size_t nq, size_t first,
 		if (s->nprobe == 0 && s->g->cal) {
 			s->target = o.recall > 0 ? o.recall : vf_recall_target(&sc);
 			vf_calib_rule(s->g->cal, s->gm.nlist, s->k, s->target, &rule);
-			s->nprobe = rule.cap;
+			s->nprobe = vf_fset_nprobe(s->fset, cnt.live, rule.cap);
 			s->tau = rule.tau;
 		} else if (s->nprobe == 0) {
 			s->nprobe = VF_NPROBE_UNCALIBRATED;
@@ -282,6 +285,8 @@ static int search_run(search *s, const float *queries, size_t nq, size_t first,
 			return rc ? rc : -ENOMEM;
 		vf_qstate_set(&q->qs, &s->g->rot, q->q);
 	}
+	if (s->fset && s->fset->n <= VF_FSET_EXACT)
+		return vf_scan_set(s);
 	if (!s->g)
 		return vf_scan_exact(s);
 	vf_dirty_init(&s->dirty);
@@ -321,7 +326,8 @@ static int search_run(search *s, const float *queries, size_t nq, size_t first,
 
 	/* min(k, live records) results: a query whose probed clusters held
 	 * fewer live postings probes again, more clusters */
-	uint64_t want = cnt.live < s->k ? cnt.live : s->k;
+	uint64_t live = s->fset ? s->fset->n : cnt.live; /* (a filter: its matches) */
+	uint64_t want = live < s->k ? live : s->k;
 	for (size_t i = 0; i < nq && rc == 0; i++)
 		if (s->qs[i].top.n < want && (s->nprobe < s->gm.nlist || s->qs[i].np < s->nprobe))
 			rc = widen(s, i, queries + i * dim, first + i, &o,
@@ -427,6 +433,11 @@ int vecfs_search(vecfs *v, const float *queries, size_t nq, uint32_t dim,
 		}
 	if ((rc = vf_read_begin(v->store, &txn[0])))
 		return rc;
+	vf_fset *fset = NULL; /* a filter's matches in this snapshot */
+	if (o.filter && (rc = vf_fset_get(v, txn[0], o.filter, o.filter_len, &fset, err, errlen))) {
+		vf_read_end(v->store, txn[0]);
+		return rc;
+	}
 	if (n > VF_PARALLEL_MAX)
 		n = VF_PARALLEL_MAX;
 	uint64_t active = o.exact ? 0 : vf_load_active(txn[0], v->store);
@@ -444,6 +455,7 @@ int vecfs_search(vecfs *v, const float *queries, size_t nq, uint32_t dim,
 	nparts = (nq + per - 1) / per;
 	parts = vf_calloc(nparts, sizeof *parts);
 	if (!parts) {
+		vf_fset_put(v, fset);
 		vf_read_end(v->store, txn[0]);
 		for (int t = 1; t < n; t++)
 			vf_read_end(v->store, txn[t]);
@@ -457,6 +469,7 @@ int vecfs_search(vecfs *v, const float *queries, size_t nq, uint32_t dim,
 			parts[p].v = v;
 			parts[p].txn = txn[t]; /* the snapshot of txn[0] (open_more) */
 			parts[p].active = active;
+			parts[p].fset = fset;
 		}
 	}
 	vf_parallel(cpu_run, jobs, sizeof *jobs, n);
@@ -472,6 +485,7 @@ int vecfs_search(vecfs *v, const float *queries, size_t nq, uint32_t dim,
 		(*out)->explain.nprobe = parts[0].target > 0 ? 0 : parts[0].nprobe;
 		(*out)->explain.recall_target = parts[0].target;
 		(*out)->explain.refine = parts[0].refine;
+		(*out)->explain.filter_passed = fset ? fset->n : 0;
 		(*out)->snapshot = vf_txn_id(txn[0]);
 		if (!o.uncounted)
 			record_latency(v, nq, us);
@@ -483,6 +497,7 @@ int vecfs_search(vecfs *v, const float *queries, size_t nq, uint32_t dim,
 	for (size_t p = 0; p < nparts; p++)
 		search_free(&parts[p]);
 	free(parts);
+	vf_fset_put(v, fset);
 	for (int t = 0; t < n; t++)
 		vf_read_end(v->store, txn[t]);
 	return rc;

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 
 #include "changes.h"
+#include "filtered.h"
 
 /* ------------------------------------------------------------ small heaps */
 
@@ -132,7 +133,14 @@ typedef struct search {
 	float *surv_lo, *surv_hi;
 	float *kbuf;         /* k floats */
 	uint8_t *planes;     /* one full code */
+	const vf_fset *fset; /* a filter's matching records, or NULL */
 } search;
+
+/* A record the search's filter leaves out. */
+static inline int filtered_out(const search *s, uint64_t id)
+{
+	return s->fset && !vf_fset_has(s->fset, id);
+}
 
 static inline float exact_dist_raw(const search *s, const query *q, const void *vec)
 {
@@ -200,6 +208,8 @@ int vf_scan_uncovered(search *s);
 int vf_rerank(search *s, query *q);
 /* Every live record scored exactly (score.c). */
 int vf_scan_exact(search *s);
+/* Every record of s->fset scored exactly (filtered.c). */
+int vf_scan_set(search *s);
 /* List query q's `list` nearest clusters afresh (its np stays) (probe.c). */
 int vf_probe_more(search *s, query *q, uint32_t list);
 /* Probe each query's nearest clusters and score them (probe.c); again:

@@ -28,7 +28,32 @@ typedef struct qinput {
 	float *vecs;
 	size_t nq, cap;
 	uint32_t dim;
+	char *filter;  /* the text of a filter= line (o.filter points here) */
 } qinput;
+
+static void qinput_free(qinput *qi)
+{
+	free(qi->vecs);
+	free(qi->filter);
+}
+
+/* A filter= line: the rest of the line, the filter's JSON text (checked
+ * when the query runs). */
+static int set_filter(qinput *qi, const char *s, size_t n, char *why, size_t wl)
+{
+	char *f = malloc(n + 1);
+	if (!f) {
+		snprintf(why, wl, "out of memory");
+		return -ENOMEM;
+	}
+	memcpy(f, s, n);
+	f[n] = 0;
+	free(qi->filter);
+	qi->filter = f;
+	qi->o.filter = f;
+	qi->o.filter_len = n;
+	return 0;
+}
 
 struct qsession {
 	pthread_mutex_t mu;
@@ -51,6 +76,7 @@ struct qsession {
 	 * and stats when first read */
 	vecfs_results *r;
 	int exact;     /* how the last query ran */
+	int filtered;  /* with a filter */
 	uint32_t dim;
 	double secs;
 	char *res[3];  /* NULL: not rendered yet; each counts in dm's
@@ -134,7 +160,7 @@ static void reset_input(qsession *q)
 	q->lines = 0;
 	q->kind = 0;
 	q->bad = 0;
-	free(q->acc.vecs);
+	qinput_free(&q->acc);
 	memset(&q->acc, 0, sizeof q->acc);
 }
 
@@ -271,6 +297,8 @@ static int parse_options(const char *s, size_t n, qinput *qi, char *why, size_t 
 			pos++;
 		if (pos >= n)
 			break;
+		if (n - pos >= 7 && !memcmp(s + pos, "filter=", 7))
+			return set_filter(qi, s + pos + 7, n - pos - 7, why, wl);
 		size_t st = pos;
 		while (pos < n && s[pos] != ' ' && s[pos] != '\t' && s[pos] != ',')
 			pos++;
@@ -278,7 +306,7 @@ static int parse_options(const char *s, size_t n, qinput *qi, char *why, size_t 
 		size_t tl = pos - st;
 		const char *eq = memchr(t, '=', tl);
 		if (!eq) {
-			snprintf(why, wl, "'%.*s' is not name=value (options: k, nprobe, recall, refine, mode)",
+			snprintf(why, wl, "'%.*s' is not name=value (options: k, nprobe, recall, refine, mode, filter)",
 				 (int)(tl > 40 ? 40 : tl), t);
 			return -EINVAL;
 		}
@@ -323,7 +351,7 @@ static int parse_options(const char *s, size_t n, qinput *qi, char *why, size_t 
 				return -EINVAL;
 			}
 		} else {
-			snprintf(why, wl, "unknown option '%.*s' (options: k, nprobe, recall, refine, mode)",
+			snprintf(why, wl, "unknown option '%.*s' (options: k, nprobe, recall, refine, mode, filter)",
 				 (int)(nl > 40 ? 40 : nl), t);
 			return -EINVAL;
 		}
@@ -550,6 +578,8 @@ static void render_session_stats(sbuf *st, const qsession *q)
 	sb_printf(st, "delta_scanned = %llu\n", (unsigned long long)e->delta_scanned);
 	sb_printf(st, "unindexed_scanned = %llu\n", (unsigned long long)e->uncovered_scanned);
 	sb_printf(st, "stale_skipped = %llu\n", (unsigned long long)e->stale_skipped);
+	if (q->filtered)
+		sb_printf(st, "filter_passed = %llu\n", (unsigned long long)e->filter_passed);
 	sb_printf(st, "search_us = %llu\n", (unsigned long long)e->micros);
 	sb_printf(st, "total_us = %llu\n", (unsigned long long)(q->secs * 1e6));
 }
@@ -621,6 +651,9 @@ static int text_tail(qsession *q, qinput *qi, unsigned *line, char *why, size_t 
 	qi->vecs = NULL;
 	qi->cap = 0;
 	qi->nq = 0;
+	qi->filter = NULL;
+	if (q->acc.filter && set_filter(qi, q->acc.filter, q->acc.o.filter_len, why, wl))
+		return -ENOMEM;
 	if (q->acc.nq) {
 		qi->vecs = malloc(q->acc.nq * q->acc.dim * sizeof(float));
 		if (!qi->vecs)
@@ -661,15 +694,19 @@ static void search_ahead(qsession *q)
 		/* every line checked: text_tail() only copies what they gave */
 		if (q->checked != q->in.len || q->acc.nq == 0 || q->acc.nq > AHEAD_MAX_QUERIES ||
 		    text_tail(q, &qi, &line, why, sizeof why)) {
-			free(qi.vecs);
+			qinput_free(&qi);
 			return;
 		}
 	} else if (parse_fvecs(q->in.p, q->in.len, &qi) != 1 || qi.nq > AHEAD_MAX_QUERIES) {
-		free(qi.vecs);
+		qinput_free(&qi);
 		return;
 	}
 	if (qi.o.k && qi.nq * (size_t)qi.o.k > q->dm->query_results.max) {
-		free(qi.vecs); /* refused at the close */
+		qinput_free(&qi); /* refused at the close */
+		return;
+	}
+	if (qi.filter) { /* searched at the close, where the text stays */
+		qinput_free(&qi);
 		return;
 	}
 	ahead_submit(q->dm->ahead, q->serial, q->ver, q->v, &qi.o, qi.vecs, qi.nq, qi.dim);
@@ -729,7 +766,7 @@ int qs_in_flush(qsession *q, int *ran)
 			errlog(&q->dm->errors, "query/%s/in: line %u: %s", q->id, line, why[0] ? why : strerror(-rc));
 		else
 			errlog(&q->dm->errors, "query/%s/in: %s", q->id, why[0] ? why : strerror(-rc));
-		free(qi.vecs);
+		qinput_free(&qi);
 		pthread_mutex_unlock(&q->mu);
 		return rc;
 	}
@@ -745,6 +782,7 @@ int qs_in_flush(qsession *q, int *ran)
 		q->r = r;
 		q->results_held = held;
 		q->exact = qi.o.exact;
+		q->filtered = qi.o.filter != NULL;
 		q->dim = qi.dim;
 		q->secs = now_s() - t0;
 		rc = ensure_rendered(q, QS_OUT);
@@ -758,7 +796,7 @@ int qs_in_flush(qsession *q, int *ran)
 				errlog(&q->dm->errors, "query/%s/in: out of memory formatting the results", q->id);
 		}
 	}
-	free(qi.vecs);
+	qinput_free(&qi);
 	pthread_mutex_unlock(&q->mu);
 	return rc;
 }

@@ -42,11 +42,10 @@ void vf_record_encode(uint8_t *buf, uint64_t seq, uint32_t dim, const float *vec
 	memcpy(buf + 20, &sum, 4);
 }
 
-int vf_record_decode(const void *data, size_t len, vf_record *out)
+int vf_record_fields(const void *data, size_t len, vf_record *out)
 {
 	const uint8_t *p = data;
 	uint16_t kl;
-	uint32_t sum;
 	if (len < VF_RECORD_HDR)
 		return -EIO;
 	memcpy(&out->seq, p, 8);
@@ -54,14 +53,23 @@ int vf_record_decode(const void *data, size_t len, vf_record *out)
 	memcpy(&kl, p + 12, 2);
 	memcpy(&out->plen, p + 16, 4);
 	out->keylen = kl;
-	memcpy(&sum, p + 20, 4);
 	out->key = NULL;
 	if (vf_record_size(out->dim, kl, out->plen) != len)
 		return -EIO;
 	out->vec = p + VF_RECORD_HDR;
 	out->key = (const char *)p + VF_RECORD_HDR + (size_t)out->dim * 4;
 	out->payload = out->key + kl;
-	return record_sum(p, len) == sum ? 0 : -EIO;
+	return 0;
+}
+
+int vf_record_decode(const void *data, size_t len, vf_record *out)
+{
+	uint32_t sum;
+	int rc = vf_record_fields(data, len, out);
+	if (rc)
+		return rc;
+	memcpy(&sum, (const uint8_t *)data + 20, 4);
+	return record_sum(data, len) == sum ? 0 : -EIO;
 }
 
 int vf_records_get(vf_txn *txn, vf_store *s, uint64_t id, vf_val *out)

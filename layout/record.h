@@ -38,6 +38,10 @@ void vf_record_encode(uint8_t *buf, uint64_t seq, uint32_t dim, const float *vec
  * they would be (unchecked: what can be read of a damaged record), else
  * out->key is NULL. */
 int vf_record_decode(const void *data, size_t len, vf_record *out);
+/* The fields as vf_record_decode() finds them, the checksum not checked
+ * (for a pass that only reads payloads): 0, or -EIO when the sizes do not
+ * add up (out->key then NULL). */
+int vf_record_fields(const void *data, size_t len, vf_record *out);
 
 /* The value of record id (-ENOENT when there is none); write it; delete it. */
 int vf_records_get(vf_txn *txn, vf_store *s, uint64_t id, vf_val *out);

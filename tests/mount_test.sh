@@ -1128,6 +1128,64 @@ else
 	bad mount_results "$(tail -c 200 "$TMP/daemon.log")"
 fi
 
+# ================================================================ filters
+# filter= keeps only the records whose payload matches, exact and ANN; the
+# query's stats count the matches; a malformed filter fails the close with
+# EINVAL, one past the limits with E2BIG, each with a line in errors
+F=$TMP/fstore
+fq() { # SESSION OPTIONS FILTER: the keys found, space-separated
+	printf '%s\nfilter=%s\n0.5 0 0 0\n' "$2" "$3" | put - "$M/query/$1/in" >/dev/null || return 1
+	T cut -f1 "$M/query/$1/out" | tr '\n' ' '
+}
+filtered() {
+	local mode
+	printf '%s\n' '{"key": "fa", "vector": [1, 0, 0, 0], "payload": {"lang": "en", "year": 2001}}' \
+		'{"key": "fb", "vector": [2, 0, 0, 0], "payload": {"lang": "fr", "year": 2010, "n": {"x": 3}}}' \
+		'{"key": "fc", "vector": [3, 0, 0, 0], "payload": {"lang": "en", "year": 2020, "tags": ["x", "y"]}}' \
+		'{"key": "fd", "vector": [4, 0, 0, 0]}' | put - "$M/ingest/f.jsonl" >/dev/null || return 1
+	T mkdir -p "$M/query/f1" || return 1
+	for mode in mode=exact build mode=ann; do
+		if [[ $mode == build ]]; then
+			[[ $(printf 'build\n' | put - "$M/ctl") == OK ]] || return 1
+			continue
+		fi
+		[[ $(fq f1 "k=10 $mode" '{"lang": "en"}') == "fa fc " ]] || return 1
+		[[ $(fq f1 "k=1 $mode" '{"lang": "en"}') == "fa " ]] || return 1
+		[[ $(fq f1 "$mode k=10" '{"year": {"$gte": 2010}}') == "fb fc " ]] || return 1
+		[[ $(fq f1 "$mode" '{"tags": "y", "lang": {"$in": ["en", "de"]}}') == "fc " ]] || return 1
+		[[ $(fq f1 "$mode" '{"lang": {"$ne": "en"}}') == "fb fd " ]] || return 1
+		[[ $(fq f1 "$mode" '{"$or": [{"n.x": 3}, {"year": {"$exists": false}}]}') == "fb fd " ]] || return 1
+		[[ $(fq f1 "$mode" '{"$not": {"lang": "en"}}') == "fb fd " ]] || return 1
+		[[ $(fq f1 "$mode" '{"lang": "de"}') == "" ]] || return 1
+		[[ -z $(T cat "$M/query/f1/out") ]] || return 1
+		# on one line with the options
+		[[ $(printf 'k=10 %s filter={"lang": "fr"}\n0 0 0 0\n' "$mode" | put - "$M/query/f1/in") == OK &&
+			$(T cut -f1 "$M/query/f1/out") == fb ]] || return 1
+	done
+	fq f1 k=10 '{"lang": "en"}' >/dev/null
+	T grep -qx 'filter_passed = 2' "$M/query/f1/stats" || return 1
+	T grep -q '"payload": {"lang": "en", "year": 2020, "tags": \["x", "y"\]}' "$M/query/f1/out.json" || return 1
+	# unfiltered stats name no filter
+	printf 'k=2\n0 0 0 0\n' | put - "$M/query/f1/in" >/dev/null
+	! T grep -q filter "$M/query/f1/stats" || return 1
+	T mkdir -p "$M/query/fbad" || return 1
+	[[ $(printf 'k=2\nfilter={"lang": {"$regex": "e"}}\n0 0 0 0\n' | put - "$M/query/fbad/in") == "ERR EINVAL close" ]] || return 1
+	errors_has 'query/fbad/in: filter: unknown operator' || return 1
+	[[ $(printf 'k=2\nfilter=\n0 0 0 0\n' | put - "$M/query/fbad/in") == "ERR EINVAL close" ]] || return 1
+	[[ $(printf 'k=2\nfilter={"a": 1} {"b": 2}\n0 0 0 0\n' | put - "$M/query/fbad/in") == "ERR EINVAL close" ]] || return 1
+	"$PY" -c 'import sys; n = 40; sys.stdout.write("k=3\nfilter=" + "{\"$not\": " * n + "{\"a\": 1}" + "}" * n + "\n0 0 0 0\n")' >"$TMP/fdeep"
+	[[ $(put "$TMP/fdeep" "$M/query/fbad/in") == "ERR E2BIG close" ]] || return 1
+	errors_has 'query/fbad/in: filter: nested 41 deep' || return 1
+	# the session still answers
+	[[ $(fq fbad k=1 '{"lang": "fr"}') == "fb " ]]
+}
+if mnt "$F" "$M"; then
+	check filter_queries filtered
+	umnt "$M"
+else
+	bad mount_filter "$(tail -c 200 "$TMP/daemon.log")"
+fi
+
 # ================================================================ damaged records
 # A record whose stored bytes fail their checksum (a byte flipped in
 # data.mdb while unmounted): reading it fails with EIO, rm removes it, and

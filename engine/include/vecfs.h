@@ -152,6 +152,10 @@ typedef struct vecfs_query_opts {
 	int exact;        /* 1 = scan every live record */
 	int uncounted;    /* 1 = not in the store's query counts and latencies
 			   * (stats) unless vecfs_search_count() adds it */
+	const char *filter; /* NULL, or a JSON filter on payloads (README.md):
+			     * only records that match; -EINVAL when malformed,
+			     * -E2BIG past its limits */
+	size_t filter_len;
 } vecfs_query_opts;
 
 typedef struct vecfs_explain {
@@ -165,6 +169,7 @@ typedef struct vecfs_explain {
 	uint64_t delta_scanned;    /* delta postings scored */
 	uint64_t uncovered_scanned;/* rows not covered by the generation, exact */
 	uint64_t stale_skipped;    /* superseded or deleted postings skipped */
+	uint64_t filter_passed;    /* live records that matched the filter */
 	uint64_t micros;
 	uint32_t k, nprobe, refine;/* as run: the options, or the config's defaults */
 	float recall_target;       /* the target the probing aimed at; 0 when a
