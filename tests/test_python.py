@@ -191,6 +191,11 @@ for t in ths:
     t.join()
 check("threads", len(res) == 4 and all(res.values()) and 1 <= len(session_stats()) <= 4, repr(res))
 
+for sess in os.listdir(MNT + "/query"):        # sessions removed under the Index
+    if sess.startswith("py-"):
+        os.rmdir(MNT + "/query/" + sess)
+check("session_made_again", tolist(ix.search(rows[9], k=1)[0]) == ["9"] and len(session_stats()) == 1)
+
 # ------------------------------------------------------------ delete, ctl
 check("delete_one", ix.delete("a") == 1 and "a" not in ix)
 check("get_missing", raises(lambda: ix.get("a"), KeyError) is not None)

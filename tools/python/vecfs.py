@@ -26,6 +26,7 @@ __version__ = "0.1.0"
 STAGE_BYTES = 8 << 20     # inputs larger than this are written as a staged .part file
 CHUNK_BYTES = 1 << 20     # write() size
 MAX_RESULTS = 1 << 20     # queries x k of one request (the daemon's limit is 4194304)
+MAX_INPUT = 64 << 20      # bytes of one `in` (the daemon's limit is 256 MiB)
 
 
 class VecfsError(OSError):
@@ -222,17 +223,16 @@ class Index:
         except OSError:
             return []
 
-    def _call(self, fn, *args, before=None):
-        """fn(*args); an OSError becomes a VecfsError with the new errors lines."""
+    def _call(self, fn, *args):
+        """fn(*args); an OSError becomes a VecfsError with the lines that
+        `errors` gained since _begin()."""
         try:
             return fn(*args)
         except VecfsError:
             raise
         except OSError as e:
-            if before is None:
-                before = self._seen
             raise VecfsError(e.errno, e.strerror, e.filename,
-                             self._new_lines(before, self._errors())) from None
+                             self._new_lines(self._seen, self._errors())) from None
 
     @staticmethod
     def _new_lines(before, after):
@@ -388,7 +388,8 @@ class Index:
         single = _is_vector(queries)
         rows = [queries] if single else queries
         opts = _options(k, filter, recall, nprobe, exact, refine)
-        per = max(1, MAX_RESULTS // (k or 1000))
+        dim = len(rows[0]) if len(rows) else 1
+        per = max(1, min(MAX_RESULTS // (k or 1000), MAX_INPUT // (dim * 26)))
         keys, dists = [], []
         path = self._session()
         try:
@@ -422,9 +423,14 @@ class Index:
         def run():
             with open(inp, "w", encoding="utf-8") as f:
                 f.write(text)
-        self._call(run)
-        with open(os.path.join(path, "out.json"), encoding="utf-8") as f:
-            res = json.load(f)["results"]
+        try:
+            run()
+        except FileNotFoundError:     # the session was removed: make it again
+            self._call(os.makedirs, path, 0o755, True)
+            self._call(run)
+        except OSError as e:
+            self._call(_raise, e)
+        res = json.loads(self._call(self._read, os.path.join(path, "out.json")))["results"]
         # distances are float32: as such in both paths
         return ([[r["key"] for r in q] for q in res],
                 [array("f", [r["distance"] for r in q]).tolist() for q in res])
