@@ -34,7 +34,7 @@ TOOLS      := $(BUILD)/vecfs-bench $(BUILD)/vecfs-data $(BUILD)/vecfs-churn $(BU
 DAEMON     := $(if $(FS_SRC),$(BUILD)/vecfs,)
 DEPS_OK    := $(BUILD)/.deps-ok
 
-.PHONY: all test check unit layers mount-test crash-test full-test stress soak conformance \
+.PHONY: all test check unit layers mount-test crash-test full-test python-test stress soak conformance \
 	asan tsan sanitized bench clean deps
 all: $(DEPS_OK) $(BUILD)/libvecfs.a $(TOOLS) $(DAEMON)
 
@@ -116,6 +116,10 @@ crash-test: all
 full-test: all
 	@$(SAN_DAEMON) bash tests/full_test.sh $(BUILD)/vecfs
 
+# The Python module tools/python against a mount, with and without numpy.
+python-test: all
+	@$(SAN_DAEMON) bash tests/python_test.sh $(BUILD)/vecfs
+
 # The layers, on the built objects and the sources (tests/check_layers.sh).
 layers: all $(TEST_BIN)
 	@bash tests/check_layers.sh $(BUILD)
@@ -136,7 +140,7 @@ check: all $(TEST_BIN)
 	@MAKE="$(MAKE)" bash tests/run-suite.sh unit layers
 
 test: all $(TEST_BIN)
-	@MAKE="$(MAKE)" bash tests/run-suite.sh unit layers mount-test crash-test full-test
+	@MAKE="$(MAKE)" bash tests/run-suite.sh unit layers mount-test crash-test full-test python-test
 
 # The acceptance suite in ../shared/conformance, run against $(BUILD)/vecfs;
 # PENDING (a regex of groups not run) passes through the environment.
