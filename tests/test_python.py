@@ -166,11 +166,13 @@ k, d = ix.search(rows[10], k=4, exact=True)
 check("exact_option", session_stats()[0]["mode"] == "exact")
 check("options_text", vecfs._options(3, {"colour": "red"}, 0.9, None, True, None) ==
       'k=3 recall=0.9 mode=exact\nfilter={"colour": "red"}\n')
+k, d = ix.search([1.0] * DIM, k=3, filter={"colour": "red"})
+check("filter_passed", tolist(k) == ["a"], repr(k))
 try:
-    k, d = ix.search([1.0] * DIM, k=3, filter={"colour": "red"})
-    check("filter_passed", tolist(k) == ["a"], repr(k))
-except VecfsError as e:    # a daemon without filters refuses the line
-    check("filter_passed", e.errno == errno.EINVAL and any("filter" in line for line in e.lines), repr(e))
+    ix.search([1.0] * DIM, k=3, filter={"colour": {"$regex": "r"}})
+    check("filter_malformed", False, "no error")
+except VecfsError as e:
+    check("filter_malformed", e.errno == errno.EINVAL and any("filter" in line for line in e.lines), repr(e))
 
 # threads share sessions from the pool
 res = {}
