@@ -1,0 +1,226 @@
+#!/usr/bin/env bash
+# Operations tests of build/vecfs: exit statuses and --help, the source
+# mount shows (fsname), --log, the mount helper forms of an fstab line
+# (mount.fuse3, mount -t fuse.vecfs, mount -t fuse PROG#STORE) and the
+# systemd unit tools/vecfs@.service (systemd-analyze verify, and its
+# ExecStart and ExecStopPost lines run by hand: systemd need not be PID 1).
+# The last line is `ops: N passed, N failed`.
+#
+# Usage: bash tests/ops_test.sh [path/to/vecfs]   (from the project root)
+
+VECFS=$(readlink -f "${1:-build/vecfs}")
+SUITE=ops
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+. "$(dirname "$0")/harness.sh"
+
+# run CMD...: its exit status in RC, stdout and stderr in OUT
+run() { OUT=$(T "$@" 2>&1 </dev/null); RC=$?; }
+wait_gone() { # PID: until it has exited (5 s)
+	local i
+	for ((i = 0; i < 50; i++)); do kill -0 "$1" 2>/dev/null || return 0; sleep 0.1; done
+	return 1
+}
+umnt() { # MNT: unmount, wait for its daemon
+	local pid
+	pid=$(daemon_pid "$1")
+	T fusermount3 -u "$1" || return 1
+	[[ -z $pid ]] || wait_gone "$pid"
+	! is_mounted "$1"
+}
+source_of() { awk -v m="$1" '$2 == m { print $1 }' /proc/self/mounts; }
+type_of() { awk -v m="$1" '$2 == m { print $3 }' /proc/self/mounts; }
+STAMP='^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z '
+
+S=$TMP/store
+M=$TMP/mnt
+mkdir -p "$M"
+
+# ---------------------------------------------------------------- exit statuses
+run "$VECFS" --help
+check help_exit_0 test "$RC" -eq 0
+for code in 0 1 2 3 4; do
+	check "help_documents_exit_$code" grep -qE "^ +$code +[a-zA-Z]" <<<"$OUT"
+done
+check help_documents_log grep -q -- '--log FILE' <<<"$OUT"
+run "$VECFS" "$S"
+check exit_2_missing_mountpoint test "$RC" -eq 2
+run "$VECFS" -o no_such_option "$S" "$M"
+check exit_2_unknown_option test "$RC" -eq 2
+check unknown_option_not_mounted sh -c "! awk -v m='$M' '\$2 == m { f = 1 } END { exit !f }' /proc/self/mounts"
+run "$VECFS" --log "$TMP/no/such/dir/log" "$S" "$M"
+check exit_2_log_unopenable test "$RC" -eq 2
+check log_unopenable_message grep -q "cannot open the log file $TMP/no/such/dir/log" <<<"$OUT"
+: >"$TMP/plainfile"
+run "$VECFS" "$TMP/plainfile" "$M"
+check exit_4_store_unopenable test "$RC" -eq 4
+check store_unopenable_message grep -q "cannot open store" <<<"$OUT"
+run "$VECFS" "$S" "$TMP/no-such-mnt"
+check exit_1_missing_mountpoint test "$RC" -eq 1
+
+if mnt "$S" "$M"; then
+	ok mount
+	check fsname_is_store test "$(source_of "$M")" == "$S"
+	check type_fuse_vecfs test "$(type_of "$M")" == fuse.vecfs
+	check df_shows_store sh -c "df '$M' | tail -n 1 | grep -q '^$S '"
+	mkdir -p "$TMP/m2"
+	MOUNTS+=("$TMP/m2")
+	run "$VECFS" "$S" "$TMP/m2"
+	check exit_3_store_in_use test "$RC" -eq 3
+	run "$VECFS" "$TMP/other" "$M"
+	check exit_1_already_mounted test "$RC" -eq 1
+	check already_mounted_message grep -q "already a mount point" <<<"$OUT"
+	pid=$(daemon_pid "$M")
+	kill -9 "$pid"
+	wait_gone "$pid"
+	run "$VECFS" "$S" "$M"
+	check exit_1_stale test "$RC" -eq 1
+	check stale_message grep -qF "the mount point is stale: run fusermount3 -u $M" <<<"$OUT"
+	T fusermount3 -u "$M"
+else
+	bad mount "$(tail -c 300 "$TMP/daemon.log")"
+fi
+
+# fsname: given, or STORE with a comma (escaped for the mount options)
+if mnt "$S" "$M" -o fsname=myindex; then
+	check fsname_given test "$(source_of "$M")" == myindex
+	umnt "$M"
+else
+	bad mount_fsname "$(tail -c 300 "$TMP/daemon.log")"
+fi
+if mnt "$TMP/st,ore" "$M"; then
+	check fsname_with_comma test "$(source_of "$M")" == "$TMP/st,ore"
+	umnt "$M"
+else
+	bad mount_comma_store "$(tail -c 300 "$TMP/daemon.log")"
+fi
+
+# ---------------------------------------------------------------- --log
+L=$TMP/vecfs.log
+echo 'an older line' >"$L"
+if mnt "$S" "$M" --log "$L"; then
+	pid=$(daemon_pid "$M")
+	T sh -c "echo x > '$M/ingest/bad.zzz'" 2>/dev/null
+	kill -s USR1 "$pid" # ignored: not a stop, not a reopen
+	sleep 0.2
+	check log_appends test "$(head -n 1 "$L")" == 'an older line'
+	check log_start_line grep -qE "${STAMP}vecfs: serving $S on $M \(pid $pid\)\$" "$L"
+	check log_errors_line grep -qE "${STAMP}ingest/bad.zzz: unknown file type" "$L"
+	check log_same_as_errors sh -c "grep -qxF \"\$(grep bad.zzz '$M/errors')\" '$L'"
+	# logrotate's copytruncate: lines go on at the start of the emptied file
+	: >"$L"
+	T sh -c "echo x > '$M/ingest/bad2.zzz'" 2>/dev/null
+	check log_after_truncate grep -qE "${STAMP}ingest/bad2.zzz" "$L"
+	check log_no_hole sh -c "! tr -d '\\n[:print:]' <'$L' | grep -q ."
+	kill -s TERM "$pid"
+	wait_gone "$pid"
+	check log_signal_line grep -qE "${STAMP}vecfs: SIGTERM: unmounting $M\$" "$L"
+	check log_stop_line grep -qE "${STAMP}vecfs: unmounted $M; exiting with status 0\$" "$L"
+	check log_every_line_stamped sh -c "! grep -vE '$STAMP' '$L'"
+else
+	bad mount_log "$(tail -c 300 "$TMP/daemon.log")"
+fi
+if mnt "$S" "$M" -o log="$TMP/o.log"; then
+	check log_option_o grep -qE "${STAMP}vecfs: serving $S on $M" "$TMP/o.log"
+	umnt "$M"
+else
+	bad mount_log_o "$(tail -c 300 "$TMP/daemon.log")"
+fi
+# a failure at start is logged too
+mkdir -p "$TMP/m3"
+run "$VECFS" --log "$TMP/fail.log" "$TMP/plainfile" "$TMP/m3"
+check log_start_failure grep -qE "${STAMP}vecfs: cannot open store $TMP/plainfile" "$TMP/fail.log"
+
+# ---------------------------------------------------------------- fstab
+# mount.fuse3, as mount(8) runs it for `STORE MNT fuse.vecfs OPTS`: the
+# program is found on PATH under the type's name
+mkdir -p "$TMP/bin"
+ln -s "$VECFS" "$TMP/bin/vecfs"
+MOUNTS+=("$M")
+PATH="$TMP/bin:$PATH" T mount.fuse3 "$S" "$M" -t fuse.vecfs -o defaults,noatime,nofail,_netdev,x-systemd.automount >"$TMP/helper.log" 2>&1
+check mount_fuse3_exit_0 test $? -eq 0
+if is_mounted "$M"; then
+	check mount_fuse3_source test "$(source_of "$M")" == "$S"
+	check mount_fuse3_noatime grep -q noatime <<<"$(awk -v m="$M" '$2 == m { print $4 }' /proc/self/mounts)"
+	check mount_fuse3_usable test -f "$M/README"
+	pid=$(daemon_pid "$M")
+	check umount_stops_daemon sh -c "umount '$M' && ! awk -v m='$M' '\$2 == m { f = 1 } END { exit !f }' /proc/self/mounts"
+	check umount_daemon_exits wait_gone "$pid"
+else
+	bad mount_fuse3 "$(cat "$TMP/helper.log")"
+fi
+# the `PROG#STORE` source of type fuse: no PATH needed
+T mount -t fuse "$VECFS#$S" "$M" -o defaults,_netdev >"$TMP/helper.log" 2>&1
+check mount_t_fuse_prog_source test $? -eq 0
+if is_mounted "$M"; then
+	check mount_t_fuse_type test "$(type_of "$M")" == fuse.vecfs
+	T umount "$M"
+else
+	bad mount_t_fuse "$(cat "$TMP/helper.log")"
+fi
+# mount -t fuse.NAME runs NAME from the standard PATH (/usr/local/bin is on
+# it): a link there under a name of its own, removed at once
+if [[ $(id -u) == 0 && -d /usr/local/sbin ]]; then
+	name=vecfs-ops-test-$$
+	ln -s "$VECFS" "/usr/local/sbin/$name"
+	T mount -t "fuse.$name" "$S" "$M" -o defaults >"$TMP/helper.log" 2>&1
+	rc=$?
+	rm -f "/usr/local/sbin/$name"
+	check mount_t_fuse_vecfs test $rc -eq 0
+	if is_mounted "$M"; then
+		check mount_t_type_is_vecfs test "$(type_of "$M")" == fuse.vecfs
+		T umount "$M"
+	else
+		bad mount_t_fuse_vecfs_mounted "$(cat "$TMP/helper.log")"
+	fi
+else
+	echo "SKIP mount -t fuse.vecfs through /usr/local/sbin: not root"
+fi
+
+# ---------------------------------------------------------------- systemd unit
+UNIT=$ROOT/tools/vecfs@.service
+inst=$(systemd-escape --path "$M" 2>/dev/null || echo x)
+if command -v systemd-analyze >/dev/null; then
+	mkdir -p "$TMP/unit"
+	# the installed path of the daemon, here the one built
+	sed "s#/usr/local/bin/vecfs#$VECFS#" "$UNIT" >"$TMP/unit/vecfs@$inst.service"
+	out=$(cd "$TMP/unit" && T systemd-analyze verify --man=no "./vecfs@$inst.service" 2>&1)
+	check unit_verifies test $? -eq 0 -a -z "$out"
+	[[ -z $out ]] || echo "$out"
+else
+	echo "SKIP systemd-analyze verify: not installed"
+fi
+# ExecStart, with the unit's specifiers and variables put in by hand
+line=$(sed -n 's/^ExecStart=//p' "$UNIT")
+line=${line//\/usr\/local\/bin\/vecfs/$VECFS}
+line=${line//\$\{STORE\}/$S}
+line=${line//\$OPTIONS/--log $TMP/unit.log}
+line=${line//%f/$M}
+check unit_execstart_foreground grep -q -- ' -f ' <<<"$line"
+$line >"$TMP/unit.out" 2>&1 &
+upid=$!
+for ((i = 0; i < 100; i++)); do is_mounted "$M" && break; sleep 0.1; done
+check unit_execstart_mounts is_mounted "$M"
+check unit_execstart_stays kill -0 "$upid"
+kill -s TERM "$upid"
+wait "$upid"
+check unit_sigterm_exit_0 test $? -eq 0
+check unit_sigterm_unmounts sh -c "! awk -v m='$M' '\$2 == m { f = 1 } END { exit !f }' /proc/self/mounts"
+check unit_foreground_stderr grep -q "vecfs: SIGTERM: unmounting $M" "$TMP/unit.out"
+# ExecStopPost: a stale mount is detached, a live one left alone
+post=$(sed -n 's/^ExecStopPost=-//p' "$UNIT")
+post=${post//%f/$M}
+if mnt "$S" "$M"; then
+	eval "$post"
+	check unit_stoppost_keeps_live is_mounted "$M"
+	pid=$(daemon_pid "$M")
+	kill -9 "$pid"
+	wait_gone "$pid"
+	eval "$post"
+	check unit_stoppost_detaches_stale sh -c "! awk -v m='$M' '\$2 == m { f = 1 } END { exit !f }' /proc/self/mounts"
+	check unit_restart_after_stale mnt "$S" "$M"
+	umnt "$M"
+else
+	bad mount_stoppost "$(tail -c 300 "$TMP/daemon.log")"
+fi
+
+summary
