@@ -176,6 +176,65 @@ else
 	echo "SKIP mount -t fuse.vecfs through /usr/local/sbin: not root"
 fi
 
+# ---------------------------------------------------------------- vecfs-inspect search
+# the same query through a mount's query/ID/in and `vecfs-inspect STORE search
+# FILE` on the store unmounted: the same out, for text and fvecs input
+INSPECT=$(dirname "$VECFS")/vecfs-inspect
+Q=$TMP/qstore
+"$PY" - "$TMP" <<'PY'
+import random, struct, sys
+r = random.Random(7)
+tmp = sys.argv[1]
+with open(tmp + '/base.csv', 'w') as f:
+    for i in range(2000):
+        f.write('k%d,' % i + ','.join('%.5f' % r.uniform(-1, 1) for _ in range(8)) + '\n')
+qs = [[r.uniform(-1, 1) for _ in range(8)] for _ in range(3)]
+with open(tmp + '/q.txt', 'w') as f:
+    f.write('k=7, nprobe=2\n# comment\n\n')
+    for q in qs:
+        f.write('[' + ' '.join('%.5f' % x for x in q) + ']\n')
+    f.write('refine=3\n')
+with open(tmp + '/q.fvecs', 'wb') as f:
+    for q in qs:
+        f.write(struct.pack('<i8f', 8, *q))
+PY
+if mnt "$Q" "$M"; then
+	put "$TMP/base.csv" "$M/ingest/base.csv" >/dev/null
+	echo build | put - "$M/ctl" >/dev/null
+	T mkdir "$M/query/s"
+	put "$TMP/q.txt" "$M/query/s/in" >/dev/null
+	T cat "$M/query/s/out" >"$TMP/out.text"
+	put "$TMP/q.fvecs" "$M/query/s/in" >/dev/null
+	T cat "$M/query/s/out" >"$TMP/out.fvecs"
+	{ echo 'mode=exact k=4'; tail -n +4 "$TMP/q.txt"; } >"$TMP/q.exact"
+	put "$TMP/q.exact" "$M/query/s/in" >/dev/null
+	T cat "$M/query/s/out" >"$TMP/out.exact"
+	umnt "$M"
+	check search_mount_out_nonempty test "$(grep -c . "$TMP/out.text")" -eq 21
+	run "$INSPECT" "$Q" search "$TMP/q.txt"
+	check search_text_as_out test "$RC" -eq 0 -a "$OUT" == "$(cat "$TMP/out.text")"
+	run "$INSPECT" "$Q" search "$TMP/q.fvecs"
+	check search_fvecs_as_out test "$RC" -eq 0 -a "$OUT" == "$(cat "$TMP/out.fvecs")"
+	OUT=$(T "$INSPECT" "$Q" search - <"$TMP/q.exact" 2>&1)
+	check search_stdin_exact test $? -eq 0 -a "$OUT" == "$(cat "$TMP/out.exact")"
+	run "$INSPECT" "$Q" search /dev/null
+	check search_empty_exit_2 test "$RC" -eq 2
+	check search_empty_message grep -q 'no query vector (empty)' <<<"$OUT"
+	printf 'k=3\nk=0\n1 2 3 4 5 6 7 8\n' >"$TMP/qbad"
+	run "$INSPECT" "$Q" search "$TMP/qbad"
+	check search_bad_option test "$RC" -eq 2 -a "$OUT" == "vecfs-inspect: $TMP/qbad: line 2: bad value '0' for k"
+	printf '1 2 3\n' >"$TMP/qdim"
+	run "$INSPECT" "$Q" search "$TMP/qdim"
+	check search_wrong_dim test "$RC" -eq 2
+	check search_wrong_dim_message grep -q 'dim 8' <<<"$OUT"
+	run "$INSPECT" "$Q" search "$TMP/no-such-file"
+	check search_missing_file test "$RC" -eq 2
+	run "$INSPECT" "$Q" search
+	check search_needs_file test "$RC" -eq 2
+else
+	bad mount_search "$(tail -c 300 "$TMP/daemon.log")"
+fi
+
 # ---------------------------------------------------------------- systemd unit
 UNIT=$ROOT/tools/vecfs@.service
 inst=$(systemd-escape --path "$M" 2>/dev/null || echo x)
