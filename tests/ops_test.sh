@@ -235,6 +235,33 @@ else
 	bad mount_search "$(tail -c 300 "$TMP/daemon.log")"
 fi
 
+# ---------------------------------------------------------------- tools: progress, --plot
+# progress on stderr: plain lines with the rate when it is no terminal, one
+# line rewritten with a bar on a terminal (script(1) gives one); --plot
+# draws a PNG with gnuplot, or says gnuplot is missing
+BIN=$(dirname "$VECFS")
+DS=$TMP/ds
+T "$BIN/vecfs-data" --n 3000 --d 16 --clusters 10 --queries 40 --out "$DS" >/dev/null 2>&1
+T "$BIN/vecfs-bench" "$DS" --nprobe 1,8 --recall 0.9 --plot "$TMP/plot.png" >"$TMP/bench.out" 2>"$TMP/bench.err"
+check bench_plot_exit_0 test $? -eq 0
+check bench_plot_png test "$(head -c 8 "$TMP/plot.png" 2>/dev/null | od -An -tx1 | tr -d ' \n')" == 89504e470d0a1a0a
+check bench_plain_ingest_rate grep -qE '^ingest: 100% \([0-9,]+ rows/s\)$' "$TMP/bench.err"
+check bench_plain_build_phases grep -qE '^build: (train|encode|calibrate|publish) [0-9]+%' "$TMP/bench.err"
+check bench_plain_no_cr sh -c "! grep -q \$'\r' '$TMP/bench.err'"
+if command -v script >/dev/null; then
+	T script -qec "'$BIN/vecfs-bench' '$DS' --nprobe 4 --queries 10" /dev/null >"$TMP/tty.out" 2>&1
+	check bench_tty_bar grep -qaE $'\ringest: \[#{20}\] 100%  [0-9,]+ rows/s' "$TMP/tty.out"
+	check bench_tty_one_line test "$(grep -ac '^ingest:' "$TMP/tty.out")" -eq 0
+else
+	echo "SKIP progress on a terminal: no script(1)"
+fi
+T env PATH=/nonexistent "$BIN/vecfs-bench" "$DS" --plot "$TMP/x.png" >/dev/null 2>"$TMP/noplot.err"
+check bench_plot_no_gnuplot_fails test $? -ne 0 -a ! -e "$TMP/x.png"
+check bench_plot_no_gnuplot_message grep -q 'needs gnuplot.*gnuplot-nox' "$TMP/noplot.err"
+T "$BIN/vecfs-churn" "$DS" --rounds 1 >/dev/null 2>"$TMP/churn.err"
+check churn_progress_rate grep -qE '^churned: round 1 100% \([0-9,]+ operations/s\)$' "$TMP/churn.err"
+check churn_progress_load grep -qE '^churned: load 100%' "$TMP/churn.err"
+
 # ---------------------------------------------------------------- systemd unit
 UNIT=$ROOT/tools/vecfs@.service
 inst=$(systemd-escape --path "$M" 2>/dev/null || echo x)
