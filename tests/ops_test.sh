@@ -262,6 +262,18 @@ T "$BIN/vecfs-churn" "$DS" --rounds 1 >/dev/null 2>"$TMP/churn.err"
 check churn_progress_rate grep -qE '^churned: round 1 100% \([0-9,]+ operations/s\)$' "$TMP/churn.err"
 check churn_progress_load grep -qE '^churned: load 100%' "$TMP/churn.err"
 
+# ---------------------------------------------------------------- make install
+# into a staging directory: the programs, and the unit pointed at PREFIX
+if [[ $(dirname "$VECFS") == "$ROOT/build" ]]; then
+	T make -C "$ROOT" --no-print-directory -s install DESTDIR="$TMP/dest" PREFIX=/opt/vecfs >"$TMP/install.log" 2>&1
+	check install_exit_0 test $? -eq 0
+	check install_daemon test -x "$TMP/dest/opt/vecfs/bin/vecfs" -a -x "$TMP/dest/opt/vecfs/bin/vecfs-inspect"
+	check install_unit grep -qx 'ExecStart=/opt/vecfs/bin/vecfs -f $OPTIONS ${STORE} %f' \
+		"$TMP/dest/etc/systemd/system/vecfs@.service"
+else
+	echo "SKIP make install: the daemon is not build/vecfs"
+fi
+
 # ---------------------------------------------------------------- systemd unit
 UNIT=$ROOT/tools/vecfs@.service
 inst=$(systemd-escape --path "$M" 2>/dev/null || echo x)
