@@ -34,7 +34,7 @@ TOOLS      := $(BUILD)/vecfs-bench $(BUILD)/vecfs-data $(BUILD)/vecfs-churn $(BU
 DAEMON     := $(if $(FS_SRC),$(BUILD)/vecfs,)
 DEPS_OK    := $(BUILD)/.deps-ok
 
-.PHONY: all test check unit layers mount-test crash-test full-test python-test stress soak conformance \
+.PHONY: all test check unit layers mount-test crash-test ops-test full-test python-test stress soak conformance install \
 	asan tsan sanitized bench clean deps
 all: $(DEPS_OK) $(BUILD)/libvecfs.a $(TOOLS) $(DAEMON)
 
@@ -71,6 +71,7 @@ $(BUILD)/vecfs-filterbench: $(BUILD)/obj/tools/vecfs_filterbench.o $(TOOL_OBJ) $
 	$(CC) $(CFLAGS) -o $@ $^ $(LIBS)
 
 $(BUILD)/vecfs-inspect: $(BUILD)/obj/tools/vecfs_inspect.o $(BUILD)/obj/tools/toolutil.o \
+		$(BUILD)/obj/tools/query_input.o \
 		$(BUILD)/libvecfs.a
 	$(CC) $(CFLAGS) -o $@ $^ $(LIBS)
 
@@ -109,6 +110,10 @@ mount-test: all
 	@$(SAN_DAEMON) bash tests/mount_test.sh $(BUILD)/vecfs
 
 # kill -9 of the busy daemon, rounds of it: nothing acknowledged is lost.
+# Operations: exit statuses, fsname, --log, fstab mount helpers, the systemd unit.
+ops-test: all
+	@$(SAN_DAEMON) bash tests/ops_test.sh $(BUILD)/vecfs
+
 crash-test: all
 	@$(SAN_DAEMON) bash tests/crash_test.sh $(BUILD)/vecfs
 
@@ -140,7 +145,7 @@ check: all $(TEST_BIN)
 	@MAKE="$(MAKE)" bash tests/run-suite.sh unit layers
 
 test: all $(TEST_BIN)
-	@MAKE="$(MAKE)" bash tests/run-suite.sh unit layers mount-test crash-test full-test python-test
+	@MAKE="$(MAKE)" bash tests/run-suite.sh unit layers mount-test ops-test crash-test full-test python-test
 
 # The acceptance suite in ../shared/conformance, run against $(BUILD)/vecfs;
 # PENDING (a regex of groups not run) passes through the environment.
@@ -184,6 +189,15 @@ bench: all
 
 clean:
 	rm -rf build build-asan build-tsan build-fuzz
+
+# The daemon and tools into $(PREFIX)/bin (/usr/local/bin is on the PATH
+# that mount(8) gives mount.fuse3, so an fstab line of type fuse.vecfs finds
+# vecfs), and the systemd unit, its ExecStart pointed at them.
+PREFIX ?= /usr/local
+install: all
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)/etc/systemd/system
+	install -m 755 $(DAEMON) $(TOOLS) $(DESTDIR)$(PREFIX)/bin/
+	sed 's#/usr/local/bin/#$(PREFIX)/bin/#' tools/vecfs@.service >$(DESTDIR)/etc/systemd/system/vecfs@.service
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
 -include tests/fuzz/fuzz.mk

@@ -1,8 +1,8 @@
 /*
  * fs/errors.c - the bounded ring of error lines shown in `errors`, oldest
  * first: time-stamped, escaped, repeats rate-limited (see errors.h).  Each
- * line is also written to stderr (the daemon's log when it runs in the
- * foreground).
+ * line is also written to stderr (when the daemon runs in the foreground)
+ * and to the log file (log.h).
  */
 #include "errors.h"
 
@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "log.h"
 #include "sbuf.h"
 
 void errors_init(err_log *log)
@@ -65,7 +66,8 @@ static unsigned long kind_key(const char *fmt, const char *msg)
 	return h ? h : 1;
 }
 
-/* Put "TIME msg" into the ring and on stderr (log->mu held). */
+/* Put "TIME msg" into the ring, on stderr and in the log file (log->mu
+ * held). */
 static void push_line(err_log *log, time_t now, const char *msg)
 {
 	struct tm tm;
@@ -83,7 +85,7 @@ static void push_line(err_log *log, time_t now, const char *msg)
 	log->next++;
 	if (log->count < ERR_LINES)
 		log->count++;
-	fprintf(stderr, "vecfs: %s\n", line);
+	log_line(line);
 }
 
 /* The line that stands for k's held-back repeats (log->mu held). */

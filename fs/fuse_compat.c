@@ -11,6 +11,7 @@
  * loops.
  */
 #include "fuse_compat_private.h"
+#include "log.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -164,6 +165,8 @@ static void *signal_thread(void *arg)
 			continue;
 		pthread_mutex_lock(&fc->stop_mu);
 		if (!fc->loop_done && !fc->unmounted) {
+			log_msg("%s: unmounting %s", sig == SIGINT ? "SIGINT" : sig == SIGHUP ? "SIGHUP" : "SIGTERM",
+				fc->mountpoint);
 			fc->on_stop(fc->userdata);
 			fuse_session_exit(fc->se);
 			fs_loop_stop(fc);
@@ -190,19 +193,19 @@ int fc_mount(fuse_compat *fc, struct fuse_args *args, const fc_options *o,
 	fc->mountpoint = o->mountpoint;
 	fc->se = fuse_session_new(args, ops, sizeof *ops, userdata);
 	if (!fc->se) {
-		fprintf(stderr, "vecfs: cannot start the FUSE session (bad -o option?)\n");
-		return -1;
+		log_msg("cannot start the FUSE session (bad -o option?)");
+		return -EINVAL;
 	}
 	if (fuse_session_mount(fc->se, o->mountpoint) != 0) {
-		fprintf(stderr, "vecfs: cannot mount on %s\n", o->mountpoint);
+		log_msg("cannot mount on %s", o->mountpoint);
 		goto out_session;
 	}
 	if (pt_install(fc, o->passthrough) != 0) {
-		fprintf(stderr, "vecfs: cannot set up the FUSE device's I/O\n");
+		log_msg("cannot set up the FUSE device's I/O");
 		goto out_unmount;
 	}
 	if (pthread_create(&fc->sig_thread, NULL, signal_thread, fc) != 0) {
-		fprintf(stderr, "vecfs: cannot start the signal thread\n");
+		log_msg("cannot start the signal thread");
 		goto out_unmount;
 	}
 	fc->sig_started = 1;
@@ -233,12 +236,12 @@ int fc_serve(fuse_compat *fc, const fc_options *o)
 		if (rc == -ETIMEDOUT) {
 			/* requests still run and use the store: no tidying up under
 			 * them; every committed write is already durable */
-			fprintf(stderr, "vecfs: requests still running a minute after the "
-				"stop; exiting without them\n");
+			log_msg("requests still running a minute after the "
+				"stop; exiting without them");
 			_exit(1);
 		}
 		if (rc)
-			fprintf(stderr, "vecfs: the session loop ended: %s\n", strerror(-rc));
+			log_msg("the session loop ended: %s", strerror(-rc));
 	}
 	return rc == 0 ? 0 : 1;
 }

@@ -56,8 +56,9 @@ void fc_started(fuse_compat *fc, int status);
 /* Create the session, mount it and take SIGINT, SIGTERM and SIGHUP, which
  * end it (on_stop(userdata) is called first).  userdata is what handlers
  * get from fuse_req_userdata(); it must begin with the fuse_compat pointer
- * fc (the device's I/O hooks get only the userdata).  0, or -1 with a
- * message on stderr (nothing to tear down then). */
+ * fc (the device's I/O hooks get only the userdata).  0, or with a
+ * message (nothing to tear down then) -EINVAL when the session cannot be
+ * made (a bad -o option), -1 when the mount fails. */
 int fc_mount(fuse_compat *fc, struct fuse_args *args, const fc_options *o,
 	     const struct fuse_lowlevel_ops *ops, void *userdata, void (*on_stop)(void *));
 /* Serve requests until the session ends: 0, or 1 when it ended on an

@@ -3,7 +3,9 @@
  *
  * Options, --help and --version; then the daemon starts in the background
  * (fuse_compat.c), opens the store, mounts and serves until unmounted or
- * signalled.
+ * signalled.  It also takes the arguments mount.fuse3 passes for an fstab
+ * entry of type fuse.vecfs (`STORE MNT -o OPTS`, with OPTS holding
+ * `defaults` and `x-` options, which mean nothing here and are dropped).
  */
 #include "daemon.h"
 
@@ -19,7 +21,17 @@
 #include <unistd.h>
 
 #include "fuse_compat.h"
+#include "log.h"
 #include "ops.h"
+
+/* exit statuses, as --help lists them */
+enum {
+	EXIT_OK = 0,
+	EXIT_MOUNT = 1, /* the mount failed, or the session ended on an error */
+	EXIT_USAGE = 2, /* bad options or arguments, or --log FILE cannot be opened */
+	EXIT_BUSY = 3,  /* another vecfs process holds STORE */
+	EXIT_STORE = 4, /* STORE cannot be created or opened */
+};
 
 struct options {
 	char *store;
@@ -31,6 +43,10 @@ struct options {
 	unsigned ingest_buffer_mb; /* -o ingest_buffer_mb=N */
 	unsigned query_results;  /* -o query_results=N */
 	unsigned query_output_mb; /* -o query_output_mb=N */
+	char *log;           /* --log FILE, -o log=FILE */
+	int fsname;          /* -o fsname= given */
+	int subtype;         /* -o subtype= given */
+	int mnt_missing;     /* MOUNTPOINT does not resolve */
 };
 
 static const struct fuse_opt option_spec[] = {
@@ -40,6 +56,9 @@ static const struct fuse_opt option_spec[] = {
 	{"ingest_buffer_mb=%u", offsetof(struct options, ingest_buffer_mb), 0},
 	{"query_results=%u", offsetof(struct options, query_results), 0},
 	{"query_output_mb=%u", offsetof(struct options, query_output_mb), 0},
+	{"log=%s", offsetof(struct options, log), 0},
+	{"--log %s", offsetof(struct options, log), 0},
+	{"--log=%s", offsetof(struct options, log), 0},
 	FUSE_OPT_END,
 };
 
@@ -57,7 +76,20 @@ static int opt_proc(void *data, const char *arg, int key, struct fuse_args *outa
 			o->extra = 1;
 			return 0;
 		}
+		char real[PATH_MAX];
+		o->mnt_missing = !realpath(arg, real);
 		return 1; /* the mountpoint, for fuse_parse_cmdline */
+	}
+	if (key == FUSE_OPT_KEY_OPT) {
+		/* what mount(8) and fstab may hand over that is no mount option */
+		if (!strcmp(arg, "defaults") || !strncmp(arg, "x-", 2) ||
+		    !strcmp(arg, "auto") || !strcmp(arg, "noauto") || !strcmp(arg, "nofail") ||
+		    !strcmp(arg, "_netdev"))
+			return 0;
+		if (!strncmp(arg, "fsname=", 7))
+			o->fsname = 1;
+		if (!strncmp(arg, "subtype=", 8))
+			o->subtype = 1;
 	}
 	return 1;
 }
@@ -98,6 +130,26 @@ static void usage(FILE *f, const char *prog, int full)
 		"    -o query_output_mb=N   MiB of rendered out, out.json and stats that all\n"
 		"                           sessions may hold together (default %u); past\n"
 		"                           it the close of in, or the read, fails with E2BIG\n"
+		"    --log FILE, -o log=FILE\n"
+		"                           append the daemon's messages (start, stop,\n"
+		"                           signals, failures) and every errors line to\n"
+		"                           FILE, each with its UTC time; rotate it with\n"
+		"                           logrotate's copytruncate\n"
+		"    -o fsname=NAME         the source that mount and df show (default:\n"
+		"                           STORE's absolute path)\n"
+		"\n"
+		"As a mount helper (fstab type fuse.vecfs, run by mount.fuse3 as\n"
+		"`vecfs STORE MNT -o OPTS`), the options defaults, auto, noauto, nofail,\n"
+		"_netdev and x-* are taken and ignored.\n"
+		"\n"
+		"Exit status:\n"
+		"    0  mounted (in the foreground: unmounted cleanly)\n"
+		"    1  the mount failed (a bad, busy or stale MOUNTPOINT), or the\n"
+		"       session ended on an error\n"
+		"    2  bad usage: unknown option or bad value, missing or extra\n"
+		"       arguments, or --log FILE cannot be opened\n"
+		"    3  STORE is in use by another vecfs process\n"
+		"    4  STORE cannot be created or opened\n"
 		"\n"
 		"libfuse's options:\n", SESSIONS_DEFAULT, QUERY_INPUT_MB_DEFAULT, INGEST_BUFFER_MB_DEFAULT,
 		QUERY_RESULTS_DEFAULT,
@@ -125,7 +177,7 @@ static int early_exit(const struct fuse_cmdline_opts *co, const struct options *
 	fprintf(stderr, "%s: %s\n", prog,
 		o->extra ? "too many arguments" : "STORE and MOUNTPOINT are required");
 	usage(stderr, prog, 0);
-	return 2;
+	return EXIT_USAGE;
 }
 
 /* STORE as an absolute path (the daemon leaves the current directory);
@@ -138,7 +190,7 @@ static char *absolute(const char *store)
 	} else {
 		char cwd[PATH_MAX];
 		if (!getcwd(cwd, sizeof cwd)) {
-			perror("vecfs: getcwd");
+			log_msg("getcwd: %s", strerror(errno));
 			return NULL;
 		}
 		p = malloc(strlen(cwd) + strlen(store) + 2);
@@ -146,7 +198,7 @@ static char *absolute(const char *store)
 			sprintf(p, "%s/%s", cwd, store);
 	}
 	if (!p)
-		fprintf(stderr, "vecfs: out of memory\n");
+		log_msg("out of memory");
 	return p;
 }
 
@@ -160,7 +212,7 @@ static int check_mountpoint(const char *mnt)
 	/* statfs always asks the filesystem (a stat may be answered from the
 	 * kernel's cache of the root's attributes) */
 	if (statfs(mnt, &sf) != 0 && errno == ENOTCONN) {
-		fprintf(stderr, "vecfs: the mount point is stale: run fusermount3 -u %s\n", mnt);
+		log_msg("the mount point is stale: run fusermount3 -u %s", mnt);
 		return 1;
 	}
 	if (!realpath(mnt, real))
@@ -191,8 +243,8 @@ static int check_mountpoint(const char *mnt)
 		const char *dash = strstr(line, " - ");
 		if (dash)
 			sscanf(dash + 3, "%63s", type);
-		fprintf(stderr, "vecfs: %s is already a mount point (%s): unmount it first "
-			"(fusermount3 -u %s)\n", mnt, type, mnt);
+		log_msg("%s is already a mount point (%s): unmount it first (fusermount3 -u %s)",
+			mnt, type, mnt);
 		found = 1;
 	}
 	fclose(f);
@@ -210,6 +262,34 @@ static void raise_fd_limit(void)
 	}
 }
 
+/* What every mount gets: default_permissions (the kernel enforces the
+ * modes getattr shows, see node_attr()), and unless given, fsname=STORE
+ * (the source mount and df show) and subtype=vecfs (the type fuse.vecfs,
+ * whatever the program's name).  0 or -1. */
+static int mount_options(struct fuse_args *args, const struct options *o, const char *store)
+{
+	char *opts = NULL, *fsname = NULL;
+	int rc = fuse_opt_add_opt(&opts, "default_permissions");
+	if (rc == 0 && !o->subtype)
+		rc = fuse_opt_add_opt(&opts, "subtype=vecfs");
+	if (rc == 0 && !o->fsname) {
+		fsname = malloc(strlen(store) + 8);
+		if (!fsname)
+			rc = -1;
+		else {
+			sprintf(fsname, "fsname=%s", store);
+			rc = fuse_opt_add_opt_escaped(&opts, fsname);
+		}
+	}
+	if (rc == 0)
+		rc = fuse_opt_add_arg(args, "-o");
+	if (rc == 0)
+		rc = fuse_opt_add_arg(args, opts);
+	free(fsname);
+	free(opts);
+	return rc ? -1 : 0;
+}
+
 static void on_stop(void *userdata)
 {
 	((fs_daemon *)userdata)->stopping = 1;
@@ -222,15 +302,24 @@ static int parse_args(struct fuse_args *args, struct options *o, struct fuse_cmd
 	memset(o, 0, sizeof *o);
 	memset(co, 0, sizeof *co);
 	if (fuse_opt_parse(args, o, option_spec, opt_proc) == -1)
-		return 2;
+		return EXIT_USAGE;
 	if (fuse_parse_cmdline(args, co) != 0) {
+		if (o->mnt_missing) /* libfuse said "bad mount point" */
+			return EXIT_MOUNT;
 		usage(stderr, prog, 0);
-		return 2;
+		return EXIT_USAGE;
 	}
 	if (co->show_help || co->show_version || !o->store || !co->mountpoint || o->extra)
 		return early_exit(co, o, prog);
+	if (o->log) {
+		int rc = log_open(o->log);
+		if (rc) {
+			fprintf(stderr, "vecfs: cannot open the log file %s: %s\n", o->log, strerror(-rc));
+			return EXIT_USAGE;
+		}
+	}
 	if (check_mountpoint(co->mountpoint))
-		return 1;
+		return EXIT_MOUNT;
 	return -1;
 }
 
@@ -245,14 +334,13 @@ int main(int argc, char *argv[])
 	int ret = parse_args(&args, &o, &co, prog);
 	if (ret != -1)
 		goto out;
-	ret = 1;
-	/* the kernel enforces the modes getattr shows (see node_attr()) */
-	if (fuse_opt_add_arg(&args, "-odefault_permissions") != 0) {
-		fprintf(stderr, "vecfs: out of memory\n");
-		goto out;
-	}
+	ret = EXIT_MOUNT;
 	if (!(store_abs = absolute(o.store)))
 		goto out;
+	if (mount_options(&args, &o, store_abs) != 0) {
+		log_msg("out of memory");
+		goto out;
+	}
 	fc_options fo = {
 		.mountpoint = co.mountpoint, .foreground = co.foreground, .single = co.singlethread,
 		.clone_fd = co.clone_fd, .max_threads = co.max_threads,
@@ -260,7 +348,7 @@ int main(int argc, char *argv[])
 	};
 	if (daemon_init(&dm, store_abs, o.max_sessions ? o.max_sessions : SESSIONS_DEFAULT,
 			(size_t)(o.query_input_mb ? o.query_input_mb : QUERY_INPUT_MB_DEFAULT) << 20)) {
-		fprintf(stderr, "vecfs: out of memory\n");
+		log_msg("out of memory");
 		goto out;
 	}
 	if (o.ingest_buffer_mb)
@@ -271,25 +359,30 @@ int main(int argc, char *argv[])
 		dm.query_output.max = (size_t)o.query_output_mb << 20;
 	int rc = fc_background(dm.fuse, &fo);
 	if (rc) {
-		fprintf(stderr, "vecfs: cannot start in the background: %s\n", strerror(-rc));
+		log_msg("cannot start in the background: %s", strerror(-rc));
 		goto out_daemon;
 	}
 	raise_fd_limit();
 	if ((rc = vecfs_open(store_abs, &dm.store, err, sizeof err)) != 0) {
-		fprintf(stderr, "vecfs: cannot open store %s: %s\n", store_abs, err[0] ? err : strerror(-rc));
-		ret = rc == -EBUSY ? 3 : 1;
+		log_msg("cannot open store %s: %s", store_abs, err[0] ? err : strerror(-rc));
+		ret = rc == -EBUSY ? EXIT_BUSY : EXIT_STORE;
 		fc_started(dm.fuse, ret);
 		goto out_daemon;
 	}
 	control_store_opened(&dm);
-	if (fc_mount(dm.fuse, &args, &fo, &fs_ops, &dm, on_stop) == 0) {
+	rc = fc_mount(dm.fuse, &args, &fo, &fs_ops, &dm, on_stop);
+	if (rc == 0) {
 		out_cache_set_session(&dm, fc_session(dm.fuse), !fo.single, fo.passthrough);
-		fc_started(dm.fuse, 0);
-		ret = fc_serve(dm.fuse, &fo);
+		fc_started(dm.fuse, EXIT_OK);
+		log_msg("serving %s on %s (pid %ld)", store_abs, co.mountpoint, (long)getpid());
+		ret = fc_serve(dm.fuse, &fo) ? EXIT_MOUNT : EXIT_OK;
 		dm.stopping = 1;
 		fc_unmount(dm.fuse);
+		log_msg("unmounted %s; exiting with status %d", co.mountpoint, ret);
+	} else {
+		ret = rc == -EINVAL ? EXIT_USAGE : EXIT_MOUNT;
 	}
-	fc_started(dm.fuse, 1);
+	fc_started(dm.fuse, ret);
 	daemon_fini(&dm);
 	vecfs_close(dm.store);
 	goto out;
@@ -299,6 +392,7 @@ out:
 	fuse_opt_free_args(&args);
 	free(co.mountpoint);
 	free(o.store);
+	free(o.log);
 	free(store_abs);
 	return ret;
 }

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "vecfs.h"
 
@@ -30,8 +31,18 @@ int tool_version(int argc, char **argv)
 	return fflush(stdout) ? 1 : 0;
 }
 
+static int progress_open; /* a terminal progress line lacks its newline */
+
+static void progress_break(void)
+{
+	if (progress_open)
+		fputc('\n', stderr);
+	progress_open = 0;
+}
+
 static void error_prefix(void)
 {
+	progress_break();
 	if (error_hook)
 		error_hook();
 	fprintf(stderr, "%s: ", prog_name);
@@ -184,6 +195,108 @@ int tool_cmp_u64(const void *a, const void *b)
 	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
 
 	return (x > y) - (x < y);
+}
+
+/* ---------------------------------------------------------------- progress */
+
+void tool_progress_init(struct tool_progress *p, const char *label, const char *unit)
+{
+	memset(p, 0, sizeof *p);
+	p->label = label;
+	p->unit = unit;
+	p->pct = -1;
+	p->phase_ns = tool_now_ns();
+}
+
+/* n with thousands separators */
+static void grouped(char *out, size_t cap, uint64_t n)
+{
+	char d[24];
+	int len = snprintf(d, sizeof d, "%llu", (unsigned long long)n), o = 0;
+	for (int i = 0; i < len && (size_t)o + 2 < cap; i++) {
+		if (i && (len - i) % 3 == 0)
+			out[o++] = ',';
+		out[o++] = d[i];
+	}
+	out[o] = 0;
+}
+
+/* "12,345 rows/s" and "ETA 1:02", either empty when unknown */
+static void rate_eta(const struct tool_progress *p, uint64_t done, uint64_t total,
+		     uint64_t now, char *rate, size_t rcap, char *eta, size_t ecap)
+{
+	double secs = (double)(now - p->phase_ns) / 1e9;
+	rate[0] = eta[0] = 0;
+	if (secs < 1e-3 || done == 0)
+		return;
+	if (p->unit) {
+		char n[32];
+		grouped(n, sizeof n, (uint64_t)((double)done / secs));
+		snprintf(rate, rcap, "%s %s/s", n, p->unit);
+	}
+	if (done < total) {
+		uint64_t left = (uint64_t)(secs * (double)(total - done) / (double)done + 0.5);
+		if (left >= 3600)
+			snprintf(eta, ecap, "ETA %llu:%02llu:%02llu", (unsigned long long)(left / 3600),
+				 (unsigned long long)(left / 60 % 60), (unsigned long long)(left % 60));
+		else
+			snprintf(eta, ecap, "ETA %llu:%02llu", (unsigned long long)(left / 60),
+				 (unsigned long long)(left % 60));
+	}
+}
+
+void tool_progress_show(struct tool_progress *p, const char *phase, uint64_t done,
+			uint64_t total)
+{
+	uint64_t now = tool_now_ns();
+	int tty = isatty(STDERR_FILENO);
+	if (!phase)
+		phase = "";
+	if (done > total)
+		done = total;
+	int pct = total ? (int)(done * 100 / total) : 100;
+	if (strncmp(p->phase, phase, sizeof p->phase - 1)) { /* a new phase */
+		snprintf(p->phase, sizeof p->phase, "%s", phase);
+		if (p->shown) /* the first phase counts from tool_progress_init() */
+			p->phase_ns = now;
+	} else if (p->shown && (tty ? (pct == p->pct || now - p->shown_ns < 100000000u) && pct < 100
+		       : pct / 10 == p->pct / 10)) {
+		return;
+	}
+	char rate[48], eta[32];
+	rate_eta(p, done, total, now, rate, sizeof rate, eta, sizeof eta);
+	const char *sp = *p->phase ? " " : "";
+	if (tty) {
+		char bar[21];
+		int fill = pct / 5;
+		for (int i = 0; i < 20; i++)
+			bar[i] = i < fill ? '#' : '.';
+		bar[20] = 0;
+		int w = fprintf(stderr, "\r%s: %s%s[%s] %3d%%%s%s%s%s", p->label, p->phase, sp, bar,
+				pct, *rate ? "  " : "", rate, *eta ? "  " : "", eta);
+		if (w < p->width)
+			fprintf(stderr, "%*s", p->width - w, "");
+		else
+			p->width = w;
+		progress_open = 1;
+	} else {
+		fprintf(stderr, "%s: %s%s%d%%", p->label, p->phase, sp, pct);
+		if (*rate || *eta)
+			fprintf(stderr, " (%s%s%s)", rate, *rate && *eta ? ", " : "", eta);
+		fputc('\n', stderr);
+	}
+	fflush(stderr);
+	p->pct = pct;
+	p->shown = 1;
+	p->shown_ns = now;
+}
+
+void tool_progress_end(struct tool_progress *p)
+{
+	if (p->shown && isatty(STDERR_FILENO))
+		progress_break();
+	p->shown = 0;
+	p->width = 0;
 }
 
 /* ---------------------------------------------------------------- files */

@@ -1,6 +1,7 @@
 /*
  * Helpers shared by the command-line tools: error messages, option parsing,
- * signal polling, timing, removing a directory tree and JSON output.
+ * signal polling, timing, progress lines, removing a directory tree and
+ * JSON output.
  */
 #ifndef VECFS_TOOLUTIL_H
 #define VECFS_TOOLUTIL_H
@@ -56,6 +57,30 @@ int tool_report_interrupt(void);
 uint64_t tool_now_ns(void);
 double tool_seconds_since(uint64_t t0);
 void tool_sleep_ns(uint64_t ns);
+
+/* Progress of a long step on stderr.  On a terminal: one line rewritten
+ * in place (at most 10 times a second), `LABEL: PHASE [#####.....]  45%
+ * 12,345 UNIT/s  ETA 0:12`.  Otherwise (a log, a pipe): a plain line at
+ * each phase and every 10%, `LABEL: PHASE 40% (12,345 UNIT/s, ETA 0:12)`.
+ * The rate and ETA count from the start of the phase; without a UNIT
+ * (done is a percentage then) only the ETA is shown.  An error message
+ * (tool_fail) first ends an open terminal line. */
+struct tool_progress {
+	const char *label;
+	const char *unit;   /* "rows", "queries"; NULL: done/total only */
+	char phase[32];
+	uint64_t phase_ns;  /* when the phase started */
+	uint64_t shown_ns;  /* when the line was last written */
+	int pct;            /* last shown */
+	int width;          /* of the terminal line */
+	int shown;
+};
+void tool_progress_init(struct tool_progress *p, const char *label, const char *unit);
+/* done of total in PHASE (NULL or "": none). */
+void tool_progress_show(struct tool_progress *p, const char *phase, uint64_t done,
+			uint64_t total);
+/* End the terminal line. */
+void tool_progress_end(struct tool_progress *p);
 
 /* qsort comparison of uint64_t values. */
 int tool_cmp_u64(const void *a, const void *b);

@@ -81,6 +81,9 @@ static const char usage_text[] =
 	"  --store PATH            create the store at PATH (must not exist) and keep it\n"
 	"  --keep                  keep the temporary store and print its path\n"
 	"  --json                  one JSON object per line per setting on stdout\n"
+	"  --plot FILE.png         draw recall@10 against QPS (log scale) of every\n"
+	"                          measured setting into FILE.png, with gnuplot\n"
+	"                          (Debian: gnuplot-nox); not with --mount\n"
 	"  --mount                 measure through the filesystem too: the daemon\n"
 	"                          mounts a temporary store, the base is written\n"
 	"                          into ingest/, the build runs through ctl and each\n"
@@ -161,18 +164,21 @@ struct options {
 	size_t batch;            /* --batch: also time calls of this many queries */
 	size_t files;            /* --ingest-files: the second half in this many */
 	size_t served;           /* --served: check the store's recall estimate */
+	const char *plot;        /* --plot FILE.png: recall against QPS */
 	const char *argv0;
 };
 
 enum opt_id {
 	OPT_METRIC, OPT_NPROBE, OPT_BITS, OPT_REFINE, OPT_NLIST, OPT_K,
 	OPT_QUERIES, OPT_EXACTQ, OPT_REUSE, OPT_WARMUP, OPT_STORE, OPT_JSON, OPT_KEEP, OPT_HELP,
-	OPT_MOUNT, OPT_VECFS, OPT_AFTER_BUILD, OPT_ROUNDS, OPT_BATCH, OPT_FILES, OPT_RECALL, OPT_SERVED
+	OPT_MOUNT, OPT_VECFS, OPT_AFTER_BUILD, OPT_ROUNDS, OPT_BATCH, OPT_FILES, OPT_RECALL, OPT_SERVED,
+	OPT_PLOT
 };
 
 static const struct tool_opt opt_table[] = {
 	{ "--metric", 1, OPT_METRIC },   { "--nprobe", 1, OPT_NPROBE },
 	{ "--recall", 1, OPT_RECALL },    { "--served", 1, OPT_SERVED },
+	{ "--plot", 1, OPT_PLOT },
 	{ "--bits", 1, OPT_BITS },       { "--refine", 1, OPT_REFINE },
 	{ "--nlist", 1, OPT_NLIST },     { "--k", 1, OPT_K },
 	{ "--queries", 1, OPT_QUERIES }, { "--store", 1, OPT_STORE },
@@ -184,16 +190,6 @@ static const struct tool_opt opt_table[] = {
 	{ "--batch", 1, OPT_BATCH },     { "--ingest-files", 1, OPT_FILES },
 	{ "--help", 0, OPT_HELP },       { "-h", 0, OPT_HELP },
 };
-
-/* A progress line (below) is on stderr without its newline yet. */
-static int progress_open;
-
-static void progress_break(void)
-{
-	if (progress_open)
-		fputc('\n', stderr);
-	progress_open = 0;
-}
 
 static int parse_u32(const char *s, uint32_t min, uint32_t *out)
 {
@@ -303,6 +299,9 @@ static int apply_opt(void *ctx, const struct tool_opt *spec, const char *val)
 		bad = *val == '\0';
 		o->store = val;
 		break;
+	case OPT_PLOT:
+		o->plot = val;
+		return 0;
 	case OPT_JSON:
 		o->json = 1;
 		break;
@@ -370,53 +369,15 @@ static int parse_args(int argc, char **argv, struct options *o)
 	if (o->mount && (o->reuse || o->store))
 		return tool_usage_error("%s", "--mount makes its own store (--keep keeps it); "
 				   "it does not take --reuse or --store");
+	if (o->mount && o->plot)
+		return tool_usage_error("%s", "--plot draws the library's settings; it does not "
+				   "take --mount");
 	return 0;
-}
-
-/* ---------------------------------------------------------------- progress */
-
-/* One status line on stderr, rewritten in place with \r when it changes. */
-struct progress {
-	const char *label;
-	char phase[32];
-	int pct;
-	int width;
-	int shown;
-};
-
-static void progress_show(struct progress *p, const char *phase, int pct)
-{
-	int w;
-
-	if (!phase)
-		phase = "";
-	if (p->shown && p->pct == pct &&
-	    strncmp(p->phase, phase, sizeof p->phase - 1) == 0)
-		return;
-	snprintf(p->phase, sizeof p->phase, "%s", phase);
-	p->pct = pct;
-	w = fprintf(stderr, "\r%s: %s%s%d%%", p->label, p->phase,
-		    *p->phase ? " " : "", pct);
-	if (w < p->width)
-		fprintf(stderr, "%*s", p->width - w, "");
-	else
-		p->width = w;
-	fflush(stderr);
-	p->shown = 1;
-	progress_open = 1;
-}
-
-static void progress_end(struct progress *p)
-{
-	if (p->shown)
-		progress_break();
-	p->shown = 0;
-	p->width = 0;
 }
 
 static int build_progress(void *arg, const char *phase, int pct)
 {
-	progress_show(arg, phase, pct);
+	tool_progress_show(arg, phase, pct < 0 ? 0 : (uint64_t)pct, 100);
 	return tool_interrupted(); /* non-zero cancels the build */
 }
 
@@ -453,6 +414,11 @@ struct bench {
 	double exact_qps;
 	uint64_t *lat_ns;         /* nq latencies of the current setting */
 	uint64_t *hit_ids;        /* k parsed keys of one result */
+	struct {                  /* --plot: every measured setting */
+		char label[16];
+		double recall, qps;
+	} pts[2 * MAX_NPROBE + 1];
+	size_t npts;
 };
 
 static int load_dataset(struct bench *b)
@@ -569,7 +535,7 @@ static int ingest_rows(struct bench *b, size_t from, size_t to, double *secs)
 {
 	const float *base = b->base.data;
 	const uint32_t dim = b->base.dim;
-	struct progress p = { .label = from ? "ingest after build" : "ingest" };
+	struct tool_progress p;
 	vecfs_row *rows = calloc(BATCH_ROWS, sizeof *rows);
 	char err[ERRLEN] = "";
 	uint64_t t0;
@@ -577,6 +543,7 @@ static int ingest_rows(struct bench *b, size_t from, size_t to, double *secs)
 
 	if (!rows)
 		return tool_fail(-ENOMEM, NULL, "ingest");
+	tool_progress_init(&p, from ? "ingest after build" : "ingest", "rows");
 	t0 = tool_now_ns();
 	for (size_t start = from; start < to;) {
 		size_t cnt = to - start, bad = SIZE_MAX;
@@ -584,7 +551,7 @@ static int ingest_rows(struct bench *b, size_t from, size_t to, double *secs)
 		if (cnt > BATCH_ROWS)
 			cnt = BATCH_ROWS;
 		if (tool_interrupted()) {
-			progress_end(&p);
+			tool_progress_end(&p);
 			rc = tool_report_interrupt();
 			break;
 		}
@@ -592,7 +559,7 @@ static int ingest_rows(struct bench *b, size_t from, size_t to, double *secs)
 			rows[j] = (vecfs_row){ .vec = base + (start + j) * dim };
 		rc = vecfs_put(b->v, rows, cnt, dim, &bad, err, sizeof err);
 		if (rc) {
-			progress_end(&p);
+			tool_progress_end(&p);
 			if (bad < cnt)
 				tool_fail(rc, err, "vecfs_put (base row %zu)", start + bad);
 			else
@@ -601,10 +568,10 @@ static int ingest_rows(struct bench *b, size_t from, size_t to, double *secs)
 			break;
 		}
 		start += cnt;
-		progress_show(&p, "", (int)((start - from) * 100 / (to - from)));
+		tool_progress_show(&p, "", start - from, to - from);
 	}
 	*secs = (double)(tool_now_ns() - t0) / 1e9;
-	progress_end(&p);
+	tool_progress_end(&p);
 	free(rows);
 	return rc;
 }
@@ -649,16 +616,17 @@ static uint64_t padded_dim(uint32_t dim)
 
 static int build(struct bench *b)
 {
-	struct progress p = { .label = "build" };
+	struct tool_progress p;
 	char err[ERRLEN] = "";
 	vecfs_stats st;
 	uint64_t t0;
 	int rc;
 
+	tool_progress_init(&p, "build", NULL);
 	t0 = tool_now_ns();
 	rc = vecfs_build(b->v, 1, &b->gen_id, build_progress, &p, err, sizeof err);
 	b->build_s = (double)(tool_now_ns() - t0) / 1e9;
-	progress_end(&p);
+	tool_progress_end(&p);
 	if (rc)
 		return tool_interrupted() ? tool_report_interrupt() : tool_fail(rc, err, "vecfs_build");
 	if ((rc = vecfs_gen_info_get(b->v, b->gen_id, &b->gen)))
@@ -884,16 +852,22 @@ static void print_header(const struct bench *b)
 	fflush(stdout);
 }
 
+/* A setting's name: its nprobe, rTARGET, or exact. */
+static void setting_label(const struct measure *m, char *np, size_t cap)
+{
+	if (m->target > 0)
+		snprintf(np, cap, "r%g", m->target);
+	else if (m->nprobe)
+		snprintf(np, cap, "%u", m->nprobe);
+	else
+		snprintf(np, cap, "exact");
+}
+
 static void print_row(const struct bench *b, const struct measure *m)
 {
 	char np[16];
 
-	if (m->target > 0)
-		snprintf(np, sizeof np, "r%g", m->target);
-	else if (m->nprobe)
-		snprintf(np, sizeof np, "%u", m->nprobe);
-	else
-		snprintf(np, sizeof np, "exact");
+	setting_label(m, np, sizeof np);
 	printf("%6s %9.4f %10.1f %9.1f %9.1f %8.2f %13.1f %13.1f %13.1f %10.1f %9.1f\n",
 	       np, m->recall, m->qps, m->p50_us, m->p99_us,
 	       b->exact_qps > 0 ? m->qps / b->exact_qps : 0, m->pass1_scored,
@@ -944,8 +918,14 @@ static void json_row(const struct bench *b, const struct measure *m)
 	fflush(stdout);
 }
 
-static void report(const struct bench *b, const struct measure *m)
+static void report(struct bench *b, const struct measure *m)
 {
+	if (b->npts < sizeof b->pts / sizeof b->pts[0]) {
+		setting_label(m, b->pts[b->npts].label, sizeof b->pts[b->npts].label);
+		b->pts[b->npts].recall = m->recall;
+		b->pts[b->npts].qps = m->qps;
+		b->npts++;
+	}
 	if (b->opt->json)
 		json_row(b, m);
 	else
@@ -990,6 +970,78 @@ static int measure_all(struct bench *b)
 		if (o->batch && (rc = measure_batch(b, &qo, &m)))
 			return rc;
 		report(b, &m);
+	}
+	return 0;
+}
+
+/* ---------------------------------------------------------------- --plot */
+
+/* gnuplot on PATH: 0, or -ENOENT with a message. */
+static int gnuplot_found(void)
+{
+	const char *path = getenv("PATH");
+	char dir[PATH_MAX];
+	for (const char *p = path ? path : ""; *p;) {
+		const char *e = strchr(p, ':');
+		size_t n = e ? (size_t)(e - p) : strlen(p);
+		if (n && n + 9 < sizeof dir) {
+			memcpy(dir, p, n);
+			memcpy(dir + n, "/gnuplot", 9);
+			if (access(dir, X_OK) == 0)
+				return 0;
+		}
+		p += n + (e != NULL);
+	}
+	fprintf(stderr, PROG ": --plot needs gnuplot, which is not on PATH "
+		"(Debian: apt-get install gnuplot-nox)\n");
+	return -ENOENT;
+}
+
+/* s as a single-quoted gnuplot string */
+static void gp_string(FILE *g, const char *s)
+{
+	fputc('\'', g);
+	for (; *s; s++)
+		if (*s == '\'')
+			fputs("''", g);
+		else if (*s != '\n')
+			fputc(*s, g);
+	fputc('\'', g);
+}
+
+/* recall@10 (x) against QPS (y, log scale) of every setting, each point
+ * named, into opt->plot as a PNG. */
+static int draw_plot(const struct bench *b)
+{
+	char title[320];
+	struct sigaction ign = { .sa_handler = SIG_IGN }, old;
+	FILE *g;
+
+	sigaction(SIGPIPE, &ign, &old); /* a gnuplot that dies: an error, not a death */
+	if (!(g = popen("gnuplot", "w"))) {
+		sigaction(SIGPIPE, &old, NULL);
+		return tool_fail(-errno, NULL, "run gnuplot");
+	}
+	fprintf(g, "set terminal pngcairo noenhanced size 900,600\nset output ");
+	gp_string(g, b->opt->plot);
+	snprintf(title, sizeof title, "%s: recall@%u against QPS", b->name, b->opt->k);
+	fprintf(g, "\nset title ");
+	gp_string(g, title);
+	fputc('\n', g);
+	fprintf(g, "set xlabel 'recall@%u'\nset ylabel 'queries per second'\n"
+		   "set logscale y\nset grid\nset key off\nset xrange [*:1.02]\n"
+		   "$d << EOD\n", b->opt->k);
+	for (size_t i = 0; i < b->npts; i++)
+		fprintf(g, "%.6f %.3f %s\n", b->pts[i].recall,
+			b->pts[i].qps > 0 ? b->pts[i].qps : 1e-3, b->pts[i].label);
+	fprintf(g, "EOD\nplot $d using 1:2 with points pt 7, "
+		   "$d using 1:2:3 with labels offset 0,1\n");
+	int st = pclose(g);
+	sigaction(SIGPIPE, &old, NULL);
+	if (st != 0) {
+		fprintf(stderr, PROG ": gnuplot failed (status %d) drawing %s\n", st,
+			b->opt->plot);
+		return -EIO;
 	}
 	return 0;
 }
@@ -1069,6 +1121,8 @@ static int bench_run(struct bench *b)
 {
 	int rc;
 
+	if (b->opt->plot && (rc = gnuplot_found()))
+		return rc;
 	if ((rc = load_dataset(b)))
 		return rc;
 	if (b->opt->reuse)
@@ -1078,6 +1132,8 @@ static int bench_run(struct bench *b)
 		rc = ingest_after_build(b);
 	if (!rc)
 		rc = measure_all(b);
+	if (!rc && b->opt->plot)
+		rc = draw_plot(b);
 	if (!rc && b->opt->served)
 		rc = served_estimate(b);
 	return rc;
@@ -1937,7 +1993,7 @@ static int mnt_ingest(struct bench *b, struct mnt *m, int part, const char *name
 	const size_t row_bytes = 4 + 4 * (size_t)dim;
 	const size_t per_write = MNT_WRITE / row_bytes ? MNT_WRITE / row_bytes : 1;
 	const int32_t d32 = (int32_t)dim;
-	struct progress p = { .label = "mount ingest" };
+	struct tool_progress p;
 	char path[PATH_MAX], rel[64], what[PATH_MAX + 32], phase[24];
 	unsigned char *buf;
 	uint64_t t0, t_close;
@@ -1950,6 +2006,7 @@ static int mnt_ingest(struct bench *b, struct mnt *m, int part, const char *name
 	if (!buf)
 		return tool_fail(-ENOMEM, NULL, "ingest");
 	snprintf(phase, sizeof phase, "%s", name);
+	tool_progress_init(&p, "mount ingest", "rows");
 	phase_set(m, part ? PH_INGEST2 : PH_INGEST);
 	t0 = tool_now_ns();
 	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -1971,26 +2028,26 @@ static int mnt_ingest(struct bench *b, struct mnt *m, int part, const char *name
 		if (tool_interrupted()) {
 			unlink(path); /* abandoned: nothing of it is committed */
 			close(fd);
-			progress_end(&p);
+			tool_progress_end(&p);
 			rc = tool_report_interrupt();
 			goto out;
 		}
 		if ((rc = write_all(fd, buf, cnt * row_bytes))) {
 			close(fd);
-			progress_end(&p);
+			tool_progress_end(&p);
 			snprintf(what, sizeof what, "write %s (rows %zu..)", path,
 				 first + done);
 			rc = fail_mnt(m, rc, what);
 			goto out;
 		}
 		done += cnt;
-		progress_show(&p, phase, (int)(done * 100 / n));
+		tool_progress_show(&p, phase, done, n);
 	}
-	progress_show(&p, phase, 100);
+	tool_progress_show(&p, phase, n, n);
 	t_close = tool_now_ns();
 	if (close(fd)) {
 		rc = -errno;
-		progress_end(&p);
+		tool_progress_end(&p);
 		snprintf(what, sizeof what, "close %s (the commit)", path);
 		rc = fail_mnt(m, rc, what);
 		goto out;
@@ -1998,7 +2055,7 @@ static int mnt_ingest(struct bench *b, struct mnt *m, int part, const char *name
 	m->ingest_s[part] = (double)(tool_now_ns() - t0) / 1e9;
 	m->commit_s[part] = (double)(tool_now_ns() - t_close) / 1e9;
 	m->ingest_n[part] = n;
-	progress_end(&p);
+	tool_progress_end(&p);
 out:
 	phase_set(m, PH_NONE);
 	free(buf);
@@ -2340,7 +2397,7 @@ static int mnt_measure(struct bench *b, struct mnt *m, uint32_t nprobe, int held
 	const struct options *o = b->opt;
 	size_t want = o->have_warmup ? o->warmup : b->nq;
 	size_t nwarm = b->nq < want ? b->nq : want, cnt;
-	struct progress p = { .label = held ? "mount queries, held" : "mount queries" };
+	struct tool_progress p;
 	char phase[32];
 	uint64_t total_ns = 0, ns;
 	double recall_sum = 0;
@@ -2352,36 +2409,37 @@ static int mnt_measure(struct bench *b, struct mnt *m, uint32_t nprobe, int held
 		optlen += snprintf(m->req + optlen, 128 - (size_t)optlen, " refine=%u",
 				   o->refine);
 	m->req[optlen++] = '\n';
+	tool_progress_init(&p, held ? "mount queries, held" : "mount queries", "queries");
 	snprintf(phase, sizeof phase, "nprobe %u warm-up", nprobe);
 	for (size_t i = 0; i < nwarm; i++) {
 		if ((i & 63) == 0 && tool_interrupted()) {
-			progress_end(&p);
+			tool_progress_end(&p);
 			return tool_report_interrupt();
 		}
 		if ((rc = query(b, m, i, (size_t)optlen, &ns, &cnt))) {
-			progress_end(&p);
+			tool_progress_end(&p);
 			return rc;
 		}
-		progress_show(&p, phase, (int)((i + 1) * 100 / nwarm));
+		tool_progress_show(&p, phase, i + 1, nwarm);
 	}
 	snprintf(phase, sizeof phase, "nprobe %u", nprobe);
 	memset(m->step_ns, 0, sizeof m->step_ns);
 	m->timing = held;
 	for (size_t i = 0; i < b->nq; i++) {
 		if ((i & 63) == 0 && tool_interrupted()) {
-			progress_end(&p);
+			tool_progress_end(&p);
 			return tool_report_interrupt();
 		}
 		if ((rc = query(b, m, i, (size_t)optlen, &ns, &cnt))) {
-			progress_end(&p);
+			tool_progress_end(&p);
 			return rc;
 		}
 		b->lat_ns[i] = ns;
 		total_ns += ns;
 		recall_sum += recall_of(b, i, cnt);
-		progress_show(&p, phase, (int)((i + 1) * 100 / b->nq));
+		tool_progress_show(&p, phase, i + 1, b->nq);
 	}
-	progress_end(&p);
+	tool_progress_end(&p);
 	m->timing = 0;
 	if ((rc = mnt_check_query_stats(m, nprobe, o->k)))
 		return rc;
@@ -2787,7 +2845,7 @@ int main(int argc, char **argv)
 	sigset_t sigs;
 	int rc;
 
-	tool_init(PROG, progress_break);
+	tool_init(PROG, NULL);
 	int vs = tool_version(argc, argv);
 	if (vs >= 0)
 		return vs;

@@ -191,9 +191,7 @@ static int parse_args(int argc, char **argv, struct options *o)
 
 static int build_progress(void *arg, const char *phase, int pct)
 {
-	(void)arg;
-	(void)phase;
-	(void)pct;
+	tool_progress_show(arg, phase, pct < 0 ? 0 : (uint64_t)pct, 100);
 	return tool_interrupted(); /* non-zero cancels the build */
 }
 
@@ -609,28 +607,36 @@ static int load_keys(struct churn *c, struct store *s, const uint32_t *keys,
 		     size_t n)
 {
 	uint64_t t0 = tool_now_ns();
-	int rc;
+	struct tool_progress p;
+	int rc = 0;
 
-	for (size_t start = 0; start < n; start += INGEST_BATCH) {
+	tool_progress_init(&p, s->label, "rows");
+	for (size_t start = 0; start < n && rc == 0; start += INGEST_BATCH) {
 		size_t cnt = n - start < INGEST_BATCH ? n - start : INGEST_BATCH;
 
-		if (tool_interrupted())
-			return tool_report_interrupt();
+		if (tool_interrupted()) {
+			rc = tool_report_interrupt();
+			break;
+		}
 		for (size_t j = 0; j < cnt; j++)
 			c->rows[j] = key_row(c, j, keys[start + j]);
-		if ((rc = put_rows(c, s, cnt)))
-			return rc;
+		if ((rc = put_rows(c, s, cnt)) == 0)
+			tool_progress_show(&p, "load", start + cnt, n);
 	}
+	tool_progress_end(&p);
 	s->load_s = tool_seconds_since(t0);
-	return 0;
+	return rc;
 }
 
 static int build_store(struct store *s)
 {
 	char err[ERRLEN] = "";
+	struct tool_progress p;
+	tool_progress_init(&p, s->label, NULL);
 	uint64_t t0 = tool_now_ns();
-	int rc = vecfs_build(s->v, 1, &s->gen, build_progress, NULL, err, sizeof err);
+	int rc = vecfs_build(s->v, 1, &s->gen, build_progress, &p, err, sizeof err);
 
+	tool_progress_end(&p);
 	s->build_s = tool_seconds_since(t0);
 	if (rc)
 		return tool_interrupted() ? tool_report_interrupt() :
@@ -1034,16 +1040,23 @@ static int write_round(struct churn *c, unsigned r, struct round_report *rep)
 {
 	size_t nops = plan_round(c, r, rep);
 	uint64_t t0 = tool_now_ns();
-	int rc;
+	struct tool_progress p;
+	char phase[32];
+	int rc = 0;
 
-	for (size_t start = 0; start < nops; start += CHURN_BATCH) {
+	tool_progress_init(&p, c->churned.label, "operations");
+	snprintf(phase, sizeof phase, "round %u", r);
+	for (size_t start = 0; start < nops && rc == 0; start += CHURN_BATCH) {
 		size_t cnt = nops - start < CHURN_BATCH ? nops - start : CHURN_BATCH;
 
 		if (tool_interrupted())
-			return tool_report_interrupt();
-		if ((rc = apply_batch(c, c->ops + start, cnt)))
-			return rc;
+			rc = tool_report_interrupt();
+		else if ((rc = apply_batch(c, c->ops + start, cnt)) == 0)
+			tool_progress_show(&p, phase, start + cnt, nops);
 	}
+	tool_progress_end(&p);
+	if (rc)
+		return rc;
 	rep->write_s = tool_seconds_since(t0);
 	apply_to_model(c, nops);
 	c->next_row += rep->inserted;

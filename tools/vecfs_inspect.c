@@ -14,6 +14,8 @@
  *   clusters [GEN]     one line a cluster of GEN (default: the active one)
  *   keys               every live key, one a line, in key order
  *   get KEY            the vector of KEY as records/KEY shows it
+ *   search FILE        the query in FILE (as a mount's query/ID/in takes
+ *                      it; - for stdin), answered as query/ID/out
  *   salvage            the repair of `ctl salvage` (vecfs_salvage): opens
  *                      the store for writing, so only when no daemon holds
  *                      it (EBUSY otherwise); one line a lost key, one line
@@ -28,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "query_input.h"
 #include "toolutil.h"
 #include "vecfs.h"
 
@@ -46,11 +49,15 @@ static const char usage_text[] =
 	"  clusters [GEN]   one line a cluster of generation GEN (default: active)\n"
 	"  keys             every live key, one a line\n"
 	"  get KEY          the vector of KEY, as records/KEY shows it\n"
+	"  search FILE      run the query in FILE (- for stdin), written as a\n"
+	"                   mount's query/ID/in takes it: option lines (k=, nprobe=,\n"
+	"                   recall=, refine=, mode=) and one vector a line, or\n"
+	"                   fvecs rows; print KEY<TAB>DISTANCE as query/ID/out\n"
 	"  salvage          remove what fails its checksums, as `ctl salvage` does;\n"
 	"                   writes, so only when no daemon holds the store\n"
 	"\n"
 	"Exit status: 0; 1 when verify finds a problem or KEY does not exist;\n"
-	"2 on bad usage or a store that cannot be read.\n";
+	"2 on bad usage, a bad query FILE or a store that cannot be read.\n";
 
 /* "vecfs-inspect: what: <strerror>", and the exit status of an error */
 static int fail(int rc, const char *what)
@@ -216,6 +223,86 @@ static int get(vecfs *v, const char *key)
 	return 0;
 }
 
+/* FILE (or stdin for "-") whole, up to QUERY_INPUT_MAX bytes: 0 or 2. */
+static int read_input(const char *path, char **buf, size_t *len)
+{
+	FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
+	size_t cap = 1 << 16, n = 0;
+	char *b = NULL;
+	if (!f)
+		return fail(-errno, path);
+	for (;;) {
+		char *nb = n == 0 || n == cap ? realloc(b, cap = n ? cap * 2 : cap) : b;
+		if (!nb) {
+			free(b);
+			b = NULL;
+			fail(-ENOMEM, path);
+			break;
+		}
+		b = nb;
+		size_t r = fread(b + n, 1, cap - n, f);
+		n += r;
+		if (n > QUERY_INPUT_MAX) {
+			fprintf(stderr, PROG ": %s: more than %zu MiB, the bound of one query\n", path,
+				QUERY_INPUT_MAX >> 20);
+			free(b);
+			b = NULL;
+			break;
+		}
+		if (r == 0) {
+			if (ferror(f)) {
+				fail(-EIO, path);
+				free(b);
+				b = NULL;
+			}
+			break;
+		}
+	}
+	if (f != stdin)
+		fclose(f);
+	*buf = b;
+	*len = n;
+	return b ? 0 : 2;
+}
+
+/* The query of FILE, printed as query/ID/out shows it. */
+static int search(vecfs *v, const char *path)
+{
+	char *buf, why[256], err[ERRLEN] = "";
+	size_t len;
+	query_input qi;
+	if (read_input(path, &buf, &len))
+		return 2;
+	int rc = query_input_parse(buf, len, &qi, why, sizeof why);
+	free(buf);
+	if (rc) {
+		if (qi.line)
+			fprintf(stderr, PROG ": %s: line %u: %s\n", path, qi.line, why[0] ? why : strerror(-rc));
+		else
+			fprintf(stderr, PROG ": %s: %s\n", path, why[0] ? why : strerror(-rc));
+		query_input_free(&qi);
+		return 2;
+	}
+	vecfs_results *r = NULL;
+	qi.opts.uncounted = 1;
+	rc = vecfs_search(v, qi.vecs, qi.nq, qi.dim, &qi.opts, &r, err, sizeof err);
+	query_input_free(&qi);
+	if (rc) {
+		fprintf(stderr, PROG ": search: %s\n", err[0] ? err : strerror(-rc));
+		return 2;
+	}
+	for (size_t i = 0; i < r->nq; i++) {
+		if (i)
+			putchar('\n');
+		for (size_t j = 0; j < r->count[i]; j++) {
+			fwrite(r->hits[i][j].key, 1, r->hits[i][j].keylen, stdout);
+			printf("\t%.9g\n", (double)r->hits[i][j].distance);
+		}
+	}
+	vecfs_results_free(r);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	tool_init(PROG, NULL);
@@ -227,14 +314,15 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	const char *cmd = argc >= 3 ? argv[2] : "summary";
-	int nargs = strcmp(cmd, "get") == 0 ? 1 : strcmp(cmd, "clusters") == 0 ? -1 : 0;
+	int nargs = !strcmp(cmd, "get") || !strcmp(cmd, "search") ? 1 :
+		    strcmp(cmd, "clusters") == 0 ? -1 : 0;
 	if (argc < 2 || (nargs >= 0 && argc != 3 + nargs && !(argc == 2 && nargs == 0)) ||
 	    (nargs < 0 && argc > 4)) {
 		fputs(usage_text, stderr);
 		return 2;
 	}
 	static const char *const known[] = { "summary", "verify", "generations", "clusters",
-					     "keys", "get", "salvage" };
+					     "keys", "get", "salvage", "search" };
 	size_t k = 0;
 	while (k < sizeof known / sizeof *known && strcmp(cmd, known[k]))
 		k++;
@@ -266,6 +354,8 @@ int main(int argc, char **argv)
 		status = keys(v);
 	else if (!strcmp(cmd, "salvage"))
 		status = salvage(v);
+	else if (!strcmp(cmd, "search"))
+		status = search(v, argv[3]);
 	else
 		status = get(v, argv[3]);
 	vecfs_close(v);
