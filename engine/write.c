@@ -70,16 +70,22 @@ int vf_row_check(const vecfs_config *cfg, const vecfs_row *row, uint32_t dim,
 			  VECFS_PAYLOAD_MAX);
 		return -EINVAL;
 	}
-	double n2 = 0;
+	/* one branch-free pass over the bits: an exponent of all ones is NaN
+	 * or infinite; any bit but the sign makes the vector nonzero */
+	uint32_t inf = 0, nz = 0;
 	for (uint32_t i = 0; i < dim; i++) {
+		uint32_t b;
+		memcpy(&b, &row->vec[i], 4);
+		inf |= (b & 0x7f800000u) == 0x7f800000u;
+		nz |= b & 0x7fffffffu;
+	}
+	for (uint32_t i = 0; inf && i < dim; i++)
 		if (!isfinite(row->vec[i])) {
 			vf_seterr(err, errlen, "value %u is %s", i + 1,
 				  isnan(row->vec[i]) ? "NaN" : "infinite");
 			return -EINVAL;
 		}
-		n2 += (double)row->vec[i] * row->vec[i];
-	}
-	if (c.metric == VECFS_COSINE && n2 == 0) {
+	if (c.metric == VECFS_COSINE && nz == 0) {
 		vf_seterr(err, errlen, "zero vector under the cosine metric");
 		return -EINVAL;
 	}

@@ -448,7 +448,7 @@ static int spool_commit(ingest *in)
 		rc = rc == EDQUOT ? -ENOSPC : -rc;
 		return fail_at(in, rc, 0, "cannot spool the rows: %s", strerror(-rc));
 	}
-	char *map = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED, in->fd, 0);
+	char *map = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, in->fd, 0);
 	if (map == MAP_FAILED) {
 		rc = -errno;
 		return fail_at(in, rc, 0, "cannot map the spool: %s", strerror(-rc));
