@@ -167,7 +167,8 @@ int vf_put_row(vf_put_ctx *c, const vecfs_row *r)
 		key = kbuf;
 	}
 	rc = vf_keys_get(c->txn, s, key, klen, &id);
-	if (rc == -ENOENT) {
+	int fresh = rc == -ENOENT;
+	if (fresh) {
 		id = c->cnt.next_id++;
 		c->cnt.live++;
 		if ((rc = vf_keys_put(c->txn, s, key, klen, id)))
@@ -185,7 +186,7 @@ int vf_put_row(vf_put_ctx *c, const vecfs_row *r)
 		c->reccap = need;
 	}
 	vf_record_encode(c->rec, seq, c->dim, r->vec, key, klen, r->payload, r->payload_len);
-	if ((rc = vf_records_put(c->txn, s, id, c->rec, need)))
+	if ((rc = (fresh ? vf_records_add : vf_records_put)(c->txn, s, id, c->rec, need)))
 		return rc;
 	vf_change ch = {id, 0, 0, VF_OP_PUT};
 	if (c->g) {
