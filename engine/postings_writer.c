@@ -225,3 +225,27 @@ int vf_prepare(vecfs *v, const vf_gen *g, const vecfs_row *rows, size_t n,
 		p->n = 0; /* vf_pw_apply() encodes them itself */
 	return rc == -ENOMEM ? 0 : rc;
 }
+
+static void *prepare_run(void *arg)
+{
+	vf_prepare_ahead *a = arg;
+	a->rc = vf_prepare(a->v, a->g, a->rows, a->n, a->skip, a->p);
+	return NULL;
+}
+
+void vf_prepare_start(vf_prepare_ahead *a, vecfs *v, const vf_gen *g, const vecfs_row *rows,
+		      size_t n, const uint8_t *skip, vf_prepared *p)
+{
+	*a = (vf_prepare_ahead){v, g, rows, n, skip, p, 0, 0, 0};
+	a->running = pthread_create(&a->th, NULL, prepare_run, a) == 0;
+	if (!a->running)
+		prepare_run(a);
+}
+
+int vf_prepare_wait(vf_prepare_ahead *a)
+{
+	if (a->running)
+		pthread_join(a->th, NULL);
+	a->running = 0;
+	return a->rc;
+}

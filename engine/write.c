@@ -70,16 +70,22 @@ int vf_row_check(const vecfs_config *cfg, const vecfs_row *row, uint32_t dim,
 			  VECFS_PAYLOAD_MAX);
 		return -EINVAL;
 	}
-	double n2 = 0;
+	/* one branch-free pass over the bits: an exponent of all ones is NaN
+	 * or infinite; any bit but the sign makes the vector nonzero */
+	uint32_t inf = 0, nz = 0;
 	for (uint32_t i = 0; i < dim; i++) {
+		uint32_t b;
+		memcpy(&b, &row->vec[i], 4);
+		inf |= (b & 0x7f800000u) == 0x7f800000u;
+		nz |= b & 0x7fffffffu;
+	}
+	for (uint32_t i = 0; inf && i < dim; i++)
 		if (!isfinite(row->vec[i])) {
 			vf_seterr(err, errlen, "value %u is %s", i + 1,
 				  isnan(row->vec[i]) ? "NaN" : "infinite");
 			return -EINVAL;
 		}
-		n2 += (double)row->vec[i] * row->vec[i];
-	}
-	if (c.metric == VECFS_COSINE && n2 == 0) {
+	if (c.metric == VECFS_COSINE && nz == 0) {
 		vf_seterr(err, errlen, "zero vector under the cosine metric");
 		return -EINVAL;
 	}
@@ -161,7 +167,8 @@ int vf_put_row(vf_put_ctx *c, const vecfs_row *r)
 		key = kbuf;
 	}
 	rc = vf_keys_get(c->txn, s, key, klen, &id);
-	if (rc == -ENOENT) {
+	int fresh = rc == -ENOENT;
+	if (fresh) {
 		id = c->cnt.next_id++;
 		c->cnt.live++;
 		if ((rc = vf_keys_put(c->txn, s, key, klen, id)))
@@ -179,7 +186,7 @@ int vf_put_row(vf_put_ctx *c, const vecfs_row *r)
 		c->reccap = need;
 	}
 	vf_record_encode(c->rec, seq, c->dim, r->vec, key, klen, r->payload, r->payload_len);
-	if ((rc = vf_records_put(c->txn, s, id, c->rec, need)))
+	if ((rc = (fresh ? vf_records_add : vf_records_put)(c->txn, s, id, c->rec, need)))
 		return rc;
 	vf_change ch = {id, 0, 0, VF_OP_PUT};
 	if (c->g) {
@@ -231,11 +238,16 @@ typedef struct put_job {
 	uint64_t live;
 } put_job;
 
+/* Rows in the chunk of rows[0..n) that starts at from. */
+static size_t chunk_len(size_t n, size_t from)
+{
+	return n - from < VF_NEAR_CHUNK ? n - from : VF_NEAR_CHUNK;
+}
+
 static int put_fn(vf_txn *txn, void *arg)
 {
 	put_job *j = arg;
 	vf_put_ctx c;
-	vf_prepared pre = {0};
 	int rc = vf_put_begin(&c, j->v, txn, j->dim, j->err, j->errlen);
 	c.maint_due = &j->maint_due;
 	c.live = &j->live;
@@ -244,19 +256,33 @@ static int put_fn(vf_txn *txn, void *arg)
 			*j->bad_row = 0;
 		return vf_put_end(&c, rc);
 	}
-	int together = c.g && j->n > 1; /* one row alone is encoded as it is put */
-	for (size_t from = 0; from < j->n && rc == 0; from += VF_NEAR_CHUNK) {
-		size_t n = j->n - from < VF_NEAR_CHUNK ? j->n - from : VF_NEAR_CHUNK;
-		const uint8_t *skip = j->skip ? j->skip + from : NULL;
-		if (together && (rc = vf_prepare(c.v, c.g, j->rows + from, n, skip, &pre)))
-			break;
-		c.pre = together ? &pre : NULL;
-		for (size_t i = from; i < from + n && rc == 0; i++)
+	/* one row alone is encoded as it is put; more are prepared a chunk at a
+	 * time, the next chunk on another thread while this one is written */
+	int together = c.g && j->n > 1;
+	vf_prepared pre[2] = {{0}};
+	vf_prepare_ahead ahead;
+	size_t k = 0;
+	if (together)
+		rc = vf_prepare(c.v, c.g, j->rows, chunk_len(j->n, 0), j->skip, &pre[0]);
+	for (size_t from = 0; from < j->n && rc == 0; from += VF_NEAR_CHUNK, k++) {
+		size_t n = chunk_len(j->n, from), next = from + n;
+		int started = together && next < j->n;
+		if (started)
+			vf_prepare_start(&ahead, c.v, c.g, j->rows + next, chunk_len(j->n, next),
+					 j->skip ? j->skip + next : NULL, &pre[(k + 1) & 1]);
+		c.pre = together ? &pre[k & 1] : NULL;
+		for (size_t i = from; i < next && rc == 0; i++)
 			if (!(j->skip && j->skip[i]))
 				rc = vf_put_row(&c, &j->rows[i]);
+		if (started) {
+			int rc2 = vf_prepare_wait(&ahead);
+			if (rc == 0)
+				rc = rc2;
+		}
 	}
 	c.pre = NULL;
-	vf_prepared_free(&pre);
+	vf_prepared_free(&pre[0]);
+	vf_prepared_free(&pre[1]);
 	return vf_put_end(&c, rc);
 }
 

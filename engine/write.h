@@ -50,6 +50,22 @@ struct vf_prepared {
  * write, so vf_put_row never sees them).  Returns 0 or -ENOMEM. */
 int vf_prepare(vecfs *v, const vf_gen *g, const vecfs_row *rows, size_t n,
 	       const uint8_t *skip, vf_prepared *p);
+/* vf_prepare() on a thread of its own, so that the next chunk is prepared
+ * while the caller writes this one; on a thread that cannot start, in the
+ * caller's.  vf_prepare_wait() returns what vf_prepare() returned. */
+typedef struct vf_prepare_ahead {
+	vecfs *v;
+	const vf_gen *g;
+	const vecfs_row *rows;
+	size_t n;
+	const uint8_t *skip;
+	vf_prepared *p;
+	pthread_t th;
+	int running, rc;
+} vf_prepare_ahead;
+void vf_prepare_start(vf_prepare_ahead *a, vecfs *v, const vf_gen *g, const vecfs_row *rows,
+		      size_t n, const uint8_t *skip, vf_prepared *p);
+int vf_prepare_wait(vf_prepare_ahead *a);
 /* The next row's cluster and code, NULL when it has none. */
 const vf_precode *vf_prepared_next(vf_prepared *p);
 void vf_prepared_free(vf_prepared *p);

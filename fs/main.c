@@ -323,6 +323,29 @@ static int parse_args(struct fuse_args *args, struct options *o, struct fuse_cmd
 	return -1;
 }
 
+/* A one-transaction ingest of a large file dirties hundreds of MB of
+ * LMDB pages, each a fresh malloc().  Unless the caller set GLIBC_TUNABLES,
+ * the daemon starts again with the heap grown 256 MB at a time in huge
+ * pages: a 2 MB page fault instead of 512 small ones.  The variable is
+ * taken out again after the restart, so children never see it. */
+#define TUNED_MARK "VECFS_MALLOC_TUNED"
+static void malloc_tune(char *argv[])
+{
+	if (getenv(TUNED_MARK)) {
+		unsetenv(TUNED_MARK);
+		unsetenv("GLIBC_TUNABLES");
+		return;
+	}
+	if (getenv("GLIBC_TUNABLES"))
+		return;
+	if (setenv("GLIBC_TUNABLES", "glibc.malloc.hugetlb=1:glibc.malloc.top_pad=268435456", 1) ||
+	    setenv(TUNED_MARK, "1", 1))
+		return;
+	execv("/proc/self/exe", argv);
+	unsetenv(TUNED_MARK); /* no restart: the default heap */
+	unsetenv("GLIBC_TUNABLES");
+}
+
 int main(int argc, char *argv[])
 {
 	struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
@@ -331,6 +354,7 @@ int main(int argc, char *argv[])
 	const char *prog = strrchr(argv[0], '/') ? strrchr(argv[0], '/') + 1 : argv[0];
 	char *store_abs = NULL, err[512] = "";
 	fs_daemon dm;
+	malloc_tune(argv);
 	int ret = parse_args(&args, &o, &co, prog);
 	if (ret != -1)
 		goto out;

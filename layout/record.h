@@ -46,6 +46,10 @@ int vf_record_fields(const void *data, size_t len, vf_record *out);
 /* The value of record id (-ENOENT when there is none); write it; delete it. */
 int vf_records_get(vf_txn *txn, vf_store *s, uint64_t id, vf_val *out);
 int vf_records_put(vf_txn *txn, vf_store *s, uint64_t id, const void *data, size_t len);
+/* Write the record of a new id: appended when it sorts after every id, so
+ * that ids written in order fill leaf pages whole (a page split in the
+ * middle leaves both halves half empty), else put in place. */
+int vf_records_add(vf_txn *txn, vf_store *s, uint64_t id, const void *data, size_t len);
 int vf_records_del(vf_txn *txn, vf_store *s, uint64_t id);
 /* The id of a user key (-ENOENT when there is none, -EIO when its value is
  * not an id); write it; delete it. */

@@ -60,6 +60,14 @@ if ! mnt "$S" "$M"; then
 fi
 ok mount
 check store_created test -d "$S"
+# the daemon restarted itself with the heap tuned for large ingests
+pid=$(daemon_pid "$M")
+check daemon_heap_tuned grep -qz '^GLIBC_TUNABLES=glibc.malloc.hugetlb=1' "/proc/$pid/environ"
+# a GLIBC_TUNABLES of the caller's own is kept as it is
+GLIBC_TUNABLES=glibc.malloc.check=0 mnt "$TMP/tun-store" "$TMP/tun-mnt"
+pid=$(daemon_pid "$TMP/tun-mnt")
+check daemon_tunables_kept grep -qzx 'GLIBC_TUNABLES=glibc.malloc.check=0' "/proc/$pid/environ"
+umnt "$TMP/tun-mnt"
 
 # ---------------------------------------------------------------- tree
 ls=$(T ls -A "$M" | tr '\n' ' ')

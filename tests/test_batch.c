@@ -17,6 +17,7 @@
 #include <cmocka.h>
 
 #include "testutil.h"
+#include "write.h" /* VF_NEAR_CHUNK */
 #include "vecfs.h"
 
 #define D 64
@@ -225,7 +226,7 @@ static void test_large_batch_into_generation(void **state)
  * before the transaction writes them; a row written alone is encoded by
  * the writer itself.  Both ways must give the same postings: two stores
  * with the same generation, one written a row at a time, the other in
- * batches (a chunk and a part), answer every query alike, down to the
+ * batches (chunks and a part), answer every query alike, down to the
  * postings each pass scored. */
 static void test_rows_together_encode_alike(void **state)
 {
@@ -235,7 +236,9 @@ static void test_rows_together_encode_alike(void **state)
 	snprintf(path, sizeof path, "%s/b", f->dir);
 	mkdir(path, 0700);
 	assert_int_equal(vecfs_open(path, &b, err, sizeof err), 0);
-	float *x = rows_of(3000, 8), *y = rows_of(4500, 9);
+	/* two chunks prepared while the one before is written, and a part */
+	const size_t YN = 2 * VF_NEAR_CHUNK + 900;
+	float *x = rows_of(3000, 8), *y = rows_of(YN, 9);
 	vecfs *both[2] = {a, b};
 	for (int s = 0; s < 2; s++) {
 		set_config(both[s], D, VECFS_L2);
@@ -252,25 +255,25 @@ static void test_rows_together_encode_alike(void **state)
 	free(ca);
 	free(cb);
 	char key[32];
-	for (size_t i = 0; i < 4500; i++) {
+	for (size_t i = 0; i < YN; i++) {
 		snprintf(key, sizeof key, "y%zu", i);
 		assert_int_equal(put_one(a, key, y + i * D, D), 0);
 	}
-	vecfs_row *rows = calloc(4500, sizeof *rows);
-	char (*keys)[32] = calloc(4500, sizeof *keys);
+	vecfs_row *rows = calloc(YN, sizeof *rows);
+	char (*keys)[32] = calloc(YN, sizeof *keys);
 	assert_non_null(rows);
 	assert_non_null(keys);
-	for (size_t i = 0; i < 4500; i++) {
+	for (size_t i = 0; i < YN; i++) {
 		snprintf(keys[i], sizeof keys[i], "y%zu", i);
 		rows[i] = (vecfs_row){keys[i], strlen(keys[i]), y + i * D, NULL, 0};
 	}
 	size_t bad = 0;
-	assert_int_equal(vecfs_put(b, rows, 4500, D, &bad, err, sizeof err), 0);
-	assert_int_equal(stats(a).delta_postings, 4500);
-	assert_int_equal(stats(b).delta_postings, 4500);
+	assert_int_equal(vecfs_put(b, rows, YN, D, &bad, err, sizeof err), 0);
+	assert_int_equal(stats(a).delta_postings, YN);
+	assert_int_equal(stats(b).delta_postings, YN);
 	vecfs_query_opts o = {.k = 10, .nprobe = 4, .refine = 0, .exact = 0};
 	for (size_t q = 0; q < 300; q++) {
-		const float *qv = q % 2 ? y + (q * 29 % 4500) * D : x + (q * 7 % 3000) * D;
+		const float *qv = q % 2 ? y + (q * 29 % YN) * D : x + (q * 7 % 3000) * D;
 		vecfs_results *ra = search_opts(a, qv, 1, D, &o), *rb = search_opts(b, qv, 1, D, &o);
 		assert_int_equal(ra->count[0], rb->count[0]);
 		for (size_t j = 0; j < ra->count[0]; j++) {

@@ -1232,6 +1232,61 @@ static void test_assignment_map(void **state)
 	free(want);
 }
 
+/* Records of new ids: appended while each id sorts after the last, put in
+ * place when one does not; every one reads back. */
+static const uint64_t add_ids[] = { 10, 11, 500, 3, 501, 7, 11 };
+
+static int records_add(vf_txn *txn, void *arg)
+{
+	vf_store *s = arg;
+	for (size_t i = 0; i < sizeof add_ids / sizeof *add_ids; i++) {
+		uint64_t v = add_ids[i] * 3 + i;
+		int rc = vf_records_add(txn, s, add_ids[i], &v, sizeof v);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+typedef struct records_seen {
+	vf_store *s;
+	uint64_t got[8];
+	int rc;
+} records_seen;
+
+static int records_read(vf_txn *txn, void *arg)
+{
+	records_seen *r = arg;
+	for (size_t i = 0; i < sizeof add_ids / sizeof *add_ids && !r->rc; i++) {
+		vf_val v;
+		r->rc = vf_records_get(txn, r->s, add_ids[i], &v);
+		if (!r->rc && v.len == 8)
+			memcpy(&r->got[i], v.data, 8);
+	}
+	return 0;
+}
+
+static void test_records_add(void **state)
+{
+	fixture *f = *state;
+	char err[256] = "";
+	vf_store *s = NULL;
+	assert_int_equal(vf_store_open(f->dir, 0, &s, err, sizeof err), 0);
+	assert_int_equal(vf_write(s, records_add, s), 0);
+	records_seen r = { .s = s };
+	vf_txn *txn;
+	assert_int_equal(vf_read_begin(s, &txn), 0);
+	records_read(txn, &r);
+	vf_read_end(s, txn);
+	assert_int_equal(r.rc, 0);
+	for (size_t i = 0; i < sizeof add_ids / sizeof *add_ids; i++) {
+		/* id 11 twice: the second value replaced the first */
+		size_t last = add_ids[i] == 11 ? 6 : i;
+		assert_int_equal(r.got[i], add_ids[i] * 3 + last);
+	}
+	vf_store_close(s);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1246,6 +1301,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_block_columns_aligned, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_hint_table_grows, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_assignment_map, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_records_add, fx_setup, fx_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -899,6 +899,28 @@ static void test_bad_input_rejected(void **state)
 	rows[2].vec = zero;
 	expect_put_einval(v, rows, 6, D, 2, "batch, zero vector under cosine");
 	assert_int_equal(stats(v).records, 0);
+	/* negative zeros are zero too; the least denormal alone is not */
+	float negz[8], tiny[8] = { 0 };
+	for (uint32_t i = 0; i < D; i++)
+		negz[i] = -0.0f;
+	tiny[D - 1] = 1e-45f;
+	row.vec = negz;
+	expect_put_einval(v, &row, 1, D, 0, "negative zeros under cosine");
+	row.vec = tiny;
+	assert_int_equal(vecfs_row_check(v, &row, D, err, sizeof err), 0);
+	/* the first value that is not finite is the one named */
+	float late[8];
+	for (uint32_t i = 0; i < D; i++)
+		late[i] = 1.0f;
+	late[D - 1] = -INFINITY;
+	row.vec = late;
+	assert_int_equal(vecfs_row_check(v, &row, D, err, sizeof err), -EINVAL);
+	char want[64];
+	snprintf(want, sizeof want, "value %u is infinite", D);
+	assert_string_equal(err, want);
+	late[2] = NAN;
+	assert_int_equal(vecfs_row_check(v, &row, D, err, sizeof err), -EINVAL);
+	assert_string_equal(err, "value 3 is NaN");
 	row.vec = good;
 	assert_int_equal(vecfs_put(v, &row, 1, D, NULL, err, sizeof err), 0);
 	assert_int_equal(stats(v).records, 1);
