@@ -165,9 +165,12 @@ static void alert(vecfs *v, vf_sampler *s)
 {
 	double est, lo, hi;
 	uint64_t n;
-	estimate_locked(s, &est, &n, &lo, &hi);
 	vecfs_config c;
-	if (n < ALERT_MIN || vecfs_config_get(v, &c))
+	pthread_mutex_unlock(&s->mu); /* (as above: not while reading the store) */
+	int rc = vecfs_config_get(v, &c);
+	pthread_mutex_lock(&s->mu);
+	estimate_locked(s, &est, &n, &lo, &hi);
+	if (n < ALERT_MIN || rc)
 		return;
 	if (hi < c.recall_target && !s->alerted) {
 		s->alerted = 1;
@@ -200,8 +203,11 @@ static void *sampler_run(void *arg)
 		}
 		/* the queued samples of the current snapshot (the others are
 		 * dropped: no exact answer for them any more), of the first
-		 * one's dim, as one batch */
+		 * one's dim, as one batch (the store is read without the
+		 * sampler's lock held: a search holds the store, then it) */
+		pthread_mutex_unlock(&s->mu);
 		uint64_t snap = vecfs_snapshot(v);
+		pthread_mutex_lock(&s->mu);
 		sample batch[QUEUE];
 		uint32_t nb = 0;
 		for (uint32_t i = 0; i < s->nqueue;) {

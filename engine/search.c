@@ -489,8 +489,6 @@ int vecfs_search(vecfs *v, const float *queries, size_t nq, uint32_t dim,
 		(*out)->snapshot = vf_txn_id(txn[0]);
 		if (!o.uncounted)
 			record_latency(v, nq, us);
-		if (!exact)
-			vf_sampler_offer(v, queries, nq, dim, *out);
 	}
 	if (rc == -EIO && err && errlen && !err[0])
 		vf_seterr(err, errlen, "a posting block or record failed its checksum or is damaged");
@@ -500,5 +498,8 @@ int vecfs_search(vecfs *v, const float *queries, size_t nq, uint32_t dim,
 	vf_fset_put(v, fset);
 	for (int t = 0; t < n; t++)
 		vf_read_end(v->store, txn[t]);
+	/* (no read transaction held: the sampler takes its own) */
+	if (rc == 0 && !exact && !o.filter)
+		vf_sampler_offer(v, queries, nq, dim, *out);
 	return rc;
 }
