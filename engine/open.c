@@ -160,7 +160,7 @@ void vecfs_close(vecfs *v)
 	if (v->maint_started)
 		vf_maint_stop(v);
 	pthread_mutex_lock(&v->stat_mu);
-	v->closing = 1;
+	__atomic_store_n(&v->closing, 1, __ATOMIC_RELAXED);
 	int running = v->auto_running;
 	pthread_mutex_unlock(&v->stat_mu);
 	if (running)

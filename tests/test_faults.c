@@ -49,10 +49,12 @@ static long fi_seen[8];    /* calls seen by each interposed function */
 
 static int fi_fail(unsigned kind)
 {
-	if (!__atomic_load_n(&fi_on, __ATOMIC_RELAXED) || !(fi_kinds & kind))
+	/* (also called on the store's background threads: all atomic) */
+	if (!__atomic_load_n(&fi_on, __ATOMIC_ACQUIRE) ||
+	    !(__atomic_load_n(&fi_kinds, __ATOMIC_RELAXED) & kind))
 		return 0;
 	long n = __atomic_add_fetch(&fi_calls, 1, __ATOMIC_RELAXED);
-	if (n != fi_at)
+	if (n != __atomic_load_n(&fi_at, __ATOMIC_RELAXED))
 		return 0;
 	__atomic_store_n(&fi_hit, 1, __ATOMIC_RELAXED);
 	return 1;
@@ -60,11 +62,11 @@ static int fi_fail(unsigned kind)
 
 static void fi_arm(unsigned kinds, long at, int err)
 {
-	fi_kinds = kinds;
-	fi_at = at;
-	fi_err = err;
-	fi_calls = 0;
-	fi_hit = 0;
+	__atomic_store_n(&fi_kinds, kinds, __ATOMIC_RELAXED);
+	__atomic_store_n(&fi_at, at, __ATOMIC_RELAXED);
+	__atomic_store_n(&fi_err, err, __ATOMIC_RELAXED);
+	__atomic_store_n(&fi_calls, 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&fi_hit, 0, __ATOMIC_RELAXED);
 	__atomic_store_n(&fi_on, 1, __ATOMIC_SEQ_CST);
 }
 
@@ -81,7 +83,7 @@ static void fi_disarm(void)
 	do { \
 		__atomic_add_fetch(&fi_seen[slot], 1, __ATOMIC_RELAXED); \
 		if ((fd) > 2 && fi_fail(FI_IO)) { \
-			errno = fi_err; \
+			errno = __atomic_load_n(&fi_err, __ATOMIC_RELAXED); \
 			return -1; \
 		} \
 	} while (0)
@@ -165,7 +167,7 @@ static void *fi_realloc(void *p, size_t n)
 static int fi_open(const char *path, int flags, mode_t mode)
 {
 	if (fi_fail(FI_IO)) {
-		errno = fi_err;
+		errno = __atomic_load_n(&fi_err, __ATOMIC_RELAXED);
 		return -1;
 	}
 	return open(path, flags, mode);
@@ -545,7 +547,7 @@ static long fault_loop(floop *l, const fop *op, unsigned kinds, long stride)
 		fi_arm(kinds, n, err);
 		int rc = op->run(l);
 		fi_disarm();
-		int reached = fi_hit;
+		int reached = __atomic_load_n(&fi_hit, __ATOMIC_RELAXED);
 		if (rc == 0) {
 			op->succeeded(l);
 			model_check(l->f->v, &l->m);
