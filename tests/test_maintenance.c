@@ -415,19 +415,6 @@ static void skew(vecfs *v, skewed *k, uint64_t seed)
 	}
 }
 
-static double recall10(const vecfs_results *ann, const vecfs_results *exact)
-{
-	size_t found = 0, want = 0;
-	for (size_t i = 0; i < exact->nq; i++)
-		for (size_t h = 0; h < exact->count[i]; h++, want++)
-			for (size_t g = 0; g < ann->count[i]; g++)
-				if (!strcmp(exact->hits[i][h].key, ann->hits[i][g].key)) {
-					found++;
-					break;
-				}
-	return want ? (double)found / want : 1;
-}
-
 /* Every hit is a live row of `alive` (keys "s<i>"). */
 static void only_alive(const vecfs_results *r, const unsigned char *alive, size_t n)
 {
@@ -545,7 +532,7 @@ static void test_rebalance_splits_skewed(void **state)
 	vecfs_results *a2 = search_opts(v, k.q, SKQ, D, &ann);
 	same_results(e1, e2);
 	assert_int_equal(a2->generation, gen);
-	double rec = recall10(a2, e2);
+	double rec = recall_keys(a2, e2);
 	print_message("rebalance: recall@10 %.3f\n", rec);
 	assert_true(rec >= 0.95);
 	only_alive(a2, k.alive, SKB + SKH);
@@ -567,7 +554,7 @@ static void test_rebalance_splits_skewed(void **state)
 	print_message("second rebalance: nlist %u -> %u, max/mean %.2f -> %.2f\n", cn, cn2, cr, cr2);
 	assert_true(cr2 <= cr);
 	vecfs_results *a3 = search_opts(v, k.q, SKQ, D, &ann);
-	assert_true(recall10(a3, e2) >= 0.95);
+	assert_true(recall_keys(a3, e2) >= 0.95);
 	only_alive(a3, k.alive, SKB + SKH);
 	assert_int_equal(vecfs_verify(v, msg, sizeof msg), 0);
 	vecfs_results_free(e1);
@@ -693,8 +680,8 @@ static void test_rebalance_keeps_writes(void **state)
 	vecfs_results *e = search_opts(v, k.q, SKQ, D, &ex), *a = search_opts(v, k.q, SKQ, D, &ann);
 	only_alive(e, k.alive, SKB + SKH);
 	only_alive(a, k.alive, SKB + SKH);
-	print_message("recall@10 %.3f\n", recall10(a, e));
-	assert_true(recall10(a, e) >= 0.95);
+	print_message("recall@10 %.3f\n", recall_keys(a, e));
+	assert_true(recall_keys(a, e) >= 0.95);
 	vecfs_results_free(e);
 	vecfs_results_free(a);
 
@@ -721,8 +708,8 @@ static void test_rebalance_keeps_writes(void **state)
 	assert_int_equal(a->generation, staged);
 	only_alive(e, k.alive, SKB + SKH);
 	only_alive(a, k.alive, SKB + SKH);
-	print_message("recall@10 %.3f\n", recall10(a, e));
-	assert_true(recall10(a, e) >= 0.95);
+	print_message("recall@10 %.3f\n", recall_keys(a, e));
+	assert_true(recall_keys(a, e) >= 0.95);
 	vecfs_results_free(e);
 	vecfs_results_free(a);
 	assert_int_equal(vecfs_verify(v, msg, sizeof msg), 0);
@@ -809,8 +796,8 @@ static void test_rebalance_merges(void **state)
 	vecfs_results *e = search_opts(v, q, SKQ, D, &ex), *a = search_opts(v, q, SKQ, D, &ann);
 	only_alive(e, alive, 3000);
 	only_alive(a, alive, 3000);
-	print_message("recall@10 %.3f\n", recall10(a, e));
-	assert_true(recall10(a, e) >= 0.95);
+	print_message("recall@10 %.3f\n", recall_keys(a, e));
+	assert_true(recall_keys(a, e) >= 0.95);
 	vecfs_results_free(e);
 	vecfs_results_free(a);
 	for (int i = 0; i < 3000; i += 61)

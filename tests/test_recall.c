@@ -26,20 +26,6 @@
 #define N 20000
 #define NQ 300
 
-/* Mean recall@k of ann against exact, by key. */
-static double recall_of(const vecfs_results *ann, const vecfs_results *exact)
-{
-	size_t found = 0, want = 0;
-	for (size_t i = 0; i < exact->nq; i++)
-		for (size_t h = 0; h < exact->count[i]; h++, want++)
-			for (size_t g = 0; g < ann->count[i]; g++)
-				if (!strcmp(exact->hits[i][h].key, ann->hits[i][g].key)) {
-					found++;
-					break;
-				}
-	return want ? (double)found / (double)want : 1;
-}
-
 /* One Gaussian blob: the hard case for an inverted file (every cluster
  * borders many others), so the number of clusters matters. */
 static vecfs *blob_store(fixture *f, dataset *ds, vecfs_metric m)
@@ -72,7 +58,7 @@ static void check_targets(vecfs *v, const float *q, size_t nq, uint32_t k)
 	for (size_t t = 0; t < sizeof targets / sizeof *targets; t++) {
 		vecfs_query_opts o = {.k = k, .recall = targets[t]};
 		vecfs_results *a = search_opts(v, q, nq, D, &o);
-		double rec = recall_of(a, e), cl = (double)a->explain.clusters_probed / (double)nq;
+		double rec = recall_keys(a, e), cl = (double)a->explain.clusters_probed / (double)nq;
 		print_message("k %u target %.2f: recall %.4f, %.1f clusters a query\n", k,
 			      targets[t], rec, cl);
 		assert_true(rec >= targets[t]);
@@ -122,7 +108,7 @@ static void test_queries_unlike_the_data(void **state)
 	fresh_queries(&ds, q, NQ, 2.5f);
 	vecfs_query_opts ex = {.k = 10, .exact = 1}, o = {.k = 10};
 	vecfs_results *e = search_opts(v, q, NQ, D, &ex), *a = search_opts(v, q, NQ, D, &o);
-	double rec = recall_of(a, e);
+	double rec = recall_keys(a, e);
 	print_message("queries 2.5x wider than the data: recall %.4f at the default target\n", rec);
 	assert_true(rec >= 0.95);
 	vecfs_results_free(a);

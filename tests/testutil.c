@@ -445,3 +445,16 @@ void check_exact(const vecfs_hit *h, size_t cnt, vecfs_metric m,
 	free(idx);
 	free(dist);
 }
+
+double recall_keys(const vecfs_results *ann, const vecfs_results *exact)
+{
+	size_t found = 0, want = 0;
+	for (size_t i = 0; i < exact->nq; i++)
+		for (size_t h = 0; h < exact->count[i]; h++, want++)
+			for (size_t g = 0; g < ann->count[i]; g++)
+				if (!strcmp(exact->hits[i][h].key, ann->hits[i][g].key)) {
+					found++;
+					break;
+				}
+	return want ? (double)found / (double)want : 1;
+}

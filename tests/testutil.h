@@ -95,6 +95,10 @@ void del_key(vecfs *v, const char *key);
 
 /* ------------------------------------------------------------ search */
 
+/* The share of exact's hits, over all its queries, that ann also
+ * returned for the same query (by key): recall against exact results. */
+double recall_keys(const vecfs_results *ann, const vecfs_results *exact);
+
 vecfs_results *search_opts(vecfs *v, const float *q, size_t nq, uint32_t d,
 			   const vecfs_query_opts *o);
 vecfs_results *search1(vecfs *v, const float *q, uint32_t d, uint32_t k,
