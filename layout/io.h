@@ -17,7 +17,8 @@ typedef struct vf_io {
 	int (*open)(const char *path, int flags, mode_t mode);
 } vf_io;
 
-/* The table in use (the real calls unless replaced). */
+/* The table in use (the real calls unless replaced).  The library's threads
+ * read it without a lock: replace it only while no handle is open. */
 extern vf_io vf_io_ops;
 /* Put the real calls back. */
 void vf_io_reset(void);
