@@ -873,3 +873,216 @@ int vf_filter_match(const vf_filter *f, const void *payload, size_t plen)
 {
 	return eval(f, f->root, payload, payload ? plen : 0);
 }
+
+/* ------------------------------------------------------------ terms of a payload */
+
+typedef struct walk {
+	vf_term_fn fn;
+	void *ctx;
+	char path[VF_TERM_PATH_MAX];
+	char val[VF_TERM_STR_MAX];
+	unsigned terms;
+	int stop; /* VF_TERMS_PARTIAL, or fn's nonzero return */
+} walk;
+
+static void give(walk *w, vf_term *t, uint32_t pl)
+{
+	if (w->terms++ == VF_TERMS_MAX) {
+		w->stop = VF_TERMS_PARTIAL;
+		return;
+	}
+	t->path = w->path;
+	t->plen = pl;
+	int rc = w->fn(t, w->ctx);
+	if (rc)
+		w->stop = rc;
+}
+
+/* The scalar at p[i] given as a term of path[0..pl): past it, or 0 when
+ * it is no scalar (w->stop set when the walk must end). */
+static size_t walk_scalar(walk *w, const char *p, size_t n, size_t i, uint32_t pl)
+{
+	vf_term t = {0};
+	size_t e;
+	if (p[i] == '"') {
+		unsigned char u[4];
+		int m;
+		uint32_t l = 0;
+		i++;
+		while ((m = str_next(p, n, &i, u)) > 0)
+			for (int j = 0; j < m; j++) {
+				if (l == VF_TERM_STR_MAX || u[j] == 0)
+					w->stop = VF_TERMS_PARTIAL;
+				else
+					w->val[l++] = (char)u[j];
+			}
+		if (m < 0)
+			return 0;
+		t.type = VF_T_STR;
+		t.s = w->val;
+		t.slen = l;
+		e = i;
+	} else if ((e = word_end(p, n, i, "true"))) {
+		t.type = VF_T_TRUE;
+	} else if ((e = word_end(p, n, i, "false"))) {
+		t.type = VF_T_FALSE;
+	} else if ((e = word_end(p, n, i, "null"))) {
+		t.type = VF_T_NULL;
+	} else if ((e = num_end(p, n, i))) {
+		if (e - i >= 128) { /* num_value() would allocate: not the same each time */
+			w->stop = VF_TERMS_PARTIAL;
+			return 0;
+		}
+		num_value(p, i, e, &t.num);
+		t.type = VF_T_NUM;
+		if (t.num == 0)
+			t.num = 0; /* -0 == 0 */
+	} else {
+		return 0;
+	}
+	if (!w->stop)
+		give(w, &t, pl);
+	return e;
+}
+
+/* The array at p[i] (its '['), its scalar elements terms of path[0..pl). */
+static size_t walk_array(walk *w, const char *p, size_t n, size_t i, uint32_t pl)
+{
+	i = ws(p, n, i + 1);
+	if (i < n && p[i] == ']')
+		return i + 1;
+	for (;;) {
+		if (i >= n)
+			return 0;
+		i = p[i] == '{' || p[i] == '[' ? skip_value(p, n, i) : walk_scalar(w, p, n, i, pl);
+		if (!i || w->stop)
+			return 0;
+		i = ws(p, n, i);
+		if (i < n && p[i] == ',')
+			i = ws(p, n, i + 1);
+		else if (i < n && p[i] == ']')
+			return i + 1;
+		else
+			return 0;
+	}
+}
+
+/* The object at p[i] (its '{') whose members' paths go on from
+ * path[0..pl): past it, or 0 (the walk ends). */
+static size_t walk_object(walk *w, const char *p, size_t n, size_t i, uint32_t pl, int depth)
+{
+	i = ws(p, n, i + 1);
+	if (i < n && p[i] == '}')
+		return i + 1;
+	for (;;) {
+		unsigned char u[4];
+		int m;
+		uint32_t q = pl;
+		if (i >= n || p[i] != '"')
+			return 0;
+		if (pl && q < VF_TERM_PATH_MAX)
+			w->path[q++] = '.';
+		else if (pl)
+			w->stop = VF_TERMS_PARTIAL;
+		i++;
+		while ((m = str_next(p, n, &i, u)) > 0)
+			for (int j = 0; j < m; j++) {
+				if (q == VF_TERM_PATH_MAX || u[j] == 0 || (q == 0 && u[j] == 0xff))
+					w->stop = VF_TERMS_PARTIAL;
+				else
+					w->path[q++] = (char)u[j];
+			}
+		if (m < 0 || w->stop)
+			return 0;
+		i = ws(p, n, i);
+		if (i >= n || p[i] != ':')
+			return 0;
+		i = ws(p, n, i + 1);
+		if (i >= n)
+			return 0;
+		if (p[i] == '{') {
+			if (depth == VF_TERM_DEPTH)
+				w->stop = VF_TERMS_PARTIAL;
+			else
+				i = walk_object(w, p, n, i, q, depth + 1);
+		} else if (p[i] == '[') {
+			i = walk_array(w, p, n, i, q);
+		} else {
+			i = walk_scalar(w, p, n, i, q);
+		}
+		if (!i || w->stop)
+			return 0;
+		i = ws(p, n, i);
+		if (i < n && p[i] == ',')
+			i = ws(p, n, i + 1);
+		else if (i < n && p[i] == '}')
+			return i + 1;
+		else
+			return 0;
+	}
+}
+
+int vf_payload_terms(const void *payload, size_t plen, vf_term_fn fn, void *ctx)
+{
+	const char *p = payload;
+	if (!p || !plen)
+		return 0;
+	size_t i = ws(p, plen, 0);
+	if (i >= plen || p[i] != '{')
+		return 0; /* no field of it can match */
+	walk *w = &(walk){.fn = fn, .ctx = ctx};
+	if (walk_object(w, p, plen, i, 0, 1))
+		return 0;
+	return w->stop ? w->stop : VF_TERMS_PARTIAL;
+}
+
+/* ------------------------------------------------------------ the view */
+
+uint32_t vf_filter_root(const vf_filter *f)
+{
+	return f->root;
+}
+
+void vf_filter_view(const vf_filter *f, uint32_t node, vf_fnode_view *out)
+{
+	const fnode *x = &f->f[node];
+	*out = (vf_fnode_view){.op = VF_FN_OTHER, .n = 1, .path = x->path, .plen = x->plen};
+	switch (x->op) {
+	case F_AND: out->op = VF_FN_AND; out->n = x->n; break;
+	case F_OR: out->op = VF_FN_OR; out->n = x->n; break;
+	case F_EQ: out->op = VF_FN_EQ; break;
+	case F_IN: out->op = VF_FN_IN; out->n = x->arg->n; break;
+	case F_GT: out->op = VF_FN_GT; break;
+	case F_GTE: out->op = VF_FN_GTE; break;
+	case F_LT: out->op = VF_FN_LT; break;
+	case F_LTE: out->op = VF_FN_LTE; break;
+	}
+}
+
+uint32_t vf_filter_kid(const vf_filter *f, uint32_t node, uint32_t k)
+{
+	return f->kids[f->f[node].first + k];
+}
+
+int vf_filter_operand(const vf_filter *f, uint32_t node, uint32_t k, vf_term *t)
+{
+	const fnode *x = &f->f[node];
+	const jv *a = x->arg;
+	if (x->op == F_IN) {
+		uint32_t e = a->first;
+		for (uint32_t j = 0; e && j < k; j++)
+			e = f->v[e].next;
+		if (!e)
+			return -1;
+		a = &f->v[e];
+	}
+	memset(t, 0, sizeof *t);
+	switch (a->t) {
+	case J_NULL: t->type = VF_T_NULL; return 0;
+	case J_TRUE: t->type = VF_T_TRUE; return 0;
+	case J_FALSE: t->type = VF_T_FALSE; return 0;
+	case J_NUM: t->type = VF_T_NUM; t->num = a->num == 0 ? 0 : a->num; return 0;
+	case J_STR: t->type = VF_T_STR; t->s = a->s; t->slen = a->slen; return 0;
+	}
+	return -1;
+}

@@ -1,8 +1,10 @@
 /*
- * engine/filtered.c - filtered search.  Before the search, one pass over
- * the snapshot's records evaluates the filter on each payload and keeps
- * the ids that match (kept for the queries that repeat the filter on the
- * same snapshot).  A small set is then scored record by record
+ * engine/filtered.c - filtered search.  Before the search, the records
+ * that match the filter are found: those the payload index gives, each
+ * tested, when it narrows the filter to a small share of the records; else
+ * one pass over the snapshot's records evaluates the filter on each
+ * payload.  The ids that match are kept for the queries that repeat the
+ * filter on the same snapshot.  A small set is then scored record by record
  * (exact); otherwise the scans check each posting and row against the set
  * before it can become a candidate (score.c), and a query probes more
  * clusters until it has min(k, matches) results (search.c).
@@ -19,6 +21,7 @@
 #include "keys.h"
 #include "meta.h"
 #include "parallel.h"
+#include "payload_index.h"
 #include "record.h"
 #include "search_internal.h"
 
@@ -155,6 +158,33 @@ static void *pass_run(void *arg)
 
 #define PASS_SPLIT 65536 /* live records from which the pass runs on every CPU */
 
+/* The records the payload index gives, each tested: 0, VF_PIDX_ALL when it
+ * cannot narrow the filter to a share of the records that is cheaper to
+ * read one by one than all in a pass, or an error. */
+static int fset_from_index(vecfs *v, vf_txn *txn, const vf_filter *f, uint64_t live,
+			   vf_fset *s)
+{
+	uint64_t *ids;
+	size_t n, cap = 0;
+	size_t budget = live / 8 > VF_FSET_EXACT ? (size_t)(live / 8) : VF_FSET_EXACT;
+	int rc = vf_pidx_candidates(txn, v->store, f, budget, &ids, &n);
+	if (rc)
+		return rc;
+	for (size_t i = 0; i < n && rc == 0; i++) {
+		vf_val d;
+		vf_record r;
+		if ((rc = vf_records_get(txn, v->store, ids[i], &d))) {
+			rc = rc == -ENOENT ? 0 : rc; /* deleted: an index key of no record */
+			continue;
+		}
+		if (vf_record_fields(d.data, d.len, &r) == 0 &&
+		    vf_filter_match(f, r.payload, r.plen))
+			rc = ids_push(s, &cap, ids[i]);
+	}
+	free(ids);
+	return rc;
+}
+
 /* One pass over the snapshot's records, split by id range over the CPUs
  * (each on a read transaction of its own on txn's snapshot). */
 static int fset_build(vecfs *v, vf_txn *txn, const vf_filter *f, vf_fset *s)
@@ -165,6 +195,11 @@ static int fset_build(vecfs *v, vf_txn *txn, const vf_filter *f, vf_fset *s)
 	int n = v->threads < VF_PARALLEL_MAX ? v->threads : VF_PARALLEL_MAX, rc;
 	if ((rc = vf_load_counters(txn, v->store, &cnt)))
 		return rc;
+	if ((rc = fset_from_index(v, txn, f, cnt.live, s)) == 0)
+		goto found;
+	if (rc != VF_PIDX_ALL)
+		return rc;
+	rc = 0;
 	if (cnt.live < PASS_SPLIT || n < 1)
 		n = 1;
 	for (int i = 1; i < n; i++)
@@ -205,6 +240,7 @@ static int fset_build(vecfs *v, vf_txn *txn, const vf_filter *f, vf_fset *s)
 	}
 	if (rc)
 		return rc;
+found:
 	/* a bitmap by id when it is at most 8 times the ids' own memory */
 	uint64_t top = s->n ? s->ids[s->n - 1] + 1 : 0;
 	if (s->n && top / 8 <= 64 * (uint64_t)s->n) {

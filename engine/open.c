@@ -13,17 +13,21 @@
 
 #include "filtered.h"
 #include "keys.h"
+#include "payload_index.h"
 
 /* A build that did not finish (crash) leaves a `building` generation: mark
- * it failed and free its keys. */
+ * it failed and free its keys.  A store made before the payload index
+ * gets one. */
 static int recover_fn(vf_txn *txn, void *arg)
 {
 	vf_store *s = arg;
 	vf_cursor *cur;
 	vf_genmeta m;
-	uint64_t stale[64];
-	int n = 0, rc = vf_cursor_open(txn, s->gens, &cur);
-	if (rc)
+	uint64_t stale[64], indexed;
+	int n = 0, rc;
+	if (!vf_pidx_ready(txn, s) && (rc = vf_pidx_rebuild(txn, s, &indexed)))
+		return rc;
+	if ((rc = vf_cursor_open(txn, s->gens, &cur)))
 		return rc;
 	for (rc = vf_genmeta_walk(cur, VF_FIRST, &m); rc == 0;
 	     rc = vf_genmeta_walk(cur, VF_NEXT, &m))

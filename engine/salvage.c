@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "keys.h"
+#include "payload_index.h"
 #include "record.h"
 
 /* One key entry to remove: its bytes, and whether its record is lost. */
@@ -228,6 +229,9 @@ static int salvage_fn(vf_txn *txn, void *arg)
 	j->info.generations_dropped = j->ngens;
 	for (size_t i = 0; i < j->nbad; i++)
 		j->info.keys_lost += j->bad[i].lost;
+	uint64_t indexed;
+	if ((rc = vf_pidx_rebuild(txn, s, &indexed))) /* made anew: it may be damaged too */
+		return rc;
 	return vf_save_counters(txn, s, &cnt);
 }
 

@@ -10,6 +10,7 @@
 
 #include "changes.h"
 #include "keys.h"
+#include "payload_index.h"
 #include "record.h"
 
 typedef struct verify_state {
@@ -227,10 +228,16 @@ int vecfs_verify(vecfs *v, char *msg, size_t msglen)
 		rc = vfail(&st, rc);
 		goto out;
 	}
-	rc = 0;
 	if (nkeys != cnt.live)
 		vbad(&st, "record counter says %llu live records, keys hold %llu",
 		     cnt.live, nkeys);
+	/* the payload index holds each record's terms and nothing else */
+	char perr[200];
+	snprintf(st.where, sizeof st.where, "the payload index");
+	rc = vf_pidx_check(txn, v->store, perr, sizeof perr);
+	if (rc == -EIO && !st.bad++)
+		snprintf(st.first, sizeof st.first, "%s (salvage makes it anew)", perr);
+	rc = rc == -EIO ? 0 : rc ? vfail(&st, rc) : 0;
 out:
 	vf_read_end(v->store, txn);
 	if (rc) {

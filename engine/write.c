@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "changes.h"
+#include "payload_index.h"
 #include "record.h"
 
 static int key_ok(const char *k, size_t len)
@@ -173,7 +174,7 @@ int vf_put_row(vf_put_ctx *c, const vecfs_row *r)
 		c->cnt.live++;
 		if ((rc = vf_keys_put(c->txn, s, key, klen, id)))
 			return rc;
-	} else if (rc) {
+	} else if (rc || (rc = vf_pidx_remove_record(c->txn, s, id))) {
 		return rc;
 	}
 	uint64_t seq = ++c->cnt.seq;
@@ -186,7 +187,8 @@ int vf_put_row(vf_put_ctx *c, const vecfs_row *r)
 		c->reccap = need;
 	}
 	vf_record_encode(c->rec, seq, c->dim, r->vec, key, klen, r->payload, r->payload_len);
-	if ((rc = (fresh ? vf_records_add : vf_records_put)(c->txn, s, id, c->rec, need)))
+	if ((rc = (fresh ? vf_records_add : vf_records_put)(c->txn, s, id, c->rec, need)) ||
+	    (rc = vf_pidx_add(c->txn, s, id, r->payload, r->payload_len)))
 		return rc;
 	vf_change ch = {id, 0, 0, VF_OP_PUT};
 	if (c->g) {
@@ -422,7 +424,7 @@ static int del_fn(vf_txn *txn, void *arg)
 	if ((rc = vf_keys_get(txn, s, j->key, j->keylen, &id)))
 		return rc;
 	if ((rc = vf_keys_del(txn, s, j->key, j->keylen)) ||
-	    (rc = vf_records_del(txn, s, id)))
+	    (rc = vf_pidx_remove_record(txn, s, id)) || (rc = vf_records_del(txn, s, id)))
 		return rc;
 	cnt.live--;
 	if ((rc = vf_forget_records(j->v, txn, &id, 1, &cnt, &j->maint_due)))

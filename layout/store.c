@@ -146,7 +146,7 @@ locked:
 	s->mapsize = mapsize;
 
 	if ((rc = mdb_env_create(&s->env)) ||
-	    (rc = mdb_env_set_maxdbs(s->env, 8)) ||
+	    (rc = mdb_env_set_maxdbs(s->env, 16)) ||
 	    (rc = mdb_env_set_maxreaders(s->env, 512)) ||
 	    (rc = mdb_env_set_mapsize(s->env, mapsize)) ||
 	    (rc = mdb_env_open(s->env, dir, MDB_NOTLS | (readonly ? MDB_RDONLY : 0), 0600))) {
@@ -169,7 +169,9 @@ locked:
 	    (rc = mdb_dbi_open(txn, "gens", create, &s->gens)) ||
 	    (rc = mdb_dbi_open(txn, "postings", create, &s->postings)) ||
 	    (rc = mdb_dbi_open(txn, "staging", create, &s->staging)) ||
-	    (!readonly && (rc = mdb_drop(txn, s->staging, 0)))) {
+	    (!readonly && (rc = mdb_drop(txn, s->staging, 0))) ||
+	    ((rc = mdb_dbi_open(txn, "payloads", create, &s->payloads)) &&
+	     !(readonly && rc == MDB_NOTFOUND))) {
 		mdb_txn_abort(txn);
 		if (rc == MDB_NOTFOUND)
 			seterr(err, errlen, "%s is not a vecfs store: %s", dir, rc);
@@ -177,6 +179,7 @@ locked:
 			seterr(err, errlen, "cannot open databases in %s: %s", dir, rc);
 		goto fail;
 	}
+	s->has_payloads = rc == 0;
 	if ((rc = mdb_txn_commit(txn))) {
 		seterr(err, errlen, "cannot commit in %s: %s", dir, rc);
 		goto fail;
@@ -644,6 +647,11 @@ int vf_cursor_prefix(vf_cursor *cur, const void *prefix, size_t plen, vf_val *k,
 	if (rc == 0 && (k->len < plen || memcmp(k->data, prefix, plen)))
 		return -ENOENT;
 	return rc;
+}
+
+int vf_clear(vf_txn *txn, vf_dbi dbi)
+{
+	return layout_rc(mdb_drop(txn, dbi, 0));
 }
 
 int vf_drop_prefix(vf_txn *txn, vf_dbi dbi, const void *prefix, size_t plen)

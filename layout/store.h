@@ -17,6 +17,9 @@
  *             one contiguous key range)
  *   staging   batch u64 | row u64 -> rows of a large write not yet
  *             committed (cleared at open: never visible as records)
+ *   payloads  path | 0 | type u8 | value | id u64 -> nothing: the terms of
+ *             records' payloads (engine/payload_index.c); 0xff | id u64:
+ *             a record whose payload is not all indexed
  */
 #ifndef VF_STORE_H
 #define VF_STORE_H
@@ -50,7 +53,8 @@ const char *vf_store_strerror(int rc);
 
 typedef struct vf_store {
 	struct MDB_env *env;
-	vf_dbi meta, records, keys, changes, gens, postings, staging;
+	vf_dbi meta, records, keys, changes, gens, postings, staging, payloads;
+	int has_payloads;         /* 0: a read-only store made before there was one */
 	pthread_rwlock_t resize;  /* txns shared, map growth exclusive */
 	pthread_key_t reads_key;  /* read transactions each thread holds */
 	pthread_mutex_t pool_mu;  /* pool of reset read transactions */
@@ -156,6 +160,8 @@ int vf_cursor_del(vf_cursor *cur);
 int vf_cursor_prefix(vf_cursor *cur, const void *prefix, size_t plen, vf_val *k, vf_val *d,
 		     int op);
 
+/* Delete every key of the family. */
+int vf_clear(vf_txn *txn, vf_dbi dbi);
 /* Delete every key of the family that starts with prefix[0..plen). */
 int vf_drop_prefix(vf_txn *txn, vf_dbi dbi, const void *prefix, size_t plen);
 
