@@ -181,6 +181,7 @@ static int fset_from_index(vecfs *v, vf_txn *txn, const vf_filter *f, uint64_t l
 		    vf_filter_match(f, r.payload, r.plen))
 			rc = ids_push(s, &cap, ids[i]);
 	}
+	s->tested = n;
 	free(ids);
 	return rc;
 }
@@ -221,6 +222,7 @@ static int fset_build(vecfs *v, vf_txn *txn, const vf_filter *f, vf_fset *s)
 		rc = rc ? rc : jobs[i].rc;
 		total += jobs[i].part.n;
 	}
+	s->tested = cnt.live;
 	if (rc == 0 && n == 1) {
 		s->ids = jobs[0].part.ids; /* taken as it is */
 		s->n = total;
@@ -265,13 +267,15 @@ static uint64_t evict_rank(const vf_fset *e, uint64_t txnid)
 }
 
 int vf_fset_get(vecfs *v, vf_txn *txn, const char *text, size_t len, vf_fset **out,
-		char *err, size_t errlen)
+		uint64_t *tested, char *err, size_t errlen)
 {
 	vf_fset_cache *c = cache_of(v);
 	uint64_t txnid = vf_txn_id(txn);
 	vf_filter *f;
 	int rc;
 	*out = NULL;
+	if (tested)
+		*tested = 0;
 	if (c) {
 		pthread_mutex_lock(&c->mu);
 		for (int i = 0; i < FSET_CACHED; i++) {
@@ -305,6 +309,8 @@ int vf_fset_get(vecfs *v, vf_txn *txn, const char *text, size_t len, vf_fset **o
 		fset_free(s);
 		return rc;
 	}
+	if (tested)
+		*tested = s->tested;
 	size_t bytes = (s->ids ? s->n * 8 : 0) + (size_t)(s->nbits / 8);
 	if (c && bytes <= FSET_CACHED_MAX) { /* in an empty slot, else in place of the least used */
 		pthread_mutex_lock(&c->mu);

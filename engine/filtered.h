@@ -16,6 +16,7 @@ typedef struct vf_fset {
 	size_t n;
 	uint64_t *bits;  /* by id below nbits, when that is small enough; else NULL */
 	uint64_t nbits;
+	uint64_t tested; /* payloads tested to find it: the index's candidates, or all */
 	/* in the store's cache: the snapshot, the filter's text; users */
 	uint64_t txnid;
 	char *text;
@@ -25,11 +26,13 @@ typedef struct vf_fset {
 } vf_fset;
 
 /* The live records of txn's snapshot that the filter text[0..len)
- * matches: from the store's cache of recent ones, else compiled and found
- * by one pass over the records.  0, -EINVAL, -E2BIG (vf_filter_compile()),
- * -ENOMEM or a read error, with a reason.  vf_fset_put() when done. */
+ * matches: from the store's cache of recent ones (*tested 0), else
+ * compiled and found through the payload index or by one pass over the
+ * records (*tested: the payloads tested; tested may be NULL).  0, -EINVAL,
+ * -E2BIG (vf_filter_compile()), -ENOMEM or a read error, with a reason.
+ * vf_fset_put() when done. */
 int vf_fset_get(vecfs *v, vf_txn *txn, const char *text, size_t len, vf_fset **out,
-		char *err, size_t errlen);
+		uint64_t *tested, char *err, size_t errlen);
 void vf_fset_put(vecfs *v, vf_fset *s);
 /* At close. */
 void vf_fset_cache_free(vecfs *v);

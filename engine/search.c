@@ -434,7 +434,9 @@ int vecfs_search(vecfs *v, const float *queries, size_t nq, uint32_t dim,
 	if ((rc = vf_read_begin(v->store, &txn[0])))
 		return rc;
 	vf_fset *fset = NULL; /* a filter's matches in this snapshot */
-	if (o.filter && (rc = vf_fset_get(v, txn[0], o.filter, o.filter_len, &fset, err, errlen))) {
+	uint64_t tested = 0;
+	if (o.filter && (rc = vf_fset_get(v, txn[0], o.filter, o.filter_len, &fset, &tested, err,
+						  errlen))) {
 		vf_read_end(v->store, txn[0]);
 		return rc;
 	}
@@ -486,6 +488,7 @@ int vecfs_search(vecfs *v, const float *queries, size_t nq, uint32_t dim,
 		(*out)->explain.recall_target = parts[0].target;
 		(*out)->explain.refine = parts[0].refine;
 		(*out)->explain.filter_passed = fset ? fset->n : 0;
+		(*out)->explain.filter_tested = tested;
 		(*out)->snapshot = vf_txn_id(txn[0]);
 		if (!o.uncounted)
 			record_latency(v, nq, us);

@@ -293,7 +293,7 @@ static void check_filters(vecfs *v, model *m, rng *r, size_t nf, plan_tally *t)
 		}
 		vf_fset *s;
 		char err[256];
-		assert_int_equal(vf_fset_get(v, txn, text, strlen(text), &s, err, sizeof err), 0);
+		assert_int_equal(vf_fset_get(v, txn, text, strlen(text), &s, NULL, err, sizeof err), 0);
 		memset(seen, 0, m->n);
 		size_t nset = 0;
 		for (size_t i = 0; i < m->n; i++)

@@ -170,6 +170,9 @@ typedef struct vecfs_explain {
 	uint64_t uncovered_scanned;/* rows not covered by the generation, exact */
 	uint64_t stale_skipped;    /* superseded or deleted postings skipped */
 	uint64_t filter_passed;    /* live records that matched the filter */
+	uint64_t filter_tested;    /* payloads tested to find them: those the
+				      payload index gave, or every live record;
+				      0 when an earlier query's set was kept */
 	uint64_t micros;
 	uint32_t k, nprobe, refine;/* as run: the options, or the config's defaults */
 	float recall_target;       /* the target the probing aimed at; 0 when a
