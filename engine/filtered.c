@@ -111,12 +111,16 @@ static int ids_push(vf_fset *s, size_t *cap, uint64_t id)
 	return 0;
 }
 
-/* A share of the pass: the records with ids in [lo, hi) on txn. */
+/* A share of the work on txn: the records with ids in [lo, hi), or, with
+ * cand set, the records of ids cand[0..ncand) (ascending; from the
+ * payload index, so some may be gone). */
 typedef struct pass_job {
 	vecfs *v;
 	vf_txn *txn;
 	const vf_filter *f;
 	uint64_t lo, hi;
+	const uint64_t *cand;
+	size_t ncand;
 	vf_fset part;  /* its ids */
 	size_t cap;
 	int rc;
@@ -127,7 +131,8 @@ static void *pass_run(void *arg)
 	pass_job *j = arg;
 	vf_cursor *cur;
 	vf_val k, d;
-	vf_key64 from = vf_key_u64(j->lo);
+	vf_key64 at = vf_key_u64(j->cand ? (j->ncand ? j->cand[0] : 0) : j->lo);
+	size_t next = 0; /* of cand */
 	int rc = vf_cursor_open(j->txn, j->v->store->records, &cur);
 	if (rc) {
 		j->rc = vf_store_err(rc);
@@ -136,20 +141,36 @@ static void *pass_run(void *arg)
 	/* the payloads as stored, checksums unchecked: a record that comes
 	 * into the results is read (and checked) again; one whose sizes do not
 	 * add up matches nothing here, and the scans that read it report it */
-	k.data = from.b;
-	k.len = sizeof from.b;
-	for (rc = vf_cursor_get(cur, &k, &d, VF_SEEK); rc == 0;
-	     rc = vf_cursor_get(cur, &k, &d, VF_NEXT)) {
+	k.data = at.b;
+	k.len = sizeof at.b;
+	rc = j->cand && !j->ncand ? -ENOENT : vf_cursor_get(cur, &k, &d, VF_SEEK);
+	while (rc == 0) {
 		vf_record r;
-		if (k.len != 8)
+		uint64_t id = k.len == 8 ? vf_rd_be64(k.data) : UINT64_MAX;
+		if (j->cand) /* the candidates before id are gone */
+			while (next < j->ncand && j->cand[next] < id)
+				next++;
+		if (j->cand ? next < j->ncand && j->cand[next] == id : id < j->hi) {
+			if (vf_record_fields(d.data, d.len, &r) == 0 &&
+			    vf_filter_match(j->f, r.payload, r.plen) &&
+			    (rc = ids_push(&j->part, &j->cap, id)))
+				break;
+			next++;
+		} else if (!j->cand && k.len == 8) {
+			break; /* past hi */
+		}
+		if (!j->cand) {
+			rc = vf_cursor_get(cur, &k, &d, VF_NEXT);
 			continue;
-		uint64_t id = vf_rd_be64(k.data);
-		if (id >= j->hi)
+		}
+		if (next >= j->ncand)
 			break;
-		if (vf_record_fields(d.data, d.len, &r) == 0 &&
-		    vf_filter_match(j->f, r.payload, r.plen) &&
-		    (rc = ids_push(&j->part, &j->cap, id)))
-			break;
+		/* the next candidate: a seek from here (LMDB stays on the leaf
+		 * page when the key is on it: ascending ids cost little) */
+		at = vf_key_u64(j->cand[next]);
+		k.data = at.b;
+		k.len = sizeof at.b;
+		rc = vf_cursor_get(cur, &k, &d, VF_SEEK);
 	}
 	vf_cursor_close(cur);
 	j->rc = rc == -ENOENT ? 0 : rc;
@@ -157,51 +178,29 @@ static void *pass_run(void *arg)
 }
 
 #define PASS_SPLIT 65536 /* live records from which the pass runs on every CPU */
+#define CAND_SPLIT 4096  /* candidates from which their tests run on every CPU */
 
-/* The records the payload index gives, each tested: 0, VF_PIDX_ALL when it
- * cannot narrow the filter to a share of the records that is cheaper to
- * read one by one than all in a pass, or an error. */
-static int fset_from_index(vecfs *v, vf_txn *txn, const vf_filter *f, uint64_t live,
-			   vf_fset *s)
-{
-	uint64_t *ids;
-	size_t n, cap = 0;
-	size_t budget = live / 8 > VF_FSET_EXACT ? (size_t)(live / 8) : VF_FSET_EXACT;
-	int rc = vf_pidx_candidates(txn, v->store, f, budget, &ids, &n);
-	if (rc)
-		return rc;
-	for (size_t i = 0; i < n && rc == 0; i++) {
-		vf_val d;
-		vf_record r;
-		if ((rc = vf_records_get(txn, v->store, ids[i], &d))) {
-			rc = rc == -ENOENT ? 0 : rc; /* deleted: an index key of no record */
-			continue;
-		}
-		if (vf_record_fields(d.data, d.len, &r) == 0 &&
-		    vf_filter_match(f, r.payload, r.plen))
-			rc = ids_push(s, &cap, ids[i]);
-	}
-	s->tested = n;
-	free(ids);
-	return rc;
-}
-
-/* One pass over the snapshot's records, split by id range over the CPUs
- * (each on a read transaction of its own on txn's snapshot). */
+/* The records that match: those of the payload index's set, each tested,
+ * when the index narrows the filter to a share of the records cheaper to
+ * read one by one than all in a pass (an eighth); else one pass over
+ * every record.  Either split over the CPUs (each on a read transaction
+ * of its own on txn's snapshot). */
 static int fset_build(vecfs *v, vf_txn *txn, const vf_filter *f, vf_fset *s)
 {
 	vf_counters cnt;
 	vf_txn *t[VF_PARALLEL_MAX] = {txn};
 	pass_job jobs[VF_PARALLEL_MAX];
 	int n = v->threads < VF_PARALLEL_MAX ? v->threads : VF_PARALLEL_MAX, rc;
+	uint64_t *cids = NULL;
+	size_t ncand = 0;
 	if ((rc = vf_load_counters(txn, v->store, &cnt)))
 		return rc;
-	if ((rc = fset_from_index(v, txn, f, cnt.live, s)) == 0)
-		goto found;
-	if (rc != VF_PIDX_ALL)
+	size_t budget = cnt.live / 8 > VF_FSET_EXACT ? (size_t)(cnt.live / 8) : VF_FSET_EXACT;
+	if ((rc = vf_pidx_candidates(txn, v->store, f, budget, &cids, &ncand)) < 0)
 		return rc;
-	rc = 0;
-	if (cnt.live < PASS_SPLIT || n < 1)
+	int indexed = rc == 0;
+	s->tested = indexed ? ncand : cnt.live;
+	if (s->tested < (indexed ? CAND_SPLIT : PASS_SPLIT) || n < 1)
 		n = 1;
 	for (int i = 1; i < n; i++)
 		if (vf_read_begin(v->store, &t[i]) || vf_txn_id(t[i]) != vf_txn_id(txn)) {
@@ -211,18 +210,24 @@ static int fset_build(vecfs *v, vf_txn *txn, const vf_filter *f, vf_fset *s)
 			t[i] = NULL;
 			break;
 		}
-	for (int i = 0; i < n; i++)
+	for (int i = 0; i < n; i++) {
 		jobs[i] = (pass_job){.v = v, .txn = t[i], .f = f,
 				     .lo = i ? cnt.next_id / (uint64_t)n * (uint64_t)i : 0,
 				     .hi = i + 1 < n ? cnt.next_id / (uint64_t)n * (uint64_t)(i + 1)
 						     : UINT64_MAX};
+		if (indexed) {
+			jobs[i].cand = cids + ncand * (size_t)i / (size_t)n;
+			jobs[i].ncand = ncand * (size_t)(i + 1) / (size_t)n - ncand * (size_t)i / (size_t)n;
+		}
+	}
 	vf_parallel(pass_run, jobs, sizeof jobs[0], n);
+	free(cids);
+	rc = 0;
 	size_t total = 0;
 	for (int i = 0; i < n; i++) {
 		rc = rc ? rc : jobs[i].rc;
 		total += jobs[i].part.n;
 	}
-	s->tested = cnt.live;
 	if (rc == 0 && n == 1) {
 		s->ids = jobs[0].part.ids; /* taken as it is */
 		s->n = total;
@@ -242,7 +247,6 @@ static int fset_build(vecfs *v, vf_txn *txn, const vf_filter *f, vf_fset *s)
 	}
 	if (rc)
 		return rc;
-found:
 	/* a bitmap by id when it is at most 8 times the ids' own memory */
 	uint64_t top = s->n ? s->ids[s->n - 1] + 1 : 0;
 	if (s->n && top / 8 <= 64 * (uint64_t)s->n) {
