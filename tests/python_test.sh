@@ -35,6 +35,26 @@ else
 fi
 run nonumpy --no-numpy
 
+# the README's tour in Python: run as written (on this mount), the output as shown
+tour() {
+	awk '/<!-- tour.py/ {f = 1; next} f && /^```/ {n++; if (n == 2 || n == 4) f = (n == 2); next}
+	     f && n == 1 {print > "'"$TMP"'/tour.py"} f && n == 3 {print > "'"$TMP"'/tour.want"}
+	     n >= 4 {exit}' README.md
+	if ! mnt "$TMP/store-tour" "$TMP/mnt-tour"; then
+		bad mount_tour "$(tail -c 300 "$TMP/daemon.log")"
+		return
+	fi
+	sed -i "s#/tmp/vecfs#$TMP/mnt-tour#" "$TMP/tour.py"
+	check tour_found test -s "$TMP/tour.py" -a -s "$TMP/tour.want"
+	check tour_lines test "$(wc -l <"$TMP/tour.py")" -le 10
+	PYTHONPATH=tools/python timeout 60 "$PY" "$TMP/tour.py" >"$TMP/tour.got" 2>&1
+	check tour_output cmp "$TMP/tour.want" "$TMP/tour.got"
+	T fusermount3 -u "$TMP/mnt-tour"
+}
+if "$PY" -c 'import numpy' 2>/dev/null; then
+	tour
+fi
+
 # pip builds and installs the module with Debian's setuptools, offline
 cp -r tools/python "$TMP/src"
 T "$PY" -m pip install -q --no-build-isolation --no-index --target "$TMP/site" "$TMP/src" >"$TMP/pip.log" 2>&1
