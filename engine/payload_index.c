@@ -82,18 +82,84 @@ static size_t term_prefix(const char *path, uint32_t plen, const vf_term *t, uin
 typedef struct upkeep {
 	vf_txn *txn;
 	vf_store *s;
+	vf_pidx_batch *b; /* NULL: applied at once */
 	uint64_t id;
 	int del;
 } upkeep;
+
+static int apply(vf_txn *txn, vf_store *s, const uint8_t *k, size_t n, int del)
+{
+	if (!del)
+		return vf_put(txn, s->payloads, k, n, "", 0, 0);
+	int rc = vf_del(txn, s->payloads, k, n);
+	return rc == -ENOENT ? 0 : rc; /* a term twice in one payload */
+}
 
 static int upkeep_key(upkeep *u, uint8_t *k, size_t n)
 {
 	be64(k + n, u->id);
 	n += 8;
-	if (!u->del)
-		return vf_put(u->txn, u->s->payloads, k, n, "", 0, 0);
-	int rc = vf_del(u->txn, u->s->payloads, k, n);
-	return rc == -ENOENT ? 0 : rc; /* a term twice in one payload */
+	vf_pidx_batch *b = u->b;
+	if (!b)
+		return apply(u->txn, u->s, k, n, u->del);
+	if (b->used + n > b->cap) {
+		size_t nc = b->cap ? b->cap * 2 : 65536;
+		uint8_t *na = vf_realloc(b->arena, nc);
+		if (!na)
+			return -ENOMEM;
+		b->arena = na;
+		b->cap = nc;
+	}
+	if (b->n == b->capn) {
+		size_t nc = b->capn ? b->capn * 2 : 2048;
+		struct vf_pidx_op *o = vf_realloc(b->ops, nc * sizeof *o);
+		if (!o)
+			return -ENOMEM;
+		b->ops = o;
+		b->capn = nc;
+	}
+	memcpy(b->arena + b->used, k, n);
+	b->ops[b->n] = (struct vf_pidx_op){(uint32_t)b->used, (uint16_t)n, (uint8_t)u->del,
+					  (uint32_t)b->n};
+	b->used += n;
+	b->n++;
+	return b->used >= VF_PIDX_BATCH_BYTES ? vf_pidx_flush(u->txn, u->s, b) : 0;
+}
+
+static int cmp_op(const void *x, const void *y, void *arena)
+{
+	const struct vf_pidx_op *a = x, *b = y;
+	const uint8_t *ar = arena;
+	int c = memcmp(ar + a->off, ar + b->off, a->len < b->len ? a->len : b->len);
+	if (c || a->len != b->len)
+		return c ? c : a->len < b->len ? -1 : 1;
+	return a->seq < b->seq ? -1 : a->seq > b->seq;
+}
+
+int vf_pidx_flush(vf_txn *txn, vf_store *s, vf_pidx_batch *b)
+{
+	int rc = 0;
+	if (!b->n)
+		return 0;
+	/* in key order, one write a key: its last change (each is idempotent,
+	 * and changes of different keys commute) */
+	qsort_r(b->ops, b->n, sizeof *b->ops, cmp_op, b->arena);
+	for (size_t i = 0; i < b->n && rc == 0; i++) {
+		const struct vf_pidx_op *o = &b->ops[i];
+		if (i + 1 < b->n && b->ops[i + 1].len == o->len &&
+		    !memcmp(b->arena + b->ops[i + 1].off, b->arena + o->off, o->len))
+			continue; /* a later change of the same key */
+		rc = apply(txn, s, b->arena + o->off, o->len, o->del);
+	}
+	b->n = b->used = 0;
+	return rc;
+}
+
+void vf_pidx_batch_free(vf_pidx_batch *b)
+{
+	free(b->arena);
+	free(b->ops);
+	memset(b, 0, sizeof *b);
 }
 
 static int upkeep_term(const vf_term *t, void *ctx)
@@ -114,17 +180,13 @@ static int upkeep_run(upkeep *u, const void *payload, size_t plen)
 	return rc;
 }
 
-int vf_pidx_add(vf_txn *txn, vf_store *s, uint64_t id, const void *payload, size_t plen)
+int vf_pidx_add(vf_txn *txn, vf_store *s, vf_pidx_batch *b, uint64_t id, const void *payload,
+		size_t plen)
 {
-	return upkeep_run(&(upkeep){txn, s, id, 0}, payload, plen);
+	return upkeep_run(&(upkeep){txn, s, b, id, 0}, payload, plen);
 }
 
-int vf_pidx_remove(vf_txn *txn, vf_store *s, uint64_t id, const void *payload, size_t plen)
-{
-	return upkeep_run(&(upkeep){txn, s, id, 1}, payload, plen);
-}
-
-int vf_pidx_remove_record(vf_txn *txn, vf_store *s, uint64_t id)
+int vf_pidx_remove_record(vf_txn *txn, vf_store *s, vf_pidx_batch *b, uint64_t id)
 {
 	vf_val v;
 	vf_record r;
@@ -135,7 +197,7 @@ int vf_pidx_remove_record(vf_txn *txn, vf_store *s, uint64_t id)
 		return rc == -ENOENT ? 0 : rc;
 	if (vf_record_fields(v.data, v.len, &r)) { /* indexed as matching anything */
 		uint8_t u[9] = {UNINDEXED};
-		return upkeep_key(&(upkeep){txn, s, id, 1}, u, 1);
+		return upkeep_key(&(upkeep){txn, s, b, id, 1}, u, 1);
 	}
 	if (!r.plen)
 		return 0;
@@ -144,7 +206,7 @@ int vf_pidx_remove_record(vf_txn *txn, vf_store *s, uint64_t id)
 	if (!copy)
 		return -ENOMEM;
 	memcpy(copy, r.payload, r.plen);
-	rc = vf_pidx_remove(txn, s, id, copy, r.plen);
+	rc = upkeep_run(&(upkeep){txn, s, b, id, 1}, copy, r.plen);
 	free(copy);
 	return rc;
 }
@@ -162,6 +224,7 @@ int vf_pidx_rebuild(vf_txn *txn, vf_store *s, uint64_t *indexed)
 	vf_val k, d;
 	uint8_t one[4] = {0, 0, 0, 1};
 	int rc;
+	vf_pidx_batch b = {0};
 	*indexed = 0;
 	if (!s->has_payloads)
 		return -EROFS;
@@ -175,18 +238,21 @@ int vf_pidx_rebuild(vf_txn *txn, vf_store *s, uint64_t *indexed)
 		uint64_t id = vf_rd_be64(k.data);
 		if (vf_record_fields(d.data, d.len, &r)) { /* unreadable: matches anything */
 			uint8_t u[9] = {UNINDEXED};
-			if ((rc = upkeep_key(&(upkeep){txn, s, id, 0}, u, 1)))
+			if ((rc = upkeep_key(&(upkeep){txn, s, &b, id, 0}, u, 1)))
 				break;
 			continue;
 		}
 		if (r.plen) {
 			(*indexed)++;
-			if ((rc = vf_pidx_add(txn, s, id, r.payload, r.plen)))
+			if ((rc = vf_pidx_add(txn, s, &b, id, r.payload, r.plen)))
 				break;
 		}
 	}
 	vf_cursor_close(cur);
-	if (rc != -ENOENT)
+	if (rc == -ENOENT)
+		rc = vf_pidx_flush(txn, s, &b);
+	vf_pidx_batch_free(&b);
+	if (rc)
 		return rc;
 	return vf_put(txn, s->meta, META_KEY, strlen(META_KEY), one, sizeof one, 0);
 }

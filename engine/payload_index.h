@@ -13,13 +13,33 @@
 #include "filter.h"
 #include "store.h"
 
-/* A record's payload into the index, or out of it (the same bytes it
- * went in with).  0 or a store error. */
-int vf_pidx_add(vf_txn *txn, vf_store *s, uint64_t id, const void *payload, size_t plen);
-int vf_pidx_remove(vf_txn *txn, vf_store *s, uint64_t id, const void *payload, size_t plen);
-/* The payload of record id as it is stored (none: nothing to do) out of
- * the index, before the record is overwritten or deleted. */
-int vf_pidx_remove_record(vf_txn *txn, vf_store *s, uint64_t id);
+/* Changes of the index kept to be applied together, sorted by key: a
+ * write of many rows then descends the tree to neighbouring keys, not
+ * to random ones.  Zeroed to start; applied by vf_pidx_flush() (also when
+ * it holds VF_PIDX_BATCH_BYTES), then freed. */
+#define VF_PIDX_BATCH_BYTES ((size_t)16 << 20)
+struct vf_pidx_op {
+	uint32_t off;
+	uint16_t len;
+	uint8_t del;
+	uint32_t seq;
+};
+typedef struct vf_pidx_batch {
+	uint8_t *arena;
+	size_t used, cap;
+	struct vf_pidx_op *ops;
+	size_t n, capn;
+} vf_pidx_batch;
+int vf_pidx_flush(vf_txn *txn, vf_store *s, vf_pidx_batch *b);
+void vf_pidx_batch_free(vf_pidx_batch *b);
+
+/* A record's payload into the index; the payload of record id as it is
+ * stored (none: nothing to do) out of it, before the record is
+ * overwritten or deleted.  With b, into b; else at once.  0 or a store
+ * error. */
+int vf_pidx_add(vf_txn *txn, vf_store *s, vf_pidx_batch *b, uint64_t id, const void *payload,
+		size_t plen);
+int vf_pidx_remove_record(vf_txn *txn, vf_store *s, vf_pidx_batch *b, uint64_t id);
 
 /* Does txn's snapshot have a complete index?  (A store made before the
  * index has none until a write open builds it.) */

@@ -174,7 +174,7 @@ int vf_put_row(vf_put_ctx *c, const vecfs_row *r)
 		c->cnt.live++;
 		if ((rc = vf_keys_put(c->txn, s, key, klen, id)))
 			return rc;
-	} else if (rc || (rc = vf_pidx_remove_record(c->txn, s, id))) {
+	} else if (rc || (rc = vf_pidx_remove_record(c->txn, s, &c->pidx, id))) {
 		return rc;
 	}
 	uint64_t seq = ++c->cnt.seq;
@@ -188,7 +188,7 @@ int vf_put_row(vf_put_ctx *c, const vecfs_row *r)
 	}
 	vf_record_encode(c->rec, seq, c->dim, r->vec, key, klen, r->payload, r->payload_len);
 	if ((rc = (fresh ? vf_records_add : vf_records_put)(c->txn, s, id, c->rec, need)) ||
-	    (rc = vf_pidx_add(c->txn, s, id, r->payload, r->payload_len)))
+	    (rc = vf_pidx_add(c->txn, s, &c->pidx, id, r->payload, r->payload_len)))
 		return rc;
 	vf_change ch = {id, 0, 0, VF_OP_PUT};
 	if (c->g) {
@@ -208,6 +208,9 @@ int vf_put_row(vf_put_ctx *c, const vecfs_row *r)
 int vf_put_end(vf_put_ctx *c, int rc)
 {
 	vf_store *s = c->v->store;
+	if (rc == 0)
+		rc = vf_pidx_flush(c->txn, s, &c->pidx);
+	vf_pidx_batch_free(&c->pidx);
 	if (rc == 0 && c->g)
 		rc = vf_pw_flush(&c->w, c->txn);
 	if (rc == 0 && c->g) {
@@ -424,7 +427,7 @@ static int del_fn(vf_txn *txn, void *arg)
 	if ((rc = vf_keys_get(txn, s, j->key, j->keylen, &id)))
 		return rc;
 	if ((rc = vf_keys_del(txn, s, j->key, j->keylen)) ||
-	    (rc = vf_pidx_remove_record(txn, s, id)) || (rc = vf_records_del(txn, s, id)))
+	    (rc = vf_pidx_remove_record(txn, s, NULL, id)) || (rc = vf_records_del(txn, s, id)))
 		return rc;
 	cnt.live--;
 	if ((rc = vf_forget_records(j->v, txn, &id, 1, &cnt, &j->maint_due)))

@@ -8,6 +8,7 @@
 #define VF_WRITE_H
 
 #include "internal.h"
+#include "payload_index.h"
 
 typedef struct vf_prepared vf_prepared; /* rows' clusters and codes: see vf_prepare() */
 
@@ -27,6 +28,7 @@ typedef struct vf_put_ctx {
 	uint64_t *live;        /* out: live records after the write */
 	vf_prepared *pre;         /* clusters and codes of the rows to come, in order */
 	uint32_t compact_deltas;
+	vf_pidx_batch pidx;       /* the payload index's changes, applied at the end */
 } vf_put_ctx;
 
 #define VF_NEAR_CHUNK 4096 /* rows prepared together */

@@ -460,6 +460,47 @@ static void test_selective(void **state)
 	free(x);
 }
 
+/* One write that puts a key several times, payloads changing, then none:
+ * the index holds the last one's terms only (its changes are applied
+ * sorted, at the end of the write). */
+static void test_key_twice_in_one_write(void **state)
+{
+	fixture *fx = *state;
+	vecfs *v = fx_open(fx, NULL);
+	set_config(v, D, VECFS_L2);
+	float x[D] = {1, 2, 3, 4};
+	static const char *const pays[] = {"{\"a\": 1, \"b\": \"x\"}", "{\"a\": 2, \"b\": \"x\"}",
+					   "{\"a\": 2}", "{\"a\": 3, \"c\": [1, 1]}", NULL, "{\"a\": 4}"};
+	vecfs_row rows[7];
+	for (int i = 0; i < 6; i++)
+		rows[i] = (vecfs_row){.key = i % 2 ? "u" : "t", .keylen = 1, .vec = x,
+				      .payload = pays[i], .payload_len = pays[i] ? strlen(pays[i]) : 0};
+	rows[6] = (vecfs_row){.key = "t", .keylen = 1, .vec = x, .payload = "{\"a\": 9}",
+			      .payload_len = 8};
+	char err[256];
+	assert_int_equal(vecfs_put(v, rows, 7, D, NULL, err, sizeof err), 0);
+	check_index(v); /* no key left of an earlier payload */
+	static const struct {
+		const char *f;
+		size_t n;
+	} cases[] = {{"{\"a\": 9}", 1}, {"{\"a\": 3}", 0}, {"{\"a\": 1}", 0}, {"{\"a\": 4}", 1}, {"{\"a\": 2}", 0},
+		     {"{\"b\": \"x\"}", 0}, {"{\"c\": 1}", 0}};
+	for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+		vf_filter *f;
+		vf_txn *txn;
+		uint64_t *ids;
+		size_t n;
+		assert_int_equal(vf_filter_compile(cases[c].f, strlen(cases[c].f), &f, NULL, 0), 0);
+		assert_int_equal(vf_read_begin(v->store, &txn), 0);
+		assert_int_equal(vf_pidx_candidates(txn, v->store, f, 100, &ids, &n), 0);
+		vf_read_end(v->store, txn);
+		if (n != cases[c].n)
+			fail_msg("%s: %zu from the index, want %zu", cases[c].f, n, cases[c].n);
+		free(ids);
+		vf_filter_free(f);
+	}
+}
+
 /* ------------------------------------------------------------ old stores, damage */
 
 static int forget_index(vf_txn *txn, void *arg)
@@ -531,6 +572,7 @@ int main(void)
 		cmocka_unit_test(test_terms),
 		cmocka_unit_test_setup_teardown(test_index_follows_writes, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_selective, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_key_twice_in_one_write, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_old_store_and_damage, fx_setup, fx_teardown),
 	};
 	return cmocka_run_group_tests_name("pindex", tests, NULL, NULL);
