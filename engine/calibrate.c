@@ -22,6 +22,7 @@
 #include "kernels.h"
 #include "kmeans.h"
 #include "parallel.h"
+#include "topk.h"
 
 static const float targets[VF_CAL_NT] = {0.80f,  0.85f, 0.90f,  0.93f,  0.95f, 0.97f,
 					 0.98f,  0.99f, 0.995f, 0.998f, 0.999f, 0.9995f};
@@ -36,45 +37,17 @@ static const uint32_t kvals[VF_CAL_NK] = {1, 10, 100};
 #define CAL_RANKS 8192  /* clusters followed per query at most */
 #define CAL_MARGIN 0.5f /* calibrate to t + 0.5 (1 - t) */
 
+typedef struct nb { /* a neighbour of a sample query */
+	float d;
+	uint64_t id;
+} nb;
+TOPK_HEAP(nbheap, nb, KEY_DIST)
+
 typedef struct sq {      /* one sample query */
 	uint64_t self;   /* its record (not its own neighbour) */
 	float *q;        /* index space */
-	float *hd;       /* max-heap of the M nearest: distance, record */
-	uint64_t *hi;
-	uint32_t hn, m;
+	nbheap h;        /* the M nearest */
 } sq;
-
-static void heap_push(sq *s, float d, uint64_t id)
-{
-	uint32_t i;
-	if (s->hn < s->m) {
-		i = s->hn++;
-		while (i > 0 && s->hd[(i - 1) / 2] < d) {
-			s->hd[i] = s->hd[(i - 1) / 2];
-			s->hi[i] = s->hi[(i - 1) / 2];
-			i = (i - 1) / 2;
-		}
-	} else {
-		if (!(d < s->hd[0]))
-			return;
-		i = 0;
-		for (;;) {
-			uint32_t l = 2 * i + 1, m = i;
-			float mv = d;
-			if (l < s->hn && s->hd[l] > mv)
-				m = l, mv = s->hd[l];
-			if (l + 1 < s->hn && s->hd[l + 1] > mv)
-				m = l + 1;
-			if (m == i)
-				break;
-			s->hd[i] = s->hd[m];
-			s->hi[i] = s->hi[m];
-			i = m;
-		}
-	}
-	s->hd[i] = d;
-	s->hi[i] = id;
-}
 
 typedef struct bf_job {   /* brute force: queries [q0, q1) over all records */
 	sq *qs;
@@ -127,7 +100,7 @@ static void *bf_run(void *arg)
 						  ? -dots[i]
 						  : ci.norms[i] - 2 * dots[i] + qn2[qi - j->q0];
 				if (d == d)
-					heap_push(s, d, c0 + i);
+					nbheap_push(&s->h, (nb){d, c0 + i});
 			}
 		}
 		vf_cindex_free(&ci);
@@ -191,11 +164,11 @@ static void prepare(const vf_gen *g, vecfs_metric metric, const sq *s, const uin
 		m->ratio[r] = scale > 0 ? gap / scale : gap > 0 ? INFINITY : 0;
 		m->cd[r] = cl[r].d + scale;
 	}
-	for (uint32_t i = 0; i < s->hn; i++)
-		ents[i] = (ent){(uint32_t)i, s->hd[i]};
-	qsort(ents, s->hn, sizeof *ents, cmp_ent_d);
+	for (uint32_t i = 0; i < s->h.n; i++)
+		ents[i] = (ent){(uint32_t)i, s->h.v[i].d};
+	qsort(ents, s->h.n, sizeof *ents, cmp_ent_d);
 	for (uint32_t i = 0; i < kept; i++) {
-		m->gt[i] = rank_of[assign[s->hi[ents[i].id]]];
+		m->gt[i] = rank_of[assign[s->h.v[ents[i].id].id]];
 		m->dk[i] = ents[i].d + (metric == VECFS_DOT ? scale : 0);
 	}
 }
@@ -314,8 +287,7 @@ int vf_calibrate(const vf_gen *g, vecfs_metric metric, uint64_t n, vf_vec_fn vec
 	sq *qs = vf_calloc(nq, sizeof *qs);
 	sim *sims = vf_calloc(nq, sizeof *sims);
 	float *qbuf = vf_malloc(sizeof(float) * nq * dim);
-	float *hd = vf_malloc(sizeof(float) * nq * m);
-	uint64_t *hi = vf_malloc(sizeof(uint64_t) * nq * m);
+	nb *hv = vf_malloc(sizeof(nb) * nq * m);
 	float *ratio = vf_malloc(sizeof(float) * (size_t)nq * ranks * 2);
 	float *dk = vf_malloc(sizeof(float) * (size_t)nq * m);
 	float *look = vf_malloc(sizeof(float) * nq);
@@ -324,7 +296,7 @@ int vf_calibrate(const vf_gen *g, vecfs_metric metric, uint64_t n, vf_vec_fn vec
 	uint32_t *rank_of = vf_malloc(sizeof(uint32_t) * nl);
 	float *dots = vf_malloc(sizeof(float) * g->ci.npanels * VF_PANEL);
 	ent *ents = vf_malloc(sizeof(ent) * m);
-	if (!qs || !sims || !qbuf || !hd || !hi || !ratio || !dk || !look || !gt || !cl ||
+	if (!qs || !sims || !qbuf || !hv || !ratio || !dk || !look || !gt || !cl ||
 	    !rank_of || !dots || !ents)
 		goto out;
 	/* sample queries spread evenly (offset by the seed) */
@@ -333,9 +305,7 @@ int vf_calibrate(const vf_gen *g, vecfs_metric metric, uint64_t n, vf_vec_fn vec
 		s->self = ((uint64_t)i * n / nq + seed % (n / nq)) % n;
 		s->q = qbuf + (size_t)i * dim;
 		vec(varg, s->self, s->q);
-		s->hd = hd + (size_t)i * m;
-		s->hi = hi + (size_t)i * m;
-		s->m = m;
+		s->h = (nbheap){hv + (size_t)i * m, 0, m};
 	}
 	/* exact neighbours */
 	bf_job jobs[VF_PARALLEL_MAX];
@@ -407,8 +377,7 @@ out:
 	free(qs);
 	free(sims);
 	free(qbuf);
-	free(hd);
-	free(hi);
+	free(hv);
 	free(ratio);
 	free(dk);
 	free(look);

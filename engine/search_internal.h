@@ -14,6 +14,7 @@
 
 #include "changes.h"
 #include "filtered.h"
+#include "topk.h"
 
 /* ------------------------------------------------------------ small heaps */
 
@@ -27,52 +28,6 @@ typedef struct hit { /* exact result, from its record; pointers valid in the
 	uint32_t plen;
 } hit;
 
-/* A max-heap of the k smallest items by a float key, so that the k-th best
- * so far is at the top (+inf until there are k); one definition serves the
- * bounds (fheap, plain floats) and the exact results (hheap, hits). */
-#define TOPK_HEAP(name, type, KEY)                                              \
-	typedef struct name {                                                   \
-		type *v;                                                        \
-		uint32_t n, k;                                                  \
-	} name;                                                                 \
-                                                                                \
-	static __attribute__((unused)) void name##_push(name *h, type x)                                \
-	{                                                                       \
-		uint32_t i;                                                     \
-		if (h->n < h->k) {                                              \
-			i = h->n++;                                             \
-			while (i > 0 && KEY(h->v[(i - 1) / 2]) < KEY(x)) {      \
-				h->v[i] = h->v[(i - 1) / 2];                    \
-				i = (i - 1) / 2;                                \
-			}                                                       \
-			h->v[i] = x;                                            \
-			return;                                                 \
-		}                                                               \
-		if (!(KEY(x) < KEY(h->v[0])))                                   \
-			return;                                                 \
-		i = 0;                                                          \
-		for (;;) {                                                      \
-			uint32_t l = 2 * i + 1, m = i;                          \
-			float mv = KEY(x);                                      \
-			if (l < h->n && KEY(h->v[l]) > mv)                      \
-				m = l, mv = KEY(h->v[l]);                       \
-			if (l + 1 < h->n && KEY(h->v[l + 1]) > mv)              \
-				m = l + 1;                                      \
-			if (m == i)                                             \
-				break;                                          \
-			h->v[i] = h->v[m];                                      \
-			i = m;                                                  \
-		}                                                               \
-		h->v[i] = x;                                                    \
-	}                                                                       \
-                                                                                \
-	static inline float name##_top(const name *h)                           \
-	{                                                                       \
-		return h->n < h->k ? INFINITY : KEY(h->v[0]);                   \
-	}
-
-#define KEY_SELF(x) (x)
-#define KEY_DIST(x) ((x).d)
 TOPK_HEAP(fheap, float, KEY_SELF)
 TOPK_HEAP(hheap, hit, KEY_DIST)
 
