@@ -1,7 +1,9 @@
 /*
  * test_powerloss.c - power loss replayed: a workload's writes to a store's
- * files are logged in order, with every point at which some of them became
- * durable (an fsync or fdatasync returned, an O_DSYNC write returned); then
+ * files, and the files made and renamed there, are logged in order, with
+ * every point at which some of them became durable (an fsync or fdatasync
+ * of the file returned, an O_DSYNC write returned; a name, once the
+ * directory was fsynced); then
  * for each such point the files are rebuilt as a power loss there could
  * leave them (what was durable, plus none, all, a random subset or a torn
  * prefix of the writes in flight) and opened as the daemon would open them
@@ -10,8 +12,8 @@
  * operations (an operation is all there or not at all), and take a write
  * and a search.
  *
- * The file calls LMDB makes (open, close, pwrite, write, writev, fsync,
- * fdatasync, ftruncate, msync) are defined here: the executable's
+ * The file calls LMDB and the store make (open, close, pwrite, write,
+ * writev, fsync, fdatasync, ftruncate, msync, rename) are defined here: the executable's
  * definitions take the place of libc's for liblmdb.so too and call libc's
  * through dlsym(RTLD_NEXT).
  *
@@ -62,9 +64,12 @@
 
 /* ------------------------------------------------------------ the log */
 
-enum { EV_WRITE, EV_SYNC, EV_TRUNC, EV_MSYNC };
+/* A file's name (EV_CREATE, EV_RENAME) is durable once its directory was
+ * synced: a name in the store directory itself, after an fsync of it. */
+enum { EV_WRITE, EV_SYNC, EV_TRUNC, EV_CREATE, EV_RENAME, EV_DIRSYNC };
 #define PL_FILES 8
 #define PL_FDS 4096
+#define PL_DIR (-2) /* point_add(): the store directory was synced */
 
 typedef struct ev {
 	int kind;
@@ -73,6 +78,7 @@ typedef struct ev {
 	uint64_t len;
 	size_t data;     /* EV_WRITE: bytes at pl_data + data */
 	int dsync;       /* a write on an O_DSYNC/O_SYNC descriptor */
+	char name[64];   /* EV_CREATE, EV_RENAME: the file's name from then on */
 	long durable;    /* the point that made it durable (-1: none yet) */
 } ev;
 
@@ -90,7 +96,7 @@ static int pl_nfile;
 static int pl_fd_file[PL_FDS];    /* fd -> file index + 1 (0: not logged) */
 static int pl_fd_dsync[PL_FDS];
 static int pl_dir_fds[PL_FDS];    /* fds open on the directory itself */
-static long pl_dir_syncs;
+static long pl_dir_syncs, pl_renames;
 static ev *pl_ev;
 static size_t pl_nev, pl_cap;
 static unsigned char *pl_data;
@@ -115,19 +121,26 @@ static void *grow(void *p, size_t *cap, size_t need, size_t elem)
 }
 
 /* A durability point at event e (pl_mu held): every earlier write of
- * `file` that is not durable yet becomes durable (file < 0: only e). */
+ * `file` that is not durable yet becomes durable (-1: only e; PL_DIR: the
+ * names made in the store directory). */
 static void point_add(size_t e, int file)
 {
 	long id = (long)pl_npoint;
 	pl_point = grow(pl_point, &pl_pcap, pl_npoint + 1, sizeof *pl_point);
 	pl_point[pl_npoint++] = (long)e;
-	if (file < 0) {
+	if (file == -1) {
 		pl_ev[e].durable = id;
 		return;
 	}
-	for (size_t i = 0; i < e; i++)
-		if (pl_ev[i].kind != EV_SYNC && pl_ev[i].file == file && pl_ev[i].durable < 0)
-			pl_ev[i].durable = id;
+	for (size_t i = 0; i < e; i++) {
+		ev *x = &pl_ev[i];
+		if (x->durable >= 0)
+			continue;
+		if (file == PL_DIR ? (x->kind == EV_CREATE || x->kind == EV_RENAME) &&
+				     !strchr(x->name, '/')
+				   : (x->kind == EV_WRITE || x->kind == EV_TRUNC) && x->file == file)
+			x->durable = id;
+	}
 }
 
 static size_t ev_add(int kind, int file, uint64_t off, uint64_t len, const void *buf,
@@ -170,6 +183,7 @@ static size_t log_pos(void)
 /* ------------------------------------------------------------ the file calls */
 
 static int (*real_open)(const char *, int, ...);
+static int (*real_rename)(const char *, const char *);
 static int (*real_close)(int);
 static ssize_t (*real_pwrite)(int, const void *, size_t, off_t);
 static ssize_t (*real_write)(int, const void *, size_t);
@@ -192,6 +206,7 @@ __attribute__((constructor)) static void pl_resolve(void)
 	real_ftruncate = (__typeof__(real_ftruncate))dlsym(RTLD_NEXT, "ftruncate");
 	real_msync = (__typeof__(real_msync))dlsym(RTLD_NEXT, "msync");
 	real_lseek = (__typeof__(real_lseek))dlsym(RTLD_NEXT, "lseek");
+	real_rename = (__typeof__(real_rename))dlsym(RTLD_NEXT, "rename");
 }
 
 #define RESOLVED(p) do { if (!(p)) pl_resolve(); } while (0)
@@ -233,6 +248,10 @@ int open(const char *path, int flags, ...)
 		}
 		if (f < pl_nfile) {
 			pl_file[f].created |= !existed;
+			if (!existed) {
+				size_t e = ev_add(EV_CREATE, f, 0, 0, NULL, NULL, 0);
+				snprintf(pl_ev[e].name, sizeof pl_ev[e].name, "%s", name);
+			}
 			pl_fd_file[fd] = f + 1;
 			pl_fd_dsync[fd] = (flags & (O_DSYNC | O_SYNC)) != 0;
 		}
@@ -324,8 +343,10 @@ static void log_sync(int fd, int rc, int data_only)
 		pl_file[f].syncs++;
 		if (!drop)
 			point_add(e, f);
-	} else if (__atomic_load_n(&pl_on, __ATOMIC_ACQUIRE) && fd >= 0 && fd < PL_FDS && pl_dir_fds[fd]) {
+	} else if (__atomic_load_n(&pl_on, __ATOMIC_ACQUIRE) && fd >= 0 && fd < PL_FDS &&
+		   pl_dir_fds[fd]) {
 		pl_dir_syncs++;
+		point_add(ev_add(EV_DIRSYNC, -1, 0, 0, NULL, NULL, 0), PL_DIR);
 	}
 	pthread_mutex_unlock(&pl_mu);
 }
@@ -359,6 +380,33 @@ int ftruncate(int fd, off_t len)
 		}
 		pthread_mutex_unlock(&pl_mu);
 	}
+	return rc;
+}
+
+/* A rename within the store directory: the file goes on under its new name
+ * (durable with the directory). */
+int rename(const char *from, const char *to)
+{
+	RESOLVED(real_rename);
+	int rc = real_rename(from, to);
+	size_t dl = strlen(pl_dir);
+	if (rc || !__atomic_load_n(&pl_on, __ATOMIC_ACQUIRE) || !dl || strncmp(from, pl_dir, dl) ||
+	    strncmp(to, pl_dir, dl) || from[dl] != '/' || to[dl] != '/')
+		return rc;
+	pthread_mutex_lock(&pl_mu);
+	for (int f = 0; f < pl_nfile; f++)
+		if (!strcmp(pl_file[f].name, to + dl + 1))
+			pl_file[f].name[0] = '\0';
+	for (int f = 0; f < pl_nfile; f++) {
+		if (strcmp(pl_file[f].name, from + dl + 1))
+			continue;
+		size_t e = ev_add(EV_RENAME, f, 0, 0, NULL, NULL, 0);
+		snprintf(pl_ev[e].name, sizeof pl_ev[e].name, "%s", to + dl + 1);
+		snprintf(pl_file[f].name, sizeof pl_file[f].name, "%s", to + dl + 1);
+		pl_renames++;
+		break;
+	}
+	pthread_mutex_unlock(&pl_mu);
 	return rc;
 }
 
@@ -627,9 +675,11 @@ static void workload(rec *R, vecfs *v)
 
 /* ------------------------------------------------------------ images */
 
+/* A file as a power loss leaves it: its bytes and its name ("": none). */
 typedef struct fimg {
 	unsigned char *buf;
 	size_t len, cap;
+	char name[64];
 } fimg;
 
 static void fimg_write(fimg *f, uint64_t off, const unsigned char *src, uint64_t len)
@@ -663,6 +713,11 @@ static void fimg_apply(fimg *files, const ev *e, uint64_t len)
 										 : sizeof zero);
 		}
 		f->len = e->off;
+	} else if (e->kind == EV_CREATE || e->kind == EV_RENAME) {
+		for (int g = 0; g < pl_nfile; g++)
+			if (!strcmp(files[g].name, e->name))
+				files[g].name[0] = '\0';
+		snprintf(f->name, sizeof f->name, "%s", e->name);
 	}
 }
 
@@ -678,16 +733,19 @@ static void fimg_copy(fimg *dst, const fimg *src)
 	if (dst->cap > src->len)
 		memset(dst->buf + src->len, 0, dst->cap - src->len);
 	dst->len = src->len;
+	memcpy(dst->name, src->name, sizeof dst->name);
 }
 
+/* The files with a name in the store directory, into dir (emptied). */
 static void image_store(const char *dir, const fimg *files)
 {
+	rm_rf(dir);
+	assert_int_equal(mkdir(dir, 0700), 0);
 	for (int f = 0; f < pl_nfile; f++) {
 		char path[PATH_MAX];
-		snprintf(path, sizeof path, "%s/%s", dir, pl_file[f].name);
-		unlink(path);
-		if (!files[f].len && !pl_file[f].writes)
-			continue; /* nothing durable was ever written there */
+		if (!files[f].name[0] || strchr(files[f].name, '/'))
+			continue;
+		snprintf(path, sizeof path, "%s/%s", dir, files[f].name);
 		int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
 		assert_true(fd >= 0);
 		size_t at = 0;
@@ -698,9 +756,6 @@ static void image_store(const char *dir, const fimg *files)
 		}
 		close(fd);
 	}
-	char path[PATH_MAX];
-	snprintf(path, sizeof path, "%s/lock.mdb", dir);
-	unlink(path); /* shared memory of the processes then running, not data */
 }
 
 /* ------------------------------------------------------------ the check */
@@ -924,6 +979,18 @@ static void base_advance(replay *rp, long p)
 	rp->base_point = p;
 }
 
+/* An event that can reach the disk: a write, a truncation of a file that
+ * has data, a name in the store directory. */
+static int ev_may_persist(const ev *e)
+{
+	switch (e->kind) {
+	case EV_WRITE: return 1;
+	case EV_TRUNC: return pl_file[e->file].writes > 0;
+	case EV_CREATE: case EV_RENAME: return !strchr(e->name, '/');
+	default: return 0;
+	}
+}
+
 /* The writes in flight at point p: not durable at p, made before the
  * window ends. */
 static void flight_collect(replay *rp, long p)
@@ -931,9 +998,7 @@ static void flight_collect(replay *rp, long p)
 	size_t end = window_end(p);
 	rp->nflight = 0;
 	for (size_t e = 0; e < end; e++)
-		if ((pl_ev[e].kind == EV_WRITE ||
-		     (pl_ev[e].kind == EV_TRUNC && pl_file[pl_ev[e].file].writes)) &&
-		    (pl_ev[e].durable < 0 || pl_ev[e].durable > p))
+		if (ev_may_persist(&pl_ev[e]) && (pl_ev[e].durable < 0 || pl_ev[e].durable > p))
 			rp->flight[rp->nflight++] = (long)e;
 }
 
@@ -1072,22 +1137,34 @@ static void record(fixture *f, rec *R)
 			      pl_file[i].bytes, pl_file[i].dsync_writes, pl_file[i].syncs,
 			      pl_file[i].truncs);
 	long msyncs = __atomic_load_n(&pl_msyncs, __ATOMIC_RELAXED);
-	print_message("  directory: %ld syncs; msync: %ld calls\n", pl_dir_syncs, msyncs);
+	print_message("  directory: %ld syncs, %ld renames; msync: %ld calls\n", pl_dir_syncs,
+		      pl_renames, msyncs);
 	/* every page went through the logged calls (no write through a map) */
 	assert_int_equal(msyncs, 0);
-	/* every operation was durable when it returned */
+}
+
+/* Operations that returned before all they wrote (their bytes, the name
+ * of their file) was durable; each one named. */
+static size_t ops_undurable(const rec *R)
+{
+	size_t bad = 0;
 	for (size_t k = 0; k < R->nops; k++) {
 		size_t pos = R->ops[k].ack;
-		int durable = 1;
-		for (size_t e = 0; e < pos; e++)
-			if (pl_ev[e].kind == EV_WRITE &&
-			    (pl_ev[e].durable < 0 || (size_t)pl_point[pl_ev[e].durable] >= pos))
-				durable = 0;
-		if (!durable && !pl_drop_sync)
-			print_message("%s (operation %zu) returned with writes not durable\n",
-				      op_names[R->ops[k].kind], k);
-		assert_true(durable || pl_drop_sync);
+		for (size_t e = 0; e < pos; e++) {
+			const ev *x = &pl_ev[e];
+			if ((x->kind == EV_WRITE ||
+			     (ev_may_persist(x) && pl_file[x->file].writes)) &&
+			    (x->durable < 0 || (size_t)pl_point[x->durable] >= pos)) {
+				print_message("%s (operation %zu) returned before event %zu "
+					      "(%s of %s) was durable\n", op_names[R->ops[k].kind],
+					      k, e, x->kind == EV_WRITE ? "a write" : "the name",
+					      pl_file[x->file].name);
+				bad++;
+				break;
+			}
+		}
 	}
+	return bad;
 }
 
 static void replay_init(replay *rp, const rec *R)
@@ -1132,6 +1209,8 @@ static int pl_setup(void **state)
 static int pl_teardown(void **state)
 {
 	plstate *s = *state;
+	if (!s)
+		return 0;
 	fx_close(&s->fx);
 	rm_rf(s->fx.dir);
 	free(s->R.ops);
@@ -1162,6 +1241,8 @@ static void test_replay(void **state)
 	print_message("power loss replayed at %ld of %ld durability points: %ld images "
 		      "checked, %zu operations acknowledged (%ld s)\n", rp->points, n,
 		      rp->images, s->R.nops, (long)(time(NULL) - t0));
+	/* every operation was durable when it returned */
+	assert_int_equal(ops_undurable(&s->R), 0);
 	replay_fini(rp);
 }
 
