@@ -74,8 +74,70 @@ static void seterr(char *err, size_t len, const char *fmt, const char *a, int rc
 		snprintf(err, len, fmt, a, rc > 0 ? mdb_strerror(rc) : strerror(-rc));
 }
 
-static int store_open(const char *dir, size_t mapsize, int readonly, vf_store **out,
-		      char *err, size_t errlen)
+#define VF_NEW_DIR ".vecfs-new" /* where a new store's data file is made */
+
+static int store_open(const char *dir, size_t mapsize, int readonly, int in_place,
+		      vf_store **out, char *err, size_t errlen);
+
+/* Remove the files LMDB and the lock leave in dir, and dir itself. */
+static void new_dir_clear(const char *dir)
+{
+	static const char *const files[] = {"data.mdb", "lock.mdb", "vecfs.lock"};
+	char path[4300];
+	for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+		snprintf(path, sizeof path, "%s/%s", dir, files[i]);
+		unlink(path);
+	}
+	rmdir(dir);
+}
+
+/* fsync of directory dir: the names made in it are durable. */
+static int dir_sync(const char *dir)
+{
+	int fd = vf_io_ops.open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	int rc = fsync(fd) ? -errno : 0;
+	close(fd);
+	return rc;
+}
+
+/* A new store's data.mdb is made whole beside its place (LMDB writes its
+ * first pages in place and syncs them with its first commit: a power loss
+ * before that could leave a file it cannot open), then renamed into dir,
+ * and dir synced so that the name is as durable as the commits made after
+ * it.  A power loss on the way leaves no data.mdb: the next open starts
+ * over. */
+static int store_make(const char *dir, size_t mapsize, char *err, size_t errlen)
+{
+	char tmp[4200], from[4300], to[4300];
+	vf_store *s;
+	int rc;
+	snprintf(tmp, sizeof tmp, "%s/" VF_NEW_DIR, dir);
+	new_dir_clear(tmp);
+	if (mkdir(tmp, 0700) != 0) {
+		rc = -errno;
+		seterr(err, errlen, "cannot create %s: %s", tmp, rc);
+		return rc;
+	}
+	if ((rc = store_open(tmp, mapsize, 0, 1, &s, err, errlen))) {
+		new_dir_clear(tmp);
+		return rc;
+	}
+	vf_store_close(s);
+	snprintf(from, sizeof from, "%s/data.mdb", tmp);
+	snprintf(to, sizeof to, "%s/data.mdb", dir);
+	rc = rename(from, to) ? -errno : dir_sync(dir);
+	if (rc)
+		seterr(err, errlen, "cannot create the store in %s: %s", dir, rc);
+	new_dir_clear(tmp);
+	return rc;
+}
+
+/* Open the store in dir; a new one is made by store_make() unless
+ * in_place. */
+static int store_open(const char *dir, size_t mapsize, int readonly, int in_place,
+		      vf_store **out, char *err, size_t errlen)
 {
 	vf_store *s = vf_calloc(1, sizeof *s);
 	char path[4200];
@@ -118,6 +180,13 @@ static int store_open(const char *dir, size_t mapsize, int readonly, vf_store **
 		rc = errno == EWOULDBLOCK ? -EBUSY : -errno;
 		seterr(err, errlen, "store %s is in use by another vecfs process: %s",
 		       dir, rc);
+		close(s->lockfd);
+		free(s);
+		return rc;
+	}
+	snprintf(path, sizeof path, "%s/data.mdb", dir);
+	if (!in_place && stat(path, &st) != 0 && errno == ENOENT &&
+	    (rc = store_make(dir, mapsize, err, errlen))) {
 		close(s->lockfd);
 		free(s);
 		return rc;
@@ -201,12 +270,12 @@ fail:
 int vf_store_open(const char *dir, size_t mapsize, vf_store **out, char *err,
 		  size_t errlen)
 {
-	return store_open(dir, mapsize, 0, out, err, errlen);
+	return store_open(dir, mapsize, 0, 0, out, err, errlen);
 }
 
 int vf_store_open_readonly(const char *dir, vf_store **out, char *err, size_t errlen)
 {
-	return store_open(dir, 0, 1, out, err, errlen);
+	return store_open(dir, 0, 1, 0, out, err, errlen);
 }
 
 static void pool_drain(vf_store *s)
