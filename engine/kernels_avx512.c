@@ -104,18 +104,29 @@ static void point_panels_avx512(const float *x, size_t d, const float *panels,
 {
 	size_t i = 0, ps = d * VF_PANEL;
 	for (; i + 8 <= npanels; i += 8) {
-		const float *p0 = panels + i * ps;
-		__m512 a[8];
-		for (int j = 0; j < 8; j++)
-			a[j] = _mm512_setzero_ps();
-		for (size_t k = 0; k < d; k++) {
+		const float *c = panels + i * ps;
+		__m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0,
+		       a6 = a0, a7 = a0;
+		for (size_t k = 0; k < d; k++, c += VF_PANEL) {
 			__m512 v = _mm512_set1_ps(x[k]);
-			const float *c = p0 + k * VF_PANEL;
-			for (int j = 0; j < 8; j++)
-				a[j] = _mm512_fmadd_ps(v, _mm512_loadu_ps(c + j * ps), a[j]);
+			a0 = _mm512_fmadd_ps(v, _mm512_loadu_ps(c), a0);
+			a1 = _mm512_fmadd_ps(v, _mm512_loadu_ps(c + ps), a1);
+			a2 = _mm512_fmadd_ps(v, _mm512_loadu_ps(c + 2 * ps), a2);
+			a3 = _mm512_fmadd_ps(v, _mm512_loadu_ps(c + 3 * ps), a3);
+			a4 = _mm512_fmadd_ps(v, _mm512_loadu_ps(c + 4 * ps), a4);
+			a5 = _mm512_fmadd_ps(v, _mm512_loadu_ps(c + 5 * ps), a5);
+			a6 = _mm512_fmadd_ps(v, _mm512_loadu_ps(c + 6 * ps), a6);
+			a7 = _mm512_fmadd_ps(v, _mm512_loadu_ps(c + 7 * ps), a7);
 		}
-		for (int j = 0; j < 8; j++)
-			_mm512_storeu_ps(out + (i + j) * VF_PANEL, a[j]);
+		float *o = out + i * VF_PANEL;
+		_mm512_storeu_ps(o, a0);
+		_mm512_storeu_ps(o + 16, a1);
+		_mm512_storeu_ps(o + 32, a2);
+		_mm512_storeu_ps(o + 48, a3);
+		_mm512_storeu_ps(o + 64, a4);
+		_mm512_storeu_ps(o + 80, a5);
+		_mm512_storeu_ps(o + 96, a6);
+		_mm512_storeu_ps(o + 112, a7);
 	}
 	for (; i < npanels; i++)
 		panel_dots_avx512(x, 1, d, panels + i * ps, out + i * VF_PANEL);
