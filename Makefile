@@ -20,6 +20,7 @@ FUSE_CFLAGS = $(shell pkg-config --cflags fuse3 2>/dev/null)
 FUSE_LIBS   = $(shell pkg-config --libs fuse3 2>/dev/null || echo -lfuse3)
 LIBS    := -llmdb -lxxhash -lzstd -lm -pthread
 SIMD_AVX2 := -mavx2 -mfma -mpopcnt
+SIMD_AVX512 := $(SIMD_AVX2) -mavx512f -mavx512bw -mavx512vl -mavx512dq
 
 LAYOUT_SRC := $(wildcard layout/*.c)
 ENGINE_SRC := $(wildcard engine/*.c)
@@ -46,6 +47,10 @@ deps: $(DEPS_OK)
 $(BUILD)/obj/%_avx2.o: %_avx2.c $(DEPS_OK)
 	@mkdir -p $(dir $@)
 	$(CC) $(BASEFLAGS) $(CFLAGS) $(SIMD_AVX2) -MMD -MP -c $< -o $@
+
+$(BUILD)/obj/%_avx512.o: %_avx512.c $(DEPS_OK)
+	@mkdir -p $(dir $@)
+	$(CC) $(BASEFLAGS) $(CFLAGS) $(SIMD_AVX512) -MMD -MP -c $< -o $@
 
 $(BUILD)/obj/fs/%.o: fs/%.c $(DEPS_OK)
 	@mkdir -p $(dir $@)

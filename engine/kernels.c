@@ -200,20 +200,37 @@ const vf_kernels vf_kernels_scalar = {
 	panel_min_scalar,
 };
 
+const vf_kernels *vf_kernels_named(const char *name)
+{
+	if (strcmp(name, "scalar") == 0)
+		return &vf_kernels_scalar;
+#if defined(__x86_64__)
+	__builtin_cpu_init();
+	int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+	if (strcmp(name, "avx2") == 0)
+		return avx2 ? &vf_kernels_avx2 : NULL;
+	if (strcmp(name, "avx512") == 0)
+		return avx2 && __builtin_cpu_supports("avx512f") &&
+				       __builtin_cpu_supports("avx512bw") &&
+				       __builtin_cpu_supports("avx512vl") &&
+				       __builtin_cpu_supports("avx512dq")
+			       ? &vf_kernels_avx512
+			       : NULL;
+#endif
+	return NULL;
+}
+
 const vf_kernels *vf_kernels_get(void)
 {
 	static const vf_kernels *chosen;
 	const vf_kernels *k = __atomic_load_n(&chosen, __ATOMIC_ACQUIRE);
 	if (k)
 		return k;
-	k = &vf_kernels_scalar;
-#if defined(__x86_64__)
 	const char *force = getenv("VECFS_KERNEL");
-	__builtin_cpu_init();
-	if (!(force && strcmp(force, "scalar") == 0) && __builtin_cpu_supports("avx2") &&
-	    __builtin_cpu_supports("fma"))
-		k = &vf_kernels_avx2;
-#endif
+	static const char *const best[] = { "avx512", "avx2", "scalar" };
+	k = force ? vf_kernels_named(force) : NULL;
+	for (size_t i = 0; !k; i++)
+		k = vf_kernels_named(best[i]);
 	__atomic_store_n(&chosen, k, __ATOMIC_RELEASE);
 	return k;
 }

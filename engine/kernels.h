@@ -1,8 +1,8 @@
 /*
- * engine/kernels.h - the hot numeric loops, with a scalar and an AVX2
- * implementation chosen at run time.  Both give bit-identical results: the
- * scalar code performs the same operations (fused multiply-adds, integer
- * sums) in the same order as the SIMD lanes.
+ * engine/kernels.h - the hot numeric loops, with a scalar, an AVX2 and an
+ * AVX-512 implementation chosen at run time.  All give bit-identical
+ * results: the scalar code performs the same operations (fused
+ * multiply-adds, integer sums) in the same order as the SIMD lanes.
  */
 #ifndef VF_KERNELS_H
 #define VF_KERNELS_H
@@ -42,7 +42,7 @@ typedef struct vf_kernels {
 	/* First pass over one batch of 32 codes: 4-bit look-up sums into
 	 * estimates and bounds; returns the bit mask of slots whose lower
 	 * bound is not above p->thresh (NaN included; padding slots too when
-	 * thresh is infinite: callers mask them).  lo[32] and hi[32] receive the lower
+	 * thresh is infinite: callers mask them).  groups is a multiple of 8.  lo[32] and hi[32] receive the lower
 	 * and upper bounds. */
 	uint32_t (*pass1)(const uint8_t *codes, const uint8_t *lut, uint32_t groups,
 			  const uint8_t *add, const uint8_t *r1, const uint8_t *e1,
@@ -76,10 +76,18 @@ typedef struct vf_kernels {
 extern const vf_kernels vf_kernels_scalar;
 #if defined(__x86_64__)
 extern const vf_kernels vf_kernels_avx2;
+extern const vf_kernels vf_kernels_avx512; /* needs AVX-512 F, BW, VL, DQ */
+/* shared by the AVX2 and AVX-512 tables */
+void vf_levels_scan_avx2(const float *ax, uint32_t n, float t, float kmax, float *num,
+			 float *den);
 #endif
 
-/* The best implementation this CPU supports (VECFS_KERNEL=scalar forces
- * the portable one). */
+/* The table named "scalar", "avx2" or "avx512", or NULL when this CPU
+ * lacks it (or the name is unknown). */
+const vf_kernels *vf_kernels_named(const char *name);
+
+/* The best table this CPU supports, or the one VECFS_KERNEL names
+ * (scalar, avx2, avx512) when the CPU has it. */
 const vf_kernels *vf_kernels_get(void);
 
 #endif

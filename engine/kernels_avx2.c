@@ -274,8 +274,8 @@ static float code_dot_avx2(const uint8_t *planes, uint32_t bits, const float *rq
 }
 
 /* min_ps(lv, kmax) is (lv < kmax ? lv : kmax), as in the scalar kernel */
-static void levels_scan_avx2(const float *ax, uint32_t n, float t, float kmax, float *num,
-			     float *den)
+void vf_levels_scan_avx2(const float *ax, uint32_t n, float t, float kmax, float *num,
+			 float *den)
 {
 	__m256 vt = _mm256_set1_ps(t), vk = _mm256_set1_ps(kmax), half = _mm256_set1_ps(0.5f);
 	__m256 a = _mm256_setzero_ps(), b = _mm256_setzero_ps();
@@ -356,5 +356,5 @@ static void panel_min_avx2(const float *dots, size_t npts, const float *norms,
 
 const vf_kernels vf_kernels_avx2 = {
 	"avx2", l2sq_avx2, dot_avx2, panel_dots_avx2, point_panels_avx2, lut4_avx2,
-	pass1_avx2, code_dot_avx2, levels_scan_avx2, rotate_rounds_avx2, panel_min_avx2,
+	pass1_avx2, code_dot_avx2, vf_levels_scan_avx2, rotate_rounds_avx2, panel_min_avx2,
 };

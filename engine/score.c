@@ -90,7 +90,9 @@ static int pass2_block(search *s, query *q, const vf_block *b, uint32_t k0, uint
 	}
 	for (uint32_t k = k0; k < k1; k++) {
 		uint32_t i = s->surv[k];
-		if (filtered_out(s, vf_block_id(b, i)))
+		/* the id column is read only under a filter: a cache miss a
+		 * survivor otherwise */
+		if (s->fset && filtered_out(s, vf_block_id(b, i)))
 			continue;
 		/* the bound has tightened since pass 1 */
 		if (s->surv_lo[k] > fheap_top(&q->ub)) {

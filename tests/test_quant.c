@@ -1,7 +1,7 @@
 /*
  * test_quant.c - the engine's numeric core: the random rotation, RaBitQ
  * codes and their estimators and error bounds (both passes), the scalar and
- * AVX2 kernels, k-means and nearest-centroid search.
+ * SIMD kernels, k-means and nearest-centroid search.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -32,23 +32,26 @@
 
 /* ------------------------------------------------------------ helpers */
 
-static int have_avx2(void)
-{
-#if defined(__x86_64__)
-	__builtin_cpu_init();
-	return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-#else
-	return 0;
-#endif
-}
+/* The SIMD kernel tables this CPU has, NULL-terminated after the scalar
+ * one: kernel_tables[0] is the scalar table. */
+static const vf_kernels *kernel_tables[4];
 
-static const vf_kernels *avx2_kernels(void)
+static const vf_kernels *const *all_kernels(void)
 {
-#if defined(__x86_64__)
-	if (have_avx2())
-		return &vf_kernels_avx2;
-#endif
-	return NULL;
+	static const char *const names[] = { "avx2", "avx512" };
+	if (!kernel_tables[0]) {
+		size_t n = 0;
+		kernel_tables[n++] = &vf_kernels_scalar;
+		for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+			const vf_kernels *k = vf_kernels_named(names[i]);
+			if (k)
+				kernel_tables[n++] = k;
+			else
+				print_message("no %s on this CPU: its kernels are not checked\n",
+					      names[i]);
+		}
+	}
+	return kernel_tables;
 }
 
 static float *gauss_vec(rng *r, size_t n, double scale)
@@ -220,9 +223,10 @@ typedef struct est_stats {
 
 /* One cluster (centroid c) of Gaussian points, encoded with `bits`; random
  * queries around it.  dot: the dot-product variant.  The first pass runs
- * with kns[0] (and kns[1] when not NULL, which must agree bit for bit). */
+ * with kns[0] (and each later table up to a NULL, which must agree bit for
+ * bit). */
 static void run_estimator(int dot, uint32_t bits, uint64_t seed,
-			  const vf_kernels *const kns[2], est_stats *st)
+			  const vf_kernels *const *kns, est_stats *st)
 {
 	rng r = { .s = seed };
 	const uint32_t D = E_DIM;
@@ -328,9 +332,9 @@ static void run_estimator(int dot, uint32_t bits, uint64_t seed,
 			vf_pass1 p1 = cst.p1;
 			uint32_t mask = kns[0]->pass1(sign, cst.lut, groups, add, r1, e1, &p1, lo, hi);
 			assert_int_equal(mask, 0xFFFFFFFFu); /* thresh = +inf */
-			if (kns[1]) {
-				uint32_t m2 = kns[1]->pass1(sign, cst.lut, groups, add, r1, e1, &p1,
-							    lo2, hi2);
+			for (int kk = 1; kns[kk]; kk++) {
+				uint32_t m2 = kns[kk]->pass1(sign, cst.lut, groups, add, r1, e1, &p1,
+							     lo2, hi2);
 				if (m2 != mask || memcmp(lo, lo2, sizeof lo) != 0 ||
 				    memcmp(hi, hi2, sizeof hi) != 0)
 					kdiff++;
@@ -371,9 +375,7 @@ static void run_estimator(int dot, uint32_t bits, uint64_t seed,
 				th[0] = lo[0];
 			for (int k = 0; k < 3; k++) {
 				p1.thresh = th[k];
-				for (int kk = 0; kk < 2; kk++) {
-					if (!kns[kk])
-						continue;
+				for (int kk = 0; kns[kk]; kk++) {
 					uint32_t m = kns[kk]->pass1(sign, cst.lut, groups, add, r1, e1,
 								    &p1, lo2, hi2);
 					if (memcmp(lo2, lo, sizeof lo) != 0 ||
@@ -427,9 +429,7 @@ static const est_stats *estimator_runs(int dot)
 {
 	if (est_done[dot])
 		return est_cache[dot];
-	const vf_kernels *kns[2] = { &vf_kernels_scalar, avx2_kernels() };
-	if (!kns[1])
-		print_message("no AVX2+FMA on this CPU: the first pass runs on the scalar kernel only\n");
+	const vf_kernels *const *kns = all_kernels();
 	for (size_t t = 0; t < N_EST_BITS; t++) {
 		est_stats *s = &est_cache[dot][t];
 		memset(s, 0, sizeof *s);
@@ -662,7 +662,7 @@ static void check_panels(const vf_kernels *kn, const vf_kernels *ref, rng *r)
 /* pass1 against an exact integer look-up sum, and against `ref`. */
 static void check_pass1(const vf_kernels *kn, const vf_kernels *ref, rng *r)
 {
-	static const uint32_t gs[] = { 16, 32, 48, 256, 272, 512, 1024 };
+	static const uint32_t gs[] = { 16, 32, 48, 256, 272, 512, 1024, 1032, 2056 };
 	size_t bad_ref = 0, bad_bits = 0, bad_mask = 0;
 	for (size_t gi = 0; gi < sizeof gs / sizeof *gs; gi++) {
 		uint32_t groups = gs[gi];
@@ -1027,32 +1027,43 @@ static void check_panel_min(const vf_kernels *kn, const vf_kernels *ref, rng *r)
 static void test_kernels_agree(void **state)
 {
 	(void)state;
-	const vf_kernels *sc = &vf_kernels_scalar, *av = avx2_kernels();
+	const vf_kernels *const *kns = all_kernels(), *sc = kns[0];
 	rng r = { .s = 3 };
 	assert_non_null(vf_kernels_get());
-	if (!av)
-		print_message("no AVX2+FMA on this CPU: only the scalar kernel is checked, "
-			      "against double-precision references\n");
-	/* each against the references; the AVX2 one also bit for bit
+	/* each against the references; the SIMD ones also bit for bit
 	 * against the scalar one */
-	check_l2_dot(sc, NULL, &r);
-	check_panels(sc, NULL, &r);
-	check_pass1(sc, NULL, &r);
-	check_lut4(sc, NULL, &r);
-	check_code_dot(sc, NULL, &r);
-	check_levels_scan(sc, NULL, &r);
-	check_rotate(sc, NULL, &r);
-	check_panel_min(sc, NULL, &r);
-	if (av) {
-		check_l2_dot(av, sc, &r);
-		check_panels(av, sc, &r);
-		check_pass1(av, sc, &r);
-		check_lut4(av, sc, &r);
-		check_code_dot(av, sc, &r);
-		check_levels_scan(av, sc, &r);
-		check_rotate(av, sc, &r);
-		check_panel_min(av, sc, &r);
+	for (size_t i = 0; kns[i]; i++) {
+		const vf_kernels *kn = kns[i], *ref = i ? sc : NULL;
+		print_message("kernels %s\n", kn->name);
+		check_l2_dot(kn, ref, &r);
+		check_panels(kn, ref, &r);
+		check_pass1(kn, ref, &r);
+		check_lut4(kn, ref, &r);
+		check_code_dot(kn, ref, &r);
+		check_levels_scan(kn, ref, &r);
+		check_rotate(kn, ref, &r);
+		check_panel_min(kn, ref, &r);
 	}
+}
+
+/* The library uses the table VECFS_KERNEL names when the CPU has it, else
+ * the best one the CPU has. */
+static void test_kernels_named(void **state)
+{
+	(void)state;
+	assert_ptr_equal(vf_kernels_named("scalar"), &vf_kernels_scalar);
+	assert_null(vf_kernels_named("sse9"));
+	const char *force = getenv("VECFS_KERNEL");
+	const vf_kernels *best = force ? vf_kernels_named(force) : NULL;
+	if (!best)
+		best = vf_kernels_named("avx512");
+	if (!best)
+		best = vf_kernels_named("avx2");
+	if (!best)
+		best = &vf_kernels_scalar;
+	assert_ptr_equal(vf_kernels_get(), best);
+	for (const vf_kernels *const *k = all_kernels(); *k; k++)
+		assert_string_equal(vf_kernels_named((*k)->name)->name, (*k)->name);
 }
 
 /* ------------------------------------------------------------ 4. k-means */
@@ -1369,6 +1380,7 @@ int main(void)
 		cmocka_unit_test(test_error_bounds_l2),
 		cmocka_unit_test(test_error_bounds_dot),
 		cmocka_unit_test(test_kernels_agree),
+		cmocka_unit_test(test_kernels_named),
 		cmocka_unit_test(test_parallel_on_every_cpu),
 		cmocka_unit_test(test_kmeans_recovers_blobs),
 		cmocka_unit_test(test_kmeans_small_n),

@@ -1,0 +1,335 @@
+/*
+ * engine/kernels_avx512.c - AVX-512 (F, BW, VL, DQ) kernels.  A 16-float
+ * vector holds the two 8-lane accumulators of the AVX2 kernels side by side
+ * or one panel of VF_PANEL centroids, so every lane performs the scalar
+ * kernel's operations in its order.  The levels scan keeps its AVX2
+ * kernel: its 8 lanes add in order, one vector of 8.
+ */
+#include "kernels.h"
+
+#include <immintrin.h>
+#include <string.h>
+
+static inline float hsum8(__m256 v)
+{
+	__m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
+	__m128 a = _mm_add_ps(lo, hi);
+	__m128 b = _mm_add_ps(a, _mm_movehl_ps(a, a));
+	__m128 c = _mm_add_ss(b, _mm_movehdup_ps(b));
+	return _mm_cvtss_f32(c);
+}
+
+/* acc0 (lanes 0-7) + acc1 (lanes 8-15), then hsum8 */
+static inline float hsum_pair(__m512 v)
+{
+	return hsum8(_mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1)));
+}
+
+/* The last d - i < 16 floats in the lanes the scalar kernel gives them:
+ * 8 or more fill lanes 0-7 (acc0's step of 8) and the rest from lane 8
+ * (acc1's tail); fewer go to lanes 8.. alone.  Returns the lanes used. */
+static inline __mmask16 tail_lanes(size_t r)
+{
+	__mmask16 m = (__mmask16)((1u << r) - 1);
+	return r >= 8 ? m : (__mmask16)(m << 8);
+}
+
+/* One accumulator: lanes 0-7 are acc0 of the scalar kernel, 8-15 acc1. */
+static float l2sq_avx512(const void *a, const void *b, size_t d)
+{
+	const float *x = a, *y = b;
+	__m512 acc = _mm512_setzero_ps();
+	size_t i = 0;
+	for (; i + 16 <= d; i += 16) {
+		__m512 t = _mm512_sub_ps(_mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i));
+		acc = _mm512_fmadd_ps(t, t, acc);
+	}
+	if (i < d) {
+		__mmask16 m = tail_lanes(d - i);
+		__m512 t = _mm512_sub_ps(_mm512_maskz_expandloadu_ps(m, x + i),
+					 _mm512_maskz_expandloadu_ps(m, y + i));
+		acc = _mm512_mask3_fmadd_ps(t, t, acc, m);
+	}
+	return hsum_pair(acc);
+}
+
+static float dot_avx512(const void *a, const void *b, size_t d)
+{
+	const float *x = a, *y = b;
+	__m512 acc = _mm512_setzero_ps();
+	size_t i = 0;
+	for (; i + 16 <= d; i += 16)
+		acc = _mm512_fmadd_ps(_mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i), acc);
+	if (i < d) {
+		__mmask16 m = tail_lanes(d - i);
+		acc = _mm512_mask3_fmadd_ps(_mm512_maskz_expandloadu_ps(m, x + i),
+					    _mm512_maskz_expandloadu_ps(m, y + i), acc, m);
+	}
+	return hsum_pair(acc);
+}
+
+/* 4 points x one panel (one vector) per step. */
+static void panel_dots_avx512(const float *pts, size_t npts, size_t d,
+			      const float *panel, float *out)
+{
+	size_t p = 0;
+	for (; p + 4 <= npts; p += 4) {
+		const float *x0 = pts + p * d, *x1 = x0 + d, *x2 = x1 + d, *x3 = x2 + d;
+		__m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+		for (size_t k = 0; k < d; k++) {
+			__m512 c = _mm512_loadu_ps(panel + k * VF_PANEL);
+			a0 = _mm512_fmadd_ps(_mm512_set1_ps(x0[k]), c, a0);
+			a1 = _mm512_fmadd_ps(_mm512_set1_ps(x1[k]), c, a1);
+			a2 = _mm512_fmadd_ps(_mm512_set1_ps(x2[k]), c, a2);
+			a3 = _mm512_fmadd_ps(_mm512_set1_ps(x3[k]), c, a3);
+		}
+		float *o = out + p * VF_PANEL;
+		_mm512_storeu_ps(o, a0);
+		_mm512_storeu_ps(o + 16, a1);
+		_mm512_storeu_ps(o + 32, a2);
+		_mm512_storeu_ps(o + 48, a3);
+	}
+	for (; p < npts; p++) {
+		const float *x = pts + p * d;
+		__m512 a = _mm512_setzero_ps();
+		for (size_t k = 0; k < d; k++)
+			a = _mm512_fmadd_ps(_mm512_set1_ps(x[k]), _mm512_loadu_ps(panel + k * VF_PANEL), a);
+		_mm512_storeu_ps(out + p * VF_PANEL, a);
+	}
+}
+
+/* One point against 8 panels (128 centroids) per step. */
+static void point_panels_avx512(const float *x, size_t d, const float *panels,
+				size_t npanels, float *out)
+{
+	size_t i = 0, ps = d * VF_PANEL;
+	for (; i + 8 <= npanels; i += 8) {
+		const float *c = panels + i * ps;
+		__m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0,
+		       a6 = a0, a7 = a0;
+		for (size_t k = 0; k < d; k++, c += VF_PANEL) {
+			__m512 v = _mm512_set1_ps(x[k]);
+			a0 = _mm512_fmadd_ps(v, _mm512_loadu_ps(c), a0);
+			a1 = _mm512_fmadd_ps(v, _mm512_loadu_ps(c + ps), a1);
+			a2 = _mm512_fmadd_ps(v, _mm512_loadu_ps(c + 2 * ps), a2);
+			a3 = _mm512_fmadd_ps(v, _mm512_loadu_ps(c + 3 * ps), a3);
+			a4 = _mm512_fmadd_ps(v, _mm512_loadu_ps(c + 4 * ps), a4);
+			a5 = _mm512_fmadd_ps(v, _mm512_loadu_ps(c + 5 * ps), a5);
+			a6 = _mm512_fmadd_ps(v, _mm512_loadu_ps(c + 6 * ps), a6);
+			a7 = _mm512_fmadd_ps(v, _mm512_loadu_ps(c + 7 * ps), a7);
+		}
+		float *o = out + i * VF_PANEL;
+		_mm512_storeu_ps(o, a0);
+		_mm512_storeu_ps(o + 16, a1);
+		_mm512_storeu_ps(o + 32, a2);
+		_mm512_storeu_ps(o + 48, a3);
+		_mm512_storeu_ps(o + 64, a4);
+		_mm512_storeu_ps(o + 80, a5);
+		_mm512_storeu_ps(o + 96, a6);
+		_mm512_storeu_ps(o + 112, a7);
+	}
+	for (; i < npanels; i++)
+		panel_dots_avx512(x, 1, d, panels + i * ps, out + i * VF_PANEL);
+}
+
+/* The u16 sums of 8 slots in each 128-bit lane of x, then of y: widened
+ * and added over the lanes, x's slots in lanes 0-7, y's in 8-15. */
+static inline __m512i fold_pair(__m512i x, __m512i y)
+{
+	__m512i sx = _mm512_add_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(x)),
+				      _mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(x, 1)));
+	__m512i sy = _mm512_add_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(y)),
+				      _mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(y, 1)));
+	/* lanes 0-7 + 8-15 of each */
+	__m512i lo = _mm512_shuffle_i64x2(sx, sy, 0x44), hi = _mm512_shuffle_i64x2(sx, sy, 0xEE);
+	return _mm512_add_epi32(lo, hi);
+}
+
+/* Four groups (one per 128-bit lane) per step; the byte look-ups add into
+ * u16 lanes, folded into u32 totals before they could overflow.  Integer
+ * sums are exact, so their order does not matter; the float part runs on
+ * 16 slots a vector with the scalar kernel's operations.  groups is a
+ * multiple of 4 (pdim / 4, pdim a multiple of 32). */
+static uint32_t pass1_avx512(const uint8_t *codes, const uint8_t *lut,
+			     uint32_t groups, const uint8_t *add, const uint8_t *r1,
+			     const uint8_t *e1, const vf_pass1 *p, float *lo, float *hi)
+{
+	const __m512i m4 = _mm512_set1_epi8(0x0F), z = _mm512_setzero_si512();
+	__m512i t0 = z, t1 = z; /* u32 totals of slots 0-15 and 16-31 */
+	uint32_t g = 0;
+	while (g < groups) {
+		/* 1024 groups: 256 look-ups of at most 255 per u16 lane */
+		uint32_t end = g + 1024 < groups ? g + 1024 : groups;
+		__m512i a0 = z, a1 = z, a2 = z, a3 = z;
+		for (; g < end; g += 4) {
+			__m512i c = _mm512_loadu_si512(codes + g * 16);
+			__m512i l = _mm512_loadu_si512(lut + g * 16);
+			__m512i rlo = _mm512_shuffle_epi8(l, _mm512_and_si512(c, m4));
+			__m512i rhi = _mm512_shuffle_epi8(l, _mm512_and_si512(_mm512_srli_epi16(c, 4), m4));
+			a0 = _mm512_add_epi16(a0, _mm512_unpacklo_epi8(rlo, z));
+			a1 = _mm512_add_epi16(a1, _mm512_unpackhi_epi8(rlo, z));
+			a2 = _mm512_add_epi16(a2, _mm512_unpacklo_epi8(rhi, z));
+			a3 = _mm512_add_epi16(a3, _mm512_unpackhi_epi8(rhi, z));
+		}
+		t0 = _mm512_add_epi32(t0, fold_pair(a0, a1));
+		t1 = _mm512_add_epi32(t1, fold_pair(a2, a3));
+	}
+	const __m512 va = _mm512_set1_ps(p->a), vb = _mm512_set1_ps(p->b);
+	const __m512 vqc = _mm512_set1_ps(p->qc), vqe = _mm512_set1_ps(p->qerr);
+	const __m512 vnq = _mm512_set1_ps(p->nq), vth = _mm512_set1_ps(p->thresh);
+	__m512i tot[2] = {t0, t1};
+	uint32_t mask = 0;
+	for (int q = 0; q < 2; q++) {
+		/* totals are < 2^24, so the conversion is exact */
+		__m512 s1 = _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(tot[q]), va), vb);
+		__m512 r = _mm512_loadu_ps((const float *)(r1 + 64 * q));
+		__m512 u = _mm512_add_ps(_mm512_loadu_ps((const float *)(add + 64 * q)), vqc);
+		__m512 est = _mm512_add_ps(u, _mm512_mul_ps(r, s1));
+		__m512 bound = _mm512_add_ps(_mm512_mul_ps(_mm512_abs_ps(r), vqe),
+					     _mm512_mul_ps(_mm512_loadu_ps((const float *)(e1 + 64 * q)), vnq));
+		__m512 l = _mm512_sub_ps(est, bound);
+		_mm512_storeu_ps(lo + 16 * q, l);
+		_mm512_storeu_ps(hi + 16 * q, _mm512_add_ps(est, bound));
+		/* not greater (a NaN bound prunes nothing) */
+		mask |= (uint32_t)_mm512_cmp_ps_mask(l, vth, _CMP_NGT_UQ) << (16 * q);
+	}
+	return mask;
+}
+
+/* One group's 16 entries a vector. */
+static void lut4_avx512(const float *qr, uint32_t groups, const float *base, float inv,
+			uint8_t *out)
+{
+	static const __mmask16 with[4] = { 0xAAAA, 0xCCCC, 0xF0F0, 0xFF00 }; /* entries with bit b */
+	const __m512 vinv = _mm512_set1_ps(inv), half = _mm512_set1_ps(0.5f);
+	const __m512 zero = _mm512_setzero_ps(), top = _mm512_set1_ps(255.0f);
+	for (uint32_t g = 0; g < groups; g++) {
+		__m512 v = _mm512_set1_ps(base[g]);
+		for (int b = 0; b < 4; b++) /* + qr where the bit is, + 0 elsewhere */
+			v = _mm512_add_ps(v, _mm512_maskz_mov_ps(with[b], _mm512_set1_ps(qr[4 * g + b])));
+		v = _mm512_add_ps(_mm512_mul_ps(v, vinv), half);
+		v = _mm512_min_ps(_mm512_max_ps(v, zero), top);
+		_mm_storeu_si128((__m128i *)(out + 16 * g), _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(v)));
+	}
+}
+
+/* The codes u_i of `nb` * 8 dimensions (nb 8 or 4) from byte `off` of each
+ * plane, one byte lane each: each plane's bits are a mask over the lanes,
+ * adding the plane's weight where the bit is. */
+static inline __m512i codes_at(const uint8_t *planes, size_t pb, uint32_t bits, size_t off,
+			       size_t nb)
+{
+	__m512i u = _mm512_setzero_si512();
+	for (uint32_t p = 0; p < bits; p++) {
+		uint64_t w = 0;
+		memcpy(&w, planes + p * pb + off, nb);
+		u = _mm512_mask_add_epi8(u, _cvtu64_mask64(w), u,
+					 _mm512_set1_epi8((char)(1u << (bits - 1 - p))));
+	}
+	return u;
+}
+
+/* acc + 16 codes (bytes) widened to floats times rq[0..16) */
+static inline __m512 fma_codes(__m512 acc, __m128i u16, const float *rq)
+{
+	return _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(u16)), _mm512_loadu_ps(rq),
+			       acc);
+}
+
+/* 64 dimensions per step (then 32), the codes widened to floats 16 at a
+ * time.  Lanes 0-7 of a01 are acc[0] of the scalar kernel, 8-15 acc[1]; a23
+ * holds acc[2] and acc[3]. */
+static float code_dot_avx512(const uint8_t *planes, uint32_t bits, const float *rq,
+			     uint32_t pdim)
+{
+	__m512 a01 = _mm512_setzero_ps(), a23 = a01;
+	size_t pb = pdim / 8;
+	uint32_t c = 0;
+	for (; c + 64 <= pdim; c += 64) {
+		__m512i u = codes_at(planes, pb, bits, c / 8, 8);
+		a01 = fma_codes(a01, _mm512_extracti32x4_epi32(u, 0), rq + c);
+		a23 = fma_codes(a23, _mm512_extracti32x4_epi32(u, 1), rq + c + 16);
+		a01 = fma_codes(a01, _mm512_extracti32x4_epi32(u, 2), rq + c + 32);
+		a23 = fma_codes(a23, _mm512_extracti32x4_epi32(u, 3), rq + c + 48);
+	}
+	if (c < pdim) { /* the last 32 */
+		__m512i u = codes_at(planes, pb, bits, c / 8, 4);
+		a01 = fma_codes(a01, _mm512_extracti32x4_epi32(u, 0), rq + c);
+		a23 = fma_codes(a23, _mm512_extracti32x4_epi32(u, 1), rq + c + 16);
+	}
+	/* (acc0 + acc1) + (acc2 + acc3) lane by lane */
+	__m256 t01 = _mm256_add_ps(_mm512_castps512_ps256(a01), _mm512_extractf32x8_ps(a01, 1));
+	__m256 t23 = _mm256_add_ps(_mm512_castps512_ps256(a23), _mm512_extractf32x8_ps(a23, 1));
+	return hsum8(_mm256_add_ps(t01, t23));
+}
+
+/* Butterflies of distance h < 16 inside one vector: `sw` is v with each
+ * element's partner in its place; lanes in `hi` take a - b (a the lower
+ * partner, b the upper one), the others a + b. */
+static inline __m512 butterfly16(__m512 v, __m512 sw, __mmask16 hi)
+{
+	return _mm512_mask_sub_ps(_mm512_add_ps(v, sw), hi, sw, v);
+}
+
+static void rotate_rounds_avx512(float *x, uint32_t n, const float *signs, int rounds,
+				 float scale)
+{
+	const __m512i p1 = _mm512_setr_epi32(1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14);
+	const __m512i p2 = _mm512_setr_epi32(2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13);
+	const __m512i p4 = _mm512_setr_epi32(4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11);
+	const __m512i p8 = _mm512_setr_epi32(8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7);
+	__m512 vs = _mm512_set1_ps(scale);
+	for (int k = 0; k < rounds; k++) {
+		const float *sg = signs + (size_t)k * n;
+		uint32_t i = 0;
+		for (; i + 16 <= n; i += 16) {
+			__m512 v = _mm512_mul_ps(_mm512_loadu_ps(x + i), _mm512_loadu_ps(sg + i));
+			v = butterfly16(v, _mm512_permutexvar_ps(p1, v), 0xAAAA);
+			v = butterfly16(v, _mm512_permutexvar_ps(p2, v), 0xCCCC);
+			v = butterfly16(v, _mm512_permutexvar_ps(p4, v), 0xF0F0);
+			v = butterfly16(v, _mm512_permutexvar_ps(p8, v), 0xFF00);
+			_mm512_storeu_ps(x + i, v);
+		}
+		if (i < n) { /* n = 8: the lower half only */
+			__m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(0xFF, x), _mm512_maskz_loadu_ps(0xFF, sg));
+			v = butterfly16(v, _mm512_permutexvar_ps(p1, v), 0xAAAA);
+			v = butterfly16(v, _mm512_permutexvar_ps(p2, v), 0xCCCC);
+			v = butterfly16(v, _mm512_permutexvar_ps(p4, v), 0xF0F0);
+			_mm512_mask_storeu_ps(x, 0xFF, v);
+		}
+		for (uint32_t h = 16; h < n; h *= 2)
+			for (uint32_t b = 0; b < n; b += 2 * h)
+				for (uint32_t j = b; j < b + h; j += 16) {
+					__m512 lo = _mm512_loadu_ps(x + j), up = _mm512_loadu_ps(x + j + h);
+					_mm512_storeu_ps(x + j, _mm512_add_ps(lo, up));
+					_mm512_storeu_ps(x + j + h, _mm512_sub_ps(lo, up));
+				}
+		for (i = 0; i + 16 <= n; i += 16)
+			_mm512_storeu_ps(x + i, _mm512_mul_ps(_mm512_loadu_ps(x + i), vs));
+		if (i < n)
+			_mm512_mask_storeu_ps(x, 0xFF, _mm512_mul_ps(_mm512_maskz_loadu_ps(0xFF, x), vs));
+	}
+}
+
+static void panel_min_avx512(const float *dots, size_t npts, const float *norms,
+			     uint32_t base, float *best, uint32_t *arg)
+{
+	__m512 nv = _mm512_loadu_ps(norms), two = _mm512_set1_ps(2.0f);
+	__m512i idx = _mm512_add_epi32(_mm512_set1_epi32((int)base),
+				       _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,
+							 13, 14, 15));
+	for (size_t p = 0; p < npts; p++) {
+		float *b = best + p * VF_PANEL;
+		uint32_t *a = arg + p * VF_PANEL;
+		__m512 v = _mm512_sub_ps(nv, _mm512_mul_ps(two, _mm512_loadu_ps(dots + p * VF_PANEL)));
+		__mmask16 lt = _mm512_cmp_ps_mask(v, _mm512_loadu_ps(b), _CMP_LT_OQ);
+		_mm512_mask_storeu_ps(b, lt, v);
+		_mm512_mask_storeu_epi32(a, lt, idx);
+	}
+}
+
+const vf_kernels vf_kernels_avx512 = {
+	"avx512", l2sq_avx512, dot_avx512, panel_dots_avx512, point_panels_avx512,
+	lut4_avx512, pass1_avx512, code_dot_avx512, vf_levels_scan_avx2, rotate_rounds_avx512,
+	panel_min_avx512,
+};
