@@ -425,7 +425,20 @@ busy_ok() {
 	before=$(ls "/proc/$pid/task" | wc -l)
 	started=$(stat_kv workers_started) || return 1
 	ncpu=$(nproc)
-	{ echo 'k=1 mode=exact'; for ((i = 0; i < 8000; i++)); do echo "$((i % 7)) 1 $((i % 5)) 3"; done; } >"$TMP/long.in"
+	# queries long enough to be running still after the 0.3 s below,
+	# whatever the machine: twice as many vectors until one takes 1 s (the
+	# sessions' results together stay under query_results)
+	local t0 t1
+	NLONG=8000
+	T mkdir -p "$M/query/long0" || return 1
+	while :; do
+		awk -v n="$NLONG" 'BEGIN { print "k=1 mode=exact"; for (i = 0; i < n; i++) print i % 7, 1, i % 5, 3 }' >"$TMP/long.in"
+		t0=$(date +%s%N)
+		[[ $(put "$TMP/long.in" "$M/query/long0/in") == OK ]] || return 1
+		t1=$(date +%s%N)
+		(((t1 - t0) >= 1000000000 || NLONG * 2 * (ncpu + 1) > 4000000)) && break
+		NLONG=$((NLONG * 2))
+	done
 	for ((i = 0; i <= ncpu; i++)); do
 		T mkdir -p "$M/query/long$i" || return 1
 		put "$TMP/long.in" "$M/query/long$i/in" >"$TMP/long$i.res" &
@@ -439,7 +452,7 @@ busy_ok() {
 	wait "${pids[@]}"
 	for ((i = 0; i <= ncpu; i++)); do
 		[[ $(cat "$TMP/long$i.res") == OK ]] || { echo "long query $i: $(cat "$TMP/long$i.res")" >&2; return 1; }
-		[[ $(T cat "$M/query/long$i/out" | grep -c .) == 8000 ]] || return 1
+		[[ $(T cat "$M/query/long$i/out" | grep -c .) == "$NLONG" ]] || return 1
 		T rmdir "$M/query/long$i" || return 1
 	done
 	for ((i = 0; i < 50; i++)); do
