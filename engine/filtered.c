@@ -215,8 +215,9 @@ static int fset_build(vecfs *v, vf_txn *txn, const vf_filter *f, vf_fset *s)
 				     .lo = i ? cnt.next_id / (uint64_t)n * (uint64_t)i : 0,
 				     .hi = i + 1 < n ? cnt.next_id / (uint64_t)n * (uint64_t)(i + 1)
 						     : UINT64_MAX};
-		if (indexed) {
-			jobs[i].cand = cids + ncand * (size_t)i / (size_t)n;
+		if (indexed) { /* (no candidate: cids is NULL, and cand must not be) */
+			static const uint64_t none[1];
+			jobs[i].cand = cids ? cids + ncand * (size_t)i / (size_t)n : none;
 			jobs[i].ncand = ncand * (size_t)(i + 1) / (size_t)n - ncand * (size_t)i / (size_t)n;
 		}
 	}
