@@ -108,7 +108,7 @@ $(FS_TESTS): $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(BUILD)/obj/tests/testuti
 
 # Unit tests (cmocka), one binary per area; the summary line comes last.
 unit: all $(TEST_BIN)
-	@sh tests/run-unit.sh $(TEST_BIN)
+	@bash tests/run-unit.sh $(TEST_BIN)
 
 # Mount-level tests of the daemon (needs /dev/fuse; skipped without it).
 mount-test: all
