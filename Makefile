@@ -35,6 +35,10 @@ TOOLS      := $(BUILD)/vecfs-bench $(BUILD)/vecfs-data $(BUILD)/vecfs-churn $(BU
 DAEMON     := $(if $(FS_SRC),$(BUILD)/vecfs,)
 DEPS_OK    := $(BUILD)/.deps-ok
 
+# Objects made on the way are kept (no `rm` after a run: the suites' summary
+# line stays the last one printed).
+.SECONDARY:
+
 .PHONY: all test check unit layers mount-test crash-test ops-test full-test python-test stress soak conformance install \
 	asan tsan sanitized bench clean deps
 all: $(DEPS_OK) $(BUILD)/libvecfs.a $(TOOLS) $(DAEMON)
