@@ -62,7 +62,10 @@ static size_t family(const char *path, uint32_t plen, uint8_t type, uint8_t *k)
 	return plen + 2;
 }
 
-/* path | 0 | type | value: the prefix of a term's keys. */
+/* path | 0 | type | value: the prefix of a term's keys.  A filter's
+ * string may be longer than any indexed one (those are shorter than
+ * VF_TERM_STR_MAX): it is cut there, which no indexed value's key begins
+ * with, and which still sorts at or below the whole string. */
 static size_t term_prefix(const char *path, uint32_t plen, const vf_term *t, uint8_t *k)
 {
 	size_t n = family(path, plen, t->type, k);
@@ -70,8 +73,9 @@ static size_t term_prefix(const char *path, uint32_t plen, const vf_term *t, uin
 		enc_num(t->num, k + n);
 		n += 8;
 	} else if (t->type == VF_T_STR) {
-		memcpy(k + n, t->s, t->slen);
-		n += t->slen;
+		size_t sl = t->slen < VF_TERM_STR_MAX ? t->slen : VF_TERM_STR_MAX;
+		memcpy(k + n, t->s, sl);
+		n += sl;
 		k[n++] = 0;
 	}
 	return n;
@@ -337,6 +341,8 @@ static int scan_range(plan *p, const char *path, uint32_t plen, uint8_t type,
 		      idv *out, size_t budget)
 {
 	uint8_t start[PK_MAX], lo_enc[8], hi_enc[8];
+	if (plen >= VF_TERM_PATH_MAX)
+		return PLAN_ALL; /* a filter's path longer than any indexed one */
 	size_t fn = family(path, plen, type, start), sn = fn;
 	if (lo)
 		sn = term_prefix(path, plen, lo, start) - (type == VF_T_STR);
@@ -371,6 +377,8 @@ static int plan_field(plan *p, uint32_t node, const vf_fnode_view *x, idv *out, 
 	uint8_t k[PK_MAX];
 	vf_term t;
 	int rc;
+	if (x->plen >= VF_TERM_PATH_MAX)
+		return PLAN_ALL; /* a filter's path longer than any indexed one */
 	for (uint32_t i = 0; i < x->n; i++) {
 		if (vf_filter_operand(p->f, node, i, &t))
 			return PLAN_ALL; /* an array or object: compared whole */

@@ -197,9 +197,11 @@ static int random_filter(rng *r, char *buf, size_t n, int depth)
 	}
 }
 
+#define PAY_MAX 1024
+
 typedef struct model {
 	size_t n;
-	char (*pay)[512];
+	char (*pay)[PAY_MAX];
 	unsigned char *alive;
 } model;
 
@@ -248,16 +250,14 @@ typedef struct plan_tally {
 	size_t filters, narrowed, all, candidates, matches; /* of those narrowed */
 } plan_tally;
 
-/* Each of nf random filters: the planner's set holds every match, and the
+/* The filter's text: the planner's set holds every match, and the
  * filtered set (index or pass, as the store decides) is exactly them. */
-static void check_filters(vecfs *v, model *m, rng *r, size_t nf, plan_tally *t)
+static void check_filter(vecfs *v, model *m, const char *text, plan_tally *t)
 {
 	unsigned char *want = malloc(m->n), *seen = malloc(m->n);
 	assert_true(want && seen);
-	for (size_t q = 0; q < nf; q++) {
-		char text[2048];
+	{
 		vf_filter *f;
-		random_filter(r, text, sizeof text, 0);
 		assert_int_equal(vf_filter_compile(text, strlen(text), &f, NULL, 0), 0);
 		size_t nwant = 0;
 		for (size_t i = 0; i < m->n; i++)
@@ -321,6 +321,16 @@ static void check_filters(vecfs *v, model *m, rng *r, size_t nf, plan_tally *t)
 	free(seen);
 }
 
+/* Each of nf random filters, as check_filter. */
+static void check_filters(vecfs *v, model *m, rng *r, size_t nf, plan_tally *t)
+{
+	for (size_t q = 0; q < nf; q++) {
+		char text[2048];
+		random_filter(r, text, sizeof text, 0);
+		check_filter(v, m, text, t);
+	}
+}
+
 static void check_index(vecfs *v)
 {
 	vf_txn *txn;
@@ -340,7 +350,7 @@ static void test_index_follows_writes(void **state)
 {
 	fixture *fx = *state;
 	const size_t N = 3000;
-	model m = {N, calloc(N, 512), calloc(N, 1)};
+	model m = {N, calloc(N, PAY_MAX), calloc(N, 1)};
 	assert_true(m.pay && m.alive);
 	rng r = {.s = 11};
 	vecfs *v = fx_open(fx, NULL);
@@ -380,6 +390,82 @@ static void test_index_follows_writes(void **state)
 	 * its sets must be near the matches, not the whole store */
 	assert_true(t.narrowed * 2 > t.filters);
 	assert_true(t.candidates < 3 * t.matches + 200 * t.narrowed);
+	free(m.pay);
+	free(m.alive);
+}
+
+/* Filters with strings and paths longer than any the index holds: the
+ * records that have such values are marked, tested by every query; the
+ * planner's keys for the filter stay within their bounds (a 500-byte
+ * path once overflowed the key buffer). */
+static void test_beyond_bounds(void **state)
+{
+	fixture *fx = *state;
+	const size_t N = 12;
+	model m = {N, calloc(N, PAY_MAX), calloc(N, 1)};
+	assert_true(m.pay && m.alive);
+	vecfs *v = fx_open(fx, NULL);
+	set_config(v, D, VECFS_L2);
+	char a255[256], a270[271], a300[301], path[601];
+	memset(a255, 'a', 255), a255[255] = 0;
+	memset(a270, 'a', 270), a270[270] = 0;
+	memset(a300, 'a', 300), a300[300] = 0;
+	memset(path, 'x', 600), path[600] = 0;
+	const char *short_s[] = {"b", "m", "z", ""};
+	vecfs_row rows[12];
+	char keys[12][16];
+	float x[12 * D];
+	for (size_t i = 0; i < N; i++) {
+		if (i < 4)
+			snprintf(m.pay[i], PAY_MAX, "{\"s\": \"%s\"}", short_s[i]);
+		else if (i == 4)
+			snprintf(m.pay[i], PAY_MAX, "{\"s\": \"%s\"}", a255);
+		else if (i == 5)
+			snprintf(m.pay[i], PAY_MAX, "{\"s\": \"%sx\"}", a300);
+		else if (i == 6)
+			snprintf(m.pay[i], PAY_MAX, "{\"s\": \"%s\"}", a300);
+		else if (i < 10)
+			snprintf(m.pay[i], PAY_MAX, "{\"%s\": %zu, \"s\": \"m\"}", path, i - 7);
+		else
+			snprintf(m.pay[i], PAY_MAX, "{\"%.199s\": %zu}", path, i - 10);
+		m.alive[i] = 1;
+		snprintf(keys[i], sizeof keys[i], "p%zu", i);
+		for (int j = 0; j < D; j++)
+			x[i * D + j] = (float)(i + (size_t)j);
+		rows[i] = (vecfs_row){.key = keys[i], .keylen = strlen(keys[i]), .vec = x + i * D,
+				      .payload = m.pay[i], .payload_len = strlen(m.pay[i])};
+	}
+	char err[256] = "";
+	assert_int_equal(vecfs_put(v, rows, N, D, NULL, err, sizeof err), 0);
+	check_index(v);
+	static const char *const forms[] = {
+		"{\"s\": \"%2$sx\"}",
+		"{\"s\": \"%2$s\"}",
+		"{\"s\": {\"$gt\": \"%2$s\"}}",
+		"{\"s\": {\"$gte\": \"%2$s\"}}",
+		"{\"s\": {\"$lt\": \"%2$s\"}}",
+		"{\"s\": {\"$lte\": \"%2$sx\"}}",
+		"{\"s\": {\"$gte\": \"%3$s\", \"$lte\": \"b\"}}",
+		"{\"s\": {\"$gt\": \"%4$s\", \"$lt\": \"%2$s\"}}",
+		"{\"s\": {\"$in\": [\"%2$sx\", \"m\"]}}",
+		"{\"%1$s\": 1}",
+		"{\"%1$s\": {\"$gt\": 0}}",
+		"{\"%1$s\": {\"$gte\": 0, \"$lt\": 2}}",
+		"{\"%1$s\": {\"$in\": [0, 2]}}",
+		"{\"$and\": [{\"%1$s\": 1}, {\"s\": \"m\"}]}",
+		"{\"$or\": [{\"%1$s\": 1}, {\"s\": \"b\"}]}",
+		"{\"%1$.199s\": 1}",
+		"{\"%1$.199s\": {\"$lte\": 1}}",
+		"{\"%1$.200s\": 1}",
+		"{\"%1$.199s\": \"%2$s\"}",
+		"{\"%1$.199s\": {\"$gt\": \"%2$s\"}}",
+	};
+	plan_tally t = {0};
+	for (size_t i = 0; i < sizeof forms / sizeof forms[0]; i++) {
+		char text[2048];
+		snprintf(text, sizeof text, forms[i], path, a300, a270, a255);
+		check_filter(v, &m, text, &t);
+	}
 	free(m.pay);
 	free(m.alive);
 }
@@ -527,7 +613,7 @@ static void test_old_store_and_damage(void **state)
 {
 	fixture *fx = *state;
 	const size_t N = 500;
-	model m = {N, calloc(N, 512), calloc(N, 1)};
+	model m = {N, calloc(N, PAY_MAX), calloc(N, 1)};
 	rng r = {.s = 23};
 	vecfs *v = fx_open(fx, NULL);
 	set_config(v, D, VECFS_L2);
@@ -571,6 +657,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_terms),
 		cmocka_unit_test_setup_teardown(test_index_follows_writes, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_beyond_bounds, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_selective, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_key_twice_in_one_write, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_old_store_and_damage, fx_setup, fx_teardown),
