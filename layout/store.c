@@ -102,6 +102,26 @@ static int dir_sync(const char *dir)
 	return rc;
 }
 
+/* fsync of the directory that holds path (a directory just made). */
+static int parent_sync(const char *path)
+{
+	char parent[4200];
+	size_t n = strlen(path);
+	while (n > 1 && path[n - 1] == '/')
+		n--; /* "a/b/" names b */
+	while (n > 0 && path[n - 1] != '/')
+		n--;
+	while (n > 1 && path[n - 1] == '/')
+		n--;
+	if (n == 0)
+		return dir_sync(".");
+	if (n >= sizeof parent)
+		return -ENAMETOOLONG;
+	memcpy(parent, path, n);
+	parent[n] = 0;
+	return dir_sync(parent);
+}
+
 /* A new store's data.mdb is made whole beside its place (LMDB writes its
  * first pages in place and syncs them with its first commit: a power loss
  * before that could leave a file it cannot open), then renamed into dir,
@@ -162,7 +182,14 @@ static int store_open(const char *dir, size_t mapsize, int readonly, int in_plac
 	}
 	if (readonly) /* beside a daemon that holds the store, as LMDB allows */
 		goto locked;
-	if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
+	if (mkdir(dir, 0700) == 0) {
+		rc = parent_sync(dir); /* the directory's name as durable as its files */
+		if (rc) {
+			seterr(err, errlen, "cannot sync the directory that holds %s: %s", dir, rc);
+			free(s);
+			return rc;
+		}
+	} else if (errno != EEXIST) {
 		rc = -errno;
 		seterr(err, errlen, "cannot create store directory %s: %s", dir, rc);
 		free(s);

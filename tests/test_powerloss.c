@@ -97,6 +97,9 @@ static int pl_fd_file[PL_FDS];    /* fd -> file index + 1 (0: not logged) */
 static int pl_fd_dsync[PL_FDS];
 static int pl_dir_fds[PL_FDS];    /* fds open on the directory itself */
 static long pl_dir_syncs, pl_renames;
+static char pl_parent[PATH_MAX];  /* a directory whose syncs are counted */
+static int pl_parent_fds[PL_FDS];
+static long pl_parent_syncs;
 static ev *pl_ev;
 static size_t pl_nev, pl_cap;
 static unsigned char *pl_data;
@@ -232,6 +235,11 @@ int open(const char *path, int flags, ...)
 		     !strncmp(path, pl_dir, dl);
 	int existed = logged && access(path, F_OK) == 0;
 	int fd = real_open(path, flags, mode);
+	if (fd >= 0 && fd < PL_FDS && pl_parent[0] && !strcmp(path, pl_parent)) {
+		pthread_mutex_lock(&pl_mu);
+		pl_parent_fds[fd] = 1;
+		pthread_mutex_unlock(&pl_mu);
+	}
 	if (fd < 0 || fd >= PL_FDS || !logged)
 		return fd;
 	pthread_mutex_lock(&pl_mu);
@@ -268,6 +276,7 @@ int close(int fd)
 		pl_fd_file[fd] = 0;
 		pl_fd_dsync[fd] = 0;
 		pl_dir_fds[fd] = 0;
+		pl_parent_fds[fd] = 0;
 		pthread_mutex_unlock(&pl_mu);
 	}
 	return real_close(fd);
@@ -334,6 +343,8 @@ static void log_sync(int fd, int rc, int data_only)
 	if (rc != 0)
 		return;
 	pthread_mutex_lock(&pl_mu);
+	if (fd >= 0 && fd < PL_FDS && pl_parent_fds[fd])
+		pl_parent_syncs++;
 	int f = __atomic_load_n(&pl_on, __ATOMIC_ACQUIRE) ? fd_file(fd) : -1;
 	if (f >= 0) {
 		int drop = 0;
@@ -1327,11 +1338,40 @@ static void test_checker_detects(void **state)
 	replay_fini(rp);
 }
 
+/* A store opened in a directory that does not exist yet: the directory
+ * that holds it is synced after it is made, or a power loss could take
+ * the whole store's name away after its first commits were acknowledged. */
+static void test_new_directory_named_durably(void **state)
+{
+	(void)state;
+	char root[] = "/tmp/vecfs-pl-parent-XXXXXX", dir[PATH_MAX], err[256] = "";
+	assert_non_null(mkdtemp(root));
+	snprintf(pl_parent, sizeof pl_parent, "%s", root);
+	snprintf(dir, sizeof dir, "%s/fresh", root);
+	pl_parent_syncs = 0;
+	vecfs *v;
+	assert_int_equal(vecfs_open(dir, &v, err, sizeof err), 0);
+	long made = pl_parent_syncs;
+	vecfs_close(v);
+	/* a second open of the same directory makes nothing */
+	pl_parent_syncs = 0;
+	assert_int_equal(vecfs_open(dir, &v, err, sizeof err), 0);
+	long again = pl_parent_syncs;
+	vecfs_close(v);
+	pl_parent[0] = 0;
+	print_message("the parent directory synced %ld time(s) when the store's was made, %ld "
+		      "when it existed\n", made, again);
+	assert_true(made >= 1);
+	assert_int_equal(again, 0);
+	rm_rf(root);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_replay),
 		cmocka_unit_test(test_checker_detects),
+		cmocka_unit_test(test_new_directory_named_durably),
 	};
 	return cmocka_run_group_tests(tests, pl_setup, pl_teardown);
 }
