@@ -74,8 +74,8 @@ static int term_cmp(const terms *ts, size_t i, const vf_term *a)
 	if (a->type != VF_T_STR)
 		return 0;
 	uint32_t l = ts->slen[i] < a->slen ? ts->slen[i] : a->slen;
-	int c = memcmp(ts->s[i], a->s, l);
-	return c ? c : ts->slen[i] < a->slen ? -1 : ts->slen[i] > a->slen;
+	int c = memcmp(ts->s[i], a->s, l); /* any size: 2 is not "other types" */
+	return c ? (c > 0) - (c < 0) : ts->slen[i] < a->slen ? -1 : ts->slen[i] > a->slen;
 }
 
 /* What a set from the index says of this payload: 1 in it (or the index
