@@ -296,30 +296,72 @@ int vf_scan_uncovered(search *s)
 	return 0;
 }
 
-static int cmp_cand(const void *a, const void *b)
+/* The candidates in order of lower bound, as far as the re-rank needs
+ * them (it stops after a few dozen of hundreds): a min-heap of a[0..h)
+ * whose popped minima fill the array from its end, so that a[n - 1] is the
+ * best, a[n - 2] the next, and so on. */
+static void cand_sift(cand *a, size_t h, size_t i)
 {
-	const cand *x = a, *y = b;
-	return x->lo < y->lo ? -1 : x->lo > y->lo;
+	cand x = a[i];
+	for (;;) {
+		size_t l = 2 * i + 1, m = l;
+		if (l >= h)
+			break;
+		if (l + 1 < h && a[l + 1].lo < a[l].lo)
+			m = l + 1;
+		if (!(a[m].lo < x.lo))
+			break;
+		a[i] = a[m];
+		i = m;
+	}
+	a[i] = x;
+}
+
+static void cand_heapify(cand *a, size_t n)
+{
+	for (size_t i = n / 2; i-- > 0;)
+		cand_sift(a, n, i);
+}
+
+/* Pop until the best `upto` are in order at the end; *h the heap's size. */
+static void cand_order(cand *a, size_t n, size_t *h, size_t upto)
+{
+	while (n - *h < upto && *h > 0) {
+		size_t e = --*h;
+		cand t = a[0];
+		a[0] = a[e];
+		a[e] = t;
+		cand_sift(a, e, 0);
+	}
 }
 
 /* The vector, key and payload of a candidate, from its record (the one
  * copy of every vector; checksummed).  1 when the record is gone: the
  * posting is stale (tombstones and the change log say so first; this only
- * guards the answer). */
-static int resolve(search *s, const cand *c, const uint8_t **vec, hit *h)
+ * guards the answer).  hp/hlen: where the record was last seen (a location
+ * hint, or NULL).  That place lies outside the snapshot: a writer may free
+ * and reuse its page at any moment, so it is read once, into `copy` (room
+ * for hlen bytes), and only the copy is checked and used (*copied = 1).
+ * Else the record comes from the tree, in the snapshot (*copied = 0). */
+static int resolve(search *s, const cand *c, const void *hp, size_t hlen, uint8_t *copy,
+		   const uint8_t **vec, hit *h, int *copied)
 {
 	uint64_t id, seq;
 	memcpy(&id, c->idp, 8);
 	memcpy(&seq, c->idp + 8, 8); /* (blocks and deltas keep seq after id) */
 	vf_val val;
 	vf_record r;
-	size_t hlen;
-	/* where the record was last seen: good if that place still holds this
-	 * very version (sequence numbers are never reused) intact */
-	const void *hp = vf_hint_get(s->v->store, id, &hlen);
-	if (hp && vf_record_decode(hp, hlen, &r) == 0 && r.seq == (seq & ~VF_SEQ_PAYLOAD) &&
-	    r.dim == s->dim)
-		goto found;
+	*copied = 0;
+	if (hp) {
+		/* good if that place still holds this very version (sequence
+		 * numbers are never reused) intact */
+		memcpy(copy, hp, hlen);
+		if (vf_record_decode(copy, hlen, &r) == 0 && r.seq == (seq & ~VF_SEQ_PAYLOAD) &&
+		    r.dim == s->dim) {
+			*copied = 1;
+			goto found;
+		}
+	}
 	int rc = fetch_record(s, id, &val, &r);
 	if (rc == -ENOENT)
 		return 1;
@@ -335,6 +377,33 @@ found:
 	h->keylen = r.keylen;
 	h->payload = r.payload;
 	h->plen = r.plen;
+	return 0;
+}
+
+/* A result read from a copy keeps its key and payload in q's own chunks
+ * (the copy is reused by the next step). */
+static int keep_bytes(query *q, hit *h)
+{
+	size_t n = (size_t)h->keylen + h->plen;
+	keep_chunk *c = q->keep;
+	if (!c || c->cap - c->used < n) {
+		size_t cap = n > 16384 ? n : 16384;
+		keep_chunk *nc = vf_malloc(sizeof *nc + cap);
+		if (!nc)
+			return -ENOMEM;
+		nc->next = c;
+		nc->used = 0;
+		nc->cap = cap;
+		q->keep = c = nc;
+	}
+	uint8_t *p = c->data + c->used;
+	if (h->keylen)
+		memcpy(p, h->key, h->keylen);
+	if (h->plen)
+		memcpy(p + h->keylen, h->payload, h->plen);
+	h->key = (const char *)p;
+	h->payload = p + h->keylen;
+	c->used += n;
 	return 0;
 }
 
@@ -371,38 +440,63 @@ int vf_rerank(search *s, query *q)
 	cand_trim(q);
 	if (q->nc == 0)
 		return 0;
-	qsort(q->cands, q->nc, sizeof(cand), cmp_cand);
+	cand *a = q->cands;
+	size_t nc = q->nc, h = nc;
+	cand_heapify(a, nc);
 	size_t cap = (size_t)s->k * s->refine;
-	size_t n = q->nc < cap ? q->nc : cap;
+	size_t n = nc < cap ? nc : cap;
+#define CAND(i) (&a[nc - 1 - (i)]) /* the i-th best lower bound */
 	/* the ids of the likely re-ranks (the top k and as many again) */
-	for (size_t i = 0; i < n && i < 2 * (size_t)q->top.k; i++)
-		__builtin_prefetch(q->cands[i].idp);
+	size_t first = n < 2 * (size_t)q->top.k ? n : 2 * (size_t)q->top.k;
+	cand_order(a, nc, &h, first);
+	for (size_t i = 0; i < first; i++)
+		__builtin_prefetch(CAND(i)->idp);
 	size_t ahead = 0; /* records read ahead up to here */
 	for (size_t i0 = 0, m; i0 < n; i0 += m) {
 		const uint8_t *vec[RERANK_STEP];
-		hit h[RERANK_STEP];
+		hit hs[RERANK_STEP];
 		m = q->top.n < q->top.k ? q->top.k - q->top.n : 1;
 		if (m > RERANK_STEP)
 			m = RERANK_STEP;
 		if (m > n - i0)
 			m = n - i0;
-		if (!hheap_admits(&q->top, q->cands[i0].lo))
+		cand_order(a, nc, &h, i0 + (m > RERANK_AHEAD ? m : RERANK_AHEAD));
+		if (!hheap_admits(&q->top, CAND(i0)->lo))
 			break;
 		if (i0 + m > ahead) { /* read this step's records, or a few ahead */
 			size_t r = m > RERANK_AHEAD ? m : RERANK_AHEAD;
 			r = r < n - i0 ? r : n - i0;
-			prefetch_records(s, &q->cands[i0], r);
+			prefetch_records(s, CAND(i0 + r - 1), r); /* (they lie backwards) */
 			ahead = i0 + r;
 		}
+		/* where each record was last seen, and room to copy them */
+		const void *hp[RERANK_STEP];
+		size_t hlen[RERANK_STEP], need = 0;
+		int copied[RERANK_STEP];
 		for (size_t j = 0; j < m; j++) {
-			int rc = resolve(s, &q->cands[i0 + j], &vec[j], &h[j]);
+			uint64_t id;
+			memcpy(&id, CAND(i0 + j)->idp, 8);
+			hp[j] = vf_hint_get(s->v->store, id, &hlen[j]);
+			need += hp[j] ? hlen[j] : 0;
+		}
+		if (need > s->copies_cap) {
+			uint8_t *nb = vf_realloc(s->copies, need);
+			if (!nb)
+				return -ENOMEM;
+			s->copies = nb;
+			s->copies_cap = need;
+		}
+		for (size_t j = 0, off = 0; j < m; j++) {
+			int rc = resolve(s, CAND(i0 + j), hp[j], hlen[j], s->copies + off, &vec[j],
+					 &hs[j], &copied[j]);
 			if (rc < 0)
 				return rc;
 			if (rc)
 				vec[j] = NULL; /* (the record checksum has read the vector) */
+			off += hp[j] ? hlen[j] : 0;
 		}
 		for (size_t j = 0; j < m; j++) {
-			const cand *c = &q->cands[i0 + j];
+			const cand *c = CAND(i0 + j);
 			if (!hheap_admits(&q->top, c->lo))
 				return 0;
 			if (!vec[j]) {
@@ -410,10 +504,16 @@ int vf_rerank(search *s, query *q)
 				continue;
 			}
 			q->ex.reranked++;
-			h[j].d = exact_dist(s, q, vec[j]);
-			hheap_push(&q->top, h[j]);
+			hs[j].d = exact_dist(s, q, vec[j]);
+			if (!hheap_admits(&q->top, hs[j].d))
+				continue;
+			int rc = copied[j] ? keep_bytes(q, &hs[j]) : 0;
+			if (rc)
+				return rc;
+			hheap_push(&q->top, hs[j]);
 		}
 	}
+#undef CAND
 	return 0;
 }
 

@@ -135,6 +135,10 @@ static void query_free(query *q)
 	free(q->top.v);
 	free(q->probe);
 	free(q->pdist);
+	for (keep_chunk *c = q->keep, *n; c; c = n) {
+		n = c->next;
+		free(c);
+	}
 }
 
 static double now_us(void)
@@ -348,6 +352,7 @@ static void search_free(search *s)
 	free(s->surv_hi);
 	free(s->kbuf);
 	free(s->planes);
+	free(s->copies);
 	vf_gen_put(s->v, s->g);
 }
 

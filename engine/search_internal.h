@@ -18,8 +18,8 @@
 
 /* ------------------------------------------------------------ small heaps */
 
-typedef struct hit { /* exact result, from its record; pointers valid in the
-		      * transaction */
+typedef struct hit { /* exact result, from its record; pointers into the
+		      * transaction's pages or the query's kept bytes */
 	float d;              /* index units */
 	uint64_t id;
 	const char *key;
@@ -47,6 +47,14 @@ typedef struct cand {
 			       * or the delta posting, both checked by the scan */
 } cand;
 
+/* Bytes kept for a query's results (keys and payloads copied from records
+ * read through location hints): chunks that never move, freed with it. */
+typedef struct keep_chunk {
+	struct keep_chunk *next;
+	size_t used, cap;
+	uint8_t data[];
+} keep_chunk;
+
 typedef struct query {
 	float *q;          /* index space */
 	float qn2;         /* |q|^2 */
@@ -62,6 +70,7 @@ typedef struct query {
 	uint32_t listed;   /* how many are listed (with a recall target,
 			    * twice nprobe, for the second look) */
 	float scale;       /* the probing rule's scale (calibrate.h) */
+	keep_chunk *keep;  /* results' bytes copied out of hinted records */
 	vecfs_explain ex;
 } query;
 
@@ -88,6 +97,8 @@ typedef struct search {
 	float *surv_lo, *surv_hi;
 	float *kbuf;         /* k floats */
 	uint8_t *planes;     /* one full code */
+	uint8_t *copies;     /* a re-rank step's records read through hints */
+	size_t copies_cap;
 	const vf_fset *fset; /* a filter's matching records, or NULL */
 } search;
 

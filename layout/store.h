@@ -103,9 +103,10 @@ int vf_write(vf_store *s, vf_write_fn fn, void *arg);
 
 /* Record location hints: where a record's value was last seen in the map,
  * so a hot read can skip the tree descent.  A hint is only a guess: the
- * page may have been freed and reused since; the caller must check what it
- * finds (the record's checksum and sequence number) and fall back to a
- * lookup.  A hint always lies inside the file (LMDB files never shrink), so
+ * page may have been freed and reused since, and a writer may reuse it
+ * while the caller reads it; the caller must copy what it finds, check the
+ * copy (the record's checksum and sequence number) and use only the copy,
+ * falling back to a lookup.  A hint always lies inside the file (LMDB files never shrink), so
  * reading it is safe; growing the map (which may move it) drops them all.
  * The table has four slots for each of `records` ids (16 bytes a slot,
  * 4096 to 4M slots: 64 KB to 64 MB), two-way and lock-free; call get and

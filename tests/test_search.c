@@ -16,6 +16,7 @@
 #include <ftw.h>
 #include <limits.h>
 #include <math.h>
+#include <time.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1313,6 +1314,91 @@ static void test_batch_one_snapshot(void **state)
 	ds_free(&ds);
 }
 
+/* Location hints point into pages a writer may free and reuse while a
+ * query reads them: a query's answers must come from bytes it checked, not
+ * from whatever lies there later.  A writer rewrites rows (two versions
+ * each) as fast as it can while queries run; every hit must be a row's key
+ * at its exact distance to one of the row's two versions. */
+typedef struct rewriter {
+	vecfs *v;
+	const float *a, *b; /* the versions */
+	size_t n;
+	uint32_t d;
+	_Atomic int stop;
+	long ops, failed;
+} rewriter;
+
+static void *rewrite_rows(void *arg)
+{
+	rewriter *w = arg;
+	rng r = {.s = 99};
+	while (!w->stop) {
+		size_t x = rng_next(&r) % w->n;
+		char key[32];
+		snprintf(key, sizeof key, "k%zu", x);
+		const float *vec = (rng_next(&r) & 1 ? w->a : w->b) + x * w->d;
+		if (put_one(w->v, key, vec, w->d) != 0) /* (no cmocka off the test's thread) */
+			w->failed++;
+		w->ops++;
+	}
+	return NULL;
+}
+
+static void test_hints_under_writes(void **state)
+{
+	fixture *f = *state;
+	const uint32_t D = 16;
+	const size_t N = 3000;
+	dataset ds;
+	vecfs *v = open_built(f, &ds, 23, N, D);
+	float *b = malloc(N * D * sizeof(float));
+	assert_non_null(b);
+	for (size_t i = 0; i < N * D; i++)
+		b[i] = ds.x[i] + 0.25f;
+	rewriter w = {v, ds.x, b, N, D, 0, 0, 0};
+	pthread_t th;
+	assert_int_equal(pthread_create(&th, NULL, rewrite_rows, &w), 0);
+	rng r = {.s = 5};
+	long queries = 0, hits = 0, bad = 0;
+	time_t t0 = time(NULL);
+	while (time(NULL) - t0 < 3 || queries < 200) {
+		size_t x = rng_next(&r) % N;
+		vecfs_results *res = search1(v, ds.x + x * D, D, 10, 0);
+		for (size_t h = 0; h < res->count[0]; h++) {
+			const vecfs_hit *hit = &res->hits[0][h];
+			long j = key_index(hit->key, "k");
+			hits++;
+			if (j < 0 || (size_t)j >= N) {
+				if (bad++ < 5)
+					print_message("hit '%s': no such key\n", hit->key);
+				continue;
+			}
+			double da = 0, db = 0;
+			for (uint32_t i = 0; i < D; i++) {
+				double ea = ds.x[x * D + i] - ds.x[j * D + i];
+				double eb = ds.x[x * D + i] - b[j * D + i];
+				da += ea * ea;
+				db += eb * eb;
+			}
+			double got = hit->distance, tol = 1e-4 * (1 + got);
+			if (fabs(got - da) > tol && fabs(got - db) > tol && bad++ < 5)
+				print_message("hit %s at %g: its versions are at %g and %g\n", hit->key,
+					      got, da, db);
+		}
+		vecfs_results_free(res);
+		queries++;
+	}
+	w.stop = 1;
+	pthread_join(th, NULL);
+	print_message("%ld queries, %ld hits, %ld writes: %ld bad hits\n", queries, hits, w.ops,
+		      bad);
+	assert_int_equal(bad, 0);
+	assert_int_equal(w.failed, 0);
+	assert_true(w.ops > 100);
+	free(b);
+	ds_free(&ds);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1330,6 +1416,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_batch_equals_single, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_batch_one_snapshot, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_stale_location_hints, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_hints_under_writes, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_location_hints_filled_at_open, fx_setup,
 						fx_teardown),
 		cmocka_unit_test_setup_teardown(test_located_clusters_follow_writes, fx_setup,
