@@ -169,7 +169,19 @@ int ctl_exec(fs_daemon *dm, const char *line, size_t n)
 			       (unsigned long long)si.records_dropped, (unsigned long long)si.keys_lost,
 			       (unsigned long long)si.keys_restored,
 			       (unsigned long long)si.generations_dropped);
-		return rc;
+		/* the active generation dropped: the index is derived from the
+		 * records again, as a build would (unless builds are manual) */
+		vecfs_config c;
+		if (rc || !si.generations_dropped || vecfs_active(dm->store) ||
+		    vecfs_config_get(dm->store, &c))
+			return rc;
+		if (c.auto_build == 0) {
+			errlog(&dm->errors, "salvage: no generation is active now (auto_build = 0): "
+			       "echo build > ctl makes one; meanwhile every query scans exactly");
+			return 0;
+		}
+		errlog(&dm->errors, "salvage: no generation is active now: building a new one");
+		return run_build(dm, "salvage", 1, 0);
 	}
 	errlog(&dm->errors, "ctl: unknown command '%s' (commands: build, build stage, compact, rebalance, verify, salvage)", cmd);
 	return -EINVAL;

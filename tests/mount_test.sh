@@ -1245,4 +1245,45 @@ else
 	bad mount_damage_store "$(tail -c 200 "$TMP/daemon.log")"
 fi
 
+# A posting block that fails its checksum: ctl salvage drops the active
+# generation and, automatic builds on (the default), builds a new one from
+# the records in the same command; every row is still found.
+D2=$TMP/dstore2
+damage_blocks() { # STORE: flip a byte in every posting block's header
+	T "$PY" - "$@" <<'PY'
+import struct, sys
+p = sys.argv[1] + '/data.mdb'
+data = bytearray(open(p, 'rb').read())
+magic, n, i = struct.pack('<I', 0x35425656), 0, 0
+while (i := data.find(magic, i)) >= 0:
+    data[i + 40] ^= 0x40
+    n, i = n + 1, i + 4
+assert n > 0
+open(p, 'wb').write(bytes(data))
+PY
+}
+if mnt "$D2" "$M"; then
+	awk 'BEGIN { for (i = 0; i < 400; i++) { printf "b%d", i
+		for (j = 0; j < 8; j++) printf ",%d", (i * 7 + j * 3) % 23; print "" } }' |
+		put - "$M/ingest/b.csv" >/dev/null
+	printf 'build\n' | put - "$M/ctl" >/dev/null
+	g1=$(T readlink "$M/generations/active")
+	umnt "$M"
+	damage_blocks "$D2"
+	if mnt "$D2" "$M"; then
+		check damaged_block_salvage test "$(printf 'salvage\n' | put - "$M/ctl")" == OK
+		check damaged_block_dropped errors_has '1 generation(s) dropped'
+		check damaged_block_rebuilding errors_has 'salvage: no generation is active now: building a new one'
+		g2=$(T readlink "$M/generations/active")
+		check damaged_block_new_generation test -n "$g1" -a -n "$g2" -a "$g2" != "$g1"
+		check damaged_block_verify test "$(printf 'verify\n' | put - "$M/ctl")" == OK
+		check damaged_block_rows test "$(T ls "$M/records" | wc -l)" == 400
+		umnt "$M"
+	else
+		bad mount_damaged_block "$(tail -c 200 "$TMP/daemon.log")"
+	fi
+else
+	bad mount_damage_block_store "$(tail -c 200 "$TMP/daemon.log")"
+fi
+
 summary

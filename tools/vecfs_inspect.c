@@ -160,6 +160,9 @@ static int salvage(vecfs *v)
 	printf("salvage: %" PRIu64 " damaged record(s) removed, %" PRIu64 " key(s) lost, %" PRIu64
 	       " key(s) restored, %" PRIu64 " generation(s) dropped\n",
 	       si.records_dropped, si.keys_lost, si.keys_restored, si.generations_dropped);
+	if (si.generations_dropped && !vecfs_active(v))
+		printf("salvage: no generation is active now: every query scans exactly until "
+		       "a build (echo build > MNT/ctl once mounted)\n");
 	return verify(v);
 }
 
