@@ -802,12 +802,12 @@ static int rb_calibrate(rebal *r)
 			rc = 0;
 			continue;
 		}
-		if (rc || (rc = vf_record_decode(d.data, d.len, &rec)))
+		if (rc)
 			break;
-		if (rec.dim != r->pm.dim) {
-			rc = -EIO;
-			break;
-		}
+		/* a record that fails its checksum is left out of the sample
+		 * (as rb_vec() leaves it out of the clustering; salvage removes it) */
+		if (vf_record_decode(d.data, d.len, &rec) || rec.dim != r->pm.dim)
+			continue;
 		c.vecs[n] = (const uint8_t *)rec.vec;
 		assign[n++] = r->idmap[id];
 	}
