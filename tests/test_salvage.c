@@ -296,18 +296,24 @@ static void test_damaged_postings(void **state)
 	ds_free(&w.ds);
 }
 
+/* Flip a byte at offset off of the record of key, in the file. */
+static void damage_record(world *w, const char *key, size_t off)
+{
+	size_t len;
+	uint64_t id = id_of(w->f->v, key);
+	vf_key64 k = vf_key_u64(id);
+	uint8_t *val = value_copy(w->f->v, w->f->v->store->records, k.b, sizeof k.b, &len);
+	assert_true(flip_in_file(w, val, len, off, NULL, 0) >= 1);
+	free(val);
+}
+
 /* A build leaves a damaged record out and reports its key, rather than
  * fail; salvage then removes it. */
 static void test_build_skips_damaged(void **state)
 {
 	world w;
 	world_make(&w, *state);
-	size_t len;
-	uint64_t id = id_of(w.f->v, "k11");
-	vf_key64 k = vf_key_u64(id);
-	uint8_t *val = value_copy(w.f->v, w.f->v->store->records, k.b, sizeof k.b, &len);
-	assert_true(flip_in_file(&w, val, len, VF_RECORD_HDR + 8, NULL, 0) >= 1);
-	free(val);
+	damage_record(&w, "k11", VF_RECORD_HDR + 8);
 	vecfs_set_lost_fn(w.f->v, on_lost, &w);
 	uint64_t gen;
 	char err[256] = "";
@@ -335,12 +341,7 @@ static void test_rebalance_with_damage(void **state)
 {
 	world w;
 	world_make(&w, *state);
-	size_t len;
-	uint64_t id = id_of(w.f->v, "k12");
-	vf_key64 k = vf_key_u64(id);
-	uint8_t *val = value_copy(w.f->v, w.f->v->store->records, k.b, sizeof k.b, &len);
-	assert_true(flip_in_file(&w, val, len, VF_RECORD_HDR + 8, NULL, 0) >= 1);
-	free(val);
+	damage_record(&w, "k12", VF_RECORD_HDR + 8);
 	uint64_t before = vecfs_active(w.f->v), gen = 0;
 	char err[256] = "";
 	int rc = vecfs_rebalance(w.f->v, 1, &gen, NULL, NULL, err, sizeof err);
