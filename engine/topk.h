@@ -46,7 +46,7 @@
 		h->v[i] = x;                                                    \
 	}                                                                       \
                                                                                 \
-	static inline float name##_top(const name *h)                           \
+	static inline __attribute__((unused)) float name##_top(const name *h)   \
 	{                                                                       \
 		return h->n < h->k ? INFINITY : KEY(h->v[0]);                   \
 	}
