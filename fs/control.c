@@ -172,8 +172,10 @@ int ctl_exec(fs_daemon *dm, const char *line, size_t n)
 		/* the active generation dropped: the index is derived from the
 		 * records again, as a build would (unless builds are manual) */
 		vecfs_config c;
+		vecfs_stats st;
 		if (rc || !si.generations_dropped || vecfs_active(dm->store) ||
-		    vecfs_config_get(dm->store, &c))
+		    vecfs_config_get(dm->store, &c) || vecfs_stats_get(dm->store, &st) ||
+		    st.records == 0)
 			return rc;
 		if (c.auto_build == 0) {
 			errlog(&dm->errors, "salvage: no generation is active now (auto_build = 0): "
