@@ -387,7 +387,12 @@ static int keep_bytes(query *q, hit *h)
 	size_t n = (size_t)h->keylen + h->plen;
 	keep_chunk *c = q->keep;
 	if (!c || c->cap - c->used < n) {
-		size_t cap = n > 16384 ? n : 16384;
+		/* room for about k results like this one, then twice the last
+		 * chunk (a batch holds one list a query: kept small) */
+		size_t cap = c ? 2 * c->cap : n * ((size_t)q->top.k + 4);
+		cap = cap > 65536 ? 65536 : cap < 256 ? 256 : cap;
+		if (cap < n)
+			cap = n;
 		keep_chunk *nc = vf_malloc(sizeof *nc + cap);
 		if (!nc)
 			return -ENOMEM;
