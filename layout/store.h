@@ -106,8 +106,9 @@ int vf_write(vf_store *s, vf_write_fn fn, void *arg);
  * page may have been freed and reused since, and a writer may reuse it
  * while the caller reads it; the caller must copy what it finds, check the
  * copy (the record's checksum and sequence number) and use only the copy,
- * falling back to a lookup.  A hint always lies inside the file (LMDB files never shrink), so
- * reading it is safe; growing the map (which may move it) drops them all.
+ * falling back to a lookup.  A hint always lies inside the file (LMDB files
+ * never shrink), so reading it is safe; growing the map (which may move it)
+ * drops them all.
  * The table has four slots for each of `records` ids (16 bytes a slot,
  * 4096 to 4M slots: 64 KB to 64 MB), two-way and lock-free; call get and
  * put from inside a read or write transaction.  vf_hint_reserve() makes a

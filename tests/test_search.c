@@ -1373,13 +1373,9 @@ static void test_hints_under_writes(void **state)
 					print_message("hit '%s': no such key\n", hit->key);
 				continue;
 			}
-			double da = 0, db = 0;
-			for (uint32_t i = 0; i < D; i++) {
-				double ea = ds.x[x * D + i] - ds.x[j * D + i];
-				double eb = ds.x[x * D + i] - b[j * D + i];
-				da += ea * ea;
-				db += eb * eb;
-			}
+			const float *q = ds.x + x * D;
+			double da = dist_ref(VECFS_L2, q, ds.x + j * D, D);
+			double db = dist_ref(VECFS_L2, q, b + j * D, D);
 			double got = hit->distance, tol = 1e-4 * (1 + got);
 			if (fabs(got - da) > tol && fabs(got - db) > tol && bad++ < 5)
 				print_message("hit %s at %g: its versions are at %g and %g\n", hit->key,
