@@ -783,7 +783,7 @@ void vf_maybe_auto_build(vecfs *v)
 		return;
 	pthread_mutex_lock(&v->stat_mu);
 	if (!v->auto_running && !v->closing &&
-	    pthread_create(&v->auto_thread, NULL, auto_run, v) == 0)
+	    vf_thread_start(&v->auto_thread, auto_run, v) == 0)
 		v->auto_running = 1;
 	pthread_mutex_unlock(&v->stat_mu);
 }

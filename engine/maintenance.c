@@ -4,6 +4,7 @@
  * retirement of old generations.
  */
 #include "internal.h"
+#include "parallel.h"
 
 #include <stdlib.h>
 #include <time.h>
@@ -63,7 +64,7 @@ void vf_maint_start(vecfs *v)
 	pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
 	pthread_cond_init(&v->maint_cv, &a);
 	pthread_condattr_destroy(&a);
-	v->maint_started = pthread_create(&v->maint_thread, NULL, maint_run, v) == 0;
+	v->maint_started = vf_thread_start(&v->maint_thread, maint_run, v) == 0;
 }
 
 void vf_maint_stop(vecfs *v)

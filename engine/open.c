@@ -4,6 +4,7 @@
  * background threads started and stopped with the handle.
  */
 #include "internal.h"
+#include "parallel.h"
 #include "io.h"
 
 #include <errno.h>
@@ -99,7 +100,7 @@ static void hint_start(vecfs *v)
 	 * one of LMDB's assertions (an abort), a point lookup an error */
 	if (getenv("VECFS_NO_HINT_FILL"))
 		return;
-	if (cnt.live && pthread_create(&v->hint_thread, NULL, hint_fill, v) == 0)
+	if (cnt.live && vf_thread_start(&v->hint_thread, hint_fill, v) == 0)
 		v->hint_started = 1;
 }
 

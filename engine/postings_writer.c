@@ -237,7 +237,7 @@ void vf_prepare_start(vf_prepare_ahead *a, vecfs *v, const vf_gen *g, const vecf
 		      size_t n, const uint8_t *skip, vf_prepared *p)
 {
 	*a = (vf_prepare_ahead){v, g, rows, n, skip, p, 0, 0, 0};
-	a->running = pthread_create(&a->th, NULL, prepare_run, a) == 0;
+	a->running = vf_thread_start(&a->th, prepare_run, a) == 0;
 	if (!a->running)
 		prepare_run(a);
 }

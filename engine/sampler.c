@@ -22,6 +22,7 @@
  * estimate has come back up.
  */
 #include "internal.h"
+#include "parallel.h"
 #include "io.h"
 
 #include <errno.h>
@@ -318,7 +319,7 @@ void vf_sampler_offer(vecfs *v, const float *queries, size_t nq, uint32_t dim,
 		}
 	}
 	if (s->nqueue && !s->started && !s->stop) {
-		if (pthread_create(&s->thread, NULL, sampler_run, v) == 0)
+		if (vf_thread_start(&s->thread, sampler_run, v) == 0)
 			s->started = 1;
 	}
 	pthread_cond_signal(&s->cv);

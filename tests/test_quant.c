@@ -1335,9 +1335,9 @@ static void test_nearest_ties_first(void **state)
 	free(cent);
 }
 
-/* vf_parallel() runs its jobs on every CPU of the process, also when the
- * caller is pinned to one (the daemon's workers are): each job records how
- * many CPUs its thread may use. */
+/* vf_parallel() runs its jobs on every CPU of the process, and
+ * vf_thread_start() its thread, also when the caller is pinned to one (the
+ * daemon's workers are): each job records how many CPUs its thread may use. */
 static void *count_cpus(void *arg)
 {
 	int *n = arg;
@@ -1363,12 +1363,18 @@ static void test_parallel_on_every_cpu(void **state)
 			break;
 		}
 	assert_int_equal(pthread_setaffinity_np(pthread_self(), sizeof one, &one), 0);
-	int n[4] = {0};
+	int n[4] = {0}, started = 0;
 	vf_parallel(count_cpus, n, sizeof n[0], 4);
+	/* a thread of its own (a write's preparation of the next rows, a
+	 * build, the recall sampler): the program's CPUs, not the caller's */
+	pthread_t th;
+	if (vf_thread_start(&th, count_cpus, &started) == 0)
+		pthread_join(th, NULL);
 	assert_int_equal(pthread_setaffinity_np(pthread_self(), sizeof keep, &keep), 0);
 	assert_int_equal(n[0], 1); /* the caller's own job, where the caller is */
 	for (int t = 1; t < 4; t++)
 		assert_int_equal(n[t], CPU_COUNT(&all));
+	assert_int_equal(started, CPU_COUNT(&all));
 }
 
 int main(void)
