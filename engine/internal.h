@@ -188,10 +188,19 @@ typedef struct vf_posting_writer {
 	uint8_t *planes;
 	uint8_t *buf;
 	float *tmp;
+	/* postings and tombstones not yet written: kept, then written in key
+	 * order through one cursor (vf_pw_flush, or when they pass a bound) */
+	struct vf_pw_pending *pend;
+	size_t npend, pendcap;   /* pendcap in bytes */
+	uint8_t *pbytes;         /* their values, one after the other */
+	size_t pbytes_len, pbytes_cap;
+	uint64_t kept;
 } vf_posting_writer;
 int vf_pw_init(vf_posting_writer *w, vecfs *v, vf_gen *g);
 void vf_pw_free(vf_posting_writer *w);
-/* Write back the cached manifests and assignment chunks (before commit). */
+/* Write the postings kept so far and the cached manifests and assignment
+ * chunks (before commit; nothing may read the generation's postings in the
+ * transaction before). */
 int vf_pw_flush(vf_posting_writer *w, vf_txn *txn);
 /* Kill the record's current posting in g (if any); with vec != NULL add a
  * delta posting (code, vector, key) for version `seq` in the cluster of

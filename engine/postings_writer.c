@@ -37,6 +37,11 @@ int vf_pw_init(vf_posting_writer *w, vecfs *v, vf_gen *g)
 
 void vf_pw_free(vf_posting_writer *w)
 {
+	free(w->pend);
+	free(w->pbytes);
+	w->pend = NULL;
+	w->pbytes = NULL;
+	w->npend = w->pendcap = w->pbytes_len = w->pbytes_cap = 0;
 	vf_encoder_free(&w->enc);
 	vf_assign_cache_free(&w->assign);
 	free(w->planes);
@@ -49,9 +54,100 @@ void vf_pw_free(vf_posting_writer *w)
 	w->mf = NULL;
 }
 
+/* A posting kept for later: its key, and where its value is in pbytes. */
+struct vf_pw_pending {
+	vf_postkey k;
+	uint32_t len;
+	uint64_t off;
+	uint64_t order; /* of keeping: the later of two equal keys wins */
+};
+
+/* Kept values past this many bytes are written at once (in key order too). */
+#define PW_PENDING_BYTES ((size_t)32 << 20)
+
+static int pend_cmp(const void *a, const void *b)
+{
+	const struct vf_pw_pending *x = a, *y = b;
+	int r = memcmp(x->k.b, y->k.b, sizeof x->k.b);
+	return r ? r : (x->order > y->order) - (x->order < y->order);
+}
+
+/* Write the kept postings in key order: a stable counting sort by cluster
+ * (the keys share their generation), each cluster's run sorted by key only
+ * if it is not already (deltas are kept in rising seq), then one cursor. */
+static int pend_write(vf_posting_writer *w, vf_txn *txn)
+{
+	if (w->npend == 0)
+		return 0;
+	vf_store *s = w->v->store;
+	uint32_t nl = w->g->meta.nlist;
+	size_t *start = vf_calloc((size_t)nl + 1, sizeof *start);
+	struct vf_pw_pending *sorted = vf_malloc(sizeof *sorted * w->npend);
+	vf_cursor *cur = NULL;
+	int rc = 0;
+	if (!start || !sorted) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	for (size_t i = 0; i < w->npend; i++)
+		start[vf_postkey_cluster(w->pend[i].k.b) + 1]++;
+	for (uint32_t c = 0; c < nl; c++)
+		start[c + 1] += start[c];
+	for (size_t i = 0; i < w->npend; i++)
+		sorted[start[vf_postkey_cluster(w->pend[i].k.b)]++] = w->pend[i];
+	for (size_t lo = 0, hi; lo < w->npend; lo = hi) {
+		uint32_t c = vf_postkey_cluster(sorted[lo].k.b);
+		for (hi = lo + 1; hi < w->npend && vf_postkey_cluster(sorted[hi].k.b) == c; hi++)
+			;
+		for (size_t i = lo + 1; i < hi; i++)
+			if (pend_cmp(&sorted[i - 1], &sorted[i]) > 0) {
+				qsort(sorted + lo, hi - lo, sizeof *sorted, pend_cmp);
+				break;
+			}
+	}
+	if ((rc = vf_cursor_open(txn, s->postings, &cur)))
+		goto out;
+	for (size_t i = 0; i < w->npend && rc == 0; i++)
+		rc = vf_cursor_put(cur, sorted[i].k.b, sizeof sorted[i].k.b,
+				   w->pbytes + sorted[i].off, sorted[i].len);
+	vf_cursor_close(cur);
+out:
+	free(start);
+	free(sorted);
+	w->npend = 0;
+	w->pbytes_len = 0;
+	return rc;
+}
+
+static int keep(vf_posting_writer *w, vf_txn *txn, uint32_t c, uint8_t kind, uint64_t sub,
+		const void *data, size_t len)
+{
+	if (c >= w->g->meta.nlist)
+		return -EIO;
+	if (w->pbytes_len + len > PW_PENDING_BYTES) {
+		int rc = pend_write(w, txn);
+		if (rc)
+			return rc;
+	}
+	uint8_t *pend = (uint8_t *)w->pend;
+	int rc = vf_bytes_reserve(&pend, &w->pendcap, (w->npend + 1) * sizeof *w->pend);
+	w->pend = (struct vf_pw_pending *)(void *)pend;
+	if (rc || (rc = vf_bytes_reserve(&w->pbytes, &w->pbytes_cap, w->pbytes_len + len)))
+		return rc;
+	memcpy(w->pbytes + w->pbytes_len, data, len);
+	w->pend[w->npend] = (struct vf_pw_pending){vf_post_key(w->g->id, c, kind, sub),
+						   (uint32_t)len, w->pbytes_len, w->kept++};
+	w->npend++;
+	w->pbytes_len += len;
+	return 0;
+}
+
 int vf_pw_flush(vf_posting_writer *w, vf_txn *txn)
 {
 	vf_store *s = w->v->store;
+	int prc = pend_write(w, txn);
+	if (prc)
+		return prc;
 	for (uint32_t c = 0; c < w->g->meta.nlist; c++)
 		if (w->mf_state[c] == 2) {
 			int rc = vf_save_manifest(txn, s, w->g->id, c, &w->mf[c]);
@@ -93,7 +189,7 @@ int vf_pw_apply(vf_posting_writer *w, vf_txn *txn, uint64_t id, uint64_t seq,
 		return rc;
 	if (old != VF_ASSIGN_NONE) {
 		/* kill every posting of id in that cluster older than seq */
-		if ((rc = vf_posting_put(txn, s, g->id, old, VF_PK_TOMB, id, &seq, 8)) ||
+		if ((rc = keep(w, txn, old, VF_PK_TOMB, id, &seq, 8)) ||
 		    (rc = bump_manifest(w, txn, old, 0, 1)))
 			return rc;
 	}
@@ -117,8 +213,8 @@ int vf_pw_apply(vf_posting_writer *w, vf_txn *txn, uint64_t id, uint64_t seq,
 		code.keylen = keylen;
 		code.has_payload = has_payload;
 		vf_delta_write(w->buf, &code, g->meta.dim, g->meta.pdim, g->meta.bits);
-		if ((rc = vf_posting_put(txn, s, g->id, c, VF_PK_DELTA, seq, w->buf,
-					 vf_delta_size(g->meta.pdim, g->meta.bits, keylen))) ||
+		if ((rc = keep(w, txn, c, VF_PK_DELTA, seq, w->buf,
+			       vf_delta_size(g->meta.pdim, g->meta.bits, keylen))) ||
 		    (rc = bump_manifest(w, txn, c, 1, 0)))
 			return rc;
 	}

@@ -732,6 +732,12 @@ int vf_cursor_del(vf_cursor *cur)
 	return layout_rc(mdb_cursor_del(cur, 0));
 }
 
+int vf_cursor_put(vf_cursor *cur, const void *k, size_t kl, const void *d, size_t dl)
+{
+	MDB_val key = {kl, (void *)k}, val = {dl, (void *)d};
+	return layout_rc(mdb_cursor_put(cur, &key, &val, 0));
+}
+
 int vf_cursor_prefix(vf_cursor *cur, const void *prefix, size_t plen, vf_val *k, vf_val *d,
 		     int op)
 {

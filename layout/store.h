@@ -156,6 +156,11 @@ int vf_cursor_open(vf_txn *txn, vf_dbi dbi, vf_cursor **cur);
 void vf_cursor_close(vf_cursor *cur);
 int vf_cursor_get(vf_cursor *cur, vf_val *k, vf_val *d, int op);
 int vf_cursor_del(vf_cursor *cur);
+/* Write a key through the cursor, which is left on it: keys written in
+ * ascending order through one cursor skip most of the search from the
+ * root that vf_put() makes for each (the next key is often on the same
+ * page). */
+int vf_cursor_put(vf_cursor *cur, const void *k, size_t kl, const void *d, size_t dl);
 /* A walk over the keys that start with prefix[0..plen): vf_cursor_get()
  * with op VF_SEEK (k is set to the prefix) to the first of them, then
  * VF_NEXT; -ENOENT past the last. */
