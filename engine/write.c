@@ -232,6 +232,7 @@ int vf_put_end(vf_put_ctx *c, int rc)
 
 typedef struct put_job {
 	vecfs *v;
+	const vecfs_config *cfg; /* what rows are checked against */
 	const vecfs_row *rows;
 	size_t n;
 	uint32_t dim;
@@ -247,6 +248,19 @@ typedef struct put_job {
 static size_t chunk_len(size_t n, size_t from)
 {
 	return n - from < VF_NEAR_CHUNK ? n - from : VF_NEAR_CHUNK;
+}
+
+/* Row i against the configuration; a bad one fails the whole write. */
+static int check_row(put_job *j, size_t i)
+{
+	char why[200];
+	int rc = vf_row_check(j->cfg, &j->rows[i], j->dim, why, sizeof why);
+	if (rc) {
+		if (j->bad_row)
+			*j->bad_row = i;
+		vf_seterr(j->err, j->errlen, "row %zu: %s", i + 1, why);
+	}
+	return rc;
 }
 
 static int put_fn(vf_txn *txn, void *arg)
@@ -276,9 +290,14 @@ static int put_fn(vf_txn *txn, void *arg)
 			vf_prepare_start(&ahead, c.v, c.g, j->rows + next, chunk_len(j->n, next),
 					 j->skip ? j->skip + next : NULL, &pre[(k + 1) & 1]);
 		c.pre = together ? &pre[k & 1] : NULL;
-		for (size_t i = from; i < next && rc == 0; i++)
+		for (size_t i = from; i < next && rc == 0; i++) {
+			/* checked here, not in a pass of its own before: the row
+			 * is in the cache now (the chunk's preparation read it) */
+			if ((rc = check_row(j, i)))
+				break;
 			if (!(j->skip && j->skip[i]))
 				rc = vf_put_row(&c, &j->rows[i]);
+		}
 		if (started) {
 			int rc2 = vf_prepare_wait(&ahead);
 			if (rc == 0)
@@ -343,7 +362,6 @@ static int mark_superseded(const vecfs_row *rows, size_t n, uint8_t **skip)
 int vecfs_put(vecfs *v, const vecfs_row *rows, size_t n, uint32_t dim,
 	      size_t *bad_row, char *err, size_t errlen)
 {
-	char why[200];
 	uint8_t *skip = NULL;
 	int rc;
 	vecfs_config cfg;
@@ -351,16 +369,9 @@ int vecfs_put(vecfs *v, const vecfs_row *rows, size_t n, uint32_t dim,
 		return 0;
 	if ((rc = vecfs_config_get(v, &cfg)))
 		return rc;
-	for (size_t i = 0; i < n; i++)
-		if ((rc = vf_row_check(&cfg, &rows[i], dim, why, sizeof why))) {
-			if (bad_row)
-				*bad_row = i;
-			vf_seterr(err, errlen, "row %zu: %s", i + 1, why);
-			return rc;
-		}
 	if ((rc = mark_superseded(rows, n, &skip)))
 		return rc;
-	put_job j = {v, rows, n, dim, skip, bad_row, err, errlen, 0, 0};
+	put_job j = {v, &cfg, rows, n, dim, skip, bad_row, err, errlen, 0, 0};
 	rc = vf_write(v->store, put_fn, &j);
 	free(skip);
 	if (rc == 0) {
