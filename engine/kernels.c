@@ -76,22 +76,24 @@ static float dot_scalar(const void *a, const void *b, size_t d)
 }
 
 static void panel_dots_scalar(const float *pts, size_t npts, size_t d,
-			      const float *panel, float *out)
+			      const float *panels, size_t npanels, float *out)
 {
-	for (size_t p = 0; p < npts; p++)
-		for (int j = 0; j < VF_PANEL; j++) {
-			float acc = 0;
-			for (size_t k = 0; k < d; k++)
-				acc = fmaf(pts[p * d + k], panel[k * VF_PANEL + j], acc);
-			out[p * VF_PANEL + j] = acc;
-		}
+	for (size_t i = 0; i < npanels; i++) {
+		const float *panel = panels + i * d * VF_PANEL;
+		for (size_t p = 0; p < npts; p++)
+			for (int j = 0; j < VF_PANEL; j++) {
+				float acc = 0;
+				for (size_t k = 0; k < d; k++)
+					acc = fmaf(pts[p * d + k], panel[k * VF_PANEL + j], acc);
+				out[(i * npts + p) * VF_PANEL + j] = acc;
+			}
+	}
 }
 
 static void point_panels_scalar(const float *x, size_t d, const float *panels,
 				size_t npanels, float *out)
 {
-	for (size_t i = 0; i < npanels; i++)
-		panel_dots_scalar(x, 1, d, panels + i * d * VF_PANEL, out + i * VF_PANEL);
+	panel_dots_scalar(x, 1, d, panels, npanels, out);
 }
 
 static uint32_t pass1_scalar(const uint8_t *codes, const uint8_t *lut,

@@ -26,10 +26,11 @@ typedef struct vf_kernels {
 	/* squared L2 distance and dot product of unaligned float arrays */
 	float (*l2sq)(const void *a, const void *b, size_t d);
 	float (*dot)(const void *a, const void *b, size_t d);
-	/* dots of npts points (row-major, d floats each) with one panel of
-	 * VF_PANEL centroids laid out [d][VF_PANEL]; out[p*VF_PANEL + j] */
+	/* dots of npts points (row-major, d floats each) with npanels
+	 * consecutive panels of VF_PANEL centroids, each laid out
+	 * [d][VF_PANEL]; out[(i*npts + p)*VF_PANEL + j] for panel i */
 	void (*panel_dots)(const float *pts, size_t npts, size_t d,
-			   const float *panel, float *out);
+			   const float *panels, size_t npanels, float *out);
 	/* one point against npanels consecutive panels; out[VF_PANEL*i + j] */
 	void (*point_panels)(const float *x, size_t d, const float *panels,
 			     size_t npanels, float *out);

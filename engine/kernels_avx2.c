@@ -65,8 +65,9 @@ static float dot_avx2(const void *a, const void *b, size_t d)
 }
 
 /* 4 points x 16 centroids per step: 8 accumulators. */
-static void panel_dots_avx2(const float *pts, size_t npts, size_t d,
-			    const float *panel, float *out)
+/* One panel: out[p*VF_PANEL + j]. */
+static void panel_dots1_avx2(const float *pts, size_t npts, size_t d,
+			     const float *panel, float *out)
 {
 	size_t p = 0;
 	for (; p + 4 <= npts; p += 4) {
@@ -144,7 +145,15 @@ static void point_panels_avx2(const float *x, size_t d, const float *panels,
 		_mm256_storeu_ps(o + 56, b3);
 	}
 	for (; i < npanels; i++)
-		panel_dots_avx2(x, 1, d, panels + i * ps, out + i * VF_PANEL);
+		panel_dots1_avx2(x, 1, d, panels + i * ps, out + i * VF_PANEL);
+}
+
+static void panel_dots_avx2(const float *pts, size_t npts, size_t d,
+			    const float *panels, size_t npanels, float *out)
+{
+	for (size_t i = 0; i < npanels; i++)
+		panel_dots1_avx2(pts, npts, d, panels + i * d * VF_PANEL,
+				 out + i * npts * VF_PANEL);
 }
 
 static uint32_t pass1_avx2(const uint8_t *codes, const uint8_t *lut,

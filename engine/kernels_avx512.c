@@ -69,8 +69,9 @@ static float dot_avx512(const void *a, const void *b, size_t d)
 }
 
 /* 4 points x one panel (one vector) per step. */
-static void panel_dots_avx512(const float *pts, size_t npts, size_t d,
-			      const float *panel, float *out)
+/* One panel: out[p*VF_PANEL + j]. */
+static void panel_dots1_avx512(const float *pts, size_t npts, size_t d,
+			       const float *panel, float *out)
 {
 	size_t p = 0;
 	for (; p + 4 <= npts; p += 4) {
@@ -129,7 +130,55 @@ static void point_panels_avx512(const float *x, size_t d, const float *panels,
 		_mm512_storeu_ps(o + 112, a7);
 	}
 	for (; i < npanels; i++)
-		panel_dots_avx512(x, 1, d, panels + i * ps, out + i * VF_PANEL);
+		panel_dots1_avx512(x, 1, d, panels + i * ps, out + i * VF_PANEL);
+}
+
+#define FMA4(a, v, c0, c1, c2, c3)                  \
+	do {                                        \
+		a[0] = _mm512_fmadd_ps(v, c0, a[0]); \
+		a[1] = _mm512_fmadd_ps(v, c1, a[1]); \
+		a[2] = _mm512_fmadd_ps(v, c2, a[2]); \
+		a[3] = _mm512_fmadd_ps(v, c3, a[3]); \
+	} while (0)
+
+/* Four points against four panels per step: 8 loads feed 16 FMAs (one
+ * panel at a time, 5 loads fed 4).  Each lane still adds its products in
+ * dimension order, so the sums are those of one panel at a time. */
+static void panel_dots_avx512(const float *pts, size_t npts, size_t d,
+			      const float *panels, size_t npanels, float *out)
+{
+	size_t ps = d * VF_PANEL, i = 0;
+	for (; i + 4 <= npanels; i += 4) {
+		const float *pan = panels + i * ps;
+		size_t p = 0;
+		for (; p + 4 <= npts; p += 4) {
+			const float *x0 = pts + p * d, *x1 = x0 + d, *x2 = x1 + d, *x3 = x2 + d;
+			__m512 a0[4], a1[4], a2[4], a3[4];
+			for (int j = 0; j < 4; j++)
+				a0[j] = a1[j] = a2[j] = a3[j] = _mm512_setzero_ps();
+			const float *c = pan;
+			for (size_t k = 0; k < d; k++, c += VF_PANEL) {
+				__m512 c0 = _mm512_loadu_ps(c), c1 = _mm512_loadu_ps(c + ps),
+				       c2 = _mm512_loadu_ps(c + 2 * ps), c3 = _mm512_loadu_ps(c + 3 * ps);
+				FMA4(a0, _mm512_set1_ps(x0[k]), c0, c1, c2, c3);
+				FMA4(a1, _mm512_set1_ps(x1[k]), c0, c1, c2, c3);
+				FMA4(a2, _mm512_set1_ps(x2[k]), c0, c1, c2, c3);
+				FMA4(a3, _mm512_set1_ps(x3[k]), c0, c1, c2, c3);
+			}
+			for (int j = 0; j < 4; j++) {
+				float *o = out + ((i + j) * npts + p) * VF_PANEL;
+				_mm512_storeu_ps(o, a0[j]);
+				_mm512_storeu_ps(o + VF_PANEL, a1[j]);
+				_mm512_storeu_ps(o + 2 * VF_PANEL, a2[j]);
+				_mm512_storeu_ps(o + 3 * VF_PANEL, a3[j]);
+			}
+		}
+		for (int j = 0; p < npts && j < 4; j++)
+			panel_dots1_avx512(pts + p * d, npts - p, d, pan + j * ps,
+					   out + ((i + j) * npts + p) * VF_PANEL);
+	}
+	for (; i < npanels; i++)
+		panel_dots1_avx512(pts, npts, d, panels + i * ps, out + i * npts * VF_PANEL);
 }
 
 /* The u16 sums of 8 slots in each 128-bit lane of x, then of y: widened

@@ -64,6 +64,7 @@ typedef struct nearest_job {
 } nearest_job;
 
 #define NB 64 /* points per tile */
+#define PN 4  /* panels per call of the kernel */
 
 /* The nearest centroid of each point: a tile of NB points against every
  * panel, keeping per point and lane (centroid index mod VF_PANEL) the
@@ -75,9 +76,9 @@ static void *nearest_run(void *arg)
 	nearest_job *j = arg;
 	const vf_cindex *ci = j->ci;
 	const vf_kernels *kn = vf_kernels_get();
-	/* 12 KiB on the stack: nothing to allocate, so nothing that can fail
+	/* 24 KiB on the stack: nothing to allocate, so nothing that can fail
 	 * and leave points without their centroid */
-	float dots[NB * VF_PANEL], lane_best[NB * VF_PANEL];
+	float dots[PN * NB * VF_PANEL], lane_best[NB * VF_PANEL];
 	uint32_t lane_arg[NB * VF_PANEL];
 	for (size_t p0 = j->lo; p0 < j->hi; p0 += NB) {
 		size_t np = j->hi - p0 < NB ? j->hi - p0 : NB;
@@ -85,11 +86,14 @@ static void *nearest_run(void *arg)
 			lane_best[i] = FLT_MAX;
 			lane_arg[i] = 0;
 		}
-		for (uint32_t pn = 0; pn < ci->npanels; pn++) {
+		for (uint32_t pn = 0; pn < ci->npanels; pn += PN) {
+			uint32_t m = ci->npanels - pn < PN ? ci->npanels - pn : PN;
 			kn->panel_dots(j->pts + p0 * ci->dim, np, ci->dim,
-				       ci->panels + (size_t)pn * ci->dim * VF_PANEL, dots);
-			kn->panel_min(dots, np, ci->norms + pn * VF_PANEL, pn * VF_PANEL, lane_best,
-				      lane_arg);
+				       ci->panels + (size_t)pn * ci->dim * VF_PANEL, m, dots);
+			for (uint32_t i = 0; i < m; i++) /* in centroid order */
+				kn->panel_min(dots + i * np * VF_PANEL, np,
+					      ci->norms + (pn + i) * VF_PANEL, (pn + i) * VF_PANEL,
+					      lane_best, lane_arg);
 		}
 		for (size_t i = 0; i < np; i++) {
 			const float *b = lane_best + i * VF_PANEL;

@@ -619,20 +619,25 @@ static void check_panels(const vf_kernels *kn, const vf_kernels *ref, rng *r)
 		size_t d = ds[di];
 		for (size_t ni = 0; ni < sizeof nps / sizeof *nps; ni++) {
 			size_t np = nps[ni];
+			/* mode 0 against 1 to 6 panels at once */
+			size_t npan = 1 + ni % 6, nmax = np > npan ? np : npan;
 			float *pts = gauss_vec(r, np * d, 1.0);
-			float *panels = gauss_vec(r, np * d * VF_PANEL, 1.0);
-			float *out = malloc(np * VF_PANEL * sizeof(float));
-			float *out2 = malloc(np * VF_PANEL * sizeof(float));
+			float *panels = gauss_vec(r, nmax * d * VF_PANEL, 1.0);
+			float *out = malloc(np * npan * VF_PANEL * sizeof(float));
+			float *out2 = malloc(np * npan * VF_PANEL * sizeof(float));
 			assert_non_null(out);
 			assert_non_null(out2);
 			for (int mode = 0; mode < 2; mode++) {
-				/* 0: np points against one panel; 1: one point
+				/* 0: np points against npan panels; 1: one point
 				 * against np panels */
 				const char *what = mode ? "point_panels" : "panel_dots";
+				size_t nout = mode ? np : np * npan;
 				if (mode == 0) {
-					kn->panel_dots(pts, np, d, panels, out);
-					bad_ref += panel_ref_diffs(what, kn, out, pts, d, panels, 0,
-								   np, d);
+					kn->panel_dots(pts, np, d, panels, npan, out);
+					for (size_t i = 0; i < npan; i++)
+						bad_ref += panel_ref_diffs(what, kn, out + i * np * VF_PANEL,
+									   pts, d, panels + i * d * VF_PANEL,
+									   0, np, d);
 				} else {
 					kn->point_panels(pts, d, panels, np, out);
 					bad_ref += panel_ref_diffs(what, kn, out, pts, 0, panels,
@@ -641,10 +646,10 @@ static void check_panels(const vf_kernels *kn, const vf_kernels *ref, rng *r)
 				if (!ref)
 					continue;
 				if (mode == 0)
-					ref->panel_dots(pts, np, d, panels, out2);
+					ref->panel_dots(pts, np, d, panels, npan, out2);
 				else
 					ref->point_panels(pts, d, panels, np, out2);
-				size_t n = float_diffs(out, out2, np * VF_PANEL);
+				size_t n = float_diffs(out, out2, nout);
 				if (n && bad_bits++ < 5)
 					print_message("%s d %zu rows %zu: %zu values differ between %s and %s\n",
 						      what, d, np, n, kn->name, ref->name);
