@@ -167,14 +167,13 @@ int vf_put_row(vf_put_ctx *c, const vecfs_row *r)
 					(unsigned long long)c->cnt.next_key++);
 		key = kbuf;
 	}
-	rc = vf_keys_get(c->txn, s, key, klen, &id);
-	int fresh = rc == -ENOENT;
+	id = c->cnt.next_id;
+	rc = vf_keys_claim(c->txn, s, key, klen, &id);
+	int fresh = rc == 0;
 	if (fresh) {
-		id = c->cnt.next_id++;
+		c->cnt.next_id++;
 		c->cnt.live++;
-		if ((rc = vf_keys_put(c->txn, s, key, klen, id)))
-			return rc;
-	} else if (rc || (rc = vf_pidx_remove_record(c->txn, s, &c->pidx, id))) {
+	} else if (rc != -EEXIST || (rc = vf_pidx_remove_record(c->txn, s, &c->pidx, id))) {
 		return rc;
 	}
 	uint64_t seq = ++c->cnt.seq;

@@ -116,6 +116,18 @@ int vf_keys_put(vf_txn *txn, vf_store *s, const void *key, size_t keylen, uint64
 	return vf_put(txn, s->keys, key, keylen, &id, sizeof id, 0);
 }
 
+int vf_keys_claim(vf_txn *txn, vf_store *s, const void *key, size_t keylen, uint64_t *id)
+{
+	vf_val old;
+	int rc = vf_put_new(txn, s->keys, key, keylen, id, sizeof *id, &old);
+	if (rc != -EEXIST)
+		return rc;
+	if (old.len != sizeof *id)
+		return -EIO;
+	memcpy(id, old.data, sizeof *id);
+	return -EEXIST;
+}
+
 int vf_keys_del(vf_txn *txn, vf_store *s, const void *key, size_t keylen)
 {
 	return vf_del(txn, s->keys, key, keylen);

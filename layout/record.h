@@ -55,6 +55,9 @@ int vf_records_del(vf_txn *txn, vf_store *s, uint64_t id);
  * not an id); write it; delete it. */
 int vf_keys_get(vf_txn *txn, vf_store *s, const void *key, size_t keylen, uint64_t *id);
 int vf_keys_put(vf_txn *txn, vf_store *s, const void *key, size_t keylen, uint64_t id);
+/* Give key the id *id unless it has one: 0 when it was new, else -EEXIST
+ * and its id in *id. */
+int vf_keys_claim(vf_txn *txn, vf_store *s, const void *key, size_t keylen, uint64_t *id);
 int vf_keys_del(vf_txn *txn, vf_store *s, const void *key, size_t keylen);
 
 #endif

@@ -694,6 +694,19 @@ int vf_put(vf_txn *txn, vf_dbi dbi, const void *k, size_t kl, const void *d,
 	return layout_rc(mdb_put(txn, dbi, &key, &val, flags & VF_APPEND ? MDB_APPEND : 0));
 }
 
+int vf_put_new(vf_txn *txn, vf_dbi dbi, const void *k, size_t kl, const void *d, size_t dl,
+	       vf_val *old)
+{
+	MDB_val key = {kl, (void *)k}, val = {dl, (void *)d};
+	int rc = mdb_put(txn, dbi, &key, &val, MDB_NOOVERWRITE);
+	if (rc == MDB_KEYEXIST) {
+		old->len = val.mv_size;
+		old->data = val.mv_data;
+		return -EEXIST;
+	}
+	return layout_rc(rc);
+}
+
 int vf_del(vf_txn *txn, vf_dbi dbi, const void *k, size_t kl)
 {
 	MDB_val key = {kl, (void *)k};

@@ -145,6 +145,10 @@ int vf_get(vf_txn *txn, vf_dbi dbi, const void *k, size_t kl, vf_val *out);
 int vf_put(vf_txn *txn, vf_dbi dbi, const void *k, size_t kl, const void *d,
 	   size_t dl, unsigned flags);
 int vf_del(vf_txn *txn, vf_dbi dbi, const void *k, size_t kl);
+/* Write a key that is not there yet; -EEXIST when it is, with its value in
+ * *old (one search where a get then a put make two). */
+int vf_put_new(vf_txn *txn, vf_dbi dbi, const void *k, size_t kl, const void *d, size_t dl,
+	       vf_val *old);
 
 /* Walking a family in key order.  vf_cursor_get() moves the cursor and
  * returns its key and value (-ENOENT past the last key): VF_FIRST to the
