@@ -52,7 +52,9 @@ struct vf_sampler {
 	pthread_cond_t cv;
 	pthread_t thread;
 	int started, stop;
-	uint64_t rng;
+	int waiting;           /* the thread waits for samples (not pausing) */
+	uint64_t rng;          /* with mu held */
+	uint64_t ticket;       /* atomic: which served queries are sampled */
 	sample queue[QUEUE];
 	uint32_t nqueue;
 	float window[WINDOW];  /* recall of each sample, a ring */
@@ -62,12 +64,23 @@ struct vf_sampler {
 	int alerted;
 };
 
-static uint64_t next_rand(vf_sampler *s)
+static uint64_t mix(uint64_t z)
 {
-	uint64_t z = (s->rng += 0x9e3779b97f4a7c15ULL);
 	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
 	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
 	return z ^ (z >> 31);
+}
+
+/* Is the served query of this ticket left out (SAMPLE_EVERY - 1 in
+ * SAMPLE_EVERY are)? */
+static int sampled_not(uint64_t ticket)
+{
+	return mix(ticket * 0x9e3779b97f4a7c15ULL) % SAMPLE_EVERY != 0;
+}
+
+static uint64_t next_rand(vf_sampler *s)
+{
+	return mix(s->rng += 0x9e3779b97f4a7c15ULL);
 }
 
 static void sample_free(sample *e)
@@ -199,7 +212,9 @@ static void *sampler_run(void *arg)
 	pthread_mutex_lock(&s->mu);
 	while (!s->stop) {
 		if (s->nqueue == 0) {
+			s->waiting = 1;
 			pthread_cond_wait(&s->cv, &s->mu);
+			s->waiting = 0;
 			continue;
 		}
 		/* the queued samples of the current snapshot (the others are
@@ -267,6 +282,7 @@ int vf_sampler_init(vecfs *v)
 	pthread_mutex_init(&s->mu, NULL);
 	pthread_cond_init(&s->cv, NULL);
 	s->rng = (uint64_t)time(NULL) ^ (uint64_t)(uintptr_t)s;
+	s->ticket = s->rng;
 	v->sampler = s;
 	return 0;
 }
@@ -296,9 +312,17 @@ void vf_sampler_offer(vecfs *v, const float *queries, size_t nq, uint32_t dim,
 	vf_sampler *s = v->sampler;
 	if (!s || r->generation == 0 || r->explain.k > SAMPLE_K_MAX)
 		return;
+	/* which query vectors are sampled, decided without the lock: most
+	 * calls take none and return here, with no lock and no wake-up */
+	uint64_t t0 = __atomic_fetch_add(&s->ticket, nq, __ATOMIC_RELAXED);
+	size_t first = 0;
+	while (first < nq && sampled_not(t0 + first))
+		first++;
+	if (first == nq)
+		return;
 	pthread_mutex_lock(&s->mu);
-	for (size_t i = 0; i < nq && !s->stop; i++) {
-		if (next_rand(s) % SAMPLE_EVERY)
+	for (size_t i = first; i < nq && !s->stop; i++) {
+		if (sampled_not(t0 + i))
 			continue;
 		sample e = {vf_malloc(sizeof(float) * dim),
 			    vf_malloc(sizeof(float) * (r->count[i] ? r->count[i] : 1)), dim,
@@ -322,7 +346,10 @@ void vf_sampler_offer(vecfs *v, const float *queries, size_t nq, uint32_t dim,
 		if (vf_thread_start(&s->thread, sampler_run, v) == 0)
 			s->started = 1;
 	}
-	pthread_cond_signal(&s->cv);
+	/* a thread pausing between batches is not woken: it looks at the
+	 * queue when its pause ends */
+	if (s->waiting)
+		pthread_cond_signal(&s->cv);
 	pthread_mutex_unlock(&s->mu);
 }
 
