@@ -222,6 +222,51 @@ static void test_large_batch_into_generation(void **state)
 	free(y);
 }
 
+/* One key written again and again in one batch, each time next to where
+ * it was (so in the same cluster): each write kills the posting before it
+ * with a tombstone of the same key, and the last one written must win.  A
+ * search right at an earlier version finds the key once, at its newest
+ * vector, and never at a dead one. */
+static void test_same_key_again_in_one_batch(void **state)
+{
+	fixture *f = *state;
+	vecfs *v = fx_open(f, NULL);
+	char err[256] = "";
+	set_config(v, D, VECFS_L2);
+	float *x = rows_of(2000, 8);
+	put_range(v, x, 0, 2000, D, "k");
+	build(v, 1);
+	enum { VERSIONS = 5 };
+	float ver[VERSIONS][D];
+	vecfs_batch *b;
+	assert_int_equal(vecfs_batch_begin(v, D, &b), 0);
+	for (int j = 0; j < VERSIONS; j++) {
+		memcpy(ver[j], x + 7 * D, sizeof ver[j]);
+		ver[j][0] += 0.001f * (float)(j + 1);
+		vecfs_row row = {"k7", 2, ver[j], NULL, 0};
+		assert_int_equal(vecfs_batch_add(b, &row, 1, NULL, err, sizeof err), 0);
+	}
+	assert_int_equal(vecfs_batch_commit(b, err, sizeof err), 0);
+	assert_int_equal(stats(v).records, 2000);
+	vecfs_query_opts o = {.k = 8, .nprobe = 1000, .refine = 0, .exact = 0};
+	for (int j = 0; j <= VERSIONS; j++) {
+		const float *q = j < VERSIONS ? ver[j] : x + 7 * D;
+		vecfs_results *r = search_opts(v, q, 1, D, &o);
+		int seen = 0;
+		for (size_t h = 0; h < r->count[0]; h++)
+			if (!strcmp(r->hits[0][h].key, "k7")) {
+				seen++;
+				float want = (float)dist_ref(VECFS_L2, q, ver[VERSIONS - 1], D);
+				assert_true(fabsf(r->hits[0][h].distance - want) <= 1e-5f * (1 + want));
+			}
+		assert_int_equal(seen, 1);
+		vecfs_results_free(r);
+	}
+	char msg[512];
+	assert_int_equal(vecfs_verify(v, msg, sizeof msg), 0);
+	free(x);
+}
+
 /* Rows written together get their clusters and codes found on every CPU
  * before the transaction writes them; a row written alone is encoded by
  * the writer itself.  Both ways must give the same postings: two stores
@@ -320,6 +365,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_batch_with_active_generation, fx_setup,
 						fx_teardown),
 		cmocka_unit_test_setup_teardown(test_large_batch_into_generation, fx_setup,
+						fx_teardown),
+		cmocka_unit_test_setup_teardown(test_same_key_again_in_one_batch, fx_setup,
 						fx_teardown),
 		cmocka_unit_test_setup_teardown(test_rows_together_encode_alike, fx_setup,
 						fx_teardown),
