@@ -144,15 +144,23 @@ static void test_abort_and_bad_rows_leave_nothing(void **state)
 	free(x);
 }
 
+/* A store of rows k0..k1999 of `total` random rows (seed), with an active
+ * generation over them; *x holds all `total` rows. */
+static vecfs *built_store(fixture *f, size_t total, uint64_t seed, float **x)
+{
+	vecfs *v = fx_open(f, NULL);
+	set_config(v, D, VECFS_L2);
+	*x = rows_of(total, seed);
+	put_range(v, *x, 0, 2000, D, "k");
+	build(v, 1);
+	return v;
+}
+
 static void test_batch_with_active_generation(void **state)
 {
-	fixture *f = *state;
-	vecfs *v = fx_open(f, NULL);
 	char err[256] = "";
-	set_config(v, D, VECFS_L2);
-	float *x = rows_of(3000, 5);
-	put_range(v, x, 0, 2000, D, "k");
-	build(v, 1);
+	float *x;
+	vecfs *v = built_store(*state, 3000, 5, &x);
 	vecfs_batch *b;
 	assert_int_equal(vecfs_batch_begin(v, D, &b), 0);
 	add_rows(b, x + 2000 * D, 1000, "n");
@@ -229,13 +237,9 @@ static void test_large_batch_into_generation(void **state)
  * vector, and never at a dead one. */
 static void test_same_key_again_in_one_batch(void **state)
 {
-	fixture *f = *state;
-	vecfs *v = fx_open(f, NULL);
 	char err[256] = "";
-	set_config(v, D, VECFS_L2);
-	float *x = rows_of(2000, 8);
-	put_range(v, x, 0, 2000, D, "k");
-	build(v, 1);
+	float *x;
+	vecfs *v = built_store(*state, 2000, 8, &x);
 	enum { VERSIONS = 5 };
 	float ver[VERSIONS][D];
 	vecfs_batch *b;
