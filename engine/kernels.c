@@ -196,9 +196,41 @@ static void panel_min_scalar(const float *dots, size_t npts, const float *norms,
 		}
 }
 
+/* v if cond, else +0, without a branch (the signs of a query's residual
+ * are a coin toss each: a branch on them mispredicts half the time). */
+static inline float keep_if(int cond, float v)
+{
+	uint32_t b;
+	memcpy(&b, &v, sizeof b);
+	b &= -(uint32_t)(cond != 0);
+	memcpy(&v, &b, sizeof v);
+	return v;
+}
+
+void vf_groups4_scalar(const float *rq, const float *rc, uint32_t groups, float *qr,
+		       float *base, float *msum, float *maxrange)
+{
+	float ms[16] = {0}, m = 0;
+	for (uint32_t g = 0; g < groups; g++) {
+		float lo = 0, hi = 0;
+		for (int b = 0; b < 4; b++) {
+			float v = rq[4 * g + b] - rc[4 * g + b];
+			qr[4 * g + b] = v;
+			lo += keep_if(v < 0, v);
+			hi += keep_if(v > 0, v);
+		}
+		base[g] = -lo;
+		ms[g % 16] += lo;
+		if (hi - lo > m)
+			m = hi - lo;
+	}
+	*msum = vf_tree16(ms);
+	*maxrange = m;
+}
+
 const vf_kernels vf_kernels_scalar = {
 	"scalar", l2sq_scalar, dot_scalar, panel_dots_scalar, point_panels_scalar,
-	lut4_scalar, pass1_scalar, code_dot_scalar, levels_scan_scalar, rotate_rounds_scalar,
+	lut4_scalar, vf_groups4_scalar, pass1_scalar, code_dot_scalar, levels_scan_scalar, rotate_rounds_scalar,
 	panel_min_scalar,
 };
 

@@ -40,6 +40,15 @@ typedef struct vf_kernels {
 	 * 0, 255)). */
 	void (*lut4)(const float *qr, uint32_t groups, const float *base, float inv,
 		     uint8_t *out);
+	/* A cluster's query residual, by groups of 4 dimensions (groups a
+	 * multiple of 16): qr[i] = rq[i] - rc[i]; per group g, lo = 0 plus
+	 * min(qr[4g+b], 0) for b = 0..3 in order, hi the same of the maxima
+	 * (+0 for -0 and NaN, as v < 0 ? v : 0 and v > 0 ? v : 0 give);
+	 * base[g] = -lo; *msum = the lo of the groups with g % 16 == j added
+	 * in order into sum j, the 16 sums then added as vf_tree16 does;
+	 * *maxrange = the largest hi - lo, 0 at least. */
+	void (*groups4)(const float *rq, const float *rc, uint32_t groups, float *qr,
+			float *base, float *msum, float *maxrange);
 	/* First pass over one batch of 32 codes: 4-bit look-up sums into
 	 * estimates and bounds; returns the bit mask of slots whose lower
 	 * bound is not above p->thresh (NaN included; padding slots too when
@@ -73,6 +82,21 @@ typedef struct vf_kernels {
 	void (*panel_min)(const float *dots, size_t npts, const float *norms, uint32_t base,
 			  float *best, uint32_t *arg);
 } vf_kernels;
+
+/* t[0..16) added pairwise: ((t0 + t1) + (t2 + t3)) + ... up the tree. */
+static inline float vf_tree16(const float *t)
+{
+	float a[8], b[4];
+	for (int i = 0; i < 8; i++)
+		a[i] = t[2 * i] + t[2 * i + 1];
+	for (int i = 0; i < 4; i++)
+		b[i] = a[2 * i] + a[2 * i + 1];
+	return (b[0] + b[1]) + (b[2] + b[3]);
+}
+
+/* The scalar groups4, which the AVX2 table uses too. */
+void vf_groups4_scalar(const float *rq, const float *rc, uint32_t groups, float *qr,
+		       float *base, float *msum, float *maxrange);
 
 extern const vf_kernels vf_kernels_scalar;
 #if defined(__x86_64__)

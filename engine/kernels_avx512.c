@@ -262,6 +262,47 @@ static void lut4_avx512(const float *qr, uint32_t groups, const float *base, flo
 	}
 }
 
+/* Sixteen groups a step: the 64 residuals, then the 16 values of each
+ * position b of the groups gathered into one vector (two two-source
+ * permutes and a lane shuffle), so lo and hi add in the scalar's order. */
+static void groups4_avx512(const float *rq, const float *rc, uint32_t groups, float *qr,
+			   float *base, float *msum, float *maxrange)
+{
+	const __m512 zero = _mm512_setzero_ps(), sign = _mm512_set1_ps(-0.0f);
+	__m512i idx[4];
+	for (int b = 0; b < 4; b++) /* lane j < 8: element 4j+b of a|b */
+		idx[b] = _mm512_setr_epi32(b, 4 + b, 8 + b, 12 + b, 16 + b, 20 + b, 24 + b, 28 + b,
+					   b, 4 + b, 8 + b, 12 + b, 16 + b, 20 + b, 24 + b, 28 + b);
+	__m512 ms = zero, mr = zero;
+	for (uint32_t g = 0; g < groups; g += 16) {
+		__m512 v[4];
+		for (int k = 0; k < 4; k++) {
+			v[k] = _mm512_sub_ps(_mm512_loadu_ps(rq + 4 * g + 16 * k),
+					     _mm512_loadu_ps(rc + 4 * g + 16 * k));
+			_mm512_storeu_ps(qr + 4 * g + 16 * k, v[k]);
+		}
+		__m512 lo = zero, hi = zero;
+		for (int b = 0; b < 4; b++) {
+			__m512 x = _mm512_shuffle_f32x4(_mm512_permutex2var_ps(v[0], idx[b], v[1]),
+							_mm512_permutex2var_ps(v[2], idx[b], v[3]), 0x44);
+			/* min/max give their second operand for -0 and NaN: +0 */
+			lo = _mm512_add_ps(lo, _mm512_min_ps(x, zero));
+			hi = _mm512_add_ps(hi, _mm512_max_ps(x, zero));
+		}
+		_mm512_storeu_ps(base + g, _mm512_xor_ps(lo, sign));
+		ms = _mm512_add_ps(ms, lo);
+		mr = _mm512_max_ps(_mm512_sub_ps(hi, lo), mr);
+	}
+	float t[16], r[16], m = 0;
+	_mm512_storeu_ps(t, ms);
+	_mm512_storeu_ps(r, mr);
+	for (int j = 0; j < 16; j++)
+		if (r[j] > m)
+			m = r[j];
+	*msum = vf_tree16(t);
+	*maxrange = m;
+}
+
 /* The codes u_i of `nb` * 8 dimensions (nb 8 or 4) from byte `off` of each
  * plane, one byte lane each: each plane's bits are a mask over the lanes,
  * adding the plane's weight where the bit is. */
@@ -379,6 +420,6 @@ static void panel_min_avx512(const float *dots, size_t npts, const float *norms,
 
 const vf_kernels vf_kernels_avx512 = {
 	"avx512", l2sq_avx512, dot_avx512, panel_dots_avx512, point_panels_avx512,
-	lut4_avx512, pass1_avx512, code_dot_avx512, vf_levels_scan_avx2, rotate_rounds_avx512,
+	lut4_avx512, groups4_avx512, pass1_avx512, code_dot_avx512, vf_levels_scan_avx2, rotate_rounds_avx512,
 	panel_min_avx512,
 };

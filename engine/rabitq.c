@@ -190,28 +190,15 @@ void vf_cstate_free(vf_cstate *c)
 void vf_cstate_set(vf_cstate *c, const vf_qstate *q, const float *rc, float rc_sum,
 		   float qc, float nq)
 {
-	uint32_t n = q->pdim, groups = n / 4;
-	float maxrange = 0, msum = 0;
+	uint32_t groups = q->pdim / 4;
+	float maxrange, msum;
 	float *qr = c->qr, *base = c->base;
-	for (uint32_t i = 0; i < n; i++)
-		qr[i] = q->rq[i] - rc[i];
 	c->qr_sum = q->rq_sum - rc_sum;
 	/* each group's entries are offset by its most negative subset sum, so
 	 * all are >= 0; one quantization step fits the widest group in 255 */
-	for (uint32_t g = 0; g < groups; g++) {
-		float lo = 0, hi = 0;
-		for (int b = 0; b < 4; b++) {
-			float v = qr[4 * g + b];
-			lo += v < 0 ? v : 0;
-			hi += v > 0 ? v : 0;
-		}
-		base[g] = -lo;
-		msum += lo;
-		if (hi - lo > maxrange)
-			maxrange = hi - lo;
-	}
+	q->kn->groups4(q->rq, rc, groups, qr, base, &msum, &maxrange);
 	float delta = maxrange > 0 ? maxrange / 255.0f : 1.0f;
-	vf_kernels_get()->lut4(qr, groups, base, 1.0f / delta, c->lut);
+	q->kn->lut4(qr, groups, base, 1.0f / delta, c->lut);
 	/* S1 = sum_g lutf[g][code] ~= delta * acc + msum; rounding error at
 	 * most delta/2 per group (plus a little float slack). */
 	c->p1.a = delta;

@@ -777,6 +777,66 @@ static void check_pass1(const vf_kernels *kn, const vf_kernels *ref, rng *r)
 
 /* lut4: entry e of group g = trunc(clamp((base[g] + the qr of e's
  * dimensions) * inv + 0.5, 0, 255)). */
+/* groups4 against a plain reference (the sums as its contract orders
+ * them), with zeros of both signs among the residuals, and bit for bit
+ * against `ref`. */
+static void check_groups4(const vf_kernels *kn, const vf_kernels *ref, rng *r)
+{
+	static const uint32_t gs[] = { 16, 32, 48, 256 };
+	size_t bad = 0;
+	for (size_t gi = 0; gi < sizeof gs / sizeof *gs; gi++) {
+		uint32_t groups = gs[gi], n = groups * 4;
+		float *rq = gauss_vec(r, n, 1.0), *rc = gauss_vec(r, n, 1.0);
+		float *qr = malloc(n * sizeof(float)), *qr2 = malloc(n * sizeof(float));
+		float *base = malloc(groups * sizeof(float)), *base2 = malloc(groups * sizeof(float));
+		assert_true(qr && qr2 && base && base2);
+		for (uint32_t i = 0; i < n; i += 7) /* residuals +0 ... */
+			rc[i] = rq[i];
+		for (uint32_t i = 3; i < n; i += 11) { /* ... and -0 */
+			rq[i] = -0.0f;
+			rc[i] = 0.0f;
+		}
+		float msum, mr, msum2, mr2;
+		kn->groups4(rq, rc, groups, qr, base, &msum, &mr);
+		/* the reference */
+		float t[16] = {0}, want_mr = 0;
+		for (uint32_t g = 0; g < groups; g++) {
+			float lo = 0, hi = 0;
+			for (int b = 0; b < 4; b++) {
+				float v = rq[4 * g + b] - rc[4 * g + b];
+				if (memcmp(&v, &qr[4 * g + b], 4) && bad++ < 5)
+					print_message("%s groups4 qr[%u]\n", kn->name, 4 * g + b);
+				lo += v < 0 ? v : 0;
+				hi += v > 0 ? v : 0;
+			}
+			float nb = -lo;
+			if (memcmp(&nb, &base[g], 4) && bad++ < 5)
+				print_message("%s groups4 base[%u] %g, want %g\n", kn->name, g, base[g], nb);
+			t[g % 16] += lo;
+			if (hi - lo > want_mr)
+				want_mr = hi - lo;
+		}
+		float want_ms = vf_tree16(t);
+		if ((memcmp(&want_ms, &msum, 4) || memcmp(&want_mr, &mr, 4)) && bad++ < 5)
+			print_message("%s groups4 %u: msum %.9g maxrange %.9g, want %.9g %.9g\n",
+				      kn->name, groups, msum, mr, want_ms, want_mr);
+		if (ref) {
+			ref->groups4(rq, rc, groups, qr2, base2, &msum2, &mr2);
+			if ((memcmp(qr, qr2, n * 4) || memcmp(base, base2, groups * 4) ||
+			     memcmp(&msum, &msum2, 4) || memcmp(&mr, &mr2, 4)) && bad++ < 5)
+				print_message("%s groups4 %u differs from %s\n", kn->name, groups,
+					      ref->name);
+		}
+		free(rq);
+		free(rc);
+		free(qr);
+		free(qr2);
+		free(base);
+		free(base2);
+	}
+	assert_int_equal(bad, 0);
+}
+
 static void check_lut4(const vf_kernels *kn, const vf_kernels *ref, rng *r)
 {
 	static const uint32_t gs[] = { 1, 2, 16, 256 };
@@ -1044,6 +1104,7 @@ static void test_kernels_agree(void **state)
 		check_panels(kn, ref, &r);
 		check_pass1(kn, ref, &r);
 		check_lut4(kn, ref, &r);
+		check_groups4(kn, ref, &r);
 		check_code_dot(kn, ref, &r);
 		check_levels_scan(kn, ref, &r);
 		check_rotate(kn, ref, &r);
