@@ -144,8 +144,33 @@ static void point_panels_avx2(const float *x, size_t d, const float *panels,
 		_mm256_storeu_ps(o + 48, a3);
 		_mm256_storeu_ps(o + 56, b3);
 	}
-	for (; i < npanels; i++)
-		panel_dots1_avx2(x, 1, d, panels + i * ps, out + i * VF_PANEL);
+	if (i < npanels) {
+		/* the last 1-3 panels side by side too (one after another, each
+		 * would be two chains of d dependent FMAs): the missing ones
+		 * repeat the last, and their sums are not stored */
+		size_t m = npanels - i;
+		const float *p0 = panels + i * ps, *p1 = p0 + (m > 1 ? ps : 0),
+			    *p2 = p0 + (m > 2 ? 2 : m - 1) * ps, *p3 = p0 + (m - 1) * ps;
+		__m256 a0 = _mm256_setzero_ps(), b0 = a0, a1 = a0, b1 = a0, a2 = a0,
+		       b2 = a0, a3 = a0, b3 = a0;
+		for (size_t k = 0; k < d; k++) {
+			__m256 v = _mm256_broadcast_ss(x + k);
+			size_t o = k * VF_PANEL;
+			a0 = _mm256_fmadd_ps(v, _mm256_loadu_ps(p0 + o), a0);
+			b0 = _mm256_fmadd_ps(v, _mm256_loadu_ps(p0 + o + 8), b0);
+			a1 = _mm256_fmadd_ps(v, _mm256_loadu_ps(p1 + o), a1);
+			b1 = _mm256_fmadd_ps(v, _mm256_loadu_ps(p1 + o + 8), b1);
+			a2 = _mm256_fmadd_ps(v, _mm256_loadu_ps(p2 + o), a2);
+			b2 = _mm256_fmadd_ps(v, _mm256_loadu_ps(p2 + o + 8), b2);
+			a3 = _mm256_fmadd_ps(v, _mm256_loadu_ps(p3 + o), a3);
+			b3 = _mm256_fmadd_ps(v, _mm256_loadu_ps(p3 + o + 8), b3);
+		}
+		const __m256 a[4] = {a0, a1, a2, a3}, b[4] = {b0, b1, b2, b3};
+		for (size_t j = 0; j < m; j++) {
+			_mm256_storeu_ps(out + (i + j) * VF_PANEL, a[j]);
+			_mm256_storeu_ps(out + (i + j) * VF_PANEL + 8, b[j]);
+		}
+	}
 }
 
 static void panel_dots_avx2(const float *pts, size_t npts, size_t d,

@@ -129,8 +129,33 @@ static void point_panels_avx512(const float *x, size_t d, const float *panels,
 		_mm512_storeu_ps(o + 96, a6);
 		_mm512_storeu_ps(o + 112, a7);
 	}
-	for (; i < npanels; i++)
-		panel_dots1_avx512(x, 1, d, panels + i * ps, out + i * VF_PANEL);
+	if (i < npanels) {
+		/* the last 1-7 panels side by side too (one after another, each
+		 * would be one chain of d dependent FMAs): the missing ones
+		 * repeat the last, and their sums are not stored */
+		size_t m = npanels - i;
+#define PANEL_AT(j) (panels + (i + ((j) < m ? (j) : m - 1)) * ps)
+		const float *p0 = PANEL_AT(0), *p1 = PANEL_AT(1), *p2 = PANEL_AT(2),
+			    *p3 = PANEL_AT(3), *p4 = PANEL_AT(4), *p5 = PANEL_AT(5),
+			    *p6 = PANEL_AT(6), *p7 = PANEL_AT(7);
+#undef PANEL_AT
+		__m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0,
+		       a6 = a0, a7 = a0;
+		for (size_t k = 0, o = 0; k < d; k++, o += VF_PANEL) {
+			__m512 v = _mm512_set1_ps(x[k]);
+			a0 = _mm512_fmadd_ps(v, _mm512_loadu_ps(p0 + o), a0);
+			a1 = _mm512_fmadd_ps(v, _mm512_loadu_ps(p1 + o), a1);
+			a2 = _mm512_fmadd_ps(v, _mm512_loadu_ps(p2 + o), a2);
+			a3 = _mm512_fmadd_ps(v, _mm512_loadu_ps(p3 + o), a3);
+			a4 = _mm512_fmadd_ps(v, _mm512_loadu_ps(p4 + o), a4);
+			a5 = _mm512_fmadd_ps(v, _mm512_loadu_ps(p5 + o), a5);
+			a6 = _mm512_fmadd_ps(v, _mm512_loadu_ps(p6 + o), a6);
+			a7 = _mm512_fmadd_ps(v, _mm512_loadu_ps(p7 + o), a7);
+		}
+		const __m512 a[8] = {a0, a1, a2, a3, a4, a5, a6, a7};
+		for (size_t j = 0; j < m; j++)
+			_mm512_storeu_ps(out + (i + j) * VF_PANEL, a[j]);
+	}
 }
 
 #define FMA4(a, v, c0, c1, c2, c3)                  \
