@@ -113,43 +113,17 @@ static void panel_dots1_avx2(const float *pts, size_t npts, size_t d,
 	}
 }
 
-/* One point against 4 panels (64 centroids) per step. */
+/* One point against 4 panels (64 centroids) per step; in the last step,
+ * 1-3 panels side by side too (one after another, each would be two
+ * chains of d dependent FMAs): the missing ones repeat the last, and their
+ * sums are not stored. */
 static void point_panels_avx2(const float *x, size_t d, const float *panels,
 			      size_t npanels, float *out)
 {
-	size_t i = 0, ps = d * VF_PANEL;
-	for (; i + 4 <= npanels; i += 4) {
-		const float *p0 = panels + i * ps, *p1 = p0 + ps, *p2 = p1 + ps, *p3 = p2 + ps;
-		__m256 a0 = _mm256_setzero_ps(), b0 = a0, a1 = a0, b1 = a0, a2 = a0,
-		       b2 = a0, a3 = a0, b3 = a0;
-		for (size_t k = 0; k < d; k++) {
-			__m256 v = _mm256_broadcast_ss(x + k);
-			size_t o = k * VF_PANEL;
-			a0 = _mm256_fmadd_ps(v, _mm256_loadu_ps(p0 + o), a0);
-			b0 = _mm256_fmadd_ps(v, _mm256_loadu_ps(p0 + o + 8), b0);
-			a1 = _mm256_fmadd_ps(v, _mm256_loadu_ps(p1 + o), a1);
-			b1 = _mm256_fmadd_ps(v, _mm256_loadu_ps(p1 + o + 8), b1);
-			a2 = _mm256_fmadd_ps(v, _mm256_loadu_ps(p2 + o), a2);
-			b2 = _mm256_fmadd_ps(v, _mm256_loadu_ps(p2 + o + 8), b2);
-			a3 = _mm256_fmadd_ps(v, _mm256_loadu_ps(p3 + o), a3);
-			b3 = _mm256_fmadd_ps(v, _mm256_loadu_ps(p3 + o + 8), b3);
-		}
-		float *o = out + i * VF_PANEL;
-		_mm256_storeu_ps(o, a0);
-		_mm256_storeu_ps(o + 8, b0);
-		_mm256_storeu_ps(o + 16, a1);
-		_mm256_storeu_ps(o + 24, b1);
-		_mm256_storeu_ps(o + 32, a2);
-		_mm256_storeu_ps(o + 40, b2);
-		_mm256_storeu_ps(o + 48, a3);
-		_mm256_storeu_ps(o + 56, b3);
-	}
-	if (i < npanels) {
-		/* the last 1-3 panels side by side too (one after another, each
-		 * would be two chains of d dependent FMAs): the missing ones
-		 * repeat the last, and their sums are not stored */
-		size_t m = npanels - i;
-		const float *p0 = panels + i * ps, *p1 = p0 + (m > 1 ? ps : 0),
+	size_t ps = d * VF_PANEL;
+	for (size_t i = 0; i < npanels; i += 4) {
+		size_t m = npanels - i < 4 ? npanels - i : 4;
+		const float *p0 = panels + i * ps, *p1 = p0 + (m > 1 ? 1 : 0) * ps,
 			    *p2 = p0 + (m > 2 ? 2 : m - 1) * ps, *p3 = p0 + (m - 1) * ps;
 		__m256 a0 = _mm256_setzero_ps(), b0 = a0, a1 = a0, b1 = a0, a2 = a0,
 		       b2 = a0, a3 = a0, b3 = a0;

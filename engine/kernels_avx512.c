@@ -99,46 +99,21 @@ static void panel_dots1_avx512(const float *pts, size_t npts, size_t d,
 	}
 }
 
-/* One point against 8 panels (128 centroids) per step. */
+/* One point against 8 panels (128 centroids) per step; in the last step,
+ * 1-7 panels side by side too (one after another, each would be one chain
+ * of d dependent FMAs): the missing ones repeat the last, and their sums
+ * are not stored. */
 static void point_panels_avx512(const float *x, size_t d, const float *panels,
 				size_t npanels, float *out)
 {
-	size_t i = 0, ps = d * VF_PANEL;
-	for (; i + 8 <= npanels; i += 8) {
-		const float *c = panels + i * ps;
-		__m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0,
-		       a6 = a0, a7 = a0;
-		for (size_t k = 0; k < d; k++, c += VF_PANEL) {
-			__m512 v = _mm512_set1_ps(x[k]);
-			a0 = _mm512_fmadd_ps(v, _mm512_loadu_ps(c), a0);
-			a1 = _mm512_fmadd_ps(v, _mm512_loadu_ps(c + ps), a1);
-			a2 = _mm512_fmadd_ps(v, _mm512_loadu_ps(c + 2 * ps), a2);
-			a3 = _mm512_fmadd_ps(v, _mm512_loadu_ps(c + 3 * ps), a3);
-			a4 = _mm512_fmadd_ps(v, _mm512_loadu_ps(c + 4 * ps), a4);
-			a5 = _mm512_fmadd_ps(v, _mm512_loadu_ps(c + 5 * ps), a5);
-			a6 = _mm512_fmadd_ps(v, _mm512_loadu_ps(c + 6 * ps), a6);
-			a7 = _mm512_fmadd_ps(v, _mm512_loadu_ps(c + 7 * ps), a7);
-		}
-		float *o = out + i * VF_PANEL;
-		_mm512_storeu_ps(o, a0);
-		_mm512_storeu_ps(o + 16, a1);
-		_mm512_storeu_ps(o + 32, a2);
-		_mm512_storeu_ps(o + 48, a3);
-		_mm512_storeu_ps(o + 64, a4);
-		_mm512_storeu_ps(o + 80, a5);
-		_mm512_storeu_ps(o + 96, a6);
-		_mm512_storeu_ps(o + 112, a7);
-	}
-	if (i < npanels) {
-		/* the last 1-7 panels side by side too (one after another, each
-		 * would be one chain of d dependent FMAs): the missing ones
-		 * repeat the last, and their sums are not stored */
-		size_t m = npanels - i;
-#define PANEL_AT(j) (panels + (i + ((j) < m ? (j) : m - 1)) * ps)
-		const float *p0 = PANEL_AT(0), *p1 = PANEL_AT(1), *p2 = PANEL_AT(2),
-			    *p3 = PANEL_AT(3), *p4 = PANEL_AT(4), *p5 = PANEL_AT(5),
-			    *p6 = PANEL_AT(6), *p7 = PANEL_AT(7);
-#undef PANEL_AT
+	size_t ps = d * VF_PANEL;
+	for (size_t i = 0; i < npanels; i += 8) {
+		size_t m = npanels - i < 8 ? npanels - i : 8;
+		const float *p[8];
+		for (size_t j = 0; j < 8; j++)
+			p[j] = panels + (i + (j < m ? j : m - 1)) * ps;
+		const float *p0 = p[0], *p1 = p[1], *p2 = p[2], *p3 = p[3], *p4 = p[4],
+			    *p5 = p[5], *p6 = p[6], *p7 = p[7];
 		__m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0,
 		       a6 = a0, a7 = a0;
 		for (size_t k = 0, o = 0; k < d; k++, o += VF_PANEL) {
