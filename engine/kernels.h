@@ -49,6 +49,9 @@ typedef struct vf_kernels {
 	 * *maxrange = the largest hi - lo, 0 at least. */
 	void (*groups4)(const float *rq, const float *rc, uint32_t groups, float *qr,
 			float *base, float *msum, float *maxrange);
+	/* A survivor's sign plane out of its batch, as layout's
+	 * vf_sign_gather() (block.h) writes it. */
+	void (*sign_gather)(const uint8_t *batch, uint32_t groups, uint32_t j, uint8_t *out);
 	/* First pass over one batch of 32 codes: 4-bit look-up sums into
 	 * estimates and bounds; returns the bit mask of slots whose lower
 	 * bound is not above p->thresh (NaN included; padding slots too when

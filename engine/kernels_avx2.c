@@ -3,6 +3,7 @@
  * Lane structure and operation order match kernels.c exactly.
  */
 #include "kernels.h"
+#include "block.h"
 
 #include <immintrin.h>
 #include <string.h>
@@ -364,6 +365,6 @@ static void panel_min_avx2(const float *dots, size_t npts, const float *norms,
 
 const vf_kernels vf_kernels_avx2 = {
 	"avx2", l2sq_avx2, dot_avx2, panel_dots_avx2, point_panels_avx2, lut4_avx2,
-	vf_groups4_scalar,
+	vf_groups4_scalar, vf_sign_gather,
 	pass1_avx2, code_dot_avx2, vf_levels_scan_avx2, rotate_rounds_avx2, panel_min_avx2,
 };

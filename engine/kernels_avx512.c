@@ -303,6 +303,34 @@ static void groups4_avx512(const float *rq, const float *rc, uint32_t groups, fl
 	*maxrange = m;
 }
 
+/* Sixteen groups a step: each 128-bit lane of a load is one group's row,
+ * whose byte j%16 a shuffle spreads over the lane; four loads blended give
+ * lane k the bytes of groups k, k+4, k+8, k+12 a dword each, which the
+ * narrowing to bytes and a transposing shuffle put in group order; then
+ * the nibbles, two a byte. */
+static void sign_gather_avx512(const uint8_t *batch, uint32_t groups, uint32_t j, uint8_t *out)
+{
+	const __m512i idx = _mm512_set1_epi8((char)(j & 15));
+	const __m128i order = _mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+	const __m128i low = _mm_set1_epi8(0x0F), pair = _mm_set1_epi16(0x1001);
+	int sh = j >= 16 ? 4 : 0;
+	for (uint32_t g = 0; g < groups; g += 16) {
+		const uint8_t *p = batch + (size_t)g * 16;
+		__m512i r = _mm512_shuffle_epi8(_mm512_loadu_si512(p), idx);
+		r = _mm512_mask_blend_epi8(0x00F000F000F000F0ULL, r,
+					   _mm512_shuffle_epi8(_mm512_loadu_si512(p + 64), idx));
+		r = _mm512_mask_blend_epi8(0x0F000F000F000F00ULL, r,
+					   _mm512_shuffle_epi8(_mm512_loadu_si512(p + 128), idx));
+		r = _mm512_mask_blend_epi8(0xF000F000F000F000ULL, r,
+					   _mm512_shuffle_epi8(_mm512_loadu_si512(p + 192), idx));
+		__m128i x = _mm_shuffle_epi8(_mm512_cvtepi32_epi8(r), order);
+		x = _mm_and_si128(_mm_srli_epi16(x, sh), low);
+		/* byte 2i + 16 * byte 2i+1 */
+		__m128i y = _mm_packus_epi16(_mm_maddubs_epi16(x, pair), _mm_setzero_si128());
+		_mm_storel_epi64((__m128i *)(void *)(out + g / 2), y);
+	}
+}
+
 /* The codes u_i of `nb` * 8 dimensions (nb 8 or 4) from byte `off` of each
  * plane, one byte lane each: each plane's bits are a mask over the lanes,
  * adding the plane's weight where the bit is. */
@@ -420,6 +448,6 @@ static void panel_min_avx512(const float *dots, size_t npts, const float *norms,
 
 const vf_kernels vf_kernels_avx512 = {
 	"avx512", l2sq_avx512, dot_avx512, panel_dots_avx512, point_panels_avx512,
-	lut4_avx512, groups4_avx512, pass1_avx512, code_dot_avx512, vf_levels_scan_avx2, rotate_rounds_avx512,
+	lut4_avx512, groups4_avx512, sign_gather_avx512, pass1_avx512, code_dot_avx512, vf_levels_scan_avx2, rotate_rounds_avx512,
 	panel_min_avx512,
 };

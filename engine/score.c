@@ -101,7 +101,7 @@ static int pass2_block(search *s, query *q, const vf_block *b, uint32_t k0, uint
 		}
 		const uint8_t *f2 = vf_block_f2_at(b, i);
 		float est, bound;
-		vf_block_planes(b, i, s->planes);
+		vf_block_planes_with(b, i, s->planes, s->kn->sign_gather);
 		vf_pass2(&q->qs, &q->cs, s->planes, vf_block_f1(b, 0, i),
 			 vf_ldf(f2, 0), vf_ldf(f2, 1), vf_ldf(f2, 2), &est, &bound);
 		if (!pass2_keeps(q, est, bound))

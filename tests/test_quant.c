@@ -837,6 +837,32 @@ static void check_groups4(const vf_kernels *kn, const vf_kernels *ref, rng *r)
 	assert_int_equal(bad, 0);
 }
 
+/* sign_gather against layout's vf_sign_gather for every slot of batches
+ * of random bytes. */
+static void check_sign_gather(const vf_kernels *kn, rng *r)
+{
+	static const uint32_t gs[] = { 16, 32, 48, 256 };
+	size_t bad = 0;
+	for (size_t gi = 0; gi < sizeof gs / sizeof *gs; gi++) {
+		uint32_t groups = gs[gi];
+		uint8_t *batch = malloc((size_t)groups * 16), out[128], want[128];
+		assert_non_null(batch);
+		for (size_t i = 0; i < (size_t)groups * 16; i++)
+			batch[i] = (uint8_t)rng_next(r);
+		for (uint32_t j = 0; j < 32; j++) {
+			memset(out, 0xAA, sizeof out);
+			memset(want, 0xAA, sizeof want);
+			kn->sign_gather(batch, groups, j, out);
+			vf_sign_gather(batch, groups, j, want);
+			if (memcmp(out, want, sizeof out) && bad++ < 5)
+				print_message("%s sign_gather groups %u slot %u differs\n", kn->name,
+					      groups, j);
+		}
+		free(batch);
+	}
+	assert_int_equal(bad, 0);
+}
+
 static void check_lut4(const vf_kernels *kn, const vf_kernels *ref, rng *r)
 {
 	static const uint32_t gs[] = { 1, 2, 16, 256 };
@@ -1105,6 +1131,7 @@ static void test_kernels_agree(void **state)
 		check_pass1(kn, ref, &r);
 		check_lut4(kn, ref, &r);
 		check_groups4(kn, ref, &r);
+		check_sign_gather(kn, &r);
 		check_code_dot(kn, ref, &r);
 		check_levels_scan(kn, ref, &r);
 		check_rotate(kn, ref, &r);
