@@ -154,6 +154,91 @@ static int cmp_probe(const void *a, const void *b)
 	return x->cluster < y->cluster ? -1 : x->cluster > y->cluster;
 }
 
+uint32_t vf_best_sorted(const float *score, uint32_t nl, uint32_t np, float *pd,
+			uint32_t *pc)
+{
+	uint32_t n = 0;
+	for (uint32_t c = 0; c < nl; c++) {
+		float sc = score[c];
+		uint32_t i;
+		if (n < np)
+			i = n++;
+		else if (sc < pd[n - 1])
+			i = n - 1;
+		else
+			continue;
+		for (; i > 0 && pd[i - 1] > sc; i--) {
+			pd[i] = pd[i - 1];
+			pc[i] = pc[i - 1];
+		}
+		pd[i] = sc;
+		pc[i] = c;
+	}
+	return n;
+}
+
+uint32_t vf_best_heap(const float *score, uint32_t nl, uint32_t np, float *pd, uint32_t *pc)
+{
+	uint32_t n = 0;
+	for (uint32_t c = 0; c < nl; c++) {
+		float sc = score[c];
+		if (n < np) {
+			uint32_t i = n++;
+			while (i > 0 && pd[(i - 1) / 2] < sc) {
+				pd[i] = pd[(i - 1) / 2];
+				pc[i] = pc[(i - 1) / 2];
+				i = (i - 1) / 2;
+			}
+			pd[i] = sc;
+			pc[i] = c;
+		} else if (sc < pd[0]) {
+			uint32_t i = 0;
+			for (;;) {
+				uint32_t l = 2 * i + 1, m = i;
+				float mv = sc;
+				if (l < n && pd[l] > mv)
+					m = l, mv = pd[l];
+				if (l + 1 < n && pd[l + 1] > mv)
+					m = l + 1;
+				if (m == i)
+					break;
+				pd[i] = pd[m];
+				pc[i] = pc[m];
+				i = m;
+			}
+			pd[i] = sc;
+			pc[i] = c;
+		}
+	}
+	/* heap-sort ascending (below) */
+	for (uint32_t e = n; e > 1; e--) {
+		float td = pd[0];
+		uint32_t tc = pc[0];
+		pd[0] = pd[e - 1];
+		pc[0] = pc[e - 1];
+		pd[e - 1] = td;
+		pc[e - 1] = tc;
+		uint32_t i = 0, m2 = e - 1;
+		for (;;) {
+			uint32_t l = 2 * i + 1, m = i;
+			if (l < m2 && pd[l] > pd[m])
+				m = l;
+			if (l + 1 < m2 && pd[l + 1] > pd[m])
+				m = l + 1;
+			if (m == i)
+				break;
+			float fd = pd[i];
+			uint32_t fc = pc[i];
+			pd[i] = pd[m];
+			pc[i] = pc[m];
+			pd[m] = fd;
+			pc[m] = fc;
+			i = m;
+		}
+	}
+	return n;
+}
+
 /* nprobe nearest centroids of q, nearest first. */
 static int probe(search *s, query *q, float *dots, uint32_t list)
 {
@@ -164,64 +249,10 @@ static int probe(search *s, query *q, float *dots, uint32_t list)
 	if (list)
 		np = list < nl ? list : nl;
 	vf_cindex_dots(&g->ci, q->q, dots);
-	/* max-heap of the np best (score, cluster) */
-	uint32_t n = 0;
-	for (uint32_t c = 0; c < nl; c++) {
-		float sc = s->metric == VECFS_DOT ? -dots[c] : g->ci.norms[c] - 2 * dots[c];
-		if (n < np) {
-			uint32_t i = n++;
-			while (i > 0 && q->pdist[(i - 1) / 2] < sc) {
-				q->pdist[i] = q->pdist[(i - 1) / 2];
-				q->probe[i] = q->probe[(i - 1) / 2];
-				i = (i - 1) / 2;
-			}
-			q->pdist[i] = sc;
-			q->probe[i] = c;
-		} else if (sc < q->pdist[0]) {
-			uint32_t i = 0;
-			for (;;) {
-				uint32_t l = 2 * i + 1, m = i;
-				float mv = sc;
-				if (l < n && q->pdist[l] > mv)
-					m = l, mv = q->pdist[l];
-				if (l + 1 < n && q->pdist[l + 1] > mv)
-					m = l + 1;
-				if (m == i)
-					break;
-				q->pdist[i] = q->pdist[m];
-				q->probe[i] = q->probe[m];
-				i = m;
-			}
-			q->pdist[i] = sc;
-			q->probe[i] = c;
-		}
-	}
-	/* heap-sort ascending (below) */
-	for (uint32_t e = n; e > 1; e--) {
-		float td = q->pdist[0];
-		uint32_t tc = q->probe[0];
-		q->pdist[0] = q->pdist[e - 1];
-		q->probe[0] = q->probe[e - 1];
-		q->pdist[e - 1] = td;
-		q->probe[e - 1] = tc;
-		uint32_t i = 0, m2 = e - 1;
-		for (;;) {
-			uint32_t l = 2 * i + 1, m = i;
-			if (l < m2 && q->pdist[l] > q->pdist[m])
-				m = l;
-			if (l + 1 < m2 && q->pdist[l + 1] > q->pdist[m])
-				m = l + 1;
-			if (m == i)
-				break;
-			float fd = q->pdist[i];
-			uint32_t fc = q->probe[i];
-			q->pdist[i] = q->pdist[m];
-			q->probe[i] = q->probe[m];
-			q->pdist[m] = fd;
-			q->probe[m] = fc;
-			i = m;
-		}
-	}
+	for (uint32_t c = 0; c < nl; c++) /* scores, in place */
+		dots[c] = s->metric == VECFS_DOT ? -dots[c] : g->ci.norms[c] - 2 * dots[c];
+	uint32_t n = np <= VF_BEST_SORTED_MAX ? vf_best_sorted(dots, nl, np, q->pdist, q->probe)
+					      : vf_best_heap(dots, nl, np, q->pdist, q->probe);
 	/* with a recall target: the nearest, then those within tau * scale
 	 * of it (calibrate.h) */
 	q->listed = n;

@@ -39,6 +39,19 @@ static inline int hheap_admits(const hheap *h, float d)
 	return h->n < h->k || d < KEY_DIST(h->v[0]);
 }
 
+/* ------------------------------------------------------------ probing */
+
+/* The np smallest of score[0..nl) with their indexes, ascending, into
+ * pd[] and pc[]; returns how many (min(np, nl)).  Up to
+ * VF_BEST_SORTED_MAX: kept sorted by insertion, a score that makes the list
+ * moving the worse ones up by one (fewer unpredictable branches than a
+ * heap, and no sort after); more: a max-heap, then a heap sort.  probe()
+ * uses the one for its np; both are here for the tests. */
+#define VF_BEST_SORTED_MAX 128
+uint32_t vf_best_sorted(const float *score, uint32_t nl, uint32_t np, float *pd,
+			uint32_t *pc);
+uint32_t vf_best_heap(const float *score, uint32_t nl, uint32_t np, float *pd, uint32_t *pc);
+
 /* ------------------------------------------------------------ per query */
 
 typedef struct cand {

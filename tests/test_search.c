@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "search_internal.h"
 #include "keys.h"
 #include "testutil.h"
 #include "vecfs.h"
@@ -449,6 +450,57 @@ static void test_many_deltas_in_one_put(void **state)
 	free(rows);
 	free(keys);
 	ds_free(&ds);
+}
+
+/* Probing keeps the np best centroid scores, nearest first, by insertion
+ * into a sorted list (np up to VF_BEST_SORTED_MAX) or a heap (more): both
+ * must give the np smallest scores in ascending order, each with its own
+ * index, whatever the ties; checked against a plain sort. */
+static int cmp_pair_ref(const void *a, const void *b)
+{
+	const float *x = a, *y = b;
+	return (x[0] > y[0]) - (x[0] < y[0]);
+}
+
+static void test_probe_selection(void **state)
+{
+	(void)state;
+	static const uint32_t ns[] = {1, 2, 7, 141, 300, 2000};
+	static const uint32_t nps[] = {1, 2, 5, 24, 127, 128, 129, 200, 2000, 5000};
+	rng r = {77, 0, 0};
+	for (size_t a = 0; a < sizeof ns / sizeof *ns; a++)
+		for (int ties = 0; ties < 2; ties++) {
+			uint32_t n = ns[a];
+			float *score = malloc(sizeof(float) * n), *ref = malloc(sizeof(float) * n);
+			float *pd = malloc(sizeof(float) * (n + 1));
+			uint32_t *pc = malloc(sizeof(uint32_t) * (n + 1));
+			assert_true(score && ref && pd && pc);
+			for (uint32_t i = 0; i < n; i++) {
+				double g = rng_gauss(&r);
+				score[i] = ties ? (float)floor(g * 3) : (float)g;
+				ref[i] = score[i];
+			}
+			qsort(ref, n, sizeof(float), cmp_pair_ref);
+			for (size_t b = 0; b < sizeof nps / sizeof *nps; b++)
+				for (int heap = 0; heap < 2; heap++) {
+					uint32_t np = nps[b];
+					uint32_t got = heap ? vf_best_heap(score, n, np, pd, pc)
+							    : vf_best_sorted(score, n, np, pd, pc);
+					uint32_t want = np < n ? np : n;
+					assert_int_equal(got, want);
+					for (uint32_t i = 0; i < got; i++) {
+						assert_true(pd[i] == ref[i]);
+						assert_true(pc[i] < n);
+						assert_true(score[pc[i]] == pd[i]);
+						for (uint32_t j = 0; j < i; j++)
+							assert_true(pc[j] != pc[i]);
+					}
+				}
+			free(score);
+			free(ref);
+			free(pd);
+			free(pc);
+		}
 }
 
 /* ------------------------------------------------------------ 5. deletes */
@@ -1148,13 +1200,13 @@ static void test_persistence(void **state)
 	vecfs_results *before = search_opts(v, qs, NQ, D, &o);
 	for (size_t i = 0; i < NQ; i++)
 		for (size_t h = 0; h < before->count[i]; h++) {
-			const vecfs_hit *hit = &before->hits[i][h];
-			if (strcmp(hit->key, "late") == 0)
+			const vecfs_hit *ht = &before->hits[i][h];
+			if (strcmp(ht->key, "late") == 0)
 				continue;
 			char want[24];
-			snprintf(want, sizeof want, "payload-%ld", key_index(hit->key, "k"));
-			assert_int_equal(hit->payload_len, strlen(want));
-			assert_memory_equal(hit->payload, want, strlen(want));
+			snprintf(want, sizeof want, "payload-%ld", key_index(ht->key, "k"));
+			assert_int_equal(ht->payload_len, strlen(want));
+			assert_memory_equal(ht->payload, want, strlen(want));
 		}
 	fx_close(f);
 
@@ -1421,20 +1473,20 @@ static void test_hints_under_writes(void **state)
 		size_t x = rng_next(&r) % N;
 		vecfs_results *res = search1(v, ds.x + x * D, D, 10, 0);
 		for (size_t h = 0; h < res->count[0]; h++) {
-			const vecfs_hit *hit = &res->hits[0][h];
-			long j = key_index(hit->key, "k");
+			const vecfs_hit *ht = &res->hits[0][h];
+			long j = key_index(ht->key, "k");
 			hits++;
 			if (j < 0 || (size_t)j >= N) {
 				if (bad++ < 5)
-					print_message("hit '%s': no such key\n", hit->key);
+					print_message("hit '%s': no such key\n", ht->key);
 				continue;
 			}
 			const float *q = ds.x + x * D;
 			double da = dist_ref(VECFS_L2, q, ds.x + j * D, D);
 			double db = dist_ref(VECFS_L2, q, b + j * D, D);
-			double got = hit->distance, tol = 1e-4 * (1 + got);
+			double got = ht->distance, tol = 1e-4 * (1 + got);
 			if (fabs(got - da) > tol && fabs(got - db) > tol && bad++ < 5)
-				print_message("hit %s at %g: its versions are at %g and %g\n", hit->key,
+				print_message("hit %s at %g: its versions are at %g and %g\n", ht->key,
 					      got, da, db);
 		}
 		vecfs_results_free(res);
@@ -1461,6 +1513,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_overflowing_distances, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_delta_postings_found, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_many_deltas_in_one_put, fx_setup, fx_teardown),
+		cmocka_unit_test(test_probe_selection),
 		cmocka_unit_test_setup_teardown(test_deletes_never_returned, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_upsert_moves_vector, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_bad_input_rejected, fx_setup, fx_teardown),
