@@ -194,7 +194,6 @@ typedef struct vf_posting_writer {
 	size_t npend, pendcap;   /* pendcap in bytes */
 	uint8_t *pbytes;         /* their values, one after the other */
 	size_t pbytes_len, pbytes_cap;
-	uint64_t kept;
 } vf_posting_writer;
 int vf_pw_init(vf_posting_writer *w, vecfs *v, vf_gen *g);
 void vf_pw_free(vf_posting_writer *w);

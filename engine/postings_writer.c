@@ -59,7 +59,7 @@ struct vf_pw_pending {
 	vf_postkey k;
 	uint32_t len;
 	uint64_t off;
-	uint64_t order; /* of keeping: the later of two equal keys wins */
+	size_t order; /* its place in w->pend: the later of two equal keys wins */
 };
 
 /* Kept values past this many bytes are written at once (in key order too). */
@@ -136,7 +136,7 @@ static int keep(vf_posting_writer *w, vf_txn *txn, uint32_t c, uint8_t kind, uin
 		return rc;
 	memcpy(w->pbytes + w->pbytes_len, data, len);
 	w->pend[w->npend] = (struct vf_pw_pending){vf_post_key(w->g->id, c, kind, sub),
-						   (uint32_t)len, w->pbytes_len, w->kept++};
+						   (uint32_t)len, w->pbytes_len, w->npend};
 	w->npend++;
 	w->pbytes_len += len;
 	return 0;
