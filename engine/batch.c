@@ -104,16 +104,11 @@ uint64_t vecfs_batch_rows(const vecfs_batch *b)
 int vecfs_batch_add(vecfs_batch *b, const vecfs_row *rows, size_t n, size_t *bad_row,
 		    char *err, size_t errlen)
 {
-	char why[200];
 	int rc;
 	for (size_t i = 0; i < n; i++) {
-		if ((rc = vf_row_check(&b->cfg, &rows[i], b->dim, why, sizeof why))) {
-			if (bad_row)
-				*bad_row = i;
-			vf_seterr(err, errlen, "row %llu: %s", (unsigned long long)(b->rows + 1), why);
-			return rc;
-		}
-		if ((rc = batch_append(b, &rows[i])))
+		if ((rc = vf_row_check_at(&b->cfg, rows, i, b->dim, b->rows + 1, bad_row, err,
+					  errlen)) ||
+		    (rc = batch_append(b, &rows[i])))
 			return rc;
 		b->rows++;
 		if (b->len >= BATCH_SPOOL_BYTES && (rc = batch_spool(b)))

@@ -93,6 +93,19 @@ int vf_row_check(const vecfs_config *cfg, const vecfs_row *row, uint32_t dim,
 	return 0;
 }
 
+int vf_row_check_at(const vecfs_config *cfg, const vecfs_row *rows, size_t i, uint32_t dim,
+		    uint64_t number, size_t *bad_row, char *err, size_t errlen)
+{
+	char why[200];
+	int rc = vf_row_check(cfg, &rows[i], dim, why, sizeof why);
+	if (rc) {
+		if (bad_row)
+			*bad_row = i;
+		vf_seterr(err, errlen, "row %llu: %s", (unsigned long long)number, why);
+	}
+	return rc;
+}
+
 int vecfs_row_check(vecfs *v, const vecfs_row *row, uint32_t dim, char *err,
 		    size_t errlen)
 {
@@ -249,19 +262,6 @@ static size_t chunk_len(size_t n, size_t from)
 	return n - from < VF_NEAR_CHUNK ? n - from : VF_NEAR_CHUNK;
 }
 
-/* Row i against the configuration; a bad one fails the whole write. */
-static int check_row(put_job *j, size_t i)
-{
-	char why[200];
-	int rc = vf_row_check(j->cfg, &j->rows[i], j->dim, why, sizeof why);
-	if (rc) {
-		if (j->bad_row)
-			*j->bad_row = i;
-		vf_seterr(j->err, j->errlen, "row %zu: %s", i + 1, why);
-	}
-	return rc;
-}
-
 static int put_fn(vf_txn *txn, void *arg)
 {
 	put_job *j = arg;
@@ -292,7 +292,8 @@ static int put_fn(vf_txn *txn, void *arg)
 		for (size_t i = from; i < next && rc == 0; i++) {
 			/* checked here, not in a pass of its own before: the row
 			 * is in the cache now (the chunk's preparation read it) */
-			if ((rc = check_row(j, i)))
+			if ((rc = vf_row_check_at(j->cfg, j->rows, i, j->dim, i + 1, j->bad_row,
+						  j->err, j->errlen)))
 				break;
 			if (!(j->skip && j->skip[i]))
 				rc = vf_put_row(&c, &j->rows[i]);

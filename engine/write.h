@@ -76,6 +76,10 @@ void vf_prepared_free(vf_prepared *p);
  * the reason in err. */
 int vf_row_check(const vecfs_config *cfg, const vecfs_row *row, uint32_t dim,
 		 char *err, size_t errlen);
+/* vf_row_check() of rows[i], called row `number` in the error: when it is
+ * bad, i goes to *bad_row (may be NULL) and "row <number>: <reason>" to err. */
+int vf_row_check_at(const vecfs_config *cfg, const vecfs_row *rows, size_t i, uint32_t dim,
+		    uint64_t number, size_t *bad_row, char *err, size_t errlen);
 /* Begin writing rows of dimension dim in txn (the store takes dim with its
  * first row); one row; the end saves counters and the generation's sync
  * point and frees the context, returning rc or the first error. */
