@@ -231,8 +231,8 @@ void vf_groups4_scalar(const float *rq, const float *rc, uint32_t groups, float 
 
 const vf_kernels vf_kernels_scalar = {
 	"scalar", l2sq_scalar, dot_scalar, panel_dots_scalar, point_panels_scalar,
-	lut4_scalar, vf_groups4_scalar, vf_sign_gather, pass1_scalar, code_dot_scalar, levels_scan_scalar, rotate_rounds_scalar,
-	panel_min_scalar,
+	lut4_scalar, vf_groups4_scalar, vf_sign_gather, pass1_scalar, code_dot_scalar,
+	levels_scan_scalar, rotate_rounds_scalar, panel_min_scalar,
 };
 
 const vf_kernels *vf_kernels_named(const char *name)
