@@ -396,62 +396,6 @@ static void test_delta_postings_found(void **state)
 	ds_free(&ds);
 }
 
-/* One put of more rows than the writer keeps before it writes them (their
- * delta postings pass 32 MiB): kept postings are written in key order in
- * two rounds, and every row is found, every overwritten row once, at its
- * new vector only, and the store checks whole. */
-static void test_many_deltas_in_one_put(void **state)
-{
-	fixture *f = *state;
-	const uint32_t D = 8;
-	const size_t N = 2000, M = 400000, OVER = 1000;
-	vecfs *v = fx_open(f, NULL);
-	set_config(v, D, VECFS_L2);
-	dataset ds;
-	ds_make(&ds, 12, N + M, D, 20);
-	put_range(v, ds.x, 0, N, D, "k");
-	build(v, 1);
-	/* rows k0..k999 get new vectors, then k2000.. are new */
-	vecfs_row *rows = calloc(M, sizeof *rows);
-	char *keys = calloc(M, 16);
-	assert_non_null(rows);
-	assert_non_null(keys);
-	for (size_t i = 0; i < M; i++) {
-		size_t k = i < OVER ? i : N + i - OVER;
-		int n = snprintf(keys + i * 16, 16, "k%zu", k);
-		rows[i] = (vecfs_row){keys + i * 16, (size_t)n, ds.x + (N + i) * D, NULL, 0};
-	}
-	char err[256] = "";
-	size_t bad = SIZE_MAX;
-	assert_int_equal(vecfs_put(v, rows, M, D, &bad, err, sizeof err), 0);
-	vecfs_stats s = stats(v);
-	assert_int_equal(s.records, N + M - OVER);
-	assert_int_equal(s.delta_postings, M);
-	assert_int_equal(vecfs_verify(v, err, sizeof err), 0);
-	for (size_t i = 0; i < M; i += 997) {
-		const float *q = rows[i].vec;
-		vecfs_results *r = search1(v, q, D, 3, 0);
-		assert_true(r->count[0] > 0);
-		assert_int_equal(r->hits[0][0].keylen, rows[i].keylen);
-		assert_memory_equal(r->hits[0][0].key, rows[i].key, rows[i].keylen);
-		assert_true(near_zero(VECFS_L2, r->hits[0][0].distance, q, D));
-		vecfs_results_free(r);
-	}
-	/* an overwritten row is not found at its old vector */
-	for (size_t i = 0; i < OVER; i += 97) {
-		const float *q = ds.x + i * D;
-		vecfs_results *r = search1(v, q, D, 1, 0);
-		assert_true(r->count[0] == 1);
-		assert_false(near_zero(VECFS_L2, r->hits[0][0].distance, q, D) &&
-			     r->hits[0][0].keylen == rows[i].keylen &&
-			     !memcmp(r->hits[0][0].key, rows[i].key, rows[i].keylen));
-		vecfs_results_free(r);
-	}
-	free(rows);
-	free(keys);
-	ds_free(&ds);
-}
-
 /* Probing keeps the np best centroid scores, nearest first, by insertion
  * into a sorted list (np up to VF_BEST_SORTED_MAX) or a heap (more): both
  * must give the np smallest scores in ascending order, each with its own
@@ -520,6 +464,63 @@ static vecfs *open_built(fixture *f, dataset *ds, uint64_t seed, size_t N, uint3
 	put_range(v, ds->x, 0, N, D, "k");
 	build(v, 1);
 	return v;
+}
+
+/* One put of more rows than the writer keeps before it writes them (their
+ * delta postings pass 32 MiB): kept postings are written in key order in
+ * two rounds, and every row is found, every overwritten row once, at its
+ * new vector only, and the store checks whole. */
+static void test_many_deltas_in_one_put(void **state)
+{
+	const uint32_t D = 8;
+	const size_t N = 2000, M = 400000, OVER = 1000;
+	dataset ds;
+	vecfs *v = open_built(*state, &ds, 12, N, D);
+	/* rows k0..k999 get new vectors, then k2000.. are new: all fresh
+	 * points of the same clusters */
+	float *nw = malloc(sizeof(float) * M * D);
+	assert_non_null(nw);
+	for (size_t i = 0; i < M; i++)
+		ds_fresh(&ds, nw + i * D);
+	vecfs_row *rows = calloc(M, sizeof *rows);
+	char *keys = calloc(M, 16);
+	assert_non_null(rows);
+	assert_non_null(keys);
+	for (size_t i = 0; i < M; i++) {
+		size_t k = i < OVER ? i : N + i - OVER;
+		int n = snprintf(keys + i * 16, 16, "k%zu", k);
+		rows[i] = (vecfs_row){keys + i * 16, (size_t)n, nw + i * D, NULL, 0};
+	}
+	char err[256] = "";
+	size_t bad = SIZE_MAX;
+	assert_int_equal(vecfs_put(v, rows, M, D, &bad, err, sizeof err), 0);
+	vecfs_stats s = stats(v);
+	assert_int_equal(s.records, N + M - OVER);
+	assert_int_equal(s.delta_postings, M);
+	assert_int_equal(vecfs_verify(v, err, sizeof err), 0);
+	for (size_t i = 0; i < M; i += 997) {
+		const float *q = rows[i].vec;
+		vecfs_results *r = search1(v, q, D, 3, 0);
+		assert_true(r->count[0] > 0);
+		assert_int_equal(r->hits[0][0].keylen, rows[i].keylen);
+		assert_memory_equal(r->hits[0][0].key, rows[i].key, rows[i].keylen);
+		assert_true(near_zero(VECFS_L2, r->hits[0][0].distance, q, D));
+		vecfs_results_free(r);
+	}
+	/* an overwritten row is not found at its old vector */
+	for (size_t i = 0; i < OVER; i += 97) {
+		const float *q = ds.x + i * D;
+		vecfs_results *r = search1(v, q, D, 1, 0);
+		assert_true(r->count[0] == 1);
+		assert_false(near_zero(VECFS_L2, r->hits[0][0].distance, q, D) &&
+			     r->hits[0][0].keylen == rows[i].keylen &&
+			     !memcmp(r->hits[0][0].key, rows[i].key, rows[i].keylen));
+		vecfs_results_free(r);
+	}
+	free(rows);
+	free(keys);
+	free(nw);
+	ds_free(&ds);
 }
 
 static int check_live_key(void *arg, const char *key, size_t keylen)
