@@ -80,8 +80,8 @@ static void *hint_fill(void *arg)
 					break;
 				}
 				if (k.len == 8)
-					vf_hint_put(v->store, vf_rd_be64(k.data), d.data,
-						    d.len);
+					vf_hint_put(v->store, txn, vf_rd_be64(k.data), d.data,
+						    d.len, 0);
 			}
 			vf_cursor_close(cur);
 		}

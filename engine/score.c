@@ -339,25 +339,35 @@ static void cand_order(cand *a, size_t n, size_t *h, size_t upto)
  * copy of every vector; checksummed).  1 when the record is gone: the
  * posting is stale (tombstones and the change log say so first; this only
  * guards the answer).  hp/hlen: where the record was last seen (a location
- * hint, or NULL).  That place lies outside the snapshot: a writer may free
- * and reuse its page at any moment, so it is read once, into `copy` (room
- * for hlen bytes), and only the copy is checked and used (*copied = 1).
- * Else the record comes from the tree, in the snapshot (*copied = 0). */
-static int resolve(search *s, const cand *c, const void *hp, size_t hlen, uint8_t *copy,
-		   const uint8_t **vec, hit *h, int *copied)
+ * hint, or NULL), hstate: what vf_hint_get() said of it.  A stable place
+ * lies inside the snapshot: it is read in place like the tree's values,
+ * and checked once (then its hint says so).  Else a writer may free and
+ * reuse its page at any moment, so it is read once, into `copy` (room for
+ * hlen bytes), and only the copy is checked and used (*copied = 1).  Else
+ * the record comes from the tree, in the snapshot (*copied = 0). */
+static int resolve(search *s, const cand *c, const void *hp, size_t hlen, int hstate,
+		   uint8_t *copy, const uint8_t **vec, hit *h, int *copied)
 {
 	uint64_t id, seq;
 	memcpy(&id, c->idp, 8);
 	memcpy(&seq, c->idp + 8, 8); /* (blocks and deltas keep seq after id) */
+	seq &= ~VF_SEQ_PAYLOAD;
 	vf_val val;
 	vf_record r;
 	*copied = 0;
-	if (hp) {
-		/* good if that place still holds this very version (sequence
-		 * numbers are never reused) intact */
+	/* good if that place still holds this very version (sequence numbers
+	 * are never reused) intact */
+	if (hp && (hstate & VF_HINT_CHECKED)) {
+		if (vf_record_fields(hp, hlen, &r) == 0 && r.seq == seq && r.dim == s->dim)
+			goto found;
+	} else if (hp && (hstate & VF_HINT_STABLE)) {
+		if (vf_record_decode(hp, hlen, &r) == 0 && r.seq == seq && r.dim == s->dim) {
+			vf_hint_put(s->v->store, s->txn, id, hp, hlen, 1);
+			goto found;
+		}
+	} else if (hp) {
 		memcpy(copy, hp, hlen);
-		if (vf_record_decode(copy, hlen, &r) == 0 && r.seq == (seq & ~VF_SEQ_PAYLOAD) &&
-		    r.dim == s->dim) {
+		if (vf_record_decode(copy, hlen, &r) == 0 && r.seq == seq && r.dim == s->dim) {
 			*copied = 1;
 			goto found;
 		}
@@ -367,7 +377,7 @@ static int resolve(search *s, const cand *c, const void *hp, size_t hlen, uint8_
 		return 1;
 	if (rc)
 		return rc;
-	vf_hint_put(s->v->store, id, val.data, val.len);
+	vf_hint_put(s->v->store, s->txn, id, val.data, val.len, 1);
 found:
 	if (r.dim != s->dim)
 		return -EIO;
@@ -429,7 +439,7 @@ static void prefetch_records(search *s, const cand *c, size_t n)
 		uint64_t id;
 		size_t len;
 		memcpy(&id, c[j].idp, 8);
-		const char *p = vf_hint_get(s->v->store, id, &len);
+		const char *p = vf_hint_get(s->v->store, NULL, id, &len, NULL);
 		for (size_t o = 0; p && o < len; o += 64)
 			__builtin_prefetch(p + o);
 	}
@@ -477,12 +487,12 @@ int vf_rerank(search *s, query *q)
 		/* where each record was last seen, and room to copy them */
 		const void *hp[RERANK_STEP];
 		size_t hlen[RERANK_STEP], need = 0;
-		int copied[RERANK_STEP];
+		int copied[RERANK_STEP], hstate[RERANK_STEP];
 		for (size_t j = 0; j < m; j++) {
 			uint64_t id;
 			memcpy(&id, CAND(i0 + j)->idp, 8);
-			hp[j] = vf_hint_get(s->v->store, id, &hlen[j]);
-			need += hp[j] ? hlen[j] : 0;
+			hp[j] = vf_hint_get(s->v->store, &s->hints, id, &hlen[j], &hstate[j]);
+			need += hp[j] && !hstate[j] ? hlen[j] : 0;
 		}
 		if (need > s->copies_cap) {
 			uint8_t *nb = vf_realloc(s->copies, need);
@@ -492,13 +502,13 @@ int vf_rerank(search *s, query *q)
 			s->copies_cap = need;
 		}
 		for (size_t j = 0, off = 0; j < m; j++) {
-			int rc = resolve(s, CAND(i0 + j), hp[j], hlen[j], s->copies + off, &vec[j],
-					 &hs[j], &copied[j]);
+			int rc = resolve(s, CAND(i0 + j), hp[j], hlen[j], hstate[j], s->copies + off,
+					 &vec[j], &hs[j], &copied[j]);
 			if (rc < 0)
 				return rc;
 			if (rc)
 				vec[j] = NULL; /* (the record checksum has read the vector) */
-			off += hp[j] ? hlen[j] : 0;
+			off += hp[j] && !hstate[j] ? hlen[j] : 0;
 		}
 		for (size_t j = 0; j < m; j++) {
 			const cand *c = CAND(i0 + j);

@@ -209,6 +209,7 @@ static int search_run(search *s, const float *queries, size_t nq, size_t first,
 	s->kn = vf_kernels_get();
 	s->txnid = vf_txn_id(s->txn);
 	s->epoch = v->store->map_epoch;
+	vf_hint_view_of(v->store, s->txn, &s->hints);
 	if ((rc = vf_load_config(s->txn, v->store, &sc)) ||
 	    (rc = vf_load_counters(s->txn, v->store, &cnt)))
 		return rc;

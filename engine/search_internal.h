@@ -106,6 +106,7 @@ typedef struct search {
 	vf_dirty dirty;
 	vf_tombs tombs;      /* of the cluster being scanned */
 	uint64_t txnid, epoch; /* the snapshot and the map it is read through */
+	vf_hint_view hints;  /* which location hints lie inside the snapshot */
 	uint32_t *surv;      /* first-pass survivors of one block */
 	float *surv_lo, *surv_hi;
 	float *kbuf;         /* k floats */

@@ -81,12 +81,14 @@ int vf_records_get(vf_txn *txn, vf_store *s, uint64_t id, vf_val *out)
 int vf_records_put(vf_txn *txn, vf_store *s, uint64_t id, const void *data, size_t len)
 {
 	vf_key64 k = vf_key_u64(id);
+	vf_records_writing(s, txn);
 	return vf_put(txn, s->records, k.b, sizeof k.b, data, len, 0);
 }
 
 int vf_records_add(vf_txn *txn, vf_store *s, uint64_t id, const void *data, size_t len)
 {
 	vf_key64 k = vf_key_u64(id);
+	vf_records_writing(s, txn);
 	int rc = vf_put(txn, s->records, k.b, sizeof k.b, data, len, VF_APPEND);
 	if (rc && vf_store_err(rc) == -EEXIST) /* not after the last: in place */
 		rc = vf_put(txn, s->records, k.b, sizeof k.b, data, len, 0);
@@ -96,6 +98,7 @@ int vf_records_add(vf_txn *txn, vf_store *s, uint64_t id, const void *data, size
 int vf_records_del(vf_txn *txn, vf_store *s, uint64_t id)
 {
 	vf_key64 k = vf_key_u64(id);
+	vf_records_writing(s, txn);
 	return vf_del(txn, s->records, k.b, sizeof k.b);
 }
 

@@ -332,12 +332,15 @@ void vf_store_close(vf_store *s)
 /* ------------------------------------------------------------ hints */
 
 typedef struct vf_hint {
-	uint64_t tag;    /* id + 1; 0: empty */
+	uint64_t tag;    /* seen << 32 | check | HINT_CHECKED; 0: empty;
+			  * HINT_BUSY: being written */
 	uint64_t ptrlen; /* address << 16 | length */
 } vf_hint;
 
 #define HINT_LEN_BITS 16
 #define HINT_MAX_SLOTS (1u << 22)
+#define HINT_BUSY 4    /* (checks are odd, 0 in this bit and the next) */
+#define HINT_CHECKED 2 /* the put's caller had checked the bytes */
 
 static uint64_t hint_hash(uint64_t x)
 {
@@ -345,6 +348,16 @@ static uint64_t hint_hash(uint64_t x)
 	x *= 0x7fb5d329728ea185ULL;
 	x ^= x >> 27;
 	return x;
+}
+
+/* The slot pair of id (low bits of its hash) and its check (high bits, odd
+ * so that a tag is never 0 or HINT_BUSY, and room for HINT_CHECKED). */
+#define HINT_CHECK_MASK (~(uint32_t)(HINT_BUSY | HINT_CHECKED))
+static uint64_t hint_slot(const vf_store *s, uint64_t id, uint32_t *check)
+{
+	uint64_t h = hint_hash(id);
+	*check = ((uint32_t)(h >> 32) | 1) & HINT_CHECK_MASK;
+	return h & s->hint_mask;
 }
 
 /* Slots for `records` ids: four each (a two-way table at most a quarter
@@ -360,6 +373,7 @@ static uint64_t hint_slots(uint64_t records)
 int vf_hint_init(vf_store *s, uint64_t records)
 {
 	uint64_t slots = hint_slots(records);
+	s->hint_base = vf_store_version(s);
 	s->hints = vf_calloc(slots, sizeof(vf_hint));
 	if (!s->hints)
 		return -ENOMEM;
@@ -406,16 +420,43 @@ int vf_hint_reserve(vf_store *s, uint64_t records)
 	return rc;
 }
 
-const void *vf_hint_get(const vf_store *s, uint64_t id, size_t *len)
+void vf_hint_view_of(const vf_store *s, vf_txn *txn, vf_hint_view *out)
 {
+	out->hi = mdb_txn_id(txn);
+	/* after the transaction began: a write that committed before it
+	 * announced itself before that (vf_records_writing()) */
+	out->lo = __atomic_load_n(&s->records_txn, __ATOMIC_SEQ_CST);
+	if (s->readonly) /* another process writes: no announcements here */
+		out->lo = UINT64_MAX;
+}
+
+const void *vf_hint_get(const vf_store *s, const vf_hint_view *view, uint64_t id,
+			size_t *len, int *state)
+{
+	if (state)
+		*state = 0;
 	if (!s->hints)
 		return NULL;
-	uint64_t h = hint_hash(id) & s->hint_mask;
+	uint32_t check;
+	uint64_t h = hint_slot(s, id, &check);
 	for (int way = 0; way < 2; way++) {
 		const vf_hint *e = &s->hints[h ^ (uint64_t)way];
-		if (__atomic_load_n(&e->tag, __ATOMIC_RELAXED) != id + 1)
+		uint64_t t = __atomic_load_n(&e->tag, __ATOMIC_ACQUIRE);
+		if (((uint32_t)t & HINT_CHECK_MASK) != check)
 			continue;
 		uint64_t pl = __atomic_load_n(&e->ptrlen, __ATOMIC_RELAXED);
+		/* a put between the two loads of the tag may have paired it
+		 * with another place: then the tag changed (puts go through
+		 * HINT_BUSY) */
+		__atomic_thread_fence(__ATOMIC_ACQUIRE);
+		if (__atomic_load_n(&e->tag, __ATOMIC_RELAXED) != t)
+			return NULL;
+		uint64_t seen = t >> 32;
+		if (state && view && seen) {
+			uint64_t txn = s->hint_base + seen - 1;
+			if (view->lo <= txn && txn <= view->hi)
+				*state = VF_HINT_STABLE | (t & HINT_CHECKED ? VF_HINT_CHECKED : 0);
+		}
 		*len = (size_t)(pl & ((1u << HINT_LEN_BITS) - 1));
 		return (const void *)(uintptr_t)(pl >> HINT_LEN_BITS);
 	}
@@ -428,23 +469,48 @@ void vf_hint_prefetch(const vf_store *s, uint64_t id)
 		__builtin_prefetch(&s->hints[hint_hash(id) & s->hint_mask]);
 }
 
-void vf_hint_put(vf_store *s, uint64_t id, const void *data, size_t len)
+void vf_hint_put(vf_store *s, vf_txn *txn, uint64_t id, const void *data, size_t len,
+		 int checked)
 {
 	uint64_t addr = (uint64_t)(uintptr_t)data;
 	if (!s->hints || len >= (1u << HINT_LEN_BITS) || addr >> (64 - HINT_LEN_BITS))
 		return;
-	uint64_t h = hint_hash(id) & s->hint_mask;
+	/* the transaction it was seen in, if that can tell it stable later:
+	 * a read transaction (a write one may still be aborted, and its
+	 * number used again), less than 2^32 - 1 after the table's base */
+	uint64_t seen = 0, t = mdb_txn_id(txn);
+	if (txn != __atomic_load_n(&s->wtxn, __ATOMIC_RELAXED) && t >= s->hint_base &&
+	    t - s->hint_base < UINT32_MAX - 1)
+		seen = t - s->hint_base + 1;
+	uint32_t check;
+	uint64_t h = hint_slot(s, id, &check);
 	vf_hint *e = &s->hints[h];
 	uint64_t cur = __atomic_load_n(&e->tag, __ATOMIC_RELAXED);
-	if (cur && cur != id + 1) { /* the other way, unless that one holds another id */
+	if (cur && ((uint32_t)cur & HINT_CHECK_MASK) != check) {
+		/* the other way, unless that one holds another id */
 		vf_hint *o = &s->hints[h ^ 1];
 		uint64_t ot = __atomic_load_n(&o->tag, __ATOMIC_RELAXED);
-		if (!ot || ot == id + 1)
+		if (!ot || ((uint32_t)ot & HINT_CHECK_MASK) == check) {
 			e = o;
+			cur = ot;
+		}
 	}
-	/* a reader may pair an id with another's offset: harmless, it checks */
+	/* one writer a slot at a time; another that finds it busy gives up
+	 * (a hint is only a hint) */
+	if (cur == HINT_BUSY || !__atomic_compare_exchange_n(&e->tag, &cur, HINT_BUSY, 0,
+							     __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+		return;
 	__atomic_store_n(&e->ptrlen, addr << HINT_LEN_BITS | len, __ATOMIC_RELAXED);
-	__atomic_store_n(&e->tag, id + 1, __ATOMIC_RELAXED);
+	__atomic_store_n(&e->tag, seen << 32 | check | (checked && seen ? HINT_CHECKED : 0),
+			 __ATOMIC_RELEASE);
+}
+
+void vf_records_writing(vf_store *s, vf_txn *txn)
+{
+	uint64_t t = mdb_txn_id(txn);
+	/* writers take turns: the last one's number is the largest */
+	if (__atomic_load_n(&s->records_txn, __ATOMIC_RELAXED) < t)
+		__atomic_store_n(&s->records_txn, t, __ATOMIC_SEQ_CST);
 }
 
 int vf_read_begin(vf_store *s, MDB_txn **txn)
@@ -585,7 +651,9 @@ int vf_write(vf_store *s, vf_write_fn fn, void *arg)
 			return vf_store_err(rc);
 		}
 		int committing = 0;
+		__atomic_store_n(&s->wtxn, txn, __ATOMIC_RELAXED);
 		rc = fn(txn, arg);
+		__atomic_store_n(&s->wtxn, NULL, __ATOMIC_RELAXED);
 		if (rc == 0) {
 			committing = 1;
 			rc = mdb_txn_commit(txn);

@@ -65,6 +65,11 @@ typedef struct vf_store {
 	struct vf_hint *hints;    /* record locations, see vf_hint_get */
 	uint64_t hint_mask;       /* slots - 1 */
 	uint64_t hint_want;       /* slots wanted when the table could not grow */
+	uint64_t hint_base;       /* hints keep the transaction they were seen in
+				   * as 1 + its distance from this one */
+	uint64_t records_txn;     /* the last write transaction that wrote (or
+				   * began to write) the records family */
+	vf_txn *wtxn;             /* the write transaction inside vf_write() */
 	int lockfd;               /* -1 when read-only: no lock of ours */
 	int readonly;             /* vf_store_open_readonly(): every write is -EROFS */
 	int write_waiters;        /* vf_write() calls waiting for the writer lock */
@@ -108,7 +113,16 @@ int vf_write(vf_store *s, vf_write_fn fn, void *arg);
  * copy (the record's checksum and sequence number) and use only the copy,
  * falling back to a lookup.  A hint always lies inside the file (LMDB files
  * never shrink), so reading it is safe; growing the map (which may move it)
- * drops them all.
+ * drops them all.  Two ids may share a slot's check bits: the sequence
+ * number check tells them apart.
+ *
+ * Except when the hint is known to lie inside the caller's own snapshot
+ * (*stable = 1): it was seen in a read transaction, and no transaction that
+ * wrote the records family has begun committing between that one and the
+ * caller's (vf_hint_view_of()).  Then the place holds the record of that
+ * snapshot, which LMDB keeps from reuse until the caller's transaction
+ * ends: it may be read in place like a value from vf_get().
+ *
  * The table has four slots for each of `records` ids (16 bytes a slot,
  * 4096 to 4M slots: 64 KB to 64 MB), two-way and lock-free; call get and
  * put from inside a read or write transaction.  vf_hint_reserve() makes a
@@ -118,10 +132,29 @@ int vf_write(vf_store *s, vf_write_fn fn, void *arg);
  * next growth of the map (which has to wait for them anyway). */
 int vf_hint_init(vf_store *s, uint64_t records);
 int vf_hint_reserve(vf_store *s, uint64_t records);
-const void *vf_hint_get(const vf_store *s, uint64_t id, size_t *len);
+/* Which hints lie inside the snapshot of read transaction txn. */
+typedef struct vf_hint_view {
+	uint64_t lo, hi; /* seen in a transaction lo..hi (none if lo > hi) */
+} vf_hint_view;
+void vf_hint_view_of(const vf_store *s, vf_txn *txn, vf_hint_view *out);
+/* The place and length id was last seen at, or NULL.  *state (when not
+ * NULL): VF_HINT_STABLE if it lies inside the snapshot `view` describes
+ * (view NULL: never), and then also VF_HINT_CHECKED if its put said the
+ * bytes there had been checked (they cannot have changed since). */
+#define VF_HINT_STABLE 1
+#define VF_HINT_CHECKED 2
+const void *vf_hint_get(const vf_store *s, const vf_hint_view *view, uint64_t id,
+			size_t *len, int *state);
 /* Start reading the slots of id (a later vf_hint_get finds them cached). */
 void vf_hint_prefetch(const vf_store *s, uint64_t id);
-void vf_hint_put(vf_store *s, uint64_t id, const void *data, size_t len);
+/* id's value is at data..+len in the snapshot of txn (a read transaction;
+ * a hint put inside vf_write() is never stable); `checked`: the caller
+ * has checked those bytes in that snapshot. */
+void vf_hint_put(vf_store *s, vf_txn *txn, uint64_t id, const void *data, size_t len,
+		 int checked);
+/* For record.c: txn, a write transaction, is about to write the records
+ * family (before its first such write: stable hints end there). */
+void vf_records_writing(vf_store *s, vf_txn *txn);
 
 /* Grow the map (exclusive): used by vf_write; exposed for tests. */
 int vf_store_grow(vf_store *s, size_t min_size);

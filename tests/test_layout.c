@@ -890,8 +890,8 @@ static void test_hint_table_grows(void **state)
 
 	assert_int_equal(vf_read_begin(s, &txn), 0);
 	for (uint64_t id = 0; id < 1000; id++)
-		vf_hint_put(s, id, rec, sizeof rec);
-	assert_ptr_equal(vf_hint_get(s, 7, &len), rec);
+		vf_hint_put(s, txn, id, rec, sizeof rec, 0);
+	assert_ptr_equal(vf_hint_get(s, NULL, 7, &len, NULL), rec);
 	assert_int_equal(len, sizeof rec);
 	/* inside a transaction: left as it is */
 	assert_int_equal(vf_hint_reserve(s, 5000), 0);
@@ -901,17 +901,17 @@ static void test_hint_table_grows(void **state)
 	/* half full at most: left as it is */
 	assert_int_equal(vf_hint_reserve(s, 2048), 0);
 	assert_int_equal(s->hint_mask + 1, 4096);
-	assert_ptr_equal(vf_hint_get(s, 7, &len), rec);
+	assert_ptr_equal(vf_hint_get(s, NULL, 7, &len, NULL), rec);
 	/* more: four slots a record, empty */
 	assert_int_equal(vf_hint_reserve(s, 2049), 0);
 	assert_int_equal(s->hint_mask + 1, 16384);
-	assert_null(vf_hint_get(s, 7, &len));
+	assert_null(vf_hint_get(s, NULL, 7, &len, NULL));
 	assert_int_equal(vf_read_begin(s, &txn), 0);
 	for (uint64_t id = 0; id < 8000; id++)
-		vf_hint_put(s, id, rec + id % 4, sizeof rec - id % 4);
+		vf_hint_put(s, txn, id, rec + id % 4, sizeof rec - id % 4, 0);
 	size_t found = 0;
 	for (uint64_t id = 0; id < 8000; id++) {
-		const void *p = vf_hint_get(s, id, &len);
+		const void *p = vf_hint_get(s, NULL, id, &len, NULL);
 		if (p) {
 			assert_ptr_equal(p, rec + id % 4);
 			assert_int_equal(len, sizeof rec - id % 4);
@@ -1287,6 +1287,175 @@ static void test_records_add(void **state)
 	vf_store_close(s);
 }
 
+/* A location hint is stable (inside a reader's snapshot, readable in
+ * place) when it was seen in a read transaction and no write of the
+ * records family began between that one and the reader's; never when seen
+ * inside a write transaction, nor through a read-only handle. */
+static int hint_write_record(vf_txn *txn, void *arg)
+{
+	uint64_t v = 42;
+	return vf_records_put(txn, arg, 1, &v, sizeof v);
+}
+
+static int hint_write_other(vf_txn *txn, void *arg)
+{
+	vf_store *s = arg;
+	return vf_put(txn, s->meta, "other", 5, "x", 1, 0);
+}
+
+typedef struct hint_in_write {
+	vf_store *s;
+	const void *place;
+} hint_in_write;
+
+static int hint_put_in_write(vf_txn *txn, void *arg)
+{
+	hint_in_write *w = arg;
+	vf_hint_put(w->s, txn, 3, w->place, 8, 1);
+	return 0;
+}
+
+/* What vf_hint_get() says of id's hint in txn's snapshot (it must be at
+ * `want`). */
+static int hint_state(vf_store *s, vf_txn *txn, uint64_t id, const void *want)
+{
+	vf_hint_view view;
+	size_t len;
+	int state = -1;
+	vf_hint_view_of(s, txn, &view);
+	const void *p = vf_hint_get(s, &view, id, &len, &state);
+	assert_ptr_equal(p, want);
+	assert_int_equal(len, 8);
+	/* checked only with stable */
+	assert_true(state == 0 || state == VF_HINT_STABLE ||
+		    state == (VF_HINT_STABLE | VF_HINT_CHECKED));
+	return state;
+}
+
+static void test_hint_stable(void **state)
+{
+	fixture *f = *state;
+	char err[256] = "";
+	vf_store *s;
+	static const uint64_t place[4];
+	vf_txn *r1, *r2, *r3;
+	assert_int_equal(vf_store_open(f->dir, 0, &s, err, sizeof err), 0);
+	assert_int_equal(vf_hint_init(s, 100), 0);
+	assert_int_equal(vf_write(s, hint_write_record, s), 0);
+
+	assert_int_equal(vf_read_begin(s, &r1), 0);
+	vf_hint_put(s, r1, 1, &place[0], 8, 0);
+	assert_int_equal(hint_state(s, r1, 1, &place[0]), VF_HINT_STABLE);
+	/* a write of another family: still the same records */
+	assert_int_equal(vf_write(s, hint_write_other, s), 0);
+	assert_int_equal(vf_read_begin(s, &r2), 0);
+	assert_true(vf_txn_id(r2) > vf_txn_id(r1));
+	assert_int_equal(hint_state(s, r2, 1, &place[0]), VF_HINT_STABLE);
+	/* checked by its put; not stable for an older reader than that put */
+	vf_hint_put(s, r2, 2, &place[1], 8, 1);
+	assert_int_equal(hint_state(s, r1, 2, &place[1]), 0);
+	assert_int_equal(hint_state(s, r2, 2, &place[1]), VF_HINT_STABLE | VF_HINT_CHECKED);
+
+	/* a write of the records family: hints seen before it are not stable
+	 * for a reader after it, nor (conservatively) for those before */
+	assert_int_equal(vf_write(s, hint_write_record, s), 0);
+	assert_int_equal(vf_read_begin(s, &r3), 0);
+	assert_int_equal(hint_state(s, r3, 1, &place[0]), 0);
+	assert_int_equal(hint_state(s, r3, 2, &place[1]), 0);
+	assert_int_equal(hint_state(s, r2, 2, &place[1]), 0);
+	/* seen again after it: stable */
+	vf_hint_put(s, r3, 1, &place[2], 8, 1);
+	assert_int_equal(hint_state(s, r3, 1, &place[2]), VF_HINT_STABLE | VF_HINT_CHECKED);
+	vf_read_end(s, r1);
+	vf_read_end(s, r2);
+
+	/* seen inside a write transaction (which could still be aborted):
+	 * never stable, checked or not */
+	hint_in_write w = {s, &place[3]};
+	assert_int_equal(vf_write(s, hint_put_in_write, &w), 0);
+	assert_int_equal(hint_state(s, r3, 3, &place[3]), 0);
+	vf_read_end(s, r3);
+	assert_int_equal(vf_read_begin(s, &r3), 0);
+	assert_int_equal(hint_state(s, r3, 3, &place[3]), 0);
+	vf_read_end(s, r3);
+	vf_store_close(s);
+
+	/* through a read-only handle another process may write: never */
+	assert_int_equal(vf_store_open_readonly(f->dir, &s, err, sizeof err), 0);
+	assert_int_equal(vf_hint_init(s, 100), 0);
+	assert_int_equal(vf_read_begin(s, &r1), 0);
+	vf_hint_put(s, r1, 1, &place[0], 8, 1);
+	assert_int_equal(hint_state(s, r1, 1, &place[0]), 0);
+	vf_read_end(s, r1);
+	vf_store_close(s);
+}
+
+/* Puts of one id from two snapshots race with gets: a get never pairs the
+ * transaction one put saw with the place the other put: a stable hint
+ * always has the place seen in the reader's own snapshot. */
+typedef struct hint_racer {
+	vf_store *s;
+	vf_txn *txn;
+	const uint64_t *place;
+	volatile int *stop;
+} hint_racer;
+
+static void *hint_race_put(void *arg)
+{
+	hint_racer *r = arg;
+	while (!*r->stop)
+		for (uint64_t id = 0; id < 2; id++)
+			vf_hint_put(r->s, r->txn, id, &r->place[id], 8, 1);
+	return NULL;
+}
+
+static void test_hint_put_races_get(void **state)
+{
+	fixture *f = *state;
+	char err[256] = "";
+	vf_store *s;
+	static uint64_t old_place[2], new_place[2];
+	vf_txn *old, *cur;
+	volatile int stop = 0;
+	assert_int_equal(vf_store_open(f->dir, 0, &s, err, sizeof err), 0);
+	assert_int_equal(vf_hint_init(s, 100), 0);
+	assert_int_equal(vf_write(s, hint_write_record, s), 0);
+	assert_int_equal(vf_read_begin(s, &old), 0);
+	assert_int_equal(vf_write(s, hint_write_record, s), 0);
+	assert_int_equal(vf_read_begin(s, &cur), 0);
+	hint_racer a = {s, old, old_place, &stop}, b = {s, cur, new_place, &stop};
+	pthread_t ta, tb;
+	assert_int_equal(pthread_create(&ta, NULL, hint_race_put, &a), 0);
+	assert_int_equal(pthread_create(&tb, NULL, hint_race_put, &b), 0);
+	vf_hint_view view;
+	vf_hint_view_of(s, cur, &view);
+	size_t stable_seen = 0, bad = 0;
+	for (int round = 0; round < 2000000; round++) {
+		uint64_t id = (uint64_t)round % 2;
+		size_t len;
+		int stable;
+		const void *p = vf_hint_get(s, &view, id, &len, &stable);
+		stable &= VF_HINT_STABLE;
+		if (!p)
+			continue;
+		bad += p != &old_place[id] && p != &new_place[id];
+		bad += len != 8;
+		if (stable) {
+			stable_seen++;
+			bad += p != &new_place[id];
+		}
+	}
+	stop = 1;
+	pthread_join(ta, NULL);
+	pthread_join(tb, NULL);
+	print_message("%zu stable gets\n", stable_seen);
+	assert_int_equal(bad, 0);
+	assert_true(stable_seen > 0);
+	vf_read_end(s, old);
+	vf_read_end(s, cur);
+	vf_store_close(s);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1302,6 +1471,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_hint_table_grows, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_assignment_map, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_records_add, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_hint_stable, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_hint_put_races_get, fx_setup, fx_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -760,18 +760,25 @@ static void test_location_hints_filled_at_open(void **state)
 		vf_cursor *cur;
 		vf_val k, d;
 		size_t n = 0, len;
+		vf_hint_view view;
 		assert_int_equal(vf_read_begin(v->store, &txn), 0);
+		vf_hint_view_of(v->store, txn, &view);
 		assert_int_equal(vf_cursor_open(txn, v->store->records, &cur), 0);
 		memset(hinted, 0, sizeof hinted);
 		memset(total, 0, sizeof total);
 		for (int rc = vf_cursor_get(cur, &k, &d, VF_FIRST); rc == 0;
 		     rc = vf_cursor_get(cur, &k, &d, VF_NEXT), n++) {
-			const void *p = vf_hint_get(v->store, vf_rd_be64(k.data), &len);
+			int stable;
+			const void *p = vf_hint_get(v->store, &view, vf_rd_be64(k.data), &len,
+						    &stable);
 			size_t chunk = n / 65536 < 2 ? n / 65536 : 2;
 			total[chunk]++;
 			if (!p)
 				continue;
 			assert_ptr_equal(p, d.data);
+			/* nothing written since the fill's reads: in this snapshot
+			 * (the fill does not check the records) */
+			assert_int_equal(stable, VF_HINT_STABLE);
 			assert_int_equal(len, d.len);
 			hinted[chunk]++;
 		}
