@@ -246,20 +246,99 @@ static uint32_t pass1_avx512(const uint8_t *codes, const uint8_t *lut,
 }
 
 /* One group's 16 entries a vector. */
+/* One group: its 16 entries in one vector (the scalar's order of sums). */
+static void lut4_one_avx512(const float *qr, float base, __m512 vinv, uint8_t *out)
+{
+	static const __mmask16 with[4] = { 0xAAAA, 0xCCCC, 0xF0F0, 0xFF00 }; /* entries with bit b */
+	const __m512 half = _mm512_set1_ps(0.5f);
+	const __m512 zero = _mm512_setzero_ps(), top = _mm512_set1_ps(255.0f);
+	__m512 v = _mm512_set1_ps(base);
+	for (int b = 0; b < 4; b++) /* + qr where the bit is, + 0 elsewhere */
+		v = _mm512_add_ps(v, _mm512_maskz_mov_ps(with[b], _mm512_set1_ps(qr[b])));
+	v = _mm512_add_ps(_mm512_mul_ps(v, vinv), half);
+	v = _mm512_min_ps(_mm512_max_ps(v, zero), top);
+	_mm_storeu_si128((__m128i *)out, _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(v)));
+}
+
+/* Sixteen groups a step, a vector an entry: the four residuals b of the
+ * groups gathered into Q[b] (as in groups4), entry e = entry e - 2^b + Q[b]
+ * for e's highest bit b, which adds in the scalar's order (its + 0 for a
+ * missing bit changes nothing but the sign of a zero).  Each entry is
+ * scaled, capped at 255 (min(top, v): NaN stays NaN) and truncated; the
+ * unsigned saturating packs give 0 for negative values and NaN (whose
+ * truncation is INT_MIN), as the scalar's clamp does.  The packs leave a
+ * dword of one entry of four groups; a byte shuffle in each lane turns it
+ * into four entries of one group, and two rounds of dword permutes put the
+ * groups in order. */
 static void lut4_avx512(const float *qr, uint32_t groups, const float *base, float inv,
 			uint8_t *out)
 {
-	static const __mmask16 with[4] = { 0xAAAA, 0xCCCC, 0xF0F0, 0xFF00 }; /* entries with bit b */
 	const __m512 vinv = _mm512_set1_ps(inv), half = _mm512_set1_ps(0.5f);
-	const __m512 zero = _mm512_setzero_ps(), top = _mm512_set1_ps(255.0f);
-	for (uint32_t g = 0; g < groups; g++) {
-		__m512 v = _mm512_set1_ps(base[g]);
-		for (int b = 0; b < 4; b++) /* + qr where the bit is, + 0 elsewhere */
-			v = _mm512_add_ps(v, _mm512_maskz_mov_ps(with[b], _mm512_set1_ps(qr[4 * g + b])));
-		v = _mm512_add_ps(_mm512_mul_ps(v, vinv), half);
-		v = _mm512_min_ps(_mm512_max_ps(v, zero), top);
-		_mm_storeu_si128((__m128i *)(out + 16 * g), _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(v)));
+	const __m512 top = _mm512_set1_ps(255.0f);
+	__m512i idx[4];
+	for (int b = 0; b < 4; b++) /* lane j < 8: element 4j+b of a|b */
+		idx[b] = _mm512_setr_epi32(b, 4 + b, 8 + b, 12 + b, 16 + b, 20 + b, 24 + b, 28 + b,
+					   b, 4 + b, 8 + b, 12 + b, 16 + b, 20 + b, 24 + b, 28 + b);
+	/* in a lane of W[j] after the packs, byte 4i + gg is entry 4j+i of the
+	 * lane's group gg; the shuffle makes it byte 4gg + i.  Then W[j] dword
+	 * 4L + gg is group 4L+gg's entries 4j..4j+3.  Round 1: P[h] of the pair
+	 * W[a], W[b] (0, 1 or 2, 3) holds lane 2h+m of W[a] at dword 8m and of
+	 * W[b] at 8m + 4.  Round 2: output k's dword 4gg + j (group 4k+gg,
+	 * entries 4j..) is dword 8(k%2) + 4(j%2) + gg of P[k/2] of W[j]'s pair. */
+	uint8_t tr[64];
+	uint32_t i1[2][16], i2[2][16];
+	for (int L = 0; L < 4; L++)
+		for (int gg = 0; gg < 4; gg++)
+			for (int i = 0; i < 4; i++)
+				tr[16 * L + 4 * gg + i] = (uint8_t)(4 * i + gg);
+	for (int h = 0; h < 2; h++)
+		for (int m = 0; m < 2; m++)
+			for (int src = 0; src < 2; src++)
+				for (int gg = 0; gg < 4; gg++)
+					i1[h][8 * m + 4 * src + gg] =
+						(uint32_t)(16 * src + 4 * (2 * h + m) + gg);
+	for (int m = 0; m < 2; m++)
+		for (int gg = 0; gg < 4; gg++)
+			for (int j = 0; j < 4; j++)
+				i2[m][4 * gg + j] = (uint32_t)(16 * (j / 2) + 8 * m + 4 * (j % 2) + gg);
+	const __m512i shuf = _mm512_loadu_si512(tr);
+	const __m512i p1[2] = { _mm512_loadu_si512(i1[0]), _mm512_loadu_si512(i1[1]) };
+	const __m512i p2[2] = { _mm512_loadu_si512(i2[0]), _mm512_loadu_si512(i2[1]) };
+	uint32_t g = 0;
+	for (; g + 16 <= groups; g += 16) {
+		__m512 v[4], q[4], e[16];
+		for (int k = 0; k < 4; k++)
+			v[k] = _mm512_loadu_ps(qr + 4 * g + 16 * k);
+		for (int b = 0; b < 4; b++)
+			q[b] = _mm512_shuffle_f32x4(_mm512_permutex2var_ps(v[0], idx[b], v[1]),
+						    _mm512_permutex2var_ps(v[2], idx[b], v[3]), 0x44);
+		e[0] = _mm512_loadu_ps(base + g);
+		for (int b = 0; b < 4; b++)
+			for (int t = 0; t < 1 << b; t++)
+				e[(1 << b) + t] = _mm512_add_ps(e[t], q[b]);
+		__m512i w[4];
+		for (int j = 0; j < 4; j++) {
+			__m512i d[4];
+			for (int i = 0; i < 4; i++) {
+				__m512 t = _mm512_add_ps(_mm512_mul_ps(e[4 * j + i], vinv), half);
+				d[i] = _mm512_cvttps_epi32(_mm512_min_ps(top, t));
+			}
+			w[j] = _mm512_shuffle_epi8(
+				_mm512_packus_epi16(_mm512_packus_epi32(d[0], d[1]),
+						    _mm512_packus_epi32(d[2], d[3])),
+				shuf);
+		}
+		__m512i pa[2], pb[2];
+		for (int h = 0; h < 2; h++) {
+			pa[h] = _mm512_permutex2var_epi32(w[0], p1[h], w[1]);
+			pb[h] = _mm512_permutex2var_epi32(w[2], p1[h], w[3]);
+		}
+		for (int k = 0; k < 4; k++)
+			_mm512_storeu_si512(out + 16 * (g + 4 * k),
+					    _mm512_permutex2var_epi32(pa[k / 2], p2[k % 2], pb[k / 2]));
 	}
+	for (; g < groups; g++)
+		lut4_one_avx512(qr + 4 * g, base[g], vinv, out + 16 * g);
 }
 
 /* Sixteen groups a step: the 64 residuals, then the 16 values of each
