@@ -19,7 +19,7 @@ $(BUILD)/obj/tests/%.o:  BASEFLAGS += -Iengine -Ilayout $(PUBLIC_INC)
 FUSE_CFLAGS = $(shell pkg-config --cflags fuse3 2>/dev/null)
 FUSE_LIBS   = $(shell pkg-config --libs fuse3 2>/dev/null || echo -lfuse3)
 LIBS    := -llmdb -lxxhash -lzstd -lm -pthread
-SIMD_AVX2 := -mavx2 -mfma -mpopcnt
+SIMD_AVX2 := -mavx2 -mfma -mf16c -mpopcnt
 SIMD_AVX512 := $(SIMD_AVX2) -mavx512f -mavx512bw -mavx512vl -mavx512dq
 
 LAYOUT_SRC := $(wildcard layout/*.c)

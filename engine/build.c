@@ -456,7 +456,8 @@ int vf_gen_routing(vf_gen *g, const vf_genmeta *m, float *centroids)
 	g->centroids = centroids;
 	int rc;
 	if ((rc = vf_rotation_init(&g->rot, m->dim, m->seed)) ||
-	    (rc = vf_cindex_init(&g->ci, g->centroids, m->nlist, m->dim)))
+	    (rc = vf_cindex_init(&g->ci, g->centroids, m->nlist, m->dim)) ||
+	    (rc = vf_cindex_add_half(&g->ci)))
 		goto fail;
 	g->rc = vf_malloc(sizeof(float) * m->nlist * m->pdim);
 	g->rc_sum = vf_malloc(sizeof(float) * m->nlist);

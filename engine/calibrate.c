@@ -152,7 +152,7 @@ static void prepare(const vf_gen *g, vecfs_metric metric, const sq *s, const uin
 {
 	const vf_kernels *kn = vf_kernels_get();
 	uint32_t nl = g->meta.nlist, dim = g->meta.dim;
-	vf_cindex_dots(&g->ci, s->q, dots);
+	vf_cindex_probe_dots(&g->ci, s->q, dots);
 	float scale = vf_calib_scale(metric, kn->dot(s->q, s->q, dim), max_norm);
 	for (uint32_t c = 0; c < nl; c++)
 		cl[c] = (ent){c, metric == VECFS_DOT ? -dots[c] : g->ci.norms[c] - 2 * dots[c]};

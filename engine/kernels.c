@@ -97,6 +97,67 @@ static void point_panels_scalar(const float *x, size_t d, const float *panels,
 	panel_dots_scalar(x, 1, d, panels, npanels, out);
 }
 
+static void point_panels_half_scalar(const float *x, size_t d, const uint16_t *panels,
+				     size_t npanels, float *out)
+{
+	for (size_t i = 0; i < npanels; i++) {
+		const uint16_t *panel = panels + i * d * VF_PANEL;
+		for (int j = 0; j < VF_PANEL; j++) {
+			float acc = 0;
+			for (size_t k = 0; k < d; k++)
+				acc = fmaf(x[k], vf_half_to_float(panel[k * VF_PANEL + j]), acc);
+			out[i * VF_PANEL + j] = acc;
+		}
+	}
+}
+
+uint16_t vf_float_to_half(float f)
+{
+	uint32_t u;
+	memcpy(&u, &f, 4);
+	uint16_t sign = (uint16_t)(u >> 16 & 0x8000);
+	uint32_t exp = u >> 23 & 0xff, man = u & 0x7fffff;
+	if (exp == 0xff) /* infinity, NaN (kept quiet and non-zero) */
+		return sign | 0x7c00 | (man ? 0x200 | (uint16_t)(man >> 13) : 0);
+	int e = (int)exp - 127 + 15;
+	if (e >= 31)
+		return sign | 0x7c00;
+	if (e <= 0) { /* subnormal or zero: 24-bit significand shifted right */
+		if (e < -10)
+			return sign;
+		uint32_t sig = man | 0x800000, shift = (uint32_t)(14 - e);
+		uint32_t h = sig >> shift, rest = sig & ((1u << shift) - 1), half = 1u << (shift - 1);
+		if (rest > half || (rest == half && (h & 1)))
+			h++;
+		return sign | (uint16_t)h;
+	}
+	uint32_t h = (uint32_t)e << 10 | man >> 13, rest = man & 0x1fff;
+	if (rest > 0x1000 || (rest == 0x1000 && (h & 1)))
+		h++; /* may carry into the exponent, up to infinity: right */
+	return sign | (uint16_t)h;
+}
+
+float vf_half_to_float(uint16_t h)
+{
+	uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = h >> 10 & 0x1f, man = h & 0x3ff, u;
+	if (exp == 0x1f)
+		u = sign | 0x7f800000 | man << 13;
+	else if (exp)
+		u = sign | (exp - 15 + 127) << 23 | man << 13;
+	else if (man) { /* subnormal: normalize */
+		int e = -1;
+		do {
+			man <<= 1;
+			e++;
+		} while (!(man & 0x400));
+		u = sign | (uint32_t)(127 - 15 - e) << 23 | (man & 0x3ff) << 13;
+	} else
+		u = sign;
+	float f;
+	memcpy(&f, &u, 4);
+	return f;
+}
+
 static uint32_t pass1_scalar(const uint8_t *codes, const uint8_t *lut,
 			     uint32_t groups, const uint8_t *add, const uint8_t *r1,
 			     const uint8_t *e1, const vf_pass1 *p, float *lo, float *hi)
@@ -231,7 +292,7 @@ void vf_groups4_scalar(const float *rq, const float *rc, uint32_t groups, float 
 
 const vf_kernels vf_kernels_scalar = {
 	"scalar", l2sq_scalar, dot_scalar, panel_dots_scalar, point_panels_scalar,
-	lut4_scalar, vf_groups4_scalar, vf_sign_gather, pass1_scalar, code_dot_scalar,
+	point_panels_half_scalar, lut4_scalar, vf_groups4_scalar, vf_sign_gather, pass1_scalar, code_dot_scalar,
 	levels_scan_scalar, rotate_rounds_scalar, panel_min_scalar,
 };
 
@@ -241,7 +302,8 @@ const vf_kernels *vf_kernels_named(const char *name)
 		return &vf_kernels_scalar;
 #if defined(__x86_64__)
 	__builtin_cpu_init();
-	int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+	int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+		   __builtin_cpu_supports("f16c");
 	if (strcmp(name, "avx2") == 0)
 		return avx2 ? &vf_kernels_avx2 : NULL;
 	if (strcmp(name, "avx512") == 0)

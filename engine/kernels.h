@@ -34,6 +34,11 @@ typedef struct vf_kernels {
 	/* one point against npanels consecutive panels; out[VF_PANEL*i + j] */
 	void (*point_panels)(const float *x, size_t d, const float *panels,
 			     size_t npanels, float *out);
+	/* the same against panels of binary16 values (vf_half_to_float()
+	 * of each, which is exact): lane j adds fmaf(x[k], c[k], acc) for
+	 * k = 0..d-1 in order, as the scalar panel_dots does */
+	void (*point_panels_half)(const float *x, size_t d, const uint16_t *panels,
+				  size_t npanels, float *out);
 	/* First-pass tables: for group g and subset e of its 4 dimensions,
 	 * v = base[g] + the qr values of e's dimensions (added in dimension
 	 * order, +0 for absent ones), out[16g + e] = trunc(clamp(v*inv + .5,
@@ -85,6 +90,11 @@ typedef struct vf_kernels {
 	void (*panel_min)(const float *dots, size_t npts, const float *norms, uint32_t base,
 			  float *best, uint32_t *arg);
 } vf_kernels;
+
+/* IEEE binary16 <-> float: to half rounds to nearest, ties to even
+ * (overflow to infinity, NaN stays NaN); back is exact. */
+uint16_t vf_float_to_half(float f);
+float vf_half_to_float(uint16_t h);
 
 /* t[0..16) added pairwise: ((t0 + t1) + (t2 + t3)) + ... up the tree. */
 static inline float vf_tree16(const float *t)

@@ -117,35 +117,54 @@ static void panel_dots1_avx2(const float *pts, size_t npts, size_t d,
 /* One point against 4 panels (64 centroids) per step; in the last step,
  * 1-3 panels side by side too (one after another, each would be two
  * chains of d dependent FMAs): the missing ones repeat the last, and their
- * sums are not stored. */
-static void point_panels_avx2(const float *x, size_t d, const float *panels,
-			      size_t npanels, float *out)
+ * sums are not stored.  From panels of floats or (half) of binary16 values
+ * widened exactly as they are loaded (F16C): each lane adds its products
+ * in dimension order either way. */
+static inline __attribute__((always_inline)) void
+point_panels_any(const float *x, size_t d, const void *panels, int half, size_t npanels,
+		 float *out)
 {
-	size_t ps = d * VF_PANEL;
+	size_t ps = d * VF_PANEL * (half ? 2 : 4); /* bytes a panel */
+#define LD(p, o)                                                                       \
+	(half ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((p) + 2 * (o)))) \
+	      : _mm256_loadu_ps((const float *)((p) + 4 * (o))))
 	for (size_t i = 0; i < npanels; i += 4) {
 		size_t m = npanels - i < 4 ? npanels - i : 4;
-		const float *p0 = panels + i * ps, *p1 = p0 + (m > 1 ? 1 : 0) * ps,
-			    *p2 = p0 + (m > 2 ? 2 : m - 1) * ps, *p3 = p0 + (m - 1) * ps;
+		const char *p0 = (const char *)panels + i * ps, *p1 = p0 + (m > 1 ? 1 : 0) * ps,
+			   *p2 = p0 + (m > 2 ? 2 : m - 1) * ps, *p3 = p0 + (m - 1) * ps;
 		__m256 a0 = _mm256_setzero_ps(), b0 = a0, a1 = a0, b1 = a0, a2 = a0,
 		       b2 = a0, a3 = a0, b3 = a0;
 		for (size_t k = 0; k < d; k++) {
 			__m256 v = _mm256_broadcast_ss(x + k);
 			size_t o = k * VF_PANEL;
-			a0 = _mm256_fmadd_ps(v, _mm256_loadu_ps(p0 + o), a0);
-			b0 = _mm256_fmadd_ps(v, _mm256_loadu_ps(p0 + o + 8), b0);
-			a1 = _mm256_fmadd_ps(v, _mm256_loadu_ps(p1 + o), a1);
-			b1 = _mm256_fmadd_ps(v, _mm256_loadu_ps(p1 + o + 8), b1);
-			a2 = _mm256_fmadd_ps(v, _mm256_loadu_ps(p2 + o), a2);
-			b2 = _mm256_fmadd_ps(v, _mm256_loadu_ps(p2 + o + 8), b2);
-			a3 = _mm256_fmadd_ps(v, _mm256_loadu_ps(p3 + o), a3);
-			b3 = _mm256_fmadd_ps(v, _mm256_loadu_ps(p3 + o + 8), b3);
+			a0 = _mm256_fmadd_ps(v, LD(p0, o), a0);
+			b0 = _mm256_fmadd_ps(v, LD(p0, o + 8), b0);
+			a1 = _mm256_fmadd_ps(v, LD(p1, o), a1);
+			b1 = _mm256_fmadd_ps(v, LD(p1, o + 8), b1);
+			a2 = _mm256_fmadd_ps(v, LD(p2, o), a2);
+			b2 = _mm256_fmadd_ps(v, LD(p2, o + 8), b2);
+			a3 = _mm256_fmadd_ps(v, LD(p3, o), a3);
+			b3 = _mm256_fmadd_ps(v, LD(p3, o + 8), b3);
 		}
+#undef LD
 		const __m256 a[4] = {a0, a1, a2, a3}, b[4] = {b0, b1, b2, b3};
 		for (size_t j = 0; j < m; j++) {
 			_mm256_storeu_ps(out + (i + j) * VF_PANEL, a[j]);
 			_mm256_storeu_ps(out + (i + j) * VF_PANEL + 8, b[j]);
 		}
 	}
+}
+
+static void point_panels_avx2(const float *x, size_t d, const float *panels,
+			      size_t npanels, float *out)
+{
+	point_panels_any(x, d, panels, 0, npanels, out);
+}
+
+static void point_panels_half_avx2(const float *x, size_t d, const uint16_t *panels,
+				   size_t npanels, float *out)
+{
+	point_panels_any(x, d, panels, 1, npanels, out);
 }
 
 static void panel_dots_avx2(const float *pts, size_t npts, size_t d,
@@ -364,7 +383,8 @@ static void panel_min_avx2(const float *dots, size_t npts, const float *norms,
 }
 
 const vf_kernels vf_kernels_avx2 = {
-	"avx2", l2sq_avx2, dot_avx2, panel_dots_avx2, point_panels_avx2, lut4_avx2,
+	"avx2", l2sq_avx2, dot_avx2, panel_dots_avx2, point_panels_avx2,
+	point_panels_half_avx2, lut4_avx2,
 	vf_groups4_scalar, vf_sign_gather,
 	pass1_avx2, code_dot_avx2, vf_levels_scan_avx2, rotate_rounds_avx2, panel_min_avx2,
 };

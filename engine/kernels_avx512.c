@@ -99,38 +99,55 @@ static void panel_dots1_avx512(const float *pts, size_t npts, size_t d,
 	}
 }
 
-/* One point against 8 panels (128 centroids) per step; in the last step,
- * 1-7 panels side by side too (one after another, each would be one chain
- * of d dependent FMAs): the missing ones repeat the last, and their sums
- * are not stored. */
-static void point_panels_avx512(const float *x, size_t d, const float *panels,
-				size_t npanels, float *out)
+/* One point against 8 panels per step (the last step repeats its last
+ * panel for the missing ones and stores only its own), from panels of
+ * floats or (half) of binary16 values widened exactly as they are loaded:
+ * each lane adds its products in dimension order either way. */
+static inline __attribute__((always_inline)) void
+point_panels_any(const float *x, size_t d, const void *panels, int half, size_t npanels,
+		 float *out)
 {
-	size_t ps = d * VF_PANEL;
+	size_t ps = d * VF_PANEL * (half ? 2 : 4); /* bytes a panel */
+#define LD(p, o)                                                                          \
+	(half ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((p) + 2 * (o)))) \
+	      : _mm512_loadu_ps((const float *)((p) + 4 * (o))))
 	for (size_t i = 0; i < npanels; i += 8) {
 		size_t m = npanels - i < 8 ? npanels - i : 8;
-		const float *p[8];
+		const char *p[8];
 		for (size_t j = 0; j < 8; j++)
-			p[j] = panels + (i + (j < m ? j : m - 1)) * ps;
-		const float *p0 = p[0], *p1 = p[1], *p2 = p[2], *p3 = p[3], *p4 = p[4],
-			    *p5 = p[5], *p6 = p[6], *p7 = p[7];
+			p[j] = (const char *)panels + (i + (j < m ? j : m - 1)) * ps;
+		const char *p0 = p[0], *p1 = p[1], *p2 = p[2], *p3 = p[3], *p4 = p[4],
+			   *p5 = p[5], *p6 = p[6], *p7 = p[7];
 		__m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0,
 		       a6 = a0, a7 = a0;
 		for (size_t k = 0, o = 0; k < d; k++, o += VF_PANEL) {
 			__m512 v = _mm512_set1_ps(x[k]);
-			a0 = _mm512_fmadd_ps(v, _mm512_loadu_ps(p0 + o), a0);
-			a1 = _mm512_fmadd_ps(v, _mm512_loadu_ps(p1 + o), a1);
-			a2 = _mm512_fmadd_ps(v, _mm512_loadu_ps(p2 + o), a2);
-			a3 = _mm512_fmadd_ps(v, _mm512_loadu_ps(p3 + o), a3);
-			a4 = _mm512_fmadd_ps(v, _mm512_loadu_ps(p4 + o), a4);
-			a5 = _mm512_fmadd_ps(v, _mm512_loadu_ps(p5 + o), a5);
-			a6 = _mm512_fmadd_ps(v, _mm512_loadu_ps(p6 + o), a6);
-			a7 = _mm512_fmadd_ps(v, _mm512_loadu_ps(p7 + o), a7);
+			a0 = _mm512_fmadd_ps(v, LD(p0, o), a0);
+			a1 = _mm512_fmadd_ps(v, LD(p1, o), a1);
+			a2 = _mm512_fmadd_ps(v, LD(p2, o), a2);
+			a3 = _mm512_fmadd_ps(v, LD(p3, o), a3);
+			a4 = _mm512_fmadd_ps(v, LD(p4, o), a4);
+			a5 = _mm512_fmadd_ps(v, LD(p5, o), a5);
+			a6 = _mm512_fmadd_ps(v, LD(p6, o), a6);
+			a7 = _mm512_fmadd_ps(v, LD(p7, o), a7);
 		}
+#undef LD
 		const __m512 a[8] = {a0, a1, a2, a3, a4, a5, a6, a7};
 		for (size_t j = 0; j < m; j++)
 			_mm512_storeu_ps(out + (i + j) * VF_PANEL, a[j]);
 	}
+}
+
+static void point_panels_avx512(const float *x, size_t d, const float *panels,
+				size_t npanels, float *out)
+{
+	point_panels_any(x, d, panels, 0, npanels, out);
+}
+
+static void point_panels_half_avx512(const float *x, size_t d, const uint16_t *panels,
+				     size_t npanels, float *out)
+{
+	point_panels_any(x, d, panels, 1, npanels, out);
 }
 
 #define FMA4(a, v, c0, c1, c2, c3)                  \
@@ -245,7 +262,6 @@ static uint32_t pass1_avx512(const uint8_t *codes, const uint8_t *lut,
 	return mask;
 }
 
-/* One group's 16 entries a vector. */
 /* One group: its 16 entries in one vector (the scalar's order of sums). */
 static void lut4_one_avx512(const float *qr, float base, __m512 vinv, uint8_t *out)
 {
@@ -527,6 +543,6 @@ static void panel_min_avx512(const float *dots, size_t npts, const float *norms,
 
 const vf_kernels vf_kernels_avx512 = {
 	"avx512", l2sq_avx512, dot_avx512, panel_dots_avx512, point_panels_avx512,
-	lut4_avx512, groups4_avx512, sign_gather_avx512, pass1_avx512, code_dot_avx512, vf_levels_scan_avx2, rotate_rounds_avx512,
+	point_panels_half_avx512, lut4_avx512, groups4_avx512, sign_gather_avx512, pass1_avx512, code_dot_avx512, vf_levels_scan_avx2, rotate_rounds_avx512,
 	panel_min_avx512,
 };

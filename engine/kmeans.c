@@ -20,6 +20,8 @@ int vf_cindex_init(vf_cindex *ci, const float *centroids, uint32_t k, uint32_t d
 	ci->k = k;
 	ci->dim = dim;
 	ci->npanels = (k + VF_PANEL - 1) / VF_PANEL;
+	ci->half = NULL;
+	ci->half_unscale = 1;
 	ci->panels = vf_calloc((size_t)ci->npanels * dim * VF_PANEL, sizeof(float));
 	ci->norms = vf_malloc(sizeof(float) * (size_t)ci->npanels * VF_PANEL);
 	if (!ci->panels || !ci->norms) {
@@ -47,12 +49,57 @@ void vf_cindex_free(vf_cindex *ci)
 {
 	free(ci->panels);
 	free(ci->norms);
+	free(ci->half);
 	ci->panels = ci->norms = NULL;
+	ci->half = NULL;
 }
 
 void vf_cindex_dots(const vf_cindex *ci, const float *x, float *dots)
 {
 	vf_kernels_get()->point_panels(x, ci->dim, ci->panels, ci->npanels, dots);
+}
+
+int vf_cindex_add_half(vf_cindex *ci)
+{
+	size_t n = (size_t)ci->npanels * ci->dim * VF_PANEL;
+	float mx = 0;
+	for (size_t i = 0; i < n; i++) {
+		float a = fabsf(ci->panels[i]);
+		if (a > mx && a <= FLT_MAX)
+			mx = a;
+	}
+	/* 2^e * mx in [2^14, 2^15]; 2^-e stays a normal float */
+	int e = 0;
+	if (mx > 0) {
+		frexpf(mx, &e); /* mx = m * 2^e, m in [0.5, 1) */
+		e = 15 - e;
+		e = e > 126 ? 126 : e < -126 ? -126 : e;
+	}
+	uint16_t *h = vf_malloc(n * sizeof *h);
+	if (!h)
+		return -ENOMEM;
+	for (size_t i = 0; i < n; i++)
+		h[i] = vf_float_to_half(ldexpf(ci->panels[i], e));
+	free(ci->half);
+	ci->half = h;
+	ci->half_unscale = ldexpf(1.0f, -e);
+	return 0;
+}
+
+void vf_cindex_probe_dots(const vf_cindex *ci, const float *x, float *dots)
+{
+	if (!ci->half) {
+		vf_cindex_dots(ci, x, dots);
+		return;
+	}
+	vf_kernels_get()->point_panels_half(x, ci->dim, ci->half, ci->npanels, dots);
+	int finite = 1;
+	for (size_t j = 0; j < (size_t)ci->npanels * VF_PANEL; j++) {
+		dots[j] *= ci->half_unscale;
+		finite &= isfinite(dots[j]);
+	}
+	if (!finite) /* a query so large that the scaled sums overflow */
+		vf_cindex_dots(ci, x, dots);
 }
 
 typedef struct nearest_job {

@@ -248,7 +248,7 @@ static int probe(search *s, query *q, float *dots, uint32_t list)
 		np = np < nl / 2 ? 2 * np : nl;
 	if (list)
 		np = list < nl ? list : nl;
-	vf_cindex_dots(&g->ci, q->q, dots);
+	vf_cindex_probe_dots(&g->ci, q->q, dots);
 	for (uint32_t c = 0; c < nl; c++) /* scores, in place */
 		dots[c] = s->metric == VECFS_DOT ? -dots[c] : g->ci.norms[c] - 2 * dots[c];
 	uint32_t n = np <= VF_BEST_SORTED_MAX ? vf_best_sorted(dots, nl, np, q->pdist, q->probe)

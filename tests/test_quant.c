@@ -654,6 +654,30 @@ static void check_panels(const vf_kernels *kn, const vf_kernels *ref, rng *r)
 					print_message("%s d %zu rows %zu: %zu values differ between %s and %s\n",
 						      what, d, np, n, kn->name, ref->name);
 			}
+			/* binary16 panels: the dots of point_panels with the
+			 * rounded values, bit for bit (each lane adds in
+			 * dimension order either way) */
+			size_t nv = np * d * VF_PANEL;
+			uint16_t *half = malloc(nv * sizeof *half);
+			float *wide = malloc(nv * sizeof(float));
+			assert_non_null(half);
+			assert_non_null(wide);
+			for (size_t i = 0; i < nv; i++) {
+				half[i] = vf_float_to_half(panels[i] * 1000.0f);
+				wide[i] = vf_half_to_float(half[i]);
+			}
+			kn->point_panels_half(pts, d, half, np, out);
+			kn->point_panels(pts, d, wide, np, out2);
+			size_t nh = float_diffs(out, out2, np * VF_PANEL);
+			if (ref) {
+				ref->point_panels_half(pts, d, half, np, out2);
+				nh += float_diffs(out, out2, np * VF_PANEL);
+			}
+			if (nh && bad_bits++ < 5)
+				print_message("point_panels_half d %zu panels %zu: %zu values differ (%s)\n",
+					      d, np, nh, kn->name);
+			free(half);
+			free(wide);
 			free(pts);
 			free(panels);
 			free(out);
@@ -662,6 +686,44 @@ static void check_panels(const vf_kernels *kn, const vf_kernels *ref, rng *r)
 	}
 	assert_int_equal(bad_ref, 0);
 	assert_int_equal(bad_bits, 0);
+}
+
+/* binary16: every value converts to float and back unchanged; a float
+ * converts as the compiler's _Float16 does (to nearest, ties to even,
+ * subnormals, overflow to infinity). */
+static void test_half_conversion(void **state)
+{
+	(void)state;
+	size_t bad = 0;
+	for (uint32_t h = 0; h < 65536; h++) {
+		float f = vf_half_to_float((uint16_t)h);
+		_Float16 c;
+		memcpy(&c, &(uint16_t){(uint16_t)h}, 2);
+		if (isnan(f)) {
+			bad += !isnan((float)c) || (vf_float_to_half(f) & 0x7c00) != 0x7c00 ||
+			       !(vf_float_to_half(f) & 0x3ff);
+			continue;
+		}
+		bad += f != (float)c || vf_float_to_half(f) != h;
+	}
+	rng r = {.s = 7};
+	for (int i = 0; i < 2000000; i++) {
+		uint32_t u = (uint32_t)rng_next(&r);
+		float f;
+		/* exponents around binary16's range, and every bit pattern */
+		if (i % 2)
+			u = (u & 0x807fffff) | (uint32_t)(127 - 30 + (int)(u >> 24) % 50) << 23;
+		memcpy(&f, &u, 4);
+		if (isnan(f))
+			continue;
+		_Float16 c = (_Float16)f;
+		uint16_t want;
+		memcpy(&want, &c, 2);
+		if (vf_float_to_half(f) != want && bad++ < 5)
+			print_message("%.9g (0x%08x): 0x%04x, want 0x%04x\n", f, u,
+				      vf_float_to_half(f), want);
+	}
+	assert_int_equal(bad, 0);
 }
 
 /* pass1 against an exact integer look-up sum, and against `ref`. */
@@ -1473,6 +1535,7 @@ static void test_parallel_on_every_cpu(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_half_conversion),
 		cmocka_unit_test(test_rotation_preserves_geometry),
 		cmocka_unit_test(test_estimator_l2_unbiased),
 		cmocka_unit_test(test_estimator_dot_unbiased),
