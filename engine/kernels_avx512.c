@@ -211,11 +211,16 @@ static inline __m512i fold_pair(__m512i x, __m512i y)
 	return _mm512_add_epi32(lo, hi);
 }
 
-/* Four groups (one per 128-bit lane) per step; the byte look-ups add into
- * u16 lanes, folded into u32 totals before they could overflow.  Integer
- * sums are exact, so their order does not matter; the float part runs on
- * 16 slots a vector with the scalar kernel's operations.  groups is a
- * multiple of 4 (pdim / 4, pdim a multiple of 32). */
+/* Four groups (one per 128-bit lane) per step.  The byte look-ups add
+ * into u16 lanes without widening: a look-up vector added as it is puts
+ * slot 2i + 256 * slot 2i+1 into lane i, shifted right by 8 slot 2i+1
+ * alone; before either could overflow (256 steps of at most 255), the
+ * even slots are the first sum less 256 times the second (mod 2^16, exact
+ * as they are below 2^16), interleaved with the odd ones and folded into
+ * u32 totals.  Integer sums are exact, so their order does not matter;
+ * the float part runs on 16 slots a vector with the scalar kernel's
+ * operations.  groups is a multiple of 4 (pdim / 4, pdim a multiple of
+ * 32). */
 static uint32_t pass1_avx512(const uint8_t *codes, const uint8_t *lut,
 			     uint32_t groups, const uint8_t *add, const uint8_t *r1,
 			     const uint8_t *e1, const vf_pass1 *p, float *lo, float *hi)
@@ -226,19 +231,23 @@ static uint32_t pass1_avx512(const uint8_t *codes, const uint8_t *lut,
 	while (g < groups) {
 		/* 1024 groups: 256 look-ups of at most 255 per u16 lane */
 		uint32_t end = g + 1024 < groups ? g + 1024 : groups;
-		__m512i a0 = z, a1 = z, a2 = z, a3 = z;
+		__m512i wl = z, ol = z, wh = z, oh = z; /* whole and odd sums, slots 0-15, 16-31 */
 		for (; g < end; g += 4) {
 			__m512i c = _mm512_loadu_si512(codes + g * 16);
 			__m512i l = _mm512_loadu_si512(lut + g * 16);
 			__m512i rlo = _mm512_shuffle_epi8(l, _mm512_and_si512(c, m4));
 			__m512i rhi = _mm512_shuffle_epi8(l, _mm512_and_si512(_mm512_srli_epi16(c, 4), m4));
-			a0 = _mm512_add_epi16(a0, _mm512_unpacklo_epi8(rlo, z));
-			a1 = _mm512_add_epi16(a1, _mm512_unpackhi_epi8(rlo, z));
-			a2 = _mm512_add_epi16(a2, _mm512_unpacklo_epi8(rhi, z));
-			a3 = _mm512_add_epi16(a3, _mm512_unpackhi_epi8(rhi, z));
+			wl = _mm512_add_epi16(wl, rlo);
+			ol = _mm512_add_epi16(ol, _mm512_srli_epi16(rlo, 8));
+			wh = _mm512_add_epi16(wh, rhi);
+			oh = _mm512_add_epi16(oh, _mm512_srli_epi16(rhi, 8));
 		}
-		t0 = _mm512_add_epi32(t0, fold_pair(a0, a1));
-		t1 = _mm512_add_epi32(t1, fold_pair(a2, a3));
+		__m512i el = _mm512_sub_epi16(wl, _mm512_slli_epi16(ol, 8));
+		__m512i eh = _mm512_sub_epi16(wh, _mm512_slli_epi16(oh, 8));
+		t0 = _mm512_add_epi32(t0, fold_pair(_mm512_unpacklo_epi16(el, ol),
+						    _mm512_unpackhi_epi16(el, ol)));
+		t1 = _mm512_add_epi32(t1, fold_pair(_mm512_unpacklo_epi16(eh, oh),
+						    _mm512_unpackhi_epi16(eh, oh)));
 	}
 	const __m512 va = _mm512_set1_ps(p->a), vb = _mm512_set1_ps(p->b);
 	const __m512 vqc = _mm512_set1_ps(p->qc), vqe = _mm512_set1_ps(p->qerr);
