@@ -6,6 +6,9 @@
 #include "block.h"
 
 #include <math.h>
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
 #include <stdlib.h>
 #include <string.h>
 
@@ -296,14 +299,23 @@ const vf_kernels vf_kernels_scalar = {
 	levels_scan_scalar, rotate_rounds_scalar, panel_min_scalar,
 };
 
+#if defined(__x86_64__)
+/* F16C (binary16 conversions), which not every compiler's
+ * __builtin_cpu_supports() knows: CPUID leaf 1, ECX bit 29. */
+static int has_f16c(void)
+{
+	unsigned a, b, c, d;
+	return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+}
+#endif
+
 const vf_kernels *vf_kernels_named(const char *name)
 {
 	if (strcmp(name, "scalar") == 0)
 		return &vf_kernels_scalar;
 #if defined(__x86_64__)
 	__builtin_cpu_init();
-	int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-		   __builtin_cpu_supports("f16c");
+	int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c();
 	if (strcmp(name, "avx2") == 0)
 		return avx2 ? &vf_kernels_avx2 : NULL;
 	if (strcmp(name, "avx512") == 0)
