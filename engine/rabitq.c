@@ -83,37 +83,58 @@ void vf_encode(vf_encoder *e, const float *v, const float *c, const float *rc,
 	float *x = e->x, *ax = e->vc;
 	double norm2 = 0, cr = 0;
 
-	for (uint32_t i = 0; i < dim; i++) {
-		double r = (double)v[i] - c[i];
-		norm2 += r * r;
-		cr += (double)c[i] * r;
-		ax[i] = (float)r;
+	/* four partial sums each (dependent chains of double adds were most
+	 * of the encoder's time), added at the end in a fixed order */
+	double n4[4] = {0, 0, 0, 0}, c4[4] = {0, 0, 0, 0};
+	uint32_t i0 = 0;
+	for (; i0 + 4 <= dim; i0 += 4)
+		for (int l = 0; l < 4; l++) {
+			double r = (double)v[i0 + l] - c[i0 + l];
+			n4[l] += r * r;
+			c4[l] += (double)c[i0 + l] * r;
+			ax[i0 + l] = (float)r;
+		}
+	for (; i0 < dim; i0++) {
+		double r = (double)v[i0] - c[i0];
+		n4[0] += r * r;
+		c4[0] += (double)c[i0] * r;
+		ax[i0] = (float)r;
 	}
+	norm2 = (n4[0] + n4[1]) + (n4[2] + n4[3]);
+	cr = (c4[0] + c4[1]) + (c4[2] + c4[3]);
 	vf_rotate(rot, ax, x);
 	for (uint32_t i = 0; i < n; i++)
 		ax[i] = fabsf(x[i]);
 	best_levels(e, ax, n, kmax, sqrt(norm2));
 
-	double sum_abs = 0, yx = 0, yy = 0, cdot = 0;
-	uint8_t *u = e->k; /* levels become codes in place */
-	for (uint32_t i = 0; i < n; i++) {
-		uint32_t k = u[i];
-		float y = (float)k + 0.5f;
-		sum_abs += ax[i];
-		yx += ax[i] * y;
-		yy += y * y;
-		u[i] = (uint8_t)(x[i] >= 0 ? (1u << (bits - 1)) + k : (1u << (bits - 1)) - 1 - k);
-		cdot += (double)u[i] * rc[i];
-	}
+	double sa4[4] = {0, 0, 0, 0}, yx4[4] = {0, 0, 0, 0}, yy4[4] = {0, 0, 0, 0};
+	double cd4[4] = {0, 0, 0, 0};
+	uint8_t *u = e->k; /* levels become codes in place (n is a multiple of 64) */
+	for (uint32_t i = 0; i < n; i += 4)
+		for (int l = 0; l < 4; l++) {
+			uint32_t k = u[i + l];
+			float y = (float)k + 0.5f;
+			sa4[l] += ax[i + l];
+			yx4[l] += ax[i + l] * y;
+			yy4[l] += y * y;
+			u[i + l] = (uint8_t)(x[i + l] >= 0 ? (1u << (bits - 1)) + k
+							 : (1u << (bits - 1)) - 1 - k);
+			cd4[l] += (double)u[i + l] * rc[i + l];
+		}
+	double sum_abs = (sa4[0] + sa4[1]) + (sa4[2] + sa4[3]);
+	double yx = (yx4[0] + yx4[1]) + (yx4[2] + yx4[3]);
+	double yy = (yy4[0] + yy4[1]) + (yy4[2] + yy4[3]);
+	double cdot = (cd4[0] + cd4[1]) + (cd4[2] + cd4[3]);
+	/* bit planes: bit sh of each of 8 codes, gathered into a byte by one
+	 * multiply (code b's bit lands at bit 56 + b) */
 	for (uint32_t p = 0; p < bits; p++) {
 		uint32_t sh = bits - 1 - p;
 		uint8_t *pl = planes + (size_t)p * nbytes;
 		for (uint32_t j = 0; j < nbytes; j++) {
-			const uint8_t *c8 = u + 8 * j;
-			uint8_t byte = 0;
-			for (int b = 0; b < 8; b++)
-				byte |= (uint8_t)(((c8[b] >> sh) & 1) << b);
-			pl[j] = byte;
+			uint64_t w;
+			memcpy(&w, u + 8 * j, 8);
+			w = (w >> sh) & 0x0101010101010101ULL;
+			pl[j] = (uint8_t)((w * 0x0102040810204080ULL) >> 56);
 		}
 	}
 	double coef = e->dot ? 1.0 : 2.0;
