@@ -243,31 +243,48 @@ void vf_prepared_free(vf_prepared *p)
 	memset(p, 0, sizeof *p);
 }
 
-typedef struct encode_job {
+/* The rows of a preparation, claimed PREP_PIECE at a time by its threads
+ * (nearest centroids, then codes): a split fixed in advance left one
+ * thread idle at the end while the other, sharing its CPU with the writer,
+ * finished its half. */
+#define PREP_PIECE 256
+typedef struct prep_shared {
 	const vf_gen *g;
 	vf_prepared *p;
-	size_t from, to;
-	int rc;
-} encode_job;
+	size_t n;
+	size_t next; /* the first row not claimed yet (atomic) */
+} prep_shared;
 
-static void *encode_run(void *arg)
+typedef struct prep_job {
+	prep_shared *sh;
+	int rc;
+} prep_job;
+
+static void *prep_run(void *arg)
 {
-	encode_job *j = arg;
-	const vf_gen *g = j->g;
-	vf_prepared *p = j->p;
+	prep_job *j = arg;
+	const vf_gen *g = j->sh->g;
+	vf_prepared *p = j->sh->p;
 	uint32_t dim = g->meta.dim, pdim = g->meta.pdim;
 	size_t pbytes = (size_t)g->meta.bits * pdim / 8;
 	vf_encoder enc;
 	j->rc = vf_encoder_init(&enc, &g->rot, g->meta.bits, g->meta.metric == VECFS_DOT);
 	if (j->rc)
 		return NULL;
-	for (size_t i = j->from; i < j->to; i++) {
-		uint32_t c = p->near[i];
-		if (p->bad[i] || c >= g->meta.nlist)
-			continue;
-		p->pc[i].cluster = c;
-		vf_encode(&enc, p->x + i * dim, g->centroids + (size_t)c * dim,
-			  g->rc + (size_t)c * pdim, p->planes + i * pbytes, &p->pc[i].code);
+	for (;;) {
+		size_t from = __atomic_fetch_add(&j->sh->next, PREP_PIECE, __ATOMIC_RELAXED);
+		if (from >= j->sh->n)
+			break;
+		size_t to = from + PREP_PIECE < j->sh->n ? from + PREP_PIECE : j->sh->n;
+		vf_nearest(&g->ci, p->x + from * dim, to - from, p->near + from, NULL, 1);
+		for (size_t i = from; i < to; i++) {
+			uint32_t c = p->near[i];
+			if (p->bad[i] || c >= g->meta.nlist)
+				continue;
+			p->pc[i].cluster = c;
+			vf_encode(&enc, p->x + i * dim, g->centroids + (size_t)c * dim,
+				  g->rc + (size_t)c * pdim, p->planes + i * pbytes, &p->pc[i].code);
+		}
 	}
 	vf_encoder_free(&enc);
 	return NULL;
@@ -305,15 +322,15 @@ int vf_prepare(vecfs *v, const vf_gen *g, const vecfs_row *rows, size_t n,
 	}
 	p->n = m;
 	p->next = 0;
-	vf_nearest(&g->ci, p->x, m, p->near, NULL, v->threads);
-	int threads = m < 64 ? 1 : v->threads;
-	encode_job jobs[VF_PARALLEL_MAX];
+	int threads = m <= PREP_PIECE ? 1 : v->threads;
+	prep_shared sh = {g, p, m, 0};
+	prep_job jobs[VF_PARALLEL_MAX];
 	int rc = 0;
 	if (threads > VF_PARALLEL_MAX)
 		threads = VF_PARALLEL_MAX;
 	for (int t = 0; t < threads; t++)
-		jobs[t] = (encode_job){g, p, m * t / threads, m * (t + 1) / threads, 0};
-	vf_parallel(encode_run, jobs, sizeof *jobs, threads);
+		jobs[t] = (prep_job){&sh, 0};
+	vf_parallel(prep_run, jobs, sizeof *jobs, threads);
 	for (int t = 0; t < threads; t++)
 		if (jobs[t].rc)
 			rc = jobs[t].rc;
