@@ -310,22 +310,15 @@ static void lut4_avx512(const float *qr, uint32_t groups, const float *base, flo
 	 * W[a], W[b] (0, 1 or 2, 3) holds lane 2h+m of W[a] at dword 8m and of
 	 * W[b] at 8m + 4.  Round 2: output k's dword 4gg + j (group 4k+gg,
 	 * entries 4j..) is dword 8(k%2) + 4(j%2) + gg of P[k/2] of W[j]'s pair. */
-	uint8_t tr[64];
-	uint32_t i1[2][16], i2[2][16];
-	for (int L = 0; L < 4; L++)
-		for (int gg = 0; gg < 4; gg++)
-			for (int i = 0; i < 4; i++)
-				tr[16 * L + 4 * gg + i] = (uint8_t)(4 * i + gg);
-	for (int h = 0; h < 2; h++)
-		for (int m = 0; m < 2; m++)
-			for (int src = 0; src < 2; src++)
-				for (int gg = 0; gg < 4; gg++)
-					i1[h][8 * m + 4 * src + gg] =
-						(uint32_t)(16 * src + 4 * (2 * h + m) + gg);
-	for (int m = 0; m < 2; m++)
-		for (int gg = 0; gg < 4; gg++)
-			for (int j = 0; j < 4; j++)
-				i2[m][4 * gg + j] = (uint32_t)(16 * (j / 2) + 8 * m + 4 * (j % 2) + gg);
+	static const uint8_t tr[64] = { /* [16L + 4gg + i] = 4i + gg */
+		0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15, 0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15,
+		0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15, 0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15 };
+	static const uint32_t i1[2][16] = { /* [h][8m + 4src + gg] = 16src + 4(2h+m) + gg */
+		{ 0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23 },
+		{ 8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31 } };
+	static const uint32_t i2[2][16] = { /* [m][4gg + j] = 16(j/2) + 8m + 4(j%2) + gg */
+		{ 0, 4, 16, 20, 1, 5, 17, 21, 2, 6, 18, 22, 3, 7, 19, 23 },
+		{ 8, 12, 24, 28, 9, 13, 25, 29, 10, 14, 26, 30, 11, 15, 27, 31 } };
 	const __m512i shuf = _mm512_loadu_si512(tr);
 	const __m512i p1[2] = { _mm512_loadu_si512(i1[0]), _mm512_loadu_si512(i1[1]) };
 	const __m512i p2[2] = { _mm512_loadu_si512(i2[0]), _mm512_loadu_si512(i2[1]) };
