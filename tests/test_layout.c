@@ -1397,13 +1397,13 @@ typedef struct hint_racer {
 	vf_store *s;
 	vf_txn *txn;
 	const uint64_t *place;
-	volatile int *stop;
+	int *stop; /* accessed atomically */
 } hint_racer;
 
 static void *hint_race_put(void *arg)
 {
 	hint_racer *r = arg;
-	while (!*r->stop)
+	while (!__atomic_load_n(r->stop, __ATOMIC_RELAXED))
 		for (uint64_t id = 0; id < 2; id++)
 			vf_hint_put(r->s, r->txn, id, &r->place[id], 8, 1);
 	return NULL;
@@ -1416,7 +1416,7 @@ static void test_hint_put_races_get(void **state)
 	vf_store *s;
 	static uint64_t old_place[2], new_place[2];
 	vf_txn *old, *cur;
-	volatile int stop = 0;
+	int stop = 0;
 	assert_int_equal(vf_store_open(f->dir, 0, &s, err, sizeof err), 0);
 	assert_int_equal(vf_hint_init(s, 100), 0);
 	assert_int_equal(vf_write(s, hint_write_record, s), 0);
@@ -1445,7 +1445,7 @@ static void test_hint_put_races_get(void **state)
 			bad += p != &new_place[id];
 		}
 	}
-	stop = 1;
+	__atomic_store_n(&stop, 1, __ATOMIC_RELAXED);
 	pthread_join(ta, NULL);
 	pthread_join(tb, NULL);
 	print_message("%zu stable gets\n", stable_seen);
