@@ -271,6 +271,21 @@ static uint32_t pass1_avx512(const uint8_t *codes, const uint8_t *lut,
 	return mask;
 }
 
+/* The residuals of sixteen groups (v: 64 floats, group g's four at 4g)
+ * by position: q[b] holds element b of each group, group order (two
+ * two-source permutes and a lane shuffle each). */
+static inline void group_columns(const __m512 v[4], __m512 q[4])
+{
+	for (int b = 0; b < 4; b++) {
+		/* lane j < 8: element 4j+b of a|b */
+		const __m512i idx = _mm512_setr_epi32(b, 4 + b, 8 + b, 12 + b, 16 + b, 20 + b,
+						      24 + b, 28 + b, b, 4 + b, 8 + b, 12 + b,
+						      16 + b, 20 + b, 24 + b, 28 + b);
+		q[b] = _mm512_shuffle_f32x4(_mm512_permutex2var_ps(v[0], idx, v[1]),
+					    _mm512_permutex2var_ps(v[2], idx, v[3]), 0x44);
+	}
+}
+
 /* One group: its 16 entries in one vector (the scalar's order of sums). */
 static void lut4_one_avx512(const float *qr, float base, __m512 vinv, uint8_t *out)
 {
@@ -286,7 +301,7 @@ static void lut4_one_avx512(const float *qr, float base, __m512 vinv, uint8_t *o
 }
 
 /* Sixteen groups a step, a vector an entry: the four residuals b of the
- * groups gathered into Q[b] (as in groups4), entry e = entry e - 2^b + Q[b]
+ * groups gathered into Q[b] (group_columns()), entry e = entry e - 2^b + Q[b]
  * for e's highest bit b, which adds in the scalar's order (its + 0 for a
  * missing bit changes nothing but the sign of a zero).  Each entry is
  * scaled, capped at 255 (min(top, v): NaN stays NaN) and truncated; the
@@ -300,10 +315,6 @@ static void lut4_avx512(const float *qr, uint32_t groups, const float *base, flo
 {
 	const __m512 vinv = _mm512_set1_ps(inv), half = _mm512_set1_ps(0.5f);
 	const __m512 top = _mm512_set1_ps(255.0f);
-	__m512i idx[4];
-	for (int b = 0; b < 4; b++) /* lane j < 8: element 4j+b of a|b */
-		idx[b] = _mm512_setr_epi32(b, 4 + b, 8 + b, 12 + b, 16 + b, 20 + b, 24 + b, 28 + b,
-					   b, 4 + b, 8 + b, 12 + b, 16 + b, 20 + b, 24 + b, 28 + b);
 	/* in a lane of W[j] after the packs, byte 4i + gg is entry 4j+i of the
 	 * lane's group gg; the shuffle makes it byte 4gg + i.  Then W[j] dword
 	 * 4L + gg is group 4L+gg's entries 4j..4j+3.  Round 1: P[h] of the pair
@@ -327,9 +338,7 @@ static void lut4_avx512(const float *qr, uint32_t groups, const float *base, flo
 		__m512 v[4], q[4], e[16];
 		for (int k = 0; k < 4; k++)
 			v[k] = _mm512_loadu_ps(qr + 4 * g + 16 * k);
-		for (int b = 0; b < 4; b++)
-			q[b] = _mm512_shuffle_f32x4(_mm512_permutex2var_ps(v[0], idx[b], v[1]),
-						    _mm512_permutex2var_ps(v[2], idx[b], v[3]), 0x44);
+		group_columns(v, q);
 		e[0] = _mm512_loadu_ps(base + g);
 		for (int b = 0; b < 4; b++)
 			for (int t = 0; t < 1 << b; t++)
@@ -360,16 +369,12 @@ static void lut4_avx512(const float *qr, uint32_t groups, const float *base, flo
 }
 
 /* Sixteen groups a step: the 64 residuals, then the 16 values of each
- * position b of the groups gathered into one vector (two two-source
- * permutes and a lane shuffle), so lo and hi add in the scalar's order. */
+ * position b of the groups in one vector (group_columns()), so lo and hi
+ * add in the scalar's order. */
 static void groups4_avx512(const float *rq, const float *rc, uint32_t groups, float *qr,
 			   float *base, float *msum, float *maxrange)
 {
 	const __m512 zero = _mm512_setzero_ps(), sign = _mm512_set1_ps(-0.0f);
-	__m512i idx[4];
-	for (int b = 0; b < 4; b++) /* lane j < 8: element 4j+b of a|b */
-		idx[b] = _mm512_setr_epi32(b, 4 + b, 8 + b, 12 + b, 16 + b, 20 + b, 24 + b, 28 + b,
-					   b, 4 + b, 8 + b, 12 + b, 16 + b, 20 + b, 24 + b, 28 + b);
 	__m512 ms = zero, mr = zero;
 	for (uint32_t g = 0; g < groups; g += 16) {
 		__m512 v[4];
@@ -378,13 +383,12 @@ static void groups4_avx512(const float *rq, const float *rc, uint32_t groups, fl
 					     _mm512_loadu_ps(rc + 4 * g + 16 * k));
 			_mm512_storeu_ps(qr + 4 * g + 16 * k, v[k]);
 		}
-		__m512 lo = zero, hi = zero;
+		__m512 lo = zero, hi = zero, x[4];
+		group_columns(v, x);
 		for (int b = 0; b < 4; b++) {
-			__m512 x = _mm512_shuffle_f32x4(_mm512_permutex2var_ps(v[0], idx[b], v[1]),
-							_mm512_permutex2var_ps(v[2], idx[b], v[3]), 0x44);
 			/* min/max give their second operand for -0 and NaN: +0 */
-			lo = _mm512_add_ps(lo, _mm512_min_ps(x, zero));
-			hi = _mm512_add_ps(hi, _mm512_max_ps(x, zero));
+			lo = _mm512_add_ps(lo, _mm512_min_ps(x[b], zero));
+			hi = _mm512_add_ps(hi, _mm512_max_ps(x[b], zero));
 		}
 		_mm512_storeu_ps(base + g, _mm512_xor_ps(lo, sign));
 		ms = _mm512_add_ps(ms, lo);
