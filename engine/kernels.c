@@ -295,8 +295,8 @@ void vf_groups4_scalar(const float *rq, const float *rc, uint32_t groups, float 
 
 const vf_kernels vf_kernels_scalar = {
 	"scalar", l2sq_scalar, dot_scalar, panel_dots_scalar, point_panels_scalar,
-	point_panels_half_scalar, lut4_scalar, vf_groups4_scalar, vf_sign_gather, pass1_scalar, code_dot_scalar,
-	levels_scan_scalar, rotate_rounds_scalar, panel_min_scalar,
+	point_panels_half_scalar, lut4_scalar, vf_groups4_scalar, vf_sign_gather, pass1_scalar,
+	code_dot_scalar, levels_scan_scalar, rotate_rounds_scalar, panel_min_scalar,
 };
 
 #if defined(__x86_64__)

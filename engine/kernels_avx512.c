@@ -322,8 +322,10 @@ static void lut4_avx512(const float *qr, uint32_t groups, const float *base, flo
 	 * W[b] at 8m + 4.  Round 2: output k's dword 4gg + j (group 4k+gg,
 	 * entries 4j..) is dword 8(k%2) + 4(j%2) + gg of P[k/2] of W[j]'s pair. */
 	static const uint8_t tr[64] = { /* [16L + 4gg + i] = 4i + gg */
-		0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15, 0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15,
-		0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15, 0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15 };
+		0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15,
+		0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15,
+		0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15,
+		0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15 };
 	static const uint32_t i1[2][16] = { /* [h][8m + 4src + gg] = 16src + 4(2h+m) + gg */
 		{ 0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23 },
 		{ 8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31 } };
@@ -549,6 +551,6 @@ static void panel_min_avx512(const float *dots, size_t npts, const float *norms,
 
 const vf_kernels vf_kernels_avx512 = {
 	"avx512", l2sq_avx512, dot_avx512, panel_dots_avx512, point_panels_avx512,
-	point_panels_half_avx512, lut4_avx512, groups4_avx512, sign_gather_avx512, pass1_avx512, code_dot_avx512, vf_levels_scan_avx2, rotate_rounds_avx512,
-	panel_min_avx512,
+	point_panels_half_avx512, lut4_avx512, groups4_avx512, sign_gather_avx512, pass1_avx512,
+	code_dot_avx512, vf_levels_scan_avx2, rotate_rounds_avx512, panel_min_avx512,
 };

@@ -117,7 +117,7 @@ int vf_write(vf_store *s, vf_write_fn fn, void *arg);
  * number check tells them apart.
  *
  * Except when the hint is known to lie inside the caller's own snapshot
- * (*stable = 1): it was seen in a read transaction, and no transaction that
+ * (VF_HINT_STABLE from vf_hint_get()): it was seen in a read transaction, and no transaction that
  * wrote the records family has begun committing between that one and the
  * caller's (vf_hint_view_of()).  Then the place holds the record of that
  * snapshot, which LMDB keeps from reuse until the caller's transaction
