@@ -275,20 +275,14 @@ static int put_fn(vf_txn *txn, void *arg)
 		return vf_put_end(&c, rc);
 	}
 	/* one row alone is encoded as it is put; more are prepared a chunk at a
-	 * time, the next chunk on another thread while this one is written */
-	int together = c.g && j->n > 1;
-	vf_prepared pre[2] = {{0}};
-	vf_prepare_ahead ahead;
+	 * time, ahead of the writer on threads of their own (vf_preparer) */
+	vf_preparer *pp = NULL;
+	if (c.g && j->n > 1 && vf_preparer_start(&pp, c.v, c.g, j->rows, j->n, j->skip))
+		pp = NULL; /* no memory for it: every row is encoded as it is put */
 	size_t k = 0;
-	if (together)
-		rc = vf_prepare(c.v, c.g, j->rows, chunk_len(j->n, 0), j->skip, &pre[0]);
 	for (size_t from = 0; from < j->n && rc == 0; from += VF_NEAR_CHUNK, k++) {
-		size_t n = chunk_len(j->n, from), next = from + n;
-		int started = together && next < j->n;
-		if (started)
-			vf_prepare_start(&ahead, c.v, c.g, j->rows + next, chunk_len(j->n, next),
-					 j->skip ? j->skip + next : NULL, &pre[(k + 1) & 1]);
-		c.pre = together ? &pre[k & 1] : NULL;
+		size_t next = from + chunk_len(j->n, from);
+		c.pre = pp ? vf_preparer_take(pp, k) : NULL;
 		for (size_t i = from; i < next && rc == 0; i++) {
 			/* checked here, not in a pass of its own before: the row
 			 * is in the cache now (the chunk's preparation read it) */
@@ -298,15 +292,11 @@ static int put_fn(vf_txn *txn, void *arg)
 			if (!(j->skip && j->skip[i]))
 				rc = vf_put_row(&c, &j->rows[i]);
 		}
-		if (started) {
-			int rc2 = vf_prepare_wait(&ahead);
-			if (rc == 0)
-				rc = rc2;
-		}
+		if (pp)
+			vf_preparer_release(pp, k);
 	}
 	c.pre = NULL;
-	vf_prepared_free(&pre[0]);
-	vf_prepared_free(&pre[1]);
+	vf_preparer_stop(pp);
 	return vf_put_end(&c, rc);
 }
 

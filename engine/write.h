@@ -45,29 +45,37 @@ struct vf_prepared {
 	uint32_t *near;
 	float *x;            /* the rows in index space, dim floats each */
 	uint8_t *bad;
+	uint32_t *src;       /* the row (of those given) each one is */
 	size_t cap;
 };
 
-/* Prepare rows[0..n) but those `skip` marks (superseded later in the same
- * write, so vf_put_row never sees them).  Returns 0 or -ENOMEM. */
+/* Prepare rows[0..n) (n <= VF_NEAR_CHUNK) but those `skip` marks
+ * (superseded later in the same write, so vf_put_row never sees them), on
+ * every CPU, and return when they are.  Returns 0 (p->n 0 when there was
+ * no memory: vf_pw_apply() encodes the rows itself). */
 int vf_prepare(vecfs *v, const vf_gen *g, const vecfs_row *rows, size_t n,
 	       const uint8_t *skip, vf_prepared *p);
-/* vf_prepare() on a thread of its own, so that the next chunk is prepared
- * while the caller writes this one; on a thread that cannot start, in the
- * caller's.  vf_prepare_wait() returns what vf_prepare() returned. */
-typedef struct vf_prepare_ahead {
-	vecfs *v;
-	const vf_gen *g;
-	const vecfs_row *rows;
-	size_t n;
-	const uint8_t *skip;
-	vf_prepared *p;
-	pthread_t th;
-	int running, rc;
-} vf_prepare_ahead;
-void vf_prepare_start(vf_prepare_ahead *a, vecfs *v, const vf_gen *g, const vecfs_row *rows,
-		      size_t n, const uint8_t *skip, vf_prepared *p);
-int vf_prepare_wait(vf_prepare_ahead *a);
+
+/* The chunks of a whole write (VF_NEAR_CHUNK rows each, the last one
+ * shorter) prepared ahead of the writer, in order: threads of their own,
+ * one CPU fewer than the store uses, prepare up to a few chunks beyond the
+ * one being written, and a writer that takes a chunk not done yet prepares
+ * rows of it too instead of waiting.  So the writer has a CPU to itself
+ * and none is idle while it waits. */
+typedef struct vf_preparer vf_preparer;
+/* Start preparing rows[0..n) (skip as for vf_prepare; may be NULL).
+ * Returns 0 or -ENOMEM (the caller then goes without). */
+int vf_preparer_start(vf_preparer **out, vecfs *v, const vf_gen *g, const vecfs_row *rows,
+		      size_t n, const uint8_t *skip);
+/* Chunk k (rows k * VF_NEAR_CHUNK on), prepared, once the writer is done
+ * with chunk k - 1 (vf_preparer_release()).  Its p->n is 0 when there was
+ * no memory for it. */
+vf_prepared *vf_preparer_take(vf_preparer *pp, size_t k);
+/* The writer is done with chunk k: its room may take a later one. */
+void vf_preparer_release(vf_preparer *pp, size_t k);
+/* Stop the threads (mid-write too) and free everything; NULL is a no-op. */
+void vf_preparer_stop(vf_preparer *pp);
+
 /* The next row's cluster and code, NULL when it has none. */
 const vf_precode *vf_prepared_next(vf_prepared *p);
 void vf_prepared_free(vf_prepared *p);

@@ -271,38 +271,46 @@ static void test_same_key_again_in_one_batch(void **state)
 	free(x);
 }
 
-/* Rows written together get their clusters and codes found on every CPU
- * before the transaction writes them; a row written alone is encoded by
- * the writer itself.  Both ways must give the same postings: two stores
- * with the same generation, one written a row at a time, the other in
- * batches (chunks and a part), answer every query alike, down to the
- * postings each pass scored. */
+/* Rows written together get their clusters and codes found before the
+ * transaction writes them, on threads of their own a few chunks ahead of
+ * the writer (vf_preparer); a row written alone is encoded by the writer
+ * itself.  Both ways must give the same postings: stores with the same
+ * generation, one written a row at a time, the others in one put (five
+ * chunks, so the preparer's rooms are used again, and a part) with one,
+ * two and five CPUs' worth of threads, answer every query alike, down to
+ * the postings each pass scored.  Then rows superseded within the put
+ * (the same key again later), which the preparer leaves out. */
 static void test_rows_together_encode_alike(void **state)
 {
 	fixture *f = *state;
 	char path[PATH_MAX], err[256] = "";
-	vecfs *a = fx_open(f, "a"), *b = NULL;
-	snprintf(path, sizeof path, "%s/b", f->dir);
-	mkdir(path, 0700);
-	assert_int_equal(vecfs_open(path, &b, err, sizeof err), 0);
-	/* two chunks prepared while the one before is written, and a part */
-	const size_t YN = 2 * VF_NEAR_CHUNK + 900;
+	static const int threads[] = {1, 2, 5};
+	enum { NB = sizeof threads / sizeof threads[0] };
+	vecfs *a = fx_open(f, "a"), *b[NB + 1] = {NULL};
+	const size_t YN = 4 * VF_NEAR_CHUNK + 900;
 	float *x = rows_of(3000, 8), *y = rows_of(YN, 9);
-	vecfs *both[2] = {a, b};
-	for (int s = 0; s < 2; s++) {
-		set_config(both[s], D, VECFS_L2);
-		put_range(both[s], x, 0, 3000, D, "k");
-		build(both[s], 1);
+	for (int s = 0; s <= NB; s++) {
+		snprintf(path, sizeof path, "%s/b%d", f->dir, s);
+		mkdir(path, 0700);
+		assert_int_equal(vecfs_open(path, &b[s], err, sizeof err), 0);
 	}
-	/* the same generation in both (a build is deterministic in its seed) */
+	vecfs *all[NB + 2] = {a, b[0], b[1], b[2], b[3]};
+	for (int s = 0; s < NB + 2; s++) {
+		set_config(all[s], D, VECFS_L2);
+		put_range(all[s], x, 0, 3000, D, "k");
+		build(all[s], 1);
+	}
+	/* the same generation in all (a build is deterministic in its seed) */
 	float *ca, *cb;
 	uint32_t na, nb, da, db;
 	assert_int_equal(vecfs_gen_centroids(a, vecfs_active(a), &ca, &na, &da), 0);
-	assert_int_equal(vecfs_gen_centroids(b, vecfs_active(b), &cb, &nb, &db), 0);
-	assert_int_equal(na, nb);
-	assert_memory_equal(ca, cb, sizeof(float) * na * da);
+	for (int s = 0; s <= NB; s++) {
+		assert_int_equal(vecfs_gen_centroids(b[s], vecfs_active(b[s]), &cb, &nb, &db), 0);
+		assert_int_equal(na, nb);
+		assert_memory_equal(ca, cb, sizeof(float) * na * da);
+		free(cb);
+	}
 	free(ca);
-	free(cb);
 	char key[32];
 	for (size_t i = 0; i < YN; i++) {
 		snprintf(key, sizeof key, "y%zu", i);
@@ -317,29 +325,58 @@ static void test_rows_together_encode_alike(void **state)
 		rows[i] = (vecfs_row){keys[i], strlen(keys[i]), y + i * D, NULL, 0};
 	}
 	size_t bad = 0;
-	assert_int_equal(vecfs_put(b, rows, YN, D, &bad, err, sizeof err), 0);
+	for (int s = 0; s < NB; s++) {
+		b[s]->threads = threads[s];
+		assert_int_equal(vecfs_put(b[s], rows, YN, D, &bad, err, sizeof err), 0);
+		assert_int_equal(stats(b[s]).delta_postings, YN);
+	}
 	assert_int_equal(stats(a).delta_postings, YN);
-	assert_int_equal(stats(b).delta_postings, YN);
+	/* the last store: every 97th row's key again at the end, its vector
+	 * the row's own, so the store ends as a does */
+	size_t extra = 0;
+	for (size_t i = 0; i < YN; i += 97)
+		extra++;
+	vecfs_row *rows2 = calloc(YN + extra, sizeof *rows2);
+	float *y2 = calloc((YN + extra) * D, sizeof *y2);
+	assert_non_null(rows2);
+	assert_non_null(y2);
+	memcpy(y2, y, sizeof(float) * YN * D);
+	for (size_t i = 0; i < YN; i++)
+		rows2[i] = (vecfs_row){keys[i], strlen(keys[i]), y2 + i * D, NULL, 0};
+	for (size_t i = 0; i < YN; i++)
+		if (i % 97 == 0) /* superseded: its first vector is another's */
+			rows2[i].vec = y2 + ((i + 1) % YN) * D;
+	for (size_t i = 0, m = YN; i < YN; i += 97, m++)
+		rows2[m] = (vecfs_row){keys[i], strlen(keys[i]), y2 + i * D, NULL, 0};
+	b[NB]->threads = 2;
+	assert_int_equal(vecfs_put(b[NB], rows2, YN + extra, D, &bad, err, sizeof err), 0);
+	assert_int_equal(stats(b[NB]).delta_postings, YN);
 	vecfs_query_opts o = {.k = 10, .nprobe = 4, .refine = 0, .exact = 0};
 	for (size_t q = 0; q < 300; q++) {
 		const float *qv = q % 2 ? y + (q * 29 % YN) * D : x + (q * 7 % 3000) * D;
-		vecfs_results *ra = search_opts(a, qv, 1, D, &o), *rb = search_opts(b, qv, 1, D, &o);
-		assert_int_equal(ra->count[0], rb->count[0]);
-		for (size_t j = 0; j < ra->count[0]; j++) {
-			assert_string_equal(ra->hits[0][j].key, rb->hits[0][j].key);
-			assert_true(ra->hits[0][j].distance == rb->hits[0][j].distance);
+		vecfs_results *ra = search_opts(a, qv, 1, D, &o);
+		for (int s = 0; s <= NB; s++) {
+			vecfs_results *rb = search_opts(b[s], qv, 1, D, &o);
+			assert_int_equal(ra->count[0], rb->count[0]);
+			for (size_t j = 0; j < ra->count[0]; j++) {
+				assert_string_equal(ra->hits[0][j].key, rb->hits[0][j].key);
+				assert_true(ra->hits[0][j].distance == rb->hits[0][j].distance);
+			}
+			assert_int_equal(ra->explain.delta_scanned, rb->explain.delta_scanned);
+			assert_int_equal(ra->explain.pass2_scored, rb->explain.pass2_scored);
+			assert_int_equal(ra->explain.reranked, rb->explain.reranked);
+			vecfs_results_free(rb);
 		}
-		assert_int_equal(ra->explain.delta_scanned, rb->explain.delta_scanned);
-		assert_int_equal(ra->explain.pass2_scored, rb->explain.pass2_scored);
-		assert_int_equal(ra->explain.reranked, rb->explain.reranked);
 		vecfs_results_free(ra);
-		vecfs_results_free(rb);
 	}
-	vecfs_close(b);
+	for (int s = 0; s <= NB; s++)
+		vecfs_close(b[s]);
 	free(rows);
+	free(rows2);
 	free(keys);
 	free(x);
 	free(y);
+	free(y2);
 }
 
 static void test_dimension_mismatch(void **state)
