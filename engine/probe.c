@@ -8,6 +8,7 @@
 #include "search_internal.h"
 
 #include <errno.h>
+#include <math.h>
 #include <string.h>
 
 #include "keys.h"
@@ -154,11 +155,26 @@ static int cmp_probe(const void *a, const void *b)
 	return x->cluster < y->cluster ? -1 : x->cluster > y->cluster;
 }
 
-uint32_t vf_best_sorted(const float *score, uint32_t nl, uint32_t np, float *pd,
-			uint32_t *pc)
+/* Put (sc, c) in place i of the ascending pd[0..i] (pc alongside), moving
+ * the greater ones up by one: after any equal ones, so ties stay in the
+ * order they came. */
+static inline void insert_sorted(float *pd, uint32_t *pc, uint32_t i, float sc, uint32_t c)
+{
+	for (; i > 0 && pd[i - 1] > sc; i--) {
+		pd[i] = pd[i - 1];
+		pc[i] = pc[i - 1];
+	}
+	pd[i] = sc;
+	pc[i] = c;
+}
+
+/* vf_best_sorted() of score[idx[0..m)] (idx NULL: of score[0..m)). */
+static inline uint32_t best_sorted_of(const float *score, const uint32_t *idx, uint32_t m,
+				      uint32_t np, float *pd, uint32_t *pc)
 {
 	uint32_t n = 0;
-	for (uint32_t c = 0; c < nl; c++) {
+	for (uint32_t j = 0; j < m; j++) {
+		uint32_t c = idx ? idx[j] : j;
 		float sc = score[c];
 		uint32_t i;
 		if (n < np)
@@ -167,14 +183,43 @@ uint32_t vf_best_sorted(const float *score, uint32_t nl, uint32_t np, float *pd,
 			i = n - 1;
 		else
 			continue;
-		for (; i > 0 && pd[i - 1] > sc; i--) {
-			pd[i] = pd[i - 1];
-			pc[i] = pc[i - 1];
-		}
-		pd[i] = sc;
-		pc[i] = c;
+		insert_sorted(pd, pc, i, sc, c);
 	}
 	return n;
+}
+
+uint32_t vf_best_sorted(const float *score, uint32_t nl, uint32_t np, float *pd,
+			uint32_t *pc)
+{
+	return best_sorted_of(score, NULL, nl, np, pd, pc);
+}
+
+uint32_t vf_within_sorted(const float *score, uint32_t nl, float width, uint32_t want,
+			  uint32_t *near, float *pd, uint32_t *pc, float *next)
+{
+	float mn = INFINITY;
+	for (uint32_t c = 0; c < nl; c++)
+		mn = score[c] < mn ? score[c] : mn;
+	float lim = mn + width;
+	if (!(lim >= mn) || isinf(lim) || want == 0)
+		return 0; /* NaN, no finite limit: the caller ranks them all */
+	uint32_t m = 0;
+	float nx = INFINITY;
+	for (uint32_t c = 0; c < nl; c++) { /* no branch on the data */
+		float sc = score[c];
+		near[m] = c;
+		m += sc <= lim;
+		nx = sc > lim && sc < nx ? sc : nx;
+	}
+	if (m > want) { /* more within than wanted: the one after is one of them */
+		best_sorted_of(score, near, m, want + 1, pd, pc);
+		*next = pd[want];
+		return want;
+	}
+	for (uint32_t j = 0; j < m; j++) /* few: by insertion, ties in index order */
+		insert_sorted(pd, pc, j, score[near[j]], near[j]);
+	*next = nx;
+	return m;
 }
 
 uint32_t vf_best_heap(const float *score, uint32_t nl, uint32_t np, float *pd, uint32_t *pc)
@@ -239,18 +284,34 @@ uint32_t vf_best_heap(const float *score, uint32_t nl, uint32_t np, float *pd, u
 	return n;
 }
 
-/* nprobe nearest centroids of q, nearest first. */
-static int probe(search *s, query *q, float *dots, uint32_t list)
+/* nprobe nearest centroids of q, nearest first.  With a recall target, the
+ * first pass probes those within tau * scale of the nearest (nprobe at
+ * most), which are few: they are found by a scan and sorted alone
+ * (vf_within_sorted(); near: nlist entries of room), and the score of the
+ * one after them is kept for the second look, which lists more only when
+ * that one is near enough (vf_probe_more()).  Otherwise, and with `list`,
+ * the nearest nprobe (list) are ranked, twice nprobe with a target. */
+static int probe(search *s, query *q, float *dots, uint32_t *near, uint32_t list)
 {
 	const vf_gen *g = s->g;
 	uint32_t nl = g->meta.nlist, np = s->nprobe < nl ? s->nprobe : nl;
+	vf_cindex_probe_dots(&g->ci, q->q, dots);
+	for (uint32_t c = 0; c < nl; c++) /* scores, in place */
+		dots[c] = s->metric == VECFS_DOT ? -dots[c] : g->ci.norms[c] - 2 * dots[c];
+	q->more = 0;
+	if (s->target > 0 && !list && near) {
+		uint32_t n = vf_within_sorted(dots, nl, s->tau * q->scale, np, near, q->pdist,
+					      q->probe, &q->next);
+		if (n > 0) {
+			q->listed = q->np = n;
+			q->more = n < nl;
+			return (int)n;
+		}
+	}
 	if (s->target > 0) /* as many again, for the second look */
 		np = np < nl / 2 ? 2 * np : nl;
 	if (list)
 		np = list < nl ? list : nl;
-	vf_cindex_probe_dots(&g->ci, q->q, dots);
-	for (uint32_t c = 0; c < nl; c++) /* scores, in place */
-		dots[c] = s->metric == VECFS_DOT ? -dots[c] : g->ci.norms[c] - 2 * dots[c];
 	uint32_t n = np <= VF_BEST_SORTED_MAX ? vf_best_sorted(dots, nl, np, q->pdist, q->probe)
 					      : vf_best_heap(dots, nl, np, q->pdist, q->probe);
 	/* with a recall target: the nearest, then those within tau * scale
@@ -286,7 +347,7 @@ int vf_probe_more(search *s, query *q, uint32_t list)
 		return -ENOMEM;
 	}
 	uint32_t keep = q->np;
-	probe(s, q, dots, list);
+	probe(s, q, dots, NULL, list);
 	q->np = keep;
 	free(dots);
 	return 0;
@@ -309,6 +370,7 @@ static int cmp_pair(const void *a, const void *b)
 int vf_scan_ivf(search *s, int again)
 {
 	float *dots = vf_malloc(sizeof(float) * s->g->ci.npanels * VF_PANEL);
+	uint32_t *near = again ? NULL : vf_malloc(sizeof(uint32_t) * s->g->meta.nlist);
 	pair *pairs = NULL;
 	cluster_work *work = NULL;
 	uint32_t *qlist = NULL;
@@ -321,7 +383,7 @@ int vf_scan_ivf(search *s, int again)
 		goto out;
 	}
 	for (size_t i = 0; i < s->nq && !again; i++)
-		probe(s, &s->qs[i], dots, 0);
+		probe(s, &s->qs[i], dots, near, 0);
 	for (size_t i = 0; i < s->nq; i++)
 		m += s->qs[i].np - s->qs[i].from;
 	pairs = vf_malloc(sizeof(pair) * (m ? m : 1));
@@ -393,6 +455,7 @@ out:
 	if (cur)
 		vf_cursor_close(cur);
 	free(dots);
+	free(near);
 	free(pairs);
 	free(work);
 	free(qlist);

@@ -308,17 +308,22 @@ static int search_run(search *s, const float *queries, size_t nq, size_t first,
 	for (size_t i = 0; i < nq && rule.gamma > 0 && rc == 0; i++) {
 		query *q = &s->qs[i];
 		q->from = q->np;
-		if (q->top.n < s->k || q->np >= q->listed)
+		if (q->top.n < s->k || (q->np >= q->listed && !q->more))
 			continue;
 		float lim = rule.gamma * (hheap_top(&q->top) + (s->metric == VECFS_DOT ? q->scale : 0));
 		uint32_t r = q->np;
 		while (r < q->listed && q->pdist[r] + q->scale <= lim)
 			r++;
-		/* every listed one is near: twice as many listed */
-		while (rc == 0 && r == q->listed && r < s->gm.nlist &&
-		       (rc = vf_probe_more(s, q, 2 * q->listed)) == 0)
-			while (r < q->listed && q->pdist[r] + q->scale <= lim)
-				r++;
+		/* every listed one is near: more listed (none if the nearest of
+		 * those not listed is not near) */
+		if (r == q->listed && q->more && !(q->next + q->scale <= lim))
+			;
+		else
+			while (rc == 0 && r == q->listed && r < s->gm.nlist &&
+			       (rc = vf_probe_more(s, q, 2 * (q->listed > s->nprobe ? q->listed
+									    : s->nprobe))) == 0)
+				while (r < q->listed && q->pdist[r] + q->scale <= lim)
+					r++;
 		q->np = r;
 		q->nc = 0;
 		looks += r > q->from;

@@ -51,6 +51,15 @@ static inline int hheap_admits(const hheap *h, float d)
 uint32_t vf_best_sorted(const float *score, uint32_t nl, uint32_t np, float *pd,
 			uint32_t *pc);
 uint32_t vf_best_heap(const float *score, uint32_t nl, uint32_t np, float *pd, uint32_t *pc);
+/* Those of score[0..nl) no more than `width` above the smallest, at most
+ * `want` of them, ascending (ties in index order), into pd[] and pc[]
+ * (want + 1 entries of room); the smallest score of the others, INFINITY
+ * if none, into *next; near: nl entries of room.  Returns how many, 0 when
+ * there is no finite limit (a NaN, width infinite) or want is 0.  The same
+ * as the first entries of vf_best_sorted() up to the limit, for the
+ * price of two scans when they are few. */
+uint32_t vf_within_sorted(const float *score, uint32_t nl, float width, uint32_t want,
+			  uint32_t *near, float *pd, uint32_t *pc, float *next);
 
 /* ------------------------------------------------------------ per query */
 
@@ -81,7 +90,12 @@ typedef struct query {
 	float *pdist;      /* their probe scores */
 	uint32_t from, np; /* it probes probe[from..np) */
 	uint32_t listed;   /* how many are listed (with a recall target,
-			    * twice nprobe, for the second look) */
+			    * twice nprobe, for the second look, or those
+			    * within the rule's limit: see `more`) */
+	int more;          /* others are not listed, the nearest of them at
+			    * probe score `next` (the second look lists them
+			    * if that one is near enough) */
+	float next;
 	float scale;       /* the probing rule's scale (calibrate.h) */
 	keep_chunk *keep;  /* results' bytes copied out of hinted records */
 	vecfs_explain ex;

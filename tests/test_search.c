@@ -447,6 +447,65 @@ static void test_probe_selection(void **state)
 		}
 }
 
+/* With a recall target the first pass probes the clusters within a width
+ * of the nearest, nprobe at most: vf_within_sorted() finds them by two
+ * scans and sorts them alone.  They must be exactly the first entries of
+ * vf_best_sorted()'s list (same scores, same indexes, ties in index
+ * order) up to the limit, and `next` the score of the entry after them;
+ * widths of zero, small, large and infinite (none: 0 returned), NaN. */
+static void test_probe_within(void **state)
+{
+	(void)state;
+	static const uint32_t ns[] = {1, 2, 7, 141, 300, 2000};
+	static const uint32_t wants[] = {1, 2, 5, 20, 59, 2000};
+	static const float widths[] = {0.0f, 0.05f, 0.5f, 3.0f, 100.0f};
+	rng r = {78, 0, 0};
+	for (size_t a = 0; a < sizeof ns / sizeof *ns; a++)
+		for (int ties = 0; ties < 2; ties++) {
+			uint32_t n = ns[a];
+			float *score = malloc(sizeof(float) * n), *pd = malloc(sizeof(float) * (n + 1));
+			float *rd = malloc(sizeof(float) * (n + 1));
+			uint32_t *pc = malloc(sizeof(uint32_t) * (n + 1)), *near = malloc(sizeof(uint32_t) * n);
+			uint32_t *rc = malloc(sizeof(uint32_t) * (n + 1));
+			assert_true(score && pd && rd && pc && near && rc);
+			for (uint32_t i = 0; i < n; i++) {
+				double g = rng_gauss(&r);
+				score[i] = ties ? (float)floor(g * 3) / 8 : (float)g;
+			}
+			uint32_t all = vf_best_sorted(score, n, n, rd, rc);
+			assert_int_equal(all, n);
+			for (size_t b = 0; b < sizeof wants / sizeof *wants; b++)
+				for (size_t w = 0; w < sizeof widths / sizeof *widths; w++) {
+					uint32_t want = wants[b];
+					float next = -1, lim = rd[0] + widths[w];
+					uint32_t got = vf_within_sorted(score, n, widths[w], want, near, pd, pc,
+								       &next);
+					uint32_t m = 0;
+					while (m < n && m < want && rd[m] <= lim)
+						m++;
+					assert_int_equal(got, m);
+					for (uint32_t i = 0; i < got; i++) {
+						assert_true(pd[i] == rd[i]);
+						assert_int_equal(pc[i], rc[i]);
+					}
+					if (m < n)
+						assert_true(next == rd[m]);
+					else
+						assert_true(isinf(next) && next > 0);
+				}
+			float next = 0;
+			assert_int_equal(vf_within_sorted(score, n, INFINITY, 5, near, pd, pc, &next), 0);
+			assert_int_equal(vf_within_sorted(score, n, NAN, 5, near, pd, pc, &next), 0);
+			assert_int_equal(vf_within_sorted(score, n, 1.0f, 0, near, pd, pc, &next), 0);
+			free(score);
+			free(pd);
+			free(rd);
+			free(pc);
+			free(near);
+			free(rc);
+		}
+}
+
 /* ------------------------------------------------------------ 5. deletes */
 
 struct live_check {
@@ -1522,6 +1581,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_delta_postings_found, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_many_deltas_in_one_put, fx_setup, fx_teardown),
 		cmocka_unit_test(test_probe_selection),
+		cmocka_unit_test(test_probe_within),
 		cmocka_unit_test_setup_teardown(test_deletes_never_returned, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_upsert_moves_vector, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_bad_input_rejected, fx_setup, fx_teardown),
