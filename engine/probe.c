@@ -135,13 +135,15 @@ static int locate_cluster(search *s, vf_cursor *cur, uint32_t c, entry **ents,
 }
 
 /* Start fetching the first batches of the blocks of a located cluster (its
- * block headers were prefetched when it was located). */
-static void prefetch_cluster(const entry *ents, size_t n)
+ * block headers were prefetched when it was located), and the slots of
+ * the verified-column cache that their checks will read. */
+static void prefetch_cluster(const search *s, const entry *ents, size_t n)
 {
 	for (size_t i = 0; i < n; i++) {
 		vf_block b;
 		if (ents[i].kind != VF_PK_BLOCK || vf_block_open(ents[i].data, ents[i].len, &b))
 			continue;
+		vf_block_prefetch_checks(s->v->vcache, &b);
 		for (uint32_t bt = 0; bt < PF_BATCHES && bt < b.nbatch; bt++)
 			prefetch_batch(&b, bt);
 	}
@@ -445,7 +447,7 @@ int vf_scan_ivf(search *s, int again)
 		}
 		for (size_t i = 0; i < nwin && rc == 0; i++) {
 			if (i + 1 < nwin) /* the next cluster's memory while this one scores */
-				prefetch_cluster(ents + first[i + 1], count[i + 1]);
+				prefetch_cluster(s, ents + first[i + 1], count[i + 1]);
 			rc = vf_scan_cluster(s, work[w0 + i].cluster, ents + first[i], count[i],
 					  qlist + work[w0 + i].first, work[w0 + i].count);
 		}

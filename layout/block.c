@@ -184,6 +184,12 @@ int vf_block_check(vf_vcache *cache, const vf_block *b, int col)
 	return vf_verify(cache, b->col[col], b->col_len[col], b->col_sum[col]);
 }
 
+void vf_block_prefetch_checks(const vf_vcache *cache, const vf_block *b)
+{
+	for (int c = VF_COL_SIGN; c <= VF_COL_IDS; c++) /* those a scan checks */
+		vf_verify_prefetch(cache, b->col[c], b->col_len[c], b->col_sum[c]);
+}
+
 uint64_t vf_block_id(const vf_block *b, uint32_t i)
 {
 	uint64_t v;

@@ -82,6 +82,9 @@ void vf_block_write(uint8_t *buf, const vf_code *codes, uint32_t n, uint32_t dim
 int vf_block_open(const void *p, size_t len, vf_block *out);
 /* Check one column's checksum (cached): 0 or -EIO. */
 int vf_block_check(vf_vcache *cache, const vf_block *b, int col);
+/* vf_verify_prefetch() of the columns a scan checks (sign, F1, pass 2,
+ * ids): for a block scanned next. */
+void vf_block_prefetch_checks(const vf_vcache *cache, const vf_block *b);
 
 /* Column accessors (unaligned-safe loads). */
 /* The PASS2 record of vector i: planes 1..bits-1, then rb, eb, cdot. */

@@ -21,12 +21,24 @@ static uint64_t mix(uint64_t x)
 	return x;
 }
 
+/* The cache tag of (p, len, sum): never 0, the empty slot's. */
+static inline uint64_t tag_of(const void *p, size_t len, uint64_t sum)
+{
+	return mix((uint64_t)(uintptr_t)p ^ mix(sum ^ len)) | 1;
+}
+
+void vf_verify_prefetch(const vf_vcache *cache, const void *p, size_t len, uint64_t sum)
+{
+	if (cache) /* slots s and s^1 share a cache line */
+		__builtin_prefetch(&cache->tag[tag_of(p, len, sum) % VF_VCACHE_SLOTS]);
+}
+
 int vf_verify(vf_vcache *cache, const void *p, size_t len, uint64_t sum)
 {
 	uint64_t tag = 0;
 	size_t slot = 0;
 	if (cache) {
-		tag = mix((uint64_t)(uintptr_t)p ^ mix(sum ^ len)) | 1;
+		tag = tag_of(p, len, sum);
 		slot = tag % VF_VCACHE_SLOTS;
 		if (__atomic_load_n(&cache->tag[slot], __ATOMIC_RELAXED) == tag ||
 		    __atomic_load_n(&cache->tag[slot ^ 1], __ATOMIC_RELAXED) == tag)

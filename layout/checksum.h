@@ -21,5 +21,8 @@ typedef struct vf_vcache {
 /* 0 if the bytes match `sum` (cached or hashed now), -EIO otherwise.
  * `cache` may be NULL (always hash). */
 int vf_verify(vf_vcache *cache, const void *p, size_t len, uint64_t sum);
+/* Start fetching the cache slot vf_verify() of the same bytes will read: a
+ * random place in the cache's 2 MiB, a miss when it is called at once. */
+void vf_verify_prefetch(const vf_vcache *cache, const void *p, size_t len, uint64_t sum);
 
 #endif
