@@ -261,6 +261,14 @@ static void panel_min_scalar(const float *dots, size_t npts, const float *norms,
 		}
 }
 
+static void best_rest_scalar(const float *score, uint32_t from, uint32_t n, uint32_t np,
+			     float *pd, uint32_t *pc)
+{
+	for (uint32_t c = from; c < n; c++)
+		if (score[c] < pd[np - 1])
+			vf_insert_sorted(pd, pc, np - 1, score[c], c);
+}
+
 /* v if cond, else +0, without a branch (the signs of a query's residual
  * are a coin toss each: a branch on them mispredicts half the time). */
 static inline float keep_if(int cond, float v)
@@ -297,6 +305,7 @@ const vf_kernels vf_kernels_scalar = {
 	"scalar", l2sq_scalar, dot_scalar, panel_dots_scalar, point_panels_scalar,
 	point_panels_half_scalar, lut4_scalar, vf_groups4_scalar, vf_sign_gather, pass1_scalar,
 	code_dot_scalar, levels_scan_scalar, rotate_rounds_scalar, panel_min_scalar,
+	best_rest_scalar,
 };
 
 #if defined(__x86_64__)

@@ -89,7 +89,28 @@ typedef struct vf_kernels {
 	 * j], best takes v and arg takes base + j. */
 	void (*panel_min)(const float *dots, size_t npts, const float *norms, uint32_t base,
 			  float *best, uint32_t *arg);
+	/* The rest of a selection of the np smallest scores (np >= 1): pd[0..np)
+	 * holds, ascending (pc alongside), the np smallest of score[0..from);
+	 * each of score[from..n) in order that is below pd[np - 1] then takes
+	 * its place by vf_insert_sorted(), the last one dropping out.  (The SIMD
+	 * kernels pass over a vector at once when none of its scores is below
+	 * pd[np - 1]; the others are checked again one by one.) */
+	void (*best_rest)(const float *score, uint32_t from, uint32_t n, uint32_t np, float *pd,
+			  uint32_t *pc);
 } vf_kernels;
+
+/* Put (sc, c) in place i of the ascending pd[0..i] (pc alongside), moving
+ * the greater ones up by one: after any equal ones, so ties stay in the
+ * order they came. */
+static inline void vf_insert_sorted(float *pd, uint32_t *pc, uint32_t i, float sc, uint32_t c)
+{
+	for (; i > 0 && pd[i - 1] > sc; i--) {
+		pd[i] = pd[i - 1];
+		pc[i] = pc[i - 1];
+	}
+	pd[i] = sc;
+	pc[i] = c;
+}
 
 /* IEEE binary16 <-> float: to half rounds to nearest, ties to even
  * (overflow to infinity, NaN stays NaN); back is exact. */

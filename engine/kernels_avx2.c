@@ -382,9 +382,29 @@ static void panel_min_avx2(const float *dots, size_t npts, const float *norms,
 	}
 }
 
+static void best_rest_avx2(const float *score, uint32_t from, uint32_t n, uint32_t np,
+			   float *pd, uint32_t *pc)
+{
+	uint32_t c = from;
+	for (; c + 8 <= n; c += 8) {
+		__m256 v = _mm256_loadu_ps(score + c);
+		uint32_t m = (uint32_t)_mm256_movemask_ps(
+			_mm256_cmp_ps(v, _mm256_set1_ps(pd[np - 1]), _CMP_LT_OQ));
+		for (; m; m &= m - 1) {
+			uint32_t j = c + (uint32_t)__builtin_ctz(m);
+			if (score[j] < pd[np - 1])
+				vf_insert_sorted(pd, pc, np - 1, score[j], j);
+		}
+	}
+	for (; c < n; c++)
+		if (score[c] < pd[np - 1])
+			vf_insert_sorted(pd, pc, np - 1, score[c], c);
+}
+
 const vf_kernels vf_kernels_avx2 = {
 	"avx2", l2sq_avx2, dot_avx2, panel_dots_avx2, point_panels_avx2,
 	point_panels_half_avx2, lut4_avx2,
 	vf_groups4_scalar, vf_sign_gather,
 	pass1_avx2, code_dot_avx2, vf_levels_scan_avx2, rotate_rounds_avx2, panel_min_avx2,
+	best_rest_avx2,
 };

@@ -549,8 +549,24 @@ static void panel_min_avx512(const float *dots, size_t npts, const float *norms,
 	}
 }
 
+static void best_rest_avx512(const float *score, uint32_t from, uint32_t n, uint32_t np,
+			     float *pd, uint32_t *pc)
+{
+	for (uint32_t c = from; c < n; c += 16) {
+		__mmask16 live = n - c >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - c)) - 1);
+		__m512 v = _mm512_maskz_loadu_ps(live, score + c);
+		uint32_t m = _mm512_mask_cmp_ps_mask(live, v, _mm512_set1_ps(pd[np - 1]), _CMP_LT_OQ);
+		for (; m; m &= m - 1) {
+			uint32_t j = c + (uint32_t)__builtin_ctz(m);
+			if (score[j] < pd[np - 1])
+				vf_insert_sorted(pd, pc, np - 1, score[j], j);
+		}
+	}
+}
+
 const vf_kernels vf_kernels_avx512 = {
 	"avx512", l2sq_avx512, dot_avx512, panel_dots_avx512, point_panels_avx512,
 	point_panels_half_avx512, lut4_avx512, groups4_avx512, sign_gather_avx512, pass1_avx512,
 	code_dot_avx512, vf_levels_scan_avx2, rotate_rounds_avx512, panel_min_avx512,
+	best_rest_avx512,
 };

@@ -157,19 +157,6 @@ static int cmp_probe(const void *a, const void *b)
 	return x->cluster < y->cluster ? -1 : x->cluster > y->cluster;
 }
 
-/* Put (sc, c) in place i of the ascending pd[0..i] (pc alongside), moving
- * the greater ones up by one: after any equal ones, so ties stay in the
- * order they came. */
-static inline void insert_sorted(float *pd, uint32_t *pc, uint32_t i, float sc, uint32_t c)
-{
-	for (; i > 0 && pd[i - 1] > sc; i--) {
-		pd[i] = pd[i - 1];
-		pc[i] = pc[i - 1];
-	}
-	pd[i] = sc;
-	pc[i] = c;
-}
-
 /* vf_best_sorted() of score[idx[0..m)] (idx NULL: of score[0..m)). */
 static inline uint32_t best_sorted_of(const float *score, const uint32_t *idx, uint32_t m,
 				      uint32_t np, float *pd, uint32_t *pc)
@@ -185,7 +172,7 @@ static inline uint32_t best_sorted_of(const float *score, const uint32_t *idx, u
 			i = n - 1;
 		else
 			continue;
-		insert_sorted(pd, pc, i, sc, c);
+		vf_insert_sorted(pd, pc, i, sc, c);
 	}
 	return n;
 }
@@ -219,7 +206,7 @@ uint32_t vf_within_sorted(const float *score, uint32_t nl, float width, uint32_t
 		return want;
 	}
 	for (uint32_t j = 0; j < m; j++) /* few: by insertion, ties in index order */
-		insert_sorted(pd, pc, j, score[near[j]], near[j]);
+		vf_insert_sorted(pd, pc, j, score[near[j]], near[j]);
 	*next = nx;
 	return m;
 }
@@ -298,8 +285,10 @@ static int probe(search *s, query *q, float *dots, uint32_t *near, uint32_t list
 	const vf_gen *g = s->g;
 	uint32_t nl = g->meta.nlist, np = s->nprobe < nl ? s->nprobe : nl;
 	vf_cindex_probe_dots(&g->ci, q->q, dots);
-	for (uint32_t c = 0; c < nl; c++) /* scores, in place */
-		dots[c] = s->metric == VECFS_DOT ? -dots[c] : g->ci.norms[c] - 2 * dots[c];
+	/* scores, in place, a panel at a time (the padding's too) */
+	for (size_t p = 0; p < g->ci.npanels; p++)
+		for (size_t j = p * VF_PANEL; j < (p + 1) * VF_PANEL; j++)
+			dots[j] = s->metric == VECFS_DOT ? -dots[j] : g->ci.norms[j] - 2 * dots[j];
 	q->more = 0;
 	if (s->target > 0 && !list && near) {
 		uint32_t n = vf_within_sorted(dots, nl, s->tau * q->scale, np, near, q->pdist,
@@ -314,8 +303,14 @@ static int probe(search *s, query *q, float *dots, uint32_t *near, uint32_t list
 		np = np < nl / 2 ? 2 * np : nl;
 	if (list)
 		np = list < nl ? list : nl;
-	uint32_t n = np <= VF_BEST_SORTED_MAX ? vf_best_sorted(dots, nl, np, q->pdist, q->probe)
-					      : vf_best_heap(dots, nl, np, q->pdist, q->probe);
+	uint32_t n;
+	if (np <= VF_BEST_SORTED_MAX) { /* vf_best_sorted(), the rest by the kernel */
+		n = best_sorted_of(dots, NULL, np, np, q->pdist, q->probe);
+		if (n == np && np < nl)
+			s->kn->best_rest(dots, np, nl, np, q->pdist, q->probe);
+	} else {
+		n = vf_best_heap(dots, nl, np, q->pdist, q->probe);
+	}
 	/* with a recall target: the nearest, then those within tau * scale
 	 * of it (calibrate.h) */
 	q->listed = n;

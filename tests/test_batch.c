@@ -66,7 +66,7 @@ static void test_small_batch_assigns_keys(void **state)
 	assert_int_equal(vecfs_batch_commit(b, err, sizeof err), 0);
 	assert_int_equal(stats(v).records, 5);
 	for (int i = 0; i < 5; i++) {
-		char key[8];
+		char key[16];
 		float got[D];
 		uint32_t dim = 0;
 		snprintf(key, sizeof key, "%d", i);

@@ -1177,6 +1177,57 @@ static void check_panel_min(const vf_kernels *kn, const vf_kernels *ref, rng *r)
 	assert_int_equal(bad_bits, 0);
 }
 
+/* The rest of a selection of the np smallest scores: every kernel must
+ * leave the same list as inserting one score at a time (ties in index
+ * order, NaN never taken), for lengths that end mid-vector, lists of one
+ * to more than a vector, scores on a coarse grid (ties) or not, NaN and
+ * infinities among them. */
+static void check_best_rest(const vf_kernels *kn, rng *r)
+{
+	static const uint32_t ns[] = {1, 7, 16, 17, 141, 316, 2000};
+	static const uint32_t nps[] = {1, 2, 8, 16, 48};
+	enum { NMAX = 2000 };
+	static float score[NMAX];
+	float pd[64], want[64];
+	uint32_t pc[64], want_c[64];
+	for (size_t a = 0; a < sizeof ns / sizeof *ns; a++)
+		for (size_t b = 0; b < sizeof nps / sizeof *nps; b++)
+			for (int kind = 0; kind < 3; kind++) {
+				uint32_t n = ns[a], np = nps[b];
+				if (np > n)
+					continue;
+				for (uint32_t i = 0; i < n; i++) {
+					float v = (float)(rng_next(r) % 100000) / 100000.0f;
+					score[i] = kind == 1 ? (float)(rng_next(r) % 6) : v;
+					if (kind == 2 && rng_next(r) % 7 == 0)
+						score[i] = rng_next(r) % 2 ? NAN : (rng_next(r) % 2 ? INFINITY : -INFINITY);
+				}
+				/* the first np as they come, then the rest */
+				uint32_t m = 0;
+				for (uint32_t c = 0; c < n; c++) {
+					uint32_t i;
+					if (m < np)
+						i = m++;
+					else if (score[c] < want[m - 1])
+						i = m - 1;
+					else
+						continue;
+					vf_insert_sorted(want, want_c, i, score[c], c);
+				}
+				for (uint32_t i = 0; i < np; i++)
+					vf_insert_sorted(pd, pc, i, score[i], i);
+				kn->best_rest(score, np, n, np, pd, pc);
+				for (uint32_t i = 0; i < np; i++) {
+					if (!same_float(pd[i], want[i]) || pc[i] != want_c[i])
+						print_message("%s n %u np %u kind %d [%u]: %g at %u, want %g at %u\n",
+							      kn->name, n, np, kind, i, pd[i], pc[i], want[i],
+							      want_c[i]);
+					assert_true(same_float(pd[i], want[i]));
+					assert_int_equal(pc[i], want_c[i]);
+				}
+			}
+}
+
 static void test_kernels_agree(void **state)
 {
 	(void)state;
@@ -1198,6 +1249,7 @@ static void test_kernels_agree(void **state)
 		check_levels_scan(kn, ref, &r);
 		check_rotate(kn, ref, &r);
 		check_panel_min(kn, ref, &r);
+		check_best_rest(kn, &r);
 	}
 }
 
