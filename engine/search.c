@@ -314,16 +314,14 @@ static int search_run(search *s, const float *queries, size_t nq, size_t first,
 		uint32_t r = q->np;
 		while (r < q->listed && q->pdist[r] + q->scale <= lim)
 			r++;
-		/* every listed one is near: more listed (none if the nearest of
-		 * those not listed is not near) */
-		if (r == q->listed && q->more && !(q->next + q->scale <= lim))
-			;
-		else
-			while (rc == 0 && r == q->listed && r < s->gm.nlist &&
-			       (rc = vf_probe_more(s, q, 2 * (q->listed > s->nprobe ? q->listed
-									    : s->nprobe))) == 0)
-				while (r < q->listed && q->pdist[r] + q->scale <= lim)
-					r++;
+		/* every listed one is near: more listed, unless the nearest of
+		 * those not listed is known not to be */
+		int unlisted_near = !q->more || q->next + q->scale <= lim;
+		while (rc == 0 && unlisted_near && r == q->listed && r < s->gm.nlist &&
+		       (rc = vf_probe_more(s, q, 2 * (q->listed > s->nprobe ? q->listed
+								    : s->nprobe))) == 0)
+			while (r < q->listed && q->pdist[r] + q->scale <= lim)
+				r++;
 		q->np = r;
 		q->nc = 0;
 		looks += r > q->from;
