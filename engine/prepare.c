@@ -157,6 +157,7 @@ int vf_prepare(vecfs *v, const vf_gen *g, const vecfs_row *rows, size_t n,
  * chunk wakes the writer. */
 #define PREP_DEPTH 3 /* chunks prepared at once: the writer's and two more */
 #define PREP_THREADS_MAX (VF_PARALLEL_MAX - 1)
+#define PREP_ROOM_BYTES ((size_t)16 << 20) /* a room's size, rows of high dimension */
 
 typedef struct prep_slot {
 	vf_prepared p;
@@ -171,7 +172,7 @@ struct vf_preparer {
 	const vf_gen *g;
 	const vecfs_row *rows;
 	const uint8_t *skip;
-	size_t n, chunks;
+	size_t n, chunk, chunks; /* rows, rows a chunk, chunks */
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 	size_t set_up;       /* chunks whose setup was claimed (mu) */
@@ -198,8 +199,8 @@ static uint64_t claim_word(size_t chunk, size_t row)
 static void slot_setup(vf_preparer *pp, size_t k)
 {
 	prep_slot *s = &pp->slot[k % PREP_DEPTH];
-	size_t from = k * VF_NEAR_CHUNK;
-	size_t n = pp->n - from < VF_NEAR_CHUNK ? pp->n - from : VF_NEAR_CHUNK;
+	size_t from = k * pp->chunk;
+	size_t n = pp->n - from < pp->chunk ? pp->n - from : pp->chunk;
 	if (prep_setup(pp->g, n, pp->skip ? pp->skip + from : NULL, &s->p))
 		s->p.n = 0; /* no memory: the writer encodes these rows itself */
 	atomic_store_explicit(&s->done, 0, memory_order_relaxed);
@@ -215,7 +216,7 @@ static void slot_setup(vf_preparer *pp, size_t k)
 static void slot_work(vf_preparer *pp, size_t k, vf_encoder *enc)
 {
 	prep_slot *s = &pp->slot[k % PREP_DEPTH];
-	const vecfs_row *rows = pp->rows + k * VF_NEAR_CHUNK;
+	const vecfs_row *rows = pp->rows + k * pp->chunk;
 	uint64_t w = atomic_load_explicit(&s->claim, memory_order_acquire);
 	for (;;) {
 		if (w >> 32 != k)
@@ -290,6 +291,21 @@ static void *preparer_run(void *arg)
 	return NULL;
 }
 
+size_t vf_preparer_chunk_rows(uint32_t dim, uint32_t pdim, uint32_t bits)
+{
+	size_t row = sizeof(float) * dim + (size_t)bits * pdim / 8 + sizeof(vf_precode) +
+		     2 * sizeof(uint32_t) + 1; /* x, planes, pc, near and src, bad */
+	size_t rows = VF_NEAR_CHUNK;
+	while (rows > PREP_PIECE && rows * row > PREP_ROOM_BYTES)
+		rows /= 2;
+	return rows;
+}
+
+size_t vf_preparer_chunk(const vf_preparer *pp)
+{
+	return pp->chunk;
+}
+
 int vf_preparer_start(vf_preparer **out, vecfs *v, const vf_gen *g, const vecfs_row *rows,
 		      size_t n, const uint8_t *skip)
 {
@@ -297,8 +313,9 @@ int vf_preparer_start(vf_preparer **out, vecfs *v, const vf_gen *g, const vecfs_
 	vf_preparer *pp = vf_calloc(1, sizeof *pp);
 	if (!pp)
 		return -ENOMEM;
-	*pp = (vf_preparer){.v = v, .g = g, .rows = rows, .skip = skip, .n = n,
-			    .chunks = (n + VF_NEAR_CHUNK - 1) / VF_NEAR_CHUNK};
+	size_t chunk = vf_preparer_chunk_rows(g->meta.dim, g->meta.pdim, g->meta.bits);
+	*pp = (vf_preparer){.v = v, .g = g, .rows = rows, .skip = skip, .n = n, .chunk = chunk,
+			    .chunks = (n + chunk - 1) / chunk};
 	pthread_mutex_init(&pp->mu, NULL);
 	pthread_cond_init(&pp->cv, NULL);
 	for (int i = 0; i < PREP_DEPTH; i++)

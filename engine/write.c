@@ -256,11 +256,6 @@ typedef struct put_job {
 	uint64_t live;
 } put_job;
 
-/* Rows in the chunk of rows[0..n) that starts at from. */
-static size_t chunk_len(size_t n, size_t from)
-{
-	return n - from < VF_NEAR_CHUNK ? n - from : VF_NEAR_CHUNK;
-}
 
 static int put_fn(vf_txn *txn, void *arg)
 {
@@ -279,9 +274,9 @@ static int put_fn(vf_txn *txn, void *arg)
 	vf_preparer *pp = NULL;
 	if (c.g && j->n > 1 && vf_preparer_start(&pp, c.v, c.g, j->rows, j->n, j->skip))
 		pp = NULL; /* no memory for it: every row is encoded as it is put */
-	size_t k = 0;
-	for (size_t from = 0; from < j->n && rc == 0; from += VF_NEAR_CHUNK, k++) {
-		size_t next = from + chunk_len(j->n, from);
+	size_t k = 0, step = pp ? vf_preparer_chunk(pp) : VF_NEAR_CHUNK;
+	for (size_t from = 0; from < j->n && rc == 0; from += step, k++) {
+		size_t next = j->n - from < step ? j->n : from + step;
 		c.pre = pp ? vf_preparer_take(pp, k) : NULL;
 		for (size_t i = from; i < next && rc == 0; i++) {
 			/* checked here, not in a pass of its own before: the row

@@ -56,7 +56,7 @@ struct vf_prepared {
 int vf_prepare(vecfs *v, const vf_gen *g, const vecfs_row *rows, size_t n,
 	       const uint8_t *skip, vf_prepared *p);
 
-/* The chunks of a whole write (VF_NEAR_CHUNK rows each, the last one
+/* The chunks of a whole write (vf_preparer_chunk() rows each, the last one
  * shorter) prepared ahead of the writer, in order: threads of their own,
  * one CPU fewer than the store uses, prepare up to a few chunks beyond the
  * one being written, and a writer that takes a chunk not done yet prepares
@@ -67,7 +67,12 @@ typedef struct vf_preparer vf_preparer;
  * Returns 0 or -ENOMEM (the caller then goes without). */
 int vf_preparer_start(vf_preparer **out, vecfs *v, const vf_gen *g, const vecfs_row *rows,
 		      size_t n, const uint8_t *skip);
-/* Chunk k (rows k * VF_NEAR_CHUNK on), prepared, once the writer is done
+/* Rows a chunk: VF_NEAR_CHUNK, halved (to 256 at least) while one chunk's
+ * room for rows of dim dimensions and codes of bits * pdim bits would pass
+ * 16 MiB. */
+size_t vf_preparer_chunk_rows(uint32_t dim, uint32_t pdim, uint32_t bits);
+size_t vf_preparer_chunk(const vf_preparer *pp);
+/* Chunk k (rows k * vf_preparer_chunk() on), prepared, once the writer is done
  * with chunk k - 1 (vf_preparer_release()).  Its p->n is 0 when there was
  * no memory for it. */
 vf_prepared *vf_preparer_take(vf_preparer *pp, size_t k);

@@ -271,6 +271,23 @@ static void test_same_key_again_in_one_batch(void **state)
 	free(x);
 }
 
+/* Rows "y0", "y1", ... of y[0..n) (d floats each), each put into a alone
+ * first; *keys holds the keys the rows point to (free both). */
+typedef char key32[32];
+static vecfs_row *rows_put_alone(vecfs *a, const float *y, size_t n, uint32_t d, key32 **keys)
+{
+	vecfs_row *rows = calloc(n, sizeof *rows);
+	*keys = calloc(n, sizeof **keys);
+	assert_non_null(rows);
+	assert_non_null(*keys);
+	for (size_t i = 0; i < n; i++) {
+		snprintf((*keys)[i], sizeof (*keys)[i], "y%zu", i);
+		rows[i] = (vecfs_row){(*keys)[i], strlen((*keys)[i]), y + i * d, NULL, 0};
+		assert_int_equal(put_one(a, (*keys)[i], y + i * d, d), 0);
+	}
+	return rows;
+}
+
 /* Rows written together get their clusters and codes found before the
  * transaction writes them, on threads of their own a few chunks ahead of
  * the writer (vf_preparer); a row written alone is encoded by the writer
@@ -311,19 +328,8 @@ static void test_rows_together_encode_alike(void **state)
 		free(cb);
 	}
 	free(ca);
-	char key[32];
-	for (size_t i = 0; i < YN; i++) {
-		snprintf(key, sizeof key, "y%zu", i);
-		assert_int_equal(put_one(a, key, y + i * D, D), 0);
-	}
-	vecfs_row *rows = calloc(YN, sizeof *rows);
-	char (*keys)[32] = calloc(YN, sizeof *keys);
-	assert_non_null(rows);
-	assert_non_null(keys);
-	for (size_t i = 0; i < YN; i++) {
-		snprintf(keys[i], sizeof keys[i], "y%zu", i);
-		rows[i] = (vecfs_row){keys[i], strlen(keys[i]), y + i * D, NULL, 0};
-	}
+	key32 *keys;
+	vecfs_row *rows = rows_put_alone(a, y, YN, D, &keys);
 	size_t bad = 0;
 	for (int s = 0; s < NB; s++) {
 		b[s]->threads = threads[s];
@@ -379,6 +385,75 @@ static void test_rows_together_encode_alike(void **state)
 	free(y2);
 }
 
+/* The preparer's rooms stay small at high dimensions: a chunk is 4,096
+ * rows at 128 dimensions, and halves (a power of two, 256 rows at least)
+ * while its room would pass 16 MiB. */
+static void test_preparer_rooms_bounded(void **state)
+{
+	(void)state;
+	assert_int_equal(vf_preparer_chunk_rows(128, 128, 4), VF_NEAR_CHUNK);
+	assert_int_equal(vf_preparer_chunk_rows(8, 64, 4), VF_NEAR_CHUNK);
+	static const uint32_t dims[] = {100, 784, 1024, 1536, 4096, 16384};
+	for (size_t i = 0; i < sizeof dims / sizeof *dims; i++) {
+		uint32_t d = dims[i], pdim = (d + 63) / 64 * 64;
+		size_t rows = vf_preparer_chunk_rows(d, pdim, 4);
+		size_t row = sizeof(float) * d + 4 * pdim / 8;
+		assert_true(rows >= 256 && rows <= VF_NEAR_CHUNK);
+		assert_int_equal(rows & (rows - 1), 0);
+		assert_true(rows == 256 || rows * row <= (size_t)16 << 20);
+		assert_true(rows == VF_NEAR_CHUNK || 2 * rows * row > (size_t)16 << 20);
+	}
+}
+
+/* At 1,024 dimensions a chunk is 2,048 rows: a put of two chunks and a
+ * part, prepared ahead, encodes like rows written one at a time. */
+static void test_rows_together_high_dimension(void **state)
+{
+	fixture *f = *state;
+	enum { HD = 1024, HX = 1500 };
+	const size_t HN = 2 * 2048 + 300;
+	assert_int_equal(vf_preparer_chunk_rows(HD, HD, 4), 2048);
+	char path[PATH_MAX], err[256] = "";
+	vecfs *a = fx_open(f, "a"), *b = NULL;
+	snprintf(path, sizeof path, "%s/b", f->dir);
+	mkdir(path, 0700);
+	assert_int_equal(vecfs_open(path, &b, err, sizeof err), 0);
+	rng r = {11, 0, 0};
+	float *x = malloc(sizeof(float) * (HX + HN) * HD);
+	assert_non_null(x);
+	for (size_t i = 0; i < (size_t)(HX + HN) * HD; i++)
+		x[i] = (float)rng_gauss(&r);
+	float *y = x + (size_t)HX * HD;
+	vecfs *both[2] = {a, b};
+	for (int s = 0; s < 2; s++) {
+		set_config(both[s], HD, VECFS_L2);
+		put_range(both[s], x, 0, HX, HD, "k");
+		build(both[s], 1);
+	}
+	key32 *keys;
+	vecfs_row *rows = rows_put_alone(a, y, HN, HD, &keys);
+	size_t bad = 0;
+	assert_int_equal(vecfs_put(b, rows, HN, HD, &bad, err, sizeof err), 0);
+	assert_int_equal(stats(b).delta_postings, HN);
+	vecfs_query_opts o = {.k = 10, .nprobe = 4, .refine = 0, .exact = 0};
+	for (size_t q = 0; q < 60; q++) {
+		const float *qv = y + (q * 71 % HN) * HD;
+		vecfs_results *ra = search_opts(a, qv, 1, HD, &o), *rb = search_opts(b, qv, 1, HD, &o);
+		assert_int_equal(ra->count[0], rb->count[0]);
+		for (size_t j = 0; j < ra->count[0]; j++) {
+			assert_string_equal(ra->hits[0][j].key, rb->hits[0][j].key);
+			assert_true(ra->hits[0][j].distance == rb->hits[0][j].distance);
+		}
+		assert_int_equal(ra->explain.pass2_scored, rb->explain.pass2_scored);
+		vecfs_results_free(ra);
+		vecfs_results_free(rb);
+	}
+	vecfs_close(b);
+	free(rows);
+	free(keys);
+	free(x);
+}
+
 static void test_dimension_mismatch(void **state)
 {
 	fixture *f = *state;
@@ -411,6 +486,8 @@ int main(void)
 						fx_teardown),
 		cmocka_unit_test_setup_teardown(test_rows_together_encode_alike, fx_setup,
 						fx_teardown),
+		cmocka_unit_test(test_preparer_rooms_bounded),
+		cmocka_unit_test_setup_teardown(test_rows_together_high_dimension, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_dimension_mismatch, fx_setup, fx_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
