@@ -265,8 +265,7 @@ static void best_rest_scalar(const float *score, uint32_t from, uint32_t n, uint
 			     float *pd, uint32_t *pc)
 {
 	for (uint32_t c = from; c < n; c++)
-		if (score[c] < pd[np - 1])
-			vf_insert_sorted(pd, pc, np - 1, score[c], c);
+		vf_best_offer(score, c, np, pd, pc);
 }
 
 /* v if cond, else +0, without a branch (the signs of a query's residual

@@ -112,6 +112,15 @@ static inline void vf_insert_sorted(float *pd, uint32_t *pc, uint32_t i, float s
 	pc[i] = c;
 }
 
+/* best_rest's step for score[c]: kept if it is below the worst one kept,
+ * pd[np - 1] (a NaN never is). */
+static inline void vf_best_offer(const float *score, uint32_t c, uint32_t np, float *pd,
+				 uint32_t *pc)
+{
+	if (score[c] < pd[np - 1])
+		vf_insert_sorted(pd, pc, np - 1, score[c], c);
+}
+
 /* IEEE binary16 <-> float: to half rounds to nearest, ties to even
  * (overflow to infinity, NaN stays NaN); back is exact. */
 uint16_t vf_float_to_half(float f);

@@ -390,15 +390,11 @@ static void best_rest_avx2(const float *score, uint32_t from, uint32_t n, uint32
 		__m256 v = _mm256_loadu_ps(score + c);
 		uint32_t m = (uint32_t)_mm256_movemask_ps(
 			_mm256_cmp_ps(v, _mm256_set1_ps(pd[np - 1]), _CMP_LT_OQ));
-		for (; m; m &= m - 1) {
-			uint32_t j = c + (uint32_t)__builtin_ctz(m);
-			if (score[j] < pd[np - 1])
-				vf_insert_sorted(pd, pc, np - 1, score[j], j);
-		}
+		for (; m; m &= m - 1)
+			vf_best_offer(score, c + (uint32_t)__builtin_ctz(m), np, pd, pc);
 	}
 	for (; c < n; c++)
-		if (score[c] < pd[np - 1])
-			vf_insert_sorted(pd, pc, np - 1, score[c], c);
+		vf_best_offer(score, c, np, pd, pc);
 }
 
 const vf_kernels vf_kernels_avx2 = {

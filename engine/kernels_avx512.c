@@ -556,11 +556,8 @@ static void best_rest_avx512(const float *score, uint32_t from, uint32_t n, uint
 		__mmask16 live = n - c >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - c)) - 1);
 		__m512 v = _mm512_maskz_loadu_ps(live, score + c);
 		uint32_t m = _mm512_mask_cmp_ps_mask(live, v, _mm512_set1_ps(pd[np - 1]), _CMP_LT_OQ);
-		for (; m; m &= m - 1) {
-			uint32_t j = c + (uint32_t)__builtin_ctz(m);
-			if (score[j] < pd[np - 1])
-				vf_insert_sorted(pd, pc, np - 1, score[j], j);
-		}
+		for (; m; m &= m - 1) /* checked again: pd[np - 1] falls as scores are kept */
+			vf_best_offer(score, c + (uint32_t)__builtin_ctz(m), np, pd, pc);
 	}
 }
 
