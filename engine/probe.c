@@ -183,6 +183,24 @@ uint32_t vf_best_sorted(const float *score, uint32_t nl, uint32_t np, float *pd,
 	return best_sorted_of(score, NULL, nl, np, pd, pc);
 }
 
+float vf_kth_smallest(const vf_kernels *kn, const float *v, uint32_t n, uint32_t k, float *buf,
+		      uint32_t *idx)
+{
+	if (k == 0 || n < k)
+		return INFINITY;
+	if (k <= VF_KTH_SORTED_MAX) {
+		for (uint32_t j = 0; j < k; j++)
+			vf_insert_sorted(buf, idx, j, v[j] == v[j] ? v[j] : INFINITY, j);
+		kn->best_rest(v, k, n, k, buf, idx);
+		return buf[k - 1];
+	}
+	fheap h = {buf, 0, k};
+	for (uint32_t j = 0; j < n; j++)
+		if (v[j] < fheap_top(&h))
+			fheap_push(&h, v[j]);
+	return fheap_top(&h);
+}
+
 uint32_t vf_within_sorted(const float *score, uint32_t nl, float width, uint32_t want,
 			  uint32_t *near, float *pd, uint32_t *pc, float *next)
 {

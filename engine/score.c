@@ -170,35 +170,28 @@ static int scan_block(search *s, query *q, const vf_block *b, int *checked2)
 	/* Before k candidates exist there is no threshold yet: then the block's
 	 * own k smallest first-pass upper bounds (k distinct records when no
 	 * posting can be stale) bound the k-th distance instead.  The survivors
-	 * whose upper bound is among them go to pass 2 first: their tighter
-	 * bounds set the threshold before the others are scored. */
+	 * whose upper bound is among them go to pass 2 first, in block order:
+	 * their tighter bounds set the threshold before the others are scored.
+	 * (Without a branch on the bounds: which side a survivor falls on is a
+	 * coin toss.) */
 	if (whole && ns > q->ub.k) {
-		fheap blk = {s->kbuf, 0, q->ub.k};
-		for (uint32_t k = 0; k < ns; k++)
-			if (s->surv_hi[k] < fheap_top(&blk))
-				fheap_push(&blk, s->surv_hi[k]);
-		float tb = fheap_top(&blk);
-		uint32_t a = 0, e = ns;
-		while (a < e) {
-			if (s->surv_hi[a] <= tb) {
-				a++;
-				continue;
-			}
-			e--;
-			uint32_t ti = s->surv[a];
-			float tl = s->surv_lo[a], th = s->surv_hi[a];
-			s->surv[a] = s->surv[e], s->surv_lo[a] = s->surv_lo[e];
-			s->surv_hi[a] = s->surv_hi[e];
-			s->surv[e] = ti, s->surv_lo[e] = tl, s->surv_hi[e] = th;
+		float tb = vf_kth_smallest(s->kn, s->surv_hi, ns, q->ub.k, s->kbuf, s->kidx);
+		uint32_t a = 0, e = 0;
+		for (uint32_t k = 0; k < ns; k++) {
+			uint32_t i = s->surv[k];
+			float sl = s->surv_lo[k], sh = s->surv_hi[k];
+			int first = sh <= tb, later = !first && !(sl > tb);
+			s->surv[a] = i; /* (a <= k: read already) */
+			s->surv_lo[a] = sl;
+			a += (uint32_t)first;
+			s->aside[e] = i;
+			s->aside_lo[e] = sl;
+			e += (uint32_t)later;
 		}
-		uint32_t w = a;
-		for (uint32_t k = a; k < ns; k++)
-			if (!(s->surv_lo[k] > tb)) {
-				s->surv[w] = s->surv[k];
-				s->surv_lo[w++] = s->surv_lo[k];
-			}
-		q->ex.pass1_pruned += ns - w;
-		ns = w;
+		memcpy(s->surv + a, s->aside, sizeof(uint32_t) * e);
+		memcpy(s->surv_lo + a, s->aside_lo, sizeof(float) * e);
+		q->ex.pass1_pruned += ns - (a + e);
+		ns = a + e;
 	}
 	if (whole)
 		for (uint32_t k = 0; k < ns; k++)

@@ -257,9 +257,13 @@ static int search_run(search *s, const float *queries, size_t nq, size_t first,
 	s->surv = vf_malloc(sizeof(uint32_t) * VF_BLOCK_MAX);
 	s->surv_lo = vf_malloc(sizeof(float) * VF_BLOCK_MAX);
 	s->surv_hi = vf_malloc(sizeof(float) * VF_BLOCK_MAX);
+	s->aside = vf_malloc(sizeof(uint32_t) * VF_BLOCK_MAX);
+	s->aside_lo = vf_malloc(sizeof(float) * VF_BLOCK_MAX);
 	s->kbuf = vf_malloc(sizeof(float) * s->k);
+	s->kidx = vf_malloc(sizeof(uint32_t) * (s->k < VF_KTH_SORTED_MAX ? s->k : VF_KTH_SORTED_MAX));
 	s->planes = vf_malloc(s->g ? (size_t)s->gm.bits * (s->gm.pdim / 8) : 1);
-	if (!s->qs || !s->surv || !s->surv_lo || !s->surv_hi || !s->kbuf || !s->planes)
+	if (!s->qs || !s->surv || !s->surv_lo || !s->surv_hi || !s->aside || !s->aside_lo ||
+	    !s->kbuf || !s->kidx || !s->planes)
 		return -ENOMEM;
 	for (size_t i = 0; i < nq; i++) {
 		query *q = &s->qs[i];
@@ -354,7 +358,10 @@ static void search_free(search *s)
 	free(s->surv);
 	free(s->surv_lo);
 	free(s->surv_hi);
+	free(s->aside);
+	free(s->aside_lo);
 	free(s->kbuf);
+	free(s->kidx);
 	free(s->planes);
 	free(s->copies);
 	vf_gen_put(s->v, s->g);

@@ -61,6 +61,15 @@ uint32_t vf_best_heap(const float *score, uint32_t nl, uint32_t np, float *pd, u
 uint32_t vf_within_sorted(const float *score, uint32_t nl, float width, uint32_t want,
 			  uint32_t *near, float *pd, uint32_t *pc, float *next);
 
+/* The k-th smallest of v[0..n), a NaN counted as +inf; +inf when n < k
+ * or k is 0.  Up to VF_KTH_SORTED_MAX: the k best so far in order in buf
+ * and idx (k entries each), and the kernel that passes over the vectors
+ * holding none below the worst of them; more: a heap in buf (k floats;
+ * idx unused). */
+#define VF_KTH_SORTED_MAX 64
+float vf_kth_smallest(const vf_kernels *kn, const float *v, uint32_t n, uint32_t k, float *buf,
+		      uint32_t *idx);
+
 /* ------------------------------------------------------------ per query */
 
 typedef struct cand {
@@ -123,7 +132,10 @@ typedef struct search {
 	vf_hint_view hints;  /* which location hints lie inside the snapshot */
 	uint32_t *surv;      /* first-pass survivors of one block */
 	float *surv_lo, *surv_hi;
+	uint32_t *aside;     /* survivors set aside to come later (the same */
+	float *aside_lo;     /* room as surv, surv_lo) */
 	float *kbuf;         /* k floats */
+	uint32_t *kidx;      /* min(k, VF_KTH_SORTED_MAX) positions */
 	uint8_t *planes;     /* one full code */
 	uint8_t *copies;     /* a re-rank step's records read through hints */
 	size_t copies_cap;

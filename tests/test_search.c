@@ -447,6 +447,65 @@ static void test_probe_selection(void **state)
 		}
 }
 
+/* The first block a query scans, before any candidate exists, sends on
+ * the first-pass survivors whose lower bound is below the k-th smallest
+ * of their upper bounds (score.c): vf_kth_smallest() must be that value,
+ * a NaN counted as +inf and +inf when there are fewer than k, by every
+ * kernel table this CPU has, for k up to VF_KTH_SORTED_MAX (kept in order)
+ * and past it (a heap); the lengths end inside a SIMD vector and after. */
+static int cmp_float_nan_last(const void *a, const void *b)
+{
+	float x = *(const float *)a, y = *(const float *)b;
+	x = x == x ? x : INFINITY;
+	y = y == y ? y : INFINITY;
+	return x < y ? -1 : x > y;
+}
+
+static void test_kth_smallest(void **state)
+{
+	(void)state;
+	static const uint32_t ns[] = {1, 9, 10, 17, 64, 65, 158, 1000, 4096};
+	static const uint32_t ks[] = {1, 2, 10, 16, VF_KTH_SORTED_MAX - 1, VF_KTH_SORTED_MAX,
+				      VF_KTH_SORTED_MAX + 1, 300};
+	static const char *const names[] = {"scalar", "avx2", "avx512"};
+	rng r = {91, 0, 0};
+	float *v = malloc(sizeof(float) * 4096), *ref = malloc(sizeof(float) * 4096);
+	float *buf = malloc(sizeof(float) * 300);
+	uint32_t *idx = malloc(sizeof(uint32_t) * VF_KTH_SORTED_MAX);
+	assert_true(v && ref && buf && idx);
+	for (size_t a = 0; a < sizeof ns / sizeof *ns; a++)
+		for (int kind = 0; kind < 3; kind++) { /* plain, ties, NaN and inf */
+			uint32_t n = ns[a];
+			for (uint32_t i = 0; i < n; i++) {
+				double g = rng_gauss(&r);
+				v[i] = kind == 1 ? (float)floor(g * 2) : (float)g;
+				if (kind == 2 && i % 7 == 3)
+					v[i] = i % 2 ? NAN : INFINITY;
+			}
+			memcpy(ref, v, sizeof(float) * n);
+			qsort(ref, n, sizeof(float), cmp_float_nan_last);
+			for (size_t b = 0; b < sizeof ks / sizeof *ks; b++)
+				for (size_t t = 0; t < sizeof names / sizeof *names; t++) {
+					const vf_kernels *kn = vf_kernels_named(names[t]);
+					if (!kn)
+						continue;
+					uint32_t k = ks[b];
+					float want = k <= n ? ref[k - 1] : INFINITY;
+					want = want == want ? want : INFINITY;
+					float got = vf_kth_smallest(kn, v, n, k, buf, idx);
+					if (!(got == want))
+						print_message("%s n %u k %u kind %d: %g, want %g\n",
+							      names[t], n, k, kind, got, want);
+					assert_true(got == want);
+				}
+		}
+	assert_true(vf_kth_smallest(vf_kernels_named("scalar"), v, 5, 0, buf, idx) == INFINITY);
+	free(v);
+	free(ref);
+	free(buf);
+	free(idx);
+}
+
 /* With a recall target the first pass probes the clusters within a width
  * of the nearest, nprobe at most: vf_within_sorted() finds them by two
  * scans and sorts them alone.  They must be exactly the first entries of
@@ -1582,6 +1641,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_many_deltas_in_one_put, fx_setup, fx_teardown),
 		cmocka_unit_test(test_probe_selection),
 		cmocka_unit_test(test_probe_within),
+		cmocka_unit_test(test_kth_smallest),
 		cmocka_unit_test_setup_teardown(test_deletes_never_returned, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_upsert_moves_vector, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_bad_input_rejected, fx_setup, fx_teardown),
