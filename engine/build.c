@@ -455,7 +455,10 @@ int vf_gen_routing(vf_gen *g, const vf_genmeta *m, float *centroids)
 	g->meta = *m;
 	g->centroids = centroids;
 	int rc;
-	if ((rc = vf_rotation_init(&g->rot, m->dim, m->seed)) ||
+	/* (a padded dimension the rotation refuses: the meta is damaged) */
+	if ((rc = vf_rotation_init(&g->rot, m->dim, m->pdim, m->seed)) == -EINVAL)
+		rc = -EIO;
+	if (rc ||
 	    (rc = vf_cindex_init(&g->ci, g->centroids, m->nlist, m->dim)) ||
 	    (rc = vf_cindex_add_half(&g->ci)))
 		goto fail;

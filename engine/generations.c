@@ -137,6 +137,7 @@ int vecfs_gen_info_get(vecfs *v, uint64_t gen, vecfs_gen_info *out)
 		out->nlist = m.nlist;
 		out->bits = m.bits;
 		out->dim = m.dim;
+		out->pdim = m.pdim;
 		out->metric = (vecfs_metric)m.metric;
 		out->seed = m.seed;
 		out->build_seconds = m.build_seconds;

@@ -1,8 +1,14 @@
 /*
- * engine/rotation.h - a random orthogonal rotation in O(D log D): the input
- * is zero-padded to pdim (a power of two, at least 64), then
- * VF_ROT_ROUNDS times: flip signs by a seeded random diagonal, apply the
- * normalized fast Walsh-Hadamard transform.  Only the seed is stored.
+ * engine/rotation.h - a random orthogonal rotation in O(D log D).  The input
+ * is zero-padded to pdim (a multiple of 64, at least 64), then VF_ROT_ROUNDS
+ * times: flip signs by a seeded random diagonal, apply the normalized fast
+ * Walsh-Hadamard transform.  When pdim is not a power of two the transform
+ * runs on two windows of the largest power of two below it, the first
+ * pdim and the last pdim coordinates overlapping (each window with signs
+ * of its own), so that a 768-dimensional vector is coded in 768 dimensions
+ * rather than 1,024.  Only the seed is stored (and pdim, in the
+ * generation's meta: generations made when pdim was always a power of two
+ * keep theirs).
  */
 #ifndef VF_ROTATION_H
 #define VF_ROTATION_H
@@ -13,12 +19,17 @@
 
 typedef struct vf_rotation {
 	uint32_t dim, pdim;
+	uint32_t win;   /* the transform's length: pdim, or the largest power
+			 * of two below it (two windows a round) */
 	uint64_t seed;
-	float *signs; /* VF_ROT_ROUNDS * pdim of +1/-1 */
+	float *signs;   /* +1/-1: VF_ROT_ROUNDS * pdim, or * (pdim + win) */
 } vf_rotation;
 
+/* The padded dimension of new generations: the smallest multiple of 64 at
+ * or above dim (64 at least). */
 uint32_t vf_padded_dim(uint32_t dim);
-int vf_rotation_init(vf_rotation *r, uint32_t dim, uint64_t seed);
+/* pdim: the generation's (a multiple of 64, >= dim); -EINVAL if not. */
+int vf_rotation_init(vf_rotation *r, uint32_t dim, uint32_t pdim, uint64_t seed);
 void vf_rotation_free(vf_rotation *r);
 /* out (pdim floats) = R * [in (dim floats), 0...] */
 void vf_rotate(const vf_rotation *r, const float *in, float *out);

@@ -492,6 +492,9 @@ check ctl_build T sh -c "echo build > '$M/ctl'"
 g1=$(T readlink "$M/generations/active")
 check build_active test -n "$g1" -a -d "$M/generations/$g1"
 check meta_ready test "$(T cat "$M/generations/$g1/meta" | kv state)" == ready
+# the codes' dimensions: dim rounded up to a multiple of 64
+gdim=$(T cat "$M/generations/$g1/meta" | kv dim)
+check meta_padded_dim test "$(T cat "$M/generations/$g1/meta" | kv padded_dim)" == $(((gdim + 63) / 64 * 64))
 check progress_done test "$(T cat "$M/generations/$g1/progress")" == "done 100%"
 check centroids_size test "$(T cat "$M/generations/$g1/centroids.fvecs" | wc -c)" == "$(T stat -c %s "$M/generations/$g1/centroids.fvecs")"
 check ctl_build_stage T sh -c "echo 'build stage' > '$M/ctl'"

@@ -28,6 +28,7 @@
 #include "parallel.h"
 #include "rabitq.h"
 #include "rotation.h"
+#include <xxhash.h>
 #include "testutil.h"
 
 /* ------------------------------------------------------------ helpers */
@@ -88,23 +89,63 @@ static int same_float(float a, float b)
 
 /* ------------------------------------------------------------ 1. rotation */
 
+/* A generation keeps the rotation it was coded with: at a padded dimension
+ * that is a power of two (all that generations made before could have),
+ * the output is the one recorded here, bit for bit (XXH64 of the floats; all
+ * kernels agree bit for bit).  A padded dimension that is no multiple of 64,
+ * or below dim, is refused. */
+static void test_rotation_kept(void **state)
+{
+	(void)state;
+	static const struct {
+		uint32_t dim, pdim;
+		uint64_t hash;
+	} kept[] = { {100, 128, 0x64004127dbc8abcdULL}, {784, 1024, 0xcab28922a8c93cefULL} };
+	for (size_t t = 0; t < sizeof kept / sizeof *kept; t++) {
+		vf_rotation rot;
+		assert_int_equal(vf_rotation_init(&rot, kept[t].dim, kept[t].pdim, 42), 0);
+		float *in = malloc(sizeof(float) * kept[t].dim);
+		float *out = malloc(sizeof(float) * kept[t].pdim);
+		assert_true(in && out);
+		for (uint32_t i = 0; i < kept[t].dim; i++)
+			in[i] = (float)i * 0.37f - 3.0f;
+		vf_rotate(&rot, in, out);
+		assert_true(XXH64(out, sizeof(float) * kept[t].pdim, 0) == kept[t].hash);
+		free(in);
+		free(out);
+		vf_rotation_free(&rot);
+	}
+	vf_rotation bad;
+	assert_int_equal(vf_rotation_init(&bad, 100, 100, 1), -EINVAL);
+	assert_int_equal(vf_rotation_init(&bad, 100, 96, 1), -EINVAL);
+	assert_int_equal(vf_rotation_init(&bad, 200, 128, 1), -EINVAL);
+	assert_int_equal(vf_rotation_init(&bad, 1, 0, 1), -EINVAL);
+}
+
 static void test_rotation_preserves_geometry(void **state)
 {
 	(void)state;
-	static const uint32_t dims[] = { 1, 7, 64, 100, 128, 784 };
+	/* dim, and the padded dimension to rotate in: 0 for a new
+	 * generation's (vf_padded_dim()), else a power of two as generations
+	 * made before had (784 in 1,024: one transform a round) */
+	static const uint32_t dims[][2] = { {1, 0}, {7, 0}, {64, 0}, {100, 0}, {128, 0},
+					    {300, 0}, {784, 0}, {784, 1024}, {1000, 0}, {1536, 0} };
 	rng r = { .s = 1 };
 	for (size_t t = 0; t < sizeof dims / sizeof *dims; t++) {
-		uint32_t dim = dims[t], pdim = vf_padded_dim(dim);
-		/* the smallest power of two >= max(dim, 64) */
-		assert_true(pdim >= 64 && pdim >= dim && (pdim & (pdim - 1)) == 0);
-		assert_true(pdim == 64 || pdim / 2 < dim);
+		uint32_t dim = dims[t][0], pdim = dims[t][1] ? dims[t][1] : vf_padded_dim(dim);
+		/* new generations: the smallest multiple of 64 >= max(dim, 64) */
+		if (!dims[t][1])
+			assert_true(pdim >= 64 && pdim >= dim && pdim % 64 == 0 && pdim - 64 < dim);
 
 		vf_rotation rot, same, other;
-		assert_int_equal(vf_rotation_init(&rot, dim, 42), 0);
-		assert_int_equal(vf_rotation_init(&same, dim, 42), 0);
-		assert_int_equal(vf_rotation_init(&other, dim, 43), 0);
+		assert_int_equal(vf_rotation_init(&rot, dim, pdim, 42), 0);
+		assert_int_equal(vf_rotation_init(&same, dim, pdim, 42), 0);
+		assert_int_equal(vf_rotation_init(&other, dim, pdim, 43), 0);
 		assert_int_equal(rot.dim, dim);
 		assert_int_equal(rot.pdim, pdim);
+		/* the transform: the whole of a power of two, else the largest
+		 * power of two below it */
+		assert_true((rot.win & (rot.win - 1)) == 0 && rot.win <= pdim && 2 * rot.win > pdim);
 
 		float *ra = malloc(pdim * sizeof(float)), *rb = malloc(pdim * sizeof(float));
 		float *rs = malloc(pdim * sizeof(float)), *ro = malloc(pdim * sizeof(float));
@@ -152,7 +193,8 @@ static void test_rotation_preserves_geometry(void **state)
 				double out = 0;
 				for (uint32_t i = dim; i < pdim; i++)
 					out += (double)ra[i] * ra[i];
-				assert_true(out > 0.02 * na * na);
+				/* (a quarter of their share of the dimensions) */
+				assert_true(out > 0.25 * (pdim - dim) / pdim * na * na);
 			}
 
 			/* deterministic in the seed, and the seed matters */
@@ -168,7 +210,7 @@ static void test_rotation_preserves_geometry(void **state)
 			free(b);
 		}
 		/* the images of the basis vectors are orthonormal */
-		if (dim <= 128) {
+		if (dim <= 128 || dim == 300) {
 			float *basis = malloc((size_t)dim * pdim * sizeof(float));
 			float *e = calloc(dim, sizeof(float));
 			assert_non_null(basis);
@@ -225,13 +267,12 @@ typedef struct est_stats {
  * queries around it.  dot: the dot-product variant.  The first pass runs
  * with kns[0] (and each later table up to a NULL, which must agree bit for
  * bit). */
-static void run_estimator(int dot, uint32_t bits, uint64_t seed,
+static void run_estimator(int dot, uint32_t D, uint32_t bits, uint64_t seed,
 			  const vf_kernels *const *kns, est_stats *st)
 {
 	rng r = { .s = seed };
-	const uint32_t D = E_DIM;
 	vf_rotation rot;
-	assert_int_equal(vf_rotation_init(&rot, D, seed * 7 + 1), 0);
+	assert_int_equal(vf_rotation_init(&rot, D, vf_padded_dim(D), seed * 7 + 1), 0);
 	const uint32_t pdim = rot.pdim, groups = pdim / 4;
 	size_t pb = (size_t)bits * vf_plane_bytes(pdim);
 
@@ -417,12 +458,18 @@ static void run_estimator(int dot, uint32_t bits, uint64_t seed,
 	vf_rotation_free(&rot);
 }
 
-static const uint32_t est_bits[] = { 1, 2, 3, 4, 5, 8 };
-#define N_EST_BITS (sizeof est_bits / sizeof *est_bits)
+/* The dimensions and bits the estimator is run with: every bits value at
+ * 128 dimensions (a padded dimension that is a power of two: one transform
+ * a round), and at 300 (padded to 320: two overlapping windows of 256). */
+static const struct {
+	uint32_t dim, bits;
+} est_runs[] = { {E_DIM, 1}, {E_DIM, 2}, {E_DIM, 3}, {E_DIM, 4}, {E_DIM, 5}, {E_DIM, 8},
+		 {300, 1}, {300, 4} };
+#define N_EST_RUNS (sizeof est_runs / sizeof *est_runs)
 
-/* The statistics of each metric (0 l2, 1 dot) and bits value, computed once
- * and shared by the tests below. */
-static est_stats est_cache[2][N_EST_BITS];
+/* The statistics of each metric (0 l2, 1 dot) and run, computed once and
+ * shared by the tests below. */
+static est_stats est_cache[2][N_EST_RUNS];
 static int est_done[2];
 
 static const est_stats *estimator_runs(int dot)
@@ -430,14 +477,15 @@ static const est_stats *estimator_runs(int dot)
 	if (est_done[dot])
 		return est_cache[dot];
 	const vf_kernels *const *kns = all_kernels();
-	for (size_t t = 0; t < N_EST_BITS; t++) {
+	for (size_t t = 0; t < N_EST_RUNS; t++) {
 		est_stats *s = &est_cache[dot][t];
+		uint32_t bits = est_runs[t].bits, dim = est_runs[t].dim;
 		memset(s, 0, sizeof *s);
-		run_estimator(dot, est_bits[t], 100 + est_bits[t] + 50 * (uint64_t)dot, kns, s);
-		print_message("%s bits %u: %zu pairs, mean rel err %+.5f (pass 1 %+.5f), "
+		run_estimator(dot, dim, bits, 100 + bits + 50 * (uint64_t)dot + dim, kns, s);
+		print_message("%s dim %u bits %u: %zu pairs, mean rel err %+.5f (pass 1 %+.5f), "
 			      "mean err/(|v-c||q-c|) %+.5f, err slope %+.4f, "
 			      "within bound %.4f, pass-1 lo <= true %.4f (true <= hi %.4f)\n",
-			      dot ? "dot" : "l2", est_bits[t], s->pairs, s->mean_rel,
+			      dot ? "dot" : "l2", dim, bits, s->pairs, s->mean_rel,
 			      s->mean_rel1, s->mean_norm, s->slope, s->cover2, s->cover1,
 			      s->cover1hi);
 	}
@@ -450,7 +498,7 @@ static const est_stats *estimator_runs(int dot)
 static void check_unbiased(int dot)
 {
 	const est_stats *st = estimator_runs(dot);
-	for (size_t t = 0; t < N_EST_BITS; t++) {
+	for (size_t t = 0; t < N_EST_RUNS; t++) {
 		const est_stats *s = &st[t];
 		assert_true(s->pairs >= 20000);
 		/* on average, and whatever the true inner product (no scale
@@ -471,12 +519,12 @@ static void check_bounds(int dot)
 {
 	const est_stats *st = estimator_runs(dot);
 	size_t bad = 0;
-	for (size_t t = 0; t < N_EST_BITS; t++) {
+	for (size_t t = 0; t < N_EST_RUNS; t++) {
 		const est_stats *s = &st[t];
 		if (s->cover2 < 0.99 || s->cover1 < 0.99) {
-			print_message("%s bits %u: %.2f%% within the second-pass bound, "
+			print_message("%s dim %u bits %u: %.2f%% within the second-pass bound, "
 				      "%.2f%% at or above the first-pass lower bound (want >= 99%%)\n",
-				      dot ? "dot" : "l2", est_bits[t], 100 * s->cover2,
+				      dot ? "dot" : "l2", est_runs[t].dim, est_runs[t].bits, 100 * s->cover2,
 				      100 * s->cover1);
 			bad++;
 		}
@@ -1588,6 +1636,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_half_conversion),
+		cmocka_unit_test(test_rotation_kept),
 		cmocka_unit_test(test_rotation_preserves_geometry),
 		cmocka_unit_test(test_estimator_l2_unbiased),
 		cmocka_unit_test(test_estimator_dot_unbiased),

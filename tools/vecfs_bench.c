@@ -604,16 +604,6 @@ static int ingest_after_build(struct bench *b)
 	return 0;
 }
 
-/* The library pads vectors to a power of two, at least 64. */
-static uint64_t padded_dim(uint32_t dim)
-{
-	uint64_t p = 64;
-
-	while (p < dim)
-		p <<= 1;
-	return p;
-}
-
 static int build(struct bench *b)
 {
 	struct tool_progress p;
@@ -636,7 +626,7 @@ static int build(struct bench *b)
 		return tool_fail(-EPROTO, "not ready and active after the build",
 			    "generation %llu", (unsigned long long)b->gen_id);
 	/* bits planes plus the sign copy the first pass reads */
-	b->code_bytes = (uint64_t)(b->gen.bits + 1) * padded_dim(b->gen.dim) / 8;
+	b->code_bytes = (uint64_t)(b->gen.bits + 1) * b->gen.pdim / 8;
 	if ((rc = vecfs_stats_get(b->v, &st)))
 		return tool_fail(rc, NULL, "vecfs_stats_get");
 	b->store_bytes = st.store_bytes;
@@ -1062,7 +1052,7 @@ static int reuse_store(struct bench *b)
 		return tool_fail(-ENOENT, "no active generation", "--reuse %s", b->store);
 	if ((rc = vecfs_gen_info_get(b->v, b->gen_id, &b->gen)))
 		return tool_fail(rc, NULL, "vecfs_gen_info_get");
-	b->code_bytes = (uint64_t)(b->gen.bits + 1) * padded_dim(b->gen.dim) / 8;
+	b->code_bytes = (uint64_t)(b->gen.bits + 1) * b->gen.pdim / 8;
 	return 0;
 }
 
@@ -2503,7 +2493,7 @@ static int lib_measure(struct bench *b, struct mnt *m)
 			    (unsigned long long)b->gen_id, (unsigned long long)m->gen_id);
 	if ((rc = vecfs_gen_info_get(b->v, b->gen_id, &b->gen)))
 		return tool_fail(rc, NULL, "vecfs_gen_info_get");
-	b->code_bytes = (uint64_t)(b->gen.bits + 1) * padded_dim(b->gen.dim) / 8;
+	b->code_bytes = (uint64_t)(b->gen.bits + 1) * b->gen.pdim / 8;
 	if ((rc = vecfs_stats_get(b->v, &st)))
 		return tool_fail(rc, NULL, "vecfs_stats_get");
 	b->store_bytes = st.store_bytes;

@@ -226,6 +226,9 @@ typedef struct vecfs_gen_info {
 	uint32_t nlist;
 	uint32_t bits;
 	uint32_t dim;
+	uint32_t pdim;           /* dimensions its codes have: dim padded to a
+				  * multiple of 64 (a power of two in
+				  * generations built before 2026-12) */
 	vecfs_metric metric;
 	uint64_t seed;
 	double build_seconds;
