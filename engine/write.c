@@ -256,7 +256,6 @@ typedef struct put_job {
 	uint64_t live;
 } put_job;
 
-
 static int put_fn(vf_txn *txn, void *arg)
 {
 	put_job *j = arg;

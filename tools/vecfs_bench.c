@@ -604,6 +604,19 @@ static int ingest_after_build(struct bench *b)
 	return 0;
 }
 
+/* The active generation's info, and the code bytes a vector of it takes:
+ * bits planes plus the sign copy the first pass reads. */
+static int gen_load(struct bench *b)
+{
+	int rc = vecfs_gen_info_get(b->v, b->gen_id, &b->gen);
+
+	if (rc)
+		return tool_fail(rc, NULL, "vecfs_gen_info_get %llu",
+			    (unsigned long long)b->gen_id);
+	b->code_bytes = (uint64_t)(b->gen.bits + 1) * b->gen.pdim / 8;
+	return 0;
+}
+
 static int build(struct bench *b)
 {
 	struct tool_progress p;
@@ -619,14 +632,11 @@ static int build(struct bench *b)
 	tool_progress_end(&p);
 	if (rc)
 		return tool_interrupted() ? tool_report_interrupt() : tool_fail(rc, err, "vecfs_build");
-	if ((rc = vecfs_gen_info_get(b->v, b->gen_id, &b->gen)))
-		return tool_fail(rc, NULL, "vecfs_gen_info_get %llu",
-			    (unsigned long long)b->gen_id);
+	if ((rc = gen_load(b)))
+		return rc;
 	if (b->gen.state != VECFS_GEN_READY || vecfs_active(b->v) != b->gen_id)
 		return tool_fail(-EPROTO, "not ready and active after the build",
 			    "generation %llu", (unsigned long long)b->gen_id);
-	/* bits planes plus the sign copy the first pass reads */
-	b->code_bytes = (uint64_t)(b->gen.bits + 1) * b->gen.pdim / 8;
 	if ((rc = vecfs_stats_get(b->v, &st)))
 		return tool_fail(rc, NULL, "vecfs_stats_get");
 	b->store_bytes = st.store_bytes;
@@ -1050,9 +1060,8 @@ static int reuse_store(struct bench *b)
 	b->gen_id = vecfs_active(b->v);
 	if (!b->gen_id)
 		return tool_fail(-ENOENT, "no active generation", "--reuse %s", b->store);
-	if ((rc = vecfs_gen_info_get(b->v, b->gen_id, &b->gen)))
-		return tool_fail(rc, NULL, "vecfs_gen_info_get");
-	b->code_bytes = (uint64_t)(b->gen.bits + 1) * b->gen.pdim / 8;
+	if ((rc = gen_load(b)))
+		return rc;
 	return 0;
 }
 
@@ -2491,9 +2500,8 @@ static int lib_measure(struct bench *b, struct mnt *m)
 		return tool_fail(-EPROTO, "the active generation changed",
 			    "generation %llu, the mount built %llu",
 			    (unsigned long long)b->gen_id, (unsigned long long)m->gen_id);
-	if ((rc = vecfs_gen_info_get(b->v, b->gen_id, &b->gen)))
-		return tool_fail(rc, NULL, "vecfs_gen_info_get");
-	b->code_bytes = (uint64_t)(b->gen.bits + 1) * b->gen.pdim / 8;
+	if ((rc = gen_load(b)))
+		return rc;
 	if ((rc = vecfs_stats_get(b->v, &st)))
 		return tool_fail(rc, NULL, "vecfs_stats_get");
 	b->store_bytes = st.store_bytes;
