@@ -168,7 +168,7 @@ static void *enc_run(void *arg)
 	uint32_t dim = b->m.dim;
 	vf_encoder enc;
 	float *buf = vf_malloc(sizeof(float) * ENC_CHUNK * dim);
-	if (!buf || vf_encoder_init(&enc, &g->rot, b->m.bits, b->m.metric == VECFS_DOT)) {
+	if (!buf || vf_gen_encoder_init(&enc, g)) {
 		free(buf);
 		j->rc = -ENOMEM;
 		return NULL;
@@ -330,6 +330,8 @@ static int write_routing(vf_txn *txn, final_job *j)
 	vf_store *s = j->v->store;
 	const vf_genmeta *m = j->m;
 	int rc = vf_save_centroids(txn, s, m->id, j->centroids, (size_t)m->nlist * m->dim);
+	if (rc == 0 && j->g->center)
+		rc = vf_save_center(txn, s, m->id, j->g->center, m->dim);
 	if (rc == 0 && j->g->cal)
 		rc = vf_save_calib(txn, s, m->id, j->g->cal, sizeof(vf_calib));
 	if (rc)
@@ -448,13 +450,15 @@ int vf_gen_register(vecfs *v, vf_genmeta *m)
 	return vf_write(v->store, meta_fn, &mj);
 }
 
-int vf_gen_routing(vf_gen *g, const vf_genmeta *m, float *centroids)
+int vf_gen_routing(vf_gen *g, const vf_genmeta *m, float *centroids, const float *center)
 {
 	memset(g, 0, sizeof *g);
 	g->id = m->id;
 	g->meta = *m;
 	g->centroids = centroids;
 	int rc;
+	if (!(m->flags & VF_GEN_QUERY_TABLE) != !center)
+		return -EIO;
 	/* (a padded dimension the rotation refuses: the meta is damaged) */
 	if ((rc = vf_rotation_init(&g->rot, m->dim, m->pdim, m->seed)) == -EINVAL)
 		rc = -EIO;
@@ -475,6 +479,16 @@ int vf_gen_routing(vf_gen *g, const vf_genmeta *m, float *centroids)
 			sm += r[i];
 		g->rc_sum[c] = sm;
 	}
+	if (center) {
+		g->center = vf_malloc(sizeof(float) * m->dim);
+		g->rmu = vf_malloc(sizeof(float) * m->pdim);
+		if (!g->center || !g->rmu) {
+			rc = -ENOMEM;
+			goto fail;
+		}
+		memcpy(g->center, center, sizeof(float) * m->dim);
+		vf_rotate(&g->rot, center, g->rmu);
+	}
 	return 0;
 fail:
 	vf_gen_routing_free(g);
@@ -487,7 +501,9 @@ void vf_gen_routing_free(vf_gen *g)
 	vf_rotation_free(&g->rot);
 	free(g->rc);
 	free(g->rc_sum);
-	g->rc = g->rc_sum = NULL;
+	free(g->center);
+	free(g->rmu);
+	g->rc = g->rc_sum = g->center = g->rmu = NULL;
 }
 
 /* Read the snapshot: ids, seqs and pointers to every live vector.  A
@@ -542,6 +558,7 @@ static int build_locked(build_ctx *b, int activate, uint64_t *gen_out)
 	vf_stored_config sc;
 	vf_gen g;
 	vf_calib cal;
+	float *center = NULL;
 	uint32_t *idmap = NULL;
 	uint64_t *order = NULL, *cstart = NULL, id_limit = 0;
 	int rc, have_gen = 0, registered = 0;
@@ -573,6 +590,7 @@ static int build_locked(build_ctx *b, int activate, uint64_t *gen_out)
 	b->m.dim = sc.dim;
 	b->m.pdim = vf_padded_dim(sc.dim);
 	b->m.bits = sc.bits;
+	b->m.flags = v->gen_flags;
 	b->m.nlist = sc.nlist ? (sc.nlist < b->n ? sc.nlist : (uint32_t)b->n) : vf_auto_nlist(b->n);
 	snprintf(b->m.phase, sizeof b->m.phase, "sample");
 	if ((rc = vf_gen_register(v, &b->m)))
@@ -616,6 +634,18 @@ static int build_locked(build_ctx *b, int activate, uint64_t *gen_out)
 	int iters = b->n > 200000 ? 8 : 12;
 	rc = vf_kmeans(sample, ns, b->m.dim, b->m.nlist, iters, b->m.seed, v->threads,
 		       b->centroids, kmeans_tick, b);
+	/* the centre of the first-pass tables: the sample's mean */
+	if (rc == 0 && (b->m.flags & VF_GEN_QUERY_TABLE)) {
+		double *sum = vf_calloc(b->m.dim, sizeof(double));
+		if (!(center = vf_malloc(sizeof(float) * b->m.dim)) || !sum)
+			rc = -ENOMEM;
+		for (uint64_t i = 0; i < ns && rc == 0; i++)
+			for (uint32_t d = 0; d < b->m.dim; d++)
+				sum[d] += sample[i * b->m.dim + d];
+		for (uint32_t d = 0; d < b->m.dim && rc == 0; d++)
+			center[d] = (float)(sum[d] / (double)ns);
+		free(sum);
+	}
 	free(sample);
 	if (rc)
 		goto out;
@@ -627,7 +657,7 @@ static int build_locked(build_ctx *b, int activate, uint64_t *gen_out)
 	b->codes = vf_malloc(sizeof(vf_code) * b->n);
 	if (!b->assign || !b->planes || !b->codes)
 		goto out;
-	if ((rc = vf_gen_routing(&g, &b->m, b->centroids)))
+	if ((rc = vf_gen_routing(&g, &b->m, b->centroids, center)))
 		goto out;
 	have_gen = 1;
 	if (vf_task_report(&b->t, "encode", 0)) {
@@ -719,6 +749,7 @@ out:
 		vf_gen_abandon(v, &b->m);
 	if (have_gen)
 		vf_gen_routing_free(&g);
+	free(center);
 	free(idmap);
 	free(order);
 	free(cstart);

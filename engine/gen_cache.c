@@ -35,14 +35,26 @@ static int gen_load(vf_txn *txn, vf_store *s, uint64_t id, vf_gen **out)
 		free(g);
 		return -ENOMEM;
 	}
-	if ((rc = vf_store_err(vf_load_centroids(txn, s, id, centroids, n)))) {
+	float *center = NULL;
+	rc = vf_store_err(vf_load_centroids(txn, s, id, centroids, n));
+	if (rc == 0 && (m.flags & VF_GEN_QUERY_TABLE)) {
+		/* (a generation with the flag and no centre is damaged) */
+		center = vf_malloc(sizeof *center * m.dim);
+		rc = !center ? -ENOMEM : vf_store_err(vf_load_center(txn, s, id, center, m.dim));
+		if (rc == -ENOENT)
+			rc = -EIO;
+	}
+	if (rc) {
+		free(center);
 		free(centroids);
 		free(g);
 		return rc;
 	}
 	pthread_mutex_init(&g->located_mu, NULL);
 	/* routing state (rotation, centroid index, rotated centroids) */
-	if ((rc = vf_gen_routing(g, &m, centroids))) {
+	rc = vf_gen_routing(g, &m, centroids, center);
+	free(center);
+	if (rc) {
 		free(centroids);
 		free(g);
 		return rc;

@@ -138,6 +138,7 @@ int vecfs_gen_info_get(vecfs *v, uint64_t gen, vecfs_gen_info *out)
 		out->bits = m.bits;
 		out->dim = m.dim;
 		out->pdim = m.pdim;
+		out->query_table = !!(m.flags & VF_GEN_QUERY_TABLE);
 		out->metric = (vecfs_metric)m.metric;
 		out->seed = m.seed;
 		out->build_seconds = m.build_seconds;

@@ -33,6 +33,9 @@ typedef struct vf_gen {
 	vf_cindex ci;
 	float *rc;              /* rotated centroids, nlist * pdim */
 	float *rc_sum;          /* nlist */
+	/* VF_GEN_QUERY_TABLE: the centre mu its first-pass tables are built
+	 * around (dim, saved with it) and R mu (pdim); else NULL */
+	float *center, *rmu;
 	vf_rotation rot;
 	/* where each cluster's postings were found in one snapshot (see
 	 * probe.c): nlist slots, allocated on first use, under located_mu */
@@ -67,6 +70,8 @@ struct vecfs {
 	pthread_t hint_thread;      /* fills the record location hints */
 	int hint_started, hint_stop;
 	int threads;
+	uint32_t gen_flags;         /* VF_GEN_* of the generations it builds (the
+				     * tests build the older kind with 0) */
 	uint64_t next_batch;        /* staging ids, guarded by stat_mu */
 	vecfs_lost_fn lost_fn;      /* damaged records skipped (vecfs_set_lost_fn) */
 	void *lost_arg;
@@ -311,7 +316,12 @@ int vf_gen_publish(vecfs *v, const vf_genmeta *m, const float *centroids,
 void vf_gen_abandon(vecfs *v, vf_genmeta *m);
 /* The routing state of a generation not yet loadable from the store: g
  * borrows centroids (m->nlist * m->dim); release with vf_gen_routing_free. */
-int vf_gen_routing(vf_gen *g, const vf_genmeta *m, float *centroids);
+int vf_gen_routing(vf_gen *g, const vf_genmeta *m, float *centroids, const float *center);
 void vf_gen_routing_free(vf_gen *g);
+/* An encoder for generation g's codes (its bits, metric and table). */
+static inline int vf_gen_encoder_init(vf_encoder *e, const vf_gen *g)
+{
+	return vf_encoder_init(e, &g->rot, g->meta.bits, g->meta.metric == VECFS_DOT, g->rmu);
+}
 
 #endif

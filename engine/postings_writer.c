@@ -18,7 +18,7 @@ int vf_pw_init(vf_posting_writer *w, vecfs *v, vf_gen *g)
 	w->v = v;
 	w->g = g;
 	vf_assign_cache_init(&w->assign, g->id);
-	int rc = vf_encoder_init(&w->enc, &g->rot, g->meta.bits, g->meta.metric == VECFS_DOT);
+	int rc = vf_gen_encoder_init(&w->enc, g);
 	if (rc)
 		return rc;
 	w->planes = vf_malloc((size_t)g->meta.bits * g->meta.pdim / 8);

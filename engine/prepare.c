@@ -110,7 +110,7 @@ static void *prep_run(void *arg)
 	const vf_gen *g = j->sh->g;
 	vf_prepared *p = j->sh->p;
 	vf_encoder enc;
-	j->rc = vf_encoder_init(&enc, &g->rot, g->meta.bits, g->meta.metric == VECFS_DOT);
+	j->rc = vf_gen_encoder_init(&enc, g);
 	if (j->rc)
 		return NULL;
 	for (;;) {
@@ -325,8 +325,7 @@ int vf_preparer_start(vf_preparer **out, vecfs *v, const vf_gen *g, const vecfs_
 	if (threads > PREP_THREADS_MAX)
 		threads = PREP_THREADS_MAX;
 	for (; pp->nenc <= threads; pp->nenc++)
-		if (vf_encoder_init(&pp->enc[pp->nenc], &g->rot, g->meta.bits,
-				    g->meta.metric == VECFS_DOT)) {
+		if (vf_gen_encoder_init(&pp->enc[pp->nenc], g)) {
 			vf_preparer_stop(pp);
 			return -ENOMEM;
 		}

@@ -12,12 +12,14 @@
 
 #include "kernels.h"
 
-int vf_encoder_init(vf_encoder *e, const vf_rotation *rot, uint32_t bits, int dot)
+int vf_encoder_init(vf_encoder *e, const vf_rotation *rot, uint32_t bits, int dot,
+		    const float *rmu)
 {
 	memset(e, 0, sizeof *e);
 	e->rot = rot;
 	e->bits = bits;
 	e->dot = dot;
+	e->rmu = rmu;
 	e->x = vf_malloc(sizeof(float) * rot->pdim);
 	e->vc = vf_malloc(sizeof(float) * rot->pdim);
 	e->k = vf_malloc(rot->pdim);
@@ -108,7 +110,7 @@ void vf_encode(vf_encoder *e, const float *v, const float *c, const float *rc,
 	best_levels(e, ax, n, kmax, sqrt(norm2));
 
 	double sa4[4] = {0, 0, 0, 0}, yx4[4] = {0, 0, 0, 0}, yy4[4] = {0, 0, 0, 0};
-	double cd4[4] = {0, 0, 0, 0};
+	double cd4[4] = {0, 0, 0, 0}, sc4[4] = {0, 0, 0, 0};
 	uint8_t *u = e->k; /* levels become codes in place (n is a multiple of 64) */
 	for (uint32_t i = 0; i < n; i += 4)
 		for (int l = 0; l < 4; l++) {
@@ -120,11 +122,14 @@ void vf_encode(vf_encoder *e, const float *v, const float *c, const float *rc,
 			u[i + l] = (uint8_t)(x[i + l] >= 0 ? (1u << (bits - 1)) + k
 							 : (1u << (bits - 1)) - 1 - k);
 			cd4[l] += (double)u[i + l] * rc[i + l];
+			if (e->rmu) /* sum_i s_i (R (c - mu))_i */
+				sc4[l] += x[i + l] >= 0 ? (double)rc[i + l] - e->rmu[i + l] : 0.0;
 		}
 	double sum_abs = (sa4[0] + sa4[1]) + (sa4[2] + sa4[3]);
 	double yx = (yx4[0] + yx4[1]) + (yx4[2] + yx4[3]);
 	double yy = (yy4[0] + yy4[1]) + (yy4[2] + yy4[3]);
 	double cdot = (cd4[0] + cd4[1]) + (cd4[2] + cd4[3]);
+	double s1c = (sc4[0] + sc4[1]) + (sc4[2] + sc4[3]);
 	/* bit planes: bit sh of each of 8 codes, gathered into a byte by one
 	 * multiply (code b's bit lands at bit 56 + b) */
 	for (uint32_t p = 0; p < bits; p++) {
@@ -157,15 +162,28 @@ void vf_encode(vf_encoder *e, const float *v, const float *c, const float *rc,
 	out->e1 = (float)(coef * xn * VF_EPS0 * sqrt(1 - a1 * a1) / (a1 * sq));
 	out->rb = (float)(-coef * norm2 / yx);
 	out->eb = (float)(coef * xn * VF_EPS0 * sqrt(1 - ab * ab) / (ab * sq));
+	if (e->rmu) {
+		/* the first pass scores against R (q - mu): add takes the
+		 * cluster's share, and cdot gives back what add (as stored)
+		 * lost, so add + rb * (u.Rq - cdot - ...) is as before */
+		double add0 = out->add;
+		out->add = (float)(add0 - (double)out->r1 * s1c);
+		out->cdot = (float)(cdot + ((double)out->add - add0) / (double)out->rb);
+	}
 }
 
-int vf_qstate_init(vf_qstate *s, uint32_t pdim, uint32_t bits)
+int vf_qstate_init(vf_qstate *s, uint32_t pdim, uint32_t bits, const float *rmu)
 {
+	memset(s, 0, sizeof *s);
 	s->pdim = pdim;
 	s->bits = bits;
+	s->rmu = rmu;
 	s->rq = vf_malloc(sizeof(float) * pdim);
 	s->kn = vf_kernels_get();
-	if (!s->rq) {
+	/* the table's scratch: pdim residuals, pdim/4 offsets */
+	if (!s->rq || (rmu && (!(s->lut = vf_malloc(pdim / 4 * 16)) ||
+			       !(s->scratch = vf_malloc(sizeof(float) *
+							((size_t)pdim + pdim / 4)))))) {
 		vf_qstate_free(s);
 		return -ENOMEM;
 	}
@@ -175,7 +193,28 @@ int vf_qstate_init(vf_qstate *s, uint32_t pdim, uint32_t bits)
 void vf_qstate_free(vf_qstate *s)
 {
 	free(s->rq);
-	s->rq = NULL;
+	free(s->lut);
+	free(s->scratch);
+	s->rq = s->scratch = NULL;
+	s->lut = NULL;
+}
+
+/* The first-pass table over v - sub (pdim floats each; qr and base:
+ * scratch of pdim and pdim/4 floats): sum_i s_i (v - sub)_i ~= delta *
+ * (sum of the entries the sign codes pick) + msum, with error at most qerr.  Each group's entries
+ * are offset by its most negative subset sum, so all are >= 0; one
+ * quantization step fits the widest group in 255. */
+static void table_of(const vf_kernels *kn, const float *v, const float *sub, uint32_t groups,
+		     float *qr, float *base, uint8_t *lut, float *delta, float *msum,
+		     float *qerr)
+{
+	float maxrange;
+	kn->groups4(v, sub, groups, qr, base, msum, &maxrange);
+	float d = maxrange > 0 ? maxrange / 255.0f : 1.0f;
+	kn->lut4(qr, groups, base, 1.0f / d, lut);
+	/* rounding error at most d/2 per group (plus a little float slack) */
+	*delta = d;
+	*qerr = d * 0.5f * (float)groups * 1.001f + 1e-6f * maxrange * groups;
 }
 
 void vf_qstate_set(vf_qstate *s, const vf_rotation *rot, const float *q)
@@ -185,14 +224,23 @@ void vf_qstate_set(vf_qstate *s, const vf_rotation *rot, const float *q)
 	for (uint32_t i = 0; i < s->pdim; i++)
 		sum += s->rq[i];
 	s->rq_sum = sum;
+	if (s->rmu)
+		table_of(s->kn, s->rq, s->rmu, s->pdim / 4, s->scratch, s->scratch + s->pdim,
+			 s->lut, &s->delta, &s->msum, &s->qerr);
 }
 
-int vf_cstate_init(vf_cstate *c, uint32_t pdim)
+int vf_cstate_init(vf_cstate *c, const vf_qstate *q)
 {
-	c->lut = vf_malloc(pdim / 4 * 16);
-	c->qr = vf_malloc(sizeof(float) * pdim);
-	c->base = vf_malloc(sizeof(float) * (pdim / 4));
-	if (!c->lut || !c->qr || !c->base) {
+	memset(c, 0, sizeof *c);
+	if (q->rmu) {
+		c->lut = q->lut;
+		return 0;
+	}
+	c->own = vf_malloc(q->pdim / 4 * 16);
+	c->qr = vf_malloc(sizeof(float) * q->pdim);
+	c->base = vf_malloc(sizeof(float) * (q->pdim / 4));
+	c->lut = c->own;
+	if (!c->own || !c->qr || !c->base) {
 		vf_cstate_free(c);
 		return -ENOMEM;
 	}
@@ -201,31 +249,31 @@ int vf_cstate_init(vf_cstate *c, uint32_t pdim)
 
 void vf_cstate_free(vf_cstate *c)
 {
-	free(c->lut);
+	free(c->own);
 	free(c->qr);
 	free(c->base);
-	c->lut = NULL;
+	c->lut = c->own = NULL;
 	c->qr = c->base = NULL;
 }
 
 void vf_cstate_set(vf_cstate *c, const vf_qstate *q, const float *rc, float rc_sum,
 		   float qc, float nq)
 {
-	uint32_t groups = q->pdim / 4;
-	float maxrange, msum;
-	float *qr = c->qr, *base = c->base;
 	c->qr_sum = q->rq_sum - rc_sum;
-	/* each group's entries are offset by its most negative subset sum, so
-	 * all are >= 0; one quantization step fits the widest group in 255 */
-	q->kn->groups4(q->rq, rc, groups, qr, base, &msum, &maxrange);
-	float delta = maxrange > 0 ? maxrange / 255.0f : 1.0f;
-	q->kn->lut4(qr, groups, base, 1.0f / delta, c->lut);
-	/* S1 = sum_g lutf[g][code] ~= delta * acc + msum; rounding error at
-	 * most delta/2 per group (plus a little float slack). */
+	float delta, msum, qerr;
+	if (q->rmu) { /* sum_i s_i (R (q - mu))_i; the codes took the rest */
+		delta = q->delta;
+		msum = q->msum;
+		qerr = q->qerr;
+	} else {
+		table_of(q->kn, q->rq, rc, q->pdim / 4, c->qr, c->base, c->own, &delta, &msum,
+			 &qerr);
+	}
+	/* S1 = sum_g lutf[g][code] ~= delta * acc + msum */
 	c->p1.a = delta;
 	c->p1.b = msum - 0.5f * c->qr_sum;
 	c->p1.qc = qc;
 	c->p1.nq = nq;
-	c->p1.qerr = delta * 0.5f * (float)groups * 1.001f + 1e-6f * maxrange * groups;
+	c->p1.qerr = qerr;
 	c->p1.thresh = INFINITY;
 }

@@ -31,12 +31,23 @@ typedef struct vf_encoder {
 	const vf_rotation *rot;
 	uint32_t bits;
 	int dot;        /* 1: dot-product distance, 0: l2 */
+	const float *rmu; /* the query table's centre R mu (pdim), or NULL (below) */
 	float *x;       /* pdim scratch */
 	float *vc;      /* dim scratch */
 	uint8_t *k;     /* pdim scratch */
 } vf_encoder;
 
-int vf_encoder_init(vf_encoder *e, const vf_rotation *rot, uint32_t bits, int dot);
+/* rmu non-NULL: the generation's first-pass table is built once a query,
+ * over R (q - mu) (mu: the generation's centre, rmu = R mu), rather than
+ * once a cluster over R (q - c) (VF_GEN_QUERY_TABLE).  The sign plane's
+ * dot with R (q - c) is sum_i s_i (R (q - mu))_i - sum_i s_i (R (c - mu))_i,
+ * whose second term is the code's own constant: the encoder moves
+ * r1 times it out of add (the first pass's estimate is then
+ * add + qc + r1 * (sum_i s_i (R (q - mu))_i - qr_sum / 2)) and the same
+ * amount, divided by rb, out of cdot, so that the second pass's estimate
+ * is unchanged. */
+int vf_encoder_init(vf_encoder *e, const vf_rotation *rot, uint32_t bits, int dot,
+		    const float *rmu);
 void vf_encoder_free(vf_encoder *e);
 /* Encode v (dim floats) against centroid c (dim) whose rotation is rc
  * (pdim).  Writes bits*pdim/8 bytes of planes and fills the factors of
@@ -47,25 +58,35 @@ void vf_encode(vf_encoder *e, const float *v, const float *c, const float *rc,
 /* Per-query state shared by all clusters. */
 typedef struct vf_qstate {
 	uint32_t pdim, bits;
+	const float *rmu; /* non-NULL: the first-pass table is this query's,
+			   * over R q - rmu (below) */
 	float *rq;      /* R q, pdim */
 	float rq_sum;
+	/* with rmu: the table over R q - rmu (groups*16 bytes) and its
+	 * constants: sum_i s_i (R q - rmu)_i ~= delta * (sum of entries) +
+	 * msum, within qerr */
+	uint8_t *lut;
+	float delta, msum, qerr;
+	float *scratch;   /* pdim + pdim/4 */
 	const vf_kernels *kn;
 } vf_qstate;
 
-int vf_qstate_init(vf_qstate *s, uint32_t pdim, uint32_t bits);
+int vf_qstate_init(vf_qstate *s, uint32_t pdim, uint32_t bits, const float *rmu);
 void vf_qstate_free(vf_qstate *s);
 void vf_qstate_set(vf_qstate *s, const vf_rotation *rot, const float *q);
 
 /* Per-(query, cluster) first-pass table: groups*16 bytes, plus constants. */
 typedef struct vf_cstate {
-	uint8_t *lut;
+	const uint8_t *lut; /* the query's table, or own */
+	uint8_t *own;   /* the cluster's table (no rmu) */
 	float *qr;      /* pdim scratch */
 	float *base;    /* pdim/4 scratch: per-group offsets */
 	float qr_sum;
 	vf_pass1 p1;
 } vf_cstate;
 
-int vf_cstate_init(vf_cstate *c, uint32_t pdim);
+/* For the clusters of query q (sharing its table when it has one). */
+int vf_cstate_init(vf_cstate *c, const vf_qstate *q);
 void vf_cstate_free(vf_cstate *c);
 /* qc: the per-cluster distance term; nq = |q - c|. */
 void vf_cstate_set(vf_cstate *c, const vf_qstate *q, const float *rc, float rc_sum,

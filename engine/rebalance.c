@@ -456,7 +456,7 @@ static int rb_encode(rebal *r)
 	if (!r->codes || !r->planes)
 		return -ENOMEM;
 	vf_encoder enc;
-	int rc = vf_encoder_init(&enc, &r->g.rot, r->m.bits, r->m.metric == VECFS_DOT);
+	int rc = vf_gen_encoder_init(&enc, &r->g);
 	if (rc)
 		return rc;
 	uint64_t done = 0;
@@ -700,13 +700,14 @@ static int rebalance_locked(rebal *r, int activate, uint64_t *gen_out)
 	r->m.bits = r->pm.bits;
 	r->m.dim = r->pm.dim;
 	r->m.pdim = r->pm.pdim;
+	r->m.flags = r->pm.flags; /* how the kept codes were encoded */
 	r->m.id_limit = r->id_limit;
 	snprintf(r->m.phase, sizeof r->m.phase, "assign");
 	if ((rc = vf_gen_register(v, &r->m)))
 		goto out;
 	registered = 1;
 	if ((rc = rb_assign_ids(r)) ||
-	    (rc = vf_gen_routing(&r->g, &r->m, r->cent)))
+	    (rc = vf_gen_routing(&r->g, &r->m, r->cent, r->pg->center)))
 		goto out;
 	r->have_g = 1;
 	if ((rc = rb_neighbours(r)) || (rc = rb_reassign(r)) || (rc = rb_encode(r)) ||

@@ -289,8 +289,8 @@ static int search_run(search *s, const float *queries, size_t nq, size_t first,
 			q->scale = vf_calib_scale(s->metric, s->kn->dot(q->q, q->q, dim),
 						  rule.max_norm);
 		if (!q->ub.v || !q->probe || !q->pdist ||
-		    (rc = vf_qstate_init(&q->qs, s->gm.pdim, s->gm.bits)) ||
-		    (rc = vf_cstate_init(&q->cs, s->gm.pdim)))
+		    (rc = vf_qstate_init(&q->qs, s->gm.pdim, s->gm.bits, s->g->rmu)) ||
+		    (rc = vf_cstate_init(&q->cs, &q->qs)))
 			return rc ? rc : -ENOMEM;
 		vf_qstate_set(&q->qs, &s->g->rot, q->q);
 	}

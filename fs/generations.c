@@ -92,6 +92,7 @@ int gen_render(fs_daemon *dm, uint64_t gen, int which, sbuf *b)
 		sb_printf(b, "bits = %u\n", gi.bits);
 		sb_printf(b, "dim = %u\n", gi.dim);
 		sb_printf(b, "padded_dim = %u\n", gi.pdim);
+		sb_printf(b, "first_pass_table = %s\n", gi.query_table ? "query" : "cluster");
 		sb_printf(b, "metric = %s\n", vecfs_metric_name(gi.metric));
 		sb_printf(b, "rotation_seed = %llu\n", (unsigned long long)gi.seed);
 		sb_printf(b, "build_seconds = %.3f\n", gi.build_seconds);

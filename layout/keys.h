@@ -40,7 +40,8 @@ static inline vf_key64 vf_key_u64(uint64_t v)
 }
 
 /* gens family: gen | kind | sub */
-enum { VF_GK_META = 0, VF_GK_CENTROIDS = 1, VF_GK_ASSIGN = 2, VF_GK_CALIB = 3 };
+enum { VF_GK_META = 0, VF_GK_CENTROIDS = 1, VF_GK_ASSIGN = 2, VF_GK_CALIB = 3,
+       VF_GK_CENTER = 4 };
 typedef struct { uint8_t b[17]; } vf_genkey;
 static inline vf_genkey vf_gen_key(uint64_t gen, uint8_t kind, uint64_t sub)
 {

@@ -81,10 +81,24 @@ int vf_save_active(vf_txn *txn, vf_store *s, uint64_t gen)
 		      sizeof gen, 0);
 }
 
+/* A generation's meta value, as written now or before `flags` existed. */
+static int genmeta_decode(const vf_val *v, vf_genmeta *m)
+{
+	if (v->len != sizeof *m && v->len != VF_GENMETA_V1_SIZE)
+		return -EIO;
+	memset(m, 0, sizeof *m);
+	memcpy(m, v->data, v->len);
+	return 0;
+}
+
 int vf_load_genmeta(vf_txn *txn, vf_store *s, uint64_t gen, vf_genmeta *m)
 {
 	vf_genkey k = vf_gen_key(gen, VF_GK_META, 0);
-	return load_fixed(txn, s->gens, k.b, sizeof k.b, m, sizeof *m);
+	vf_val v;
+	int rc = vf_get(txn, s->gens, k.b, sizeof k.b, &v);
+	if (rc)
+		return vf_store_err(rc);
+	return genmeta_decode(&v, m);
 }
 
 int vf_save_genmeta(vf_txn *txn, vf_store *s, const vf_genmeta *m)
@@ -167,6 +181,16 @@ int vf_load_centroids(vf_txn *txn, vf_store *s, uint64_t gen, float *c, size_t n
 	return load_checked(txn, s, gen, VF_GK_CENTROIDS, c, n * sizeof *c);
 }
 
+int vf_save_center(vf_txn *txn, vf_store *s, uint64_t gen, const float *c, size_t dim)
+{
+	return save_checked(txn, s, gen, VF_GK_CENTER, c, dim * sizeof *c);
+}
+
+int vf_load_center(vf_txn *txn, vf_store *s, uint64_t gen, float *c, size_t dim)
+{
+	return load_checked(txn, s, gen, VF_GK_CENTER, c, dim * sizeof *c);
+}
+
 int vf_save_calib(vf_txn *txn, vf_store *s, uint64_t gen, const void *c, size_t len)
 {
 	return save_checked(txn, s, gen, VF_GK_CALIB, c, len);
@@ -204,10 +228,8 @@ int vf_genmeta_walk(vf_cursor *cur, int op, vf_genmeta *m)
 	for (rc = vf_cursor_get(cur, &k, &d, op); rc == 0;
 	     rc = vf_cursor_get(cur, &k, &d, VF_NEXT)) {
 		if (k.len == sizeof(vf_genkey) && ((uint8_t *)k.data)[8] == VF_GK_META &&
-		    d.len == sizeof *m) {
-			memcpy(m, d.data, sizeof *m);
+		    genmeta_decode(&d, m) == 0)
 			return 0;
-		}
 	}
 	return rc;
 }

@@ -75,7 +75,18 @@ typedef struct vf_genmeta {
 	uint64_t id_limit;  /* internal ids below this may have assignments */
 	uint32_t pct;
 	char phase[28];
+	/* (from here on absent in generations written before the field: they
+	 * load as 0) */
+	uint32_t flags;     /* VF_GEN_* */
+	uint32_t spare;
 } vf_genmeta;
+
+/* The first pass's look-up table is built once a query over R q, not once
+ * a cluster over R (q - c): each code's first-pass add factor and its cdot
+ * take the cluster's share in (vf_encoder_init()). */
+#define VF_GEN_QUERY_TABLE 1u
+/* The bytes of a generation's meta written before `flags` existed. */
+#define VF_GENMETA_V1_SIZE offsetof(vf_genmeta, flags)
 
 typedef struct vf_manifest {
 	uint64_t vectors;    /* postings in packed blocks */
@@ -109,6 +120,10 @@ int vf_save_manifest(vf_txn *txn, vf_store *s, uint64_t gen, uint32_t cluster,
  * loaded (-EIO when the value is not n floats or fails its checksum). */
 int vf_save_centroids(vf_txn *txn, vf_store *s, uint64_t gen, const float *c, size_t n);
 int vf_load_centroids(vf_txn *txn, vf_store *s, uint64_t gen, float *c, size_t n);
+/* The centre of a generation with VF_GEN_QUERY_TABLE: dim floats, the same
+ * way. */
+int vf_save_center(vf_txn *txn, vf_store *s, uint64_t gen, const float *c, size_t dim);
+int vf_load_center(vf_txn *txn, vf_store *s, uint64_t gen, float *c, size_t dim);
 /* A generation's recall calibration (engine/calibrate.h): len bytes, saved
  * with their checksum; loaded (-ENOENT for a generation without one, -EIO
  * for a value of another size or a failed checksum). */

@@ -495,6 +495,7 @@ check meta_ready test "$(T cat "$M/generations/$g1/meta" | kv state)" == ready
 # the codes' dimensions: dim rounded up to a multiple of 64
 gdim=$(T cat "$M/generations/$g1/meta" | kv dim)
 check meta_padded_dim test "$(T cat "$M/generations/$g1/meta" | kv padded_dim)" == $(((gdim + 63) / 64 * 64))
+check meta_first_pass_table test "$(T cat "$M/generations/$g1/meta" | kv first_pass_table)" == query
 check progress_done test "$(T cat "$M/generations/$g1/progress")" == "done 100%"
 check centroids_size test "$(T cat "$M/generations/$g1/centroids.fvecs" | wc -c)" == "$(T stat -c %s "$M/generations/$g1/centroids.fvecs")"
 check ctl_build_stage T sh -c "echo 'build stage' > '$M/ctl'"

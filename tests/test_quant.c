@@ -261,13 +261,16 @@ typedef struct est_stats {
 	size_t lut_bad;      /* first-pass lo off by more than the LUT error */
 	size_t mask_bad;     /* mask bits disagreeing with lo <= thresh */
 	size_t kernel_diff;  /* first-pass results differing between kernels */
+	size_t fold_bad;     /* query table: codes or second-pass estimates
+			      * unlike the cluster table's */
 } est_stats;
 
 /* One cluster (centroid c) of Gaussian points, encoded with `bits`; random
- * queries around it.  dot: the dot-product variant.  The first pass runs
- * with kns[0] (and each later table up to a NULL, which must agree bit for
- * bit). */
-static void run_estimator(int dot, uint32_t D, uint32_t bits, uint64_t seed,
+ * queries around it.  dot: the dot-product variant; qtable: the first-pass
+ * table built once a query over R (q - mu) (VF_GEN_QUERY_TABLE), else once
+ * a cluster.  The first pass runs with kns[0] (and each later table up to a
+ * NULL, which must agree bit for bit). */
+static void run_estimator(int dot, int qtable, uint32_t D, uint32_t bits, uint64_t seed,
 			  const vf_kernels *const *kns, est_stats *st)
 {
 	rng r = { .s = seed };
@@ -301,14 +304,37 @@ static void run_estimator(int dot, uint32_t D, uint32_t bits, uint64_t seed,
 			qs[q * D + i] = c[i] + (float)(rng_gauss(&r) * s);
 	}
 	vf_rotate(&rot, c, rc);
+	/* the query table's centre: away from c (at c the codes' shares
+	 * would be 0) and from the origin */
+	float *mu = malloc(D * sizeof(float)), *rmu = malloc(pdim * sizeof(float));
+	assert_non_null(mu);
+	assert_non_null(rmu);
+	for (uint32_t i = 0; i < D; i++)
+		mu[i] = 0.4f * c[i] + (float)(rng_gauss(&r) * 2);
+	vf_rotate(&rot, mu, rmu);
+	const float *tmu = qtable ? rmu : NULL;
 	float rc_sum = 0;
 	for (uint32_t i = 0; i < pdim; i++)
 		rc_sum += rc[i];
 
 	vf_encoder enc;
-	assert_int_equal(vf_encoder_init(&enc, &rot, bits, dot), 0);
+	assert_int_equal(vf_encoder_init(&enc, &rot, bits, dot, tmu), 0);
+	/* the cluster table's codes, which the query table's must match but
+	 * for the share of the cluster moved from add to cdot */
+	vf_code *ccodes = calloc(E_NP, sizeof *ccodes);
+	uint8_t *cplanes = malloc(E_NP * pb);
+	vf_encoder cenc;
+	assert_non_null(ccodes);
+	assert_non_null(cplanes);
+	assert_int_equal(vf_encoder_init(&cenc, &rot, bits, dot, NULL), 0);
 	for (size_t p = 0; p < E_NP; p++) {
 		vf_encode(&enc, pts + p * D, c, rc, planes + p * pb, &codes[p]);
+		vf_encode(&cenc, pts + p * D, c, rc, cplanes + p * pb, &ccodes[p]);
+		const vf_code *a = &codes[p], *z = &ccodes[p];
+		if (memcmp(planes + p * pb, cplanes + p * pb, pb) != 0 || a->r1 != z->r1 ||
+		    a->e1 != z->e1 || a->rb != z->rb || a->eb != z->eb ||
+		    (!qtable && (a->add != z->add || a->cdot != z->cdot)))
+			st->fold_bad++;
 		assert_ptr_equal(codes[p].planes, planes + p * pb);
 		codes[p].id = p;
 		codes[p].seq = p + 1;
@@ -316,6 +342,7 @@ static void run_estimator(int dot, uint32_t D, uint32_t bits, uint64_t seed,
 		codes[p].keylen = 1;
 	}
 	vf_encoder_free(&enc);
+	vf_encoder_free(&cenc);
 
 	/* the same codes as a posting block, for the first pass */
 	size_t blen = vf_block_size(codes, E_NP, pdim, bits);
@@ -327,8 +354,12 @@ static void run_estimator(int dot, uint32_t D, uint32_t bits, uint64_t seed,
 
 	vf_qstate qst;
 	vf_cstate cst;
-	assert_int_equal(vf_qstate_init(&qst, pdim, bits), 0);
-	assert_int_equal(vf_cstate_init(&cst, pdim), 0);
+	vf_qstate cqst;
+	vf_cstate ccst;
+	assert_int_equal(vf_qstate_init(&qst, pdim, bits, tmu), 0);
+	assert_int_equal(vf_cstate_init(&cst, &qst), 0);
+	assert_int_equal(vf_qstate_init(&cqst, pdim, bits, NULL), 0);
+	assert_int_equal(vf_cstate_init(&ccst, &cqst), 0);
 
 	double s_rel = 0, s_norm = 0, s_rel1 = 0;
 	double sx = 0, sy = 0, sxx = 0, sxy = 0;
@@ -338,6 +369,9 @@ static void run_estimator(int dot, uint32_t D, uint32_t bits, uint64_t seed,
 		double nq2 = l2_d(q, c, D), qcd = dot_d(q, c, D);
 		vf_qstate_set(&qst, &rot, q);
 		vf_cstate_set(&cst, &qst, rc, rc_sum, dot ? (float)-qcd : (float)nq2,
+			      (float)sqrt(nq2));
+		vf_qstate_set(&cqst, &rot, q);
+		vf_cstate_set(&ccst, &cqst, rc, rc_sum, dot ? (float)-qcd : (float)nq2,
 			      (float)sqrt(nq2));
 		double truth[E_NP];
 		for (size_t p = 0; p < E_NP; p++) {
@@ -349,6 +383,21 @@ static void run_estimator(int dot, uint32_t D, uint32_t bits, uint64_t seed,
 			vf_pass2(&qst, &cst, cd->planes, cd->add, cd->rb, cd->eb, cd->cdot,
 				 &est, &bound);
 			assert_true(isfinite(est) && isfinite(bound) && bound >= 0);
+			/* the same estimate from the cluster table's code, but
+			 * for float rounding (of add + rb * cdot, each up to
+			 * a few times the estimate's terms) */
+			float cest, cbound;
+			const vf_code *cc = &ccodes[p];
+			vf_pass2(&cqst, &ccst, cc->planes, cc->add, cc->rb, cc->eb, cc->cdot,
+				 &cest, &cbound);
+			double tol = 1e-5 * (fabs(cc->add) + fabs(cd->add) + fabs(cst.p1.qc) +
+					     fabs((double)cc->rb * cc->cdot) +
+					     fabs((double)cd->rb * cd->cdot)) + 1e-6;
+			if (cbound != bound || fabs((double)cest - est) > tol) {
+				if (st->fold_bad++ < 5)
+					print_message("vector %zu: second-pass estimate %.7g, %.7g with the cluster table (allowed %.3g)\n",
+						      p, est, cest, tol);
+			}
 			double err = est - t;
 			double nr = sqrt(l2_d(v, c, D)), ip = 0;
 			for (uint32_t i = 0; i < D; i++)
@@ -388,10 +437,13 @@ static void run_estimator(int dot, uint32_t D, uint32_t bits, uint64_t seed,
 				}
 				const vf_code *cd = &codes[p];
 				/* the sign-plane estimate with an exact inner product */
-				double s1 = 0;
+				double s1 = -0.5 * (double)cst.qr_sum;
 				for (uint32_t i = 0; i < pdim; i++) {
 					int bit = (cd->planes[i / 8] >> (i % 8)) & 1;
-					s1 += (bit ? 0.5 : -0.5) * (double)cst.qr[i];
+					/* the query table's codes took
+					 * sum s_i (R (c - mu))_i */
+					double v = (double)qst.rq[i] - (qtable ? rmu[i] : rc[i]);
+					s1 += bit ? v : 0.0;
 				}
 				double base = (double)cd->add + p1.qc;
 				double est1 = base + (double)cd->r1 * s1;
@@ -448,6 +500,12 @@ static void run_estimator(int dot, uint32_t D, uint32_t bits, uint64_t seed,
 
 	vf_qstate_free(&qst);
 	vf_cstate_free(&cst);
+	vf_qstate_free(&cqst);
+	vf_cstate_free(&ccst);
+	free(ccodes);
+	free(cplanes);
+	free(mu);
+	free(rmu);
 	free(blk);
 	free(codes);
 	free(planes);
@@ -463,8 +521,10 @@ static void run_estimator(int dot, uint32_t D, uint32_t bits, uint64_t seed,
  * a round), and at 300 (padded to 320: two overlapping windows of 256). */
 static const struct {
 	uint32_t dim, bits;
-} est_runs[] = { {E_DIM, 1}, {E_DIM, 2}, {E_DIM, 3}, {E_DIM, 4}, {E_DIM, 5}, {E_DIM, 8},
-		 {300, 1}, {300, 4} };
+	int qtable; /* the first-pass table once a query (new generations) */
+} est_runs[] = { {E_DIM, 1, 0}, {E_DIM, 2, 0}, {E_DIM, 3, 0}, {E_DIM, 4, 0}, {E_DIM, 5, 0},
+		 {E_DIM, 8, 0}, {300, 1, 0}, {300, 4, 0}, {E_DIM, 1, 1}, {E_DIM, 4, 1},
+		 {E_DIM, 5, 1}, {300, 4, 1} };
 #define N_EST_RUNS (sizeof est_runs / sizeof *est_runs)
 
 /* The statistics of each metric (0 l2, 1 dot) and run, computed once and
@@ -481,11 +541,13 @@ static const est_stats *estimator_runs(int dot)
 		est_stats *s = &est_cache[dot][t];
 		uint32_t bits = est_runs[t].bits, dim = est_runs[t].dim;
 		memset(s, 0, sizeof *s);
-		run_estimator(dot, dim, bits, 100 + bits + 50 * (uint64_t)dot + dim, kns, s);
-		print_message("%s dim %u bits %u: %zu pairs, mean rel err %+.5f (pass 1 %+.5f), "
+		run_estimator(dot, est_runs[t].qtable, dim, bits,
+			      100 + bits + 50 * (uint64_t)dot + dim, kns, s);
+		print_message("%s%s dim %u bits %u: %zu pairs, mean rel err %+.5f (pass 1 %+.5f), "
 			      "mean err/(|v-c||q-c|) %+.5f, err slope %+.4f, "
 			      "within bound %.4f, pass-1 lo <= true %.4f (true <= hi %.4f)\n",
-			      dot ? "dot" : "l2", dim, bits, s->pairs, s->mean_rel,
+			      dot ? "dot" : "l2", est_runs[t].qtable ? " (query table)" : "", dim,
+			      bits, s->pairs, s->mean_rel,
 			      s->mean_rel1, s->mean_norm, s->slope, s->cover2, s->cover1,
 			      s->cover1hi);
 	}
@@ -510,6 +572,7 @@ static void check_unbiased(int dot)
 		assert_int_equal(s->lut_bad, 0);
 		assert_int_equal(s->mask_bad, 0);
 		assert_int_equal(s->kernel_diff, 0);
+		assert_int_equal(s->fold_bad, 0);
 	}
 }
 

@@ -229,6 +229,9 @@ typedef struct vecfs_gen_info {
 	uint32_t pdim;           /* dimensions its codes have: dim padded to a
 				  * multiple of 64 (a power of two in
 				  * generations built before 2026-12) */
+	uint32_t query_table;    /* 1: its first-pass look-up table is built
+				  * once a query (generations built since
+				  * 2026-12-05); 0: once a cluster probed */
 	vecfs_metric metric;
 	uint64_t seed;
 	double build_seconds;
