@@ -95,6 +95,20 @@ static void located_put(search *s, uint32_t c, const entry *e, size_t n)
 	pthread_mutex_unlock(&g->located_mu);
 }
 
+/* Keep what a scan of cluster c's entries e[0..n) (as located_get() gave
+ * them) verified, for the searches after it in the same snapshot. */
+static void located_mark(search *s, uint32_t c, const entry *e, size_t n)
+{
+	vf_gen *g = s->g;
+	pthread_mutex_lock(&g->located_mu);
+	located *l = g->located ? (located *)g->located + c : NULL;
+	if (l && l->txnid == s->txnid && l->epoch == s->epoch && l->n == n)
+		for (size_t i = 0; i < n; i++)
+			if (l->e[i].data == e[i].data && l->e[i].len == e[i].len)
+				l->e[i].checked |= e[i].checked;
+	pthread_mutex_unlock(&g->located_mu);
+}
+
 /* Collect the entries of cluster c (tombstones, blocks, deltas) and
  * prefetch the start of each block, so the memory of all probed clusters
  * is in flight before the first is scored. */
@@ -116,6 +130,7 @@ static int locate_cluster(search *s, vf_cursor *cur, uint32_t c, entry **ents,
 			if (ents_reserve(ents, *n, cap, 1))
 				return -ENOMEM;
 			entry *e = &(*ents)[(*n)++];
+			e->checked = 0;
 			e->kind = vf_postkey_kind(kb);
 			e->sub = vf_postkey_sub(kb);
 			e->data = d.data;
@@ -143,7 +158,8 @@ static void prefetch_cluster(const search *s, const entry *ents, size_t n)
 		vf_block b;
 		if (ents[i].kind != VF_PK_BLOCK || vf_block_open(ents[i].data, ents[i].len, &b))
 			continue;
-		vf_block_prefetch_checks(s->v->vcache, &b);
+		if (ents[i].checked != VF_CHECKED_ALL) /* (else not needed) */
+			vf_block_prefetch_checks(s->v->vcache, &b);
 		for (uint32_t bt = 0; bt < PF_BATCHES && bt < b.nbatch; bt++)
 			prefetch_batch(&b, bt);
 	}
@@ -461,8 +477,17 @@ int vf_scan_ivf(search *s, int again)
 		for (size_t i = 0; i < nwin && rc == 0; i++) {
 			if (i + 1 < nwin) /* the next cluster's memory while this one scores */
 				prefetch_cluster(s, ents + first[i + 1], count[i + 1]);
-			rc = vf_scan_cluster(s, work[w0 + i].cluster, ents + first[i], count[i],
+			entry *ce = ents + first[i];
+			uint8_t was[LOCATED_MAX];
+			for (size_t k = 0; k < count[i] && k < LOCATED_MAX; k++)
+				was[k] = ce[k].checked;
+			rc = vf_scan_cluster(s, work[w0 + i].cluster, ce, count[i],
 					  qlist + work[w0 + i].first, work[w0 + i].count);
+			int more = 0;
+			for (size_t k = 0; k < count[i] && k < LOCATED_MAX; k++)
+				more |= ce[k].checked != was[k];
+			if (rc == 0 && more && count[i] <= LOCATED_MAX)
+				located_mark(s, work[w0 + i].cluster, ce, count[i]);
 		}
 	}
 out:

@@ -79,14 +79,17 @@ static int accept(search *s, query *q, float est, float bound, const vf_block *b
 
 /* Pass 2 for survivors s->surv[k0..k1) of block b (their PASS2 records were
  * prefetched when pass 1 let them through). */
+#define CHECKED_SCAN (1u << VF_COL_SIGN | 1u << VF_COL_F1)
+#define CHECKED_PASS2 (1u << VF_COL_PASS2 | 1u << VF_COL_IDS)
+
 static int pass2_block(search *s, query *q, const vf_block *b, uint32_t k0, uint32_t k1,
-		       int *checked2)
+		       uint8_t *checked)
 {
-	if (k0 < k1 && !*checked2) {
+	if (k0 < k1 && !(*checked & CHECKED_PASS2)) {
 		if (vf_block_check(s->v->vcache, b, VF_COL_PASS2) ||
 		    vf_block_check(s->v->vcache, b, VF_COL_IDS))
 			return -EIO;
-		*checked2 = 1;
+		*checked |= CHECKED_PASS2;
 	}
 	for (uint32_t k = k0; k < k1; k++) {
 		uint32_t i = s->surv[k];
@@ -126,7 +129,7 @@ static inline void prefetch_pass2(const vf_block *b, uint32_t i)
  * and every result tightens the threshold of the batches after it.  Before
  * the query has k candidates, pass 1 covers the whole block first (see
  * below). */
-static int scan_block(search *s, query *q, const vf_block *b, int *checked2)
+static int scan_block(search *s, query *q, const vf_block *b, uint8_t *checked)
 {
 	uint32_t groups = b->pdim / 4;
 	int check = s->tombs.n || s->dirty.n || s->fset;
@@ -163,7 +166,7 @@ static int scan_block(search *s, query *q, const vf_block *b, int *checked2)
 		/* survivors of batch bt - PASS2_LAG + 1 and before are due */
 		uint32_t due = lag[bt % PASS2_LAG];
 		lag[bt % PASS2_LAG] = ns;
-		if ((rc = pass2_block(s, q, b, done, due, checked2)))
+		if ((rc = pass2_block(s, q, b, done, due, checked)))
 			return rc;
 		done = due;
 	}
@@ -196,11 +199,11 @@ static int scan_block(search *s, query *q, const vf_block *b, int *checked2)
 	if (whole)
 		for (uint32_t k = 0; k < ns; k++)
 			prefetch_pass2(b, s->surv[k]);
-	return pass2_block(s, q, b, done, ns, checked2);
+	return pass2_block(s, q, b, done, ns, checked);
 }
 
 /* Score the located entries of cluster c for the queries that probe it. */
-int vf_scan_cluster(search *s, uint32_t c, const entry *ents, size_t nents,
+int vf_scan_cluster(search *s, uint32_t c, entry *ents, size_t nents,
 			const uint32_t *qids, uint32_t nqc)
 {
 	int rc = 0;
@@ -217,7 +220,7 @@ int vf_scan_cluster(search *s, uint32_t c, const entry *ents, size_t nents,
 	/* each query has its own table for the cluster, set above; the block
 	 * reads are shared */
 	for (size_t ei = 0; ei < nents && rc == 0; ei++) {
-		const entry *e = &ents[ei];
+		entry *e = &ents[ei];
 		if (e->kind == VF_PK_TOMB) {
 			uint64_t ks;
 			if (e->len != 8)
@@ -226,15 +229,21 @@ int vf_scan_cluster(search *s, uint32_t c, const entry *ents, size_t nents,
 			rc = vf_tombs_add(&s->tombs, e->sub, ks);
 		} else if (e->kind == VF_PK_BLOCK) {
 			vf_block b;
-			int checked2 = 0;
-			if ((rc = vf_block_open(e->data, e->len, &b)) ||
-			    (rc = vf_block_check(s->v->vcache, &b, VF_COL_SIGN)) ||
-			    (rc = vf_block_check(s->v->vcache, &b, VF_COL_F1)))
+			if ((rc = vf_block_open(e->data, e->len, &b)))
 				break;
+			/* verified once in this snapshot, the columns are
+			 * known good at this place (the vcache remembers them
+			 * beyond it, at the cost of a look-up) */
+			if (!(e->checked & CHECKED_SCAN)) {
+				if ((rc = vf_block_check(s->v->vcache, &b, VF_COL_SIGN)) ||
+				    (rc = vf_block_check(s->v->vcache, &b, VF_COL_F1)))
+					break;
+				e->checked |= CHECKED_SCAN;
+			}
 			if (b.pdim != s->gm.pdim || b.bits != s->gm.bits)
 				return -EIO;
 			for (uint32_t i = 0; i < nqc && rc == 0; i++)
-				rc = scan_block(s, &s->qs[qids[i]], &b, &checked2);
+				rc = scan_block(s, &s->qs[qids[i]], &b, &e->checked);
 		} else if (e->kind == VF_PK_DELTA) {
 			vf_code code;
 			if ((rc = vf_delta_open_cached(s->v->vcache, e->data, e->len, s->gm.dim,

@@ -196,16 +196,21 @@ static inline void prefetch_batch(const vf_block *b, uint32_t bt)
 }
 
 /* One entry of a cluster's key range, located before scanning. */
+#define VF_CHECKED_ALL                                                     \
+	(1u << VF_COL_SIGN | 1u << VF_COL_F1 | 1u << VF_COL_PASS2 | 1u << VF_COL_IDS)
 typedef struct entry {
 	uint8_t kind;
+	uint8_t checked; /* a block's columns verified in this snapshot:
+			  * 1 << VF_COL_* (VF_CHECKED_ALL: those a scan
+			  * checks) */
 	uint64_t sub;
 	const uint8_t *data;
 	size_t len;
 } entry;
 
 /* Score the located entries of cluster c for the queries qids[0..nqc) that
- * probe it (score.c). */
-int vf_scan_cluster(search *s, uint32_t c, const entry *ents, size_t nents,
+ * probe it (score.c); the columns it verifies are marked in `checked`. */
+int vf_scan_cluster(search *s, uint32_t c, entry *ents, size_t nents,
 		    const uint32_t *qids, uint32_t nqc);
 /* Records changed since the generation was synced and not posted to it,
  * scored exactly (score.c). */
