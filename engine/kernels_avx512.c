@@ -8,6 +8,7 @@
 #include "kernels.h"
 
 #include <immintrin.h>
+#include <math.h>
 #include <string.h>
 
 static inline float hsum8(__m256 v)
@@ -549,9 +550,83 @@ static void panel_min_avx512(const float *dots, size_t npts, const float *norms,
 	}
 }
 
+/* best_rest with the np kept (np <= 16 * NR) in NR vectors of scores and
+ * NR of indices: lanes [0, np) sorted, the lanes after them +inf at first
+ * (so the lanes greater than a new score are always a suffix of all of
+ * them, and what passes lane np - 1 is dropped at the end).  A score goes
+ * in by shifting that suffix one lane up (lane 0 of a vector from the last
+ * lane of the one before) and writing it where the suffix began: no branch
+ * on where.  A score at or above the worst kept changes nothing, so those
+ * the block's mask flagged are put in without checking again.  (pd must
+ * hold no NaN: the suffix would not be one.) */
+static inline __attribute__((always_inline)) void
+best_rest_regs(const float *score, uint32_t from, uint32_t n, uint32_t np, float *pd,
+	       uint32_t *pc, const int NR)
+{
+	__m512 d[8];
+	__m512i x[8];
+	for (int j = 0; j < NR; j++) {
+		uint32_t b = 16 * (uint32_t)j;
+		__mmask16 live = b >= np ? 0 : np - b >= 16 ? (__mmask16)0xffff
+							     : (__mmask16)((1u << (np - b)) - 1);
+		d[j] = _mm512_mask_loadu_ps(_mm512_set1_ps(INFINITY), live, pd + b);
+		x[j] = _mm512_maskz_loadu_epi32(live, pc + b);
+	}
+	const int wj = (int)((np - 1) / 16);
+	const __m512i wl = _mm512_set1_epi32((int)((np - 1) % 16));
+	__m512 worst = _mm512_permutexvar_ps(wl, d[wj]);
+	for (uint32_t c = from; c < n; c += 16) {
+		__mmask16 live = n - c >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - c)) - 1);
+		__m512 v = _mm512_maskz_loadu_ps(live, score + c);
+		uint32_t m = _mm512_mask_cmp_ps_mask(live, v, worst, _CMP_LT_OQ);
+		for (; m; m &= m - 1) {
+			uint32_t i = c + (uint32_t)__builtin_ctz(m);
+			const __m512 X = _mm512_set1_ps(score[i]);
+			const __m512i C = _mm512_set1_epi32((int)i);
+			uint32_t gt[8];
+			for (int j = 0; j < NR; j++)
+				gt[j] = _mm512_cmp_ps_mask(d[j], X, _CMP_GT_OQ);
+			for (int j = NR - 1; j >= 0; j--) { /* (d[j - 1] still as it was) */
+				__m512i pd_ = j ? _mm512_castps_si512(d[j - 1]) : _mm512_setzero_si512();
+				__m512i px = j ? x[j - 1] : _mm512_setzero_si512();
+				__m512 sd = _mm512_castsi512_ps(
+					_mm512_alignr_epi32(_mm512_castps_si512(d[j]), pd_, 15));
+				__m512i sx = _mm512_alignr_epi32(x[j], px, 15);
+				uint32_t carry = j ? gt[j - 1] >> 15 & 1 : 0;
+				__mmask16 up = (__mmask16)gt[j];
+				__mmask16 at = (__mmask16)(gt[j] & ~(gt[j] << 1 | carry));
+				d[j] = _mm512_mask_mov_ps(_mm512_mask_mov_ps(d[j], up, sd), at, X);
+				x[j] = _mm512_mask_mov_epi32(_mm512_mask_mov_epi32(x[j], up, sx), at, C);
+			}
+			worst = _mm512_permutexvar_ps(wl, d[wj]);
+		}
+	}
+	for (int j = 0; j < NR; j++) {
+		uint32_t b = 16 * (uint32_t)j;
+		__mmask16 live = b >= np ? 0 : np - b >= 16 ? (__mmask16)0xffff
+							     : (__mmask16)((1u << (np - b)) - 1);
+		_mm512_mask_storeu_ps(pd + b, live, d[j]);
+		_mm512_mask_storeu_epi32(pc + b, live, x[j]);
+	}
+}
+
 static void best_rest_avx512(const float *score, uint32_t from, uint32_t n, uint32_t np,
 			     float *pd, uint32_t *pc)
 {
+	int nan = 0;
+	for (uint32_t i = 0; i < np; i++)
+		nan |= pd[i] != pd[i];
+	if (np > 8 && np <= 128 && !nan) {
+		if (np <= 16)
+			best_rest_regs(score, from, n, np, pd, pc, 1);
+		else if (np <= 32)
+			best_rest_regs(score, from, n, np, pd, pc, 2);
+		else if (np <= 64)
+			best_rest_regs(score, from, n, np, pd, pc, 4);
+		else
+			best_rest_regs(score, from, n, np, pd, pc, 8);
+		return;
+	}
 	for (uint32_t c = from; c < n; c += 16) {
 		__mmask16 live = n - c >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - c)) - 1);
 		__m512 v = _mm512_maskz_loadu_ps(live, score + c);

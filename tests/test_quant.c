@@ -1296,11 +1296,12 @@ static void check_panel_min(const vf_kernels *kn, const vf_kernels *ref, rng *r)
 static void check_best_rest(const vf_kernels *kn, rng *r)
 {
 	static const uint32_t ns[] = {1, 7, 16, 17, 141, 316, 2000};
-	static const uint32_t nps[] = {1, 2, 8, 16, 48};
+	/* (the AVX-512 kernel keeps up to 16, 32, 64 or 128 in vectors) */
+	static const uint32_t nps[] = {1, 2, 8, 9, 16, 17, 28, 32, 33, 48, 64, 65, 100, 128};
 	enum { NMAX = 2000 };
 	static float score[NMAX];
-	float pd[64], want[64];
-	uint32_t pc[64], want_c[64];
+	float pd[128], want[128];
+	uint32_t pc[128], want_c[128];
 	for (size_t a = 0; a < sizeof ns / sizeof *ns; a++)
 		for (size_t b = 0; b < sizeof nps / sizeof *nps; b++)
 			for (int kind = 0; kind < 3; kind++) {
