@@ -198,20 +198,18 @@ static void lut4_scalar(const float *qr, uint32_t groups, const float *base,
 		}
 }
 
-static float code_dot_scalar(const uint8_t *planes, uint32_t bits, const float *rq,
-			     uint32_t pdim)
+static int32_t code_dot_scalar(const uint8_t *sign, const uint8_t *low, uint32_t bits,
+			       const int16_t *q, uint32_t pdim)
 {
-	float acc[4][8] = {{0}}, t[8];
+	int32_t acc = 0;
 	size_t pb = pdim / 8;
 	for (uint32_t i = 0; i < pdim; i++) {
-		uint32_t u = 0;
-		for (uint32_t p = 0; p < bits; p++)
-			u += ((planes[p * pb + i / 8] >> (i % 8)) & 1u) << (bits - 1 - p);
-		acc[i % 32 / 8][i % 8] = fmaf((float)u, rq[i], acc[i % 32 / 8][i % 8]);
+		uint32_t u = ((sign[i / 8] >> (i % 8)) & 1u) << (bits - 1);
+		for (uint32_t p = 1; p < bits; p++)
+			u += ((low[(p - 1) * pb + i / 8] >> (i % 8)) & 1u) << (bits - 1 - p);
+		acc += (int32_t)u * q[i];
 	}
-	for (int l = 0; l < 8; l++)
-		t[l] = (acc[0][l] + acc[1][l]) + (acc[2][l] + acc[3][l]);
-	return hsum8(t);
+	return acc;
 }
 
 static void levels_scan_scalar(const float *ax, uint32_t n, float t, float kmax,

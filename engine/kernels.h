@@ -65,12 +65,13 @@ typedef struct vf_kernels {
 	uint32_t (*pass1)(const uint8_t *codes, const uint8_t *lut, uint32_t groups,
 			  const uint8_t *add, const uint8_t *r1, const uint8_t *e1,
 			  const vf_pass1 *p, float *lo, float *hi);
-	/* Second pass: sum_i u_i rq[i] over a code of `bits` (1..8) bit planes
-	 * of pdim bits each (a multiple of 32; plane p holds bit bits-1-p of
-	 * u_i, dimension 8j+b at bit b of byte j).  Lane l of accumulator m
-	 * takes the dimensions i with i % 32 / 8 == m and i % 8 == l. */
-	float (*code_dot)(const uint8_t *planes, uint32_t bits, const float *rq,
-			  uint32_t pdim);
+	/* Second pass: sum_i u_i q[i], exactly, over a code of `bits` (1..8)
+	 * bit planes of pdim bits each (a multiple of 32; dimension 8j+b at
+	 * bit b of byte j): the sign plane (bit bits-1 of u_i) at `sign`, planes
+	 * 1..bits-1 (plane p holds bit bits-1-p) one after the other at `low`.
+	 * The caller keeps (2^bits - 1) * sum_i |q[i]| below 2^31. */
+	int32_t (*code_dot)(const uint8_t *sign, const uint8_t *low, uint32_t bits,
+			    const int16_t *q, uint32_t pdim);
 	/* One scale t of the encoder's search for levels, over n (a multiple
 	 * of 8) magnitudes ax >= 0: y_i = trunc(min(t*ax_i, kmax)) + 1/2;
 	 * *num = sum ax_i*y_i, *den = sum y_i*y_i, lane i % 8 by lane (a

@@ -269,36 +269,35 @@ static void lut4_avx2(const float *qr, uint32_t groups, const float *base, float
 
 /* 32 dimensions per step: each plane's 4 bytes spread to one byte per
  * dimension (set where the bit is), weighted and summed into the codes
- * u_i, which are widened to floats for the multiply-adds. */
-static float code_dot_avx2(const uint8_t *planes, uint32_t bits, const float *rq,
-			   uint32_t pdim)
+ * u_i, which are widened to 16 bits and multiplied with q in pairs
+ * (vpmaddwd), summed in 32 bits. */
+static int32_t code_dot_avx2(const uint8_t *sign, const uint8_t *low, uint32_t bits,
+			     const int16_t *q, uint32_t pdim)
 {
 	const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
 						2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
 	const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
-	__m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+	__m256i acc = _mm256_setzero_si256();
 	size_t pb = pdim / 8;
 	for (uint32_t c = 0; c < pdim; c += 32) {
 		__m256i u = _mm256_setzero_si256();
 		for (uint32_t p = 0; p < bits; p++) {
 			int32_t w4;
-			memcpy(&w4, planes + p * pb + c / 8, 4);
+			memcpy(&w4, p ? low + (p - 1) * pb + c / 8 : sign + c / 8, 4);
 			__m256i x = _mm256_shuffle_epi8(_mm256_set1_epi32(w4), spread);
 			x = _mm256_cmpeq_epi8(_mm256_and_si256(x, bit), bit);
 			u = _mm256_add_epi8(u, _mm256_and_si256(
 						   x, _mm256_set1_epi8((char)(1u << (bits - 1 - p)))));
 		}
-		__m128i lo = _mm256_castsi256_si128(u), hi = _mm256_extracti128_si256(u, 1);
-		a0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(lo)),
-				     _mm256_loadu_ps(rq + c), a0);
-		a1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(lo, 8))),
-				     _mm256_loadu_ps(rq + c + 8), a1);
-		a2 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(hi)),
-				     _mm256_loadu_ps(rq + c + 16), a2);
-		a3 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(hi, 8))),
-				     _mm256_loadu_ps(rq + c + 24), a3);
+		__m256i u0 = _mm256_cvtepu8_epi16(_mm256_castsi256_si128(u));
+		__m256i u1 = _mm256_cvtepu8_epi16(_mm256_extracti128_si256(u, 1));
+		acc = _mm256_add_epi32(acc, _mm256_madd_epi16(u0, _mm256_loadu_si256((const __m256i *)(q + c))));
+		acc = _mm256_add_epi32(acc, _mm256_madd_epi16(u1, _mm256_loadu_si256((const __m256i *)(q + c + 16))));
 	}
-	return hsum8(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+	__m128i t = _mm_add_epi32(_mm256_castsi256_si128(acc), _mm256_extracti128_si256(acc, 1));
+	t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0x4E));
+	t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0xB1));
+	return _mm_cvtsi128_si32(t);
 }
 
 /* min_ps(lv, kmax) is (lv < kmax ? lv : kmax), as in the scalar kernel */

@@ -435,54 +435,47 @@ static void sign_gather_avx512(const uint8_t *batch, uint32_t groups, uint32_t j
 	}
 }
 
-/* The codes u_i of `nb` * 8 dimensions (nb 8 or 4) from byte `off` of each
- * plane, one byte lane each: each plane's bits are a mask over the lanes,
- * adding the plane's weight where the bit is. */
-static inline __m512i codes_at(const uint8_t *planes, size_t pb, uint32_t bits, size_t off,
-			       size_t nb)
+/* The codes of nb*8 dimensions from offset off (bytes) of each plane, one
+ * byte lane each: each plane's bits are a mask over the lanes, adding the
+ * plane's weight where the bit is (the sign plane at `sign`, the others
+ * one after the other at `low`). */
+static inline __m512i codes_at(const uint8_t *sign, const uint8_t *low, size_t pb,
+			       uint32_t bits, size_t off, size_t nb)
 {
-	__m512i u = _mm512_setzero_si512();
-	for (uint32_t p = 0; p < bits; p++) {
-		uint64_t w = 0;
-		memcpy(&w, planes + p * pb + off, nb);
+	uint64_t w = 0;
+	memcpy(&w, sign + off, nb);
+	__m512i u = _mm512_maskz_mov_epi8(_cvtu64_mask64(w),
+					  _mm512_set1_epi8((char)(1u << (bits - 1))));
+	for (uint32_t p = 1; p < bits; p++) {
+		w = 0;
+		memcpy(&w, low + (p - 1) * pb + off, nb);
 		u = _mm512_mask_add_epi8(u, _cvtu64_mask64(w), u,
 					 _mm512_set1_epi8((char)(1u << (bits - 1 - p))));
 	}
 	return u;
 }
 
-/* acc + 16 codes (bytes) widened to floats times rq[0..16) */
-static inline __m512 fma_codes(__m512 acc, __m128i u16, const float *rq)
+/* 64 dimensions per step (then 32): the codes widened to 16 bits and
+ * multiplied with q in pairs (vpmaddwd), summed in 32 bits. */
+static int32_t code_dot_avx512(const uint8_t *sign, const uint8_t *low, uint32_t bits,
+			       const int16_t *q, uint32_t pdim)
 {
-	return _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(u16)), _mm512_loadu_ps(rq),
-			       acc);
-}
-
-/* 64 dimensions per step (then 32), the codes widened to floats 16 at a
- * time.  Lanes 0-7 of a01 are acc[0] of the scalar kernel, 8-15 acc[1]; a23
- * holds acc[2] and acc[3]. */
-static float code_dot_avx512(const uint8_t *planes, uint32_t bits, const float *rq,
-			     uint32_t pdim)
-{
-	__m512 a01 = _mm512_setzero_ps(), a23 = a01;
+	__m512i acc = _mm512_setzero_si512();
 	size_t pb = pdim / 8;
 	uint32_t c = 0;
 	for (; c + 64 <= pdim; c += 64) {
-		__m512i u = codes_at(planes, pb, bits, c / 8, 8);
-		a01 = fma_codes(a01, _mm512_extracti32x4_epi32(u, 0), rq + c);
-		a23 = fma_codes(a23, _mm512_extracti32x4_epi32(u, 1), rq + c + 16);
-		a01 = fma_codes(a01, _mm512_extracti32x4_epi32(u, 2), rq + c + 32);
-		a23 = fma_codes(a23, _mm512_extracti32x4_epi32(u, 3), rq + c + 48);
+		__m512i u = codes_at(sign, low, pb, bits, c / 8, 8);
+		__m512i u0 = _mm512_cvtepu8_epi16(_mm512_castsi512_si256(u));
+		__m512i u1 = _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(u, 1));
+		acc = _mm512_add_epi32(acc, _mm512_madd_epi16(u0, _mm512_loadu_si512(q + c)));
+		acc = _mm512_add_epi32(acc, _mm512_madd_epi16(u1, _mm512_loadu_si512(q + c + 32)));
 	}
 	if (c < pdim) { /* the last 32 */
-		__m512i u = codes_at(planes, pb, bits, c / 8, 4);
-		a01 = fma_codes(a01, _mm512_extracti32x4_epi32(u, 0), rq + c);
-		a23 = fma_codes(a23, _mm512_extracti32x4_epi32(u, 1), rq + c + 16);
+		__m512i u = codes_at(sign, low, pb, bits, c / 8, 4);
+		__m512i u0 = _mm512_cvtepu8_epi16(_mm512_castsi512_si256(u));
+		acc = _mm512_add_epi32(acc, _mm512_madd_epi16(u0, _mm512_loadu_si512(q + c)));
 	}
-	/* (acc0 + acc1) + (acc2 + acc3) lane by lane */
-	__m256 t01 = _mm256_add_ps(_mm512_castps512_ps256(a01), _mm512_extractf32x8_ps(a01, 1));
-	__m256 t23 = _mm256_add_ps(_mm512_castps512_ps256(a23), _mm512_extractf32x8_ps(a23, 1));
-	return hsum8(_mm256_add_ps(t01, t23));
+	return _mm512_reduce_add_epi32(acc);
 }
 
 /* Butterflies of distance h < 16 inside one vector: `sw` is v with each

@@ -179,9 +179,10 @@ int vf_qstate_init(vf_qstate *s, uint32_t pdim, uint32_t bits, const float *rmu)
 	s->bits = bits;
 	s->rmu = rmu;
 	s->rq = vf_malloc(sizeof(float) * pdim);
+	s->q16 = vf_malloc(sizeof(int16_t) * pdim);
 	s->kn = vf_kernels_get();
 	/* the table's scratch: pdim residuals, pdim/4 offsets */
-	if (!s->rq || (rmu && (!(s->lut = vf_malloc(pdim / 4 * 16)) ||
+	if (!s->rq || !s->q16 || (rmu && (!(s->lut = vf_malloc(pdim / 4 * 16)) ||
 			       !(s->scratch = vf_malloc(sizeof(float) *
 							((size_t)pdim + pdim / 4)))))) {
 		vf_qstate_free(s);
@@ -193,9 +194,11 @@ int vf_qstate_init(vf_qstate *s, uint32_t pdim, uint32_t bits, const float *rmu)
 void vf_qstate_free(vf_qstate *s)
 {
 	free(s->rq);
+	free(s->q16);
 	free(s->lut);
 	free(s->scratch);
 	s->rq = s->scratch = NULL;
+	s->q16 = NULL;
 	s->lut = NULL;
 }
 
@@ -220,10 +223,28 @@ static void table_of(const vf_kernels *kn, const float *v, const float *sub, uin
 void vf_qstate_set(vf_qstate *s, const vf_rotation *rot, const float *q)
 {
 	vf_rotate(rot, q, s->rq);
-	float sum = 0;
-	for (uint32_t i = 0; i < s->pdim; i++)
+	float sum = 0, maxabs = 0;
+	for (uint32_t i = 0; i < s->pdim; i++) {
 		sum += s->rq[i];
+		maxabs = fabsf(s->rq[i]) > maxabs ? fabsf(s->rq[i]) : maxabs;
+	}
 	s->rq_sum = sum;
+	/* 16-bit R q: the largest magnitude at qmax, where the code dot's
+	 * sum (at most umax * pdim * qmax) stays below 2^31.  Each rounding
+	 * errs by at most 1/(2 sc), times u_i <= umax; the sum's conversion
+	 * to float, 1/sc in float and their product by at most
+	 * 2^31 * 2^-24 / sc each. */
+	uint32_t umax = (1u << s->bits) - 1;
+	double qmax = floor(2147483647.0 / ((double)umax * s->pdim));
+	if (qmax > 32767)
+		qmax = 32767;
+	double sc = maxabs > 0 ? qmax / maxabs : 1.0;
+	for (uint32_t i = 0; i < s->pdim; i++) {
+		double v = nearbyint(s->rq[i] * sc);
+		s->q16[i] = (int16_t)(v > qmax ? qmax : v < -qmax ? -qmax : v);
+	}
+	s->q16_inv = (float)(1.0 / sc);
+	s->q16_err = (float)((0.5 * umax * s->pdim + 3 * 128.0) / sc * 1.0001);
 	if (s->rmu)
 		table_of(s->kn, s->rq, s->rmu, s->pdim / 4, s->scratch, s->scratch + s->pdim,
 			 s->lut, &s->delta, &s->msum, &s->qerr);

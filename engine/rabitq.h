@@ -19,6 +19,7 @@
 #ifndef VF_RABITQ_H
 #define VF_RABITQ_H
 
+#include <math.h>
 #include <stdint.h>
 
 #include "block.h"
@@ -62,6 +63,11 @@ typedef struct vf_qstate {
 			   * over R q - rmu (below) */
 	float *rq;      /* R q, pdim */
 	float rq_sum;
+	/* R q in 16-bit integers for the second pass: q16 = round(R q * s),
+	 * q16_inv = 1/s; sum_i u_i (R q)_i is within q16_err of
+	 * q16_inv * sum_i u_i q16_i (float rounding included) */
+	int16_t *q16;
+	float q16_inv, q16_err;
 	/* with rmu: the table over R q - rmu (groups*16 bytes) and its
 	 * constants: sum_i s_i (R q - rmu)_i ~= delta * (sum of entries) +
 	 * msum, within qerr */
@@ -92,22 +98,18 @@ void vf_cstate_free(vf_cstate *c);
 void vf_cstate_set(vf_cstate *c, const vf_qstate *q, const float *rc, float rc_sum,
 		   float qc, float nq);
 
-/* sum_i u_i (R q)_i for a full code given as bit planes. */
-static inline float vf_code_dot(const vf_qstate *q, const uint8_t *planes)
+/* Second pass: estimate and bound from the full code: its sign plane at
+ * `sign`, planes 1..bits-1 at `low`.  sum_i u_i (R q)_i comes from the
+ * 16-bit query, whose error widens the bound by |rb| q16_err. */
+static inline void vf_pass2(const vf_qstate *q, const vf_cstate *c, const uint8_t *sign,
+			    const uint8_t *low, float add, float rb, float eb, float cdot,
+			    float *est, float *bound)
 {
-	return q->kn->code_dot(planes, q->bits, q->rq, q->pdim);
-}
-
-/* Second pass: estimate and bound from the full code. */
-static inline void vf_pass2(const vf_qstate *q, const vf_cstate *c,
-			    const uint8_t *planes, float add, float rb, float eb,
-			    float cdot, float *est, float *bound)
-{
-	float u = vf_code_dot(q, planes);
+	float u = (float)q->kn->code_dot(sign, low, q->bits, q->q16, q->pdim) * q->q16_inv;
 	float half = (float)((1u << q->bits) - 1) * 0.5f;
 	float sy = (u - cdot) - half * c->qr_sum;
 	*est = (add + c->p1.qc) + rb * sy;
-	*bound = eb * c->p1.nq;
+	*bound = eb * c->p1.nq + fabsf(rb) * q->q16_err;
 }
 
 #endif

@@ -104,8 +104,8 @@ static int pass2_block(search *s, query *q, const vf_block *b, uint32_t k0, uint
 		}
 		const uint8_t *f2 = vf_block_f2_at(b, i);
 		float est, bound;
-		vf_block_planes_with(b, i, s->planes, s->kn->sign_gather);
-		vf_pass2(&q->qs, &q->cs, s->planes, vf_block_f1(b, 0, i),
+		vf_block_sign_with(b, i, s->planes, s->kn->sign_gather);
+		vf_pass2(&q->qs, &q->cs, s->planes, vf_block_pass2_at(b, i), vf_block_f1(b, 0, i),
 			 vf_ldf(f2, 0), vf_ldf(f2, 1), vf_ldf(f2, 2), &est, &bound);
 		if (!pass2_keeps(q, est, bound))
 			continue;
@@ -255,8 +255,9 @@ int vf_scan_cluster(search *s, uint32_t c, entry *ents, size_t nents,
 				query *q = &s->qs[qids[i]];
 				float est, bound;
 				q->ex.delta_scanned++;
-				vf_pass2(&q->qs, &q->cs, code.planes, code.add, code.rb, code.eb,
-					 code.cdot, &est, &bound);
+				vf_pass2(&q->qs, &q->cs, code.planes,
+					 code.planes + vf_plane_bytes(s->gm.pdim), code.add, code.rb,
+					 code.eb, code.cdot, &est, &bound);
 				if (pass2_keeps(q, est, bound))
 					rc = accept(s, q, est, bound, NULL, 0, &code, e->data);
 			}
