@@ -146,6 +146,11 @@ static int locate_cluster(search *s, vf_cursor *cur, uint32_t c, entry **ents,
 			for (size_t o = 0; o < 1024 && o < e->len; o += 64)
 				__builtin_prefetch(e->data + o);
 	}
+	/* and its centroid, whose distance to each query the scan begins
+	 * with (cold in a large index: 5.8% of a query of the 1M set) */
+	const char *cent = (const char *)(s->g->centroids + (size_t)c * s->dim);
+	for (size_t o = 0; o < sizeof(float) * s->dim; o += 64)
+		__builtin_prefetch(cent + o);
 	return 0;
 }
 
