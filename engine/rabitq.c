@@ -178,25 +178,26 @@ int vf_qstate_init(vf_qstate *s, uint32_t pdim, uint32_t bits, const float *rmu)
 	s->pdim = pdim;
 	s->bits = bits;
 	s->rmu = rmu;
-	s->rq = vf_malloc(sizeof(float) * pdim);
-	s->q16 = vf_malloc(sizeof(int16_t) * pdim);
 	s->kn = vf_kernels_get();
-	/* the table's scratch: pdim residuals, pdim/4 offsets */
-	if (!s->rq || !s->q16 || (rmu && (!(s->lut = vf_malloc(pdim / 4 * 16)) ||
-			       !(s->scratch = vf_malloc(sizeof(float) *
-							((size_t)pdim + pdim / 4)))))) {
-		vf_qstate_free(s);
+	/* one room: rq (pdim floats), q16 (pdim), then with rmu the
+	 * table's scratch (pdim residuals, pdim/4 offsets) and the table
+	 * (pdim/4 * 16 bytes) */
+	size_t pd = pdim, tab = rmu ? sizeof(float) * (pd + pd / 4) + pd * 4 : 0;
+	uint8_t *room = vf_malloc(sizeof(float) * pd + sizeof(int16_t) * pd + tab);
+	if (!room)
 		return -ENOMEM;
+	s->rq = (float *)room;
+	s->q16 = (int16_t *)(room + sizeof(float) * pd);
+	if (rmu) {
+		s->scratch = (float *)(room + sizeof(float) * pd + sizeof(int16_t) * pd);
+		s->lut = (uint8_t *)(s->scratch + pd + pd / 4);
 	}
 	return 0;
 }
 
 void vf_qstate_free(vf_qstate *s)
 {
-	free(s->rq);
-	free(s->q16);
-	free(s->lut);
-	free(s->scratch);
+	free(s->rq); /* (the room) */
 	s->rq = s->scratch = NULL;
 	s->q16 = NULL;
 	s->lut = NULL;

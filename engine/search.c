@@ -254,17 +254,28 @@ static int search_run(search *s, const float *queries, size_t nq, size_t first,
 		}
 	}
 	s->qs = vf_calloc(nq, sizeof(query));
-	s->surv = vf_malloc(sizeof(uint32_t) * VF_BLOCK_MAX);
-	s->surv_lo = vf_malloc(sizeof(float) * VF_BLOCK_MAX);
-	s->surv_hi = vf_malloc(sizeof(float) * VF_BLOCK_MAX);
-	s->aside = vf_malloc(sizeof(uint32_t) * VF_BLOCK_MAX);
-	s->aside_lo = vf_malloc(sizeof(float) * VF_BLOCK_MAX);
-	s->kbuf = vf_malloc(sizeof(float) * s->k);
-	s->kidx = vf_malloc(sizeof(uint32_t) * (s->k < VF_KTH_SORTED_MAX ? s->k : VF_KTH_SORTED_MAX));
-	s->planes = vf_malloc(s->g ? (size_t)s->gm.bits * (s->gm.pdim / 8) : 1);
-	if (!s->qs || !s->surv || !s->surv_lo || !s->surv_hi || !s->aside || !s->aside_lo ||
-	    !s->kbuf || !s->kidx || !s->planes)
+	/* the scan's arrays in one room, each on a line of its own */
+	size_t nk = s->k < VF_KTH_SORTED_MAX ? s->k : VF_KTH_SORTED_MAX;
+	size_t sz[8] = {sizeof(uint32_t) * VF_BLOCK_MAX, sizeof(float) * VF_BLOCK_MAX,
+			sizeof(float) * VF_BLOCK_MAX, sizeof(uint32_t) * VF_BLOCK_MAX,
+			sizeof(float) * VF_BLOCK_MAX, sizeof(float) * s->k, sizeof(uint32_t) * nk,
+			s->g ? (size_t)s->gm.bits * (s->gm.pdim / 8) : 1};
+	size_t at[8], total = 0;
+	for (int i = 0; i < 8; i++) {
+		at[i] = total;
+		total += (sz[i] + 63) & ~(size_t)63;
+	}
+	uint8_t *room = s->scratch = vf_malloc(total);
+	if (!s->qs || !room)
 		return -ENOMEM;
+	s->surv = (uint32_t *)(room + at[0]);
+	s->surv_lo = (float *)(room + at[1]);
+	s->surv_hi = (float *)(room + at[2]);
+	s->aside = (uint32_t *)(room + at[3]);
+	s->aside_lo = (float *)(room + at[4]);
+	s->kbuf = (float *)(room + at[5]);
+	s->kidx = (uint32_t *)(room + at[6]);
+	s->planes = room + at[7];
 	for (size_t i = 0; i < nq; i++) {
 		query *q = &s->qs[i];
 		q->q = vf_malloc(sizeof(float) * dim);
@@ -355,14 +366,7 @@ static void search_free(search *s)
 	free(s->qs);
 	vf_dirty_free(&s->dirty);
 	vf_tombs_free(&s->tombs);
-	free(s->surv);
-	free(s->surv_lo);
-	free(s->surv_hi);
-	free(s->aside);
-	free(s->aside_lo);
-	free(s->kbuf);
-	free(s->kidx);
-	free(s->planes);
+	free(s->scratch);
 	free(s->copies);
 	vf_gen_put(s->v, s->g);
 }

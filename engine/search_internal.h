@@ -137,6 +137,7 @@ typedef struct search {
 	float *kbuf;         /* k floats */
 	uint32_t *kidx;      /* min(k, VF_KTH_SORTED_MAX) positions */
 	uint8_t *planes;     /* one full code */
+	void *scratch;       /* the room of surv .. planes above */
 	uint8_t *copies;     /* a re-rank step's records read through hints */
 	size_t copies_cap;
 	const vf_fset *fset; /* a filter's matching records, or NULL */
