@@ -205,9 +205,9 @@ void vf_qstate_free(vf_qstate *s)
 
 /* The first-pass table over v - sub (pdim floats each; qr and base:
  * scratch of pdim and pdim/4 floats): sum_i s_i (v - sub)_i ~= delta *
- * (sum of the entries the sign codes pick) + msum, with error at most qerr.  Each group's entries
- * are offset by its most negative subset sum, so all are >= 0; one
- * quantization step fits the widest group in 255. */
+ * (sum of the entries the sign codes pick) + msum, with error at most
+ * qerr.  Each group's entries are offset by its most negative subset sum,
+ * so all are >= 0; one quantization step fits the widest group in 255. */
 static void table_of(const vf_kernels *kn, const float *v, const float *sub, uint32_t groups,
 		     float *qr, float *base, uint8_t *lut, float *delta, float *msum,
 		     float *qerr)

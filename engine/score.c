@@ -77,11 +77,12 @@ static int accept(search *s, query *q, float est, float bound, const vf_block *b
 
 #define PASS2_LAG 4 /* batches between a survivor's prefetch and its pass 2 */
 
-/* Pass 2 for survivors s->surv[k0..k1) of block b (their PASS2 records were
- * prefetched when pass 1 let them through). */
+/* A block's columns verified: those pass 1 reads, those pass 2 reads. */
 #define CHECKED_SCAN (1u << VF_COL_SIGN | 1u << VF_COL_F1)
 #define CHECKED_PASS2 (1u << VF_COL_PASS2 | 1u << VF_COL_IDS)
 
+/* Pass 2 for survivors s->surv[k0..k1) of block b (their PASS2 records were
+ * prefetched when pass 1 let them through). */
 static int pass2_block(search *s, query *q, const vf_block *b, uint32_t k0, uint32_t k1,
 		       uint8_t *checked)
 {
@@ -217,8 +218,9 @@ int vf_scan_cluster(search *s, uint32_t c, entry *ents, size_t nents,
 			      qc, sqrtf(nq2));
 		q->ex.clusters_probed++;
 	}
-	/* each query has its own table for the cluster, set above; the block
-	 * reads are shared */
+	/* each query has its own constants for the cluster (and, in a
+	 * generation without a table a query, its table), set above; the
+	 * block reads are shared */
 	for (size_t ei = 0; ei < nents && rc == 0; ei++) {
 		entry *e = &ents[ei];
 		if (e->kind == VF_PK_TOMB) {
