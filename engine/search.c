@@ -259,7 +259,7 @@ static int search_run(search *s, const float *queries, size_t nq, size_t first,
 	size_t sz[8] = {sizeof(uint32_t) * VF_BLOCK_MAX, sizeof(float) * VF_BLOCK_MAX,
 			sizeof(float) * VF_BLOCK_MAX, sizeof(uint32_t) * VF_BLOCK_MAX,
 			sizeof(float) * VF_BLOCK_MAX, sizeof(float) * s->k, sizeof(uint32_t) * nk,
-			s->g ? (size_t)s->gm.bits * (s->gm.pdim / 8) : 1};
+			s->g ? (size_t)s->gm.pdim / 8 : 1};
 	size_t at[8], total = 0;
 	for (int i = 0; i < 8; i++) {
 		at[i] = total;

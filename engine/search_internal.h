@@ -136,7 +136,8 @@ typedef struct search {
 	float *aside_lo;     /* room as surv, surv_lo) */
 	float *kbuf;         /* k floats */
 	uint32_t *kidx;      /* min(k, VF_KTH_SORTED_MAX) positions */
-	uint8_t *planes;     /* one full code */
+	uint8_t *planes;     /* one code's sign plane (pass 2 reads the others
+			      * in place) */
 	void *scratch;       /* the room of surv .. planes above */
 	uint8_t *copies;     /* a re-rank step's records read through hints */
 	size_t copies_cap;

@@ -232,21 +232,16 @@ void vf_sign_gather(const uint8_t *batch, uint32_t groups, uint32_t j, uint8_t *
 				       (((batch[(g + 1) * 16] >> sh) & 15) << 4));
 }
 
-void vf_block_planes(const vf_block *b, uint32_t i, uint8_t *out)
-{
-	vf_block_planes_with(b, i, out, vf_sign_gather);
-}
-
 void vf_block_sign_with(const vf_block *b, uint32_t i, uint8_t *out, vf_sign_gather_fn sign)
 {
 	uint32_t groups = b->pdim / 4;
 	sign(b->col[VF_COL_SIGN] + (size_t)(i / VF_BATCH) * groups * 16, groups, i % VF_BATCH, out);
 }
 
-void vf_block_planes_with(const vf_block *b, uint32_t i, uint8_t *out, vf_sign_gather_fn sign)
+void vf_block_planes(const vf_block *b, uint32_t i, uint8_t *out)
 {
 	size_t pb1 = vf_plane_bytes(b->pdim);
-	vf_block_sign_with(b, i, out, sign);
+	vf_block_sign_with(b, i, out, vf_sign_gather);
 	/* planes 1..bits-1: pb1 is a multiple of 8 (pdim % 64 == 0), so 8-byte
 	 * moves the compiler keeps inline rather than a library call */
 	const uint8_t *src = vf_block_pass2_at(b, i);

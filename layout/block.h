@@ -97,14 +97,14 @@ void vf_block_planes(const vf_block *b, uint32_t i, uint8_t *out);
 /* The sign plane of slot j (0..31) of a batch of the SIGN column (groups
  * rows of 16 bytes, a multiple of 16): out[g/2] = its nibble of group g |
  * that of group g+1 << 4, a nibble being (batch[16g + j%16] >> (j >= 16 ?
- * 4 : 0)) & 15.  vf_block_planes_with() takes another function that writes
+ * 4 : 0)) & 15.  vf_block_sign_with() takes another function that writes
  * the same bytes (a faster one). */
 typedef void (*vf_sign_gather_fn)(const uint8_t *batch, uint32_t groups, uint32_t j,
 				  uint8_t *out);
 void vf_sign_gather(const uint8_t *batch, uint32_t groups, uint32_t j, uint8_t *out);
-void vf_block_planes_with(const vf_block *b, uint32_t i, uint8_t *out, vf_sign_gather_fn sign);
-/* Only the sign plane (plane 0) of code i, into out (pdim/8 bytes); planes
- * 1..bits-1 are the first bytes of its PASS2 record (vf_block_pass2_at). */
+/* Only the sign plane (plane 0) of code i, into out (pdim/8 bytes), by
+ * `sign`; planes 1..bits-1 are the first bytes of its PASS2 record
+ * (vf_block_pass2_at). */
 void vf_block_sign_with(const vf_block *b, uint32_t i, uint8_t *out, vf_sign_gather_fn sign);
 /* Where vector i's record id (u64) is stored. */
 static inline const uint8_t *vf_block_id_at(const vf_block *b, uint32_t i)
