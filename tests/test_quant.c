@@ -269,6 +269,17 @@ typedef struct est_stats {
 	double q16_share;    /* mean share of the bound that is */
 } est_stats;
 
+/* Code u_i of a code of `bits` planes of pb bytes: the sign plane (bit
+ * bits-1) at `sign`, planes 1..bits-1 one after the other at `low`. */
+static uint32_t code_at(const uint8_t *sign, const uint8_t *low, size_t pb, uint32_t bits,
+			uint32_t i)
+{
+	uint32_t u = ((sign[i / 8] >> (i % 8)) & 1u) << (bits - 1);
+	for (uint32_t p = 1; p < bits; p++)
+		u |= ((low[(p - 1) * pb + i / 8] >> (i % 8)) & 1u) << (bits - 1 - p);
+	return u;
+}
+
 /* One cluster (centroid c) of Gaussian points, encoded with `bits`; random
  * queries around it.  dot: the dot-product variant; qtable: the first-pass
  * table built once a query over R (q - mu) (VF_GEN_QUERY_TABLE), else once
@@ -401,13 +412,9 @@ static void run_estimator(int dot, int qtable, uint32_t D, uint32_t bits, uint64
 			 * bound's share for the 16-bit query (|rb| q16_err),
 			 * but for float rounding of the estimate's terms */
 			double ud = 0;
-			for (uint32_t i = 0; i < pdim; i++) {
-				uint32_t u = 0;
-				for (uint32_t pl = 0; pl < bits; pl++)
-					u |= ((cd->planes[pl * vf_plane_bytes(pdim) + i / 8] >> (i % 8)) & 1u)
-					     << (bits - 1 - pl);
-				ud += (double)u * qst.rq[i];
-			}
+			for (uint32_t i = 0; i < pdim; i++)
+				ud += (double)code_at(cd->planes, cd->planes + vf_plane_bytes(pdim),
+						      vf_plane_bytes(pdim), bits, i) * qst.rq[i];
 			double half = (double)((1u << bits) - 1) * 0.5;
 			double ex = ((double)cd->add + cst.p1.qc) +
 				    (double)cd->rb * ((ud - cd->cdot) - half * cst.qr_sum);
@@ -1156,13 +1163,8 @@ static void check_code_dot(const vf_kernels *kn, rng *r)
 				for (size_t j = 0; j < (size_t)(bits - 1) * pb; j++)
 					low[j] = (uint8_t)(round == 2 ? 0xff : rng_next(r) >> 24);
 				int64_t want = 0;
-				for (uint32_t i = 0; i < pdim; i++) {
-					uint32_t u = ((sign[i / 8] >> (i % 8)) & 1u) << (bits - 1);
-					for (uint32_t p = 1; p < bits; p++)
-						u |= ((low[(p - 1) * pb + i / 8] >> (i % 8)) & 1u)
-						     << (bits - 1 - p);
-					want += (int64_t)u * q[i];
-				}
+				for (uint32_t i = 0; i < pdim; i++)
+					want += (int64_t)code_at(sign, low, pb, bits, i) * q[i];
 				int32_t got = kn->code_dot(sign, low, bits, q, pdim);
 				if (got != want && bad++ < 5)
 					print_message("%s code_dot pdim %u bits %u: %d, want %lld\n",
