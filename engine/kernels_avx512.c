@@ -543,6 +543,12 @@ static void panel_min_avx512(const float *dots, size_t npts, const float *norms,
 	}
 }
 
+/* The lanes of a vector from index b that hold one of the np kept. */
+static inline __mmask16 kept_lanes(uint32_t np, uint32_t b)
+{
+	return b >= np ? 0 : np - b >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (np - b)) - 1);
+}
+
 /* best_rest with the np kept (np <= 16 * NR) in NR vectors of scores and
  * NR of indices: lanes [0, np) sorted, the lanes after them +inf at first
  * (so the lanes greater than a new score are always a suffix of all of
@@ -560,8 +566,7 @@ best_rest_regs(const float *score, uint32_t from, uint32_t n, uint32_t np, float
 	__m512i x[8];
 	for (int j = 0; j < NR; j++) {
 		uint32_t b = 16 * (uint32_t)j;
-		__mmask16 live = b >= np ? 0 : np - b >= 16 ? (__mmask16)0xffff
-							     : (__mmask16)((1u << (np - b)) - 1);
+		__mmask16 live = kept_lanes(np, b);
 		d[j] = _mm512_mask_loadu_ps(_mm512_set1_ps(INFINITY), live, pd + b);
 		x[j] = _mm512_maskz_loadu_epi32(live, pc + b);
 	}
@@ -596,8 +601,7 @@ best_rest_regs(const float *score, uint32_t from, uint32_t n, uint32_t np, float
 	}
 	for (int j = 0; j < NR; j++) {
 		uint32_t b = 16 * (uint32_t)j;
-		__mmask16 live = b >= np ? 0 : np - b >= 16 ? (__mmask16)0xffff
-							     : (__mmask16)((1u << (np - b)) - 1);
+		__mmask16 live = kept_lanes(np, b);
 		_mm512_mask_storeu_ps(pd + b, live, d[j]);
 		_mm512_mask_storeu_epi32(pc + b, live, x[j]);
 	}
