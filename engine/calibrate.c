@@ -26,7 +26,7 @@
 
 static const float targets[VF_CAL_NT] = {0.80f,  0.85f, 0.90f,  0.93f,  0.95f, 0.97f,
 					 0.98f,  0.99f, 0.995f, 0.998f, 0.999f, 0.9995f};
-static const uint32_t kvals[VF_CAL_NK] = {1, 10, 100};
+static const uint32_t kvals[VF_CAL_NK] = {1, 10, 100}; /* at most 255 (sim.hits) */
 
 #define CAL_QUERIES 500     /* sample queries ... */
 #define CAL_QUERIES_BIG 300 /* ... and from CAL_BIG records on (the brute
@@ -125,6 +125,8 @@ typedef struct sim {
 	float *cd;        /* [ranks] score + scale (distances for l2 and cosine) */
 	uint32_t *gt;     /* ranks of the clusters of its nearest, nearest first */
 	float *dk;        /* their distances (+ scale for dot) */
+	uint8_t *hits;    /* [ranks + 1], for the k simulated: how many of its
+			   * true k nearest lie in ranks [0, r) */
 } sim;
 
 typedef struct ent {
@@ -188,23 +190,36 @@ static uint32_t stop_at(const float *ratio, uint32_t cap, float tau)
 	return lo;
 }
 
-/* The sample's mean recall@k under (tau, cap); its mean clusters probed in
- * *clusters. */
+/* The sample's mean recall@k under (tau, cap) (sims' hits counted for that
+ * k: hits_count); its mean clusters probed in *clusters. */
 static double mean_recall(const sim *sims, uint32_t nq, uint32_t k, uint32_t cap, float tau,
 			  double *clusters)
 {
 	double sum = 0, probed = 0;
 	for (uint32_t q = 0; q < nq; q++) {
 		const sim *m = &sims[q];
-		uint32_t st = stop_at(m->ratio, cap, tau), hit = 0;
+		uint32_t st = stop_at(m->ratio, cap, tau);
 		probed += st;
-		for (uint32_t i = 0; i < k; i++)
-			hit += m->gt[i] < st;
-		sum += (double)hit / k;
+		sum += (double)m->hits[st] / k;
 	}
 	if (clusters)
 		*clusters = probed / nq;
 	return sum / nq;
+}
+
+/* Each sample query's hits by rank for k (sim.hits): its true k nearest
+ * counted at their clusters' ranks, then summed up to each rank. */
+static void hits_count(sim *sims, uint32_t nq, uint32_t k, uint32_t ranks)
+{
+	for (uint32_t q = 0; q < nq; q++) {
+		uint8_t *h = sims[q].hits;
+		memset(h, 0, ranks + 1);
+		for (uint32_t i = 0; i < k; i++)
+			if (sims[q].gt[i] < ranks)
+				h[sims[q].gt[i] + 1]++;
+		for (uint32_t r = 1; r <= ranks; r++)
+			h[r] += h[r - 1];
+	}
 }
 
 /* The smallest tau at which the sample reaches `want` with at most cap
@@ -292,12 +307,13 @@ int vf_calibrate(const vf_gen *g, vecfs_metric metric, uint64_t n, vf_vec_fn vec
 	float *dk = vf_malloc(sizeof(float) * (size_t)nq * m);
 	float *look = vf_malloc(sizeof(float) * nq);
 	uint32_t *gt = vf_malloc(sizeof(uint32_t) * nq * m);
+	uint8_t *hits = vf_malloc((size_t)nq * (ranks + 1));
 	ent *cl = vf_malloc(sizeof(ent) * nl);
 	uint32_t *rank_of = vf_malloc(sizeof(uint32_t) * nl);
 	float *dots = vf_malloc(sizeof(float) * g->ci.npanels * VF_PANEL);
 	ent *ents = vf_malloc(sizeof(ent) * m);
-	if (!qs || !sims || !qbuf || !hv || !ratio || !dk || !look || !gt || !cl ||
-	    !rank_of || !dots || !ents)
+	if (!qs || !sims || !qbuf || !hv || !ratio || !dk || !look || !gt || !hits ||
+	    !cl || !rank_of || !dots || !ents)
 		goto out;
 	/* sample queries spread evenly (offset by the seed) */
 	for (uint32_t i = 0; i < nq; i++) {
@@ -333,6 +349,7 @@ int vf_calibrate(const vf_gen *g, vecfs_metric metric, uint64_t n, vf_vec_fn vec
 		sims[q].cd = sims[q].ratio + ranks;
 		sims[q].gt = gt + (size_t)q * m;
 		sims[q].dk = dk + (size_t)q * m;
+		sims[q].hits = hits + (size_t)q * (ranks + 1);
 		prepare(g, metric, &qs[q], assign, out->max_norm, ranks, cl, rank_of, dots, ents,
 			m, &sims[q]);
 	}
@@ -341,11 +358,19 @@ int vf_calibrate(const vf_gen *g, vecfs_metric metric, uint64_t n, vf_vec_fn vec
 	static const float cap_mul[] = {1, 1.25f, 1.5f, 2, 3, 5, 0};
 	for (uint32_t ki = 0; ki < nk; ki++) {
 		uint32_t k = out->k[ki];
+		hits_count(sims, nq, k, ranks);
 		for (uint32_t t = 0; t < VF_CAL_NT; t++) {
 			double want = targets[t] + CAL_MARGIN * (1 - targets[t]);
-			uint32_t p = 1;
-			while (p < ranks && mean_recall(sims, nq, k, p, INFINITY, NULL) < want)
-				p++;
+			/* the smallest p in [1, ranks) that reaches it, else ranks
+			 * (the mean recall is monotone in p) */
+			uint32_t p = 1, hi = ranks;
+			while (p < hi) {
+				uint32_t mid = p + (hi - p) / 2;
+				if (mean_recall(sims, nq, k, mid, INFINITY, NULL) >= want)
+					hi = mid;
+				else
+					p = mid + 1;
+			}
 			out->nprobe[ki][t] = p;
 			float best_tau = INFINITY;
 			uint32_t best_cap = p;
@@ -382,6 +407,7 @@ out:
 	free(dk);
 	free(look);
 	free(gt);
+	free(hits);
 	free(cl);
 	free(rank_of);
 	free(dots);
