@@ -70,6 +70,9 @@ struct vecfs {
 	pthread_t hint_thread;      /* fills the record location hints */
 	int hint_started, hint_stop;
 	int threads;
+	size_t pending_bytes;       /* delta postings a write keeps before it
+				     * writes them in key order (32 MiB; the
+				     * tests set less) */
 	uint32_t gen_flags;         /* VF_GEN_* of the generations it builds (the
 				     * tests build the older kind with 0) */
 	uint64_t next_batch;        /* staging ids, guarded by stat_mu */

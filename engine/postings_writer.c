@@ -60,9 +60,6 @@ struct vf_pw_pending {
 	size_t order; /* its place in w->pend: the later of two equal keys wins */
 };
 
-/* Kept values past this many bytes are written at once (in key order too). */
-#define PW_PENDING_BYTES ((size_t)32 << 20)
-
 static int pend_cmp(const void *a, const void *b)
 {
 	const struct vf_pw_pending *x = a, *y = b;
@@ -122,7 +119,8 @@ static int keep(vf_posting_writer *w, vf_txn *txn, uint32_t c, uint8_t kind, uin
 {
 	if (c >= w->g->meta.nlist)
 		return -EIO;
-	if (w->pbytes_len + len > PW_PENDING_BYTES) {
+	/* past pending_bytes, what is kept is written at once (in key order) */
+	if (w->pbytes_len + len > w->v->pending_bytes) {
 		int rc = pend_write(w, txn);
 		if (rc)
 			return rc;

@@ -687,15 +687,17 @@ static vecfs *open_built(fixture *f, dataset *ds, uint64_t seed, size_t N, uint3
 }
 
 /* One put of more rows than the writer keeps before it writes them (their
- * delta postings pass 32 MiB): kept postings are written in key order in
- * two rounds, and every row is found, every overwritten row once, at its
- * new vector only, and the store checks whole. */
+ * delta postings pass its pending_bytes, set to 1 MiB here, 32 MiB by
+ * default): kept postings are written in key order in rounds, and every
+ * row is found, every overwritten row once, at its new vector only, and the
+ * store checks whole. */
 static void test_many_deltas_in_one_put(void **state)
 {
 	const uint32_t D = 8;
-	const size_t N = 2000, M = 400000, OVER = 1000;
+	const size_t N = 2000, M = 40000, OVER = 1000;
 	dataset ds;
 	vecfs *v = open_built(*state, &ds, 12, N, D);
+	v->pending_bytes = 1 << 20; /* its 4 MB of postings: four rounds */
 	/* rows k0..k999 get new vectors, then k2000.. are new: all fresh
 	 * points of the same clusters */
 	float *nw = malloc(sizeof(float) * M * D);
