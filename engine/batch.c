@@ -12,7 +12,6 @@
 #include "keys.h"
 #include "record.h"
 
-#define BATCH_SPOOL_BYTES (32u << 20) /* rows kept in memory before spooling */
 
 struct vecfs_batch {
 	vecfs *v;
@@ -111,7 +110,7 @@ int vecfs_batch_add(vecfs_batch *b, const vecfs_row *rows, size_t n, size_t *bad
 		    (rc = batch_append(b, &rows[i])))
 			return rc;
 		b->rows++;
-		if (b->len >= BATCH_SPOOL_BYTES && (rc = batch_spool(b)))
+		if (b->len >= b->v->spool_bytes && (rc = batch_spool(b)))
 			return rc;
 	}
 	return 0;

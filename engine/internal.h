@@ -71,8 +71,10 @@ struct vecfs {
 	int hint_started, hint_stop;
 	int threads;
 	size_t pending_bytes;       /* delta postings a write keeps before it
-				     * writes them in key order (32 MiB; the
-				     * tests set less) */
+				     * writes them in key order (32 MiB) */
+	size_t spool_bytes;         /* rows a batch keeps in memory before it
+				     * stages them (32 MiB); the tests set
+				     * both smaller */
 	uint32_t gen_flags;         /* VF_GEN_* of the generations it builds (the
 				     * tests build the older kind with 0) */
 	uint64_t next_batch;        /* staging ids, guarded by stat_mu */

@@ -129,6 +129,7 @@ static int open_store(const char *dir, int readonly, vecfs **out, char *err, siz
 	long nc = sysconf(_SC_NPROCESSORS_ONLN);
 	v->threads = nc < 1 ? 1 : nc > 16 ? 16 : (int)nc;
 	v->pending_bytes = (size_t)32 << 20;
+	v->spool_bytes = (size_t)32 << 20;
 	v->gen_flags = VF_GEN_QUERY_TABLE;
 	if ((rc = vf_sampler_init(v))) {
 		vecfs_close(v);

@@ -22,8 +22,10 @@
 #include "vecfs.h"
 
 #define D 64
-/* enough rows to pass the in-memory bound (32 MiB) and spool twice */
-#define NBIG 140000
+/* enough rows (2.9 MB) to pass a batch's in-memory bound, set to SPOOL
+ * (spool_bytes, 32 MiB by default), twice, and to span three chunks */
+#define NBIG 10000
+#define SPOOL (1u << 20)
 
 static float *rows_of(size_t n, uint64_t seed)
 {
@@ -82,6 +84,7 @@ static void test_large_batch_is_atomic(void **state)
 {
 	fixture *f = *state;
 	vecfs *v = fx_open(f, NULL);
+	v->spool_bytes = SPOOL;
 	char err[256] = "";
 	set_config(v, D, VECFS_L2);
 	float *x = rows_of(NBIG, 2), *y = rows_of(1, 3);
@@ -100,7 +103,9 @@ static void test_large_batch_is_atomic(void **state)
 	uint32_t dim;
 	assert_int_equal(vecfs_get(v, "k7", 2, got, D, &dim, NULL, 0, NULL), 0);
 	assert_memory_equal(got, y, sizeof got);
-	assert_int_equal(vecfs_get(v, "k139999", 7, got, D, &dim, NULL, 0, NULL), 0);
+	char last[32];
+	int ln = snprintf(last, sizeof last, "k%d", NBIG - 1);
+	assert_int_equal(vecfs_get(v, last, (size_t)ln, got, D, &dim, NULL, 0, NULL), 0);
 	assert_memory_equal(got, x + (size_t)(NBIG - 1) * D, sizeof got);
 	/* everything passes the consistency check */
 	char msg[512];
@@ -113,6 +118,7 @@ static void test_abort_and_bad_rows_leave_nothing(void **state)
 {
 	fixture *f = *state;
 	vecfs *v = fx_open(f, NULL);
+	v->spool_bytes = SPOOL;
 	char err[256] = "";
 	set_config(v, D, VECFS_L2);
 	float *x = rows_of(NBIG, 4);
@@ -185,6 +191,7 @@ static void test_large_batch_into_generation(void **state)
 {
 	fixture *f = *state;
 	vecfs *v = fx_open(f, NULL);
+	v->spool_bytes = SPOOL;
 	char err[256] = "", key[32];
 	set_config(v, D, VECFS_L2);
 	float *x = rows_of(NBIG, 6), *y = rows_of(1, 7);
@@ -201,7 +208,7 @@ static void test_large_batch_into_generation(void **state)
 	size_t checked = 0;
 	for (size_t i = 0; i < NBIG; i++) {
 		size_t m = i % 4096;
-		if (i == 7 || (m > 2 && m < 4093 && i % 997 && i < NBIG - 3))
+		if (i == 7 || (m > 2 && m < 4093 && i % 37 && i < NBIG - 3))
 			continue;
 		vecfs_results *r = search_opts(v, x + i * D, 1, D, &o);
 		/* the row "n<i>" and the row "k<i>" (i < 2000) share the vector */
