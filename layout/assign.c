@@ -29,17 +29,25 @@ static int load_chunk(vf_txn *txn, vf_store *s, uint64_t gen, uint64_t chunk,
 	return 0;
 }
 
+/* Under the write transaction: one writer at a time uses the store's
+ * compressor, kept between transactions (a new one per chunk cost a put
+ * of one row more than the rest of its writing). */
 static int store_chunk(vf_txn *txn, vf_store *s, uint64_t gen, uint64_t chunk,
 		       const uint32_t *map)
 {
 	uint8_t buf[ZSTD_COMPRESSBOUND(VF_ASSIGN_CHUNK * 4)];
-	ZSTD_CCtx *cc = ZSTD_createCCtx();
-	if (!cc)
-		return -ENOMEM;
-	ZSTD_CCtx_setParameter(cc, ZSTD_c_compressionLevel, 3);
-	ZSTD_CCtx_setParameter(cc, ZSTD_c_checksumFlag, 1);
-	size_t n = ZSTD_compress2(cc, buf, sizeof buf, map, VF_ASSIGN_CHUNK * 4);
-	ZSTD_freeCCtx(cc);
+	if (!s->assign_cc) {
+		ZSTD_CCtx *cc = ZSTD_createCCtx();
+		if (!cc)
+			return -ENOMEM;
+		if (ZSTD_isError(ZSTD_CCtx_setParameter(cc, ZSTD_c_compressionLevel, 3)) ||
+		    ZSTD_isError(ZSTD_CCtx_setParameter(cc, ZSTD_c_checksumFlag, 1))) {
+			ZSTD_freeCCtx(cc);
+			return -EIO;
+		}
+		s->assign_cc = cc;
+	}
+	size_t n = ZSTD_compress2(s->assign_cc, buf, sizeof buf, map, VF_ASSIGN_CHUNK * 4);
 	if (ZSTD_isError(n))
 		return -EIO;
 	vf_genkey k = vf_gen_key(gen, VF_GK_ASSIGN, chunk);

@@ -5,6 +5,7 @@
 #include "store.h"
 
 #include <lmdb.h>
+#include <zstd.h>
 
 #include <errno.h>
 #include <fcntl.h>
@@ -319,6 +320,7 @@ void vf_store_close(vf_store *s)
 	if (!s)
 		return;
 	free(s->hints);
+	ZSTD_freeCCtx(s->assign_cc);
 	pool_drain(s);
 	mdb_env_close(s->env);
 	if (s->lockfd >= 0)

@@ -73,6 +73,8 @@ typedef struct vf_store {
 	int lockfd;               /* -1 when read-only: no lock of ours */
 	int readonly;             /* vf_store_open_readonly(): every write is -EROFS */
 	int write_waiters;        /* vf_write() calls waiting for the writer lock */
+	struct ZSTD_CCtx_s *assign_cc; /* the writer's compressor of assignment
+					* chunks (assign.c), made at first use */
 	char dir[4096];
 } vf_store;
 
