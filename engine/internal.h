@@ -75,6 +75,9 @@ struct vecfs {
 	size_t spool_bytes;         /* rows a batch keeps in memory before it
 				     * stages them (32 MiB); the tests set
 				     * both smaller */
+	int no_preparer;            /* tests: every put encodes each row as it
+				     * writes it, as when the preparer cannot
+				     * start (write.c) */
 	uint32_t gen_flags;         /* VF_GEN_* of the generations it builds (the
 				     * tests build the older kind with 0) */
 	uint64_t next_batch;        /* staging ids, guarded by stat_mu */

@@ -271,7 +271,8 @@ static int put_fn(vf_txn *txn, void *arg)
 	/* one row alone is encoded as it is put; more are prepared a chunk at a
 	 * time, ahead of the writer on threads of their own (vf_preparer) */
 	vf_preparer *pp = NULL;
-	if (c.g && j->n > 1 && vf_preparer_start(&pp, c.v, c.g, j->rows, j->n, j->skip))
+	if (c.g && j->n > 1 && !c.v->no_preparer &&
+	    vf_preparer_start(&pp, c.v, c.g, j->rows, j->n, j->skip))
 		pp = NULL; /* no memory for it: every row is encoded as it is put */
 	size_t k = 0, step = pp ? vf_preparer_chunk(pp) : VF_NEAR_CHUNK;
 	for (size_t from = 0; from < j->n && rc == 0; from += step, k++) {

@@ -279,9 +279,12 @@ static void test_same_key_again_in_one_batch(void **state)
 	free(x);
 }
 
-/* Rows "y0", "y1", ... of y[0..n) (d floats each), each put into a alone
- * first; *keys holds the keys the rows point to (free both). */
+/* Rows "y0", "y1", ... of y[0..n) (d floats each), put into a encoded
+ * by the writer itself: the first ALONE a row at a time, the rest in one put
+ * whose preparer is off (no_preparer: the way of a put whose preparer
+ * cannot start).  *keys holds the keys the rows point to (free both). */
 typedef char key32[32];
+#define ALONE 64
 static vecfs_row *rows_put_alone(vecfs *a, const float *y, size_t n, uint32_t d, key32 **keys)
 {
 	vecfs_row *rows = calloc(n, sizeof *rows);
@@ -291,8 +294,14 @@ static vecfs_row *rows_put_alone(vecfs *a, const float *y, size_t n, uint32_t d,
 	for (size_t i = 0; i < n; i++) {
 		snprintf((*keys)[i], sizeof (*keys)[i], "y%zu", i);
 		rows[i] = (vecfs_row){(*keys)[i], strlen((*keys)[i]), y + i * d, NULL, 0};
-		assert_int_equal(put_one(a, (*keys)[i], y + i * d, d), 0);
+		if (i < ALONE)
+			assert_int_equal(put_one(a, (*keys)[i], y + i * d, d), 0);
 	}
+	char err[256] = "";
+	size_t bad = 0;
+	a->no_preparer = 1;
+	assert_int_equal(vecfs_put(a, rows + ALONE, n - ALONE, d, &bad, err, sizeof err), 0);
+	a->no_preparer = 0;
 	return rows;
 }
 
@@ -300,7 +309,8 @@ static vecfs_row *rows_put_alone(vecfs *a, const float *y, size_t n, uint32_t d,
  * transaction writes them, on threads of their own a few chunks ahead of
  * the writer (vf_preparer); a row written alone is encoded by the writer
  * itself.  Both ways must give the same postings: stores with the same
- * generation, one written a row at a time, the others in one put (five
+ * generation, one written by the writer alone (rows_put_alone), the
+ * others in one put (five
  * chunks, so the preparer's rooms are used again, and a part) with one,
  * two and five CPUs' worth of threads, answer every query alike, down to
  * the postings each pass scored.  Then rows superseded within the put
