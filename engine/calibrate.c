@@ -235,8 +235,12 @@ static float least_tau(const sim *sims, uint32_t nq, uint32_t k, uint32_t cap, d
 		return INFINITY;
 	if (mean_recall(sims, nq, k, cap, 0, NULL) >= want)
 		return 0;
+	/* mean(lo) < want <= mean(hi) throughout: once mid is lo or hi (the
+	 * two are neighbouring floats) nothing changes any more */
 	for (int it = 0; it < 40; it++) {
 		float mid = (lo + hi) / 2;
+		if (mid == lo || mid == hi)
+			break;
 		if (mean_recall(sims, nq, k, cap, mid, NULL) >= want)
 			hi = mid;
 		else
