@@ -184,6 +184,11 @@ asan:
 	@$(MAKE) --no-print-directory BUILD=build-asan OPT=-O1 CFLAGS="$(ASAN_CFLAGS)" SAN=asan sanitized
 tsan:
 	@$(MAKE) --no-print-directory BUILD=build-tsan OPT=-O1 CFLAGS="$(TSAN_CFLAGS)" SAN=tsan sanitized
+# the same builds without running anything (CI builds them ahead)
+asan-build:
+	@$(MAKE) --no-print-directory BUILD=build-asan OPT=-O1 CFLAGS="$(ASAN_CFLAGS)" all $(TEST_BIN:$(BUILD)/%=build-asan/%)
+tsan-build:
+	@$(MAKE) --no-print-directory BUILD=build-tsan OPT=-O1 CFLAGS="$(TSAN_CFLAGS)" all $(TEST_BIN:$(BUILD)/%=build-tsan/%)
 sanitized: all $(TEST_BIN)
 	@rm -rf $(SAN_LOG) && mkdir -p $(SAN_LOG)
 	@$(SAN_ENV_$(SAN)) SAN_LOGS=$(SAN_LOG) MAKE="$(MAKE)" bash tests/run-suite.sh $(SAN_SUITES_$(SAN))
