@@ -12,7 +12,6 @@
 #include "keys.h"
 #include "record.h"
 
-
 struct vecfs_batch {
 	vecfs *v;
 	uint64_t id;

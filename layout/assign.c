@@ -30,8 +30,8 @@ static int load_chunk(vf_txn *txn, vf_store *s, uint64_t gen, uint64_t chunk,
 }
 
 /* Under the write transaction: one writer at a time uses the store's
- * compressor, kept between transactions (a new one per chunk cost a put
- * of one row more than the rest of its writing). */
+ * compressor, kept between transactions (made for each chunk, one cost an
+ * allocation and a clearing of its tables each time). */
 static int store_chunk(vf_txn *txn, vf_store *s, uint64_t gen, uint64_t chunk,
 		       const uint32_t *map)
 {

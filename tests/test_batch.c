@@ -310,10 +310,9 @@ static vecfs_row *rows_put_alone(vecfs *a, const float *y, size_t n, uint32_t d,
  * the writer (vf_preparer); a row written alone is encoded by the writer
  * itself.  Both ways must give the same postings: stores with the same
  * generation, one written by the writer alone (rows_put_alone), the
- * others in one put (five
- * chunks, so the preparer's rooms are used again, and a part) with one,
- * two and five CPUs' worth of threads, answer every query alike, down to
- * the postings each pass scored.  Then rows superseded within the put
+ * others in one put (five chunks, so the preparer's rooms are used again,
+ * and a part) with one, two and five CPUs' worth of threads, answer every
+ * query alike, down to the postings each pass scored.  Then rows superseded within the put
  * (the same key again later), which the preparer leaves out. */
 static void test_rows_together_encode_alike(void **state)
 {
