@@ -227,6 +227,64 @@ static void levels_scan_scalar(const float *ax, uint32_t n, float t, float kmax,
 	*den = hsum8(b);
 }
 
+static void encode_residual_scalar(const float *v, const float *c, uint32_t dim, float *ax,
+				   double n4[4], double c4[4])
+{
+	for (int l = 0; l < 4; l++)
+		n4[l] = c4[l] = 0;
+	uint32_t i = 0;
+	for (; i + 4 <= dim; i += 4)
+		for (int l = 0; l < 4; l++) {
+			double r = (double)v[i + l] - c[i + l];
+			n4[l] += r * r;
+			c4[l] += (double)c[i + l] * r;
+			ax[i + l] = (float)r;
+		}
+	for (; i < dim; i++) {
+		double r = (double)v[i] - c[i];
+		n4[0] += r * r;
+		c4[0] += (double)c[i] * r;
+		ax[i] = (float)r;
+	}
+}
+
+/* (x >= 0 ? d : +0) without a branch: the signs are a coin toss each */
+static inline double keep_pos(float x, double d)
+{
+	uint64_t b;
+	memcpy(&b, &d, sizeof b);
+	b &= -(uint64_t)(x >= 0);
+	memcpy(&d, &b, sizeof d);
+	return d;
+}
+
+static void encode_codes_scalar(const float *x, const float *ax, uint32_t n, float t, float kmax,
+				uint32_t half, const float *rc, const float *rmu, uint8_t *u,
+				double sums[5][4])
+{
+	/* local sums: the stores through u could alias the caller's */
+	double sa[4] = {0}, yx[4] = {0}, yy[4] = {0}, cd[4] = {0}, sc[4] = {0};
+	for (uint32_t i = 0; i < n; i += 4)
+		for (int l = 0; l < 4; l++) {
+			float lv = t * ax[i + l];
+			uint32_t k = (uint32_t)(int32_t)(lv < kmax ? lv : kmax);
+			float y = (float)k + 0.5f;
+			uint32_t code = x[i + l] >= 0 ? half + k : half - 1 - k;
+			u[i + l] = (uint8_t)code;
+			sa[l] += ax[i + l];
+			yx[l] += ax[i + l] * y;
+			yy[l] += y * y;
+			cd[l] += (double)code * rc[i + l];
+			if (rmu)
+				sc[l] += keep_pos(x[i + l], (double)rc[i + l] - rmu[i + l]);
+		}
+	memcpy(sums[0], sa, sizeof sa);
+	memcpy(sums[1], yx, sizeof yx);
+	memcpy(sums[2], yy, sizeof yy);
+	memcpy(sums[3], cd, sizeof cd);
+	memcpy(sums[4], sc, sizeof sc);
+}
+
 static void rotate_rounds_scalar(float *x, uint32_t n, const float *signs, int rounds,
 				 float scale)
 {
@@ -301,8 +359,8 @@ void vf_groups4_scalar(const float *rq, const float *rc, uint32_t groups, float 
 const vf_kernels vf_kernels_scalar = {
 	"scalar", l2sq_scalar, dot_scalar, panel_dots_scalar, point_panels_scalar,
 	point_panels_half_scalar, lut4_scalar, vf_groups4_scalar, vf_sign_gather, pass1_scalar,
-	code_dot_scalar, levels_scan_scalar, rotate_rounds_scalar, panel_min_scalar,
-	best_rest_scalar,
+	code_dot_scalar, levels_scan_scalar, encode_residual_scalar, encode_codes_scalar,
+	rotate_rounds_scalar, panel_min_scalar, best_rest_scalar,
 };
 
 #if defined(__x86_64__)

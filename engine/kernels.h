@@ -78,6 +78,22 @@ typedef struct vf_kernels {
 	 * multiply, then an add), the lanes added as in hsum8. */
 	void (*levels_scan)(const float *ax, uint32_t n, float t, float kmax, float *num,
 			    float *den);
+	/* The encoder's residual: r_i = (double)v_i - c_i for i < dim,
+	 * ax_i = (float)r_i; lane i % 4 of n4 adds r_i * r_i and of c4
+	 * adds c_i * r_i, in order of i, except the last dim % 4, which go
+	 * to lane 0 (a multiply, then an add, in double). */
+	void (*encode_residual)(const float *v, const float *c, uint32_t dim, float *ax,
+				double n4[4], double c4[4]);
+	/* The encoder's codes, over n (a multiple of 8) rotated coordinates
+	 * x and their magnitudes ax: level k_i = trunc(min(t * ax_i, kmax)),
+	 * y_i = k_i + 1/2 (in float), code u[i] = half + k_i where x_i >= 0,
+	 * else half - 1 - k_i.  Lane i % 4 of each sum adds in order of i,
+	 * in double: sums[0] ax_i, sums[1] the float product ax_i * y_i,
+	 * sums[2] the float y_i * y_i, sums[3] u_i * rc_i and, when rmu is
+	 * not NULL, sums[4] (x_i >= 0 ? rc_i - rmu_i : +0). */
+	void (*encode_codes)(const float *x, const float *ax, uint32_t n, float t, float kmax,
+			     uint32_t half, const float *rc, const float *rmu, uint8_t *u,
+			     double sums[5][4]);
 	/* `rounds` times over x (n floats, a power of two >= 8): multiply by
 	 * the round's n signs, the fast Walsh-Hadamard transform (butterflies
 	 * x[j], x[j+h] = a + b, a - b for h = 1, 2, 4, ...), multiply by
@@ -149,6 +165,11 @@ extern const vf_kernels vf_kernels_avx512; /* needs AVX-512 F, BW, VL, DQ */
 /* shared by the AVX2 and AVX-512 tables */
 void vf_levels_scan_avx2(const float *ax, uint32_t n, float t, float kmax, float *num,
 			 float *den);
+void vf_encode_residual_avx2(const float *v, const float *c, uint32_t dim, float *ax,
+			     double n4[4], double c4[4]);
+void vf_encode_codes_avx2(const float *x, const float *ax, uint32_t n, float t, float kmax,
+			  uint32_t half, const float *rc, const float *rmu, uint8_t *u,
+			  double sums[5][4]);
 #endif
 
 /* The table named "scalar", "avx2" or "avx512", or NULL when this CPU

@@ -318,6 +318,78 @@ void vf_levels_scan_avx2(const float *ax, uint32_t n, float t, float kmax, float
 	*den = hsum8(b);
 }
 
+/* Four coordinates a step, a double lane each, as the scalar kernel */
+void vf_encode_residual_avx2(const float *v, const float *c, uint32_t dim, float *ax,
+			     double n4[4], double c4[4])
+{
+	__m256d n = _mm256_setzero_pd(), cc = _mm256_setzero_pd();
+	uint32_t i = 0;
+	for (; i + 4 <= dim; i += 4) {
+		__m256d cv = _mm256_cvtps_pd(_mm_loadu_ps(c + i));
+		__m256d r = _mm256_sub_pd(_mm256_cvtps_pd(_mm_loadu_ps(v + i)), cv);
+		n = _mm256_add_pd(n, _mm256_mul_pd(r, r));
+		cc = _mm256_add_pd(cc, _mm256_mul_pd(cv, r));
+		_mm_storeu_ps(ax + i, _mm256_cvtpd_ps(r));
+	}
+	_mm256_storeu_pd(n4, n);
+	_mm256_storeu_pd(c4, cc);
+	for (; i < dim; i++) {
+		double r = (double)v[i] - c[i];
+		n4[0] += r * r;
+		c4[0] += (double)c[i] * r;
+		ax[i] = (float)r;
+	}
+}
+
+/* min_ps(lv, kmax) is (lv < kmax ? lv : kmax); the signs' compare is
+ * x >= 0 as in C (true for -0, false for NaN); x < 0 adds +0 to sums[4]
+ * (a mask), as the scalar kernel's 0.0 */
+static inline void encode_codes4(const float *x, const float *ax, uint32_t n, __m128 vt,
+				 __m128 vk, uint32_t half, const float *rc, const float *rmu,
+				 uint8_t *u, double sums[5][4], int with_mu)
+{
+	const __m128 h5 = _mm_set1_ps(0.5f), zero = _mm_setzero_ps();
+	const __m128i vh = _mm_set1_epi32((int)half), vh1 = _mm_set1_epi32((int)half - 1);
+	const __m128i bytes = _mm_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+					    -1, -1);
+	__m256d sa = _mm256_setzero_pd(), yx = sa, yy = sa, cd = sa, sc = sa;
+	for (uint32_t i = 0; i < n; i += 4) {
+		__m128 a = _mm_loadu_ps(ax + i);
+		__m128i k = _mm_cvttps_epi32(_mm_min_ps(_mm_mul_ps(vt, a), vk));
+		__m128 y = _mm_add_ps(_mm_cvtepi32_ps(k), h5);
+		sa = _mm256_add_pd(sa, _mm256_cvtps_pd(a));
+		yx = _mm256_add_pd(yx, _mm256_cvtps_pd(_mm_mul_ps(a, y)));
+		yy = _mm256_add_pd(yy, _mm256_cvtps_pd(_mm_mul_ps(y, y)));
+		__m128i pos = _mm_castps_si128(_mm_cmp_ps(_mm_loadu_ps(x + i), zero, _CMP_GE_OQ));
+		__m128i code = _mm_blendv_epi8(_mm_sub_epi32(vh1, k), _mm_add_epi32(vh, k), pos);
+		int32_t w = _mm_cvtsi128_si32(_mm_shuffle_epi8(code, bytes));
+		memcpy(u + i, &w, 4);
+		__m256d r = _mm256_cvtps_pd(_mm_loadu_ps(rc + i));
+		cd = _mm256_add_pd(cd, _mm256_mul_pd(_mm256_cvtepi32_pd(code), r));
+		if (with_mu) {
+			__m256d d = _mm256_sub_pd(r, _mm256_cvtps_pd(_mm_loadu_ps(rmu + i)));
+			__m256d m = _mm256_castsi256_pd(_mm256_cvtepi32_epi64(pos));
+			sc = _mm256_add_pd(sc, _mm256_and_pd(d, m));
+		}
+	}
+	_mm256_storeu_pd(sums[0], sa);
+	_mm256_storeu_pd(sums[1], yx);
+	_mm256_storeu_pd(sums[2], yy);
+	_mm256_storeu_pd(sums[3], cd);
+	_mm256_storeu_pd(sums[4], sc);
+}
+
+void vf_encode_codes_avx2(const float *x, const float *ax, uint32_t n, float t, float kmax,
+			  uint32_t half, const float *rc, const float *rmu, uint8_t *u,
+			  double sums[5][4])
+{
+	__m128 vt = _mm_set1_ps(t), vk = _mm_set1_ps(kmax);
+	if (rmu)
+		encode_codes4(x, ax, n, vt, vk, half, rc, rmu, u, sums, 1);
+	else
+		encode_codes4(x, ax, n, vt, vk, half, rc, NULL, u, sums, 0);
+}
+
 /* Butterflies of distance h < 8 inside one vector: `swap` brings each
  * element's partner to its place, `hi` marks the lanes that take a - b
  * (a: the lower partner, b: the upper one). */
@@ -400,6 +472,7 @@ const vf_kernels vf_kernels_avx2 = {
 	"avx2", l2sq_avx2, dot_avx2, panel_dots_avx2, point_panels_avx2,
 	point_panels_half_avx2, lut4_avx2,
 	vf_groups4_scalar, vf_sign_gather,
-	pass1_avx2, code_dot_avx2, vf_levels_scan_avx2, rotate_rounds_avx2, panel_min_avx2,
+	pass1_avx2, code_dot_avx2, vf_levels_scan_avx2, vf_encode_residual_avx2,
+	vf_encode_codes_avx2, rotate_rounds_avx2, panel_min_avx2,
 	best_rest_avx2,
 };

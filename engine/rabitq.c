@@ -44,23 +44,20 @@ void vf_encoder_free(vf_encoder *e)
 static const float gauss_step[9] = {0, 1.596f, 0.9957f, 0.586f, 0.3352f,
 				    0.1881f, 0.1041f, 0.0568f, 0.0308f};
 
-/* Choose levels k_i in [0, kmax] (code y_i = sign(x_i)(k_i + 1/2)) making
- * cos(y, x) as large as a scan over scales around the Gaussian optimum
- * finds.  The factors use the code actually chosen, so the estimator is
- * unbiased whatever scale wins; the scan only tightens the bound. */
-static void best_levels(vf_encoder *e, const float *ax, uint32_t n, uint32_t kmax,
-			double norm)
+/* The scale t of levels k_i = trunc(min(t |x_i|, kmax)) (codes y_i =
+ * sign(x_i)(k_i + 1/2)) making cos(y, x) as large as a scan over scales
+ * around the Gaussian optimum finds; 0 (every level 0) when kmax or the
+ * norm is 0.  The factors use the code actually chosen, so the estimator
+ * is unbiased whatever scale wins; the scan only tightens the bound. */
+static float best_scale(const vf_kernels *kn, const vf_encoder *e, const float *ax, uint32_t n,
+			uint32_t kmax, double norm)
 {
 	static const float mult[] = {0.6f, 0.7f, 0.8f, 0.9f, 1.0f, 1.1f, 1.25f, 1.45f, 1.7f};
-	uint8_t *k = e->k;
-	if (kmax == 0 || norm == 0) {
-		memset(k, 0, n);
-		return;
-	}
+	if (kmax == 0 || norm == 0)
+		return 0;
 	float sigma = (float)(norm / sqrt((double)n));
 	float t0 = 1.0f / (gauss_step[e->bits] * sigma);
 	float best = -1, best_t = t0;
-	const vf_kernels *kn = vf_kernels_get();
 	for (size_t m = 0; m < sizeof mult / sizeof mult[0]; m++) {
 		float t = t0 * mult[m], num, den;
 		kn->levels_scan(ax, n, t, (float)kmax, &num, &den);
@@ -70,66 +67,43 @@ static void best_levels(vf_encoder *e, const float *ax, uint32_t n, uint32_t kma
 			best_t = t;
 		}
 	}
-	for (uint32_t i = 0; i < n; i++) {
-		float lv = best_t * ax[i];
-		k[i] = (uint8_t)(lv >= (float)kmax ? kmax : (uint32_t)lv);
-	}
+	return best_t;
+}
+
+/* ax = |x|, n floats (restrict: distinct, so it vectorizes) */
+static void magnitudes(const float *restrict x, float *restrict ax, uint32_t n)
+{
+	for (uint32_t i = 0; i < n; i++)
+		ax[i] = fabsf(x[i]);
+}
+
+static inline double sum4(const double s[4])
+{
+	return (s[0] + s[1]) + (s[2] + s[3]);
 }
 
 void vf_encode(vf_encoder *e, const float *v, const float *c, const float *rc,
 	       uint8_t *planes, vf_code *out)
 {
 	const vf_rotation *rot = e->rot;
+	const vf_kernels *kn = vf_kernels_get();
 	uint32_t dim = rot->dim, n = rot->pdim, bits = e->bits;
 	uint32_t kmax = (1u << (bits - 1)) - 1, nbytes = n / 8;
 	float *x = e->x, *ax = e->vc;
-	double norm2 = 0, cr = 0;
 
-	/* four partial sums each (dependent chains of double adds were most
-	 * of the encoder's time), added at the end in a fixed order */
-	double n4[4] = {0, 0, 0, 0}, c4[4] = {0, 0, 0, 0};
-	uint32_t i0 = 0;
-	for (; i0 + 4 <= dim; i0 += 4)
-		for (int l = 0; l < 4; l++) {
-			double r = (double)v[i0 + l] - c[i0 + l];
-			n4[l] += r * r;
-			c4[l] += (double)c[i0 + l] * r;
-			ax[i0 + l] = (float)r;
-		}
-	for (; i0 < dim; i0++) {
-		double r = (double)v[i0] - c[i0];
-		n4[0] += r * r;
-		c4[0] += (double)c[i0] * r;
-		ax[i0] = (float)r;
-	}
-	norm2 = (n4[0] + n4[1]) + (n4[2] + n4[3]);
-	cr = (c4[0] + c4[1]) + (c4[2] + c4[3]);
+	/* four partial sums each (lane i % 4), added at the end in a fixed
+	 * order: single chains of dependent double adds were most of the
+	 * encoder's time */
+	double n4[4], c4[4], sums[5][4];
+	kn->encode_residual(v, c, dim, ax, n4, c4);
+	double norm2 = sum4(n4), cr = sum4(c4);
 	vf_rotate(rot, ax, x);
-	for (uint32_t i = 0; i < n; i++)
-		ax[i] = fabsf(x[i]);
-	best_levels(e, ax, n, kmax, sqrt(norm2));
-
-	double sa4[4] = {0, 0, 0, 0}, yx4[4] = {0, 0, 0, 0}, yy4[4] = {0, 0, 0, 0};
-	double cd4[4] = {0, 0, 0, 0}, sc4[4] = {0, 0, 0, 0};
-	uint8_t *u = e->k; /* levels become codes in place (n is a multiple of 64) */
-	for (uint32_t i = 0; i < n; i += 4)
-		for (int l = 0; l < 4; l++) {
-			uint32_t k = u[i + l];
-			float y = (float)k + 0.5f;
-			sa4[l] += ax[i + l];
-			yx4[l] += ax[i + l] * y;
-			yy4[l] += y * y;
-			u[i + l] = (uint8_t)(x[i + l] >= 0 ? (1u << (bits - 1)) + k
-							 : (1u << (bits - 1)) - 1 - k);
-			cd4[l] += (double)u[i + l] * rc[i + l];
-			if (e->rmu) /* sum_i s_i (R (c - mu))_i */
-				sc4[l] += x[i + l] >= 0 ? (double)rc[i + l] - e->rmu[i + l] : 0.0;
-		}
-	double sum_abs = (sa4[0] + sa4[1]) + (sa4[2] + sa4[3]);
-	double yx = (yx4[0] + yx4[1]) + (yx4[2] + yx4[3]);
-	double yy = (yy4[0] + yy4[1]) + (yy4[2] + yy4[3]);
-	double cdot = (cd4[0] + cd4[1]) + (cd4[2] + cd4[3]);
-	double s1c = (sc4[0] + sc4[1]) + (sc4[2] + sc4[3]);
+	magnitudes(x, ax, n);
+	float t = best_scale(kn, e, ax, n, kmax, sqrt(norm2));
+	uint8_t *u = e->k;
+	kn->encode_codes(x, ax, n, t, (float)kmax, 1u << (bits - 1), rc, e->rmu, u, sums);
+	double sum_abs = sum4(sums[0]), yx = sum4(sums[1]), yy = sum4(sums[2]);
+	double cdot = sum4(sums[3]), s1c = sum4(sums[4]); /* s1c: sum_i s_i (R (c - mu))_i */
 	/* bit planes: bit sh of each of 8 codes, gathered into a byte by one
 	 * multiply (code b's bit lands at bit 56 + b) */
 	for (uint32_t p = 0; p < bits; p++) {

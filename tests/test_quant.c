@@ -1386,6 +1386,101 @@ static void check_best_rest(const vf_kernels *kn, rng *r)
 			}
 }
 
+static int same_doubles(const double *a, const double *b, size_t n)
+{
+	return memcmp(a, b, n * sizeof *a) == 0;
+}
+
+/* The encoder's residual and codes, bit for bit against the definitions in
+ * kernels.h written out here (lane i % 4, in order; the residual's last
+ * dim % 4 in lane 0); the signs include -0 and +0, the magnitudes reach
+ * past the top level, bits 1 (every level 0) to 8, with and without the
+ * first-pass table's centre. */
+static void check_encode(const vf_kernels *kn, rng *r)
+{
+	size_t bad = 0;
+	for (uint32_t dim = 1; dim <= 300; dim += dim < 20 ? 1 : 37) {
+		float *v = gauss_vec(r, dim, 3.0), *c = gauss_vec(r, dim, 2.0), ax[300];
+		double n4[4], c4[4], wn[4] = {0}, wc[4] = {0};
+		float want_ax[300];
+		for (uint32_t i = 0; i < dim; i++) {
+			int l = i < dim / 4 * 4 ? (int)(i % 4) : 0;
+			double d = (double)v[i] - c[i];
+			wn[l] += d * d;
+			wc[l] += (double)c[i] * d;
+			want_ax[i] = (float)d;
+		}
+		kn->encode_residual(v, c, dim, ax, n4, c4);
+		if (!same_doubles(n4, wn, 4) || !same_doubles(c4, wc, 4) ||
+		    memcmp(ax, want_ax, dim * sizeof(float)) != 0) {
+			if (bad++ < 5)
+				print_message("%s encode_residual dim %u: n4[0] %.17g (want %.17g)\n",
+					      kn->name, dim, n4[0], wn[0]);
+		}
+		free(v);
+		free(c);
+	}
+	for (uint32_t n = 8; n <= 1024; n += n < 64 ? 8 : 120) {
+		float *x = gauss_vec(r, n, 1.0), *rc = gauss_vec(r, n, 2.0);
+		float *mu = gauss_vec(r, n, 2.0), *ax = malloc(n * sizeof(float));
+		uint8_t *u = malloc(n), *wu = malloc(n);
+		assert_true(ax && u && wu);
+		x[0] = -0.0f;
+		x[n - 1] = 0.0f;
+		for (uint32_t i = 0; i < n; i++)
+			ax[i] = fabsf(x[i]);
+		for (uint32_t bits = 1; bits <= 8; bits++) {
+			float kmax = (float)((1u << (bits - 1)) - 1);
+			uint32_t half = 1u << (bits - 1);
+			for (int m = 0; m < 3; m++) {
+				float t = m == 0 ? 0.0f : kmax * (0.4f + 0.9f * (float)m);
+				for (int with_mu = 0; with_mu < 2; with_mu++) {
+					const float *rmu = with_mu ? mu : NULL;
+					double sums[5][4], want[5][4];
+					memset(want, 0, sizeof want);
+					for (uint32_t i = 0; i < n; i++) {
+						int l = (int)(i % 4);
+						float lv = t * ax[i];
+						uint32_t k = (uint32_t)floorf(lv < kmax ? lv : kmax);
+						float y = (float)k + 0.5f;
+						wu[i] = (uint8_t)(signbit(x[i]) && x[i] != 0
+									  ? half - 1 - k
+									  : half + k);
+						want[0][l] += (double)ax[i];
+						want[1][l] += (double)(ax[i] * y);
+						want[2][l] += (double)(y * y);
+						want[3][l] += (double)wu[i] * (double)rc[i];
+						if (rmu && !(x[i] < 0))
+							want[4][l] += (double)rc[i] - (double)rmu[i];
+						else if (rmu)
+							want[4][l] += 0.0;
+					}
+					memset(sums, 0xA5, sizeof sums);
+					kn->encode_codes(x, ax, n, t, kmax, half, rc, rmu, u, sums);
+					int ok = memcmp(u, wu, n) == 0 &&
+						 same_doubles(sums[0], want[0], 16) &&
+						 (!rmu || same_doubles(sums[4], want[4], 4));
+					if (!ok && bad++ < 5)
+						print_message("%s encode_codes n %u bits %u t %g mu %d: "
+							      "u %s, sums[3][0] %.17g (want %.17g), "
+							      "sums[4][0] %.17g (want %.17g)\n",
+							      kn->name, n, bits, t, with_mu,
+							      memcmp(u, wu, n) ? "differ" : "equal",
+							      sums[3][0], want[3][0], sums[4][0],
+							      want[4][0]);
+				}
+			}
+		}
+		free(x);
+		free(rc);
+		free(mu);
+		free(ax);
+		free(u);
+		free(wu);
+	}
+	assert_int_equal(bad, 0);
+}
+
 static void test_kernels_agree(void **state)
 {
 	(void)state;
@@ -1405,6 +1500,7 @@ static void test_kernels_agree(void **state)
 		check_sign_gather(kn, &r);
 		check_code_dot(kn, &r);
 		check_levels_scan(kn, ref, &r);
+		check_encode(kn, &r);
 		check_rotate(kn, ref, &r);
 		check_panel_min(kn, ref, &r);
 		check_best_rest(kn, &r);
