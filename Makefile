@@ -40,7 +40,7 @@ DEPS_OK    := $(BUILD)/.deps-ok
 .SECONDARY:
 
 .PHONY: all test check unit layers mount-test crash-test ops-test full-test python-test stress soak conformance install \
-	asan tsan sanitized bench clean deps
+	asan tsan sanitized bench bench-kernels clean deps
 all: $(DEPS_OK) $(BUILD)/libvecfs.a $(TOOLS) $(DAEMON)
 
 $(DEPS_OK): tools/ensure-deps.sh
@@ -200,6 +200,10 @@ demo: all
 
 bench: all
 	$(BUILD)/vecfs-bench ../shared/data/sift-128
+
+# The encoder's time a row with each kernel table this CPU has.
+bench-kernels: $(BUILD)/tests/bench_kernels
+	@for k in scalar avx2 avx512; do VECFS_KERNEL=$$k $(BUILD)/tests/bench_kernels; done
 
 clean:
 	rm -rf build build-asan build-tsan build-fuzz
