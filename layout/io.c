@@ -1,8 +1,10 @@
 /*
- * layout/io.c - the allocation and file-open table, set to the real calls.
+ * layout/io.c - the allocation, file-open and writeback table, set to the
+ * real calls.
  */
 #include "io.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
 
@@ -11,11 +13,17 @@ static int real_open(const char *path, int flags, mode_t mode)
 	return open(path, flags, mode);
 }
 
+static int real_sync_range(int fd)
+{
+	return sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE) ? -errno : 0;
+}
+
 static const vf_io real_io = {
 	.malloc = malloc,
 	.calloc = calloc,
 	.realloc = realloc,
 	.open = real_open,
+	.sync_range = real_sync_range,
 };
 
 vf_io vf_io_ops = {
@@ -23,6 +31,7 @@ vf_io vf_io_ops = {
 	.calloc = calloc,
 	.realloc = realloc,
 	.open = real_open,
+	.sync_range = real_sync_range,
 };
 
 void vf_io_reset(void)

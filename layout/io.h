@@ -1,8 +1,9 @@
 /*
- * layout/io.h - the one seam through which the library allocates memory
- * and opens its own files: a table of functions, the real calls by
- * default, that a test replaces to fail the Nth call (ENOMEM, EIO,
- * ENOSPC).  LMDB's own file I/O does not pass here (it is inside liblmdb).
+ * layout/io.h - the one seam through which the library allocates memory,
+ * opens its own files and starts the writeback of LMDB's: a table of
+ * functions, the real calls by default, that a test replaces to fail the
+ * Nth call (ENOMEM, EIO, ENOSPC).  LMDB's own file I/O does not pass here
+ * (it is inside liblmdb).
  */
 #ifndef VF_IO_H
 #define VF_IO_H
@@ -15,6 +16,9 @@ typedef struct vf_io {
 	void *(*calloc)(size_t n, size_t size);
 	void *(*realloc)(void *p, size_t n);
 	int (*open)(const char *path, int flags, mode_t mode);
+	/* start writing back the file's dirty pages, waiting for none
+	 * (sync_file_range(SYNC_FILE_RANGE_WRITE) of all of it): 0 or -errno */
+	int (*sync_range)(int fd);
 } vf_io;
 
 /* The table in use (the real calls unless replaced).  The library's threads

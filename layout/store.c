@@ -281,6 +281,10 @@ locked:
 		seterr(err, errlen, "cannot commit in %s: %s", dir, rc);
 		goto fail;
 	}
+	int fd = -1;
+	if (readonly || mdb_env_get_fd(s->env, &fd))
+		fd = -1;
+	vf_writeback_init(&s->wb, fd);
 	*out = s;
 	return 0;
 fail:
@@ -319,6 +323,7 @@ void vf_store_close(vf_store *s)
 {
 	if (!s)
 		return;
+	vf_writeback_fini(&s->wb);
 	free(s->hints);
 	ZSTD_freeCCtx(s->assign_cc);
 	pool_drain(s);
@@ -653,6 +658,7 @@ int vf_write(vf_store *s, vf_write_fn fn, void *arg)
 			return vf_store_err(rc);
 		}
 		int committing = 0;
+		vf_writeback_begin(&s->wb);
 		__atomic_store_n(&s->wtxn, txn, __ATOMIC_RELAXED);
 		rc = fn(txn, arg);
 		__atomic_store_n(&s->wtxn, NULL, __ATOMIC_RELAXED);
@@ -662,6 +668,7 @@ int vf_write(vf_store *s, vf_write_fn fn, void *arg)
 		} else {
 			mdb_txn_abort(txn);
 		}
+		vf_writeback_end(&s->wb);
 		pthread_rwlock_unlock(&s->resize);
 		if (rc == 0)
 			return 0;

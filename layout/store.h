@@ -24,6 +24,7 @@
 #ifndef VF_STORE_H
 #define VF_STORE_H
 
+#include "writeback.h"
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -75,6 +76,7 @@ typedef struct vf_store {
 	int write_waiters;        /* vf_write() calls waiting for the writer lock */
 	struct ZSTD_CCtx_s *assign_cc; /* the writer's compressor of assignment
 					* chunks (assign.c), made at first use */
+	vf_writeback wb;          /* writeback ahead of a long commit */
 	char dir[4096];
 } vf_store;
 

@@ -19,10 +19,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "assign.h"
 #include "block.h"
 #include "checksum.h"
+#include "io.h"
 #include "keys.h"
 #include "meta.h"
 #include "record.h"
@@ -981,6 +984,107 @@ static void test_block_columns_aligned(void **state)
 	vf_store_close(s);
 }
 
+/* Writeback ahead of a long commit (writeback.h): through the io seam, on
+ * LMDB's descriptor, only while a write has lasted after_ms, every
+ * every_ms until it ends; a failure of it changes nothing. */
+static int wb_calls, wb_fd = -2, wb_fail;
+static int wb_sync_range(int fd)
+{
+	__atomic_add_fetch(&wb_calls, 1, __ATOMIC_SEQ_CST);
+	if (wb_fd != fd)
+		wb_fd = fd;
+	return wb_fail ? -EIO : 0;
+}
+
+typedef struct slow_put {
+	put_batch pb;
+	unsigned sleep_ms;
+} slow_put;
+
+static int put_values_slowly(vf_txn *txn, void *arg)
+{
+	slow_put *sp = arg;
+	int rc = put_values(txn, &sp->pb);
+	usleep(sp->sleep_ms * 1000);
+	return rc;
+}
+
+static void wb_set(vf_store *s, uint32_t after_ms, uint32_t every_ms)
+{
+	pthread_mutex_lock(&s->wb.mu);
+	s->wb.after_ms = after_ms;
+	s->wb.every_ms = every_ms;
+	pthread_mutex_unlock(&s->wb.mu);
+}
+
+static void test_writeback_ahead(void **state)
+{
+	fixture *f = *state;
+	char err[256] = "";
+	vf_store *s = NULL;
+	vf_io_ops.sync_range = wb_sync_range;
+	wb_calls = 0;
+	wb_fail = 0;
+	assert_int_equal(vf_store_open(f->dir, 0, &s, err, sizeof err), 0);
+	slow_put sp = {{s, 0, 4, malloc(VAL_SIZE), 0}, 0};
+	assert_non_null(sp.pb.val);
+
+	/* a write shorter than after_ms: none */
+	wb_set(s, 5000, 10);
+	assert_int_equal(vf_write(s, put_values_slowly, &sp), 0);
+	assert_int_equal(__atomic_load_n(&wb_calls, __ATOMIC_SEQ_CST), 0);
+
+	/* one of 300 ms, after 20 ms every 10 ms: at least a few (a loaded
+	 * machine may run the thread late), on LMDB's descriptor */
+	wb_set(s, 20, 10);
+	sp.pb.first = 4;
+	sp.sleep_ms = 300;
+	assert_int_equal(vf_write(s, put_values_slowly, &sp), 0);
+	int during = __atomic_load_n(&wb_calls, __ATOMIC_SEQ_CST);
+	print_message("writebacks started during a write of 300 ms: %d\n", during);
+	assert_true(during >= 3);
+	struct stat fst, dst; /* the store's data file */
+	char path[4200];
+	snprintf(path, sizeof path, "%s/data.mdb", f->dir);
+	assert_int_equal(fstat(wb_fd, &fst), 0);
+	assert_int_equal(stat(path, &dst), 0);
+	assert_true(fst.st_ino == dst.st_ino && fst.st_dev == dst.st_dev);
+	assert_true(__atomic_load_n(&s->wb.rounds, __ATOMIC_SEQ_CST) >= 3);
+	/* and none once it has ended */
+	usleep(100 * 1000);
+	assert_int_equal(__atomic_load_n(&wb_calls, __ATOMIC_SEQ_CST), during);
+
+	/* failing, it is not counted and the write commits all the same */
+	wb_fail = 1;
+	uint64_t rounds = __atomic_load_n(&s->wb.rounds, __ATOMIC_SEQ_CST);
+	sp.pb.first = 8;
+	assert_int_equal(vf_write(s, put_values_slowly, &sp), 0);
+	assert_true(__atomic_load_n(&wb_calls, __ATOMIC_SEQ_CST) > during);
+	assert_int_equal(__atomic_load_n(&s->wb.rounds, __ATOMIC_SEQ_CST), rounds);
+	vf_store_close(s);
+	vf_io_reset();
+
+	assert_int_equal(vf_store_open(f->dir, 0, &s, err, sizeof err), 0);
+	vf_txn *txn = NULL;
+	assert_int_equal(vf_read_begin(s, &txn), 0);
+	for (uint32_t i = 0; i < 13; i++) {
+		vf_key64 k = vf_key_u64(i);
+		vf_val v;
+		int rc = vf_get(txn, s->records, k.b, sizeof k.b, &v);
+		if (i == 12) { /* three writes of four values */
+			assert_int_equal(rc, -ENOENT);
+			break;
+		}
+		assert_int_equal(rc, 0);
+		fill_value(sp.pb.val, i);
+		assert_int_equal(v.len, VAL_SIZE);
+		assert_memory_equal(v.data, sp.pb.val, VAL_SIZE);
+	}
+	vf_read_end(s, txn);
+	vf_store_close(s);
+	free(sp.pb.val);
+}
+
 static void test_map_growth(void **state)
 {
 	fixture *f = *state;
@@ -1470,6 +1574,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_block_columns_aligned, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_hint_table_grows, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_assignment_map, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_writeback_ahead, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_records_add, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_hint_stable, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_hint_put_races_get, fx_setup, fx_teardown),
