@@ -3,6 +3,7 @@
  */
 #include "writeback.h"
 #include "io.h"
+#include "thread.h"
 
 #include <time.h>
 
@@ -64,7 +65,7 @@ void vf_writeback_begin(vf_writeback *w)
 {
 	pthread_mutex_lock(&w->mu);
 	if (!w->started && w->fd >= 0)
-		w->started = pthread_create(&w->th, NULL, run, w) == 0 ? 1 : -1;
+		w->started = vf_thread_start(&w->th, run, w) == 0 ? 1 : -1;
 	w->since_ns = mono_ns();
 	pthread_cond_signal(&w->cv);
 	pthread_mutex_unlock(&w->mu);

@@ -1,0 +1,33 @@
+/*
+ * layout/thread.c - threads on the program's CPUs (thread.h).
+ */
+#include "thread.h"
+
+#include <sched.h>
+
+/* The CPUs the program started with (its first thread's, before anyone
+ * pinned a thread). */
+static cpu_set_t start_cpus;
+static int have_start_cpus;
+
+__attribute__((constructor)) static void note_start_cpus(void)
+{
+	have_start_cpus = sched_getaffinity(0, sizeof start_cpus, &start_cpus) == 0;
+}
+
+pthread_attr_t *vf_thread_attr(pthread_attr_t *attr)
+{
+	if (!have_start_cpus || pthread_attr_init(attr) != 0)
+		return NULL;
+	pthread_attr_setaffinity_np(attr, sizeof start_cpus, &start_cpus);
+	return attr;
+}
+
+int vf_thread_start(pthread_t *t, void *(*fn)(void *), void *arg)
+{
+	pthread_attr_t attr, *ap = vf_thread_attr(&attr);
+	int rc = pthread_create(t, ap, fn, arg);
+	if (ap)
+		pthread_attr_destroy(ap);
+	return rc;
+}

@@ -1,0 +1,19 @@
+/*
+ * layout/thread.h - starting the library's threads on the CPUs the program
+ * started with, not on those of the thread that starts them (a daemon's
+ * worker may be pinned to one CPU, and a thread inherits its starter's
+ * CPUs, which would put the new thread on that one).
+ */
+#ifndef VF_THREAD_H
+#define VF_THREAD_H
+
+#include <pthread.h>
+
+/* pthread_create() of such a thread.  Returns 0 or pthread_create()'s
+ * error. */
+int vf_thread_start(pthread_t *t, void *(*fn)(void *), void *arg);
+/* attr initialized and set to the program's CPUs, or NULL when they are
+ * unknown (or attr cannot be made); pthread_attr_destroy() it after use. */
+pthread_attr_t *vf_thread_attr(pthread_attr_t *attr);
+
+#endif
