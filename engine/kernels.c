@@ -248,14 +248,25 @@ static void encode_residual_scalar(const float *v, const float *c, uint32_t dim,
 	}
 }
 
-/* (x >= 0 ? d : +0) without a branch: the signs are a coin toss each */
-static inline double keep_pos(float x, double d)
+/* v if cond, else +0, without a branch (the signs of a query's residual
+ * are a coin toss each: a branch on them mispredicts half the time). */
+static inline float keep_if(int cond, float v)
+{
+	uint32_t b;
+	memcpy(&b, &v, sizeof b);
+	b &= -(uint32_t)(cond != 0);
+	memcpy(&v, &b, sizeof v);
+	return v;
+}
+
+/* the same for a double */
+static inline double keep_if_d(int cond, double v)
 {
 	uint64_t b;
-	memcpy(&b, &d, sizeof b);
-	b &= -(uint64_t)(x >= 0);
-	memcpy(&d, &b, sizeof d);
-	return d;
+	memcpy(&b, &v, sizeof b);
+	b &= -(uint64_t)(cond != 0);
+	memcpy(&v, &b, sizeof v);
+	return v;
 }
 
 static void encode_codes_scalar(const float *x, const float *ax, uint32_t n, float t, float kmax,
@@ -276,7 +287,7 @@ static void encode_codes_scalar(const float *x, const float *ax, uint32_t n, flo
 			yy[l] += y * y;
 			cd[l] += (double)code * rc[i + l];
 			if (rmu)
-				sc[l] += keep_pos(x[i + l], (double)rc[i + l] - rmu[i + l]);
+				sc[l] += keep_if_d(x[i + l] >= 0, (double)rc[i + l] - rmu[i + l]);
 		}
 	memcpy(sums[0], sa, sizeof sa);
 	memcpy(sums[1], yx, sizeof yx);
@@ -322,17 +333,6 @@ static void best_rest_scalar(const float *score, uint32_t from, uint32_t n, uint
 {
 	for (uint32_t c = from; c < n; c++)
 		vf_best_offer(score, c, np, pd, pc);
-}
-
-/* v if cond, else +0, without a branch (the signs of a query's residual
- * are a coin toss each: a branch on them mispredicts half the time). */
-static inline float keep_if(int cond, float v)
-{
-	uint32_t b;
-	memcpy(&b, &v, sizeof b);
-	b &= -(uint32_t)(cond != 0);
-	memcpy(&v, &b, sizeof v);
-	return v;
 }
 
 void vf_groups4_scalar(const float *rq, const float *rc, uint32_t groups, float *qr,

@@ -26,7 +26,9 @@ static void *run(void *arg)
 	pthread_mutex_lock(&w->mu);
 	while (!w->stop) {
 		if (!w->since_ns) {
+			w->idle = 1;
 			pthread_cond_wait(&w->cv, &w->mu);
+			w->idle = 0;
 			continue;
 		}
 		uint64_t now = mono_ns(), due = w->since_ns + (uint64_t)w->after_ms * 1000000u;
@@ -54,7 +56,7 @@ void vf_writeback_init(vf_writeback *w, int fd)
 	pthread_condattr_destroy(&ca);
 	pthread_mutex_init(&w->mu, NULL);
 	w->fd = fd;
-	w->started = w->stop = 0;
+	w->started = w->stop = w->idle = 0;
 	w->since_ns = 0;
 	w->after_ms = 100;
 	w->every_ms = 25;
@@ -67,7 +69,10 @@ void vf_writeback_begin(vf_writeback *w)
 	if (!w->started && w->fd >= 0)
 		w->started = vf_thread_start(&w->th, run, w) == 0 ? 1 : -1;
 	w->since_ns = mono_ns();
-	pthread_cond_signal(&w->cv);
+	/* a thread already waiting for a time looks at since_ns when it
+	 * wakes: only an idle one needs waking (not once a write) */
+	if (w->idle)
+		pthread_cond_signal(&w->cv);
 	pthread_mutex_unlock(&w->mu);
 }
 

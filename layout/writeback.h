@@ -26,6 +26,7 @@ typedef struct vf_writeback {
 	pthread_cond_t cv;
 	int fd;            /* the data file (LMDB's descriptor) */
 	int started, stop;
+	int idle;          /* the thread waits for a write to begin */
 	uint64_t since_ns; /* when the write in progress began; 0: none */
 	uint32_t after_ms, every_ms;
 	uint64_t rounds;   /* writebacks started (atomic), for tests */

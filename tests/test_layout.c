@@ -991,8 +991,7 @@ static int wb_calls, wb_fd = -2, wb_fail;
 static int wb_sync_range(int fd)
 {
 	__atomic_add_fetch(&wb_calls, 1, __ATOMIC_SEQ_CST);
-	if (wb_fd != fd)
-		wb_fd = fd;
+	__atomic_store_n(&wb_fd, fd, __ATOMIC_SEQ_CST);
 	return wb_fail ? -EIO : 0;
 }
 
@@ -1014,6 +1013,7 @@ static void wb_set(vf_store *s, uint32_t after_ms, uint32_t every_ms)
 	pthread_mutex_lock(&s->wb.mu);
 	s->wb.after_ms = after_ms;
 	s->wb.every_ms = every_ms;
+	pthread_cond_signal(&s->wb.cv); /* a thread waiting for the old times */
 	pthread_mutex_unlock(&s->wb.mu);
 }
 
@@ -1046,7 +1046,7 @@ static void test_writeback_ahead(void **state)
 	struct stat fst, dst; /* the store's data file */
 	char path[4200];
 	snprintf(path, sizeof path, "%s/data.mdb", f->dir);
-	assert_int_equal(fstat(wb_fd, &fst), 0);
+	assert_int_equal(fstat(__atomic_load_n(&wb_fd, __ATOMIC_SEQ_CST), &fst), 0);
 	assert_int_equal(stat(path, &dst), 0);
 	assert_true(fst.st_ino == dst.st_ino && fst.st_dev == dst.st_dev);
 	assert_true(__atomic_load_n(&s->wb.rounds, __ATOMIC_SEQ_CST) >= 3);
