@@ -29,6 +29,33 @@ static double now_s(void)
 	return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+/* k-means' training sample and Lloyd iterations for n records in nlist
+ * clusters.  128 sample rows a cluster (40, the usual floor, gave glove-100
+ * recall 0.9415 at nprobe 24 against 0.9482 with 128) and 20 iterations up
+ * to 200,000 records (fashion-mnist-784, all 6,000 rows: 0.938 at nprobe 3
+ * with 12, 0.945 with 20), 8 above; the sample shrinks, down to 40 rows a
+ * cluster, so that the training costs at most TRAIN_BUDGET multiply-adds
+ * (the 1M x 128 set trains on 256,000 rows; 10M rows on 40 a cluster). */
+#define TRAIN_BUDGET 1.2e12
+#define TRAIN_PER_LIST 128
+#define TRAIN_FLOOR_PER_LIST 40
+#define TRAIN_MIN 20000
+
+uint64_t vf_train_sample(uint64_t n, uint32_t nlist, uint32_t dim, int *iters)
+{
+	*iters = n > 200000 ? 8 : 20;
+	double per_row = (double)nlist * dim * *iters;
+	uint64_t ns = (uint64_t)nlist * TRAIN_PER_LIST;
+	uint64_t floor = (uint64_t)nlist * TRAIN_FLOOR_PER_LIST;
+	if ((double)ns * per_row > TRAIN_BUDGET)
+		ns = (uint64_t)(TRAIN_BUDGET / per_row);
+	if (ns < floor)
+		ns = floor;
+	if (ns < TRAIN_MIN)
+		ns = TRAIN_MIN;
+	return ns > n ? n : ns;
+}
+
 uint32_t vf_auto_nlist(uint64_t n)
 {
 	/* about sqrt(N) clusters: probing cost (all centroids) and scanning
@@ -614,11 +641,8 @@ static int build_locked(build_ctx *b, int activate, uint64_t *gen_out)
 		goto out;
 
 	/* train on a bounded sample, spread evenly over the snapshot */
-	uint64_t ns = (uint64_t)b->m.nlist * 40;
-	if (ns < 20000)
-		ns = 20000;
-	if (ns > b->n)
-		ns = b->n;
+	int iters;
+	uint64_t ns = vf_train_sample(b->n, b->m.nlist, b->m.dim, &iters);
 	float *sample = vf_malloc(sizeof(float) * ns * b->m.dim);
 	if (!sample) {
 		rc = -ENOMEM;
@@ -631,7 +655,6 @@ static int build_locked(build_ctx *b, int activate, uint64_t *gen_out)
 		rc = -ECANCELED;
 		goto out;
 	}
-	int iters = b->n > 200000 ? 8 : 12;
 	rc = vf_kmeans(sample, ns, b->m.dim, b->m.nlist, iters, b->m.seed, v->threads,
 		       b->centroids, kmeans_tick, b);
 	/* the centre of the first-pass tables: the sample's mean */

@@ -304,6 +304,9 @@ int64_t vf_us_since(const struct timespec *t);
  * rebalance_ratio times the mean (rebalance.c). */
 void vf_maybe_rebalance(vecfs *v);
 uint32_t vf_auto_nlist(uint64_t n);
+/* Rows of k-means' training sample for n records in nlist clusters of dim
+ * dimensions, and its Lloyd iterations in *iters (build.c). */
+uint64_t vf_train_sample(uint64_t n, uint32_t nlist, uint32_t dim, int *iters);
 #define VF_BLOCK_TARGET 1024 /* vectors per posting block */
 
 /* Publishing a generation (builds and rebalances): register its metadata

@@ -1733,6 +1733,32 @@ static void test_hints_under_writes(void **state)
 	ds_free(&ds);
 }
 
+/* k-means' training sample: 128 rows a cluster and 20 iterations for
+ * small sets, the whole set when it is smaller, and a cost bound that shrinks
+ * it for large ones, never below 40 rows a cluster or 20,000 rows. */
+static void test_train_sample(void **state)
+{
+	(void)state;
+	int it = 0;
+	/* glove-100: 100,000 rows, 316 clusters */
+	assert_int_equal(vf_train_sample(100000, 316, 100, &it), 316 * 128);
+	assert_int_equal(it, 20);
+	/* fashion-mnist-784: the whole set */
+	assert_int_equal(vf_train_sample(6000, 77, 784, &it), 6000);
+	assert_int_equal(it, 20);
+	/* few clusters: at least 20,000 rows */
+	assert_int_equal(vf_train_sample(1000000, 10, 128, &it), 20000);
+	assert_int_equal(it, 8);
+	/* the 1M set: 128 a cluster fits the bound */
+	assert_int_equal(vf_train_sample(1000000, 2000, 128, &it), 2000 * 128);
+	/* within the bound: shrunk below 128 a cluster */
+	uint64_t ns = vf_train_sample(4000000, 3000, 256, &it);
+	assert_true(ns < 3000 * 128 && ns > 3000 * 40);
+	assert_true((double)ns * 3000 * 256 * it <= 1.2e12);
+	/* 10M rows: the floor of 40 a cluster */
+	assert_int_equal(vf_train_sample(10000000, 6325, 128, &it), 6325 * 40);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1754,6 +1780,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_persistence, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_batch_equals_single, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_batch_one_snapshot, fx_setup, fx_teardown),
+		cmocka_unit_test(test_train_sample),
 		cmocka_unit_test_setup_teardown(test_stale_location_hints, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_hints_under_writes, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_location_hints_filled_at_open, fx_setup,
