@@ -14,8 +14,7 @@
 # `vecfs-inspect STORE verify` passes.  The last line is
 # `stress: N passed, N failed`.
 #
-# STRESS_KNOWN_FAULTS=1 adds two scenarios the daemon does not survive yet
-# (or names one of them: STRESS_KNOWN_FAULTS=shared_fd, =fork_midline):
+# Two of the roles are ordinary Unix use that once broke the daemon:
 #  - shared_fd: one ctl or config descriptor written by two threads while a
 #    third dup()s and close()s it;
 #  - fork_midline: a forked child closing an inherited ingest descriptor
@@ -31,11 +30,10 @@ SUITE=stress
 . "$(dirname "$0")/harness.sh"
 SECS=${STRESS_SECONDS:-60}
 SEED=${STRESS_SEED:-$RANDOM}
-KNOWN=${STRESS_KNOWN_FAULTS:-0}
 DIM=16
 INSPECT=$(dirname "$VECFS")/vecfs-inspect
 KEEP_LOG=$(dirname "$VECFS")/stress-daemon.log
-echo "stress: $SECS s, seed $SEED, known faults: $KNOWN"
+echo "stress: $SECS s, seed $SEED"
 
 # A sanitizer's report goes to the daemon's stderr, whatever log_path the
 # environment names for the other programs.
@@ -462,12 +460,8 @@ sys.exit(1 if r else 0)"
 check seed_ingest test $? -eq 0
 
 DEADLINE=$(awk -v t="$(date +%s.%N)" -v s="$SECS" 'BEGIN { printf "%.3f", t + s }')
-ROLES=(writer writer writer ingest_storm sessions sessions held_session reader reader ctl config flipper)
-case $KNOWN in
-0) ;;
-1) ROLES+=(shared_fd fork_midline) ;;
-*) ROLES+=($KNOWN) ;;
-esac
+ROLES=(writer writer writer ingest_storm sessions sessions held_session reader reader ctl config
+	flipper shared_fd fork_midline)
 mkdir -p "$TMP/logs"
 pids=()
 for i in "${!ROLES[@]}"; do
