@@ -333,7 +333,7 @@ def flipper(role):
     role.run(flip_step)
 
 def shared_fd(role):
-    """Known fault: one ctl or config descriptor written by two threads
+    """One ctl or config descriptor written by two threads
     while a third dup()s and close()s it."""
     def shared_step():
         name, line = role.r.choice([('ctl', b'compact\n'), ('config', b'nprobe = 16\n')])
@@ -365,7 +365,7 @@ def shared_fd(role):
     role.run(shared_step)
 
 def fork_midline(role):
-    """Known fault: a forked child closes the inherited ingest descriptor
+    """A forked child closes the inherited ingest descriptor
     while the parent is in the middle of a line."""
     n = [0]
     def fork_exit(fd):
