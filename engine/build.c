@@ -35,8 +35,10 @@ static double now_s(void)
  * to 200,000 records (fashion-mnist-784, all 6,000 rows: 0.938 at nprobe 3
  * with 12, 0.945 with 20), 8 above; the sample shrinks, down to 40 rows a
  * cluster, so that the training costs at most TRAIN_BUDGET multiply-adds
- * (the 1M x 128 set trains on 256,000 rows; 10M rows on 40 a cluster). */
+ * and its copy at most TRAIN_BYTES (the 1M x 128 set trains on 256,000
+ * rows; 10M rows on 40 a cluster). */
 #define TRAIN_BUDGET 1.2e12
+#define TRAIN_BYTES (256.0 * 1024 * 1024)
 #define TRAIN_PER_LIST 128
 #define TRAIN_FLOOR_PER_LIST 40
 #define TRAIN_MIN 20000
@@ -49,6 +51,8 @@ uint64_t vf_train_sample(uint64_t n, uint32_t nlist, uint32_t dim, int *iters)
 	uint64_t floor = (uint64_t)nlist * TRAIN_FLOOR_PER_LIST;
 	if ((double)ns * per_row > TRAIN_BUDGET)
 		ns = (uint64_t)(TRAIN_BUDGET / per_row);
+	if ((double)ns * dim * sizeof(float) > TRAIN_BYTES)
+		ns = (uint64_t)(TRAIN_BYTES / ((double)dim * sizeof(float)));
 	if (ns < floor)
 		ns = floor;
 	if (ns < TRAIN_MIN)

@@ -1757,6 +1757,11 @@ static void test_train_sample(void **state)
 	assert_true((double)ns * 3000 * 256 * it <= 1.2e12);
 	/* 10M rows: the floor of 40 a cluster */
 	assert_int_equal(vf_train_sample(10000000, 6325, 128, &it), 6325 * 40);
+	/* wide vectors: at most 256 MiB of sample, above the floor */
+	ns = vf_train_sample(100000, 316, 2048, &it);
+	assert_int_equal(ns, 32768);
+	/* the floor wins over the memory bound, as before */
+	assert_int_equal(vf_train_sample(200000, 447, 16384, &it), 20000);
 }
 
 int main(void)
