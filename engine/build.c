@@ -30,7 +30,7 @@ static double now_s(void)
 }
 
 /* k-means' training sample and Lloyd iterations for n records in nlist
- * clusters.  128 sample rows a cluster (40, the usual floor, gave glove-100
+ * clusters.  128 sample rows a cluster (40, as before, gave glove-100
  * recall 0.9415 at nprobe 24 against 0.9482 with 128) and 20 iterations up
  * to 200,000 records (fashion-mnist-784, all 6,000 rows: 0.938 at nprobe 3
  * with 12, 0.945 with 20), 8 above; the sample shrinks, down to 40 rows a
