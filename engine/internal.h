@@ -98,6 +98,12 @@ void vf_sampler_fini(vecfs *v);
 void vf_sampler_offer(vecfs *v, const float *queries, size_t nq, uint32_t dim,
 		      const vecfs_results *r);
 void vf_sampler_stats(vecfs *v, vecfs_stats *st);
+/* vecfs_search() on at most `threads` threads, the calling one included (0:
+ * the store's; 1: the calling thread alone, as the sampler runs, so that its
+ * CPU time is all its own and at its priority) (search.c). */
+int vf_search_threads(vecfs *v, const float *queries, size_t nq, uint32_t dim,
+		      const vecfs_query_opts *opts, int threads, vecfs_results **out,
+		      char *err, size_t errlen);
 
 static inline void vf_seterr(char *err, size_t len, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));

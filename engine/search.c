@@ -432,13 +432,20 @@ int vecfs_search(vecfs *v, const float *queries, size_t nq, uint32_t dim,
 		 const vecfs_query_opts *opts, vecfs_results **out, char *err,
 		 size_t errlen)
 {
+	return vf_search_threads(v, queries, nq, dim, opts, 0, out, err, errlen);
+}
+
+int vf_search_threads(vecfs *v, const float *queries, size_t nq, uint32_t dim,
+		      const vecfs_query_opts *opts, int threads, vecfs_results **out,
+		      char *err, size_t errlen)
+{
 	double t0 = now_us();
 	vecfs_query_opts o = opts ? *opts : (vecfs_query_opts){0};
 	vf_txn *txn[VF_PARALLEL_MAX] = {0};
 	cpu_job jobs[VF_PARALLEL_MAX];
 	search *parts = NULL;
 	size_t nparts, per;
-	int rc, n = v->threads;
+	int rc, n = threads > 0 && threads < v->threads ? threads : v->threads;
 
 	*out = NULL;
 	if (nq == 0) {

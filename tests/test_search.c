@@ -1733,6 +1733,78 @@ static void test_hints_under_writes(void **state)
 	ds_free(&ds);
 }
 
+static double cpu_s(clockid_t c)
+{
+	struct timespec ts;
+	clock_gettime(c, &ts);
+	return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* The sampler's exact batches run on its own thread alone
+ * (vf_search_threads(..., 1)): all the CPU time of the search is the
+ * calling thread's, so the sampler's duty cycle, which counts its thread's
+ * time, bounds it all.  The same batch through vecfs_search() takes other
+ * threads' time too where there are several CPUs (the check can see them),
+ * and both give the same results. */
+static void test_sampler_search_serial(void **state)
+{
+	fixture *f = *state;
+	const uint32_t D = 64;
+	const size_t N = 20000, NQ = 64;
+	vecfs *v = fx_open(f, NULL);
+	set_config(v, D, VECFS_L2);
+	dataset ds;
+	ds_make(&ds, 41, N, D, 20);
+	put_range(v, ds.x, 0, N, D, "k");
+	float *qs = malloc(sizeof(float) * NQ * D);
+	assert_non_null(qs);
+	for (size_t i = 0; i < NQ; i++)
+		ds_fresh(&ds, qs + i * D);
+	vecfs_query_opts o;
+	memset(&o, 0, sizeof o);
+	o.k = 10;
+	o.exact = 1;
+	o.uncounted = 1;
+	for (int serial = 1; serial >= 0; serial--) {
+		double thr = 0, proc = 0;
+		vecfs_results *r = NULL;
+		for (int round = 0; round < 3; round++) {
+			char err[256] = "";
+			vecfs_results_free(r);
+			double t0 = cpu_s(CLOCK_THREAD_CPUTIME_ID), p0 = cpu_s(CLOCK_PROCESS_CPUTIME_ID);
+			int rc = serial ? vf_search_threads(v, qs, NQ, D, &o, 1, &r, err, sizeof err)
+					: vecfs_search(v, qs, NQ, D, &o, &r, err, sizeof err);
+			proc += cpu_s(CLOCK_PROCESS_CPUTIME_ID) - p0;
+			thr += cpu_s(CLOCK_THREAD_CPUTIME_ID) - t0;
+			assert_int_equal(rc, 0);
+		}
+		print_message("%s: %.1f ms on this thread, %.1f ms in all\n",
+			      serial ? "one thread" : "the store's threads", thr * 1e3, proc * 1e3);
+		if (serial)
+			assert_true(proc - thr < 0.2 * thr + 0.002);
+		else if (v->threads > 1)
+			assert_true(proc - thr > 0.3 * thr);
+		/* the same results either way: exact, so the true neighbours */
+		for (size_t i = 0; i < NQ; i++) {
+			assert_int_equal(r->count[i], 10);
+			float best = INFINITY;
+			for (size_t j = 0; j < N; j++) {
+				float d = 0;
+				for (uint32_t c = 0; c < D; c++) {
+					float t = ds.x[j * D + c] - qs[i * D + c];
+					d += t * t;
+				}
+				if (d < best)
+					best = d;
+			}
+			assert_true(fabsf(r->hits[i][0].distance - best) <= 1e-4f * (1 + best));
+		}
+		vecfs_results_free(r);
+	}
+	free(qs);
+	ds_free(&ds);
+}
+
 /* k-means' training sample: 128 rows a cluster and 20 iterations for
  * small sets, the whole set when it is smaller, and a cost bound that shrinks
  * it for large ones, never below 40 rows a cluster or 20,000 rows. */
@@ -1786,6 +1858,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_batch_equals_single, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_batch_one_snapshot, fx_setup, fx_teardown),
 		cmocka_unit_test(test_train_sample),
+		cmocka_unit_test_setup_teardown(test_sampler_search_serial, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_stale_location_hints, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_hints_under_writes, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_location_hints_filled_at_open, fx_setup,
