@@ -48,13 +48,13 @@ uint64_t vf_train_sample(uint64_t n, uint32_t nlist, uint32_t dim, int *iters)
 	*iters = n > 200000 ? 8 : 20;
 	double per_row = (double)nlist * dim * *iters;
 	uint64_t ns = (uint64_t)nlist * TRAIN_PER_LIST;
-	uint64_t floor = (uint64_t)nlist * TRAIN_FLOOR_PER_LIST;
+	uint64_t least = (uint64_t)nlist * TRAIN_FLOOR_PER_LIST;
 	if ((double)ns * per_row > TRAIN_BUDGET)
 		ns = (uint64_t)(TRAIN_BUDGET / per_row);
 	if ((double)ns * dim * sizeof(float) > TRAIN_BYTES)
 		ns = (uint64_t)(TRAIN_BYTES / ((double)dim * sizeof(float)));
-	if (ns < floor)
-		ns = floor;
+	if (ns < least)
+		ns = least;
 	if (ns < TRAIN_MIN)
 		ns = TRAIN_MIN;
 	return ns > n ? n : ns;
