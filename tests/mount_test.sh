@@ -625,8 +625,25 @@ assert [r['nprobe'] for r in ivf] == [4, 8], rows
 for r in ivf:
     assert r['batch'] == 7 and r['batch_qps'] > 0, r
     assert r['batch_recall_at_10'] == r['recall_at_10'], r
+    assert r['passes'] == 2, r
 " "$TMP/batch.json" || return 1
-	[[ $(T "$BENCH" "$TMP/bset" --mount --batch 7 2>&1) == *"--batch times the library alone"* ]]
+	[[ $(T "$BENCH" "$TMP/bset" --mount --batch 7 2>&1) == *"--batch times the library alone"* ]] ||
+		return 1
+	# --passes: the fastest of P timed passes, with that pass's recall and
+	# counters (the same queries find the same hits in every pass)
+	TMPDIR=$TMP T "$BENCH" "$TMP/bset" --nprobe 4,8 --passes 3 --json \
+		>"$TMP/passes.json" 2>"$TMP/passes.err" || { tail -3 "$TMP/passes.err" >&2; return 1; }
+	"$PY" -c "
+import json, sys
+one = {r['nprobe']: r for r in map(json.loads, open(sys.argv[1])) if r['mode'] == 'ivf'}
+three = [r for r in map(json.loads, open(sys.argv[2])) if r['mode'] == 'ivf']
+assert [r['nprobe'] for r in three] == [4, 8], three
+for r in three:
+    assert r['passes'] == 3 and r['qps'] > 0, r
+    for k in ('recall_at_10', 'pass1_scored', 'pass2_scored', 'clusters_probed'):
+        assert r[k] == one[r['nprobe']][k], (k, r, one)
+" "$TMP/batch.json" "$TMP/passes.json" || return 1
+	[[ $(T "$BENCH" "$TMP/bset" --mount --passes 2 2>&1) == *"--passes times the library alone"* ]]
 }
 # vecfs-bench --ingest-after-build without --mount: half the base, a build,
 # then the other half into the generation through vecfs_put
