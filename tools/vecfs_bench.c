@@ -796,9 +796,9 @@ static int measure_setting(struct bench *b, const vecfs_query_opts *qo,
 			free(lat);
 			return rc;
 		}
-		if (p && pt < total_ns)
-			memcpy(b->lat_ns, lat, b->nq * sizeof *lat);
-		if (!p || pt < total_ns) {
+		if (!p || pt < total_ns) { /* the fastest so far */
+			if (p)
+				memcpy(b->lat_ns, lat, b->nq * sizeof *lat);
 			total_ns = pt;
 			recall_sum = pr;
 			sum = ps;
