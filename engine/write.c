@@ -303,22 +303,29 @@ static uint64_t key_hash(const char *k, size_t n)
 	return h;
 }
 
-/* Mark rows whose key appears again later in the batch. */
-static int mark_superseded(const vecfs_row *rows, size_t n, uint8_t **skip)
+/* Mark rows whose key appears again later in the batch.  With `unique`, a
+ * key given twice fails instead: -EINVAL, *first and *again the rows of its
+ * first two places. */
+static int mark_superseded(const vecfs_row *rows, size_t n, int unique, uint8_t **skip,
+			   size_t *first, size_t *again)
 {
 	size_t cap = 16;
 	while (cap < n * 2)
 		cap *= 2;
 	size_t *slot = vf_malloc(sizeof(size_t) * cap);
-	uint8_t *sk = vf_calloc(n ? n : 1, 1);
-	if (!slot || !sk) {
+	uint8_t *sk = unique ? NULL : vf_calloc(n ? n : 1, 1);
+	if (!slot || (!unique && !sk)) {
 		free(slot);
 		free(sk);
 		return -ENOMEM;
 	}
 	memset(slot, 0xFF, sizeof(size_t) * cap);
-	int any = 0;
-	for (size_t i = n; i-- > 0;) {
+	int any = 0, rc = 0;
+	/* from the end, so that the last row for a key is the one kept; in
+	 * file order when a second place is a failure, so that it names the
+	 * first two */
+	for (size_t r = 0; r < n && rc == 0; r++) {
+		size_t i = unique ? r : n - 1 - r;
 		if (!rows[i].key)
 			continue;
 		size_t h = key_hash(rows[i].key, rows[i].keylen) & (cap - 1);
@@ -329,8 +336,14 @@ static int mark_superseded(const vecfs_row *rows, size_t n, uint8_t **skip)
 			}
 			const vecfs_row *o = &rows[slot[h]];
 			if (o->keylen == rows[i].keylen && !memcmp(o->key, rows[i].key, o->keylen)) {
-				sk[i] = 1;
-				any = 1;
+				if (unique) {
+					*first = slot[h];
+					*again = i;
+					rc = -EINVAL;
+				} else {
+					sk[i] = 1;
+					any = 1;
+				}
 				break;
 			}
 		}
@@ -341,21 +354,31 @@ static int mark_superseded(const vecfs_row *rows, size_t n, uint8_t **skip)
 		sk = NULL;
 	}
 	*skip = sk;
-	return 0;
+	return rc;
 }
 
-int vecfs_put(vecfs *v, const vecfs_row *rows, size_t n, uint32_t dim,
-	      size_t *bad_row, char *err, size_t errlen)
+static int put_rows(vecfs *v, const vecfs_row *rows, size_t n, uint32_t dim, int unique,
+		    size_t *bad_row, size_t *first_row, char *err, size_t errlen)
 {
 	uint8_t *skip = NULL;
 	int rc;
 	vecfs_config cfg;
+	size_t first = 0, again = 0;
 	if (n == 0)
 		return 0;
 	if ((rc = vecfs_config_get(v, &cfg)))
 		return rc;
-	if ((rc = mark_superseded(rows, n, &skip)))
+	if ((rc = mark_superseded(rows, n, unique, &skip, &first, &again))) {
+		if (rc == -EINVAL) {
+			if (bad_row)
+				*bad_row = again;
+			if (first_row)
+				*first_row = first;
+			vf_seterr(err, errlen, "key '%.*s' given twice, rows %zu and %zu",
+				   (int)rows[again].keylen, rows[again].key, first + 1, again + 1);
+		}
 		return rc;
+	}
 	put_job j = {v, &cfg, rows, n, dim, skip, bad_row, err, errlen, 0, 0};
 	rc = vf_write(v->store, put_fn, &j);
 	free(skip);
@@ -365,6 +388,18 @@ int vecfs_put(vecfs *v, const vecfs_row *rows, size_t n, uint32_t dim,
 		vf_maint_kick(v, j.maint_due);
 	}
 	return rc;
+}
+
+int vecfs_put(vecfs *v, const vecfs_row *rows, size_t n, uint32_t dim,
+	      size_t *bad_row, char *err, size_t errlen)
+{
+	return put_rows(v, rows, n, dim, 0, bad_row, NULL, err, errlen);
+}
+
+int vecfs_put_unique(vecfs *v, const vecfs_row *rows, size_t n, uint32_t dim,
+		     size_t *bad_row, size_t *first_row, char *err, size_t errlen)
+{
+	return put_rows(v, rows, n, dim, 1, bad_row, first_row, err, errlen);
 }
 
 int vf_forget_records(vecfs *v, vf_txn *txn, const uint64_t *ids, size_t n,

@@ -45,6 +45,7 @@ struct ingest {
 	int fmt;
 	uint32_t dim;      /* the file's dimension; 0 until known */
 	int dim_from_store;
+	int numeric_keys;  /* delimited text: every row's key reads as a number */
 	uint64_t written;  /* bytes written */
 	int dirty;         /* bytes written since the last commit */
 	int failed, cancelled, done;
@@ -403,6 +404,7 @@ static int add_row(ingest *in, uint64_t where, const char *key, size_t klen, uin
 		return fail_at(in, -EINVAL, where, "%u numbers, expected %u (%s)%s", dim, in->dim,
 			       in->dim_from_store ? "the store's dim" : "the dimension of the file's first row",
 			       numeric_key && dim + 1 == in->dim ? "; missing key column?" : "");
+	in->numeric_keys = (in->n == 0 || in->numeric_keys) && numeric_key;
 	vecfs_row r = {key, klen, in->tmp, payload, plen};
 	int rc = vecfs_row_check(in->dm->store, &r, dim, why, sizeof why);
 	if (rc)
@@ -472,19 +474,36 @@ static int spool_commit(ingest *in)
 		rows[i].vec = (const float *)(const void *)(map + off + ((head + 3) & ~(size_t)3));
 		off += rec_size(h.klen, h.plen, in->dim);
 	}
-	rc = vecfs_put(in->dm->store, rows, in->n, in->dim, &bad, err, sizeof err);
-	uint64_t where = 0;
+	/* delimited text gives each key once: a key twice is a mistake (rows
+	 * with no key column would collapse into a few records) */
+	size_t first = (size_t)-1;
+	if (in->fmt < F_JSONL)
+		rc = vecfs_put_unique(in->dm->store, rows, in->n, in->dim, &bad, &first, err, sizeof err);
+	else
+		rc = vecfs_put(in->dm->store, rows, in->n, in->dim, &bad, err, sizeof err);
+	uint64_t where = 0, where_first = 0;
 	if (rc && bad < in->n) {
 		off = 0;
-		for (size_t i = 0; i < bad; i++) {
+		for (size_t i = 0; i <= bad; i++) {
 			rec_hdr h;
 			memcpy(&h, map + off, sizeof h);
+			if (i == first)
+				where_first = h.where;
+			if (i == bad)
+				where = h.where;
 			off += rec_size(h.klen, h.plen, in->dim);
 		}
-		rec_hdr h;
-		memcpy(&h, map + off, sizeof h);
-		where = h.where;
 	}
+	if (rc == -EINVAL && where_first)
+		/* name the key's lines in the file, not its rows in the batch */
+		snprintf(err, sizeof err,
+			 "key '%.*s' given twice, on lines %llu and %llu (a key may be given once in a "
+			 ".csv, .tsv or .txt file%s)",
+			 (int)rows[bad].keylen, rows[bad].key, (unsigned long long)where_first,
+			 (unsigned long long)where,
+			 in->numeric_keys ? "; these rows look like numbers only, with no key column: keyless "
+					    "vectors go in a .npy or .fvecs file, which gets assigned keys"
+					  : "");
 	munmap(map, total);
 	if (rc) {
 		const char *why = err[0] ? err : strerror(-rc);

@@ -394,6 +394,7 @@ typedef struct orow {
 	float *vec;
 	uint8_t *pay;
 	size_t plen;
+	uint64_t line; /* the text line it was read from */
 } orow;
 
 typedef struct oracle {
@@ -586,6 +587,7 @@ static int line_row(oracle *o, uint64_t lineno, const char *key, size_t klen, ui
 		o->amb = 1;
 	o->dim = want;
 	or_row(o, key, klen, o->tmp, cnt, pay, plen);
+	o->rows[o->n - 1].line = lineno;
 	return 0;
 }
 
@@ -1314,6 +1316,25 @@ static void npy_ref(oracle *o, const uint8_t *p, size_t n)
 }
 
 /* What the file holds, read against a store of dim sdim (0: unset). */
+/* In a .csv/.tsv/.txt file a key given twice rejects the file, at the line
+ * of its second place (the first such line in the file). */
+static void dup_keys_ref(oracle *o)
+{
+	uint64_t at = 0;
+	for (size_t i = 0; i < o->n; i++)
+		for (size_t j = 0; j < i; j++)
+			if (o->rows[i].klen == o->rows[j].klen &&
+			    !memcmp(o->rows[i].key, o->rows[j].key, o->rows[i].klen) &&
+			    (!at || o->rows[i].line < at))
+				at = o->rows[i].line;
+	if (at) {
+		int amb = o->amb;
+		o->amb = 0;
+		or_reject(o, at);
+		o->where_known = !amb;
+	}
+}
+
 static void reference(oracle *o, int kind, const uint8_t *p, size_t n, uint32_t sdim, int cosine)
 {
 	or_init(o, sdim, cosine);
@@ -1323,6 +1344,8 @@ static void reference(oracle *o, int kind, const uint8_t *p, size_t n, uint32_t 
 		npy_ref(o, p, n);
 	else
 		texmex_ref(o, kind, p, n);
+	if (is_text(kind) && kind != K_JSONL && o->verdict != V_REJECT)
+		dup_keys_ref(o);
 	if (o->verdict != V_REJECT && o->amb)
 		o->verdict = V_EITHER;
 }
@@ -1394,6 +1417,10 @@ static unsigned key_serial;
 
 /* A key for a text line: mode 0 whitespace-separated (no blanks), ',' or
  * '\t' separated (blanks inside allowed, no separator), 'j' for JSON (any). */
+/* Existing keys a delimited text file being generated has used already
+ * (such a file may give a key once); NULL: no such file. */
+static uint8_t *gen_used;
+
 static void gen_key(rng *r, int mode, const model *m, bytes *out)
 {
 	char k[128];
@@ -1412,13 +1439,16 @@ static void gen_key(rng *r, int mode, const model *m, bytes *out)
 	case 6:
 	case 7:
 		if (m && m->n) { /* an existing key: replaced */
-			const mrec *e = &m->r[rnd(r, m->n)];
-			int ok = e->klen < sizeof k && e->key[0] != '#' &&
+			size_t at = rnd(r, m->n);
+			const mrec *e = &m->r[at];
+			int ok = !(gen_used && mode != 'j' && gen_used[at]) && e->klen < sizeof k && e->key[0] != '#' &&
 				 utf8_ok((const uint8_t *)e->key, e->klen, 1);
 			for (size_t i = 0; ok && i < e->klen; i++)
 				if (blank((uint8_t)e->key[i]) || e->key[i] == ',' || (uint8_t)e->key[i] < 0x20)
 					ok = 0;
 			if (ok) {
+				if (gen_used && mode != 'j')
+					gen_used[at] = 1;
 				by_add(out, e->key, e->klen);
 				return;
 			}
@@ -1550,7 +1580,7 @@ static void gen_filler(rng *r, int kind, bytes *b)
 	}
 }
 
-static void gen_text(rng *r, int kind, uint32_t dim, size_t rows, const model *m, bytes *b)
+static void gen_text_rows(rng *r, int kind, uint32_t dim, size_t rows, const model *m, bytes *b)
 {
 	for (size_t i = 0; i < rows; i++) {
 		gen_filler(r, kind, b);
@@ -1675,6 +1705,17 @@ static void gen_text(rng *r, int kind, uint32_t dim, size_t rows, const model *m
 			return; /* the last line without a newline */
 	}
 	gen_filler(r, kind, b);
+}
+
+static void gen_text(rng *r, int kind, uint32_t dim, size_t rows, const model *m, bytes *b)
+{
+	if (kind != K_JSONL) {
+		gen_used = calloc(m && m->n ? m->n : 1, 1);
+		assert_non_null(gen_used);
+	}
+	gen_text_rows(r, kind, dim, rows, m, b);
+	free(gen_used);
+	gen_used = NULL;
 }
 
 static void gen_texmex(rng *r, int kind, uint32_t dim, size_t rows, bytes *b)
@@ -2465,6 +2506,43 @@ static void test_first_file_fixes_dim(void **state)
 	model_free(&t.md);
 }
 
+/* In a .csv/.tsv/.txt file a key given twice fails the file, naming both
+ * lines; rows of numbers only (no key column) are told to use .npy or
+ * .fvecs.  A .jsonl file may give a key twice: its last row wins. */
+static void test_dup_keys(void **state)
+{
+	fixture *f = *state;
+	run t;
+	fx_open(f, NULL);
+	run_init(&t, f, 0, VECFS_L2, 0x5eed0009);
+	const char *once = "a,1,2,3\nb,4,5,6\n";
+	run_file(&t, "once.csv", K_CSV, (const uint8_t *)once, strlen(once), 1);
+	const char *twice = "x,1,2,3\n# a comment\ny,1,1,1\n\nx,7,8,9\nx,1,1,1\n";
+	run_file(&t, "twice.csv", K_CSV, (const uint8_t *)twice, strlen(twice), 0);
+	assert_int_equal(t.rejected, 1);
+	assert_non_null(strstr(err_last, "ingest/twice.csv: line 5: key 'x' given twice, on lines 1 and 5"));
+	assert_null(strstr(err_last, "no key column"));
+	/* a quoted key is the same key as its plain form */
+	const char *quoted = "\"q r\"\t1\t2\t3\n\"q r\"\t3\t2\t1\n";
+	run_file(&t, "twice.tsv", K_TSV, (const uint8_t *)quoted, strlen(quoted), 0);
+	assert_non_null(strstr(err_last, "line 2: key 'q r' given twice, on lines 1 and 2"));
+	/* what numpy.savetxt writes: numbers only, so the first became a key */
+	const char *numbers = "1.0 2.0 3.0 4.0\n5.0 6.0 7.0 8.0\n1.0 0.5 0.25 0.125\n";
+	run_file(&t, "saved.txt", K_TXT, (const uint8_t *)numbers, strlen(numbers), 0);
+	assert_non_null(strstr(err_last, "line 3: key '1.0' given twice, on lines 1 and 3"));
+	assert_non_null(strstr(err_last, "no key column"));
+	assert_non_null(strstr(err_last, ".npy or .fvecs"));
+	assert_int_equal(t.rejected, 3);
+	const char *jl = "{\"key\": \"j\", \"vector\": [1, 2, 3]}\n{\"key\": \"j\", \"vector\": [3, 2, 1]}\n";
+	run_file(&t, "twice.jsonl", K_JSONL, (const uint8_t *)jl, strlen(jl), 1);
+	float vec[3];
+	uint32_t d = 0;
+	assert_int_equal(vecfs_get(t.dm->store, "j", 1, vec, 3, &d, NULL, 0, NULL), 0);
+	assert_true(vec[0] == 3 && vec[1] == 2 && vec[2] == 1);
+	check_whole_store(t.dm->store, &t.md);
+	model_free(&t.md);
+}
+
 /* Under cosine a zero vector is rejected, the whole file with it. */
 static void test_cosine_zero_vector(void **state)
 {
@@ -3043,6 +3121,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_valid_files, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_first_file_fixes_dim, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_cosine_zero_vector, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_dup_keys, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_file_states, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_bounds, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_rules, fx_setup, fx_teardown),

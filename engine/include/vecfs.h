@@ -104,6 +104,12 @@ int vecfs_row_check(vecfs *v, const vecfs_row *row, uint32_t dim, char *err,
 int vecfs_put(vecfs *v, const vecfs_row *rows, size_t n, uint32_t dim,
 	      size_t *bad_row, char *err, size_t errlen);
 
+/* As vecfs_put, but a key given in two rows of the batch fails it:
+ * -EINVAL, nothing committed, *bad_row the second of its rows and
+ * *first_row the first (each may be NULL). */
+int vecfs_put_unique(vecfs *v, const vecfs_row *rows, size_t n, uint32_t dim,
+		     size_t *bad_row, size_t *first_row, char *err, size_t errlen);
+
 /* A large write, committed atomically: rows are validated as they are
  * added and spooled into the store in bounded pieces (memory stays bounded
  * whatever the size); nothing is visible until vecfs_batch_commit, which
