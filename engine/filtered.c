@@ -271,12 +271,37 @@ static uint64_t evict_rank(const vf_fset *e, uint64_t txnid)
 	return !e ? 0 : e->txnid != txnid ? e->used : e->used + (1ULL << 62);
 }
 
+int vf_fset_find(vecfs *v, vf_txn *txn, const char *text, size_t len, vf_fset **out, char *err,
+		 size_t errlen)
+{
+	vf_filter *f;
+	int rc;
+	if ((rc = vf_filter_compile(text, len, &f, err, errlen)))
+		return rc;
+	vf_fset *s = vf_calloc(1, sizeof *s);
+	if (!s || !(s->text = vf_malloc(len ? len : 1))) {
+		vf_filter_free(f);
+		fset_free(s);
+		return -ENOMEM;
+	}
+	memcpy(s->text, text, len);
+	s->len = len;
+	s->refs = 1;
+	rc = fset_build(v, txn, f, s);
+	vf_filter_free(f);
+	if (rc) {
+		fset_free(s);
+		return rc;
+	}
+	*out = s;
+	return 0;
+}
+
 int vf_fset_get(vecfs *v, vf_txn *txn, const char *text, size_t len, vf_fset **out,
 		uint64_t *tested, char *err, size_t errlen)
 {
 	vf_fset_cache *c = cache_of(v);
 	uint64_t txnid = vf_txn_id(txn);
-	vf_filter *f;
 	int rc;
 	*out = NULL;
 	if (tested)
@@ -296,24 +321,10 @@ int vf_fset_get(vecfs *v, vf_txn *txn, const char *text, size_t len, vf_fset **o
 		if (*out)
 			return 0;
 	}
-	if ((rc = vf_filter_compile(text, len, &f, err, errlen)))
+	if ((rc = vf_fset_find(v, txn, text, len, out, err, errlen)))
 		return rc;
-	vf_fset *s = vf_calloc(1, sizeof *s);
-	if (!s || !(s->text = vf_malloc(len ? len : 1))) {
-		vf_filter_free(f);
-		fset_free(s);
-		return -ENOMEM;
-	}
-	memcpy(s->text, text, len);
-	s->len = len;
+	vf_fset *s = *out;
 	s->txnid = txnid;
-	s->refs = 1;
-	rc = fset_build(v, txn, f, s);
-	vf_filter_free(f);
-	if (rc) {
-		fset_free(s);
-		return rc;
-	}
 	if (tested)
 		*tested = s->tested;
 	size_t bytes = (s->ids ? s->n * 8 : 0) + (size_t)(s->nbits / 8);

@@ -34,6 +34,10 @@ typedef struct vf_fset {
 int vf_fset_get(vecfs *v, vf_txn *txn, const char *text, size_t len, vf_fset **out,
 		uint64_t *tested, char *err, size_t errlen);
 void vf_fset_put(vecfs *v, vf_fset *s);
+/* The same set found anew, never from the cache nor kept in it: for a
+ * write transaction, whose snapshot changes as it writes. */
+int vf_fset_find(vecfs *v, vf_txn *txn, const char *text, size_t len, vf_fset **out, char *err,
+		 size_t errlen);
 /* At close. */
 void vf_fset_cache_free(vecfs *v);
 /* The clusters a query with set s (NULL: none) probes by default when

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "changes.h"
+#include "filtered.h"
 #include "payload_index.h"
 #include "record.h"
 
@@ -25,6 +26,11 @@ static int key_ok(const char *k, size_t len)
 		if (k[i] == '/' || k[i] == '\0' || k[i] == '\t' || k[i] == '\n')
 			return 0;
 	return vecfs_utf8_valid(k, len);
+}
+
+int vecfs_key_valid(const char *key, size_t len)
+{
+	return key_ok(key, len);
 }
 
 int vecfs_utf8_valid(const char *text, size_t len)
@@ -437,6 +443,153 @@ int vf_forget_records(vecfs *v, vf_txn *txn, const uint64_t *ids, size_t n,
 	return rc;
 }
 
+/* Remove record id of key[0..klen) and its key entry; its postings are
+ * forgotten by the caller (vf_forget_records()). */
+static int drop_record(vf_txn *txn, vf_store *s, uint64_t id, const char *key, size_t klen,
+		       vf_counters *cnt)
+{
+	int rc;
+	if ((rc = vf_keys_del(txn, s, key, klen)) || (rc = vf_pidx_remove_record(txn, s, NULL, id)) ||
+	    (rc = vf_records_del(txn, s, id)))
+		return rc;
+	cnt->live--;
+	return 0;
+}
+
+typedef struct del_many_job {
+	vecfs *v;
+	const vecfs_key *sorted; /* the keys, in key order */
+	size_t n;
+	const char *filter;
+	size_t filter_len;
+	char *err;
+	size_t errlen;
+	uint64_t deleted;
+	int maint_due;
+} del_many_job;
+
+static int id_add(uint64_t **ids, size_t *n, size_t *cap, uint64_t id)
+{
+	if (*n == *cap) {
+		size_t c = *cap ? *cap * 2 : 1024;
+		uint64_t *p = realloc(*ids, c * sizeof *p);
+		if (!p)
+			return -ENOMEM;
+		*ids = p;
+		*cap = c;
+	}
+	(*ids)[(*n)++] = id;
+	return 0;
+}
+
+static int key_cmp(const void *a, const void *b)
+{
+	const vecfs_key *x = a, *y = b;
+	int c = memcmp(x->key, y->key, x->len < y->len ? x->len : y->len);
+	return c ? c : (x->len > y->len) - (x->len < y->len);
+}
+
+static int id_cmp(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	return (x > y) - (x < y);
+}
+
+/* Two passes, each in the order of its table (so that each touches its
+ * pages once): the key entries of the named keys, then the records of
+ * their ids and of the filter's, with their payload index entries. */
+static int del_many_fn(vf_txn *txn, void *arg)
+{
+	del_many_job *j = arg;
+	vf_store *s = j->v->store;
+	vf_counters cnt;
+	vf_fset *set = NULL;
+	vf_pidx_batch pb = {0};
+	uint64_t *ids = NULL, id;
+	size_t n = 0, cap = 0, named;
+	int rc;
+	j->deleted = 0;
+	if ((rc = vf_load_counters(txn, s, &cnt)))
+		return rc;
+	/* the filter's records as the snapshot has them before any delete */
+	if (j->filter && (rc = vf_fset_find(j->v, txn, j->filter, j->filter_len, &set, j->err, j->errlen)))
+		return rc;
+	for (size_t i = 0; i < j->n && rc == 0; i++) {
+		const vecfs_key *k = &j->sorted[i];
+		if (!key_ok(k->key, k->len))
+			continue; /* no such key can exist */
+		if ((rc = vf_keys_get(txn, s, k->key, k->len, &id)) == -ENOENT) {
+			rc = 0; /* missing, or named twice */
+			continue;
+		}
+		if (rc == 0 && (rc = vf_keys_del(txn, s, k->key, k->len)) == 0)
+			rc = id_add(&ids, &n, &cap, id);
+	}
+	named = n;
+	for (size_t i = 0; set && rc == 0 && i < (set->ids ? set->n : set->nbits); i++)
+		if (set->ids || (set->bits[i / 64] >> (i % 64) & 1))
+			rc = id_add(&ids, &n, &cap, set->ids ? set->ids[i] : i);
+	vf_fset_put(j->v, set);
+	if (rc == 0)
+		qsort(ids, n, sizeof *ids, id_cmp);
+	size_t kept = 0;
+	for (size_t i = 0; i < n && rc == 0; i++) {
+		vf_val rv;
+		vf_record r;
+		if (i && ids[i] == ids[i - 1])
+			continue; /* named and matched */
+		if ((rc = vf_records_get(txn, s, ids[i], &rv)) || (rc = vf_record_decode(rv.data, rv.len, &r)))
+			break;
+		/* a record the filter matched keeps its key entry until now (one
+		 * named by its key lost it in the first pass); the key copied
+		 * out of the page, which the writes may move */
+		char key[VECFS_KEY_MAX];
+		size_t klen = r.keylen <= sizeof key ? r.keylen : sizeof key;
+		memcpy(key, r.key, klen);
+		if (named < n && (rc = vf_keys_del(txn, s, key, klen)) == -ENOENT)
+			rc = 0;
+		if (rc == 0 && (rc = vf_pidx_remove_record(txn, s, &pb, ids[i])) == 0 &&
+		    (rc = vf_records_del(txn, s, ids[i])) == 0) {
+			cnt.live--;
+			ids[kept++] = ids[i];
+		}
+	}
+	if (rc == 0)
+		rc = vf_pidx_flush(txn, s, &pb);
+	vf_pidx_batch_free(&pb);
+	if (rc == 0 && kept)
+		rc = vf_forget_records(j->v, txn, ids, kept, &cnt, &j->maint_due);
+	if (rc == 0 && kept)
+		rc = vf_save_counters(txn, s, &cnt);
+	free(ids);
+	if (rc == 0)
+		j->deleted = kept;
+	return rc;
+}
+
+int vecfs_delete_many(vecfs *v, const vecfs_key *keys, size_t n, const char *filter,
+		      size_t filter_len, uint64_t *deleted, char *err, size_t errlen)
+{
+	vecfs_key *sorted = n ? vf_malloc(n * sizeof *sorted) : NULL;
+	if (deleted)
+		*deleted = 0;
+	if (n && !sorted)
+		return -ENOMEM;
+	if (n) {
+		memcpy(sorted, keys, n * sizeof *sorted);
+		qsort(sorted, n, sizeof *sorted, key_cmp);
+	}
+	del_many_job j = {v, sorted, n, filter, filter_len, err, errlen, 0, 0};
+	int rc = vf_write(v->store, del_many_fn, &j);
+	free(sorted);
+	if (rc == 0) {
+		if (deleted)
+			*deleted = j.deleted;
+		vf_maint_kick(v, j.maint_due);
+	}
+	return rc;
+}
+
 typedef struct del_job {
 	vecfs *v;
 	const char *key;
@@ -457,10 +610,8 @@ static int del_fn(vf_txn *txn, void *arg)
 		return rc;
 	if ((rc = vf_keys_get(txn, s, j->key, j->keylen, &id)))
 		return rc;
-	if ((rc = vf_keys_del(txn, s, j->key, j->keylen)) ||
-	    (rc = vf_pidx_remove_record(txn, s, NULL, id)) || (rc = vf_records_del(txn, s, id)))
+	if ((rc = drop_record(txn, s, id, j->key, j->keylen, &cnt)))
 		return rc;
-	cnt.live--;
 	if ((rc = vf_forget_records(j->v, txn, &id, 1, &cnt, &j->maint_due)))
 		return rc;
 	return vf_save_counters(txn, s, &cnt);

@@ -63,6 +63,7 @@ struct fs_daemon {
 	size_t ingest_max;      /* bytes the buffers of open ingest files may
 				 * hold (-o ingest_buffer_mb) */
 	_Atomic size_t ingest_used; /* bytes they hold */
+	_Atomic uint64_t last_delete; /* records deleted by the last commit of `delete` */
 };
 
 /* Everything but the store (dm->store stays NULL for the caller to set)

@@ -30,7 +30,8 @@
 #include "number.h"
 #include "sbuf.h"
 
-enum { F_CSV, F_TSV, F_TXT, F_JSONL, F_FVECS, F_BVECS, F_NPY };
+/* F_DELETE: the root's `delete` file, keys a line, read as text */
+enum { F_CSV, F_TSV, F_TXT, F_DELETE, F_JSONL, F_FVECS, F_BVECS, F_NPY };
 
 #define SPOOL_BUF ((size_t)256 << 10)
 #define LINE_MAX_BYTES ((size_t)4 << 20)
@@ -42,6 +43,7 @@ struct ingest {
 	pthread_mutex_t mu;
 	fs_daemon *dm;     /* where the rows go */
 	char *name;
+	char *path;        /* as errors lines name it: ingest/NAME, or delete */
 	int fmt;
 	uint32_t dim;      /* the file's dimension; 0 until known */
 	int dim_from_store;
@@ -61,6 +63,8 @@ struct ingest {
 	sbuf line;
 	uint64_t lineno;   /* lines completed */
 	sbuf key;          /* decoded JSON key */
+	sbuf filter;       /* delete: the text of its filter= line */
+	uint64_t filter_line; /* delete: that line's number; 0: none */
 	/* binary formats */
 	uint8_t *row;
 	size_t rowlen, rowneed;
@@ -143,6 +147,11 @@ int ingest_is_staged(const char *name)
 	return n > 5 && !strcmp(name + n - 5, ".part") && ingest_format_staged(name) >= 0;
 }
 
+ingest *ingest_new_delete(fs_daemon *dm, uint64_t opener)
+{
+	return ingest_new(dm, "delete", F_DELETE, opener);
+}
+
 ingest *ingest_new(fs_daemon *dm, const char *name, int format, uint64_t opener)
 {
 	ingest *in = calloc(1, sizeof *in);
@@ -150,7 +159,8 @@ ingest *ingest_new(fs_daemon *dm, const char *name, int format, uint64_t opener)
 		return NULL;
 	in->dm = dm;
 	in->name = strdup(name);
-	if (!in->name) {
+	if (!in->name || asprintf(&in->path, format == F_DELETE ? "%s" : "ingest/%s", name) < 0) {
+		free(in->name);
 		free(in);
 		return NULL;
 	}
@@ -213,6 +223,8 @@ static void settle(ingest *in)
 	spool_clear(in);
 	line_drop(in);
 	sb_free(&in->key);
+	sb_free(&in->filter);
+	in->filter_line = 0;
 	if (in->tmp)
 		budget_give(in, scratch_size(in));
 	free(in->tmp);
@@ -228,6 +240,7 @@ void ingest_free(ingest *in)
 	settle(in);
 	free(in->why);
 	free(in->name);
+	free(in->path);
 	pthread_mutex_destroy(&in->mu);
 	free(in);
 }
@@ -239,7 +252,7 @@ static const char *unit(const ingest *in)
 	return in->fmt <= F_JSONL ? "line" : "row";
 }
 
-/* Log "ingest/NAME: line N: why", drop everything, and mark the file dead
+/* Log "ingest/NAME: line N: why" (or "delete: …"), drop everything, and mark the file dead
  * (a staged file keeps the line for its rename, and its place in ingest/). */
 static int fail_at(ingest *in, int rc, uint64_t where, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
@@ -251,7 +264,9 @@ static int fail_at(ingest *in, int rc, uint64_t where, const char *fmt, ...)
 	vsnprintf(why, sizeof why, fmt, ap);
 	va_end(ap);
 	char tail[128];
-	if (in->staged)
+	if (in->fmt == F_DELETE)
+		snprintf(tail, sizeof tail, "nothing of it was deleted");
+	else if (in->staged)
 		snprintf(tail, sizeof tail, "nothing of the staged file was committed");
 	else if (in->committed)
 		snprintf(tail, sizeof tail,
@@ -265,10 +280,10 @@ static int fail_at(ingest *in, int rc, uint64_t where, const char *fmt, ...)
 	if (in->defer && rc == -EINVAL) {
 		/* bad content of a staged file: told by the rename that would
 		 * have committed it */
-		if (!in->why && asprintf(&in->why, "ingest/%s: %s%s; %s", in->name, at, why, tail) < 0)
+		if (!in->why && asprintf(&in->why, "%s: %s%s; %s", in->path, at, why, tail) < 0)
 			in->why = NULL;
 	} else {
-		errlog(&in->dm->errors, "ingest/%s: %s%s; %s", in->name, at, why, tail);
+		errlog(&in->dm->errors, "%s: %s%s; %s", in->path, at, why, tail);
 		in->done = 1;
 	}
 	in->failed = 1;
@@ -386,6 +401,24 @@ static void spool_clear(ingest *in)
 	in->n = 0;
 }
 
+/* The spool file, made at the first row: 0, or a failure logged. */
+static int spool_start(ingest *in, uint64_t where)
+{
+	char why[160];
+	int rc;
+	if (in->fd >= 0)
+		return 0;
+	/* the write buffer counts from here until spool_clear() */
+	if (budget_take(in, SPOOL_BUF))
+		return fail_at(in, -ENOMEM, where, "%s", budget_why(in, why, sizeof why));
+	if ((rc = spool_open(in))) {
+		budget_give(in, SPOOL_BUF);
+		return fail_at(in, rc, where, "cannot create the spool file in %s: %s", in->dm->store_dir,
+			       strerror(-rc));
+	}
+	return 0;
+}
+
 /* Check a complete row and add it to the spool. */
 /* numeric_key: the row's key reads as a number (a row of numbers only). */
 static int add_row(ingest *in, uint64_t where, const char *key, size_t klen, uint32_t dim,
@@ -409,16 +442,8 @@ static int add_row(ingest *in, uint64_t where, const char *key, size_t klen, uin
 	int rc = vecfs_row_check(in->dm->store, &r, dim, why, sizeof why);
 	if (rc)
 		return fail_at(in, rc, where, "%s", why[0] ? why : strerror(-rc));
-	if (in->fd < 0) {
-		/* the write buffer counts from here until spool_clear() */
-		if (budget_take(in, SPOOL_BUF))
-			return fail_at(in, -ENOMEM, where, "%s", budget_why(in, why, sizeof why));
-		if ((rc = spool_open(in))) {
-			budget_give(in, SPOOL_BUF);
-			return fail_at(in, rc, where, "cannot create the spool file in %s: %s", in->dm->store_dir,
-				       strerror(-rc));
-		}
-	}
+	if ((rc = spool_start(in, where)))
+		return rc;
 	static const char zeros[8];
 	rec_hdr h = {where, (uint32_t)klen, (uint32_t)plen, key != NULL, 0};
 	size_t head = sizeof h + klen + plen;
@@ -1047,7 +1072,110 @@ out:
 	return add_row(in, where, in->key.p ? in->key.p : "", in->key.len, cnt, payload, plen, 0);
 }
 
+/* ---------------------------------------------------------------- delete */
+
+static int buf_add(ingest *in, sbuf *b, const void *p, size_t n, uint64_t where);
+
+/* A line of `delete`: a key (the whole line, or double-quoted as in a
+ * .csv file), or the one filter= line; blank lines are skipped.  Keys are
+ * spooled as rows without vectors. */
+static int delete_line(ingest *in, const char *s, size_t n)
+{
+	uint64_t where = in->lineno;
+	if (n && s[n - 1] == '\r')
+		n--;
+	size_t b = 0;
+	while (b < n && is_blank(s[b]))
+		b++;
+	if (b == n)
+		return 0;
+	if (n >= 7 && !memcmp(s, "filter=", 7)) {
+		if (in->filter_line)
+			return fail_at(in, -EINVAL, where, "a second filter= line (line %llu has one): at most one",
+				       (unsigned long long)in->filter_line);
+		in->filter_line = where;
+		return buf_add(in, &in->filter, s + 7, n - 7, where);
+	}
+	const char *key = s;
+	size_t klen = n;
+	if (s[0] == '"') {
+		size_t end;
+		int rc = quoted_key(in, s, n, &end);
+		if (rc)
+			return rc;
+		while (end < n && is_blank(s[end]))
+			end++;
+		if (end < n)
+			return fail_at(in, -EINVAL, where, "text after the closing quote of the key");
+		key = in->key.p;
+		klen = in->key.len;
+	}
+	if (!vecfs_key_valid(key, klen))
+		return fail_at(in, -EINVAL, where,
+			       "bad key '%.*s': keys are 1-255 bytes of UTF-8 without '/', NUL, tab or "
+			       "newline, and not '.' or '..'",
+			       (int)(klen > 80 ? 80 : klen), key);
+	int rc = spool_start(in, where);
+	if (rc)
+		return rc;
+	static const char zeros[8];
+	rec_hdr h = {where, (uint32_t)klen, 0, 1, 0};
+	if ((rc = spool_put(in, &h, sizeof h)) || (rc = spool_put(in, key, klen)) ||
+	    (rc = spool_put(in, zeros, rec_size(klen, 0, 0) - sizeof h - klen)))
+		return fail_at(in, rc == -ENOSPC || rc == -EDQUOT ? -ENOSPC : rc, where,
+			       "cannot spool the key: %s", strerror(-rc));
+	in->n++;
+	return 0;
+}
+
+/* Delete the spooled keys and what the filter matches, in one commit. */
+static int delete_commit(ingest *in)
+{
+	char err[512] = "";
+	int rc = in->fd >= 0 ? spool_flush(in) : 0;
+	if (rc)
+		return fail_at(in, rc, 0, "cannot spool: %s", strerror(-rc));
+	size_t keys_off = (size_t)in->fsize;
+	size_t total = keys_off + in->n * sizeof(vecfs_key);
+	char *map = NULL;
+	if (in->n) {
+		if ((rc = posix_fallocate(in->fd, (off_t)keys_off, (off_t)(total - keys_off))) != 0) {
+			rc = rc == EDQUOT ? -ENOSPC : -rc;
+			return fail_at(in, rc, 0, "cannot spool the keys: %s", strerror(-rc));
+		}
+		map = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, in->fd, 0);
+		if (map == MAP_FAILED) {
+			rc = -errno;
+			return fail_at(in, rc, 0, "cannot map the spool: %s", strerror(-rc));
+		}
+	}
+	vecfs_key *keys = in->n ? (vecfs_key *)(void *)(map + keys_off) : NULL;
+	size_t off = 0;
+	for (size_t i = 0; i < in->n; i++) {
+		rec_hdr h;
+		memcpy(&h, map + off, sizeof h);
+		keys[i] = (vecfs_key){map + off + sizeof h, h.klen};
+		off += rec_size(h.klen, 0, 0);
+	}
+	uint64_t deleted = 0;
+	rc = vecfs_delete_many(in->dm->store, keys, in->n, in->filter_line ? in->filter.p : NULL,
+			       in->filter.len, &deleted, err, sizeof err);
+	if (map)
+		munmap(map, total);
+	if (rc)
+		return fail_at(in, rc, rc == -EINVAL || rc == -E2BIG ? in->filter_line : 0, "%s",
+			       err[0] ? err : strerror(-rc));
+	atomic_store(&in->dm->last_delete, deleted);
+	in->committed += deleted;
+	spool_clear(in);
+	sb_free(&in->filter);
+	in->filter_line = 0;
+	return 0;
+}
+
 /* ---------------------------------------------------------------- text lines */
+
+static int delete_line(ingest *in, const char *s, size_t n);
 
 static int text_line(ingest *in, const char *s, size_t n)
 {
@@ -1056,6 +1184,8 @@ static int text_line(ingest *in, const char *s, size_t n)
 		s += 3;
 		n -= 3;
 	}
+	if (in->fmt == F_DELETE)
+		return delete_line(in, s, n);
 	const char *t = s;
 	size_t tn = n;
 	trim(&t, &tn);
@@ -1476,7 +1606,8 @@ int ingest_commit(ingest *in)
 		pthread_mutex_unlock(&in->mu);
 		return rc;
 	}
-	if (in->n && (rc = spool_commit(in))) {
+	if (in->fmt == F_DELETE ? (in->n || in->filter_line) && (rc = delete_commit(in))
+				: in->n && (rc = spool_commit(in))) {
 		pthread_mutex_unlock(&in->mu);
 		return rc;
 	}

@@ -21,6 +21,10 @@ int ingest_is_staged(const char *name);
 /* A file made by process `opener` (its pid); NULL when out of memory or
  * past the budget of -o ingest_buffer_mb (an errors line says so). */
 ingest *ingest_new(fs_daemon *dm, const char *name, int format, uint64_t opener);
+/* A writer of the root's `delete` file (process `opener`): keys a line and
+ * at most one filter= line, read as an ingest file's text is; its commit
+ * deletes them in one transaction (stats' last_delete). */
+ingest *ingest_new_delete(fs_daemon *dm, uint64_t opener);
 void ingest_free(ingest *in);
 /* Parse bytes written at offset off (which must be the file's end) by lock
  * owner `owner`.  Rows are validated as they complete; a bad row fails

@@ -1,7 +1,7 @@
 /*
  * fs/inode.c - the nodes of the tree and their tables.
  *
- * Inodes 1..12 are the fixed entries (the root, its files and directories,
+ * Inodes 1..13 are the fixed entries (the root, its files and directories,
  * generations/active).  Everything else gets a node with a fresh inode
  * number when the kernel first looks it up: records/KEY, generations/GEN
  * and its files, query sessions and their files, ingest files and the
@@ -25,6 +25,7 @@
 static const named root_entries[] = {
 	{"README", K_README}, {"config", K_CONFIG},   {"stats", K_STATS},
 	{"errors", K_ERRORS}, {"ctl", K_CTL},         {"backup", K_BACKUP},
+	{"delete", K_DELETE},
 	{"ingest", K_INGEST}, {"records", K_RECORDS}, {"query", K_QUERY},
 	{"generations", K_GENS},
 };
@@ -360,7 +361,7 @@ int tree_init(fs_daemon *dm)
 	} fx[] = {
 		{K_ROOT, "", 0},           {K_README, "README", K_ROOT}, {K_CONFIG, "config", K_ROOT},
 		{K_STATS, "stats", K_ROOT}, {K_ERRORS, "errors", K_ROOT}, {K_CTL, "ctl", K_ROOT},
-		{K_BACKUP, "backup", K_ROOT}, {K_INGEST, "ingest", K_ROOT}, {K_RECORDS, "records", K_ROOT},
+		{K_BACKUP, "backup", K_ROOT}, {K_DELETE, "delete", K_ROOT}, {K_INGEST, "ingest", K_ROOT}, {K_RECORDS, "records", K_ROOT},
 		{K_QUERY, "query", K_ROOT}, {K_GENS, "generations", K_ROOT}, {K_ACTIVE, "active", K_GENS},
 	};
 	for (size_t i = 0; i < NELEM(fx); i++) {

@@ -34,7 +34,7 @@
 static int readable(int kind)
 {
 	switch (kind) {
-	case K_README: case K_CONFIG: case K_STATS: case K_ERRORS: case K_BACKUP:
+	case K_README: case K_CONFIG: case K_STATS: case K_ERRORS: case K_BACKUP: case K_DELETE:
 	case K_RECORD: case K_QOUT: case K_QJSON: case K_QSTATS:
 	case K_GMETA: case K_GCENT: case K_GCLUST: case K_GPROG:
 		return 1;
@@ -44,7 +44,8 @@ static int readable(int kind)
 
 static int writable(int kind)
 {
-	return kind == K_CONFIG || kind == K_CTL || kind == K_INGEST_FILE || kind == K_QIN;
+	return kind == K_CONFIG || kind == K_CTL || kind == K_INGEST_FILE || kind == K_QIN ||
+	       kind == K_DELETE;
 }
 
 typedef struct handle {
@@ -57,6 +58,7 @@ typedef struct handle {
 	size_t len;
 	int fresh;     /* data was rendered by open and not read yet */
 	int fd;        /* backup */
+	ingest *del;   /* delete, opened for writing: what it was given */
 	/* held while wbuf and what follows change or are read; never while a
 	 * ctl command or a config transaction runs (two threads may write or
 	 * close one descriptor at once) */
@@ -113,6 +115,7 @@ static void handle_free(handle *h)
 		return;
 	if (h->fd >= 0)
 		close(h->fd);
+	ingest_free(h->del);
 	free(h->data);
 	sb_free(&h->wbuf);
 	pthread_mutex_destroy(&h->wmu);
@@ -194,6 +197,11 @@ void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		return;
 	}
 	int rc = open_node(dm, n, fi, &h);
+	if (rc == 0 && n->kind == K_DELETE && (fi->flags & O_ACCMODE) != O_RDONLY &&
+	    !(h->del = ingest_new_delete(dm, (uint64_t)fuse_req_ctx(req)->pid))) {
+		handle_free(h);
+		rc = -ENOMEM;
+	}
 	if (rc == 0 && n->kind == K_INGEST_FILE && ingest_done(n->ing)) {
 		/* reopened after it left ingest/ (through a descriptor path) */
 		handle_free(h);
@@ -365,6 +373,9 @@ void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_
 		atomic_store_explicit(&h->wrote, 1, memory_order_relaxed);
 		rc = qs_in_write(n->session->qs, buf, size, (uint64_t)off);
 		break;
+	case K_DELETE:
+		rc = ingest_write(h->del, buf, size, (uint64_t)off, fi->lock_owner);
+		break;
 	case K_CONFIG:
 	case K_CTL:
 		pthread_mutex_lock(&h->wmu);
@@ -450,6 +461,10 @@ static int flush_handle(handle *h, pid_t pid)
 	case K_INGEST_FILE:
 		rc = ingest_flush(h, 0, 0);
 		break;
+	case K_DELETE:
+		if (h->del)
+			ingest_release(h->del);
+		break;
 	case K_QIN: {
 		int ran;
 		if (!atomic_load_explicit(&h->wrote, memory_order_relaxed) && pid > 0 &&
@@ -505,6 +520,10 @@ void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	handle *h = handle_of(fi);
 	if (h->n->kind == K_INGEST_FILE)
 		fuse_reply_err(req, -ingest_flush(h, fi->lock_owner, fuse_req_ctx(req)->pid));
+	else if (h->n->kind == K_DELETE && h->del) {
+		fc_request_long(h->dm->fuse); /* a commit */
+		fuse_reply_err(req, -ingest_close(h->del, fi->lock_owner, (uint64_t)fuse_req_ctx(req)->pid));
+	}
 	else
 		fuse_reply_err(req, -flush_handle(h, fuse_req_ctx(req)->pid));
 }
@@ -556,6 +575,8 @@ void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
 			if (attr->st_size == 0)
 				qs_in_truncate(n->session->qs);
 			break;
+		case K_DELETE:
+			break; /* O_TRUNC of a file that reads empty */
 		case K_CONFIG:
 		case K_CTL:
 			if (fi && attr->st_size == 0) {

@@ -62,6 +62,9 @@ int node_attr(fs_daemon *dm, node *n, struct stat *st)
 	case K_CTL:
 		st->st_mode = S_IFREG | 0200;
 		return 0;
+	case K_DELETE: /* reads empty */
+		st->st_mode = S_IFREG | 0600;
+		return 0;
 	case K_QIN: /* what was written, so that O_APPEND writes append */
 		st->st_mode = S_IFREG | 0200;
 		st->st_size = (off_t)qs_in_size(n->session->qs);

@@ -142,6 +142,10 @@ int render_node(fs_daemon *dm, node *n, sbuf *b)
 	case K_STATS: {
 		fs_loop_stats ls;
 		int rc = render_stats(dm->store, b);
+		if (rc == 0) {
+			sb_printf(b, "last_delete = %llu\n", (unsigned long long)atomic_load(&dm->last_delete));
+			rc = b->oom ? -ENOMEM : 0;
+		}
 		if (rc == 0 && fc_loop_counts(dm->fuse, &ls)) {
 			sb_printf(b, "workers = %u\n", ls.workers);
 			sb_printf(b, "workers_started = %llu\n", (unsigned long long)ls.extra_started);

@@ -71,7 +71,7 @@ umnt "$TMP/tun-mnt"
 
 # ---------------------------------------------------------------- tree
 ls=$(T ls -A "$M" | tr '\n' ' ')
-check root_listing test "$ls" == "README backup config ctl errors generations ingest query records stats "
+check root_listing test "$ls" == "README backup config ctl delete errors generations ingest query records stats "
 check readme_lines test "$(T cat "$M/README" | wc -l)" -ge 2
 check readme_read_only test "$(printf 'x\n' | put - "$M/README")" == "ERR EACCES open"
 check config_mode test "$(T stat -c %A "$M/config")" == "-rw-r--r--"
@@ -148,6 +148,47 @@ check many_ingest test "$(put "$TMP/many.csv" "$M/ingest/many.csv")" == OK
 check many_listed test "$(T ls "$M/records" | grep -c '^key-')" == 5000
 check many_unique test "$(T ls "$M/records" | sort | uniq -d | wc -l)" == 0
 check many_python_listdir test "$(T "$PY" -c "import os,sys; print(len(os.listdir(sys.argv[1])))" "$M/records")" == 5117
+
+# ---------------------------------------------------------------- delete
+"$PY" -c "
+print(''.join('del-%d,%d,1,2,3\n' % (i, i) for i in range(40)), end='')
+print('\"del x\",9,9,9,9')" >"$TMP/del.csv"
+check delete_setup test "$(put "$TMP/del.csv" "$M/ingest/del.csv")" == OK
+check delete_mode test "$(T stat -c '%A %s' "$M/delete")" == "-rw------- 0"
+check delete_reads_empty test "$(T cat "$M/delete" | wc -c)" == 0
+# keys a line (a quoted one, a CRLF one, a missing one, blank lines): one commit at the close
+printf 'del-1\n\n"del x"\ndel-2\r\nno-such-key\n  \ndel-3\n' >"$M/delete"
+check delete_keys test "$(stat_kv last_delete)/$(stat_kv records)" == "4/5154"
+check delete_keys_gone test ! -e "$M/records/del-2" -a ! -e "$M/records/del x" -a -e "$M/records/del-4"
+# a bad key line or a second filter= line: EINVAL, nothing deleted, one errors line
+check delete_bad_key test "$(printf 'del-4\na/b\n' | put - "$M/delete")" == "ERR EINVAL write"
+check delete_bad_key_line errors_has "delete: line 2: bad key 'a/b'"
+check delete_two_filters test "$(printf 'filter={}\nfilter={}\n' | put - "$M/delete")" == "ERR EINVAL write"
+check delete_bad_filter test "$(printf 'del-4\nfilter={"a":\n' | put - "$M/delete")" == "ERR EINVAL close"
+check delete_bad_filter_line errors_has "delete: line 2: "
+check delete_nothing_deleted test "$(stat_kv records)" == 5154
+# a shell's redirection of one echo; a forked child that inherited the descriptor and wrote nothing commits nothing
+T bash -c "echo del-4 > '$M/delete'"
+check delete_echo test ! -e "$M/records/del-4"
+T "$PY" - "$M" <<'PY'
+import os, sys
+fd = os.open(sys.argv[1] + '/delete', os.O_WRONLY)
+os.write(fd, b'del-5\n')
+pid = os.fork()
+if pid == 0:
+    os.close(fd)
+    os._exit(0)
+os.waitpid(pid, 0)
+kept = os.path.exists(sys.argv[1] + '/records/del-5')
+os.close(fd)
+sys.exit(0 if kept else 1)
+PY
+check delete_child_close_no_commit test $? -eq 0
+check delete_parent_close_commits test ! -e "$M/records/del-5"
+# the payload filter (records of del.csv have none: none match $exists)
+check delete_filter_none test "$(printf 'filter={"x": {"$exists": true}}\n' | put - "$M/delete")/$(stat_kv last_delete)" == "OK/0"
+printf 'del-%d\n' 0 $(seq 6 39) >"$M/delete"
+check delete_rest test "$(stat_kv last_delete)/$(T ls "$M/records" | grep -c '^del-')" == "35/0"
 
 # ---------------------------------------------------------------- query
 check query_enoent_without_mkdir test "$(printf '1 2 3 4\n' | put - "$M/query/nope/in")" == "ERR ENOENT open"

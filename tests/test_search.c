@@ -1380,6 +1380,84 @@ static void test_assigned_keys(void **state)
 	assert_int_equal(stats(v).records, 16);
 }
 
+/* Many keys and a filter deleted in one commit: named keys (missing ones
+ * and repeats skipped) and the filter's records go, nothing else; a bad
+ * filter deletes nothing; results and verify agree afterwards, with a
+ * generation active. */
+static void test_delete_many(void **state)
+{
+	fixture *f = *state;
+	vecfs *v = fx_open(f, NULL);
+	enum { N = 3000, D = 8 };
+	set_config(v, D, VECFS_L2);
+	dataset ds;
+	ds_make(&ds, 71, N, D, 12);
+	vecfs_row *rows = calloc(N, sizeof *rows);
+	char (*keys)[16] = calloc(N, 16), (*pay)[32] = calloc(N, 32);
+	assert_true(rows && keys && pay);
+	for (size_t i = 0; i < N; i++) {
+		snprintf(keys[i], 16, "d%zu", i);
+		snprintf(pay[i], 32, "{\"i\": %zu}", i);
+		rows[i] = (vecfs_row){keys[i], strlen(keys[i]), ds.x + i * D, pay[i], strlen(pay[i])};
+	}
+	assert_int_equal(vecfs_put(v, rows, N, D, NULL, NULL, 0), 0);
+	build(v, 1);
+	/* every third key below 1500, one of them twice, and keys that are not there */
+	vecfs_key *del = calloc(N, sizeof *del);
+	size_t nd = 0;
+	for (size_t i = 0; i < 1500; i += 3)
+		del[nd++] = (vecfs_key){keys[i], strlen(keys[i])};
+	del[nd++] = (vecfs_key){keys[3], strlen(keys[3])};
+	del[nd++] = (vecfs_key){"nope", 4};
+	del[nd++] = (vecfs_key){"a/b", 3};
+	uint64_t gone = 0;
+	char err[256] = "";
+	/* a bad filter: nothing is deleted */
+	assert_int_equal(vecfs_delete_many(v, del, nd, "{\"i\": {\"$gte\"", 14, &gone, err, sizeof err), -EINVAL);
+	assert_true(err[0] != 0);
+	assert_int_equal(stats(v).records, N);
+	/* the keys, and the filter i >= 2500 (whose records are not named) */
+	const char *flt = "{\"i\": {\"$gte\": 2500}}";
+	assert_int_equal(vecfs_delete_many(v, del, nd, flt, strlen(flt), &gone, err, sizeof err), 0);
+	assert_int_equal(gone, 500 + 500);
+	assert_int_equal(stats(v).records, N - 1000);
+	for (size_t i = 0; i < N; i++) {
+		uint32_t d = 0;
+		float vec[D];
+		int want = (i < 1500 && i % 3 == 0) || i >= 2500 ? -ENOENT : 0;
+		assert_int_equal(vecfs_get(v, keys[i], strlen(keys[i]), vec, D, &d, NULL, 0, NULL), want);
+	}
+	/* a filter alone, overlapping what is gone; then the search of every
+	 * record's vector finds itself unless it was deleted */
+	flt = "{\"i\": {\"$lt\": 300}}";
+	assert_int_equal(vecfs_delete_many(v, NULL, 0, flt, strlen(flt), &gone, err, sizeof err), 0);
+	assert_int_equal(gone, 200);
+	assert_int_equal(stats(v).records, N - 1200);
+	char msg[256];
+	assert_int_equal(vecfs_verify(v, msg, sizeof msg), 0);
+	vecfs_query_opts o = {.k = 1, .exact = 1};
+	for (size_t i = 0; i < N; i += 37) {
+		vecfs_results *r = search_opts(v, ds.x + i * D, 1, D, &o);
+		int deleted = i < 300 || (i < 1500 && i % 3 == 0) || i >= 2500;
+		assert_int_equal(r->count[0], 1);
+		if (deleted)
+			assert_true(key_index(r->hits[0][0].key, "d") != (long)i || r->hits[0][0].distance > 0);
+		else
+			assert_true(r->hits[0][0].distance == 0);
+		vecfs_results_free(r);
+	}
+	/* "{}" matches every record */
+	assert_int_equal(vecfs_delete_many(v, NULL, 0, "{}", 2, &gone, err, sizeof err), 0);
+	assert_int_equal(gone, N - 1200);
+	assert_int_equal(stats(v).records, 0);
+	assert_int_equal(vecfs_verify(v, msg, sizeof msg), 0);
+	free(del);
+	free(rows);
+	free(keys);
+	free(pay);
+	ds_free(&ds);
+}
+
 /* ------------------------------------------------------------ 9. reopen */
 
 static void test_persistence(void **state)
@@ -1844,6 +1922,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_bad_input_rejected, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_assigned_keys, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_persistence, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_delete_many, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_batch_equals_single, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_batch_one_snapshot, fx_setup, fx_teardown),
 		cmocka_unit_test(test_train_sample),

@@ -129,6 +129,22 @@ void vecfs_batch_abort(vecfs_batch *b);
 /* Delete one record durably.  -ENOENT if missing. */
 int vecfs_delete(vecfs *v, const char *key, size_t keylen);
 
+/* 1 when key[0..len) is a key as records may have (1-255 bytes of UTF-8
+ * without '/', NUL, tab or newline, not "." or ".."), else 0. */
+int vecfs_key_valid(const char *key, size_t len);
+
+typedef struct vecfs_key {
+	const char *key;
+	size_t len;
+} vecfs_key;
+/* Delete, in one atomic and durable commit, the records of the n keys
+ * (keys that do not exist are skipped) and, when filter is not NULL, every
+ * live record whose payload matches it (a search's filter; "{}" matches
+ * every record).  *deleted (may be NULL): the records deleted.  -EINVAL or
+ * -E2BIG for a bad filter, with a reason, nothing deleted. */
+int vecfs_delete_many(vecfs *v, const vecfs_key *keys, size_t n, const char *filter,
+		      size_t filter_len, uint64_t *deleted, char *err, size_t errlen);
+
 /* Read one record: copies up to `cap` floats into `vec` and sets `*dim`.
  * -ENOENT if missing.  Payload, if wanted, is copied into `payload`
  * (capacity `pcap`, may be NULL) and its length into `*plen`. */
