@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "daemon.h"
@@ -120,6 +121,64 @@ static int run_compact(fs_daemon *dm)
 	return rc;
 }
 
+static int run_verify(fs_daemon *dm)
+{
+	char msg[512] = "";
+	int rc = vecfs_verify(dm->store, msg, sizeof msg);
+	if (msg[0])
+		errlog(&dm->errors, "%s", msg);
+	else if (rc)
+		errlog(&dm->errors, "verify: failed: %s", strerror(-rc));
+	return rc;
+}
+
+static int run_salvage(fs_daemon *dm)
+{
+	vecfs_salvage_info si;
+	char err[256] = "";
+	int rc = vecfs_salvage(dm->store, salvage_lost, dm, &si, err, sizeof err);
+	if (rc)
+		errlog(&dm->errors, "%s", err);
+	else
+		errlog(&dm->errors, "salvage: %llu damaged record(s) removed, %llu key(s) lost, "
+		       "%llu key(s) restored, %llu generation(s) dropped",
+		       (unsigned long long)si.records_dropped, (unsigned long long)si.keys_lost,
+		       (unsigned long long)si.keys_restored,
+		       (unsigned long long)si.generations_dropped);
+	/* the active generation dropped: the index is derived from the
+	 * records again, as a build would (unless builds are manual) */
+	vecfs_config c;
+	vecfs_stats st;
+	if (rc || !si.generations_dropped || vecfs_active(dm->store) ||
+	    vecfs_config_get(dm->store, &c) || vecfs_stats_get(dm->store, &st) ||
+	    st.records == 0)
+		return rc;
+	if (c.auto_build == 0) {
+		errlog(&dm->errors, "salvage: no generation is active now (auto_build = 0): "
+		       "echo build > ctl makes one; meanwhile every query scans exactly");
+		return 0;
+	}
+	errlog(&dm->errors, "salvage: no generation is active now: building a new one");
+	return run_build(dm, "salvage", 1, 0);
+}
+
+static int run_build_active(fs_daemon *dm) { return run_build(dm, "build", 1, 0); }
+static int run_build_stage(fs_daemon *dm) { return run_build(dm, "build stage", 0, 0); }
+static int run_rebalance(fs_daemon *dm) { return run_build(dm, "rebalance", 1, 1); }
+
+/* The commands: a row each, in the order reading ctl lists them. */
+static const struct ctl_command {
+	const char *name;
+	int (*run)(fs_daemon *dm);
+	int builds; /* its progress is the build's */
+} commands[CTL_COMMANDS] = {
+	{"build", run_build_active, 1}, {"build stage", run_build_stage, 1},
+	{"compact", run_compact, 0},    {"rebalance", run_rebalance, 1},
+	{"verify", run_verify, 0},      {"salvage", run_salvage, 0},
+};
+
+#define COMMAND_LIST "build, build stage, compact, rebalance, verify, salvage"
+
 int ctl_exec(fs_daemon *dm, const char *line, size_t n)
 {
 	const char *s = line;
@@ -137,56 +196,57 @@ int ctl_exec(fs_daemon *dm, const char *line, size_t n)
 	}
 	cmd[cl] = 0;
 	if (n >= sizeof cmd - 1) {
-		errlog(&dm->errors, "ctl: unknown command '%.60s...' (commands: build, build stage, compact, rebalance, verify, salvage)", s);
+		errlog(&dm->errors, "ctl: unknown command '%.60s...' (commands: " COMMAND_LIST ")", s);
 		return -EINVAL;
 	}
-	if (!strcmp(cmd, "build"))
-		return run_build(dm, "build", 1, 0);
-	if (!strcmp(cmd, "build stage"))
-		return run_build(dm, "build stage", 0, 0);
-	if (!strcmp(cmd, "rebalance"))
-		return run_build(dm, "rebalance", 1, 1);
-	if (!strcmp(cmd, "compact"))
-		return run_compact(dm);
-	if (!strcmp(cmd, "verify")) {
-		char msg[512] = "";
-		int rc = vecfs_verify(dm->store, msg, sizeof msg);
-		if (msg[0])
-			errlog(&dm->errors, "%s", msg);
-		else if (rc)
-			errlog(&dm->errors, "verify: failed: %s", strerror(-rc));
+	for (int i = 0; i < CTL_COMMANDS; i++) {
+		if (strcmp(cmd, commands[i].name))
+			continue;
+		ctl_last *l = &dm->build.last[i];
+		pthread_mutex_lock(&dm->build.mu);
+		l->running++;
+		pthread_mutex_unlock(&dm->build.mu);
+		int rc = commands[i].run(dm);
+		pthread_mutex_lock(&dm->build.mu);
+		l->running--;
+		l->ran = 1;
+		l->rc = rc;
+		l->when = time(NULL);
+		pthread_mutex_unlock(&dm->build.mu);
 		return rc;
 	}
-	if (!strcmp(cmd, "salvage")) {
-		vecfs_salvage_info si;
-		char err[256] = "";
-		int rc = vecfs_salvage(dm->store, salvage_lost, dm, &si, err, sizeof err);
-		if (rc)
-			errlog(&dm->errors, "%s", err);
-		else
-			errlog(&dm->errors, "salvage: %llu damaged record(s) removed, %llu key(s) lost, "
-			       "%llu key(s) restored, %llu generation(s) dropped",
-			       (unsigned long long)si.records_dropped, (unsigned long long)si.keys_lost,
-			       (unsigned long long)si.keys_restored,
-			       (unsigned long long)si.generations_dropped);
-		/* the active generation dropped: the index is derived from the
-		 * records again, as a build would (unless builds are manual) */
-		vecfs_config c;
-		vecfs_stats st;
-		if (rc || !si.generations_dropped || vecfs_active(dm->store) ||
-		    vecfs_config_get(dm->store, &c) || vecfs_stats_get(dm->store, &st) ||
-		    st.records == 0)
-			return rc;
-		if (c.auto_build == 0) {
-			errlog(&dm->errors, "salvage: no generation is active now (auto_build = 0): "
-			       "echo build > ctl makes one; meanwhile every query scans exactly");
-			return 0;
-		}
-		errlog(&dm->errors, "salvage: no generation is active now: building a new one");
-		return run_build(dm, "salvage", 1, 0);
-	}
-	errlog(&dm->errors, "ctl: unknown command '%s' (commands: build, build stage, compact, rebalance, verify, salvage)", cmd);
+	errlog(&dm->errors, "ctl: unknown command '%s' (commands: " COMMAND_LIST ")", cmd);
 	return -EINVAL;
+}
+
+int ctl_render(fs_daemon *dm, sbuf *b)
+{
+	char phase[32], when[32];
+	int pct;
+	sb_adds(b, "# commands, one a line: " COMMAND_LIST "\n");
+	int building = build_progress(dm, phase, sizeof phase, &pct);
+	pthread_mutex_lock(&dm->build.mu);
+	for (int i = 0; i < CTL_COMMANDS; i++) {
+		const ctl_last *l = &dm->build.last[i];
+		struct tm tm;
+		sb_printf(b, "%s: ", commands[i].name);
+		if (l->running && commands[i].builds && building)
+			sb_printf(b, "running %d%% (%s)\n", pct, phase);
+		else if (l->running)
+			sb_adds(b, "running\n");
+		else if (!l->ran)
+			sb_adds(b, "not run since the mount\n");
+		else {
+			gmtime_r(&l->when, &tm);
+			strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
+			if (l->rc)
+				sb_printf(b, "failed %s: %s\n", when, strerror(-l->rc));
+			else
+				sb_printf(b, "ok %s\n", when);
+		}
+	}
+	pthread_mutex_unlock(&dm->build.mu);
+	return b->oom ? -ENOMEM : 0;
 }
 
 /* ---------------------------------------------------------------- backup */

@@ -34,7 +34,7 @@
 static int readable(int kind)
 {
 	switch (kind) {
-	case K_README: case K_CONFIG: case K_STATS: case K_ERRORS: case K_BACKUP: case K_DELETE:
+	case K_README: case K_CONFIG: case K_STATS: case K_ERRORS: case K_BACKUP: case K_DELETE: case K_CTL:
 	case K_RECORD: case K_QOUT: case K_QJSON: case K_QSTATS:
 	case K_GMETA: case K_GCENT: case K_GCLUST: case K_GPROG:
 		return 1;

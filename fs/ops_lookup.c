@@ -59,9 +59,6 @@ int node_attr(fs_daemon *dm, node *n, struct stat *st)
 		st->st_mode = S_IFLNK | 0777;
 		st->st_size = (off_t)strlen(n->target);
 		return 0;
-	case K_CTL:
-		st->st_mode = S_IFREG | 0200;
-		return 0;
 	case K_DELETE: /* reads empty */
 		st->st_mode = S_IFREG | 0600;
 		return 0;
@@ -102,7 +99,7 @@ int node_attr(fs_daemon *dm, node *n, struct stat *st)
 	/* README, config, stats, errors, records/KEY: the exact size */
 	sb_init(&b);
 	rc = render_node(dm, n, &b);
-	st->st_mode = S_IFREG | (n->kind == K_CONFIG ? 0644
+	st->st_mode = S_IFREG | (n->kind == K_CONFIG ? 0644 : n->kind == K_CTL ? 0600
 				 : n->kind == K_README || n->kind == K_STATS ? 0444 : 0400);
 	st->st_size = (off_t)b.len;
 	sb_free(&b);

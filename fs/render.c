@@ -8,6 +8,7 @@
 #include <stdlib.h>
 
 #include "ahead.h"
+#include "control.h"
 #include "daemon.h"
 #include "errors.h"
 #include "fuse_compat.h"
@@ -166,6 +167,8 @@ int render_node(fs_daemon *dm, node *n, sbuf *b)
 		return b->oom ? -ENOMEM : 0;
 	case K_RECORD:
 		return render_record(dm, n->name, n->namelen, b);
+	case K_CTL:
+		return ctl_render(dm, b);
 	case K_QOUT:
 	case K_QJSON:
 	case K_QSTATS:

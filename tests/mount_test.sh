@@ -557,6 +557,15 @@ check verify_line test "$(T cat "$M/errors" | tail -n 1 | cut -d' ' -f2- | cut -
 check ctl_compact test "$(printf 'compact\n' | put - "$M/ctl")" == "OK"
 check ctl_compact_folds test "$(T cat "$M/stats" | sed -n 's/^delta_postings = //p')" == 0
 check ctl_rebalance test "$(printf 'rebalance\n' | put - "$M/ctl")" == "OK"
+# reading ctl: the commands, and how each one last ran
+T cat "$M/ctl" >"$TMP/ctl.txt"
+check ctl_read_lists grep -q '^# commands, one a line: build, build stage, compact, rebalance, verify, salvage$' "$TMP/ctl.txt"
+check ctl_read_build grep -Eq '^build: ok [0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:]{8}Z$' "$TMP/ctl.txt"
+check ctl_read_rebalance grep -Eq '^rebalance: ok ' "$TMP/ctl.txt"
+check ctl_read_salvage_not_run grep -q '^salvage: not run since the mount$' "$TMP/ctl.txt"
+check ctl_read_size test "$(T stat -c '%a %s' "$M/ctl")" == "600 $(wc -c <"$TMP/ctl.txt")"
+printf 'frob\n' | put - "$M/ctl" >/dev/null
+check ctl_read_unknown_changes_nothing cmp -s "$TMP/ctl.txt" <(T cat "$M/ctl")
 check rebalance_flips test "$(T readlink "$M/generations/active")" != "$g1"
 g1=$(T readlink "$M/generations/active")
 
