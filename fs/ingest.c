@@ -267,7 +267,7 @@ static int fail_at(ingest *in, int rc, uint64_t where, const char *fmt, ...)
 		if (!in->why && asprintf(&in->why, "ingest/%s: %s%s; %s", in->name, at, why, tail) < 0)
 			in->why = NULL;
 	} else {
-		errlog(&in->dm->errors, "ingest/%s: %s%s; %s", in->name, at, why, tail);
+		errlog_err(&in->dm->errors, rc, "ingest/%s: %s%s; %s", in->name, at, why, tail);
 		in->done = 1;
 	}
 	in->failed = 1;

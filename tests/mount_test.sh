@@ -1072,7 +1072,7 @@ errors_lines() {
 	printf 'no_such_key_mt = 1\n' | put - "$M/config" >/dev/null
 	T "$PY" -c "
 import os, sys
-for name in ['a\nforged\x1b[2J'] + ['bad name %d' % i for i in range(2000)]:
+for name in ['a\nforged\x1b[2J'] + ['bad name'] * 2000:
     try:
         os.mkdir(os.path.join(sys.argv[1], name))
     except OSError:
@@ -1081,11 +1081,26 @@ for name in ['a\nforged\x1b[2J'] + ['bad name %d' % i for i in range(2000)]:
 	T cat "$M/errors" >"$TMP/errors" || return 1
 	! grep -vqE '^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z ' "$TMP/errors" &&
 		grep -qF 'no_such_key_mt' "$TMP/errors" && grep -qF 'a\nforged\x1b[2J' "$TMP/errors" &&
-		! grep -q '^forged' "$TMP/errors" && grep -q 'more like it$' "$TMP/errors" &&
+		! grep -q '^forged' "$TMP/errors" &&
+		grep -q 'mkdir query/bad name: .* [.][.][.] and 1,990 more like it$' "$TMP/errors" &&
 		(($(wc -l <"$TMP/errors") < 100))
+}
+# distinct failures are never summed up: fourteen bad files in a row give
+# fourteen lines, each naming its file
+errors_distinct() {
+	local i n=0
+	for ((i = 1; i <= 14; i++)); do
+		printf 'k%d,1,2,x\n' "$i" | put - "$M/ingest/bad$i.csv" >/dev/null
+	done
+	T cat "$M/errors" >"$TMP/errors" || return 1
+	for ((i = 1; i <= 14; i++)); do
+		[[ $(grep -c "ingest/bad$i[.]csv: " "$TMP/errors") == 1 ]] && n=$((n + 1))
+	done
+	((n == 14)) && ! grep -q 'ingest/bad.*more like it' "$TMP/errors"
 }
 if mnt "$A" "$M"; then
 	check errors_stamped_escaped_limited errors_lines
+	check errors_distinct_files errors_distinct
 	umnt "$M"
 else
 	bad mount_errors "$(tail -c 200 "$TMP/daemon.log")"

@@ -1997,7 +1997,7 @@ static void test_errors_lines(void **state)
 	free(p);
 	errlog(&log, "keep me %d", 1);
 	for (int i = 0; i < 10000; i++)
-		errlog(&log, "query/%d: mkdir failed", i);
+		errlog(&log, "query/%s: mkdir failed", "bad 9");
 	errlog(&log, "keep me %d", 2);
 	assert_int_equal(errors_count(&log), 10003);
 	char last[200];
@@ -2005,12 +2005,72 @@ static void test_errors_lines(void **state)
 	assert_string_equal(last, "keep me 2");
 	assert_int_equal(lines_with(&log, "keep me", &lines), 2);
 	assert_int_equal(lines_with(&log, "mkdir failed", &lines), ERR_BURST + 1);
-	assert_int_equal(lines_with(&log, "query/9999: mkdir failed ... and 9,990 more like it", &lines), 1);
+	assert_int_equal(lines_with(&log, "query/bad 9: mkdir failed ... and 9,990 more like it", &lines), 1);
 	assert_int_equal(lines, ERR_BURST + 4);
 	/* a new window shows the message again */
 	fake_now += ERR_WINDOW_S;
+	errlog(&log, "query/%s: mkdir failed", "bad 9");
 	errlog(&log, "query/%s: mkdir failed", "x");
+	assert_int_equal(lines_with(&log, "query/bad 9: mkdir failed", &lines), ERR_BURST + 2);
 	assert_int_equal(lines_with(&log, "query/x: mkdir failed", &lines), 1);
+	errors_fini(&log);
+}
+
+/* only the very same failure is held back: distinct files, distinct
+ * reasons and distinct errnos each get their lines, and a resource failure
+ * (ENOSPC, ENOMEM, EIO) always gets its own */
+static void test_errors_distinct(void **state)
+{
+	(void)state;
+	err_log log;
+	size_t lines;
+	char name[32];
+	errors_init(&log);
+	log.clock = fake_clock;
+	/* one format, fourteen files: fourteen lines, none summed up */
+	for (int i = 1; i <= 14; i++)
+		errlog_err(&log, -EINVAL, "ingest/%s: %s%s; %s", (snprintf(name, sizeof name, "bad%d.csv", i), name),
+			   "line 2: ", "bad number", "nothing of the file was committed");
+	assert_int_equal(lines_with(&log, "bad number", &lines), 14);
+	assert_int_equal(lines_with(&log, "more like it", &lines), 0);
+	for (int i = 1; i <= 14; i++) {
+		snprintf(name, sizeof name, "ingest/bad%d.csv: ", i);
+		assert_int_equal(lines_with(&log, name, &lines), 1);
+	}
+	errors_fini(&log);
+
+	/* one file, the same bad row again and again, with a commit that ran
+	 * out of room among them: each ENOSPC has its line */
+	errors_init(&log);
+	log.clock = fake_clock;
+	for (int i = 0; i < 60; i++) {
+		errlog_err(&log, -EINVAL, "ingest/%s: %s%s; %s", "a.csv", "line 2: ", "bad number",
+			   "nothing of the file was committed");
+		if (i % 3 == 2)
+			errlog_err(&log, -ENOSPC, "ingest/%s: %s%s; %s", "a.csv", "", "No space left on device",
+				   "nothing of the file was committed");
+		if (i % 5 == 4)
+			errlog_err(&log, ENOMEM, "ingest/%s: %s%s; %s", "a.csv", "", "out of memory",
+				   "nothing of the file was committed");
+		if (i % 10 == 9)
+			errlog_err(&log, -EIO, "records/%s: %s", "k", "Input/output error");
+	}
+	assert_int_equal(lines_with(&log, "No space left on device", &lines), 20);
+	assert_int_equal(lines_with(&log, "out of memory", &lines), 12);
+	assert_int_equal(lines_with(&log, "Input/output error", &lines), 6);
+	/* the bad rows: ten, then one line for the fifty alike, naming them */
+	assert_int_equal(lines_with(&log, "bad number", &lines), ERR_BURST + 1);
+	assert_int_equal(lines_with(&log, "ingest/a.csv: line 2: bad number; nothing of the file was committed"
+				    " ... and 50 more like it", &lines), 1);
+	errors_fini(&log);
+
+	/* alike means the same message: another line number is another line */
+	errors_init(&log);
+	log.clock = fake_clock;
+	for (int i = 0; i < 40; i++)
+		errlog(&log, "query/%s/in: line %d: %s", "s", 1 + i % 20, "expected 4 numbers");
+	assert_int_equal(lines_with(&log, "expected 4 numbers", &lines), 40);
+	assert_int_equal(lines_with(&log, "more like it", &lines), 0);
 	errors_fini(&log);
 }
 
@@ -2021,6 +2081,7 @@ int main(void)
 		TEST(test_examples), TEST(test_options_take_effect), TEST(test_pieces), TEST(test_fuzz),
 		TEST(test_bounds), TEST(test_search_ahead), TEST(test_search_ahead_many),
 		TEST(test_result_bounds), cmocka_unit_test(test_errors_lines),
+		cmocka_unit_test(test_errors_distinct),
 	};
 #undef TEST
 	return cmocka_run_group_tests(tests, NULL, NULL);
