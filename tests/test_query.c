@@ -41,6 +41,8 @@
 #include <cmocka.h>
 
 #include "../fs/daemon.h"
+#include "../fs/ops.h"
+#include "../fs/render.h"
 #include "../fs/sbuf.h"
 #include "testutil.h"
 #include "vecfs.h"
@@ -2074,6 +2076,86 @@ static void test_errors_distinct(void **state)
 	errors_fini(&log);
 }
 
+/* descriptors of one version of a file share one rendering, freed with
+ * the last; a commit makes another version, while the older one stays with
+ * its holders; stat renders nothing for a version whose size is known (nor
+ * ever for centroids.fvecs); past dm->reads.max an open fails with ENOMEM
+ * and an errors line */
+static void test_shared_renderings(void **state)
+{
+	fixture *f = *state;
+	world w;
+	world_make(&w, f, 1);
+	fs_daemon *dm = &w.dm;
+	char gname[32], err[256];
+	int e;
+	snprintf(gname, sizeof gname, "%llu", (unsigned long long)w.gen);
+	pthread_mutex_lock(&dm->tree.mu);
+	node *g = child_locked(dm, get_node(dm, K_GENS), gname, &e);
+	assert_non_null(g);
+	g->nlookup++;
+	node *cl = child_locked(dm, g, "clusters", &e), *ce = child_locked(dm, g, "centroids.fvecs", &e);
+	assert_non_null(cl);
+	assert_non_null(ce);
+	cl->nlookup++;
+	ce->nlookup++;
+	pthread_mutex_unlock(&dm->tree.mu);
+
+	struct stat st;
+	uint64_t r0 = dm->rendered;
+	assert_int_equal(node_attr(dm, cl, &st), 0);
+	assert_int_equal(node_attr(dm, cl, &st), 0);
+	assert_int_equal(dm->rendered, r0 + 1);
+	rendering *a, *b, *c;
+	assert_int_equal(rendering_get(dm, cl, &a), 0);
+	assert_int_equal(rendering_get(dm, cl, &b), 0);
+	assert_ptr_equal(a, b);
+	assert_int_equal(dm->rendered, r0 + 2);
+	assert_int_equal(a->len, (size_t)st.st_size);
+	assert_int_equal(dm->reads.used, a->len);
+	/* a commit: the next open renders the new version */
+	vecfs_row row = {"another", 7, w.ds.x, NULL, 0};
+	size_t bad = 0;
+	assert_int_equal(vecfs_put(w.v, &row, 1, QD, &bad, err, sizeof err), 0);
+	assert_int_equal(rendering_get(dm, cl, &c), 0);
+	assert_ptr_not_equal(a, c);
+	assert_int_equal(dm->rendered, r0 + 3);
+	assert_int_equal(node_attr(dm, cl, &st), 0);
+	assert_int_equal(dm->rendered, r0 + 3);
+	assert_int_equal(dm->reads.used, a->len + c->len);
+	rendering_put(dm, a);
+	rendering_put(dm, b);
+	assert_int_equal(dm->reads.used, c->len);
+	rendering_put(dm, c);
+	assert_int_equal(dm->reads.used, 0);
+	assert_null(cl->shared);
+	/* centroids.fvecs: its size without rendering it, one rendering for
+	 * every version of the store */
+	assert_int_equal(node_attr(dm, ce, &st), 0);
+	assert_int_equal(dm->rendered, r0 + 3);
+	assert_int_equal(rendering_get(dm, ce, &a), 0);
+	assert_int_equal(a->len, (size_t)st.st_size);
+	assert_int_equal(vecfs_put(w.v, &row, 1, QD, &bad, err, sizeof err), 0);
+	assert_int_equal(rendering_get(dm, ce, &b), 0);
+	assert_ptr_equal(a, b);
+	/* the budget: the shared rendering counts once; another file's is
+	 * refused */
+	dm->reads.max = a->len + 1;
+	size_t n0 = errors_count(&dm->errors);
+	assert_int_equal(rendering_get(dm, cl, &c), -ENOMEM);
+	assert_int_equal(errors_count(&dm->errors), n0 + 1);
+	char last[300];
+	errors_last(&dm->errors, last, sizeof last);
+	snprintf(err, sizeof err, "generations/%s/clusters: cannot be read now", gname);
+	assert_non_null(strstr(last, err));
+	rendering_put(dm, a);
+	rendering_put(dm, b);
+	assert_int_equal(rendering_get(dm, cl, &c), 0);
+	rendering_put(dm, c);
+	assert_int_equal(dm->reads.used, 0);
+	world_free(&w);
+}
+
 int main(void)
 {
 #define TEST(f) cmocka_unit_test_setup_teardown(f, bench_setup, bench_teardown)
@@ -2082,6 +2164,7 @@ int main(void)
 		TEST(test_bounds), TEST(test_search_ahead), TEST(test_search_ahead_many),
 		TEST(test_result_bounds), cmocka_unit_test(test_errors_lines),
 		cmocka_unit_test(test_errors_distinct),
+		cmocka_unit_test_setup_teardown(test_shared_renderings, fx_setup, fx_teardown),
 	};
 #undef TEST
 	return cmocka_run_group_tests(tests, NULL, NULL);
