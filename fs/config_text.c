@@ -103,7 +103,7 @@ int config_apply_text(vecfs *v, err_log *log, const char *text, size_t len)
 	vecfs_config c;
 	int rc = vecfs_config_get(v, &c);
 	if (rc) {
-		errlog(log, "config: cannot read the current settings: %s", strerror(-rc));
+		errlog_err(log, rc, "config: cannot read the current settings: %s", strerror(-rc));
 		return rc;
 	}
 	size_t pos = 0;
@@ -123,9 +123,9 @@ int config_apply_text(vecfs *v, err_log *log, const char *text, size_t len)
 		if (!err[0])
 			snprintf(err, sizeof err, "%s", strerror(-rc));
 		if (!strncmp(err, "config:", 7))
-			errlog(log, "%s", err);
+			errlog_err(log, rc, "%s", err);
 		else
-			errlog(log, "config: %s", err);
+			errlog_err(log, rc, "config: %s", err);
 	}
 	return rc;
 }

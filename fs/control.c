@@ -103,7 +103,7 @@ static int run_build(fs_daemon *dm, const char *what, int activate, int rebalanc
 			why += wl + 2;
 		else if (!strncmp(why, "build: ", 7))
 			why += 7;
-		errlog(&dm->errors, "ctl: %s: %s", what, why);
+		errlog_err(&dm->errors, rc, "ctl: %s: %s", what, why);
 	}
 	return rc;
 }
@@ -116,7 +116,7 @@ static int run_compact(fs_daemon *dm)
 		const char *why = err[0] ? err : strerror(-rc);
 		if (!strncmp(why, "compact: ", 9))
 			why += 9;
-		errlog(&dm->errors, "ctl: compact: %s", why);
+		errlog_err(&dm->errors, rc, "ctl: compact: %s", why);
 	}
 	return rc;
 }
@@ -128,7 +128,7 @@ static int run_verify(fs_daemon *dm)
 	if (msg[0])
 		errlog(&dm->errors, "%s", msg);
 	else if (rc)
-		errlog(&dm->errors, "verify: failed: %s", strerror(-rc));
+		errlog_err(&dm->errors, rc, "verify: failed: %s", strerror(-rc));
 	return rc;
 }
 
@@ -138,7 +138,7 @@ static int run_salvage(fs_daemon *dm)
 	char err[256] = "";
 	int rc = vecfs_salvage(dm->store, salvage_lost, dm, &si, err, sizeof err);
 	if (rc)
-		errlog(&dm->errors, "%s", err);
+		errlog_err(&dm->errors, rc, "%s", err);
 	else
 		errlog(&dm->errors, "salvage: %llu damaged record(s) removed, %llu key(s) lost, "
 		       "%llu key(s) restored, %llu generation(s) dropped",
@@ -264,14 +264,14 @@ int backup_open(fs_daemon *dm)
 		fd = mkstemp(path);
 		if (fd < 0) {
 			int e = errno;
-			errlog(&dm->errors, "backup: cannot create a temporary file: %s", strerror(e));
+			errlog_err(&dm->errors, e, "backup: cannot create a temporary file: %s", strerror(e));
 			return -e;
 		}
 		unlink(path);
 	}
 	int rc = vecfs_backup(dm->store, fd);
 	if (rc) {
-		errlog(&dm->errors, "backup: %s", strerror(-rc));
+		errlog_err(&dm->errors, rc, "backup: %s", strerror(-rc));
 		close(fd);
 		return rc;
 	}

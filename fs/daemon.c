@@ -23,6 +23,8 @@ int daemon_init(fs_daemon *dm, const char *store_dir, unsigned max_sessions,
 	pthread_mutex_init(&dm->query_results.mu, NULL);
 	dm->query_output.max = (size_t)QUERY_OUTPUT_MB_DEFAULT << 20;
 	pthread_mutex_init(&dm->query_output.mu, NULL);
+	dm->reads.max = (size_t)READ_BUFFER_MB_DEFAULT << 20;
+	pthread_mutex_init(&dm->reads.mu, NULL);
 	errors_init(&dm->errors);
 	control_init(dm);
 	out_cache_init(dm);
@@ -43,6 +45,7 @@ void daemon_fini(fs_daemon *dm)
 	pthread_mutex_destroy(&dm->query_input.mu);
 	pthread_mutex_destroy(&dm->query_results.mu);
 	pthread_mutex_destroy(&dm->query_output.mu);
+	pthread_mutex_destroy(&dm->reads.mu);
 	fc_free(dm->fuse);
 	dm->fuse = NULL;
 }

@@ -38,6 +38,7 @@
 #define QUERY_INPUT_MB_DEFAULT 1024 /* -o query_input_mb */
 #define QUERY_RESULTS_DEFAULT (4u << 20) /* -o query_results: vectors x k */
 #define QUERY_OUTPUT_MB_DEFAULT 256 /* -o query_output_mb */
+#define READ_BUFFER_MB_DEFAULT 256 /* -o read_buffer_mb */
 
 struct fs_daemon {
 	fuse_compat *fuse;      /* first: the FUSE device's I/O hooks find it
@@ -64,6 +65,10 @@ struct fs_daemon {
 				 * hold (-o ingest_buffer_mb) */
 	_Atomic size_t ingest_used; /* bytes they hold */
 	_Atomic uint64_t last_delete; /* records deleted by the last commit of `delete` */
+	qbudget reads;          /* bytes of the renderings open read handles
+				 * hold (-o read_buffer_mb); its mu also
+				 * guards the renderings (render.h) */
+	_Atomic uint64_t rendered; /* contents rendered (render_node()) */
 };
 
 /* Everything but the store (dm->store stays NULL for the caller to set)

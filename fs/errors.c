@@ -6,6 +6,7 @@
  */
 #include "errors.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,17 +54,27 @@ static void escape(char *dst, size_t cap, const char *src)
 	dst[o] = 0;
 }
 
-/* Messages of one kind: one format; for a format that starts with "%s",
- * also what the message says before its first ':'. */
-static unsigned long kind_key(const char *fmt, const char *msg)
+/* Messages alike: the same failure (errno), the same format and the same
+ * words, so the same file; a line number, a name or a reason that differs
+ * makes another message. */
+static unsigned long kind_key(int err, const char *fmt, const char *msg)
 {
 	unsigned long h = 1469598103934665603UL;
+	h = (h ^ (unsigned long)(err < 0 ? -err : err)) * 1099511628211UL;
 	for (const char *p = fmt; *p; p++)
 		h = (h ^ (unsigned char)*p) * 1099511628211UL;
-	if (!strncmp(fmt, "%s", 2))
-		for (const char *p = msg; *p && *p != ':' && p - msg < 64; p++)
-			h = (h ^ (unsigned char)*p) * 1099511628211UL;
+	h = (h ^ 0xff) * 1099511628211UL;
+	for (const char *p = msg; *p; p++)
+		h = (h ^ (unsigned char)*p) * 1099511628211UL;
 	return h ? h : 1;
+}
+
+/* A failure of resources, never held back: each one matters, and they
+ * come seldom. */
+static int resource_failure(int err)
+{
+	err = err < 0 ? -err : err;
+	return err == ENOSPC || err == EDQUOT || err == ENOMEM || err == EIO;
 }
 
 /* Put "TIME msg" into the ring, on stderr and in the log file (log->mu
@@ -107,13 +118,13 @@ static void summarize(err_log *log, err_kind *k, time_t now)
 	push_line(log, now, msg);
 }
 
-void errlogv(err_log *log, const char *fmt, va_list ap)
+static void errlog_msg(err_log *log, int err, const char *fmt, va_list ap)
 {
 	char raw[ERR_MSG_MAX], msg[ERR_MSG_MAX];
 	if (vsnprintf(raw, sizeof raw, fmt, ap) < 0)
 		return;
 	escape(msg, sizeof msg, raw);
-	unsigned long key = kind_key(fmt, msg);
+	unsigned long key = kind_key(err, fmt, msg);
 	pthread_mutex_lock(&log->mu);
 	time_t now = log->clock(NULL);
 	log->messages++;
@@ -127,6 +138,11 @@ void errlogv(err_log *log, const char *fmt, va_list ap)
 			summarize(log, c, now); /* a window ended */
 		if (!c->key || (oldest->key && c->start < oldest->start))
 			oldest = c;
+	}
+	if (resource_failure(err)) {
+		push_line(log, now, msg);
+		pthread_mutex_unlock(&log->mu);
+		return;
 	}
 	if (!k) {
 		k = oldest;
@@ -149,11 +165,24 @@ void errlogv(err_log *log, const char *fmt, va_list ap)
 	pthread_mutex_unlock(&log->mu);
 }
 
+void errlogv(err_log *log, const char *fmt, va_list ap)
+{
+	errlog_msg(log, 0, fmt, ap);
+}
+
 void errlog(err_log *log, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
-	errlogv(log, fmt, ap);
+	errlog_msg(log, 0, fmt, ap);
+	va_end(ap);
+}
+
+void errlog_err(err_log *log, int err, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	errlog_msg(log, err, fmt, ap);
 	va_end(ap);
 }
 

@@ -3,10 +3,14 @@
  *
  * Each line starts with its UTC time (`2026-12-03T22:41:07Z `); control
  * characters in a message are escaped, so a name cannot forge or garble
- * lines.  Repeats are rate-limited: past ERR_BURST lines of one kind (the
- * same format) within ERR_WINDOW_S seconds, further ones are counted, and
- * one line `... and N more like it` (naming the last) stands for them, so
- * a flood of one failure keeps the other lines in the ring.
+ * lines.  Repeats are rate-limited: past ERR_BURST lines of one message
+ * (the same failure, format and words: the same file, the same line or
+ * row, the same reason) within ERR_WINDOW_S seconds, further ones are
+ * counted, and one line `MESSAGE ... and N more like it` stands for them,
+ * so a flood of one failure keeps the other lines in the ring.  Messages
+ * that differ in anything (another file, line or reason) are never held
+ * back for each other, and a failure of resources (ENOSPC, EDQUOT, ENOMEM,
+ * EIO) is never held back at all.
  */
 #ifndef VECFS_FS_ERRORS_H
 #define VECFS_FS_ERRORS_H
@@ -17,12 +21,12 @@
 #include <time.h>
 
 #define ERR_LINES 1000
-#define ERR_BURST 10      /* lines of one kind shown per window */
+#define ERR_BURST 10      /* lines of one message shown per window */
 #define ERR_WINDOW_S 60
-#define ERR_KINDS 32      /* kinds followed at once */
+#define ERR_KINDS 32      /* messages followed at once */
 #define ERR_MSG_MAX 1024  /* one message, escaped */
 
-/* One kind of message being rate-limited. */
+/* One message being rate-limited. */
 typedef struct err_kind {
 	unsigned long key;    /* 0: unused */
 	time_t start;         /* of its window */
@@ -46,6 +50,10 @@ void errors_fini(err_log *log);
 /* Append one line to `errors` (also written to stderr). */
 void errlog(err_log *log, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void errlogv(err_log *log, const char *fmt, va_list ap);
+/* The same for a failure that returns errno err (negative or positive):
+ * failures of different errnos are never alike, and one of resources is
+ * never held back. */
+void errlog_err(err_log *log, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* The lines, each ending in a newline (malloc'd; *len set); NULL without
  * memory.  Repeats held back so far are summed up first. */
 char *errors_render(err_log *log, size_t *len);

@@ -188,6 +188,6 @@ int gen_activate_target(fs_daemon *dm, const char *target, const char *how)
 	}
 	int rc = vecfs_activate(dm->store, gen, err, sizeof err);
 	if (rc)
-		errlog(&dm->errors, "generations/active: %s %s: %s", how, target, err[0] ? err : strerror(-rc));
+		errlog_err(&dm->errors, rc, "generations/active: %s %s: %s", how, target, err[0] ? err : strerror(-rc));
 	return rc;
 }

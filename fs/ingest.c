@@ -283,7 +283,7 @@ static int fail_at(ingest *in, int rc, uint64_t where, const char *fmt, ...)
 		if (!in->why && asprintf(&in->why, "%s: %s%s; %s", in->path, at, why, tail) < 0)
 			in->why = NULL;
 	} else {
-		errlog(&in->dm->errors, "%s: %s%s; %s", in->path, at, why, tail);
+		errlog_err(&in->dm->errors, rc, "%s: %s%s; %s", in->path, at, why, tail);
 		in->done = 1;
 	}
 	in->failed = 1;

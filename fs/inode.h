@@ -51,6 +51,12 @@ typedef struct node {
 	struct node *session; /* session files: their session node */
 	char *target;         /* K_TMPLINK */
 	uint64_t bsize;       /* K_BACKUP: size of the backup open handles read */
+	/* readable files whose content has versions (render.c), under
+	 * dm->reads.mu: */
+	struct rendering *shared; /* the rendering of the version handles
+				   * opened last, while one holds it */
+	uint64_t size_version;    /* the version whose size is `size` (0: none) */
+	uint64_t size;
 	struct node *next[2];  /* chains of the tables: by ino, by (parent, name) */
 	struct node *sib_prev, *sib_next; /* children list of stateful dirs */
 } node;

@@ -43,6 +43,7 @@ struct options {
 	unsigned ingest_buffer_mb; /* -o ingest_buffer_mb=N */
 	unsigned query_results;  /* -o query_results=N */
 	unsigned query_output_mb; /* -o query_output_mb=N */
+	unsigned read_buffer_mb; /* -o read_buffer_mb=N */
 	char *log;           /* --log FILE, -o log=FILE */
 	int fsname;          /* -o fsname= given */
 	int subtype;         /* -o subtype= given */
@@ -56,6 +57,7 @@ static const struct fuse_opt option_spec[] = {
 	{"ingest_buffer_mb=%u", offsetof(struct options, ingest_buffer_mb), 0},
 	{"query_results=%u", offsetof(struct options, query_results), 0},
 	{"query_output_mb=%u", offsetof(struct options, query_output_mb), 0},
+	{"read_buffer_mb=%u", offsetof(struct options, read_buffer_mb), 0},
 	{"log=%s", offsetof(struct options, log), 0},
 	{"--log %s", offsetof(struct options, log), 0},
 	{"--log=%s", offsetof(struct options, log), 0},
@@ -130,6 +132,9 @@ static void usage(FILE *f, const char *prog, int full)
 		"    -o query_output_mb=N   MiB of rendered out, out.json and stats that all\n"
 		"                           sessions may hold together (default %u); past\n"
 		"                           it the close of in, or the read, fails with E2BIG\n"
+		"    -o read_buffer_mb=N    MiB of contents that all files open for reading\n"
+		"                           may hold together (default %u); an open past it\n"
+		"                           fails with ENOMEM\n"
 		"    --log FILE, -o log=FILE\n"
 		"                           append the daemon's messages (start, stop,\n"
 		"                           signals, failures) and every errors line to\n"
@@ -153,7 +158,7 @@ static void usage(FILE *f, const char *prog, int full)
 		"\n"
 		"libfuse's options:\n", SESSIONS_DEFAULT, QUERY_INPUT_MB_DEFAULT, INGEST_BUFFER_MB_DEFAULT,
 		QUERY_RESULTS_DEFAULT,
-		QUERY_OUTPUT_MB_DEFAULT);
+		QUERY_OUTPUT_MB_DEFAULT, READ_BUFFER_MB_DEFAULT);
 }
 
 /* ---------------------------------------------------------------- main */
@@ -381,6 +386,8 @@ int main(int argc, char *argv[])
 		dm.query_results.max = o.query_results;
 	if (o.query_output_mb)
 		dm.query_output.max = (size_t)o.query_output_mb << 20;
+	if (o.read_buffer_mb)
+		dm.reads.max = (size_t)o.read_buffer_mb << 20;
 	int rc = fc_background(dm.fuse, &fo);
 	if (rc) {
 		log_msg("cannot start in the background: %s", strerror(-rc));

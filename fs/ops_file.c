@@ -4,8 +4,9 @@
  *
  * Every file is opened with direct_io: reads return exactly what the
  * handler replies, whatever size getattr reported.  Readable computed files
- * are rendered once at open() into the handle, so one reader sees one
- * consistent snapshot.  A session's out is the exception: it is served
+ * are rendered at open() (or taken from the handles that opened the same
+ * version of the content: see render.h), so one reader sees one consistent
+ * snapshot.  A session's out is the exception: it is served
  * from the kernel's page cache or from a file of the daemon's (see
  * out_cache.c), and changes in place when the session's query runs, so a
  * reader that holds it open across another process's query of the same
@@ -54,8 +55,7 @@ typedef struct handle {
 	/* held while a reply points into the handle: libfuse may see the
 	 * RELEASE of a reader woken by that very reply before writev returns */
 	pthread_mutex_t mu;
-	char *data;    /* read snapshot */
-	size_t len;
+	rendering *r;  /* read snapshot */
 	int fresh;     /* data was rendered by open and not read yet */
 	int fd;        /* backup */
 	ingest *del;   /* delete, opened for writing: what it was given */
@@ -78,20 +78,12 @@ typedef struct handle {
  * snapshot. */
 static int rerender(handle *h)
 {
-	fs_daemon *dm = h->dm;
-	sbuf b;
-	sb_init(&b);
-	int rc = render_node(dm, h->n, &b);
+	rendering *r;
+	int rc = rendering_get(h->dm, h->n, &r);
 	if (rc == 0) {
-		char *p = sb_take(&b, &h->len);
-		if (!p) {
-			rc = -ENOMEM;
-			h->len = 0;
-		}
-		free(h->data);
-		h->data = p;
+		rendering_put(h->dm, h->r);
+		h->r = r;
 	}
-	sb_free(&b);
 	return rc;
 }
 
@@ -116,7 +108,7 @@ static void handle_free(handle *h)
 	if (h->fd >= 0)
 		close(h->fd);
 	ingest_free(h->del);
-	free(h->data);
+	rendering_put(h->dm, h->r);
 	sb_free(&h->wbuf);
 	pthread_mutex_destroy(&h->wmu);
 	pthread_mutex_destroy(&h->mu);
@@ -254,13 +246,13 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		free(buf);
 	} else if (((off == 0 && !h->fresh) || read_fills_cache(h)) && (rc = rerender(h)) != 0) {
 		fuse_reply_err(req, -rc);
-	} else if (off < 0 || (size_t)off >= h->len) {
+	} else if (off < 0 || !h->r || (size_t)off >= h->r->len) {
 		h->fresh = 0;
 		fuse_reply_buf(req, NULL, 0);
 	} else {
 		h->fresh = 0;
-		size_t n = h->len - (size_t)off;
-		fuse_reply_buf(req, h->data + off, n < size ? n : size);
+		size_t n = h->r->len - (size_t)off;
+		fuse_reply_buf(req, h->r->data + off, n < size ? n : size);
 	}
 	pthread_mutex_unlock(&h->mu);
 }

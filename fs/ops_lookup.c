@@ -16,7 +16,7 @@
 
 int node_attr(fs_daemon *dm, node *n, struct stat *st)
 {
-	sbuf b;
+	uint64_t size = 0;
 	int rc = 0;
 	memset(st, 0, sizeof *st);
 	st->st_ino = n->ino;
@@ -85,10 +85,8 @@ int node_attr(fs_daemon *dm, node *n, struct stat *st)
 		st->st_size = (off_t)qs_size(n->session->qs,
 					     n->kind == K_QOUT ? QS_OUT : n->kind == K_QJSON ? QS_JSON : QS_STATS);
 		return 0;
-	case K_GMETA: case K_GCENT: case K_GCLUST: case K_GPROG: {
-		int64_t s = gen_file_size(dm, n->gen, n->kind == K_GMETA ? GF_META
-						 : n->kind == K_GCENT ? GF_CENTROIDS
-						 : n->kind == K_GCLUST ? GF_CLUSTERS : GF_PROGRESS);
+	case K_GCENT: { /* known without rendering it */
+		int64_t s = gen_file_size(dm, n->gen, GF_CENTROIDS);
 		if (s < 0)
 			return (int)s;
 		st->st_mode = S_IFREG | 0444;
@@ -96,13 +94,14 @@ int node_attr(fs_daemon *dm, node *n, struct stat *st)
 		return 0;
 	}
 	}
-	/* README, config, stats, errors, records/KEY: the exact size */
-	sb_init(&b);
-	rc = render_node(dm, n, &b);
+	/* README, config, stats, errors, records/KEY, a generation's meta,
+	 * clusters and progress: the exact size (kept for each version of the
+	 * content that has them: see render.h) */
+	rc = render_size(dm, n, &size);
 	st->st_mode = S_IFREG | (n->kind == K_CONFIG ? 0644 : n->kind == K_CTL ? 0600
-				 : n->kind == K_README || n->kind == K_STATS ? 0444 : 0400);
-	st->st_size = (off_t)b.len;
-	sb_free(&b);
+				 : n->kind == K_README || n->kind == K_STATS ? 0444
+				 : n->kind == K_GMETA || n->kind == K_GCLUST || n->kind == K_GPROG ? 0444 : 0400);
+	st->st_size = (off_t)size;
 	/* a record that fails its checksum is there, damaged: reading it fails
 	 * with EIO, and rm (or ctl salvage) removes it */
 	if (n->kind == K_RECORD && rc == -EIO)

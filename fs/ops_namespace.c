@@ -153,7 +153,7 @@ void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
 		if (rc == -EBUSY)
 			errlog(&dm->errors, "rmdir generations/%s: it is the active generation, or still building", name);
 		else if (rc && rc != -ENOENT)
-			errlog(&dm->errors, "rmdir generations/%s: %s", name, strerror(-rc));
+			errlog_err(&dm->errors, rc, "rmdir generations/%s: %s", name, strerror(-rc));
 		if (rc == 0) {
 			pthread_mutex_lock(&dm->tree.mu);
 			n = find_name(dm, parent, name);
@@ -193,7 +193,7 @@ void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 		pthread_mutex_unlock(&dm->tree.mu);
 		int rc = vecfs_delete(dm->store, name, strlen(name));
 		if (rc && rc != -ENOENT)
-			errlog(&dm->errors, "rm records/%s: %s", name, strerror(-rc));
+			errlog_err(&dm->errors, rc, "rm records/%s: %s", name, strerror(-rc));
 		if (rc == 0) {
 			pthread_mutex_lock(&dm->tree.mu);
 			node *n = find_name(dm, parent, name);

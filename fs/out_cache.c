@@ -146,7 +146,7 @@ static int push_out_backing(fs_daemon *dm, node *session)
 	if (rc) {
 		/* out reads empty: so must stat, out.json and stats */
 		qs_clear(session->qs);
-		errlog(&dm->errors, "query/%s/out: cannot store the results: %s", session->name, strerror(-rc));
+		errlog_err(&dm->errors, rc, "query/%s/out: cannot store the results: %s", session->name, strerror(-rc));
 	}
 	return rc;
 }

@@ -225,7 +225,7 @@ int qs_in_write(qsession *q, const char *buf, size_t len, uint64_t off)
 		if (q->in.oom) {
 			budget_give(q->budget, len); /* not added */
 			reset_input(q);
-			errlog(&q->dm->errors, "query/%s/in: out of memory", q->id);
+			errlog_err(&q->dm->errors, -ENOMEM, "query/%s/in: out of memory", q->id);
 			rc = -ENOMEM;
 		}
 		q->dirty = 1;
@@ -765,9 +765,9 @@ int qs_in_flush(qsession *q, int *ran)
 	if (rc) {
 		clear_results(q);
 		if (line)
-			errlog(&q->dm->errors, "query/%s/in: line %u: %s", q->id, line, why[0] ? why : strerror(-rc));
+			errlog_err(&q->dm->errors, rc, "query/%s/in: line %u: %s", q->id, line, why[0] ? why : strerror(-rc));
 		else
-			errlog(&q->dm->errors, "query/%s/in: %s", q->id, why[0] ? why : strerror(-rc));
+			errlog_err(&q->dm->errors, rc, "query/%s/in: %s", q->id, why[0] ? why : strerror(-rc));
 		qinput_free(&qi);
 		pthread_mutex_unlock(&q->mu);
 		return rc;
@@ -779,7 +779,7 @@ int qs_in_flush(qsession *q, int *ran)
 	clear_results(q);
 	if (rc) {
 		budget_give(&q->dm->query_results, held);
-		errlog(&q->dm->errors, "query/%s/in: %s", q->id, why[0] ? why : strerror(-rc));
+		errlog_err(&q->dm->errors, rc, "query/%s/in: %s", q->id, why[0] ? why : strerror(-rc));
 	} else {
 		q->r = r;
 		q->results_held = held;
@@ -795,7 +795,7 @@ int qs_in_flush(qsession *q, int *ran)
 				       "rendered results (%zu MiB for all sessions, -o query_output_mb)",
 				       q->id, q->dm->query_output.max >> 20);
 			else
-				errlog(&q->dm->errors, "query/%s/in: out of memory formatting the results", q->id);
+				errlog_err(&q->dm->errors, rc, "query/%s/in: out of memory formatting the results", q->id);
 		}
 	}
 	qinput_free(&qi);

@@ -5,6 +5,8 @@
 #include "render.h"
 
 #include <errno.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "ahead.h"
@@ -134,6 +136,7 @@ int render_node(fs_daemon *dm, node *n, sbuf *b)
 {
 	char *p;
 	size_t len;
+	atomic_fetch_add_explicit(&dm->rendered, 1, memory_order_relaxed);
 	switch (n->kind) {
 	case K_README:
 		render_readme(b);
@@ -184,4 +187,161 @@ int render_node(fs_daemon *dm, node *n, sbuf *b)
 		return gen_render(dm, n->gen, GF_PROGRESS, b);
 	}
 	return 0;
+}
+
+/* ---------------------------------------------------------------- shared renderings */
+
+/* The version of n's content now, or 0 when it has none (rendered for each
+ * handle).  A ready generation's centroids never change; config, records
+ * and clusters change only with a commit, which changes the store's
+ * version; README never changes. */
+static uint64_t content_version(fs_daemon *dm, node *n)
+{
+	vecfs_gen_info gi;
+	switch (n->kind) {
+	case K_README:
+		return 1;
+	case K_GCENT:
+		if (vecfs_gen_info_get(dm->store, n->gen, &gi) == 0 && gi.state == VECFS_GEN_READY)
+			return (UINT64_C(1) << 63) | gi.created;
+		return vecfs_snapshot(dm->store);
+	case K_CONFIG: case K_RECORD: case K_GCLUST:
+		return vecfs_snapshot(dm->store);
+	}
+	return 0;
+}
+
+/* The share of n's rendering of version v, with one more handle on it;
+ * NULL when there is none (dm->reads.mu held). */
+static rendering *shared_of(node *n, uint64_t v)
+{
+	rendering *r = n->shared;
+	if (!v || !r || r->version != v)
+		return NULL;
+	r->refs++;
+	return r;
+}
+
+/* The open of n past the room of dm->reads: -ENOMEM, with an errors line. */
+static int room_refused(fs_daemon *dm, node *n, size_t len)
+{
+	char path[600];
+	pthread_mutex_lock(&dm->tree.mu);
+	kind_path(dm, n, path, sizeof path);
+	pthread_mutex_unlock(&dm->tree.mu);
+	errlog_err(&dm->errors, -ENOMEM,
+		   "%s: cannot be read now: its %zu bytes would pass the room for the contents of "
+		   "files open for reading (%zu MiB for all of them, -o read_buffer_mb); close some",
+		   path, len, dm->reads.max >> 20);
+	return -ENOMEM;
+}
+
+static void rendering_free(rendering *r)
+{
+	if (r) {
+		free(r->data);
+		free(r);
+	}
+}
+
+int rendering_get(fs_daemon *dm, node *n, rendering **out)
+{
+	uint64_t v = content_version(dm, n);
+	pthread_mutex_lock(&dm->reads.mu);
+	rendering *r = shared_of(n, v);
+	size_t known = v && n->size_version == v ? (size_t)n->size : 0;
+	int full = !r && known > dm->reads.max - dm->reads.used;
+	pthread_mutex_unlock(&dm->reads.mu);
+	if (r) {
+		*out = r;
+		return 0;
+	}
+	if (full) /* refused before it is rendered */
+		return room_refused(dm, n, known);
+	sbuf b;
+	sb_init(&b);
+	int rc = render_node(dm, n, &b);
+	if (rc == 0 && !(r = calloc(1, sizeof *r)))
+		rc = -ENOMEM;
+	if (rc == 0 && !(r->data = sb_take(&b, &r->len)))
+		rc = -ENOMEM;
+	sb_free(&b);
+	if (rc) {
+		rendering_free(r);
+		return rc;
+	}
+	if (v && content_version(dm, n) != v)
+		v = 0; /* changed while it was rendered: this handle's own */
+	pthread_mutex_lock(&dm->reads.mu);
+	rendering *same = shared_of(n, v); /* another open rendered it meanwhile */
+	if (!same && r->len > dm->reads.max - dm->reads.used) {
+		pthread_mutex_unlock(&dm->reads.mu);
+		size_t len = r->len;
+		rendering_free(r);
+		return room_refused(dm, n, len);
+	}
+	if (!same) {
+		dm->reads.used += r->len;
+		r->refs = 1;
+		r->version = v;
+		if (v) {
+			if (n->shared)
+				n->shared->owner = NULL; /* an older version's, held on */
+			n->shared = r;
+			r->owner = n;
+			n->size_version = v;
+			n->size = r->len;
+		}
+	}
+	pthread_mutex_unlock(&dm->reads.mu);
+	if (same) {
+		rendering_free(r);
+		r = same;
+	}
+	*out = r;
+	return 0;
+}
+
+void rendering_put(fs_daemon *dm, rendering *r)
+{
+	if (!r)
+		return;
+	pthread_mutex_lock(&dm->reads.mu);
+	int last = --r->refs == 0;
+	if (last) {
+		dm->reads.used -= r->len;
+		if (r->owner && r->owner->shared == r)
+			r->owner->shared = NULL;
+	}
+	pthread_mutex_unlock(&dm->reads.mu);
+	if (last)
+		rendering_free(r);
+}
+
+int render_size(fs_daemon *dm, node *n, uint64_t *size)
+{
+	uint64_t v = content_version(dm, n);
+	int known = 0;
+	if (v) {
+		pthread_mutex_lock(&dm->reads.mu);
+		if (n->size_version == v) {
+			*size = n->size;
+			known = 1;
+		}
+		pthread_mutex_unlock(&dm->reads.mu);
+	}
+	if (known)
+		return 0;
+	sbuf b;
+	sb_init(&b);
+	int rc = render_node(dm, n, &b);
+	*size = b.len;
+	sb_free(&b);
+	if (rc == 0 && v && content_version(dm, n) == v) {
+		pthread_mutex_lock(&dm->reads.mu);
+		n->size_version = v;
+		n->size = *size;
+		pthread_mutex_unlock(&dm->reads.mu);
+	}
+	return rc;
 }

@@ -1116,13 +1116,86 @@ else
 	echo "SKIP perms_allow_other: needs root and setpriv"
 fi
 
+# descriptors held open on a generation's file by another user share one
+# rendering of it: 300 of them on a 4 MiB centroids.fvecs (nlist 64, dim
+# 16384) raise the daemon's resident memory by less than 64 MiB; past
+# -o read_buffer_mb a descriptor on another file fails with ENOMEM and an
+# errors line
+rss_held() { # PID FILE N: MiB the daemon's VmRSS grew while N descriptors of FILE were held (as nobody)
+	nobody "$PY" - "$@" <<'EOF'
+import os, sys
+pid, path, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+def rss():
+    for l in open('/proc/%s/status' % pid):
+        if l.startswith('VmRSS:'):
+            return int(l.split()[1]) // 1024
+first = open(path, 'rb').read()
+before = rss()
+fds = [os.open(path, os.O_RDONLY) for _ in range(n)]
+grown = rss() - before
+ok = all(os.pread(fd, len(first) + 1, 0) == first for fd in fds[::50])
+for fd in fds:
+    os.close(fd)
+print(grown if ok and len(first) > 0 else 'bad content')
+EOF
+}
+wide_rows() { # OUT N: N rows of dim 16384 about 64 centres
+	"$PY" - "$@" <<'EOF'
+import array, random, struct, sys
+r = random.Random(5)
+with open(sys.argv[1], 'wb') as f:
+    for i in range(int(sys.argv[2])):
+        c = i % 64
+        v = array.array('f', [c + r.random() * 0.1 for _ in range(16384)])
+        f.write(struct.pack('<i', 16384) + v.tobytes())
+EOF
+}
+read_budget() { # G1 G2: descriptors held on G1's centroids leave no room for G2's
+	T "$PY" - "$M/generations/$1/centroids.fvecs" "$M/generations/$2/centroids.fvecs" <<'EOF'
+import errno, os, sys
+a = os.open(sys.argv[1], os.O_RDONLY)
+b = os.open(sys.argv[1], os.O_RDONLY)  # the same rendering: no more room taken
+try:
+    os.close(os.open(sys.argv[2], os.O_RDONLY))
+    sys.exit('opened past the budget')
+except OSError as e:
+    if e.errno != errno.ENOMEM:
+        raise
+os.close(a)
+os.close(b)
+os.close(os.open(sys.argv[2], os.O_RDONLY))  # room again
+EOF
+}
+if [[ $(id -u) == 0 ]] && command -v setpriv >/dev/null; then
+	chmod 711 "$TMP"
+	wide_rows "$TMP/wide64.fvecs" 256
+	if mnt "$TMP/rstore" "$M" -o allow_other,read_buffer_mb=6; then
+		printf 'nlist = 64\n' | put - "$M/config" >/dev/null
+		put "$TMP/wide64.fvecs" "$M/ingest/w.fvecs" >/dev/null
+		printf 'build\nbuild stage\n' | put - "$M/ctl" >/dev/null
+		r1=$(T readlink "$M/generations/active")
+		r2=$(T ls "$M/generations" | grep -vx -e active -e "$r1" | head -n 1)
+		check held_centroids_size test "$(T stat -c %s "$M/generations/$r1/centroids.fvecs")" == $((64 * (4 + 4 * 16384)))
+		grown=$(rss_held "$(daemon_pid "$M")" "$M/generations/$r1/centroids.fvecs" 300)
+		echo "  daemon VmRSS grew ${grown:-?} MiB while 300 descriptors were held"
+		check held_descriptors_share_rendering test "${grown:-x}" -lt 64
+		check read_budget_enomem read_budget "$r1" "$r2"
+		check read_budget_errors_line errors_has "generations/$r2/centroids.fvecs: "
+		umnt "$M"
+	else
+		bad mount_read_budget "$(tail -c 200 "$TMP/daemon.log")"
+	fi
+else
+	echo "SKIP held_descriptors_share_rendering: needs root and setpriv"
+fi
+
 # errors: each line starts with its UTC time; a name cannot forge lines;
 # a flood of one failure keeps the other lines
 errors_lines() {
 	printf 'no_such_key_mt = 1\n' | put - "$M/config" >/dev/null
 	T "$PY" -c "
 import os, sys
-for name in ['a\nforged\x1b[2J'] + ['bad name %d' % i for i in range(2000)]:
+for name in ['a\nforged\x1b[2J'] + ['bad name'] * 2000:
     try:
         os.mkdir(os.path.join(sys.argv[1], name))
     except OSError:
@@ -1131,11 +1204,26 @@ for name in ['a\nforged\x1b[2J'] + ['bad name %d' % i for i in range(2000)]:
 	T cat "$M/errors" >"$TMP/errors" || return 1
 	! grep -vqE '^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z ' "$TMP/errors" &&
 		grep -qF 'no_such_key_mt' "$TMP/errors" && grep -qF 'a\nforged\x1b[2J' "$TMP/errors" &&
-		! grep -q '^forged' "$TMP/errors" && grep -q 'more like it$' "$TMP/errors" &&
+		! grep -q '^forged' "$TMP/errors" &&
+		grep -q 'mkdir query/bad name: .* [.][.][.] and 1,990 more like it$' "$TMP/errors" &&
 		(($(wc -l <"$TMP/errors") < 100))
+}
+# distinct failures are never summed up: fourteen bad files in a row give
+# fourteen lines, each naming its file
+errors_distinct() {
+	local i n=0
+	for ((i = 1; i <= 14; i++)); do
+		printf 'k%d,1,2,x\n' "$i" | put - "$M/ingest/bad$i.csv" >/dev/null
+	done
+	T cat "$M/errors" >"$TMP/errors" || return 1
+	for ((i = 1; i <= 14; i++)); do
+		[[ $(grep -c "ingest/bad$i[.]csv: " "$TMP/errors") == 1 ]] && n=$((n + 1))
+	done
+	((n == 14)) && ! grep -q 'ingest/bad.*more like it' "$TMP/errors"
 }
 if mnt "$A" "$M"; then
 	check errors_stamped_escaped_limited errors_lines
+	check errors_distinct_files errors_distinct
 	umnt "$M"
 else
 	bad mount_errors "$(tail -c 200 "$TMP/daemon.log")"

@@ -41,6 +41,8 @@
 #include <cmocka.h>
 
 #include "../fs/daemon.h"
+#include "../fs/ops.h"
+#include "../fs/render.h"
 #include "../fs/sbuf.h"
 #include "testutil.h"
 #include "vecfs.h"
@@ -1997,7 +1999,7 @@ static void test_errors_lines(void **state)
 	free(p);
 	errlog(&log, "keep me %d", 1);
 	for (int i = 0; i < 10000; i++)
-		errlog(&log, "query/%d: mkdir failed", i);
+		errlog(&log, "query/%s: mkdir failed", "bad 9");
 	errlog(&log, "keep me %d", 2);
 	assert_int_equal(errors_count(&log), 10003);
 	char last[200];
@@ -2005,13 +2007,153 @@ static void test_errors_lines(void **state)
 	assert_string_equal(last, "keep me 2");
 	assert_int_equal(lines_with(&log, "keep me", &lines), 2);
 	assert_int_equal(lines_with(&log, "mkdir failed", &lines), ERR_BURST + 1);
-	assert_int_equal(lines_with(&log, "query/9999: mkdir failed ... and 9,990 more like it", &lines), 1);
+	assert_int_equal(lines_with(&log, "query/bad 9: mkdir failed ... and 9,990 more like it", &lines), 1);
 	assert_int_equal(lines, ERR_BURST + 4);
 	/* a new window shows the message again */
 	fake_now += ERR_WINDOW_S;
+	errlog(&log, "query/%s: mkdir failed", "bad 9");
 	errlog(&log, "query/%s: mkdir failed", "x");
+	assert_int_equal(lines_with(&log, "query/bad 9: mkdir failed", &lines), ERR_BURST + 2);
 	assert_int_equal(lines_with(&log, "query/x: mkdir failed", &lines), 1);
 	errors_fini(&log);
+}
+
+/* only the very same failure is held back: distinct files, distinct
+ * reasons and distinct errnos each get their lines, and a resource failure
+ * (ENOSPC, ENOMEM, EIO) always gets its own */
+static void test_errors_distinct(void **state)
+{
+	(void)state;
+	err_log log;
+	size_t lines;
+	char name[32];
+	errors_init(&log);
+	log.clock = fake_clock;
+	/* one format, fourteen files: fourteen lines, none summed up */
+	for (int i = 1; i <= 14; i++)
+		errlog_err(&log, -EINVAL, "ingest/%s: %s%s; %s", (snprintf(name, sizeof name, "bad%d.csv", i), name),
+			   "line 2: ", "bad number", "nothing of the file was committed");
+	assert_int_equal(lines_with(&log, "bad number", &lines), 14);
+	assert_int_equal(lines_with(&log, "more like it", &lines), 0);
+	for (int i = 1; i <= 14; i++) {
+		snprintf(name, sizeof name, "ingest/bad%d.csv: ", i);
+		assert_int_equal(lines_with(&log, name, &lines), 1);
+	}
+	errors_fini(&log);
+
+	/* one file, the same bad row again and again, with a commit that ran
+	 * out of room among them: each ENOSPC has its line */
+	errors_init(&log);
+	log.clock = fake_clock;
+	for (int i = 0; i < 60; i++) {
+		errlog_err(&log, -EINVAL, "ingest/%s: %s%s; %s", "a.csv", "line 2: ", "bad number",
+			   "nothing of the file was committed");
+		if (i % 3 == 2)
+			errlog_err(&log, -ENOSPC, "ingest/%s: %s%s; %s", "a.csv", "", "No space left on device",
+				   "nothing of the file was committed");
+		if (i % 5 == 4)
+			errlog_err(&log, ENOMEM, "ingest/%s: %s%s; %s", "a.csv", "", "out of memory",
+				   "nothing of the file was committed");
+		if (i % 10 == 9)
+			errlog_err(&log, -EIO, "records/%s: %s", "k", "Input/output error");
+	}
+	assert_int_equal(lines_with(&log, "No space left on device", &lines), 20);
+	assert_int_equal(lines_with(&log, "out of memory", &lines), 12);
+	assert_int_equal(lines_with(&log, "Input/output error", &lines), 6);
+	/* the bad rows: ten, then one line for the fifty alike, naming them */
+	assert_int_equal(lines_with(&log, "bad number", &lines), ERR_BURST + 1);
+	assert_int_equal(lines_with(&log, "ingest/a.csv: line 2: bad number; nothing of the file was committed"
+				    " ... and 50 more like it", &lines), 1);
+	errors_fini(&log);
+
+	/* alike means the same message: another line number is another line */
+	errors_init(&log);
+	log.clock = fake_clock;
+	for (int i = 0; i < 40; i++)
+		errlog(&log, "query/%s/in: line %d: %s", "s", 1 + i % 20, "expected 4 numbers");
+	assert_int_equal(lines_with(&log, "expected 4 numbers", &lines), 40);
+	assert_int_equal(lines_with(&log, "more like it", &lines), 0);
+	errors_fini(&log);
+}
+
+/* descriptors of one version of a file share one rendering, freed with
+ * the last; a commit makes another version, while the older one stays with
+ * its holders; stat renders nothing for a version whose size is known (nor
+ * ever for centroids.fvecs); past dm->reads.max an open fails with ENOMEM
+ * and an errors line */
+static void test_shared_renderings(void **state)
+{
+	fixture *f = *state;
+	world w;
+	world_make(&w, f, 1);
+	fs_daemon *dm = &w.dm;
+	char gname[32], err[256];
+	int e;
+	snprintf(gname, sizeof gname, "%llu", (unsigned long long)w.gen);
+	pthread_mutex_lock(&dm->tree.mu);
+	node *g = child_locked(dm, get_node(dm, K_GENS), gname, &e);
+	assert_non_null(g);
+	g->nlookup++;
+	node *cl = child_locked(dm, g, "clusters", &e), *ce = child_locked(dm, g, "centroids.fvecs", &e);
+	assert_non_null(cl);
+	assert_non_null(ce);
+	cl->nlookup++;
+	ce->nlookup++;
+	pthread_mutex_unlock(&dm->tree.mu);
+
+	struct stat st;
+	uint64_t r0 = dm->rendered;
+	assert_int_equal(node_attr(dm, cl, &st), 0);
+	assert_int_equal(node_attr(dm, cl, &st), 0);
+	assert_int_equal(dm->rendered, r0 + 1);
+	rendering *a, *b, *c;
+	assert_int_equal(rendering_get(dm, cl, &a), 0);
+	assert_int_equal(rendering_get(dm, cl, &b), 0);
+	assert_ptr_equal(a, b);
+	assert_int_equal(dm->rendered, r0 + 2);
+	assert_int_equal(a->len, (size_t)st.st_size);
+	assert_int_equal(dm->reads.used, a->len);
+	/* a commit: the next open renders the new version */
+	vecfs_row row = {"another", 7, w.ds.x, NULL, 0};
+	size_t bad = 0;
+	assert_int_equal(vecfs_put(w.v, &row, 1, QD, &bad, err, sizeof err), 0);
+	assert_int_equal(rendering_get(dm, cl, &c), 0);
+	assert_ptr_not_equal(a, c);
+	assert_int_equal(dm->rendered, r0 + 3);
+	assert_int_equal(node_attr(dm, cl, &st), 0);
+	assert_int_equal(dm->rendered, r0 + 3);
+	assert_int_equal(dm->reads.used, a->len + c->len);
+	rendering_put(dm, a);
+	rendering_put(dm, b);
+	assert_int_equal(dm->reads.used, c->len);
+	rendering_put(dm, c);
+	assert_int_equal(dm->reads.used, 0);
+	assert_null(cl->shared);
+	/* centroids.fvecs: its size without rendering it, one rendering for
+	 * every version of the store */
+	assert_int_equal(node_attr(dm, ce, &st), 0);
+	assert_int_equal(dm->rendered, r0 + 3);
+	assert_int_equal(rendering_get(dm, ce, &a), 0);
+	assert_int_equal(a->len, (size_t)st.st_size);
+	assert_int_equal(vecfs_put(w.v, &row, 1, QD, &bad, err, sizeof err), 0);
+	assert_int_equal(rendering_get(dm, ce, &b), 0);
+	assert_ptr_equal(a, b);
+	/* the budget: the shared rendering counts once; another file's is
+	 * refused */
+	dm->reads.max = a->len + 1;
+	size_t n0 = errors_count(&dm->errors);
+	assert_int_equal(rendering_get(dm, cl, &c), -ENOMEM);
+	assert_int_equal(errors_count(&dm->errors), n0 + 1);
+	char last[300];
+	errors_last(&dm->errors, last, sizeof last);
+	snprintf(err, sizeof err, "generations/%s/clusters: cannot be read now", gname);
+	assert_non_null(strstr(last, err));
+	rendering_put(dm, a);
+	rendering_put(dm, b);
+	assert_int_equal(rendering_get(dm, cl, &c), 0);
+	rendering_put(dm, c);
+	assert_int_equal(dm->reads.used, 0);
+	world_free(&w);
 }
 
 int main(void)
@@ -2021,6 +2163,8 @@ int main(void)
 		TEST(test_examples), TEST(test_options_take_effect), TEST(test_pieces), TEST(test_fuzz),
 		TEST(test_bounds), TEST(test_search_ahead), TEST(test_search_ahead_many),
 		TEST(test_result_bounds), cmocka_unit_test(test_errors_lines),
+		cmocka_unit_test(test_errors_distinct),
+		cmocka_unit_test_setup_teardown(test_shared_renderings, fx_setup, fx_teardown),
 	};
 #undef TEST
 	return cmocka_run_group_tests(tests, NULL, NULL);
