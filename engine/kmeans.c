@@ -298,3 +298,42 @@ out:
 	free(cnt);
 	return rc;
 }
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return (x > y) - (x < y);
+}
+
+int vf_robust_mean(const float *pts, size_t n, uint32_t dim, float *mean)
+{
+	double *n2 = vf_malloc(sizeof(double) * (n ? n : 1)), *sorted = vf_malloc(sizeof(double) * (n ? n : 1));
+	double *sum = vf_calloc(dim, sizeof(double));
+	if (!n2 || !sorted || !sum) {
+		free(n2);
+		free(sorted);
+		free(sum);
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < n; i++) {
+		double s = 0;
+		for (uint32_t d = 0; d < dim; d++)
+			s += (double)pts[i * dim + d] * pts[i * dim + d];
+		n2[i] = sorted[i] = s;
+	}
+	qsort(sorted, n, sizeof(double), cmp_double);
+	double lim = n ? sorted[n / 2] * (VF_NORM_OUTLIER * VF_NORM_OUTLIER) : 0;
+	size_t kept = 0;
+	for (size_t i = 0; i < n; i++)
+		if (n2[i] <= lim) {
+			for (uint32_t d = 0; d < dim; d++)
+				sum[d] += pts[i * dim + d];
+			kept++;
+		}
+	for (uint32_t d = 0; d < dim; d++)
+		mean[d] = kept ? (float)(sum[d] / (double)kept) : 0;
+	free(n2);
+	free(sorted);
+	free(sum);
+	return 0;
+}
