@@ -661,17 +661,13 @@ static int build_locked(build_ctx *b, int activate, uint64_t *gen_out)
 	}
 	rc = vf_kmeans(sample, ns, b->m.dim, b->m.nlist, iters, b->m.seed, v->threads,
 		       b->centroids, kmeans_tick, b);
-	/* the centre of the first-pass tables: the sample's mean */
+	/* the centre of the first-pass tables: the sample's mean, without
+	 * norm outliers */
 	if (rc == 0 && (b->m.flags & VF_GEN_QUERY_TABLE)) {
-		double *sum = vf_calloc(b->m.dim, sizeof(double));
-		if (!(center = vf_malloc(sizeof(float) * b->m.dim)) || !sum)
+		if (!(center = vf_malloc(sizeof(float) * b->m.dim)))
 			rc = -ENOMEM;
-		for (uint64_t i = 0; i < ns && rc == 0; i++)
-			for (uint32_t d = 0; d < b->m.dim; d++)
-				sum[d] += sample[i * b->m.dim + d];
-		for (uint32_t d = 0; d < b->m.dim && rc == 0; d++)
-			center[d] = (float)(sum[d] / (double)ns);
-		free(sum);
+		else
+			rc = vf_robust_mean(sample, ns, b->m.dim, center);
 	}
 	free(sample);
 	if (rc)

@@ -43,9 +43,11 @@ int vf_to_index_space(vecfs_metric m, const float *in, float *out, uint32_t dim)
 		n2 += (double)in[i] * in[i];
 	if (n2 == 0)
 		return -EINVAL;
-	float inv = (float)(1.0 / sqrt(n2));
+	/* in double: 1/|in| of a float vector is within double's range, not
+	 * always float32's (|in| < 2^-126 or > 2^126) */
+	double inv = 1.0 / sqrt(n2);
 	for (uint32_t i = 0; i < dim; i++)
-		out[i] = in[i] * inv;
+		out[i] = (float)(in[i] * inv);
 	return 0;
 }
 

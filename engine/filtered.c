@@ -373,7 +373,7 @@ int vf_scan_set(search *s)
 			return -EIO;
 		for (size_t qi = 0; qi < s->nq; qi++) {
 			query *q = &s->qs[qi];
-			float dd = exact_dist(s, q, r.vec);
+			double dd = exact_dist(s, q, r.vec);
 			q->ex.reranked++;
 			if (hheap_admits(&q->top, dd))
 				hheap_push(&q->top, (hit){dd, fs->ids[i], r.key, r.keylen, r.payload,

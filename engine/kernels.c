@@ -5,6 +5,7 @@
 #include "kernels.h"
 #include "block.h"
 
+#include <float.h>
 #include <math.h>
 #if defined(__x86_64__)
 #include <cpuid.h>
@@ -354,6 +355,66 @@ void vf_groups4_scalar(const float *rq, const float *rc, uint32_t groups, float 
 	}
 	*msum = vf_tree16(ms);
 	*maxrange = m;
+}
+
+/* A float32 sum of squares or products at least this large (and finite)
+ * lost nothing to underflow: each term that underflowed is off by at most
+ * 2^-149, d <= 2^14 of them, far below half an ulp of 2^-80.  A finite
+ * sum had no overflow on the way (an overflow stays infinite or turns
+ * NaN).  Outside, the sums are taken again in double, where no product of
+ * two floats overflows or underflows. */
+#define VF_SAFE_LO 0x1p-80f
+
+static inline int float_ok(float r)
+{
+	float a = fabsf(r);
+	return a >= VF_SAFE_LO && a <= FLT_MAX;
+}
+
+static double l2sq_double(const void *a, const void *b, size_t d)
+{
+	double s = 0;
+	for (size_t i = 0; i < d; i++) {
+		double x = (double)ldf(a, i) - ldf(b, i);
+		s += x * x;
+	}
+	return s;
+}
+
+static double dot_double(const void *a, const void *b, size_t d)
+{
+	double s = 0;
+	for (size_t i = 0; i < d; i++)
+		s += (double)ldf(a, i) * ldf(b, i);
+	return s;
+}
+
+double vf_l2sq_exact(const vf_kernels *kn, const void *a, const void *b, size_t d)
+{
+	float r = kn->l2sq(a, b, d);
+	return float_ok(r) ? r : l2sq_double(a, b, d);
+}
+
+double vf_dot_exact(const vf_kernels *kn, const void *a, const void *b, size_t d)
+{
+	float r = kn->dot(a, b, d);
+	return float_ok(r) ? r : dot_double(a, b, d);
+}
+
+double vf_cosine_exact(const vf_kernels *kn, const void *q, const void *x, size_t d)
+{
+	/* q is a unit vector: |q.x| <= |x|, so a safe |x|^2 makes q.x safe too
+	 * (its underflowed terms are as small against |x|) */
+	float dv = kn->dot(x, x, d);
+	double c;
+	if (float_ok(dv)) {
+		c = kn->dot(q, x, d) / sqrtf(dv);
+	} else {
+		double n2 = dot_double(x, x, d);
+		c = n2 > 0 ? dot_double(q, x, d) / sqrt(n2) : 0;
+	}
+	double e = 1 - c;
+	return 2 * (e < 0 ? 0 : e > 2 ? 2 : e);
 }
 
 const vf_kernels vf_kernels_scalar = {

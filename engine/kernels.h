@@ -172,6 +172,13 @@ void vf_encode_codes_avx2(const float *x, const float *ax, uint32_t n, float t, 
 			  double sums[5][4]);
 #endif
 
+/* The exact distances of float32 arrays, in double: the squared L2
+ * distance, the dot product, and the cosine distance in index units,
+ * 2 (1 - q.x / |x|), of a unit q and any x (clamped to [0, 4]). */
+double vf_l2sq_exact(const vf_kernels *kn, const void *a, const void *b, size_t d);
+double vf_dot_exact(const vf_kernels *kn, const void *a, const void *b, size_t d);
+double vf_cosine_exact(const vf_kernels *kn, const void *q, const void *x, size_t d);
+
 /* The table named "scalar", "avx2" or "avx512", or NULL when this CPU
  * lacks it (or the name is unknown). */
 const vf_kernels *vf_kernels_named(const char *name);

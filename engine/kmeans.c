@@ -113,6 +113,30 @@ typedef struct nearest_job {
 #define NB 64 /* points per tile */
 #define PN 4  /* panels per call of the kernel */
 
+/* The nearest centroid of x by |c|^2 - 2 x.c in double (the first on
+ * ties), for a point or centroids whose float32 sums overflow; *dist gets
+ * that score rounded to float32. */
+static uint32_t nearest_double(const vf_cindex *ci, const float *x, float *dist)
+{
+	uint32_t arg = 0;
+	double best = INFINITY;
+	for (uint32_t c = 0; c < ci->k; c++) {
+		const float *pan = ci->panels + (size_t)(c / VF_PANEL) * ci->dim * VF_PANEL + c % VF_PANEL;
+		double n2 = 0, xc = 0;
+		for (uint32_t d = 0; d < ci->dim; d++) {
+			double v = pan[(size_t)d * VF_PANEL];
+			n2 += v * v;
+			xc += v * x[d];
+		}
+		if (n2 - 2 * xc < best) {
+			best = n2 - 2 * xc;
+			arg = c;
+		}
+	}
+	*dist = (float)best;
+	return arg;
+}
+
 /* The nearest centroid of each point: a tile of NB points against every
  * panel, keeping per point and lane (centroid index mod VF_PANEL) the
  * smallest distance and the first centroid with it; then per point the
@@ -149,9 +173,13 @@ static void *nearest_run(void *arg)
 			for (uint32_t l = 1; l < VF_PANEL; l++)
 				if (b[l] < b[bj] || (b[l] == b[bj] && a[l] < a[bj]))
 					bj = l;
-			j->out[p0 + i] = a[bj];
+			float bd = b[bj];
+			uint32_t ba = a[bj];
+			if (!(fabsf(bd) < FLT_MAX)) /* sums past float32 */
+				ba = nearest_double(ci, j->pts + (p0 + i) * ci->dim, &bd);
+			j->out[p0 + i] = ba;
 			if (j->dist)
-				j->dist[p0 + i] = b[bj];
+				j->dist[p0 + i] = bd;
 		}
 	}
 	return NULL;
@@ -297,4 +325,43 @@ out:
 	free(sum);
 	free(cnt);
 	return rc;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return (x > y) - (x < y);
+}
+
+int vf_robust_mean(const float *pts, size_t n, uint32_t dim, float *mean)
+{
+	double *n2 = vf_malloc(sizeof(double) * (n ? n : 1)), *sorted = vf_malloc(sizeof(double) * (n ? n : 1));
+	double *sum = vf_calloc(dim, sizeof(double));
+	if (!n2 || !sorted || !sum) {
+		free(n2);
+		free(sorted);
+		free(sum);
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < n; i++) {
+		double s = 0;
+		for (uint32_t d = 0; d < dim; d++)
+			s += (double)pts[i * dim + d] * pts[i * dim + d];
+		n2[i] = sorted[i] = s;
+	}
+	qsort(sorted, n, sizeof(double), cmp_double);
+	double lim = n ? sorted[n / 2] * (VF_NORM_OUTLIER * VF_NORM_OUTLIER) : 0;
+	size_t kept = 0;
+	for (size_t i = 0; i < n; i++)
+		if (n2[i] <= lim) {
+			for (uint32_t d = 0; d < dim; d++)
+				sum[d] += pts[i * dim + d];
+			kept++;
+		}
+	for (uint32_t d = 0; d < dim; d++)
+		mean[d] = kept ? (float)(sum[d] / (double)kept) : 0;
+	free(n2);
+	free(sorted);
+	free(sum);
+	return 0;
 }

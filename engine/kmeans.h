@@ -42,4 +42,10 @@ int vf_kmeans(const float *pts, size_t n, uint32_t dim, uint32_t k, int iters,
 	      uint64_t seed, int threads, float *centroids, vf_tick_fn tick,
 	      void *targ);
 
+/* The mean of n points (dim floats each) leaving out those whose norm is
+ * more than VF_NORM_OUTLIER times the median norm: a few huge records do
+ * not move it.  Returns 0 or -ENOMEM. */
+#define VF_NORM_OUTLIER 8
+int vf_robust_mean(const float *pts, size_t n, uint32_t dim, float *mean);
+
 #endif

@@ -557,7 +557,7 @@ int vf_scan_exact(search *s)
 		for (size_t qi = 0; qi < s->nq; qi++) {
 			query *q = &s->qs[qi];
 			q->ex.uncovered_scanned++;
-			float dd = exact_dist(s, q, r.vec);
+			double dd = exact_dist(s, q, r.vec);
 			if (hheap_admits(&q->top, dd))
 				hheap_push(&q->top, (hit){dd, id, r.key, r.keylen, r.payload,
 							  r.plen});

@@ -28,9 +28,10 @@
  * (built before there was one). */
 #define VF_NPROBE_UNCALIBRATED 32
 
-static float to_metric_units(const search *s, float d)
+/* rounded to float32: past it, +-inf */
+static float to_metric_units(const search *s, double d)
 {
-	return s->metric == VECFS_COSINE ? d * 0.5f : d;
+	return (float)(s->metric == VECFS_COSINE ? d * 0.5 : d);
 }
 
 static int cmp_hit(const void *a, const void *b)

@@ -20,7 +20,8 @@
 
 typedef struct hit { /* exact result, from its record; pointers into the
 		      * transaction's pages or the query's kept bytes */
-	float d;              /* index units */
+	double d;             /* index units, in double: distances past
+			       * float32 still order */
 	uint64_t id;
 	const char *key;
 	uint32_t keylen;
@@ -34,7 +35,7 @@ TOPK_HEAP(hheap, hit, KEY_DIST)
 /* Can a result at distance (or lower bound) d still enter the top k?  Always
  * while there are fewer than k, even at +inf: a distance that overflows
  * float32 is still a result. */
-static inline int hheap_admits(const hheap *h, float d)
+static inline int hheap_admits(const hheap *h, double d)
 {
 	return h->n < h->k || d < KEY_DIST(h->v[0]);
 }
@@ -150,33 +151,21 @@ static inline int filtered_out(const search *s, uint64_t id)
 	return s->fset && !vf_fset_has(s->fset, id);
 }
 
-static inline float exact_dist_raw(const search *s, const query *q, const void *vec)
+/* The exact distance in index units (cosine: squared l2 of unit vectors),
+ * in double: the float32 kernels where their result is sure to be
+ * accurate, double precision where float32 would overflow or underflow
+ * (kernels.h). */
+static inline double exact_dist(const search *s, const query *q, const void *vec)
 {
 	switch (s->metric) {
 	case VECFS_L2:
-		return s->kn->l2sq(q->q, vec, s->dim);
+		return vf_l2sq_exact(s->kn, q->q, vec, s->dim);
 	case VECFS_DOT:
-		return -s->kn->dot(q->q, vec, s->dim);
-	case VECFS_COSINE: {
-		float dv = s->kn->dot(vec, vec, s->dim);
-		float c = dv > 0 ? s->kn->dot(q->q, vec, s->dim) / sqrtf(dv) : 0;
-		float d = 1 - c;
-		if (d < 0)
-			d = 0;
-		if (d > 2)
-			d = 2;
-		return 2 * d; /* index units: squared l2 of unit vectors */
-	}
+		return -vf_dot_exact(s->kn, q->q, vec, s->dim);
+	case VECFS_COSINE:
+		return vf_cosine_exact(s->kn, q->q, vec, s->dim);
 	}
 	return 0;
-}
-
-/* The distance, +inf where float32 arithmetic gives none (overflowing
- * sums of opposite signs): a NaN would not order. */
-static inline float exact_dist(const search *s, const query *q, const void *vec)
-{
-	float d = exact_dist_raw(s, q, vec);
-	return d == d ? d : INFINITY;
 }
 
 static inline int stale(const search *s, uint64_t id, uint64_t seq)

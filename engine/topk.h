@@ -1,7 +1,7 @@
 /*
  * engine/topk.h - a bounded max-heap of the k smallest items by a float
- * key, so that the k-th best so far is at the top (+inf until there are
- * k): one definition for the bounds and exact results of a search and the
+ * or double key, so that the k-th best so far is at the top (+inf until
+ * there are k): one definition for the bounds and exact results of a search and the
  * nearest neighbours of calibration's sample queries.
  */
 #ifndef VF_TOPK_H
@@ -33,7 +33,7 @@
 		i = 0;                                                          \
 		for (;;) {                                                      \
 			uint32_t l = 2 * i + 1, m = i;                          \
-			float mv = KEY(x);                                      \
+			__typeof__(KEY(x)) mv = KEY(x);                         \
 			if (l < h->n && KEY(h->v[l]) > mv)                      \
 				m = l, mv = KEY(h->v[l]);                       \
 			if (l + 1 < h->n && KEY(h->v[l + 1]) > mv)              \
@@ -46,7 +46,8 @@
 		h->v[i] = x;                                                    \
 	}                                                                       \
                                                                                 \
-	static inline __attribute__((unused)) float name##_top(const name *h)   \
+	static inline __attribute__((unused)) __typeof__(KEY(*(type *)0))       \
+	name##_top(const name *h)                                               \
 	{                                                                       \
 		return h->n < h->k ? INFINITY : KEY(h->v[0]);                   \
 	}
