@@ -9,8 +9,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* A float as "%.9g": reads back to the same float32.  Returns its length. */
-int fmt_float(char *out, size_t cap, float f);
+#include "vecfs.h" /* vecfs_format_float() */
+
 /* Parse a decimal unsigned integer (digits only, no sign) up to max. */
 int parse_uint(const char *s, size_t n, uint64_t max, uint64_t *out);
 /* Parse one float32 token as strtof does in the C locale, rounded

@@ -512,7 +512,7 @@ static void render_out(sbuf *out, const vecfs_results *r, size_t room)
 			sb_add(out, "\n", 1);
 		for (size_t j = 0; j < r->count[i] && out->len <= room; j++) {
 			const vecfs_hit *h = &r->hits[i][j];
-			int nn = fmt_float(num, sizeof num, h->distance);
+			int nn = vecfs_format_float(num, sizeof num, h->distance);
 			sb_add(out, h->key, h->keylen);
 			sb_add(out, "\t", 1);
 			sb_add(out, num, (size_t)nn);
@@ -536,7 +536,7 @@ static void render_json(sbuf *js, const vecfs_results *r, size_t room)
 			 * is 1e999, which JSON readers take for one */
 			int nn = isinf(h->distance)
 				 ? snprintf(num, sizeof num, "%s", h->distance > 0 ? "1e999" : "-1e999")
-				 : fmt_float(num, sizeof num, h->distance);
+				 : vecfs_format_float(num, sizeof num, h->distance);
 			sb_adds(js, j ? ", {\"key\": " : "{\"key\": ");
 			sb_json_string(js, h->key, h->keylen);
 			sb_adds(js, ", \"distance\": ");

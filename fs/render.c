@@ -119,7 +119,7 @@ static int render_record(fs_daemon *dm, const char *key, size_t klen, sbuf *b)
 	if (rc == 0) {
 		sb_reserve(b, (size_t)dim * 16 + 1);
 		for (uint32_t i = 0; i < dim; i++) {
-			int n = fmt_float(num, sizeof num, vec[i]);
+			int n = vecfs_format_float(num, sizeof num, vec[i]);
 			if (i)
 				sb_add(b, " ", 1);
 			sb_add(b, num, (size_t)n);

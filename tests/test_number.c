@@ -189,7 +189,7 @@ static void test_fmt_float_round_trip(void **state)
 		memcpy(&f, &u, sizeof f);
 		if (!isfinite(f))
 			continue;
-		int n = fmt_float(s, sizeof s, f);
+		int n = vecfs_format_float(s, sizeof s, f);
 		assert_true(n > 0 && (size_t)n < sizeof s);
 		assert_int_equal(parse_float(s, (size_t)n, &g), 0);
 		assert_int_equal(bits_of(g), bits_of(f));
@@ -200,12 +200,12 @@ static void expect_as_printf(float f)
 {
 	char want[64], got[64];
 	snprintf(want, sizeof want, "%.9g", (double)f);
-	int n = fmt_float(got, sizeof got, f);
+	int n = vecfs_format_float(got, sizeof got, f);
 	if (n != (int)strlen(want) || strcmp(got, want) != 0)
-		fail_msg("fmt_float(%a) = \"%s\", printf gives \"%s\"", (double)f, got, want);
+		fail_msg("vecfs_format_float(%a) = \"%s\", printf gives \"%s\"", (double)f, got, want);
 }
 
-/* fmt_float is printf's "%.9g" byte for byte: random floats of every
+/* vecfs_format_float is printf's "%.9g" byte for byte: random floats of every
  * exponent, floats on both sides of each power of ten (where the decimal
  * exponent is guessed from log10), ties, integers, signs and zeros */
 static void test_fmt_float_as_printf(void **state)
@@ -249,6 +249,54 @@ static void test_fmt_float_as_printf(void **state)
 	expect_as_printf(16777216.0f);
 	expect_as_printf(0.5f);
 	expect_as_printf(2147483648.0f);
+}
+
+static void expect_e_as_printf(float f)
+{
+	char want[64], got[64];
+	snprintf(want, sizeof want, "%.8e", (double)f);
+	int n = vecfs_format_float_e(got, f);
+	if (n != (int)strlen(want) || strcmp(got, want) != 0)
+		fail_msg("vecfs_format_float_e(%a) = \"%s\", printf gives \"%s\"", (double)f, got, want);
+	if (n != VECFS_FLOAT_E_LEN + (signbit(f) ? 1 : 0))
+		fail_msg("vecfs_format_float_e(%a) = \"%s\": %d bytes", (double)f, got, n);
+	float g = 0;
+	assert_int_equal(parse_float(got, (size_t)n, &g), 0);
+	assert_int_equal(bits_of(g), bits_of(f));
+}
+
+/* vecfs_format_float_e is printf's "%.8e" byte for byte, of a length the
+ * sign alone sets, and reads back to the same float: every exponent, both
+ * sides of each power of ten, subnormals and zeros */
+static void test_fmt_float_e(void **state)
+{
+	(void)state;
+	uint64_t lcg = 17;
+	for (int i = 0; i < 600000; i++) {
+		uint32_t u = (uint32_t)(next(&lcg) >> 32);
+		float f;
+		memcpy(&f, &u, sizeof f);
+		if (isfinite(f))
+			expect_e_as_printf(f);
+	}
+	for (int k = -45; k <= 38; k++) {
+		float f = (float)pow(10.0, k), lo = f, hi = f;
+		for (int i = 0; i < 100; i++) {
+			expect_e_as_printf(lo);
+			expect_e_as_printf(-hi);
+			lo = nextafterf(lo, 0.0f);
+			hi = nextafterf(hi, INFINITY);
+		}
+	}
+	for (int i = 0; i <= 100000; i++)
+		expect_e_as_printf((float)i / 8.0f);
+	expect_e_as_printf(0.0f);
+	expect_e_as_printf(-0.0f);
+	expect_e_as_printf(FLT_MAX);
+	expect_e_as_printf(-FLT_MAX);
+	expect_e_as_printf(FLT_MIN);
+	expect_e_as_printf(nextafterf(0.0f, 1.0f));
+	expect_e_as_printf(1e-22f);
 }
 
 /* a token of any length is read as strtof reads it */
@@ -295,6 +343,7 @@ int main(void)
 		cmocka_unit_test(test_parse_uint),
 		cmocka_unit_test(test_fmt_float_round_trip),
 		cmocka_unit_test(test_fmt_float_as_printf),
+		cmocka_unit_test(test_fmt_float_e),
 		cmocka_unit_test(test_parse_float_long_tokens),
 		cmocka_unit_test(test_trim),
 	};

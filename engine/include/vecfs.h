@@ -37,6 +37,17 @@ typedef enum { VECFS_L2 = 0, VECFS_COSINE = 1, VECFS_DOT = 2 } vecfs_metric;
 const char *vecfs_metric_name(vecfs_metric m);
 int vecfs_metric_parse(const char *s, vecfs_metric *out); /* 0 / -EINVAL */
 
+/* ---------------------------------------------------------------- numbers */
+
+/* A float32 as "%.9g" in the C locale (reads back to the same float), into
+ * out (cap >= 32 for every float): returns its length. */
+int vecfs_format_float(char *out, size_t cap, float f);
+/* A finite float32 as "%.8e" (reads back to the same float): always
+ * VECFS_FLOAT_E_LEN bytes, one more with a minus sign (-0 included), and
+ * a NUL; out holds 24 bytes.  Returns its length. */
+#define VECFS_FLOAT_E_LEN 14
+int vecfs_format_float_e(char *out, float f);
+
 /* ---------------------------------------------------------------- store */
 
 /* Open (creating if missing) the store in directory `dir`.  Fails with
