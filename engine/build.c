@@ -7,6 +7,7 @@
  * generation up to date with writes made during the build, marks it
  * `ready` and (optionally) flips `active`, atomically.
  */
+#include "attrs.h"
 #include "internal.h"
 #include "io.h"
 
@@ -414,6 +415,8 @@ static int final_fn(vf_txn *txn, void *arg)
 	if ((rc = vf_save_genmeta(txn, s, &m)))
 		return rc;
 	if (j->activate && (rc = vf_save_active(txn, s, m.id)))
+		return rc;
+	if ((rc = vf_attrs_touch(txn, s, VF_TIME_GENS)))
 		return rc;
 	if (j->rebalanced) { /* counted in the transaction that publishes it */
 		if ((rc = vf_load_counters(txn, s, &cnt)))

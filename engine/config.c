@@ -2,6 +2,7 @@
  * engine/config.c - the distance metric and the configuration: defaults,
  * the stored form, get and set.
  */
+#include "attrs.h"
 #include "internal.h"
 
 #include <errno.h>
@@ -166,7 +167,8 @@ static int config_fn(vf_txn *txn, void *arg)
 		return -EBUSY;
 	}
 	to_stored(j->c, &nw);
-	return vf_save_config(txn, j->v->store, &nw);
+	int rc2 = vf_save_config(txn, j->v->store, &nw);
+	return rc2 ? rc2 : vf_attrs_touch(txn, j->v->store, VF_TIME_CONFIG);
 }
 
 int vecfs_config_set(vecfs *v, const vecfs_config *c, char *err, size_t errlen)

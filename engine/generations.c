@@ -2,6 +2,7 @@
  * engine/generations.c - the generations of a store: listing, information,
  * activation, removal, centroids and per-cluster counts.
  */
+#include "attrs.h"
 #include "internal.h"
 #include "calibrate.h"
 #include "io.h"
@@ -44,7 +45,8 @@ static int activate_fn(vf_txn *txn, void *arg)
 			  (unsigned long long)j->gen);
 		return -EINVAL;
 	}
-	return vf_save_active(txn, j->v->store, j->gen);
+	int rc2 = vf_save_active(txn, j->v->store, j->gen);
+	return rc2 ? rc2 : vf_attrs_touch(txn, j->v->store, VF_TIME_GENS);
 }
 
 int vecfs_activate(vecfs *v, uint64_t gen, char *err, size_t errlen)
@@ -64,7 +66,9 @@ static int remove_fn(vf_txn *txn, void *arg)
 		return -EBUSY;
 	if (m.state == VECFS_GEN_BUILDING)
 		return -EBUSY;
-	return vf_drop_generation_keys(txn, j->v->store, j->gen);
+	if ((rc = vf_drop_generation_keys(txn, j->v->store, j->gen)))
+		return rc;
+	return vf_attrs_touch(txn, j->v->store, VF_TIME_GENS);
 }
 
 int vecfs_gen_remove(vecfs *v, uint64_t gen)

@@ -3,6 +3,7 @@
  * interrupted, the thread that fills the record location hints, and the
  * background threads started and stopped with the handle.
  */
+#include "attrs.h"
 #include "internal.h"
 #include "parallel.h"
 #include "io.h"
@@ -27,6 +28,8 @@ static int recover_fn(vf_txn *txn, void *arg)
 	uint64_t stale[64], indexed;
 	int n = 0, rc;
 	if (!vf_pidx_ready(txn, s) && (rc = vf_pidx_rebuild(txn, s, &indexed)))
+		return rc;
+	if ((rc = vf_attrs_upgrade(txn, s)))
 		return rc;
 	if ((rc = vf_cursor_open(txn, s->gens, &cur)))
 		return rc;

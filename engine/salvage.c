@@ -5,6 +5,7 @@
  * damaged posting value is dropped (its rows are scanned exactly until the
  * next build).
  */
+#include "attrs.h"
 #include "internal.h"
 
 #include <errno.h>
@@ -231,6 +232,9 @@ static int salvage_fn(vf_txn *txn, void *arg)
 		j->info.keys_lost += j->bad[i].lost;
 	uint64_t indexed;
 	if ((rc = vf_pidx_rebuild(txn, s, &indexed))) /* made anew: it may be damaged too */
+		return rc;
+	if ((j->nids || j->ngens) && ((rc = vf_attrs_recount(txn, s)) || (rc = vf_attrs_write(txn, s, 0, 0)) ||
+				      (j->ngens && (rc = vf_attrs_touch(txn, s, VF_TIME_GENS)))))
 		return rc;
 	return vf_save_counters(txn, s, &cnt);
 }

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attrs.h"
 #include "changes.h"
 #include "filtered.h"
 #include "payload_index.h"
@@ -159,9 +160,10 @@ int vf_put_begin(vf_put_ctx *c, vecfs *v, vf_txn *txn, uint32_t dim, char *err,
 	    (rc = vf_load_counters(txn, v->store, &c->cnt)))
 		return rc;
 	c->compact_deltas = sc.compact_deltas;
-	if (sc.dim == 0) {
+	if (sc.dim == 0) { /* the first write fixes dim: a change of config */
 		sc.dim = dim;
-		if ((rc = vf_save_config(txn, v->store, &sc)))
+		if ((rc = vf_save_config(txn, v->store, &sc)) ||
+		    (rc = vf_attrs_touch(txn, v->store, VF_TIME_CONFIG)))
 			return rc;
 	} else if (sc.dim != dim) {
 		vf_seterr(err, errlen, "row 1: dimension %u, the store has dim %u", dim, sc.dim);
@@ -189,11 +191,15 @@ int vf_put_row(vf_put_ctx *c, const vecfs_row *r)
 	id = c->cnt.next_id;
 	rc = vf_keys_claim(c->txn, s, key, klen, &id);
 	int fresh = rc == 0;
+	uint64_t len;
+	vf_val old;
 	if (fresh) {
 		c->cnt.next_id++;
 		c->cnt.live++;
 	} else if (rc != -EEXIST || (rc = vf_pidx_remove_record(c->txn, s, &c->pidx, id))) {
 		return rc;
+	} else if (vf_records_get(c->txn, s, id, &old) == 0 && vf_export_len_of(old.data, old.len, &len) == 0) {
+		c->export_delta -= (int64_t)len; /* the version it replaces */
 	}
 	uint64_t seq = ++c->cnt.seq;
 	size_t need = vf_record_size(c->dim, klen, r->payload_len);
@@ -205,6 +211,8 @@ int vf_put_row(vf_put_ctx *c, const vecfs_row *r)
 		c->reccap = need;
 	}
 	vf_record_encode(c->rec, seq, c->dim, r->vec, key, klen, r->payload, r->payload_len);
+	if (vf_export_len_of(c->rec, need, &len) == 0)
+		c->export_delta += (int64_t)len;
 	if ((rc = (fresh ? vf_records_add : vf_records_put)(c->txn, s, id, c->rec, need)) ||
 	    (rc = vf_pidx_add(c->txn, s, &c->pidx, id, r->payload, r->payload_len)))
 		return rc;
@@ -229,6 +237,8 @@ int vf_put_end(vf_put_ctx *c, int rc)
 	if (rc == 0)
 		rc = vf_pidx_flush(c->txn, s, &c->pidx);
 	vf_pidx_batch_free(&c->pidx);
+	if (rc == 0 && c->cnt.seq > c->seq_before)
+		rc = vf_attrs_write(c->txn, s, c->export_delta, c->seq_before + 1);
 	if (rc == 0 && c->g)
 		rc = vf_pw_flush(&c->w, c->txn);
 	if (rc == 0 && c->g) {
@@ -448,8 +458,12 @@ int vf_forget_records(vecfs *v, vf_txn *txn, const uint64_t *ids, size_t n,
 static int drop_record(vf_txn *txn, vf_store *s, uint64_t id, const char *key, size_t klen,
 		       vf_counters *cnt)
 {
+	vf_val d;
+	uint64_t len = 0;
 	int rc;
-	if ((rc = vf_keys_del(txn, s, key, klen)) || (rc = vf_pidx_remove_record(txn, s, NULL, id)) ||
+	if ((rc = vf_records_get(txn, s, id, &d)) == 0 && (rc = vf_export_len_of(d.data, d.len, &len)) == 0)
+		rc = vf_attrs_write(txn, s, -(int64_t)len, 0);
+	if (rc || (rc = vf_keys_del(txn, s, key, klen)) || (rc = vf_pidx_remove_record(txn, s, NULL, id)) ||
 	    (rc = vf_records_del(txn, s, id)))
 		return rc;
 	cnt->live--;
@@ -507,6 +521,7 @@ static int del_many_fn(vf_txn *txn, void *arg)
 	vf_pidx_batch pb = {0};
 	uint64_t *ids = NULL, id;
 	size_t n = 0, cap = 0, named;
+	uint64_t gone = 0; /* of the export's length */
 	int rc;
 	j->deleted = 0;
 	if ((rc = vf_load_counters(txn, s, &cnt)))
@@ -540,6 +555,7 @@ static int del_many_fn(vf_txn *txn, void *arg)
 			continue; /* named and matched */
 		if ((rc = vf_records_get(txn, s, ids[i], &rv)) || (rc = vf_record_decode(rv.data, rv.len, &r)))
 			break;
+		gone += vf_export_line_len(&r);
 		/* a record the filter matched keeps its key entry until now (one
 		 * named by its key lost it in the first pass); the key copied
 		 * out of the page, which the writes may move */
@@ -561,6 +577,8 @@ static int del_many_fn(vf_txn *txn, void *arg)
 		rc = vf_forget_records(j->v, txn, ids, kept, &cnt, &j->maint_due);
 	if (rc == 0 && kept)
 		rc = vf_save_counters(txn, s, &cnt);
+	if (rc == 0 && kept)
+		rc = vf_attrs_write(txn, s, -(int64_t)gone, 0);
 	free(ids);
 	if (rc == 0)
 		j->deleted = kept;

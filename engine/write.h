@@ -29,6 +29,7 @@ typedef struct vf_put_ctx {
 	vf_prepared *pre;         /* clusters and codes of the rows to come, in order */
 	uint32_t compact_deltas;
 	vf_pidx_batch pidx;       /* the payload index's changes, applied at the end */
+	int64_t export_delta;     /* how the export's length moves */
 } vf_put_ctx;
 
 #define VF_NEAR_CHUNK 4096 /* rows prepared together */

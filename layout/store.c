@@ -753,6 +753,33 @@ uint64_t vf_store_used_bytes(vf_store *s, MDB_txn *txn)
 	return (pages > free_pages ? pages - free_pages : 0) * st.ms_psize;
 }
 
+uint64_t vf_store_copy_bytes(vf_store *s, MDB_txn *txn)
+{
+	MDB_stat fst, st;
+	uint64_t used = vf_store_used_bytes(s, txn);
+	if (mdb_stat(txn, 0, &fst) || mdb_env_stat(s->env, &st))
+		return used;
+	uint64_t own = ((uint64_t)fst.ms_branch_pages + fst.ms_leaf_pages + fst.ms_overflow_pages) *
+		       st.ms_psize;
+	return used > own ? used - own : used;
+}
+
+int vf_write_all(int fd, const void *buf, size_t len)
+{
+	const char *p = buf;
+	while (len) {
+		ssize_t w = write(fd, p, len);
+		if (w < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		p += w;
+		len -= (size_t)w;
+	}
+	return 0;
+}
+
 int vf_get(vf_txn *txn, vf_dbi dbi, const void *k, size_t kl, vf_val *out)
 {
 	MDB_val key = {kl, (void *)k}, val;
@@ -805,6 +832,7 @@ int vf_cursor_get(vf_cursor *cur, vf_val *k, vf_val *d, int op)
 	static const MDB_cursor_op ops[] = {
 		[VF_FIRST] = MDB_FIRST, [VF_NEXT] = MDB_NEXT,
 		[VF_SEEK] = MDB_SET_RANGE, [VF_CURRENT] = MDB_GET_CURRENT,
+		[VF_PREV] = MDB_PREV, [VF_LAST] = MDB_LAST,
 	};
 	MDB_val key = {k->len, k->data}, val;
 	int rc = mdb_cursor_get(cur, &key, &val, ops[op]);

@@ -178,6 +178,12 @@ uint64_t vf_store_used_bytes(vf_store *s, vf_txn *txn);
 /* One key of one family: read (-ENOENT when missing), write (flags 0 or
  * VF_APPEND: the key sorts after every key of the family), delete. */
 #define VF_APPEND 1
+/* Bytes of the compacted copy vf_store_backup() would write of txn's
+ * snapshot: the pages in use but the free list's own. */
+uint64_t vf_store_copy_bytes(vf_store *s, vf_txn *txn);
+/* Write all of buf to fd (retrying short writes): 0 or -errno. */
+int vf_write_all(int fd, const void *buf, size_t len);
+
 int vf_get(vf_txn *txn, vf_dbi dbi, const void *k, size_t kl, vf_val *out);
 int vf_put(vf_txn *txn, vf_dbi dbi, const void *k, size_t kl, const void *d,
 	   size_t dl, unsigned flags);
@@ -192,7 +198,7 @@ int vf_put_new(vf_txn *txn, vf_dbi dbi, const void *k, size_t kl, const void *d,
  * first key, VF_NEXT to the next one, VF_SEEK to the first key at or after
  * *k, VF_CURRENT stays (after vf_cursor_del() it is on the key that
  * followed the deleted one, or -ENOENT/-EINVAL when there was none). */
-enum { VF_FIRST, VF_NEXT, VF_SEEK, VF_CURRENT };
+enum { VF_FIRST, VF_NEXT, VF_SEEK, VF_CURRENT, VF_PREV, VF_LAST };
 int vf_cursor_open(vf_txn *txn, vf_dbi dbi, vf_cursor **cur);
 void vf_cursor_close(vf_cursor *cur);
 int vf_cursor_get(vf_cursor *cur, vf_val *k, vf_val *d, int op);

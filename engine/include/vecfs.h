@@ -423,6 +423,27 @@ void vecfs_set_notice_fn(vecfs *v, vecfs_notice_fn fn, void *arg);
 /* Stream a consistent compacted copy of the store (an LMDB data.mdb) to fd. */
 int vecfs_backup(vecfs *v, int fd);
 
+/* Every live record as a JSON line, in key order, from one snapshot, to
+ * fd: {"key":"…","vector":[…],"payload":…} (the payload as stored, only
+ * where there is one; each number as vecfs_format_float_e() prints it).
+ * *bytes: the bytes written.  -EIO when a record fails its checksum. */
+int vecfs_export(vecfs *v, int fd, uint64_t *bytes);
+
+/* What file tools see of a store without reading it whole. */
+typedef struct vecfs_attrs {
+	uint64_t created_ns;   /* nanoseconds since the epoch: the store made (or
+				  first opened by a version that keeps times) */
+	uint64_t config_ns;    /* the last change of the configuration */
+	uint64_t records_ns;   /* the last commit that wrote or deleted records */
+	uint64_t gens_ns;      /* the last build, removal or flip of a generation */
+	uint64_t export_bytes; /* what vecfs_export() would write now */
+	uint64_t backup_bytes; /* what vecfs_backup() would write now */
+} vecfs_attrs;
+int vecfs_attrs_get(vecfs *v, vecfs_attrs *out);
+/* When the current version of a record was committed (ns since the
+ * epoch).  -ENOENT when there is no such record. */
+int vecfs_record_time(vecfs *v, const char *key, size_t keylen, uint64_t *ns);
+
 /* Which scan kernels are in use ("avx2", "scalar"); for reports. */
 const char *vecfs_kernel_name(void);
 
