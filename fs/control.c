@@ -251,7 +251,10 @@ int ctl_render(fs_daemon *dm, sbuf *b)
 
 /* ---------------------------------------------------------------- backup */
 
-int backup_open(fs_daemon *dm)
+/* A temporary file next to the store (its disk has room for a copy),
+ * else in TMPDIR, filled by fill() and positioned at 0; or -errno with an
+ * errors line naming `what`. */
+static int snapshot_open(fs_daemon *dm, const char *what, int (*fill)(vecfs *v, int fd))
 {
 	int fd = -1;
 #ifdef O_TMPFILE
@@ -260,18 +263,18 @@ int backup_open(fs_daemon *dm)
 	if (fd < 0) {
 		const char *td = getenv("TMPDIR");
 		char path[4096];
-		snprintf(path, sizeof path, "%s/vecfs-backup.XXXXXX", td && td[0] ? td : "/tmp");
+		snprintf(path, sizeof path, "%s/vecfs-%s.XXXXXX", td && td[0] ? td : "/tmp", what);
 		fd = mkstemp(path);
 		if (fd < 0) {
 			int e = errno;
-			errlog_err(&dm->errors, e, "backup: cannot create a temporary file: %s", strerror(e));
+			errlog_err(&dm->errors, e, "%s: cannot create a temporary file: %s", what, strerror(e));
 			return -e;
 		}
 		unlink(path);
 	}
-	int rc = vecfs_backup(dm->store, fd);
+	int rc = fill(dm->store, fd);
 	if (rc) {
-		errlog_err(&dm->errors, rc, "backup: %s", strerror(-rc));
+		errlog_err(&dm->errors, rc, "%s: %s", what, strerror(-rc));
 		close(fd);
 		return rc;
 	}
@@ -281,4 +284,20 @@ int backup_open(fs_daemon *dm)
 		return -e;
 	}
 	return fd;
+}
+
+int backup_open(fs_daemon *dm)
+{
+	return snapshot_open(dm, "backup", vecfs_backup);
+}
+
+static int export_fill(vecfs *v, int fd)
+{
+	uint64_t bytes;
+	return vecfs_export(v, fd, &bytes);
+}
+
+int export_open(fs_daemon *dm)
+{
+	return snapshot_open(dm, "export.jsonl", export_fill);
 }

@@ -41,8 +41,10 @@ void control_store_opened(fs_daemon *dm);
 int ctl_exec(fs_daemon *dm, const char *line, size_t n);
 /* What reading ctl shows: the commands, and how each one last ran. */
 int ctl_render(fs_daemon *dm, sbuf *b);
-/* A file descriptor holding a fresh backup, positioned at 0; or -errno. */
+/* A file descriptor holding a fresh backup (export.jsonl), positioned at
+ * 0; or -errno with an errors line. */
 int backup_open(fs_daemon *dm);
+int export_open(fs_daemon *dm);
 /* Live progress of a build started through ctl: 1 if one is running. */
 int build_progress(fs_daemon *dm, char *phase, size_t cap, int *pct);
 

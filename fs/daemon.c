@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <string.h>
+#include <time.h>
 
 int daemon_init(fs_daemon *dm, const char *store_dir, unsigned max_sessions,
 		size_t query_input_bytes)
@@ -16,6 +17,9 @@ int daemon_init(fs_daemon *dm, const char *store_dir, unsigned max_sessions,
 		return -ENOMEM;
 	dm->store_dir = store_dir;
 	dm->max_sessions = max_sessions;
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	dm->mount_ns = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 	dm->query_input.max = query_input_bytes;
 	dm->ingest_max = (size_t)INGEST_BUFFER_MB_DEFAULT << 20;
 	pthread_mutex_init(&dm->query_input.mu, NULL);

@@ -64,6 +64,7 @@ struct fs_daemon {
 	size_t ingest_max;      /* bytes the buffers of open ingest files may
 				 * hold (-o ingest_buffer_mb) */
 	_Atomic size_t ingest_used; /* bytes they hold */
+	uint64_t mount_ns;      /* when the daemon started (ns since the epoch) */
 	_Atomic uint64_t last_delete; /* records deleted by the last commit of `delete` */
 	qbudget reads;          /* bytes of the renderings open read handles
 				 * hold (-o read_buffer_mb); its mu also

@@ -1,7 +1,7 @@
 /*
  * fs/inode.c - the nodes of the tree and their tables.
  *
- * Inodes 1..13 are the fixed entries (the root, its files and directories,
+ * Inodes 1..14 are the fixed entries (the root, its files and directories,
  * generations/active).  Everything else gets a node with a fresh inode
  * number when the kernel first looks it up: records/KEY, generations/GEN
  * and its files, query sessions and their files, ingest files and the
@@ -25,7 +25,7 @@
 static const named root_entries[] = {
 	{"README", K_README}, {"config", K_CONFIG},   {"stats", K_STATS},
 	{"errors", K_ERRORS}, {"ctl", K_CTL},         {"backup", K_BACKUP},
-	{"delete", K_DELETE},
+	{"delete", K_DELETE}, {"export.jsonl", K_EXPORT},
 	{"ingest", K_INGEST}, {"records", K_RECORDS}, {"query", K_QUERY},
 	{"generations", K_GENS},
 };
@@ -154,11 +154,40 @@ static int stateful(const node *n)
 	return n->kind == K_INGEST_FILE || n->kind == K_SESSION || n->kind == K_TMPLINK;
 }
 
+void node_changed(node *n)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	__atomic_store_n(&n->mtime_ns, (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec,
+			 __ATOMIC_RELAXED);
+}
+
+void node_seen(node *n, uint64_t v)
+{
+	v |= 1;
+	uint64_t before = __atomic_exchange_n(&n->seen, v, __ATOMIC_RELAXED);
+	if (before && before != v)
+		node_changed(n);
+}
+
+uint64_t content_time(fs_daemon *dm, node *n, uint64_t version, uint64_t base)
+{
+	(void)dm;
+	if (version)
+		node_seen(n, version * 2 + 1);
+	uint64_t t = __atomic_load_n(&n->mtime_ns, __ATOMIC_RELAXED);
+	return t > base ? t : base;
+}
+
 void link_name(fs_daemon *dm, node *n)
 {
 	if (n->linked || tab_insert(&dm->tree.names, n))
 		return;
 	n->linked = 1;
+	if (stateful(n))
+		node_changed(n); /* made now */
+	if (stateful(n) && n->parent <= FIXED_MAX)
+		node_changed(&dm->tree.fixed[n->parent]); /* ingest/, query/, generations/ */
 	if (n->kind == K_SESSION)
 		dm->tree.sessions++;
 	if (stateful(n) && n->parent <= FIXED_MAX) {
@@ -178,6 +207,8 @@ void unlink_name(fs_daemon *dm, node *n)
 		dm->tree.sessions--;
 	tab_remove(&dm->tree.names, n);
 	n->linked = 0;
+	if (stateful(n) && n->parent <= FIXED_MAX)
+		node_changed(&dm->tree.fixed[n->parent]);
 	if (stateful(n) && n->parent <= FIXED_MAX) {
 		if (n->sib_prev)
 			n->sib_prev->sib_next = n->sib_next;
@@ -361,7 +392,8 @@ int tree_init(fs_daemon *dm)
 	} fx[] = {
 		{K_ROOT, "", 0},           {K_README, "README", K_ROOT}, {K_CONFIG, "config", K_ROOT},
 		{K_STATS, "stats", K_ROOT}, {K_ERRORS, "errors", K_ROOT}, {K_CTL, "ctl", K_ROOT},
-		{K_BACKUP, "backup", K_ROOT}, {K_DELETE, "delete", K_ROOT}, {K_INGEST, "ingest", K_ROOT}, {K_RECORDS, "records", K_ROOT},
+		{K_BACKUP, "backup", K_ROOT}, {K_DELETE, "delete", K_ROOT},
+		{K_EXPORT, "export.jsonl", K_ROOT}, {K_INGEST, "ingest", K_ROOT}, {K_RECORDS, "records", K_ROOT},
 		{K_QUERY, "query", K_ROOT}, {K_GENS, "generations", K_ROOT}, {K_ACTIVE, "active", K_GENS},
 	};
 	for (size_t i = 0; i < NELEM(fx); i++) {

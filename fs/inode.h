@@ -18,7 +18,7 @@
 typedef struct fs_daemon fs_daemon;
 
 enum kind {
-	K_ROOT = 1, K_README, K_CONFIG, K_STATS, K_ERRORS, K_CTL, K_BACKUP, K_DELETE,
+	K_ROOT = 1, K_README, K_CONFIG, K_STATS, K_ERRORS, K_CTL, K_BACKUP, K_DELETE, K_EXPORT,
 	K_INGEST, K_RECORDS, K_QUERY, K_GENS, K_ACTIVE,
 	K_INGEST_FILE, K_RECORD, K_SESSION, K_QIN, K_QOUT, K_QJSON, K_QSTATS,
 	K_GEN, K_GMETA, K_GCENT, K_GCLUST, K_GPROG, K_TMPLINK,
@@ -50,7 +50,9 @@ typedef struct node {
 			       * kernel since push_out() last dropped them */
 	struct node *session; /* session files: their session node */
 	char *target;         /* K_TMPLINK */
-	uint64_t bsize;       /* K_BACKUP: size of the backup open handles read */
+	uint64_t mtime_ns;    /* its last change seen since the mount (0: none) */
+	uint64_t seen;        /* odd: the version or hash of its content when last
+			       * seen (node_seen()); 0: not seen yet */
 	/* readable files whose content has versions (render.c), under
 	 * dm->reads.mu: */
 	struct rendering *shared; /* the rendering of the version handles
@@ -91,6 +93,13 @@ int entry_kind(int dirkind, const char *name);
 /* With dm->tree.mu held. */
 node *get_node(fs_daemon *dm, fuse_ino_t ino);
 node *find_name(fs_daemon *dm, fuse_ino_t parent, const char *name);
+/* Times of what the daemon sees change: n changed now; n's content has
+ * version or hash v now (a change from the one seen before is a change
+ * now); when n last changed, at least base (version, if not 0, is seen
+ * first). */
+void node_changed(node *n);
+void node_seen(node *n, uint64_t v);
+uint64_t content_time(fs_daemon *dm, node *n, uint64_t version, uint64_t base);
 void link_name(fs_daemon *dm, node *n);
 void unlink_name(fs_daemon *dm, node *n);
 node *new_node(fs_daemon *dm, int kind, fuse_ino_t parent, const char *name);

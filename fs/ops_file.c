@@ -36,7 +36,8 @@ static int readable(int kind)
 {
 	switch (kind) {
 	case K_README: case K_CONFIG: case K_STATS: case K_ERRORS: case K_BACKUP: case K_DELETE: case K_CTL:
-	case K_RECORD: case K_QOUT: case K_QJSON: case K_QSTATS:
+	case K_EXPORT:
+	case K_RECORD: case K_QIN: case K_QOUT: case K_QJSON: case K_QSTATS:
 	case K_GMETA: case K_GCENT: case K_GCLUST: case K_GPROG:
 		return 1;
 	}
@@ -66,6 +67,7 @@ typedef struct handle {
 	sbuf wbuf;     /* config and ctl writes */
 	int wdirty;
 	atomic_int wrote; /* a session's in: written through this handle */
+	int reader;     /* opened read-only: its close runs nothing */
 	size_t checked; /* config: bytes of wbuf whose lines were checked */
 	unsigned lines;
 	int bad;        /* config: a line failed its check */
@@ -138,20 +140,15 @@ static int open_node(fs_daemon *dm, node *n, struct fuse_file_info *fi, handle *
 	h->dm = dm;
 	h->n = n;
 	h->fd = -1;
+	h->reader = acc == O_RDONLY;
 	pthread_mutex_init(&h->mu, NULL);
 	pthread_mutex_init(&h->wmu, NULL);
 	int rc = 0;
 	if (acc != O_WRONLY && readable(n->kind)) {
-		if (n->kind == K_BACKUP) {
-			struct stat bst;
-			h->fd = backup_open(dm);
+		if (n->kind == K_BACKUP || n->kind == K_EXPORT) {
+			h->fd = n->kind == K_BACKUP ? backup_open(dm) : export_open(dm);
 			if (h->fd < 0)
 				rc = h->fd;
-			else if (fstat(h->fd, &bst) == 0) {
-				pthread_mutex_lock(&dm->tree.mu);
-				n->bsize = (uint64_t)bst.st_size;
-				pthread_mutex_unlock(&dm->tree.mu);
-			}
 		} else if (n->kind != K_QOUT && n->kind != K_QJSON && n->kind != K_QSTATS) {
 			/* rendered now, so that open fails when the file cannot be
 			 * (a record deleted meanwhile); a session's results cannot
@@ -358,12 +355,14 @@ void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_
 		/* the lock owner of a write is the writer's: with direct_io the
 		 * kernel sends it (FUSE_WRITE_LOCKOWNER) */
 		rc = ingest_write(n->ing, buf, size, (uint64_t)off, fi->lock_owner);
+		node_changed(n);
 		if (rc)
 			ingest_leave(dm, n);
 		break;
 	case K_QIN:
 		atomic_store_explicit(&h->wrote, 1, memory_order_relaxed);
 		rc = qs_in_write(n->session->qs, buf, size, (uint64_t)off);
+		node_changed(n->session);
 		break;
 	case K_DELETE:
 		rc = ingest_write(h->del, buf, size, (uint64_t)off, fi->lock_owner);
@@ -459,6 +458,8 @@ static int flush_handle(handle *h, pid_t pid)
 		break;
 	case K_QIN: {
 		int ran;
+		if (h->reader)
+			break; /* it read what in holds */
 		if (!atomic_load_explicit(&h->wrote, memory_order_relaxed) && pid > 0 &&
 		    !caller_holds_in(dm, n, pid))
 			rc = qs_in_flush_empty(n->session->qs, &ran);
@@ -535,8 +536,6 @@ void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	n->opens--;
 	if (n->kind == K_INGEST_FILE && n->opens == 0 && n->linked && !ingest_staged(n->ing))
 		unlink_name(dm, n); /* a closed file leaves ingest/ (a staged one stays) */
-	if (n->kind == K_BACKUP && n->opens == 0)
-		n->bsize = 0;
 	maybe_free(dm, n);
 	pthread_mutex_unlock(&dm->tree.mu);
 	fuse_reply_err(req, 0);

@@ -14,19 +14,11 @@
 #include "out_cache.h"
 #include "render.h"
 
-int node_attr(fs_daemon *dm, node *n, struct stat *st)
+/* The mode and size of n. */
+static int node_mode_size(fs_daemon *dm, node *n, struct stat *st, const vecfs_attrs *sa)
 {
 	uint64_t size = 0;
 	int rc = 0;
-	memset(st, 0, sizeof *st);
-	st->st_ino = n->ino;
-	st->st_uid = dm->tree.uid;
-	st->st_gid = dm->tree.gid;
-	st->st_nlink = 1;
-	st->st_blksize = 4096;
-	struct timespec now;
-	clock_gettime(CLOCK_REALTIME, &now);
-	st->st_atim = st->st_mtim = st->st_ctim = now;
 	/* The kernel enforces these modes (default_permissions): only the
 	 * owner writes anything or reads backup, errors, records/, ingest/
 	 * and query/; README, stats, config and generations/ are readable by
@@ -62,21 +54,21 @@ int node_attr(fs_daemon *dm, node *n, struct stat *st)
 	case K_DELETE: /* reads empty */
 		st->st_mode = S_IFREG | 0600;
 		return 0;
-	case K_QIN: /* what was written, so that O_APPEND writes append */
-		st->st_mode = S_IFREG | 0200;
+	case K_QIN: /* what was written (a read returns it), so that O_APPEND writes append */
+		st->st_mode = S_IFREG | 0600;
 		st->st_size = (off_t)qs_in_size(n->session->qs);
 		return 0;
 	case K_INGEST_FILE:
 		st->st_mode = S_IFREG | 0200;
 		st->st_size = (off_t)ingest_size(n->ing);
 		return 0;
-	case K_BACKUP:
-		/* 0 unless a backup is open: then its size, for tools that trust
-		 * the size (sendfile-based copies) */
+	case K_BACKUP: /* what an open now would stream */
 		st->st_mode = S_IFREG | 0400;
-		pthread_mutex_lock(&dm->tree.mu);
-		st->st_size = (off_t)n->bsize;
-		pthread_mutex_unlock(&dm->tree.mu);
+		st->st_size = (off_t)sa->backup_bytes;
+		return 0;
+	case K_EXPORT:
+		st->st_mode = S_IFREG | 0400;
+		st->st_size = (off_t)sa->export_bytes;
 		return 0;
 	case K_QOUT: case K_QJSON: case K_QSTATS:
 		if (n->kind == K_QOUT) /* before the size: see push_out() */
@@ -106,6 +98,64 @@ int node_attr(fs_daemon *dm, node *n, struct stat *st)
 	 * with EIO, and rm (or ctl salvage) removes it */
 	if (n->kind == K_RECORD && rc == -EIO)
 		rc = 0;
+	return rc;
+}
+
+static struct timespec ts_of(uint64_t ns)
+{
+	return (struct timespec){(time_t)(ns / 1000000000u), (long)(ns % 1000000000u)};
+}
+
+/* When n last changed: kept in the store for what the store holds (the
+ * records, the configuration, the generations), else seen by the daemon
+ * since the mount (what its content was when last rendered: render.c). */
+static uint64_t node_time(fs_daemon *dm, node *n, const vecfs_attrs *sa)
+{
+	uint64_t t = 0, m = sa->created_ns;
+	vecfs_gen_info gi;
+	switch (n->kind) {
+	case K_ROOT: case K_README: case K_DELETE:
+		return sa->created_ns;
+	case K_CONFIG:
+		return sa->config_ns;
+	case K_RECORDS: case K_EXPORT:
+		return sa->records_ns;
+	case K_RECORD:
+		return vecfs_record_time(dm->store, n->name, n->namelen, &t) == 0 ? t : sa->records_ns;
+	case K_GENS: case K_ACTIVE:
+		return content_time(dm, n, 0, sa->gens_ns);
+	case K_BACKUP: /* every commit changes it: seen by the store's version */
+		m = sa->records_ns > sa->config_ns ? sa->records_ns : sa->config_ns;
+		return content_time(dm, n, vecfs_snapshot(dm->store), m > sa->gens_ns ? m : sa->gens_ns);
+	case K_GEN: case K_GCENT:
+		return vecfs_gen_info_get(dm->store, n->gen, &gi) == 0 ? gi.created * 1000000000u : m;
+	case K_GMETA: case K_GCLUST: case K_GPROG:
+		if (vecfs_gen_info_get(dm->store, n->gen, &gi) == 0)
+			m = gi.created * 1000000000u;
+		return content_time(dm, n, 0, m);
+	case K_QIN: case K_QOUT: case K_QJSON: case K_QSTATS: /* the session's last query */
+		return content_time(dm, n->session, 0, dm->mount_ns);
+	}
+	/* stats, ctl, errors, ingest/ and query/ and what is in them */
+	return content_time(dm, n, 0, dm->mount_ns);
+}
+
+int node_attr(fs_daemon *dm, node *n, struct stat *st)
+{
+	vecfs_attrs sa;
+	memset(st, 0, sizeof *st);
+	st->st_ino = n->ino;
+	st->st_uid = dm->tree.uid;
+	st->st_gid = dm->tree.gid;
+	st->st_nlink = 1;
+	st->st_blksize = 4096;
+	int rc = vecfs_attrs_get(dm->store, &sa);
+	if (rc == 0)
+		rc = node_mode_size(dm, n, st, &sa);
+	if (rc == 0) {
+		st->st_mtim = st->st_ctim = st->st_atim = ts_of(node_time(dm, n, &sa));
+		st->st_blocks = (st->st_size + 511) / 512;
+	}
 	return rc;
 }
 

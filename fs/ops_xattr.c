@@ -9,9 +9,12 @@
 #include <string.h>
 
 #include "daemon.h"
+#include "render.h"
+#include "sbuf.h"
 #include "errors.h"
 
 #define PAYLOAD_XATTR "user.payload"
+#define WORKERS_XATTR "user.workers" /* of stats; not listed: a gauge, not data */
 
 /* The payload of record n into buf (capacity cap, may be 0: its length
  * only): its length, 0 when it has none, or -errno. */
@@ -48,6 +51,17 @@ void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
 	node *n = get_locked(dm, ino);
 	if (!n) {
 		fuse_reply_err(req, ENOENT);
+		return;
+	}
+	if (n->kind == K_STATS && !strcmp(name, WORKERS_XATTR)) {
+		sbuf b;
+		sb_init(&b);
+		int rc = render_workers(dm, &b);
+		if (rc)
+			fuse_reply_err(req, -rc);
+		else
+			reply_sized(req, b.p, b.len, size);
+		sb_free(&b);
 		return;
 	}
 	if (n->kind != K_RECORD || strcmp(name, PAYLOAD_XATTR)) {

@@ -177,6 +177,7 @@ static void push_out_cache(fs_daemon *dm, node *session, fuse_ino_t ino)
  * (a stat then asks for the new size, a read does not need it). */
 int push_out(fs_daemon *dm, node *session)
 {
+	node_changed(session); /* its files changed: a query ran */
 	int rc = 0, passed;
 	pthread_mutex_lock(&dm->tree.mu);
 	node *o = find_name(dm, session->ino, "out");

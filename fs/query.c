@@ -838,6 +838,14 @@ char *qs_render(qsession *q, int which, size_t *len)
 	return sb_take(&b, len);
 }
 
+int qs_in_render(qsession *q, sbuf *b)
+{
+	pthread_mutex_lock(&q->mu);
+	sb_add(b, q->in.p ? q->in.p : "", q->in.len);
+	pthread_mutex_unlock(&q->mu);
+	return b->oom ? -ENOMEM : 0;
+}
+
 size_t qs_in_size(qsession *q)
 {
 	pthread_mutex_lock(&q->mu);

@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "sbuf.h"
 #include "vecfs.h"
 
 /* Bytes that the query inputs of all sessions may hold together. */
@@ -32,6 +33,8 @@ void qs_end(qsession *q);
 /* A write at offset 0 replaces the input; others append to it. */
 int qs_in_write(qsession *q, const char *buf, size_t len, uint64_t off);
 size_t qs_in_size(qsession *q);
+/* What in holds, as a read of it returns it. */
+int qs_in_render(qsession *q, sbuf *b);
 /* Run the query when `in` was written since the last run; *ran says
  * whether it did (and so replaced or cleared the results). */
 int qs_in_flush(qsession *q, int *ran);

@@ -8,6 +8,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <xxhash.h>
 
 #include "ahead.h"
 #include "control.h"
@@ -106,6 +107,21 @@ int render_stats(vecfs *v, sbuf *b)
 	return b->oom ? -ENOMEM : 0;
 }
 
+/* The session loop's workers: gauges that reading them moves (the worker
+ * answering is busy; a tool's parallel reads start more), so not in
+ * `stats`, whose content changes only with what it counts. */
+int render_workers(fs_daemon *dm, sbuf *b)
+{
+	fs_loop_stats ls;
+	if (!fc_loop_counts(dm->fuse, &ls))
+		return -ENODATA;
+	sb_printf(b, "workers = %u\n", ls.workers);
+	sb_printf(b, "workers_started = %llu\n", (unsigned long long)ls.extra_started);
+	sb_printf(b, "workers_listening = %u\n", ls.listening);
+	sb_printf(b, "workers_listening_cpus = %s\n", ls.listening_cpus);
+	return b->oom ? -ENOMEM : 0;
+}
+
 /* ---------------------------------------------------------------- the tree's files */
 
 static int render_record(fs_daemon *dm, const char *key, size_t klen, sbuf *b)
@@ -151,10 +167,6 @@ int render_node(fs_daemon *dm, node *n, sbuf *b)
 			rc = b->oom ? -ENOMEM : 0;
 		}
 		if (rc == 0 && fc_loop_counts(dm->fuse, &ls)) {
-			sb_printf(b, "workers = %u\n", ls.workers);
-			sb_printf(b, "workers_started = %llu\n", (unsigned long long)ls.extra_started);
-			sb_printf(b, "workers_listening = %u\n", ls.listening);
-			sb_printf(b, "workers_listening_cpus = %s\n", ls.listening_cpus);
 			sb_printf(b, "queries_searched_ahead = %llu\n",
 				  (unsigned long long)ahead_taken(dm->ahead));
 			rc = b->oom ? -ENOMEM : 0;
@@ -172,6 +184,8 @@ int render_node(fs_daemon *dm, node *n, sbuf *b)
 		return render_record(dm, n->name, n->namelen, b);
 	case K_CTL:
 		return ctl_render(dm, b);
+	case K_QIN:
+		return qs_in_render(n->session->qs, b);
 	case K_QOUT:
 	case K_QJSON:
 	case K_QSTATS:
@@ -261,6 +275,8 @@ int rendering_get(fs_daemon *dm, node *n, rendering **out)
 	sbuf b;
 	sb_init(&b);
 	int rc = render_node(dm, n, &b);
+	if (rc == 0)
+		node_seen(n, XXH3_64bits(b.p, b.len));
 	if (rc == 0 && !(r = calloc(1, sizeof *r)))
 		rc = -ENOMEM;
 	if (rc == 0 && !(r->data = sb_take(&b, &r->len)))
@@ -336,6 +352,8 @@ int render_size(fs_daemon *dm, node *n, uint64_t *size)
 	sb_init(&b);
 	int rc = render_node(dm, n, &b);
 	*size = b.len;
+	if (rc == 0)
+		node_seen(n, XXH3_64bits(b.p, b.len));
 	sb_free(&b);
 	if (rc == 0 && v && content_version(dm, n) == v) {
 		pthread_mutex_lock(&dm->reads.mu);

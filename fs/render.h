@@ -45,4 +45,7 @@ void rendering_put(fs_daemon *dm, rendering *r);
  * version is not known yet: 0, or the -errno of rendering it. */
 int render_size(fs_daemon *dm, struct node *n, uint64_t *size);
 
+/* The `user.workers` attribute of stats: the workers listening now. */
+int render_workers(fs_daemon *dm, sbuf *b);
+
 #endif

@@ -22,6 +22,8 @@ umnt() { # MNT: unmount and wait for the daemon to exit
 }
 
 errors_has() { T cat "$M/errors" | grep -qF -- "$1"; }
+# the session loop's gauges, in the user.workers attribute of stats
+workers_kv() { T getfattr --absolute-names --only-values -n user.workers "$M/stats" | kv "$1"; }
 
 # gen OUT N D SEED: deterministic fvecs
 gen() {
@@ -71,7 +73,7 @@ umnt "$TMP/tun-mnt"
 
 # ---------------------------------------------------------------- tree
 ls=$(T ls -A "$M" | tr '\n' ' ')
-check root_listing test "$ls" == "README backup config ctl delete errors generations ingest query records stats "
+check root_listing test "$ls" == "README backup config ctl delete errors export.jsonl generations ingest query records stats "
 check readme_lines test "$(T cat "$M/README" | wc -l)" -ge 2
 check readme_read_only test "$(printf 'x\n' | put - "$M/README")" == "ERR EACCES open"
 check config_mode test "$(T stat -c %A "$M/config")" == "-rw-r--r--"
@@ -294,12 +296,12 @@ check query_held_descriptors held_ok "$M/query/q1"
 # one that nobody waits for
 serial_ok() {
 	local before after
-	before=$(stat_kv workers_started) || return 1
+	before=$(workers_kv workers_started) || return 1
 	T bash -c 'for ((n = 0; n < 100; n++)); do
 		printf "k=2 mode=exact\n%d 2 3 4\n" $((n % 9)) >"$1/in" || exit 1
 		[[ $(cat "$1/out" | wc -l) == 2 ]] || exit 1
 	done' sh "$M/query/q1" || return 1
-	after=$(stat_kv workers_started) || return 1
+	after=$(workers_kv workers_started) || return 1
 	((after - before <= 2)) || { echo "$((after - before)) workers started" >&2; return 1; }
 }
 check one_client_needs_no_extra_workers serial_ok
@@ -329,7 +331,7 @@ listen_ok() {
 		fi
 		for try in 1 2 3; do
 			T taskset -c "$c" "$PY" -c "$HELD_LOOP" "$M/query/q1" 100 || return 1
-			st=$(T taskset -c "$c" cat "$M/stats") || return 1
+			st=$(T taskset -c "$c" getfattr --absolute-names --only-values -n user.workers "$M/stats") || return 1
 			[[ $(kv workers_listening <<<"$st") == 1 &&
 				$(kv workers_listening_cpus <<<"$st") == "$want" ]] && break
 			echo "client on CPU $c, try $try: $(grep listening <<<"$st" | tr '\n' ' ')" >&2
@@ -464,7 +466,7 @@ busy_ok() {
 	local pid i ncpu before after started ended=0 pids=()
 	pid=$(daemon_pid "$M")
 	before=$(ls "/proc/$pid/task" | wc -l)
-	started=$(stat_kv workers_started) || return 1
+	started=$(workers_kv workers_started) || return 1
 	ncpu=$(nproc)
 	# queries long enough to be running still after the 0.3 s below,
 	# whatever the machine: twice as many vectors until one takes 1 s (the
@@ -487,7 +489,7 @@ busy_ok() {
 	done
 	sleep 0.3
 	T cat "$M/config" >/dev/null || return 1
-	(($(stat_kv workers_started) > started)) || { echo "no extra worker started" >&2; return 1; }
+	(($(workers_kv workers_started) > started)) || { echo "no extra worker started" >&2; return 1; }
 	for i in "${pids[@]}"; do kill -0 "$i" 2>/dev/null || ended=1; done
 	[[ $ended == 0 ]] || { echo "config was read only after a long query ended" >&2; return 1; }
 	wait "${pids[@]}"
@@ -510,17 +512,17 @@ check busy_workers_answer_others busy_ok
 steady_ok() {
 	local before after workers c
 	sleep 2.5 # extra workers of the tests before leave (EXTRA_IDLE_MS)
-	workers=$(stat_kv workers) || return 1
-	before=$(stat_kv workers_started) || return 1
+	workers=$(workers_kv workers) || return 1
+	before=$(workers_kv workers_started) || return 1
 	for c in 1 2 3 4; do
 		T mkdir -p "$M/query/st$c" || return 1
 		T "$PY" -c "$HELD_LOOP" "$M/query/st$c" 400 &
 	done
 	wait || return 1
-	after=$(stat_kv workers_started) || return 1
+	after=$(workers_kv workers_started) || return 1
 	((after - before <= 20)) || { echo "$((after - before)) workers started" >&2; return 1; }
 	sleep 2.5 # EXTRA_IDLE_MS and a margin
-	[[ $(stat_kv workers) == "$workers" ]] || { echo "$(stat_kv workers) workers stay; $(T grep -E '^workers' "$M/stats" | tr '\n' ' '); 3 s later: $(sleep 3; T grep -E '^workers' "$M/stats" | tr '\n' ' ')" >&2; return 1; }
+	[[ $(workers_kv workers) == "$workers" ]] || { echo "$(workers_kv workers) workers stay; $(T getfattr --absolute-names --only-values -n user.workers "$M/stats" | tr '\n' ' '); 3 s later: $(sleep 3; T getfattr --absolute-names --only-values -n user.workers "$M/stats" | tr '\n' ' ')" >&2; return 1; }
 }
 check steady_clients_keep_workers steady_ok
 check query_rmdir T rmdir "$M/query/q1"
