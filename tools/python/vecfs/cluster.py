@@ -566,6 +566,7 @@ class ShardedIndex:
         self._lock = threading.RLock()      # writes wait while shards move
         self._cv = threading.Condition()     # searches in flight, by map epoch
         self._active = {}
+        self._sent = {}                      # future key: the worker it was sent to
         self._move = None                    # (read map count, shard filter) during a move
         self._names = itertools.count()
         self._tag = uuid.uuid4().hex[:8]
@@ -662,8 +663,10 @@ class ShardedIndex:
         a = addr.get(name)
         if a is None:
             return None
-        return self.client.submit(fn, *args, workers=[a], allow_other_workers=False,
-                                  pure=False, retries=retries)
+        f = self.client.submit(fn, *args, workers=[a], allow_other_workers=False,
+                               pure=False, retries=retries)
+        self._sent[f.key] = a
+        return f
 
     def _wait(self, futs, what, partial=False, names=None):
         """Results of [(shard, future or None)]: ({shard: [results]}, {shard: reason}).
@@ -704,14 +707,19 @@ class ShardedIndex:
                 else:
                     if alive is None:
                         alive = self._addresses()
-                    if names[s] not in alive or time.monotonic() > t_end:
-                        missing[s] = "%s: %s" % (names[s], "its worker is gone"
-                                                 if names[s] not in alive else
-                                                 "no answer in %g s" % self.timeout)
+                    sent = self._sent.get(f.key)
+                    if alive.get(names[s]) != sent or time.monotonic() > t_end:
+                        missing[s] = "%s: %s" % (
+                            names[s], "its worker is gone" if names[s] not in alive else
+                            "its worker restarted" if alive[names[s]] != sent else
+                            "no answer in %g s" % self.timeout)
                         f.cancel()
                     else:
                         left.append((s, f))
             pending = left
+        for _, f in futs:
+            if f is not None:
+                self._sent.pop(f.key, None)
         if missing and not partial:
             raise ShardError(missing, what)
         return results, missing
@@ -1022,9 +1030,14 @@ class ShardedIndex:
     def _fanout_kw(self, method, kv):
         addr = self._addresses()
         names = self._map["shards"]
-        futs = [(s, None if addr.get(nm) is None else self.client.submit(
-            _w_call, method, workers=[addr[nm]], allow_other_workers=False, pure=False, **kv))
-            for s, nm in enumerate(names)]
+        futs = []
+        for s, nm in enumerate(names):
+            f = None
+            if addr.get(nm) is not None:
+                f = self.client.submit(_w_call, method, workers=[addr[nm]],
+                                       allow_other_workers=False, pure=False, **kv)
+                self._sent[f.key] = addr[nm]
+            futs.append((s, f))
         self._wait(futs, "config")
 
     @property
