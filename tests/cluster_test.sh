@@ -31,13 +31,7 @@ if ! mnt "$TMP/single" "$TMP/one"; then
 	summary
 	exit 1
 fi
-while IFS= read -r line; do
-	echo "$line"
-	case $line in
-	PASS\ *) PASS=$((PASS + 1)) ;;
-	FAIL\ *) FAIL=$((FAIL + 1)) ;;
-	esac
-done < <(timeout -k 5 240 "$PY" tests/test_cluster.py "$VECFS" "$TMP/one" "$TMP" ../shared/data 2>"$TMP/stderr")
+tally < <(timeout -k 5 240 "$PY" tests/test_cluster.py "$VECFS" "$TMP/one" "$TMP" ../shared/data 2>"$TMP/stderr")
 wait $! || bad test_cluster "exit status $?: $(tail -c 600 "$TMP/stderr")"
 T fusermount3 -u "$TMP/one"
 summary

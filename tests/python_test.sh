@@ -11,19 +11,13 @@ SUITE=python
 . "$(dirname "$0")/harness.sh"
 
 run() { # NAME FLAGS...: tests/test_python.py on a fresh mount, its lines counted
-	local name=$1 line
+	local name=$1
 	shift
 	if ! mnt "$TMP/store-$name" "$TMP/mnt-$name"; then
 		bad "mount_$name" "$(tail -c 300 "$TMP/daemon.log")"
 		return
 	fi
-	while IFS= read -r line; do
-		echo "$line"
-		case $line in
-		PASS\ *) PASS=$((PASS + 1)) ;;
-		FAIL\ *) FAIL=$((FAIL + 1)) ;;
-		esac
-	done < <(timeout -k 5 300 "$PY" tests/test_python.py "$TMP/mnt-$name" "$@" 2>&1)
+	tally < <(timeout -k 5 300 "$PY" tests/test_python.py "$TMP/mnt-$name" "$@" 2>&1)
 	wait $! || bad "test_python_$name" "exit status $?"
 	T fusermount3 -u "$TMP/mnt-$name"
 }
