@@ -39,7 +39,7 @@ DEPS_OK    := $(BUILD)/.deps-ok
 # line stays the last one printed).
 .SECONDARY:
 
-.PHONY: all test check unit layers mount-test crash-test ops-test full-test python-test stress soak conformance install \
+.PHONY: all test check unit layers mount-test crash-test ops-test full-test python-test cluster-test stress soak conformance install \
 	asan tsan sanitized bench bench-kernels clean deps
 all: $(DEPS_OK) $(BUILD)/libvecfs.a $(TOOLS) $(DAEMON)
 
@@ -134,6 +134,11 @@ full-test: all
 python-test: all
 	@$(SAN_DAEMON) bash tests/python_test.sh $(BUILD)/vecfs
 
+# vecfs.cluster: a ShardedIndex on a LocalCluster of Dask worker processes,
+# each mounting its own store, against one store.
+cluster-test: all
+	@$(SAN_DAEMON) bash tests/cluster_test.sh $(BUILD)/vecfs
+
 # The layers, on the built objects and the sources (tests/check_layers.sh).
 layers: all $(TEST_BIN)
 	@bash tests/check_layers.sh $(BUILD)
@@ -154,7 +159,7 @@ check: all $(TEST_BIN)
 	@MAKE="$(MAKE)" bash tests/run-suite.sh unit layers
 
 test: all $(TEST_BIN)
-	@MAKE="$(MAKE)" bash tests/run-suite.sh unit layers mount-test ops-test crash-test full-test python-test
+	@MAKE="$(MAKE)" bash tests/run-suite.sh unit layers mount-test ops-test crash-test full-test python-test cluster-test
 
 # The acceptance suite in ../shared/conformance, run against $(BUILD)/vecfs;
 # PENDING (a regex of groups not run) passes through the environment.

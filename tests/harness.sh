@@ -76,6 +76,17 @@ mnt() { # STORE MNT [options]: mount, 0 once usable
 	is_mounted "$m"
 }
 
+tally() { # the lines of a test program on stdin: shown, PASS and FAIL lines counted
+	local line
+	while IFS= read -r line; do
+		echo "$line"
+		case $line in
+		PASS\ *) PASS=$((PASS + 1)) ;;
+		FAIL\ *) FAIL=$((FAIL + 1)) ;;
+		esac
+	done
+}
+
 kv() { awk -v k="$1" -F' *= *' '$1 == k { print $2; f = 1; exit } END { exit !f }'; }
 stat_kv() { T cat "$M/stats" | kv "$1"; }
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Tests of the Python module tools/python/vecfs.py: tests/test_python.py
+# Tests of the Python module tools/python/vecfs: tests/test_python.py
 # against a fresh mount, once with numpy and once with numpy hidden, then
 # `pip install` of tools/python into a temporary directory.
 # The last line is `python: N passed, N failed`.
@@ -11,19 +11,13 @@ SUITE=python
 . "$(dirname "$0")/harness.sh"
 
 run() { # NAME FLAGS...: tests/test_python.py on a fresh mount, its lines counted
-	local name=$1 line
+	local name=$1
 	shift
 	if ! mnt "$TMP/store-$name" "$TMP/mnt-$name"; then
 		bad "mount_$name" "$(tail -c 300 "$TMP/daemon.log")"
 		return
 	fi
-	while IFS= read -r line; do
-		echo "$line"
-		case $line in
-		PASS\ *) PASS=$((PASS + 1)) ;;
-		FAIL\ *) FAIL=$((FAIL + 1)) ;;
-		esac
-	done < <(timeout -k 5 300 "$PY" tests/test_python.py "$TMP/mnt-$name" "$@" 2>&1)
+	tally < <(timeout -k 5 300 "$PY" tests/test_python.py "$TMP/mnt-$name" "$@" 2>&1)
 	wait $! || bad "test_python_$name" "exit status $?"
 	T fusermount3 -u "$TMP/mnt-$name"
 }
@@ -58,7 +52,7 @@ fi
 # pip builds and installs the module with Debian's setuptools, offline
 cp -r tools/python "$TMP/src"
 T "$PY" -m pip install -q --no-build-isolation --no-index --target "$TMP/site" "$TMP/src" >"$TMP/pip.log" 2>&1
-check pip_install test -f "$TMP/site/vecfs.py"
+check pip_install test -f "$TMP/site/vecfs/__init__.py"
 check pip_import test "$(cd "$TMP" && PYTHONPATH="$TMP/site" "$PY" -c 'import vecfs; print(vecfs.__file__, vecfs.__version__)')" \
-	== "$TMP/site/vecfs.py 0.1.0"
+	== "$TMP/site/vecfs/__init__.py 0.1.0"
 summary

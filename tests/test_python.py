@@ -1,4 +1,4 @@
-"""Tests of tools/python/vecfs.py against a fresh mount.
+"""Tests of tools/python/vecfs against a fresh mount.
 
 Usage: python3 tests/test_python.py MOUNTPOINT [--no-numpy]
 Prints `PASS NAME` or `FAIL NAME: why` per check; exit status 1 if any failed.
