@@ -18,6 +18,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include "fuse_compat.h"
@@ -334,6 +335,10 @@ static void malloc_tune(char *argv[])
 	if (getenv(TUNED_MARK)) {
 		unsetenv(TUNED_MARK);
 		unsetenv("GLIBC_TUNABLES");
+		/* started again through /proc/self/exe, the process would be
+		 * named "exe": it takes its program's name back (pgrep, top) */
+		const char *name = strrchr(argv[0], '/') ? strrchr(argv[0], '/') + 1 : argv[0];
+		prctl(PR_SET_NAME, name, 0, 0, 0);
 		return;
 	}
 	if (getenv("GLIBC_TUNABLES"))
