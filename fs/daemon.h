@@ -63,6 +63,9 @@ struct fs_daemon {
 	size_t ingest_max;      /* bytes the buffers of open ingest files may
 				 * hold (-o ingest_buffer_mb) */
 	_Atomic size_t ingest_used; /* bytes they hold */
+	char mount_dev[32];     /* the mount's device as /proc/PID/mountinfo
+				 * shows it (MAJ:MIN), set once mounted; ""
+				 * if not found */
 };
 
 /* Everything but the store (dm->store stays NULL for the caller to set)

@@ -416,29 +416,10 @@ static int ingest_flush(handle *h, uint64_t owner, pid_t pid)
 /* Whether process pid holds a descriptor of the session's in (besides
  * the one it closes, which has left its table by now): a shell that
  * redirects opens the file, dup2()s it and closes the first descriptor
- * before anything is written.  Read from /proc, which asks nothing of the
- * mount. */
+ * before anything is written. */
 static int caller_holds_in(fs_daemon *dm, node *n, pid_t pid)
 {
-	char want[PATH_MAX], dir[64], link[PATH_MAX + 2];
-	pthread_mutex_lock(&dm->tree.mu);
-	snprintf(want, sizeof want, "%s/query/%s/in", fc_mountpoint(dm->fuse), n->session->name);
-	pthread_mutex_unlock(&dm->tree.mu);
-	snprintf(dir, sizeof dir, "/proc/%d/fd", (int)pid);
-	DIR *d = opendir(dir);
-	if (!d)
-		return 0;
-	int held = 0;
-	struct dirent *e;
-	while (!held && (e = readdir(d))) {
-		ssize_t l = readlinkat(dirfd(d), e->d_name, link, sizeof link - 1);
-		if (l <= 0)
-			continue;
-		link[l] = 0;
-		held = !strcmp(link, want);
-	}
-	closedir(d);
-	return held;
+	return proc_holds_file(pid, dm->mount_dev, n->ino);
 }
 
 static int flush_handle(handle *h, pid_t pid)

@@ -1103,8 +1103,26 @@ empty_in() {
 	T bash -c "printf 'k=1 mode=exact\n1 2 3 4\n' >'$M/query/e1/in'" || return 1
 	[[ $(T cat "$M/errors" | wc -l) == "$n0" && $(T cat "$M/query/e1/out") == a* ]]
 }
+# the same through a bind mount of the mount point (a container's view):
+# the descriptor the shell keeps is known by the file it is open on, not
+# by the path it shows
+empty_in_bind() {
+	local b=$TMP/bind n0
+	mkdir -p "$b" && T mount --bind "$M" "$b" || return 1
+	MOUNTS+=("$b")
+	n0=$(T cat "$M/errors" | wc -l)
+	T bash -c "printf 'k=1 mode=exact\n5 6 7 8\n' >'$b/query/e1/in'"
+	local rc=$?
+	local out
+	out=$(T cat "$b/query/e1/out")
+	T umount "$b"
+	[[ $rc == 0 && $(T cat "$M/errors" | wc -l) == "$n0" && $out == b* ]]
+}
 if mnt "$A" "$M"; then
 	check empty_in_einval empty_in
+	if [[ $(id -u) == 0 ]]; then
+		check empty_in_bind_mount empty_in_bind
+	fi
 	umnt "$M"
 else
 	bad mount_empty_in "$(tail -c 200 "$TMP/daemon.log")"
