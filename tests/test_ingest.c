@@ -915,7 +915,7 @@ static int json_line_ref(oracle *o, const uint8_t *s, size_t n, uint64_t lineno)
 {
 	jr j = {s, s + n, 0};
 	bytes key = {0}, name = {0};
-	int have_key = 0, have_vec = 0, bad = 0, lamb = 0;
+	int have_key = 0, have_vec = 0, have_pay = 0, bad = 0, lamb = 0;
 	uint32_t cnt = 0;
 	const uint8_t *pay = NULL;
 	size_t plen = 0;
@@ -944,6 +944,12 @@ static int json_line_ref(oracle *o, const uint8_t *s, size_t n, uint64_t lineno)
 		}
 		j.p++;
 		jr_ws(&j);
+		if ((name.n == 3 && !memcmp(name.p, "key", 3) && have_key) ||
+		    (name.n == 6 && !memcmp(name.p, "vector", 6) && have_vec) ||
+		    (name.n == 7 && !memcmp(name.p, "payload", 7) && have_pay)) {
+			bad = 1; /* a member given twice */
+			goto out;
+		}
 		if (name.n == 3 && !memcmp(name.p, "key", 3)) {
 			key.n = 0;
 			if (j.p >= j.e || *j.p != '"' || jr_string(&j, &key, 1)) {
@@ -999,6 +1005,7 @@ static int json_line_ref(oracle *o, const uint8_t *s, size_t n, uint64_t lineno)
 			}
 			pay = st;
 			plen = (size_t)(j.p - st);
+			have_pay = 1;
 		} else if (jr_value(&j, 0)) {
 			bad = 1;
 			goto out;
@@ -1560,14 +1567,9 @@ static void gen_text(rng *r, int kind, uint32_t dim, size_t rows, const model *m
 			bytes key = {0};
 			gen_key(r, 'j', m, &key);
 			int order = (int)rnd(r, 6), pay = (int)rnd(r, 3), extra = rnd(r, 4) == 0;
-			int dupkey = rnd(r, 10) == 0;
 			by_byte(b, '{');
 			json_ws(r, b);
 			int first = 1;
-			if (dupkey) { /* a first "key" that the second replaces */
-				by_adds(b, "\"key\":\"replaced\"");
-				first = 0;
-			}
 			for (int part = 0; part < 4; part++) {
 				/* order: which of key/vector comes first, payload and an extra member placed around */
 				int what = (order + part) % 4;
@@ -2736,17 +2738,23 @@ static void test_quoted_keys(void **state)
 
 /* An .npy file (version 1.0) of `rows` rows of `dim` float64 values, in
  * the byte order `descr` names ('<f8' or '>f8'). */
+/* The magic, version 1.0 and the header dict `h` padded as numpy pads it. */
+static void npy_start(bytes *b, bytes *h)
+{
+	while ((10 + h->n + 1) % 64)
+		by_byte(h, ' ');
+	by_byte(h, '\n');
+	by_add(b, "\x93NUMPY\x01\x00", 8);
+	by_byte(b, (uint8_t)h->n);
+	by_byte(b, (uint8_t)(h->n >> 8));
+	by_add(b, h->p, h->n);
+}
+
 static void npy_f8_file(bytes *b, const char *descr, uint32_t rows, uint32_t dim, const double *vals)
 {
 	bytes h = {0};
 	by_printf(&h, "{'descr': '%s', 'fortran_order': False, 'shape': (%u, %u), }", descr, rows, dim);
-	while ((10 + h.n + 1) % 64)
-		by_byte(&h, ' ');
-	by_byte(&h, '\n');
-	by_add(b, "\x93NUMPY\x01\x00", 8);
-	by_byte(b, (uint8_t)h.n);
-	by_byte(b, (uint8_t)(h.n >> 8));
-	by_add(b, h.p, h.n);
+	npy_start(b, &h);
 	by_free(&h);
 	for (size_t i = 0; i < (size_t)rows * dim; i++) {
 		uint8_t w[8];
@@ -2809,6 +2817,68 @@ static void test_npy_float64(void **state)
 	assert_int_equal(t.committed, 1);
 	assert_int_equal(t.rejected, 5);
 	assert_int_equal(stats(v).records, 4);
+	check_whole_store(v, &t.md);
+	model_free(&t.md);
+}
+
+/* A member given twice in a .jsonl line ("key", "vector", "payload"), or a
+ * key twice in an .npy header: which one is meant is not known, so the
+ * file fails with EINVAL and an errors line naming it; other members may
+ * repeat. */
+static void test_members_twice(void **state)
+{
+	fixture *f = *state;
+	run t;
+	fx_open(f, NULL);
+	run_init(&t, f, 3, VECFS_L2, 0x5eed000b);
+	vecfs *v = t.dm->store;
+	static const struct {
+		const char *text, *why;
+	} bad[] = {
+		{"{\"key\":\"ok\",\"vector\":[1,2,3]}\n{\"key\":\"a\",\"vector\":[1,2,3],\"key\":\"b\"}\n",
+		 "line 2: \"key\" given twice"},
+		{"{\"key\":\"ok\",\"vector\":[1,2,3]}\n{\"vector\":[1,2,3],\"key\":\"a\",\"vector\":[4,5,6]}\n",
+		 "line 2: \"vector\" given twice"},
+		{"{\"key\":\"ok\",\"vector\":[1,2,3]}\n{\"key\":\"a\",\"payload\":1,\"vector\":[1,2,3],\"payload\":{}}\n",
+		 "line 2: \"payload\" given twice"},
+		{"{\"key\":\"ok\",\"vector\":[1,2,3]}\n{\"k\\u0065y\":\"a\",\"vector\":[1,2,3],\"key\":\"b\"}\n",
+		 "line 2: \"key\" given twice"},
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+		char name[32];
+		snprintf(name, sizeof name, "twice%zu.jsonl", i);
+		run_file(&t, name, K_JSONL, (const uint8_t *)bad[i].text, strlen(bad[i].text), 0);
+		if (!strstr(err_last, bad[i].why))
+			fail_msg("%s: errors line '%s', expected '%s'", name, err_last, bad[i].why);
+		assert_false(has_key(v, "ok"));
+	}
+	const char *other = "{\"key\":\"ok\",\"x\":1,\"vector\":[1,2,3],\"x\":2}\n";
+	run_file(&t, "other.jsonl", K_JSONL, (const uint8_t *)other, strlen(other), 1);
+	assert_true(has_key(v, "ok"));
+
+	static const char *hdr[] = {
+		"{'descr': '<f4', 'fortran_order': False, 'shape': (1, 3), 'shape': (2, 3), }",
+		"{'descr': '<f4', 'fortran_order': False, 'descr': '<f8', 'shape': (1, 3), }",
+		"{'fortran_order': False, 'descr': '<f4', 'shape': (1, 3), 'fortran_order': True, }",
+	};
+	static const char *hwhy[] = {"'shape' given twice", "'descr' given twice",
+				     "'fortran_order' given twice"};
+	for (size_t i = 0; i < sizeof hdr / sizeof *hdr; i++) {
+		bytes b = {0}, h = {0};
+		by_adds(&h, hdr[i]);
+		npy_start(&b, &h);
+		float row[6] = {1, 2, 3, 4, 5, 6};
+		by_add(&b, row, sizeof row);
+		char name[32];
+		snprintf(name, sizeof name, "twice%zu.npy", i);
+		run_file(&t, name, K_NPY, b.p, b.n, 0);
+		if (!strstr(err_last, hwhy[i]))
+			fail_msg("%s: errors line '%s', expected '%s'", name, err_last, hwhy[i]);
+		by_free(&b);
+		by_free(&h);
+	}
+	assert_int_equal(t.rejected, 7);
+	assert_int_equal(t.committed, 1);
 	check_whole_store(v, &t.md);
 	model_free(&t.md);
 }
@@ -3048,6 +3118,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_rules, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_quoted_keys, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_npy_float64, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_members_twice, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_fuzz, fx_setup, fx_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
