@@ -48,6 +48,8 @@ struct ingest {
 	uint64_t written;  /* bytes written */
 	int dirty;         /* bytes written since the last commit */
 	int failed, cancelled, done;
+	int fail_rc;       /* failed: the first failure's errno (negative),
+			    * which every later write and close returns */
 	int staged;        /* NAME.EXT.part: commits at its rename only */
 	int defer;         /* staged: errors wait for the rename */
 	char *why;         /* staged: the errors line its failure waits to give */
@@ -270,6 +272,8 @@ static int fail_at(ingest *in, int rc, uint64_t where, const char *fmt, ...)
 		errlog(&in->dm->errors, "ingest/%s: %s%s; %s", in->name, at, why, tail);
 		in->done = 1;
 	}
+	if (!in->failed)
+		in->fail_rc = rc;
 	in->failed = 1;
 	settle(in);
 	return rc;
@@ -1397,7 +1401,7 @@ int ingest_write(ingest *in, const char *buf, size_t len, uint64_t off, uint64_t
 	}
 	if (in->failed && in->done) {
 		pthread_mutex_unlock(&in->mu);
-		return -EINVAL;
+		return in->fail_rc;
 	}
 	if (off != in->written) {
 		in->defer = 0; /* a staged file too fails here and now */
@@ -1466,7 +1470,7 @@ int ingest_commit(ingest *in)
 	}
 	if (in->failed) {
 		pthread_mutex_unlock(&in->mu);
-		return -EINVAL;
+		return in->fail_rc;
 	}
 	in->dirty = 0;
 	in->nowners = 0;
@@ -1543,7 +1547,7 @@ int ingest_rename(ingest *in)
 		errlog(&in->dm->errors, "%s", in->why ? in->why : "ingest: a staged file failed");
 		in->done = 1;
 		pthread_mutex_unlock(&in->mu);
-		return -EINVAL;
+		return in->fail_rc;
 	}
 	in->dirty = 0;
 	if ((rc = finish(in)) == 0 && in->n)
@@ -1567,7 +1571,7 @@ void ingest_truncate(ingest *in)
 		free(in->why);
 		in->why = NULL;
 		in->written = 0;
-		in->dirty = in->failed = 0;
+		in->dirty = in->failed = in->fail_rc = 0;
 		in->defer = 1;
 		in->dim = 0;
 		in->dim_from_store = 0;

@@ -31,6 +31,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -2175,12 +2177,13 @@ static int feed(fs_daemon *dm, const char *name, const uint8_t *p, size_t n, rng
 	}
 	assert_int_equal(ingest_size(in), off);
 	if (rc) {
-		/* the file is dead: it has left ingest/, more writes and the close fail */
+		/* the file is dead: it has left ingest/, more writes and the close
+		 * fail with the errno of its failure */
 		assert_true(ingest_done(in));
 		assert_false(ingest_pending(in));
 		if (rnd(r, 2))
-			assert_int_equal(wr(in, "1", 1), -EINVAL);
-		assert_int_equal(ingest_commit(in), -EINVAL);
+			assert_int_equal(wr(in, "1", 1), rc);
+		assert_int_equal(ingest_commit(in), rc);
 	} else {
 		rc = ingest_commit(in);
 		if (rc == 0) {
@@ -2191,7 +2194,7 @@ static int feed(fs_daemon *dm, const char *name, const uint8_t *p, size_t n, rng
 				assert_true(ingest_done(in));
 		} else {
 			assert_true(ingest_done(in));
-			assert_int_equal(ingest_commit(in), -EINVAL);
+			assert_int_equal(ingest_commit(in), rc);
 		}
 	}
 	ingest_free(in);
@@ -3045,6 +3048,10 @@ static void test_rules(void **state)
 	assert_int_equal(ingest_write(c, big, 1200 << 10, 0, 1), -ENOMEM);
 	assert_int_equal(err_count, e0 + 1);
 	assert_non_null(strstr(err_last, "ingest_buffer_mb"));
+	/* a failed file says why at every later call: the first failure's errno */
+	assert_int_equal(ingest_write(c, "x", 1, 1200 << 10, 1), -ENOMEM);
+	assert_int_equal(ingest_close(c, 1, 10), -ENOMEM);
+	assert_int_equal(err_count, e0 + 1);
 	ingest_free(c);
 	ingest_cancel(a); /* what it held is free again */
 	c = ingest_new(t.dm, "c.txt", ingest_format_of("c.txt"), 10);
@@ -3056,6 +3063,47 @@ static void test_rules(void **state)
 	ingest_free(a);
 	assert_int_equal(atomic_load(&t.dm->ingest_used), 0);
 	free(big);
+	model_free(&t.md);
+}
+
+/* Out of descriptors when the first row needs the spool file: the write
+ * fails with EMFILE and an errors line, and so does the close, nothing
+ * committed; the next file goes through. */
+static void test_out_of_descriptors(void **state)
+{
+	fixture *f = *state;
+	run t;
+	fx_open(f, NULL);
+	run_init(&t, f, 3, VECFS_L2, 0x5eed000c);
+	vecfs *v = t.dm->store;
+	struct rlimit old;
+	assert_int_equal(getrlimit(RLIMIT_NOFILE, &old), 0);
+	struct rlimit low = {64, old.rlim_max};
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &low), 0);
+	int fds[64], nfd = 0;
+	while (nfd < 64 && (fds[nfd] = dup(0)) >= 0)
+		nfd++;
+	/* rows enough that the spool file is made while they are written */
+	bytes b = {0};
+	for (int i = 0; i < 20000; i++)
+		by_printf(&b, "m%d,1,2,3\n", i + 1);
+	ingest *in = ingest_new(t.dm, "m.csv", ingest_format_of("m.csv"), 10);
+	unsigned e0 = err_count;
+	int wrc = ingest_write(in, (const char *)b.p, b.n, 0, 1);
+	int crc = ingest_close(in, 1, 10);
+	by_free(&b);
+	ingest_free(in);
+	while (nfd > 0)
+		close(fds[--nfd]);
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &old), 0);
+	assert_int_equal(wrc, -EMFILE);
+	assert_int_equal(crc, -EMFILE);
+	assert_int_equal(err_count, e0 + 1);
+	assert_non_null(strstr(err_last, "ingest/m.csv"));
+	assert_false(has_key(v, "m1"));
+	const char *ok = "m0,1,2,3\n";
+	run_file(&t, "ok.csv", K_CSV, (const uint8_t *)ok, strlen(ok), 1);
+	assert_true(has_key(v, "m0"));
 	model_free(&t.md);
 }
 
@@ -3119,6 +3167,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_quoted_keys, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_npy_float64, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_members_twice, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_out_of_descriptors, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_fuzz, fx_setup, fx_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
