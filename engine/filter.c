@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "io.h"
+#include "vecfs.h"
 
 enum { J_NULL, J_FALSE, J_TRUE, J_NUM, J_STR, J_ARR, J_OBJ };
 
@@ -619,6 +620,10 @@ int vf_filter_compile(const char *text, size_t len, vf_filter **out, char *err, 
 	*out = NULL;
 	if (len > VF_FILTER_MAX_BYTES)
 		return fail(err, errlen, -E2BIG, "%zu bytes, more than %d", len, VF_FILTER_MAX_BYTES);
+	/* strings are compared by bytes: bytes that are not UTF-8 would
+	 * match nothing a payload (JSON, so UTF-8) can hold */
+	if (!vecfs_utf8_valid(text, len))
+		return fail(err, errlen, -EINVAL, "not valid UTF-8");
 	int rc = json_check(text, len, &depth, &nv, &bad);
 	if (rc == -ENOMEM)
 		return fail(err, errlen, rc, "out of memory");

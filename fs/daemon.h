@@ -70,6 +70,9 @@ struct fs_daemon {
 				 * hold (-o read_buffer_mb); its mu also
 				 * guards the renderings (render.h) */
 	_Atomic uint64_t rendered; /* contents rendered (render_node()) */
+	char mount_dev[32];     /* the mount's device as /proc/PID/mountinfo
+				 * shows it (MAJ:MIN), set once mounted; ""
+				 * if not found */
 };
 
 /* Everything but the store (dm->store stays NULL for the caller to set)

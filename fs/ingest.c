@@ -51,6 +51,8 @@ struct ingest {
 	uint64_t written;  /* bytes written */
 	int dirty;         /* bytes written since the last commit */
 	int failed, cancelled, done;
+	int fail_rc;       /* failed: the first failure's errno (negative),
+			    * which every later write and close returns */
 	int staged;        /* NAME.EXT.part: commits at its rename only */
 	int defer;         /* staged: errors wait for the rename */
 	char *why;         /* staged: the errors line its failure waits to give */
@@ -286,6 +288,8 @@ static int fail_at(ingest *in, int rc, uint64_t where, const char *fmt, ...)
 		errlog_err(&in->dm->errors, rc, "%s: %s%s; %s", in->path, at, why, tail);
 		in->done = 1;
 	}
+	if (!in->failed)
+		in->fail_rc = rc;
 	in->failed = 1;
 	settle(in);
 	return rc;
@@ -929,7 +933,7 @@ static int json_line(ingest *in, const char *s, size_t n)
 	uint64_t where = in->lineno;
 	jp j = {s, s + n, "", 0};
 	sbuf name;
-	int have_key = 0, have_vec = 0;
+	int have_key = 0, have_vec = 0, have_pay = 0;
 	uint32_t cnt = 0;
 	const char *payload = NULL;
 	size_t plen = 0;
@@ -963,6 +967,15 @@ static int json_line(ingest *in, const char *s, size_t n)
 		}
 		j.p++;
 		jws(&j);
+		/* a member given twice: which one is meant is not known (JSON
+		 * readers differ), so the line is refused */
+		int *seen = name.len == 3 && !memcmp(name.p, "key", 3) ? &have_key :
+			    name.len == 6 && !memcmp(name.p, "vector", 6) ? &have_vec :
+			    name.len == 7 && !memcmp(name.p, "payload", 7) ? &have_pay : NULL;
+		if (seen && *seen) {
+			rc = jfail(&j, "\"%.*s\" given twice", (int)name.len, name.p);
+			goto out;
+		}
 		if (name.len == 3 && !memcmp(name.p, "key", 3)) {
 			if (j.p >= j.e || *j.p != '"') {
 				rc = jfail(&j, "\"key\" is not a string");
@@ -1029,6 +1042,7 @@ static int json_line(ingest *in, const char *s, size_t n)
 				goto out;
 			payload = st;
 			plen = (size_t)(j.p - st);
+			have_pay = 1;
 		} else {
 			if ((rc = jvalue(&j, 0)))
 				goto out;
@@ -1060,7 +1074,8 @@ out:
 	if (rc) {
 		if (j.deep)
 			return fail_at(in, -E2BIG, where, "%s", j.err);
-		if (!strncmp(j.err, "no \"", 4) || strstr(j.err, "\"vector\"") || strstr(j.err, "\"key\""))
+		if (!strncmp(j.err, "no \"", 4) || strstr(j.err, "\"vector\"") || strstr(j.err, "\"key\"") ||
+		    strstr(j.err, " given twice"))
 			return fail_at(in, -EINVAL, where, "%s", j.err);
 		if (j.p >= j.e)
 			return fail_at(in, -EINVAL, where, "malformed JSON: %s at the end of the line", j.err);
@@ -1301,6 +1316,12 @@ static int npy_dict(ingest *in, char *buf)
 	char *sh = strstr(buf, "'shape'");
 	if (!d || !fo || !sh || buf[0] != '{')
 		return fail_at(in, -EINVAL, 0, "not an .npy header (no descr, fortran_order and shape)");
+	/* a key given twice: which one numpy would take is not ours to guess */
+	const char *twice = strstr(d + 1, "'descr'") ? "descr" :
+			    strstr(fo + 1, "'fortran_order'") ? "fortran_order" :
+			    strstr(sh + 1, "'shape'") ? "shape" : NULL;
+	if (twice)
+		return fail_at(in, -EINVAL, 0, "'%s' given twice in the .npy header", twice);
 	d = strchr(d + 7, ':');
 	if (!d)
 		return fail_at(in, -EINVAL, 0, "bad .npy header");
@@ -1529,7 +1550,7 @@ int ingest_write(ingest *in, const char *buf, size_t len, uint64_t off, uint64_t
 	}
 	if (in->failed && in->done) {
 		pthread_mutex_unlock(&in->mu);
-		return -EINVAL;
+		return in->fail_rc;
 	}
 	if (off != in->written) {
 		in->defer = 0; /* a staged file too fails here and now */
@@ -1598,7 +1619,7 @@ int ingest_commit(ingest *in)
 	}
 	if (in->failed) {
 		pthread_mutex_unlock(&in->mu);
-		return -EINVAL;
+		return in->fail_rc;
 	}
 	in->dirty = 0;
 	in->nowners = 0;
@@ -1676,7 +1697,7 @@ int ingest_rename(ingest *in)
 		errlog(&in->dm->errors, "%s", in->why ? in->why : "ingest: a staged file failed");
 		in->done = 1;
 		pthread_mutex_unlock(&in->mu);
-		return -EINVAL;
+		return in->fail_rc;
 	}
 	in->dirty = 0;
 	if ((rc = finish(in)) == 0 && in->n)
@@ -1700,7 +1721,7 @@ void ingest_truncate(ingest *in)
 		free(in->why);
 		in->why = NULL;
 		in->written = 0;
-		in->dirty = in->failed = 0;
+		in->dirty = in->failed = in->fail_rc = 0;
 		in->defer = 1;
 		in->dim = 0;
 		in->dim_from_store = 0;

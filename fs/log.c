@@ -84,7 +84,7 @@ static void fuse_message(enum fuse_log_level level, const char *fmt, va_list ap)
 
 int log_open(const char *path)
 {
-	int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY, 0640);
+	int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY, 0600);
 	if (fd < 0)
 		return -errno;
 	if (log_fd >= 0)

@@ -18,6 +18,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include "fuse_compat.h"
@@ -207,21 +208,10 @@ static char *absolute(const char *store)
 	return p;
 }
 
-/* Refuse a mountpoint that is stale (its daemon died) or already has a
- * mount on it (a second mount would hide the first): 0, or 1 with a
- * message. */
-static int check_mountpoint(const char *mnt)
+/* The mount on path `real` in /proc/self/mountinfo: 1 with its device
+ * (MAJ:MIN) and file system type, or 0. */
+static int mountinfo_find(const char *real, char *dev, size_t devlen, char *type, size_t typelen)
 {
-	struct statfs sf;
-	char real[PATH_MAX];
-	/* statfs always asks the filesystem (a stat may be answered from the
-	 * kernel's cache of the root's attributes) */
-	if (statfs(mnt, &sf) != 0 && errno == ENOTCONN) {
-		log_msg("the mount point is stale: run fusermount3 -u %s", mnt);
-		return 1;
-	}
-	if (!realpath(mnt, real))
-		return 0; /* libfuse reports a missing mountpoint */
 	FILE *f = fopen("/proc/self/mountinfo", "r");
 	if (!f)
 		return 0;
@@ -229,8 +219,8 @@ static int check_mountpoint(const char *mnt)
 	int found = 0;
 	while (!found && fgets(line, sizeof line, f)) {
 		/* ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS ... - FSTYPE ... */
-		char point[PATH_MAX], type[64] = "?";
-		if (sscanf(line, "%*s %*s %*s %*s %4095s", point) != 1)
+		char point[PATH_MAX], d[32];
+		if (sscanf(line, "%*s %*s %31s %*s %4095s", d, point) != 2)
 			continue;
 		size_t o = 0; /* undo the octal escapes of blanks and backslashes */
 		for (size_t i = 0; point[i]; i++) {
@@ -245,15 +235,37 @@ static int check_mountpoint(const char *mnt)
 		point[o] = 0;
 		if (strcmp(point, real))
 			continue;
+		snprintf(dev, devlen, "%s", d);
 		const char *dash = strstr(line, " - ");
+		snprintf(type, typelen, "?");
 		if (dash)
 			sscanf(dash + 3, "%63s", type);
-		log_msg("%s is already a mount point (%s): unmount it first (fusermount3 -u %s)",
-			mnt, type, mnt);
 		found = 1;
 	}
 	fclose(f);
 	return found;
+}
+
+/* Refuse a mountpoint that is stale (its daemon died) or already has a
+ * mount on it (a second mount would hide the first): 0, or 1 with a
+ * message. */
+static int check_mountpoint(const char *mnt)
+{
+	struct statfs sf;
+	char real[PATH_MAX], dev[32], type[64];
+	/* statfs always asks the filesystem (a stat may be answered from the
+	 * kernel's cache of the root's attributes) */
+	if (statfs(mnt, &sf) != 0 && errno == ENOTCONN) {
+		log_msg("the mount point is stale: run fusermount3 -u %s", mnt);
+		return 1;
+	}
+	if (!realpath(mnt, real))
+		return 0; /* libfuse reports a missing mountpoint */
+	if (!mountinfo_find(real, dev, sizeof dev, type, sizeof type))
+		return 0;
+	log_msg("%s is already a mount point (%s): unmount it first (fusermount3 -u %s)",
+		mnt, type, mnt);
+	return 1;
 }
 
 /* descriptors: every query session may hold one (its out), beside ingest
@@ -339,6 +351,10 @@ static void malloc_tune(char *argv[])
 	if (getenv(TUNED_MARK)) {
 		unsetenv(TUNED_MARK);
 		unsetenv("GLIBC_TUNABLES");
+		/* started again through /proc/self/exe, the process would be
+		 * named "exe": it takes its program's name back (pgrep, top) */
+		const char *name = strrchr(argv[0], '/') ? strrchr(argv[0], '/') + 1 : argv[0];
+		prctl(PR_SET_NAME, name, 0, 0, 0);
 		return;
 	}
 	if (getenv("GLIBC_TUNABLES"))
@@ -403,6 +419,12 @@ int main(int argc, char *argv[])
 	control_store_opened(&dm);
 	rc = fc_mount(dm.fuse, &args, &fo, &fs_ops, &dm, on_stop);
 	if (rc == 0) {
+		char type[64];
+		/* the writers of a query's in are known by their descriptors'
+		 * mount device and inode (a bind mount's path is another) */
+		if (!mountinfo_find(co.mountpoint, dm.mount_dev, sizeof dm.mount_dev, type,
+				    sizeof type))
+			dm.mount_dev[0] = 0;
 		out_cache_set_session(&dm, fc_session(dm.fuse), !fo.single, fo.passthrough);
 		fc_started(dm.fuse, EXIT_OK);
 		log_msg("serving %s on %s (pid %ld)", store_abs, co.mountpoint, (long)getpid());

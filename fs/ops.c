@@ -42,6 +42,7 @@ const struct fuse_lowlevel_ops fs_ops = {
 	.setattr = op_setattr,
 	.readlink = op_readlink,
 	.mkdir = op_mkdir,
+	.mknod = op_mknod,
 	.unlink = op_unlink,
 	.rmdir = op_rmdir,
 	.symlink = op_symlink,

@@ -55,6 +55,7 @@ void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
 
 void op_readlink(fuse_req_t req, fuse_ino_t ino);
 void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode);
+void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev);
 void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name);
 void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name);
 void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char *name);

@@ -418,29 +418,10 @@ static int ingest_flush(handle *h, uint64_t owner, pid_t pid)
 /* Whether process pid holds a descriptor of the session's in (besides
  * the one it closes, which has left its table by now): a shell that
  * redirects opens the file, dup2()s it and closes the first descriptor
- * before anything is written.  Read from /proc, which asks nothing of the
- * mount. */
+ * before anything is written. */
 static int caller_holds_in(fs_daemon *dm, node *n, pid_t pid)
 {
-	char want[PATH_MAX], dir[64], link[PATH_MAX + 2];
-	pthread_mutex_lock(&dm->tree.mu);
-	snprintf(want, sizeof want, "%s/query/%s/in", fc_mountpoint(dm->fuse), n->session->name);
-	pthread_mutex_unlock(&dm->tree.mu);
-	snprintf(dir, sizeof dir, "/proc/%d/fd", (int)pid);
-	DIR *d = opendir(dir);
-	if (!d)
-		return 0;
-	int held = 0;
-	struct dirent *e;
-	while (!held && (e = readdir(d))) {
-		ssize_t l = readlinkat(dirfd(d), e->d_name, link, sizeof link - 1);
-		if (l <= 0)
-			continue;
-		link[l] = 0;
-		held = !strcmp(link, want);
-	}
-	closedir(d);
-	return held;
+	return proc_holds_file(pid, dm->mount_dev, n->ino);
 }
 
 static int flush_handle(handle *h, pid_t pid)
@@ -549,6 +530,31 @@ void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_inf
 	fuse_reply_err(req, 0);
 }
 
+/* Modes and owners are fixed (the kernel enforces the ones shown): setting
+ * what is shown does nothing (cp -p, tar), a change is refused with an
+ * errors line.  1 when refused. */
+static int fixed_attrs_refused(fs_daemon *dm, node *n, const struct stat *attr, int to_set)
+{
+	struct stat st;
+	char path[600];
+	if (node_attr(dm, n, &st))
+		return 0; /* the caller's node_attr() reports it */
+	int mode = (to_set & FUSE_SET_ATTR_MODE) && (attr->st_mode & 07777) != (st.st_mode & 07777);
+	int owner = ((to_set & FUSE_SET_ATTR_UID) && attr->st_uid != st.st_uid) ||
+		    ((to_set & FUSE_SET_ATTR_GID) && attr->st_gid != st.st_gid);
+	if (!mode && !owner)
+		return 0;
+	pthread_mutex_lock(&dm->tree.mu);
+	kind_path(dm, n, path, sizeof path);
+	pthread_mutex_unlock(&dm->tree.mu);
+	if (mode)
+		errlog(&dm->errors, "chmod %s: modes are fixed (%o)", path, (unsigned)(st.st_mode & 07777));
+	else
+		errlog(&dm->errors, "chown %s: owners are fixed (%u:%u)", path, (unsigned)st.st_uid,
+		       (unsigned)st.st_gid);
+	return 1;
+}
+
 void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
 		       struct fuse_file_info *fi)
 {
@@ -557,6 +563,11 @@ void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
 	node *n = get_locked(dm, ino);
 	if (!n) {
 		fuse_reply_err(req, ENOENT);
+		return;
+	}
+	if ((to_set & (FUSE_SET_ATTR_MODE | FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID)) &&
+	    fixed_attrs_refused(dm, n, attr, to_set)) {
+		fuse_reply_err(req, EPERM);
 		return;
 	}
 	if (to_set & FUSE_SET_ATTR_SIZE) {
@@ -595,7 +606,7 @@ void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
 			return;
 		}
 	}
-	/* modes, owners and times are fixed: accepted and ignored */
+	/* times are fixed too: accepted and ignored (touch) */
 	int rc = node_attr(dm, n, &st);
 	if (rc)
 		fuse_reply_err(req, -rc);

@@ -61,6 +61,30 @@ static int valid_session_id(const char *id)
 	return 1;
 }
 
+/* mknod(2): no special files anywhere, and the files of ingest/ are made
+ * by opening them for writing (a mknod'ed one would have no writer to
+ * commit it). */
+void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev)
+{
+	fs_daemon *dm = fuse_req_userdata(req);
+	(void)mode;
+	(void)rdev;
+	node *p = lock_parent(req, parent);
+	if (!p)
+		return;
+	char path[600];
+	kind_path(dm, p, path, sizeof path);
+	int kind = p->kind;
+	pthread_mutex_unlock(&dm->tree.mu);
+	const char *sep = kind == K_ROOT ? "" : "/";
+	if (kind == K_INGEST)
+		errlog(&dm->errors, "mknod %s%s%s: files are made here by opening them for writing "
+		       "(cp, >, open)", path, sep, name);
+	else
+		errlog(&dm->errors, "mknod %s%s%s: no file or node can be made here", path, sep, name);
+	fuse_reply_err(req, EPERM);
+}
+
 void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
 {
 	fs_daemon *dm = fuse_req_userdata(req);
@@ -261,6 +285,9 @@ void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 	fuse_reply_err(req, EPERM);
 }
 
+#define GEN_LINKS_MAX 256         /* symlinks made in generations/ at once */
+#define GEN_LINK_TARGET_MAX 1024  /* bytes of a symlink's target there */
+
 void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char *name)
 {
 	fs_daemon *dm = fuse_req_userdata(req);
@@ -301,6 +328,23 @@ void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char 
 		}
 		errlog(&dm->errors, "ln -s %s generations/%s: numeric names are reserved for generations", link, name);
 		fuse_reply_err(req, EPERM);
+		return;
+	}
+	/* links waiting to be renamed onto active are the daemon's memory:
+	 * bounded in number and length */
+	size_t tlen = strlen(link);
+	unsigned waiting = 0;
+	for (node *c = dm->tree.children[parent]; c; c = c->sib_next)
+		waiting += c->kind == K_TMPLINK;
+	if (tlen > GEN_LINK_TARGET_MAX || waiting >= GEN_LINKS_MAX) {
+		pthread_mutex_unlock(&dm->tree.mu);
+		if (tlen > GEN_LINK_TARGET_MAX)
+			errlog(&dm->errors, "ln -s %.40s... generations/%s: the target is %zu bytes, more than %d",
+			       link, name, tlen, GEN_LINK_TARGET_MAX);
+		else
+			errlog(&dm->errors, "ln -s %.40s generations/%s: %u symlinks wait in generations/ "
+			       "(rename one onto active or remove some)", link, name, waiting);
+		fuse_reply_err(req, tlen > GEN_LINK_TARGET_MAX ? ENAMETOOLONG : ENOSPC);
 		return;
 	}
 	node *n = new_node(dm, K_TMPLINK, parent, name);

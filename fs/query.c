@@ -13,6 +13,9 @@
 #include <string.h>
 #include <stdatomic.h>
 #include <time.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <unistd.h>
 
 #include "ahead.h"
 #include "daemon.h"
@@ -861,4 +864,59 @@ size_t qs_size(qsession *q, int which)
 	size_t n = q->reslen[which];
 	pthread_mutex_unlock(&q->mu);
 	return n;
+}
+
+/* The device (MAJ:MIN) of mount `mnt_id` in /proc/PID/mountinfo: 0 when
+ * found. */
+static int mount_id_dev(pid_t pid, unsigned long mnt_id, char *dev, size_t len)
+{
+	char path[64], line[8192];
+	snprintf(path, sizeof path, "/proc/%d/mountinfo", (int)pid);
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return -1;
+	int found = -1;
+	while (found && fgets(line, sizeof line, f)) {
+		unsigned long id;
+		char d[32];
+		if (sscanf(line, "%lu %*s %31s", &id, d) == 2 && id == mnt_id) {
+			snprintf(dev, len, "%s", d);
+			found = 0;
+		}
+	}
+	fclose(f);
+	return found;
+}
+
+int proc_holds_file(pid_t pid, const char *dev, uint64_t ino)
+{
+	char dir[64];
+	snprintf(dir, sizeof dir, "/proc/%d/fdinfo", (int)pid);
+	DIR *d = opendir(dir);
+	if (!d)
+		return 0;
+	int held = 0;
+	struct dirent *e;
+	while (!held && (e = readdir(d))) {
+		if (e->d_name[0] == '.')
+			continue;
+		int fd = openat(dirfd(d), e->d_name, O_RDONLY | O_CLOEXEC);
+		if (fd < 0)
+			continue;
+		char info[512];
+		ssize_t l = read(fd, info, sizeof info - 1);
+		close(fd);
+		if (l <= 0)
+			continue;
+		info[l] = 0;
+		const char *m = strstr(info, "\nmnt_id:"), *i = strstr(info, "\nino:");
+		if (!m || !i || strtoull(i + 5, NULL, 10) != ino)
+			continue;
+		char fdev[32];
+		held = !dev[0] ||
+		       (mount_id_dev(pid, strtoul(m + 8, NULL, 10), fdev, sizeof fdev) == 0 &&
+			!strcmp(fdev, dev));
+	}
+	closedir(d);
+	return held;
 }

@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "sbuf.h"
 #include "vecfs.h"
@@ -21,6 +22,13 @@ typedef struct fs_daemon fs_daemon;
 typedef struct qsession qsession;
 
 enum { QS_OUT, QS_JSON, QS_STATS };
+
+/* Whether process pid holds a descriptor open on the file of inode ino of
+ * the mount whose device is dev (MAJ:MIN; "" to match the inode alone),
+ * by what /proc says of its descriptors (fdinfo: the mount id and the
+ * inode), so any path to the file counts: a bind mount's, a container's.
+ * Reading /proc asks nothing of the mount. */
+int proc_holds_file(pid_t pid, const char *dev, uint64_t ino);
 
 /* A session of dm's store; its input counts against dm->query_input. */
 qsession *qs_new(fs_daemon *dm, const char *id);

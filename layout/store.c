@@ -14,11 +14,53 @@
 #include <string.h>
 #include <time.h>
 #include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
-#define VF_MAP_MIN ((size_t)16 << 30) /* virtual: the file grows as data does */
+#define VF_MAP_MIN ((size_t)256 << 20) /* a new store's map (virtual) */
+#define VF_MAP_STEP ((size_t)64 << 20) /* maps are whole steps */
+
+static size_t map_round(size_t n)
+{
+	return (n + VF_MAP_STEP - 1) / VF_MAP_STEP * VF_MAP_STEP;
+}
+
+/* Can the process map `bytes` more?  Under an address-space limit
+ * (`ulimit -v`, systemd's LimitAS=) a larger map may not fit, and LMDB
+ * unmaps the old map before it maps the new one: if that fails the
+ * environment is left with no map at all.  So a map size is tried first
+ * as an anonymous reservation (PROT_NONE: no memory, only address space)
+ * of the bytes it adds. */
+static int map_fits(size_t bytes)
+{
+	if (bytes == 0)
+		return 1;
+	void *p = mmap(NULL, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+		       -1, 0);
+	if (p == MAP_FAILED)
+		return 0;
+	munmap(p, bytes);
+	return 1;
+}
+
+/* The largest map size from `want` down to `floor` (in halving steps of
+ * what it adds to `have`) whose growth fits the address space; 0 if not
+ * even `floor` fits. */
+static size_t map_fit(size_t have, size_t want, size_t floor)
+{
+	if (want < floor)
+		want = floor;
+	for (;;) {
+		if (map_fits(want - have))
+			return want;
+		if (want == floor)
+			return 0;
+		size_t next = map_round(have + (want - have) / 2);
+		want = next < floor || next >= want ? floor : next;
+	}
+}
 
 /* Read transactions of store s this thread holds: its map cannot grow
  * under them. */
@@ -234,9 +276,17 @@ locked:
 	snprintf(path, sizeof path, "%s/data.mdb", dir);
 	size_t fsz = stat(path, &st) == 0 ? (size_t)st.st_size : 0;
 	if (mapsize == 0) {
-		mapsize = VF_MAP_MIN;
-		while (mapsize < fsz * 2)
-			mapsize *= 2;
+		/* room to double, or less when the address space is limited:
+		 * the map grows as the data does (vf_store_grow) */
+		size_t want = map_round(fsz * 2);
+		mapsize = map_fit(0, want > VF_MAP_MIN ? want : VF_MAP_MIN,
+				  map_round(fsz + VF_MAP_STEP));
+		if (mapsize == 0) {
+			rc = -ENOMEM;
+			seterr(err, errlen, "cannot map the store in %s "
+			       "(address space limit, ulimit -v): %s", dir, rc);
+			goto fail;
+		}
 	}
 	if (mapsize < fsz)
 		mapsize = fsz;
@@ -589,11 +639,18 @@ int vf_store_grow(vf_store *s, size_t min_size)
 		return -EROFS;
 	pthread_rwlock_wrlock(&s->resize);
 	pool_drain(s);
+	/* double, or grow by less when the address space is limited (at
+	 * least by an eighth, or to min_size) */
 	size_t want = s->mapsize * 2;
 	while (want < min_size)
 		want *= 2;
-	rc = mdb_env_set_mapsize(s->env, want);
-	if (rc == 0)
+	size_t floor = s->mapsize + (s->mapsize / 8 > VF_MAP_STEP ? s->mapsize / 8 : VF_MAP_STEP);
+	if (floor < min_size)
+		floor = min_size;
+	want = map_fit(s->mapsize, map_round(want), map_round(floor));
+	if (want == 0)
+		rc = ENOMEM; /* the environment keeps its map */
+	else if ((rc = mdb_env_set_mapsize(s->env, want)) == 0)
 		s->mapsize = want;
 	s->map_epoch++;
 	/* the map may have moved: no reader holds a hint now; the table takes

@@ -128,6 +128,23 @@ check npy_keys_continue test -e "$M/records/59"
 head -c 30 "$TMP/v.fvecs" >"$TMP/t.fvecs"
 check truncated_fvecs test "$(put "$TMP/t.fvecs" "$M/ingest/t.fvecs")" == "ERR EINVAL close"
 check truncated_logged errors_has "ingest/t.fvecs: row 2"
+# mknod makes no file anywhere: EPERM and a line; chmod and chown to what is
+# shown succeed, to anything else EPERM and a line, nothing changed
+nodes_and_modes() {
+	local out mode
+	out=$(T mknod "$M/ingest/n.csv" p 2>&1) && return 1
+	[[ $out == *"Operation not permitted"* ]] || return 1
+	errors_has "mknod ingest/n.csv: files are made here by opening them for writing" || return 1
+	out=$(T "$PY" -c 'import os, stat, sys; os.mknod(sys.argv[1], stat.S_IFREG | 0o644)' "$M/ingest/r.csv" 2>&1) && return 1
+	[[ $out == *"Operation not permitted"* && ! -e $M/ingest/r.csv ]] || return 1
+	mode=$(T stat -c %a "$M/config")
+	T chmod "$mode" "$M/config" || return 1
+	T chown "$(id -u):$(id -g)" "$M/config" || return 1
+	out=$(T chmod 777 "$M/config" 2>&1) && return 1
+	[[ $out == *"Operation not permitted"* && $(T stat -c %a "$M/config") == "$mode" ]] || return 1
+	errors_has "chmod config: modes are fixed ($mode)"
+}
+check mknod_chmod_honest nodes_and_modes
 # a shell redirection of a block, and cp / dd
 { echo 'b1,1,1,1,1'; /bin/echo 'b2,2,2,2,2'; echo 'b3,3,3,3,3'; } >"$M/ingest/block.csv"
 check shell_block test -e "$M/records/b1" -a -e "$M/records/b3"
@@ -550,6 +567,38 @@ check flip_mv T sh -c "ln -s '$g1' '$M/generations/next' && mv -T '$M/generation
 check flip_mv_done test "$(T readlink "$M/generations/active")/$(T ls "$M/generations" | grep -c next)" == "$g1/0"
 check flip_missing_fails test "$(T ln -sfn 999 "$M/generations/active" 2>&1 | wc -l)" -ge 1
 check flip_missing_unchanged test "$(T readlink "$M/generations/active")" == "$g1"
+# symlinks waiting in generations/ are bounded: a target past 1024 bytes is
+# ENAMETOOLONG, a link past 256 ENOSPC, each with an errors line; removing
+# some makes room again
+links_bounded() {
+	T "$PY" - "$M/generations" <<'PY' || return 1
+import errno, os, sys
+g = sys.argv[1]
+try:
+    os.symlink('x' * 2000, g + '/long')
+    sys.exit('a target of 2000 bytes was taken')
+except OSError as e:
+    if e.errno != errno.ENAMETOOLONG:
+        sys.exit('long target: %s' % e)
+made = 0
+try:
+    for i in range(100000):
+        os.symlink('1', '%s/l%d' % (g, i))
+        made += 1
+except OSError as e:
+    if e.errno != errno.ENOSPC:
+        sys.exit('link %d: %s' % (made, e))
+if made != 256:
+    sys.exit('%d links made' % made)
+for i in range(made):
+    os.unlink('%s/l%d' % (g, i))
+os.symlink('1', g + '/again')
+os.unlink(g + '/again')
+PY
+	errors_has "ln -s xxxxxxxx" && errors_has "generations/long: the target is 2000 bytes" &&
+		errors_has "generations/l256: 256 symlinks wait in generations/"
+}
+check gen_links_bounded links_bounded
 check rmdir_active_ebusy test "$(T rmdir "$M/generations/$g1" 2>&1 | grep -c 'busy')" == 1
 check rmdir_other T rmdir "$M/generations/$g2"
 check rmdir_other_gone test ! -e "$M/generations/$g2"
@@ -1243,8 +1292,26 @@ empty_in() {
 	T bash -c "printf 'k=1 mode=exact\n1 2 3 4\n' >'$M/query/e1/in'" || return 1
 	[[ $(T cat "$M/errors" | wc -l) == "$n0" && $(T cat "$M/query/e1/out") == a* ]]
 }
+# the same through a bind mount of the mount point (a container's view):
+# the descriptor the shell keeps is known by the file it is open on, not
+# by the path it shows
+empty_in_bind() {
+	local b=$TMP/bind n0
+	mkdir -p "$b" && T mount --bind "$M" "$b" || return 1
+	MOUNTS+=("$b")
+	n0=$(T cat "$M/errors" | wc -l)
+	T bash -c "printf 'k=1 mode=exact\n5 6 7 8\n' >'$b/query/e1/in'"
+	local rc=$?
+	local out
+	out=$(T cat "$b/query/e1/out")
+	T umount "$b"
+	[[ $rc == 0 && $(T cat "$M/errors" | wc -l) == "$n0" && $out == b* ]]
+}
 if mnt "$A" "$M"; then
 	check empty_in_einval empty_in
+	if [[ $(id -u) == 0 ]]; then
+		check empty_in_bind_mount empty_in_bind
+	fi
 	umnt "$M"
 else
 	bad mount_empty_in "$(tail -c 200 "$TMP/daemon.log")"

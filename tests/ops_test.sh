@@ -70,6 +70,9 @@ if mnt "$S" "$M"; then
 	check exit_1_already_mounted test "$RC" -eq 1
 	check already_mounted_message grep -q "already a mount point" <<<"$OUT"
 	pid=$(daemon_pid "$M")
+	# named as the program is: pgrep, top and ps find it
+	check process_name test "$(cat "/proc/$pid/comm")" == vecfs
+	check pgrep_finds_daemon sh -c "pgrep -x vecfs | grep -qx '$pid'"
 	kill -9 "$pid"
 	wait_gone "$pid"
 	run "$VECFS" "$S" "$M"
@@ -121,6 +124,8 @@ else
 fi
 if mnt "$S" "$M" -o log="$TMP/o.log"; then
 	check log_option_o grep -qE "${STAMP}vecfs: serving $S on $M" "$TMP/o.log"
+	# its lines name files and keys: a new log is the owner's only
+	check log_created_0600 test "$(stat -c %a "$TMP/o.log")" == 600
 	umnt "$M"
 else
 	bad mount_log_o "$(tail -c 300 "$TMP/daemon.log")"
@@ -129,6 +134,25 @@ fi
 mkdir -p "$TMP/m3"
 run "$VECFS" --log "$TMP/fail.log" "$TMP/plainfile" "$TMP/m3"
 check log_start_failure grep -qE "${STAMP}vecfs: cannot open store $TMP/plainfile" "$TMP/fail.log"
+
+# ---------------------------------------------------------------- address space limit
+# under `ulimit -v` (systemd's LimitAS=) of 1.5 GB the daemon starts, takes
+# an ingest and answers a query: the store's map is sized for the store and
+# grows as it does
+MOUNTS+=("$M")
+(ulimit -v 1500000 && exec timeout -k 5 60 "$VECFS" "$TMP/as" "$M") >>"$TMP/daemon.log" 2>&1 </dev/null
+if is_mounted "$M"; then
+	ok mount_ulimit_v
+	$PY -c 'import random; random.seed(3); print("\n".join("k%d,%s" % (i, ",".join("%.3f" % random.random() for _ in range(16))) for i in range(3000)))' >"$TMP/as.csv"
+	check ulimit_v_ingest T cp "$TMP/as.csv" "$M/ingest/as.csv"
+	T mkdir "$M/query/q"
+	head -n 1 "$TMP/as.csv" | cut -d, -f2- | tr , ' ' >"$TMP/as.q"
+	check ulimit_v_query T cp "$TMP/as.q" "$M/query/q/in"
+	check ulimit_v_answer sh -c "head -n 1 '$M/query/q/out' | grep -q '^k0	'"
+	umnt "$M"
+else
+	bad mount_ulimit_v "$(tail -c 300 "$TMP/daemon.log")"
+fi
 
 # ---------------------------------------------------------------- fstab
 # mount.fuse3, as mount(8) runs it for `STORE MNT fuse.vecfs OPTS`: the

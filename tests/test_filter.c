@@ -265,6 +265,31 @@ static void test_malformed(void **state)
 	}
 }
 
+/* Bytes that are not UTF-8 (a stray byte, a cut sequence, an overlong
+ * form, a surrogate, past U+10FFFF), in a value or a name: EINVAL, saying
+ * so; UTF-8 itself is taken. */
+static void test_not_utf8(void **state)
+{
+	(void)state;
+	static const char *const bad[] = {
+		"{\"a\": \"\xff\"}", "{\"a\": \"x\xc3\"}", "{\"\xc3\x28\": 1}", "{\"a\": \"\xc0\xaf\"}",
+		"{\"a\": \"\xed\xa0\x80\"}", "{\"a\": \"\xf4\x90\x80\x80\"}",
+		"{\"a\": {\"$in\": [\"ok\", \"\x80\"]}}",
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		vf_filter *f = NULL;
+		char err[256] = "";
+		int rc = vf_filter_compile(bad[i], strlen(bad[i]), &f, err, sizeof err);
+		vf_filter_free(f);
+		if (rc != -EINVAL || !strstr(err, "UTF-8"))
+			print_message("filter %zu: %d '%s', expected EINVAL (not UTF-8)\n", i, rc, err);
+		assert_int_equal(rc, -EINVAL);
+		assert_non_null(strstr(err, "not valid UTF-8"));
+	}
+	const char *good = "{\"caf\xc3\xa9\": \"\xe2\x82\xac \xf0\x9f\x98\x80\"}";
+	assert_int_equal(compile_rc(good, strlen(good)), 0);
+}
+
 static char *nest(const char *open, const char *mid, const char *close, size_t n, size_t *len)
 {
 	size_t lo = strlen(open), lm = strlen(mid), lc = strlen(close);
@@ -711,6 +736,7 @@ int main(void)
 		cmocka_unit_test(test_operators),
 		cmocka_unit_test(test_deep_payload),
 		cmocka_unit_test(test_malformed),
+		cmocka_unit_test(test_not_utf8),
 		cmocka_unit_test(test_limits),
 		cmocka_unit_test(test_out_of_memory),
 		cmocka_unit_test_setup_teardown(test_filtered_search, fx_setup, fx_teardown),

@@ -31,6 +31,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -917,7 +919,7 @@ static int json_line_ref(oracle *o, const uint8_t *s, size_t n, uint64_t lineno)
 {
 	jr j = {s, s + n, 0};
 	bytes key = {0}, name = {0};
-	int have_key = 0, have_vec = 0, bad = 0, lamb = 0;
+	int have_key = 0, have_vec = 0, have_pay = 0, bad = 0, lamb = 0;
 	uint32_t cnt = 0;
 	const uint8_t *pay = NULL;
 	size_t plen = 0;
@@ -946,6 +948,12 @@ static int json_line_ref(oracle *o, const uint8_t *s, size_t n, uint64_t lineno)
 		}
 		j.p++;
 		jr_ws(&j);
+		if ((name.n == 3 && !memcmp(name.p, "key", 3) && have_key) ||
+		    (name.n == 6 && !memcmp(name.p, "vector", 6) && have_vec) ||
+		    (name.n == 7 && !memcmp(name.p, "payload", 7) && have_pay)) {
+			bad = 1; /* a member given twice */
+			goto out;
+		}
 		if (name.n == 3 && !memcmp(name.p, "key", 3)) {
 			key.n = 0;
 			if (j.p >= j.e || *j.p != '"' || jr_string(&j, &key, 1)) {
@@ -1001,6 +1009,7 @@ static int json_line_ref(oracle *o, const uint8_t *s, size_t n, uint64_t lineno)
 			}
 			pay = st;
 			plen = (size_t)(j.p - st);
+			have_pay = 1;
 		} else if (jr_value(&j, 0)) {
 			bad = 1;
 			goto out;
@@ -1590,14 +1599,9 @@ static void gen_text_rows(rng *r, int kind, uint32_t dim, size_t rows, const mod
 			bytes key = {0};
 			gen_key(r, 'j', m, &key);
 			int order = (int)rnd(r, 6), pay = (int)rnd(r, 3), extra = rnd(r, 4) == 0;
-			int dupkey = rnd(r, 10) == 0;
 			by_byte(b, '{');
 			json_ws(r, b);
 			int first = 1;
-			if (dupkey) { /* a first "key" that the second replaces */
-				by_adds(b, "\"key\":\"replaced\"");
-				first = 0;
-			}
 			for (int part = 0; part < 4; part++) {
 				/* order: which of key/vector comes first, payload and an extra member placed around */
 				int what = (order + part) % 4;
@@ -2214,12 +2218,13 @@ static int feed(fs_daemon *dm, const char *name, const uint8_t *p, size_t n, rng
 	}
 	assert_int_equal(ingest_size(in), off);
 	if (rc) {
-		/* the file is dead: it has left ingest/, more writes and the close fail */
+		/* the file is dead: it has left ingest/, more writes and the close
+		 * fail with the errno of its failure */
 		assert_true(ingest_done(in));
 		assert_false(ingest_pending(in));
 		if (rnd(r, 2))
-			assert_int_equal(wr(in, "1", 1), -EINVAL);
-		assert_int_equal(ingest_commit(in), -EINVAL);
+			assert_int_equal(wr(in, "1", 1), rc);
+		assert_int_equal(ingest_commit(in), rc);
 	} else {
 		rc = ingest_commit(in);
 		if (rc == 0) {
@@ -2230,7 +2235,7 @@ static int feed(fs_daemon *dm, const char *name, const uint8_t *p, size_t n, rng
 				assert_true(ingest_done(in));
 		} else {
 			assert_true(ingest_done(in));
-			assert_int_equal(ingest_commit(in), -EINVAL);
+			assert_int_equal(ingest_commit(in), rc);
 		}
 	}
 	ingest_free(in);
@@ -2814,17 +2819,23 @@ static void test_quoted_keys(void **state)
 
 /* An .npy file (version 1.0) of `rows` rows of `dim` float64 values, in
  * the byte order `descr` names ('<f8' or '>f8'). */
+/* The magic, version 1.0 and the header dict `h` padded as numpy pads it. */
+static void npy_start(bytes *b, bytes *h)
+{
+	while ((10 + h->n + 1) % 64)
+		by_byte(h, ' ');
+	by_byte(h, '\n');
+	by_add(b, "\x93NUMPY\x01\x00", 8);
+	by_byte(b, (uint8_t)h->n);
+	by_byte(b, (uint8_t)(h->n >> 8));
+	by_add(b, h->p, h->n);
+}
+
 static void npy_f8_file(bytes *b, const char *descr, uint32_t rows, uint32_t dim, const double *vals)
 {
 	bytes h = {0};
 	by_printf(&h, "{'descr': '%s', 'fortran_order': False, 'shape': (%u, %u), }", descr, rows, dim);
-	while ((10 + h.n + 1) % 64)
-		by_byte(&h, ' ');
-	by_byte(&h, '\n');
-	by_add(b, "\x93NUMPY\x01\x00", 8);
-	by_byte(b, (uint8_t)h.n);
-	by_byte(b, (uint8_t)(h.n >> 8));
-	by_add(b, h.p, h.n);
+	npy_start(b, &h);
 	by_free(&h);
 	for (size_t i = 0; i < (size_t)rows * dim; i++) {
 		uint8_t w[8];
@@ -2887,6 +2898,68 @@ static void test_npy_float64(void **state)
 	assert_int_equal(t.committed, 1);
 	assert_int_equal(t.rejected, 5);
 	assert_int_equal(stats(v).records, 4);
+	check_whole_store(v, &t.md);
+	model_free(&t.md);
+}
+
+/* A member given twice in a .jsonl line ("key", "vector", "payload"), or a
+ * key twice in an .npy header: which one is meant is not known, so the
+ * file fails with EINVAL and an errors line naming it; other members may
+ * repeat. */
+static void test_members_twice(void **state)
+{
+	fixture *f = *state;
+	run t;
+	fx_open(f, NULL);
+	run_init(&t, f, 3, VECFS_L2, 0x5eed000b);
+	vecfs *v = t.dm->store;
+	static const struct {
+		const char *text, *why;
+	} bad[] = {
+		{"{\"key\":\"ok\",\"vector\":[1,2,3]}\n{\"key\":\"a\",\"vector\":[1,2,3],\"key\":\"b\"}\n",
+		 "line 2: \"key\" given twice"},
+		{"{\"key\":\"ok\",\"vector\":[1,2,3]}\n{\"vector\":[1,2,3],\"key\":\"a\",\"vector\":[4,5,6]}\n",
+		 "line 2: \"vector\" given twice"},
+		{"{\"key\":\"ok\",\"vector\":[1,2,3]}\n{\"key\":\"a\",\"payload\":1,\"vector\":[1,2,3],\"payload\":{}}\n",
+		 "line 2: \"payload\" given twice"},
+		{"{\"key\":\"ok\",\"vector\":[1,2,3]}\n{\"k\\u0065y\":\"a\",\"vector\":[1,2,3],\"key\":\"b\"}\n",
+		 "line 2: \"key\" given twice"},
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+		char name[32];
+		snprintf(name, sizeof name, "twice%zu.jsonl", i);
+		run_file(&t, name, K_JSONL, (const uint8_t *)bad[i].text, strlen(bad[i].text), 0);
+		if (!strstr(err_last, bad[i].why))
+			fail_msg("%s: errors line '%s', expected '%s'", name, err_last, bad[i].why);
+		assert_false(has_key(v, "ok"));
+	}
+	const char *other = "{\"key\":\"ok\",\"x\":1,\"vector\":[1,2,3],\"x\":2}\n";
+	run_file(&t, "other.jsonl", K_JSONL, (const uint8_t *)other, strlen(other), 1);
+	assert_true(has_key(v, "ok"));
+
+	static const char *hdr[] = {
+		"{'descr': '<f4', 'fortran_order': False, 'shape': (1, 3), 'shape': (2, 3), }",
+		"{'descr': '<f4', 'fortran_order': False, 'descr': '<f8', 'shape': (1, 3), }",
+		"{'fortran_order': False, 'descr': '<f4', 'shape': (1, 3), 'fortran_order': True, }",
+	};
+	static const char *hwhy[] = {"'shape' given twice", "'descr' given twice",
+				     "'fortran_order' given twice"};
+	for (size_t i = 0; i < sizeof hdr / sizeof *hdr; i++) {
+		bytes b = {0}, h = {0};
+		by_adds(&h, hdr[i]);
+		npy_start(&b, &h);
+		float row[6] = {1, 2, 3, 4, 5, 6};
+		by_add(&b, row, sizeof row);
+		char name[32];
+		snprintf(name, sizeof name, "twice%zu.npy", i);
+		run_file(&t, name, K_NPY, b.p, b.n, 0);
+		if (!strstr(err_last, hwhy[i]))
+			fail_msg("%s: errors line '%s', expected '%s'", name, err_last, hwhy[i]);
+		by_free(&b);
+		by_free(&h);
+	}
+	assert_int_equal(t.rejected, 7);
+	assert_int_equal(t.committed, 1);
 	check_whole_store(v, &t.md);
 	model_free(&t.md);
 }
@@ -3053,6 +3126,10 @@ static void test_rules(void **state)
 	assert_int_equal(ingest_write(c, big, 1200 << 10, 0, 1), -ENOMEM);
 	assert_int_equal(err_count, e0 + 1);
 	assert_non_null(strstr(err_last, "ingest_buffer_mb"));
+	/* a failed file says why at every later call: the first failure's errno */
+	assert_int_equal(ingest_write(c, "x", 1, 1200 << 10, 1), -ENOMEM);
+	assert_int_equal(ingest_close(c, 1, 10), -ENOMEM);
+	assert_int_equal(err_count, e0 + 1);
 	ingest_free(c);
 	ingest_cancel(a); /* what it held is free again */
 	c = ingest_new(t.dm, "c.txt", ingest_format_of("c.txt"), 10);
@@ -3064,6 +3141,47 @@ static void test_rules(void **state)
 	ingest_free(a);
 	assert_int_equal(atomic_load(&t.dm->ingest_used), 0);
 	free(big);
+	model_free(&t.md);
+}
+
+/* Out of descriptors when the first row needs the spool file: the write
+ * fails with EMFILE and an errors line, and so does the close, nothing
+ * committed; the next file goes through. */
+static void test_out_of_descriptors(void **state)
+{
+	fixture *f = *state;
+	run t;
+	fx_open(f, NULL);
+	run_init(&t, f, 3, VECFS_L2, 0x5eed000c);
+	vecfs *v = t.dm->store;
+	struct rlimit old;
+	assert_int_equal(getrlimit(RLIMIT_NOFILE, &old), 0);
+	struct rlimit low = {64, old.rlim_max};
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &low), 0);
+	int fds[64], nfd = 0;
+	while (nfd < 64 && (fds[nfd] = dup(0)) >= 0)
+		nfd++;
+	/* rows enough that the spool file is made while they are written */
+	bytes b = {0};
+	for (int i = 0; i < 20000; i++)
+		by_printf(&b, "m%d,1,2,3\n", i + 1);
+	ingest *in = ingest_new(t.dm, "m.csv", ingest_format_of("m.csv"), 10);
+	unsigned e0 = err_count;
+	int wrc = ingest_write(in, (const char *)b.p, b.n, 0, 1);
+	int crc = ingest_close(in, 1, 10);
+	by_free(&b);
+	ingest_free(in);
+	while (nfd > 0)
+		close(fds[--nfd]);
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &old), 0);
+	assert_int_equal(wrc, -EMFILE);
+	assert_int_equal(crc, -EMFILE);
+	assert_int_equal(err_count, e0 + 1);
+	assert_non_null(strstr(err_last, "ingest/m.csv"));
+	assert_false(has_key(v, "m1"));
+	const char *ok = "m0,1,2,3\n";
+	run_file(&t, "ok.csv", K_CSV, (const uint8_t *)ok, strlen(ok), 1);
+	assert_true(has_key(v, "m0"));
 	model_free(&t.md);
 }
 
@@ -3127,6 +3245,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_rules, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_quoted_keys, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_npy_float64, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_members_twice, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_out_of_descriptors, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_fuzz, fx_setup, fx_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

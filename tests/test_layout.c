@@ -19,7 +19,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "assign.h"
@@ -797,14 +799,18 @@ static int put_values(vf_txn *txn, void *arg)
 	return 0;
 }
 
-static size_t read_values(vf_store *s)
+/* Values 0..n-1 that are not as written (asserts nothing: also used in
+ * a child process). */
+static size_t read_values_n(vf_store *s, uint32_t n)
 {
 	uint8_t *want = malloc(VAL_SIZE);
-	assert_non_null(want);
 	vf_txn *txn = NULL;
-	assert_int_equal(vf_read_begin(s, &txn), 0);
+	if (!want || vf_read_begin(s, &txn)) {
+		free(want);
+		return 1;
+	}
 	size_t bad = 0;
-	for (uint32_t i = 0; i < NVALS; i++) {
+	for (uint32_t i = 0; i < n; i++) {
 		vf_key64 k = vf_key_u64(i);
 		vf_val v;
 		int rc = vf_get(txn, s->records, k.b, sizeof k.b, &v);
@@ -818,6 +824,11 @@ static size_t read_values(vf_store *s)
 	vf_read_end(s, txn);
 	free(want);
 	return bad;
+}
+
+static size_t read_values(vf_store *s)
+{
+	return read_values_n(s, NVALS);
 }
 
 /* Blocks stored in LMDB have every column on a 64-byte line in memory
@@ -1174,6 +1185,93 @@ static void test_map_growth(void **state)
 	free(big.val);
 	vf_store_close(s);
 	vf_store_close(other);
+}
+
+/* The address space the process has mapped (VmSize), in bytes. */
+static size_t vm_size(void)
+{
+	FILE *f = fopen("/proc/self/status", "r");
+	char line[256];
+	size_t kb = 0;
+	while (f && fgets(line, sizeof line, f))
+		if (sscanf(line, "VmSize: %zu kB", &kb) == 1)
+			break;
+	if (f)
+		fclose(f);
+	return kb << 10;
+}
+
+static int limit_as(size_t more)
+{
+	struct rlimit rl = { vm_size() + more, vm_size() + more };
+	return setrlimit(RLIMIT_AS, &rl);
+}
+
+/* In a child process under an address-space limit: the exit status says
+ * which step failed (0: all went well). */
+static int map_limited_child(const char *dir)
+{
+	char sub[PATH_MAX], err[256] = "";
+	vf_store *s = NULL;
+	/* a store opens with a map that fits a limit of 1 GiB above what the
+	 * process has mapped */
+	if (limit_as((size_t)1 << 30))
+		return 1;
+	snprintf(sub, sizeof sub, "%s/limited", dir);
+	if (vf_store_open(sub, 0, &s, err, sizeof err))
+		return 2;
+	if (s->mapsize > ((size_t)1 << 30))
+		return 3;
+	put_batch pb = { s, 0, 8, malloc(VAL_SIZE), 0 };
+	if (!pb.val || vf_write(s, put_values, &pb) || read_values_n(s, 8))
+		return 4;
+	vf_store_close(s);
+	s = NULL;
+	if (vf_store_open(sub, 0, &s, err, sizeof err) || read_values_n(s, 8))
+		return 5;
+	vf_store_close(s);
+
+	/* a map of 256 MiB cannot double under 100 MiB more: it grows by
+	 * what fits */
+	snprintf(sub, sizeof sub, "%s/grow", dir);
+	if (vf_store_open(sub, (size_t)256 << 20, &s, err, sizeof err))
+		return 6;
+	if (limit_as((size_t)100 << 20))
+		return 7;
+	if (vf_store_grow(s, 0) != 0)
+		return 8;
+	if (s->mapsize <= ((size_t)256 << 20) || s->mapsize > ((size_t)356 << 20))
+		return 9;
+	/* with no room at all it fails, and the store still serves */
+	if (limit_as((size_t)8 << 20))
+		return 10;
+	size_t had = s->mapsize;
+	if (vf_store_grow(s, 0) != -ENOMEM || s->mapsize != had)
+		return 11;
+	pb.s = s;
+	if (vf_write(s, put_values, &pb) || read_values_n(s, 8))
+		return 12;
+	vf_store_close(s);
+	free(pb.val);
+	return 0;
+}
+
+static void test_map_address_limit(void **state)
+{
+	fixture *f = *state;
+	fflush(NULL);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0)
+		_exit(map_limited_child(f->dir));
+	int st = 0;
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	if (!WIFEXITED(st) || WEXITSTATUS(st))
+		print_message("the child under a limited address space: %s %d\n",
+			      WIFEXITED(st) ? "exit" : "signal",
+			      WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
+	assert_true(WIFEXITED(st));
+	assert_int_equal(WEXITSTATUS(st), 0);
 }
 
 /* ------------------------------------------------------------ 6. assignment */
@@ -1571,6 +1669,7 @@ int main(void)
 		cmocka_unit_test(test_key_order),
 		cmocka_unit_test(test_record_codec),
 		cmocka_unit_test_setup_teardown(test_map_growth, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_map_address_limit, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_block_columns_aligned, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_hint_table_grows, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_assignment_map, fx_setup, fx_teardown),
