@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Tests of the Python module tools/python/vecfs: tests/test_python.py
 # against a fresh mount, once with numpy and once with numpy hidden, then
+# the README's install line in a fresh virtual environment (no index) and
 # `pip install` of tools/python into a temporary directory.
 # The last line is `python: N passed, N failed`.
 #
@@ -49,10 +50,39 @@ if "$PY" -c 'import numpy' 2>/dev/null; then
 	tour
 fi
 
-# pip builds and installs the module with Debian's setuptools, offline
+# the README's install line, in a fresh virtual environment (its own
+# site-packages only) with no index: the module is built with the standard
+# library, then imported there and used on a mount
+venv() {
+	awk '/<!-- install:/ {f = 1; next} f && /^```/ {n++; if (n == 2) exit; next} f && n == 1' README.md >"$TMP/install.sh"
+	check install_found grep -q 'pip install' "$TMP/install.sh"
+	sed -i "s#~/vecfs-env#$TMP/venv#g" "$TMP/install.sh"
+	PATH=$(dirname "$PY"):$PATH T bash -e "$TMP/install.sh" >"$TMP/venv.log" 2>&1
+	check venv_install test -f "$TMP/venv/bin/python" -a -z "$(find "$TMP/venv" -name 'numpy' -type d)" \
+		-a -n "$(find "$TMP/venv" -path '*site-packages/vecfs/__init__.py')"
+	if ! mnt "$TMP/store-venv" "$TMP/mnt-venv"; then
+		bad mount_venv "$(tail -c 300 "$TMP/daemon.log")"
+		return
+	fi
+	check venv_add_search test "$(cd "$TMP" && T "$TMP/venv/bin/python" -c '
+import sys, vecfs
+ix = vecfs.Index(sys.argv[1])
+ix.add([[1, 0, 0], [0, 1, 0], [0, 0, 1]], keys=["x", "y", "z"])
+k, d = ix.search([0, 0.9, 0.1], k=2)
+print(vecfs.__file__.startswith(sys.prefix), vecfs.np, list(k), [round(x, 4) for x in d])
+ix.close()' "$TMP/mnt-venv" 2>&1)" == "True None ['y', 'z'] [0.02, 1.62]"
+	T fusermount3 -u "$TMP/mnt-venv"
+}
+venv
+grep -q 'Successfully installed' "$TMP/venv.log" || tail -5 "$TMP/venv.log"
+
+# pip builds and installs the module into a directory, offline, as well
+# with build isolation as without (then Debian's setuptools is at hand)
 cp -r tools/python "$TMP/src"
-T "$PY" -m pip install -q --no-build-isolation --no-index --target "$TMP/site" "$TMP/src" >"$TMP/pip.log" 2>&1
+T "$PY" -m pip install -q --no-index --target "$TMP/site" "$TMP/src" >"$TMP/pip.log" 2>&1
 check pip_install test -f "$TMP/site/vecfs/__init__.py"
 check pip_import test "$(cd "$TMP" && PYTHONPATH="$TMP/site" "$PY" -c 'import vecfs; print(vecfs.__file__, vecfs.__version__)')" \
 	== "$TMP/site/vecfs/__init__.py 0.1.0"
+T "$PY" -m pip install -q --no-build-isolation --no-index --target "$TMP/site2" "$TMP/src" >"$TMP/pip.log" 2>&1
+check pip_install_no_isolation test -f "$TMP/site2/vecfs/__init__.py"
 summary
