@@ -5,7 +5,9 @@ Prints `PASS NAME` or `FAIL NAME: why` per check; exit status 1 if any failed.
 --no-numpy hides numpy from the module (the standard-library path).
 """
 
+import builtins
 import errno
+import io
 import math
 import os
 import random
@@ -75,6 +77,14 @@ e = raises(lambda: ix.set_config(k=5, bogus=1))
 check("config_bad_key", e is not None and e.errno == errno.EINVAL and
       any("bogus" in line for line in e.lines) and ix.config["k"] == 10, repr(e))
 check("error_str_has_line", e is not None and "bogus" in str(e), str(e))
+# the same failure again (the same line in `errors`, likely the same second):
+# each call gets its line, once
+e2 = raises(lambda: ix.set_config(k=5, bogus=1))
+check("error_again_has_line", e2 is not None and len(e2.lines) == 1 and "bogus" in e2.lines[0] and
+      len(e.lines) == 1, repr((e.lines, getattr(e2, "lines", None))))
+check("new_lines_overlap", Index._new_lines(["a", "b", "b"], ["b", "b", "b", "c", "c"]) == ["b", "c"] and
+      Index._new_lines(["x", "b"], ["b", "b"]) == ["b"] and Index._new_lines([], ["a", "a"]) == ["a"] and
+      Index._new_lines(["a"], ["a"]) == [])
 
 # ------------------------------------------------------------ add
 keys = ix.add(data)
@@ -138,6 +148,46 @@ k1, d1 = ix.search(rows[3], k=1010)
 check("one_not_padded", len(k1) == 1004)
 e = raises(lambda: ix.search([1.0, 2.0], k=3))
 check("search_bad_dim", e is not None and e.errno == errno.EINVAL and e.lines and "in" in e.lines[-1], repr(e))
+check("search_error_lines_once", e is not None and len(e.lines) == 1, repr(getattr(e, "lines", None)))
+e2 = raises(lambda: ix.search([1.0, 2.0], k=3))
+check("search_error_again", e2 is not None and len(e2.lines) == 1 and "2 numbers" in e2.lines[0],
+      repr(getattr(e2, "lines", None)))
+k, d = ix.search(rows[7], k=1)
+check("search_after_error", tolist(k) == ["7"], repr(k))
+
+# one query a call: the session's files stay open, nothing opened or made
+calls = []
+real = {(mod, name): getattr(mod, name) for mod, name in
+        ((os, "open"), (os, "makedirs"), (os, "mkdir"), (os, "rmdir"), (builtins, "open"), (io, "open"))}
+for (mod, name), fn in real.items():
+    setattr(mod, name, lambda *a, _n=name, _f=fn, **kw: (calls.append(_n), _f(*a, **kw))[1])
+try:
+    good = all(tolist(ix.search(rows[j], k=1)[0]) == [str(j)] for j in range(50))
+finally:
+    for (mod, name), fn in real.items():
+        setattr(mod, name, fn)
+check("search_held_descriptors", good and calls == [], repr(calls[:6]))
+K4, D4 = ix.search(qarg, k=5, exact=True)
+check("search_held_batch", [tolist(r) for r in K4] == [tolist(r) for r in K] and
+      [tolist(r) for r in D4] == [tolist(r) for r in D])
+if np is not None:
+    q64 = np.array(rows[11], dtype=np.float64)
+    check("search_float64_row", tolist(ix.search(q64, k=1)[0]) == ["11"])
+    check("text_rows_float32", [f32(float(x)) for x in next(vecfs._text_rows(np.array([rows[3]], dtype=np.float32))).split()] == rows[3])
+
+# a forked child makes its own sessions; the parent's go on serving
+pid = os.fork()
+if pid == 0:
+    try:
+        ok_child = tolist(ix.search(rows[12], k=1)[0]) == ["12"]
+        ix.close()
+    except BaseException:
+        ok_child = False
+    os._exit(0 if ok_child else 1)
+_, status = os.waitpid(pid, 0)
+check("fork_child_searches", os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, repr(status))
+check("fork_parent_searches", tolist(ix.search(rows[13], k=1)[0]) == ["13"] and
+      not any(("py-%d-" % pid) in s for s in os.listdir(MNT + "/query")))
 
 # options
 ix.build()
@@ -205,6 +255,34 @@ check("delete_missing", raises(lambda: ix.delete("a"), KeyError) is not None)
 check("delete_some_missing", raises(lambda: ix.delete(["nop", "a"]), KeyError) is not None and "nop" not in ix)
 check("delete_missing_ok", ix.delete(["a", "one"], missing_ok=True) == 1 and "one" not in ix)
 check("delete_bad_key", raises(lambda: ix.delete(".."), ValueError) is not None)
+# through `delete`: one commit (last_delete counts all of it), a filter too
+ix.add([[4.0] * DIM, [5.0] * DIM, [6.0] * DIM, [7.0] * DIM], keys=["d1", 'd"2', "d3", "d4"],
+       payloads=[{"g": "x"}, {"g": "x"}, {"g": "y"}, {"g": "x"}])
+n_before = len(ix)
+check("delete_many_one_commit", ix.delete(["d1", 'd"2']) == 2 and ix.stats()["last_delete"] == 2 and
+      len(ix) == n_before - 2 and "d1" not in ix and 'd"2' not in ix)
+check("delete_filter", ix.delete(filter={"g": "x"}) == 1 and ix.stats()["last_delete"] == 1 and
+      "d4" not in ix and "d3" in ix)
+e = raises(lambda: ix.delete(["d3", "gone"]), KeyError)
+check("delete_many_missing", e is not None and e.args[0] == "gone" and "d3" not in ix and
+      ix.stats()["last_delete"] == 1, repr(e))
+ix.add([[4.0] * DIM, [5.0] * DIM], keys=["d5", "d6"], payloads=[{"g": "z"}, None])
+check("delete_keys_and_filter", ix.delete(["d6", "gone"], missing_ok=True, filter={"g": "z"}) == 2 and
+      ix.stats()["last_delete"] == 2 and "d5" not in ix and "d6" not in ix)
+e = raises(lambda: ix.delete(filter={"g": {"$regex": "x"}}))
+check("delete_bad_filter", e is not None and e.errno == errno.EINVAL and len(e.lines) == 1 and
+      "delete" in e.lines[0], repr(e))
+check("delete_nothing", ix.delete([]) == 0)
+
+# export: (key, vector, payload) a record, streamed, in key order
+it = ix.export()
+first = next(it)
+check("export_streams", iter(it) is it and first[0] == sorted(ix.keys())[0], repr(first)[:100])
+recs = [first] + list(it)
+check("export_all", [r[0] for r in recs] == sorted(ix.keys()) and len(recs) == len(ix))
+by = {r[0]: r for r in recs}
+check("export_records", tolist(by["7"][1]) == rows[7] and by["7"][2] is None and by["b, c"][2] == "plain" and
+      (isinstance(by["7"][1], list) if np is None else by["7"][1].dtype == np.float32), repr(by.get("b, c")))
 k, d = ix.search([1.0] * DIM, k=1010)
 check("deleted_not_found", "a" not in tolist(k) and len(k) == 1001)
 line = ix.verify()

@@ -1,8 +1,9 @@
 """vecfs: a Python API over a mounted vecfs directory.
 
 Everything goes through the mount's files (ingest/, query/ID/, records/,
-ctl, config, stats, errors), with the standard library only; numpy arrays
-are accepted and returned when numpy is installed.
+delete, export.jsonl, ctl, config, stats, errors), with the standard
+library only; numpy arrays are accepted and returned when numpy is
+installed.
 """
 
 import errno
@@ -95,11 +96,23 @@ def _is_vector(x):
 
 
 def _text_rows(rows):
-    """Query or record vectors as text lines, each number round-tripping."""
+    """Query or record vectors as text lines, each number round-tripping:
+    float32 arrays with 9 significant digits (enough for any float32),
+    other numbers as repr() (which reads back to the same float)."""
+    f32 = np is not None and isinstance(rows, np.ndarray) and rows.dtype == np.float32
     if np is not None and isinstance(rows, np.ndarray):
         rows = rows.tolist()
+    fmt = None
     for r in rows:
-        yield " ".join(map(repr, map(float, r))) + "\n"
+        if np is not None and isinstance(r, np.ndarray):
+            f32 = r.dtype == np.float32
+            r = r.tolist()
+        if f32:
+            if fmt is None or len(r) != fmt[0]:
+                fmt = (len(r), " ".join(["%.9g"] * len(r)) + "\n")
+            yield fmt[1] % tuple(r)
+        else:
+            yield " ".join(map(repr, map(float, r))) + "\n"
 
 
 class _Writer:
@@ -159,6 +172,122 @@ class _Writer:
                 pass
 
 
+class _Session:
+    """A query session, query/NAME, with its `in` and `out` held open: a
+    query is a write at offset 0 of `in` and the close of a duplicate of
+    that descriptor (which runs it), then `out` read from offset 0.  Used
+    by one thread at a time (the Index's pool)."""
+
+    def __init__(self, index, name):
+        self.ix = index
+        self.name = name
+        self.path = os.path.join(index.root, "query", name)
+        self.fi = self.fo = None
+        self.seen = []        # the lines of `errors` naming it, as last read
+
+    def open(self):
+        try:
+            os.makedirs(self.path, 0o755, True)
+            self.fi = os.open(os.path.join(self.path, "in"), os.O_WRONLY)
+            self.fo = os.open(os.path.join(self.path, "out"), os.O_RDONLY)
+        except OSError as e:
+            self.end()
+            raise VecfsError(e.errno, e.strerror, e.filename, self.new_lines()) from None
+        except BaseException:
+            self.end()
+            raise
+
+    def close_fds(self):
+        for fd in (self.fi, self.fo):
+            if fd is not None:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        self.fi = self.fo = None
+
+    def end(self):
+        self.close_fds()
+        try:
+            os.rmdir(self.path)
+        except OSError:
+            pass
+
+    def _run(self, req):
+        view = memoryview(req)
+        off = 0
+        while off < len(req):
+            off += os.pwrite(self.fi, view[off:], off)
+        os.close(os.dup(self.fi))                 # runs the query
+        size = 1 << 16
+        chunks = []
+        while True:
+            b = os.pread(self.fo, size, sum(map(len, chunks)))
+            chunks.append(b)
+            if len(b) < size:                     # the end of out
+                return b"".join(chunks) if len(chunks) > 1 else b
+            size = 1 << 20
+
+    def query(self, opts, rows):
+        """One `in`: (keys, distances), a list a query."""
+        if len(rows) == 0:
+            return [], []
+        req = (opts + "".join(_text_rows(rows))).encode()
+        try:
+            try:
+                text = self._run(req)
+            except FileNotFoundError:         # the session was removed: a new one
+                self.close_fds()
+                self.name = "%s-q%d" % (self.ix._tag, next(self.ix._sessions))
+                self.path = os.path.join(self.ix.root, "query", self.name)
+                self.seen = []
+                self.open()
+                text = self._run(req)
+        except VecfsError:
+            raise
+        except OSError as e:
+            raise VecfsError(e.errno, e.strerror, os.path.join(self.path, "in"),
+                             self.new_lines()) from None
+        res = _parse_out(text.decode("utf-8"))
+        if len(res) != len(rows):
+            raise VecfsError(errno.EIO, "%d results for %d queries" % (len(res), len(rows)),
+                             os.path.join(self.path, "out"), self.new_lines())
+        # distances are float32: as such in both paths
+        return [[h[0] for h in q] for q in res], [array("f", [h[1] for h in q]).tolist() for q in res]
+
+    def new_lines(self):
+        """The lines naming this session that `errors` gained since the last
+        look (only this session's queries name it)."""
+        marks = (" query/%s/" % self.name, " query/%s:" % self.name)
+        now = [line for line in self.ix._errors() if marks[0] in line or marks[1] in line]
+        new, self.seen = _new_lines(self.seen, now), now
+        return new
+
+
+def _records(f):
+    with f:
+        for line in f:
+            rec = json.loads(line)
+            vec = rec["vector"]
+            vec = np.array(vec, dtype=np.float32) if np is not None else array("f", vec).tolist()
+            yield rec["key"], vec, rec.get("payload")
+
+
+def _parse_out(text):
+    """A session's `out`: KEY<TAB>DISTANCE lines, an empty line between
+    queries; a list of [(key, distance)] a query."""
+    res = [[]]
+    lines = text.split("\n")
+    lines.pop()                                   # after the last newline
+    for line in lines:
+        if line:
+            key, _, d = line.rpartition("\t")
+            res[-1].append((key, float(d)))
+        else:
+            res.append([])
+    return res
+
+
 class Config:
     """The mount's config as a mapping: reading a key reads `config`,
     assigning one (or update()) writes it."""
@@ -206,10 +335,13 @@ class Index:
             raise VecfsError(errno.ENOENT, "not a vecfs mount", self.root)
         self.stage_bytes = STAGE_BYTES
         self._names = itertools.count()
+        self._sessions = itertools.count()     # session names
         self._lock = threading.Lock()          # the session pool
+        self._deleting = threading.Lock()      # deletes, one at a time
         self._assign = threading.Lock()        # adds with assigned keys, one at a time
-        self._free = []
-        self._all = []
+        self._free = []                        # sessions not in use
+        self._all = []                         # every session (in use or not)
+        self._lent = {}                        # path -> session, from _session()
         self._pid = os.getpid()
         self._tag = "py-%d-%x" % (self._pid, id(self) & 0xffffff)
         self._local = threading.local()        # the errors lines before a call
@@ -236,14 +368,7 @@ class Index:
 
     @staticmethod
     def _new_lines(before, after):
-        # errors keeps its last lines and may rewrite its newest one (repeat
-        # counts): find where the old lines end in the new text
-        for back in range(1, min(len(before), 5) + 1):
-            line = before[-back]
-            for j in range(len(after) - 1, -1, -1):
-                if after[j] == line:
-                    return after[j + 1:]
-        return after
+        return _new_lines(before, after)
 
     def _begin(self):
         self._seen = self._errors()
@@ -337,38 +462,57 @@ class Index:
                 w.write(a[i:i + step].tobytes())
 
     # ------------------------------------------------------------ search
-    def _session(self):
+    def _take(self):
+        """A session from the pool, or a new one."""
         with self._lock:
             if os.getpid() != self._pid:          # a forked child: its own sessions
+                inherited = self._all
                 self._pid = os.getpid()
                 self._tag = "py-%d-%x" % (self._pid, id(self) & 0xffffff)
-                self._free, self._all = [], []
+                self._free, self._all, self._lent = [], [], {}
+                for sess in inherited:            # the parent's: its descriptors only
+                    sess.close_fds()
             if self._free:
                 return self._free.pop()
-            path = os.path.join(self.root, "query", "%s-q%d" % (self._tag, len(self._all)))
-            self._all.append(path)
+            sess = _Session(self, "%s-q%d" % (self._tag, next(self._sessions)))
+            self._all.append(sess)
         try:
-            self._call(os.makedirs, path, 0o755, True)
+            sess.open()
         except BaseException:
             with self._lock:
-                self._all.remove(path)
+                self._all.remove(sess)
             raise
-        return path
+        return sess
+
+    def _give(self, sess):
+        """A session back to the pool (ended if close() ran meanwhile)."""
+        with self._lock:
+            if sess in self._all:
+                self._free.append(sess)
+                return
+        sess.end()
+
+    def _session(self):
+        """The path of a session from the pool, for code that writes its
+        files itself; given back with _release(path)."""
+        sess = self._take()
+        with self._lock:
+            self._lent[sess.path] = sess
+        return sess.path
 
     def _release(self, path):
         with self._lock:
-            if path in self._all:
-                self._free.append(path)
+            sess = self._lent.pop(path, None)
+        if sess is not None:
+            self._give(sess)
 
     def close(self):
-        """End this Index's query sessions (rmdir query/ID)."""
+        """End this Index's query sessions (rmdir query/ID); one that a
+        search uses at the moment ends when that search returns."""
         with self._lock:
-            paths, self._all, self._free = self._all, [], []
-        for p in paths:
-            try:
-                os.rmdir(p)
-            except OSError:
-                pass
+            free, self._all, self._free = self._free, [], []
+        for sess in free:
+            sess.end()
 
     def __enter__(self):
         return self
@@ -391,14 +535,14 @@ class Index:
         dim = len(rows[0]) if len(rows) else 1
         per = max(1, min(MAX_RESULTS // (k or 1000), MAX_INPUT // (dim * 26)))
         keys, dists = [], []
-        path = self._session()
+        sess = self._take()
         try:
             for i in range(0, len(rows), per):
-                ks, ds = self._query(path, opts, rows[i:i + per])
+                ks, ds = sess.query(opts, rows[i:i + per])
                 keys += ks
                 dists += ds
         finally:
-            self._release(path)
+            self._give(sess)
         if single:
             if np is not None:
                 return np.array(keys[0], dtype=object), np.array(dists[0], dtype=np.float32)
@@ -412,28 +556,6 @@ class Index:
                 ka[i, :] = r
             return ka, np.array(dists, dtype=np.float32).reshape(len(keys), width)
         return keys, dists
-
-    def _query(self, path, opts, rows):
-        if len(rows) == 0:
-            return [], []
-        text = opts + "".join(_text_rows(rows))
-        self._begin()
-        inp = os.path.join(path, "in")
-
-        def run():
-            with open(inp, "w", encoding="utf-8") as f:
-                f.write(text)
-        try:
-            run()
-        except FileNotFoundError:     # the session was removed: make it again
-            self._call(os.makedirs, path, 0o755, True)
-            self._call(run)
-        except OSError as e:
-            self._call(_raise, e)
-        res = json.loads(self._call(self._read, os.path.join(path, "out.json")))["results"]
-        # distances are float32: as such in both paths
-        return ([[r["key"] for r in q] for q in res],
-                [array("f", [r["distance"] for r in q]).tolist() for q in res])
 
     # ------------------------------------------------------------ records
     def get(self, key):
@@ -454,25 +576,45 @@ class Index:
             payload = None
         return vec, payload
 
-    def delete(self, keys, missing_ok=False):
-        """Delete records (a key or a list of keys); returns how many were.
-        Every existing key is deleted; then KeyError lists the missing ones,
-        unless missing_ok."""
+    def delete(self, keys=None, missing_ok=False, filter=None):
+        """Delete records: a key or a list of keys, and with `filter` (a dict,
+        as in search) every record whose payload matches, in one atomic
+        commit through the mount's `delete` file; returns how many were
+        deleted (`stats`' last_delete).  Keys that do not exist are skipped;
+        then KeyError lists them, unless missing_ok."""
         if isinstance(keys, str):
             keys = [keys]
-        missing, n = [], 0
-        self._begin()
-        for k in keys:
-            try:
-                os.unlink(os.path.join(self.root, "records", _check_key(k)))
-                n += 1
-            except FileNotFoundError:
-                missing.append(k)
-            except OSError as e:
-                self._call(_raise, e)
-        if missing and not missing_ok:
+        keys = [_check_key(k) for k in keys] if keys is not None else []
+        if filter is not None and not isinstance(filter, dict):
+            raise TypeError("a filter is a dict")
+        if not keys and filter is None:
+            return 0
+        missing = [] if missing_ok else [k for k in dict.fromkeys(keys) if k not in self]
+        with self._deleting:
+            self._begin()
+
+            def run():
+                with open(os.path.join(self.root, "delete"), "w", encoding="utf-8",
+                          buffering=CHUNK_BYTES) as f:
+                    for k in keys:
+                        f.write('"%s"\n' % k.replace('"', '""'))
+                    if filter is not None:
+                        f.write("filter=" + json.dumps(filter, ensure_ascii=False,
+                                                       allow_nan=False) + "\n")
+            self._call(run)
+            n = self.stats().get("last_delete")
+        if missing:
             raise KeyError(missing if len(missing) > 1 else missing[0])
         return n
+
+    def export(self):
+        """Every live record as (key, vector, payload), in key order, from one
+        snapshot of the store taken now; streamed from `export.jsonl`, a
+        line at a time.  Vectors as in get(); payload None when there is
+        none."""
+        self._begin()
+        f = self._call(open, os.path.join(self.root, "export.jsonl"), "r", -1, "utf-8")
+        return _records(f)
 
     def __contains__(self, key):
         return os.path.exists(os.path.join(self.root, "records", _check_key(key)))
@@ -549,6 +691,22 @@ class Index:
 
 def _raise(e):
     raise e
+
+
+def _new_lines(before, after):
+    """The lines of `after` that were not in `before`, once each.
+
+    `errors` only appends and drops its oldest lines, so `after` starts with
+    what is left of `before` (a suffix of it): the longest suffix of
+    `before` that `after` starts with is the old part.  The same message
+    may stand on several lines (the same second); a call's repeats of one
+    line are given once."""
+    first = after[0] if after else None
+    for m in range(min(len(before), len(after)), 0, -1):
+        if before[-m] == first and before[-m:] == after[:m]:
+            after = after[m:]
+            break
+    return list(dict.fromkeys(after))
 
 
 def n_bytes(rows, dim, per):
