@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "daemon.h"
+#include "errors.h"
 #include "generations.h"
 #include "out_cache.h"
 #include "render.h"
@@ -69,6 +70,10 @@ static int node_mode_size(fs_daemon *dm, node *n, struct stat *st, const vecfs_a
 	case K_EXPORT:
 		st->st_mode = S_IFREG | 0400;
 		st->st_size = (off_t)sa->export_bytes;
+		return 0;
+	case K_ERRORS:
+		st->st_mode = S_IFREG | 0400;
+		st->st_size = (off_t)errors_size(&dm->errors, NULL);
 		return 0;
 	case K_QOUT: case K_QJSON: case K_QSTATS:
 		if (n->kind == K_QOUT) /* before the size: see push_out() */
@@ -133,6 +138,9 @@ static uint64_t node_time(fs_daemon *dm, node *n, const vecfs_attrs *sa)
 		if (vecfs_gen_info_get(dm->store, n->gen, &gi) == 0)
 			m = gi.created * 1000000000u;
 		return content_time(dm, n, 0, m);
+	case K_ERRORS: /* its last line */
+		errors_size(&dm->errors, &t);
+		return t ? t : dm->mount_ns;
 	case K_QIN: case K_QOUT: case K_QJSON: case K_QSTATS: /* the session's last query */
 		return content_time(dm, n->session, 0, dm->mount_ns);
 	}
