@@ -49,6 +49,10 @@ static void store_notice(void *arg, const char *line)
 
 void control_store_opened(fs_daemon *dm)
 {
+	int rc = errors_attach(&dm->errors, dm->store_dir);
+	if (rc)
+		errlog_err(&dm->errors, rc, "errors: cannot keep the log in %s/errors: %s (it is kept in memory)",
+			   dm->store_dir, strerror(-rc));
 	vecfs_set_lost_fn(dm->store, build_skipped, dm);
 	vecfs_set_notice_fn(dm->store, store_notice, dm);
 }

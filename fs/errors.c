@@ -7,10 +7,13 @@
 #include "errors.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "log.h"
 #include "sbuf.h"
@@ -20,13 +23,129 @@ void errors_init(err_log *log)
 	memset(log, 0, sizeof *log);
 	pthread_mutex_init(&log->mu, NULL);
 	log->clock = time;
+	log->fd = -1;
 }
 
 void errors_fini(err_log *log)
 {
-	for (size_t i = 0; i < ERR_LINES; i++)
-		free(log->ring[i]);
+	if (log->fd >= 0)
+		close(log->fd);
+	free(log->text);
+	free(log->path);
 	pthread_mutex_destroy(&log->mu);
+}
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Room for n more bytes of text: 0 or -ENOMEM. */
+static int text_room(err_log *log, size_t n)
+{
+	if (log->len + n <= log->cap)
+		return 0;
+	size_t cap = log->cap ? log->cap : 4096;
+	while (cap < log->len + n)
+		cap *= 2;
+	char *t = realloc(log->text, cap);
+	if (!t)
+		return -ENOMEM;
+	log->text = t;
+	log->cap = cap;
+	return 0;
+}
+
+/* The text as the file holds it: written whole to a new file renamed over
+ * the old one (log->mu held, or before any thread). */
+static void file_rewrite(err_log *log)
+{
+	if (!log->path)
+		return;
+	char tmp[4200];
+	snprintf(tmp, sizeof tmp, "%s.new", log->path);
+	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return;
+	size_t o = 0;
+	while (o < log->len) {
+		ssize_t w = write(fd, log->text + o, log->len - o);
+		if (w <= 0 && errno != EINTR)
+			break;
+		if (w > 0)
+			o += (size_t)w;
+	}
+	if (o < log->len || fdatasync(fd) || rename(tmp, log->path)) {
+		close(fd);
+		unlink(tmp);
+		return;
+	}
+	close(fd);
+	int nfd = open(log->path, O_WRONLY | O_APPEND | O_CLOEXEC);
+	if (nfd >= 0) {
+		if (log->fd >= 0)
+			close(log->fd);
+		log->fd = nfd;
+	}
+}
+
+/* Past ERR_KEEP lines, keep the last ERR_LINES (log->mu held). */
+static void drop_old(err_log *log)
+{
+	if (log->lines <= ERR_KEEP)
+		return;
+	size_t drop = log->lines - ERR_LINES, at = 0;
+	for (size_t i = 0; i < drop; i++) {
+		const char *nl = memchr(log->text + at, '\n', log->len - at);
+		at = nl ? (size_t)(nl - log->text) + 1 : log->len;
+	}
+	memmove(log->text, log->text + at, log->len - at);
+	log->len -= at;
+	log->lines -= drop;
+	file_rewrite(log);
+}
+
+int errors_attach(err_log *log, const char *dir)
+{
+	char *path = NULL;
+	if (asprintf(&path, "%s/errors", dir) < 0)
+		return -ENOMEM;
+	int fd = open(path, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+	if (fd < 0) {
+		int e = errno;
+		free(path);
+		return -e;
+	}
+	struct stat st;
+	char *old = NULL;
+	size_t n = 0;
+	if (fstat(fd, &st) == 0 && st.st_size > 0 && (old = malloc((size_t)st.st_size))) {
+		ssize_t r = pread(fd, old, (size_t)st.st_size, 0);
+		n = r > 0 ? (size_t)r : 0;
+		while (n && old[n - 1] != '\n')
+			n--; /* a line cut short by a crash */
+	}
+	pthread_mutex_lock(&log->mu);
+	/* the lines of the file, then those logged before it was attached */
+	if (text_room(log, n) == 0) {
+		memmove(log->text + n, log->text, log->len);
+		memcpy(log->text, old, n);
+		log->len += n;
+		for (size_t i = 0; i < n; i++)
+			log->lines += old[i] == '\n';
+	}
+	log->path = path;
+	log->fd = fd;
+	if (n)
+		log->changed_ns = (uint64_t)st.st_mtim.tv_sec * 1000000000u + (uint64_t)st.st_mtim.tv_nsec;
+	if (log->len != n || (off_t)n != st.st_size) /* lines of its own, or a cut line */
+		file_rewrite(log);
+	drop_old(log);
+	pthread_mutex_unlock(&log->mu);
+	free(old);
+	return 0;
 }
 
 /* src as one line: control characters as \n, \r, \t or \xHH; cut to cap. */
@@ -86,17 +205,23 @@ static void push_line(err_log *log, time_t now, const char *msg)
 	gmtime_r(&now, &tm);
 	strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%SZ ", &tm);
 	size_t tl = strlen(ts), ml = strlen(msg);
-	char *line = malloc(tl + ml + 1);
-	if (!line)
+	if (text_room(log, tl + ml + 1))
 		return;
+	char *line = log->text + log->len;
 	memcpy(line, ts, tl);
-	memcpy(line + tl, msg, ml + 1);
-	free(log->ring[log->next % ERR_LINES]);
-	log->ring[log->next % ERR_LINES] = line;
-	log->next++;
-	if (log->count < ERR_LINES)
-		log->count++;
+	memcpy(line + tl, msg, ml);
+	line[tl + ml] = '\n';
+	log->len += tl + ml + 1;
+	log->lines++;
+	log->changed_ns = now_ns();
+	if (log->fd >= 0) { /* on a full disk the line is in memory still */
+		ssize_t w = write(log->fd, line, tl + ml + 1);
+		(void)w;
+	}
+	line[tl + ml] = 0; /* as one string for the log file, then a line again */
 	log_line(line);
+	line[tl + ml] = '\n';
+	drop_old(log);
 }
 
 /* The line that stands for k's held-back repeats (log->mu held). */
@@ -186,20 +311,50 @@ void errlog_err(err_log *log, int err, const char *fmt, ...)
 	va_end(ap);
 }
 
-char *errors_render(err_log *log, size_t *len)
+/* Sum up the repeats held back so far (log->mu held). */
+static void summarize_all(err_log *log)
 {
-	sbuf b;
-	sb_init(&b);
-	pthread_mutex_lock(&log->mu);
 	time_t now = log->clock(NULL);
 	for (int i = 0; i < ERR_KINDS; i++)
 		summarize(log, &log->kinds[i], now);
-	for (size_t i = log->next - log->count; i < log->next; i++) {
-		sb_adds(&b, log->ring[i % ERR_LINES]);
-		sb_add(&b, "\n", 1);
+}
+
+char *errors_render(err_log *log, size_t *len)
+{
+	pthread_mutex_lock(&log->mu);
+	summarize_all(log);
+	char *p = malloc(log->len + 1);
+	if (p) {
+		memcpy(p, log->text ? log->text : "", log->len);
+		p[log->len] = 0;
+		*len = log->len;
 	}
 	pthread_mutex_unlock(&log->mu);
-	return sb_take(&b, len);
+	return p;
+}
+
+size_t errors_read(err_log *log, uint64_t off, char *buf, size_t cap)
+{
+	size_t n = 0;
+	pthread_mutex_lock(&log->mu);
+	summarize_all(log);
+	if (off < log->len) {
+		n = log->len - (size_t)off < cap ? log->len - (size_t)off : cap;
+		memcpy(buf, log->text + off, n);
+	}
+	pthread_mutex_unlock(&log->mu);
+	return n;
+}
+
+uint64_t errors_size(err_log *log, uint64_t *changed_ns)
+{
+	pthread_mutex_lock(&log->mu);
+	summarize_all(log);
+	uint64_t n = log->len;
+	if (changed_ns)
+		*changed_ns = log->changed_ns;
+	pthread_mutex_unlock(&log->mu);
+	return n;
 }
 
 size_t errors_count(err_log *log)

@@ -149,7 +149,8 @@ static int open_node(fs_daemon *dm, node *n, struct fuse_file_info *fi, handle *
 			h->fd = n->kind == K_BACKUP ? backup_open(dm) : export_open(dm);
 			if (h->fd < 0)
 				rc = h->fd;
-		} else if (n->kind != K_QOUT && n->kind != K_QJSON && n->kind != K_QSTATS) {
+		} else if (n->kind != K_QOUT && n->kind != K_QJSON && n->kind != K_QSTATS &&
+			   n->kind != K_ERRORS) { /* errors: read as it is at each read */
 			/* rendered now, so that open fails when the file cannot be
 			 * (a record deleted meanwhile); a session's results cannot
 			 * fail and are rendered by the first read */
@@ -231,7 +232,14 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	handle *h = handle_of(fi);
 	int rc;
 	pthread_mutex_lock(&h->mu);
-	if (h->fd >= 0) {
+	if (h->n->kind == K_ERRORS) { /* a log: what it holds now at that offset */
+		char *buf = malloc(size ? size : 1);
+		if (!buf)
+			fuse_reply_err(req, ENOMEM);
+		else
+			fuse_reply_buf(req, buf, off < 0 ? 0 : errors_read(&h->dm->errors, (uint64_t)off, buf, size));
+		free(buf);
+	} else if (h->fd >= 0) {
 		char *buf = malloc(size ? size : 1);
 		ssize_t r = buf ? pread(h->fd, buf, size, off) : -1;
 		if (!buf)

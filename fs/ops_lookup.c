@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "daemon.h"
+#include "errors.h"
 #include "generations.h"
 #include "out_cache.h"
 #include "render.h"
@@ -70,6 +71,10 @@ static int node_mode_size(fs_daemon *dm, node *n, struct stat *st, const vecfs_a
 		st->st_mode = S_IFREG | 0400;
 		st->st_size = (off_t)sa->export_bytes;
 		return 0;
+	case K_ERRORS:
+		st->st_mode = S_IFREG | 0400;
+		st->st_size = (off_t)errors_size(&dm->errors, NULL);
+		return 0;
 	case K_QOUT: case K_QJSON: case K_QSTATS:
 		if (n->kind == K_QOUT) /* before the size: see push_out() */
 			atomic_store(&n->session->out_attrs, 1);
@@ -111,7 +116,7 @@ static struct timespec ts_of(uint64_t ns)
  * since the mount (what its content was when last rendered: render.c). */
 static uint64_t node_time(fs_daemon *dm, node *n, const vecfs_attrs *sa)
 {
-	uint64_t t = 0, m = sa->created_ns;
+	uint64_t t = 0, m = sa ? sa->created_ns : dm->mount_ns;
 	vecfs_gen_info gi;
 	switch (n->kind) {
 	case K_ROOT: case K_README: case K_DELETE:
@@ -121,7 +126,7 @@ static uint64_t node_time(fs_daemon *dm, node *n, const vecfs_attrs *sa)
 	case K_RECORDS: case K_EXPORT:
 		return sa->records_ns;
 	case K_RECORD:
-		return vecfs_record_time(dm->store, n->name, n->namelen, &t) == 0 ? t : sa->records_ns;
+		return vecfs_record_time(dm->store, n->name, n->namelen, &t) == 0 ? t : dm->mount_ns;
 	case K_GENS: case K_ACTIVE:
 		return content_time(dm, n, 0, sa->gens_ns);
 	case K_BACKUP: /* every commit changes it: seen by the store's version */
@@ -133,6 +138,9 @@ static uint64_t node_time(fs_daemon *dm, node *n, const vecfs_attrs *sa)
 		if (vecfs_gen_info_get(dm->store, n->gen, &gi) == 0)
 			m = gi.created * 1000000000u;
 		return content_time(dm, n, 0, m);
+	case K_ERRORS: /* its last line */
+		errors_size(&dm->errors, &t);
+		return t ? t : dm->mount_ns;
 	case K_QIN: case K_QOUT: case K_QJSON: case K_QSTATS: /* the session's last query */
 		return content_time(dm, n->session, 0, dm->mount_ns);
 	}
@@ -140,20 +148,31 @@ static uint64_t node_time(fs_daemon *dm, node *n, const vecfs_attrs *sa)
 	return content_time(dm, n, 0, dm->mount_ns);
 }
 
+/* Does n's size or time come from the store's attributes? */
+static int needs_store_attrs(int kind)
+{
+	switch (kind) {
+	case K_ROOT: case K_README: case K_DELETE: case K_CONFIG: case K_RECORDS: case K_EXPORT:
+	case K_GENS: case K_ACTIVE: case K_BACKUP:
+		return 1;
+	}
+	return 0;
+}
+
 int node_attr(fs_daemon *dm, node *n, struct stat *st)
 {
-	vecfs_attrs sa;
+	vecfs_attrs sa, *sp = needs_store_attrs(n->kind) ? &sa : NULL;
 	memset(st, 0, sizeof *st);
 	st->st_ino = n->ino;
 	st->st_uid = dm->tree.uid;
 	st->st_gid = dm->tree.gid;
 	st->st_nlink = 1;
 	st->st_blksize = 4096;
-	int rc = vecfs_attrs_get(dm->store, &sa);
+	int rc = sp ? vecfs_attrs_get(dm->store, sp) : 0;
 	if (rc == 0)
-		rc = node_mode_size(dm, n, st, &sa);
+		rc = node_mode_size(dm, n, st, sp);
 	if (rc == 0) {
-		st->st_mtim = st->st_ctim = st->st_atim = ts_of(node_time(dm, n, &sa));
+		st->st_mtim = st->st_ctim = st->st_atim = ts_of(node_time(dm, n, sp));
 		st->st_blocks = (st->st_size + 511) / 512;
 	}
 	return rc;

@@ -345,4 +345,25 @@ else
 	bad mount_stoppost "$(tail -c 300 "$TMP/daemon.log")"
 fi
 
+# ---------------------------------------------------------------- the README's backups
+# the lines of the README's "Backups and moving data" block run as they
+# stand (their /tmp/ paths moved into this test's directory), one shell,
+# each command's output compared with the lines the README shows under it
+readme_backups() {
+	local dir=$TMP/readme-backups
+	mkdir -p "$dir"
+	awk -v t="$dir/" '/<!-- backups:/ {f = 1; next} f && /^```console/ {next} f && /^```/ {exit}
+		f {gsub("/tmp/", t); print}' README.md >"$dir/block"
+	grep '^\$ ' "$dir/block" | sed 's/^\$ //' >"$dir/script"
+	grep -v '^\$ ' "$dir/block" >"$dir/want"
+	check readme_backups_found test "$(wc -l <"$dir/script")" -ge 10
+	(set -e; . "$dir/script") >"$dir/got" 2>"$dir/err"
+	local rc=$?
+	is_mounted "$dir/vecfs-b" && fusermount3 -u "$dir/vecfs-b"
+	check readme_backups_run test "$rc" -eq 0
+	check readme_backups_output diff "$dir/want" "$dir/got"
+	[[ $rc == 0 ]] || cat "$dir/err" >&2
+}
+readme_backups
+
 summary

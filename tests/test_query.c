@@ -2018,6 +2018,69 @@ static void test_errors_lines(void **state)
 	errors_fini(&log);
 }
 
+/* errors is a log: lines are appended at stable offsets, past ERR_KEEP the
+ * oldest drop down to the last ERR_LINES at once, and attached to a store
+ * directory it is kept there (a cut last line dropped) across remounts */
+static void test_errors_log(void **state)
+{
+	fixture *f = *state;
+	err_log log;
+	char buf[256], path[128], head[64];
+	errors_init(&log);
+	log.clock = fake_clock;
+	/* the lines go to stderr as well: not thousands of them here */
+	fflush(stderr);
+	int saved = dup(2), null = open("/dev/null", O_WRONLY);
+	assert_true(saved >= 0 && null >= 0);
+	dup2(null, 2);
+	close(null);
+	errlog(&log, "before the store: %d", 0);
+	assert_int_equal(errors_attach(&log, f->dir), 0);
+	for (int i = 1; i < ERR_KEEP - 1; i++)
+		errlog(&log, "line %05d", i);
+	uint64_t size = errors_size(&log, NULL);
+	assert_int_equal(log.lines, ERR_KEEP - 1);
+	/* a reader at the end sees what is appended there */
+	errlog(&log, "line %05d", ERR_KEEP - 1);
+	size_t n = errors_read(&log, size, buf, sizeof buf - 1);
+	buf[n] = 0;
+	assert_true(n > 20 && !strcmp(buf + 20, " line 01999\n"));
+	/* one more: the oldest drop at once, down to ERR_LINES */
+	errlog(&log, "line %05d", ERR_KEEP);
+	dup2(saved, 2);
+	close(saved);
+	assert_int_equal(log.lines, ERR_LINES);
+	assert_true(errors_size(&log, NULL) < size);
+	n = errors_read(&log, 0, head, sizeof head - 1);
+	head[n] = 0;
+	assert_true(n > 20 && !strncmp(head + 20, " line 01001\n", 12));
+	errors_fini(&log);
+	/* the file holds the same text; a line cut short at its end (a crash
+	 * in the middle of a write) is left out when it is read back */
+	snprintf(path, sizeof path, "%s/errors", f->dir);
+	FILE *fp = fopen(path, "a");
+	assert_non_null(fp);
+	fputs("2026-12-03T22:41:07Z cut sh", fp);
+	fclose(fp);
+	errors_init(&log);
+	log.clock = fake_clock;
+	assert_int_equal(errors_attach(&log, f->dir), 0);
+	assert_int_equal(log.lines, ERR_LINES);
+	size_t len;
+	char *p = errors_render(&log, &len);
+	assert_non_null(p);
+	assert_true(strstr(p, "line 02000\n") != NULL && strstr(p, "line 01001\n") != NULL);
+	assert_null(strstr(p, "cut sh"));
+	assert_null(strstr(p, "before the store"));
+	free(p);
+	errlog(&log, "after the remount");
+	assert_int_equal(lines_with(&log, "after the remount", &len), 1);
+	errors_fini(&log);
+	struct stat st;
+	assert_int_equal(stat(path, &st), 0);
+	assert_int_equal(st.st_mode & 0777, 0600);
+}
+
 /* only the very same failure is held back: distinct files, distinct
  * reasons and distinct errnos each get their lines, and a resource failure
  * (ENOSPC, ENOMEM, EIO) always gets its own */
@@ -2164,6 +2227,7 @@ int main(void)
 		TEST(test_bounds), TEST(test_search_ahead), TEST(test_search_ahead_many),
 		TEST(test_result_bounds), cmocka_unit_test(test_errors_lines),
 		cmocka_unit_test(test_errors_distinct),
+		cmocka_unit_test_setup_teardown(test_errors_log, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_shared_renderings, fx_setup, fx_teardown),
 	};
 #undef TEST
