@@ -33,11 +33,15 @@ void render_readme(sbuf *b)
 		"                   `k=10 recall=0.95 mode=ann|exact`) to in, close it,\n"
 		"                   read out (KEY<TAB>DISTANCE), out.json or stats\n"
 		"  generations/     index generations; `ln -sfn GEN generations/active` flips\n"
-		"  ctl              write a command: build, build stage, compact, rebalance, verify\n"
+		"  ctl              write a command: build, build stage, compact, rebalance,\n"
+		"                   verify, salvage; read it for how each one last ran\n"
 		"  config           settings as `key = value` lines; write lines to change them\n"
 		"  stats            counters as `key = value` lines\n"
-		"  errors           the most recent error messages, oldest first, each\n"
-		"                   after its UTC time\n"
+		"  errors           error messages, oldest first, each after its UTC time;\n"
+		"                   lines are appended (`tail -f errors`)\n"
+		"  delete           write keys (a line each) and/or `filter=JSON`: all deleted at\n"
+		"                   the close, at once\n"
+		"  export.jsonl     every record as a .jsonl ingest line, from one snapshot\n"
 		"  backup           read it for a consistent copy of the store (save as data.mdb)\n");
 }
 
