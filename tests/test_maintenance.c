@@ -1198,6 +1198,119 @@ static void test_compact_syncs_in_steps(void **state)
 	ds_free(&ds);
 }
 
+
+/* A generation brought up to date in steps (a roll-back made it active
+ * again) while one of its records was replaced after the step's end, the
+ * replacement posted to the generation itself when it was written.  The
+ * step must not post the record's newer version under the older change's
+ * number: nothing would ever supersede that posting (the key found twice,
+ * or a posting left behind when the record goes). */
+typedef struct stop_after {
+	int steps, limit;
+} stop_after;
+
+static int stop_between(void *arg)
+{
+	stop_after *s = arg;
+	return ++s->steps >= s->limit;
+}
+
+/* ANN at x, every cluster probed: no key twice, `key` first (or absent
+ * when NULL is given for a deleted key `gone`). */
+static void probe_once(vecfs *v, const float *x, const char *key, const char *gone)
+{
+	vecfs_query_opts o = {.k = 3, .nprobe = 100000};
+	vecfs_results *r = search_opts(v, x, 1, D, &o);
+	for (size_t h = 0; h < r->count[0]; h++) {
+		for (size_t i = 0; i < h; i++)
+			if (!strcmp(r->hits[0][i].key, r->hits[0][h].key))
+				fail_msg("key %s found twice", r->hits[0][h].key);
+		if (gone)
+			assert_string_not_equal(r->hits[0][h].key, gone);
+	}
+	if (key) {
+		assert_true(r->count[0] > 0);
+		assert_string_equal(r->hits[0][0].key, key);
+	}
+	vecfs_results_free(r);
+}
+
+static void expect_verify(vecfs *v)
+{
+	char msg[512];
+	int rc = vecfs_verify(v, msg, sizeof msg);
+	if (rc)
+		fail_msg("%s", msg);
+}
+
+/* Two generations g1, g2 over rows a0..a1999, and three vectors far
+ * apart (different clusters); key u put while g2 is active, then replaced
+ * while g1 is (posted to g1 when written).  Leaves g1 active. */
+static void replaced_under_g1(vecfs *v, dataset *ds, float far[3][D], uint64_t *g1,
+			      uint64_t *g2)
+{
+	char err[256] = "";
+	set_config(v, D, VECFS_L2);
+	ds_make(ds, 31, 2000, D, 20);
+	put_range(v, ds->x, 0, 2000, D, "a");
+	*g1 = build(v, 1);
+	*g2 = build(v, 1);
+	for (int t = 0; t < 3; t++)
+		ds_point(ds, (uint32_t)t * 7, far[t]);
+	assert_int_equal(put_one(v, "u", far[0], D), 0);
+	assert_int_equal(vecfs_activate(v, *g1, err, sizeof err), 0);
+	assert_int_equal(put_one(v, "u", far[1], D), 0);
+}
+
+static void test_catchup_replaced_later(void **state)
+{
+	fixture *f = *state;
+	vecfs *v = fx_open(f, NULL);
+	char err[256] = "";
+	dataset ds;
+	float x[3][D];
+	uint64_t g1, g2;
+	replaced_under_g1(v, &ds, x, &g1, &g2);
+	/* g1 takes the changes it lacks one a step */
+	assert_int_equal(vf_compact_steps(v, NULL, 0, 1, NULL, NULL, err, sizeof err), 0);
+	expect_verify(v);
+	probe_once(v, x[1], "u", NULL);
+	/* and the same once g2 is active again */
+	assert_int_equal(vecfs_activate(v, g2, err, sizeof err), 0);
+	assert_int_equal(vf_compact_steps(v, NULL, 0, 1, NULL, NULL, err, sizeof err), 0);
+	expect_verify(v);
+	probe_once(v, x[1], "u", NULL);
+	ds_free(&ds);
+}
+
+static void test_catchup_replaced_then_deleted(void **state)
+{
+	fixture *f = *state;
+	vecfs *v = fx_open(f, NULL);
+	char err[256] = "";
+	dataset ds;
+	float x[3][D];
+	uint64_t g1, g2;
+	/* replaced again under g2, by a vector of another cluster */
+	replaced_under_g1(v, &ds, x, &g1, &g2);
+	assert_int_equal(vecfs_activate(v, g2, err, sizeof err), 0);
+	assert_int_equal(put_one(v, "u", x[2], D), 0);
+	assert_int_equal(vecfs_activate(v, g1, err, sizeof err), 0);
+	/* one catch-up step only, then the record goes while g1 is active */
+	stop_after st = {0, 1};
+	assert_int_equal(vf_compact_steps(v, NULL, 0, 1, stop_between, &st, err, sizeof err),
+			 -ECANCELED);
+	del_key(v, "u");
+	err[0] = 0;
+	assert_int_equal(vf_compact_steps(v, NULL, 0, 1, NULL, NULL, err, sizeof err), 0);
+	expect_verify(v);
+	for (int t = 0; t < 3; t++)
+		probe_once(v, x[t], NULL, "u");
+	assert_int_equal(vecfs_activate(v, g2, err, sizeof err), 0);
+	expect_verify(v);
+	ds_free(&ds);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1216,6 +1329,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_compact_in_steps, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_compact_interrupted, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_compact_syncs_in_steps, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_catchup_replaced_later, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_catchup_replaced_then_deleted, fx_setup, fx_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
