@@ -75,6 +75,11 @@ struct vecfs {
 	size_t spool_bytes;         /* rows a batch keeps in memory before it
 				     * stages them (32 MiB); the tests set
 				     * both smaller */
+	uint64_t sync_step;         /* changes a compaction step brings into a
+				     * generation that lacks them, at first
+				     * (COMPACT_SYNC; VECFS_SYNC_STEP: tests
+				     * make it small, so that a generation is
+				     * caught up in many steps) */
 	int no_preparer;            /* tests: every put encodes each row as it
 				     * writes it, as when the preparer cannot
 				     * start (write.c) */

@@ -12,7 +12,8 @@
 # passes.
 #
 # FLIP_SECONDS (default 24) is how long it runs, FLIP_ROUND (4) a round's
-# length; FLIP_SEED repeats a run's choices.  `make flip-soak` runs it for
+# length, FLIP_SYNC_STEP (256) the changes a compaction step brings into a
+# generation that lacks them (VECFS_SYNC_STEP); FLIP_SEED repeats a run's choices.  `make flip-soak` runs it for
 # 30 minutes, `make flip-tsan` for 5 under ThreadSanitizer.  The last line
 # is `flip-race: N passed, N failed`.
 #
@@ -30,6 +31,9 @@ echo "flip-race: $SECS s, rounds of $ROUND s, seed $SEED"
 
 S=$TMP/store
 M=$TMP/mnt
+# a generation that lacks changes takes them in steps of FLIP_SYNC_STEP
+# (256) changes, not thousands: many steps, with writes between them
+FG_ENV=("VECFS_SYNC_STEP=${FLIP_SYNC_STEP:-256}")
 if ! fg_mount "$S" "$M"; then
 	summary
 	exit 1

@@ -78,12 +78,14 @@ mnt() { # STORE MNT [options]: mount, 0 once usable
 
 # A daemon in the foreground (-f), its stderr kept, for the suites that look
 # for sanitizer reports in it.  fg_mount STORE MNT: mounts, sets DPID, 0 once
-# mounted (else one failed check `mount`).  fg_finish KEEP_LOG: unmounts,
+# mounted (else one failed check `mount`); FG_ENV (an array) adds to its
+# environment.  fg_finish KEEP_LOG: unmounts,
 # checks the daemon exits 0 with no sanitizer report in its stderr (kept in
 # KEEP_LOG).
 SAN_PATTERN='WARNING: ThreadSanitizer|ERROR: AddressSanitizer|ERROR: LeakSanitizer|runtime error:|SUMMARY: [A-Za-z]*Sanitizer'
 fg_mount() {
 	local s=$1 m=$2 v i san_env=()
+	[[ -n ${FG_ENV+x} ]] || FG_ENV=()
 	# a sanitizer's report goes to the daemon's stderr, whatever log_path
 	# the environment names for the other programs
 	for v in ASAN_OPTIONS UBSAN_OPTIONS TSAN_OPTIONS; do
@@ -91,7 +93,7 @@ fg_mount() {
 	done
 	mkdir -p "$m"
 	MOUNTS+=("$m")
-	env "${san_env[@]}" "$VECFS" -f "$s" "$m" </dev/null >"$TMP/daemon.out" 2>"$TMP/daemon.err" &
+	env "${san_env[@]}" "${FG_ENV[@]}" "$VECFS" -f "$s" "$m" </dev/null >"$TMP/daemon.out" 2>"$TMP/daemon.err" &
 	DPID=$!
 	for ((i = 0; i < 300; i++)); do
 		is_mounted "$m" && break
