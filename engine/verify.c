@@ -51,6 +51,21 @@ static int verify_record(vf_txn *txn, vf_store *s, verify_state *st, uint64_t id
 	return 0;
 }
 
+int vf_posting_matches(vf_txn *txn, vf_store *s, uint64_t id, uint64_t seq, const char *key,
+		       uint32_t keylen)
+{
+	vf_val rv;
+	vf_record r;
+	int rc = vf_records_get(txn, s, id, &rv);
+	if (rc == -ENOENT)
+		return 0;
+	if (rc)
+		return vf_store_err(rc);
+	if (vf_record_decode(rv.data, rv.len, &r))
+		return 1; /* damaged: nothing to compare (salvage removes it) */
+	return r.seq == seq && r.keylen == keylen && !memcmp(r.key, key, keylen);
+}
+
 /* A live posting must match its record: same version and key (the record's
  * own checksum covers its vector). */
 static int verify_posting(vf_txn *txn, vf_store *s, verify_state *st, uint64_t gen,

@@ -165,10 +165,12 @@ int ctl_exec(fs_daemon *dm, const char *line, size_t n)
 			errlog(&dm->errors, "%s", err);
 		else
 			errlog(&dm->errors, "salvage: %llu damaged record(s) removed, %llu key(s) lost, "
-			       "%llu key(s) restored, %llu generation(s) dropped",
+			       "%llu key(s) restored, %llu generation(s) dropped, %llu record(s) "
+			       "posted again",
 			       (unsigned long long)si.records_dropped, (unsigned long long)si.keys_lost,
 			       (unsigned long long)si.keys_restored,
-			       (unsigned long long)si.generations_dropped);
+			       (unsigned long long)si.generations_dropped,
+			       (unsigned long long)si.postings_repaired);
 		/* the active generation dropped: the index is derived from the
 		 * records again, as a build would (unless builds are manual) */
 		vecfs_config c;
