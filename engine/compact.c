@@ -157,21 +157,25 @@ typedef struct compact_job {
 typedef struct fold_how {
 	const vf_dirty *dirty;
 	const vf_tombs *drop;
+	int blocks_too;         /* check block postings too, not only deltas */
 	char *err;
 	size_t errlen;
 } fold_how;
 
 /* Whether live posting `code` of cluster c may be folded: 1 (kept), 0
  * (dropped: its id is in how->drop), or -EIO (it does not match its record:
- * damage is not copied into the new blocks; salvage repairs it) or a store
+ * damage is not folded into the new blocks; salvage repairs it) or a store
  * error.  A posting that a change the generation lacks superseded is kept
- * as it is (queries skip it; catching up tombstones it). */
+ * as it is (queries skip it; catching up tombstones it).  A compaction
+ * checks the delta postings it folds, the one way a posting enters blocks
+ * (a check of every block posting would double its time: a record look-up
+ * each); a rebalance checks the blocks it copies (rb_check()). */
 static int fold_keep(vf_txn *txn, vf_store *s, const vf_genmeta *m, uint32_t c,
-		     const fold_how *how, const vf_code *code)
+		     const fold_how *how, const vf_code *code, int block)
 {
 	if (how->drop && vf_tombs_has(how->drop, code->id, NULL))
 		return 0;
-	if (how->dirty && vf_dirty_find(how->dirty, code->id))
+	if ((block && !how->blocks_too) || (how->dirty && vf_dirty_find(how->dirty, code->id)))
 		return 1;
 	int rc = vf_posting_matches(txn, s, code->id, code->seq, code->key, code->keylen);
 	if (rc == 0) {
@@ -233,7 +237,7 @@ static int compact_cluster(vf_txn *txn, vf_store *s, const vf_genmeta *m, uint32
 				if (vf_posting_stale(&tombs, &none, vf_block_id(&b, i), vf_block_seq(&b, i)))
 					continue;
 				if ((rc = vf_block_code(&b, i, &code, planes)) == 0 &&
-				    (rc = fold_keep(txn, s, m, c, how, &code)) == 1)
+				    (rc = fold_keep(txn, s, m, c, how, &code, 1)) == 1)
 					rc = fold_add(f, &code, pbytes);
 			}
 			if (rc)
@@ -250,7 +254,7 @@ static int compact_cluster(vf_txn *txn, vf_store *s, const vf_genmeta *m, uint32
 						break;
 					continue;
 				}
-				if ((rc = fold_keep(txn, s, m, c, how, &code)) < 0 ||
+				if ((rc = fold_keep(txn, s, m, c, how, &code, 0)) < 0 ||
 				    (rc == 1 && (rc = fold_add(f, &code, pbytes))))
 					break;
 				rc = 0;
@@ -294,7 +298,7 @@ int vf_refold_cluster(vf_txn *txn, vf_store *s, const vf_genmeta *m, uint32_t c,
 	fold f = {0};
 	uint8_t *buf = NULL;
 	size_t bufcap = 0;
-	fold_how how = {dirty, drop, NULL, 0};
+	fold_how how = {dirty, drop, 1, NULL, 0};
 	int rc = compact_cluster(txn, s, m, c, m->blocks_seq, &how, &f, &buf, &bufcap);
 	free(f.codes);
 	free(f.data);
@@ -418,7 +422,7 @@ static int compact_step(vf_txn *txn, void *arg)
 			break;
 		if (mf.deltas == 0 && mf.tombstones == 0)
 			continue;
-		fold_how how = {NULL, NULL, j->err, j->errlen};
+		fold_how how = {NULL, NULL, 0, j->err, j->errlen};
 		rc = compact_cluster(txn, s, &m, c, j->s_upto, &how, &f, &buf, &bufcap);
 		j->s_rewritten++;
 		done++;
