@@ -7,10 +7,11 @@
 # daemon's own compaction and rebalance run meanwhile.  Then, with the
 # writers stopped: `verify` on ctl, and no line in errors of a compaction
 # or rebalance refusing a posting that disagrees with its record; ANN
-# queries (k=3, every cluster) at each live u key's vector and at a sample of g keys: no key twice, no key
-# that is not live; exact queries (k=10 mode=exact) against a brute force
-# over the rows the writers had acknowledged.  Prints one line a round,
-# `X what` for each fault, and a last `summary:` line; exit 1 on a fault.
+# queries (k=3, every cluster) at each live u key's vector and at a
+# sample of g keys: no key twice, no key that is not live; exact queries
+# (k=10 mode=exact) against a brute force over the rows the writers had
+# acknowledged.  Prints one line a round, `X what` for each fault, and a
+# last `summary:` line; exit 1 on a fault.
 import errno, json, os, random, struct, sys, threading, time
 
 DIM = 8
