@@ -80,6 +80,9 @@ struct vecfs {
 				     * (COMPACT_SYNC; VECFS_SYNC_STEP: tests
 				     * make it small, so that a generation is
 				     * caught up in many steps) */
+	void (*before_snapshot)(vecfs *v); /* tests: called by a rebalance
+				     * between its compaction and its snapshot
+				     * (another generation made active there) */
 	int no_preparer;            /* tests: every put encodes each row as it
 				     * writes it, as when the preparer cannot
 				     * start (write.c) */

@@ -684,6 +684,8 @@ static int rebalance_locked(rebal *r, int activate, uint64_t *gen_out)
 	}
 	if ((rc = vf_store_reserve(v->store, VF_GEN_RESERVE(v->store))))
 		return rc;
+	if (v->before_snapshot)
+		v->before_snapshot(v);
 	if ((rc = vf_read_begin(v->store, &r->txn)))
 		return rc;
 	uint64_t active = vf_load_active(r->txn, v->store);

@@ -212,9 +212,12 @@ int vecfs_verify(vecfs *v, char *msg, size_t msglen)
 		if ((rc = verify_gen(txn, v->store, &m, &cnt, &st)))
 			goto out;
 		/* every live record is either posted once or scanned exactly */
-		if (st.live - live0 + st.uncovered - unc0 != cnt.live)
-			vbad(&st, "generation %llu covers %llu records, the store has %llu live",
-			     m.id, (st.live - live0) + (st.uncovered - unc0));
+		if (st.live - live0 + st.uncovered - unc0 != cnt.live) {
+			char fmt[96]; /* vbad() takes two numbers: the third goes in here */
+			snprintf(fmt, sizeof fmt, "generation %%llu covers %%llu records, the store has "
+				 "%llu live", (unsigned long long)cnt.live);
+			vbad(&st, fmt, m.id, (st.live - live0) + (st.uncovered - unc0));
+		}
 	}
 	/* every key maps to a record whose key matches */
 	vf_cursor *cur;

@@ -1311,6 +1311,79 @@ static void test_catchup_replaced_then_deleted(void **state)
 	ds_free(&ds);
 }
 
+/* A rebalance whose snapshot finds active a generation that a compaction
+ * left half folded (it found another generation active after its first
+ * step and compacted that one): the parent's blocks hold changes past its
+ * blocks_seq, and catching up from there would post them twice.  The
+ * rebalance fails with EAGAIN and makes nothing; the next one compacts
+ * that generation whole first and passes. */
+static uint64_t other_gen;
+
+static int activate_other(void *arg)
+{
+	char err[256];
+	vecfs *v = arg;
+	if (other_gen) {
+		assert_int_equal(vecfs_activate(v, other_gen, err, sizeof err), 0);
+		other_gen = 0;
+	}
+	return 0;
+}
+
+static void activate_other_hook(vecfs *v)
+{
+	activate_other(v);
+}
+
+static void test_rebalance_half_folded_parent(void **state)
+{
+	fixture *f = *state;
+	vecfs *v = fx_open(f, NULL);
+	char err[256] = "";
+	dataset ds;
+	vecfs_config c;
+	set_config(v, D, VECFS_L2);
+	assert_int_equal(vecfs_config_get(v, &c), 0);
+	c.compact_deltas = 1000000; /* no compaction but those called here */
+	c.rebalance_ratio = 0;
+	c.keep_generations = 3;
+	assert_int_equal(vecfs_config_set(v, &c, err, sizeof err), 0);
+	ds_make(&ds, 41, 3000, D, 20);
+	put_range(v, ds.x, 0, 2000, D, "a");
+	uint64_t ga = build(v, 1);
+	uint64_t gb = build(v, 1);
+	assert_int_equal(vecfs_activate(v, ga, err, sizeof err), 0);
+	put_range(v, ds.x, 2000, 1000, D, "a"); /* delta postings of ga */
+	/* ga's compaction folds one cluster, then finds gb active */
+	other_gen = gb;
+	assert_int_equal(vf_compact_steps(v, NULL, 0, 1000000, activate_other, v, err, sizeof err),
+			 0);
+	assert_int_equal(vecfs_active(v), gb);
+	size_t n0, n1;
+	assert_int_equal(vecfs_gen_list(v, NULL, 0, &n0), 0);
+	/* ga active again between the rebalance's compaction and snapshot */
+	other_gen = ga;
+	v->before_snapshot = activate_other_hook;
+	int rc = vecfs_rebalance(v, 1, NULL, NULL, NULL, err, sizeof err);
+	v->before_snapshot = NULL;
+	if (rc != -EAGAIN)
+		fail_msg("rebalance: %d %s", rc, err);
+	assert_non_null(strstr(err, "not compacted whole"));
+	assert_int_equal(vecfs_gen_list(v, NULL, 0, &n1), 0);
+	assert_int_equal(n1, n0);
+	expect_verify(v);
+	uint64_t gen = 0;
+	assert_int_equal(vecfs_rebalance(v, 1, &gen, NULL, NULL, err, sizeof err), 0);
+	assert_int_equal(vecfs_active(v), gen);
+	expect_verify(v);
+	for (int i = 1990; i < 2010; i++) {
+		char key[16];
+		snprintf(key, sizeof key, "a%d", i);
+		probe_once(v, ds.x + (size_t)i * D, key, NULL);
+	}
+	ds_free(&ds);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1331,6 +1404,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_compact_syncs_in_steps, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_catchup_replaced_later, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_catchup_replaced_then_deleted, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_rebalance_half_folded_parent, fx_setup, fx_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
