@@ -40,6 +40,7 @@ DEPS_OK    := $(BUILD)/.deps-ok
 .SECONDARY:
 
 .PHONY: all test check unit layers mount-test crash-test ops-test full-test python-test cluster-test stress soak conformance install \
+	flip-race flip-soak flip-tsan \
 	asan tsan sanitized bench bench-kernels clean deps
 all: $(DEPS_OK) $(BUILD)/libvecfs.a $(TOOLS) $(DAEMON)
 
@@ -153,13 +154,29 @@ soak: all
 stress: all
 	@$(SAN_DAEMON) bash tests/stress.sh $(BUILD)/vecfs
 
+# Upserts racing with flips of generations/active, rounds checked against
+# what was acknowledged (tests/flip_race.sh): FLIP_SECONDS long (24 s in
+# make test); flip-soak runs it for 30 minutes, flip-tsan for 5 under
+# ThreadSanitizer (the daemon of make tsan-build).
+flip-race: all
+	@$(SAN_DAEMON) bash tests/flip_race.sh $(BUILD)/vecfs
+
+flip-soak: all
+	@FLIP_SECONDS=$${FLIP_SECONDS:-1800} bash tests/flip_race.sh $(BUILD)/vecfs
+
+flip-tsan:
+	@$(MAKE) --no-print-directory BUILD=build-tsan OPT=-O1 CFLAGS="$(TSAN_CFLAGS)" all
+	@$(SAN_ENV_tsan) VECFS_SANITIZER=tsan FLIP_SECONDS=$${FLIP_SECONDS:-300} \
+		bash tests/flip_race.sh build-tsan/vecfs
+
 # Suites one after another (tests/run-suite.sh), each one's time, and
 # `total: N passed, N failed`.
 check: all $(TEST_BIN)
 	@MAKE="$(MAKE)" bash tests/run-suite.sh unit layers
 
 test: all $(TEST_BIN)
-	@MAKE="$(MAKE)" bash tests/run-suite.sh unit layers mount-test ops-test crash-test full-test python-test cluster-test
+	@MAKE="$(MAKE)" bash tests/run-suite.sh unit layers mount-test ops-test crash-test full-test python-test \
+		cluster-test flip-race
 
 # The acceptance suite in ../shared/conformance, run against $(BUILD)/vecfs;
 # PENDING (a regex of groups not run) passes through the environment.
@@ -167,7 +184,8 @@ conformance: all
 	$(SAN_DAEMON) VECFS=$(BUILD)/vecfs bash ../shared/conformance/run.sh
 
 # Sanitizer builds: `make asan` (ASan+UBSan: unit, mount, crash, full-disk
-# and conformance suites) and `make tsan` (ThreadSanitizer: unit tests and tests/stress.sh).
+# and conformance suites) and `make tsan` (ThreadSanitizer: unit tests, tests/stress.sh and
+# tests/flip_race.sh).
 # Reports go to files in $(BUILD)/san/, which tests/run-suite.sh counts as
 # failures (tests/stress.sh keeps its daemon's in its own log).  ASan stops
 # at the first error.  Leaks are looked for in the test binaries, not in the
@@ -184,7 +202,7 @@ SAN_DAEMON_asan = VECFS_SANITIZER=asan ASAN_OPTIONS="$$ASAN_OPTIONS:detect_leaks
 SAN_DAEMON_tsan = VECFS_SANITIZER=tsan
 SAN_DAEMON = $(SAN_DAEMON_$(SAN))
 SAN_SUITES_asan := unit mount-test crash-test full-test conformance
-SAN_SUITES_tsan := unit stress
+SAN_SUITES_tsan := unit stress flip-race
 asan:
 	@$(MAKE) --no-print-directory BUILD=build-asan OPT=-O1 CFLAGS="$(ASAN_CFLAGS)" SAN=asan sanitized
 tsan:

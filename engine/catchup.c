@@ -34,8 +34,20 @@ static void sync_chunk_free(sync_chunk *k)
 	free(k->keys);
 }
 
-/* Copy the record of e into chunk slot k->n.  0 (added or, with `later`,
- * skipped because a later change deleted it) or -errno. */
+/* Copy the record of e into chunk slot k->n.  0 (added, or skipped: with
+ * `later`, a change after the step's end deleted or replaced the record)
+ * or -errno.
+ *
+ * The record read is the newest version, which is e's only when no later
+ * change touched it.  A later version must not be posted under e's number:
+ * that later change (posted to this generation when it was written, or
+ * brought in by the next step) puts its own posting and a tombstone into
+ * the cluster the assignment map names, so a posting of that vector under
+ * an older number would never be superseded (a key found twice), and the
+ * map moved to its cluster would leave the later change's own posting
+ * where no tombstone reaches it (a posting outliving its record).  Until
+ * then the generation holds no posting of e: the change log says the
+ * record changed after synced_seq, and queries scan it exactly. */
 static int sync_take(sync_chunk *k, vf_txn *txn, vf_store *s, const vf_dirty_entry *e,
 		     uint32_t dim, int later)
 {
@@ -43,9 +55,14 @@ static int sync_take(sync_chunk *k, vf_txn *txn, vf_store *s, const vf_dirty_ent
 	vf_record r;
 	int got = vf_records_get(txn, s, e->ch.id, &rv), rc;
 	if (got == -ENOENT && later)
-		return 0; /* deleted by a change after the chunk's end */
+		return 0; /* deleted by a change after the step's end */
 	if ((rc = vf_store_err(got)) || (rc = vf_record_decode(rv.data, rv.len, &r)))
 		return rc;
+	if (r.seq != e->seq) {
+		if (later && r.seq > e->seq)
+			return 0; /* replaced by a change after the step's end */
+		return -EIO; /* the newest change of the record is not its version */
+	}
 	if (vf_bytes_reserve((uint8_t **)&k->keys, &k->kcap, k->klen + r.keylen + 1))
 		return -ENOMEM;
 	size_t i = k->n++;

@@ -146,19 +146,25 @@ int vf_tombs_add(vf_tombs *t, uint64_t id, uint64_t seq)
 	return 0;
 }
 
+int vf_tombs_has(const vf_tombs *t, uint64_t id, uint64_t *seq)
+{
+	if (!t->n)
+		return 0;
+	for (uint32_t h = mixid(id) & (t->cap - 1); t->id[h] != UINT64_MAX;
+	     h = (h + 1) & (t->cap - 1))
+		if (t->id[h] == id) {
+			if (seq)
+				*seq = t->seq[h];
+			return 1;
+		}
+	return 0;
+}
+
 int vf_posting_stale(const vf_tombs *t, const vf_dirty *d, uint64_t id, uint64_t seq)
 {
-	if (t->n) {
-		uint32_t h = mixid(id) & (t->cap - 1);
-		while (t->id[h] != UINT64_MAX) {
-			if (t->id[h] == id) {
-				if (seq < t->seq[h])
-					return 1;
-				break;
-			}
-			h = (h + 1) & (t->cap - 1);
-		}
-	}
+	uint64_t kill;
+	if (vf_tombs_has(t, id, &kill) && seq < kill)
+		return 1;
 	if (d->n) {
 		/* changed since the generation was synced: only a posting of the
 		 * newest version counts */

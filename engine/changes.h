@@ -40,6 +40,8 @@ typedef struct vf_tombs {
 void vf_tombs_free(vf_tombs *t);
 void vf_tombs_clear(vf_tombs *t);
 int vf_tombs_add(vf_tombs *t, uint64_t id, uint64_t seq);
+/* Is id in t?  1 (its seq in *seq when seq is not NULL) or 0. */
+int vf_tombs_has(const vf_tombs *t, uint64_t id, uint64_t *seq);
 
 /* Is posting (id, seq) of a generation superseded or deleted, given its
  * cluster's tombstones and the generation's dirty set? */

@@ -151,11 +151,49 @@ typedef struct compact_job {
 	size_t errlen;
 } compact_job;
 
+/* How a cluster is folded: the changes the generation lacks (NULL: none,
+ * it was synced just before), ids whose postings all go (NULL: none), and
+ * where a refusal is said. */
+typedef struct fold_how {
+	const vf_dirty *dirty;
+	const vf_tombs *drop;
+	int blocks_too;         /* check block postings too, not only deltas */
+	char *err;
+	size_t errlen;
+} fold_how;
+
+/* Whether live posting `code` of cluster c may be folded: 1 (kept), 0
+ * (dropped: its id is in how->drop), or -EIO (it does not match its record:
+ * damage is not folded into the new blocks; salvage repairs it) or a store
+ * error.  A posting that a change the generation lacks superseded is kept
+ * as it is (queries skip it; catching up tombstones it).  A compaction
+ * checks the delta postings it folds, the one way a posting enters blocks
+ * (a check of every block posting would double its time: a record look-up
+ * each); a rebalance checks the blocks it copies (rb_check()). */
+static int fold_keep(vf_txn *txn, vf_store *s, const vf_genmeta *m, uint32_t c,
+		     const fold_how *how, const vf_code *code, int block)
+{
+	if (how->drop && vf_tombs_has(how->drop, code->id, NULL))
+		return 0;
+	if ((block && !how->blocks_too) || (how->dirty && vf_dirty_find(how->dirty, code->id)))
+		return 1;
+	int rc = vf_posting_matches(txn, s, code->id, code->seq, code->key, code->keylen);
+	if (rc == 0) {
+		vf_seterr(how->err, how->errlen, "compact: generation %llu cluster %u: the posting "
+			  "of record id %llu does not match the record (salvage repairs it)",
+			  (unsigned long long)m->id, c, (unsigned long long)code->id);
+		return -EIO;
+	}
+	return rc;
+}
+
 /* Rewrite cluster c of g from its live postings: its blocks and its delta
  * postings up to change `upto`; later delta postings stay.  Every
- * tombstone is applied and goes (what it hides goes with it). */
+ * tombstone is applied and goes (what it hides goes with it).  Each
+ * posting folded is checked against its record (fold_keep()). */
 static int compact_cluster(vf_txn *txn, vf_store *s, const vf_genmeta *m, uint32_t c,
-			   uint64_t upto, fold *f, uint8_t **buf, size_t *bufcap)
+			   uint64_t upto, const fold_how *how, fold *f, uint8_t **buf,
+			   size_t *bufcap)
 {
 	uint64_t kept = 0;
 	vf_postkey start = vf_post_key(m->id, c, VF_PK_TOMB, 0);
@@ -166,7 +204,7 @@ static int compact_cluster(vf_txn *txn, vf_store *s, const vf_genmeta *m, uint32
 	size_t pbytes = (size_t)m->bits * (m->pdim / 8);
 	uint8_t *planes = vf_malloc(pbytes); /* one block posting's, until copied */
 	int rc;
-	vf_dirty_init(&none); /* the generation was synced just before */
+	vf_dirty_init(&none); /* tombstones alone say what is dead here */
 	f->n = f->len = 0;
 	if (!planes)
 		return -ENOMEM;
@@ -198,7 +236,8 @@ static int compact_cluster(vf_txn *txn, vf_store *s, const vf_genmeta *m, uint32
 				vf_code code;
 				if (vf_posting_stale(&tombs, &none, vf_block_id(&b, i), vf_block_seq(&b, i)))
 					continue;
-				if ((rc = vf_block_code(&b, i, &code, planes)) == 0)
+				if ((rc = vf_block_code(&b, i, &code, planes)) == 0 &&
+				    (rc = fold_keep(txn, s, m, c, how, &code, 1)) == 1)
 					rc = fold_add(f, &code, pbytes);
 			}
 			if (rc)
@@ -207,15 +246,18 @@ static int compact_cluster(vf_txn *txn, vf_store *s, const vf_genmeta *m, uint32
 			vf_code code;
 			if ((rc = vf_delta_open(d.data, d.len, m->dim, m->pdim, m->bits, &code)))
 				break;
-			if (!vf_posting_stale(&tombs, &none, code.id, code.seq)) {
+			if (!vf_posting_stale(&tombs, &none, code.id, code.seq) &&
+			    !(how->drop && vf_tombs_has(how->drop, code.id, NULL))) {
 				if (code.seq > upto) {
 					kept++; /* newer than this compaction */
 					if ((rc = vf_cursor_get(cur, &k, &d, VF_NEXT)))
 						break;
 					continue;
 				}
-				if ((rc = fold_add(f, &code, pbytes)))
+				if ((rc = fold_keep(txn, s, m, c, how, &code, 0)) < 0 ||
+				    (rc == 1 && (rc = fold_add(f, &code, pbytes))))
 					break;
+				rc = 0;
 			}
 		}
 		if (kind != VF_PK_MANIFEST && (rc = vf_cursor_del(cur)))
@@ -239,7 +281,29 @@ static int compact_cluster(vf_txn *txn, vf_store *s, const vf_genmeta *m, uint32
 	}
 	if (f->n > 1)
 		qsort(f->codes, f->n, sizeof *f->codes, vf_cmp_code);
+	for (size_t i = 1; i < f->n; i++)
+		if (f->codes[i].id == f->codes[i - 1].id &&
+		    !(how->dirty && vf_dirty_find(how->dirty, f->codes[i].id))) {
+			vf_seterr(how->err, how->errlen, "compact: generation %llu cluster %u: record id "
+				  "%llu has two live postings (salvage repairs it)",
+				  (unsigned long long)m->id, c, (unsigned long long)f->codes[i].id);
+			return -EIO;
+		}
 	return vf_write_blocks(txn, s, m, c, f->codes, f->n, kept, buf, bufcap);
+}
+
+int vf_refold_cluster(vf_txn *txn, vf_store *s, const vf_genmeta *m, uint32_t c,
+		      const vf_dirty *dirty, const vf_tombs *drop)
+{
+	fold f = {0};
+	uint8_t *buf = NULL;
+	size_t bufcap = 0;
+	fold_how how = {dirty, drop, 1, NULL, 0};
+	int rc = compact_cluster(txn, s, m, c, m->blocks_seq, &how, &f, &buf, &bufcap);
+	free(f.codes);
+	free(f.data);
+	free(buf);
+	return rc;
 }
 
 /* Drop change-log entries no generation needs any more: those at or below
@@ -358,7 +422,8 @@ static int compact_step(vf_txn *txn, void *arg)
 			break;
 		if (mf.deltas == 0 && mf.tombstones == 0)
 			continue;
-		rc = compact_cluster(txn, s, &m, c, j->s_upto, &f, &buf, &bufcap);
+		fold_how how = {NULL, NULL, 0, j->err, j->errlen};
+		rc = compact_cluster(txn, s, &m, c, j->s_upto, &how, &f, &buf, &bufcap);
 		j->s_rewritten++;
 		done++;
 	}
@@ -431,8 +496,8 @@ int vf_compact_steps(vecfs *v, uint32_t *clusters, uint64_t step_us, uint64_t sy
 /* With build_mu held: one maintenance job at a time, like builds. */
 int vf_compact_locked(vecfs *v, uint32_t *clusters, char *err, size_t errlen)
 {
-	return vf_compact_steps(v, clusters, COMPACT_STEP_US, COMPACT_SYNC, NULL, NULL, err,
-				errlen);
+	uint64_t sync = v->sync_step ? v->sync_step : COMPACT_SYNC;
+	return vf_compact_steps(v, clusters, COMPACT_STEP_US, sync, NULL, NULL, err, errlen);
 }
 
 int vecfs_compact(vecfs *v, uint32_t *clusters, char *err, size_t errlen)

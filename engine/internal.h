@@ -75,6 +75,14 @@ struct vecfs {
 	size_t spool_bytes;         /* rows a batch keeps in memory before it
 				     * stages them (32 MiB); the tests set
 				     * both smaller */
+	uint64_t sync_step;         /* changes a compaction step brings into a
+				     * generation that lacks them, at first
+				     * (COMPACT_SYNC; VECFS_SYNC_STEP: tests
+				     * make it small, so that a generation is
+				     * caught up in many steps) */
+	void (*before_snapshot)(vecfs *v); /* tests: called by a rebalance
+				     * between its compaction and its snapshot
+				     * (another generation made active there) */
 	int no_preparer;            /* tests: every put encodes each row as it
 				     * writes it, as when the preparer cannot
 				     * start (write.c) */
@@ -303,6 +311,22 @@ int vf_block_open_checked(const vf_val *d, vf_block *b);
 int vf_write_blocks(vf_txn *txn, vf_store *s, const vf_genmeta *m, uint32_t c,
 		    const vf_code *codes, size_t n, uint64_t deltas, uint8_t **buf,
 		    size_t *bufcap);
+/* Cluster c of generation m rewritten as a compaction folds it (up to its
+ * blocks_seq: its later delta postings stay), every posting of an id in
+ * `drop` left out; postings of ids in `dirty` (the changes m lacks) kept
+ * as they are.  -EIO when a posting kept does not match its record, or an
+ * id has two live postings there (salvage.c). */
+struct vf_dirty;
+struct vf_tombs;
+int vf_refold_cluster(vf_txn *txn, vf_store *s, const vf_genmeta *m, uint32_t c,
+		      const struct vf_dirty *dirty, const struct vf_tombs *drop);
+/* Does a live posting of record id (version seq, key) match the record?
+ * 1 yes, or the record fails its checksum (nothing to compare: salvage
+ * removes it, and a build or rebalance leaves it out rather than fail); 0
+ * no (the record is missing, or of another version or key); else a store
+ * error (verify.c). */
+int vf_posting_matches(vf_txn *txn, vf_store *s, uint64_t id, uint64_t seq, const char *key,
+		       uint32_t keylen);
 int vf_compact_locked(vecfs *v, uint32_t *clusters, char *err, size_t errlen);
 /* Microseconds since t (CLOCK_MONOTONIC). */
 int64_t vf_us_since(const struct timespec *t);

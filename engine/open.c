@@ -134,6 +134,8 @@ static int open_store(const char *dir, int readonly, vecfs **out, char *err, siz
 	v->pending_bytes = (size_t)32 << 20;
 	v->spool_bytes = (size_t)32 << 20;
 	v->gen_flags = VF_GEN_QUERY_TABLE;
+	const char *ss = getenv("VECFS_SYNC_STEP");
+	v->sync_step = ss ? strtoull(ss, NULL, 0) : 0;
 	if ((rc = vf_sampler_init(v))) {
 		vecfs_close(v);
 		return rc;

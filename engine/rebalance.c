@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "changes.h"
 #include "keys.h"
 #include "record.h"
 
@@ -166,6 +167,67 @@ static int rb_scan(rebal *r)
 	vf_cursor_close(cur);
 	if (rc == -ENOENT)
 		rc = 0;
+	return rc;
+}
+
+/* Every posting of the parent's blocks against its record, before any is
+ * copied: damage (a posting of a missing record, of another version or
+ * key, a record posted twice) is refused with EIO and a line, not copied
+ * into the new generation; a record changed after the parent's blocks_seq
+ * is no damage (its posting is stale; the change log brings the newer
+ * version).  A posting newer than blocks_seq means the parent's last
+ * compaction was left unfinished (another generation became active
+ * meanwhile): its blocks are not the snapshot at blocks_seq, -EAGAIN. */
+static int rb_check(rebal *r, uint64_t upto)
+{
+	vf_dirty dirty;
+	vf_tombs seen = {0};
+	const char *why = NULL;
+	uint64_t bad = 0;
+	uint32_t cl = 0;
+	vf_dirty_init(&dirty);
+	int rc = vf_dirty_load(r->txn, r->v->store, r->pm.blocks_seq, upto, &dirty);
+	for (uint32_t c = 0; c < r->nlist && rc == 0 && !why; c++) {
+		const rb_src *sc = &r->src[c];
+		for (uint64_t bi = 0; bi < sc->nb && rc == 0 && !why; bi++) {
+			vf_block b;
+			if ((rc = vf_block_open_checked(&r->bvals[sc->b0 + bi], &b)))
+				break;
+			for (uint32_t i = 0; i < b.n && rc == 0 && !why; i++) {
+				uint64_t id = vf_block_id(&b, i), seq = vf_block_seq(&b, i);
+				uint32_t kl;
+				const char *key = vf_block_key(&b, i, &kl);
+				if (!key) {
+					rc = -EIO;
+					break;
+				}
+				bad = id;
+				cl = c;
+				if (seq > r->pm.blocks_seq)
+					rc = -EAGAIN;
+				else if (vf_dirty_find(&dirty, id))
+					continue;
+				else if (vf_tombs_has(&seen, id, NULL))
+					why = "has two postings";
+				else if ((rc = vf_posting_matches(r->txn, r->v->store, id, seq, key, kl)) == 0)
+					why = "has a posting that does not match the record";
+				else if (rc == 1)
+					rc = vf_tombs_add(&seen, id, 0);
+			}
+		}
+	}
+	vf_dirty_free(&dirty);
+	vf_tombs_free(&seen);
+	if (rc == -EAGAIN)
+		vf_seterr(r->t.err, r->t.errlen, "rebalance: generation %llu was not compacted whole "
+			  "(another generation was active meanwhile); try again",
+			  (unsigned long long)r->pm.id);
+	if (why) {
+		vf_seterr(r->t.err, r->t.errlen, "rebalance: generation %llu cluster %u: record id "
+			  "%llu %s (salvage repairs it)", (unsigned long long)r->pm.id, cl,
+			  (unsigned long long)bad, why);
+		rc = -EIO;
+	}
 	return rc;
 }
 
@@ -622,6 +684,8 @@ static int rebalance_locked(rebal *r, int activate, uint64_t *gen_out)
 	}
 	if ((rc = vf_store_reserve(v->store, VF_GEN_RESERVE(v->store))))
 		return rc;
+	if (v->before_snapshot)
+		v->before_snapshot(v);
 	if ((rc = vf_read_begin(v->store, &r->txn)))
 		return rc;
 	uint64_t active = vf_load_active(r->txn, v->store);
@@ -645,7 +709,7 @@ static int rebalance_locked(rebal *r, int activate, uint64_t *gen_out)
 	}
 	for (uint32_t c = 0; c < r->nlist; c++)
 		r->src[c].fin = c;
-	if ((rc = rb_scan(r)))
+	if ((rc = rb_scan(r)) || (rc = rb_check(r, cnt.seq)))
 		goto out;
 
 	/* what to split and what to merge, against the mean cluster size or,

@@ -1,16 +1,21 @@
 /*
  * engine/salvage.c - repairing a store whose values fail their checksums:
  * damaged records are removed as deletes are (their keys reported lost),
- * key entries are re-made from intact records, and a generation with a
+ * key entries are re-made from intact records, a generation with a
  * damaged posting value is dropped (its rows are scanned exactly until the
- * next build).
+ * next build), and postings that disagree with their records are posted
+ * again from the records.
  */
 #include "attrs.h"
 #include "internal.h"
+#include "io.h"
+#include "write.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "changes.h"
 #include "keys.h"
 #include "payload_index.h"
 #include "record.h"
@@ -197,6 +202,138 @@ static int walk_records(vf_txn *txn, salvage_job *j)
 	return rc == -ENOENT ? 0 : rc;
 }
 
+/* The ids of generation m with a live posting that disagrees with its
+ * record (a missing record, another version or key) or with two live
+ * postings, into bad.  Live: not under a tombstone of its cluster, and of
+ * the newest version when the record changed after m's synced_seq. */
+static int find_bad_postings(vf_txn *txn, vf_store *s, const vf_genmeta *m,
+			     const vf_dirty *dirty, vf_tombs *bad)
+{
+	vf_cursor *cur;
+	vf_val k, d;
+	vf_tombs tombs = {0}, seen = {0};
+	uint32_t cluster = UINT32_MAX;
+	uint8_t p[8];
+	vf_be64(p, m->id);
+	int rc = vf_cursor_open(txn, s->postings, &cur);
+	if (rc)
+		return rc;
+	for (rc = vf_cursor_prefix(cur, p, 8, &k, &d, VF_SEEK); rc == 0;
+	     rc = vf_cursor_prefix(cur, p, 8, &k, &d, VF_NEXT)) {
+		const uint8_t *kb = k.data;
+		uint8_t kind = vf_postkey_kind(kb);
+		vf_code codes[1];
+		vf_block b;
+		uint32_t n = 0;
+		if (vf_postkey_cluster(kb) != cluster) {
+			vf_tombs_clear(&tombs);
+			cluster = vf_postkey_cluster(kb);
+		}
+		if (kind == VF_PK_TOMB) { /* checked whole by drop_gens() */
+			uint64_t ks;
+			memcpy(&ks, d.data, 8);
+			rc = vf_tombs_add(&tombs, vf_postkey_sub(kb), ks);
+		} else if (kind == VF_PK_BLOCK) {
+			if ((rc = vf_block_open(d.data, d.len, &b)) == 0)
+				n = b.n;
+		} else if (kind == VF_PK_DELTA) {
+			rc = vf_delta_open(d.data, d.len, m->dim, m->pdim, m->bits, &codes[0]);
+			n = 1;
+		}
+		for (uint32_t i = 0; i < n && rc == 0; i++) {
+			vf_code c = codes[0];
+			if (kind == VF_PK_BLOCK && !(c.id = vf_block_id(&b, i), c.seq = vf_block_seq(&b, i),
+						     c.key = vf_block_key(&b, i, &c.keylen))) {
+				rc = -EIO;
+				break;
+			}
+			if (vf_posting_stale(&tombs, dirty, c.id, c.seq))
+				continue;
+			int ok = vf_posting_matches(txn, s, c.id, c.seq, c.key, c.keylen);
+			if (ok < 0)
+				rc = ok;
+			else if (!ok || vf_tombs_has(&seen, c.id, NULL))
+				rc = vf_tombs_add(bad, c.id, 0);
+			else
+				rc = vf_tombs_add(&seen, c.id, 0);
+		}
+		if (rc)
+			break;
+	}
+	vf_cursor_close(cur);
+	vf_tombs_free(&tombs);
+	vf_tombs_free(&seen);
+	return rc == -ENOENT ? 0 : rc;
+}
+
+/* Post record id again in the generation of w, unless it is missing or a
+ * change the generation lacks will bring it (queries scan it meanwhile). */
+static int repost(vf_posting_writer *w, vf_txn *txn, const vf_dirty *dirty, uint64_t id,
+		  float *vec)
+{
+	vf_val rv;
+	vf_record r;
+	const vf_dirty_entry *e = vf_dirty_find(dirty, id);
+	if (e && e->ch.gen != w->g->id)
+		return 0;
+	int rc = vf_records_get(txn, w->v->store, id, &rv);
+	if (rc == -ENOENT || (rc == 0 && vf_record_decode(rv.data, rv.len, &r)))
+		return 0; /* gone, or damaged (removed as the other damaged ones) */
+	if (rc)
+		return rc;
+	if (r.dim != w->g->meta.dim)
+		return -EIO;
+	memcpy(vec, r.vec, sizeof(float) * r.dim);
+	return vf_pw_apply(w, txn, id, r.seq, vec, r.key, r.keylen, r.plen > 0, NULL, NULL);
+}
+
+/* In every ready generation, the ids find_bad_postings() names lose every
+ * posting (their clusters rewritten) and are posted again from their
+ * records. */
+static int repair_postings(vf_txn *txn, salvage_job *j, const vf_counters *cnt)
+{
+	vf_store *s = j->v->store;
+	uint64_t ids[1024];
+	size_t n;
+	int rc = vf_list_gens(txn, s, ids, 1024, &n);
+	for (size_t i = 0; i < n && i < 1024 && rc == 0; i++) {
+		vf_genmeta m;
+		vf_dirty dirty;
+		vf_tombs bad = {0};
+		if ((rc = vf_load_genmeta(txn, s, ids[i], &m)) || m.state != VECFS_GEN_READY)
+			continue;
+		vf_dirty_init(&dirty);
+		if ((rc = vf_dirty_load(txn, s, m.synced_seq, cnt->seq, &dirty)) == 0 &&
+		    (rc = find_bad_postings(txn, s, &m, &dirty, &bad)) == 0 && bad.n) {
+			for (uint32_t c = 0; c < m.nlist && rc == 0; c++)
+				rc = vf_refold_cluster(txn, s, &m, c, &dirty, &bad);
+			vf_gen *g = NULL;
+			vf_posting_writer w;
+			float *vec = vf_malloc(sizeof(float) * m.dim);
+			if (rc == 0 && !vec)
+				rc = -ENOMEM;
+			if (rc == 0 && (rc = vf_gen_get(j->v, txn, m.id, &g)) == 0 &&
+			    (rc = vf_pw_init(&w, j->v, g)) == 0) {
+				for (uint32_t t = 0; t < bad.cap && rc == 0; t++)
+					if (bad.id[t] != UINT64_MAX)
+						rc = repost(&w, txn, &dirty, bad.id[t], vec);
+				if (rc == 0 && (rc = vf_pw_flush(&w, txn)) == 0 &&
+				    (rc = vf_load_genmeta(txn, s, m.id, &m)) == 0) {
+					m.pending += w.added;
+					rc = vf_save_genmeta(txn, s, &m);
+				}
+				vf_pw_free(&w);
+			}
+			vf_gen_put(j->v, g);
+			free(vec);
+			j->info.postings_repaired += bad.n;
+		}
+		vf_dirty_free(&dirty);
+		vf_tombs_free(&bad);
+	}
+	return rc;
+}
+
 static int salvage_fn(vf_txn *txn, void *arg)
 {
 	salvage_job *j = arg;
@@ -223,7 +360,8 @@ static int salvage_fn(vf_txn *txn, void *arg)
 		    vf_keys_get(txn, s, j->keybuf + j->bad[i].off, j->bad[i].len, &id) == 0)
 			j->bad[i].lost = 0;
 	}
-	if ((rc = vf_forget_records(j->v, txn, j->ids, j->nids, &cnt, NULL)))
+	if ((rc = vf_forget_records(j->v, txn, j->ids, j->nids, &cnt, NULL)) ||
+	    (rc = repair_postings(txn, j, &cnt)))
 		return rc;
 	cnt.live = j->nkeys - j->nbad + j->info.keys_restored;
 	j->info.records_dropped = j->nids;

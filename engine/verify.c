@@ -51,6 +51,24 @@ static int verify_record(vf_txn *txn, vf_store *s, verify_state *st, uint64_t id
 	return 0;
 }
 
+int vf_posting_matches(vf_txn *txn, vf_store *s, uint64_t id, uint64_t seq, const char *key,
+		       uint32_t keylen)
+{
+	vf_val rv;
+	vf_record r;
+	int rc = vf_records_get(txn, s, id, &rv);
+	if (rc == -ENOENT)
+		return 0;
+	if (rc)
+		return vf_store_err(rc);
+	/* the fields first (no checksum: the common case is a match), then
+	 * whether a record that disagrees is damaged */
+	if (vf_record_fields(rv.data, rv.len, &r) == 0 && r.seq == seq && r.keylen == keylen &&
+	    !memcmp(r.key, key, keylen))
+		return 1;
+	return vf_record_decode(rv.data, rv.len, &r) != 0; /* damaged: nothing to compare */
+}
+
 /* A live posting must match its record: same version and key (the record's
  * own checksum covers its vector). */
 static int verify_posting(vf_txn *txn, vf_store *s, verify_state *st, uint64_t gen,
@@ -194,9 +212,12 @@ int vecfs_verify(vecfs *v, char *msg, size_t msglen)
 		if ((rc = verify_gen(txn, v->store, &m, &cnt, &st)))
 			goto out;
 		/* every live record is either posted once or scanned exactly */
-		if (st.live - live0 + st.uncovered - unc0 != cnt.live)
-			vbad(&st, "generation %llu covers %llu records, the store has %llu live",
-			     m.id, (st.live - live0) + (st.uncovered - unc0));
+		if (st.live - live0 + st.uncovered - unc0 != cnt.live) {
+			char fmt[96]; /* vbad() takes two numbers: the third goes in here */
+			snprintf(fmt, sizeof fmt, "generation %%llu covers %%llu records, the store has "
+				 "%llu live", (unsigned long long)cnt.live);
+			vbad(&st, fmt, m.id, (st.live - live0) + (st.uncovered - unc0));
+		}
 	}
 	/* every key maps to a record whose key matches */
 	vf_cursor *cur;

@@ -145,10 +145,12 @@ static int run_salvage(fs_daemon *dm)
 		errlog_err(&dm->errors, rc, "%s", err);
 	else
 		errlog(&dm->errors, "salvage: %llu damaged record(s) removed, %llu key(s) lost, "
-		       "%llu key(s) restored, %llu generation(s) dropped",
+		       "%llu key(s) restored, %llu generation(s) dropped, %llu record(s) "
+		       "posted again",
 		       (unsigned long long)si.records_dropped, (unsigned long long)si.keys_lost,
 		       (unsigned long long)si.keys_restored,
-		       (unsigned long long)si.generations_dropped);
+		       (unsigned long long)si.generations_dropped,
+		       (unsigned long long)si.postings_repaired);
 	/* the active generation dropped: the index is derived from the
 	 * records again, as a build would (unless builds are manual) */
 	vecfs_config c;

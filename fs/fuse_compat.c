@@ -45,6 +45,8 @@ void fc_free(fuse_compat *fc)
 {
 	if (!fc)
 		return;
+	if (fc->se) /* made, never mounted */
+		fuse_session_destroy(fc->se);
 	loop_fini(fc);
 	pthread_mutex_destroy(&fc->stop_mu);
 	free(fc);
@@ -185,19 +187,38 @@ static void *signal_thread(void *arg)
 
 /* ---------------------------------------------------------------- session */
 
-int fc_mount(fuse_compat *fc, struct fuse_args *args, const fc_options *o,
-	     const struct fuse_lowlevel_ops *ops, void *userdata, void (*on_stop)(void *))
+int fc_session_make(fuse_compat *fc, struct fuse_args *args, const struct fuse_lowlevel_ops *ops,
+		    void *userdata)
 {
-	fc->on_stop = on_stop;
 	fc->userdata = userdata;
-	fc->mountpoint = o->mountpoint;
 	fc->se = fuse_session_new(args, ops, sizeof *ops, userdata);
 	if (!fc->se) {
 		log_msg("cannot start the FUSE session (bad -o option?)");
 		return -EINVAL;
 	}
+	return 0;
+}
+
+/* Why a mount failed, when it is the FUSE device: it is missing, or this
+ * process may not open it (libfuse's own line says less). */
+static void why_no_mount(const char *mnt)
+{
+	int fd = open("/dev/fuse", O_RDWR | O_CLOEXEC);
+	if (fd >= 0) {
+		close(fd);
+		log_msg("cannot mount on %s", mnt);
+		return;
+	}
+	log_msg("cannot mount on %s: /dev/fuse: %s (is the fuse module loaded, and may this user use it?)",
+		mnt, strerror(errno));
+}
+
+int fc_mount(fuse_compat *fc, const fc_options *o, void (*on_stop)(void *))
+{
+	fc->on_stop = on_stop;
+	fc->mountpoint = o->mountpoint;
 	if (fuse_session_mount(fc->se, o->mountpoint) != 0) {
-		log_msg("cannot mount on %s", o->mountpoint);
+		why_no_mount(o->mountpoint);
 		goto out_session;
 	}
 	if (pt_install(fc, o->passthrough) != 0) {

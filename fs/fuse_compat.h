@@ -53,14 +53,18 @@ int fc_background(fuse_compat *fc, const fc_options *o);
  * the exit status.  Later calls do nothing. */
 void fc_started(fuse_compat *fc, int status);
 
-/* Create the session, mount it and take SIGINT, SIGTERM and SIGHUP, which
- * end it (on_stop(userdata) is called first).  userdata is what handlers
- * get from fuse_req_userdata(); it must begin with the fuse_compat pointer
- * fc (the device's I/O hooks get only the userdata).  0, or with a
- * message (nothing to tear down then) -EINVAL when the session cannot be
- * made (a bad -o option), -1 when the mount fails. */
-int fc_mount(fuse_compat *fc, struct fuse_args *args, const fc_options *o,
-	     const struct fuse_lowlevel_ops *ops, void *userdata, void (*on_stop)(void *));
+/* Create the session from the options (before anything is made of them,
+ * STORE included).  userdata is what handlers get from
+ * fuse_req_userdata(); it must begin with the fuse_compat pointer fc (the
+ * device's I/O hooks get only the userdata).  0, or -EINVAL with a
+ * message when the session cannot be made (a bad -o option). */
+int fc_session_make(fuse_compat *fc, struct fuse_args *args, const struct fuse_lowlevel_ops *ops,
+		    void *userdata);
+/* Mount the session made and take SIGINT, SIGTERM and SIGHUP, which end
+ * it (on_stop(userdata) is called first).  0, or -1 with a message (one
+ * that names /dev/fuse when it is missing or may not be opened): nothing
+ * to tear down then. */
+int fc_mount(fuse_compat *fc, const fc_options *o, void (*on_stop)(void *));
 /* Serve requests until the session ends: 0, or 1 when it ended on an
  * error.  Does not return when requests still run a minute after a stop. */
 int fc_serve(fuse_compat *fc, const fc_options *o);

@@ -56,6 +56,9 @@ struct ingest {
 	int staged;        /* NAME.EXT.part: commits at its rename only */
 	int defer;         /* staged: errors wait for the rename */
 	char *why;         /* staged: the errors line its failure waits to give */
+	int told;          /* staged: that line was given (at a rename that kept it) */
+	int kept;          /* staged: kept by a failed rename with flags (1), then
+			    * by the plain one after it (2) */
 	uint64_t owners[OWNERS_MAX]; /* lock owners that wrote since the last commit */
 	size_t nowners;    /* OWNERS_MAX + 1: more than were told apart */
 	uint64_t opener;   /* pid of the process that made the file */
@@ -423,6 +426,71 @@ static int spool_start(ingest *in, uint64_t where)
 	return 0;
 }
 
+/* ---------------------------------------------------------------- keys */
+
+#define KEY_SHOWN 48 /* bytes of a bad key an errors line shows */
+
+/* What is wrong with a key that vecfs_key_valid() refuses. */
+static const char *key_fault(const char *key, size_t klen, char *buf, size_t cap)
+{
+	if (klen == 0 || klen > VECFS_KEY_MAX)
+		snprintf(buf, cap, "%zu bytes", klen);
+	else if ((klen == 1 && key[0] == '.') || (klen == 2 && key[0] == '.' && key[1] == '.'))
+		snprintf(buf, cap, ". and .. are not keys");
+	else if (memchr(key, '/', klen))
+		snprintf(buf, cap, "it holds '/'");
+	else if (memchr(key, 0, klen))
+		snprintf(buf, cap, "it holds NUL");
+	else if (memchr(key, '\t', klen))
+		snprintf(buf, cap, "it holds a tab");
+	else if (memchr(key, '\n', klen))
+		snprintf(buf, cap, "it holds a newline");
+	else
+		snprintf(buf, cap, "not UTF-8");
+	return buf;
+}
+
+/* A key as an errors line shows it: its first KEY_SHOWN bytes (not cut
+ * inside a character), NUL and bytes that are not UTF-8 as \xHH (errlog
+ * escapes the other control characters), "..." when cut. */
+static const char *key_shown(const char *key, size_t klen, char *buf, size_t cap)
+{
+	size_t o = 0, i = 0;
+	while (i < klen && i < KEY_SHOWN && o + 8 < cap) {
+		unsigned char c = (unsigned char)key[i];
+		size_t len = 1;
+		if (c >= 0x80) {
+			len = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : 2;
+			if (i + len > klen || !vecfs_utf8_valid(key + i, len))
+				len = 0;
+			else if (i + len > KEY_SHOWN)
+				break;
+		}
+		if (c == 0 || len == 0) {
+			o += (size_t)snprintf(buf + o, cap - o, "\\x%02x", c);
+			i++;
+			continue;
+		}
+		memcpy(buf + o, key + i, len);
+		o += len;
+		i += len;
+	}
+	buf[o] = 0;
+	if (i < klen && o + 4 <= cap)
+		memcpy(buf + o, "...", 4);
+	return buf;
+}
+
+/* A bad key: the file fails with an errors line naming it and its fault. */
+static int bad_key(ingest *in, uint64_t where, const char *key, size_t klen)
+{
+	char shown[KEY_SHOWN * 4 + 8], fault[48];
+	return fail_at(in, -EINVAL, where,
+		       "bad key '%s' (%s): keys are 1-255 bytes of UTF-8 without '/', NUL, tab or "
+		       "newline, and not '.' or '..'",
+		       key_shown(key, klen, shown, sizeof shown), key_fault(key, klen, fault, sizeof fault));
+}
+
 /* Check a complete row and add it to the spool. */
 /* numeric_key: the row's key reads as a number (a row of numbers only). */
 static int add_row(ingest *in, uint64_t where, const char *key, size_t klen, uint32_t dim,
@@ -442,6 +510,8 @@ static int add_row(ingest *in, uint64_t where, const char *key, size_t klen, uin
 			       in->dim_from_store ? "the store's dim" : "the dimension of the file's first row",
 			       numeric_key && dim + 1 == in->dim ? "; missing key column?" : "");
 	in->numeric_keys = (in->n == 0 || in->numeric_keys) && numeric_key;
+	if (key && !vecfs_key_valid(key, klen))
+		return bad_key(in, where, key, klen);
 	vecfs_row r = {key, klen, in->tmp, payload, plen};
 	int rc = vecfs_row_check(in->dm->store, &r, dim, why, sizeof why);
 	if (rc)
@@ -593,6 +663,30 @@ static int quoted_key(ingest *in, const char *s, size_t n, size_t *end)
 	return 0;
 }
 
+/* The file's first row, whose first value is not a number: a header
+ * (`id,x,y,z`) when no value after it (s[0..n), what follows the field,
+ * fields split by sep, or blanks) is a number either. */
+static int header_like(const ingest *in, const char *s, size_t n, char sep)
+{
+	if (in->n || in->committed)
+		return 0;
+	size_t pos = 0;
+	while (pos < n) {
+		while (pos < n && (sep ? s[pos] == sep : is_blank(s[pos])))
+			pos++;
+		size_t st = pos;
+		while (pos < n && (sep ? s[pos] != sep : !is_blank(s[pos])))
+			pos++;
+		const char *f = s + st;
+		size_t fl = pos - st;
+		float v;
+		trim(&f, &fl);
+		if (fl && parse_float(f, fl, &v) == 0)
+			return 0;
+	}
+	return 1;
+}
+
 static int delim_line(ingest *in, const char *s, size_t n)
 {
 	uint64_t where = in->lineno;
@@ -662,8 +756,10 @@ static int delim_line(ingest *in, const char *s, size_t n)
 			return fail_at(in, -EINVAL, where, "value %u '%.*s' overflows float32", cnt + 1,
 				       (int)(fl > 40 ? 40 : fl), f);
 		if (rc)
-			return fail_at(in, -EINVAL, where, "value %u '%.*s' is not a number", cnt + 1,
-				       (int)(fl > 40 ? 40 : fl), f);
+			return fail_at(in, -EINVAL, where, "value %u '%.*s' is not a number%s", cnt + 1,
+				       (int)(fl > 40 ? 40 : fl), f,
+				       cnt == 0 && header_like(in, s + (pos < n ? pos : n), n - (pos < n ? pos : n), sep)
+					       ? " (a header? remove it or start it with #)" : "");
 		cnt++;
 	}
 	if (cnt == 0)
@@ -1126,10 +1222,7 @@ static int delete_line(ingest *in, const char *s, size_t n)
 		klen = in->key.len;
 	}
 	if (!vecfs_key_valid(key, klen))
-		return fail_at(in, -EINVAL, where,
-			       "bad key '%.*s': keys are 1-255 bytes of UTF-8 without '/', NUL, tab or "
-			       "newline, and not '.' or '..'",
-			       (int)(klen > 80 ? 80 : klen), key);
+		return bad_key(in, where, key, klen);
 	int rc = spool_start(in, where);
 	if (rc)
 		return rc;
@@ -1684,7 +1777,26 @@ void ingest_release(ingest *in)
 		ingest_commit(in);
 }
 
-int ingest_rename(ingest *in)
+/* A staged file that failed at its rename (in->mu held): its errors line,
+ * given once.  A bad file stays after a rename with flags and after the
+ * plain rename that comes next (see ingest_rename()); else it is done. */
+static int rename_failed(ingest *in, int flags)
+{
+	if (!in->told) {
+		errlog_err(&in->dm->errors, in->fail_rc, "%s",
+			   in->why ? in->why : "ingest: a staged file failed");
+		in->told = 1;
+	}
+	int keep = in->fail_rc == -EINVAL && (flags || in->kept == 1);
+	in->kept = !keep ? 0 : flags ? 1 : 2;
+	if (!keep) {
+		in->done = 1;
+		settle(in);
+	}
+	return in->fail_rc;
+}
+
+int ingest_rename(ingest *in, int flags)
 {
 	int rc = 0;
 	pthread_mutex_lock(&in->mu);
@@ -1692,16 +1804,18 @@ int ingest_rename(ingest *in)
 		pthread_mutex_unlock(&in->mu);
 		return -ENOENT;
 	}
-	in->defer = 0;
-	if (in->failed) {
-		errlog(&in->dm->errors, "%s", in->why ? in->why : "ingest: a staged file failed");
-		in->done = 1;
-		pthread_mutex_unlock(&in->mu);
-		return in->fail_rc;
+	/* bad content found now waits in in->why as well: rename_failed()
+	 * tells it, once */
+	if (!in->failed) {
+		in->dirty = 0;
+		if ((rc = finish(in)) == 0 && in->n)
+			rc = spool_commit(in);
 	}
-	in->dirty = 0;
-	if ((rc = finish(in)) == 0 && in->n)
-		rc = spool_commit(in);
+	if (in->failed && !in->done) {
+		rc = rename_failed(in, flags);
+		pthread_mutex_unlock(&in->mu);
+		return rc;
+	}
 	in->done = 1;
 	settle(in);
 	pthread_mutex_unlock(&in->mu);
@@ -1721,7 +1835,7 @@ void ingest_truncate(ingest *in)
 		free(in->why);
 		in->why = NULL;
 		in->written = 0;
-		in->dirty = in->failed = in->fail_rc = 0;
+		in->dirty = in->failed = in->fail_rc = in->told = in->kept = 0;
 		in->defer = 1;
 		in->dim = 0;
 		in->dim_from_store = 0;

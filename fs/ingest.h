@@ -44,10 +44,14 @@ int ingest_close(ingest *in, uint64_t owner, uint64_t pid);
  * committed now (a staged file waits for its rename); a file never written
  * is empty: zero rows, or for .npy an errors line. */
 void ingest_release(ingest *in);
-/* Commit a staged file (its rename): 0 once committed, -EINVAL (with an
- * errors line) when it is bad, -ENOENT when it is not a staged file being
- * written.  The file is done either way. */
-int ingest_rename(ingest *in);
+/* Commit a staged file (its rename, with renameat2 flags): 0 once
+ * committed, -EINVAL (with an errors line, given once) when it is bad,
+ * -ENOENT when it is not a staged file being written.  The file is done
+ * either way, but a bad one stays after a rename with flags and after the
+ * plain rename that comes next: that is how coreutils mv renames (gnulib
+ * takes the EINVAL of RENAME_NOREPLACE for "flags not supported" and
+ * renames again without), and mv looks at the source after a failure. */
+int ingest_rename(ingest *in, int flags);
 int ingest_staged(ingest *in);
 /* A staged file opened with O_TRUNC (or truncated to 0): it starts over
  * empty.  Other files: nothing. */

@@ -16,6 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/prctl.h>
@@ -307,6 +309,37 @@ static int mount_options(struct fuse_args *args, const struct options *o, const 
 	return rc ? -1 : 0;
 }
 
+/* systemd's Type=notify: "READY=1" (and this process as the main one) in
+ * a datagram to the socket $NOTIFY_SOCKET names (a path, or '@' and an
+ * abstract name), once the mount is usable; nothing without it.  The
+ * variable is taken out, so that no child sends in the daemon's name. */
+static void notify_ready(void)
+{
+	const char *path = getenv("NOTIFY_SOCKET");
+	struct sockaddr_un sa;
+	size_t n = path ? strlen(path) : 0;
+	if (n < 2 || n >= sizeof sa.sun_path || (path[0] != '/' && path[0] != '@'))
+		goto out;
+	memset(&sa, 0, sizeof sa);
+	sa.sun_family = AF_UNIX;
+	memcpy(sa.sun_path, path, n);
+	if (path[0] == '@')
+		sa.sun_path[0] = 0;
+	int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (fd < 0) {
+		log_msg("NOTIFY_SOCKET: %s", strerror(errno));
+		goto out;
+	}
+	char msg[64];
+	int len = snprintf(msg, sizeof msg, "READY=1\nMAINPID=%ld\n", (long)getpid());
+	socklen_t alen = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n + (path[0] == '/'));
+	if (sendto(fd, msg, (size_t)len, MSG_NOSIGNAL, (struct sockaddr *)&sa, alen) != len)
+		log_msg("NOTIFY_SOCKET %s: %s", path, strerror(errno));
+	close(fd);
+out:
+	unsetenv("NOTIFY_SOCKET");
+}
+
 static void on_stop(void *userdata)
 {
 	((fs_daemon *)userdata)->stopping = 1;
@@ -410,6 +443,12 @@ int main(int argc, char *argv[])
 		goto out_daemon;
 	}
 	raise_fd_limit();
+	/* the options are checked (libfuse's too) before STORE is made */
+	if (fc_session_make(dm.fuse, &args, &fs_ops, &dm) != 0) {
+		ret = EXIT_USAGE;
+		fc_started(dm.fuse, ret);
+		goto out_daemon;
+	}
 	if ((rc = vecfs_open(store_abs, &dm.store, err, sizeof err)) != 0) {
 		log_msg("cannot open store %s: %s", store_abs, err[0] ? err : strerror(-rc));
 		ret = rc == -EBUSY ? EXIT_BUSY : EXIT_STORE;
@@ -417,7 +456,7 @@ int main(int argc, char *argv[])
 		goto out_daemon;
 	}
 	control_store_opened(&dm);
-	rc = fc_mount(dm.fuse, &args, &fo, &fs_ops, &dm, on_stop);
+	rc = fc_mount(dm.fuse, &fo, on_stop);
 	if (rc == 0) {
 		char type[64];
 		/* the writers of a query's in are known by their descriptors'
@@ -427,13 +466,14 @@ int main(int argc, char *argv[])
 			dm.mount_dev[0] = 0;
 		out_cache_set_session(&dm, fc_session(dm.fuse), !fo.single, fo.passthrough);
 		fc_started(dm.fuse, EXIT_OK);
+		notify_ready();
 		log_msg("serving %s on %s (pid %ld)", store_abs, co.mountpoint, (long)getpid());
 		ret = fc_serve(dm.fuse, &fo) ? EXIT_MOUNT : EXIT_OK;
 		dm.stopping = 1;
 		fc_unmount(dm.fuse);
 		log_msg("unmounted %s; exiting with status %d", co.mountpoint, ret);
 	} else {
-		ret = rc == -EINVAL ? EXIT_USAGE : EXIT_MOUNT;
+		ret = EXIT_MOUNT;
 	}
 	fc_started(dm.fuse, ret);
 	daemon_fini(&dm);

@@ -362,9 +362,12 @@ void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char 
 }
 
 /* mv ingest/NAME.part ingest/NAME (dm->tree.mu held, released here):
- * commits the staged file; the file leaves ingest/ whatever the outcome. */
+ * commits the staged file; the file leaves ingest/ whatever the outcome,
+ * but for a bad one renamed with flags (RENAME_NOREPLACE), and by the
+ * plain rename after that: coreutils mv renames so, then looks at the
+ * source to report the failure (see ingest_rename()). */
 static void rename_staged(fuse_req_t req, fs_daemon *dm, fuse_ino_t dir, const char *name,
-			  const char *newname)
+			  const char *newname, unsigned flags)
 {
 	node *src = find_name(dm, dir, name);
 	size_t len = strlen(newname);
@@ -390,10 +393,10 @@ static void rename_staged(fuse_req_t req, fs_daemon *dm, fuse_ino_t dir, const c
 	src->opens++; /* kept while it commits outside the lock */
 	pthread_mutex_unlock(&dm->tree.mu);
 	fc_request_long(dm->fuse);
-	int rc = ingest_rename(src->ing);
+	int rc = ingest_rename(src->ing, flags != 0);
 	pthread_mutex_lock(&dm->tree.mu);
 	src->opens--;
-	if (src->linked)
+	if (src->linked && ingest_done(src->ing))
 		unlink_name(dm, src);
 	maybe_free(dm, src);
 	pthread_mutex_unlock(&dm->tree.mu);
@@ -416,7 +419,7 @@ void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t n
 		return;
 	}
 	if (p->kind == K_INGEST && np->kind == K_INGEST) {
-		rename_staged(req, dm, parent, name, newname);
+		rename_staged(req, dm, parent, name, newname, flags);
 		return;
 	}
 	if (p->kind != K_GENS || np->kind != K_GENS) {

@@ -25,11 +25,14 @@ static long record_payload(fs_daemon *dm, const node *n, char *buf, size_t cap)
 	int rc = vecfs_get(dm->store, n->name, n->namelen, NULL, 0, &dim, buf, cap, &plen);
 	if (rc) {
 		if (rc != -ENOENT)
-			errlog_err(&dm->errors, rc, "records/%s: user.payload: %s", n->name, strerror(-rc));
+			errlog_err(&dm->errors, rc, "records/%s: user.payload: %s", n->name,
+				   rc == -EIO ? RECORD_DAMAGED : strerror(-rc));
 		return rc;
 	}
-	if (cap && plen > cap) /* larger than any payload: damaged */
+	if (cap && plen > cap) { /* larger than any payload: damaged */
+		errlog_err(&dm->errors, -EIO, "records/%s: user.payload: %s", n->name, RECORD_DAMAGED);
 		return -EIO;
+	}
 	return (long)plen;
 }
 

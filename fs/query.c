@@ -25,6 +25,8 @@
 #include "sbuf.h"
 
 #define IN_MAX ((size_t)256 << 20)
+#define QUERY_K_MAX 100000   /* vecfs_search()'s bounds of k and refine */
+#define QUERY_REFINE_MAX 1000
 
 typedef struct qinput {
 	vecfs_query_opts o;
@@ -32,12 +34,17 @@ typedef struct qinput {
 	size_t nq, cap;
 	uint32_t dim;
 	char *filter;  /* the text of a filter= line (o.filter points here) */
+	/* text input: the line being parsed, the line of each vector and of
+	 * the filter, so that a failure found when the query runs names it */
+	unsigned line, filter_line;
+	unsigned *vline; /* cap entries; NULL for binary rows */
 } qinput;
 
 static void qinput_free(qinput *qi)
 {
 	free(qi->vecs);
 	free(qi->filter);
+	free(qi->vline);
 }
 
 /* A filter= line: the rest of the line, the filter's JSON text (checked
@@ -53,6 +60,7 @@ static int set_filter(qinput *qi, const char *s, size_t n, char *why, size_t wl)
 	f[n] = 0;
 	free(qi->filter);
 	qi->filter = f;
+	qi->filter_line = qi->line;
 	qi->o.filter = f;
 	qi->o.filter_len = n;
 	return 0;
@@ -257,9 +265,14 @@ static int add_vec(qinput *qi, const float *v, uint32_t dim)
 		if (!nv)
 			return -ENOMEM;
 		qi->vecs = nv;
+		unsigned *nl = realloc(qi->vline, nc * sizeof(unsigned));
+		if (!nl)
+			return -ENOMEM;
+		qi->vline = nl;
 		qi->cap = nc;
 	}
 	memcpy(qi->vecs + qi->nq * dim, v, dim * sizeof(float));
+	qi->vline[qi->nq] = qi->line;
 	qi->nq++;
 	return 0;
 }
@@ -330,6 +343,14 @@ static int parse_options(const char *s, size_t n, qinput *qi, char *why, size_t 
 				snprintf(why, wl, "bad value '%.*s' for %.*s (a %s integer)",
 					 (int)(vl > 40 ? 40 : vl), v, (int)nl, t,
 					 zero_ok ? "non-negative" : "positive");
+				return -EINVAL;
+			}
+			/* the library's bounds (README's Limits), refused here to
+			 * name this line */
+			uint64_t most = dst == &qi->o.k ? QUERY_K_MAX : dst == &qi->o.refine ? QUERY_REFINE_MAX : u;
+			if (u > most) {
+				snprintf(why, wl, "bad value '%.*s' for %.*s (at most %llu)",
+					 (int)(vl > 40 ? 40 : vl), v, (int)nl, t, (unsigned long long)most);
 				return -EINVAL;
 			}
 			*dst = (uint32_t)u;
@@ -429,10 +450,11 @@ static int parse_line(const char *s, size_t n, qinput *qi, float *tmp, char *why
 /* One line of text input into qi, as parse_line(); the line that gives the
  * first vector must also have the store's dimension (the ones after it,
  * the first one's): -EINVAL otherwise. */
-static int parse_store_line(qsession *q, const char *s, size_t n, qinput *qi, float *tmp,
-			    char *why, size_t wl)
+static int parse_store_line(qsession *q, const char *s, size_t n, unsigned line, qinput *qi,
+			    float *tmp, char *why, size_t wl)
 {
 	size_t before = qi->nq;
+	qi->line = line;
 	int rc = parse_line(s, n, qi, tmp, why, wl);
 	vecfs_config c;
 	if (rc == 0 && qi->nq > before && before == 0 && vecfs_config_get(q->v, &c) == 0 &&
@@ -459,7 +481,7 @@ static int parse_text(qsession *q, const char *buf, size_t len, qinput *qi, unsi
 		pos += n + (nl ? 1 : 0);
 		line++;
 		*line_out = line;
-		rc = parse_store_line(q, s, n, qi, tmp, why, wl);
+		rc = parse_store_line(q, s, n, line, qi, tmp, why, wl);
 	}
 	free(tmp);
 	if (rc == 0)
@@ -493,7 +515,7 @@ static int check_lines(qsession *q)
 		size_t n = (size_t)(nl - s);
 		q->checked += n + 1;
 		q->lines++;
-		rc = parse_store_line(q, s, n, &q->acc, tmp, why, sizeof why);
+		rc = parse_store_line(q, s, n, q->lines, &q->acc, tmp, why, sizeof why);
 	}
 	free(tmp);
 	if (rc) {
@@ -654,16 +676,20 @@ static int text_tail(qsession *q, qinput *qi, unsigned *line, char *why, size_t 
 {
 	*qi = q->acc;
 	qi->vecs = NULL;
+	qi->vline = NULL;
 	qi->cap = 0;
 	qi->nq = 0;
 	qi->filter = NULL;
 	if (q->acc.filter && set_filter(qi, q->acc.filter, q->acc.o.filter_len, why, wl))
 		return -ENOMEM;
+	qi->filter_line = q->acc.filter_line;
 	if (q->acc.nq) {
 		qi->vecs = malloc(q->acc.nq * q->acc.dim * sizeof(float));
-		if (!qi->vecs)
+		qi->vline = malloc(q->acc.nq * sizeof(unsigned));
+		if (!qi->vecs || !qi->vline)
 			return -ENOMEM;
 		memcpy(qi->vecs, q->acc.vecs, q->acc.nq * q->acc.dim * sizeof(float));
+		memcpy(qi->vline, q->acc.vline, q->acc.nq * sizeof(unsigned));
 		qi->nq = qi->cap = q->acc.nq;
 	}
 	if (q->checked >= q->in.len)
@@ -672,8 +698,8 @@ static int text_tail(qsession *q, qinput *qi, unsigned *line, char *why, size_t 
 	if (!tmp)
 		return -ENOMEM;
 	*line = q->lines + 1;
-	int rc = parse_store_line(q, q->in.p + q->checked, q->in.len - q->checked, qi, tmp, why,
-				  wl);
+	int rc = parse_store_line(q, q->in.p + q->checked, q->in.len - q->checked, *line, qi, tmp,
+				  why, wl);
 	free(tmp);
 	if (rc == 0)
 		*line = 0;
@@ -715,6 +741,19 @@ static void search_ahead(qsession *q)
 		return;
 	}
 	ahead_submit(q->dm->ahead, q->serial, q->ver, q->v, &qi.o, qi.vecs, qi.nq, qi.dim);
+}
+
+/* The line of text input that a failure of the search is about: the
+ * filter= line for the filter's, a vector's for "query N ..."; 0 when
+ * none is known (binary rows say "query N" themselves). */
+static unsigned failed_line(const qinput *qi, const char *why)
+{
+	size_t n;
+	if (!strncmp(why, "filter", 6))
+		return qi->filter_line;
+	if (qi->vline && sscanf(why, "query %zu", &n) == 1 && n >= 1 && n <= qi->nq)
+		return qi->vline[n - 1];
+	return 0;
 }
 
 static double now_s(void)
@@ -782,7 +821,12 @@ int qs_in_flush(qsession *q, int *ran)
 	clear_results(q);
 	if (rc) {
 		budget_give(&q->dm->query_results, held);
-		errlog_err(&q->dm->errors, rc, "query/%s/in: %s", q->id, why[0] ? why : strerror(-rc));
+		unsigned at = failed_line(&qi, why);
+		if (at)
+			errlog_err(&q->dm->errors, rc, "query/%s/in: line %u: %s", q->id, at, why);
+		else
+			errlog_err(&q->dm->errors, rc, "query/%s/in: %s%s", q->id, why[0] ? why : strerror(-rc),
+				   rc == -EIO ? " (echo verify > ctl names it; echo salvage > ctl removes it)" : "");
 	} else {
 		q->r = r;
 		q->results_held = held;

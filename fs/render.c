@@ -286,6 +286,9 @@ int rendering_get(fs_daemon *dm, node *n, rendering **out)
 	if (rc == 0 && !(r->data = sb_take(&b, &r->len)))
 		rc = -ENOMEM;
 	sb_free(&b);
+	if (rc == -EIO && n->kind == K_RECORD)
+		/* stat passes over it (ls -l shows it); a read tells */
+		errlog_err(&dm->errors, rc, "records/%s: %s", n->name, RECORD_DAMAGED);
 	if (rc) {
 		rendering_free(r);
 		return rc;

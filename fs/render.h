@@ -37,7 +37,13 @@ typedef struct rendering {
 	struct node *owner;  /* the node whose `shared` it is, or NULL */
 } rendering;
 
-/* A rendering of n as it is now for one more handle: 0, or -errno. */
+/* What an errors line says of a record that fails its checksum (EIO). */
+#define RECORD_DAMAGED                                                                 \
+	"the record fails its checksum (damaged): rm it and ingest it again, or "    \
+	"echo salvage > ctl"
+
+/* A rendering of n as it is now for one more handle: 0, or -errno (a
+ * damaged record's EIO with an errors line). */
 int rendering_get(fs_daemon *dm, struct node *n, rendering **out);
 /* A handle lets r go. */
 void rendering_put(fs_daemon *dm, rendering *r);

@@ -87,6 +87,55 @@ tally() { # the lines of a test program on stdin: shown, PASS and FAIL lines cou
 	done
 }
 
+# A daemon in the foreground (-f), its stderr kept, for the suites that look
+# for sanitizer reports in it.  fg_mount STORE MNT: mounts, sets DPID, 0 once
+# mounted (else one failed check `mount`); FG_ENV (an array) adds to its
+# environment.  fg_finish KEEP_LOG: unmounts,
+# checks the daemon exits 0 with no sanitizer report in its stderr (kept in
+# KEEP_LOG).
+SAN_PATTERN='WARNING: ThreadSanitizer|ERROR: AddressSanitizer|ERROR: LeakSanitizer|runtime error:|SUMMARY: [A-Za-z]*Sanitizer'
+fg_mount() {
+	local s=$1 m=$2 v i san_env=()
+	[[ -n ${FG_ENV+x} ]] || FG_ENV=()
+	# a sanitizer's report goes to the daemon's stderr, whatever log_path
+	# the environment names for the other programs
+	for v in ASAN_OPTIONS UBSAN_OPTIONS TSAN_OPTIONS; do
+		[[ -n ${!v:-} ]] && san_env+=("$v=${!v}:log_path=stderr")
+	done
+	mkdir -p "$m"
+	MOUNTS+=("$m")
+	env "${san_env[@]}" "${FG_ENV[@]}" "$VECFS" -f "$s" "$m" </dev/null >"$TMP/daemon.out" 2>"$TMP/daemon.err" &
+	DPID=$!
+	for ((i = 0; i < 300; i++)); do
+		is_mounted "$m" && break
+		kill -0 "$DPID" 2>/dev/null || break
+		sleep 0.1
+	done
+	if ! is_mounted "$m"; then
+		bad mount "$(tail -c 300 "$TMP/daemon.err")"
+		return 1
+	fi
+	ok mount
+}
+
+fg_finish() {
+	local m=${MOUNTS[-1]} rc=124 i
+	T fusermount3 -u "$m" 2>/dev/null || { sleep 1; T fusermount3 -u "$m"; }
+	check umount_clean bash -c '! awk -v m="$1" "\$2 == m { f = 1 } END { exit !f }" /proc/self/mounts' _ "$m"
+	for ((i = 0; i < 600; i++)); do
+		kill -0 "$DPID" 2>/dev/null || { wait "$DPID"; rc=$?; break; }
+		sleep 0.1
+	done
+	check daemon_exit_0 test "$rc" -eq 0
+	cp "$TMP/daemon.err" "$1" 2>/dev/null
+	if grep -qE "$SAN_PATTERN" "$TMP/daemon.err"; then
+		bad no_sanitizer_report "$(grep -cE 'WARNING: ThreadSanitizer|ERROR: [A-Za-z]*Sanitizer|runtime error:' "$TMP/daemon.err") reports, in $1"
+		grep -E 'SUMMARY: |runtime error:' "$TMP/daemon.err" | sort | uniq -c | sort -rn | head -20
+	else
+		ok no_sanitizer_report
+	fi
+}
+
 kv() { awk -v k="$1" -F' *= *' '$1 == k { print $2; f = 1; exit } END { exit !f }'; }
 stat_kv() { T cat "$M/stats" | kv "$1"; }
 

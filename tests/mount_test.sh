@@ -1055,6 +1055,45 @@ if mnt "$IS" "$M" -o ingest_buffer_mb=8; then
 	T bash -c 'for i in 1 2 3; do printf "e%d" "$i"; for j in $(seq 4); do printf " 0.5"; done; echo; done >"$1"' _ "$M/ingest/loop.txt"
 	check ingest_shell_loop test -e "$M/records/e3" -a -e "$M/records/e1"
 	check ingest_shell_loop_no_error sh -c "! timeout 60 cat '$M/errors' | grep -qF loop.txt"
+	# coreutils mv of a bad staged file: renameat2(RENAME_NOREPLACE) first,
+	# then, after its EINVAL, a plain rename; both fail with EINVAL (which
+	# mv words as "cannot move ... to a subdirectory of itself"), one errors
+	# line gives the reason, and the file stays for mv to look at (not
+	# "cannot stat ...: No such file or directory"), until rm
+	printf 'mv0,1,1,1,1\nmv1,1,1\n' | put - "$M/ingest/mvbad.csv.part" >/dev/null
+	mvout=$(T mv "$M/ingest/mvbad.csv.part" "$M/ingest/mvbad.csv" 2>&1)
+	check ingest_mv_bad_part_fails test $? -ne 0
+	check ingest_mv_bad_part_einval grep -q "cannot move '$M/ingest/mvbad.csv.part' to a subdirectory of itself" <<<"$mvout"
+	check ingest_mv_bad_part_not_enoent bash -c '! grep -q "No such file" <<<"$1"' _ "$mvout"
+	check ingest_mv_bad_part_reason errors_has "ingest/mvbad.csv.part: line 2: 2 numbers, expected 4"
+	check ingest_mv_bad_part_one_line test "$(T cat "$M/errors" | grep -c 'mvbad.csv.part')" == 1
+	check ingest_mv_bad_part_stays test -e "$M/ingest/mvbad.csv.part" -a ! -e "$M/records/mv0"
+	check ingest_mv_bad_part_rm T rm "$M/ingest/mvbad.csv.part"
+	check ingest_mv_bad_part_gone test ! -e "$M/ingest/mvbad.csv.part" -a ! -e "$M/records/mv0"
+	# renameat2(RENAME_NOREPLACE), then plain renames, by hand: EINVAL each
+	# time and one errors line; the second plain rename takes the file away
+	printf 'nr0,1,1,1,1\nnr1,x,1,1,1\n' | put - "$M/ingest/nr.csv.part" >/dev/null
+	T "$PY" - "$M/ingest" >"$TMP/noreplace.res" 2>&1 <<'PY'
+import ctypes, errno, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+d = sys.argv[1].encode()
+def rn(flags):
+    r = libc.renameat2(-100, d + b'/nr.csv.part', -100, d + b'/nr.csv', flags)
+    return errno.errorcode.get(0 if r == 0 else ctypes.get_errno(), 'ok')
+print('noreplace', rn(1), os.path.exists(d + b'/nr.csv.part'))
+print('plain', rn(0), os.path.exists(d + b'/nr.csv.part'))
+print('again', rn(0), os.path.exists(d + b'/nr.csv.part'))
+PY
+	check ingest_noreplace_einval_stays grep -qx 'noreplace EINVAL True' "$TMP/noreplace.res"
+	check ingest_noreplace_plain_einval_stays grep -qx 'plain EINVAL True' "$TMP/noreplace.res"
+	check ingest_noreplace_again_einval_gone grep -qx 'again EINVAL False' "$TMP/noreplace.res"
+	check ingest_noreplace_reason errors_has "ingest/nr.csv.part: line 2: value 1 'x' is not a number"
+	check ingest_noreplace_one_line test "$(T cat "$M/errors" | grep -c 'nr.csv.part')" == 1
+	check ingest_noreplace_nothing_committed test ! -e "$M/records/nr0"
+	# a good staged file under coreutils mv commits
+	printf 'mg0,1,1,1,1\n' | put - "$M/ingest/mvgood.csv.part" >/dev/null
+	check ingest_mv_good_part T mv "$M/ingest/mvgood.csv.part" "$M/ingest/mvgood.csv"
+	check ingest_mv_good_committed test -e "$M/records/mg0" -a ! -e "$M/ingest/mvgood.csv.part"
 	umnt "$M"
 	if mnt "$IS" "$M"; then
 		check ingest_part_gone_after_remount test ! -e "$M/ingest/u.csv.part"
@@ -1419,12 +1458,12 @@ filtered() {
 	! T grep -q filter "$M/query/f1/stats" || return 1
 	T mkdir -p "$M/query/fbad" || return 1
 	[[ $(printf 'k=2\nfilter={"lang": {"$regex": "e"}}\n0 0 0 0\n' | put - "$M/query/fbad/in") == "ERR EINVAL close" ]] || return 1
-	errors_has 'query/fbad/in: filter: unknown operator' || return 1
+	errors_has 'query/fbad/in: line 2: filter: unknown operator' || return 1
 	[[ $(printf 'k=2\nfilter=\n0 0 0 0\n' | put - "$M/query/fbad/in") == "ERR EINVAL close" ]] || return 1
 	[[ $(printf 'k=2\nfilter={"a": 1} {"b": 2}\n0 0 0 0\n' | put - "$M/query/fbad/in") == "ERR EINVAL close" ]] || return 1
 	"$PY" -c 'import sys; n = 40; sys.stdout.write("k=3\nfilter=" + "{\"$not\": " * n + "{\"a\": 1}" + "}" * n + "\n0 0 0 0\n")' >"$TMP/fdeep"
 	[[ $(put "$TMP/fdeep" "$M/query/fbad/in") == "ERR E2BIG close" ]] || return 1
-	errors_has 'query/fbad/in: filter: nested 41 deep' || return 1
+	errors_has 'query/fbad/in: line 2: filter: nested 41 deep' || return 1
 	# the session still answers
 	[[ $(fq fbad k=1 '{"lang": "fr"}') == "fb " ]]
 }
@@ -1433,6 +1472,21 @@ if mnt "$F" "$M"; then
 	umnt "$M"
 else
 	bad mount_filter "$(tail -c 200 "$TMP/daemon.log")"
+fi
+
+# ================================================================ cosine
+# a zero query vector under cosine is refused at the close: the errors line
+# names its line of in (blank lines, options and good vectors before it)
+C=$TMP/cstore
+if mnt "$C" "$M"; then
+	printf 'metric = cosine\n' | put - "$M/config" >/dev/null
+	printf 'c1,1,0,0,0\nc2,0,1,0,0\n' | put - "$M/ingest/c.csv" >/dev/null
+	T mkdir "$M/query/cq"
+	check cosine_zero_query_refused test "$(printf 'k=2\r\n1 0 0 0\r\n\r\n0 0 0 0\r\n' | put - "$M/query/cq/in")" != OK
+	check cosine_zero_query_line errors_has "query/cq/in: line 4: query 2 is a zero vector under the cosine metric"
+	umnt "$M"
+else
+	bad mount_cosine "$(tail -c 200 "$TMP/daemon.log")"
 fi
 
 # ================================================================ damaged records
@@ -1459,6 +1513,13 @@ if mnt "$D" "$M"; then
 	damage "$D" 7.25 9.5
 	if mnt "$D" "$M"; then
 		check damaged_read_eio sh -c "! cat '$M/records/bad1' 2>/dev/null"
+		check damaged_read_errors_line errors_has "records/bad1: the record fails its checksum (damaged)"
+		check damaged_stat_no_errors_line test "$(T stat -c %s "$M/records/bad2" >/dev/null; T cat "$M/errors" | grep -c bad2)" == 0
+		check damaged_xattr_eio sh -c "! getfattr -n user.payload '$M/records/bad2' >/dev/null 2>&1"
+		check damaged_xattr_errors_line errors_has "records/bad2: user.payload: the record fails its checksum (damaged)"
+		T mkdir "$M/query/dq"
+		check damaged_query_eio test "$(printf 'k=4 mode=exact\n9 9 9 9\n' | put - "$M/query/dq/in")" != OK
+		check damaged_query_errors_line errors_has "query/dq/in: a posting block or record failed its checksum or is damaged (echo verify > ctl names it"
 		check damaged_rm rm "$M/records/bad1"
 		check damaged_rm_gone sh -c "! test -e '$M/records/bad1'"
 		check damaged_salvage test "$(printf 'salvage\n' | put - "$M/ctl")" == OK

@@ -47,6 +47,38 @@ check exit_2_missing_mountpoint test "$RC" -eq 2
 run "$VECFS" -o no_such_option "$S" "$M"
 check exit_2_unknown_option test "$RC" -eq 2
 check unknown_option_not_mounted sh -c "! awk -v m='$M' '\$2 == m { f = 1 } END { exit !f }' /proc/self/mounts"
+# options are checked before STORE is made
+run "$VECFS" -o no_such_option "$TMP/newstore" "$M"
+check exit_2_unknown_option_new_store test "$RC" -eq 2
+check unknown_option_no_store test ! -e "$TMP/newstore"
+run "$VECFS" -f -o no_such_option "$TMP/newstore2" "$M"
+check exit_2_unknown_option_foreground test "$RC" -eq 2
+check unknown_option_foreground_no_store test ! -e "$TMP/newstore2"
+run "$VECFS" -o max_sessions=many "$TMP/newstore3" "$M"
+check exit_2_bad_value test "$RC" -eq 2
+check bad_value_no_store test ! -e "$TMP/newstore3"
+# /dev/fuse missing or not to be opened (in a mount namespace of its own):
+# exit 1, and the message says so
+if command -v unshare >/dev/null && unshare -m true 2>/dev/null; then
+	mkdir -p "$TMP/nodev"
+	run unshare -m sh -c 'mount -t tmpfs none /dev && : >/dev/null && exec "$@"' sh "$VECFS" "$TMP/nodev/s" "$M"
+	check exit_1_no_dev_fuse test "$RC" -eq 1
+	check no_dev_fuse_message grep -qF "cannot mount on $M: /dev/fuse: No such file or directory (is the fuse module loaded, and may this user use it?)" <<<"$OUT"
+	: >"$TMP/closed"
+	chmod 000 "$TMP/closed"
+	# root without CAP_DAC_OVERRIDE: a device node it may not open
+	if command -v setpriv >/dev/null && [[ $(id -u) == 0 ]]; then
+		run unshare -m sh -c 'mount --bind "$1" /dev/fuse && shift && exec setpriv --bounding-set -dac_override,-dac_read_search "$@"' \
+			sh "$TMP/closed" "$VECFS" "$TMP/nodev/s" "$M"
+		check exit_1_dev_fuse_denied test "$RC" -eq 1
+		check dev_fuse_denied_message grep -qF "cannot mount on $M: /dev/fuse: Permission denied (is the fuse module loaded, and may this user use it?)" <<<"$OUT"
+	else
+		echo "SKIP dev_fuse_denied: needs root and setpriv"
+	fi
+	check no_dev_fuse_not_mounted sh -c "! awk -v m='$M' '\$2 == m { f = 1 } END { exit !f }' /proc/self/mounts"
+else
+	echo "SKIP no_dev_fuse: unshare -m is not available"
+fi
 run "$VECFS" --log "$TMP/no/such/dir/log" "$S" "$M"
 check exit_2_log_unopenable test "$RC" -eq 2
 check log_unopenable_message grep -q "cannot open the log file $TMP/no/such/dir/log" <<<"$OUT"
@@ -328,6 +360,48 @@ wait "$upid"
 check unit_sigterm_exit_0 test $? -eq 0
 check unit_sigterm_unmounts sh -c "! awk -v m='$M' '\$2 == m { f = 1 } END { exit !f }' /proc/self/mounts"
 check unit_foreground_stderr grep -q "vecfs: SIGTERM: unmounting $M" "$TMP/unit.out"
+check unit_type_notify grep -qx 'Type=notify' "$UNIT"
+# Type=notify: READY=1 and MAINPID= on $NOTIFY_SOCKET (a path, or an
+# abstract name '@...') once the mount answers, from the foreground daemon
+# and from the one that forks into the background
+cat >"$TMP/notify.py" <<'PY'
+import os, socket, subprocess, sys
+mnt, addr, cmd = sys.argv[1], sys.argv[2], sys.argv[3:]
+s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+s.bind('\0' + addr[1:] if addr[0] == '@' else addr)
+s.settimeout(30)
+env = dict(os.environ, NOTIFY_SOCKET=addr)
+p = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+try:
+    msg = s.recv(4096).decode()
+except socket.timeout:
+    print('no message'); sys.exit(1)
+fields = dict(l.split('=', 1) for l in msg.splitlines() if '=' in l)
+# the mount answers at once: README is vecfs's
+try:
+    readme = open(mnt + '/README').read()
+except OSError as e:
+    readme = 'error %s' % e
+print('ready', fields.get('READY'))
+print('mainpid', fields.get('MAINPID'))
+print('answers', 'records/' in readme)
+print('popen_pid', p.pid)
+p.wait() if '-f' not in cmd else None
+PY
+for addr in "$TMP/notify.sock" "@vecfs-test-$$"; do
+	kind=$([[ $addr == @* ]] && echo abstract || echo path)
+	T "$PY" "$TMP/notify.py" "$M" "$addr" "$VECFS" -f "$S" "$M" >"$TMP/notify.res" 2>&1
+	check "notify_${kind}_ready" grep -qx 'ready 1' "$TMP/notify.res"
+	check "notify_${kind}_mount_answers" grep -qx 'answers True' "$TMP/notify.res"
+	check "notify_${kind}_mainpid" test "$(sed -n 's/^mainpid //p' "$TMP/notify.res")" == "$(daemon_pid "$M")"
+	umnt "$M"
+	rm -f "$TMP/notify.sock"
+done
+T "$PY" "$TMP/notify.py" "$M" "$TMP/notify.sock" "$VECFS" "$S" "$M" >"$TMP/notify.res" 2>&1
+check notify_background_ready grep -qx 'ready 1' "$TMP/notify.res"
+check notify_background_mount_answers grep -qx 'answers True' "$TMP/notify.res"
+check notify_background_mainpid test "$(sed -n 's/^mainpid //p' "$TMP/notify.res")" == "$(daemon_pid "$M")"
+umnt "$M"
 # ExecStopPost: a stale mount is detached, a live one left alone
 post=$(sed -n 's/^ExecStopPost=-//p' "$UNIT")
 post=${post//%f/$M}

@@ -35,31 +35,12 @@ INSPECT=$(dirname "$VECFS")/vecfs-inspect
 KEEP_LOG=$(dirname "$VECFS")/stress-daemon.log
 echo "stress: $SECS s, seed $SEED"
 
-# A sanitizer's report goes to the daemon's stderr, whatever log_path the
-# environment names for the other programs.
-san_env=()
-for v in ASAN_OPTIONS UBSAN_OPTIONS TSAN_OPTIONS; do
-	[[ -n ${!v:-} ]] && san_env+=("$v=${!v}:log_path=stderr")
-done
-SAN_PATTERN='WARNING: ThreadSanitizer|ERROR: AddressSanitizer|ERROR: LeakSanitizer|runtime error:|SUMMARY: [A-Za-z]*Sanitizer'
-
 S=$TMP/store
 M=$TMP/mnt
-mkdir -p "$M"
-MOUNTS+=("$M")
-env "${san_env[@]}" "$VECFS" -f "$S" "$M" </dev/null >"$TMP/daemon.out" 2>"$TMP/daemon.err" &
-DPID=$!
-for ((i = 0; i < 300; i++)); do
-	is_mounted "$M" && break
-	kill -0 "$DPID" 2>/dev/null || break
-	sleep 0.1
-done
-if ! is_mounted "$M"; then
-	bad mount "$(tail -c 300 "$TMP/daemon.err")"
+if ! fg_mount "$S" "$M"; then
 	summary
 	exit 1
 fi
-ok mount
 
 cat >"$TMP/stress.py" <<'EOF'
 # stress.py ROLE MNT ID SEED DEADLINE LOG: one role's loop until DEADLINE
@@ -499,21 +480,7 @@ else
 	bad still_mounted "the daemon is gone: $(tail -c 300 "$TMP/daemon.err")"
 fi
 
-T fusermount3 -u "$M" 2>/dev/null || { sleep 1; T fusermount3 -u "$M"; }
-check umount_clean bash -c '! awk -v m="$1" "\$2 == m { f = 1 } END { exit !f }" /proc/self/mounts' _ "$M"
-rc=124
-for ((i = 0; i < 600; i++)); do
-	kill -0 "$DPID" 2>/dev/null || { wait "$DPID"; rc=$?; break; }
-	sleep 0.1
-done
-check daemon_exit_0 test "$rc" -eq 0
-cp "$TMP/daemon.err" "$KEEP_LOG" 2>/dev/null
-if grep -qE "$SAN_PATTERN" "$TMP/daemon.err"; then
-	bad no_sanitizer_report "$(grep -cE 'WARNING: ThreadSanitizer|ERROR: [A-Za-z]*Sanitizer|runtime error:' "$TMP/daemon.err") reports, in $KEEP_LOG"
-	grep -E 'SUMMARY: |runtime error:' "$TMP/daemon.err" | sort | uniq -c | sort -rn | head -20
-else
-	ok no_sanitizer_report
-fi
+fg_finish "$KEEP_LOG"
 out=$(T "$INSPECT" "$S" verify 2>&1)
 check inspect_verify test "${out:0:10}" == "verify: ok"
 [[ ${out:0:10} == "verify: ok" ]] || echo "$out" | head -5

@@ -2548,6 +2548,58 @@ static void test_dup_keys(void **state)
 	model_free(&t.md);
 }
 
+/* The errors line of a bad key names it, control characters escaped (as
+ * errors escapes them), bytes that are not UTF-8 and NUL as \xHH, a long
+ * one cut; a first line of text that reads as a header says it may be one. */
+static void test_error_lines(void **state)
+{
+	fixture *f = *state;
+	run t;
+	fx_open(f, NULL);
+	run_init(&t, f, 3, VECFS_L2, 0x5eed0021);
+	static const struct {
+		const char *name;
+		int kind;
+		const char *text;
+		size_t len;
+		const char *want;
+	} cases[] = {
+		{"slash.csv", K_CSV, "ok,1,2,3\na/b,1,2,3\n", 0, "line 2: bad key 'a/b' (it holds '/'): keys are"},
+		{"dot.tsv", K_TSV, "..\t1\t2\t3\n", 0, "line 1: bad key '..' (. and .. are not keys): keys are"},
+		{"nl.jsonl", K_JSONL, "{\"key\": \"a\\nb\", \"vector\": [1, 2, 3]}\n", 0,
+		 "line 1: bad key 'a\\nb' (it holds a newline): keys are"},
+		{"nul.jsonl", K_JSONL, "{\"key\": \"a\\u0000b\", \"vector\": [1, 2, 3]}\n", 0,
+		 "line 1: bad key 'a\\x00b' (it holds NUL): keys are"},
+		{"latin1.csv", K_CSV, "caf\xe9,1,2,3\n", 0, "line 1: bad key 'caf\\xe9' (not UTF-8): keys are"},
+		{"header.csv", K_CSV, "id,x,y,z\na,1,2,3\n", 0,
+		 "line 1: value 1 'x' is not a number (a header? remove it or start it with #)"},
+		{"header.txt", K_TXT, "# made by hand\n\nkey x y z\na 1 2 3\n", 0,
+		 "line 3: value 1 'x' is not a number (a header? remove it or start it with #)"},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		size_t n = cases[i].len ? cases[i].len : strlen(cases[i].text);
+		run_file(&t, cases[i].name, cases[i].kind, (const uint8_t *)cases[i].text, n, 0);
+		if (!strstr(err_last, cases[i].want))
+			fail_msg("%s: errors line '%s', wanted '%s'", cases[i].name, err_last, cases[i].want);
+		assert_non_null(strstr(err_last, cases[i].name));
+	}
+	/* a word among numbers after a good row is no header */
+	const char *later = "a,1,2,3\nb,x,2,3\n";
+	run_file(&t, "later.csv", K_CSV, (const uint8_t *)later, strlen(later), 0);
+	assert_non_null(strstr(err_last, "line 2: value 1 'x' is not a number"));
+	assert_null(strstr(err_last, "header"));
+	/* a long key: cut, its length given */
+	char longkey[400];
+	memset(longkey, 'k', 300);
+	snprintf(longkey + 300, sizeof longkey - 300, ",1,2,3\n");
+	run_file(&t, "long.csv", K_CSV, (const uint8_t *)longkey, strlen(longkey), 0);
+	assert_non_null(strstr(err_last, "line 1: bad key 'kkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkk"));
+	assert_non_null(strstr(err_last, "...' (300 bytes): keys are"));
+	assert_null(strstr(err_last, "kkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkk"));
+	check_whole_store(t.dm->store, &t.md);
+	model_free(&t.md);
+}
+
 /* Under cosine a zero vector is rejected, the whole file with it. */
 static void test_cosine_zero_vector(void **state)
 {
@@ -3044,19 +3096,42 @@ static void test_rules(void **state)
 	ingest_release(in);
 	assert_int_equal(err_count, e0);
 	assert_false(ingest_done(in));
-	assert_int_equal(ingest_rename(in), -EINVAL);
+	assert_int_equal(ingest_rename(in, 0), -EINVAL);
 	assert_int_equal(err_count, e0 + 1);
 	assert_non_null(strstr(err_last, "ingest/s.csv.part: line 2: "));
 	assert_true(ingest_done(in));
 	assert_false(has_key(v, "s1"));
 	ingest_free(in);
+	/* renamed with flags (RENAME_NOREPLACE), then without, as coreutils mv
+	 * does after an EINVAL: EINVAL both times, one errors line; the file
+	 * stays after both, and a further plain rename takes it away; a bad
+	 * last line found only at the rename, and a key twice, alike */
+	static const char *const kept[] = {"k1,1,2,3\nk2,1,x,3\n", "k1,1,2,3\nk2,1,2", "k1,1,2,3\nk1,1,2,3\n"};
+	for (size_t i = 0; i < sizeof kept / sizeof kept[0]; i++) {
+		in = ingest_new(t.dm, "k.csv.part", csv, 10);
+		e0 = err_count;
+		assert_int_equal(ingest_write(in, kept[i], strlen(kept[i]), 0, 1), 0);
+		assert_int_equal(ingest_rename(in, 1), -EINVAL);
+		assert_int_equal(err_count, e0 + 1);
+		assert_non_null(strstr(err_last, "ingest/k.csv.part: line 2: "));
+		assert_false(ingest_done(in));
+		assert_int_equal(ingest_rename(in, 1), -EINVAL);
+		assert_false(ingest_done(in));
+		assert_int_equal(ingest_rename(in, 0), -EINVAL);
+		assert_false(ingest_done(in));
+		assert_int_equal(ingest_rename(in, 0), -EINVAL);
+		assert_true(ingest_done(in));
+		assert_int_equal(err_count, e0 + 1);
+		assert_false(has_key(v, "k1"));
+		ingest_free(in);
+	}
 	in = ingest_new(t.dm, "g.csv.part", csv, 10);
 	assert_int_equal(ingest_write(in, "g1,1,2,3\ng2,1,2", 15, 0, 1), 0);
 	assert_int_equal(ingest_close(in, 1, 10), 0);
 	assert_int_equal(ingest_write(in, ",3\n", 3, 15, 2), 0);
 	ingest_release(in);
 	assert_false(has_key(v, "g1"));
-	assert_int_equal(ingest_rename(in), 0);
+	assert_int_equal(ingest_rename(in, 1), 0);
 	assert_true(has_key(v, "g1") && has_key(v, "g2"));
 	ingest_free(in);
 	/* truncated (opened with O_TRUNC): a staged file starts over */
@@ -3065,7 +3140,7 @@ static void test_rules(void **state)
 	ingest_truncate(in);
 	assert_int_equal(ingest_size(in), 0);
 	assert_int_equal(ingest_write(in, "z3,1,2,3\n", 9, 0, 1), 0);
-	assert_int_equal(ingest_rename(in), 0);
+	assert_int_equal(ingest_rename(in, 0), 0);
 	assert_true(has_key(v, "z3"));
 	assert_false(has_key(v, "z1"));
 	ingest_free(in);
@@ -3240,6 +3315,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_first_file_fixes_dim, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_cosine_zero_vector, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_dup_keys, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_error_lines, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_file_states, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_bounds, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_rules, fx_setup, fx_teardown),

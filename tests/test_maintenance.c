@@ -1198,6 +1198,192 @@ static void test_compact_syncs_in_steps(void **state)
 	ds_free(&ds);
 }
 
+
+/* A generation brought up to date in steps (a roll-back made it active
+ * again) while one of its records was replaced after the step's end, the
+ * replacement posted to the generation itself when it was written.  The
+ * step must not post the record's newer version under the older change's
+ * number: nothing would ever supersede that posting (the key found twice,
+ * or a posting left behind when the record goes). */
+typedef struct stop_after {
+	int steps, limit;
+} stop_after;
+
+static int stop_between(void *arg)
+{
+	stop_after *s = arg;
+	return ++s->steps >= s->limit;
+}
+
+/* ANN at x, every cluster probed: no key twice, `key` first (or absent
+ * when NULL is given for a deleted key `gone`). */
+static void probe_once(vecfs *v, const float *x, const char *key, const char *gone)
+{
+	vecfs_query_opts o = {.k = 3, .nprobe = 100000};
+	vecfs_results *r = search_opts(v, x, 1, D, &o);
+	for (size_t h = 0; h < r->count[0]; h++) {
+		for (size_t i = 0; i < h; i++)
+			if (!strcmp(r->hits[0][i].key, r->hits[0][h].key))
+				fail_msg("key %s found twice", r->hits[0][h].key);
+		if (gone)
+			assert_string_not_equal(r->hits[0][h].key, gone);
+	}
+	if (key) {
+		assert_true(r->count[0] > 0);
+		assert_string_equal(r->hits[0][0].key, key);
+	}
+	vecfs_results_free(r);
+}
+
+static void expect_verify(vecfs *v)
+{
+	char msg[512];
+	int rc = vecfs_verify(v, msg, sizeof msg);
+	if (rc)
+		fail_msg("%s", msg);
+}
+
+/* Two generations g1, g2 over rows a0..a1999, and three vectors far
+ * apart (different clusters); key u put while g2 is active, then replaced
+ * while g1 is (posted to g1 when written).  Leaves g1 active. */
+static void replaced_under_g1(vecfs *v, dataset *ds, float far[3][D], uint64_t *g1,
+			      uint64_t *g2)
+{
+	char err[256] = "";
+	set_config(v, D, VECFS_L2);
+	ds_make(ds, 31, 2000, D, 20);
+	put_range(v, ds->x, 0, 2000, D, "a");
+	*g1 = build(v, 1);
+	*g2 = build(v, 1);
+	for (int t = 0; t < 3; t++)
+		ds_point(ds, (uint32_t)t * 7, far[t]);
+	assert_int_equal(put_one(v, "u", far[0], D), 0);
+	assert_int_equal(vecfs_activate(v, *g1, err, sizeof err), 0);
+	assert_int_equal(put_one(v, "u", far[1], D), 0);
+}
+
+static void test_catchup_replaced_later(void **state)
+{
+	fixture *f = *state;
+	vecfs *v = fx_open(f, NULL);
+	char err[256] = "";
+	dataset ds;
+	float x[3][D];
+	uint64_t g1, g2;
+	replaced_under_g1(v, &ds, x, &g1, &g2);
+	/* g1 takes the changes it lacks one a step */
+	assert_int_equal(vf_compact_steps(v, NULL, 0, 1, NULL, NULL, err, sizeof err), 0);
+	expect_verify(v);
+	probe_once(v, x[1], "u", NULL);
+	/* and the same once g2 is active again */
+	assert_int_equal(vecfs_activate(v, g2, err, sizeof err), 0);
+	assert_int_equal(vf_compact_steps(v, NULL, 0, 1, NULL, NULL, err, sizeof err), 0);
+	expect_verify(v);
+	probe_once(v, x[1], "u", NULL);
+	ds_free(&ds);
+}
+
+static void test_catchup_replaced_then_deleted(void **state)
+{
+	fixture *f = *state;
+	vecfs *v = fx_open(f, NULL);
+	char err[256] = "";
+	dataset ds;
+	float x[3][D];
+	uint64_t g1, g2;
+	/* replaced again under g2, by a vector of another cluster */
+	replaced_under_g1(v, &ds, x, &g1, &g2);
+	assert_int_equal(vecfs_activate(v, g2, err, sizeof err), 0);
+	assert_int_equal(put_one(v, "u", x[2], D), 0);
+	assert_int_equal(vecfs_activate(v, g1, err, sizeof err), 0);
+	/* one catch-up step only, then the record goes while g1 is active */
+	stop_after st = {0, 1};
+	assert_int_equal(vf_compact_steps(v, NULL, 0, 1, stop_between, &st, err, sizeof err),
+			 -ECANCELED);
+	del_key(v, "u");
+	err[0] = 0;
+	assert_int_equal(vf_compact_steps(v, NULL, 0, 1, NULL, NULL, err, sizeof err), 0);
+	expect_verify(v);
+	for (int t = 0; t < 3; t++)
+		probe_once(v, x[t], NULL, "u");
+	assert_int_equal(vecfs_activate(v, g2, err, sizeof err), 0);
+	expect_verify(v);
+	ds_free(&ds);
+}
+
+/* A rebalance whose snapshot finds active a generation that a compaction
+ * left half folded (it found another generation active after its first
+ * step and compacted that one): the parent's blocks hold changes past its
+ * blocks_seq, and catching up from there would post them twice.  The
+ * rebalance fails with EAGAIN and makes nothing; the next one compacts
+ * that generation whole first and passes. */
+static uint64_t other_gen;
+
+static int activate_other(void *arg)
+{
+	char err[256];
+	vecfs *v = arg;
+	if (other_gen) {
+		assert_int_equal(vecfs_activate(v, other_gen, err, sizeof err), 0);
+		other_gen = 0;
+	}
+	return 0;
+}
+
+static void activate_other_hook(vecfs *v)
+{
+	activate_other(v);
+}
+
+static void test_rebalance_half_folded_parent(void **state)
+{
+	fixture *f = *state;
+	vecfs *v = fx_open(f, NULL);
+	char err[256] = "";
+	dataset ds;
+	vecfs_config c;
+	set_config(v, D, VECFS_L2);
+	assert_int_equal(vecfs_config_get(v, &c), 0);
+	c.compact_deltas = 1000000; /* no compaction but those called here */
+	c.rebalance_ratio = 0;
+	c.keep_generations = 3;
+	assert_int_equal(vecfs_config_set(v, &c, err, sizeof err), 0);
+	ds_make(&ds, 41, 3000, D, 20);
+	put_range(v, ds.x, 0, 2000, D, "a");
+	uint64_t ga = build(v, 1);
+	uint64_t gb = build(v, 1);
+	assert_int_equal(vecfs_activate(v, ga, err, sizeof err), 0);
+	put_range(v, ds.x, 2000, 1000, D, "a"); /* delta postings of ga */
+	/* ga's compaction folds one cluster, then finds gb active */
+	other_gen = gb;
+	assert_int_equal(vf_compact_steps(v, NULL, 0, 1000000, activate_other, v, err, sizeof err),
+			 0);
+	assert_int_equal(vecfs_active(v), gb);
+	size_t n0, n1;
+	assert_int_equal(vecfs_gen_list(v, NULL, 0, &n0), 0);
+	/* ga active again between the rebalance's compaction and snapshot */
+	other_gen = ga;
+	v->before_snapshot = activate_other_hook;
+	int rc = vecfs_rebalance(v, 1, NULL, NULL, NULL, err, sizeof err);
+	v->before_snapshot = NULL;
+	if (rc != -EAGAIN)
+		fail_msg("rebalance: %d %s", rc, err);
+	assert_non_null(strstr(err, "not compacted whole"));
+	assert_int_equal(vecfs_gen_list(v, NULL, 0, &n1), 0);
+	assert_int_equal(n1, n0);
+	expect_verify(v);
+	uint64_t gen = 0;
+	assert_int_equal(vecfs_rebalance(v, 1, &gen, NULL, NULL, err, sizeof err), 0);
+	assert_int_equal(vecfs_active(v), gen);
+	expect_verify(v);
+	for (int i = 1990; i < 2010; i++) {
+		char key[16];
+		snprintf(key, sizeof key, "a%d", i);
+		probe_once(v, ds.x + (size_t)i * D, key, NULL);
+	}
+	ds_free(&ds);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1216,6 +1402,9 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_compact_in_steps, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_compact_interrupted, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_compact_syncs_in_steps, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_catchup_replaced_later, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_catchup_replaced_then_deleted, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_rebalance_half_folded_parent, fx_setup, fx_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1448,6 +1448,11 @@ static void test_examples(void **state)
 		{"1 2 3 4 5 6\n\x00\n", "line 2: ", 14},
 		{"1 2 3 4 5 6\n1 2\x003 4 5 6\n", "line 2: ", 25},
 		{"k=3 1 2 3 4 5 6\n", "line 1: ", 0},
+		/* options bounded by the library, a filter: the line that gave them */
+		{"k=2\r\n\r\n# c\r\nrefine=2000\r\n1 2 3 4 5 6\r\n", "line 4: bad value '2000' for refine", 0},
+		{"1 2 3 4 5 6\n\nk=200000\n", "line 3: bad value '200000' for k", 0},
+		{"k=2\n\nfilter={\"$bad\": 1}\n1 2 3 4 5 6\n", "line 3: filter: unknown operator", 0},
+		{"k=2\r\nfilter={\"a\": \r\n1 2 3 4 5 6\r\n2 3 4 5 6 7", "line 2: filter: ", 0},
 	};
 	for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
 		run_in(t, bad[i].in, bad[i].len ? bad[i].len : strlen(bad[i].in), NULL, 0, 0);

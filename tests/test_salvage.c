@@ -23,6 +23,7 @@
 #include "keys.h"
 #include "record.h"
 #include "testutil.h"
+#include "write.h"
 
 #define N 300
 #define D 16
@@ -356,12 +357,207 @@ static void test_rebalance_with_damage(void **state)
 	ds_free(&w.ds);
 }
 
+
+/* A posting planted in the active generation as a write puts one: record
+ * id's posting of version seq with vector vec and key `key` (the record's
+ * own posting stays where it is). */
+typedef struct plant {
+	vecfs *v;
+	uint64_t id, seq;
+	const float *vec;
+	const char *key;
+} plant;
+
+static int plant_fn(vf_txn *txn, void *arg)
+{
+	plant *p = arg;
+	vf_gen *g;
+	vf_posting_writer w;
+	int rc = vf_gen_get(p->v, txn, vf_load_active(txn, p->v->store), &g);
+	if (rc)
+		return rc;
+	if ((rc = vf_pw_init(&w, p->v, g)) == 0) {
+		rc = vf_pw_apply(&w, txn, p->id, p->seq, p->vec, p->key, (uint32_t)strlen(p->key), 0,
+				 NULL, NULL);
+		if (rc == 0)
+			rc = vf_pw_flush(&w, txn);
+		vf_pw_free(&w);
+	}
+	vf_gen_put(p->v, g);
+	return rc;
+}
+
+/* Record id and version of a key. */
+static void record_of(vecfs *v, const char *key, uint64_t *id, uint64_t *seq)
+{
+	vf_txn *txn;
+	vf_val d;
+	vf_record r;
+	assert_int_equal(vf_read_begin(v->store, &txn), 0);
+	assert_int_equal(vf_keys_get(txn, v->store, key, strlen(key), id), 0);
+	assert_int_equal(vf_records_get(txn, v->store, *id, &d), 0);
+	assert_int_equal(vf_record_decode(d.data, d.len, &r), 0);
+	*seq = r.seq;
+	vf_read_end(v->store, txn);
+}
+
+/* ANN at x probing every cluster: `key` first, no key twice, no `gone`. */
+static void found_once(vecfs *v, const float *x, const char *key, const char *gone)
+{
+	vecfs_query_opts o = {.k = 5, .nprobe = 100000};
+	vecfs_results *r = search_opts(v, x, 1, D, &o);
+	assert_true(r->count[0] > 0);
+	assert_string_equal(r->hits[0][0].key, key);
+	for (size_t h = 0; h < r->count[0]; h++) {
+		assert_string_not_equal(r->hits[0][h].key, gone);
+		for (size_t i = 0; i < h; i++)
+			assert_string_not_equal(r->hits[0][i].key, r->hits[0][h].key);
+	}
+	vecfs_results_free(r);
+}
+
+/* Postings that disagree with their records (an older version of a record
+ * posted beside its own posting, in another cluster; a posting of a record
+ * that does not exist): verify names them, compaction and rebalance refuse
+ * to fold or copy them (EIO and a line, nothing changed), salvage posts the
+ * records again from the records, after which all of it passes. */
+static void test_disagreeing_postings(void **state)
+{
+	fixture *f = *state;
+	vecfs *v = f->v = fx_open(f, NULL);
+	dataset ds;
+	char err[256] = "", msg[512];
+	set_config(v, D, VECFS_L2);
+	ds_make(&ds, 5, N, D, 10);
+	put_range(v, ds.x, 0, N, D, "r");
+	build(v, 1);
+	uint64_t id5, seq5, id7, seq7;
+	size_t gens0, ngen;
+	record_of(v, "r5", &id5, &seq5);
+	record_of(v, "r7", &id7, &seq7);
+	const float *far = ds.x + (size_t)200 * D; /* r200's place, not r5's */
+	plant older = {v, id5, seq5 - 1, far, "r5"};
+	plant ghost = {v, id7 + 100000, 1, ds.x + (size_t)7 * D, "ghost"};
+	assert_int_equal(vf_write(v->store, plant_fn, &older), 0);
+	assert_int_equal(vf_write(v->store, plant_fn, &ghost), 0);
+	assert_int_equal(vecfs_verify(v, msg, sizeof msg), -EIO);
+	assert_int_equal(vecfs_gen_list(v, NULL, 0, &gens0), 0);
+
+	assert_int_equal(vecfs_compact(v, NULL, err, sizeof err), -EIO);
+	assert_non_null(strstr(err, "salvage repairs it"));
+	err[0] = 0;
+	assert_int_equal(vecfs_rebalance(v, 1, NULL, NULL, NULL, err, sizeof err), -EIO);
+	assert_non_null(strstr(err, "salvage repairs it"));
+	assert_int_equal(vecfs_gen_list(v, NULL, 0, &ngen), 0);
+	assert_int_equal(ngen, gens0); /* no generation made of it */
+	assert_int_equal(vecfs_verify(v, msg, sizeof msg), -EIO);
+
+	vecfs_salvage_info si;
+	assert_int_equal(vecfs_salvage(v, NULL, NULL, &si, err, sizeof err), 0);
+	assert_int_equal(si.postings_repaired, 2);
+	assert_int_equal(si.records_dropped, 0);
+	assert_int_equal(si.generations_dropped, 0);
+	int rc = vecfs_verify(v, msg, sizeof msg);
+	if (rc)
+		fail_msg("after salvage: %s", msg);
+	found_once(v, ds.x + (size_t)5 * D, "r5", "ghost");
+	found_once(v, ds.x + (size_t)7 * D, "r7", "ghost");
+	found_once(v, far, "r200", "ghost");
+	assert_int_equal(vecfs_compact(v, NULL, err, sizeof err), 0);
+	assert_int_equal(vecfs_rebalance(v, 1, NULL, NULL, NULL, err, sizeof err), 0);
+	if ((rc = vecfs_verify(v, msg, sizeof msg)))
+		fail_msg("after compact and rebalance: %s", msg);
+	found_once(v, ds.x + (size_t)5 * D, "r5", "ghost");
+	ds_free(&ds);
+}
+
+/* Record key rewritten as version `seq`, with no change logged: the
+ * generation's posting of it disagrees with it. */
+typedef struct rewrite {
+	vecfs *v;
+	const char *key;
+	uint64_t seq;
+} rewrite;
+
+static int rewrite_fn(vf_txn *txn, void *arg)
+{
+	rewrite *w = arg;
+	vf_store *s = w->v->store;
+	uint64_t id;
+	vf_val d;
+	vf_record r;
+	int rc = vf_keys_get(txn, s, w->key, strlen(w->key), &id);
+	if (rc || (rc = vf_records_get(txn, s, id, &d)) || (rc = vf_record_decode(d.data, d.len, &r)))
+		return rc;
+	size_t len = vf_record_size(r.dim, r.keylen, r.plen);
+	uint8_t *buf = malloc(len);
+	float *vec = malloc(sizeof(float) * r.dim);
+	char *key = malloc(r.keylen);
+	if (!buf || !vec || !key) {
+		rc = -ENOMEM;
+	} else {
+		memcpy(vec, r.vec, sizeof(float) * r.dim);
+		memcpy(key, r.key, r.keylen);
+		vf_record_encode(buf, w->seq, r.dim, vec, key, r.keylen, NULL, 0);
+		rc = vf_records_put(txn, s, id, buf, len);
+	}
+	free(buf);
+	free(vec);
+	free(key);
+	return rc;
+}
+
+/* A posting block whose posting disagrees with its record, in a cluster a
+ * compaction leaves alone: a rebalance refuses to copy it (EIO, the record
+ * named, no generation made); salvage repairs it and the rebalance then
+ * passes. */
+static void test_rebalance_refuses_disagreeing_blocks(void **state)
+{
+	fixture *f = *state;
+	vecfs *v = f->v = fx_open(f, NULL);
+	dataset ds;
+	char err[256] = "", msg[512], want[96];
+	set_config(v, D, VECFS_L2);
+	ds_make(&ds, 6, N, D, 10);
+	put_range(v, ds.x, 0, N, D, "r");
+	uint64_t before = build(v, 1), id9, seq9;
+	size_t ngen;
+	record_of(v, "r9", &id9, &seq9);
+	rewrite rw = {v, "r9", seq9 - 1};
+	assert_int_equal(vf_write(v->store, rewrite_fn, &rw), 0);
+	assert_int_equal(vecfs_verify(v, msg, sizeof msg), -EIO);
+	assert_int_equal(vecfs_rebalance(v, 1, NULL, NULL, NULL, err, sizeof err), -EIO);
+	snprintf(want, sizeof want, "record id %llu has a posting that does not match the record "
+		 "(salvage repairs it)", (unsigned long long)id9);
+	if (!strstr(err, want))
+		fail_msg("rebalance said: %s", err);
+	assert_int_equal(vecfs_gen_list(v, NULL, 0, &ngen), 0);
+	assert_int_equal(ngen, 1);
+	assert_int_equal(vecfs_active(v), before);
+
+	vecfs_salvage_info si;
+	assert_int_equal(vecfs_salvage(v, NULL, NULL, &si, err, sizeof err), 0);
+	assert_int_equal(si.postings_repaired, 1);
+	int rc = vecfs_verify(v, msg, sizeof msg);
+	if (rc)
+		fail_msg("after salvage: %s", msg);
+	uint64_t gen = 0;
+	assert_int_equal(vecfs_rebalance(v, 1, &gen, NULL, NULL, err, sizeof err), 0);
+	assert_true(gen != before && vecfs_active(v) == gen);
+	if ((rc = vecfs_verify(v, msg, sizeof msg)))
+		fail_msg("after rebalance: %s", msg);
+	found_once(v, ds.x + (size_t)9 * D, "r9", "ghost");
+	ds_free(&ds);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_damaged_records, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_damaged_key_entry, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_damaged_postings, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_disagreeing_postings, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_rebalance_refuses_disagreeing_blocks, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_build_skips_damaged, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_rebalance_with_damage, fx_setup, fx_teardown),
 	};

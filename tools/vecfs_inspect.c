@@ -158,8 +158,10 @@ static int salvage(vecfs *v)
 		return 2;
 	}
 	printf("salvage: %" PRIu64 " damaged record(s) removed, %" PRIu64 " key(s) lost, %" PRIu64
-	       " key(s) restored, %" PRIu64 " generation(s) dropped\n",
-	       si.records_dropped, si.keys_lost, si.keys_restored, si.generations_dropped);
+	       " key(s) restored, %" PRIu64 " generation(s) dropped, %" PRIu64
+	       " record(s) posted again\n",
+	       si.records_dropped, si.keys_lost, si.keys_restored, si.generations_dropped,
+	       si.postings_repaired);
 	if (si.generations_dropped && !vecfs_active(v))
 		printf("salvage: no generation is active now: every query scans exactly until "
 		       "a build (echo build > MNT/ctl once mounted)\n");

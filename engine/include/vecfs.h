@@ -404,6 +404,10 @@ typedef struct vecfs_salvage_info {
 	uint64_t keys_lost;           /* keys whose record was dropped or missing */
 	uint64_t keys_restored;       /* key entries made again from intact records */
 	uint64_t generations_dropped;
+	uint64_t postings_repaired;   /* records whose postings disagreed with
+				       * them (another version or key, a missing
+				       * record, a record posted twice): posted
+				       * again from the record */
 } vecfs_salvage_info;
 typedef void (*vecfs_lost_fn)(void *arg, const char *key, size_t keylen);
 int vecfs_salvage(vecfs *v, vecfs_lost_fn lost, void *arg, vecfs_salvage_info *info,
