@@ -32,6 +32,16 @@ pid_of() { pgrep -f "^$B/vecfs .*$M" | head -n 1; }
 mem() { awk '/^VmRSS|^VmHWM/ {printf "%s %d MB  ", $1, $2 / 1024}' "/proc/$(pid_of)/status"; echo; }
 rss_mb() { awk '/^VmRSS/ {print int($2 / 1024)}' "/proc/$(pid_of)/status"; }
 mount_it() { "$B/vecfs" "$1" "$M" || { echo "cannot mount $1"; exit 1; }; }
+# unmount, and wait for the daemon to let the store go
+umount_it() {
+	local p i
+	p=$(pid_of)
+	fusermount3 -u "$M"
+	for ((i = 0; i < 600; i++)); do
+		[[ -n $p ]] && kill -0 "$p" 2>/dev/null || return 0
+		sleep 0.1
+	done
+}
 cleanup() { fusermount3 -u "$M" 2>/dev/null; }
 trap cleanup EXIT
 
@@ -53,7 +63,7 @@ fig ingest_payloads_s "$(since "$t")" s
 t=$(now)
 echo build >"$M/ctl" || exit 1
 fig build_s "$(since "$t")" s
-fusermount3 -u "$M"
+umount_it
 mount_it "$S"
 sleep 2
 echo "records: $(awk -F' = ' '$1 == "records" {print $2}' "$M/stats"), store: $(du -m "$S/data.mdb" | cut -f1) MB"
@@ -97,10 +107,10 @@ echo "daemon after tar: $(mem)"
 mkdir -p "$W/tar/store"
 tar -xOf "$W/tar/t.tar" ./backup >"$W/tar/store/data.mdb"
 rm -f "$W/tar/t.tar"
-fusermount3 -u "$M"
+umount_it
 mount_it "$W/tar/store"
 fig tar_backup_records "$(awk -F' = ' '$1 == "records" {print $2}' "$M/stats")" records
-fusermount3 -u "$M"
+umount_it
 rm -rf "$W/tar"
 mount_it "$S"
 
@@ -137,6 +147,6 @@ sleep 1
 fusermount3 -u "$M" 2>/dev/null
 mount_it "$S"
 fig delete_durable_records_gone $((before - $(awk -F' = ' '$1 == "records" {print $2}' "$M/stats"))) records
-fusermount3 -u "$M"
+umount_it
 rm -rf "$S"
 ((KEEP)) || rm -rf "$DATA"
