@@ -73,19 +73,22 @@ def main():
 
 def run(ix, one, base, queries, work):
     n = len(base)
-    check("local_shards", [s.index for s in ix.shards] == [0, 1, 2] and
+    check("local_shards", [s.number for s in ix.shards] == [0, 1, 2] and
           all(s.pid and s.worker and s.store for s in ix.shards), ix.shards)
+    check("shard_index", all(isinstance(s.index, vecfs.Index) and s.index.root == s.mount and
+                             s.index is ix.shards[s.number].index for s in ix.shards),
+          [type(s.index).__name__ for s in ix.shards])
     ix.config.update(auto_build=0)
-    check("config_all", [s.open().get_config()["auto_build"] for s in ix.shards] == [0, 0, 0])
+    check("config_all", [s.index.get_config()["auto_build"] for s in ix.shards] == [0, 0, 0])
 
     # ingest: the same rows in one store (assigned keys 0..n-1) and in the shards
     one.add(base)
     got = ix.add(base, keys=[str(i) for i in range(n)])
-    per = [s.open().stats()["records"] for s in ix.shards]
+    per = [s.index.stats()["records"] for s in ix.shards]
     check("add_split", got[:2] == ["0", "1"] and sum(per) == n and min(per) > n / 5, per)
     owner = shard_of(got, 3)
     check("add_routed", all(
-        str(j) in ix.shards[int(owner[j])].open() for j in range(0, n, 997)))
+        str(j) in ix.shards[int(owner[j])].index for j in range(0, n, 997)))
 
     # exact search: keys and distances as one store's, bit for bit
     k1, d1 = one.search(queries, k=10, exact=True)
@@ -126,10 +129,10 @@ def run(ix, one, base, queries, work):
     v1, v2 = base[5] * 2, base[6] * 2
     ix.add(v1, keys=["up"])
     ix.add(v2, keys=["up"])
-    holders = [s.index for s in ix.shards if "up" in s.open()]
+    holders = [s.number for s in ix.shards if "up" in s.index]
     check("upsert_one_shard", holders == [shard_of("up", 3)] and
           ix.get("up")[0].tobytes() == v2.tobytes(), holders)
-    check("delete_key", ix.delete("up") == 1 and not any("up" in s.open() for s in ix.shards))
+    check("delete_key", ix.delete("up") == 1 and not any("up" in s.index for s in ix.shards))
     try:
         ix.get("up")
         check("get_missing", False, "no KeyError")
@@ -185,12 +188,12 @@ def run(ix, one, base, queries, work):
     finally:
         done.set()
         t.join()
-    per = [s.open().stats()["records"] for s in ix.shards]
+    per = [s.index.stats()["records"] for s in ix.shards]
     check("add_shard_moves_quarter", len(ix.shards) == 4 and abs(moved - before / 4) < before * 0.05
           and sum(per) == before, (moved, before, per))
     check("add_shard_queries_correct", count[0] >= 1 and not bad, (count[0], bad[:5]))
     check("add_shard_routed", all(
-        str(j) in ix.shards[shard_of(str(j), 4)].open() for j in range(0, n, 499)))
+        str(j) in ix.shards[shard_of(str(j), 4)].index for j in range(0, n, 499)))
     k, d = ix.search(queries, k=10, exact=True)
     check("add_shard_after", (k == want_k).all() and d.tobytes() == want_d.tobytes())
 

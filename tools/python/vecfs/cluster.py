@@ -499,12 +499,13 @@ def _split_file(path, n):
 
 # ---------------------------------------------------------------- client side
 class Shard:
-    """One shard: index (its number, 0..N-1), name (shard-WORKERNAME),
-    worker (its worker's address, None when gone), store, mount, pid (its
-    daemon's), host."""
+    """One shard: index (a vecfs.Index on its mount, opened at first use;
+    from a process on the shard's machine), number (0..N-1), name
+    (shard-WORKERNAME), worker (its worker's address, None when gone),
+    store, mount, pid (its daemon's), worker_name."""
 
-    def __init__(self, index, name, worker=None, info=None):
-        self.index = index
+    def __init__(self, number, name, worker=None, info=None, opened=None):
+        self.number = number
         self.name = name
         self.worker = worker
         info = info or {}
@@ -512,14 +513,23 @@ class Shard:
         self.mount = info.get("mount")
         self.pid = info.get("pid")
         self.worker_name = info.get("worker_name")
+        self._opened = {} if opened is None else opened
 
-    def open(self):
-        """A vecfs.Index on this shard's mount (from a process on its machine)."""
-        return Index(self.mount)
+    @property
+    def index(self):
+        """vecfs.Index on this shard's mount, one per mount for the
+        ShardedIndex (its close() closes it)."""
+        if self.mount is None:
+            raise VecfsError(errno.ENOTCONN, "shard %d (%s): its worker is gone"
+                             % (self.number, self.name))
+        ix = self._opened.get(self.mount)
+        if ix is None:
+            ix = self._opened.setdefault(self.mount, Index(self.mount))
+        return ix
 
     def __repr__(self):
         return "Shard(%d, %r, worker=%r, store=%r, pid=%r)" % (
-            self.index, self.name, self.worker, self.store, self.pid)
+            self.number, self.name, self.worker, self.store, self.pid)
 
 
 class ShardedConfig:
@@ -570,6 +580,7 @@ class ShardedIndex:
         self._move = None                    # (read map count, shard filter) during a move
         self._names = itertools.count()
         self._tag = uuid.uuid4().hex[:8]
+        self._opened = {}                    # mount: the vecfs.Index of Shard.index
         self._load()
 
     # ------------------------------------------------------------ setup
@@ -640,7 +651,7 @@ class ShardedIndex:
         out = []
         for i, nm in enumerate(self._map["shards"]):
             info = self._infos_by_name.get(nm, (None, {}))[1]
-            out.append(Shard(i, nm, addr.get(nm), info))
+            out.append(Shard(i, nm, addr.get(nm), info, self._opened))
         return out
 
     def refresh(self):
@@ -1148,6 +1159,9 @@ class ShardedIndex:
     def close(self):
         """Close the client; for .local(), also the cluster, its workers
         unmounting their stores (and any mount or daemon left is removed)."""
+        opened, self._opened = self._opened, {}
+        for one in opened.values():
+            one.close()
         try:
             if self._cluster is not None:
                 try:
