@@ -18,6 +18,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools", "python"))
 import vecfs                                   # noqa: E402
+import vecfs.cluster as vc                     # noqa: E402
 from vecfs.cluster import ShardedIndex, ShardError, shard_of   # noqa: E402
 
 FAILED = 0
@@ -71,8 +72,22 @@ def main():
     return FAILED
 
 
+def text_rows():
+    """The numbers of rows sent as text read back (as strtof reads them)
+    as the same float32, across every exponent."""
+    bits = (np.arange(0, 1 << 32, 4099, dtype=np.uint64) & 0x7fffffff).astype(np.uint32)
+    bits = bits[(bits >> 23) != 0xff]
+    bits = np.concatenate([bits, bits | 0x80000000, [0, 1, 0x7f7fffff, 0x00800000]]).astype(np.uint32)
+    rows = bits[:len(bits) // 64 * 64].view(np.float32).reshape(-1, 64)
+    lines = vc._csv_rows(["k%d" % i for i in range(len(rows))], rows).decode().splitlines()
+    got = np.array([[float(x) for x in line.split(",")[1:]] for line in lines], dtype=np.float32)
+    check("text_rows_exact", got.view(np.uint32).tobytes() == rows.view(np.uint32).tobytes(),
+          "%d numbers differ" % (got.view(np.uint32) != rows.view(np.uint32)).sum())
+
+
 def run(ix, one, base, queries, work):
     n = len(base)
+    text_rows()
     check("local_shards", [s.number for s in ix.shards] == [0, 1, 2] and
           all(s.pid and s.worker and s.store for s in ix.shards), ix.shards)
     check("shard_index", all(isinstance(s.index, vecfs.Index) and s.index.root == s.mount and
@@ -124,6 +139,21 @@ def run(ix, one, base, queries, work):
     check("stats", st["total"]["records"] == n + 40 and len(st["shards"]) == 3 and
           len(st["recall_estimate"]) == 3, st["total"])
     check("verify", len(ix.verify()) == 3)
+
+    # rows as text: every float32 comes back bit for bit, awkward keys too,
+    # and a key given twice in one call keeps its last row
+    odd = np.repeat(base[7:8], 6, axis=0)
+    odd[0, :8] = [1e-45, -3.4028235e38, -0.0, 1.1754942e-38, 9.99999944e-15, 1e-14, 123456789e10, 0.1]
+    odd[1, :4] = [99999999.5, 999999940, 1e-22, 1e22]
+    odd[2] = -odd[1]
+    okeys = ["o 1", "#o2", 'o"3', "o,4", "o5", "o5"]
+    ix.add(odd, keys=okeys)
+    back = [ix.get(k)[0] for k in okeys[:5]]
+    check("rows_bit_exact", all(b.tobytes() == o.tobytes() for b, o in zip(back, odd[:5])) and
+          ix.get("o5")[0].tobytes() == odd[5].tobytes(), [k for k, b, o in zip(okeys, back, odd)
+                                                         if b.tobytes() != o.tobytes()])
+    check("rows_last_wins", sum("o5" in s.index for s in ix.shards) == 1 and
+          ix.delete(okeys[:5]) == 5, [s.number for s in ix.shards if "o5" in s.index])
 
     # routing of upserts and deletes: one copy, on the key's shard
     v1, v2 = base[5] * 2, base[6] * 2

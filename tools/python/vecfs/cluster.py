@@ -30,6 +30,7 @@ import itertools
 import json
 import logging
 import os
+import queue
 import re
 import shutil
 import subprocess
@@ -48,14 +49,15 @@ __all__ = ["ShardedIndex", "ShardPlugin", "ShardError", "Shard", "shard_of"]
 
 PLUGIN = "vecfs-shard"
 MAP_FILE = "shard.json"
-PIECE_ROWS = 8192        # rows formatted at a time into an ingest file
+PIECE_ROWS = 4096        # rows formatted at a time into an ingest file
 
 
 # ---------------------------------------------------------------- keys
 def key_hash(keys):
     """blake2b-64 of each key's UTF-8 bytes, as uint64."""
-    return np.fromiter((int.from_bytes(hashlib.blake2b(k.encode("utf-8"), digest_size=8).digest(),
-                                       "little") for k in keys), dtype=np.uint64, count=len(keys))
+    b2 = hashlib.blake2b
+    digests = b"".join([b2(k.encode("utf-8"), digest_size=8).digest() for k in keys])
+    return np.frombuffer(digests, dtype="<u8").astype(np.uint64)
 
 
 def jump_hash(h, n):
@@ -79,7 +81,24 @@ def shard_of(keys, n):
     """The shard number (0..n-1) of each key: jump_hash(blake2b-64(key), n)."""
     if isinstance(keys, str):
         return int(jump_hash(key_hash([keys]), n)[0])
-    return jump_hash(key_hash(list(keys)), n)
+    keys = list(keys)
+    if n == 1:
+        return np.zeros(len(keys), dtype=np.int64)
+    return jump_hash(key_hash(keys), n)
+
+
+def _check_keys(keys):
+    """keys as a list of str (others as their str()), each checked as
+    vecfs' _check_key checks one: the usual case in one pass over their
+    join, the rest key by key (which raises for the bad one)."""
+    keys = list(keys)
+    if set(map(type, keys)) - {str}:
+        keys = [k if isinstance(k, str) else str(k) for k in keys]
+    j = "\n" + "\n".join(keys) + "\n"
+    if "/" in j or "\0" in j or "\n\n" in j or "\n.\n" in j or "\n..\n" in j:
+        for k in keys:
+            _check_key(k)
+    return keys
 
 
 def _gen_keys(tag, n, start=0):
@@ -276,33 +295,50 @@ def _w_remount():
     return p.pid
 
 
-def _hex_floats(a):
-    """float32 rows as text: each number as a C hex float ('+0x1.8p+001'
-    style, 16 bytes, exact), numbers separated by spaces; (rows, dim*17) bytes
-    with a newline last."""
-    bits = np.ascontiguousarray(a, dtype="<f4").view("<u4").astype(np.int64)
-    n, d = bits.shape
-    out = np.empty((n, d, 17), dtype=np.uint8)
-    e = (bits >> 23) & 0xff
-    man = (bits & 0x7fffff) << 1
-    out[:, :, 0] = np.where(bits >> 31, ord("-"), ord("+"))
-    out[:, :, 1] = ord("0")
-    out[:, :, 2] = ord("x")
-    out[:, :, 3] = np.where(e == 0, ord("0"), ord("1"))
-    out[:, :, 4] = ord(".")
-    digits = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
-    for i in range(6):
-        out[:, :, 5 + i] = digits[(man >> (20 - 4 * i)) & 15]
-    out[:, :, 11] = ord("p")
-    ex = np.where(e == 0, -126, e - 127)
-    out[:, :, 12] = np.where(ex < 0, ord("-"), ord("+"))
-    ex = np.abs(ex)
-    out[:, :, 13] = ord("0") + ex // 100
-    out[:, :, 14] = ord("0") + ex // 10 % 10
-    out[:, :, 15] = ord("0") + ex % 10
-    out[:, :, 16] = ord(" ")
-    out[:, -1, 16] = ord("\n")
-    return out.reshape(n, d * 17)
+# Keyed rows go to a shard as .csv: the key, then each float32 as nine
+# significant decimal digits times a power of ten ("+215617210e-009"), which
+# strtof reads back as the same float32 (nine digits always do) and which the
+# daemon reads without strtof (up to 19 digits, powers of ten to 1e+-22).
+# Each number is 16 bytes, four little-endian words taken from tables: the
+# sign and 3 digits, 4 digits, 2 digits "e" and the exponent's sign, 3
+# exponent digits and the separator.
+_W0 = np.frombuffer("".join(c + "%03d" % i for c in "+-" for i in range(1000)).encode(), "<u4")
+_W1 = np.frombuffer("".join("%04d" % i for i in range(10000)).encode(), "<u4")
+_W2 = np.frombuffer("".join("%02de%s" % (i, c) for c in "+-" for i in range(100)).encode(), "<u4")
+_W3 = np.frombuffer("".join("%03d," % i for i in range(1000)).encode(), "<u4")
+_P10 = 10.0 ** np.arange(-64, 65)
+_LOG2 = np.floor((np.arange(256) - 127) * np.log10(2.0)).astype(np.int64)  # 10^x <= 2^(e-127)
+
+
+def _decimal_rows(a):
+    """float32 rows (finite) as text: (rows, dim*16) bytes, each number
+    "+DDDDDDDDDe+XXX" and a comma, a newline after the row's last."""
+    a = np.ascontiguousarray(a, dtype=np.float32)
+    n, d = a.shape
+    bits = a.view(np.uint32)
+    av = np.abs(a).astype(np.float64)
+    x = _LOG2[bits >> 23 & 0xff]                 # 10^x <= |a| < 10^(x+1), or one below
+    x += av >= _P10[64 + 1 + x]
+    m = np.rint(av * _P10[64 + 8 - x])
+    odd = (m >= 1e9) | ((m < 1e8) & (av > 0))     # subnormals; rounding up to 10^9
+    if odd.any():
+        i = np.nonzero(odd)
+        xs = np.floor(np.log10(av[i])).astype(np.int64)
+        ms = np.rint(av[i] * 10.0 ** (8 - xs))
+        up = ms >= 1e9
+        xs += up
+        x[i] = xs
+        m[i] = np.where(up, np.rint(av[i] * 10.0 ** (8 - xs)), ms)
+    m = m.astype(np.int32)
+    e = np.where(av > 0, x - 8, 0)
+    out = np.empty((n, d, 4), np.uint32)
+    out[:, :, 0] = _W0[(bits >> 31).astype(np.int32) * 1000 + m // 1000000]
+    out[:, :, 1] = _W1[m // 100 % 10000]
+    out[:, :, 2] = _W2[m % 100 + 100 * (e < 0)]
+    out[:, :, 3] = _W3[np.abs(e)]
+    text = out.view(np.uint8).reshape(n, d * 16)
+    text[:, -1] = ord("\n")
+    return text
 
 
 _QUOTE = re.compile(r'[ ,"\t]')
@@ -312,6 +348,58 @@ def _text_key(k):
     if _QUOTE.search(k) or k.startswith("#"):
         return ('"' + k.replace('"', '""') + '"').encode("utf-8")
     return k.encode("utf-8")
+
+
+def _key_fields(keys):
+    """Each key as a CSV field and its comma (RFC 4180 quotes where needed)."""
+    joined = "\n".join(keys)
+    if keys and not _QUOTE.search(joined) and "\n#" not in "\n" + joined:
+        out = (joined.replace("\n", ",\n") + ",").encode("utf-8").split(b"\n")
+        if len(out) == len(keys):                 # (no key holds a newline)
+            return out
+    return [_text_key(k) + b"," for k in keys]
+
+
+def _csv_rows(keys, vectors):
+    """Rows with keys as the bytes of CSV lines."""
+    text = memoryview(_decimal_rows(vectors).reshape(-1))
+    width = vectors.shape[1] * 16
+    parts = [None] * (2 * len(keys))
+    parts[0::2] = _key_fields(keys)
+    parts[1::2] = [text[i:i + width] for i in range(0, len(keys) * width, width)]
+    return b"".join(parts)
+
+
+def _overlapped(ix, write, chunks):
+    """write(chunk) for each of chunks in order, in a thread of its own, so
+    that the next chunk is made while the daemon takes the last."""
+    todo = queue.Queue(2)
+    failed = []
+    seen = ix._seen
+
+    def run():
+        ix._seen = seen
+        while True:
+            c = todo.get()
+            if c is None:
+                return
+            if not failed:
+                try:
+                    write(c)
+                except BaseException as e:       # noqa: BLE001 (raised below)
+                    failed.append(e)
+    t = threading.Thread(target=run, name="vecfs-ingest", daemon=True)
+    t.start()
+    try:
+        for c in chunks:
+            if failed:
+                break
+            todo.put(c)
+    finally:
+        todo.put(None)
+        t.join()
+    if failed:
+        raise failed[0]
 
 
 def _dedupe(keys, vectors, payloads):
@@ -324,11 +412,25 @@ def _dedupe(keys, vectors, payloads):
             None if payloads is None else [payloads[i] for i in idx])
 
 
-def _w_ingest(piece, name):
-    """Write one piece (keys, float32 vectors, payloads or None) into this
-    worker's shard as one ingest file: one atomic commit.  The same piece
-    again writes the same rows again (an upsert): retries add nothing."""
+def _pack(piece):
+    """A piece to send: its keys as one string, one per line, which
+    pickles in a fraction of a list's time (a list when a key holds a
+    newline)."""
     keys, vectors, payloads = piece
+    joined = "\n".join(keys)
+    if len(keys) and joined.count("\n") == len(keys) - 1:
+        return (joined, vectors, payloads)
+    return piece
+
+
+def _w_ingest(piece, name):
+    """Write one piece (keys, float32 vectors, payloads or None; the keys
+    as a list or as _pack's string) into this worker's shard as one ingest
+    file: one atomic commit.  The same piece again writes the same rows
+    again (an upsert): retries add nothing."""
+    keys, vectors, payloads = piece
+    if isinstance(keys, str):
+        keys = keys.split("\n")
     if not len(keys):
         return 0
     ix = _plugin().index
@@ -336,11 +438,9 @@ def _w_ingest(piece, name):
     ix._begin()
     n, d = vectors.shape
     if payloads is None:
-        with _Writer(ix, name + ".txt", n * (d * 17 + 32)) as w:
-            for i in range(0, n, PIECE_ROWS):
-                text = _hex_floats(vectors[i:i + PIECE_ROWS])
-                w.write(b"".join(_text_key(k) + b" " + row.tobytes()
-                                 for k, row in zip(keys[i:i + PIECE_ROWS], text)))
+        with _Writer(ix, name + ".csv", n * (d * 16 + 32)) as w:
+            _overlapped(ix, w.write, (_csv_rows(keys[i:i + PIECE_ROWS], vectors[i:i + PIECE_ROWS])
+                                      for i in range(0, n, PIECE_ROWS)))
     else:
         with _Writer(ix, name + ".jsonl", n * (d * 24 + 64)) as w:
             rows = vectors.tolist()
@@ -454,7 +554,7 @@ def _split(vectors, keys, payloads, n, tag, start):
     if keys is None:
         keys = _gen_keys(tag, len(vectors), start)
     else:
-        keys = [_check_key(str(k)) if not isinstance(k, str) else _check_key(k) for k in keys]
+        keys = _check_keys(keys)
     if len(keys) != len(vectors):
         raise ValueError("%d keys for %d vectors" % (len(keys), len(vectors)))
     if payloads is not None:
@@ -463,11 +563,15 @@ def _split(vectors, keys, payloads, n, tag, start):
             raise ValueError("%d payloads for %d vectors" % (len(payloads), len(vectors)))
     if len(vectors) and not np.isfinite(vectors).all():
         raise ValueError("vectors hold NaN or infinity (or a number beyond float32)")
-    owner = shard_of(keys, n) if keys else np.zeros(0, np.int64)
+    if n == 1:
+        return {0: (keys, vectors, payloads)}
+    owner = shard_of(keys, n)
+    karr = np.empty(len(keys), dtype=object)
+    karr[:] = keys
     out = {}
     for s in range(n):
         idx = np.nonzero(owner == s)[0]
-        out[s] = ([keys[i] for i in idx], vectors[idx],
+        out[s] = (karr[idx].tolist(), vectors[idx],
                   None if payloads is None else [payloads[i] for i in idx])
     return out
 
@@ -581,6 +685,7 @@ class ShardedIndex:
         self._names = itertools.count()
         self._tag = uuid.uuid4().hex[:8]
         self._opened = {}                    # mount: the vecfs.Index of Shard.index
+        self._direct = True                  # scatter straight to the workers
         self._load()
 
     # ------------------------------------------------------------ setup
@@ -782,10 +887,20 @@ class ShardedIndex:
             if a is None:
                 futs.append((s, None))
                 continue
-            [pf] = self.client.scatter([piece], workers=[a], direct=False)
+            pf = self._scatter(_pack(piece), a)
             futs.append((s, self._submit(names[s], addr, _w_ingest, pf,
                                          "cl-%s-%d" % (tag, s), retries=1)))
         self._wait(futs, "add")
+
+    def _scatter(self, data, address):
+        """data on the worker at address: sent to it directly (a client
+        that cannot reach the worker sends through the scheduler)."""
+        if self._direct:
+            try:
+                return self.client.scatter([data], workers=[address], direct=True)[0]
+            except (OSError, distributed.TimeoutError):
+                self._direct = False
+        return self.client.scatter([data], workers=[address], direct=False)[0]
 
     def _ingest_futures(self, sources, what="add"):
         """sources: futures each of {shard: piece}; every piece goes to its
