@@ -456,36 +456,119 @@ def _w_ingest_part(pieces, s, name):
     return _w_ingest(pieces[s], name)
 
 
-def _w_search(queries, opts, k, want_payloads):
-    """This shard's top-k of each query: (keys, distances, payloads)."""
+# Recall over shards.  A query's k nearest over N shards are mostly each
+# shard's nearest few (about k/N of them), which a shard finds more often
+# than its k-th: shards asked for a store's recall target T return a merge
+# above what one store returns at T.  So each shard aims lower, at
+#     t = 1 - (1 - T) * ((k + 1) / (k / N + 1)) ** RECALL_SHRINK
+# ((k+1)/(k/N+1) is how much less a shard would miss of its share if its
+# misses grew linearly with rank; the exponent is what brings the merge
+# within 0.005 of one store's recall at the default target on sift-128 and
+# glove-100 over 4 shards).  A shard probes by the nearest calibrated
+# target at or above the one asked (its generation's meta lists them), so a
+# t between two of them, lo < t < hi, is met on average: a share
+# (t - lo) / (hi - lo) of the queries, chosen by a hash of each vector (the
+# same on every shard), asks for hi, the rest for lo.
+RECALL_SHRINK = 0.45
+
+
+def shard_recall(target, shards, k):
+    """The recall each of `shards` shards aims at for a merged recall@k
+    near one store's at `target`."""
+    if shards <= 1 or k <= 1:
+        return float(target)
+    f = ((k + 1) / (k / shards + 1)) ** RECALL_SHRINK
+    return max(0.01, 1 - (1 - float(target)) * f)
+
+
+_MIX = np.random.default_rng(0x5eed).integers(1, 1 << 63, 4096, dtype=np.uint64) | np.uint64(1)
+
+
+def _query_share(q):
+    """A number in [0, 1) for each query row, from its float32 bits."""
+    bits = np.ascontiguousarray(q, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    with np.errstate(over="ignore"):
+        h = (bits * _MIX[:bits.shape[1]]).sum(axis=1, dtype=np.uint64)
+        h ^= h >> np.uint64(31)
+        h *= np.uint64(0xbf58476d1ce4e5b9)
+        h ^= h >> np.uint64(29)
+    return (h >> np.uint64(11)).astype(np.float64) / float(1 << 53)
+
+
+def _levels(ix):
+    """The recall targets calibrated in the shard's active generation
+    (sorted), or None without one."""
+    gen = ix.stats().get("active")
+    if gen in (None, "none"):
+        return None
+    p = _plugin()
+    cached = getattr(p, "levels", None)
+    if cached and cached[0] == (ix.root, gen):
+        return cached[1]
+    levels = None
+    try:
+        with open(os.path.join(ix.root, "generations", str(gen), "meta")) as f:
+            for line in f:
+                name, _, value = line.partition("=")
+                if name.strip() == "nprobe_for_recall":
+                    levels = sorted(float(t.split(":")[0]) for t in value.split())
+    except (OSError, ValueError):
+        levels = None
+    p.levels = ((ix.root, gen), levels)
+    return levels
+
+
+def _recall_groups(ix, queries, t):
+    """[(rows, recall)]: the queries split between the calibrated targets
+    around t (all of them at t when t is one, or outside the range)."""
+    levels = _levels(ix)
+    everything = np.arange(len(queries))
+    if not levels or t <= levels[0] or t >= levels[-1] or t in levels:
+        return [(everything, t)]
+    hi = next(x for x in levels if x > t)
+    lo = max(x for x in levels if x < t)
+    up = _query_share(queries) < (t - lo) / (hi - lo)
+    return [(g, r) for g, r in ((everything[~up], lo), (everything[up], hi)) if len(g)]
+
+
+def _w_search(queries, opts, k, want_payloads, target=None, spread=(1, 10)):
+    """This shard's top-k of each query: (keys, distances, payloads).
+    target: the recall one store would be asked for ("config": its
+    recall_target), asked of this shard as shard_recall(target, *spread)
+    (spread: the shards and the merge's k); None: opts as they are."""
     ix = _plugin().index
-    text_opts = opts.replace("{k}", str(k), 1)
-    per = max(1, min((1 << 20) // max(k, 1), (64 << 20) // (queries.shape[1] * 26)))
-    keys, dists, pays = [], [], []
+    if target is None:
+        groups = [(np.arange(len(queries)), None)]
+    else:
+        if target == "config":
+            target = float(ix.get_config()["recall_target"])
+        groups = _recall_groups(ix, queries, shard_recall(target, *spread))
+    kd = np.empty((len(queries), k), dtype=object)
+    dd = np.full((len(queries), k), np.inf, dtype=np.float32)
+    pd = np.empty((len(queries), k), dtype=object) if want_payloads else None
     path = ix._session()
     try:
-        for i in range(0, len(queries), per):
-            rows = queries[i:i + per]
-            text = text_opts + "".join(" ".join(map(repr, r)) + "\n" for r in rows.tolist())
-            ix._begin()
-            ix._write(os.path.join(path, "in"), text)
-            res = json.loads(ix._call(ix._read, os.path.join(path, "out.json")))["results"]
-            for q in res:
-                keys.append([r["key"] for r in q])
-                dists.append([r["distance"] for r in q])
-                if want_payloads:
-                    pays.append([r.get("payload") for r in q])
+        for rows, r in groups:
+            text_opts = opts.replace("{k}", str(k) if r is None else "%d recall=%r" % (k, r), 1)
+            _search_rows(ix, path, queries, rows, text_opts, k, want_payloads, kd, dd, pd)
     finally:
         ix._release(path)
-    kd = np.empty((len(keys), k), dtype=object)
-    dd = np.full((len(keys), k), np.inf, dtype=np.float32)
-    pd = np.empty((len(keys), k), dtype=object) if want_payloads else None
-    for i, (kr, dr) in enumerate(zip(keys, dists)):
-        kd[i, :len(kr)] = kr
-        dd[i, :len(dr)] = dr
-        if want_payloads:
-            pd[i, :len(kr)] = pays[i]
     return kd, dd, pd
+
+
+def _search_rows(ix, path, queries, rows, text_opts, k, want_payloads, kd, dd, pd):
+    per = max(1, min((1 << 20) // max(k, 1), (64 << 20) // (queries.shape[1] * 26)))
+    for i in range(0, len(rows), per):
+        part = rows[i:i + per]
+        text = text_opts + "".join(" ".join(map(repr, r)) + "\n" for r in queries[part].tolist())
+        ix._begin()
+        ix._write(os.path.join(path, "in"), text)
+        res = json.loads(ix._call(ix._read, os.path.join(path, "out.json")))["results"]
+        for j, q in zip(part, res):
+            kd[j, :len(q)] = [r["key"] for r in q]
+            dd[j, :len(q)] = [r["distance"] for r in q]
+            if want_payloads:
+                pd[j, :len(q)] = [r.get("payload") for r in q]
 
 
 def _w_delete(keys):
@@ -986,13 +1069,20 @@ class ShardedIndex:
             raise ValueError("queries must be 1-D or 2-D")
         if k is None:
             k = int(self.get_config()["k"])
+        # the ANN default: each shard aims at the recall that brings the merge
+        # to one store's at the target (shard_recall); exact or a fixed
+        # nprobe pass through as they are
+        target = None
+        if not exact and nprobe is None:
+            target, recall = ("config" if recall is None else float(recall)), None
         opts = _options(None, filter, recall, nprobe, exact, refine)
         opts = "k={k} " + opts if opts and not opts.startswith("filter=") else "k={k}\n" + opts
         with self._cv:
             names, move, epoch = list(self._map["shards"]), self._move, self._map["epoch"]
             self._active[epoch] = self._active.get(epoch, 0) + 1
         try:
-            keys, dists, pays, missing = self._search(q, k, opts, partial, payloads, names, move)
+            keys, dists, pays, missing = self._search(q, k, opts, partial, payloads, names, move,
+                                                      target)
         finally:
             with self._cv:
                 self._active[epoch] -= 1
@@ -1003,14 +1093,15 @@ class ShardedIndex:
                                 None if pays is None else pays[0][m])
         return SearchResult(keys, dists, missing, pays)
 
-    def _search(self, q, k, opts, partial, want_payloads, names, move):
+    def _search(self, q, k, opts, partial, want_payloads, names, move, target):
         n = len(names)
         kk = {s: k for s in range(n)}
         got, missing = {}, {}
         todo = list(range(n))
         while True:
             addr = self._addresses()
-            futs = [(s, self._submit(names[s], addr, _w_search, q, opts, kk[s], want_payloads))
+            futs = [(s, self._submit(names[s], addr, _w_search, q, opts, kk[s], want_payloads,
+                                     target, (n, k)))
                     for s in todo]
             res, miss = self._wait(futs, "search", partial, names)
             missing.update(miss)
