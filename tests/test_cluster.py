@@ -105,6 +105,17 @@ def run(ix, one, base, queries, work):
     check("add_routed", all(
         str(j) in ix.shards[int(owner[j])].index for j in range(0, n, 997)))
 
+    # a bad piece (the wrong dimension, here in a staged file and in a plain
+    # one): an error, nothing of it added, the shards still serving
+    for rows in (20000, 3):
+        try:
+            ix.add(np.ones((rows, base.shape[1] + 1), np.float32), keys=["bad%d" % i for i in range(rows)])
+            err = "no error"
+        except (ShardError, vecfs.VecfsError) as e:
+            err = e
+        check("add_bad_dim_%d" % rows, isinstance(err, Exception) and "EINVAL" in str(err) and
+              len(ix) == n and not any("bad0" in s.index for s in ix.shards), err)
+
     # exact search: keys and distances as one store's, bit for bit
     k1, d1 = one.search(queries, k=10, exact=True)
     k2, d2 = ix.search(queries, k=10, exact=True)
