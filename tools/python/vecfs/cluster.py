@@ -299,13 +299,13 @@ def _w_remount():
 # significant decimal digits times a power of ten ("+215617210e-009"), which
 # strtof reads back as the same float32 (nine digits always do) and which the
 # daemon reads without strtof (up to 19 digits, powers of ten to 1e+-22).
-# Each number is 16 bytes, four little-endian words taken from tables: the
-# sign and 3 digits, 4 digits, 2 digits "e" and the exponent's sign, 3
-# exponent digits and the separator.
+# Each number is 16 bytes taken from tables: a little-endian word of the
+# sign and 3 digits, one of 4 digits, and 8 bytes of the last 2 digits, "e",
+# the exponent (sign and 3 digits) and the separator.
 _W0 = np.frombuffer("".join(c + "%03d" % i for c in "+-" for i in range(1000)).encode(), "<u4")
 _W1 = np.frombuffer("".join("%04d" % i for i in range(10000)).encode(), "<u4")
-_W2 = np.frombuffer("".join("%02de%s" % (i, c) for c in "+-" for i in range(100)).encode(), "<u4")
-_W3 = np.frombuffer("".join("%03d," % i for i in range(1000)).encode(), "<u4")
+_W23 = np.frombuffer("".join("%02de%+04d," % (i, e - 64) for i in range(100)
+                             for e in range(128)).encode(), "<u8")
 _P10 = 10.0 ** np.arange(-64, 65)
 _LOG2 = np.floor((np.arange(256) - 127) * np.log10(2.0)).astype(np.int64)  # 10^x <= 2^(e-127)
 
@@ -329,13 +329,12 @@ def _decimal_rows(a):
         xs += up
         x[i] = xs
         m[i] = np.where(up, np.rint(av[i] * 10.0 ** (8 - xs)), ms)
-    m = m.astype(np.int32)
-    e = np.where(av > 0, x - 8, 0)
-    out = np.empty((n, d, 4), np.uint32)
-    out[:, :, 0] = _W0[(bits >> 31).astype(np.int32) * 1000 + m // 1000000]
-    out[:, :, 1] = _W1[m // 100 % 10000]
-    out[:, :, 2] = _W2[m % 100 + 100 * (e < 0)]
-    out[:, :, 3] = _W3[np.abs(e)]
+    m = m.astype(np.int32)                      # (zero: 0 times any power of ten)
+    out = np.empty((n, d, 2), "<u8")
+    words = out.view("<u4").reshape(n, d, 4)
+    words[:, :, 0] = _W0[(bits >> 31).astype(np.int32) * 1000 + m // 1000000]
+    words[:, :, 1] = _W1[m // 100 % 10000]
+    out[:, :, 1] = _W23[(m % 100) * 128 + (x + (64 - 8))]
     text = out.view(np.uint8).reshape(n, d * 16)
     text[:, -1] = ord("\n")
     return text
