@@ -5,7 +5,9 @@ Each shard is a vecfs daemon with its own store on one Dask worker's
 machine, mounted there by `ShardPlugin` (a worker plugin) or served by a
 daemon that systemd runs (`vecfs@.service`), which the plugin attaches to.
 `ShardedIndex` is the client: it routes rows to shards by a stable hash of
-their keys, fans queries out to every shard and merges the results.
+their keys, fans queries out to every shard and merges the results (each
+shard asked for a recall below the caller's target, so that the merge's
+recall is one store's at that target: see shard_recall).
 
 Keys.  A row's shard is jump_hash(blake2b-64(key), N) over the N shards in
 the shard map (Lamping and Veach's jump consistent hash: growing from N to
