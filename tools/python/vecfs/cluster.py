@@ -405,9 +405,9 @@ def _overlapped(ix, write, chunks):
 
 def _dedupe(keys, vectors, payloads):
     """The last row of each key (as one file of the store would keep)."""
-    last = {k: i for i, k in enumerate(keys)}
-    if len(last) == len(keys):
+    if len(set(keys)) == len(keys):
         return keys, vectors, payloads
+    last = {k: i for i, k in enumerate(keys)}
     idx = sorted(last.values())
     return ([keys[i] for i in idx], vectors[idx],
             None if payloads is None else [payloads[i] for i in idx])
