@@ -45,7 +45,7 @@ import numpy as np
 import distributed
 from distributed import WorkerPlugin, get_worker
 
-from . import Index, VecfsError, _check_key, _options, _Writer, _is_vector
+from . import Config, Index, VecfsError, _check_key, _options, _Writer, _is_vector
 
 __all__ = ["ShardedIndex", "ShardPlugin", "ShardError", "Shard", "shard_of"]
 
@@ -720,32 +720,10 @@ class Shard:
             self.number, self.name, self.worker, self.store, self.pid)
 
 
-class ShardedConfig:
-    """config of every shard: reads from the first that answers, writes to all."""
-
-    def __init__(self, ix):
-        self._ix = ix
-
-    def __getitem__(self, key):
-        return self._ix.get_config()[key]
-
-    def __setitem__(self, key, value):
-        self._ix.set_config(**{key: value})
-
-    def update(self, *args, **kv):
-        self._ix.set_config(**dict(*args, **kv))
-
-    def get(self, key, default=None):
-        return self._ix.get_config().get(key, default)
-
-    def items(self):
-        return self._ix.get_config().items()
-
-    def keys(self):
-        return self._ix.get_config().keys()
-
-    def __iter__(self):
-        return iter(self._ix.get_config())
+class ShardedConfig(Config):
+    """config of every shard: reads from the first that answers, writes to
+    all (the mapping of vecfs.Config over ShardedIndex's get_config and
+    set_config)."""
 
     def __repr__(self):
         return "ShardedConfig(%r)" % self._ix.get_config()
