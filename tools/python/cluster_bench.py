@@ -1,11 +1,13 @@
 """cluster_bench.py: vecfs.cluster.ShardedIndex measured, and checked
 against one store.
 
-  python3 tools/python/cluster_bench.py bench VECFS DIR WORK [SHARDS...]
+  python3 tools/python/cluster_bench.py bench VECFS DIR WORK [SHARDS...] [--metric M]
       DIR/base.fvecs, query.fvecs, gt.ivecs; for each shard count (1 2 4):
-      a LocalCluster with stores under WORK, add (keys 0..N-1) in one call,
-      build, the queries as one batch at the defaults: rows/s, build s, QPS,
-      recall@10, and the client's merge as a share of the search.
+      a LocalCluster with fresh stores under WORK (metric M: l2, cosine or
+      dot; l2 unless given), add (keys 0..N-1) in one call, build, the
+      queries as one batch at the defaults (best of 3): rows/s, build s,
+      QPS, recall@10, the client's merge as a share of the search; then 200
+      queries one per call: p50 and p99 latency; the load average after.
   python3 tools/python/cluster_bench.py accept VECFS DIR WORK [METRIC]
       4 shards and one store (mounted under WORK) on the same rows: exact
       search of every query equal (keys and distances), recall@10 at the
@@ -13,6 +15,7 @@ against one store.
 """
 
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -47,15 +50,17 @@ def _timed_merge(parts, k):
         _merge_s[0] += time.perf_counter() - t
 
 
-def bench(vecfs_bin, data, work, counts):
+def bench(vecfs_bin, data, work, counts, metric=None):
     base, q = fvecs(data + "/base.fvecs"), fvecs(data + "/query.fvecs")
     gt = fvecs(data + "/gt.ivecs", "<i4")
     keys = [str(i) for i in range(len(base))]
     vc._merge = _timed_merge
     for n in counts:
-        ix = vc.ShardedIndex.local(n, os.path.join(work, "b%d" % n), vecfs=vecfs_bin, timeout=3600)
+        root = os.path.join(work, "b%d" % n)
+        shutil.rmtree(root, ignore_errors=True)
+        ix = vc.ShardedIndex.local(n, root, vecfs=vecfs_bin, timeout=3600)
         try:
-            ix.config.update(auto_build=0)
+            ix.config.update(dict(auto_build=0, **({"metric": metric} if metric else {})))
             t = time.perf_counter()
             ix.add(base, keys=keys)
             t_add = time.perf_counter() - t
@@ -76,6 +81,15 @@ def bench(vecfs_bin, data, work, counts):
                   % (n, len(base), base.shape[1], t_add, format(int(len(base) / t_add), ","),
                      t_build, len(q), format(int(len(q) / best), ","), recall(k, gt),
                      merge * 1e3, 100 * merge / best), flush=True)
+            lat = []
+            for i in range(200):
+                t = time.perf_counter()
+                ix.search(q[i % len(q)], k=10)
+                lat.append(time.perf_counter() - t)
+            lat = np.sort(lat) * 1e3
+            print("%d shard(s): one query a call: p50 %.1f ms, p99 %.1f ms; load average %s"
+                  % (n, lat[len(lat) // 2], lat[int(len(lat) * 0.99)],
+                     " ".join(open("/proc/loadavg").read().split()[:3])), flush=True)
         finally:
             ix.close()
 
@@ -84,6 +98,8 @@ def accept(vecfs_bin, data, work, metric=None):
     base, q = fvecs(data + "/base.fvecs"), fvecs(data + "/query.fvecs")
     gt = fvecs(data + "/gt.ivecs", "<i4")
     mnt, store = os.path.join(work, "one"), os.path.join(work, "one-store")
+    shutil.rmtree(store, ignore_errors=True)
+    shutil.rmtree(os.path.join(work, "shards"), ignore_errors=True)
     os.makedirs(mnt, exist_ok=True)
     subprocess.run([vecfs_bin, store, mnt], check=True)
     ix = None
@@ -117,6 +133,11 @@ if __name__ == "__main__":
     cmd, vecfs_bin, data, work = sys.argv[1:5]
     vecfs_bin = os.path.abspath(vecfs_bin)
     if cmd == "bench":
-        bench(vecfs_bin, data, work, [int(x) for x in sys.argv[5:]] or [1, 2, 4])
+        rest, metric = sys.argv[5:], None
+        if "--metric" in rest:
+            i = rest.index("--metric")
+            metric = rest[i + 1]
+            rest = rest[:i] + rest[i + 2:]
+        bench(vecfs_bin, data, work, [int(x) for x in rest] or [1, 2, 4], metric)
     else:
         accept(vecfs_bin, data, work, sys.argv[5] if len(sys.argv) > 5 else None)

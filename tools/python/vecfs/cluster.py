@@ -5,7 +5,9 @@ Each shard is a vecfs daemon with its own store on one Dask worker's
 machine, mounted there by `ShardPlugin` (a worker plugin) or served by a
 daemon that systemd runs (`vecfs@.service`), which the plugin attaches to.
 `ShardedIndex` is the client: it routes rows to shards by a stable hash of
-their keys, fans queries out to every shard and merges the results.
+their keys, fans queries out to every shard and merges the results (each
+shard asked for a recall below the caller's target, so that the merge's
+recall is one store's at that target: see shard_recall).
 
 Keys.  A row's shard is jump_hash(blake2b-64(key), N) over the N shards in
 the shard map (Lamping and Veach's jump consistent hash: growing from N to
@@ -30,6 +32,7 @@ import itertools
 import json
 import logging
 import os
+import queue
 import re
 import shutil
 import subprocess
@@ -42,20 +45,21 @@ import numpy as np
 import distributed
 from distributed import WorkerPlugin, get_worker
 
-from . import Index, VecfsError, _check_key, _options, _Writer, _is_vector
+from . import Config, Index, VecfsError, _check_key, _options, _Writer, _is_vector
 
 __all__ = ["ShardedIndex", "ShardPlugin", "ShardError", "Shard", "shard_of"]
 
 PLUGIN = "vecfs-shard"
 MAP_FILE = "shard.json"
-PIECE_ROWS = 8192        # rows formatted at a time into an ingest file
+PIECE_ROWS = 4096        # rows formatted at a time into an ingest file
 
 
 # ---------------------------------------------------------------- keys
 def key_hash(keys):
     """blake2b-64 of each key's UTF-8 bytes, as uint64."""
-    return np.fromiter((int.from_bytes(hashlib.blake2b(k.encode("utf-8"), digest_size=8).digest(),
-                                       "little") for k in keys), dtype=np.uint64, count=len(keys))
+    b2 = hashlib.blake2b
+    digests = b"".join([b2(k.encode("utf-8"), digest_size=8).digest() for k in keys])
+    return np.frombuffer(digests, dtype="<u8").astype(np.uint64)
 
 
 def jump_hash(h, n):
@@ -79,7 +83,24 @@ def shard_of(keys, n):
     """The shard number (0..n-1) of each key: jump_hash(blake2b-64(key), n)."""
     if isinstance(keys, str):
         return int(jump_hash(key_hash([keys]), n)[0])
-    return jump_hash(key_hash(list(keys)), n)
+    keys = list(keys)
+    if n == 1:
+        return np.zeros(len(keys), dtype=np.int64)
+    return jump_hash(key_hash(keys), n)
+
+
+def _check_keys(keys):
+    """keys as a list of str (others as their str()), each checked as
+    vecfs' _check_key checks one: the usual case in one pass over their
+    join, the rest key by key (which raises for the bad one)."""
+    keys = list(keys)
+    if set(map(type, keys)) - {str}:
+        keys = [k if isinstance(k, str) else str(k) for k in keys]
+    j = "\n" + "\n".join(keys) + "\n"
+    if "/" in j or "\0" in j or "\n\n" in j or "\n.\n" in j or "\n..\n" in j:
+        for k in keys:
+            _check_key(k)
+    return keys
 
 
 def _gen_keys(tag, n, start=0):
@@ -276,33 +297,49 @@ def _w_remount():
     return p.pid
 
 
-def _hex_floats(a):
-    """float32 rows as text: each number as a C hex float ('+0x1.8p+001'
-    style, 16 bytes, exact), numbers separated by spaces; (rows, dim*17) bytes
-    with a newline last."""
-    bits = np.ascontiguousarray(a, dtype="<f4").view("<u4").astype(np.int64)
-    n, d = bits.shape
-    out = np.empty((n, d, 17), dtype=np.uint8)
-    e = (bits >> 23) & 0xff
-    man = (bits & 0x7fffff) << 1
-    out[:, :, 0] = np.where(bits >> 31, ord("-"), ord("+"))
-    out[:, :, 1] = ord("0")
-    out[:, :, 2] = ord("x")
-    out[:, :, 3] = np.where(e == 0, ord("0"), ord("1"))
-    out[:, :, 4] = ord(".")
-    digits = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
-    for i in range(6):
-        out[:, :, 5 + i] = digits[(man >> (20 - 4 * i)) & 15]
-    out[:, :, 11] = ord("p")
-    ex = np.where(e == 0, -126, e - 127)
-    out[:, :, 12] = np.where(ex < 0, ord("-"), ord("+"))
-    ex = np.abs(ex)
-    out[:, :, 13] = ord("0") + ex // 100
-    out[:, :, 14] = ord("0") + ex // 10 % 10
-    out[:, :, 15] = ord("0") + ex % 10
-    out[:, :, 16] = ord(" ")
-    out[:, -1, 16] = ord("\n")
-    return out.reshape(n, d * 17)
+# Keyed rows go to a shard as .csv: the key, then each float32 as nine
+# significant decimal digits times a power of ten ("+215617210e-009"), which
+# strtof reads back as the same float32 (nine digits always do) and which the
+# daemon reads without strtof (up to 19 digits, powers of ten to 1e+-22).
+# Each number is 16 bytes taken from tables: a little-endian word of the
+# sign and 3 digits, one of 4 digits, and 8 bytes of the last 2 digits, "e",
+# the exponent (sign and 3 digits) and the separator.
+_W0 = np.frombuffer("".join(c + "%03d" % i for c in "+-" for i in range(1000)).encode(), "<u4")
+_W1 = np.frombuffer("".join("%04d" % i for i in range(10000)).encode(), "<u4")
+_W23 = np.frombuffer("".join("%02de%+04d," % (i, e - 64) for i in range(100)
+                             for e in range(128)).encode(), "<u8")
+_P10 = 10.0 ** np.arange(-64, 65)
+_LOG2 = np.floor((np.arange(256) - 127) * np.log10(2.0)).astype(np.int64)  # 10^x <= 2^(e-127)
+
+
+def _decimal_rows(a):
+    """float32 rows (finite) as text: (rows, dim*16) bytes, each number
+    "+DDDDDDDDDe+XXX" and a comma, a newline after the row's last."""
+    a = np.ascontiguousarray(a, dtype=np.float32)
+    n, d = a.shape
+    bits = a.view(np.uint32)
+    av = np.abs(a).astype(np.float64)
+    x = _LOG2[bits >> 23 & 0xff]                 # 10^x <= |a| < 10^(x+1), or one below
+    x += av >= _P10[64 + 1 + x]
+    m = np.rint(av * _P10[64 + 8 - x])
+    odd = (m >= 1e9) | ((m < 1e8) & (av > 0))     # subnormals; rounding up to 10^9
+    if odd.any():
+        i = np.nonzero(odd)
+        xs = np.floor(np.log10(av[i])).astype(np.int64)
+        ms = np.rint(av[i] * 10.0 ** (8 - xs))
+        up = ms >= 1e9
+        xs += up
+        x[i] = xs
+        m[i] = np.where(up, np.rint(av[i] * 10.0 ** (8 - xs)), ms)
+    m = m.astype(np.int32)                      # (zero: 0 times any power of ten)
+    out = np.empty((n, d, 2), "<u8")
+    words = out.view("<u4").reshape(n, d, 4)
+    words[:, :, 0] = _W0[(bits >> 31).astype(np.int32) * 1000 + m // 1000000]
+    words[:, :, 1] = _W1[m // 100 % 10000]
+    out[:, :, 1] = _W23[(m % 100) * 128 + (x + (64 - 8))]
+    text = out.view(np.uint8).reshape(n, d * 16)
+    text[:, -1] = ord("\n")
+    return text
 
 
 _QUOTE = re.compile(r'[ ,"\t]')
@@ -314,21 +351,87 @@ def _text_key(k):
     return k.encode("utf-8")
 
 
+def _key_fields(keys):
+    """Each key as a CSV field and its comma (RFC 4180 quotes where needed)."""
+    joined = "\n".join(keys)
+    if keys and not _QUOTE.search(joined) and "\n#" not in "\n" + joined:
+        out = (joined.replace("\n", ",\n") + ",").encode("utf-8").split(b"\n")
+        if len(out) == len(keys):                 # (no key holds a newline)
+            return out
+    return [_text_key(k) + b"," for k in keys]
+
+
+def _csv_rows(keys, vectors):
+    """Rows with keys as the bytes of CSV lines."""
+    text = memoryview(_decimal_rows(vectors).reshape(-1))
+    width = vectors.shape[1] * 16
+    parts = [None] * (2 * len(keys))
+    parts[0::2] = _key_fields(keys)
+    parts[1::2] = [text[i:i + width] for i in range(0, len(keys) * width, width)]
+    return b"".join(parts)
+
+
+def _overlapped(ix, write, chunks):
+    """write(chunk) for each of chunks in order, in a thread of its own, so
+    that the next chunk is made while the daemon takes the last."""
+    todo = queue.Queue(2)
+    failed = []
+    seen = ix._seen
+
+    def run():
+        ix._seen = seen
+        while True:
+            c = todo.get()
+            if c is None:
+                return
+            if not failed:
+                try:
+                    write(c)
+                except BaseException as e:       # noqa: BLE001 (raised below)
+                    failed.append(e)
+    t = threading.Thread(target=run, name="vecfs-ingest", daemon=True)
+    t.start()
+    try:
+        for c in chunks:
+            if failed:
+                break
+            todo.put(c)
+    finally:
+        todo.put(None)
+        t.join()
+    if failed:
+        raise failed[0]
+
+
 def _dedupe(keys, vectors, payloads):
     """The last row of each key (as one file of the store would keep)."""
-    last = {k: i for i, k in enumerate(keys)}
-    if len(last) == len(keys):
+    if len(set(keys)) == len(keys):
         return keys, vectors, payloads
+    last = {k: i for i, k in enumerate(keys)}
     idx = sorted(last.values())
     return ([keys[i] for i in idx], vectors[idx],
             None if payloads is None else [payloads[i] for i in idx])
 
 
-def _w_ingest(piece, name):
-    """Write one piece (keys, float32 vectors, payloads or None) into this
-    worker's shard as one ingest file: one atomic commit.  The same piece
-    again writes the same rows again (an upsert): retries add nothing."""
+def _pack(piece):
+    """A piece to send: its keys as one string, one per line, which
+    pickles in a fraction of a list's time (a list when a key holds a
+    newline)."""
     keys, vectors, payloads = piece
+    joined = "\n".join(keys)
+    if len(keys) and joined.count("\n") == len(keys) - 1:
+        return (joined, vectors, payloads)
+    return piece
+
+
+def _w_ingest(piece, name):
+    """Write one piece (keys, float32 vectors, payloads or None; the keys
+    as a list or as _pack's string) into this worker's shard as one ingest
+    file: one atomic commit.  The same piece again writes the same rows
+    again (an upsert): retries add nothing."""
+    keys, vectors, payloads = piece
+    if isinstance(keys, str):
+        keys = keys.split("\n")
     if not len(keys):
         return 0
     ix = _plugin().index
@@ -336,11 +439,9 @@ def _w_ingest(piece, name):
     ix._begin()
     n, d = vectors.shape
     if payloads is None:
-        with _Writer(ix, name + ".txt", n * (d * 17 + 32)) as w:
-            for i in range(0, n, PIECE_ROWS):
-                text = _hex_floats(vectors[i:i + PIECE_ROWS])
-                w.write(b"".join(_text_key(k) + b" " + row.tobytes()
-                                 for k, row in zip(keys[i:i + PIECE_ROWS], text)))
+        with _Writer(ix, name + ".csv", n * (d * 16 + 32)) as w:
+            _overlapped(ix, w.write, (_csv_rows(keys[i:i + PIECE_ROWS], vectors[i:i + PIECE_ROWS])
+                                      for i in range(0, n, PIECE_ROWS)))
     else:
         with _Writer(ix, name + ".jsonl", n * (d * 24 + 64)) as w:
             rows = vectors.tolist()
@@ -356,36 +457,119 @@ def _w_ingest_part(pieces, s, name):
     return _w_ingest(pieces[s], name)
 
 
-def _w_search(queries, opts, k, want_payloads):
-    """This shard's top-k of each query: (keys, distances, payloads)."""
+# Recall over shards.  A query's k nearest over N shards are mostly each
+# shard's nearest few (about k/N of them), which a shard finds more often
+# than its k-th: shards asked for a store's recall target T return a merge
+# above what one store returns at T.  So each shard aims lower, at
+#     t = 1 - (1 - T) * ((k + 1) / (k / N + 1)) ** RECALL_SHRINK
+# ((k+1)/(k/N+1) is how much less a shard would miss of its share if its
+# misses grew linearly with rank; the exponent is what brings the merge
+# within 0.005 of one store's recall at the default target on sift-128 and
+# glove-100 over 4 shards).  A shard probes by the nearest calibrated
+# target at or above the one asked (its generation's meta lists them), so a
+# t between two of them, lo < t < hi, is met on average: a share
+# (t - lo) / (hi - lo) of the queries, chosen by a hash of each vector (the
+# same on every shard), asks for hi, the rest for lo.
+RECALL_SHRINK = 0.45
+
+
+def shard_recall(target, shards, k):
+    """The recall each of `shards` shards aims at for a merged recall@k
+    near one store's at `target`."""
+    if shards <= 1 or k <= 1:
+        return float(target)
+    f = ((k + 1) / (k / shards + 1)) ** RECALL_SHRINK
+    return max(0.01, 1 - (1 - float(target)) * f)
+
+
+_MIX = np.random.default_rng(0x5eed).integers(1, 1 << 63, 4096, dtype=np.uint64) | np.uint64(1)
+
+
+def _query_share(q):
+    """A number in [0, 1) for each query row, from its float32 bits."""
+    bits = np.ascontiguousarray(q, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    with np.errstate(over="ignore"):
+        h = (bits * _MIX[:bits.shape[1]]).sum(axis=1, dtype=np.uint64)
+        h ^= h >> np.uint64(31)
+        h *= np.uint64(0xbf58476d1ce4e5b9)
+        h ^= h >> np.uint64(29)
+    return (h >> np.uint64(11)).astype(np.float64) / float(1 << 53)
+
+
+def _levels(ix):
+    """The recall targets calibrated in the shard's active generation
+    (sorted), or None without one."""
+    gen = ix.stats().get("active")
+    if gen in (None, "none"):
+        return None
+    p = _plugin()
+    cached = getattr(p, "levels", None)
+    if cached and cached[0] == (ix.root, gen):
+        return cached[1]
+    levels = None
+    try:
+        with open(os.path.join(ix.root, "generations", str(gen), "meta")) as f:
+            for line in f:
+                name, _, value = line.partition("=")
+                if name.strip() == "nprobe_for_recall":
+                    levels = sorted(float(t.split(":")[0]) for t in value.split())
+    except (OSError, ValueError):
+        levels = None
+    p.levels = ((ix.root, gen), levels)
+    return levels
+
+
+def _recall_groups(ix, queries, t):
+    """[(rows, recall)]: the queries split between the calibrated targets
+    around t (all of them at t when t is one, or outside the range)."""
+    levels = _levels(ix)
+    everything = np.arange(len(queries))
+    if not levels or t <= levels[0] or t >= levels[-1] or t in levels:
+        return [(everything, t)]
+    hi = next(x for x in levels if x > t)
+    lo = max(x for x in levels if x < t)
+    up = _query_share(queries) < (t - lo) / (hi - lo)
+    return [(g, r) for g, r in ((everything[~up], lo), (everything[up], hi)) if len(g)]
+
+
+def _w_search(queries, opts, k, want_payloads, target=None, spread=(1, 10)):
+    """This shard's top-k of each query: (keys, distances, payloads).
+    target: the recall one store would be asked for ("config": its
+    recall_target), asked of this shard as shard_recall(target, *spread)
+    (spread: the shards and the merge's k); None: opts as they are."""
     ix = _plugin().index
-    text_opts = opts.replace("{k}", str(k), 1)
-    per = max(1, min((1 << 20) // max(k, 1), (64 << 20) // (queries.shape[1] * 26)))
-    keys, dists, pays = [], [], []
+    if target is None:
+        groups = [(np.arange(len(queries)), None)]
+    else:
+        if target == "config":
+            target = float(ix.get_config()["recall_target"])
+        groups = _recall_groups(ix, queries, shard_recall(target, *spread))
+    kd = np.empty((len(queries), k), dtype=object)
+    dd = np.full((len(queries), k), np.inf, dtype=np.float32)
+    pd = np.empty((len(queries), k), dtype=object) if want_payloads else None
     path = ix._session()
     try:
-        for i in range(0, len(queries), per):
-            rows = queries[i:i + per]
-            text = text_opts + "".join(" ".join(map(repr, r)) + "\n" for r in rows.tolist())
-            ix._begin()
-            ix._write(os.path.join(path, "in"), text)
-            res = json.loads(ix._call(ix._read, os.path.join(path, "out.json")))["results"]
-            for q in res:
-                keys.append([r["key"] for r in q])
-                dists.append([r["distance"] for r in q])
-                if want_payloads:
-                    pays.append([r.get("payload") for r in q])
+        for rows, r in groups:
+            text_opts = opts.replace("{k}", str(k) if r is None else "%d recall=%r" % (k, r), 1)
+            _search_rows(ix, path, queries, rows, text_opts, k, want_payloads, kd, dd, pd)
     finally:
         ix._release(path)
-    kd = np.empty((len(keys), k), dtype=object)
-    dd = np.full((len(keys), k), np.inf, dtype=np.float32)
-    pd = np.empty((len(keys), k), dtype=object) if want_payloads else None
-    for i, (kr, dr) in enumerate(zip(keys, dists)):
-        kd[i, :len(kr)] = kr
-        dd[i, :len(dr)] = dr
-        if want_payloads:
-            pd[i, :len(kr)] = pays[i]
     return kd, dd, pd
+
+
+def _search_rows(ix, path, queries, rows, text_opts, k, want_payloads, kd, dd, pd):
+    per = max(1, min((1 << 20) // max(k, 1), (64 << 20) // (queries.shape[1] * 26)))
+    for i in range(0, len(rows), per):
+        part = rows[i:i + per]
+        text = text_opts + "".join(" ".join(map(repr, r)) + "\n" for r in queries[part].tolist())
+        ix._begin()
+        ix._write(os.path.join(path, "in"), text)
+        res = json.loads(ix._call(ix._read, os.path.join(path, "out.json")))["results"]
+        for j, q in zip(part, res):
+            kd[j, :len(q)] = [r["key"] for r in q]
+            dd[j, :len(q)] = [r["distance"] for r in q]
+            if want_payloads:
+                pd[j, :len(q)] = [r.get("payload") for r in q]
 
 
 def _w_delete(keys):
@@ -454,7 +638,7 @@ def _split(vectors, keys, payloads, n, tag, start):
     if keys is None:
         keys = _gen_keys(tag, len(vectors), start)
     else:
-        keys = [_check_key(str(k)) if not isinstance(k, str) else _check_key(k) for k in keys]
+        keys = _check_keys(keys)
     if len(keys) != len(vectors):
         raise ValueError("%d keys for %d vectors" % (len(keys), len(vectors)))
     if payloads is not None:
@@ -463,11 +647,15 @@ def _split(vectors, keys, payloads, n, tag, start):
             raise ValueError("%d payloads for %d vectors" % (len(payloads), len(vectors)))
     if len(vectors) and not np.isfinite(vectors).all():
         raise ValueError("vectors hold NaN or infinity (or a number beyond float32)")
-    owner = shard_of(keys, n) if keys else np.zeros(0, np.int64)
+    if n == 1:
+        return {0: (keys, vectors, payloads)}
+    owner = shard_of(keys, n)
+    karr = np.empty(len(keys), dtype=object)
+    karr[:] = keys
     out = {}
     for s in range(n):
         idx = np.nonzero(owner == s)[0]
-        out[s] = ([keys[i] for i in idx], vectors[idx],
+        out[s] = (karr[idx].tolist(), vectors[idx],
                   None if payloads is None else [payloads[i] for i in idx])
     return out
 
@@ -499,12 +687,13 @@ def _split_file(path, n):
 
 # ---------------------------------------------------------------- client side
 class Shard:
-    """One shard: index (its number, 0..N-1), name (shard-WORKERNAME),
-    worker (its worker's address, None when gone), store, mount, pid (its
-    daemon's), host."""
+    """One shard: index (a vecfs.Index on its mount, opened at first use;
+    from a process on the shard's machine), number (0..N-1), name
+    (shard-WORKERNAME), worker (its worker's address, None when gone),
+    store, mount, pid (its daemon's), worker_name."""
 
-    def __init__(self, index, name, worker=None, info=None):
-        self.index = index
+    def __init__(self, number, name, worker=None, info=None, opened=None):
+        self.number = number
         self.name = name
         self.worker = worker
         info = info or {}
@@ -512,42 +701,29 @@ class Shard:
         self.mount = info.get("mount")
         self.pid = info.get("pid")
         self.worker_name = info.get("worker_name")
+        self._opened = {} if opened is None else opened
 
-    def open(self):
-        """A vecfs.Index on this shard's mount (from a process on its machine)."""
-        return Index(self.mount)
+    @property
+    def index(self):
+        """vecfs.Index on this shard's mount, one per mount for the
+        ShardedIndex (its close() closes it)."""
+        if self.mount is None:
+            raise VecfsError(errno.ENOTCONN, "shard %d (%s): its worker is gone"
+                             % (self.number, self.name))
+        ix = self._opened.get(self.mount)
+        if ix is None:
+            ix = self._opened.setdefault(self.mount, Index(self.mount))
+        return ix
 
     def __repr__(self):
         return "Shard(%d, %r, worker=%r, store=%r, pid=%r)" % (
-            self.index, self.name, self.worker, self.store, self.pid)
+            self.number, self.name, self.worker, self.store, self.pid)
 
 
-class ShardedConfig:
-    """config of every shard: reads from the first that answers, writes to all."""
-
-    def __init__(self, ix):
-        self._ix = ix
-
-    def __getitem__(self, key):
-        return self._ix.get_config()[key]
-
-    def __setitem__(self, key, value):
-        self._ix.set_config(**{key: value})
-
-    def update(self, *args, **kv):
-        self._ix.set_config(**dict(*args, **kv))
-
-    def get(self, key, default=None):
-        return self._ix.get_config().get(key, default)
-
-    def items(self):
-        return self._ix.get_config().items()
-
-    def keys(self):
-        return self._ix.get_config().keys()
-
-    def __iter__(self):
-        return iter(self._ix.get_config())
+class ShardedConfig(Config):
+    """config of every shard: reads from the first that answers, writes to
+    all (the mapping of vecfs.Config over ShardedIndex's get_config and
+    set_config)."""
 
     def __repr__(self):
         return "ShardedConfig(%r)" % self._ix.get_config()
@@ -570,6 +746,8 @@ class ShardedIndex:
         self._move = None                    # (read map count, shard filter) during a move
         self._names = itertools.count()
         self._tag = uuid.uuid4().hex[:8]
+        self._opened = {}                    # mount: the vecfs.Index of Shard.index
+        self._direct = True                  # scatter straight to the workers
         self._load()
 
     # ------------------------------------------------------------ setup
@@ -640,7 +818,7 @@ class ShardedIndex:
         out = []
         for i, nm in enumerate(self._map["shards"]):
             info = self._infos_by_name.get(nm, (None, {}))[1]
-            out.append(Shard(i, nm, addr.get(nm), info))
+            out.append(Shard(i, nm, addr.get(nm), info, self._opened))
         return out
 
     def refresh(self):
@@ -771,10 +949,20 @@ class ShardedIndex:
             if a is None:
                 futs.append((s, None))
                 continue
-            [pf] = self.client.scatter([piece], workers=[a], direct=False)
+            pf = self._scatter(_pack(piece), a)
             futs.append((s, self._submit(names[s], addr, _w_ingest, pf,
                                          "cl-%s-%d" % (tag, s), retries=1)))
         self._wait(futs, "add")
+
+    def _scatter(self, data, address):
+        """data on the worker at address: sent to it directly (a client
+        that cannot reach the worker sends through the scheduler)."""
+        if self._direct:
+            try:
+                return self.client.scatter([data], workers=[address], direct=True)[0]
+            except (OSError, distributed.TimeoutError):
+                self._direct = False
+        return self.client.scatter([data], workers=[address], direct=False)[0]
 
     def _ingest_futures(self, sources, what="add"):
         """sources: futures each of {shard: piece}; every piece goes to its
@@ -860,13 +1048,20 @@ class ShardedIndex:
             raise ValueError("queries must be 1-D or 2-D")
         if k is None:
             k = int(self.get_config()["k"])
+        # the ANN default: each shard aims at the recall that brings the merge
+        # to one store's at the target (shard_recall); exact or a fixed
+        # nprobe pass through as they are
+        target = None
+        if not exact and nprobe is None:
+            target, recall = ("config" if recall is None else float(recall)), None
         opts = _options(None, filter, recall, nprobe, exact, refine)
         opts = "k={k} " + opts if opts and not opts.startswith("filter=") else "k={k}\n" + opts
         with self._cv:
             names, move, epoch = list(self._map["shards"]), self._move, self._map["epoch"]
             self._active[epoch] = self._active.get(epoch, 0) + 1
         try:
-            keys, dists, pays, missing = self._search(q, k, opts, partial, payloads, names, move)
+            keys, dists, pays, missing = self._search(q, k, opts, partial, payloads, names, move,
+                                                      target)
         finally:
             with self._cv:
                 self._active[epoch] -= 1
@@ -877,14 +1072,15 @@ class ShardedIndex:
                                 None if pays is None else pays[0][m])
         return SearchResult(keys, dists, missing, pays)
 
-    def _search(self, q, k, opts, partial, want_payloads, names, move):
+    def _search(self, q, k, opts, partial, want_payloads, names, move, target):
         n = len(names)
         kk = {s: k for s in range(n)}
         got, missing = {}, {}
         todo = list(range(n))
         while True:
             addr = self._addresses()
-            futs = [(s, self._submit(names[s], addr, _w_search, q, opts, kk[s], want_payloads))
+            futs = [(s, self._submit(names[s], addr, _w_search, q, opts, kk[s], want_payloads,
+                                     target, (n, k)))
                     for s in todo]
             res, miss = self._wait(futs, "search", partial, names)
             missing.update(miss)
@@ -1148,6 +1344,9 @@ class ShardedIndex:
     def close(self):
         """Close the client; for .local(), also the cluster, its workers
         unmounting their stores (and any mount or daemon left is removed)."""
+        opened, self._opened = self._opened, {}
+        for one in opened.values():
+            one.close()
         try:
             if self._cluster is not None:
                 try:
