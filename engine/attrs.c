@@ -26,6 +26,7 @@
 #include "record.h"
 
 #define EXPORT_KEY "export_bytes"
+#define EXPORT_UNMAP_BYTES ((size_t)32 << 20) /* of records read between unmaps */
 #define TIME_PREFIX 'T'
 
 static const char *const time_keys[VF_TIME_KINDS] = {"created_ns", "config_ns", "records_ns",
@@ -267,7 +268,7 @@ int vecfs_export(vecfs *v, int fd, uint64_t *bytes)
 	vf_txn *txn;
 	vf_cursor *cur;
 	vf_val k, d;
-	size_t cap = (size_t)1 << 20, len = 0;
+	size_t cap = (size_t)1 << 20, len = 0, read = 0;
 	char *buf = vf_malloc(cap);
 	int rc;
 	*bytes = 0;
@@ -305,10 +306,16 @@ int vecfs_export(vecfs *v, int fd, uint64_t *bytes)
 		}
 		len += vf_export_line(buf + len, &r);
 		*bytes += need;
+		/* a pass over every record: keep few of the store's pages mapped */
+		if ((read += rv.len + k.len) >= EXPORT_UNMAP_BYTES) {
+			vf_store_unmap_pages(v->store);
+			read = 0;
+		}
 	}
 	vf_cursor_close(cur);
 	if (rc == -ENOENT)
 		rc = vf_write_all(fd, buf, len);
+	vf_store_unmap_pages(v->store);
 out:
 	vf_read_end(v->store, txn);
 	free(buf);

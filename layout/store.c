@@ -821,6 +821,16 @@ uint64_t vf_store_copy_bytes(vf_store *s, MDB_txn *txn)
 	return used > own ? used - own : used;
 }
 
+void vf_store_unmap_pages(vf_store *s)
+{
+	MDB_envinfo info;
+	long page = sysconf(_SC_PAGESIZE);
+	if (mdb_env_info(s->env, &info) || !info.me_mapaddr || page <= 0)
+		return;
+	/* the map is the file's, shared and read-only: nothing is lost */
+	madvise(info.me_mapaddr, info.me_mapsize & ~(size_t)(page - 1), MADV_DONTNEED);
+}
+
 int vf_write_all(int fd, const void *buf, size_t len)
 {
 	const char *p = buf;

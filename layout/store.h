@@ -181,6 +181,10 @@ uint64_t vf_store_used_bytes(vf_store *s, vf_txn *txn);
 /* Bytes of the compacted copy vf_store_backup() would write of txn's
  * snapshot: the pages in use but the free list's own. */
 uint64_t vf_store_copy_bytes(vf_store *s, vf_txn *txn);
+/* Let the process's mapping of the store's pages go (the pages stay in
+ * the page cache; a later read maps them again): after a pass over much
+ * of the store, so that it does not stay in the process's resident set. */
+void vf_store_unmap_pages(vf_store *s);
 /* Write all of buf to fd (retrying short writes): 0 or -errno. */
 int vf_write_all(int fd, const void *buf, size_t len);
 
