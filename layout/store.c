@@ -8,6 +8,7 @@
 #include <zstd.h>
 
 #include <errno.h>
+#include <limits.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -823,12 +824,25 @@ uint64_t vf_store_copy_bytes(vf_store *s, MDB_txn *txn)
 
 void vf_store_unmap_pages(vf_store *s)
 {
-	MDB_envinfo info;
-	long page = sysconf(_SC_PAGESIZE);
-	if (mdb_env_info(s->env, &info) || !info.me_mapaddr || page <= 0)
+	/* the map's place: LMDB does not tell it, /proc/self/maps does */
+	char want[4200], line[4400], real[PATH_MAX];
+	snprintf(want, sizeof want, "%s/data.mdb", realpath(s->dir, real) ? real : s->dir);
+	FILE *f = fopen("/proc/self/maps", "re");
+	if (!f)
 		return;
-	/* the map is the file's, shared and read-only: nothing is lost */
-	madvise(info.me_mapaddr, info.me_mapsize & ~(size_t)(page - 1), MADV_DONTNEED);
+	while (fgets(line, sizeof line, f)) {
+		unsigned long lo, hi;
+		int at = 0;
+		size_t n = strlen(line);
+		if (n && line[n - 1] == '\n')
+			line[--n] = 0;
+		if (sscanf(line, "%lx-%lx %*s %*s %*s %*s %n", &lo, &hi, &at) < 2 || !at ||
+		    strcmp(line + at, want))
+			continue;
+		/* the file's, shared: nothing is lost, a later read maps it again */
+		madvise((void *)lo, hi - lo, MADV_DONTNEED);
+	}
+	fclose(f);
 }
 
 int vf_write_all(int fd, const void *buf, size_t len)
