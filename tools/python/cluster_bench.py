@@ -12,6 +12,12 @@ against one store.
       4 shards and one store (mounted under WORK) on the same rows: exact
       search of every query equal (keys and distances), recall@10 at the
       defaults of both.
+  python3 tools/python/cluster_bench.py grow VECFS DIR WORK [SHARDS]
+      SHARDS shards (4 unless given) with DIR/base.fvecs (keys 0..N-1) and a
+      generation, then one more shard added while a thread searches the
+      first 100 queries exactly again and again: the share of the keys
+      that moved, the records of each shard, and how many of the searches
+      during the move differed from the search before it (0 is right).
 """
 
 import os
@@ -129,6 +135,39 @@ def accept(vecfs_bin, data, work, metric=None):
         subprocess.run(["fusermount3", "-u", mnt])
 
 
+def grow(vecfs_bin, data, work, shards=4):
+    import threading
+    base, q = fvecs(data + "/base.fvecs"), fvecs(data + "/query.fvecs")[:100]
+    shutil.rmtree(os.path.join(work, "shards"), ignore_errors=True)
+    with vc.ShardedIndex.local(shards, os.path.join(work, "shards"), vecfs=vecfs_bin,
+                               timeout=3600) as ix:
+        ix.add(base, keys=[str(i) for i in range(len(base))])
+        ix.build()
+        want_k, want_d = ix.search(q, k=10, exact=True)
+        before = len(ix)
+        wrong, done, count = [], threading.Event(), [0]
+
+        def load():
+            while not done.is_set():
+                k, d = ix.search(q, k=10, exact=True)
+                count[0] += 1
+                if not ((k == want_k).all() and d.tobytes() == want_d.tobytes()):
+                    wrong.append(int((k != want_k).sum()))
+        t = threading.Thread(target=load)
+        t.start()
+        try:
+            moved = ix.add_shard()
+        finally:
+            done.set()
+            t.join()
+        per = [s.index.stats()["records"] for s in ix.shards]
+        print("%d -> %d shards: %d of %d keys moved (%.4f; 1/%d = %.4f); records a shard %s"
+              % (shards, len(ix.shards), moved, before, moved / before, shards + 1,
+                 1 / (shards + 1), per))
+        print("searches during the move: %d, differing from the search before it: %d"
+              % (count[0], len(wrong)))
+
+
 if __name__ == "__main__":
     cmd, vecfs_bin, data, work = sys.argv[1:5]
     vecfs_bin = os.path.abspath(vecfs_bin)
@@ -139,5 +178,7 @@ if __name__ == "__main__":
             metric = rest[i + 1]
             rest = rest[:i] + rest[i + 2:]
         bench(vecfs_bin, data, work, [int(x) for x in rest] or [1, 2, 4], metric)
+    elif cmd == "grow":
+        grow(vecfs_bin, data, work, int(sys.argv[5]) if len(sys.argv) > 5 else 4)
     else:
         accept(vecfs_bin, data, work, sys.argv[5] if len(sys.argv) > 5 else None)
