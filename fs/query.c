@@ -741,6 +741,7 @@ static void search_ahead(qsession *q)
 		return;
 	}
 	ahead_submit(q->dm->ahead, q->serial, q->ver, q->v, &qi.o, qi.vecs, qi.nq, qi.dim);
+	free(qi.vline); /* the vectors are the search's from here on, their lines not */
 }
 
 /* The line of text input that a failure of the search is about: the
