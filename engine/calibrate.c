@@ -170,6 +170,12 @@ static void prepare(const vf_gen *g, vecfs_metric metric, const sq *s, const uin
 		ents[i] = (ent){(uint32_t)i, s->h.v[i].d};
 	qsort(ents, s->h.n, sizeof *ents, cmp_ent_d);
 	for (uint32_t i = 0; i < kept; i++) {
+		if (i >= s->h.n) { /* fewer neighbours than kept: distances that were
+				    * not numbers (past float32) were left out */
+			m->gt[i] = UINT32_MAX; /* in no cluster probed */
+			m->dk[i] = INFINITY;
+			continue;
+		}
 		m->gt[i] = rank_of[assign[s->h.v[ents[i].id].id]];
 		m->dk[i] = ents[i].d + (metric == VECFS_DOT ? scale : 0);
 	}

@@ -129,8 +129,9 @@ int errors_attach(err_log *log, const char *dir)
 	}
 	pthread_mutex_lock(&log->mu);
 	/* the lines of the file, then those logged before it was attached */
-	if (text_room(log, n) == 0) {
-		memmove(log->text + n, log->text, log->len);
+	if (n && text_room(log, n) == 0) {
+		if (log->len)
+			memmove(log->text + n, log->text, log->len);
 		memcpy(log->text, old, n);
 		log->len += n;
 		for (size_t i = 0; i < n; i++)
