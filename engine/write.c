@@ -545,7 +545,7 @@ static int del_many_fn(vf_txn *txn, void *arg)
 		if (set->ids || (set->bits[i / 64] >> (i % 64) & 1))
 			rc = id_add(&ids, &n, &cap, set->ids ? set->ids[i] : i);
 	vf_fset_put(j->v, set);
-	if (rc == 0)
+	if (rc == 0 && n)
 		qsort(ids, n, sizeof *ids, id_cmp);
 	size_t kept = 0;
 	for (size_t i = 0; i < n && rc == 0; i++) {
