@@ -25,7 +25,6 @@ SUITE=flip-race
 SECS=${FLIP_SECONDS:-24}
 ROUND=${FLIP_ROUND:-4}
 SEED=${FLIP_SEED:-$RANDOM}
-INSPECT=$(dirname "$VECFS")/vecfs-inspect
 KEEP_LOG=$(dirname "$VECFS")/flip-race-daemon.log
 echo "flip-race: $SECS s, rounds of $ROUND s, seed $SEED"
 
@@ -60,8 +59,5 @@ if is_mounted "$M" && kill -0 "$DPID" 2>/dev/null; then
 else
 	bad still_mounted "the daemon is gone: $(tail -c 300 "$TMP/daemon.err")"
 fi
-fg_finish "$KEEP_LOG"
-out=$(T "$INSPECT" "$S" verify 2>&1)
-check inspect_verify test "${out:0:10}" == "verify: ok"
-[[ ${out:0:10} == "verify: ok" ]] || echo "$out" | head -5
+fg_finish_verified "$KEEP_LOG" "$S"
 summary

@@ -136,6 +136,16 @@ fg_finish() {
 	fi
 }
 
+# fg_finish KEEP_LOG, then STORE as the daemon left it checked offline
+# (vecfs-inspect verify, next to VECFS)
+fg_finish_verified() { # KEEP_LOG STORE
+	local out
+	fg_finish "$1"
+	out=$(T "$(dirname "$VECFS")/vecfs-inspect" "$2" verify 2>&1)
+	check inspect_verify test "${out:0:10}" == "verify: ok"
+	[[ ${out:0:10} == "verify: ok" ]] || echo "$out" | head -5
+}
+
 kv() { awk -v k="$1" -F' *= *' '$1 == k { print $2; f = 1; exit } END { exit !f }'; }
 stat_kv() { T cat "$M/stats" | kv "$1"; }
 

@@ -31,7 +31,6 @@ SUITE=stress
 SECS=${STRESS_SECONDS:-60}
 SEED=${STRESS_SEED:-$RANDOM}
 DIM=16
-INSPECT=$(dirname "$VECFS")/vecfs-inspect
 KEEP_LOG=$(dirname "$VECFS")/stress-daemon.log
 echo "stress: $SECS s, seed $SEED"
 
@@ -480,8 +479,5 @@ else
 	bad still_mounted "the daemon is gone: $(tail -c 300 "$TMP/daemon.err")"
 fi
 
-fg_finish "$KEEP_LOG"
-out=$(T "$INSPECT" "$S" verify 2>&1)
-check inspect_verify test "${out:0:10}" == "verify: ok"
-[[ ${out:0:10} == "verify: ok" ]] || echo "$out" | head -5
+fg_finish_verified "$KEEP_LOG" "$S"
 summary
