@@ -50,6 +50,8 @@ struct fs_daemon {
 	volatile int stopping;  /* set once the daemon shuts down: running
 				 * builds stop */
 	unsigned max_sessions;  /* query sessions open at once */
+	size_t max_write;       /* the largest WRITE the kernel sends (INIT):
+				 * a longer write() comes cut in pieces */
 	qbudget query_input;    /* what the sessions' `in` may hold */
 	qbudget query_results;  /* results (vectors x k) sessions may ask
 				 * for and hold */

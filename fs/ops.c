@@ -31,6 +31,7 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 	conn->want &= ~(unsigned)FUSE_CAP_CACHE_SYMLINKS;
 	out_cache_negotiate(dm, conn);
 	fc_init_conn(dm->fuse, conn);
+	dm->max_write = conn->max_write;
 }
 
 const struct fuse_lowlevel_ops fs_ops = {

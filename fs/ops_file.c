@@ -350,6 +350,16 @@ static int config_check_lines(handle *h)
 	return 0;
 }
 
+/* Whether a write of `in` runs the query itself (one round trip a
+ * query): a synchronous write (the descriptor opened with O_DSYNC or
+ * O_SYNC, or pwritev2() with RWF_DSYNC) at offset 0 that the kernel did not
+ * cut: shorter than the mount's largest write, so it is the whole of one
+ * write() and so, by that contract, the whole input. */
+static int sync_run(const fs_daemon *dm, const struct fuse_file_info *fi, size_t size, off_t off)
+{
+	return (fi->flags & O_DSYNC) && off == 0 && size < dm->max_write;
+}
+
 void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
 		     struct fuse_file_info *fi)
 {
@@ -369,6 +379,17 @@ void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_
 		break;
 	case K_QIN:
 		atomic_store_explicit(&h->wrote, 1, memory_order_relaxed);
+		if (sync_run(dm, fi, size, off)) {
+			int ran;
+			rc = qs_in_write_run(n->session->qs, buf, size, &ran);
+			node_changed(n->session);
+			if (ran) {
+				int prc = push_out(dm, n->session);
+				if (!rc)
+					rc = prc;
+			}
+			break;
+		}
 		rc = qs_in_write(n->session->qs, buf, size, (uint64_t)off);
 		node_changed(n->session);
 		break;

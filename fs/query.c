@@ -207,7 +207,7 @@ static int check_lines(qsession *q);
 
 static void search_ahead(qsession *q);
 
-int qs_in_write(qsession *q, const char *buf, size_t len, uint64_t off)
+static int in_write(qsession *q, const char *buf, size_t len, uint64_t off, int go_ahead)
 {
 	int rc = 0;
 	pthread_mutex_lock(&q->mu);
@@ -242,7 +242,7 @@ int qs_in_write(qsession *q, const char *buf, size_t len, uint64_t off)
 		q->dirty = 1;
 		if (rc == 0)
 			rc = check_lines(q);
-		if (rc == 0 && first && !q->bad)
+		if (rc == 0 && first && !q->bad && go_ahead)
 			search_ahead(q);
 	}
 	if (rc == -EFBIG || rc == -ENOSPC || rc == -ENOMEM) {
@@ -252,6 +252,24 @@ int qs_in_write(qsession *q, const char *buf, size_t len, uint64_t off)
 	}
 	pthread_mutex_unlock(&q->mu);
 	return rc;
+}
+
+int qs_in_write(qsession *q, const char *buf, size_t len, uint64_t off)
+{
+	return in_write(q, buf, len, off, 1);
+}
+
+int qs_in_write_run(qsession *q, const char *buf, size_t len, int *ran)
+{
+	*ran = 0;
+	int rc = in_write(q, buf, len, 0, 0);
+	if (rc == -EINVAL || rc == -EFBIG || rc == -ENOSPC || rc == -ENOMEM) {
+		int r2;
+		qs_in_flush(q, &r2); /* clears the results the input replaced */
+		*ran = r2;
+		return rc;
+	}
+	return rc ? rc : qs_in_flush(q, ran);
 }
 
 /* ---------------------------------------------------------------- parsing in */

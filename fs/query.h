@@ -40,6 +40,10 @@ void qs_clear(qsession *q);
 void qs_end(qsession *q);
 /* A write at offset 0 replaces the input; others append to it. */
 int qs_in_write(qsession *q, const char *buf, size_t len, uint64_t off);
+/* A whole input written at offset 0 and run at once (a synchronous write:
+ * see ops_file.c): the input's errno, as its close would return it; *ran
+ * as for qs_in_flush(). */
+int qs_in_write_run(qsession *q, const char *buf, size_t len, int *ran);
 size_t qs_in_size(qsession *q);
 /* What in holds, as a read of it returns it. */
 int qs_in_render(qsession *q, sbuf *b);

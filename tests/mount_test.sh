@@ -307,6 +307,49 @@ assert out.count('\\n') == 3 and out.endswith('\\n\\nk1\\t0\\n'), out
 " "$1"
 }
 check query_held_descriptors held_ok "$M/query/q1"
+# one kernel round trip a query: a synchronous write (O_DSYNC, or
+# pwritev2 with RWF_DSYNC) of a whole input at offset 0 runs it, and fails
+# with the query's errno; the close after it runs nothing more; a write
+# without the flag still waits for the close
+sync_ok() { # SESSION
+	T "$PY" -c "
+import errno, os, sys
+d = sys.argv[1]
+def stat_queries():
+    for l in open(d + '/../../stats'):
+        if l.startswith('queries '):
+            return int(l.split()[-1])
+i = os.open(d + '/in', os.O_WRONLY | os.O_TRUNC | os.O_DSYNC)
+o = os.open(d + '/out', os.O_RDONLY)
+q0 = stat_queries()
+assert os.pwrite(i, b'k=1 mode=exact\\n1 2 3 4\\n', 0) == 23
+a = os.pread(o, 65536, 0).decode()
+assert a.split('\\t')[0] == 'k1' and a.count('\\n') == 1, a
+assert stat_queries() == q0 + 1, (stat_queries(), q0)
+os.pwrite(i, b'k=2 mode=exact\\n9 10 11 12\\n', 0)
+b = os.pread(o, 65536, 0).decode()
+assert b.count('\\n') == 2 and b.split('\\t')[0] != 'k1', b
+try:
+    os.pwrite(i, b'k=x\\n1 2 3 4\\n', 0)
+    raise SystemExit('a bad input was taken')
+except OSError as e:
+    assert e.errno == errno.EINVAL, e
+assert os.pread(o, 65536, 0) == b'', 'results of a failed query'
+os.pwrite(i, b'k=1 mode=exact\\n1 2 3 4\\n', 0)
+q1 = stat_queries()
+os.close(i)                                  # ran already: runs nothing
+assert stat_queries() == q1, (stat_queries(), q1)
+assert os.pread(o, 65536, 0).decode().split('\\t')[0] == 'k1'
+p = os.open(d + '/in', os.O_WRONLY)
+os.pwrite(p, b'k=1 mode=exact\\n9 10 11 12\\n', 0)   # a plain write: the close runs it
+assert os.pread(o, 65536, 0).decode().split('\\t')[0] == 'k1'
+os.pwritev(p, [b'k=1 mode=exact\\n', b'9 10 11 12\\n'], 0, os.RWF_DSYNC)
+c = os.pread(o, 65536, 0).decode()
+assert c.count('\\n') == 1 and c.split('\\t')[0] != 'k1', c
+os.close(p); os.close(o)
+" "$1"
+}
+check query_sync_write sync_ok "$M/query/q1"
 # one client's queries, one after another, as a shell script makes them,
 # need no worker beyond those there are: a worker counts as waiting once its
 # reply is out, so the next request of the client it woke does not look like

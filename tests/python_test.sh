@@ -31,14 +31,19 @@ fi
 run nonumpy --no-numpy
 
 # the README's tour in Python: run as written (on this mount), the output as shown
-tour() {
-	awk '/<!-- tour.py/ {f = 1; next} f && /^```/ {n++; if (n == 2 || n == 4) f = (n == 2); next}
-	     f && n == 1 {print > "'"$TMP"'/tour.py"} f && n == 3 {print > "'"$TMP"'/tour.want"}
+# NAME: the README's block after <!-- NAME.py as $TMP/NAME.py, the block
+# after it as $TMP/NAME.want, then a fresh mount at $TMP/mnt-NAME
+readme_py() {
+	awk '/<!-- '"$1"'.py/ {f = 1; next} f && /^```/ {n++; if (n == 2 || n == 4) f = (n == 2); next}
+	     f && n == 1 {print > "'"$TMP/$1"'.py"} f && n == 3 {print > "'"$TMP/$1"'.want"}
 	     n >= 4 {exit}' README.md
-	if ! mnt "$TMP/store-tour" "$TMP/mnt-tour"; then
-		bad mount_tour "$(tail -c 300 "$TMP/daemon.log")"
-		return
+	if ! mnt "$TMP/store-$1" "$TMP/mnt-$1"; then
+		bad "mount_$1" "$(tail -c 300 "$TMP/daemon.log")"
+		return 1
 	fi
+}
+tour() {
+	readme_py tour || return
 	sed -i "s#/tmp/vecfs#$TMP/mnt-tour#" "$TMP/tour.py"
 	check tour_found test -s "$TMP/tour.py" -a -s "$TMP/tour.want"
 	check tour_lines test "$(wc -l <"$TMP/tour.py")" -le 10
@@ -49,6 +54,17 @@ tour() {
 if "$PY" -c 'import numpy' 2>/dev/null; then
 	tour
 fi
+
+# the README's loop over queries with the standard library alone: one
+# synchronous write of in a query, out read at offset 0
+loop() {
+	readme_py loop || return
+	check loop_found test -s "$TMP/loop.py" -a -s "$TMP/loop.want"
+	MNT="$TMP/mnt-loop" timeout 60 "$PY" "$TMP/loop.py" >"$TMP/loop.got" 2>&1
+	check loop_output cmp "$TMP/loop.want" "$TMP/loop.got"
+	T fusermount3 -u "$TMP/mnt-loop"
+}
+loop
 
 # the README's install line, in a fresh virtual environment (its own
 # site-packages only) with no index: the module is built with the standard

@@ -2224,12 +2224,55 @@ static void test_shared_renderings(void **state)
 	world_free(&w);
 }
 
+/* A whole input written synchronously runs at the write: results as the
+ * library's, counted once, not searched ahead, nothing left for the close;
+ * a bad input fails the write with EINVAL and leaves no results. */
+static void test_write_run(void **state)
+{
+	runner *t = bench_runner(state, 0xa5);
+	world *w = t->w;
+	qsession *q = t->q;
+	float far[QD];
+	char in[512], key[64];
+	size_t len = (size_t)snprintf(in, sizeof in, "k=3 mode=exact\n");
+	for (int j = 0; j < QD; j++) {
+		far[j] = 50.0f + (float)j;
+		len += (size_t)snprintf(in + len, sizeof in - len, j ? " %g" : "%g", (double)far[j]);
+	}
+	len += (size_t)snprintf(in + len, sizeof in - len, "\n");
+	uint64_t queries0 = stats(w->v).queries, ahead0 = ahead_taken(w->dm.ahead);
+	int ran = 0;
+	float d;
+
+	assert_int_equal(qs_in_write_run(q, in, len, &ran), 0);
+	assert_true(ran);
+	vecfs_results *r = search_opts(w->v, far, 1, QD, &(vecfs_query_opts){.k = 3, .exact = 1});
+	first_hit(q, key, sizeof key, &d);
+	assert_string_equal(key, r->hits[0][0].key);
+	assert_true(d == r->hits[0][0].distance);
+	vecfs_results_free(r);
+	assert_int_equal(qs_in_flush(q, &ran), 0); /* the close: nothing new */
+	assert_false(ran);
+	assert_int_equal(stats(w->v).queries, queries0 + 2); /* this one and the check */
+	assert_int_equal(ahead_taken(w->dm.ahead), ahead0);
+
+	assert_int_equal(qs_in_write_run(q, "k=x\n1 2\n", 8, &ran), -EINVAL);
+	assert_true(ran);
+	size_t n = 1;
+	char *out = qs_render(q, QS_OUT, &n);
+	assert_int_equal(n, 0);
+	free(out);
+	assert_int_equal(qs_in_flush(q, &ran), 0);
+	assert_false(ran);
+	assert_int_equal(stats(w->v).queries, queries0 + 2);
+}
+
 int main(void)
 {
 #define TEST(f) cmocka_unit_test_setup_teardown(f, bench_setup, bench_teardown)
 	const struct CMUnitTest tests[] = {
 		TEST(test_examples), TEST(test_options_take_effect), TEST(test_pieces), TEST(test_fuzz),
-		TEST(test_bounds), TEST(test_search_ahead), TEST(test_search_ahead_many),
+		TEST(test_bounds), TEST(test_search_ahead), TEST(test_search_ahead_many), TEST(test_write_run),
 		TEST(test_result_bounds), cmocka_unit_test(test_errors_lines),
 		cmocka_unit_test(test_errors_distinct),
 		cmocka_unit_test_setup_teardown(test_errors_log, fx_setup, fx_teardown),

@@ -63,6 +63,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			free(qs_render(q, w, &len));
 		}
 	}
+	/* the same bytes as one synchronous write, run at once */
+	if (qs_in_write_run(q, (const char *)data, size, &ran) == 0) {
+		size_t len;
+		free(qs_render(q, QS_OUT, &len));
+	}
 	qs_free(q);
 	if (dm->query_input.used != 0)
 		abort(); /* the session's input was given back */
