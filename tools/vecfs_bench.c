@@ -28,6 +28,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -117,7 +118,10 @@ static const char usage_text[] =
 	"  --batch B               also time the same queries B to a vecfs_search\n"
 	"                          call (one snapshot, searched in parts on every\n"
 	"                          CPU): batch_rec, batch_QPS and xSingle, the\n"
-	"                          batch QPS over one query a call\n"
+	"                          batch QPS over one query a call; with --mount\n"
+	"                          also B queries an input through the mount\n"
+	"                          (one pwritev(), the close of a dup(), out\n"
+	"                          read to the end), beside the library's\n"
 	"  --help                  show this help\n"
 	"\n"
 	"recall@10 is the share of the first 10 ground-truth ids found among the\n"
@@ -370,9 +374,6 @@ static int parse_args(int argc, char **argv, struct options *o)
 	if (o->files && (!o->mount || !o->after_build))
 		return tool_usage_error("%s", "--ingest-files needs --mount and "
 				   "--ingest-after-build");
-	if (o->mount && o->batch)
-		return tool_usage_error("%s", "--batch times the library alone; it does not "
-				   "take --mount");
 	if (o->mount && o->passes)
 		return tool_usage_error("%s", "--passes times the library alone; with --mount "
 				   "each round times one pass of each (--rounds)");
@@ -2453,6 +2454,107 @@ static int getattr_floor(struct mnt *m, size_t n, double *us)
 	return 0;
 }
 
+/* The results of queries from .. from + n - 1, one block each in out
+ * (an empty line between two), added to *recall_sum. */
+static int parse_out_batch(struct bench *b, const char *text, size_t len, size_t from,
+			   size_t n, double *recall_sum)
+{
+	const char *p = text, *end = text + len;
+
+	for (size_t i = 0; i < n; i++) {
+		size_t cnt = 0;
+
+		if (i) {
+			if (p >= end || *p != '\n')
+				return tool_fail(-EPROTO, "expected an empty line between two queries",
+						 "batch: query %zu of out", from + i);
+			p++;
+		}
+		while (p < end && *p != '\n') {
+			const char *nl = memchr(p, '\n', (size_t)(end - p));
+
+			if (!nl)
+				nl = end;
+			if (cnt < b->opt->k && parse_out_line(p, nl, &b->hit_ids[cnt]) == 0)
+				cnt++;
+			else if (cnt < b->opt->k)
+				return tool_fail(-EPROTO, "expected KEY<TAB>DISTANCE with a row index",
+						 "batch: query %zu of out", from + i);
+			p = nl + 1;
+		}
+		*recall_sum += recall_of(b, from + i, cnt);
+	}
+	return 0;
+}
+
+/* --batch through the mount: the queries opt->batch to an input, written
+ * with one pwritev() at offset 0 of a held in (plain: the close of a dup()
+ * runs it), out read to the end; QPS over the time of all of that. */
+static int mnt_measure_batch(struct bench *b, struct mnt *m, const char *opts,
+			     size_t optlen, struct measure *out)
+{
+	size_t per = b->opt->batch, outlen = 0;
+	uint64_t total_ns = 0;
+	double recall_sum = 0;
+	int fd, rc = 0;
+
+	if ((fd = open(m->qin, O_WRONLY | O_TRUNC | O_CLOEXEC)) < 0)
+		return fail_mnt(m, -errno, "open in (batches)");
+	for (size_t from = 0; from < b->nq && rc == 0; from += per) {
+		size_t n = b->nq - from < per ? b->nq - from : per, done = 0;
+		size_t vlen = m->voff[from + n] - m->voff[from], len = optlen + vlen;
+		char what[64];
+
+		if (tool_interrupted()) {
+			rc = tool_report_interrupt();
+			break;
+		}
+		uint64_t t0 = tool_now_ns();
+		while (done < len) {
+			struct iovec iov[2] = {
+				{ (char *)opts + (done < optlen ? done : optlen),
+				  done < optlen ? optlen - done : 0 },
+				{ m->vtext + m->voff[from] + (done > optlen ? done - optlen : 0),
+				  vlen - (done > optlen ? done - optlen : 0) },
+			};
+			ssize_t w = pwritev(fd, iov, 2, (off_t)done);
+
+			if (w <= 0) {
+				snprintf(what, sizeof what, "batch from query %zu: pwrite in", from);
+				rc = fail_mnt(m, w < 0 ? -errno : -EIO, what);
+				break;
+			}
+			done += (size_t)w;
+		}
+		if (rc)
+			break;
+		int d = dup(fd);
+		if (d < 0 || close(d)) {
+			snprintf(what, sizeof what, "batch from query %zu: close (the search)", from);
+			rc = fail_mnt(m, -errno, what);
+			break;
+		}
+		if (m->hout < 0 && (m->hout = open(m->qout, O_RDONLY | O_CLOEXEC)) < 0) {
+			rc = fail_mnt(m, -errno, "open out (held)");
+			break;
+		}
+		rc = read_to_end(m->hout, 1, &m->out, &m->outcap, &outlen);
+		total_ns += tool_now_ns() - t0;
+		if (rc) {
+			snprintf(what, sizeof what, "batch from query %zu: read out", from);
+			rc = fail_mnt(m, rc, what);
+			break;
+		}
+		rc = parse_out_batch(b, m->out, outlen, from, n, &recall_sum);
+	}
+	close(fd);
+	if (rc)
+		return rc;
+	out->batch_recall = recall_sum / (double)b->nq;
+	out->batch_qps = total_ns ? (double)b->nq * 1e9 / (double)total_ns : 0;
+	return 0;
+}
+
 /* Warm up, then time every query once at this nprobe through the mount. */
 static int mnt_measure(struct bench *b, struct mnt *m, uint32_t nprobe, int held,
 		       struct measure *out)
@@ -2520,6 +2622,8 @@ static int mnt_measure(struct bench *b, struct mnt *m, uint32_t nprobe, int held
 		if ((rc = getattr_floor(m, b->nq, &out->getattr_us)))
 			return rc;
 	}
+	if (!held && o->batch)
+		return mnt_measure_batch(b, m, m->req, (size_t)optlen, out);
 	return 0;
 }
 
@@ -2582,6 +2686,8 @@ static int lib_measure(struct bench *b, struct mnt *m)
 
 		fprintf(stderr, "library queries: nprobe %u\n", o->nprobe[i]);
 		if ((rc = measure_setting(b, &qo, &m->lib[i])))
+			return rc;
+		if (o->batch && (rc = measure_batch(b, &qo, &m->lib[i])))
 			return rc;
 	}
 	return 0;
@@ -2697,7 +2803,7 @@ static double qps_ratio(const struct measure *a, const struct measure *b)
 }
 
 static void mnt_print_row(const struct measure *fs, const struct measure *held,
-			  const struct measure *lib)
+			  const struct measure *lib, size_t batch)
 {
 	printf("%6u | %9.4f %10.1f %9.1f %9.1f | %9.4f %7.1f %8.1f %9.3f | %9.4f %10.1f %9.1f |\n",
 	       fs->nprobe, fs->recall, fs->qps, fs->p50_us, fs->p99_us, held->recall,
@@ -2710,6 +2816,11 @@ static void mnt_print_row(const struct measure *fs, const struct measure *held,
 	       "a GETATTR round trip %.1f:\n%6s   held adds %.2f round trips to the "
 	       "library's latency\n", "", held->write_us, held->read_us, held->getattr_us, "",
 	       added_us(held, lib) / held->getattr_us);
+	if (batch)
+		printf("%6s   %zu queries an input: recall@10 %.4f, QPS %.1f through the "
+		       "mount, %.1f the library's\n%6s   (%zu to a vecfs_search): ratio %.3f\n",
+		       "", batch, fs->batch_recall, fs->batch_qps, lib->batch_qps, "", batch,
+		       lib->batch_qps > 0 ? fs->batch_qps / lib->batch_qps : NAN);
 }
 
 static void json_kb(const char *key, int sampled, uint64_t kb)
@@ -2775,6 +2886,14 @@ static void mnt_json_row(const struct bench *b, const struct mnt *m, size_t i)
 	tool_json_num("held_read_us", held->read_us, 1);
 	tool_json_num("getattr_us", held->getattr_us, 1);
 	tool_json_num("held_added_rt", added_us(held, lib) / held->getattr_us, 3);
+	if (b->opt->batch) {
+		printf(",\"batch\":%zu", b->opt->batch);
+		tool_json_num("batch_recall_at_10", fs->batch_recall, 4);
+		tool_json_num("batch_qps", fs->batch_qps, 1);
+		tool_json_num("library_batch_qps", lib->batch_qps, 1);
+		tool_json_num("batch_ratio", lib->batch_qps > 0 ? fs->batch_qps / lib->batch_qps
+							   : NAN, 4);
+	}
 	printf(",\"rounds\":%u", m->rounds_done);
 	round_ratios(m, i, 0, &med, &pooled);
 	tool_json_num("ratio_median", med, 4);
@@ -2853,7 +2972,7 @@ static void mnt_report(const struct bench *b, const struct mnt *m)
 		if (b->opt->json)
 			mnt_json_row(b, m, i);
 		else
-			mnt_print_row(&m->fs[i], &m->held[i], &m->lib[i]);
+			mnt_print_row(&m->fs[i], &m->held[i], &m->lib[i], b->opt->batch);
 	}
 	if (!b->opt->json && m->rounds_done > 1)
 		print_rounds(b, m);
