@@ -589,7 +589,7 @@ static int build_locked(build_ctx *b, int activate, uint64_t *gen_out)
 	vecfs *v = b->v;
 	vf_txn *txn = NULL;
 	vf_counters cnt;
-	vf_stored_config sc;
+	vecfs_config sc;
 	vf_gen g;
 	vf_calib cal;
 	float *center = NULL;

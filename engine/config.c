@@ -55,92 +55,162 @@ int vf_to_index_space(vecfs_metric m, const float *in, float *out, uint32_t dim)
 void vecfs_config_defaults(vecfs_config *c)
 {
 	memset(c, 0, sizeof *c);
-	c->metric = VECFS_L2;
-	c->bits = 4;
-	c->nprobe = 0;
-	c->recall_target = 0.95f;
-	c->k = 10;
-	c->refine = 10;
-	c->auto_build = 10000;
-	c->compact_deltas = 128;
-	c->keep_generations = 1;
-	c->rebalance_ratio = 3;
+#define DEFAULT_(slot, name, type, def, lo, hi, meaning) c->name = (VECFS_SETTING_CTYPE_##type)(def);
+	VECFS_SETTINGS(DEFAULT_)
+#undef DEFAULT_
 	c->seed = 0x7665636673ULL;
 }
 
-static void to_stored(const vecfs_config *c, vf_stored_config *s)
-{
-	memset(s, 0, sizeof *s);
-	s->version = 2;
-	s->dim = c->dim;
-	s->metric = c->metric;
-	s->nlist = c->nlist;
-	s->bits = c->bits;
-	s->nprobe = c->nprobe;
-	s->k = c->k;
-	s->refine = c->refine;
-	s->auto_build = c->auto_build;
-	s->compact_deltas = c->compact_deltas;
-	s->keep_generations = c->keep_generations;
-	s->seed = c->seed;
-	s->rebalance_ratio = c->rebalance_ratio;
-	s->recall_ppm = (uint32_t)lrint((double)c->recall_target * 1e6);
-}
+/* ---------------------------------------------------------------- the stored form
+ *
+ * Version 3: a head, then one 64-bit slot a setting, at the setting's
+ * slot number (VECFS_SETTINGS); a slot the store does not have (a setting
+ * newer than the store) reads as the default.  Version 1 and 2 stores hold
+ * vf_stored_config_v2 (layout/meta.h) and are read as they are. */
 
-static void from_stored(const vf_stored_config *s, vecfs_config *c)
-{
-	c->dim = s->dim;
-	c->metric = (vecfs_metric)s->metric;
-	c->nlist = s->nlist;
-	c->bits = s->bits;
-	c->nprobe = s->nprobe;
-	c->k = s->k;
-	c->refine = s->refine;
-	c->auto_build = s->auto_build;
-	c->compact_deltas = s->compact_deltas;
-	c->keep_generations = s->keep_generations;
-	c->seed = s->seed;
-	c->rebalance_ratio = s->rebalance_ratio;
-	c->recall_target = vf_recall_target(s);
-}
+typedef struct stored_head {
+	uint32_t version;
+	uint32_t nslots;
+	uint64_t seed;
+} stored_head;
 
-float vf_recall_target(const vf_stored_config *s)
-{
-	return s->recall_ppm ? (float)(s->recall_ppm / 1e6) : 0.95f;
-}
+#define SLOTS_MAX 64
+#define CONFIG_BYTES_MAX (sizeof(stored_head) + SLOTS_MAX * sizeof(uint64_t))
 
-int vf_load_config(vf_txn *txn, vf_store *s, vf_stored_config *c)
+static uint64_t to_slot(const vecfs_setting *st, const vecfs_config *c)
 {
-	int rc = vf_load_meta(txn, s, VF_META_CONFIG, c, sizeof *c);
-	if (rc == -ENOENT) {
-		vecfs_config d;
-		vecfs_config_defaults(&d);
-		to_stored(&d, c);
-		return 0;
+	const char *field = (const char *)c + st->offset;
+	uint32_t u32;
+	uint64_t u64;
+	float f;
+	vecfs_metric m;
+	switch (st->type) {
+	case VECFS_SETTING_U64:
+		memcpy(&u64, field, sizeof u64);
+		return u64;
+	case VECFS_SETTING_RATIO: /* in millionths */
+		memcpy(&f, field, sizeof f);
+		return (uint64_t)lrint((double)f * 1e6);
+	case VECFS_SETTING_METRIC:
+		memcpy(&m, field, sizeof m);
+		return (uint64_t)m;
+	case VECFS_SETTING_U32:
+	case VECFS_SETTING_OFF32:
+		break;
 	}
+	memcpy(&u32, field, sizeof u32);
+	return u32;
+}
+
+static void from_slot(const vecfs_setting *st, uint64_t x, vecfs_config *c)
+{
+	char *field = (char *)c + st->offset;
+	uint32_t u32 = (uint32_t)x;
+	float f = (float)((double)x / 1e6);
+	vecfs_metric m = (vecfs_metric)x;
+	switch (st->type) {
+	case VECFS_SETTING_U64:
+		memcpy(field, &x, sizeof x);
+		return;
+	case VECFS_SETTING_RATIO:
+		if (x) /* 0: never stored (the default stays) */
+			memcpy(field, &f, sizeof f);
+		return;
+	case VECFS_SETTING_METRIC:
+		memcpy(field, &m, sizeof m);
+		return;
+	case VECFS_SETTING_U32:
+	case VECFS_SETTING_OFF32:
+		memcpy(field, &u32, sizeof u32);
+		return;
+	}
+}
+
+int vf_config_save(vf_txn *txn, vf_store *s, const vecfs_config *c)
+{
+	size_t n;
+	const vecfs_setting *rows = vecfs_settings(&n);
+	unsigned char buf[CONFIG_BYTES_MAX];
+	stored_head h = {3, 0, c->seed};
+	uint64_t slots[SLOTS_MAX] = {0};
+	for (size_t i = 0; i < n; i++) {
+		if (rows[i].slot >= SLOTS_MAX)
+			return -EINVAL;
+		slots[rows[i].slot] = to_slot(&rows[i], c);
+		if (rows[i].slot + 1 > h.nslots)
+			h.nslots = rows[i].slot + 1;
+	}
+	memcpy(buf, &h, sizeof h);
+	memcpy(buf + sizeof h, slots, h.nslots * sizeof slots[0]);
+	return vf_save_config(txn, s, buf, sizeof h + h.nslots * sizeof slots[0]);
+}
+
+/* A version 1 or 2 store's configuration. */
+static void from_v2(const vf_stored_config_v2 *o, vecfs_config *c)
+{
+	c->dim = o->dim;
+	c->metric = (vecfs_metric)o->metric;
+	c->nlist = o->nlist;
+	c->bits = o->bits;
 	/* version 1 had no recall target, and every query probed nprobe
 	 * clusters (32 unless set): the old default becomes the new one, 0,
 	 * chosen per query */
-	if (rc == 0 && c->version < 2) {
-		if (c->nprobe == 32)
-			c->nprobe = 0;
-		c->recall_ppm = 0;
-		c->version = 2;
+	c->nprobe = o->version < 2 && o->nprobe == 32 ? 0 : o->nprobe;
+	c->k = o->k;
+	c->refine = o->refine;
+	c->auto_build = o->auto_build;
+	c->compact_deltas = o->compact_deltas;
+	c->keep_generations = o->keep_generations;
+	c->seed = o->seed;
+	c->rebalance_ratio = o->rebalance_ratio;
+	if (o->version >= 2 && o->recall_ppm)
+		c->recall_target = (float)(o->recall_ppm / 1e6);
+}
+
+int vf_load_config(vf_txn *txn, vf_store *s, vecfs_config *c)
+{
+	unsigned char buf[CONFIG_BYTES_MAX];
+	size_t len = 0;
+	vecfs_config_defaults(c);
+	int rc = vf_load_config_bytes(txn, s, buf, sizeof buf, &len);
+	if (rc == -ENOENT)
+		return 0;
+	if (rc)
+		return rc;
+	stored_head h;
+	if (len == sizeof(vf_stored_config_v2)) {
+		vf_stored_config_v2 o;
+		memcpy(&o, buf, sizeof o);
+		if (o.version > 2)
+			return -EIO;
+		from_v2(&o, c);
+		return 0;
 	}
-	return rc;
+	if (len < sizeof h)
+		return -EIO;
+	memcpy(&h, buf, sizeof h);
+	if (h.version != 3 || h.nslots > SLOTS_MAX || len != sizeof h + h.nslots * sizeof(uint64_t))
+		return -EIO;
+	size_t n;
+	const vecfs_setting *rows = vecfs_settings(&n);
+	for (size_t i = 0; i < n; i++)
+		if (rows[i].slot < h.nslots) {
+			uint64_t x;
+			memcpy(&x, buf + sizeof h + rows[i].slot * sizeof x, sizeof x);
+			from_slot(&rows[i], x, c);
+		}
+	c->seed = h.seed;
+	return 0;
 }
 
 int vecfs_config_get(vecfs *v, vecfs_config *out)
 {
 	vf_txn *txn;
-	vf_stored_config sc;
 	int rc = vf_read_begin(v->store, &txn);
 	if (rc)
 		return rc;
-	rc = vf_load_config(txn, v->store, &sc);
+	rc = vf_load_config(txn, v->store, out);
 	vf_read_end(v->store, txn);
-	if (rc == 0)
-		from_stored(&sc, out);
 	return rc;
 }
 
@@ -154,7 +224,7 @@ typedef struct config_job {
 static int config_fn(vf_txn *txn, void *arg)
 {
 	config_job *j = arg;
-	vf_stored_config old, nw;
+	vecfs_config old;
 	vf_counters cnt;
 	int rc;
 	if ((rc = vf_load_config(txn, j->v->store, &old)) ||
@@ -166,48 +236,25 @@ static int config_fn(vf_txn *txn, void *arg)
 			  j->c->dim != old.dim ? "dim" : "metric");
 		return -EBUSY;
 	}
-	to_stored(j->c, &nw);
-	int rc2 = vf_save_config(txn, j->v->store, &nw);
+	int rc2 = vf_config_save(txn, j->v->store, j->c);
 	return rc2 ? rc2 : vf_attrs_touch(txn, j->v->store, VF_TIME_CONFIG);
 }
 
 int vecfs_config_set(vecfs *v, const vecfs_config *c, char *err, size_t errlen)
 {
-	if (c->dim > VECFS_DIM_MAX) {
-		vf_seterr(err, errlen, "config: dim must be at most %d", VECFS_DIM_MAX);
-		return -EINVAL;
-	}
-	if (c->metric != VECFS_L2 && c->metric != VECFS_COSINE && c->metric != VECFS_DOT) {
-		vf_seterr(err, errlen, "config: metric must be l2, cosine or dot");
-		return -EINVAL;
-	}
-	if (c->bits < 1 || c->bits > 8) {
-		vf_seterr(err, errlen, "config: bits must be 1..8");
-		return -EINVAL;
-	}
-	if (c->nlist > 1000000) {
-		vf_seterr(err, errlen, "config: nlist must be at most 1000000");
-		return -EINVAL;
-	}
-	if (c->k < 1 || c->refine < 1 || c->k > 100000 || c->refine > 1000) {
-		vf_seterr(err, errlen, "config: k and refine must be positive (k <= 100000, refine <= 1000)");
-		return -EINVAL;
-	}
-	if (!(c->recall_target > 0 && c->recall_target <= 1)) {
-		vf_seterr(err, errlen, "config: recall_target must be a number in (0, 1]");
-		return -EINVAL;
-	}
-	if (c->compact_deltas < 1) {
-		vf_seterr(err, errlen, "config: compact_deltas must be positive");
-		return -EINVAL;
-	}
-	if (c->keep_generations > 1000) {
-		vf_seterr(err, errlen, "config: keep_generations must be at most 1000");
-		return -EINVAL;
-	}
-	if (c->rebalance_ratio == 1 || c->rebalance_ratio > 1000) {
-		vf_seterr(err, errlen, "config: rebalance_ratio must be 0 (never) or 2..1000");
-		return -EINVAL;
+	size_t n;
+	const vecfs_setting *rows = vecfs_settings(&n);
+	for (size_t i = 0; i < n; i++) {
+		char text[32], back[32], values[64];
+		vecfs_config probe = *c;
+		/* a value is one of the setting's when it reads back as itself */
+		vecfs_setting_format(&rows[i], c, text, sizeof text);
+		if (vecfs_setting_parse(&rows[i], text, strlen(text), &probe) ||
+		    (vecfs_setting_format(&rows[i], &probe, back, sizeof back), strcmp(text, back))) {
+			vf_seterr(err, errlen, "config: %s must be %s", rows[i].name,
+				  vecfs_setting_values(&rows[i], values, sizeof values));
+			return -EINVAL;
+		}
 	}
 	config_job j = {v, c, err, errlen};
 	return vf_write(v->store, config_fn, &j);

@@ -143,10 +143,11 @@ static inline int vf_bytes_reserve(uint8_t **buf, size_t *cap, size_t need)
 	return 0;
 }
 
-/* The stored configuration, the defaults when the store has none. */
-int vf_load_config(vf_txn *txn, vf_store *s, vf_stored_config *c);
-/* The stored recall target (0.95 when unset). */
-float vf_recall_target(const vf_stored_config *s);
+/* The stored configuration, the defaults for what the store does not
+ * hold (config.c). */
+int vf_load_config(vf_txn *txn, vf_store *s, vecfs_config *c);
+/* Store c as the configuration. */
+int vf_config_save(vf_txn *txn, vf_store *s, const vecfs_config *c);
 
 /* A generation's delta postings and tombstones over its nlist clusters;
  * its largest cluster over the mean (generations.c). */

@@ -203,7 +203,7 @@ static int search_run(search *s, const float *queries, size_t nq, size_t first,
 {
 	vecfs_query_opts o = *opts;
 	vecfs *v = s->v;
-	vf_stored_config sc;
+	vecfs_config sc;
 	vf_counters cnt;
 	int rc;
 
@@ -246,7 +246,7 @@ static int search_run(search *s, const float *queries, size_t nq, size_t first,
 		    (rc = vf_load_genmeta(s->txn, v->store, active, &s->gm)))
 			return rc;
 		if (s->nprobe == 0 && s->g->cal) {
-			s->target = o.recall > 0 ? o.recall : vf_recall_target(&sc);
+			s->target = o.recall > 0 ? o.recall : sc.recall_target;
 			vf_calib_rule(s->g->cal, s->gm.nlist, s->k, s->target, &rule);
 			s->nprobe = vf_fset_nprobe(s->fset, cnt.live, rule.cap);
 			s->tau = rule.tau;

@@ -41,7 +41,7 @@ int vecfs_stats_get(vecfs *v, vecfs_stats *out)
 {
 	vf_txn *txn;
 	vf_counters cnt;
-	vf_stored_config sc;
+	vecfs_config sc;
 	size_t ngen = 0;
 	int rc = vf_read_begin(v->store, &txn);
 	if (rc)

@@ -150,7 +150,7 @@ static void close_active(vecfs *v, vf_gen *g, vf_posting_writer *w)
 int vf_put_begin(vf_put_ctx *c, vecfs *v, vf_txn *txn, uint32_t dim, char *err,
 		     size_t errlen)
 {
-	vf_stored_config sc;
+	vecfs_config sc;
 	int rc;
 	memset(c, 0, sizeof *c);
 	c->v = v;
@@ -162,7 +162,7 @@ int vf_put_begin(vf_put_ctx *c, vecfs *v, vf_txn *txn, uint32_t dim, char *err,
 	c->compact_deltas = sc.compact_deltas;
 	if (sc.dim == 0) { /* the first write fixes dim: a change of config */
 		sc.dim = dim;
-		if ((rc = vf_save_config(txn, v->store, &sc)) ||
+		if ((rc = vf_config_save(txn, v->store, &sc)) ||
 		    (rc = vf_attrs_touch(txn, v->store, VF_TIME_CONFIG)))
 			return rc;
 	} else if (sc.dim != dim) {
@@ -445,7 +445,7 @@ int vf_forget_records(vecfs *v, vf_txn *txn, const uint64_t *ids, size_t n,
 			gm.synced_seq = cnt->seq;
 		gm.pending += w.added;
 		rc = vf_save_genmeta(txn, s, &gm);
-		vf_stored_config sc;
+		vecfs_config sc;
 		if (rc == 0 && maint_due && (rc = vf_load_config(txn, s, &sc)) == 0)
 			*maint_due = vf_maint_due(&w, &gm, cnt->live, sc.compact_deltas);
 	}

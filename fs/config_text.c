@@ -11,26 +11,6 @@
 #include "errors.h"
 #include "number.h"
 
-enum { CK_U32, CK_U64, CK_METRIC, CK_RECALL };
-static const struct {
-	const char *name;
-	int type;
-	size_t off;
-} config_keys[] = {
-	{"dim", CK_U32, offsetof(vecfs_config, dim)},
-	{"metric", CK_METRIC, offsetof(vecfs_config, metric)},
-	{"nlist", CK_U32, offsetof(vecfs_config, nlist)},
-	{"bits", CK_U32, offsetof(vecfs_config, bits)},
-	{"nprobe", CK_U32, offsetof(vecfs_config, nprobe)},
-	{"recall_target", CK_RECALL, offsetof(vecfs_config, recall_target)},
-	{"k", CK_U32, offsetof(vecfs_config, k)},
-	{"refine", CK_U32, offsetof(vecfs_config, refine)},
-	{"auto_build", CK_U64, offsetof(vecfs_config, auto_build)},
-	{"compact_deltas", CK_U32, offsetof(vecfs_config, compact_deltas)},
-	{"keep_generations", CK_U32, offsetof(vecfs_config, keep_generations)},
-	{"rebalance_ratio", CK_U32, offsetof(vecfs_config, rebalance_ratio)},
-};
-
 /* One line of config text into c: 0, or -EINVAL with an errors line. */
 int config_line(err_log *log, const char *s, size_t n, unsigned line, vecfs_config *c)
 {
@@ -47,53 +27,17 @@ int config_line(err_log *log, const char *s, size_t n, unsigned line, vecfs_conf
 	size_t kn = (size_t)(eq - s), vn = n - kn - 1;
 	trim(&k, &kn);
 	trim(&v, &vn);
-	size_t i;
-	for (i = 0; i < sizeof config_keys / sizeof config_keys[0]; i++)
-		if (strlen(config_keys[i].name) == kn && !memcmp(config_keys[i].name, k, kn))
-			break;
-	if (i == sizeof config_keys / sizeof config_keys[0]) {
-		errlog(log, "config: line %u: unknown key '%.*s' (keys: dim, metric, nlist, bits, nprobe, recall_target, k, refine, auto_build, compact_deltas, keep_generations, rebalance_ratio)",
-		       line, (int)(kn > 80 ? 80 : kn), k);
+	const vecfs_setting *st = vecfs_setting_find(k, kn);
+	if (!st) {
+		errlog(log, "config: line %u: unknown key '%.*s' (keys: %s)", line, (int)(kn > 80 ? 80 : kn), k,
+		       vecfs_setting_names());
 		return -EINVAL;
 	}
-	char *field = (char *)c + config_keys[i].off;
-	uint64_t u;
-	switch (config_keys[i].type) {
-	case CK_METRIC: {
-		char m[16];
-		vecfs_metric mv;
-		if (vn >= sizeof m || (memcpy(m, v, vn), m[vn] = 0, vecfs_metric_parse(m, &mv))) {
-			errlog(log, "config: line %u: bad value '%.*s' for metric (l2, cosine or dot)", line,
-			       (int)(vn > 80 ? 80 : vn), v);
-			return -EINVAL;
-		}
-		memcpy(field, &mv, sizeof mv);
-		break;
-	}
-	case CK_RECALL: {
-		float f;
-		if (parse_float(v, vn, &f) || !(f > 0 && f <= 1)) {
-			errlog(log, "config: line %u: bad value '%.*s' for recall_target (a number in (0, 1])",
-			       line, (int)(vn > 80 ? 80 : vn), v);
-			return -EINVAL;
-		}
-		memcpy(field, &f, sizeof f);
-		break;
-	}
-	case CK_U32:
-	case CK_U64:
-		if (parse_uint(v, vn, config_keys[i].type == CK_U32 ? UINT32_MAX : UINT64_MAX, &u)) {
-			errlog(log, "config: line %u: bad value '%.*s' for %s (a non-negative integer)", line,
-			       (int)(vn > 80 ? 80 : vn), v, config_keys[i].name);
-			return -EINVAL;
-		}
-		if (config_keys[i].type == CK_U32) {
-			uint32_t u32 = (uint32_t)u;
-			memcpy(field, &u32, sizeof u32);
-		} else {
-			memcpy(field, &u, sizeof u);
-		}
-		break;
+	if (vecfs_setting_parse(st, v, vn, c)) {
+		char values[64];
+		errlog(log, "config: line %u: bad value '%.*s' for %s (%s)", line, (int)(vn > 80 ? 80 : vn), v,
+		       st->name, vecfs_setting_values(st, values, sizeof values));
+		return -EINVAL;
 	}
 	return 0;
 }

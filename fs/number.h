@@ -1,7 +1,6 @@
 /*
- * fs/number.h - numbers as users write and read them: decimal parsing and
- * float formatting in the C locale, with no other dependency (so that the
- * unit tests link them alone).
+ * fs/number.h - numbers as users write them: the library's parsers
+ * (engine/number.c) under short names, and trimming.
  */
 #ifndef VECFS_FS_NUMBER_H
 #define VECFS_FS_NUMBER_H
@@ -9,15 +8,31 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "vecfs.h" /* vecfs_format_float() */
+#include "vecfs.h"
 
-/* Parse a decimal unsigned integer (digits only, no sign) up to max. */
-int parse_uint(const char *s, size_t n, uint64_t max, uint64_t *out);
-/* Parse one float32 token as strtof does in the C locale, rounded
- * correctly, however long; -EINVAL for anything but one whole number
- * token, -ERANGE on overflow, -ENOMEM when a long token cannot be copied. */
-int parse_float(const char *s, size_t n, float *out);
+static inline int parse_uint(const char *s, size_t n, uint64_t max, uint64_t *out)
+{
+	return vecfs_parse_uint(s, n, max, out);
+}
+
+static inline int parse_float(const char *s, size_t n, float *out)
+{
+	return vecfs_parse_float(s, n, out);
+}
+
 /* Trim blanks (space, tab, CR) on both sides. */
-void trim(const char **s, size_t *n);
+static inline void trim(const char **s, size_t *n)
+{
+	const char *p = *s;
+	size_t len = *n;
+	while (len && (*p == ' ' || *p == '\t' || *p == '\r')) {
+		p++;
+		len--;
+	}
+	while (len && (p[len - 1] == ' ' || p[len - 1] == '\t' || p[len - 1] == '\r'))
+		len--;
+	*s = p;
+	*n = len;
+}
 
 #endif

@@ -53,19 +53,13 @@ int render_config(vecfs *v, sbuf *b)
 	int rc = vecfs_config_get(v, &c);
 	if (rc)
 		return rc;
-	sb_printf(b, "dim = %u\n", c.dim);
-	sb_printf(b, "metric = %s\n", vecfs_metric_name(c.metric));
-	sb_printf(b, "nlist = %u\n", c.nlist);
-	sb_printf(b, "bits = %u\n", c.bits);
-	sb_printf(b, "nprobe = %u\n", c.nprobe);
-	/* kept in millionths: six digits say it */
-	sb_printf(b, "recall_target = %.6g\n", (double)c.recall_target);
-	sb_printf(b, "k = %u\n", c.k);
-	sb_printf(b, "refine = %u\n", c.refine);
-	sb_printf(b, "auto_build = %llu\n", (unsigned long long)c.auto_build);
-	sb_printf(b, "compact_deltas = %u\n", c.compact_deltas);
-	sb_printf(b, "keep_generations = %u\n", c.keep_generations);
-	sb_printf(b, "rebalance_ratio = %u\n", c.rebalance_ratio);
+	size_t n;
+	const vecfs_setting *rows = vecfs_settings(&n);
+	for (size_t i = 0; i < n; i++) {
+		char value[32];
+		vecfs_setting_format(&rows[i], &c, value, sizeof value);
+		sb_printf(b, "%s = %s\n", rows[i].name, value);
+	}
 	return b->oom ? -ENOMEM : 0;
 }
 

@@ -34,9 +34,22 @@ int vf_load_meta(vf_txn *txn, vf_store *s, const char *key, void *out, size_t le
 	return load_fixed(txn, s->meta, key, strlen(key), out, len);
 }
 
-int vf_save_config(vf_txn *txn, vf_store *s, const vf_stored_config *c)
+int vf_save_config(vf_txn *txn, vf_store *s, const void *data, size_t len)
 {
-	return vf_put(txn, s->meta, VF_META_CONFIG, strlen(VF_META_CONFIG), c, sizeof *c, 0);
+	return vf_put(txn, s->meta, VF_META_CONFIG, strlen(VF_META_CONFIG), data, len, 0);
+}
+
+int vf_load_config_bytes(vf_txn *txn, vf_store *s, void *buf, size_t cap, size_t *len)
+{
+	vf_val v;
+	int rc = vf_get(txn, s->meta, VF_META_CONFIG, strlen(VF_META_CONFIG), &v);
+	if (rc)
+		return vf_store_err(rc);
+	if (v.len > cap)
+		return -EIO;
+	memcpy(buf, v.data, v.len);
+	*len = v.len;
+	return 0;
 }
 
 int vf_load_counters(vf_txn *txn, vf_store *s, vf_counters *c)

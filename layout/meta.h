@@ -33,7 +33,9 @@ typedef struct vf_counters {
 	uint64_t rebalances;   /* rebalances run */
 } vf_counters;
 
-typedef struct vf_stored_config {
+/* The configuration as versions 1 and 2 of the store keep it (engine/config.c
+ * writes version 3, a slot a setting, and reads both). */
+typedef struct vf_stored_config_v2 {
 	uint32_t version;
 	uint32_t dim;
 	uint32_t metric;
@@ -48,7 +50,7 @@ typedef struct vf_stored_config {
 	uint64_t seed;
 	uint32_t rebalance_ratio;
 	uint32_t recall_ppm;   /* recall_target in millionths; 0: 0.95 (version 2) */
-} vf_stored_config;
+} vf_stored_config_v2;
 
 enum { VF_OP_PUT = 1, VF_OP_DEL = 2 };
 typedef struct vf_change {
@@ -100,7 +102,11 @@ typedef struct vf_manifest {
  * wrong size, or another negative errno. */
 /* A fixed-size value of the meta family: -ENOENT when it is missing. */
 int vf_load_meta(vf_txn *txn, vf_store *s, const char *key, void *out, size_t len);
-int vf_save_config(vf_txn *txn, vf_store *s, const vf_stored_config *c);
+/* The configuration's bytes (engine/config.c gives them their form). */
+int vf_save_config(vf_txn *txn, vf_store *s, const void *data, size_t len);
+/* Them into buf (cap bytes at most: -EIO when longer), *len set; -ENOENT
+ * when the store has none. */
+int vf_load_config_bytes(vf_txn *txn, vf_store *s, void *buf, size_t cap, size_t *len);
 /* A store without counters has next_gen 1 and the rest 0. */
 int vf_load_counters(vf_txn *txn, vf_store *s, vf_counters *c);
 /* The same, in a read transaction of its own. */

@@ -222,7 +222,7 @@ static int save_old(vf_txn *txn, void *arg)
 {
 	vecfs_config d;
 	vecfs_config_defaults(&d);
-	vf_stored_config s = {0};
+	vf_stored_config_v2 s = {0};
 	s.version = 1;
 	s.dim = D;
 	s.metric = VECFS_L2;
@@ -234,7 +234,7 @@ static int save_old(vf_txn *txn, void *arg)
 	s.keep_generations = d.keep_generations;
 	s.seed = d.seed;
 	s.rebalance_ratio = d.rebalance_ratio;
-	return vf_save_config(txn, ((old_cfg *)arg)->store, &s);
+	return vf_save_config(txn, ((old_cfg *)arg)->store, &s, sizeof s);
 }
 
 static void test_old_config(void **state)

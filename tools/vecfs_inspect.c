@@ -124,10 +124,15 @@ static int summary(vecfs *v, const char *dir)
 	printf("generations = %" PRIu64 "\nunindexed = %" PRIu64 "\ndelta_postings = %" PRIu64
 	       "\n",
 	       st.generations, st.unindexed, st.delta_postings);
-	printf("config: nlist %u, bits %u, nprobe %u, k %u, refine %u, auto_build %" PRIu64
-	       ", compact_deltas %u, keep_generations %u, rebalance_ratio %u\n",
-	       c.nlist, c.bits, c.nprobe, c.k, c.refine, c.auto_build, c.compact_deltas,
-	       c.keep_generations, c.rebalance_ratio);
+	size_t n;
+	const vecfs_setting *rows = vecfs_settings(&n);
+	printf("config:");
+	for (size_t i = 0; i < n; i++) {
+		char value[32];
+		vecfs_setting_format(&rows[i], &c, value, sizeof value);
+		printf("%s %s %s", i ? "," : "", rows[i].name, value);
+	}
+	printf("\n");
 	return list_generations(v);
 }
 

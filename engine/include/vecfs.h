@@ -47,6 +47,14 @@ int vecfs_format_float(char *out, size_t cap, float f);
  * a NUL; out holds 24 bytes.  Returns its length. */
 #define VECFS_FLOAT_E_LEN 14
 int vecfs_format_float_e(char *out, float f);
+/* The n bytes at s as a decimal unsigned integer (digits only, no sign) up
+ * to max: 0, -EINVAL, or -ERANGE past max. */
+int vecfs_parse_uint(const char *s, size_t n, uint64_t max, uint64_t *out);
+/* The n bytes at s as one float32 token, as strtof() reads it in the C
+ * locale, rounded correctly however long: -EINVAL for anything but one
+ * whole number token, -ERANGE on overflow, -ENOMEM when a long token
+ * cannot be copied. */
+int vecfs_parse_float(const char *s, size_t n, float *out);
 
 /* ---------------------------------------------------------------- store */
 
@@ -61,25 +69,84 @@ void vecfs_close(vecfs *v);
 
 /* ---------------------------------------------------------------- config */
 
+/* The settings, one row each, in the order `config` shows them.  A new
+ * setting is one row here (and the code that reads its field): its field
+ * of vecfs_config, default, bounds, parsing, rendering, stored form, the
+ * key list of error messages and the README's table follow from the row.
+ *
+ * X(slot, name, TYPE, default, min, max, meaning)
+ *   slot: where the store keeps it (stable: never reuse or renumber one)
+ *   TYPE: U32 or U64 (integers in min..max), OFF32 (0 = never, else
+ *         min..max), RATIO (a number in (min, max]), METRIC (l2, cosine,
+ *         dot) */
+#define VECFS_SETTINGS(X)                                                                        \
+	X(0, dim, U32, 0, 0, VECFS_DIM_MAX,                                                      \
+	  "vector dimension, 1–16384; 0 = unset, fixed by the first ingest")                     \
+	X(1, metric, METRIC, VECFS_L2, 0, 2,                                                     \
+	  "`l2` (squared Euclidean), `cosine` (1 − cos) or `dot` (−dot)")                        \
+	X(2, nlist, U32, 0, 0, 1000000,                                                          \
+	  "IVF clusters of the next build, up to 1000000; 0 = chosen from the number of "       \
+	  "records (about √N)")                                                                  \
+	X(3, bits, U32, 4, 1, 8, "RaBitQ bits per dimension of the next build, 1–8")            \
+	X(4, nprobe, U32, 0, 0, UINT32_MAX,                                                      \
+	  "query default: clusters probed; 0 = chosen per query to reach `recall_target`")       \
+	X(5, recall_target, RATIO, 0.95, 0, 1,                                                   \
+	  "query default: the mean recall@k a query aims at, in (0, 1]")                         \
+	X(6, k, U32, 10, 1, 100000, "query default: results per query, 1–100000")               \
+	X(7, refine, U32, 10, 1, 1000, "query default: re-rank candidates per result, 1–1000")  \
+	X(8, auto_build, U64, 10000, 0, UINT64_MAX,                                              \
+	  "build the first generation in the background once this many records exist; "        \
+	  "0 = never")                                                                           \
+	X(9, compact_deltas, U32, 128, 1, UINT32_MAX,                                            \
+	  "delta postings in one cluster that start a compaction in the background")            \
+	X(10, keep_generations, U32, 1, 0, 1000,                                                 \
+	  "generations kept besides the active one, up to 1000; a build removes older ones")    \
+	X(11, rebalance_ratio, OFF32, 3, 2, 1000,                                                \
+	  "largest/mean cluster size above which a background compaction is followed by a "     \
+	  "rebalance; 0 = never, else 2–1000")
+
+#define VECFS_SETTING_CTYPE_U32 uint32_t
+#define VECFS_SETTING_CTYPE_U64 uint64_t
+#define VECFS_SETTING_CTYPE_OFF32 uint32_t
+#define VECFS_SETTING_CTYPE_RATIO float
+#define VECFS_SETTING_CTYPE_METRIC vecfs_metric
+
 typedef struct vecfs_config {
-	uint32_t dim;            /* 0 = unset (fixed by the first write) */
-	vecfs_metric metric;
-	uint32_t nlist;          /* 0 = chosen from N at build time */
-	uint32_t bits;           /* RaBitQ bits per dimension, 1..8 */
-	uint32_t nprobe;         /* query defaults; nprobe 0: chosen per query
-				    to reach recall_target */
-	float recall_target;     /* in (0, 1]: mean recall@k a query aims at */
-	uint32_t k;
-	uint32_t refine;         /* re-rank candidates per result */
-	uint64_t auto_build;     /* records that trigger a first build; 0 = never */
-	uint32_t compact_deltas; /* deltas per cluster that trigger compaction */
-	uint32_t keep_generations; /* ready generations kept besides the active
-				      one; older ones are removed after a build */
-	uint32_t rebalance_ratio; /* largest / mean cluster size above which an
-				     automatic compaction is followed by a
-				     rebalance; 0 = never */
+#define VECFS_SETTING_FIELD_(slot, name, type, def, lo, hi, meaning)                             \
+	VECFS_SETTING_CTYPE_##type name;
+	VECFS_SETTINGS(VECFS_SETTING_FIELD_)
+#undef VECFS_SETTING_FIELD_
 	uint64_t seed;           /* rotation / sampling seed for the next build */
 } vecfs_config;
+
+typedef enum {
+	VECFS_SETTING_U32, VECFS_SETTING_U64, VECFS_SETTING_OFF32, VECFS_SETTING_RATIO,
+	VECFS_SETTING_METRIC
+} vecfs_setting_type;
+
+/* A row of VECFS_SETTINGS, to read and write settings by name. */
+typedef struct vecfs_setting {
+	const char *name;
+	vecfs_setting_type type;
+	unsigned slot;
+	size_t offset;           /* of its field in vecfs_config */
+	double def, min, max;
+	const char *meaning;
+} vecfs_setting;
+
+/* The rows, in order; *n their number. */
+const vecfs_setting *vecfs_settings(size_t *n);
+/* The row named by the len bytes at name, or NULL. */
+const vecfs_setting *vecfs_setting_find(const char *name, size_t len);
+/* The names of all settings, ", " between them (for error messages). */
+const char *vecfs_setting_names(void);
+/* What the setting takes, in words ("1–8", "a number in (0, 1]", ...). */
+const char *vecfs_setting_values(const vecfs_setting *st, char *buf, size_t cap);
+/* The len bytes at text as the value of st, into c: 0, or -EINVAL when
+ * they are not one of the values st takes. */
+int vecfs_setting_parse(const vecfs_setting *st, const char *text, size_t len, vecfs_config *c);
+/* st's value in c as `config` shows it, NUL-terminated: its length. */
+int vecfs_setting_format(const vecfs_setting *st, const vecfs_config *c, char *out, size_t cap);
 
 void vecfs_config_defaults(vecfs_config *c);
 int vecfs_config_get(vecfs *v, vecfs_config *out);
