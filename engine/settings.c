@@ -1,7 +1,7 @@
 /*
- * engine/settings.c - the settings by name: the rows of VECFS_SETTINGS
- * (vecfs.h) as a table, their defaults, bounds, parsing and rendering.
- * No I/O, no state.
+ * engine/settings.c - the settings and a query's options by name: the
+ * rows of VECFS_SETTINGS and VECFS_QUERY_OPTIONS (vecfs.h) as tables,
+ * their defaults, bounds, parsing and rendering.  No I/O, no state.
  */
 #include "vecfs.h"
 
@@ -144,4 +144,135 @@ int vecfs_setting_format(const vecfs_setting *st, const vecfs_config *c, char *o
 	}
 	}
 	return snprintf(out, cap, "?");
+}
+
+/* ---------------------------------------------------------------- query options */
+
+enum { Q_COUNT, Q_AUTO, Q_RATIO, Q_MODE, Q_FILTER };
+
+static const struct qopt {
+	const char *name;
+	int type;
+	size_t offset;
+	double min, max;
+} qopts[] = {
+#define QROW_(name, field, type, lo, hi, meaning)                                                  \
+	{ #name, Q_##type, offsetof(vecfs_query_opts, field), (double)(lo), (double)(hi) },
+	VECFS_QUERY_OPTIONS(QROW_)
+#undef QROW_
+};
+
+const char *vecfs_query_opt_names(void)
+{
+#define QNAME_(name, field, type, lo, hi, meaning) ", " #name
+	static const char names[] = VECFS_QUERY_OPTIONS(QNAME_);
+#undef QNAME_
+	return names + 2;
+}
+
+static int qsep(char c)
+{
+	return c == ' ' || c == '\t' || c == ',';
+}
+
+/* The value v (vl bytes) of option q into o: 0, or -EINVAL with why. */
+static int qopt_set(const struct qopt *q, const char *v, size_t vl, vecfs_query_opts *o, char *why,
+		    size_t wl)
+{
+	char *field = (char *)o + q->offset;
+	int cut = vl > 40 ? 40 : (int)vl;
+	switch (q->type) {
+	case Q_COUNT:
+	case Q_AUTO: {
+		uint64_t u;
+		int zero_ok = q->type == Q_AUTO;
+		if (vecfs_parse_uint(v, vl, UINT32_MAX, &u) || (u == 0 && !zero_ok)) {
+			snprintf(why, wl, "bad value '%.*s' for %s (a %s integer)", cut, v, q->name,
+				 zero_ok ? "non-negative" : "positive");
+			return -EINVAL;
+		}
+		if ((double)u > q->max) {
+			snprintf(why, wl, "bad value '%.*s' for %s (at most %.0f)", cut, v, q->name, q->max);
+			return -EINVAL;
+		}
+		uint32_t u32 = (uint32_t)u;
+		memcpy(field, &u32, sizeof u32);
+		if (zero_ok)
+			o->auto_nprobe = u == 0;
+		return 0;
+	}
+	case Q_RATIO: {
+		float f;
+		if (vecfs_parse_float(v, vl, &f) || !(f > q->min && f <= q->max)) {
+			snprintf(why, wl, "bad value '%.*s' for %s (a number in (%g, %g])", cut, v, q->name,
+				 q->min, q->max);
+			return -EINVAL;
+		}
+		memcpy(field, &f, sizeof f);
+		return 0;
+	}
+	case Q_MODE: {
+		int exact;
+		if (vl == 3 && !memcmp(v, "ann", 3))
+			exact = 0;
+		else if (vl == 5 && !memcmp(v, "exact", 5))
+			exact = 1;
+		else {
+			snprintf(why, wl, "bad value '%.*s' for %s (ann or exact)", cut, v, q->name);
+			return -EINVAL;
+		}
+		memcpy(field, &exact, sizeof exact);
+		return 0;
+	}
+	case Q_FILTER: {
+		memcpy(field, &v, sizeof v);
+		memcpy(field + sizeof v, &vl, sizeof vl);
+		return 0;
+	}
+	}
+	return -EINVAL;
+}
+
+int vecfs_query_opts_parse(const char *s, size_t n, vecfs_query_opts *o, char *why, size_t wl)
+{
+	size_t pos = 0;
+	while (pos < n) {
+		while (pos < n && qsep(s[pos]))
+			pos++;
+		if (pos >= n)
+			break;
+		size_t st = pos;
+		while (pos < n && !qsep(s[pos]) && s[pos] != '=')
+			pos++;
+		const char *t = s + st;
+		size_t nl = pos - st;
+		const struct qopt *q = NULL;
+		for (size_t i = 0; i < sizeof qopts / sizeof qopts[0]; i++)
+			if (strlen(qopts[i].name) == nl && !memcmp(qopts[i].name, t, nl))
+				q = &qopts[i];
+		if (pos >= n || s[pos] != '=') {
+			while (pos < n && !qsep(s[pos]))
+				pos++;
+			size_t tl = pos - st;
+			snprintf(why, wl, "'%.*s' is not name=value (options: %s)", (int)(tl > 40 ? 40 : tl), t,
+				 vecfs_query_opt_names());
+			return -EINVAL;
+		}
+		if (!q) {
+			snprintf(why, wl, "unknown option '%.*s' (options: %s)", (int)(nl > 40 ? 40 : nl), t,
+				 vecfs_query_opt_names());
+			return -EINVAL;
+		}
+		pos++; /* '=' */
+		size_t vs = pos;
+		if (q->type == Q_FILTER)
+			pos = n; /* the rest of the line */
+		else
+			while (pos < n && !qsep(s[pos]))
+				pos++;
+		int rc = qopt_set(q, s + vs, pos - vs, o, why, wl);
+		if (rc)
+			return rc;
+	}
+	return 0;
 }

@@ -25,8 +25,6 @@
 #include "sbuf.h"
 
 #define IN_MAX ((size_t)256 << 20)
-#define QUERY_K_MAX 100000   /* vecfs_search()'s bounds of k and refine */
-#define QUERY_REFINE_MAX 1000
 
 typedef struct qinput {
 	vecfs_query_opts o;
@@ -325,80 +323,11 @@ static int parse_fvecs(const char *buf, size_t len, qinput *qi)
 
 static int parse_options(const char *s, size_t n, qinput *qi, char *why, size_t wl)
 {
-	size_t pos = 0;
-	while (pos < n) {
-		while (pos < n && (s[pos] == ' ' || s[pos] == '\t' || s[pos] == ','))
-			pos++;
-		if (pos >= n)
-			break;
-		if (n - pos >= 7 && !memcmp(s + pos, "filter=", 7))
-			return set_filter(qi, s + pos + 7, n - pos - 7, why, wl);
-		size_t st = pos;
-		while (pos < n && s[pos] != ' ' && s[pos] != '\t' && s[pos] != ',')
-			pos++;
-		const char *t = s + st;
-		size_t tl = pos - st;
-		const char *eq = memchr(t, '=', tl);
-		if (!eq) {
-			snprintf(why, wl, "'%.*s' is not name=value (options: k, nprobe, recall, refine, mode, filter)",
-				 (int)(tl > 40 ? 40 : tl), t);
-			return -EINVAL;
-		}
-		size_t nl = (size_t)(eq - t), vl = tl - nl - 1;
-		const char *v = eq + 1;
-		uint64_t u;
-		uint32_t *dst = NULL;
-		if (nl == 1 && t[0] == 'k')
-			dst = &qi->o.k;
-		else if (nl == 6 && !memcmp(t, "nprobe", 6))
-			dst = &qi->o.nprobe;
-		else if (nl == 6 && !memcmp(t, "refine", 6))
-			dst = &qi->o.refine;
-		if (dst) {
-			/* nprobe=0: chosen per query, as in config */
-			int zero_ok = dst == &qi->o.nprobe;
-			if (parse_uint(v, vl, UINT32_MAX, &u) || (u == 0 && !zero_ok)) {
-				snprintf(why, wl, "bad value '%.*s' for %.*s (a %s integer)",
-					 (int)(vl > 40 ? 40 : vl), v, (int)nl, t,
-					 zero_ok ? "non-negative" : "positive");
-				return -EINVAL;
-			}
-			/* the library's bounds (README's Limits), refused here to
-			 * name this line */
-			uint64_t most = dst == &qi->o.k ? QUERY_K_MAX : dst == &qi->o.refine ? QUERY_REFINE_MAX : u;
-			if (u > most) {
-				snprintf(why, wl, "bad value '%.*s' for %.*s (at most %llu)",
-					 (int)(vl > 40 ? 40 : vl), v, (int)nl, t, (unsigned long long)most);
-				return -EINVAL;
-			}
-			*dst = (uint32_t)u;
-			if (zero_ok)
-				qi->o.auto_nprobe = u == 0;
-		} else if (nl == 6 && !memcmp(t, "recall", 6)) {
-			float f;
-			if (parse_float(v, vl, &f) || !(f > 0 && f <= 1)) {
-				snprintf(why, wl, "bad value '%.*s' for recall (a number in (0, 1])",
-					 (int)(vl > 40 ? 40 : vl), v);
-				return -EINVAL;
-			}
-			qi->o.recall = f;
-		} else if (nl == 4 && !memcmp(t, "mode", 4)) {
-			if (vl == 3 && !memcmp(v, "ann", 3))
-				qi->o.exact = 0;
-			else if (vl == 5 && !memcmp(v, "exact", 5))
-				qi->o.exact = 1;
-			else {
-				snprintf(why, wl, "bad value '%.*s' for mode (ann or exact)",
-					 (int)(vl > 40 ? 40 : vl), v);
-				return -EINVAL;
-			}
-		} else {
-			snprintf(why, wl, "unknown option '%.*s' (options: k, nprobe, recall, refine, mode, filter)",
-				 (int)(nl > 40 ? 40 : nl), t);
-			return -EINVAL;
-		}
-	}
-	return 0;
+	const char *filter = qi->o.filter;
+	int rc = vecfs_query_opts_parse(s, n, &qi->o, why, wl);
+	if (rc == 0 && qi->o.filter != filter) /* it points into the line: kept */
+		rc = set_filter(qi, qi->o.filter, qi->o.filter_len, why, wl);
+	return rc;
 }
 
 /* One line of text input: blank, comment, options or a vector. */

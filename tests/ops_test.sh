@@ -265,6 +265,9 @@ if mnt "$Q" "$M"; then
 	{ echo 'mode=exact k=4'; tail -n +4 "$TMP/q.txt"; } >"$TMP/q.exact"
 	put "$TMP/q.exact" "$M/query/s/in" >/dev/null
 	T cat "$M/query/s/out" >"$TMP/out.exact"
+	{ echo 'k=4 filter={"tag": {"$ne": "x"}}'; tail -n +4 "$TMP/q.txt"; } >"$TMP/q.filter"
+	put "$TMP/q.filter" "$M/query/s/in" >/dev/null
+	T cat "$M/query/s/out" >"$TMP/out.filter"
 	umnt "$M"
 	check search_mount_out_nonempty test "$(grep -c . "$TMP/out.text")" -eq 21
 	run "$INSPECT" "$Q" search "$TMP/q.txt"
@@ -273,12 +276,14 @@ if mnt "$Q" "$M"; then
 	check search_fvecs_as_out test "$RC" -eq 0 -a "$OUT" == "$(cat "$TMP/out.fvecs")"
 	OUT=$(T "$INSPECT" "$Q" search - <"$TMP/q.exact" 2>&1)
 	check search_stdin_exact test $? -eq 0 -a "$OUT" == "$(cat "$TMP/out.exact")"
+	run "$INSPECT" "$Q" search "$TMP/q.filter"
+	check search_filter_as_out test "$RC" -eq 0 -a "$OUT" == "$(cat "$TMP/out.filter")"
 	run "$INSPECT" "$Q" search /dev/null
 	check search_empty_exit_2 test "$RC" -eq 2
 	check search_empty_message grep -q 'no query vector (empty)' <<<"$OUT"
 	printf 'k=3\nk=0\n1 2 3 4 5 6 7 8\n' >"$TMP/qbad"
 	run "$INSPECT" "$Q" search "$TMP/qbad"
-	check search_bad_option test "$RC" -eq 2 -a "$OUT" == "vecfs-inspect: $TMP/qbad: line 2: bad value '0' for k"
+	check search_bad_option test "$RC" -eq 2 -a "$OUT" == "vecfs-inspect: $TMP/qbad: line 2: bad value '0' for k (a positive integer)"
 	printf '1 2 3\n' >"$TMP/qdim"
 	run "$INSPECT" "$Q" search "$TMP/qdim"
 	check search_wrong_dim test "$RC" -eq 2

@@ -51,67 +51,6 @@ static size_t token(const char *s, size_t n, size_t *pos, const char **t)
 	return (size_t)(s + *pos - *t);
 }
 
-/* A whole token as a number (read as float32 by strtof, as the daemon
- * reads vectors, when as_float); 0 or -1. */
-static int number(const char *t, size_t tl, int as_float, double *out)
-{
-	char small[64], *tmp = tl < sizeof small ? small : malloc(tl + 1), *end;
-	if (!tmp)
-		return -1;
-	memcpy(tmp, t, tl);
-	tmp[tl] = 0;
-	*out = as_float ? (double)strtof(tmp, &end) : strtod(tmp, &end);
-	int rc = tl && !*end ? 0 : -1;
-	if (tmp != small)
-		free(tmp);
-	return rc;
-}
-
-static int option(const char *t, size_t tl, vecfs_query_opts *o, char *why, size_t wl)
-{
-	const char *eq = memchr(t, '=', tl);
-	int cut = tl > 40 ? 40 : (int)tl;
-	if (!eq) {
-		snprintf(why, wl, "'%.*s' is not name=value (options: k, nprobe, recall, refine, mode)",
-			 cut, t);
-		return -EINVAL;
-	}
-	size_t nl = (size_t)(eq - t), vl = tl - nl - 1;
-	const char *v = eq + 1;
-	double x = 0;
-	int num = number(v, vl, 0, &x) == 0 && x == floor(x) && x >= 0 && x <= UINT32_MAX &&
-		  v[0] >= '0' && v[0] <= '9';
-	if (nl == 4 && !memcmp(t, "mode", 4)) {
-		if (vl == 3 && !memcmp(v, "ann", 3))
-			o->exact = 0;
-		else if (vl == 5 && !memcmp(v, "exact", 5))
-			o->exact = 1;
-		else
-			goto bad;
-	} else if (nl == 6 && !memcmp(t, "recall", 6)) {
-		if (number(v, vl, 0, &x) || !(x > 0 && x <= 1))
-			goto bad;
-		o->recall = (float)x;
-	} else if (nl == 6 && !memcmp(t, "nprobe", 6)) {
-		if (!num)
-			goto bad;
-		o->nprobe = (uint32_t)x;
-		o->auto_nprobe = x == 0;
-	} else if ((nl == 1 && t[0] == 'k') || (nl == 6 && !memcmp(t, "refine", 6))) {
-		if (!num || x == 0)
-			goto bad;
-		*(nl == 1 ? &o->k : &o->refine) = (uint32_t)x;
-	} else {
-		snprintf(why, wl, "unknown option '%.*s' (options: k, nprobe, recall, refine, mode)",
-			 (int)(nl > 40 ? 40 : nl), t);
-		return -EINVAL;
-	}
-	return 0;
-bad:
-	snprintf(why, wl, "bad value '%.*s' for %.*s", (int)(vl > 40 ? 40 : vl), v, (int)nl, t);
-	return -EINVAL;
-}
-
 /* One line of text: blank, comment, options or a vector. */
 static int parse_line(const char *s, size_t n, query_input *qi, size_t *cap, char *why,
 		      size_t wl)
@@ -125,9 +64,19 @@ static int parse_line(const char *s, size_t n, query_input *qi, size_t *cap, cha
 	const char *t;
 	size_t pos = 0, tl;
 	if (memchr(s, '=', n)) {
-		while ((tl = token(s, n, &pos, &t)))
-			if (option(t, tl, &qi->opts, why, wl))
-				return -EINVAL;
+		const char *filter = qi->opts.filter;
+		if (vecfs_query_opts_parse(s, n, &qi->opts, why, wl))
+			return -EINVAL;
+		if (qi->opts.filter != filter) { /* it points into the line: kept */
+			char *f = malloc(qi->opts.filter_len + 1);
+			if (!f)
+				return -ENOMEM;
+			memcpy(f, qi->opts.filter, qi->opts.filter_len);
+			f[qi->opts.filter_len] = 0;
+			free(qi->filter);
+			qi->filter = f;
+			qi->opts.filter = f;
+		}
 		return 0;
 	}
 	int bracket = s[0] == '[';
@@ -151,7 +100,6 @@ static int parse_line(const char *s, size_t n, query_input *qi, size_t *cap, cha
 	float *row = qi->vecs + qi->nq * (qi->nq ? qi->dim : 0);
 	uint32_t cnt = 0, limit = qi->nq ? qi->dim : VECFS_DIM_MAX;
 	while ((tl = token(s, n, &pos, &t))) {
-		double x;
 		if (cnt == limit) {
 			if (qi->nq)
 				snprintf(why, wl, "more than %u numbers, the vectors before have %u",
@@ -160,11 +108,12 @@ static int parse_line(const char *s, size_t n, query_input *qi, size_t *cap, cha
 				snprintf(why, wl, "more than %u numbers", limit);
 			return -EINVAL;
 		}
-		if (number(t, tl, 1, &x) || !isfinite((float)x)) {
+		float x;
+		if (vecfs_parse_float(t, tl, &x) || !isfinite(x)) {
 			snprintf(why, wl, "'%.*s' is not a finite number", (int)(tl > 40 ? 40 : tl), t);
 			return -EINVAL;
 		}
-		row[cnt++] = (float)x;
+		row[cnt++] = x;
 	}
 	if (cnt == 0 && !bracket)
 		return 0; /* separators only */
@@ -214,5 +163,8 @@ int query_input_parse(const char *buf, size_t len, query_input *qi, char *why, s
 void query_input_free(query_input *qi)
 {
 	free(qi->vecs);
+	free(qi->filter);
 	qi->vecs = NULL;
+	qi->filter = NULL;
+	qi->opts.filter = NULL;
 }

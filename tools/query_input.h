@@ -1,7 +1,7 @@
 /*
  * The input of a query, as a mount's query/ID/in takes it: option lines
- * (`k=10 nprobe=0 recall=0.9 refine=10 mode=exact`, tokens separated by
- * spaces, tabs or commas) and one vector a line (numbers separated by
+ * (`k=10 nprobe=0 recall=0.9 refine=10 mode=exact filter={...}`, read by
+ * the library's vecfs_query_opts_parse()) and one vector a line (numbers separated by
  * spaces, tabs or commas, optionally in [ ]), blank and `#` lines ignored;
  * or binary fvecs rows (int32 dim, then dim float32), when every row
  * header of the whole input holds the same dimension.
@@ -18,6 +18,7 @@
 
 typedef struct query_input {
 	vecfs_query_opts opts;
+	char *filter;    /* opts.filter's text (malloc'd), or NULL */
 	float *vecs;     /* nq x dim */
 	size_t nq;
 	uint32_t dim;

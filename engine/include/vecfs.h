@@ -239,24 +239,57 @@ int vecfs_keys(vecfs *v, const char *after, size_t afterlen, size_t max,
 
 /* ---------------------------------------------------------------- search */
 
+#define VECFS_K_MAX 100000     /* results a query asks for */
+#define VECFS_REFINE_MAX 1000  /* re-rank candidates per result */
+
+/* A query's options, one row each, as an options line of `in` names them
+ * (`k=10 nprobe=0 recall=0.95 refine=10 mode=exact filter={...}`).  A new
+ * option is one row here (and the code that reads its field): its field of
+ * vecfs_query_opts, parsing (vecfs_query_opts_parse), its bounds and the
+ * option list of error messages follow from the row.
+ *
+ * X(name, field, TYPE, min, max, meaning)
+ *   TYPE: COUNT (an integer in min..max; 0 = the config's), AUTO (0 =
+ *         chosen per query, else min..max; sets auto_nprobe), RATIO (a
+ *         number in (min, max]), MODE (ann or exact), FILTER (JSON to the
+ *         end of the line; the field points into the parsed line) */
+#define VECFS_QUERY_OPTIONS(X)                                                                   \
+	X(k, k, COUNT, 1, VECFS_K_MAX, "results per query")                                      \
+	X(nprobe, nprobe, AUTO, 0, UINT32_MAX, "clusters probed; 0 = chosen per query")          \
+	X(refine, refine, COUNT, 1, VECFS_REFINE_MAX, "re-rank candidates per result")           \
+	X(recall, recall, RATIO, 0, 1, "the mean recall@k the query aims at")                    \
+	X(mode, exact, MODE, 0, 1, "ann (the index) or exact (every record)")                    \
+	X(filter, filter, FILTER, 0, 0, "only records whose payload matches this JSON filter")
+
+#define VECFS_QUERY_FIELD_COUNT(f) uint32_t f;
+#define VECFS_QUERY_FIELD_AUTO(f) uint32_t f;
+#define VECFS_QUERY_FIELD_RATIO(f) float f;
+#define VECFS_QUERY_FIELD_MODE(f) int f;
+#define VECFS_QUERY_FIELD_FILTER(f) const char *f; size_t f##_len;
+
 typedef struct vecfs_query_opts {
-	uint32_t k;       /* 0 = config default */
-	uint32_t nprobe;  /* 0 = config default (which may be 0: chosen per
-			   * query to reach the recall target) */
-	uint32_t refine;  /* 0 = config default */
-	float recall;     /* this query's recall target, in (0, 1]; 0 = the
-			   * config's; an nprobe given here wins over it */
+	/* k, refine: 0 = config default; nprobe: 0 = config default (which
+	 * may be 0: chosen per query to reach the recall target); recall: in
+	 * (0, 1], 0 = the config's (an nprobe given here wins over it); exact:
+	 * 1 = scan every live record (mode=exact); filter: NULL, or a JSON
+	 * filter on payloads (README.md), -EINVAL when malformed, -E2BIG past
+	 * its limits */
+#define VECFS_QUERY_FIELD_(name, field, type, lo, hi, meaning) VECFS_QUERY_FIELD_##type(field)
+	VECFS_QUERY_OPTIONS(VECFS_QUERY_FIELD_)
+#undef VECFS_QUERY_FIELD_
 	int auto_nprobe;  /* 1 = nprobe chosen per query (to reach `recall` or
 			   * the config's recall_target) whatever the
 			   * config's nprobe */
-	int exact;        /* 1 = scan every live record */
 	int uncounted;    /* 1 = not in the store's query counts and latencies
 			   * (stats) unless vecfs_search_count() adds it */
-	const char *filter; /* NULL, or a JSON filter on payloads (README.md):
-			     * only records that match; -EINVAL when malformed,
-			     * -E2BIG past its limits */
-	size_t filter_len;
 } vecfs_query_opts;
+
+/* One options line (name=value tokens between spaces, tabs or commas; a
+ * filter= runs to the end of the line) of n bytes at s into o, over what o
+ * holds: 0, or -EINVAL with why (the option and the values it takes). */
+int vecfs_query_opts_parse(const char *s, size_t n, vecfs_query_opts *o, char *why, size_t wl);
+/* The names of the options, ", " between them (for error messages). */
+const char *vecfs_query_opt_names(void);
 
 typedef struct vecfs_explain {
 	uint64_t generation;       /* 0 = none (exact scan) */
