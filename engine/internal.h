@@ -245,7 +245,7 @@ int vf_forget_records(vecfs *v, vf_txn *txn, const uint64_t *ids, size_t n,
 
 /* A generation being made (a build or a rebalance): whom to tell about
  * progress, where its error goes, whether it was asked to stop.  report()
- * may be called from worker threads. */
+ * may be called from worker threads (publish.c). */
 typedef struct vf_task {
 	vecfs *v;
 	vf_genmeta *m;          /* its meta: phase and pct shown while it runs */
@@ -296,15 +296,15 @@ int vf_maint_due(const vf_posting_writer *w, const vf_genmeta *m, uint64_t live,
 /* 1 while maintenance is due or running. */
 int vf_maint_busy(vecfs *v);
 /* Remove the oldest generations beyond keep_generations (never the active
- * one nor `keep`). */
+ * one nor `keep`) (generations.c). */
 void vf_retire_generations(vecfs *v, uint64_t keep);
-/* Shared by compaction and rebalance (compact.c): order of codes by id;
+/* Shared by compaction, rebalance and salvage (blocks.c): order of codes by id;
  * posting i of an opened block whose columns were checked, as a code
  * pointing into the block, its planes copied to `planes` (0, or -EIO when
  * its key is damaged); a posting block opened with every column checked;
  * codes[0..n) packed into evenly filled posting blocks 0, 1, ... of cluster
  * c of generation m, with its manifest counting `deltas` delta postings
- * left beside them; a compaction with build_mu held. */
+ * left beside them. */
 int vf_cmp_code(const void *a, const void *b);
 int vf_block_code(const vf_block *b, uint32_t i, vf_code *code, uint8_t *planes);
 int vf_block_open_checked(const vf_val *d, vf_block *b);
@@ -333,13 +333,9 @@ int64_t vf_us_since(const struct timespec *t);
 /* After an automatic compaction: rebalance when the largest cluster is over
  * rebalance_ratio times the mean (rebalance.c). */
 void vf_maybe_rebalance(vecfs *v);
-uint32_t vf_auto_nlist(uint64_t n);
-/* Rows of k-means' training sample for n records in nlist clusters of dim
- * dimensions, and its Lloyd iterations in *iters (build.c). */
-uint64_t vf_train_sample(uint64_t n, uint32_t nlist, uint32_t dim, int *iters);
 #define VF_BLOCK_TARGET 1024 /* vectors per posting block */
 
-/* Publishing a generation (builds and rebalances): register its metadata
+/* Publishing a generation (builds and rebalances; publish.c): register its metadata
  * (`building`, a new id in m->id); write its posting blocks in
  * transactions of about VF_PUBLISH_TXN_BYTES while a read snapshot stays
  * open (so make room with VF_GEN_RESERVE first: the map cannot grow under
@@ -356,7 +352,8 @@ int vf_gen_publish(vecfs *v, const vf_genmeta *m, const float *centroids,
 		   int rebalanced);
 void vf_gen_abandon(vecfs *v, vf_genmeta *m);
 /* The routing state of a generation not yet loadable from the store: g
- * borrows centroids (m->nlist * m->dim); release with vf_gen_routing_free. */
+ * borrows centroids (m->nlist * m->dim); release with vf_gen_routing_free
+ * (gen_cache.c). */
 int vf_gen_routing(vf_gen *g, const vf_genmeta *m, float *centroids, const float *center);
 void vf_gen_routing_free(vf_gen *g);
 /* An encoder for generation g's codes (its bits, metric and table). */
