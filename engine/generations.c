@@ -125,6 +125,22 @@ int vf_cluster_imbalance(vf_txn *txn, vf_store *s, const vf_genmeta *m, double *
 	return 0;
 }
 
+int vf_active_imbalance(vecfs *v, uint64_t *active, double *out)
+{
+	vf_txn *txn;
+	vf_genmeta m;
+	int rc = vf_read_begin(v->store, &txn);
+	if (rc)
+		return rc;
+	*out = 0;
+	*active = vf_load_active(txn, v->store);
+	if (*active &&
+	    (rc = vf_load_genmeta(txn, v->store, *active, &m)) == 0)
+		rc = vf_cluster_imbalance(txn, v->store, &m, out);
+	vf_read_end(v->store, txn);
+	return rc;
+}
+
 int vecfs_gen_info_get(vecfs *v, uint64_t gen, vecfs_gen_info *out)
 {
 	vf_txn *txn;

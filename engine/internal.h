@@ -94,6 +94,11 @@ struct vecfs {
 	vecfs_notice_fn notice_fn;  /* what the owner should hear (vecfs_set_notice_fn) */
 	void *notice_arg;
 	struct vf_sampler *sampler; /* the recall of served queries (sampler.c) */
+	/* told of each served ANN query (neither exact nor filtered) once its
+	 * read transactions ended: vf_sampler_offer, set by vf_sampler_init
+	 * when the store opens; NULL: no one (search.c calls it) */
+	void (*on_search)(vecfs *v, const float *queries, size_t nq, uint32_t dim,
+			  const vecfs_results *r);
 	struct vf_fset_cache *fset_cache; /* filters' matches by snapshot
 					   * (filtered.c), made at first use */
 };
@@ -153,6 +158,9 @@ float vf_recall_target(const vf_stored_config *s);
 int vf_sum_manifests(vf_txn *txn, vf_store *s, uint64_t gen, uint32_t nlist,
 		     uint64_t *deltas, uint64_t *tombs);
 int vf_cluster_imbalance(vf_txn *txn, vf_store *s, const vf_genmeta *m, double *out);
+/* The active generation (0: none) and its vf_cluster_imbalance() (0 when
+ * none), in a read transaction of its own. */
+int vf_active_imbalance(vecfs *v, uint64_t *active, double *out);
 
 /* generation cache: a reference, released with vf_gen_put */
 int vf_gen_get(vecfs *v, vf_txn *txn, uint64_t gen, vf_gen **out);
