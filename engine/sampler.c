@@ -288,12 +288,14 @@ int vf_sampler_init(vecfs *v)
 	s->rng = (uint64_t)time(NULL) ^ (uint64_t)(uintptr_t)s;
 	s->ticket = s->rng;
 	v->sampler = s;
+	v->on_search = vf_sampler_offer;
 	return 0;
 }
 
 void vf_sampler_fini(vecfs *v)
 {
 	vf_sampler *s = v->sampler;
+	v->on_search = NULL;
 	if (!s)
 		return;
 	pthread_mutex_lock(&s->mu);
