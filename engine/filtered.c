@@ -346,7 +346,7 @@ int vf_fset_get(vecfs *v, vf_txn *txn, const char *text, size_t len, vf_fset **o
 
 /* The filtered top k lie farther out than the top k of all records (about
  * the k/share nearest overall): nprobe grows with sqrt(0.1 / share), from
- * a share of 10% down, up to 8 times (measured: tools/README.md). */
+ * a share of 10% down, up to 8 times (measured: tools/RESULTS.md). */
 uint32_t vf_fset_nprobe(const vf_fset *s, uint64_t live, uint32_t nprobe)
 {
 	if (!s || !live || s->n * 10 >= live)
