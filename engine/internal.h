@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <stdio.h>
 #include <time.h>
@@ -66,9 +67,11 @@ struct vecfs {
 	int maint_idle_due;         /* a backlog to fold once writes pause */
 	int maint_busy;             /* the worker is compacting or rebalancing */
 	struct timespec last_write; /* CLOCK_MONOTONIC of the last kick */
-	int closing;
+	atomic_int closing;         /* set once vecfs_close() began: builds,
+				     * rebalances and the workers stop */
 	pthread_t hint_thread;      /* fills the record location hints */
-	int hint_started, hint_stop;
+	int hint_started;
+	atomic_int hint_stop;       /* the hint filler stops */
 	int threads;
 	size_t pending_bytes;       /* delta postings a write keeps before it
 				     * writes them in key order (32 MiB) */
@@ -99,7 +102,7 @@ struct vecfs {
 	 * when the store opens; NULL: no one (search.c calls it) */
 	void (*on_search)(vecfs *v, const float *queries, size_t nq, uint32_t dim,
 			  const vecfs_results *r);
-	struct vf_fset_cache *fset_cache; /* filters' matches by snapshot
+	struct vf_fset_cache *_Atomic fset_cache; /* filters' matches by snapshot
 					   * (filtered.c), made at first use */
 };
 

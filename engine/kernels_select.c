@@ -7,6 +7,7 @@
 #if defined(__x86_64__)
 #include <cpuid.h>
 #endif
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -44,8 +45,8 @@ const vf_kernels *vf_kernels_named(const char *name)
 
 const vf_kernels *vf_kernels_get(void)
 {
-	static const vf_kernels *chosen;
-	const vf_kernels *k = __atomic_load_n(&chosen, __ATOMIC_ACQUIRE);
+	static const vf_kernels *_Atomic chosen;
+	const vf_kernels *k = atomic_load_explicit(&chosen, memory_order_acquire);
 	if (k)
 		return k;
 	const char *force = getenv("VECFS_KERNEL");
@@ -53,7 +54,7 @@ const vf_kernels *vf_kernels_get(void)
 	k = force ? vf_kernels_named(force) : NULL;
 	for (size_t i = 0; !k; i++)
 		k = vf_kernels_named(best[i]);
-	__atomic_store_n(&chosen, k, __ATOMIC_RELEASE);
+	atomic_store_explicit(&chosen, k, memory_order_release);
 	return k;
 }
 

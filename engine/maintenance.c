@@ -69,7 +69,7 @@ void vf_maint_start(vecfs *v)
 void vf_maint_stop(vecfs *v)
 {
 	pthread_mutex_lock(&v->stat_mu);
-	__atomic_store_n(&v->closing, 1, __ATOMIC_RELAXED); /* (builds read it unlocked) */
+	atomic_store_explicit(&v->closing, 1, memory_order_relaxed); /* (builds read it unlocked) */
 	pthread_cond_broadcast(&v->maint_cv);
 	pthread_mutex_unlock(&v->stat_mu);
 	if (v->maint_started)

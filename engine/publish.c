@@ -52,7 +52,7 @@ int vf_task_report(vf_task *t, const char *phase, int pct)
 		t->m->pct = (uint32_t)pct;
 		if (t->progress)
 			stop = t->progress(t->parg, phase, pct);
-		if (!stop && __atomic_load_n(&t->v->closing, __ATOMIC_RELAXED))
+		if (!stop && atomic_load_explicit(&t->v->closing, memory_order_relaxed))
 			stop = 1;
 		if (stop)
 			t->cancelled = 1;
