@@ -241,6 +241,7 @@ static int snapshot(build_ctx *b, vf_txn *txn, uint64_t *id_limit)
 	return rc;
 }
 
+/* A build, with build_mu held. */
 static int build_locked(build_ctx *b, int activate, uint64_t *gen_out)
 {
 	vecfs *v = b->v;
@@ -255,6 +256,7 @@ static int build_locked(build_ctx *b, int activate, uint64_t *gen_out)
 	int rc, have_gen = 0, registered = 0;
 	double t0 = now_s();
 
+	VF_ASSERT_HELD(&v->build_mu);
 	memset(&g, 0, sizeof g);
 	/* the snapshot stays open until the generation is published, and the
 	 * map cannot grow under it: make room for the new blocks first (three

@@ -431,6 +431,7 @@ int vf_compact_steps(vecfs *v, uint32_t *clusters, uint64_t step_us, uint64_t sy
 /* With build_mu held: one maintenance job at a time, like builds. */
 int vf_compact_locked(vecfs *v, uint32_t *clusters, char *err, size_t errlen)
 {
+	VF_ASSERT_HELD(&v->build_mu);
 	uint64_t sync = v->sync_step ? v->sync_step : COMPACT_SYNC;
 	return vf_compact_steps(v, clusters, COMPACT_STEP_US, sync, NULL, NULL, err, errlen);
 }

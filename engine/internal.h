@@ -5,6 +5,7 @@
 #ifndef VF_INTERNAL_H
 #define VF_INTERNAL_H
 
+#include <assert.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -24,6 +25,19 @@
 #include "rotation.h"
 #include "store.h"
 #include "vecfs.h"
+
+/* VF_ASSERT_HELD(mu): the caller holds mutex mu, as a function whose
+ * comment says "with mu held" needs; an assertion, so compiled out with
+ * NDEBUG.  A trylock that succeeds means no thread held it (one held by
+ * another thread passes: the check catches a lock not taken). */
+static inline int vf_mutex_held(pthread_mutex_t *mu)
+{
+	if (pthread_mutex_trylock(mu) != 0)
+		return 1;
+	pthread_mutex_unlock(mu);
+	return 0;
+}
+#define VF_ASSERT_HELD(mu) assert(vf_mutex_held(mu))
 
 /* An immutable generation's routing state, loaded once and shared. */
 typedef struct vf_gen {

@@ -12,6 +12,7 @@
  * paused for VF_MAINT_IDLE_MS.  0 when closing. */
 static int maint_wait(vecfs *v)
 {
+	VF_ASSERT_HELD(&v->stat_mu);
 	for (;;) {
 		if (v->closing)
 			return 0;

@@ -674,6 +674,7 @@ static int rebalance_locked(rebal *r, int activate, uint64_t *gen_out)
 	vf_counters cnt;
 	int rc, registered = 0;
 	struct timespec t0, t1;
+	VF_ASSERT_HELD(&v->build_mu);
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 
 	/* every live posting into packed blocks first */
