@@ -6,6 +6,9 @@ BUILD   ?= build
 OPT     ?= -O2
 CFLAGS  ?= $(OPT) -g
 WARN    := -Wall -Wextra -Wshadow -Wno-unused-parameter
+# WERROR=1 (CI's build): a warning fails the build.
+WERROR  ?=
+WARN    += $(if $(filter 1,$(WERROR)),-Werror,)
 BASEFLAGS := -std=c11 -D_GNU_SOURCE -ffp-contract=off -fno-strict-aliasing -pthread \
 	$(WARN)
 # Layers: the public header (engine/include/vecfs.h) is the only one that

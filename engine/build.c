@@ -30,62 +30,6 @@ static double now_s(void)
 	return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-/* k-means' training sample and Lloyd iterations for n records in nlist
- * clusters.  128 sample rows a cluster (40, as before, gave glove-100
- * recall 0.9415 at nprobe 24 against 0.9482 with 128) and 20 iterations up
- * to 200,000 records (fashion-mnist-784, all 6,000 rows: 0.938 at nprobe 3
- * with 12, 0.945 with 20), 8 above; the sample shrinks, down to 40 rows a
- * cluster, so that the training costs at most TRAIN_BUDGET multiply-adds
- * and its copy at most TRAIN_BYTES (the 1M x 128 set trains on 256,000
- * rows; 10M rows on 40 a cluster). */
-#define TRAIN_BUDGET 1.2e12
-#define TRAIN_BYTES (256.0 * 1024 * 1024)
-#define TRAIN_PER_LIST 128
-#define TRAIN_FLOOR_PER_LIST 40
-#define TRAIN_MIN 20000
-
-uint64_t vf_train_sample(uint64_t n, uint32_t nlist, uint32_t dim, int *iters)
-{
-	*iters = n > 200000 ? 8 : 20;
-	double per_row = (double)nlist * dim * *iters;
-	uint64_t ns = (uint64_t)nlist * TRAIN_PER_LIST;
-	uint64_t least = (uint64_t)nlist * TRAIN_FLOOR_PER_LIST;
-	if ((double)ns * per_row > TRAIN_BUDGET)
-		ns = (uint64_t)(TRAIN_BUDGET / per_row);
-	if ((double)ns * dim * sizeof(float) > TRAIN_BYTES)
-		ns = (uint64_t)(TRAIN_BYTES / ((double)dim * sizeof(float)));
-	if (ns < least)
-		ns = least;
-	if (ns < TRAIN_MIN)
-		ns = TRAIN_MIN;
-	return ns > n ? n : ns;
-}
-
-uint32_t vf_auto_nlist(uint64_t n)
-{
-	/* about sqrt(N) clusters: probing cost (all centroids) and scanning
-	 * cost (the probed clusters) stay balanced.  A centroid costs a full
-	 * dot product to probe, a vector in a probed cluster mostly a
-	 * first-pass look-up over its sign planes, so once clusters would hold
-	 * more than 500 vectors, more and smaller ones pay: N/500 clusters, up
-	 * to 2 sqrt(N) (from N = 1M on; at 1M, dim 128, nlist 2000 with nprobe
-	 * 10 reaches recall 0.974 at about 1.4x the QPS of nlist 1000 with
-	 * nprobe 6, recall 0.973).  Below N = 250000 this is sqrt(N). */
-	double k = sqrt((double)n), big = (double)n / 500;
-	if (big > 2 * k)
-		big = 2 * k;
-	if (big > k)
-		k = big;
-	uint64_t r = (uint64_t)llround(k);
-	if (r < 1)
-		r = 1;
-	if (r > n)
-		r = n;
-	if (r > 65536)
-		r = 65536;
-	return (uint32_t)r;
-}
-
 typedef struct build_ctx {
 	vecfs *v;
 	vf_genmeta m;
@@ -104,59 +48,6 @@ typedef struct build_ctx {
 	vf_code *codes;
 	size_t pb;
 } build_ctx;
-
-void vf_task_init(vf_task *t, vecfs *v, vf_genmeta *m, vecfs_progress_fn progress,
-		  void *parg, char *err, size_t errlen)
-{
-	memset(t, 0, sizeof *t);
-	t->v = v;
-	t->m = m;
-	t->progress = progress;
-	t->parg = parg;
-	t->err = err;
-	t->errlen = errlen;
-	t->last_pct = -1;
-	if (err && errlen)
-		err[0] = 0;
-	pthread_mutex_init(&t->mu, NULL);
-}
-
-void vf_task_end(vf_task *t)
-{
-	pthread_mutex_destroy(&t->mu);
-}
-
-int vf_task_report(vf_task *t, const char *phase, int pct)
-{
-	int stop = 0;
-	pthread_mutex_lock(&t->mu);
-	if (t->cancelled) {
-		pthread_mutex_unlock(&t->mu);
-		return 1;
-	}
-	if (phase != t->phase || pct != t->last_pct) {
-		t->phase = phase;
-		t->last_pct = pct;
-		snprintf(t->m->phase, sizeof t->m->phase, "%s", phase);
-		t->m->pct = (uint32_t)pct;
-		if (t->progress)
-			stop = t->progress(t->parg, phase, pct);
-		if (!stop && __atomic_load_n(&t->v->closing, __ATOMIC_RELAXED))
-			stop = 1;
-		if (stop)
-			t->cancelled = 1;
-	}
-	pthread_mutex_unlock(&t->mu);
-	return stop;
-}
-
-int vf_task_cancelled(vf_task *t)
-{
-	pthread_mutex_lock(&t->mu);
-	int c = t->cancelled;
-	pthread_mutex_unlock(&t->mu);
-	return c;
-}
 
 static int kmeans_tick(void *arg, int pct)
 {
@@ -257,30 +148,7 @@ static int encode_all(build_ctx *b, const vf_gen *g)
 	return rc;
 }
 
-/* ------------------------------------------------------------ publish */
-
-typedef struct meta_job {
-	vecfs *v;
-	vf_genmeta *m;
-	int alloc;     /* allocate the id */
-} meta_job;
-
-static int meta_fn(vf_txn *txn, void *arg)
-{
-	meta_job *j = arg;
-	int rc;
-	if (j->alloc) {
-		vf_counters cnt;
-		if ((rc = vf_load_counters(txn, j->v->store, &cnt)))
-			return rc;
-		j->m->id = cnt.next_gen++;
-		if (j->m->id == 0)
-			j->m->id = cnt.next_gen++;
-		if ((rc = vf_save_counters(txn, j->v->store, &cnt)))
-			return rc;
-	}
-	return vf_save_genmeta(txn, j->v->store, j->m);
-}
+/* ------------------------------------------------------------ blocks */
 
 typedef struct blocks_job {
 	build_ctx *b;
@@ -329,217 +197,6 @@ static int blocks_fn(vf_txn *txn, void *arg)
 	return 0;
 }
 
-/* Publishing a generation.  Writes made while it was built (or rebalanced)
- * become its delta postings and tombstones; the transaction that makes it
- * ready (and active) must take the last of them.  When many piled up, it
- * catches up first in steps of CATCHUP_STEP changes, each its own
- * transaction with waiting writes let in between, while the generation is
- * still building (a crash drops it, as any unfinished build), so that the
- * last transaction has little left to do.  It stops catching up once at
- * most CATCHUP_STEP are left; the steps grow while writes keep pace
- * (vf_catchup), so that it catches up with a steady writer too; after
- * CATCHUP_STEPS steps the last transaction takes what is left. */
-#define CATCHUP_STEP 4096
-#define CATCHUP_STEPS 64
-
-typedef struct final_job {
-	vecfs *v;
-	const vf_genmeta *m;
-	const float *centroids;
-	const uint32_t *idmap;   /* cluster per record id, ids < id_limit */
-	uint64_t id_limit;
-	vf_gen *g;
-	int activate;
-	int rebalanced;          /* count it in the store's rebalances */
-	uint64_t synced;         /* changes caught up with so far; 0: none */
-	vf_catchup cu;           /* the size of the next catch-up step */
-	uint64_t s_synced, s_left; /* the catch-up step in progress */
-} final_job;
-
-/* The centroids and the assignment map of the generation. */
-static int write_routing(vf_txn *txn, final_job *j)
-{
-	vf_store *s = j->v->store;
-	const vf_genmeta *m = j->m;
-	int rc = vf_save_centroids(txn, s, m->id, j->centroids, (size_t)m->nlist * m->dim);
-	if (rc == 0 && j->g->center)
-		rc = vf_save_center(txn, s, m->id, j->g->center, m->dim);
-	if (rc == 0 && j->g->cal)
-		rc = vf_save_calib(txn, s, m->id, j->g->cal, sizeof(vf_calib));
-	if (rc)
-		return rc;
-	return vf_assign_write(txn, s, m->id, j->idmap, j->id_limit);
-}
-
-/* The generation's meta as caught up so far; its routing written first. */
-static int catch_up_from(vf_txn *txn, final_job *j, vf_genmeta *m, vf_counters *cnt)
-{
-	int rc;
-	*m = *j->m;
-	if (!j->synced && (rc = write_routing(txn, j)))
-		return rc;
-	/* its blocks hold the snapshot; later writes become delta postings */
-	m->synced_seq = j->synced ? j->synced : m->snap_seq;
-	m->blocks_seq = m->snap_seq;
-	return vf_load_counters(txn, j->v->store, cnt);
-}
-
-static int catch_up_fn(vf_txn *txn, void *arg)
-{
-	final_job *j = arg;
-	vf_genmeta m;
-	vf_counters cnt;
-	int rc;
-	if ((rc = catch_up_from(txn, j, &m, &cnt)) ||
-	    (rc = vf_sync_generation(j->v, txn, j->g, &m, m.synced_seq + j->cu.step, &cnt)))
-		return rc;
-	snprintf(m.phase, sizeof m.phase, "catch-up");
-	j->s_synced = m.synced_seq;
-	j->s_left = cnt.seq - m.synced_seq;
-	return vf_save_genmeta(txn, j->v->store, &m);
-}
-
-static int final_fn(vf_txn *txn, void *arg)
-{
-	final_job *j = arg;
-	vf_store *s = j->v->store;
-	vf_genmeta m;
-	vf_counters cnt;
-	int rc;
-	if ((rc = catch_up_from(txn, j, &m, &cnt)) ||
-	    (rc = vf_sync_generation(j->v, txn, j->g, &m, 0, &cnt)))
-		return rc;
-	m.state = VECFS_GEN_READY;
-	m.pct = 100;
-	snprintf(m.phase, sizeof m.phase, "done");
-	if ((rc = vf_save_genmeta(txn, s, &m)))
-		return rc;
-	if (j->activate && (rc = vf_save_active(txn, s, m.id)))
-		return rc;
-	if ((rc = vf_attrs_touch(txn, s, VF_TIME_GENS)))
-		return rc;
-	if (j->rebalanced) { /* counted in the transaction that publishes it */
-		if ((rc = vf_load_counters(txn, s, &cnt)))
-			return rc;
-		cnt.rebalances++;
-		if ((rc = vf_save_counters(txn, s, &cnt)))
-			return rc;
-	}
-	return 0;
-}
-
-/* Changes after the snapshot the generation has not caught up with. */
-static int backlog(vecfs *v, const final_job *j, uint64_t *left)
-{
-	vf_counters cnt;
-	int rc = vf_read_counters(v->store, &cnt);
-	uint64_t from = j->synced ? j->synced : j->m->snap_seq;
-	*left = rc == 0 && cnt.seq > from ? cnt.seq - from : 0;
-	return rc;
-}
-
-int vf_gen_publish(vecfs *v, const vf_genmeta *m, const float *centroids,
-		   const uint32_t *idmap, uint64_t id_limit, vf_gen *g, int activate,
-		   int rebalanced)
-{
-	final_job fj = {.v = v, .m = m, .centroids = centroids, .idmap = idmap,
-			.id_limit = id_limit, .g = g, .activate = activate,
-			.rebalanced = rebalanced};
-	uint64_t left;
-	int rc;
-	if ((rc = backlog(v, &fj, &left)))
-		return rc;
-	vf_catchup_init(&fj.cu, CATCHUP_STEP, left);
-	for (int steps = 0; left > CATCHUP_STEP && steps < CATCHUP_STEPS; steps++) {
-		if ((rc = vf_write(v->store, catch_up_fn, &fj)))
-			return rc;
-		fj.synced = fj.s_synced;
-		left = fj.s_left;
-		vf_catchup_after(&fj.cu, left);
-		vf_write_yield(v->store);
-	}
-	return vf_write(v->store, final_fn, &fj);
-}
-
-static int fail_fn(vf_txn *txn, void *arg)
-{
-	meta_job *j = arg;
-	int rc = vf_drop_generation_keys(txn, j->v->store, j->m->id);
-	if (rc)
-		return rc;
-	j->m->state = VECFS_GEN_FAILED;
-	snprintf(j->m->phase, sizeof j->m->phase, "failed");
-	return vf_save_genmeta(txn, j->v->store, j->m);
-}
-
-void vf_gen_abandon(vecfs *v, vf_genmeta *m)
-{
-	meta_job mj = {v, m, 0};
-	vf_write(v->store, fail_fn, &mj);
-}
-
-int vf_gen_register(vecfs *v, vf_genmeta *m)
-{
-	meta_job mj = {v, m, 1};
-	return vf_write(v->store, meta_fn, &mj);
-}
-
-int vf_gen_routing(vf_gen *g, const vf_genmeta *m, float *centroids, const float *center)
-{
-	memset(g, 0, sizeof *g);
-	g->id = m->id;
-	g->meta = *m;
-	g->centroids = centroids;
-	int rc;
-	if (!(m->flags & VF_GEN_QUERY_TABLE) != !center)
-		return -EIO;
-	/* (a padded dimension the rotation refuses: the meta is damaged) */
-	if ((rc = vf_rotation_init(&g->rot, m->dim, m->pdim, m->seed)) == -EINVAL)
-		rc = -EIO;
-	if (rc ||
-	    (rc = vf_cindex_init(&g->ci, g->centroids, m->nlist, m->dim)) ||
-	    (rc = vf_cindex_add_half(&g->ci)))
-		goto fail;
-	g->rc = vf_malloc(sizeof(float) * m->nlist * m->pdim);
-	g->rc_sum = vf_malloc(sizeof(float) * m->nlist);
-	if (!g->rc || !g->rc_sum) {
-		rc = -ENOMEM;
-		goto fail;
-	}
-	for (uint32_t c = 0; c < m->nlist; c++) {
-		float *r = g->rc + (size_t)c * m->pdim, sm = 0;
-		vf_rotate(&g->rot, g->centroids + (size_t)c * m->dim, r);
-		for (uint32_t i = 0; i < m->pdim; i++)
-			sm += r[i];
-		g->rc_sum[c] = sm;
-	}
-	if (center) {
-		g->center = vf_malloc(sizeof(float) * m->dim);
-		g->rmu = vf_malloc(sizeof(float) * m->pdim);
-		if (!g->center || !g->rmu) {
-			rc = -ENOMEM;
-			goto fail;
-		}
-		memcpy(g->center, center, sizeof(float) * m->dim);
-		vf_rotate(&g->rot, center, g->rmu);
-	}
-	return 0;
-fail:
-	vf_gen_routing_free(g);
-	return rc;
-}
-
-void vf_gen_routing_free(vf_gen *g)
-{
-	vf_cindex_free(&g->ci);
-	vf_rotation_free(&g->rot);
-	free(g->rc);
-	free(g->rc_sum);
-	free(g->center);
-	free(g->rmu);
-	g->rc = g->rc_sum = g->center = g->rmu = NULL;
-}
-
 /* Read the snapshot: ids, seqs and pointers to every live vector.  A
  * record that fails its checksum is left out (and reported): the
  * generation covers the others; b->n becomes how many it holds. */
@@ -584,6 +241,7 @@ static int snapshot(build_ctx *b, vf_txn *txn, uint64_t *id_limit)
 	return rc;
 }
 
+/* A build, with build_mu held. */
 static int build_locked(build_ctx *b, int activate, uint64_t *gen_out)
 {
 	vecfs *v = b->v;
@@ -598,6 +256,7 @@ static int build_locked(build_ctx *b, int activate, uint64_t *gen_out)
 	int rc, have_gen = 0, registered = 0;
 	double t0 = now_s();
 
+	VF_ASSERT_HELD(&v->build_mu);
 	memset(&g, 0, sizeof g);
 	/* the snapshot stays open until the generation is published, and the
 	 * map cannot grow under it: make room for the new blocks first (three

@@ -9,29 +9,6 @@
 #include <math.h>
 #include <string.h>
 
-const char *vecfs_metric_name(vecfs_metric m)
-{
-	switch (m) {
-	case VECFS_L2: return "l2";
-	case VECFS_COSINE: return "cosine";
-	case VECFS_DOT: return "dot";
-	}
-	return "?";
-}
-
-int vecfs_metric_parse(const char *s, vecfs_metric *out)
-{
-	if (!strcmp(s, "l2"))
-		*out = VECFS_L2;
-	else if (!strcmp(s, "cosine"))
-		*out = VECFS_COSINE;
-	else if (!strcmp(s, "dot"))
-		*out = VECFS_DOT;
-	else
-		return -EINVAL;
-	return 0;
-}
-
 int vf_to_index_space(vecfs_metric m, const float *in, float *out, uint32_t dim)
 {
 	if (m != VECFS_COSINE) {

@@ -82,15 +82,15 @@ void vf_fset_cache_free(vecfs *v)
 
 static vf_fset_cache *cache_of(vecfs *v)
 {
-	vf_fset_cache *c = __atomic_load_n(&v->fset_cache, __ATOMIC_ACQUIRE);
+	vf_fset_cache *c = atomic_load_explicit(&v->fset_cache, memory_order_acquire);
 	if (c)
 		return c;
 	if (!(c = vf_calloc(1, sizeof *c)))
 		return NULL;
 	pthread_mutex_init(&c->mu, NULL);
 	vf_fset_cache *none = NULL;
-	if (__atomic_compare_exchange_n(&v->fset_cache, &none, c, 0, __ATOMIC_ACQ_REL,
-					__ATOMIC_ACQUIRE))
+	if (atomic_compare_exchange_strong_explicit(&v->fset_cache, &none, c, memory_order_acq_rel,
+						    memory_order_acquire))
 		return c;
 	pthread_mutex_destroy(&c->mu);
 	free(c);
@@ -346,7 +346,7 @@ int vf_fset_get(vecfs *v, vf_txn *txn, const char *text, size_t len, vf_fset **o
 
 /* The filtered top k lie farther out than the top k of all records (about
  * the k/share nearest overall): nprobe grows with sqrt(0.1 / share), from
- * a share of 10% down, up to 8 times (measured: tools/README.md). */
+ * a share of 10% down, up to 8 times (measured: tools/RESULTS.md). */
 uint32_t vf_fset_nprobe(const vf_fset *s, uint64_t live, uint32_t nprobe)
 {
 	if (!s || !live || s->n * 10 >= live)

@@ -1,6 +1,7 @@
 /*
  * engine/gen_cache.c - the in-memory cache of generations: routing state
- * (centroids, rotation, cluster index) loaded once and shared by reference.
+ * (centroids, rotation, cluster index) loaded once and shared by reference,
+ * and made from a new generation's centroids (vf_gen_routing).
  */
 #include "internal.h"
 #include "io.h"
@@ -140,4 +141,60 @@ uint32_t vf_gen_nearest(const vf_gen *g, const float *x)
 	float bd = 0;
 	vf_nearest(&g->ci, x, 1, &best, &bd, 1);
 	return best;
+}
+
+int vf_gen_routing(vf_gen *g, const vf_genmeta *m, float *centroids, const float *center)
+{
+	memset(g, 0, sizeof *g);
+	g->id = m->id;
+	g->meta = *m;
+	g->centroids = centroids;
+	int rc;
+	if (!(m->flags & VF_GEN_QUERY_TABLE) != !center)
+		return -EIO;
+	/* (a padded dimension the rotation refuses: the meta is damaged) */
+	if ((rc = vf_rotation_init(&g->rot, m->dim, m->pdim, m->seed)) == -EINVAL)
+		rc = -EIO;
+	if (rc ||
+	    (rc = vf_cindex_init(&g->ci, g->centroids, m->nlist, m->dim)) ||
+	    (rc = vf_cindex_add_half(&g->ci)))
+		goto fail;
+	g->rc = vf_malloc(sizeof(float) * m->nlist * m->pdim);
+	g->rc_sum = vf_malloc(sizeof(float) * m->nlist);
+	if (!g->rc || !g->rc_sum) {
+		rc = -ENOMEM;
+		goto fail;
+	}
+	for (uint32_t c = 0; c < m->nlist; c++) {
+		float *r = g->rc + (size_t)c * m->pdim, sm = 0;
+		vf_rotate(&g->rot, g->centroids + (size_t)c * m->dim, r);
+		for (uint32_t i = 0; i < m->pdim; i++)
+			sm += r[i];
+		g->rc_sum[c] = sm;
+	}
+	if (center) {
+		g->center = vf_malloc(sizeof(float) * m->dim);
+		g->rmu = vf_malloc(sizeof(float) * m->pdim);
+		if (!g->center || !g->rmu) {
+			rc = -ENOMEM;
+			goto fail;
+		}
+		memcpy(g->center, center, sizeof(float) * m->dim);
+		vf_rotate(&g->rot, center, g->rmu);
+	}
+	return 0;
+fail:
+	vf_gen_routing_free(g);
+	return rc;
+}
+
+void vf_gen_routing_free(vf_gen *g)
+{
+	vf_cindex_free(&g->ci);
+	vf_rotation_free(&g->rot);
+	free(g->rc);
+	free(g->rc_sum);
+	free(g->center);
+	free(g->rmu);
+	g->rc = g->rc_sum = g->center = g->rmu = NULL;
 }

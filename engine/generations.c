@@ -1,6 +1,7 @@
 /*
  * engine/generations.c - the generations of a store: listing, information,
- * activation, removal, centroids and per-cluster counts.
+ * activation, removal (and the retirement of old ones), centroids and
+ * per-cluster counts.
  */
 #include "attrs.h"
 #include "internal.h"
@@ -122,6 +123,22 @@ int vf_cluster_imbalance(vf_txn *txn, vf_store *s, const vf_genmeta *m, double *
 	}
 	*out = total ? (double)largest * m->nlist / (double)total : 0;
 	return 0;
+}
+
+int vf_active_imbalance(vecfs *v, uint64_t *active, double *out)
+{
+	vf_txn *txn;
+	vf_genmeta m;
+	int rc = vf_read_begin(v->store, &txn);
+	if (rc)
+		return rc;
+	*out = 0;
+	*active = vf_load_active(txn, v->store);
+	if (*active &&
+	    (rc = vf_load_genmeta(txn, v->store, *active, &m)) == 0)
+		rc = vf_cluster_imbalance(txn, v->store, &m, out);
+	vf_read_end(v->store, txn);
+	return rc;
 }
 
 int vecfs_gen_info_get(vecfs *v, uint64_t gen, vecfs_gen_info *out)
@@ -249,4 +266,36 @@ int vecfs_gen_clusters(vecfs *v, uint64_t gen, vecfs_cluster_info **out, uint32_
 out:
 	vf_read_end(v->store, txn);
 	return rc;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	return x < y ? -1 : x > y;
+}
+
+void vf_retire_generations(vecfs *v, uint64_t keep)
+{
+	vecfs_config c;
+	uint64_t ids[1024];
+	size_t n = 0;
+	if (vecfs_config_get(v, &c) || vecfs_gen_list(v, ids, 1024, &n))
+		return;
+	if (n > 1024)
+		n = 1024;
+	uint64_t active = vecfs_active(v);
+	qsort(ids, n, sizeof ids[0], cmp_u64);
+	size_t others = 0; /* `keep` counts among them, but stays */
+	for (size_t i = 0; i < n; i++)
+		others += ids[i] != active;
+	/* oldest first, until keep_generations others are left */
+	for (size_t i = 0; i < n && others > c.keep_generations; i++) {
+		if (ids[i] == active || ids[i] == keep)
+			continue;
+		vecfs_gen_info gi;
+		if (vecfs_gen_info_get(v, ids[i], &gi) || gi.state == VECFS_GEN_BUILDING)
+			continue;
+		if (vecfs_gen_remove(v, ids[i]) == 0)
+			others--;
+	}
 }

@@ -5,8 +5,10 @@
 #ifndef VF_INTERNAL_H
 #define VF_INTERNAL_H
 
+#include <assert.h>
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <stdio.h>
 #include <time.h>
@@ -23,6 +25,19 @@
 #include "rotation.h"
 #include "store.h"
 #include "vecfs.h"
+
+/* VF_ASSERT_HELD(mu): the caller holds mutex mu, as a function whose
+ * comment says "with mu held" needs; an assertion, so compiled out with
+ * NDEBUG.  A trylock that succeeds means no thread held it (one held by
+ * another thread passes: the check catches a lock not taken). */
+static inline int vf_mutex_held(pthread_mutex_t *mu)
+{
+	if (pthread_mutex_trylock(mu) != 0)
+		return 1;
+	pthread_mutex_unlock(mu);
+	return 0;
+}
+#define VF_ASSERT_HELD(mu) assert(vf_mutex_held(mu))
 
 /* An immutable generation's routing state, loaded once and shared. */
 typedef struct vf_gen {
@@ -66,9 +81,11 @@ struct vecfs {
 	int maint_idle_due;         /* a backlog to fold once writes pause */
 	int maint_busy;             /* the worker is compacting or rebalancing */
 	struct timespec last_write; /* CLOCK_MONOTONIC of the last kick */
-	int closing;
+	atomic_int closing;         /* set once vecfs_close() began: builds,
+				     * rebalances and the workers stop */
 	pthread_t hint_thread;      /* fills the record location hints */
-	int hint_started, hint_stop;
+	int hint_started;
+	atomic_int hint_stop;       /* the hint filler stops */
 	int threads;
 	size_t pending_bytes;       /* delta postings a write keeps before it
 				     * writes them in key order (32 MiB) */
@@ -94,7 +111,12 @@ struct vecfs {
 	vecfs_notice_fn notice_fn;  /* what the owner should hear (vecfs_set_notice_fn) */
 	void *notice_arg;
 	struct vf_sampler *sampler; /* the recall of served queries (sampler.c) */
-	struct vf_fset_cache *fset_cache; /* filters' matches by snapshot
+	/* told of each served ANN query (neither exact nor filtered) once its
+	 * read transactions ended: vf_sampler_offer, set by vf_sampler_init
+	 * when the store opens; NULL: no one (search.c calls it) */
+	void (*on_search)(vecfs *v, const float *queries, size_t nq, uint32_t dim,
+			  const vecfs_results *r);
+	struct vf_fset_cache *_Atomic fset_cache; /* filters' matches by snapshot
 					   * (filtered.c), made at first use */
 };
 
@@ -154,6 +176,9 @@ int vf_config_save(vf_txn *txn, vf_store *s, const vecfs_config *c);
 int vf_sum_manifests(vf_txn *txn, vf_store *s, uint64_t gen, uint32_t nlist,
 		     uint64_t *deltas, uint64_t *tombs);
 int vf_cluster_imbalance(vf_txn *txn, vf_store *s, const vf_genmeta *m, double *out);
+/* The active generation (0: none) and its vf_cluster_imbalance() (0 when
+ * none), in a read transaction of its own. */
+int vf_active_imbalance(vecfs *v, uint64_t *active, double *out);
 
 /* generation cache: a reference, released with vf_gen_put */
 int vf_gen_get(vecfs *v, vf_txn *txn, uint64_t gen, vf_gen **out);
@@ -246,7 +271,7 @@ int vf_forget_records(vecfs *v, vf_txn *txn, const uint64_t *ids, size_t n,
 
 /* A generation being made (a build or a rebalance): whom to tell about
  * progress, where its error goes, whether it was asked to stop.  report()
- * may be called from worker threads. */
+ * may be called from worker threads (publish.c). */
 typedef struct vf_task {
 	vecfs *v;
 	vf_genmeta *m;          /* its meta: phase and pct shown while it runs */
@@ -297,15 +322,15 @@ int vf_maint_due(const vf_posting_writer *w, const vf_genmeta *m, uint64_t live,
 /* 1 while maintenance is due or running. */
 int vf_maint_busy(vecfs *v);
 /* Remove the oldest generations beyond keep_generations (never the active
- * one nor `keep`). */
+ * one nor `keep`) (generations.c). */
 void vf_retire_generations(vecfs *v, uint64_t keep);
-/* Shared by compaction and rebalance (compact.c): order of codes by id;
+/* Shared by compaction, rebalance and salvage (blocks.c): order of codes by id;
  * posting i of an opened block whose columns were checked, as a code
  * pointing into the block, its planes copied to `planes` (0, or -EIO when
  * its key is damaged); a posting block opened with every column checked;
  * codes[0..n) packed into evenly filled posting blocks 0, 1, ... of cluster
  * c of generation m, with its manifest counting `deltas` delta postings
- * left beside them; a compaction with build_mu held. */
+ * left beside them. */
 int vf_cmp_code(const void *a, const void *b);
 int vf_block_code(const vf_block *b, uint32_t i, vf_code *code, uint8_t *planes);
 int vf_block_open_checked(const vf_val *d, vf_block *b);
@@ -334,13 +359,9 @@ int64_t vf_us_since(const struct timespec *t);
 /* After an automatic compaction: rebalance when the largest cluster is over
  * rebalance_ratio times the mean (rebalance.c). */
 void vf_maybe_rebalance(vecfs *v);
-uint32_t vf_auto_nlist(uint64_t n);
-/* Rows of k-means' training sample for n records in nlist clusters of dim
- * dimensions, and its Lloyd iterations in *iters (build.c). */
-uint64_t vf_train_sample(uint64_t n, uint32_t nlist, uint32_t dim, int *iters);
 #define VF_BLOCK_TARGET 1024 /* vectors per posting block */
 
-/* Publishing a generation (builds and rebalances): register its metadata
+/* Publishing a generation (builds and rebalances; publish.c): register its metadata
  * (`building`, a new id in m->id); write its posting blocks in
  * transactions of about VF_PUBLISH_TXN_BYTES while a read snapshot stays
  * open (so make room with VF_GEN_RESERVE first: the map cannot grow under
@@ -357,7 +378,8 @@ int vf_gen_publish(vecfs *v, const vf_genmeta *m, const float *centroids,
 		   int rebalanced);
 void vf_gen_abandon(vecfs *v, vf_genmeta *m);
 /* The routing state of a generation not yet loadable from the store: g
- * borrows centroids (m->nlist * m->dim); release with vf_gen_routing_free. */
+ * borrows centroids (m->nlist * m->dim); release with vf_gen_routing_free
+ * (gen_cache.c). */
 int vf_gen_routing(vf_gen *g, const vf_genmeta *m, float *centroids, const float *center);
 void vf_gen_routing_free(vf_gen *g);
 /* An encoder for generation g's codes (its bits, metric and table). */

@@ -1,15 +1,13 @@
 /*
- * engine/kernels.c - scalar kernels and run-time dispatch.  The scalar code
- * mirrors the SIMD lane structure so results are identical.
+ * engine/kernels.c - scalar kernels (their run-time dispatch:
+ * kernels_select.c).  The scalar code mirrors the SIMD lane structure so
+ * results are identical.
  */
 #include "kernels.h"
 #include "block.h"
 
 #include <float.h>
 #include <math.h>
-#if defined(__x86_64__)
-#include <cpuid.h>
-#endif
 #include <stdlib.h>
 #include <string.h>
 
@@ -424,52 +422,3 @@ const vf_kernels vf_kernels_scalar = {
 	rotate_rounds_scalar, panel_min_scalar, best_rest_scalar,
 };
 
-#if defined(__x86_64__)
-/* F16C (binary16 conversions), which not every compiler's
- * __builtin_cpu_supports() knows: CPUID leaf 1, ECX bit 29. */
-static int has_f16c(void)
-{
-	unsigned a, b, c, d;
-	return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
-}
-#endif
-
-const vf_kernels *vf_kernels_named(const char *name)
-{
-	if (strcmp(name, "scalar") == 0)
-		return &vf_kernels_scalar;
-#if defined(__x86_64__)
-	__builtin_cpu_init();
-	int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c();
-	if (strcmp(name, "avx2") == 0)
-		return avx2 ? &vf_kernels_avx2 : NULL;
-	if (strcmp(name, "avx512") == 0)
-		return avx2 && __builtin_cpu_supports("avx512f") &&
-				       __builtin_cpu_supports("avx512bw") &&
-				       __builtin_cpu_supports("avx512vl") &&
-				       __builtin_cpu_supports("avx512dq")
-			       ? &vf_kernels_avx512
-			       : NULL;
-#endif
-	return NULL;
-}
-
-const vf_kernels *vf_kernels_get(void)
-{
-	static const vf_kernels *chosen;
-	const vf_kernels *k = __atomic_load_n(&chosen, __ATOMIC_ACQUIRE);
-	if (k)
-		return k;
-	const char *force = getenv("VECFS_KERNEL");
-	static const char *const best[] = { "avx512", "avx2", "scalar" };
-	k = force ? vf_kernels_named(force) : NULL;
-	for (size_t i = 0; !k; i++)
-		k = vf_kernels_named(best[i]);
-	__atomic_store_n(&chosen, k, __ATOMIC_RELEASE);
-	return k;
-}
-
-const char *vecfs_kernel_name(void)
-{
-	return vf_kernels_get()->name;
-}

@@ -48,4 +48,10 @@ int vf_kmeans(const float *pts, size_t n, uint32_t dim, uint32_t k, int iters,
 #define VF_NORM_OUTLIER 8
 int vf_robust_mean(const float *pts, size_t n, uint32_t dim, float *mean);
 
+/* How many clusters suit n records: about sqrt(n) (see kmeans.c). */
+uint32_t vf_auto_nlist(uint64_t n);
+/* Rows of k-means' training sample for n records in nlist clusters of dim
+ * dimensions, and its Lloyd iterations in *iters. */
+uint64_t vf_train_sample(uint64_t n, uint32_t nlist, uint32_t dim, int *iters);
+
 #endif

@@ -1,7 +1,6 @@
 /*
  * engine/maintenance.c - the background worker that compacts when delta
- * postings pile up (and rebalances when clusters grew lopsided), and the
- * retirement of old generations.
+ * postings pile up (and rebalances when clusters grew lopsided).
  */
 #include "internal.h"
 #include "parallel.h"
@@ -13,6 +12,7 @@
  * paused for VF_MAINT_IDLE_MS.  0 when closing. */
 static int maint_wait(vecfs *v)
 {
+	VF_ASSERT_HELD(&v->stat_mu);
 	for (;;) {
 		if (v->closing)
 			return 0;
@@ -70,7 +70,7 @@ void vf_maint_start(vecfs *v)
 void vf_maint_stop(vecfs *v)
 {
 	pthread_mutex_lock(&v->stat_mu);
-	__atomic_store_n(&v->closing, 1, __ATOMIC_RELAXED); /* (builds read it unlocked) */
+	atomic_store_explicit(&v->closing, 1, memory_order_relaxed); /* (builds read it unlocked) */
 	pthread_cond_broadcast(&v->maint_cv);
 	pthread_mutex_unlock(&v->stat_mu);
 	if (v->maint_started)
@@ -112,34 +112,3 @@ int vf_maint_busy(vecfs *v)
 	return busy;
 }
 
-static int cmp_u64(const void *a, const void *b)
-{
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-	return x < y ? -1 : x > y;
-}
-
-void vf_retire_generations(vecfs *v, uint64_t keep)
-{
-	vecfs_config c;
-	uint64_t ids[1024];
-	size_t n = 0;
-	if (vecfs_config_get(v, &c) || vecfs_gen_list(v, ids, 1024, &n))
-		return;
-	if (n > 1024)
-		n = 1024;
-	uint64_t active = vecfs_active(v);
-	qsort(ids, n, sizeof ids[0], cmp_u64);
-	size_t others = 0; /* `keep` counts among them, but stays */
-	for (size_t i = 0; i < n; i++)
-		others += ids[i] != active;
-	/* oldest first, until keep_generations others are left */
-	for (size_t i = 0; i < n && others > c.keep_generations; i++) {
-		if (ids[i] == active || ids[i] == keep)
-			continue;
-		vecfs_gen_info gi;
-		if (vecfs_gen_info_get(v, ids[i], &gi) || gi.state == VECFS_GEN_BUILDING)
-			continue;
-		if (vecfs_gen_remove(v, ids[i]) == 0)
-			others--;
-	}
-}

@@ -64,7 +64,7 @@ static void *hint_fill(void *arg)
 	int more = 1;
 	/* in short read transactions, so that one never holds up a writer
 	 * that must grow the map (or keeps freed pages from reuse) for long */
-	while (more && !__atomic_load_n(&v->hint_stop, __ATOMIC_RELAXED)) {
+	while (more && !atomic_load_explicit(&v->hint_stop, memory_order_relaxed)) {
 		vf_txn *txn;
 		vf_cursor *cur;
 		vf_val k = {sizeof next, next}, d;
@@ -76,7 +76,7 @@ static void *hint_fill(void *arg)
 			for (int rc = vf_cursor_get(cur, &k, &d, VF_SEEK); rc == 0;
 			     rc = vf_cursor_get(cur, &k, &d, VF_NEXT)) {
 				if (++n > HINT_FILL_CHUNK ||
-				    __atomic_load_n(&v->hint_stop, __ATOMIC_RELAXED)) {
+				    atomic_load_explicit(&v->hint_stop, memory_order_relaxed)) {
 					/* resume at this key in the next transaction */
 					memcpy(next, k.data, k.len < 8 ? k.len : 8);
 					more = k.len == 8;
@@ -173,13 +173,13 @@ void vecfs_close(vecfs *v)
 	if (v->maint_started)
 		vf_maint_stop(v);
 	pthread_mutex_lock(&v->stat_mu);
-	__atomic_store_n(&v->closing, 1, __ATOMIC_RELAXED);
+	atomic_store_explicit(&v->closing, 1, memory_order_relaxed);
 	int running = v->auto_running;
 	pthread_mutex_unlock(&v->stat_mu);
 	if (running)
 		pthread_join(v->auto_thread, NULL);
 	if (v->hint_started) {
-		__atomic_store_n(&v->hint_stop, 1, __ATOMIC_RELAXED);
+		atomic_store_explicit(&v->hint_stop, 1, memory_order_relaxed);
 		pthread_join(v->hint_thread, NULL);
 	}
 	while (v->gens) {

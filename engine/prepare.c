@@ -96,7 +96,7 @@ typedef struct prep_shared {
 	const vf_gen *g;
 	const vecfs_row *rows;
 	vf_prepared *p;
-	size_t next; /* the first row not claimed yet (atomic) */
+	atomic_size_t next; /* the first row not claimed yet */
 } prep_shared;
 
 typedef struct prep_job {
@@ -114,7 +114,7 @@ static void *prep_run(void *arg)
 	if (j->rc)
 		return NULL;
 	for (;;) {
-		size_t from = __atomic_fetch_add(&j->sh->next, PREP_PIECE, __ATOMIC_RELAXED);
+		size_t from = atomic_fetch_add_explicit(&j->sh->next, PREP_PIECE, memory_order_relaxed);
 		if (from >= p->n)
 			break;
 		prep_piece(g, &enc, j->sh->rows, p, from,

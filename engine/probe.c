@@ -486,8 +486,8 @@ int vf_scan_ivf(search *s, int again)
 			uint8_t was[LOCATED_MAX];
 			for (size_t k = 0; k < count[i] && k < LOCATED_MAX; k++)
 				was[k] = ce[k].checked;
-			rc = vf_scan_cluster(s, work[w0 + i].cluster, ce, count[i],
-					  qlist + work[w0 + i].first, work[w0 + i].count);
+			rc = s->scan_cluster(s, work[w0 + i].cluster, ce, count[i],
+					     qlist + work[w0 + i].first, work[w0 + i].count);
 			int more = 0;
 			for (size_t k = 0; k < count[i] && k < LOCATED_MAX; k++)
 				more |= ce[k].checked != was[k];

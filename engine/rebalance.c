@@ -674,6 +674,7 @@ static int rebalance_locked(rebal *r, int activate, uint64_t *gen_out)
 	vf_counters cnt;
 	int rc, registered = 0;
 	struct timespec t0, t1;
+	VF_ASSERT_HELD(&v->build_mu);
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 
 	/* every live posting into packed blocks first */
@@ -919,9 +920,11 @@ int vecfs_rebalance(vecfs *v, int activate, uint64_t *gen_out,
 void vf_maybe_rebalance(vecfs *v)
 {
 	vecfs_config c;
-	vecfs_stats st;
-	if (vecfs_config_get(v, &c) || !c.rebalance_ratio || vecfs_stats_get(v, &st) ||
-	    !st.active || !(st.cluster_imbalance > c.rebalance_ratio))
+	uint64_t active;
+	double imbalance;
+	if (vecfs_config_get(v, &c) || !c.rebalance_ratio ||
+	    vf_active_imbalance(v, &active, &imbalance) || !active ||
+	    !(imbalance > c.rebalance_ratio))
 		return;
 	rebalance(v, 1, 0, NULL, NULL, NULL, NULL, 0);
 }

@@ -57,7 +57,7 @@ struct vf_sampler {
 	int started, stop;
 	int waiting;           /* the thread waits for samples (not pausing) */
 	uint64_t rng;          /* with mu held */
-	uint64_t ticket;       /* atomic: which served queries are sampled */
+	_Atomic uint64_t ticket; /* which served queries are sampled */
 	sample queue[QUEUE];
 	uint32_t nqueue;
 	float window[WINDOW];  /* recall of each sample, a ring */
@@ -288,12 +288,14 @@ int vf_sampler_init(vecfs *v)
 	s->rng = (uint64_t)time(NULL) ^ (uint64_t)(uintptr_t)s;
 	s->ticket = s->rng;
 	v->sampler = s;
+	v->on_search = vf_sampler_offer;
 	return 0;
 }
 
 void vf_sampler_fini(vecfs *v)
 {
 	vf_sampler *s = v->sampler;
+	v->on_search = NULL;
 	if (!s)
 		return;
 	pthread_mutex_lock(&s->mu);
@@ -318,7 +320,7 @@ void vf_sampler_offer(vecfs *v, const float *queries, size_t nq, uint32_t dim,
 		return;
 	/* which query vectors are sampled, decided without the lock: most
 	 * calls take none and return here, with no lock and no wake-up */
-	uint64_t t0 = __atomic_fetch_add(&s->ticket, nq, __ATOMIC_RELAXED);
+	uint64_t t0 = atomic_fetch_add_explicit(&s->ticket, nq, memory_order_relaxed);
 	size_t first = 0;
 	while (first < nq && sampled_not(t0 + first))
 		first++;

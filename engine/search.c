@@ -208,6 +208,7 @@ static int search_run(search *s, const float *queries, size_t nq, size_t first,
 	int rc;
 
 	s->kn = vf_kernels_get();
+	s->scan_cluster = vf_scan_cluster;
 	s->txnid = vf_txn_id(s->txn);
 	s->epoch = v->store->map_epoch;
 	vf_hint_view_of(v->store, s->txn, &s->hints);
@@ -530,7 +531,7 @@ int vf_search_threads(vecfs *v, const float *queries, size_t nq, uint32_t dim,
 	for (int t = 0; t < n; t++)
 		vf_read_end(v->store, txn[t]);
 	/* (no read transaction held: the sampler takes its own) */
-	if (rc == 0 && !exact && !o.filter)
-		vf_sampler_offer(v, queries, nq, dim, *out);
+	if (rc == 0 && !exact && !o.filter && v->on_search)
+		v->on_search(v, queries, nq, dim, *out);
 	return rc;
 }

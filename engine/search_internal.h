@@ -111,6 +111,7 @@ typedef struct query {
 	vecfs_explain ex;
 } query;
 
+struct entry;
 typedef struct search {
 	vecfs *v;
 	vf_txn *txn;
@@ -143,6 +144,10 @@ typedef struct search {
 	uint8_t *copies;     /* a re-rank step's records read through hints */
 	size_t copies_cap;
 	const vf_fset *fset; /* a filter's matching records, or NULL */
+	/* scores a located cluster for the queries that probe it:
+	 * vf_scan_cluster, set by search_run (probe.c calls it) */
+	int (*scan_cluster)(struct search *s, uint32_t c, struct entry *ents, size_t nents,
+			    const uint32_t *qids, uint32_t nqc);
 } search;
 
 /* A record the search's filter leaves out. */

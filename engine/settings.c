@@ -10,6 +10,29 @@
 #include <stdio.h>
 #include <string.h>
 
+const char *vecfs_metric_name(vecfs_metric m)
+{
+	switch (m) {
+	case VECFS_L2: return "l2";
+	case VECFS_COSINE: return "cosine";
+	case VECFS_DOT: return "dot";
+	}
+	return "?";
+}
+
+int vecfs_metric_parse(const char *s, vecfs_metric *out)
+{
+	if (!strcmp(s, "l2"))
+		*out = VECFS_L2;
+	else if (!strcmp(s, "cosine"))
+		*out = VECFS_COSINE;
+	else if (!strcmp(s, "dot"))
+		*out = VECFS_DOT;
+	else
+		return -EINVAL;
+	return 0;
+}
+
 static const vecfs_setting rows[] = {
 #define ROW_(slot, name, type, def, lo, hi, meaning)                                               \
 	{ #name, VECFS_SETTING_##type, slot, offsetof(vecfs_config, name), (double)(def),         \

@@ -65,7 +65,7 @@ static int on_progress(void *arg, const char *phase, int pct)
 	snprintf(b->phase, sizeof b->phase, "%s", phase);
 	b->pct = pct;
 	pthread_mutex_unlock(&b->mu);
-	return dm->stopping; /* cancels the build when the daemon stops */
+	return atomic_load(&dm->stopping); /* cancels the build when the daemon stops */
 }
 
 int build_progress(fs_daemon *dm, char *phase, size_t cap, int *pct)

@@ -47,7 +47,7 @@ struct fs_daemon {
 	vecfs *store;           /* opened and closed by the daemon's owner */
 	const char *store_dir;  /* absolute path of STORE: temporary files of
 				 * backups and ingests go there */
-	volatile int stopping;  /* set once the daemon shuts down: running
+	atomic_int stopping;    /* set once the daemon shuts down: running
 				 * builds stop */
 	unsigned max_sessions;  /* query sessions open at once */
 	size_t max_write;       /* the largest WRITE the kernel sends (INIT):

@@ -158,14 +158,15 @@ void node_changed(node *n)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_REALTIME, &ts);
-	__atomic_store_n(&n->mtime_ns, (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec,
-			 __ATOMIC_RELAXED);
+	atomic_store_explicit(&n->mtime_ns,
+			      (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec,
+			      memory_order_relaxed);
 }
 
 void node_seen(node *n, uint64_t v)
 {
 	v |= 1;
-	uint64_t before = __atomic_exchange_n(&n->seen, v, __ATOMIC_RELAXED);
+	uint64_t before = atomic_exchange_explicit(&n->seen, v, memory_order_relaxed);
 	if (before && before != v)
 		node_changed(n);
 }
@@ -175,7 +176,7 @@ uint64_t content_time(fs_daemon *dm, node *n, uint64_t version, uint64_t base)
 	(void)dm;
 	if (version)
 		node_seen(n, version * 2 + 1);
-	uint64_t t = __atomic_load_n(&n->mtime_ns, __ATOMIC_RELAXED);
+	uint64_t t = atomic_load_explicit(&n->mtime_ns, memory_order_relaxed);
 	return t > base ? t : base;
 }
 

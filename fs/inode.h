@@ -50,8 +50,8 @@ typedef struct node {
 			       * kernel since push_out() last dropped them */
 	struct node *session; /* session files: their session node */
 	char *target;         /* K_TMPLINK */
-	uint64_t mtime_ns;    /* its last change seen since the mount (0: none) */
-	uint64_t seen;        /* odd: the version or hash of its content when last
+	_Atomic uint64_t mtime_ns; /* its last change seen since the mount (0: none) */
+	_Atomic uint64_t seen; /* odd: the version or hash of its content when last
 			       * seen (node_seen()); 0: not seen yet */
 	/* readable files whose content has versions (render.c), under
 	 * dm->reads.mu: */

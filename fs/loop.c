@@ -51,6 +51,7 @@
  * it (a commit is one LMDB transaction: nothing acknowledged is lost).
  */
 #include "fuse_compat_private.h"
+#include "held.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -507,6 +508,7 @@ void fs_loop_stop(fuse_compat *fc)
  * a read holds, and no worker answers that read any more). */
 static int wait_workers_locked(loop *l)
 {
+	FS_ASSERT_HELD(&l->mu);
 	while (l->workers > 0) {
 		struct timespec now, deadline;
 		clock_gettime(CLOCK_MONOTONIC, &now);

@@ -342,7 +342,7 @@ out:
 
 static void on_stop(void *userdata)
 {
-	((fs_daemon *)userdata)->stopping = 1;
+	atomic_store(&((fs_daemon *)userdata)->stopping, 1);
 }
 
 /* Parse the command line: -1 to go on, else the exit status. */
@@ -469,7 +469,7 @@ int main(int argc, char *argv[])
 		notify_ready();
 		log_msg("serving %s on %s (pid %ld)", store_abs, co.mountpoint, (long)getpid());
 		ret = fc_serve(dm.fuse, &fo) ? EXIT_MOUNT : EXIT_OK;
-		dm.stopping = 1;
+		atomic_store(&dm.stopping, 1);
 		fc_unmount(dm.fuse);
 		log_msg("unmounted %s; exiting with status %d", co.mountpoint, ret);
 	} else {

@@ -20,6 +20,7 @@
 
 #include "errors.h"
 #include "daemon.h"
+#include "held.h"
 #include "inode.h"
 
 void out_cache_init(fs_daemon *dm)
@@ -154,6 +155,7 @@ static int push_out_backing(fs_daemon *dm, node *session)
 /* With dm->out.push_mu held: the kernel's copy of out (inode ino) replaced. */
 static void push_out_cache(fs_daemon *dm, node *session, fuse_ino_t ino)
 {
+	FS_ASSERT_HELD(&dm->out.push_mu);
 	size_t len = 0;
 	char *p = qs_render(session->qs, QS_OUT, &len);
 	fuse_lowlevel_notify_inval_inode(dm->out.se, ino, 0, 0);

@@ -21,6 +21,7 @@
 #include "daemon.h"
 #include "errors.h"
 #include "fuse_compat.h"
+#include "held.h"
 #include "number.h"
 #include "sbuf.h"
 
@@ -563,6 +564,7 @@ static void render_session_stats(sbuf *st, const qsession *q)
  * (the file then reads as empty). */
 static int ensure_rendered(qsession *q, int which)
 {
+	FS_ASSERT_HELD(&q->mu);
 	if (q->res[which] || !q->r)
 		return 0;
 	qbudget *ob = &q->dm->query_output;
@@ -600,6 +602,7 @@ static size_t results_asked(qsession *q, const qinput *qi, uint32_t *k)
  * q's own results cleared): 0, or -E2BIG with the reason in why. */
 static int results_take(qsession *q, const qinput *qi, size_t *held, char *why, size_t wl)
 {
+	FS_ASSERT_HELD(&q->mu);
 	qbudget *rb = &q->dm->query_results;
 	uint32_t k;
 	size_t want = results_asked(q, qi, &k);
@@ -664,6 +667,7 @@ static int text_tail(qsession *q, qinput *qi, unsigned *line, char *why, size_t 
  * close only: a search a write would repeat for ever more of the input. */
 static void search_ahead(qsession *q)
 {
+	FS_ASSERT_HELD(&q->mu);
 	qinput qi;
 	memset(&qi, 0, sizeof qi);
 	if (q->kind == 1) {

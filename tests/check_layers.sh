@@ -5,11 +5,16 @@
 #     (obj/engine/ + obj/layout/) defines unless its name starts with vecfs_;
 #  c. fs/ and tools/ sources include (#include "...") only headers of their
 #     own folder and vecfs.h (engine/include);
-#  d. only layout/*.c and layout/*.h include <lmdb.h>.
+#  d. only layout/*.c and layout/*.h include <lmdb.h>;
+#  e. no cycle among engine/'s objects: when one refers to a symbol another
+#     defines, that one does not refer back, directly or through others (a
+#     call that must go upward goes through a function pointer set by the
+#     upper file, as vecfs.on_search and search.scan_cluster do).
 # tests/ see every layer (they are none): their objects and sources are not
 # checked.
 # Each offence is printed as `RULE OBJECT SYMBOL` (for c and d: the source and
-# the header), OBJECT relative to BUILD/obj or to the project root.  A pair
+# the header; for e, each reference on a cycle, followed by the object that
+# defines the symbol), OBJECT relative to BUILD/obj or to the project root.  A pair
 # listed in ALLOW (`OBJECT SYMBOL` a line, # comments) is printed as allowed
 # and not counted.  The last line is `layers: N passed, N failed`, one count
 # per rule; exit status 1 if a rule failed.
@@ -30,12 +35,12 @@ if [[ -f $ALLOW ]]; then
 fi
 nallowed=0
 
-offence() { # RULE OBJECT SYMBOL
+offence() { # RULE OBJECT SYMBOL [MORE]
 	if [[ -n ${allowed["$2 $3"]:-} ]]; then
 		echo "allowed: $1 $2 $3"
 		nallowed=$((nallowed + 1))
 	else
-		echo "$1 $2 $3"
+		echo "$1 $2 $3${4:+ $4}"
 		count[$1]=$((${count[$1]:-0} + 1))
 	fi
 }
@@ -89,11 +94,37 @@ for f in $(grep -rl --include='*.[ch]' '^[[:space:]]*#[[:space:]]*include[[:spac
 	offence d "$f" "<lmdb.h>"
 done
 
+# e. no cycle among engine/'s objects.  A reference of object A to B's
+# symbol is on a cycle when B reaches A through the references (a pair in
+# ALLOW is left out of them).
+while read -r o s d; do
+	offence e "$o" "$s" "$d"
+done < <({
+	objs engine | xargs -r nm -A --defined-only -g 2>/dev/null |
+		awk -v p="$OBJ/" 'NF == 3 { o = $1; sub(/:.*$/, "", o); sub("^" p, "", o); print "D", o, $3 }'
+	for k in "${!allowed[@]}"; do echo "A $k"; done
+	undefined engine | sed 's/^/U /'
+} | awk '
+	$1 == "D" { def[$3] = $2; next }
+	$1 == "A" { skip[$2 " " $3] = 1; next }
+	($3 in def) && def[$3] != $2 && !(($2 " " $3) in skip) {
+		a = $2; b = def[$3]
+		node[a] = node[b] = 1
+		reach[a, b] = 1
+		ref[++n] = a " " $3 " " b
+		from[n] = a; to[n] = b
+	}
+	END {
+		for (k in node) for (i in node) if ((i, k) in reach)
+			for (j in node) if ((k, j) in reach) reach[i, j] = 1
+		for (r = 1; r <= n; r++) if ((to[r], from[r]) in reach) print ref[r]
+	}' | sort -u)
+
 pass=0 fail=0
-for r in a b c d; do
+for r in a b c d e; do
 	n=${count[$r]:-0}
 	if [[ $n -eq 0 ]]; then pass=$((pass + 1)); else fail=$((fail + 1)); fi
 done
-echo "layers: offences a=${count[a]:-0} b=${count[b]:-0} c=${count[c]:-0} d=${count[d]:-0}, allowed $nallowed"
+echo "layers: offences a=${count[a]:-0} b=${count[b]:-0} c=${count[c]:-0} d=${count[d]:-0} e=${count[e]:-0}, allowed $nallowed"
 echo "layers: $pass passed, $fail failed"
 [[ $fail -eq 0 ]]

@@ -10,12 +10,15 @@
 #include <math.h>
 #include <pthread.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -1384,6 +1387,42 @@ static void test_rebalance_half_folded_parent(void **state)
 	ds_free(&ds);
 }
 
+
+/* A function that needs a lock held checks it: vf_compact_locked() without
+ * build_mu stops the program (assert) before it touches the store; with
+ * build_mu held it compacts. */
+static void test_lock_held_checked(void **state)
+{
+	fixture *f = *state;
+	vecfs *v = fx_open(f, NULL);
+	pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+	assert_false(vf_mutex_held(&mu));
+	pthread_mutex_lock(&mu);
+	assert_true(vf_mutex_held(&mu));
+	pthread_mutex_unlock(&mu);
+	assert_false(vf_mutex_held(&mu));
+#ifndef NDEBUG
+	fflush(NULL);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		alarm(60);
+		fclose(stderr); /* (the assertion's message) */
+		vf_compact_locked(v, NULL, NULL, 0);
+		_exit(0);
+	}
+	int status = 0;
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFSIGNALED(status));
+	assert_int_equal(WTERMSIG(status), SIGABRT);
+#endif
+	char err[256] = "";
+	pthread_mutex_lock(&v->build_mu);
+	int rc = vf_compact_locked(v, NULL, err, sizeof err);
+	pthread_mutex_unlock(&v->build_mu);
+	assert_true(rc == 0 || rc == -ENOENT); /* (no generation: nothing to fold) */
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1405,6 +1444,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_catchup_replaced_later, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_catchup_replaced_then_deleted, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_rebalance_half_folded_parent, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_lock_held_checked, fx_setup, fx_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

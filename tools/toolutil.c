@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -342,4 +343,36 @@ void tool_json_num(const char *key, double x, int decimals)
 		printf(",\"%s\":%.*f", key, decimals, x);
 	else
 		printf(",\"%s\":null", key);
+}
+
+int tool_store_dir(char *dir, size_t cap, const char *path, const char *label, int *is_temp)
+{
+	const char *tmp = getenv("TMPDIR");
+
+	if (path) {
+		if ((size_t)snprintf(dir, cap, "%s", path) >= cap)
+			return tool_fail(-ENAMETOOLONG, NULL, "--store %s", path);
+		if (mkdir(dir, 0755)) {
+			int e = errno;
+
+			return tool_fail(-e, e == EEXIST ? "it must not exist" : NULL,
+				    "--store %s", dir);
+		}
+		return 0;
+	}
+	if (!tmp || !*tmp)
+		tmp = "/tmp";
+	if ((size_t)snprintf(dir, cap, "%s/%s%s%s.XXXXXX", tmp, prog_name, label ? "." : "",
+			     label ? label : "") >= cap)
+		return tool_fail(-ENAMETOOLONG, NULL, "temporary directory in %s", tmp);
+	if (!mkdtemp(dir))
+		return tool_fail(-errno, NULL, "mkdtemp %s", dir);
+	*is_temp = 1;
+	return 0;
+}
+
+int tool_build_progress(void *arg, const char *phase, int pct)
+{
+	tool_progress_show(arg, phase, pct < 0 ? 0 : (uint64_t)pct, 100);
+	return tool_interrupted(); /* non-zero cancels the build */
 }

@@ -89,6 +89,16 @@ int tool_cmp_u64(const void *a, const void *b);
  * a failure is reported on stderr. */
 void tool_remove_tree(const char *dir);
 
+/* The directory of a store the tool makes, in dir (cap bytes): `path`
+ * (--store; made here, it must not exist yet), or when path is NULL a new
+ * temporary directory $TMPDIR/<prog>[.<label>].XXXXXX (/tmp without
+ * TMPDIR), *is_temp then set.  0, or the error (reported). */
+int tool_store_dir(char *dir, size_t cap, const char *path, const char *label, int *is_temp);
+
+/* A vecfs_build() progress function: shows the phase on the struct
+ * tool_progress arg; non-zero (the build stops) once interrupted. */
+int tool_build_progress(void *arg, const char *phase, int pct);
+
 /* A JSON string, and ",\"key\":x" with `decimals` decimals (null if not
  * finite), on stdout. */
 void tool_json_string(const char *s);

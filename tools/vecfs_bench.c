@@ -394,12 +394,6 @@ static int parse_args(int argc, char **argv, struct options *o)
 	return 0;
 }
 
-static int build_progress(void *arg, const char *phase, int pct)
-{
-	tool_progress_show(arg, phase, pct < 0 ? 0 : (uint64_t)pct, 100);
-	return tool_interrupted(); /* non-zero cancels the build */
-}
-
 /* ---------------------------------------------------------------- the run */
 
 /* One measured setting; nprobe 0 is the exact scan. */
@@ -468,29 +462,7 @@ static int load_dataset(struct bench *b)
 /* Create the store directory: --store PATH (must not exist) or mkdtemp. */
 static int make_store_dir(struct bench *b)
 {
-	const char *tmp = getenv("TMPDIR");
-
-	if (b->opt->store) {
-		if ((size_t)snprintf(b->store, sizeof b->store, "%s",
-				     b->opt->store) >= sizeof b->store)
-			return tool_fail(-ENAMETOOLONG, NULL, "--store %s", b->opt->store);
-		if (mkdir(b->store, 0755)) {
-			int e = errno;
-
-			return tool_fail(-e, e == EEXIST ? "it must not exist" : NULL,
-				    "--store %s", b->store);
-		}
-		return 0;
-	}
-	if (!tmp || !*tmp)
-		tmp = "/tmp";
-	if ((size_t)snprintf(b->store, sizeof b->store, "%s/" PROG ".XXXXXX",
-			     tmp) >= sizeof b->store)
-		return tool_fail(-ENAMETOOLONG, NULL, "temporary directory in %s", tmp);
-	if (!mkdtemp(b->store))
-		return tool_fail(-errno, NULL, "mkdtemp %s", b->store);
-	b->store_is_temp = 1;
-	return 0;
+	return tool_store_dir(b->store, sizeof b->store, b->opt->store, NULL, &b->store_is_temp);
 }
 
 static int open_store(struct bench *b)
@@ -647,7 +619,7 @@ static int build(struct bench *b)
 
 	tool_progress_init(&p, "build", NULL);
 	t0 = tool_now_ns();
-	rc = vecfs_build(b->v, 1, &b->gen_id, build_progress, &p, err, sizeof err);
+	rc = vecfs_build(b->v, 1, &b->gen_id, tool_build_progress, &p, err, sizeof err);
 	b->build_s = (double)(tool_now_ns() - t0) / 1e9;
 	tool_progress_end(&p);
 	if (rc)

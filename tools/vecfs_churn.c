@@ -189,12 +189,6 @@ static int parse_args(int argc, char **argv, struct options *o)
 
 /* ---------------------------------------------------------------- signals */
 
-static int build_progress(void *arg, const char *phase, int pct)
-{
-	tool_progress_show(arg, phase, pct < 0 ? 0 : (uint64_t)pct, 100);
-	return tool_interrupted(); /* non-zero cancels the build */
-}
-
 /* ---------------------------------------------------------------- random */
 
 static uint64_t rng_next(uint64_t *s) /* splitmix64 */
@@ -530,28 +524,7 @@ static int compute_gt(struct churn *c)
 
 static int make_store_dir(struct store *s, const char *path)
 {
-	const char *tmp = getenv("TMPDIR");
-
-	if (path) {
-		if ((size_t)snprintf(s->dir, sizeof s->dir, "%s", path) >= sizeof s->dir)
-			return tool_fail(-ENAMETOOLONG, NULL, "--store %s", path);
-		if (mkdir(s->dir, 0755)) {
-			int e = errno;
-
-			return tool_fail(-e, e == EEXIST ? "it must not exist" : NULL,
-				    "--store %s", s->dir);
-		}
-		return 0;
-	}
-	if (!tmp || !*tmp)
-		tmp = "/tmp";
-	if ((size_t)snprintf(s->dir, sizeof s->dir, "%s/" PROG ".%s.XXXXXX", tmp,
-			     s->label) >= sizeof s->dir)
-		return tool_fail(-ENAMETOOLONG, NULL, "temporary directory in %s", tmp);
-	if (!mkdtemp(s->dir))
-		return tool_fail(-errno, NULL, "mkdtemp %s", s->dir);
-	s->is_temp = 1;
-	return 0;
+	return tool_store_dir(s->dir, sizeof s->dir, path, s->label, &s->is_temp);
 }
 
 /* A new store: library defaults but no automatic build. */
@@ -634,7 +607,7 @@ static int build_store(struct store *s)
 	struct tool_progress p;
 	tool_progress_init(&p, s->label, NULL);
 	uint64_t t0 = tool_now_ns();
-	int rc = vecfs_build(s->v, 1, &s->gen, build_progress, &p, err, sizeof err);
+	int rc = vecfs_build(s->v, 1, &s->gen, tool_build_progress, &p, err, sizeof err);
 
 	tool_progress_end(&p);
 	s->build_s = tool_seconds_since(t0);
