@@ -358,7 +358,7 @@ int vf_compact_locked(vecfs *v, uint32_t *clusters, char *err, size_t errlen);
 int64_t vf_us_since(const struct timespec *t);
 /* After an automatic compaction: rebalance when the largest cluster is over
  * rebalance_ratio times the mean (rebalance.c). */
-void vf_maybe_rebalance(vecfs *v);
+int vf_maybe_rebalance(vecfs *v, char *err, size_t errlen);
 #define VF_BLOCK_TARGET 1024 /* vectors per posting block */
 
 /* Publishing a generation (builds and rebalances; publish.c): register its metadata

@@ -5,7 +5,10 @@
 #include "internal.h"
 #include "parallel.h"
 
+#include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 /* Wait (holding stat_mu) until work is due: now, or a backlog once writes
@@ -37,6 +40,20 @@ static int maint_wait(vecfs *v)
 	}
 }
 
+/* A failure of background work that the store's owner should hear of:
+ * not the ones that only mean "not now" (no active generation, a flip or
+ * a close meanwhile, nothing to do). */
+static void maint_report(vecfs *v, const char *what, int rc, const char *err)
+{
+	if (rc == 0 || rc == -ENOENT || rc == -EAGAIN || rc == -ECANCELED || rc == -EBUSY ||
+	    !v->notice_fn)
+		return;
+	char line[400];
+	snprintf(line, sizeof line, "%s in the background failed: %s", what,
+		 err[0] ? err : strerror(-rc));
+	v->notice_fn(v->notice_arg, line);
+}
+
 static void *maint_run(void *arg)
 {
 	vecfs *v = arg;
@@ -46,10 +63,18 @@ static void *maint_run(void *arg)
 		v->maint_idle_due = 0;
 		v->maint_busy = 1;
 		pthread_mutex_unlock(&v->stat_mu);
-		/* a failure here (no active generation any more, no room) leaves
-		 * the deltas in place: queries stay correct, only slower */
-		if (vecfs_compact(v, NULL, NULL, 0) == 0)
-			vf_maybe_rebalance(v);
+		/* a failure here (no active generation any more, no room, damage)
+		 * leaves the deltas in place: queries stay correct, only slower;
+		 * the owner hears of what needs its hand */
+		char err[256] = "";
+		int rc = vecfs_compact(v, NULL, err, sizeof err);
+		if (rc == 0) {
+			err[0] = 0;
+			rc = vf_maybe_rebalance(v, err, sizeof err);
+			maint_report(v, "rebalance", rc, err);
+		} else {
+			maint_report(v, "compaction", rc, err);
+		}
 		pthread_mutex_lock(&v->stat_mu);
 		v->maint_busy = 0;
 	}

@@ -916,8 +916,8 @@ int vecfs_rebalance(vecfs *v, int activate, uint64_t *gen_out,
 }
 
 /* After an automatic compaction: rebalance when the largest cluster is over
- * rebalance_ratio times the mean. */
-void vf_maybe_rebalance(vecfs *v)
+ * rebalance_ratio times the mean.  0 when not due. */
+int vf_maybe_rebalance(vecfs *v, char *err, size_t errlen)
 {
 	vecfs_config c;
 	uint64_t active;
@@ -925,6 +925,6 @@ void vf_maybe_rebalance(vecfs *v)
 	if (vecfs_config_get(v, &c) || !c.rebalance_ratio ||
 	    vf_active_imbalance(v, &active, &imbalance) || !active ||
 	    !(imbalance > c.rebalance_ratio))
-		return;
-	rebalance(v, 1, 0, NULL, NULL, NULL, NULL, 0);
+		return 0;
+	return rebalance(v, 1, 0, NULL, NULL, NULL, err, errlen);
 }

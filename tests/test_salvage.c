@@ -15,6 +15,8 @@
 #include <cmocka.h>
 
 #include <errno.h>
+#include <pthread.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -471,6 +473,62 @@ static void test_disagreeing_postings(void **state)
 	ds_free(&ds);
 }
 
+/* The lines the store's owner heard (vecfs_set_notice_fn). */
+typedef struct heard_lines {
+	pthread_mutex_t mu;
+	char text[2048];
+	int n;
+} heard_lines;
+
+static void hear(void *arg, const char *line)
+{
+	heard_lines *h = arg;
+	pthread_mutex_lock(&h->mu);
+	size_t len = strlen(h->text);
+	snprintf(h->text + len, sizeof h->text - len, "%s\n", line);
+	h->n++;
+	pthread_mutex_unlock(&h->mu);
+}
+
+/* A compaction in the background that meets a posting which disagrees
+ * with its record refuses it, as in the foreground, and the owner hears
+ * why (the daemon writes it to errors): not silence. */
+static void test_background_refusal_heard(void **state)
+{
+	fixture *f = *state;
+	vecfs *v = f->v = fx_open(f, NULL);
+	dataset ds;
+	char msg[512];
+	heard_lines h = {.mu = PTHREAD_MUTEX_INITIALIZER};
+	vecfs_set_notice_fn(v, hear, &h);
+	set_config(v, D, VECFS_L2);
+	ds_make(&ds, 7, N, D, 10);
+	put_range(v, ds.x, 0, N, D, "r");
+	build(v, 1);
+	uint64_t id5, seq5;
+	record_of(v, "r5", &id5, &seq5);
+	plant older = {v, id5, seq5 - 1, ds.x + (size_t)200 * D, "r5"};
+	assert_int_equal(vf_write(v->store, plant_fn, &older), 0);
+	assert_int_equal(vecfs_verify(v, msg, sizeof msg), -EIO);
+	vf_maint_kick(v, VF_MAINT_NOW);
+	for (int i = 0; i < 2000; i++) { /* up to 20 s */
+		pthread_mutex_lock(&h.mu);
+		int n = h.n;
+		pthread_mutex_unlock(&h.mu);
+		if (n && !vf_maint_busy(v))
+			break;
+		struct timespec ts = {0, 10000000};
+		nanosleep(&ts, NULL);
+	}
+	pthread_mutex_lock(&h.mu);
+	if (!strstr(h.text, "compaction in the background failed: ") ||
+	    !strstr(h.text, "salvage repairs it"))
+		fail_msg("heard: '%s'", h.text);
+	pthread_mutex_unlock(&h.mu);
+	vecfs_set_notice_fn(v, NULL, NULL);
+	ds_free(&ds);
+}
+
 /* Record key rewritten as version `seq`, with no change logged: the
  * generation's posting of it disagrees with it. */
 typedef struct rewrite {
@@ -558,6 +616,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_damaged_postings, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_disagreeing_postings, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_rebalance_refuses_disagreeing_blocks, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_background_refusal_heard, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_build_skips_damaged, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_rebalance_with_damage, fx_setup, fx_teardown),
 	};
