@@ -56,6 +56,7 @@ struct vecfs {
 	pthread_mutex_t build_mu;   /* builds never overlap */
 	pthread_mutex_t stat_mu;    /* in-memory query counters */
 	uint64_t queries;
+	uint64_t pages_read;        /* major faults of the searches counted */
 	uint32_t lat[VF_LAT_RING];
 	uint64_t nlat;
 	pthread_t auto_thread;

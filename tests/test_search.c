@@ -13,6 +13,7 @@
 #include <cmocka.h>
 
 #include <errno.h>
+#include <fcntl.h>
 #include <ftw.h>
 #include <limits.h>
 #include <math.h>
@@ -963,6 +964,50 @@ static void test_stale_location_hints(void **state)
  * a read transaction for each 65536 records, resuming where the last one
  * stopped: the hints cover the records of every chunk, and each points at
  * the record's value. */
+/* The pages a search waited to read: none once the store is in memory; some
+ * when its file was just dropped from the page cache (and no location-hint
+ * fill reads it first); the store's counter sums the searches'. */
+static void test_pages_read_counted(void **state)
+{
+	fixture *f = *state;
+	const uint32_t D = 64;
+	const size_t N = 20000, NQ = 16, K = 10;
+	vecfs *v = fx_open(f, NULL);
+	set_config(v, D, VECFS_L2);
+	dataset ds;
+	ds_make(&ds, 77, N, D, 40);
+	put_range(v, ds.x, 0, N, D, NULL);
+	build(v, 1);
+	fx_close(f);
+	setenv("VECFS_NO_HINT_FILL", "1", 1);
+	v = fx_open(f, NULL);
+	unsetenv("VECFS_NO_HINT_FILL");
+	/* the file's pages out of the page cache, but for the few the open
+	 * mapped */
+	char path[PATH_MAX];
+	snprintf(path, sizeof path, "%s/data.mdb", f->dir);
+	int fd = open(path, O_RDONLY);
+	assert_true(fd >= 0);
+	assert_int_equal(fdatasync(fd), 0);
+	assert_int_equal(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
+	close(fd);
+	float *q = malloc(NQ * D * sizeof(float));
+	assert_non_null(q);
+	for (size_t i = 0; i < NQ; i++)
+		ds_fresh(&ds, q + i * D);
+	vecfs_results *r = search_opts(v, q, NQ, D, &(vecfs_query_opts){.k = K});
+	uint64_t counted = r->explain.pages_read;
+	assert_true(counted > 0);
+	vecfs_results_free(r);
+	r = search_opts(v, q, NQ, D, &(vecfs_query_opts){.k = K});
+	assert_int_equal(r->explain.pages_read, 0);
+	vecfs_results_free(r);
+	assert_int_equal(stats(v).pages_read, counted);
+	free(q);
+	ds_free(&ds);
+	fx_close(f);
+}
+
 static void test_location_hints_filled_at_open(void **state)
 {
 	fixture *f = *state;
@@ -1933,6 +1978,7 @@ int main(void)
 						fx_teardown),
 		cmocka_unit_test_setup_teardown(test_located_clusters_follow_writes, fx_setup,
 						fx_teardown),
+		cmocka_unit_test_setup_teardown(test_pages_read_counted, fx_setup, fx_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
