@@ -187,7 +187,8 @@ static int widen(search *s, size_t i, const float *qv, size_t first,
 	wo.refine = s->refine;
 	wo.nprobe = nprobe < s->gm.nlist ? nprobe : s->gm.nlist;
 	wo.recall = 0;
-	search w = {.v = s->v, .txn = s->txn, .active = s->active, .fset = s->fset};
+	search w = {.v = s->v, .txn = s->txn, .active = s->active, .fset = s->fset,
+		    .prefetch = s->prefetch};
 	int rc = search_run(&w, qv, 1, first, s->dim, &wo, err, errlen);
 	if (rc == 0) {
 		query t = s->qs[i];
@@ -315,7 +316,8 @@ static int search_run(search *s, const float *queries, size_t nq, size_t first,
 		return vf_scan_exact(s);
 	vf_dirty_init(&s->dirty);
 	if ((rc = vf_dirty_load(s->txn, v->store, s->gm.synced_seq, cnt.seq, &s->dirty)) ||
-	    (rc = vf_scan_uncovered(s)) || (rc = vf_scan_ivf(s, 0)))
+	    (rc = vf_scan_uncovered(s)) || (rc = vf_scan_ivf(s, 0)) ||
+	    (rc = vf_prefetch_reranks(s)))
 		return rc;
 	for (size_t i = 0; i < nq && rc == 0; i++)
 		rc = vf_rerank(s, &s->qs[i]);
@@ -409,6 +411,8 @@ static void *cpu_run(void *arg)
 				   j->opts, j->err, sizeof j->err);
 	}
 	j->pages = vf_thread_major_faults() - faults;
+	if (j->rc == 0 && j->nparts)
+		vf_prefetch_note(j->parts[0].v, j->pages);
 	return NULL;
 }
 
@@ -506,6 +510,7 @@ int vf_search_threads(vecfs *v, const float *queries, size_t nq, uint32_t dim,
 			parts[p].txn = txn[t]; /* the snapshot of txn[0] (open_more) */
 			parts[p].active = active;
 			parts[p].fset = fset;
+			parts[p].prefetch = vf_prefetch_wanted(v);
 		}
 	}
 	vf_parallel(cpu_run, jobs, sizeof *jobs, n);

@@ -143,6 +143,7 @@ typedef struct search {
 	uint8_t *copies;     /* a re-rank step's records read through hints */
 	size_t copies_cap;
 	const vf_fset *fset; /* a filter's matching records, or NULL */
+	int prefetch;        /* its reads planned ahead (prefetch.h) */
 } search;
 
 /* A record the search's filter leaves out. */
