@@ -97,6 +97,8 @@ int vf_prefetch_reranks(search *s)
 	size_t cap = 0;
 	for (size_t qi = 0; qi < s->nq; qi++) {
 		const query *q = &s->qs[qi];
+		if (q->np <= q->from) /* (the second look: none for this one) */
+			continue;
 		float t = fheap_top(&q->ub); /* (what cand_trim() keeps) */
 		size_t want = 2 * (size_t)s->k, n = 0;
 		if (q->nc > cap) {

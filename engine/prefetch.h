@@ -28,9 +28,10 @@ void vf_prefetch_note(vecfs *v, uint64_t pages);
 /* The located entries ents[0..n) of the clusters about to be scanned:
  * their posting blocks and delta postings read from disk at once. */
 void vf_prefetch_entries(const search *s, const entry *ents, size_t n);
-/* Before the re-rank of each query of s: the records of its candidates
- * most likely to be read (the 2k best lower bounds that can still enter
- * its top k), where their location hints say they are. */
+/* Before the re-rank of each query of s that scanned clusters
+ * (probe[from..np)): the records of its candidates most likely to be read
+ * (the 2k best lower bounds that can still enter its top k), where their
+ * location hints say they are.  (Again before the second look's.) */
 int vf_prefetch_reranks(search *s);
 
 #endif

@@ -347,8 +347,8 @@ static int search_run(search *s, const float *queries, size_t nq, size_t first,
 		q->nc = 0;
 		looks += r > q->from;
 	}
-	if (looks && rc == 0)
-		rc = vf_scan_ivf(s, 1);
+	if (looks && rc == 0 && (rc = vf_scan_ivf(s, 1)) == 0)
+		rc = vf_prefetch_reranks(s);
 	for (size_t i = 0; i < nq && rc == 0 && looks; i++)
 		if (s->qs[i].np > s->qs[i].from)
 			rc = vf_rerank(s, &s->qs[i]);
