@@ -3,6 +3,7 @@
  */
 #include "memcap.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -32,6 +33,23 @@ static int write_in(const char *dir, const char *name, const char *text)
 	return write_file(path, text);
 }
 
+/* The cgroups an earlier run left (killed: the kernel's OOM killer ends a
+ * run whose cap is below what it must hold), removed when empty. */
+static void remove_stale(const char *prog)
+{
+	DIR *d = opendir(MEMCG_ROOT);
+	struct dirent *e;
+	size_t n = strlen(prog);
+	while (d && (e = readdir(d)))
+		if (strncmp(e->d_name, prog, n) == 0 && e->d_name[n] == '.') {
+			char path[512];
+			snprintf(path, sizeof path, MEMCG_ROOT "/%s", e->d_name);
+			rmdir(path); /* (fails while a process is in it) */
+		}
+	if (d)
+		closedir(d);
+}
+
 int memcap_make(struct memcap *c, const char *prog, uint64_t bytes)
 {
 	struct stat st;
@@ -43,6 +61,7 @@ int memcap_make(struct memcap *c, const char *prog, uint64_t bytes)
 			MEMCG_ROOT " (%s)\n", prog, strerror(errno));
 		return -ENOTSUP;
 	}
+	remove_stale(prog);
 	char dir[sizeof c->dir];
 	snprintf(dir, sizeof dir, MEMCG_ROOT "/%s.%ld", prog, (long)getpid());
 	if (mkdir(dir, 0755)) {
