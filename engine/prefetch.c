@@ -10,17 +10,10 @@
 #include "prefetch.h"
 
 #include <string.h>
-#include <sys/resource.h>
 #include <time.h>
 
 #include "io.h"
 #include "keys.h"
-
-uint64_t vf_thread_major_faults(void)
-{
-	struct rusage ru;
-	return getrusage(RUSAGE_THREAD, &ru) == 0 ? (uint64_t)ru.ru_majflt : 0;
-}
 
 static uint64_t coarse_ns(void)
 {

@@ -2,8 +2,7 @@
  * engine/prefetch.h - the reads of a search planned ahead: the pages a
  * query is about to read from the store (its clusters' posting blocks,
  * the records its re-rank will read) are asked of the disk together,
- * before it reads them one by one (prefetch.c); and the count of the
- * pages a searching thread waited for.
+ * before it reads them one by one (prefetch.c).
  */
 #ifndef VF_PREFETCH_H
 #define VF_PREFETCH_H
@@ -12,9 +11,8 @@
 
 #include "search_internal.h"
 
-/* The major page faults of the calling thread so far (each one a page it
- * waited to read from disk); 0 where the system does not say. */
-uint64_t vf_thread_major_faults(void);
+/* (vf_thread_major_faults(), layout/store.h: the pages a searching
+ * thread waited for.) */
 
 /* Whether a search now plans its reads: while the store's searches
  * wait for pages (one did in the last VF_PREFETCH_HOLD_NS), and before

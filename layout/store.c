@@ -16,6 +16,7 @@
 #include <time.h>
 #include <sys/file.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -925,28 +926,41 @@ void vf_cursor_close(vf_cursor *cur)
 	mdb_cursor_close(cur);
 }
 
+uint64_t vf_thread_major_faults(void)
+{
+	struct rusage ru;
+	return getrusage(RUSAGE_THREAD, &ru) == 0 ? (uint64_t)ru.ru_majflt : 0;
+}
+
 /* A walk (many steps forward in a row on one thread: a scan of every
- * record, the location-hint fill, verify, an export) reads ahead of
- * itself, WALK_AHEAD bytes of the file past the value it is at, again
- * each time it has gone half of that: the map is read without the
- * kernel's read-around, and a family written in key order lies mostly in
- * file order.  A query's few steps through one cluster's entries read
- * nothing ahead. */
+ * record, the location-hint fill, verify, an export) that waits for pages
+ * reads ahead of itself, WALK_AHEAD bytes of the file past the value it is
+ * at, again each time it has gone half of that: the map is read without
+ * the kernel's read-around, and a family written in key order lies mostly
+ * in file order.  Whether it waits is looked at every WALK_LOOK bytes (the
+ * thread's major faults): a walk in memory makes no madvise() calls.  A
+ * query's few steps through one cluster's entries read nothing ahead. */
 #define WALK_AHEAD ((uintptr_t)2 << 20)
+#define WALK_LOOK ((uintptr_t)256 << 10)
 #define WALK_STEPS 64 /* steps forward in a row before reading ahead */
 
 static void walk_ahead(int op, const void *at)
 {
 	static __thread unsigned steps;
-	static __thread uintptr_t from, to; /* read ahead: [from, to) */
+	static __thread uintptr_t look, from, to; /* last look; read ahead: [from, to) */
+	static __thread uint64_t faults;
 	uintptr_t a = (uintptr_t)at;
 	if (op != VF_NEXT) {
 		steps = 0;
 		return;
 	}
-	if (++steps < WALK_STEPS)
+	if (++steps < WALK_STEPS || (steps > WALK_STEPS && a >= look && a < look + WALK_LOOK))
 		return;
-	if (a >= from && a + WALK_AHEAD / 2 < to)
+	uint64_t f = vf_thread_major_faults();
+	int waited = steps > WALK_STEPS && f != faults;
+	faults = f;
+	look = a;
+	if (!waited || (a >= from && a + WALK_AHEAD / 2 < to))
 		return;
 	from = a;
 	to = a + WALK_AHEAD;

@@ -193,6 +193,9 @@ void vf_store_unmap_pages(vf_store *s);
  * reads its one page, so a random read costs one page of I/O, and a pass
  * over many values reads ahead of itself: vf_cursor_get().) */
 void vf_store_prefetch(const void *p, size_t len);
+/* The major page faults of the calling thread so far (each one a page it
+ * waited to read from disk); 0 where the system does not say. */
+uint64_t vf_thread_major_faults(void);
 /* Write all of buf to fd (retrying short writes): 0 or -errno. */
 int vf_write_all(int fd, const void *buf, size_t len);
 
