@@ -74,7 +74,8 @@ $(BUILD)/libvecfs.a: $(LIB_OBJ)
 
 TOOL_OBJ   := $(BUILD)/obj/tools/dataset.o $(BUILD)/obj/tools/toolutil.o
 
-$(BUILD)/vecfs-bench: $(BUILD)/obj/tools/vecfs_bench.o $(TOOL_OBJ) $(BUILD)/libvecfs.a
+$(BUILD)/vecfs-bench: $(BUILD)/obj/tools/vecfs_bench.o $(BUILD)/obj/tools/memcap.o $(TOOL_OBJ) \
+		$(BUILD)/libvecfs.a
 	$(CC) $(CFLAGS) -o $@ $^ $(LIBS)
 
 $(BUILD)/vecfs-churn: $(BUILD)/obj/tools/vecfs_churn.o $(TOOL_OBJ) $(BUILD)/libvecfs.a

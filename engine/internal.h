@@ -71,6 +71,11 @@ struct vecfs {
 	pthread_mutex_t build_mu;   /* builds never overlap */
 	pthread_mutex_t stat_mu;    /* in-memory query counters */
 	uint64_t queries;
+	uint64_t pages_read;        /* major faults of the searches counted */
+	uint64_t prefetch_until;    /* searches plan their reads until then
+				     * (engine/prefetch.c) */
+	int prefetch_mode;          /* 0: as prefetch.c decides; 1: always; -1:
+				     * never (tests) */
 	uint32_t lat[VF_LAT_RING];
 	uint64_t nlat;
 	pthread_t auto_thread;

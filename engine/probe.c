@@ -6,6 +6,7 @@
  */
 #include "io.h"
 #include "search_internal.h"
+#include "prefetch.h"
 
 #include <errno.h>
 #include <math.h>
@@ -479,6 +480,7 @@ int vf_scan_ivf(search *s, int again)
 					    &capents);
 			count[order[i]] = nents - first[order[i]];
 		}
+		vf_prefetch_entries(s, ents, nents);
 		for (size_t i = 0; i < nwin && rc == 0; i++) {
 			if (i + 1 < nwin) /* the next cluster's memory while this one scores */
 				prefetch_cluster(s, ents + first[i + 1], count[i + 1]);

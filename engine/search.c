@@ -18,6 +18,7 @@
 #include "search_internal.h"
 #include "parallel.h"
 #include "calibrate.h"
+#include "prefetch.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -54,6 +55,7 @@ static void explain_add(vecfs_explain *e, const vecfs_explain *x)
 	e->delta_scanned += x->delta_scanned;
 	e->uncovered_scanned += x->uncovered_scanned;
 	e->stale_skipped += x->stale_skipped;
+	e->pages_read += x->pages_read;
 }
 
 /* The results of the queries of parts[0..nparts), in order: the hits (keys,
@@ -149,10 +151,11 @@ static double now_us(void)
 	return ts.tv_sec * 1e6 + ts.tv_nsec * 1e-3;
 }
 
-static void record_latency(vecfs *v, size_t nq, double us)
+static void record_latency(vecfs *v, size_t nq, double us, uint64_t pages)
 {
 	pthread_mutex_lock(&v->stat_mu);
 	v->queries += nq;
+	v->pages_read += pages;
 	uint32_t per = (uint32_t)(us / (double)(nq ? nq : 1));
 	for (size_t i = 0; i < nq && i < VF_LAT_RING; i++)
 		v->lat[v->nlat++ % VF_LAT_RING] = per;
@@ -161,7 +164,7 @@ static void record_latency(vecfs *v, size_t nq, double us)
 
 void vecfs_search_count(vecfs *v, const vecfs_results *r)
 {
-	record_latency(v, r->nq, (double)r->explain.micros);
+	record_latency(v, r->nq, (double)r->explain.micros, r->explain.pages_read);
 }
 
 uint64_t vecfs_snapshot(vecfs *v)
@@ -184,7 +187,8 @@ static int widen(search *s, size_t i, const float *qv, size_t first,
 	wo.refine = s->refine;
 	wo.nprobe = nprobe < s->gm.nlist ? nprobe : s->gm.nlist;
 	wo.recall = 0;
-	search w = {.v = s->v, .txn = s->txn, .active = s->active, .fset = s->fset};
+	search w = {.v = s->v, .txn = s->txn, .active = s->active, .fset = s->fset,
+		    .prefetch = s->prefetch};
 	int rc = search_run(&w, qv, 1, first, s->dim, &wo, err, errlen);
 	if (rc == 0) {
 		query t = s->qs[i];
@@ -313,7 +317,8 @@ static int search_run(search *s, const float *queries, size_t nq, size_t first,
 		return vf_scan_exact(s);
 	vf_dirty_init(&s->dirty);
 	if ((rc = vf_dirty_load(s->txn, v->store, s->gm.synced_seq, cnt.seq, &s->dirty)) ||
-	    (rc = vf_scan_uncovered(s)) || (rc = vf_scan_ivf(s, 0)))
+	    (rc = vf_scan_uncovered(s)) || (rc = vf_scan_ivf(s, 0)) ||
+	    (rc = vf_prefetch_reranks(s)))
 		return rc;
 	for (size_t i = 0; i < nq && rc == 0; i++)
 		rc = vf_rerank(s, &s->qs[i]);
@@ -343,8 +348,8 @@ static int search_run(search *s, const float *queries, size_t nq, size_t first,
 		q->nc = 0;
 		looks += r > q->from;
 	}
-	if (looks && rc == 0)
-		rc = vf_scan_ivf(s, 1);
+	if (looks && rc == 0 && (rc = vf_scan_ivf(s, 1)) == 0)
+		rc = vf_prefetch_reranks(s);
 	for (size_t i = 0; i < nq && rc == 0 && looks; i++)
 		if (s->qs[i].np > s->qs[i].from)
 			rc = vf_rerank(s, &s->qs[i]);
@@ -392,18 +397,23 @@ typedef struct cpu_job {
 	uint32_t dim;
 	const vecfs_query_opts *opts;
 	int rc;
+	uint64_t pages;       /* major faults while it searched */
 	char err[256];
 } cpu_job;
 
 static void *cpu_run(void *arg)
 {
 	cpu_job *j = arg;
+	uint64_t faults = vf_thread_major_faults();
 	for (size_t p = 0; p < j->nparts && j->rc == 0; p++) {
 		size_t from = (j->first + p) * j->per;
 		size_t n = j->nq - from < j->per ? j->nq - from : j->per;
 		j->rc = search_run(&j->parts[p], j->queries + from * j->dim, n, from, j->dim,
 				   j->opts, j->err, sizeof j->err);
 	}
+	j->pages = vf_thread_major_faults() - faults;
+	if (j->rc == 0 && j->nparts)
+		vf_prefetch_note(j->parts[0].v, j->pages);
 	return NULL;
 }
 
@@ -495,12 +505,13 @@ int vf_search_threads(vecfs *v, const float *queries, size_t nq, uint32_t dim,
 	memset(jobs, 0, sizeof jobs);
 	for (int t = 0; t < n; t++) {
 		size_t p0 = nparts * (size_t)t / (size_t)n, p1 = nparts * (size_t)(t + 1) / (size_t)n;
-		jobs[t] = (cpu_job){parts + p0, p1 - p0, p0, queries, nq, per, dim, &o, 0, ""};
+		jobs[t] = (cpu_job){parts + p0, p1 - p0, p0, queries, nq, per, dim, &o, 0, 0, ""};
 		for (size_t p = p0; p < p1; p++) {
 			parts[p].v = v;
 			parts[p].txn = txn[t]; /* the snapshot of txn[0] (open_more) */
 			parts[p].active = active;
 			parts[p].fset = fset;
+			parts[p].prefetch = vf_prefetch_wanted(v);
 		}
 	}
 	vf_parallel(cpu_run, jobs, sizeof *jobs, n);
@@ -512,6 +523,8 @@ int vf_search_threads(vecfs *v, const float *queries, size_t nq, uint32_t dim,
 	if (rc == 0) {
 		double us = now_us() - t0;
 		(*out)->explain.micros = (uint64_t)us;
+		for (int t = 0; t < n; t++)
+			(*out)->explain.pages_read += jobs[t].pages;
 		(*out)->explain.k = parts[0].k;
 		(*out)->explain.nprobe = parts[0].target > 0 ? 0 : parts[0].nprobe;
 		(*out)->explain.recall_target = parts[0].target;
@@ -520,7 +533,7 @@ int vf_search_threads(vecfs *v, const float *queries, size_t nq, uint32_t dim,
 		(*out)->explain.filter_tested = tested;
 		(*out)->snapshot = vf_txn_id(txn[0]);
 		if (!o.uncounted)
-			record_latency(v, nq, us);
+			record_latency(v, nq, us, (*out)->explain.pages_read);
 	}
 	if (rc == -EIO && err && errlen && !err[0])
 		vf_seterr(err, errlen, "a posting block or record failed its checksum or is damaged");

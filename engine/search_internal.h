@@ -148,6 +148,7 @@ typedef struct search {
 	 * vf_scan_cluster, set by search_run (probe.c calls it) */
 	int (*scan_cluster)(struct search *s, uint32_t c, struct entry *ents, size_t nents,
 			    const uint32_t *qids, uint32_t nqc);
+	int prefetch;        /* its reads planned ahead (prefetch.h) */
 } search;
 
 /* A record the search's filter leaves out. */

@@ -80,6 +80,7 @@ out:
 	vf_sampler_stats(v, out);
 	pthread_mutex_lock(&v->stat_mu);
 	out->queries = v->queries;
+	out->pages_read = v->pages_read;
 	size_t nl = v->nlat < VF_LAT_RING ? v->nlat : VF_LAT_RING;
 	uint32_t *tmp = nl ? vf_malloc(sizeof(uint32_t) * nl) : NULL;
 	if (tmp)

@@ -551,6 +551,7 @@ static void render_session_stats(sbuf *st, const qsession *q)
 	sb_printf(st, "delta_scanned = %llu\n", (unsigned long long)e->delta_scanned);
 	sb_printf(st, "unindexed_scanned = %llu\n", (unsigned long long)e->uncovered_scanned);
 	sb_printf(st, "stale_skipped = %llu\n", (unsigned long long)e->stale_skipped);
+	sb_printf(st, "pages_read = %llu\n", (unsigned long long)e->pages_read);
 	if (q->filtered) {
 		sb_printf(st, "filter_passed = %llu\n", (unsigned long long)e->filter_passed);
 		sb_printf(st, "filter_tested = %llu\n", (unsigned long long)e->filter_tested);

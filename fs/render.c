@@ -87,6 +87,7 @@ int render_stats(vecfs *v, sbuf *b)
 	sb_printf(b, "queries = %llu\n", (unsigned long long)s.queries);
 	sb_printf(b, "p50_us = %llu\n", (unsigned long long)s.p50_us);
 	sb_printf(b, "p99_us = %llu\n", (unsigned long long)s.p99_us);
+	sb_printf(b, "pages_read = %llu\n", (unsigned long long)s.pages_read);
 	if (s.recall_estimate < 0) {
 		sb_adds(b, "recall_estimate = none\n");
 		sb_printf(b, "recall_samples = %llu\n", (unsigned long long)s.recall_samples);

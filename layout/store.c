@@ -16,6 +16,7 @@
 #include <time.h>
 #include <sys/file.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -297,7 +298,8 @@ locked:
 	    (rc = mdb_env_set_maxdbs(s->env, 16)) ||
 	    (rc = mdb_env_set_maxreaders(s->env, 512)) ||
 	    (rc = mdb_env_set_mapsize(s->env, mapsize)) ||
-	    (rc = mdb_env_open(s->env, dir, MDB_NOTLS | (readonly ? MDB_RDONLY : 0), 0600))) {
+	    (rc = mdb_env_open(s->env, dir,
+			       MDB_NOTLS | MDB_NORDAHEAD | (readonly ? MDB_RDONLY : 0), 0600))) {
 		seterr(err, errlen, "cannot open LMDB in %s: %s", dir, rc);
 		goto fail;
 	}
@@ -861,6 +863,20 @@ int vf_write_all(int fd, const void *buf, size_t len)
 	return 0;
 }
 
+void vf_store_prefetch(const void *p, size_t len)
+{
+	static long page;
+	if (!page)
+		page = sysconf(_SC_PAGESIZE) > 0 ? sysconf(_SC_PAGESIZE) : 4096;
+	uintptr_t a = (uintptr_t)p & ~(uintptr_t)(page - 1);
+	/* (a range past the file reads nothing; one outside the map fails) */
+	madvise((void *)a, (uintptr_t)p + len - a, MADV_WILLNEED);
+}
+
+/* A value this large is read whole, at once (centroids, assignment
+ * chunks): one request instead of a fault a page. */
+#define GET_PREFETCH_MIN (64 << 10)
+
 int vf_get(vf_txn *txn, vf_dbi dbi, const void *k, size_t kl, vf_val *out)
 {
 	MDB_val key = {kl, (void *)k}, val;
@@ -869,6 +885,8 @@ int vf_get(vf_txn *txn, vf_dbi dbi, const void *k, size_t kl, vf_val *out)
 		return layout_rc(rc);
 	out->len = val.mv_size;
 	out->data = val.mv_data;
+	if (val.mv_size >= GET_PREFETCH_MIN)
+		vf_store_prefetch(val.mv_data, val.mv_size);
 	return 0;
 }
 
@@ -908,6 +926,47 @@ void vf_cursor_close(vf_cursor *cur)
 	mdb_cursor_close(cur);
 }
 
+uint64_t vf_thread_major_faults(void)
+{
+	struct rusage ru;
+	return getrusage(RUSAGE_THREAD, &ru) == 0 ? (uint64_t)ru.ru_majflt : 0;
+}
+
+/* A walk (many steps forward in a row on one thread: a scan of every
+ * record, the location-hint fill, verify, an export) that waits for pages
+ * reads ahead of itself, WALK_AHEAD bytes of the file past the value it is
+ * at, again each time it has gone half of that: the map is read without
+ * the kernel's read-around, and a family written in key order lies mostly
+ * in file order.  Whether it waits is looked at every WALK_LOOK bytes (the
+ * thread's major faults): a walk in memory makes no madvise() calls.  A
+ * query's few steps through one cluster's entries read nothing ahead. */
+#define WALK_AHEAD ((uintptr_t)2 << 20)
+#define WALK_LOOK ((uintptr_t)256 << 10)
+#define WALK_STEPS 64 /* steps forward in a row before reading ahead */
+
+static void walk_ahead(int op, const void *at)
+{
+	static __thread unsigned steps;
+	static __thread uintptr_t look, from, to; /* last look; read ahead: [from, to) */
+	static __thread uint64_t faults;
+	uintptr_t a = (uintptr_t)at;
+	if (op != VF_NEXT) {
+		steps = 0;
+		return;
+	}
+	if (++steps < WALK_STEPS || (steps > WALK_STEPS && a >= look && a < look + WALK_LOOK))
+		return;
+	uint64_t f = vf_thread_major_faults();
+	int waited = steps > WALK_STEPS && f != faults;
+	faults = f;
+	look = a;
+	if (!waited || (a >= from && a + WALK_AHEAD / 2 < to))
+		return;
+	from = a;
+	to = a + WALK_AHEAD;
+	vf_store_prefetch(at, WALK_AHEAD);
+}
+
 int vf_cursor_get(vf_cursor *cur, vf_val *k, vf_val *d, int op)
 {
 	static const MDB_cursor_op ops[] = {
@@ -923,6 +982,7 @@ int vf_cursor_get(vf_cursor *cur, vf_val *k, vf_val *d, int op)
 	k->data = key.mv_data;
 	d->len = val.mv_size;
 	d->data = val.mv_data;
+	walk_ahead(op, val.mv_data);
 	return 0;
 }
 

@@ -185,6 +185,17 @@ uint64_t vf_store_copy_bytes(vf_store *s, vf_txn *txn);
  * the page cache; a later read maps them again): after a pass over much
  * of the store, so that it does not stay in the process's resident set. */
 void vf_store_unmap_pages(vf_store *s);
+/* Ask for the pages that hold p[0..len) (a value read from the store, in
+ * its map) to be read from disk now, without waiting for them: a reader
+ * that knows what it will read next starts all of it at once instead of
+ * waiting for one page fault after another.  Pages already in memory cost
+ * a look-up each.  (The map is read without read-around: a page fault
+ * reads its one page, so a random read costs one page of I/O, and a pass
+ * over many values reads ahead of itself: vf_cursor_get().) */
+void vf_store_prefetch(const void *p, size_t len);
+/* The major page faults of the calling thread so far (each one a page it
+ * waited to read from disk); 0 where the system does not say. */
+uint64_t vf_thread_major_faults(void);
 /* Write all of buf to fd (retrying short writes): 0 or -errno. */
 int vf_write_all(int fd, const void *buf, size_t len);
 

@@ -227,6 +227,9 @@ j = json.load(open(sys.argv[1]))
 assert j['generation'] is None and len(j['results']) == 2 and len(j['results'][0]) == 3
 " "$TMP/out.json"
 check query_stats test "$(T cat "$M/query/q1/stats" | kv mode)" == exact
+# the pages a query waited to read from disk, and their sum in stats: numbers
+check query_stats_pages_read grep -Eq '^pages_read = [0-9]+$' <(T cat "$M/query/q1/stats")
+check stats_pages_read grep -Eq '^pages_read = [0-9]+$' <(T cat "$M/stats")
 check query_binary test "$(head -c 20 "$TMP/v.fvecs" | put - "$M/query/q1/in")" == OK
 check query_binary_self test "$(T cat "$M/query/q1/out" | head -n 1 | cut -f2)" == 0
 T mkdir -p "$M/query/pay"

@@ -13,6 +13,7 @@
 #include <cmocka.h>
 
 #include <errno.h>
+#include <fcntl.h>
 #include <ftw.h>
 #include <limits.h>
 #include <math.h>
@@ -963,6 +964,127 @@ static void test_stale_location_hints(void **state)
  * a read transaction for each 65536 records, resuming where the last one
  * stopped: the hints cover the records of every chunk, and each points at
  * the record's value. */
+/* The same keys and distances (bit for bit) and the same work. */
+static void results_same(const vecfs_results *a, const vecfs_results *b)
+{
+	assert_int_equal(a->nq, b->nq);
+	for (size_t i = 0; i < a->nq; i++) {
+		assert_int_equal(a->count[i], b->count[i]);
+		for (size_t j = 0; j < a->count[i]; j++) {
+			assert_string_equal(a->hits[i][j].key, b->hits[i][j].key);
+			assert_memory_equal(&a->hits[i][j].distance, &b->hits[i][j].distance,
+					    sizeof(float));
+		}
+	}
+	assert_int_equal(a->explain.clusters_probed, b->explain.clusters_probed);
+	assert_int_equal(a->explain.pass2_scored, b->explain.pass2_scored);
+	assert_int_equal(a->explain.reranked, b->explain.reranked);
+}
+
+/* The store's file out of the page cache (but for pages a process maps). */
+static void drop_file_cache(const fixture *f)
+{
+	char path[PATH_MAX];
+	snprintf(path, sizeof path, "%s/data.mdb", f->dir);
+	int fd = open(path, O_RDONLY);
+	assert_true(fd >= 0);
+	assert_int_equal(fdatasync(fd), 0);
+	assert_int_equal(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
+	close(fd);
+}
+
+/* A store of n rows of ds (made from seed, nc clusters) under l2, with an
+ * active generation. */
+static vecfs *built_store(fixture *f, dataset *ds, uint64_t seed, size_t n, uint32_t d,
+			  uint32_t nc)
+{
+	vecfs *v = fx_open(f, NULL);
+	set_config(v, d, VECFS_L2);
+	ds_make(ds, seed, n, d, nc);
+	put_range(v, ds->x, 0, n, d, NULL);
+	build(v, 1);
+	return v;
+}
+
+/* The pages a search waited to read: none once the store is in memory; some
+ * when its file was just dropped from the page cache (and no location-hint
+ * fill reads it first); the store's counter sums the searches'. */
+static void test_pages_read_counted(void **state)
+{
+	fixture *f = *state;
+	const uint32_t D = 64;
+	const size_t N = 20000, NQ = 16, K = 10;
+	dataset ds;
+	built_store(f, &ds, 77, N, D, 40);
+	fx_close(f);
+	setenv("VECFS_NO_HINT_FILL", "1", 1);
+	vecfs *v = fx_open(f, NULL);
+	unsetenv("VECFS_NO_HINT_FILL");
+	/* the file's pages out of the page cache, but for the few the open
+	 * mapped */
+	drop_file_cache(f);
+	float *q = malloc(NQ * D * sizeof(float));
+	assert_non_null(q);
+	for (size_t i = 0; i < NQ; i++)
+		ds_fresh(&ds, q + i * D);
+	vecfs_results *r = search_opts(v, q, NQ, D, &(vecfs_query_opts){.k = K});
+	uint64_t counted = r->explain.pages_read;
+	assert_true(counted > 0);
+	vecfs_results_free(r);
+	r = search_opts(v, q, NQ, D, &(vecfs_query_opts){.k = K});
+	assert_int_equal(r->explain.pages_read, 0);
+	vecfs_results_free(r);
+	assert_int_equal(stats(v).pages_read, counted);
+	free(q);
+	ds_free(&ds);
+	fx_close(f);
+}
+
+/* Planning a search's reads ahead changes nothing it finds, with the reads
+ * planned or not, one query a call or a batch, the store in memory or just
+ * dropped from the page cache. */
+static void test_prefetch_same_results(void **state)
+{
+	fixture *f = *state;
+	const uint32_t D = 48;
+	const size_t N = 30000, NQ = 40, K = 10;
+	dataset ds;
+	vecfs *v = built_store(f, &ds, 91, N, D, 60);
+	float *q = malloc(NQ * D * sizeof(float));
+	assert_non_null(q);
+	for (size_t i = 0; i < NQ; i++)
+		ds_fresh(&ds, q + i * D);
+	vecfs_query_opts o = {.k = K};
+	for (int cold = 0; cold < 2; cold++) {
+		vecfs_results *off, *on;
+		v->prefetch_mode = -1;
+		if (cold)
+			drop_file_cache(f);
+		off = search_opts(v, q, NQ, D, &o);
+		v->prefetch_mode = 1;
+		if (cold)
+			drop_file_cache(f);
+		on = search_opts(v, q, NQ, D, &o);
+		results_same(off, on);
+		vecfs_results_free(off);
+		vecfs_results_free(on);
+		for (size_t i = 0; i < NQ; i += 7) {
+			v->prefetch_mode = -1;
+			off = search_opts(v, q + i * D, 1, D, &o);
+			v->prefetch_mode = 1;
+			if (cold)
+				drop_file_cache(f);
+			on = search_opts(v, q + i * D, 1, D, &o);
+			results_same(off, on);
+			vecfs_results_free(off);
+			vecfs_results_free(on);
+		}
+	}
+	free(q);
+	ds_free(&ds);
+	fx_close(f);
+}
+
 static void test_location_hints_filled_at_open(void **state)
 {
 	fixture *f = *state;
@@ -1933,6 +2055,8 @@ int main(void)
 						fx_teardown),
 		cmocka_unit_test_setup_teardown(test_located_clusters_follow_writes, fx_setup,
 						fx_teardown),
+		cmocka_unit_test_setup_teardown(test_pages_read_counted, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_prefetch_same_results, fx_setup, fx_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

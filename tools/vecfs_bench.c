@@ -35,6 +35,7 @@
 
 #include "vecfs.h"
 #include "dataset.h"
+#include "memcap.h"
 #include "toolutil.h"
 
 #define PROG "vecfs-bench"
@@ -122,6 +123,15 @@ static const char usage_text[] =
 	"                          also B queries an input through the mount\n"
 	"                          (one pwritev(), the close of a dup(), out\n"
 	"                          read to the end), beside the library's\n"
+	"  --memory-cap MB|P%      library alone: search with this process in a\n"
+	"                          memory cgroup capped at MB MiB, or at P percent\n"
+	"                          of the store's size (cgroup v1, root), the page\n"
+	"                          cache dropped and the store opened afresh before\n"
+	"                          each cold pass: cold and warm QPS (the fastest of\n"
+	"                          --passes), recall and pages_read per query (the\n"
+	"                          pages a search waited to read from disk), one\n"
+	"                          query a call and, with --batch, B a call; no\n"
+	"                          exact scan, no warm-up pass\n"
 	"  --help                  show this help\n"
 	"\n"
 	"recall@10 is the share of the first 10 ground-truth ids found among the\n"
@@ -178,6 +188,8 @@ struct options {
 	size_t files;            /* --ingest-files: the second half in this many */
 	size_t served;           /* --served: check the store's recall estimate */
 	const char *plot;        /* --plot FILE.png: recall against QPS */
+	uint64_t cap_mb;         /* --memory-cap MB (0: none) */
+	unsigned cap_pct;        /* --memory-cap P%: of the store's size */
 	const char *argv0;
 };
 
@@ -185,7 +197,7 @@ enum opt_id {
 	OPT_METRIC, OPT_NPROBE, OPT_BITS, OPT_REFINE, OPT_NLIST, OPT_K,
 	OPT_QUERIES, OPT_EXACTQ, OPT_REUSE, OPT_WARMUP, OPT_STORE, OPT_JSON, OPT_KEEP, OPT_HELP,
 	OPT_MOUNT, OPT_VECFS, OPT_AFTER_BUILD, OPT_ROUNDS, OPT_BATCH, OPT_FILES, OPT_RECALL, OPT_SERVED,
-	OPT_PLOT, OPT_PASSES
+	OPT_PLOT, OPT_PASSES, OPT_MEMCAP
 };
 
 static const struct tool_opt opt_table[] = {
@@ -201,6 +213,7 @@ static const struct tool_opt opt_table[] = {
 	{ "--mount", 0, OPT_MOUNT },     { "--vecfs", 1, OPT_VECFS },
 	{ "--ingest-after-build", 0, OPT_AFTER_BUILD }, { "--rounds", 1, OPT_ROUNDS },
 	{ "--batch", 1, OPT_BATCH },     { "--ingest-files", 1, OPT_FILES },
+	{ "--memory-cap", 1, OPT_MEMCAP },
 	{ "--help", 0, OPT_HELP },       { "-h", 0, OPT_HELP },
 };
 
@@ -350,6 +363,23 @@ static int apply_opt(void *ctx, const struct tool_opt *spec, const char *val)
 		bad = tool_parse_uint(val, 1, MAX_FILES, &q) != 0;
 		o->files = (size_t)q;
 		break;
+	case OPT_MEMCAP: {
+		size_t n = strlen(val);
+		if (n > 1 && val[n - 1] == '%') {
+			char pct[16];
+			bad = n > sizeof pct;
+			if (!bad) {
+				memcpy(pct, val, n - 1);
+				pct[n - 1] = 0;
+				bad = tool_parse_uint(pct, 1, 1000, &q) != 0;
+				o->cap_pct = (unsigned)q;
+			}
+		} else {
+			bad = tool_parse_uint(val, 16, 1u << 30, &q) != 0;
+			o->cap_mb = q;
+		}
+		break;
+	}
 	}
 	return bad;
 }
@@ -388,6 +418,9 @@ static int parse_args(int argc, char **argv, struct options *o)
 	if (o->mount && (o->reuse || o->store))
 		return tool_usage_error("%s", "--mount makes its own store (--keep keeps it); "
 				   "it does not take --reuse or --store");
+	if (o->mount && (o->cap_mb || o->cap_pct))
+		return tool_usage_error("%s", "--memory-cap measures the library alone; it does "
+				   "not take --mount");
 	if (o->mount && o->plot)
 		return tool_usage_error("%s", "--plot draws the library's settings; it does not "
 				   "take --mount");
@@ -406,6 +439,11 @@ struct measure {
 	double write_us, read_us; /* held descriptors: mean of each step */
 	double getattr_us;        /* held: one GETATTR round trip, the floor */
 	double batch_qps, batch_recall;     /* --batch: calls of that many queries */
+	double pages;                       /* pages_read per query */
+	/* --memory-cap: the first pass after the page cache was dropped */
+	double cold_qps, cold_recall, cold_pages;
+	double batch_cold_qps, batch_cold_recall, batch_cold_pages, batch_pages;
+	uint64_t peak;                      /* the cgroup's peak bytes */
 };
 
 struct bench {
@@ -433,6 +471,8 @@ struct bench {
 		double recall, qps;
 	} pts[2 * MAX_NPROBE + 1];
 	size_t npts;
+	struct memcap cap;        /* --memory-cap: the cgroup this process is in */
+	uint64_t cap_bytes;
 };
 
 static int load_dataset(struct bench *b)
@@ -714,6 +754,7 @@ static void add_explain(vecfs_explain *sum, const vecfs_explain *e)
 	sum->pass2_scored += e->pass2_scored;
 	sum->reranked += e->reranked;
 	sum->clusters_probed += e->clusters_probed;
+	sum->pages_read += e->pages_read;
 }
 
 /* One timed pass over the queries into lat (their times), *total_ns, the
@@ -797,6 +838,7 @@ static int measure_setting(struct bench *b, const vecfs_query_opts *qo,
 	m->pass1_pruned = (double)sum.pass1_pruned / (double)b->nq;
 	m->pass2_scored = (double)sum.pass2_scored / (double)b->nq;
 	m->reranked = (double)sum.reranked / (double)b->nq;
+	m->pages = (double)sum.pages_read / (double)b->nq;
 	return 0;
 }
 
@@ -804,10 +846,11 @@ static int measure_setting(struct bench *b, const vecfs_query_opts *qo,
  * last shorter call takes the rest).  Every result must be the one the
  * query gets alone (m->recall); the QPS is queries over the time in
  * vecfs_search. */
-static int measure_batch(struct bench *b, const vecfs_query_opts *qo, struct measure *m)
+static int batch_pass(struct bench *b, const vecfs_query_opts *qo, double *qps,
+		      double *rec, double *pages)
 {
 	size_t per = b->opt->batch, dim = b->query.dim;
-	uint64_t total_ns = 0;
+	uint64_t total_ns = 0, pages_read = 0;
 	double recall_sum = 0;
 
 	for (size_t from = 0; from < b->nq; from += per) {
@@ -829,6 +872,7 @@ static int measure_batch(struct bench *b, const vecfs_query_opts *qo, struct mea
 			return tool_fail(-EPROTO, NULL, "a batch of %zu queries got %zu results", n,
 					 r->nq);
 		}
+		pages_read += r->explain.pages_read;
 		for (size_t i = 0; i < n && rc == 0; i++) {
 			vecfs_results one = *r;
 			double recall = 0;
@@ -842,9 +886,15 @@ static int measure_batch(struct bench *b, const vecfs_query_opts *qo, struct mea
 		if (rc)
 			return rc;
 	}
-	m->batch_recall = recall_sum / (double)b->nq;
-	m->batch_qps = total_ns ? (double)b->nq * 1e9 / (double)total_ns : 0;
+	*rec = recall_sum / (double)b->nq;
+	*qps = total_ns ? (double)b->nq * 1e9 / (double)total_ns : 0;
+	*pages = (double)pages_read / (double)b->nq;
 	return 0;
+}
+
+static int measure_batch(struct bench *b, const vecfs_query_opts *qo, struct measure *m)
+{
+	return batch_pass(b, qo, &m->batch_qps, &m->batch_recall, &m->batch_pages);
 }
 
 /* ---------------------------------------------------------------- output */
@@ -962,6 +1012,169 @@ static void report(struct bench *b, const struct measure *m)
 		print_row(b, m);
 }
 
+/* ---------------------------------------------------------------- --memory-cap */
+
+/* The cap in bytes (MiB, or a share of the store's size), the cgroup made
+ * and this process moved into it. */
+static int cap_start(struct bench *b)
+{
+	const struct options *o = b->opt;
+	vecfs_stats st;
+	int rc;
+	if ((rc = vecfs_stats_get(b->v, &st)))
+		return tool_fail(rc, NULL, "vecfs_stats_get");
+	b->store_bytes = st.store_bytes;
+	b->cap_bytes = o->cap_pct ? st.store_bytes / 100 * o->cap_pct : o->cap_mb << 20;
+	if ((rc = memcap_make(&b->cap, PROG, b->cap_bytes)))
+		return rc;
+	if ((rc = memcap_enter(&b->cap, getpid())))
+		return tool_fail(rc, NULL, "move into the memory cgroup %s", b->cap.dir);
+	return 0;
+}
+
+/* The store closed (its pages unmapped), the page cache dropped, the store
+ * opened again: what the next pass reads comes from disk. */
+static int cap_cold(struct bench *b)
+{
+	char err[ERRLEN] = "";
+	int rc;
+	vecfs_close(b->v);
+	b->v = NULL;
+	if ((rc = memcap_drop_caches()))
+		return tool_fail(rc, NULL, "drop the page cache (/proc/sys/vm/drop_caches)");
+	if ((rc = vecfs_open(b->store, &b->v, err, sizeof err)))
+		return tool_fail(rc, err, "vecfs_open %s", b->store);
+	return 0;
+}
+
+/* One setting under the cap: a cold pass, then the fastest of
+ * opt->passes warm passes; the same with --batch. */
+static int cap_measure(struct bench *b, const vecfs_query_opts *qo, struct measure *m)
+{
+	vecfs_explain sum;
+	uint64_t ns;
+	double rec;
+	int rc;
+	if ((rc = cap_cold(b)) || (rc = time_pass(b, qo, b->lat_ns, &ns, &rec, &sum)))
+		return rc;
+	m->cold_qps = ns ? (double)b->nq * 1e9 / (double)ns : 0;
+	m->cold_recall = rec / (double)b->nq;
+	m->cold_pages = (double)sum.pages_read / (double)b->nq;
+	struct options warm = *b->opt;
+	const struct options *o = b->opt;
+	warm.have_warmup = 1;
+	warm.warmup = 0;
+	b->opt = &warm;
+	rc = measure_setting(b, qo, m);
+	b->opt = o;
+	if (rc)
+		return rc;
+	if (o->batch) {
+		if ((rc = cap_cold(b)) ||
+		    (rc = batch_pass(b, qo, &m->batch_cold_qps, &m->batch_cold_recall,
+				     &m->batch_cold_pages)))
+			return rc;
+		for (unsigned p = 0; p < o->passes; p++) {
+			double q, r, pg;
+			if ((rc = batch_pass(b, qo, &q, &r, &pg)))
+				return rc;
+			if (q > m->batch_qps) {
+				m->batch_qps = q;
+				m->batch_recall = r;
+				m->batch_pages = pg;
+			}
+		}
+	}
+	m->peak = memcap_peak(&b->cap);
+	return 0;
+}
+
+static void cap_header(const struct bench *b)
+{
+	printf("dataset  %s (%s), %zu queries, k %u\n", b->name, b->opt->dir, b->nq, b->opt->k);
+	printf("memory   capped at %.1f MB (%.0f%% of the store's %.1f MB): cgroup %s\n",
+	       (double)b->cap_bytes / 1048576.0,
+	       b->store_bytes ? 100.0 * (double)b->cap_bytes / (double)b->store_bytes : 0,
+	       (double)b->store_bytes / 1048576.0, b->cap.dir);
+	printf("timing   the page cache dropped and the store opened again, a cold pass, "
+	       "then the fastest of %u warm passes\n", b->opt->passes);
+	printf("\n%6s %6s %9s %10s %10s %10s %10s %9s %8s\n", "nprobe", "calls", "recall@10",
+	       "cold_QPS", "warm_QPS", "cold_pages", "warm_pages", "reranked", "peak_MB");
+	fflush(stdout);
+}
+
+static void cap_row(const struct bench *b, const struct measure *m)
+{
+	char np[16];
+	setting_label(m, np, sizeof np);
+	printf("%6s %6s %9.4f %10.1f %10.1f %10.2f %10.2f %9.1f %8.1f\n", np, "1",
+	       m->recall, m->cold_qps, m->qps, m->cold_pages, m->pages, m->reranked,
+	       (double)m->peak / 1048576.0);
+	if (b->opt->batch)
+		printf("%6s %6zu %9.4f %10.1f %10.1f %10.2f %10.2f\n", np, b->opt->batch,
+		       m->batch_recall, m->batch_cold_qps, m->batch_qps, m->batch_cold_pages,
+		       m->batch_pages);
+	if (m->cold_recall != m->recall || (b->opt->batch && m->batch_cold_recall != m->batch_recall))
+		printf("%6s (cold recall %.4f, batch %.4f)\n", "", m->cold_recall,
+		       m->batch_cold_recall);
+	fflush(stdout);
+}
+
+static void cap_json(const struct bench *b, const struct measure *m)
+{
+	printf("{\"mode\":\"memory_cap\",\"dataset\":");
+	tool_json_string(b->name);
+	printf(",\"nprobe\":%u,\"cap_bytes\":%llu,\"store_bytes\":%llu", m->nprobe,
+	       (unsigned long long)b->cap_bytes, (unsigned long long)b->store_bytes);
+	if (m->target > 0)
+		tool_json_num("recall_target", m->target, 4);
+	tool_json_num("recall_at_10", m->recall, 4);
+	tool_json_num("cold_recall_at_10", m->cold_recall, 4);
+	tool_json_num("cold_qps", m->cold_qps, 1);
+	tool_json_num("qps", m->qps, 1);
+	tool_json_num("cold_pages_read", m->cold_pages, 2);
+	tool_json_num("pages_read", m->pages, 2);
+	tool_json_num("reranked", m->reranked, 1);
+	printf(",\"passes\":%u,\"peak_bytes\":%llu", b->opt->passes,
+	       (unsigned long long)m->peak);
+	if (b->opt->batch) {
+		printf(",\"batch\":%zu", b->opt->batch);
+		tool_json_num("batch_recall_at_10", m->batch_recall, 4);
+		tool_json_num("batch_cold_qps", m->batch_cold_qps, 1);
+		tool_json_num("batch_qps", m->batch_qps, 1);
+		tool_json_num("batch_cold_pages_read", m->batch_cold_pages, 2);
+		tool_json_num("batch_pages_read", m->batch_pages, 2);
+	}
+	printf("}\n");
+	fflush(stdout);
+}
+
+/* --memory-cap: each setting under the cap (no exact scan). */
+static int cap_measure_all(struct bench *b)
+{
+	const struct options *o = b->opt;
+	int rc;
+	if ((rc = cap_start(b)))
+		return rc;
+	if (!o->json)
+		cap_header(b);
+	for (size_t i = 0; i < o->n_nprobe + o->n_recall; i++) {
+		vecfs_query_opts qo = { .k = o->k, .refine = o->refine };
+		struct measure m = { 0 };
+		if (i < o->n_nprobe)
+			qo.nprobe = o->nprobe[i];
+		else
+			qo.recall = o->recall[i - o->n_nprobe];
+		if ((rc = cap_measure(b, &qo, &m)))
+			return rc;
+		if (o->json)
+			cap_json(b, &m);
+		else
+			cap_row(b, &m);
+	}
+	return 0;
+}
+
 /* ---------------------------------------------------------------- main */
 
 static int measure_all(struct bench *b)
@@ -975,6 +1188,8 @@ static int measure_all(struct bench *b)
 	b->hit_ids = calloc(o->k, sizeof *b->hit_ids);
 	if (!b->lat_ns || !b->hit_ids)
 		return tool_fail(-ENOMEM, NULL, "measure");
+	if (o->cap_mb || o->cap_pct)
+		return cap_measure_all(b);
 	if (!o->json)
 		print_header(b);
 	if (!o->json && o->batch)
@@ -1172,6 +1387,7 @@ static void bench_free(struct bench *b)
 {
 	if (b->v)
 		vecfs_close(b->v);
+	memcap_remove(&b->cap, getpid());
 	if (b->store_is_temp) {
 		if (b->opt->keep)
 			fprintf(stderr, PROG ": kept store %s\n", b->store);

@@ -302,6 +302,10 @@ typedef struct vecfs_explain {
 	uint64_t delta_scanned;    /* delta postings scored */
 	uint64_t uncovered_scanned;/* rows not covered by the generation, exact */
 	uint64_t stale_skipped;    /* superseded or deleted postings skipped */
+	uint64_t pages_read;       /* pages of the store the search waited to read
+				      from disk: the major page faults of the
+				      threads that searched, while they did
+				      (pages read ahead of time are not in it) */
 	uint64_t filter_passed;    /* live records that matched the filter */
 	uint64_t filter_tested;    /* payloads tested to find them: those the
 				      payload index gave, or every live record;
@@ -474,6 +478,8 @@ typedef struct vecfs_stats {
 	uint64_t ingest_rows;
 	uint64_t queries;
 	uint64_t p50_us, p99_us;
+	uint64_t pages_read;     /* summed over the queries counted in `queries`
+				    (vecfs_explain's pages_read) */
 	uint64_t next_key;       /* the assigned-key counter */
 	uint64_t compactions;    /* compactions run (automatic and asked for) */
 	uint64_t rebalances;
