@@ -336,8 +336,8 @@ static void best_rest_scalar(const float *score, uint32_t from, uint32_t n, uint
 		vf_best_offer(score, c, np, pd, pc);
 }
 
-void vf_groups4_scalar(const float *rq, const float *rc, uint32_t groups, float *qr,
-		       float *base, float *msum, float *maxrange)
+static void groups4_scalar(const float *rq, const float *rc, uint32_t groups, float *qr,
+			  float *base, float *msum, float *maxrange)
 {
 	float ms[16] = {0}, m = 0;
 	for (uint32_t g = 0; g < groups; g++) {
@@ -419,7 +419,7 @@ double vf_cosine_exact(const vf_kernels *kn, const void *q, const void *x, size_
 
 const vf_kernels vf_kernels_scalar = {
 	"scalar", l2sq_scalar, dot_scalar, panel_dots_scalar, point_panels_scalar,
-	point_panels_half_scalar, lut4_scalar, vf_groups4_scalar, vf_sign_gather, pass1_scalar,
+	point_panels_half_scalar, lut4_scalar, groups4_scalar, vf_sign_gather, pass1_scalar,
 	code_dot_scalar, levels_scan_scalar, encode_residual_scalar, encode_codes_scalar,
 	rotate_rounds_scalar, panel_min_scalar, best_rest_scalar,
 };

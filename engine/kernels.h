@@ -154,10 +154,6 @@ static inline float vf_tree16(const float *t)
 	return (b[0] + b[1]) + (b[2] + b[3]);
 }
 
-/* The scalar groups4, which the AVX2 table uses too. */
-void vf_groups4_scalar(const float *rq, const float *rc, uint32_t groups, float *qr,
-		       float *base, float *msum, float *maxrange);
-
 extern const vf_kernels vf_kernels_scalar;
 #if defined(__x86_64__)
 extern const vf_kernels vf_kernels_avx2;

@@ -270,24 +270,24 @@ static void lut4_avx2(const float *qr, uint32_t groups, const float *base, float
 /* 32 dimensions per step: each plane's 4 bytes spread to one byte per
  * dimension (set where the bit is), weighted and summed into the codes
  * u_i, which are widened to 16 bits and multiplied with q in pairs
- * (vpmaddwd), summed in 32 bits. */
-static int32_t code_dot_avx2(const uint8_t *sign, const uint8_t *low, uint32_t bits,
-			     const int16_t *q, uint32_t pdim)
+ * (vpmaddwd), summed in 32 bits.  The planes' addresses and weights are
+ * set once; the usual 4 bits have a loop of their own, unrolled. */
+static inline __attribute__((always_inline)) int32_t
+code_dot_planes(const uint8_t *const *pl, const __m256i *wt, uint32_t bits, const int16_t *q,
+		uint32_t pdim)
 {
 	const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
 						2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
 	const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
 	__m256i acc = _mm256_setzero_si256();
-	size_t pb = pdim / 8;
 	for (uint32_t c = 0; c < pdim; c += 32) {
 		__m256i u = _mm256_setzero_si256();
 		for (uint32_t p = 0; p < bits; p++) {
 			int32_t w4;
-			memcpy(&w4, p ? low + (p - 1) * pb + c / 8 : sign + c / 8, 4);
+			memcpy(&w4, pl[p] + c / 8, 4);
 			__m256i x = _mm256_shuffle_epi8(_mm256_set1_epi32(w4), spread);
 			x = _mm256_cmpeq_epi8(_mm256_and_si256(x, bit), bit);
-			u = _mm256_add_epi8(u, _mm256_and_si256(
-						   x, _mm256_set1_epi8((char)(1u << (bits - 1 - p)))));
+			u = _mm256_add_epi8(u, _mm256_and_si256(x, wt[p]));
 		}
 		__m256i u0 = _mm256_cvtepu8_epi16(_mm256_castsi256_si128(u));
 		__m256i u1 = _mm256_cvtepu8_epi16(_mm256_extracti128_si256(u, 1));
@@ -298,6 +298,93 @@ static int32_t code_dot_avx2(const uint8_t *sign, const uint8_t *low, uint32_t b
 	t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0x4E));
 	t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0xB1));
 	return _mm_cvtsi128_si32(t);
+}
+
+static int32_t code_dot_avx2(const uint8_t *sign, const uint8_t *low, uint32_t bits,
+			     const int16_t *q, uint32_t pdim)
+{
+	const uint8_t *pl[8];
+	__m256i wt[8];
+	size_t pb = pdim / 8;
+	for (uint32_t p = 0; p < bits; p++) {
+		pl[p] = p ? low + (p - 1) * pb : sign;
+		wt[p] = _mm256_set1_epi8((char)(1u << (bits - 1 - p)));
+	}
+	if (bits == 4)
+		return code_dot_planes(pl, wt, 4, q, pdim);
+	return code_dot_planes(pl, wt, bits, q, pdim);
+}
+
+/* Eight groups a step: each 128-bit lane of a load is one group's row
+ * (groups g + 2m and g + 2m + 1 in the two lanes of load m), whose byte
+ * j%16 a shuffle spreads over the lane; four loads blended give dword m
+ * of the low lane group g + 2m and of the high lane group g + 2m + 1;
+ * their nibbles, the high lane's shifted up, make the four output bytes. */
+static void sign_gather_avx2(const uint8_t *batch, uint32_t groups, uint32_t j, uint8_t *out)
+{
+	const __m256i idx = _mm256_set1_epi8((char)(j & 15));
+	const __m128i low = _mm_set1_epi8(0x0F);
+	const __m128i first = _mm_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+					    -1, -1);
+	const __m128i sh = _mm_cvtsi32_si128(j >= 16 ? 4 : 0);
+	for (uint32_t g = 0; g < groups; g += 8) {
+		const uint8_t *p = batch + (size_t)g * 16;
+		__m256i r = _mm256_shuffle_epi8(_mm256_loadu_si256((const __m256i *)p), idx);
+		r = _mm256_blend_epi32(
+			r, _mm256_shuffle_epi8(_mm256_loadu_si256((const __m256i *)(p + 32)), idx), 0x22);
+		r = _mm256_blend_epi32(
+			r, _mm256_shuffle_epi8(_mm256_loadu_si256((const __m256i *)(p + 64)), idx), 0x44);
+		r = _mm256_blend_epi32(
+			r, _mm256_shuffle_epi8(_mm256_loadu_si256((const __m256i *)(p + 96)), idx), 0x88);
+		__m128i a = _mm_and_si128(_mm_srl_epi16(_mm256_castsi256_si128(r), sh), low);
+		__m128i b = _mm_and_si128(_mm_srl_epi16(_mm256_extracti128_si256(r, 1), sh), low);
+		__m128i y = _mm_shuffle_epi8(_mm_or_si128(a, _mm_slli_epi16(b, 4)), first);
+		int32_t w = _mm_cvtsi128_si32(y);
+		memcpy(out + g / 2, &w, 4);
+	}
+}
+
+/* Eight groups a step: their 32 residuals transposed in 128-bit lanes, so
+ * that vector b holds position b of groups 0, 2, 4, 6 | 1, 3, 5, 7 and lo
+ * and hi add in the scalar's order; lo then put in group order for base
+ * and the sums (g % 16 < 8 and >= 8 alternate steps). */
+static void groups4_avx2(const float *rq, const float *rc, uint32_t groups, float *qr,
+			 float *base, float *msum, float *maxrange)
+{
+	const __m256 zero = _mm256_setzero_ps(), sign = _mm256_set1_ps(-0.0f);
+	const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+	__m256 ms[2] = {zero, zero}, mr = zero;
+	for (uint32_t g = 0; g < groups; g += 8) {
+		__m256 v[4];
+		for (int k = 0; k < 4; k++) {
+			v[k] = _mm256_sub_ps(_mm256_loadu_ps(rq + 4 * g + 8 * k),
+					     _mm256_loadu_ps(rc + 4 * g + 8 * k));
+			_mm256_storeu_ps(qr + 4 * g + 8 * k, v[k]);
+		}
+		__m256 t0 = _mm256_unpacklo_ps(v[0], v[1]), t1 = _mm256_unpackhi_ps(v[0], v[1]);
+		__m256 t2 = _mm256_unpacklo_ps(v[2], v[3]), t3 = _mm256_unpackhi_ps(v[2], v[3]);
+		__m256 x[4] = {_mm256_shuffle_ps(t0, t2, 0x44), _mm256_shuffle_ps(t0, t2, 0xEE),
+			       _mm256_shuffle_ps(t1, t3, 0x44), _mm256_shuffle_ps(t1, t3, 0xEE)};
+		__m256 lo = zero, hi = zero;
+		for (int b = 0; b < 4; b++) {
+			/* min/max give their second operand for -0 and NaN: +0 */
+			lo = _mm256_add_ps(lo, _mm256_min_ps(x[b], zero));
+			hi = _mm256_add_ps(hi, _mm256_max_ps(x[b], zero));
+		}
+		mr = _mm256_max_ps(_mm256_sub_ps(hi, lo), mr);
+		lo = _mm256_permutevar8x32_ps(lo, order);
+		_mm256_storeu_ps(base + g, _mm256_xor_ps(lo, sign));
+		ms[(g / 8) & 1] = _mm256_add_ps(ms[(g / 8) & 1], lo);
+	}
+	float t[16], r[8], m = 0;
+	_mm256_storeu_ps(t, ms[0]);
+	_mm256_storeu_ps(t + 8, ms[1]);
+	_mm256_storeu_ps(r, mr);
+	for (int j = 0; j < 8; j++)
+		if (r[j] > m)
+			m = r[j];
+	*msum = vf_tree16(t);
+	*maxrange = m;
 }
 
 /* min_ps(lv, kmax) is (lv < kmax ? lv : kmax), as in the scalar kernel */
@@ -471,7 +558,7 @@ static void best_rest_avx2(const float *score, uint32_t from, uint32_t n, uint32
 const vf_kernels vf_kernels_avx2 = {
 	"avx2", l2sq_avx2, dot_avx2, panel_dots_avx2, point_panels_avx2,
 	point_panels_half_avx2, lut4_avx2,
-	vf_groups4_scalar, vf_sign_gather,
+	groups4_avx2, sign_gather_avx2,
 	pass1_avx2, code_dot_avx2, vf_levels_scan_avx2, vf_encode_residual_avx2,
 	vf_encode_codes_avx2, rotate_rounds_avx2, panel_min_avx2,
 	best_rest_avx2,
