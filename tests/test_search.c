@@ -1059,6 +1059,50 @@ static void test_located_clusters_follow_writes(void **state)
 	ds_free(&ds);
 }
 
+/* A search takes the config, the counters and the active generation of its
+ * own snapshot, though searches of one snapshot share them: after each
+ * change (k, nprobe, a flip of the active generation, a delete) the next
+ * search follows it. */
+static void test_search_follows_meta(void **state)
+{
+	fixture *f = *state;
+	const uint32_t D = 16;
+	const size_t N = 2000;
+	dataset ds;
+	vecfs *v = open_built(f, &ds, 23, N, D);
+	uint64_t g2 = build(v, 0);
+	vecfs_query_opts o;
+	memset(&o, 0, sizeof o);
+	for (uint32_t round = 0; round < 4; round++) {
+		vecfs_config c;
+		char err[256] = "";
+		assert_int_equal(vecfs_config_get(v, &c), 0);
+		c.k = 3 + round;
+		c.nprobe = 2 + round;
+		assert_int_equal(vecfs_config_set(v, &c, err, sizeof err), 0);
+		uint64_t gen = round % 2 ? g2 : 1;
+		assert_int_equal(vecfs_activate(v, gen, err, sizeof err), 0);
+		for (int twice = 0; twice < 2; twice++) {
+			vecfs_results *r = search_opts(v, ds.x, 1, D, &o);
+			assert_int_equal(r->count[0], 3 + round);
+			assert_int_equal(r->explain.k, 3 + round);
+			assert_int_equal(r->explain.nprobe, 2 + round);
+			assert_int_equal(r->generation, gen);
+			vecfs_results_free(r);
+		}
+	}
+	/* down to two live records: two results */
+	char key[32];
+	for (size_t i = 2; i < N; i++) {
+		snprintf(key, sizeof key, "k%zu", i);
+		del_key(v, key);
+	}
+	vecfs_results *r = search_opts(v, ds.x, 1, D, &o);
+	assert_int_equal(r->count[0], 2);
+	vecfs_results_free(r);
+	ds_free(&ds);
+}
+
 /* ------------------------------------------------------------ 7. bad input */
 
 static void expect_put_einval(vecfs *v, const vecfs_row *rows, size_t n,
@@ -1933,6 +1977,7 @@ int main(void)
 						fx_teardown),
 		cmocka_unit_test_setup_teardown(test_located_clusters_follow_writes, fx_setup,
 						fx_teardown),
+		cmocka_unit_test_setup_teardown(test_search_follows_meta, fx_setup, fx_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
