@@ -6,6 +6,7 @@
 #include "block.h"
 
 #include <immintrin.h>
+#include <math.h>
 #include <string.h>
 
 static inline float hsum8(__m256 v)
@@ -165,6 +166,80 @@ static void point_panels_half_avx2(const float *x, size_t d, const uint16_t *pan
 				   size_t npanels, float *out)
 {
 	point_panels_any(x, d, panels, 1, npanels, out);
+}
+
+/* Four coordinates a step: the point's four bytes against each centroid's
+ * four (vpmaddubsw: at most 2 * 127 * 127 a pair, no saturation), the
+ * pairs added into 32 bits (vpmaddwd by ones); eight centroids a vector. */
+void vf_point_panels_i8_avx2(const uint8_t *xu, size_t d4, const int8_t *panels,
+			     size_t npanels, int32_t *out)
+{
+	const __m256i ones = _mm256_set1_epi16(1);
+	for (size_t i = 0; i < npanels; i++) {
+		const int8_t *pan = panels + i * d4 * VF_PANEL;
+		__m256i a0 = _mm256_setzero_si256(), a1 = _mm256_setzero_si256();
+		for (size_t g = 0; g < d4; g += 4, pan += 4 * VF_PANEL) {
+			int32_t w;
+			memcpy(&w, xu + g, 4);
+			__m256i x = _mm256_set1_epi32(w);
+			__m256i c0 = _mm256_loadu_si256((const __m256i *)pan);
+			__m256i c1 = _mm256_loadu_si256((const __m256i *)(pan + 32));
+			a0 = _mm256_add_epi32(a0, _mm256_madd_epi16(_mm256_maddubs_epi16(x, c0), ones));
+			a1 = _mm256_add_epi32(a1, _mm256_madd_epi16(_mm256_maddubs_epi16(x, c1), ones));
+		}
+		_mm256_storeu_si256((__m256i *)(out + i * VF_PANEL), a0);
+		_mm256_storeu_si256((__m256i *)(out + i * VF_PANEL + 8), a1);
+	}
+}
+
+static inline float hmin8(__m256 v)
+{
+	__m128 m = _mm_min_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+	m = _mm_min_ps(m, _mm_movehl_ps(m, m));
+	m = _mm_min_ss(m, _mm_shuffle_ps(m, m, 1));
+	return _mm_cvtss_f32(m);
+}
+
+/* Eight clusters a vector, in the scalar kernel's order of operations (no
+ * NaN: minima in any order) */
+void vf_q8_bounds_avx2(const int32_t *raw, const int32_t *sum, const float *scale,
+		       const float *norm, const float *err, const float *norms, size_t npanels,
+		       const float par[4], float *lo, float *hi, float *lmin, float *hmin)
+{
+	const __m256 t = _mm256_set1_ps(par[0]), xn = _mm256_set1_ps(par[1]);
+	const __m256 dxn = _mm256_set1_ps(par[2]), sl = _mm256_set1_ps(par[3]);
+	const __m256 two = _mm256_set1_ps(2), ulp = _mm256_set1_ps(0x1p-22f);
+	const __m256 absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+	for (size_t p = 0; p < npanels; p++) {
+		__m256 lm = _mm256_set1_ps(INFINITY), hm = lm;
+		for (size_t j = p * VF_PANEL; j < (p + 1) * VF_PANEL; j += 8) {
+			__m256i ri = _mm256_sub_epi32(_mm256_loadu_si256((const __m256i *)(raw + j)),
+						      _mm256_slli_epi32(_mm256_loadu_si256((const __m256i *)(sum + j)), 6));
+			__m256 a = _mm256_mul_ps(_mm256_cvtepi32_ps(ri),
+						 _mm256_mul_ps(t, _mm256_loadu_ps(scale + j)));
+			__m256 nr = _mm256_loadu_ps(norm + j), er = _mm256_loadu_ps(err + j);
+			__m256 e = _mm256_add_ps(_mm256_add_ps(_mm256_mul_ps(xn, er), _mm256_mul_ps(dxn, nr)),
+						 _mm256_mul_ps(sl, _mm256_add_ps(nr, er)));
+			__m256 l, h;
+			if (norms) {
+				__m256 n2 = _mm256_loadu_ps(norms + j);
+				__m256 r = _mm256_mul_ps(ulp, _mm256_add_ps(_mm256_and_ps(n2, absm),
+					_mm256_mul_ps(two, _mm256_add_ps(_mm256_and_ps(a, absm), e))));
+				l = _mm256_sub_ps(_mm256_sub_ps(n2, _mm256_mul_ps(two, _mm256_add_ps(a, e))), r);
+				h = _mm256_add_ps(_mm256_sub_ps(n2, _mm256_mul_ps(two, _mm256_sub_ps(a, e))), r);
+			} else {
+				__m256 na = _mm256_sub_ps(_mm256_setzero_ps(), a);
+				l = _mm256_sub_ps(na, e);
+				h = _mm256_add_ps(na, e);
+			}
+			_mm256_storeu_ps(lo + j, l);
+			_mm256_storeu_ps(hi + j, h);
+			lm = _mm256_min_ps(l, lm);
+			hm = _mm256_min_ps(h, hm);
+		}
+		lmin[p] = hmin8(lm);
+		hmin[p] = hmin8(hm);
+	}
 }
 
 static void panel_dots_avx2(const float *pts, size_t npts, size_t d,
@@ -561,5 +636,5 @@ const vf_kernels vf_kernels_avx2 = {
 	groups4_avx2, sign_gather_avx2,
 	pass1_avx2, code_dot_avx2, vf_levels_scan_avx2, vf_encode_residual_avx2,
 	vf_encode_codes_avx2, rotate_rounds_avx2, panel_min_avx2,
-	best_rest_avx2,
+	best_rest_avx2, vf_point_panels_i8_avx2, vf_q8_bounds_avx2,
 };

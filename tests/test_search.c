@@ -1103,6 +1103,73 @@ static void test_search_follows_meta(void **state)
 	ds_free(&ds);
 }
 
+/* With 1,009 clusters or more a generation keeps its centroids in 8 bits
+ * too, and probing scores in binary16 only the panels its bounds cannot
+ * rule out: every search gives the same results and counts as with every
+ * panel scored (the 8-bit copy taken away), under l2 and dot, at fixed
+ * nprobe, with recall targets (the second look included) and with queries
+ * far from the data. */
+static void test_probe_first_look(void **state)
+{
+	fixture *f = *state;
+	const uint32_t D = 24;
+	const size_t N = 12000;
+	for (int m = 0; m < 2; m++) {
+		vecfs_metric metric = m ? VECFS_DOT : VECFS_L2;
+		vecfs *v = fx_open(f, m ? "dot" : "l2");
+		set_config(v, D, metric);
+		vecfs_config c;
+		char err[256] = "";
+		assert_int_equal(vecfs_config_get(v, &c), 0);
+		c.nlist = 64 * VF_PANEL;
+		assert_int_equal(vecfs_config_set(v, &c, err, sizeof err), 0);
+		dataset ds;
+		ds_make(&ds, 31 + m, N, D, 40);
+		put_range(v, ds.x, 0, N, D, "k");
+		uint64_t gid = build(v, 1);
+		vf_txn *txn;
+		vf_gen *g;
+		assert_int_equal(vf_read_begin(v->store, &txn), 0);
+		assert_int_equal(vf_gen_get(v, txn, gid, &g), 0);
+		vf_read_end(v->store, txn);
+		assert_non_null(g->ci.q8);
+		int8_t *q8 = g->ci.q8;
+		const uint32_t nprobes[] = {1, 7, 40, 0, 0, 0};
+		const float recalls[] = {0, 0, 0, 0.9f, 0.99f, 0.999f};
+		size_t diff = 0;
+		for (size_t t = 0; t < 6; t++)
+			for (size_t i = 0; i < 60; i++) {
+				float qv[24];
+				const float *p = ds.x + (i * 97 % N) * D;
+				for (uint32_t d = 0; d < D; d++) /* some near the data, some far */
+					qv[d] = i % 3 == 2 ? 40 * p[d] + (float)(d % 5) : p[d] + 0.01f * (float)d;
+				vecfs_query_opts o;
+				memset(&o, 0, sizeof o);
+				o.k = 10;
+				o.nprobe = nprobes[t];
+				o.recall = recalls[t];
+				vecfs_results *r[2];
+				for (int off = 0; off < 2; off++) {
+					g->ci.q8 = off ? NULL : q8;
+					r[off] = search_opts(v, qv, 1, D, &o);
+				}
+				g->ci.q8 = q8;
+				diff += r[0]->count[0] != r[1]->count[0] ||
+					r[0]->explain.clusters_probed != r[1]->explain.clusters_probed ||
+					r[0]->explain.pass1_scored != r[1]->explain.pass1_scored;
+				for (size_t h = 0; h < r[0]->count[0] && h < r[1]->count[0]; h++)
+					diff += strcmp(r[0]->hits[0][h].key, r[1]->hits[0][h].key) != 0 ||
+						r[0]->hits[0][h].distance != r[1]->hits[0][h].distance;
+				vecfs_results_free(r[0]);
+				vecfs_results_free(r[1]);
+			}
+		assert_int_equal(diff, 0);
+		vf_gen_put(v, g);
+		ds_free(&ds);
+		fx_close(f);
+	}
+}
+
 /* ------------------------------------------------------------ 7. bad input */
 
 static void expect_put_einval(vecfs *v, const vecfs_row *rows, size_t n,
@@ -1978,6 +2045,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_located_clusters_follow_writes, fx_setup,
 						fx_teardown),
 		cmocka_unit_test_setup_teardown(test_search_follows_meta, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_probe_first_look, fx_setup, fx_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
