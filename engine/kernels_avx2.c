@@ -578,15 +578,41 @@ static void rotate_rounds_avx2(float *x, uint32_t n, const float *signs, int rou
 			v = butterfly_in(v, _mm256_permute2f128_ps(v, v, 1), 0xF0); /* h = 4 */
 			_mm256_storeu_ps(x + i, v);
 		}
-		for (uint32_t h = 8; h < n; h *= 2)
-			for (uint32_t i = 0; i < n; i += 2 * h)
+		/* the stages h and 2h in one pass over x (each value from the
+		 * same two as stage by stage), the last one scaled as it is
+		 * stored: half the passes */
+		uint32_t h = 8;
+		for (; 4 * h <= n; h *= 4) {
+			int last = 4 * h == n;
+			for (uint32_t i = 0; i < n; i += 4 * h)
 				for (uint32_t j = i; j < i + h; j += 8) {
 					__m256 a = _mm256_loadu_ps(x + j), b = _mm256_loadu_ps(x + j + h);
-					_mm256_storeu_ps(x + j, _mm256_add_ps(a, b));
-					_mm256_storeu_ps(x + j + h, _mm256_sub_ps(a, b));
+					__m256 c = _mm256_loadu_ps(x + j + 2 * h);
+					__m256 d = _mm256_loadu_ps(x + j + 3 * h);
+					__m256 ab = _mm256_add_ps(a, b), amb = _mm256_sub_ps(a, b);
+					__m256 cd = _mm256_add_ps(c, d), cmd = _mm256_sub_ps(c, d);
+					__m256 y0 = _mm256_add_ps(ab, cd), y1 = _mm256_add_ps(amb, cmd);
+					__m256 y2 = _mm256_sub_ps(ab, cd), y3 = _mm256_sub_ps(amb, cmd);
+					if (last) {
+						y0 = _mm256_mul_ps(y0, vs);
+						y1 = _mm256_mul_ps(y1, vs);
+						y2 = _mm256_mul_ps(y2, vs);
+						y3 = _mm256_mul_ps(y3, vs);
+					}
+					_mm256_storeu_ps(x + j, y0);
+					_mm256_storeu_ps(x + j + h, y1);
+					_mm256_storeu_ps(x + j + 2 * h, y2);
+					_mm256_storeu_ps(x + j + 3 * h, y3);
 				}
-		for (uint32_t i = 0; i < n; i += 8)
-			_mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), vs));
+		}
+		if (h < n) /* one stage left, scaled */
+			for (uint32_t j = 0; j < h; j += 8) {
+				__m256 a = _mm256_loadu_ps(x + j), b = _mm256_loadu_ps(x + j + h);
+				_mm256_storeu_ps(x + j, _mm256_mul_ps(_mm256_add_ps(a, b), vs));
+				_mm256_storeu_ps(x + j + h, _mm256_mul_ps(_mm256_sub_ps(a, b), vs));
+			}
+		else if (h == 8) /* n = 8: no stage past the first pass */
+			_mm256_storeu_ps(x, _mm256_mul_ps(_mm256_loadu_ps(x), vs));
 	}
 }
 
