@@ -159,6 +159,30 @@ static void q8_bounds_scalar(const int32_t *raw, const int32_t *sum, const float
 	}
 }
 
+static void sum_maxabs_scalar(const float *x, uint32_t n, float *sum, float *maxabs)
+{
+	float acc[16] = {0}, mx[16] = {0}, m = 0;
+	for (uint32_t i = 0; i < n; i += 16)
+		for (int l = 0; l < 16; l++) {
+			float a = x[i + l];
+			acc[l] += a;
+			mx[l] = fabsf(a) > mx[l] ? fabsf(a) : mx[l];
+		}
+	for (int l = 0; l < 16; l++)
+		m = mx[l] > m ? mx[l] : m;
+	*sum = vf_tree16(acc);
+	*maxabs = m;
+}
+
+static void quant16_scalar(const float *rq, uint32_t n, float scf, float qm, int16_t *q16)
+{
+	for (uint32_t i = 0; i < n; i++) {
+		float v = rq[i] * scf;
+		v = v > qm ? qm : v < -qm ? -qm : v;
+		q16[i] = (int16_t)(int32_t)(v + copysignf(0.5f, v));
+	}
+}
+
 uint16_t vf_float_to_half(float f)
 {
 	uint32_t u;
@@ -466,7 +490,7 @@ const vf_kernels vf_kernels_scalar = {
 	point_panels_half_scalar, lut4_scalar, groups4_scalar, vf_sign_gather, pass1_scalar,
 	code_dot_scalar, levels_scan_scalar, encode_residual_scalar, encode_codes_scalar,
 	rotate_rounds_scalar, panel_min_scalar, best_rest_scalar, point_panels_i8_scalar,
-	q8_bounds_scalar,
+	q8_bounds_scalar, sum_maxabs_scalar, quant16_scalar,
 };
 
 #if defined(__x86_64__)

@@ -132,6 +132,13 @@ typedef struct vf_kernels {
 	void (*q8_bounds)(const int32_t *raw, const int32_t *sum, const float *scale,
 			  const float *norm, const float *err, const float *norms, size_t npanels,
 			  const float par[4], float *lo, float *hi, float *lmin, float *hmin);
+	/* The second pass's query (vf_qstate_set()): over n (a multiple of
+	 * 16) values, sum lane by lane (lane i % 16, in order of i, the lanes
+	 * then added as vf_tree16 does) and the largest magnitude; and
+	 * q16[i] = (int32)(v + copysign(0.5, v)) of v = rq[i] * scf clamped to
+	 * [-qm, qm]. */
+	void (*sum_maxabs)(const float *x, uint32_t n, float *sum, float *maxabs);
+	void (*quant16)(const float *rq, uint32_t n, float scf, float qm, int16_t *q16);
 } vf_kernels;
 
 /* Put (sc, c) in place i of the ascending pd[0..i] (pc alongside), moving
@@ -189,6 +196,8 @@ void vf_point_panels_i8_avx2(const uint8_t *xu, size_t d4, const int8_t *panels,
 void vf_q8_bounds_avx2(const int32_t *raw, const int32_t *sum, const float *scale,
 		       const float *norm, const float *err, const float *norms, size_t npanels,
 		       const float par[4], float *lo, float *hi, float *lmin, float *hmin);
+void vf_sum_maxabs_avx2(const float *x, uint32_t n, float *sum, float *maxabs);
+void vf_quant16_avx2(const float *rq, uint32_t n, float scf, float qm, int16_t *q16);
 #endif
 
 /* The exact distances of float32 arrays, in double: the squared L2

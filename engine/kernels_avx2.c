@@ -242,6 +242,46 @@ void vf_q8_bounds_avx2(const int32_t *raw, const int32_t *sum, const float *scal
 	}
 }
 
+/* Lanes 0-7 and 8-15 in two vectors, as the scalar kernel's 16 */
+void vf_sum_maxabs_avx2(const float *x, uint32_t n, float *sum, float *maxabs)
+{
+	const __m256 absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+	__m256 a0 = _mm256_setzero_ps(), a1 = a0, m0 = a0, m1 = a0;
+	for (uint32_t i = 0; i < n; i += 16) {
+		__m256 x0 = _mm256_loadu_ps(x + i), x1 = _mm256_loadu_ps(x + i + 8);
+		a0 = _mm256_add_ps(a0, x0);
+		a1 = _mm256_add_ps(a1, x1);
+		m0 = _mm256_max_ps(_mm256_and_ps(x0, absm), m0);
+		m1 = _mm256_max_ps(_mm256_and_ps(x1, absm), m1);
+	}
+	float acc[16], mx[16], m = 0;
+	_mm256_storeu_ps(acc, a0);
+	_mm256_storeu_ps(acc + 8, a1);
+	_mm256_storeu_ps(mx, m0);
+	_mm256_storeu_ps(mx + 8, m1);
+	for (int l = 0; l < 16; l++)
+		m = mx[l] > m ? mx[l] : m;
+	*sum = vf_tree16(acc);
+	*maxabs = m;
+}
+
+void vf_quant16_avx2(const float *rq, uint32_t n, float scf, float qm, int16_t *q16)
+{
+	const __m256 s = _mm256_set1_ps(scf), hi = _mm256_set1_ps(qm), lo = _mm256_set1_ps(-qm);
+	const __m256 sign = _mm256_set1_ps(-0.0f), half = _mm256_set1_ps(0.5f);
+	for (uint32_t i = 0; i < n; i += 16) {
+		__m256i w[2];
+		for (int k = 0; k < 2; k++) {
+			__m256 v = _mm256_mul_ps(_mm256_loadu_ps(rq + i + 8 * k), s);
+			v = _mm256_max_ps(_mm256_min_ps(v, hi), lo);
+			v = _mm256_add_ps(v, _mm256_or_ps(_mm256_and_ps(v, sign), half));
+			w[k] = _mm256_cvttps_epi32(v);
+		}
+		__m256i p = _mm256_permute4x64_epi64(_mm256_packs_epi32(w[0], w[1]), 0xD8);
+		_mm256_storeu_si256((__m256i *)(q16 + i), p);
+	}
+}
+
 static void panel_dots_avx2(const float *pts, size_t npts, size_t d,
 			    const float *panels, size_t npanels, float *out)
 {
@@ -662,5 +702,6 @@ const vf_kernels vf_kernels_avx2 = {
 	groups4_avx2, sign_gather_avx2,
 	pass1_avx2, code_dot_avx2, vf_levels_scan_avx2, vf_encode_residual_avx2,
 	vf_encode_codes_avx2, rotate_rounds_avx2, panel_min_avx2,
-	best_rest_avx2, vf_point_panels_i8_avx2, vf_q8_bounds_avx2,
+	best_rest_avx2, vf_point_panels_i8_avx2, vf_q8_bounds_avx2, vf_sum_maxabs_avx2,
+	vf_quant16_avx2,
 };

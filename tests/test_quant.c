@@ -1334,6 +1334,38 @@ static void check_panel_min(const vf_kernels *kn, const vf_kernels *ref, rng *r)
 	assert_int_equal(bad_bits, 0);
 }
 
+/* sum_maxabs and quant16 bit for bit against the scalar kernels: random
+ * values of mixed scales, -0, values past the clamp, halves. */
+static void check_quant16(const vf_kernels *kn, rng *r)
+{
+	enum { N = 832 };
+	static float x[N];
+	int16_t q[2][N];
+	size_t bad = 0;
+	for (int round = 0; round < 4; round++) {
+		for (size_t i = 0; i < N; i++) {
+			float u = (float)(rng_next(r) % 2000001) / 1e6f - 1;
+			x[i] = round == 0 ? u : round == 1 ? u * 1e4f : round == 2 ? (float)((int)(u * 8)) * 0.5f
+							   : (i % 3 ? -0.0f : u * 40000);
+		}
+		for (uint32_t n = 16; n <= N; n += n < 64 ? 16 : 192) {
+			float s0, m0, s1, m1;
+			vf_kernels_scalar.sum_maxabs(x, n, &s0, &m0);
+			kn->sum_maxabs(x, n, &s1, &m1);
+			float scf = round == 1 ? 3.0f : 7.5f, qm = round == 3 ? 1000.0f : 32767.0f;
+			vf_kernels_scalar.quant16(x, n, scf, qm, q[0]);
+			kn->quant16(x, n, scf, qm, q[1]);
+			if (memcmp(&s0, &s1, 4) || memcmp(&m0, &m1, 4) ||
+			    memcmp(q[0], q[1], n * sizeof(int16_t))) {
+				if (bad++ < 5)
+					print_message("%s sum_maxabs/quant16 differ from scalar (n %u, round %d)\n",
+						      kn->name, n, round);
+			}
+		}
+	}
+	assert_int_equal(bad, 0);
+}
+
 /* point_panels_i8 against a plain sum, exactly: random bytes, and the
  * extremes (127 against -127 and 127 in every coordinate), over 4 to
  * 1,024 coordinates and 1 to 3 panels. */
@@ -1571,6 +1603,7 @@ static void test_kernels_agree(void **state)
 		check_panel_min(kn, ref, &r);
 		check_best_rest(kn, &r);
 		check_panels_i8(kn, &r);
+		check_quant16(kn, &r);
 	}
 }
 
