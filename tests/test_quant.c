@@ -1080,7 +1080,7 @@ static void check_sign_gather(const vf_kernels *kn, rng *r)
 
 static void check_lut4(const vf_kernels *kn, const vf_kernels *ref, rng *r)
 {
-	static const uint32_t gs[] = { 1, 2, 16, 256 };
+	static const uint32_t gs[] = { 1, 2, 16, 19, 256 };
 	size_t bad_ref = 0, bad_bits = 0;
 	for (size_t gi = 0; gi < sizeof gs / sizeof *gs; gi++) {
 		uint32_t groups = gs[gi];
