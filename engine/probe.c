@@ -312,13 +312,6 @@ uint32_t vf_best_heap(const float *score, uint32_t nl, uint32_t np, float *pd, u
 	return n;
 }
 
-/* nprobe nearest centroids of q, nearest first.  With a recall target, the
- * first pass probes those within tau * scale of the nearest (nprobe at
- * most), which are few: they are found by a scan and sorted alone
- * (vf_within_sorted(); near: nlist entries of room), and the score of the
- * one after them is kept for the second look, which lists more only when
- * that one is near enough (vf_probe_more()).  Otherwise, and with `list`,
- * the nearest nprobe (list) are ranked, twice nprobe with a target. */
 /* Probe scores of panels p0..p1 in place (the padding's too). */
 static void scores_of(const search *s, float *dots, size_t p0, size_t p1)
 {
@@ -415,6 +408,13 @@ static int probe_scores(const search *s, const query *q, float *dots, float *lo,
 	return 0;
 }
 
+/* nprobe nearest centroids of q, nearest first.  With a recall target, the
+ * first pass probes those within tau * scale of the nearest (nprobe at
+ * most), which are few: they are found by a scan and sorted alone
+ * (vf_within_sorted(); near: nlist entries of room), and the score of the
+ * one after them is kept for the second look, which lists more only when
+ * that one is near enough (vf_probe_more()).  Otherwise, and with `list`,
+ * the nearest nprobe (list) are ranked, twice nprobe with a target. */
 static int probe(search *s, query *q, float *dots, uint32_t *near, uint32_t list)
 {
 	const vf_gen *g = s->g;
@@ -470,7 +470,8 @@ static int probe(search *s, query *q, float *dots, uint32_t *near, uint32_t list
 }
 
 /* Room for probe(): the scores, their bounds (lo, hi, then each panel's
- * smallest lo) and the 8-bit sums, a panel's worth of clusters each. */
+ * smallest lo and hi) and the 8-bit sums, a panel's worth of clusters
+ * each. */
 static float *probe_room(const search *s)
 {
 	return vf_malloc(sizeof(float) * 5 * s->g->ci.npanels * VF_PANEL);
