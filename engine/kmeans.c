@@ -16,6 +16,11 @@
 #include "rotation.h"
 #include "vecfs.h"
 
+/* The smallest largest coordinate of a query or centroid the 8-bit first
+ * look takes: the product of their scales (1/63 and 1/127 of it) stays a
+ * normal float. */
+#define VF_Q8_TINY 1e-15f
+
 int vf_cindex_init(vf_cindex *ci, const float *centroids, uint32_t k, uint32_t dim)
 {
 	ci->k = k;
@@ -108,9 +113,12 @@ static int add_q8(vf_cindex *ci)
 		ci->q8_norm[j] = (float)(sqrt(n2) * (1 + 1e-6));
 		ci->q8_err[j] = (float)(sqrt(e2) * (1 + 1e-6));
 		ci->q8_sum[j] = sum;
+		/* centroids past float32's squares, or so small that a
+		 * query's scale times theirs could leave float32's normal
+		 * range (VF_Q8_TINY): no first look */
 		if (!isfinite(ci->q8_norm[j]) || !isfinite(ci->q8_err[j]) || !isfinite(sc) ||
-		    (j < ci->k && !isfinite(ci->norms[j]))) {
-			free(ci->q8); /* (centroids past float32's squares: no first look) */
+		    (j < ci->k && !isfinite(ci->norms[j])) || (mx > 0 && sc < VF_Q8_TINY / 127)) {
+			free(ci->q8);
 			free(ci->q8_scale);
 			ci->q8 = NULL;
 			ci->q8_scale = ci->q8_norm = ci->q8_err = NULL;
@@ -184,7 +192,7 @@ int vf_cindex_probe_bounds(const vf_cindex *ci, const float *x, int neg, int32_t
 	float mx = 0;
 	for (uint32_t d = 0; d < ci->dim; d++)
 		mx = fabsf(x[d]) > mx ? fabsf(x[d]) : mx;
-	if (!(mx > 0) || !(mx <= 1e30f))
+	if (!(mx >= VF_Q8_TINY) || !(mx <= 1e30f))
 		return -1;
 	float t = mx / 63, inv = 63 / mx;
 	double dx2 = 0, x2 = 0;

@@ -51,7 +51,7 @@ int vf_cindex_probe_panels(const vf_cindex *ci, const float *x, size_t p0, size_
  * copy: lo[j] <= score <= hi[j] (float rounding of both included; +inf for
  * the padding), and each panel's smallest lo and hi in lmin and hmin.
  * raw: npanels * VF_PANEL of room.  0, or -1 when there is no 8-bit copy
- * or x is zero or too large (|x_i| > 1e30). */
+ * or x's largest coordinate is below 1e-15 or above 1e30. */
 int vf_cindex_probe_bounds(const vf_cindex *ci, const float *x, int neg, int32_t *raw,
 			   float *lo, float *hi, float *lmin, float *hmin);
 /* Index of the nearest centroid (l2) of each of n points; threads >= 1. */

@@ -1106,17 +1106,17 @@ static void test_search_follows_meta(void **state)
 /* With 1,009 clusters or more a generation keeps its centroids in 8 bits
  * too, and probing scores in binary16 only the panels its bounds cannot
  * rule out: every search gives the same results and counts as with every
- * panel scored (the 8-bit copy taken away), under l2 and dot, at fixed
- * nprobe, with recall targets (the second look included) and with queries
- * far from the data. */
+ * panel scored (the 8-bit copy taken away), under l2 and dot and at 1e-13
+ * scales, at fixed nprobe, with recall targets (the second look included)
+ * and with queries far from the data. */
 static void test_probe_first_look(void **state)
 {
 	fixture *f = *state;
 	const uint32_t D = 24;
 	const size_t N = 12000;
-	for (int m = 0; m < 2; m++) {
-		vecfs_metric metric = m ? VECFS_DOT : VECFS_L2;
-		vecfs *v = fx_open(f, m ? "dot" : "l2");
+	for (int m = 0; m < 3; m++) { /* l2, dot, l2 at 1e-13 */
+		vecfs_metric metric = m == 1 ? VECFS_DOT : VECFS_L2;
+		vecfs *v = fx_open(f, m == 0 ? "l2" : m == 1 ? "dot" : "small");
 		set_config(v, D, metric);
 		vecfs_config c;
 		char err[256] = "";
@@ -1125,6 +1125,8 @@ static void test_probe_first_look(void **state)
 		assert_int_equal(vecfs_config_set(v, &c, err, sizeof err), 0);
 		dataset ds;
 		ds_make(&ds, 31 + m, N, D, 40);
+		for (size_t i = 0; m == 2 && i < N * D; i++)
+			ds.x[i] *= 1e-13f;
 		put_range(v, ds.x, 0, N, D, "k");
 		uint64_t gid = build(v, 1);
 		vf_txn *txn;
@@ -1141,8 +1143,10 @@ static void test_probe_first_look(void **state)
 			for (size_t i = 0; i < 60; i++) {
 				float qv[24];
 				const float *p = ds.x + (i * 97 % N) * D;
+				float unit = m == 2 ? 1e-13f : 1;
 				for (uint32_t d = 0; d < D; d++) /* some near the data, some far */
-					qv[d] = i % 3 == 2 ? 40 * p[d] + (float)(d % 5) : p[d] + 0.01f * (float)d;
+					qv[d] = i % 3 == 2 ? 40 * p[d] + unit * (float)(d % 5)
+							   : p[d] + unit * 0.01f * (float)d;
 				vecfs_query_opts o;
 				memset(&o, 0, sizeof o);
 				o.k = 10;
