@@ -63,11 +63,24 @@ typedef struct vf_gen {
 
 #define VF_LAT_RING 4096
 
+/* What a search reads of the meta family, for one snapshot (search.c):
+ * the same for every search of that snapshot, so the last one's is kept. */
+typedef struct vf_snap_meta {
+	int valid;
+	uint64_t txnid, epoch; /* the snapshot, and the map it was read through */
+	vecfs_config sc;
+	vf_counters cnt;
+	uint64_t active;
+	int gm_ok;             /* gm is the active generation's meta */
+	vf_genmeta gm;
+} vf_snap_meta;
+
 struct vecfs {
 	vf_store *store;
 	vf_vcache *vcache;
 	pthread_mutex_t gen_mu;     /* generation cache */
 	vf_gen *gens;
+	vf_snap_meta snap_meta;     /* the last search's snapshot, under gen_mu */
 	pthread_mutex_t build_mu;   /* builds never overlap */
 	pthread_mutex_t stat_mu;    /* in-memory query counters */
 	uint64_t queries;

@@ -113,6 +113,74 @@ static void point_panels_half_scalar(const float *x, size_t d, const uint16_t *p
 	}
 }
 
+static void point_panels_i8_scalar(const uint8_t *xu, size_t d4, const int8_t *panels,
+				   size_t npanels, int32_t *out)
+{
+	for (size_t i = 0; i < npanels; i++) {
+		const int8_t *panel = panels + i * d4 * VF_PANEL;
+		for (int j = 0; j < VF_PANEL; j++) {
+			int32_t acc = 0;
+			for (size_t k = 0; k < d4; k++)
+				acc += (int32_t)xu[k] * panel[(k / 4 * VF_PANEL + j) * 4 + k % 4];
+			out[i * VF_PANEL + j] = acc;
+		}
+	}
+}
+
+/* par: t, xn, dxn, slack */
+static void q8_bounds_scalar(const int32_t *raw, const int32_t *sum, const float *scale,
+			     const float *norm, const float *err, const float *norms,
+			     size_t npanels, const float par[4], float *lo, float *hi, float *lmin,
+			     float *hmin)
+{
+	for (size_t p = 0; p < npanels; p++) {
+		float lm = INFINITY, hm = INFINITY;
+		for (size_t j = p * VF_PANEL; j < (p + 1) * VF_PANEL; j++) {
+			float a = (float)(raw[j] - sum[j] * 64) * (par[0] * scale[j]);
+			float e = (par[1] * err[j] + par[2] * norm[j]) + par[3] * (norm[j] + err[j]);
+			float l, h;
+			if (norms) {
+				float r = 0x1p-22f * (fabsf(norms[j]) + 2 * (fabsf(a) + e));
+				l = (norms[j] - 2 * (a + e)) - r;
+				h = (norms[j] - 2 * (a - e)) + r;
+			} else {
+				l = (0 - a) - e;
+				h = (0 - a) + e;
+			}
+			lo[j] = l;
+			hi[j] = h;
+			lm = l < lm ? l : lm;
+			hm = h < hm ? h : hm;
+		}
+		lmin[p] = lm;
+		hmin[p] = hm;
+	}
+}
+
+static void sum_maxabs_scalar(const float *x, uint32_t n, float *sum, float *maxabs)
+{
+	float acc[16] = {0}, mx[16] = {0}, m = 0;
+	for (uint32_t i = 0; i < n; i += 16)
+		for (int l = 0; l < 16; l++) {
+			float a = x[i + l];
+			acc[l] += a;
+			mx[l] = fabsf(a) > mx[l] ? fabsf(a) : mx[l];
+		}
+	for (int l = 0; l < 16; l++)
+		m = mx[l] > m ? mx[l] : m;
+	*sum = vf_tree16(acc);
+	*maxabs = m;
+}
+
+static void quant16_scalar(const float *rq, uint32_t n, float scf, float qm, int16_t *q16)
+{
+	for (uint32_t i = 0; i < n; i++) {
+		float v = rq[i] * scf;
+		v = v > qm ? qm : v < -qm ? -qm : v;
+		q16[i] = (int16_t)(int32_t)(v + copysignf(0.5f, v));
+	}
+}
+
 uint16_t vf_float_to_half(float f)
 {
 	uint32_t u;
@@ -334,8 +402,8 @@ static void best_rest_scalar(const float *score, uint32_t from, uint32_t n, uint
 		vf_best_offer(score, c, np, pd, pc);
 }
 
-void vf_groups4_scalar(const float *rq, const float *rc, uint32_t groups, float *qr,
-		       float *base, float *msum, float *maxrange)
+static void groups4_scalar(const float *rq, const float *rc, uint32_t groups, float *qr,
+			  float *base, float *msum, float *maxrange)
 {
 	float ms[16] = {0}, m = 0;
 	for (uint32_t g = 0; g < groups; g++) {
@@ -417,8 +485,9 @@ double vf_cosine_exact(const vf_kernels *kn, const void *q, const void *x, size_
 
 const vf_kernels vf_kernels_scalar = {
 	"scalar", l2sq_scalar, dot_scalar, panel_dots_scalar, point_panels_scalar,
-	point_panels_half_scalar, lut4_scalar, vf_groups4_scalar, vf_sign_gather, pass1_scalar,
+	point_panels_half_scalar, lut4_scalar, groups4_scalar, vf_sign_gather, pass1_scalar,
 	code_dot_scalar, levels_scan_scalar, encode_residual_scalar, encode_codes_scalar,
-	rotate_rounds_scalar, panel_min_scalar, best_rest_scalar,
+	rotate_rounds_scalar, panel_min_scalar, best_rest_scalar, point_panels_i8_scalar,
+	q8_bounds_scalar, sum_maxabs_scalar, quant16_scalar,
 };
 

@@ -114,6 +114,31 @@ typedef struct vf_kernels {
 	 * pd[np - 1]; the others are checked again one by one.) */
 	void (*best_rest)(const float *score, uint32_t from, uint32_t n, uint32_t np, float *pd,
 			  uint32_t *pc);
+	/* One point of d4 (a multiple of 4) unsigned bytes xu, each at most
+	 * 127, against npanels consecutive panels of 8-bit centroids, each
+	 * laid out [d4 / 4][VF_PANEL][4] (four coordinates of a centroid side
+	 * by side): out[VF_PANEL * i + j] = sum_k xu[k] * c_j[k] in 32 bits,
+	 * exactly. */
+	void (*point_panels_i8)(const uint8_t *xu, size_t d4, const int8_t *panels,
+				size_t npanels, int32_t *out);
+	/* Probe-score bounds from those sums (vf_cindex_probe_bounds()), for
+	 * j < npanels * VF_PANEL, in this order of operations:
+	 * a = (float)(raw[j] - 64 sum[j]) * (t * scale[j]),
+	 * e = (xn * err[j] + dxn * norm[j]) + slack * (norm[j] + err[j]);
+	 * with norms: r = 2^-22 (|norms[j]| + 2 (|a| + e)),
+	 * lo = (norms[j] - 2 (a + e)) - r, hi = (norms[j] - 2 (a - e)) + r;
+	 * without: lo = (0 - a) - e, hi = (0 - a) + e.  lmin[p], hmin[p]: the
+	 * smallest lo and hi of panel p. */
+	void (*q8_bounds)(const int32_t *raw, const int32_t *sum, const float *scale,
+			  const float *norm, const float *err, const float *norms, size_t npanels,
+			  const float par[4], float *lo, float *hi, float *lmin, float *hmin);
+	/* The second pass's query (vf_qstate_set()): over n (a multiple of
+	 * 16) values, sum lane by lane (lane i % 16, in order of i, the lanes
+	 * then added as vf_tree16 does) and the largest magnitude; and
+	 * q16[i] = (int32)(v + copysign(0.5, v)) of v = rq[i] * scf clamped to
+	 * [-qm, qm]. */
+	void (*sum_maxabs)(const float *x, uint32_t n, float *sum, float *maxabs);
+	void (*quant16)(const float *rq, uint32_t n, float scf, float qm, int16_t *q16);
 } vf_kernels;
 
 /* Put (sc, c) in place i of the ascending pd[0..i] (pc alongside), moving
@@ -154,10 +179,6 @@ static inline float vf_tree16(const float *t)
 	return (b[0] + b[1]) + (b[2] + b[3]);
 }
 
-/* The scalar groups4, which the AVX2 table uses too. */
-void vf_groups4_scalar(const float *rq, const float *rc, uint32_t groups, float *qr,
-		       float *base, float *msum, float *maxrange);
-
 extern const vf_kernels vf_kernels_scalar;
 #if defined(__x86_64__)
 extern const vf_kernels vf_kernels_avx2;
@@ -170,6 +191,13 @@ void vf_encode_residual_avx2(const float *v, const float *c, uint32_t dim, float
 void vf_encode_codes_avx2(const float *x, const float *ax, uint32_t n, float t, float kmax,
 			  uint32_t half, const float *rc, const float *rmu, uint8_t *u,
 			  double sums[5][4]);
+void vf_point_panels_i8_avx2(const uint8_t *xu, size_t d4, const int8_t *panels,
+			     size_t npanels, int32_t *out);
+void vf_q8_bounds_avx2(const int32_t *raw, const int32_t *sum, const float *scale,
+		       const float *norm, const float *err, const float *norms, size_t npanels,
+		       const float par[4], float *lo, float *hi, float *lmin, float *hmin);
+void vf_sum_maxabs_avx2(const float *x, uint32_t n, float *sum, float *maxabs);
+void vf_quant16_avx2(const float *rq, uint32_t n, float scf, float qm, int16_t *q16);
 #endif
 
 /* The exact distances of float32 arrays, in double: the squared L2

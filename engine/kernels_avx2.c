@@ -6,6 +6,7 @@
 #include "block.h"
 
 #include <immintrin.h>
+#include <math.h>
 #include <string.h>
 
 static inline float hsum8(__m256 v)
@@ -167,6 +168,120 @@ static void point_panels_half_avx2(const float *x, size_t d, const uint16_t *pan
 	point_panels_any(x, d, panels, 1, npanels, out);
 }
 
+/* Four coordinates a step: the point's four bytes against each centroid's
+ * four (vpmaddubsw: at most 2 * 127 * 127 a pair, no saturation), the
+ * pairs added into 32 bits (vpmaddwd by ones); eight centroids a vector. */
+void vf_point_panels_i8_avx2(const uint8_t *xu, size_t d4, const int8_t *panels,
+			     size_t npanels, int32_t *out)
+{
+	const __m256i ones = _mm256_set1_epi16(1);
+	for (size_t i = 0; i < npanels; i++) {
+		const int8_t *pan = panels + i * d4 * VF_PANEL;
+		__m256i a0 = _mm256_setzero_si256(), a1 = _mm256_setzero_si256();
+		for (size_t g = 0; g < d4; g += 4, pan += 4 * VF_PANEL) {
+			int32_t w;
+			memcpy(&w, xu + g, 4);
+			__m256i x = _mm256_set1_epi32(w);
+			__m256i c0 = _mm256_loadu_si256((const __m256i *)pan);
+			__m256i c1 = _mm256_loadu_si256((const __m256i *)(pan + 32));
+			a0 = _mm256_add_epi32(a0, _mm256_madd_epi16(_mm256_maddubs_epi16(x, c0), ones));
+			a1 = _mm256_add_epi32(a1, _mm256_madd_epi16(_mm256_maddubs_epi16(x, c1), ones));
+		}
+		_mm256_storeu_si256((__m256i *)(out + i * VF_PANEL), a0);
+		_mm256_storeu_si256((__m256i *)(out + i * VF_PANEL + 8), a1);
+	}
+}
+
+static inline float hmin8(__m256 v)
+{
+	__m128 m = _mm_min_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+	m = _mm_min_ps(m, _mm_movehl_ps(m, m));
+	m = _mm_min_ss(m, _mm_shuffle_ps(m, m, 1));
+	return _mm_cvtss_f32(m);
+}
+
+/* Eight clusters a vector, in the scalar kernel's order of operations (no
+ * NaN: minima in any order) */
+void vf_q8_bounds_avx2(const int32_t *raw, const int32_t *sum, const float *scale,
+		       const float *norm, const float *err, const float *norms, size_t npanels,
+		       const float par[4], float *lo, float *hi, float *lmin, float *hmin)
+{
+	const __m256 t = _mm256_set1_ps(par[0]), xn = _mm256_set1_ps(par[1]);
+	const __m256 dxn = _mm256_set1_ps(par[2]), sl = _mm256_set1_ps(par[3]);
+	const __m256 two = _mm256_set1_ps(2), ulp = _mm256_set1_ps(0x1p-22f);
+	const __m256 absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+	for (size_t p = 0; p < npanels; p++) {
+		__m256 lm = _mm256_set1_ps(INFINITY), hm = lm;
+		for (size_t j = p * VF_PANEL; j < (p + 1) * VF_PANEL; j += 8) {
+			__m256i ri = _mm256_sub_epi32(_mm256_loadu_si256((const __m256i *)(raw + j)),
+						      _mm256_slli_epi32(_mm256_loadu_si256((const __m256i *)(sum + j)), 6));
+			__m256 a = _mm256_mul_ps(_mm256_cvtepi32_ps(ri),
+						 _mm256_mul_ps(t, _mm256_loadu_ps(scale + j)));
+			__m256 nr = _mm256_loadu_ps(norm + j), er = _mm256_loadu_ps(err + j);
+			__m256 e = _mm256_add_ps(_mm256_add_ps(_mm256_mul_ps(xn, er), _mm256_mul_ps(dxn, nr)),
+						 _mm256_mul_ps(sl, _mm256_add_ps(nr, er)));
+			__m256 l, h;
+			if (norms) {
+				__m256 n2 = _mm256_loadu_ps(norms + j);
+				__m256 r = _mm256_mul_ps(ulp, _mm256_add_ps(_mm256_and_ps(n2, absm),
+					_mm256_mul_ps(two, _mm256_add_ps(_mm256_and_ps(a, absm), e))));
+				l = _mm256_sub_ps(_mm256_sub_ps(n2, _mm256_mul_ps(two, _mm256_add_ps(a, e))), r);
+				h = _mm256_add_ps(_mm256_sub_ps(n2, _mm256_mul_ps(two, _mm256_sub_ps(a, e))), r);
+			} else {
+				__m256 na = _mm256_sub_ps(_mm256_setzero_ps(), a);
+				l = _mm256_sub_ps(na, e);
+				h = _mm256_add_ps(na, e);
+			}
+			_mm256_storeu_ps(lo + j, l);
+			_mm256_storeu_ps(hi + j, h);
+			lm = _mm256_min_ps(l, lm);
+			hm = _mm256_min_ps(h, hm);
+		}
+		lmin[p] = hmin8(lm);
+		hmin[p] = hmin8(hm);
+	}
+}
+
+/* Lanes 0-7 and 8-15 in two vectors, as the scalar kernel's 16 */
+void vf_sum_maxabs_avx2(const float *x, uint32_t n, float *sum, float *maxabs)
+{
+	const __m256 absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+	__m256 a0 = _mm256_setzero_ps(), a1 = a0, m0 = a0, m1 = a0;
+	for (uint32_t i = 0; i < n; i += 16) {
+		__m256 x0 = _mm256_loadu_ps(x + i), x1 = _mm256_loadu_ps(x + i + 8);
+		a0 = _mm256_add_ps(a0, x0);
+		a1 = _mm256_add_ps(a1, x1);
+		m0 = _mm256_max_ps(_mm256_and_ps(x0, absm), m0);
+		m1 = _mm256_max_ps(_mm256_and_ps(x1, absm), m1);
+	}
+	float acc[16], mx[16], m = 0;
+	_mm256_storeu_ps(acc, a0);
+	_mm256_storeu_ps(acc + 8, a1);
+	_mm256_storeu_ps(mx, m0);
+	_mm256_storeu_ps(mx + 8, m1);
+	for (int l = 0; l < 16; l++)
+		m = mx[l] > m ? mx[l] : m;
+	*sum = vf_tree16(acc);
+	*maxabs = m;
+}
+
+void vf_quant16_avx2(const float *rq, uint32_t n, float scf, float qm, int16_t *q16)
+{
+	const __m256 s = _mm256_set1_ps(scf), hi = _mm256_set1_ps(qm), lo = _mm256_set1_ps(-qm);
+	const __m256 sign = _mm256_set1_ps(-0.0f), half = _mm256_set1_ps(0.5f);
+	for (uint32_t i = 0; i < n; i += 16) {
+		__m256i w[2];
+		for (int k = 0; k < 2; k++) {
+			__m256 v = _mm256_mul_ps(_mm256_loadu_ps(rq + i + 8 * k), s);
+			v = _mm256_max_ps(_mm256_min_ps(v, hi), lo);
+			v = _mm256_add_ps(v, _mm256_or_ps(_mm256_and_ps(v, sign), half));
+			w[k] = _mm256_cvttps_epi32(v);
+		}
+		__m256i p = _mm256_permute4x64_epi64(_mm256_packs_epi32(w[0], w[1]), 0xD8);
+		_mm256_storeu_si256((__m256i *)(q16 + i), p);
+	}
+}
+
 static void panel_dots_avx2(const float *pts, size_t npts, size_t d,
 			    const float *panels, size_t npanels, float *out)
 {
@@ -270,24 +385,24 @@ static void lut4_avx2(const float *qr, uint32_t groups, const float *base, float
 /* 32 dimensions per step: each plane's 4 bytes spread to one byte per
  * dimension (set where the bit is), weighted and summed into the codes
  * u_i, which are widened to 16 bits and multiplied with q in pairs
- * (vpmaddwd), summed in 32 bits. */
-static int32_t code_dot_avx2(const uint8_t *sign, const uint8_t *low, uint32_t bits,
-			     const int16_t *q, uint32_t pdim)
+ * (vpmaddwd), summed in 32 bits.  The planes' addresses and weights are
+ * set once; the usual 4 bits have a loop of their own, unrolled. */
+static inline __attribute__((always_inline)) int32_t
+code_dot_planes(const uint8_t *const *pl, const __m256i *wt, uint32_t bits, const int16_t *q,
+		uint32_t pdim)
 {
 	const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
 						2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
 	const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
 	__m256i acc = _mm256_setzero_si256();
-	size_t pb = pdim / 8;
 	for (uint32_t c = 0; c < pdim; c += 32) {
 		__m256i u = _mm256_setzero_si256();
 		for (uint32_t p = 0; p < bits; p++) {
 			int32_t w4;
-			memcpy(&w4, p ? low + (p - 1) * pb + c / 8 : sign + c / 8, 4);
+			memcpy(&w4, pl[p] + c / 8, 4);
 			__m256i x = _mm256_shuffle_epi8(_mm256_set1_epi32(w4), spread);
 			x = _mm256_cmpeq_epi8(_mm256_and_si256(x, bit), bit);
-			u = _mm256_add_epi8(u, _mm256_and_si256(
-						   x, _mm256_set1_epi8((char)(1u << (bits - 1 - p)))));
+			u = _mm256_add_epi8(u, _mm256_and_si256(x, wt[p]));
 		}
 		__m256i u0 = _mm256_cvtepu8_epi16(_mm256_castsi256_si128(u));
 		__m256i u1 = _mm256_cvtepu8_epi16(_mm256_extracti128_si256(u, 1));
@@ -298,6 +413,93 @@ static int32_t code_dot_avx2(const uint8_t *sign, const uint8_t *low, uint32_t b
 	t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0x4E));
 	t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0xB1));
 	return _mm_cvtsi128_si32(t);
+}
+
+static int32_t code_dot_avx2(const uint8_t *sign, const uint8_t *low, uint32_t bits,
+			     const int16_t *q, uint32_t pdim)
+{
+	const uint8_t *pl[8];
+	__m256i wt[8];
+	size_t pb = pdim / 8;
+	for (uint32_t p = 0; p < bits; p++) {
+		pl[p] = p ? low + (p - 1) * pb : sign;
+		wt[p] = _mm256_set1_epi8((char)(1u << (bits - 1 - p)));
+	}
+	if (bits == 4)
+		return code_dot_planes(pl, wt, 4, q, pdim);
+	return code_dot_planes(pl, wt, bits, q, pdim);
+}
+
+/* Eight groups a step: each 128-bit lane of a load is one group's row
+ * (groups g + 2m and g + 2m + 1 in the two lanes of load m), whose byte
+ * j%16 a shuffle spreads over the lane; four loads blended give dword m
+ * of the low lane group g + 2m and of the high lane group g + 2m + 1;
+ * their nibbles, the high lane's shifted up, make the four output bytes. */
+static void sign_gather_avx2(const uint8_t *batch, uint32_t groups, uint32_t j, uint8_t *out)
+{
+	const __m256i idx = _mm256_set1_epi8((char)(j & 15));
+	const __m128i low = _mm_set1_epi8(0x0F);
+	const __m128i first = _mm_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+					    -1, -1);
+	const __m128i sh = _mm_cvtsi32_si128(j >= 16 ? 4 : 0);
+	for (uint32_t g = 0; g < groups; g += 8) {
+		const uint8_t *p = batch + (size_t)g * 16;
+		__m256i r = _mm256_shuffle_epi8(_mm256_loadu_si256((const __m256i *)p), idx);
+		r = _mm256_blend_epi32(
+			r, _mm256_shuffle_epi8(_mm256_loadu_si256((const __m256i *)(p + 32)), idx), 0x22);
+		r = _mm256_blend_epi32(
+			r, _mm256_shuffle_epi8(_mm256_loadu_si256((const __m256i *)(p + 64)), idx), 0x44);
+		r = _mm256_blend_epi32(
+			r, _mm256_shuffle_epi8(_mm256_loadu_si256((const __m256i *)(p + 96)), idx), 0x88);
+		__m128i a = _mm_and_si128(_mm_srl_epi16(_mm256_castsi256_si128(r), sh), low);
+		__m128i b = _mm_and_si128(_mm_srl_epi16(_mm256_extracti128_si256(r, 1), sh), low);
+		__m128i y = _mm_shuffle_epi8(_mm_or_si128(a, _mm_slli_epi16(b, 4)), first);
+		int32_t w = _mm_cvtsi128_si32(y);
+		memcpy(out + g / 2, &w, 4);
+	}
+}
+
+/* Eight groups a step: their 32 residuals transposed in 128-bit lanes, so
+ * that vector b holds position b of groups 0, 2, 4, 6 | 1, 3, 5, 7 and lo
+ * and hi add in the scalar's order; lo then put in group order for base
+ * and the sums (g % 16 < 8 and >= 8 alternate steps). */
+static void groups4_avx2(const float *rq, const float *rc, uint32_t groups, float *qr,
+			 float *base, float *msum, float *maxrange)
+{
+	const __m256 zero = _mm256_setzero_ps(), sign = _mm256_set1_ps(-0.0f);
+	const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+	__m256 ms[2] = {zero, zero}, mr = zero;
+	for (uint32_t g = 0; g < groups; g += 8) {
+		__m256 v[4];
+		for (int k = 0; k < 4; k++) {
+			v[k] = _mm256_sub_ps(_mm256_loadu_ps(rq + 4 * g + 8 * k),
+					     _mm256_loadu_ps(rc + 4 * g + 8 * k));
+			_mm256_storeu_ps(qr + 4 * g + 8 * k, v[k]);
+		}
+		__m256 t0 = _mm256_unpacklo_ps(v[0], v[1]), t1 = _mm256_unpackhi_ps(v[0], v[1]);
+		__m256 t2 = _mm256_unpacklo_ps(v[2], v[3]), t3 = _mm256_unpackhi_ps(v[2], v[3]);
+		__m256 x[4] = {_mm256_shuffle_ps(t0, t2, 0x44), _mm256_shuffle_ps(t0, t2, 0xEE),
+			       _mm256_shuffle_ps(t1, t3, 0x44), _mm256_shuffle_ps(t1, t3, 0xEE)};
+		__m256 lo = zero, hi = zero;
+		for (int b = 0; b < 4; b++) {
+			/* min/max give their second operand for -0 and NaN: +0 */
+			lo = _mm256_add_ps(lo, _mm256_min_ps(x[b], zero));
+			hi = _mm256_add_ps(hi, _mm256_max_ps(x[b], zero));
+		}
+		mr = _mm256_max_ps(_mm256_sub_ps(hi, lo), mr);
+		lo = _mm256_permutevar8x32_ps(lo, order);
+		_mm256_storeu_ps(base + g, _mm256_xor_ps(lo, sign));
+		ms[(g / 8) & 1] = _mm256_add_ps(ms[(g / 8) & 1], lo);
+	}
+	float t[16], r[8], m = 0;
+	_mm256_storeu_ps(t, ms[0]);
+	_mm256_storeu_ps(t + 8, ms[1]);
+	_mm256_storeu_ps(r, mr);
+	for (int j = 0; j < 8; j++)
+		if (r[j] > m)
+			m = r[j];
+	*msum = vf_tree16(t);
+	*maxrange = m;
 }
 
 /* min_ps(lv, kmax) is (lv < kmax ? lv : kmax), as in the scalar kernel */
@@ -416,15 +618,41 @@ static void rotate_rounds_avx2(float *x, uint32_t n, const float *signs, int rou
 			v = butterfly_in(v, _mm256_permute2f128_ps(v, v, 1), 0xF0); /* h = 4 */
 			_mm256_storeu_ps(x + i, v);
 		}
-		for (uint32_t h = 8; h < n; h *= 2)
-			for (uint32_t i = 0; i < n; i += 2 * h)
+		/* the stages h and 2h in one pass over x (each value from the
+		 * same two as stage by stage), the last one scaled as it is
+		 * stored: half the passes */
+		uint32_t h = 8;
+		for (; 4 * h <= n; h *= 4) {
+			int last = 4 * h == n;
+			for (uint32_t i = 0; i < n; i += 4 * h)
 				for (uint32_t j = i; j < i + h; j += 8) {
 					__m256 a = _mm256_loadu_ps(x + j), b = _mm256_loadu_ps(x + j + h);
-					_mm256_storeu_ps(x + j, _mm256_add_ps(a, b));
-					_mm256_storeu_ps(x + j + h, _mm256_sub_ps(a, b));
+					__m256 c = _mm256_loadu_ps(x + j + 2 * h);
+					__m256 d = _mm256_loadu_ps(x + j + 3 * h);
+					__m256 ab = _mm256_add_ps(a, b), amb = _mm256_sub_ps(a, b);
+					__m256 cd = _mm256_add_ps(c, d), cmd = _mm256_sub_ps(c, d);
+					__m256 y0 = _mm256_add_ps(ab, cd), y1 = _mm256_add_ps(amb, cmd);
+					__m256 y2 = _mm256_sub_ps(ab, cd), y3 = _mm256_sub_ps(amb, cmd);
+					if (last) {
+						y0 = _mm256_mul_ps(y0, vs);
+						y1 = _mm256_mul_ps(y1, vs);
+						y2 = _mm256_mul_ps(y2, vs);
+						y3 = _mm256_mul_ps(y3, vs);
+					}
+					_mm256_storeu_ps(x + j, y0);
+					_mm256_storeu_ps(x + j + h, y1);
+					_mm256_storeu_ps(x + j + 2 * h, y2);
+					_mm256_storeu_ps(x + j + 3 * h, y3);
 				}
-		for (uint32_t i = 0; i < n; i += 8)
-			_mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), vs));
+		}
+		if (h < n) /* one stage left, scaled */
+			for (uint32_t j = 0; j < h; j += 8) {
+				__m256 a = _mm256_loadu_ps(x + j), b = _mm256_loadu_ps(x + j + h);
+				_mm256_storeu_ps(x + j, _mm256_mul_ps(_mm256_add_ps(a, b), vs));
+				_mm256_storeu_ps(x + j + h, _mm256_mul_ps(_mm256_sub_ps(a, b), vs));
+			}
+		else if (h == 8) /* n = 8: no stage past the first pass */
+			_mm256_storeu_ps(x, _mm256_mul_ps(_mm256_loadu_ps(x), vs));
 	}
 }
 
@@ -471,8 +699,9 @@ static void best_rest_avx2(const float *score, uint32_t from, uint32_t n, uint32
 const vf_kernels vf_kernels_avx2 = {
 	"avx2", l2sq_avx2, dot_avx2, panel_dots_avx2, point_panels_avx2,
 	point_panels_half_avx2, lut4_avx2,
-	vf_groups4_scalar, vf_sign_gather,
+	groups4_avx2, sign_gather_avx2,
 	pass1_avx2, code_dot_avx2, vf_levels_scan_avx2, vf_encode_residual_avx2,
 	vf_encode_codes_avx2, rotate_rounds_avx2, panel_min_avx2,
-	best_rest_avx2,
+	best_rest_avx2, vf_point_panels_i8_avx2, vf_q8_bounds_avx2, vf_sum_maxabs_avx2,
+	vf_quant16_avx2,
 };

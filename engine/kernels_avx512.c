@@ -638,5 +638,6 @@ const vf_kernels vf_kernels_avx512 = {
 	point_panels_half_avx512, lut4_avx512, groups4_avx512, sign_gather_avx512, pass1_avx512,
 	code_dot_avx512, vf_levels_scan_avx2, vf_encode_residual_avx2, vf_encode_codes_avx2,
 	rotate_rounds_avx512, panel_min_avx512,
-	best_rest_avx512,
+	best_rest_avx512, vf_point_panels_i8_avx2, vf_q8_bounds_avx2, vf_sum_maxabs_avx2,
+	vf_quant16_avx2,
 };

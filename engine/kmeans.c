@@ -15,6 +15,12 @@
 #include "kernels.h"
 #include "parallel.h"
 #include "rotation.h"
+#include "vecfs.h"
+
+/* The smallest largest coordinate of a query or centroid the 8-bit first
+ * look takes: the product of their scales (1/63 and 1/127 of it) stays a
+ * normal float. */
+#define VF_Q8_TINY 1e-15f
 
 int vf_cindex_init(vf_cindex *ci, const float *centroids, uint32_t k, uint32_t dim)
 {
@@ -23,6 +29,10 @@ int vf_cindex_init(vf_cindex *ci, const float *centroids, uint32_t k, uint32_t d
 	ci->npanels = (k + VF_PANEL - 1) / VF_PANEL;
 	ci->half = NULL;
 	ci->half_unscale = 1;
+	ci->q8 = NULL;
+	ci->q8_scale = ci->q8_norm = ci->q8_err = NULL;
+	ci->q8_sum = NULL;
+	ci->d4 = 0;
 	ci->panels = vf_calloc((size_t)ci->npanels * dim * VF_PANEL, sizeof(float));
 	ci->norms = vf_malloc(sizeof(float) * (size_t)ci->npanels * VF_PANEL);
 	if (!ci->panels || !ci->norms) {
@@ -51,8 +61,73 @@ void vf_cindex_free(vf_cindex *ci)
 	free(ci->panels);
 	free(ci->norms);
 	free(ci->half);
+	free(ci->q8);
+	free(ci->q8_scale);
 	ci->panels = ci->norms = NULL;
 	ci->half = NULL;
+	ci->q8 = NULL;
+	ci->q8_scale = ci->q8_norm = ci->q8_err = NULL;
+	ci->q8_sum = NULL;
+}
+
+/* The 8-bit copy of the binary16 panels (see vf_cindex): each centroid
+ * scaled so its largest coordinate is 127, rounded; its scale, the norm
+ * of the rounded centroid and of what the rounding lost (in double,
+ * rounded up), and the sum of its bytes. */
+static int add_q8(vf_cindex *ci)
+{
+	size_t np = ci->npanels, nc = np * VF_PANEL, d4 = (ci->dim + 3) / 4 * 4;
+	int8_t *q = vf_calloc(np * d4 * VF_PANEL, 1);
+	float *f = vf_malloc(sizeof(float) * nc * 3 + sizeof(int32_t) * nc);
+	if (!q || !f) {
+		free(q);
+		free(f);
+		return -ENOMEM;
+	}
+	ci->q8 = q;
+	ci->q8_scale = f;
+	ci->q8_norm = f + nc;
+	ci->q8_err = f + 2 * nc;
+	ci->q8_sum = (int32_t *)(f + 3 * nc);
+	ci->d4 = (uint32_t)d4;
+	for (size_t j = 0; j < nc; j++) {
+		const uint16_t *h = ci->half + j / VF_PANEL * ci->dim * VF_PANEL + j % VF_PANEL;
+		int8_t *o = q + j / VF_PANEL * d4 * VF_PANEL + j % VF_PANEL * 4;
+		double mx = 0;
+		for (uint32_t d = 0; d < ci->dim; d++) {
+			double c = fabs((double)vf_half_to_float(h[(size_t)d * VF_PANEL]));
+			mx = c > mx && c <= DBL_MAX ? c : mx;
+		}
+		float sc = mx > 0 ? (float)(mx / 127 * ci->half_unscale) : 1.0f;
+		double n2 = 0, e2 = 0;
+		int32_t sum = 0;
+		for (uint32_t d = 0; d < ci->dim; d++) {
+			double c = (double)vf_half_to_float(h[(size_t)d * VF_PANEL]) * ci->half_unscale;
+			double r = nearbyint(c / sc);
+			r = r > 127 ? 127 : r < -127 ? -127 : r;
+			o[(size_t)d / 4 * VF_PANEL * 4 + d % 4] = (int8_t)r;
+			sum += (int32_t)r;
+			n2 += r * sc * r * sc;
+			e2 += (c - r * sc) * (c - r * sc);
+		}
+		ci->q8_scale[j] = sc;
+		ci->q8_norm[j] = (float)(sqrt(n2) * (1 + 1e-6));
+		ci->q8_err[j] = (float)(sqrt(e2) * (1 + 1e-6));
+		ci->q8_sum[j] = sum;
+		/* centroids past float32's squares, or so small that a
+		 * query's scale times theirs could leave float32's normal
+		 * range (VF_Q8_TINY): no first look */
+		if (!isfinite(ci->q8_norm[j]) || !isfinite(ci->q8_err[j]) || !isfinite(sc) ||
+		    (j < ci->k && !isfinite(ci->norms[j])) || (mx > 0 && sc < VF_Q8_TINY / 127)) {
+			free(ci->q8);
+			free(ci->q8_scale);
+			ci->q8 = NULL;
+			ci->q8_scale = ci->q8_norm = ci->q8_err = NULL;
+			ci->q8_sum = NULL;
+			return 0;
+		}
+	}
+	return 0;
 }
 
 void vf_cindex_dots(const vf_cindex *ci, const float *x, float *dots)
@@ -84,6 +159,72 @@ int vf_cindex_add_half(vf_cindex *ci)
 	free(ci->half);
 	ci->half = h;
 	ci->half_unscale = ldexpf(1.0f, -e);
+	return ci->npanels >= VF_Q8_MIN_PANELS ? add_q8(ci) : 0;
+}
+
+int vf_cindex_probe_panels(const vf_cindex *ci, const float *x, size_t p0, size_t p1,
+			   float *dots)
+{
+	vf_kernels_get()->point_panels_half(x, ci->dim, ci->half + p0 * ci->dim * VF_PANEL,
+					    p1 - p0, dots + p0 * VF_PANEL);
+	int finite = 1;
+	for (size_t j = p0 * VF_PANEL; j < p1 * VF_PANEL; j++) {
+		dots[j] *= ci->half_unscale;
+		finite &= isfinite(dots[j]);
+	}
+	return finite ? 0 : -1;
+}
+
+/* x in 7 bits a coordinate (|x8| <= 63, stored as x8 + 64), x ~= t x8.
+ * With c~ the binary16 centroid, c^ = s q8 its 8-bit copy and x^ = t x8:
+ * <x, c~> - <x^, c^> = <x, c~ - c^> + <x - x^, c^>, at most |x| err + |x - x^|
+ * norm; the float rounding of the binary16 dot (d fused multiply-adds, each
+ * within 2^-24 of a partial sum no larger than |x| |c~|) and of this one
+ * are covered by (d + 16) 2^-22 (|x| + |x - x^|) (norm + err); that of
+ * |c|^2 - 2 dot by 2^-22 (||c|^2| + 2 (|dot| + e)) (the q8_bounds kernel). */
+int vf_cindex_probe_bounds(const vf_cindex *ci, const float *x, int neg, int32_t *raw,
+			   float *lo, float *hi, float *lmin, float *hmin)
+{
+	if (!ci->q8)
+		return -1;
+	uint8_t xu[VECFS_DIM_MAX];
+	if (ci->d4 > sizeof xu)
+		return -1;
+	float mx = 0;
+	for (uint32_t d = 0; d < ci->dim; d++)
+		mx = fabsf(x[d]) > mx ? fabsf(x[d]) : mx;
+	if (!(mx >= VF_Q8_TINY) || !(mx <= 1e30f))
+		return -1;
+	float t = mx / 63, inv = 63 / mx;
+	double dx2 = 0, x2 = 0;
+	for (uint32_t d = 0; d < ci->d4; d++) {
+		float v = d < ci->dim ? x[d] : 0;
+		float r = nearbyintf(v * inv);
+		r = r > 63 ? 63 : r < -63 ? -63 : r;
+		xu[d] = (uint8_t)(int)(r + 64);
+		double e = (double)v - (double)r * t;
+		dx2 += e * e;
+		x2 += (double)v * v;
+	}
+	const vf_kernels *kn = vf_kernels_get();
+	kn->point_panels_i8(xu, ci->d4, ci->q8, ci->npanels, raw);
+	float xn = (float)(sqrt(x2) * (1 + 1e-6)), dxn = (float)(sqrt(dx2) * (1 + 1e-6));
+	/* (no NaN: the factors are finite, so an overflow gives -inf lo and
+	 * +inf hi, the widest bounds) */
+	const float par[4] = {t, xn, dxn, (float)((ci->dim + 16) * 0x1p-22) * (xn + dxn)};
+	kn->q8_bounds(raw, ci->q8_sum, ci->q8_scale, ci->q8_norm, ci->q8_err,
+		      neg ? NULL : ci->norms, ci->npanels, par, lo, hi, lmin, hmin);
+	/* the padding: never a cluster */
+	size_t last = (size_t)(ci->npanels - 1) * VF_PANEL;
+	float lm = INFINITY, hm = INFINITY;
+	for (size_t j = last; j < (size_t)ci->npanels * VF_PANEL; j++) {
+		if (j >= ci->k)
+			lo[j] = hi[j] = INFINITY;
+		lm = lo[j] < lm ? lo[j] : lm;
+		hm = hi[j] < hm ? hi[j] : hm;
+	}
+	lmin[ci->npanels - 1] = lm;
+	hmin[ci->npanels - 1] = hm;
 	return 0;
 }
 

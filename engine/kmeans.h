@@ -14,7 +14,20 @@ typedef struct vf_cindex {
 	float *norms;  /* k squared norms */
 	uint16_t *half; /* the panels times 2^half_exp in binary16, or NULL */
 	float half_unscale; /* 2^-half_exp */
+	/* From VF_Q8_MIN_PANELS panels on (1,009 clusters), the binary16
+	 * centroids again in 8 bits a coordinate, each centroid c_j scaled
+	 * alone (c_j ~= q8_scale[j] * its bytes, laid out as point_panels_i8
+	 * reads them, d4 = dim rounded up to a multiple of 4): a first look
+	 * at every cluster's probe score with bounds
+	 * (vf_cindex_probe_bounds()), or NULL.  (With fewer, scoring them all
+	 * in binary16 costs less than the look: glove-100's 316 clusters.) */
+	int8_t *q8;
+	uint32_t d4;
+	float *q8_scale, *q8_norm, *q8_err; /* |its bytes * scale|, |c_j - that| */
+	int32_t *q8_sum;                    /* the sum of its bytes */
 } vf_cindex;
+
+#define VF_Q8_MIN_PANELS 64
 
 int vf_cindex_init(vf_cindex *ci, const float *centroids, uint32_t k, uint32_t dim);
 void vf_cindex_free(vf_cindex *ci);
@@ -28,6 +41,19 @@ int vf_cindex_add_half(vf_cindex *ci);
 /* The dots for ranking clusters: from the binary16 copy when there is
  * one (<x, rounded c_j>, unscaled exactly), else vf_cindex_dots(). */
 void vf_cindex_probe_dots(const vf_cindex *ci, const float *x, float *dots);
+/* The same for the panels p0..p1 alone (dots[VF_PANEL * p0 ..]); 0, or -1
+ * when a sum is not finite (vf_cindex_probe_dots() then takes the float
+ * panels). */
+int vf_cindex_probe_panels(const vf_cindex *ci, const float *x, size_t p0, size_t p1,
+			   float *dots);
+/* Bounds on every cluster's probe score as vf_cindex_probe_dots() gives it
+ * (score: |c_j|^2 - 2 <x, c_j>, or -<x, c_j> with `neg`), from the 8-bit
+ * copy: lo[j] <= score <= hi[j] (float rounding of both included; +inf for
+ * the padding), and each panel's smallest lo and hi in lmin and hmin.
+ * raw: npanels * VF_PANEL of room.  0, or -1 when there is no 8-bit copy
+ * or x's largest coordinate is below 1e-15 or above 1e30. */
+int vf_cindex_probe_bounds(const vf_cindex *ci, const float *x, int neg, int32_t *raw,
+			   float *lo, float *hi, float *lmin, float *hmin);
 /* Index of the nearest centroid (l2) of each of n points; threads >= 1. */
 void vf_nearest(const vf_cindex *ci, const float *pts, size_t n, uint32_t *out,
 		float *dist, int threads);

@@ -313,6 +313,102 @@ uint32_t vf_best_heap(const float *score, uint32_t nl, uint32_t np, float *pd, u
 	return n;
 }
 
+/* Probe scores of panels p0..p1 in place (the padding's too). */
+static void scores_of(const search *s, float *dots, size_t p0, size_t p1)
+{
+	const float *norms = s->g->ci.norms;
+	for (size_t j = p0 * VF_PANEL; j < p1 * VF_PANEL; j++)
+		dots[j] = s->metric == VECFS_DOT ? -dots[j] : norms[j] - 2 * dots[j];
+}
+
+/* The panels whose flag is 0 and that hold a cluster with a lower bound
+ * not above t (pmin: each panel's smallest) scored (their flags set); -1
+ * when a sum is not finite. */
+static int score_panels_below(const search *s, const query *q, float *dots, const float *pmin,
+			      float t, int32_t *done)
+{
+	size_t npan = s->g->ci.npanels;
+	for (size_t p = 0; p < npan; p++)
+		if (!done[p] && !(pmin[p] > t))
+			done[p] = 2; /* wanted */
+	for (size_t p = 0; p < npan;) {
+		if (done[p] != 2) {
+			p++;
+			continue;
+		}
+		size_t e = p;
+		while (e < npan && done[e] == 2)
+			done[e++] = 1;
+		if (vf_cindex_probe_panels(&s->g->ci, q->q, p, e, dots))
+			return -1;
+		scores_of(s, dots, p, e);
+		p = e;
+	}
+	return 0;
+}
+
+/* The probe scores of q into dots (nlist entries and the padding): every
+ * cluster's that the ranking below can take (within `width` of the
+ * nearest, and the nearest one past them; or the `np` nearest), as
+ * vf_cindex_probe_dots() gives them, the others +inf.  When the
+ * generation has an 8-bit copy of its centroids (vf_cindex), its bounds
+ * say which panels can hold those, and only they are scored in binary16;
+ * otherwise, or when a bound or sum is not finite, all of them.  lo, hi,
+ * raw: room as dots (or NULL: all).  Returns 1 when some were left at
+ * +inf. */
+static int probe_scores(const search *s, const query *q, float *dots, float *lo, float *hi,
+			int32_t *raw, int within, float width, uint32_t np)
+{
+	const vf_cindex *ci = &s->g->ci;
+	uint32_t nl = s->g->meta.nlist;
+	size_t npan = ci->npanels;
+	float t = NAN, *pmin = hi + npan * VF_PANEL, *phmin = pmin + npan;
+	if (lo && vf_cindex_probe_bounds(ci, q->q, s->metric == VECFS_DOT, raw, lo, hi, pmin,
+					 phmin) == 0) {
+		if (within) {
+			float u = INFINITY;
+			for (size_t p = 0; p < npan; p++)
+				u = phmin[p] < u ? phmin[p] : u;
+			t = u + width; /* the nearest's score + width is no more */
+		} else if (np <= VF_KTH_SORTED_MAX && (size_t)np * 8 <= nl) {
+			float buf[VF_KTH_SORTED_MAX];
+			uint32_t idx[VF_KTH_SORTED_MAX];
+			t = vf_kth_smallest(s->kn, hi, nl, np, buf, idx);
+		}
+	}
+	if (isfinite(t)) {
+		int32_t *done = raw; /* (read: a flag a panel) */
+		memset(done, 0, sizeof(int32_t) * ci->npanels);
+		int rc = score_panels_below(s, q, dots, pmin, t, done);
+		/* the nearest past `width`, for the second look: none of those
+		 * not scored is below the one found */
+		float mn = INFINITY, nx = INFINITY;
+		for (uint32_t j = 0; within && rc == 0 && j < nl; j++)
+			mn = done[j / VF_PANEL] && dots[j] < mn ? dots[j] : mn;
+		for (int more = within; rc == 0 && more;) {
+			float lim = mn + width;
+			nx = INFINITY;
+			for (uint32_t j = 0; j < nl; j++)
+				nx = done[j / VF_PANEL] && dots[j] > lim && dots[j] < nx ? dots[j] : nx;
+			more = 0;
+			for (size_t p = 0; p < ci->npanels && !more; p++)
+				more = !done[p] && pmin[p] < nx;
+			if (more)
+				rc = score_panels_below(s, q, dots, pmin, nx, done);
+		}
+		if (rc == 0) {
+			for (size_t p = 0; p < ci->npanels; p++)
+				if (!done[p])
+					for (size_t j = p * VF_PANEL; j < (p + 1) * VF_PANEL; j++)
+						dots[j] = INFINITY;
+			return 1;
+		}
+	}
+	vf_cindex_probe_dots(ci, q->q, dots);
+	scores_of(s, dots, 0, ci->npanels);
+	return 0;
+}
+
 /* nprobe nearest centroids of q, nearest first.  With a recall target, the
  * first pass probes those within tau * scale of the nearest (nprobe at
  * most), which are few: they are found by a scan and sorted alone
@@ -324,13 +420,18 @@ static int probe(search *s, query *q, float *dots, uint32_t *near, uint32_t list
 {
 	const vf_gen *g = s->g;
 	uint32_t nl = g->meta.nlist, np = s->nprobe < nl ? s->nprobe : nl;
-	vf_cindex_probe_dots(&g->ci, q->q, dots);
-	/* scores, in place, a panel at a time (the padding's too) */
-	for (size_t p = 0; p < g->ci.npanels; p++)
-		for (size_t j = p * VF_PANEL; j < (p + 1) * VF_PANEL; j++)
-			dots[j] = s->metric == VECFS_DOT ? -dots[j] : g->ci.norms[j] - 2 * dots[j];
+	int within = s->target > 0 && !list && near;
+	uint32_t rank = np; /* how many the ranking below keeps */
+	if (s->target > 0) /* as many again, for the second look */
+		rank = rank < nl / 2 ? 2 * rank : nl;
+	if (list)
+		rank = list < nl ? list : nl;
+	size_t room = (size_t)g->ci.npanels * VF_PANEL;
+	float *blo = dots + room, *bhi = blo + room;
+	int32_t *raw = (int32_t *)(bhi + 2 * room); /* (after pmin) */
+	int some = probe_scores(s, q, dots, blo, bhi, raw, within, s->tau * q->scale, rank);
 	q->more = 0;
-	if (s->target > 0 && !list && near) {
+	if (within) {
 		uint32_t n = vf_within_sorted(dots, nl, s->tau * q->scale, np, near, q->pdist,
 					      q->probe, &q->next);
 		if (n > 0) {
@@ -338,11 +439,10 @@ static int probe(search *s, query *q, float *dots, uint32_t *near, uint32_t list
 			q->more = n < nl;
 			return (int)n;
 		}
+		if (some) /* (no finite limit: ranked below, all scored) */
+			probe_scores(s, q, dots, NULL, NULL, NULL, 0, 0, 0);
 	}
-	if (s->target > 0) /* as many again, for the second look */
-		np = np < nl / 2 ? 2 * np : nl;
-	if (list)
-		np = list < nl ? list : nl;
+	np = rank;
 	uint32_t n;
 	if (np <= VF_BEST_SORTED_MAX) { /* vf_best_sorted(), the rest by the kernel */
 		n = best_sorted_of(dots, NULL, np, np, q->pdist, q->probe);
@@ -370,6 +470,14 @@ static int probe(search *s, query *q, float *dots, uint32_t *near, uint32_t list
 	return (int)n;
 }
 
+/* Room for probe(): the scores, their bounds (lo, hi, then each panel's
+ * smallest lo and hi) and the 8-bit sums, a panel's worth of clusters
+ * each. */
+static float *probe_room(const search *s)
+{
+	return vf_malloc(sizeof(float) * 5 * s->g->ci.npanels * VF_PANEL);
+}
+
 int vf_probe_more(search *s, query *q, uint32_t list)
 {
 	uint32_t *np = vf_realloc(q->probe, sizeof(uint32_t) * ((size_t)list + 1));
@@ -378,7 +486,7 @@ int vf_probe_more(search *s, query *q, uint32_t list)
 	float *pd = vf_realloc(q->pdist, sizeof(float) * ((size_t)list + 1));
 	if (pd)
 		q->pdist = pd;
-	float *dots = vf_malloc(sizeof(float) * s->g->ci.npanels * VF_PANEL);
+	float *dots = probe_room(s);
 	if (!np || !pd || !dots) {
 		free(dots);
 		return -ENOMEM;
@@ -406,7 +514,7 @@ static int cmp_pair(const void *a, const void *b)
 
 int vf_scan_ivf(search *s, int again)
 {
-	float *dots = vf_malloc(sizeof(float) * s->g->ci.npanels * VF_PANEL);
+	float *dots = probe_room(s);
 	uint32_t *near = again ? NULL : vf_malloc(sizeof(uint32_t) * s->g->meta.nlist);
 	pair *pairs = NULL;
 	cluster_work *work = NULL;

@@ -200,16 +200,8 @@ void vf_qstate_set(vf_qstate *s, const vf_rotation *rot, const float *q)
 	vf_rotate(rot, q, s->rq);
 	/* sum and largest magnitude, 16 lanes (pdim is a multiple of 32),
 	 * the lanes added as vf_tree16 does */
-	float acc[16] = {0}, mx[16] = {0}, maxabs = 0;
-	for (uint32_t i = 0; i < s->pdim; i += 16)
-		for (int l = 0; l < 16; l++) {
-			float a = s->rq[i + l];
-			acc[l] += a;
-			mx[l] = fabsf(a) > mx[l] ? fabsf(a) : mx[l];
-		}
-	for (int l = 0; l < 16; l++)
-		maxabs = mx[l] > maxabs ? mx[l] : maxabs;
-	s->rq_sum = vf_tree16(acc);
+	float maxabs;
+	s->kn->sum_maxabs(s->rq, s->pdim, &s->rq_sum, &maxabs);
 	/* 16-bit R q: the largest magnitude at qmax, where the code dot's
 	 * sum (at most umax * pdim * qmax) stays below 2^31.  Each rounding
 	 * (half away from zero of the float product, itself within
@@ -222,12 +214,7 @@ void vf_qstate_set(vf_qstate *s, const vf_rotation *rot, const float *q)
 		qmax = 32767;
 	double sc = maxabs > 0 ? qmax / maxabs : 1.0;
 	const float scf = (float)sc, qm = (float)qmax;
-	for (uint32_t i = 0; i < s->pdim; i += 16)
-		for (int l = 0; l < 16; l++) {
-			float v = s->rq[i + l] * scf;
-			v = v > qm ? qm : v < -qm ? -qm : v;
-			s->q16[i + l] = (int16_t)(int32_t)(v + copysignf(0.5f, v));
-		}
+	s->kn->quant16(s->rq, s->pdim, scf, qm, s->q16);
 	s->q16_inv = (float)(1.0 / scf);
 	s->q16_err = (float)((0.502 * umax * s->pdim + 3 * 128.0) / scf * 1.0001);
 	if (s->rmu)

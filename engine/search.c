@@ -176,6 +176,37 @@ static int search_run(search *s, const float *queries, size_t nq, size_t first,
 		      uint32_t dim, const vecfs_query_opts *opts, char *err, size_t errlen);
 static void search_free(search *s);
 
+/* The config, counters and active generation (and that generation's meta)
+ * as the snapshot of txn sees them: read once a snapshot, then copied from
+ * the handle's while searches read that snapshot (same transaction id, map
+ * not moved: the same committed pages). */
+static int snap_meta(vecfs *v, vf_txn *txn, vf_snap_meta *out)
+{
+	uint64_t txnid = vf_txn_id(txn), epoch = v->store->map_epoch;
+	pthread_mutex_lock(&v->gen_mu);
+	int same = v->snap_meta.valid && v->snap_meta.txnid == txnid &&
+		   v->snap_meta.epoch == epoch;
+	if (same)
+		*out = v->snap_meta;
+	pthread_mutex_unlock(&v->gen_mu);
+	if (same)
+		return 0;
+	int rc;
+	memset(out, 0, sizeof *out);
+	if ((rc = vf_load_config(txn, v->store, &out->sc)) ||
+	    (rc = vf_load_counters(txn, v->store, &out->cnt)))
+		return rc;
+	out->active = vf_load_active(txn, v->store);
+	out->gm_ok = out->active && vf_load_genmeta(txn, v->store, out->active, &out->gm) == 0;
+	out->valid = 1;
+	out->txnid = txnid;
+	out->epoch = epoch;
+	pthread_mutex_lock(&v->gen_mu);
+	v->snap_meta = *out;
+	pthread_mutex_unlock(&v->gen_mu);
+	return 0;
+}
+
 /* Query i of s again, on the same snapshot, probing nprobe clusters (that
  * search widens further if it must): its results and counts replace the
  * first ones, its work adds to theirs. */
@@ -207,8 +238,7 @@ static int search_run(search *s, const float *queries, size_t nq, size_t first,
 {
 	vecfs_query_opts o = *opts;
 	vecfs *v = s->v;
-	vecfs_config sc;
-	vf_counters cnt;
+	vf_snap_meta sm;
 	int rc;
 
 	s->kn = vf_kernels_get();
@@ -216,9 +246,10 @@ static int search_run(search *s, const float *queries, size_t nq, size_t first,
 	s->txnid = vf_txn_id(s->txn);
 	s->epoch = v->store->map_epoch;
 	vf_hint_view_of(v->store, s->txn, &s->hints);
-	if ((rc = vf_load_config(s->txn, v->store, &sc)) ||
-	    (rc = vf_load_counters(s->txn, v->store, &cnt)))
+	if ((rc = snap_meta(v, s->txn, &sm)))
 		return rc;
+	const vecfs_config sc = sm.sc;
+	const vf_counters cnt = sm.cnt;
 	if (sc.dim == 0 || dim != sc.dim) {
 		vf_seterr(err, errlen, sc.dim ? "query has dimension %u, the store has dim %u"
 					      : "query has dimension %u, the store has no data yet (dim %u)",
@@ -247,8 +278,11 @@ static int search_run(search *s, const float *queries, size_t nq, size_t first,
 	uint64_t active = s->active;
 	vf_stop_rule rule = {INFINITY, 0, 0, 0};
 	if (active) {
-		if ((rc = vf_gen_get(v, s->txn, active, &s->g)) ||
-		    (rc = vf_load_genmeta(s->txn, v->store, active, &s->gm)))
+		if ((rc = vf_gen_get(v, s->txn, active, &s->g)))
+			return rc;
+		if (sm.gm_ok && sm.active == active)
+			s->gm = sm.gm;
+		else if ((rc = vf_load_genmeta(s->txn, v->store, active, &s->gm)))
 			return rc;
 		if (s->nprobe == 0 && s->g->cal) {
 			s->target = o.recall > 0 ? o.recall : sc.recall_target;
@@ -481,7 +515,13 @@ int vf_search_threads(vecfs *v, const float *queries, size_t nq, uint32_t dim,
 	}
 	if (n > VF_PARALLEL_MAX)
 		n = VF_PARALLEL_MAX;
-	uint64_t active = o.exact ? 0 : vf_load_active(txn[0], v->store);
+	vf_snap_meta sm;
+	if ((rc = snap_meta(v, txn[0], &sm))) {
+		vf_fset_put(v, fset);
+		vf_read_end(v->store, txn[0]);
+		return rc;
+	}
+	uint64_t active = o.exact ? 0 : sm.active;
 	int exact = !active;
 	if (exact) {
 		if ((size_t)n > nq / PART_EXACT)

@@ -92,6 +92,9 @@ typedef struct query {
 	float qn2;         /* |q|^2 */
 	vf_qstate qs;
 	vf_cstate cs;
+	vf_pass1 p1;       /* the first pass's constants for the cluster being
+			    * scanned: cs.p1, its error bound narrowed to
+			    * VF_PASS1_EPS (score.c) */
 	fheap ub;          /* k smallest upper bounds: the pruning threshold */
 	cand *cands;
 	size_t nc, capc;

@@ -1080,7 +1080,7 @@ static void check_sign_gather(const vf_kernels *kn, rng *r)
 
 static void check_lut4(const vf_kernels *kn, const vf_kernels *ref, rng *r)
 {
-	static const uint32_t gs[] = { 1, 2, 16, 256 };
+	static const uint32_t gs[] = { 1, 2, 16, 19, 256 };
 	size_t bad_ref = 0, bad_bits = 0;
 	for (size_t gi = 0; gi < sizeof gs / sizeof *gs; gi++) {
 		uint32_t groups = gs[gi];
@@ -1334,6 +1334,104 @@ static void check_panel_min(const vf_kernels *kn, const vf_kernels *ref, rng *r)
 	assert_int_equal(bad_bits, 0);
 }
 
+/* sum_maxabs and quant16 bit for bit against the scalar kernels: random
+ * values of mixed scales, -0, values past the clamp, halves. */
+static void check_quant16(const vf_kernels *kn, rng *r)
+{
+	enum { N = 832 };
+	static float x[N];
+	int16_t q[2][N];
+	size_t bad = 0;
+	for (int round = 0; round < 4; round++) {
+		for (size_t i = 0; i < N; i++) {
+			float u = (float)(rng_next(r) % 2000001) / 1e6f - 1;
+			x[i] = round == 0 ? u : round == 1 ? u * 1e4f : round == 2 ? (float)((int)(u * 8)) * 0.5f
+							   : (i % 3 ? -0.0f : u * 40000);
+		}
+		for (uint32_t n = 16; n <= N; n += n < 64 ? 16 : 192) {
+			float s0, m0, s1, m1;
+			vf_kernels_scalar.sum_maxabs(x, n, &s0, &m0);
+			kn->sum_maxabs(x, n, &s1, &m1);
+			float scf = round == 1 ? 3.0f : 7.5f, qm = round == 3 ? 1000.0f : 32767.0f;
+			vf_kernels_scalar.quant16(x, n, scf, qm, q[0]);
+			kn->quant16(x, n, scf, qm, q[1]);
+			if (memcmp(&s0, &s1, 4) || memcmp(&m0, &m1, 4) ||
+			    memcmp(q[0], q[1], n * sizeof(int16_t))) {
+				if (bad++ < 5)
+					print_message("%s sum_maxabs/quant16 differ from scalar (n %u, round %d)\n",
+						      kn->name, n, round);
+			}
+		}
+	}
+	assert_int_equal(bad, 0);
+}
+
+/* point_panels_i8 against a plain sum, exactly: random bytes, and the
+ * extremes (127 against -127 and 127 in every coordinate), over 4 to
+ * 1,024 coordinates and 1 to 3 panels. */
+static void check_panels_i8(const vf_kernels *kn, rng *r)
+{
+	static const size_t d4s[] = {4, 8, 28, 128, 784, 1024};
+	enum { DMAX = 1024, PMAX = 3 };
+	static uint8_t xu[DMAX];
+	static int8_t pan[PMAX * DMAX * VF_PANEL];
+	int32_t out[PMAX * VF_PANEL];
+	size_t bad = 0;
+	for (size_t a = 0; a < sizeof d4s / sizeof *d4s; a++)
+		for (int round = 0; round < 3; round++)
+			for (size_t np = 1; np <= PMAX; np++) {
+				size_t d4 = d4s[a];
+				for (size_t k = 0; k < d4; k++)
+					xu[k] = round ? 127 : (uint8_t)(rng_next(r) % 128);
+				for (size_t i = 0; i < np * d4 * VF_PANEL; i++)
+					pan[i] = round == 1 ? 127 : round == 2 ? -127
+							 : (int8_t)(rng_next(r) % 255 - 127);
+				kn->point_panels_i8(xu, d4, pan, np, out);
+				for (size_t i = 0; i < np; i++)
+					for (int j = 0; j < VF_PANEL; j++) {
+						int64_t want = 0;
+						for (size_t k = 0; k < d4; k++)
+							want += (int64_t)xu[k] *
+								pan[i * d4 * VF_PANEL +
+								    (k / 4 * VF_PANEL + j) * 4 + k % 4];
+						if (out[i * VF_PANEL + j] != want && bad++ < 5)
+							print_message("%s point_panels_i8 d4 %zu panel %zu lane %d: %d, want %lld\n",
+								      kn->name, d4, i, j, out[i * VF_PANEL + j],
+								      (long long)want);
+					}
+			}
+	/* q8_bounds bit for bit against the scalar kernel, with and without
+	 * norms */
+	enum { NP = 5, NC = NP * VF_PANEL };
+	int32_t raw[NC], sum[NC];
+	float sc[NC], nr[NC], er[NC], n2[NC], lo[2][NC], hi[2][NC], lm[2][NP], hm[2][NP];
+	for (size_t i = 0; i < NC; i++) {
+		raw[i] = (int32_t)(rng_next(r) % 2000001) - 1000000;
+		sum[i] = (int32_t)(rng_next(r) % 20001) - 10000;
+		sc[i] = (float)(rng_next(r) % 1000 + 1) * 1e-4f;
+		nr[i] = (float)(rng_next(r) % 1000) * 1e-2f;
+		er[i] = (float)(rng_next(r) % 1000) * 1e-5f;
+		n2[i] = (float)(rng_next(r) % 100000) * 1e-3f;
+	}
+	const float par[4] = {0.013f, 3.5f, 0.02f, 1e-5f};
+	for (int withn = 0; withn < 2; withn++) {
+		vf_kernels_scalar.q8_bounds(raw, sum, sc, nr, er, withn ? n2 : NULL, NP, par, lo[0],
+					    hi[0], lm[0], hm[0]);
+		kn->q8_bounds(raw, sum, sc, nr, er, withn ? n2 : NULL, NP, par, lo[1], hi[1], lm[1],
+			      hm[1]);
+		if (memcmp(lo[0], lo[1], sizeof lo[0]) || memcmp(hi[0], hi[1], sizeof hi[0]) ||
+		    memcmp(lm[0], lm[1], sizeof lm[0]) || memcmp(hm[0], hm[1], sizeof hm[0])) {
+			print_message("%s q8_bounds differs from scalar (norms %d)\n", kn->name, withn);
+			bad++;
+		}
+		for (size_t p = 0; p < NP; p++)
+			for (size_t i = p * VF_PANEL; i < (p + 1) * VF_PANEL; i++)
+				if (lo[1][i] < lm[1][p] || hi[1][i] < hm[1][p] || lo[1][i] > hi[1][i])
+					bad++;
+	}
+	assert_int_equal(bad, 0);
+}
+
 /* The rest of a selection of the np smallest scores: every kernel must
  * leave the same list as inserting one score at a time (ties in index
  * order, NaN never taken), for lengths that end mid-vector, lists of one
@@ -1504,6 +1602,8 @@ static void test_kernels_agree(void **state)
 		check_rotate(kn, ref, &r);
 		check_panel_min(kn, ref, &r);
 		check_best_rest(kn, &r);
+		check_panels_i8(kn, &r);
+		check_quant16(kn, &r);
 	}
 }
 

@@ -1181,6 +1181,121 @@ static void test_located_clusters_follow_writes(void **state)
 	ds_free(&ds);
 }
 
+/* A search takes the config, the counters and the active generation of its
+ * own snapshot, though searches of one snapshot share them: after each
+ * change (k, nprobe, a flip of the active generation, a delete) the next
+ * search follows it. */
+static void test_search_follows_meta(void **state)
+{
+	fixture *f = *state;
+	const uint32_t D = 16;
+	const size_t N = 2000;
+	dataset ds;
+	vecfs *v = open_built(f, &ds, 23, N, D);
+	uint64_t g2 = build(v, 0);
+	vecfs_query_opts o;
+	memset(&o, 0, sizeof o);
+	for (uint32_t round = 0; round < 4; round++) {
+		vecfs_config c;
+		char err[256] = "";
+		assert_int_equal(vecfs_config_get(v, &c), 0);
+		c.k = 3 + round;
+		c.nprobe = 2 + round;
+		assert_int_equal(vecfs_config_set(v, &c, err, sizeof err), 0);
+		uint64_t gen = round % 2 ? g2 : 1;
+		assert_int_equal(vecfs_activate(v, gen, err, sizeof err), 0);
+		for (int twice = 0; twice < 2; twice++) {
+			vecfs_results *r = search_opts(v, ds.x, 1, D, &o);
+			assert_int_equal(r->count[0], 3 + round);
+			assert_int_equal(r->explain.k, 3 + round);
+			assert_int_equal(r->explain.nprobe, 2 + round);
+			assert_int_equal(r->generation, gen);
+			vecfs_results_free(r);
+		}
+	}
+	/* down to two live records: two results */
+	char key[32];
+	for (size_t i = 2; i < N; i++) {
+		snprintf(key, sizeof key, "k%zu", i);
+		del_key(v, key);
+	}
+	vecfs_results *r = search_opts(v, ds.x, 1, D, &o);
+	assert_int_equal(r->count[0], 2);
+	vecfs_results_free(r);
+	ds_free(&ds);
+}
+
+/* With 1,009 clusters or more a generation keeps its centroids in 8 bits
+ * too, and probing scores in binary16 only the panels its bounds cannot
+ * rule out: every search gives the same results and counts as with every
+ * panel scored (the 8-bit copy taken away), under l2 and dot and at 1e-13
+ * scales, at fixed nprobe, with recall targets (the second look included)
+ * and with queries far from the data. */
+static void test_probe_first_look(void **state)
+{
+	fixture *f = *state;
+	const uint32_t D = 24;
+	const size_t N = 12000;
+	for (int m = 0; m < 3; m++) { /* l2, dot, l2 at 1e-13 */
+		vecfs_metric metric = m == 1 ? VECFS_DOT : VECFS_L2;
+		vecfs *v = fx_open(f, m == 0 ? "l2" : m == 1 ? "dot" : "small");
+		set_config(v, D, metric);
+		vecfs_config c;
+		char err[256] = "";
+		assert_int_equal(vecfs_config_get(v, &c), 0);
+		c.nlist = 64 * VF_PANEL;
+		assert_int_equal(vecfs_config_set(v, &c, err, sizeof err), 0);
+		dataset ds;
+		ds_make(&ds, 31 + m, N, D, 40);
+		for (size_t i = 0; m == 2 && i < N * D; i++)
+			ds.x[i] *= 1e-13f;
+		put_range(v, ds.x, 0, N, D, "k");
+		uint64_t gid = build(v, 1);
+		vf_txn *txn;
+		vf_gen *g;
+		assert_int_equal(vf_read_begin(v->store, &txn), 0);
+		assert_int_equal(vf_gen_get(v, txn, gid, &g), 0);
+		vf_read_end(v->store, txn);
+		assert_non_null(g->ci.q8);
+		int8_t *q8 = g->ci.q8;
+		const uint32_t nprobes[] = {1, 7, 40, 0, 0, 0};
+		const float recalls[] = {0, 0, 0, 0.9f, 0.99f, 0.999f};
+		size_t diff = 0;
+		for (size_t t = 0; t < 6; t++)
+			for (size_t i = 0; i < 60; i++) {
+				float qv[24];
+				const float *p = ds.x + (i * 97 % N) * D;
+				float unit = m == 2 ? 1e-13f : 1;
+				for (uint32_t d = 0; d < D; d++) /* some near the data, some far */
+					qv[d] = i % 3 == 2 ? 40 * p[d] + unit * (float)(d % 5)
+							   : p[d] + unit * 0.01f * (float)d;
+				vecfs_query_opts o;
+				memset(&o, 0, sizeof o);
+				o.k = 10;
+				o.nprobe = nprobes[t];
+				o.recall = recalls[t];
+				vecfs_results *r[2];
+				for (int off = 0; off < 2; off++) {
+					g->ci.q8 = off ? NULL : q8;
+					r[off] = search_opts(v, qv, 1, D, &o);
+				}
+				g->ci.q8 = q8;
+				diff += r[0]->count[0] != r[1]->count[0] ||
+					r[0]->explain.clusters_probed != r[1]->explain.clusters_probed ||
+					r[0]->explain.pass1_scored != r[1]->explain.pass1_scored;
+				for (size_t h = 0; h < r[0]->count[0] && h < r[1]->count[0]; h++)
+					diff += strcmp(r[0]->hits[0][h].key, r[1]->hits[0][h].key) != 0 ||
+						r[0]->hits[0][h].distance != r[1]->hits[0][h].distance;
+				vecfs_results_free(r[0]);
+				vecfs_results_free(r[1]);
+			}
+		assert_int_equal(diff, 0);
+		vf_gen_put(v, g);
+		ds_free(&ds);
+		fx_close(f);
+	}
+}
+
 /* ------------------------------------------------------------ 7. bad input */
 
 static void expect_put_einval(vecfs *v, const vecfs_row *rows, size_t n,
@@ -2057,6 +2172,8 @@ int main(void)
 						fx_teardown),
 		cmocka_unit_test_setup_teardown(test_pages_read_counted, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_prefetch_same_results, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_search_follows_meta, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_probe_first_look, fx_setup, fx_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
