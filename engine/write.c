@@ -121,6 +121,12 @@ int vecfs_row_check(vecfs *v, const vecfs_row *row, uint32_t dim, char *err,
 	return rc ? rc : vf_row_check(&c, row, dim, err, errlen);
 }
 
+int vecfs_row_check_config(const vecfs_config *c, const vecfs_row *row, uint32_t dim,
+			   char *err, size_t errlen)
+{
+	return vf_row_check(c, row, dim, err, errlen);
+}
+
 /* Load the active generation (if any) and a posting writer for it. */
 static int open_active(vecfs *v, vf_txn *txn, vf_gen **g, vf_genmeta *m,
 		       vf_posting_writer *w)
