@@ -5,12 +5,12 @@
  * Bytes arrive in write() pieces split anywhere, each at the end of what
  * was written before.  Each row is parsed and checked
  * (vecfs_row_check_config) as soon as it is complete, so a malformed row
- * fails the write() that completes it.  Good rows wait in a temporary file and are handed to
- * vecfs_put as one batch at the close of a process that wrote (told by the
- * FUSE lock owner of its writes and of its FLUSH), which commits them
- * atomically.  A staged file (NAME.EXT.part) never commits at a close: its
- * errors wait, silent, for the rename that commits it.  The buffers of all
- * open files count against one budget of the daemon.
+ * fails the write() that completes it.  Good rows wait in a temporary file
+ * and are handed to vecfs_put as one batch at the close of a process that
+ * wrote (told by the FUSE lock owner of its writes and of its FLUSH), which
+ * commits them atomically.  A staged file (NAME.EXT.part) never commits at
+ * a close: its errors wait, silent, for the rename that commits it.  The
+ * buffers of all open files count against one budget of the daemon.
  */
 #include "ingest.h"
 
