@@ -3,14 +3,14 @@
  * .csv/.tsv/.txt, .jsonl/.ndjson, .fvecs, .bvecs and .npy.
  *
  * Bytes arrive in write() pieces split anywhere, each at the end of what
- * was written before.  Each row is parsed and checked (vecfs_row_check) as
- * soon as it is complete, so a malformed row fails the write() that
- * completes it.  Good rows wait in a temporary file and are handed to
- * vecfs_put as one batch at the close of a process that wrote (told by the
- * FUSE lock owner of its writes and of its FLUSH), which commits them
- * atomically.  A staged file (NAME.EXT.part) never commits at a close: its
- * errors wait, silent, for the rename that commits it.  The buffers of all
- * open files count against one budget of the daemon.
+ * was written before.  Each row is parsed and checked
+ * (vecfs_row_check_config) as soon as it is complete, so a malformed row
+ * fails the write() that completes it.  Good rows wait in a temporary file
+ * and are handed to vecfs_put as one batch at the close of a process that
+ * wrote (told by the FUSE lock owner of its writes and of its FLUSH), which
+ * commits them atomically.  A staged file (NAME.EXT.part) never commits at
+ * a close: its errors wait, silent, for the rename that commits it.  The
+ * buffers of all open files count against one budget of the daemon.
  */
 #include "ingest.h"
 
@@ -46,6 +46,8 @@ struct ingest {
 	char *path;        /* as errors lines name it: ingest/NAME, or delete */
 	int fmt;
 	uint32_t dim;      /* the file's dimension; 0 until known */
+	vecfs_config cfg;  /* the store's, read with dim: what rows are checked
+			    * against as they come (the commit checks again) */
 	int dim_from_store;
 	int numeric_keys;  /* delimited text: every row's key reads as a number */
 	uint64_t written;  /* bytes written */
@@ -498,12 +500,11 @@ static int add_row(ingest *in, uint64_t where, const char *key, size_t klen, uin
 {
 	char why[300] = "";
 	if (in->dim == 0) {
-		vecfs_config c;
-		int rc = vecfs_config_get(in->dm->store, &c);
+		int rc = vecfs_config_get(in->dm->store, &in->cfg);
 		if (rc)
 			return fail_at(in, rc, where, "cannot read the configuration: %s", strerror(-rc));
-		in->dim = c.dim ? c.dim : dim;
-		in->dim_from_store = c.dim != 0;
+		in->dim = in->cfg.dim ? in->cfg.dim : dim;
+		in->dim_from_store = in->cfg.dim != 0;
 	}
 	if (dim != in->dim)
 		return fail_at(in, -EINVAL, where, "%u numbers, expected %u (%s)%s", dim, in->dim,
@@ -513,7 +514,7 @@ static int add_row(ingest *in, uint64_t where, const char *key, size_t klen, uin
 	if (key && !vecfs_key_valid(key, klen))
 		return bad_key(in, where, key, klen);
 	vecfs_row r = {key, klen, in->tmp, payload, plen};
-	int rc = vecfs_row_check(in->dm->store, &r, dim, why, sizeof why);
+	int rc = vecfs_row_check_config(&in->cfg, &r, dim, why, sizeof why);
 	if (rc)
 		return fail_at(in, rc, where, "%s", why[0] ? why : strerror(-rc));
 	if ((rc = spool_start(in, where)))

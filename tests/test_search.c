@@ -1319,6 +1319,14 @@ static void expect_put_einval(vecfs *v, const vecfs_row *rows, size_t n,
 	err[0] = 0;
 	assert_int_equal(vecfs_row_check(v, &rows[want_bad], dim, err, sizeof err),
 			 -EINVAL);
+	/* and by the check against the configuration read once, with the
+	 * same reason */
+	vecfs_config c;
+	char err2[256] = "";
+	assert_int_equal(vecfs_config_get(v, &c), 0);
+	assert_int_equal(vecfs_row_check_config(&c, &rows[want_bad], dim, err2, sizeof err2),
+			 -EINVAL);
+	assert_string_equal(err2, err);
 }
 
 static void test_bad_input_rejected(void **state)

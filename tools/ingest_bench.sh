@@ -2,7 +2,8 @@
 # tools/ingest_bench.sh - the ingest rate through a live mount: a whole
 # fvecs file written into ingest/ in 1 MiB writes (dd), timed from the first
 # write to the end of its close() (when the rows are committed and durable),
-# and the daemon's peak RSS.
+# the daemon's CPU time meanwhile (user + system, all its threads) and its
+# peak RSS.
 #
 # usage: tools/ingest_bench.sh [-b ROWS | -s STORE] [-r RUNS] [-v DAEMON,...] FILE.fvecs
 #   -b ROWS  write into a store that already holds the first ROWS rows of
@@ -76,6 +77,12 @@ mount_store() {
 	cat "$TMP/daemon.log" >&2
 	exit 1
 }
+# The daemon's CPU time so far, user and system, of all its threads (those
+# that ended too), in clock ticks.
+HZ=$(getconf CLK_TCK)
+cpu_ticks() {
+	awk '{print $14 + $15}' "/proc/$PID/stat"
+}
 unmount_store() {
 	fusermount3 -u "$MNT"
 	wait "$PID" || true
@@ -110,16 +117,19 @@ for r in $(seq "$RUNS"); do
 		cp -a "$TMP/base" "$TMP/run"
 		sync # the copy's writeback is not the run's to pay
 		mount_store "$TMP/run" "$d"
+		c0=$(cpu_ticks)
 		t0=$(date +%s.%N)
 		dd if="$FILE" of="$MNT/ingest/all.fvecs" bs=1M status=none
 		t1=$(date +%s.%N)
+		c1=$(cpu_ticks)
 		hwm=$(awk '/^VmHWM/ {print $2}' "/proc/$PID/status")
 		got=$(awk -F' = ' '$1 == "records" {print $2}' "$MNT/stats")
 		unmount_store
 		(( got == BASE_ROWS + ROWS )) ||
 			{ echo "ingest_bench: $got records after the write, not $((BASE_ROWS + ROWS))" >&2; exit 1; }
-		awk -v r="$r" -v d="$d" -v n="$ROWS" -v t0="$t0" -v t1="$t1" -v m="$hwm" 'BEGIN {
-			printf "round %d  %-28s %9.0f rows/s  (%.2f s)  daemon RSS peak %.0f MB\n",
-			       r, d, n / (t1 - t0), t1 - t0, m / 1024 }'
+		awk -v r="$r" -v d="$d" -v n="$ROWS" -v t0="$t0" -v t1="$t1" -v m="$hwm" \
+		    -v cpu="$(((c1 - c0) * 100 / HZ))" 'BEGIN {
+			printf "round %d  %-28s %9.0f rows/s  (%.2f s)  daemon CPU %.2f s  RSS peak %.0f MB\n",
+			       r, d, n / (t1 - t0), t1 - t0, cpu / 100, m / 1024 }'
 	done
 done

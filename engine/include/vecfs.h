@@ -173,6 +173,10 @@ int vecfs_utf8_valid(const char *text, size_t len);
  * number of floats in row->vec.  Returns 0 or -EINVAL with a reason. */
 int vecfs_row_check(vecfs *v, const vecfs_row *row, uint32_t dim, char *err,
 		    size_t errlen);
+/* The same check against a configuration read before (vecfs_config_get()),
+ * without a read of the store: for the rows of a file, one after another. */
+int vecfs_row_check_config(const vecfs_config *c, const vecfs_row *row, uint32_t dim,
+			   char *err, size_t errlen);
 
 /* Commit `n` rows atomically and durably (upsert; within a batch the last row
  * for a key wins).  If the dimension is unset it is fixed to `dim`.  With an
