@@ -34,20 +34,12 @@
 
 static int readable(int kind)
 {
-	switch (kind) {
-	case K_README: case K_CONFIG: case K_STATS: case K_ERRORS: case K_BACKUP: case K_DELETE: case K_CTL:
-	case K_EXPORT:
-	case K_RECORD: case K_QIN: case K_QOUT: case K_QJSON: case K_QSTATS:
-	case K_GMETA: case K_GCENT: case K_GCLUST: case K_GPROG:
-		return 1;
-	}
-	return 0;
+	return (kind_row(kind)->flags & KF_READ) != 0;
 }
 
 static int writable(int kind)
 {
-	return kind == K_CONFIG || kind == K_CTL || kind == K_INGEST_FILE || kind == K_QIN ||
-	       kind == K_DELETE;
+	return (kind_row(kind)->flags & KF_WRITE) != 0;
 }
 
 typedef struct handle {
@@ -122,8 +114,7 @@ static int open_node(fs_daemon *dm, node *n, struct fuse_file_info *fi, handle *
 {
 	int acc = fi->flags & O_ACCMODE;
 	char path[600];
-	if (n->kind == K_ROOT || n->kind == K_INGEST || n->kind == K_RECORDS || n->kind == K_QUERY ||
-	    n->kind == K_GENS || n->kind == K_SESSION || n->kind == K_GEN)
+	if (S_ISDIR(kind_of(n)->mode))
 		return -EISDIR;
 	if (acc != O_RDONLY && !writable(n->kind)) {
 		pthread_mutex_lock(&dm->tree.mu);
