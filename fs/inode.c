@@ -1,7 +1,7 @@
 /*
  * fs/inode.c - the nodes of the tree and their tables.
  *
- * Inodes 1..14 are the fixed entries (the root, its files and directories,
+ * Inodes 1..FIXED_MAX are the fixed entries (the root, its files and directories,
  * generations/active).  Everything else gets a node with a fresh inode
  * number when the kernel first looks it up: records/KEY, generations/GEN
  * and its files, query sessions and their files, ingest files and the
@@ -20,6 +20,7 @@
 
 #include "daemon.h"
 #include "generations.h"
+#include "log.h"
 #include "out_cache.h"
 
 enum { BY_INO, BY_NAME }; /* which table, and chain pointer of a node */
@@ -363,6 +364,11 @@ int tree_init(fs_daemon *dm)
 	}
 	tab_grow(&t->inos);
 	tab_grow(&t->names);
+	int bad = kinds_check();
+	if (bad) {
+		log_msg("kind %d: its row in fs/kinds.c does not fit the tree", bad);
+		return -EINVAL;
+	}
 	return t->inos.cap && t->names.cap ? 0 : -ENOMEM;
 }
 

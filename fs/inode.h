@@ -101,7 +101,8 @@ const char *kind_path(fs_daemon *dm, const node *n, char *buf, size_t cap);
 node *pin(fs_daemon *dm, fuse_ino_t ino);
 void unpin(fs_daemon *dm, node *n);
 
-/* The fixed nodes and empty tables: 0, or -ENOMEM. */
+/* The fixed nodes and empty tables: 0, -ENOMEM, or -EINVAL (with a
+ * message) when the rows of kinds.c do not fit the tree (kinds_check()). */
 int tree_init(fs_daemon *dm);
 /* Free every node. */
 void tree_destroy(fs_daemon *dm);

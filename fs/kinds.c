@@ -192,6 +192,7 @@ KIND(CONFIG) = {
 	.name = "config", .parent = K_ROOT, .mode = REG_MODE(0644),
 	.flags = KF_READ | KF_WRITE | KF_STORE_ATTRS | KF_ENTRY_KEPT,
 	.render = render_config_file, .version = version_snapshot, .time = time_config,
+	.fops = &config_file_ops,
 };
 KIND(STATS) = {
 	.name = "stats", .parent = K_ROOT, .mode = REG_MODE(0444),
@@ -202,26 +203,31 @@ KIND(ERRORS) = {
 	.name = "errors", .parent = K_ROOT, .mode = REG_MODE(0400),
 	.flags = KF_READ | KF_ENTRY_KEPT,
 	.render = render_errors, .size = size_errors, .time = time_errors,
+	.fops = &errors_file_ops,
 };
 KIND(CTL) = {
 	.name = "ctl", .parent = K_ROOT, .mode = REG_MODE(0600),
 	.flags = KF_READ | KF_WRITE | KF_ENTRY_KEPT,
 	.render = render_ctl,
+	.fops = &ctl_file_ops,
 };
 KIND(BACKUP) = {
 	.name = "backup", .parent = K_ROOT, .mode = REG_MODE(0400),
 	.flags = KF_READ | KF_STORE_ATTRS | KF_ENTRY_KEPT,
 	.size = size_backup, .time = time_backup,
+	.fops = &backup_file_ops,
 };
 KIND(DELETE) = {
 	.name = "delete", .parent = K_ROOT, .mode = REG_MODE(0600),
 	.flags = KF_READ | KF_WRITE | KF_STORE_ATTRS | KF_ENTRY_KEPT,
 	.size = size_empty, .time = time_created,
+	.fops = &delete_file_ops,
 };
 KIND(EXPORT) = {
 	.name = "export.jsonl", .parent = K_ROOT, .mode = REG_MODE(0400),
 	.flags = KF_READ | KF_STORE_ATTRS | KF_ENTRY_KEPT,
 	.size = size_export, .time = time_records,
+	.fops = &export_file_ops,
 };
 
 /* ---------------------------------------------------------------- ingest/ */
@@ -241,6 +247,7 @@ KIND(INGEST_FILE) = {
 	.parent = K_INGEST, .mode = REG_MODE(0200),
 	.flags = KF_WRITE | KF_LINKED,
 	.size = size_ingest_file,
+	.fops = &ingest_file_ops,
 };
 
 /* ---------------------------------------------------------------- records/ */
@@ -348,21 +355,25 @@ KIND(QIN) = {
 	.name = "in", .parent = K_SESSION, .mode = REG_MODE(0600),
 	.flags = KF_READ | KF_WRITE | KF_ENTRY_KEPT,
 	.render = render_qin, .size = size_qin, .time = time_session_file,
+	.fops = &query_in_file_ops,
 };
 KIND(QOUT) = {
 	.name = "out", .parent = K_SESSION, .mode = REG_MODE(0400),
 	.flags = KF_READ | KF_ENTRY_KEPT,
 	.render = render_results, .size = size_results, .time = time_session_file,
+	.fops = &results_file_ops,
 };
 KIND(QJSON) = {
 	.name = "out.json", .parent = K_SESSION, .mode = REG_MODE(0400),
 	.flags = KF_READ | KF_ENTRY_KEPT,
 	.render = render_results, .size = size_results, .time = time_session_file,
+	.fops = &results_file_ops,
 };
 KIND(QSTATS) = {
 	.name = "stats", .parent = K_SESSION, .mode = REG_MODE(0400),
 	.flags = KF_READ | KF_ENTRY_KEPT,
 	.render = render_results, .size = size_results, .time = time_session_file,
+	.fops = &results_file_ops,
 };
 
 /* ---------------------------------------------------------------- generations/ */
@@ -541,5 +552,16 @@ int entry_kind(int dirkind, const char *name)
 	for (int k = K_NONE + 1; k < K_COUNT; k++)
 		if (kinds[k]->parent == dirkind && kinds[k]->name && !strcmp(kinds[k]->name, name))
 			return k;
+	return 0;
+}
+
+int kinds_check(void)
+{
+	for (int k = K_NONE + 1; k < K_COUNT; k++) {
+		const fs_kind *r = kinds[k];
+		int fixed = k == K_ROOT || (r->name && r->parent <= FIXED_MAX);
+		if (fixed != (k <= FIXED_MAX) || (S_ISDIR(r->mode) && !r->list && k != K_RECORDS))
+			return k;
+	}
 	return 0;
 }

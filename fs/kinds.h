@@ -54,6 +54,12 @@ enum {
  * -ENOMEM. */
 typedef int (*fs_dir_add)(void *d, const char *name, fuse_ino_t ino, mode_t type);
 
+/* The handling of opens a kind has of its own, where ops_file.c defines
+ * it. */
+typedef struct kind_file_ops kind_file_ops;
+extern const kind_file_ops config_file_ops, ctl_file_ops, errors_file_ops, backup_file_ops,
+	export_file_ops, delete_file_ops, ingest_file_ops, query_in_file_ops, results_file_ops;
+
 typedef struct fs_kind {
 	const char *name; /* where fixed; NULL: each node's own */
 	int parent;       /* the kind of its directory (K_NONE: the root's) */
@@ -76,6 +82,10 @@ typedef struct fs_kind {
 	/* A directory's entries but . and ..: 0 or -errno.  NULL: records/,
 	 * listed from the store a reply at a time (ops_dir.c). */
 	int (*list)(fs_daemon *dm, struct node *n, fs_dir_add add, void *d);
+	/* Its opens, reads, writes, closes and truncations where they are its
+	 * own (NULL: a readable file is rendered at the open, and none of the
+	 * rest is its own). */
+	const kind_file_ops *fops;
 } fs_kind;
 
 /* The row of a kind (K_NONE's for a kind out of range). */
@@ -84,5 +94,10 @@ const fs_kind *kind_row(int kind);
 
 /* The kind of the fixed entry `name` of a directory of kind dirkind, or 0. */
 int entry_kind(int dirkind, const char *name);
+
+/* 0 when the rows fit the tree: the fixed entries (a fixed name in a
+ * fixed directory) are the kinds up to FIXED_MAX, and every directory but
+ * records/ has a list; else the first kind that does not. */
+int kinds_check(void);
 
 #endif
