@@ -19,7 +19,6 @@
 #include <unistd.h>
 
 #include "daemon.h"
-#include "generations.h"
 #include "log.h"
 #include "out_cache.h"
 
@@ -252,67 +251,31 @@ void unpin(fs_daemon *dm, node *n)
 
 node *child_locked(fs_daemon *dm, node *p, const char *name, int *err)
 {
+	const fs_kind *pk = kind_of(p);
+	int k = entry_kind(p->kind, name);
 	node *n;
-	int k;
-	uint64_t gen;
 	*err = ENOENT;
-	switch (p->kind) {
-	case K_ROOT:
-		k = entry_kind(K_ROOT, name);
-		return k ? &dm->tree.fixed[k] : NULL;
-	case K_INGEST:
-	case K_QUERY:
-		return find_name(dm, p->ino, name);
-	case K_RECORDS:
-		n = find_name(dm, p->ino, name);
-		if (!n && (n = new_node(dm, K_RECORD, p->ino, name)))
-			link_name(dm, n);
-		if (!n)
-			*err = ENOMEM;
-		return n;
-	case K_SESSION:
-		k = entry_kind(K_SESSION, name);
-		if (!k)
-			return NULL;
-		n = find_name(dm, p->ino, name);
-		if (!n && (n = new_node(dm, k, p->ino, name))) {
+	if (!S_ISDIR(pk->mode)) {
+		*err = ENOTDIR;
+		return NULL;
+	}
+	if (!k) /* a name of its own (NULL: none) */
+		return pk->lookup ? pk->lookup(dm, p, name, err) : NULL;
+	if (k <= FIXED_MAX)
+		return &dm->tree.fixed[k];
+	/* a fixed file of a session or a generation */
+	n = find_name(dm, p->ino, name);
+	if (!n && (n = new_node(dm, k, p->ino, name))) {
+		n->gen = p->gen;
+		if (p->kind == K_SESSION) {
 			n->session = p;
 			p->kids++;
-			link_name(dm, n);
 		}
-		if (!n)
-			*err = ENOMEM;
-		return n;
-	case K_GENS:
-		if (!strcmp(name, "active"))
-			return &dm->tree.fixed[K_ACTIVE];
-		n = find_name(dm, p->ino, name);
-		if (n)
-			return n;
-		if (gen_parse_name(name, &gen))
-			return NULL;
-		if ((n = new_node(dm, K_GEN, p->ino, name))) {
-			n->gen = gen;
-			link_name(dm, n);
-		} else {
-			*err = ENOMEM;
-		}
-		return n;
-	case K_GEN:
-		k = entry_kind(K_GEN, name);
-		if (!k)
-			return NULL;
-		n = find_name(dm, p->ino, name);
-		if (!n && (n = new_node(dm, k, p->ino, name))) {
-			n->gen = p->gen;
-			link_name(dm, n);
-		}
-		if (!n)
-			*err = ENOMEM;
-		return n;
+		link_name(dm, n);
 	}
-	*err = ENOTDIR;
-	return NULL;
+	if (!n)
+		*err = ENOMEM;
+	return n;
 }
 
 fuse_ino_t listed_ino(const char *name, size_t len, fuse_ino_t parent)

@@ -69,7 +69,13 @@ static int list_fixed(fs_daemon *dm, node *n, fs_dir_add add, void *d)
 	return rc ? -ENOMEM : 0;
 }
 
-/* The files linked in a directory (KF_LINKED) */
+/* A file linked in a directory (KF_LINKED), by its name. */
+static node *lookup_linked(fs_daemon *dm, node *p, const char *name, int *err)
+{
+	return find_name(dm, p->ino, name);
+}
+
+/* The files linked in a directory (KF_LINKED). */
 static int list_linked(fs_daemon *dm, node *n, fs_dir_add add, void *d)
 {
 	int rc = 0;
@@ -242,6 +248,7 @@ KIND(INGEST) = {
 	.name = "ingest", .parent = K_ROOT, .mode = DIR_MODE(0700),
 	.flags = KF_ATTRS_KEPT | KF_ENTRY_KEPT,
 	.list = list_linked,
+	.lookup = lookup_linked,
 };
 KIND(INGEST_FILE) = {
 	.parent = K_INGEST, .mode = REG_MODE(0200),
@@ -284,6 +291,18 @@ static int size_record(fs_daemon *dm, node *n, const vecfs_attrs *sa, uint64_t *
 	return rc == -EIO ? 0 : rc;
 }
 
+/* records/KEY: a node for any key, which getattr and open look up in
+ * the store. */
+static node *lookup_record(fs_daemon *dm, node *p, const char *name, int *err)
+{
+	node *n = find_name(dm, p->ino, name);
+	if (!n && (n = new_node(dm, K_RECORD, p->ino, name)))
+		link_name(dm, n);
+	if (!n)
+		*err = ENOMEM;
+	return n;
+}
+
 static uint64_t time_record(fs_daemon *dm, node *n, const vecfs_attrs *sa)
 {
 	uint64_t t = 0;
@@ -294,6 +313,7 @@ KIND(RECORDS) = {
 	.name = "records", .parent = K_ROOT, .mode = DIR_MODE(0700),
 	.flags = KF_STORE_ATTRS | KF_ATTRS_KEPT | KF_ENTRY_KEPT,
 	.time = time_records,
+	.lookup = lookup_record,
 };
 KIND(RECORD) = {
 	.parent = K_RECORDS, .mode = REG_MODE(0400),
@@ -345,6 +365,7 @@ KIND(QUERY) = {
 	.name = "query", .parent = K_ROOT, .mode = DIR_MODE(0700),
 	.flags = KF_ATTRS_KEPT | KF_ENTRY_KEPT,
 	.list = list_linked,
+	.lookup = lookup_linked,
 };
 KIND(SESSION) = {
 	.parent = K_QUERY, .mode = DIR_MODE(0700),
@@ -408,6 +429,24 @@ static int list_gens(fs_daemon *dm, node *n, fs_dir_add add, void *d)
 	}
 	free(ids);
 	return list_linked(dm, n, add, d) || rc ? -ENOMEM : 0;
+}
+
+/* generations/GEN and the symlinks made while flipping active. */
+static node *lookup_gens(fs_daemon *dm, node *p, const char *name, int *err)
+{
+	uint64_t gen;
+	node *n = find_name(dm, p->ino, name);
+	if (n)
+		return n;
+	if (gen_parse_name(name, &gen))
+		return NULL;
+	if ((n = new_node(dm, K_GEN, p->ino, name))) {
+		n->gen = gen;
+		link_name(dm, n);
+	} else {
+		*err = ENOMEM;
+	}
+	return n;
 }
 
 /* The generation's target. */
@@ -500,6 +539,7 @@ KIND(GENS) = {
 	.name = "generations", .parent = K_ROOT, .mode = DIR_MODE(0755),
 	.flags = KF_STORE_ATTRS | KF_ATTRS_KEPT | KF_ENTRY_KEPT,
 	.time = time_gens, .list = list_gens,
+	.lookup = lookup_gens,
 };
 KIND(ACTIVE) = {
 	.name = "active", .parent = K_GENS, .mode = LNK_MODE,

@@ -79,6 +79,10 @@ typedef struct fs_kind {
 	/* When it last changed, in ns (sa as for size).  NULL: the last change
 	 * the daemon saw since the mount (content_time()). */
 	uint64_t (*time)(fs_daemon *dm, struct node *n, const vecfs_attrs *sa);
+	/* A directory's entry `name` that is not one of its fixed entries
+	 * (dm->tree.mu held): the node, or NULL with *err set (ENOENT: none).
+	 * NULL: only its fixed entries. */
+	struct node *(*lookup)(fs_daemon *dm, struct node *p, const char *name, int *err);
 	/* A directory's entries but . and ..: 0 or -errno.  NULL: records/,
 	 * listed from the store a reply at a time (ops_dir.c). */
 	int (*list)(fs_daemon *dm, struct node *n, fs_dir_add add, void *d);
