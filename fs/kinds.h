@@ -2,8 +2,9 @@
  * fs/kinds.h - the kinds of file under the mount.  Each kind is one row of
  * kinds.c (struct fs_kind): its name where fixed, its directory, its mode,
  * what it does (KF_ flags) and the functions that give its content, size
- * and time, list it (a directory) and handle its opens.  The operations
- * look a node's row up (kind_of()) instead of testing kinds.
+ * and time, find names in it and list it (a directory) and handle its
+ * opens.  The operations look a node's row up (kind_of()) instead of
+ * testing kinds.
  */
 #ifndef VECFS_FS_KINDS_H
 #define VECFS_FS_KINDS_H
@@ -18,12 +19,12 @@
 
 typedef struct fs_daemon fs_daemon;
 struct node;
-struct fuse_file_info;
 
 /* Every kind, in the order of enum kind: the fixed entries first (inodes
  * 1..FIXED_MAX, each the inode of its kind), then the kinds of the nodes
- * made as they are looked up.  Each has its row kind_NAME in kinds.c: the
- * compiler tells a kind without one. */
+ * made as they are looked up; in each directory, in the order ls lists
+ * them.  Each has its row kind_NAME in kinds.c: the compiler tells a kind
+ * without one. */
 #define FS_KINDS(X)                                                                       \
 	X(ROOT) X(README) X(CONFIG) X(STATS) X(ERRORS) X(CTL) X(BACKUP) X(DELETE) X(EXPORT) \
 	X(INGEST) X(RECORDS) X(QUERY) X(GENS) X(ACTIVE)                                    \
