@@ -1,7 +1,7 @@
 /*
  * fs/inode.c - the nodes of the tree and their tables.
  *
- * Inodes 1..14 are the fixed entries (the root, its files and directories,
+ * Inodes 1..FIXED_MAX are the fixed entries (the root, its files and directories,
  * generations/active).  Everything else gets a node with a fresh inode
  * number when the kernel first looks it up: records/KEY, generations/GEN
  * and its files, query sessions and their files, ingest files and the
@@ -19,52 +19,10 @@
 #include <unistd.h>
 
 #include "daemon.h"
-#include "generations.h"
+#include "log.h"
 #include "out_cache.h"
 
-static const named root_entries[] = {
-	{"README", K_README}, {"config", K_CONFIG},   {"stats", K_STATS},
-	{"errors", K_ERRORS}, {"ctl", K_CTL},         {"backup", K_BACKUP},
-	{"delete", K_DELETE}, {"export.jsonl", K_EXPORT},
-	{"ingest", K_INGEST}, {"records", K_RECORDS}, {"query", K_QUERY},
-	{"generations", K_GENS},
-};
-static const named session_entries[] = {
-	{"in", K_QIN}, {"out", K_QOUT}, {"out.json", K_QJSON}, {"stats", K_QSTATS},
-};
-static const named gen_entries[] = {
-	{"meta", K_GMETA}, {"centroids.fvecs", K_GCENT}, {"clusters", K_GCLUST}, {"progress", K_GPROG},
-};
-#define NELEM(a) (sizeof(a) / sizeof((a)[0]))
-
 enum { BY_INO, BY_NAME }; /* which table, and chain pointer of a node */
-
-const named *entries_of(int dirkind, size_t *n)
-{
-	switch (dirkind) {
-	case K_ROOT:
-		*n = NELEM(root_entries);
-		return root_entries;
-	case K_SESSION:
-		*n = NELEM(session_entries);
-		return session_entries;
-	case K_GEN:
-		*n = NELEM(gen_entries);
-		return gen_entries;
-	}
-	*n = 0;
-	return NULL;
-}
-
-int entry_kind(int dirkind, const char *name)
-{
-	size_t n;
-	const named *tab = entries_of(dirkind, &n);
-	for (size_t i = 0; i < n; i++)
-		if (!strcmp(tab[i].name, name))
-			return tab[i].kind;
-	return 0;
-}
 
 static size_t hash_ino(fuse_ino_t ino, size_t cap)
 {
@@ -151,7 +109,7 @@ node *find_name(fs_daemon *dm, fuse_ino_t parent, const char *name)
 
 static int stateful(const node *n)
 {
-	return n->kind == K_INGEST_FILE || n->kind == K_SESSION || n->kind == K_TMPLINK;
+	return (kind_of(n)->flags & KF_LINKED) != 0;
 }
 
 void node_changed(node *n)
@@ -293,67 +251,39 @@ void unpin(fs_daemon *dm, node *n)
 
 node *child_locked(fs_daemon *dm, node *p, const char *name, int *err)
 {
+	const fs_kind *pk = kind_of(p);
+	int k = entry_kind(p->kind, name);
 	node *n;
-	int k;
-	uint64_t gen;
 	*err = ENOENT;
-	switch (p->kind) {
-	case K_ROOT:
-		k = entry_kind(K_ROOT, name);
-		return k ? &dm->tree.fixed[k] : NULL;
-	case K_INGEST:
-	case K_QUERY:
-		return find_name(dm, p->ino, name);
-	case K_RECORDS:
-		n = find_name(dm, p->ino, name);
-		if (!n && (n = new_node(dm, K_RECORD, p->ino, name)))
-			link_name(dm, n);
-		if (!n)
-			*err = ENOMEM;
-		return n;
-	case K_SESSION:
-		k = entry_kind(K_SESSION, name);
-		if (!k)
-			return NULL;
-		n = find_name(dm, p->ino, name);
-		if (!n && (n = new_node(dm, k, p->ino, name))) {
+	if (!S_ISDIR(pk->mode)) {
+		*err = ENOTDIR;
+		return NULL;
+	}
+	if (!k) /* a name of its own (NULL: none) */
+		return pk->lookup ? pk->lookup(dm, p, name, err) : NULL;
+	if (k <= FIXED_MAX)
+		return &dm->tree.fixed[k];
+	/* a fixed file of a session or a generation */
+	n = find_name(dm, p->ino, name);
+	if (!n && (n = new_node(dm, k, p->ino, name))) {
+		n->gen = p->gen;
+		if (p->kind == K_SESSION) {
 			n->session = p;
 			p->kids++;
-			link_name(dm, n);
 		}
-		if (!n)
-			*err = ENOMEM;
-		return n;
-	case K_GENS:
-		if (!strcmp(name, "active"))
-			return &dm->tree.fixed[K_ACTIVE];
-		n = find_name(dm, p->ino, name);
-		if (n)
-			return n;
-		if (gen_parse_name(name, &gen))
-			return NULL;
-		if ((n = new_node(dm, K_GEN, p->ino, name))) {
-			n->gen = gen;
-			link_name(dm, n);
-		} else {
-			*err = ENOMEM;
-		}
-		return n;
-	case K_GEN:
-		k = entry_kind(K_GEN, name);
-		if (!k)
-			return NULL;
-		n = find_name(dm, p->ino, name);
-		if (!n && (n = new_node(dm, k, p->ino, name))) {
-			n->gen = p->gen;
-			link_name(dm, n);
-		}
-		if (!n)
-			*err = ENOMEM;
-		return n;
+		link_name(dm, n);
 	}
-	*err = ENOTDIR;
-	return NULL;
+	if (!n)
+		*err = ENOMEM;
+	return n;
+}
+
+fuse_ino_t listed_ino(const char *name, size_t len, fuse_ino_t parent)
+{
+	uint64_t h = 1469598103934665603ULL ^ parent;
+	for (size_t i = 0; i < len; i++)
+		h = (h ^ (unsigned char)name[i]) * 1099511628211ULL;
+	return (fuse_ino_t)((h >> 2) | (1ULL << 62));
 }
 
 const char *kind_path(fs_daemon *dm, const node *n, char *buf, size_t cap)
@@ -386,28 +316,22 @@ int tree_init(fs_daemon *dm)
 	t->next_ino = 1000;
 	t->uid = getuid();
 	t->gid = getgid();
-	static const struct {
-		int kind;
-		const char *name;
-		int parent;
-	} fx[] = {
-		{K_ROOT, "", 0},           {K_README, "README", K_ROOT}, {K_CONFIG, "config", K_ROOT},
-		{K_STATS, "stats", K_ROOT}, {K_ERRORS, "errors", K_ROOT}, {K_CTL, "ctl", K_ROOT},
-		{K_BACKUP, "backup", K_ROOT}, {K_DELETE, "delete", K_ROOT},
-		{K_EXPORT, "export.jsonl", K_ROOT}, {K_INGEST, "ingest", K_ROOT}, {K_RECORDS, "records", K_ROOT},
-		{K_QUERY, "query", K_ROOT}, {K_GENS, "generations", K_ROOT}, {K_ACTIVE, "active", K_GENS},
-	};
-	for (size_t i = 0; i < NELEM(fx); i++) {
-		node *n = &dm->tree.fixed[fx[i].kind];
+	for (int k = K_ROOT; k <= FIXED_MAX; k++) {
+		node *n = &dm->tree.fixed[k];
 		memset(n, 0, sizeof *n);
-		n->ino = (fuse_ino_t)fx[i].kind;
-		n->kind = fx[i].kind;
-		n->name = (char *)fx[i].name;
-		n->namelen = strlen(fx[i].name);
-		n->parent = (fuse_ino_t)fx[i].parent;
+		n->ino = (fuse_ino_t)k;
+		n->kind = k;
+		n->name = (char *)kind_row(k)->name;
+		n->namelen = strlen(n->name);
+		n->parent = (fuse_ino_t)kind_row(k)->parent;
 	}
 	tab_grow(&t->inos);
 	tab_grow(&t->names);
+	int bad = kinds_check();
+	if (bad) {
+		log_msg("kind %d: its row in fs/kinds.c does not fit the tree", bad);
+		return -EINVAL;
+	}
 	return t->inos.cap && t->names.cap ? 0 : -ENOMEM;
 }
 

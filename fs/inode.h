@@ -13,22 +13,10 @@
 
 #include "fuse_compat.h"
 #include "ingest.h"
+#include "kinds.h"
 #include "query.h"
 
 typedef struct fs_daemon fs_daemon;
-
-enum kind {
-	K_ROOT = 1, K_README, K_CONFIG, K_STATS, K_ERRORS, K_CTL, K_BACKUP, K_DELETE, K_EXPORT,
-	K_INGEST, K_RECORDS, K_QUERY, K_GENS, K_ACTIVE,
-	K_INGEST_FILE, K_RECORD, K_SESSION, K_QIN, K_QOUT, K_QJSON, K_QSTATS,
-	K_GEN, K_GMETA, K_GCENT, K_GCLUST, K_GPROG, K_TMPLINK,
-};
-#define FIXED_MAX K_ACTIVE
-
-typedef struct named {
-	const char *name;
-	int kind;
-} named;
 
 typedef struct node {
 	fuse_ino_t ino;
@@ -84,12 +72,6 @@ typedef struct node_table {
 	gid_t gid;
 } node_table;
 
-/* The fixed entries of a directory of kind dirkind (root, a session, a
- * generation); NULL for other kinds. */
-const named *entries_of(int dirkind, size_t *n);
-/* The kind of fixed entry `name` of a directory of kind dirkind, or 0. */
-int entry_kind(int dirkind, const char *name);
-
 /* With dm->tree.mu held. */
 node *get_node(fs_daemon *dm, fuse_ino_t ino);
 node *find_name(fs_daemon *dm, fuse_ino_t parent, const char *name);
@@ -108,6 +90,9 @@ void maybe_free(fs_daemon *dm, node *n);
 /* Find or make the child `name` of p.  NULL with *err set when there is
  * none. */
 node *child_locked(fs_daemon *dm, node *p, const char *name, int *err);
+/* The inode number a listing gives entry `name` of directory parent
+ * that has no node yet (never one of a node's). */
+fuse_ino_t listed_ino(const char *name, size_t len, fuse_ino_t parent);
 /* The path of n in the tree, for errors lines. */
 const char *kind_path(fs_daemon *dm, const node *n, char *buf, size_t cap);
 
@@ -116,7 +101,8 @@ const char *kind_path(fs_daemon *dm, const node *n, char *buf, size_t cap);
 node *pin(fs_daemon *dm, fuse_ino_t ino);
 void unpin(fs_daemon *dm, node *n);
 
-/* The fixed nodes and empty tables: 0, or -ENOMEM. */
+/* The fixed nodes and empty tables: 0, -ENOMEM, or -EINVAL (with a
+ * message) when the rows of kinds.c do not fit the tree (kinds_check()). */
 int tree_init(fs_daemon *dm);
 /* Free every node. */
 void tree_destroy(fs_daemon *dm);

@@ -12,7 +12,6 @@
 #include <string.h>
 
 #include "daemon.h"
-#include "generations.h"
 
 typedef struct dent {
 	char *name;
@@ -38,8 +37,9 @@ typedef struct dirh {
 	size_t nbatch, capbatch;
 } dirh;
 
-static int add_dent(dirh *d, const char *name, fuse_ino_t ino, mode_t type)
+static int add_dent(void *arg, const char *name, fuse_ino_t ino, mode_t type)
 {
+	dirh *d = arg;
 	if (d->count == d->cap) {
 		size_t nc = d->cap ? d->cap * 2 : 16;
 		dent *ne = realloc(d->ents, nc * sizeof *ne);
@@ -57,76 +57,15 @@ static int add_dent(dirh *d, const char *name, fuse_ino_t ino, mode_t type)
 	return 0;
 }
 
-static fuse_ino_t pseudo_ino(const char *name, size_t len, fuse_ino_t parent)
-{
-	uint64_t h = 1469598103934665603ULL ^ parent;
-	for (size_t i = 0; i < len; i++)
-		h = (h ^ (unsigned char)name[i]) * 1099511628211ULL;
-	return (fuse_ino_t)((h >> 2) | (1ULL << 62));
-}
-
+/* The entries of directory d->n as they are now. */
 static int snapshot_dir(fs_daemon *dm, dirh *d)
 {
 	node *n = d->n;
 	int rc = 0;
-	char num[32];
-	size_t nfixed;
-	const named *fx = entries_of(n->kind, &nfixed);
 	rc |= add_dent(d, ".", n->ino, S_IFDIR);
 	rc |= add_dent(d, "..", n->parent ? n->parent : K_ROOT, S_IFDIR);
-	switch (n->kind) {
-	case K_ROOT:
-		for (size_t i = 0; i < nfixed; i++) {
-			int k = fx[i].kind;
-			int dir = k == K_INGEST || k == K_RECORDS || k == K_QUERY || k == K_GENS;
-			rc |= add_dent(d, fx[i].name, (fuse_ino_t)k, dir ? S_IFDIR : S_IFREG);
-		}
-		break;
-	case K_INGEST:
-	case K_QUERY:
-		pthread_mutex_lock(&dm->tree.mu);
-		for (node *c = dm->tree.children[n->ino]; c; c = c->sib_next)
-			rc |= add_dent(d, c->name, c->ino, c->kind == K_SESSION ? S_IFDIR : S_IFREG);
-		pthread_mutex_unlock(&dm->tree.mu);
-		break;
-	case K_SESSION:
-	case K_GEN:
-		for (size_t i = 0; i < nfixed; i++)
-			rc |= add_dent(d, fx[i].name, pseudo_ino(fx[i].name, strlen(fx[i].name), n->ino),
-				       S_IFREG);
-		break;
-	case K_GENS: {
-		size_t total = 0, cap = 64;
-		uint64_t *ids = NULL;
-		if (vecfs_active(dm->store))
-			rc |= add_dent(d, "active", K_ACTIVE, S_IFLNK);
-		for (;;) {
-			free(ids);
-			ids = malloc(cap * sizeof *ids);
-			if (!ids)
-				return -ENOMEM;
-			int r = vecfs_gen_list(dm->store, ids, cap, &total);
-			if (r) {
-				free(ids);
-				return r;
-			}
-			if (total <= cap)
-				break;
-			cap = total + 16;
-		}
-		for (size_t i = 0; i < total; i++) {
-			int l = snprintf(num, sizeof num, "%llu", (unsigned long long)ids[i]);
-			rc |= add_dent(d, num, pseudo_ino(num, (size_t)l, n->ino), S_IFDIR);
-		}
-		free(ids);
-		pthread_mutex_lock(&dm->tree.mu);
-		for (node *c = dm->tree.children[n->ino]; c; c = c->sib_next)
-			rc |= add_dent(d, c->name, c->ino, S_IFLNK);
-		pthread_mutex_unlock(&dm->tree.mu);
-		break;
-	}
-	}
-	return rc ? -ENOMEM : 0;
+	int lrc = kind_of(n)->list(dm, n, add_dent, d);
+	return lrc ? lrc : rc ? -ENOMEM : 0;
 }
 
 static void dirh_free(dirh *d)
@@ -151,18 +90,15 @@ void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	}
 	int rc = 0;
 	dirh *d = NULL;
-	if (n->kind != K_ROOT && n->kind != K_INGEST && n->kind != K_RECORDS && n->kind != K_QUERY &&
-	    n->kind != K_GENS && n->kind != K_SESSION && n->kind != K_GEN)
+	if (!S_ISDIR(kind_of(n)->mode))
 		rc = -ENOTDIR;
-	else if (n->kind == K_GEN && !gen_exists(dm->store, n->gen))
-		rc = -ENOENT;
 	else if (!(d = calloc(1, sizeof *d)))
 		rc = -ENOMEM;
 	if (rc == 0) {
 		d->n = n;
 		pthread_mutex_init(&d->mu, NULL);
 		d->anchor.off = 2;
-		if (n->kind != K_RECORDS)
+		if (kind_of(n)->list)
 			rc = snapshot_dir(dm, d);
 	}
 	if (rc) {
@@ -212,7 +148,7 @@ static int rec_cb(void *arg, const char *key, size_t klen)
 		return 0;
 	memcpy(name, key, klen);
 	name[klen] = 0;
-	if (!add_entry(c, name, pseudo_ino(key, klen, c->parent), S_IFREG, c->off + 1))
+	if (!add_entry(c, name, listed_ino(key, klen, c->parent), S_IFREG, c->off + 1))
 		return 1;
 	c->off++;
 	dirh *d = c->d;
@@ -308,7 +244,7 @@ void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		return;
 	}
 	pthread_mutex_lock(&d->mu);
-	if (d->n->kind == K_RECORDS) {
+	if (!kind_of(d->n)->list) {
 		readdir_records(req, d, &c, (uint64_t)off);
 	} else {
 		for (size_t i = (size_t)off; i < d->count; i++)

@@ -34,20 +34,12 @@
 
 static int readable(int kind)
 {
-	switch (kind) {
-	case K_README: case K_CONFIG: case K_STATS: case K_ERRORS: case K_BACKUP: case K_DELETE: case K_CTL:
-	case K_EXPORT:
-	case K_RECORD: case K_QIN: case K_QOUT: case K_QJSON: case K_QSTATS:
-	case K_GMETA: case K_GCENT: case K_GCLUST: case K_GPROG:
-		return 1;
-	}
-	return 0;
+	return (kind_row(kind)->flags & KF_READ) != 0;
 }
 
 static int writable(int kind)
 {
-	return kind == K_CONFIG || kind == K_CTL || kind == K_INGEST_FILE || kind == K_QIN ||
-	       kind == K_DELETE;
+	return (kind_row(kind)->flags & KF_WRITE) != 0;
 }
 
 typedef struct handle {
@@ -58,7 +50,7 @@ typedef struct handle {
 	pthread_mutex_t mu;
 	rendering *r;  /* read snapshot */
 	int fresh;     /* data was rendered by open and not read yet */
-	int fd;        /* backup */
+	int fd;        /* backup, export.jsonl: the stream */
 	ingest *del;   /* delete, opened for writing: what it was given */
 	/* held while wbuf and what follows change or are read; never while a
 	 * ctl command or a config transaction runs (two threads may write or
@@ -72,6 +64,32 @@ typedef struct handle {
 	unsigned lines;
 	int bad;        /* config: a line failed its check */
 } handle;
+
+/* The handling of opens a kind has of its own (kinds.h); NULL members do
+ * what every file does. */
+struct kind_file_ops {
+	/* An open for reading, instead of rendering the content at the open:
+	 * 0 or -errno. */
+	int (*open_read)(handle *h);
+	/* A read at off into buf, instead of one from the rendering: the
+	 * bytes read, or -errno. */
+	ssize_t (*read)(handle *h, char *buf, size_t size, off_t off);
+	/* Any open, once its handle is made (created: by create in its
+	 * directory): 0, or -errno and the open fails. */
+	int (*open)(handle *h, fuse_req_t req, struct fuse_file_info *fi, int created);
+	/* A write (NULL: EBADF): 0 or -errno. */
+	int (*write)(handle *h, const char *buf, size_t size, off_t off, struct fuse_file_info *fi);
+	/* A close (FLUSH) by lock owner `owner` of process pid (NULL: finish). */
+	int (*flush)(handle *h, uint64_t owner, pid_t pid);
+	/* What a close of the handle runs (pid 0: its last, RELEASE). */
+	int (*finish)(handle *h, pid_t pid);
+	/* A truncation to size (h: the handle it is made through, or NULL):
+	 * 0, or -errno with an errors line (NULL: refused, read-only). */
+	int (*truncate)(fs_daemon *dm, node *n, handle *h, off_t size);
+	/* n has no handle open any more (dm->tree.mu held; undo: the open of
+	 * a create that failed). */
+	void (*closed)(fs_daemon *dm, node *n, int undo);
+};
 
 /* Render a readable file into its handle.  A read at offset 0 renders it
  * anew (except right after open), so a descriptor held open and read again
@@ -117,13 +135,15 @@ static void handle_free(handle *h)
 	free(h);
 }
 
-/* Open n (a reference on it is already counted in n->opens). */
-static int open_node(fs_daemon *dm, node *n, struct fuse_file_info *fi, handle **out)
+/* Open n (a reference on it is already counted in n->opens); created: by
+ * create in its directory. */
+static int open_node(fuse_req_t req, node *n, struct fuse_file_info *fi, int created, handle **out)
 {
+	fs_daemon *dm = fuse_req_userdata(req);
+	const kind_file_ops *f = kind_of(n)->fops;
 	int acc = fi->flags & O_ACCMODE;
 	char path[600];
-	if (n->kind == K_ROOT || n->kind == K_INGEST || n->kind == K_RECORDS || n->kind == K_QUERY ||
-	    n->kind == K_GENS || n->kind == K_SESSION || n->kind == K_GEN)
+	if (S_ISDIR(kind_of(n)->mode))
 		return -EISDIR;
 	if (acc != O_RDONLY && !writable(n->kind)) {
 		pthread_mutex_lock(&dm->tree.mu);
@@ -145,23 +165,17 @@ static int open_node(fs_daemon *dm, node *n, struct fuse_file_info *fi, handle *
 	pthread_mutex_init(&h->wmu, NULL);
 	int rc = 0;
 	if (acc != O_WRONLY && readable(n->kind)) {
-		if (n->kind == K_BACKUP || n->kind == K_EXPORT) {
-			h->fd = n->kind == K_BACKUP ? backup_open(dm) : export_open(dm);
-			if (h->fd < 0)
-				rc = h->fd;
-		} else if (n->kind != K_QOUT && n->kind != K_QJSON && n->kind != K_QSTATS &&
-			   n->kind != K_ERRORS) { /* errors: read as it is at each read */
+		if (f && f->open_read) {
+			rc = f->open_read(h);
+		} else {
 			/* rendered now, so that open fails when the file cannot be
-			 * (a record deleted meanwhile); a session's results cannot
-			 * fail and are rendered by the first read */
+			 * (a record deleted meanwhile) */
 			rc = rerender(h);
 			h->fresh = 1;
 		}
 	}
-	if (rc == 0 && n->kind == K_QIN && (fi->flags & O_TRUNC))
-		qs_in_truncate(n->session->qs);
-	if (rc == 0 && n->kind == K_INGEST_FILE && (fi->flags & O_TRUNC))
-		ingest_truncate(n->ing); /* a staged file starts over */
+	if (rc == 0 && f && f->open)
+		rc = f->open(h, req, fi, created);
 	if (rc) {
 		handle_free(h);
 		return rc;
@@ -175,8 +189,6 @@ static int open_node(fs_daemon *dm, node *n, struct fuse_file_info *fi, handle *
 	return 0;
 }
 
-static int ingest_busy(fs_daemon *dm, const char *name);
-
 void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	fs_daemon *dm = fuse_req_userdata(req);
@@ -186,21 +198,7 @@ void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		fuse_reply_err(req, ENOENT);
 		return;
 	}
-	int rc = open_node(dm, n, fi, &h);
-	if (rc == 0 && n->kind == K_DELETE && (fi->flags & O_ACCMODE) != O_RDONLY &&
-	    !(h->del = ingest_new_delete(dm, (uint64_t)fuse_req_ctx(req)->pid))) {
-		handle_free(h);
-		rc = -ENOMEM;
-	}
-	if (rc == 0 && n->kind == K_INGEST_FILE && ingest_done(n->ing)) {
-		/* reopened after it left ingest/ (through a descriptor path) */
-		handle_free(h);
-		rc = -ENOENT;
-	} else if (rc == 0 && n->kind == K_INGEST_FILE && !ingest_staged(n->ing)) {
-		/* only its creator writes a file of ingest/ */
-		handle_free(h);
-		rc = ingest_busy(dm, n->name);
-	}
+	int rc = open_node(req, n, fi, 0, &h);
 	if (rc) {
 		unpin(dm, n);
 		fuse_reply_err(req, -rc);
@@ -231,21 +229,13 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	(void)ino;
 	handle *h = handle_of(fi);
 	int rc;
+	const kind_file_ops *f = kind_of(h->n)->fops;
 	pthread_mutex_lock(&h->mu);
-	if (h->n->kind == K_ERRORS) { /* a log: what it holds now at that offset */
+	if (f && f->read) {
 		char *buf = malloc(size ? size : 1);
-		if (!buf)
-			fuse_reply_err(req, ENOMEM);
-		else
-			fuse_reply_buf(req, buf, off < 0 ? 0 : errors_read(&h->dm->errors, (uint64_t)off, buf, size));
-		free(buf);
-	} else if (h->fd >= 0) {
-		char *buf = malloc(size ? size : 1);
-		ssize_t r = buf ? pread(h->fd, buf, size, off) : -1;
-		if (!buf)
-			fuse_reply_err(req, ENOMEM);
-		else if (r < 0)
-			fuse_reply_err(req, errno);
+		ssize_t r = buf ? f->read(h, buf, size, off) : -ENOMEM;
+		if (r < 0)
+			fuse_reply_err(req, (int)-r);
 		else
 			fuse_reply_buf(req, buf, (size_t)r);
 		free(buf);
@@ -261,6 +251,12 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	}
 	pthread_mutex_unlock(&h->mu);
 }
+
+/* ---------------------------------------------------------------- the file operations of each kind
+ *
+ * Of the kinds that have their own (kind_file_ops, named in their rows of
+ * kinds.c): config, ctl, errors, backup, export.jsonl, delete, the files of
+ * ingest/, a session's in and its results. */
 
 /* A second writer of an ingest file: -EBUSY, with an errors line. */
 static int ingest_busy(fs_daemon *dm, const char *name)
@@ -360,74 +356,6 @@ static int sync_run(const fs_daemon *dm, const struct fuse_file_info *fi, size_t
 	return (fi->flags & O_DSYNC) && off == 0 && size < dm->max_write;
 }
 
-void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
-		     struct fuse_file_info *fi)
-{
-	fs_daemon *dm = fuse_req_userdata(req);
-	(void)ino;
-	handle *h = handle_of(fi);
-	node *n = h->n;
-	int rc = 0;
-	switch (n->kind) {
-	case K_INGEST_FILE:
-		/* the lock owner of a write is the writer's: with direct_io the
-		 * kernel sends it (FUSE_WRITE_LOCKOWNER) */
-		rc = ingest_write(n->ing, buf, size, (uint64_t)off, fi->lock_owner);
-		node_changed(n);
-		if (rc)
-			ingest_leave(dm, n);
-		break;
-	case K_QIN:
-		atomic_store_explicit(&h->wrote, 1, memory_order_relaxed);
-		if (sync_run(dm, fi, size, off)) {
-			int ran;
-			rc = qs_in_write_run(n->session->qs, buf, size, &ran);
-			node_changed(n->session);
-			if (ran) {
-				int prc = push_out(dm, n->session);
-				if (!rc)
-					rc = prc;
-			}
-			break;
-		}
-		rc = qs_in_write(n->session->qs, buf, size, (uint64_t)off);
-		node_changed(n->session);
-		break;
-	case K_DELETE:
-		rc = ingest_write(h->del, buf, size, (uint64_t)off, fi->lock_owner);
-		break;
-	case K_CONFIG:
-	case K_CTL:
-		pthread_mutex_lock(&h->wmu);
-		if (h->wbuf.len + size > ((size_t)1 << 20)) {
-			pthread_mutex_unlock(&h->wmu);
-			errlog(&dm->errors, "%s: more than 1 MiB written at once", n->kind == K_CTL ? "ctl" : "config");
-			rc = -EFBIG;
-			break;
-		}
-		sb_add(&h->wbuf, buf, size);
-		if (h->wbuf.oom) {
-			h->wbuf.oom = 0;
-			pthread_mutex_unlock(&h->wmu);
-			rc = -ENOMEM;
-			break;
-		}
-		h->wdirty = 1;
-		if (n->kind == K_CONFIG)
-			rc = config_check_lines(h);
-		pthread_mutex_unlock(&h->wmu);
-		if (n->kind == K_CTL)
-			rc = ctl_run_lines(h, 0);
-		break;
-	default:
-		rc = -EBADF;
-	}
-	if (rc)
-		fuse_reply_err(req, -rc);
-	else
-		fuse_reply_write(req, size);
-}
-
 /* A close (FLUSH) of an ingest file by lock owner `owner` of process
  * `pid`, or the last close of its descriptor (RELEASE: pid 0). */
 static int ingest_flush(handle *h, uint64_t owner, pid_t pid)
@@ -453,82 +381,323 @@ static int caller_holds_in(fs_daemon *dm, node *n, pid_t pid)
 	return proc_holds_file(pid, dm->mount_dev, n->ino);
 }
 
-static int flush_handle(handle *h, pid_t pid)
+/* config and ctl: a write adds to h->wbuf (h->wmu held): 0, or -EFBIG
+ * (an errors line) past 1 MiB at once, or -ENOMEM. */
+static int wbuf_add(handle *h, const char *buf, size_t size)
+{
+	if (h->wbuf.len + size > ((size_t)1 << 20)) {
+		errlog(&h->dm->errors, "%s: more than 1 MiB written at once", h->n->name);
+		return -EFBIG;
+	}
+	sb_add(&h->wbuf, buf, size);
+	if (h->wbuf.oom) {
+		h->wbuf.oom = 0;
+		return -ENOMEM;
+	}
+	h->wdirty = 1;
+	return 0;
+}
+
+/* config and ctl: truncated to 0 through a handle, what it was written
+ * is forgotten. */
+static int wbuf_truncate(fs_daemon *dm, node *n, handle *h, off_t size)
+{
+	if (h && size == 0) {
+		pthread_mutex_lock(&h->wmu);
+		wbuf_reset(h);
+		pthread_mutex_unlock(&h->wmu);
+	}
+	return 0;
+}
+
+static int config_write(handle *h, const char *buf, size_t size, off_t off, struct fuse_file_info *fi)
+{
+	pthread_mutex_lock(&h->wmu);
+	int rc = wbuf_add(h, buf, size);
+	if (rc == 0)
+		rc = config_check_lines(h);
+	pthread_mutex_unlock(&h->wmu);
+	return rc;
+}
+
+/* The text is taken out under h->wmu and applied without it. */
+static int config_finish(handle *h, pid_t pid)
+{
+	fs_daemon *dm = h->dm;
+	int rc = 0;
+	pthread_mutex_lock(&h->wmu);
+	int dirty = h->wdirty, bad = h->bad;
+	size_t len = 0;
+	char *text = dirty && !bad ? sb_take(&h->wbuf, &len) : NULL;
+	h->wdirty = 0;
+	if (dirty)
+		wbuf_reset(h);
+	pthread_mutex_unlock(&h->wmu);
+	if (dirty) {
+		fc_request_long(dm->fuse);
+		if (bad)
+			rc = -EINVAL; /* already in errors: nothing is applied */
+		else
+			rc = config_apply_text(dm->store, &dm->errors, text ? text : "", len);
+	}
+	free(text);
+	return rc;
+}
+
+const kind_file_ops config_file_ops = {
+	.write = config_write, .finish = config_finish, .truncate = wbuf_truncate,
+};
+
+static int ctl_write(handle *h, const char *buf, size_t size, off_t off, struct fuse_file_info *fi)
+{
+	pthread_mutex_lock(&h->wmu);
+	int rc = wbuf_add(h, buf, size);
+	pthread_mutex_unlock(&h->wmu);
+	return rc ? rc : ctl_run_lines(h, 0);
+}
+
+static int ctl_finish(handle *h, pid_t pid)
+{
+	pthread_mutex_lock(&h->wmu);
+	int dirty = h->wdirty;
+	h->wdirty = 0;
+	pthread_mutex_unlock(&h->wmu);
+	if (!dirty)
+		return 0;
+	fc_request_long(h->dm->fuse);
+	return ctl_run_lines(h, 1);
+}
+
+const kind_file_ops ctl_file_ops = {
+	.write = ctl_write, .finish = ctl_finish, .truncate = wbuf_truncate,
+};
+
+/* errors: a log, read as it is at each read. */
+static int open_nothing(handle *h)
+{
+	return 0;
+}
+
+/* What the log holds now at that offset. */
+static ssize_t errors_file_read(handle *h, char *buf, size_t size, off_t off)
+{
+	return off < 0 ? 0 : (ssize_t)errors_read(&h->dm->errors, (uint64_t)off, buf, size);
+}
+
+const kind_file_ops errors_file_ops = {.open_read = open_nothing, .read = errors_file_read};
+
+/* backup and export.jsonl: a stream the open starts (h->fd). */
+static ssize_t stream_read(handle *h, char *buf, size_t size, off_t off)
+{
+	ssize_t r = pread(h->fd, buf, size, off);
+	return r < 0 ? -errno : r;
+}
+
+static int backup_open_read(handle *h)
+{
+	h->fd = backup_open(h->dm);
+	return h->fd < 0 ? h->fd : 0;
+}
+
+static int export_open_read(handle *h)
+{
+	h->fd = export_open(h->dm);
+	return h->fd < 0 ? h->fd : 0;
+}
+
+const kind_file_ops backup_file_ops = {.open_read = backup_open_read, .read = stream_read};
+const kind_file_ops export_file_ops = {.open_read = export_open_read, .read = stream_read};
+
+/* delete: opened for writing, what it is given (h->del) is deleted at the
+ * close, at once. */
+static int delete_open(handle *h, fuse_req_t req, struct fuse_file_info *fi, int created)
+{
+	if ((fi->flags & O_ACCMODE) != O_RDONLY &&
+	    !(h->del = ingest_new_delete(h->dm, (uint64_t)fuse_req_ctx(req)->pid)))
+		return -ENOMEM;
+	return 0;
+}
+
+static int delete_write(handle *h, const char *buf, size_t size, off_t off, struct fuse_file_info *fi)
+{
+	return ingest_write(h->del, buf, size, (uint64_t)off, fi->lock_owner);
+}
+
+static int delete_flush(handle *h, uint64_t owner, pid_t pid)
+{
+	if (!h->del)
+		return 0;
+	fc_request_long(h->dm->fuse); /* a commit */
+	return ingest_close(h->del, owner, (uint64_t)pid);
+}
+
+static int delete_finish(handle *h, pid_t pid)
+{
+	if (h->del)
+		ingest_release(h->del);
+	return 0;
+}
+
+/* O_TRUNC of a file that reads empty. */
+static int truncate_nothing(fs_daemon *dm, node *n, handle *h, off_t size)
+{
+	return 0;
+}
+
+const kind_file_ops delete_file_ops = {
+	.open = delete_open, .write = delete_write, .flush = delete_flush, .finish = delete_finish,
+	.truncate = truncate_nothing,
+};
+
+/* A file of ingest/. */
+static int ingest_file_open(handle *h, fuse_req_t req, struct fuse_file_info *fi, int created)
+{
+	node *n = h->n;
+	if (fi->flags & O_TRUNC)
+		ingest_truncate(n->ing); /* a staged file starts over */
+	if (created)
+		return 0;
+	if (ingest_done(n->ing)) /* reopened after it left ingest/ (through a descriptor path) */
+		return -ENOENT;
+	if (!ingest_staged(n->ing)) /* only its creator writes a file of ingest/ */
+		return ingest_busy(h->dm, n->name);
+	return 0;
+}
+
+static int ingest_file_write(handle *h, const char *buf, size_t size, off_t off, struct fuse_file_info *fi)
+{
+	node *n = h->n;
+	/* the lock owner of a write is the writer's: with direct_io the
+	 * kernel sends it (FUSE_WRITE_LOCKOWNER) */
+	int rc = ingest_write(n->ing, buf, size, (uint64_t)off, fi->lock_owner);
+	node_changed(n);
+	if (rc)
+		ingest_leave(h->dm, n);
+	return rc;
+}
+
+static int ingest_file_finish(handle *h, pid_t pid)
+{
+	return ingest_flush(h, 0, 0);
+}
+
+static int ingest_file_truncate(fs_daemon *dm, node *n, handle *h, off_t size)
+{
+	if (size == 0 && ingest_staged(n->ing)) {
+		ingest_truncate(n->ing); /* starts over */
+	} else if ((uint64_t)size != ingest_size(n->ing)) {
+		errlog(&dm->errors, "ingest/%s: cannot truncate a file being ingested", n->name);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/* A closed file leaves ingest/ (a staged one stays, one with bytes when a
+ * create failed). */
+static void ingest_file_closed(fs_daemon *dm, node *n, int undo)
+{
+	if (undo ? !(ingest_staged(n->ing) && ingest_size(n->ing)) : n->linked && !ingest_staged(n->ing))
+		unlink_name(dm, n);
+}
+
+const kind_file_ops ingest_file_ops = {
+	.open = ingest_file_open, .write = ingest_file_write, .flush = ingest_flush,
+	.finish = ingest_file_finish, .truncate = ingest_file_truncate, .closed = ingest_file_closed,
+};
+
+/* A session's in. */
+static int query_in_open(handle *h, fuse_req_t req, struct fuse_file_info *fi, int created)
+{
+	if (fi->flags & O_TRUNC)
+		qs_in_truncate(h->n->session->qs);
+	return 0;
+}
+
+static int query_in_write(handle *h, const char *buf, size_t size, off_t off, struct fuse_file_info *fi)
 {
 	fs_daemon *dm = h->dm;
 	node *n = h->n;
-	int rc = 0;
-	switch (n->kind) {
-	case K_INGEST_FILE:
-		rc = ingest_flush(h, 0, 0);
-		break;
-	case K_DELETE:
-		if (h->del)
-			ingest_release(h->del);
-		break;
-	case K_QIN: {
+	int rc;
+	atomic_store_explicit(&h->wrote, 1, memory_order_relaxed);
+	if (sync_run(dm, fi, size, off)) {
 		int ran;
-		if (h->reader)
-			break; /* it read what in holds */
-		if (!atomic_load_explicit(&h->wrote, memory_order_relaxed) && pid > 0 &&
-		    !caller_holds_in(dm, n, pid))
-			rc = qs_in_flush_empty(n->session->qs, &ran);
-		else
-			rc = qs_in_flush(n->session->qs, &ran);
+		rc = qs_in_write_run(n->session->qs, buf, size, &ran);
+		node_changed(n->session);
 		if (ran) {
 			int prc = push_out(dm, n->session);
 			if (!rc)
 				rc = prc;
 		}
-		break;
+		return rc;
 	}
-	case K_CONFIG: {
-		/* the text is taken out under h->wmu and applied without it */
-		pthread_mutex_lock(&h->wmu);
-		int dirty = h->wdirty, bad = h->bad;
-		size_t len = 0;
-		char *text = dirty && !bad ? sb_take(&h->wbuf, &len) : NULL;
-		h->wdirty = 0;
-		if (dirty)
-			wbuf_reset(h);
-		pthread_mutex_unlock(&h->wmu);
-		if (dirty) {
-			fc_request_long(dm->fuse);
-			if (bad)
-				rc = -EINVAL; /* already in errors: nothing is applied */
-			else
-				rc = config_apply_text(dm->store, &dm->errors, text ? text : "", len);
-		}
-		free(text);
-		break;
-	}
-	case K_CTL: {
-		pthread_mutex_lock(&h->wmu);
-		int dirty = h->wdirty;
-		h->wdirty = 0;
-		pthread_mutex_unlock(&h->wmu);
-		if (dirty) {
-			fc_request_long(dm->fuse);
-			rc = ctl_run_lines(h, 1);
-		}
-		break;
-	}
+	rc = qs_in_write(n->session->qs, buf, size, (uint64_t)off);
+	node_changed(n->session);
+	return rc;
+}
+
+static int query_in_finish(handle *h, pid_t pid)
+{
+	fs_daemon *dm = h->dm;
+	node *n = h->n;
+	int ran, rc;
+	if (h->reader)
+		return 0; /* it read what in holds */
+	if (!atomic_load_explicit(&h->wrote, memory_order_relaxed) && pid > 0 &&
+	    !caller_holds_in(dm, n, pid))
+		rc = qs_in_flush_empty(n->session->qs, &ran);
+	else
+		rc = qs_in_flush(n->session->qs, &ran);
+	if (ran) {
+		int prc = push_out(dm, n->session);
+		if (!rc)
+			rc = prc;
 	}
 	return rc;
+}
+
+static int query_in_truncate(fs_daemon *dm, node *n, handle *h, off_t size)
+{
+	if (size == 0)
+		qs_in_truncate(n->session->qs);
+	return 0;
+}
+
+const kind_file_ops query_in_file_ops = {
+	.open = query_in_open, .write = query_in_write, .finish = query_in_finish,
+	.truncate = query_in_truncate,
+};
+
+/* A session's results (out, out.json, stats): they cannot fail, and are
+ * rendered by the first read. */
+const kind_file_ops results_file_ops = {.open_read = open_nothing};
+
+void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
+		     struct fuse_file_info *fi)
+{
+	(void)ino;
+	handle *h = handle_of(fi);
+	const kind_file_ops *f = kind_of(h->n)->fops;
+	int rc = f && f->write ? f->write(h, buf, size, off, fi) : -EBADF;
+	if (rc)
+		fuse_reply_err(req, -rc);
+	else
+		fuse_reply_write(req, size);
+}
+
+/* What a close of h runs (pid 0: its last, RELEASE). */
+static int flush_handle(handle *h, pid_t pid)
+{
+	const kind_file_ops *f = kind_of(h->n)->fops;
+	return f && f->finish ? f->finish(h, pid) : 0;
 }
 
 void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	(void)ino;
 	handle *h = handle_of(fi);
-	if (h->n->kind == K_INGEST_FILE)
-		fuse_reply_err(req, -ingest_flush(h, fi->lock_owner, fuse_req_ctx(req)->pid));
-	else if (h->n->kind == K_DELETE && h->del) {
-		fc_request_long(h->dm->fuse); /* a commit */
-		fuse_reply_err(req, -ingest_close(h->del, fi->lock_owner, (uint64_t)fuse_req_ctx(req)->pid));
-	}
-	else
-		fuse_reply_err(req, -flush_handle(h, fuse_req_ctx(req)->pid));
+	const kind_file_ops *f = kind_of(h->n)->fops;
+	pid_t pid = fuse_req_ctx(req)->pid;
+	fuse_reply_err(req, -(f && f->flush ? f->flush(h, fi->lock_owner, pid) : flush_handle(h, pid)));
 }
 
 void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -537,6 +706,7 @@ void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	(void)ino;
 	handle *h = handle_of(fi);
 	node *n = h->n;
+	const kind_file_ops *f = kind_of(n)->fops;
 	/* the last resort: data written and never flushed */
 	flush_handle(h, 0);
 	pthread_mutex_lock(&h->mu); /* a read may still be replying */
@@ -544,8 +714,8 @@ void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	handle_free(h);
 	pthread_mutex_lock(&dm->tree.mu);
 	n->opens--;
-	if (n->kind == K_INGEST_FILE && n->opens == 0 && n->linked && !ingest_staged(n->ing))
-		unlink_name(dm, n); /* a closed file leaves ingest/ (a staged one stays) */
+	if (n->opens == 0 && f && f->closed)
+		f->closed(dm, n, 0);
 	maybe_free(dm, n);
 	pthread_mutex_unlock(&dm->tree.mu);
 	fuse_reply_err(req, 0);
@@ -584,6 +754,18 @@ static int fixed_attrs_refused(fs_daemon *dm, node *n, const struct stat *attr, 
 	return 1;
 }
 
+/* A truncation of a file that has no truncate of its own: -EACCES, with an
+ * errors line. */
+static int truncate_refused(fs_daemon *dm, node *n)
+{
+	char path[600];
+	pthread_mutex_lock(&dm->tree.mu);
+	kind_path(dm, n, path, sizeof path);
+	pthread_mutex_unlock(&dm->tree.mu);
+	errlog(&dm->errors, "%s: cannot be truncated (read-only)", path);
+	return -EACCES;
+}
+
 void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
 		       struct fuse_file_info *fi)
 {
@@ -600,38 +782,11 @@ void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
 		return;
 	}
 	if (to_set & FUSE_SET_ATTR_SIZE) {
-		char path[600];
-		switch (n->kind) {
-		case K_QIN:
-			if (attr->st_size == 0)
-				qs_in_truncate(n->session->qs);
-			break;
-		case K_DELETE:
-			break; /* O_TRUNC of a file that reads empty */
-		case K_CONFIG:
-		case K_CTL:
-			if (fi && attr->st_size == 0) {
-				handle *h = handle_of(fi);
-				pthread_mutex_lock(&h->wmu);
-				wbuf_reset(h);
-				pthread_mutex_unlock(&h->wmu);
-			}
-			break;
-		case K_INGEST_FILE:
-			if (attr->st_size == 0 && ingest_staged(n->ing))
-				ingest_truncate(n->ing); /* starts over */
-			else if ((uint64_t)attr->st_size != ingest_size(n->ing)) {
-				errlog(&dm->errors, "ingest/%s: cannot truncate a file being ingested", n->name);
-				fuse_reply_err(req, EINVAL);
-				return;
-			}
-			break;
-		default:
-			pthread_mutex_lock(&dm->tree.mu);
-			kind_path(dm, n, path, sizeof path);
-			pthread_mutex_unlock(&dm->tree.mu);
-			errlog(&dm->errors, "%s: cannot be truncated (read-only)", path);
-			fuse_reply_err(req, EACCES);
+		const kind_file_ops *f = kind_of(n)->fops;
+		int rc = f && f->truncate ? f->truncate(dm, n, fi ? handle_of(fi) : NULL, attr->st_size)
+					  : truncate_refused(dm, n);
+		if (rc) {
+			fuse_reply_err(req, -rc);
 			return;
 		}
 	}
@@ -647,11 +802,12 @@ void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
  * nobody else holds leaves ingest/ (a staged one with bytes stays). */
 static void undo_create(fs_daemon *dm, node *n)
 {
+	const kind_file_ops *f = kind_of(n)->fops;
 	pthread_mutex_lock(&dm->tree.mu);
 	n->nlookup--;
 	n->opens--;
-	if (n->kind == K_INGEST_FILE && n->opens == 0 && !(ingest_staged(n->ing) && ingest_size(n->ing)))
-		unlink_name(dm, n);
+	if (n->opens == 0 && f && f->closed)
+		f->closed(dm, n, 1);
 	maybe_free(dm, n);
 	pthread_mutex_unlock(&dm->tree.mu);
 }
@@ -738,7 +894,7 @@ void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
 	n->opens++;
 	pthread_mutex_unlock(&dm->tree.mu);
 	struct stat st;
-	int rc = open_node(dm, n, fi, &h);
+	int rc = open_node(req, n, fi, 1, &h);
 	if (rc == 0) {
 		rc = node_attr(dm, n, &st);
 		if (rc)

@@ -1,6 +1,7 @@
 /*
- * fs/render.c - what the readable files of the tree read: README, config,
- * stats, errors, records/KEY, a session's results and a generation's files.
+ * fs/render.c - what the readable files of the tree read (README, config
+ * and stats here; each kind's render function in kinds.c), and the
+ * renderings open handles share.
  */
 #include "render.h"
 
@@ -123,105 +124,21 @@ int render_workers(fs_daemon *dm, sbuf *b)
 
 /* ---------------------------------------------------------------- the tree's files */
 
-static int render_record(fs_daemon *dm, const char *key, size_t klen, sbuf *b)
-{
-	float *vec = malloc(sizeof(float) * VECFS_DIM_MAX);
-	uint32_t dim = 0;
-	char num[40];
-	if (!vec)
-		return -ENOMEM;
-	int rc = vecfs_get(dm->store, key, klen, vec, VECFS_DIM_MAX, &dim, NULL, 0, NULL);
-	if (rc == 0) {
-		sb_reserve(b, (size_t)dim * 16 + 1);
-		for (uint32_t i = 0; i < dim; i++) {
-			int n = vecfs_format_float(num, sizeof num, vec[i]);
-			if (i)
-				sb_add(b, " ", 1);
-			sb_add(b, num, (size_t)n);
-		}
-		sb_add(b, "\n", 1);
-		if (b->oom)
-			rc = -ENOMEM;
-	}
-	free(vec);
-	return rc;
-}
-
 int render_node(fs_daemon *dm, node *n, sbuf *b)
 {
-	char *p;
-	size_t len;
+	int (*render)(fs_daemon *, node *, sbuf *) = kind_of(n)->render;
 	atomic_fetch_add_explicit(&dm->rendered, 1, memory_order_relaxed);
-	switch (n->kind) {
-	case K_README:
-		render_readme(b);
-		return b->oom ? -ENOMEM : 0;
-	case K_CONFIG:
-		return render_config(dm->store, b);
-	case K_STATS: {
-		fs_loop_stats ls;
-		int rc = render_stats(dm->store, b);
-		if (rc == 0) {
-			sb_printf(b, "last_delete = %llu\n", (unsigned long long)atomic_load(&dm->last_delete));
-			rc = b->oom ? -ENOMEM : 0;
-		}
-		if (rc == 0 && fc_loop_counts(dm->fuse, &ls)) {
-			sb_printf(b, "queries_searched_ahead = %llu\n",
-				  (unsigned long long)ahead_taken(dm->ahead));
-			rc = b->oom ? -ENOMEM : 0;
-		}
-		return rc;
-	}
-	case K_ERRORS:
-		p = errors_render(&dm->errors, &len);
-		if (!p)
-			return -ENOMEM;
-		sb_add(b, p, len);
-		free(p);
-		return b->oom ? -ENOMEM : 0;
-	case K_RECORD:
-		return render_record(dm, n->name, n->namelen, b);
-	case K_CTL:
-		return ctl_render(dm, b);
-	case K_QIN:
-		return qs_in_render(n->session->qs, b);
-	case K_QOUT:
-	case K_QJSON:
-	case K_QSTATS:
-		return qs_render_into(n->session->qs,
-				      n->kind == K_QOUT ? QS_OUT : n->kind == K_QJSON ? QS_JSON : QS_STATS, b);
-	case K_GMETA:
-		return gen_render(dm, n->gen, GF_META, b);
-	case K_GCENT:
-		return gen_render(dm, n->gen, GF_CENTROIDS, b);
-	case K_GCLUST:
-		return gen_render(dm, n->gen, GF_CLUSTERS, b);
-	case K_GPROG:
-		return gen_render(dm, n->gen, GF_PROGRESS, b);
-	}
-	return 0;
+	return render ? render(dm, n, b) : 0;
 }
 
 /* ---------------------------------------------------------------- shared renderings */
 
-/* The version of n's content now, or 0 when it has none (rendered for each
- * handle).  A ready generation's centroids never change; config, records
- * and clusters change only with a commit, which changes the store's
- * version; README never changes. */
+/* The version of n's content now (its row's), or 0 when it has none
+ * (rendered for each handle). */
 static uint64_t content_version(fs_daemon *dm, node *n)
 {
-	vecfs_gen_info gi;
-	switch (n->kind) {
-	case K_README:
-		return 1;
-	case K_GCENT:
-		if (vecfs_gen_info_get(dm->store, n->gen, &gi) == 0 && gi.state == VECFS_GEN_READY)
-			return (UINT64_C(1) << 63) | gi.created;
-		return vecfs_snapshot(dm->store);
-	case K_CONFIG: case K_RECORD: case K_GCLUST:
-		return vecfs_snapshot(dm->store);
-	}
-	return 0;
+	uint64_t (*version)(fs_daemon *, node *) = kind_of(n)->version;
+	return version ? version(dm, n) : 0;
 }
 
 /* The share of n's rendering of version v, with one more handle on it;
