@@ -9,7 +9,10 @@
 #  e. no cycle among engine/'s objects: when one refers to a symbol another
 #     defines, that one does not refer back, directly or through others (a
 #     call that must go upward goes through a function pointer set by the
-#     upper file, as vecfs.on_search and search.scan_cluster do).
+#     upper file, as vecfs.on_search and search.scan_cluster do);
+#  f. the codecs (CODECS below: numbers, settings and query options, UTF-8)
+#     refer to no symbol of the project but one another's: no store, no
+#     LMDB, no FUSE, nothing of the engine around them.
 # tests/ see every layer (they are none): their objects and sources are not
 # checked.
 # Each offence is printed as `RULE OBJECT SYMBOL` (for c and d: the source and
@@ -120,11 +123,27 @@ done < <({
 		for (r = 1; r <= n; r++) if ((to[r], from[r]) in reach) print ref[r]
 	}' | sort -u)
 
+# f. the codecs depend on nothing else of the project
+CODECS="number settings utf8"
+codec_objs=$(for c in $CODECS; do echo "engine/$c.o"; done)
+projdefs=$(for d in engine layout fs; do objs "$d"; done | xargs -r nm -A --defined-only -g 2>/dev/null |
+	awk -v p="$OBJ/" 'NF == 3 { o = $1; sub(/:.*$/, "", o); sub("^" p, "", o); print o, $3 }')
+while read -r o s d; do
+	offence f "$o" "$s" "$d"
+done < <({
+	printf 'C %s\n' $codec_objs
+	printf '%s\n' "$projdefs" | sed 's/^/D /'
+	undefined engine | sed 's/^/U /'
+} | awk '
+	$1 == "C" { codec[$2] = 1; next }
+	$1 == "D" { def[$3] = $2; next }
+	($2 in codec) && ($3 in def) && !(def[$3] in codec) { print $2, $3, def[$3] }')
+
 pass=0 fail=0
-for r in a b c d e; do
+for r in a b c d e f; do
 	n=${count[$r]:-0}
 	if [[ $n -eq 0 ]]; then pass=$((pass + 1)); else fail=$((fail + 1)); fi
 done
-echo "layers: offences a=${count[a]:-0} b=${count[b]:-0} c=${count[c]:-0} d=${count[d]:-0} e=${count[e]:-0}, allowed $nallowed"
+echo "layers: offences a=${count[a]:-0} b=${count[b]:-0} c=${count[c]:-0} d=${count[d]:-0} e=${count[e]:-0} f=${count[f]:-0}, allowed $nallowed"
 echo "layers: $pass passed, $fail failed"
 [[ $fail -eq 0 ]]
