@@ -157,7 +157,8 @@ int vf_gen_routing(vf_gen *g, const vf_genmeta *m, float *centroids, const float
 		rc = -EIO;
 	if (rc ||
 	    (rc = vf_cindex_init(&g->ci, g->centroids, m->nlist, m->dim)) ||
-	    (rc = vf_cindex_add_half(&g->ci)))
+	    (rc = vf_cindex_add_half(&g->ci)) ||
+	    (rc = vf_cindex_assign_init(&g->ai, &g->ci)))
 		goto fail;
 	g->rc = vf_malloc(sizeof(float) * m->nlist * m->pdim);
 	g->rc_sum = vf_malloc(sizeof(float) * m->nlist);
@@ -190,6 +191,7 @@ fail:
 
 void vf_gen_routing_free(vf_gen *g)
 {
+	vf_cindex_assign_free(&g->ai);
 	vf_cindex_free(&g->ci);
 	vf_rotation_free(&g->rot);
 	free(g->rc);

@@ -46,6 +46,10 @@ typedef struct vf_gen {
 	vf_genmeta meta;        /* as loaded (state, nlist, dims) */
 	float *centroids;       /* nlist * dim */
 	vf_cindex ci;
+	/* ci's float centroids for assigning rows (vf_nearest_bounded()),
+	 * with an 8-bit copy of their own, whose first look bounds the float
+	 * scores (ci's bounds the binary16 ones): vf_cindex_assign_init() */
+	vf_cindex ai;
 	float *rc;              /* rotated centroids, nlist * pdim */
 	float *rc_sum;          /* nlist */
 	/* VF_GEN_QUERY_TABLE: the centre mu its first-pass tables are built

@@ -99,6 +99,13 @@ static void point_panels_scalar(const float *x, size_t d, const float *panels,
 	panel_dots_scalar(x, 1, d, panels, npanels, out);
 }
 
+static void point_panel_set_scalar(const float *x, size_t d, const float *const *pan, size_t m,
+				   float *out)
+{
+	for (size_t i = 0; i < m; i++)
+		panel_dots_scalar(x, 1, d, pan[i], 1, out + i * VF_PANEL);
+}
+
 static void point_panels_half_scalar(const float *x, size_t d, const uint16_t *panels,
 				     size_t npanels, float *out)
 {
@@ -124,6 +131,26 @@ static void point_panels_i8_scalar(const uint8_t *xu, size_t d4, const int8_t *p
 				acc += (int32_t)xu[k] * panel[(k / 4 * VF_PANEL + j) * 4 + k % 4];
 			out[i * VF_PANEL + j] = acc;
 		}
+	}
+}
+
+static void points_panels_i8_scalar(const uint8_t *xu, size_t npts, size_t d4,
+				    const int8_t *panels, size_t npanels, int32_t *out)
+{
+	for (size_t p = 0; p < npts; p++)
+		point_panels_i8_scalar(xu + p * d4, d4, panels, npanels, out + p * npanels * VF_PANEL);
+}
+
+static void q8_scores_scalar(const int32_t *raw, const int32_t *sum, const float *scale,
+			     const float *norms, size_t npanels, float t2, float *smin)
+{
+	for (size_t p = 0; p < npanels; p++) {
+		float m = INFINITY;
+		for (size_t j = p * VF_PANEL; j < (p + 1) * VF_PANEL; j++) {
+			float v = norms[j] - ((float)(raw[j] - sum[j] * 64) * scale[j]) * t2;
+			m = v < m ? v : m;
+		}
+		smin[p] = m;
 	}
 }
 
@@ -485,9 +512,10 @@ double vf_cosine_exact(const vf_kernels *kn, const void *q, const void *x, size_
 
 const vf_kernels vf_kernels_scalar = {
 	"scalar", l2sq_scalar, dot_scalar, panel_dots_scalar, point_panels_scalar,
+	point_panel_set_scalar,
 	point_panels_half_scalar, lut4_scalar, groups4_scalar, vf_sign_gather, pass1_scalar,
 	code_dot_scalar, levels_scan_scalar, encode_residual_scalar, encode_codes_scalar,
 	rotate_rounds_scalar, panel_min_scalar, best_rest_scalar, point_panels_i8_scalar,
-	q8_bounds_scalar, sum_maxabs_scalar, quant16_scalar,
+	points_panels_i8_scalar, q8_scores_scalar, q8_bounds_scalar, sum_maxabs_scalar, quant16_scalar,
 };
 

@@ -34,6 +34,10 @@ typedef struct vf_kernels {
 	/* one point against npanels consecutive panels; out[VF_PANEL*i + j] */
 	void (*point_panels)(const float *x, size_t d, const float *panels,
 			     size_t npanels, float *out);
+	/* the same against m <= 4 panels anywhere: out[VF_PANEL*i + j] for
+	 * panel pan[i] */
+	void (*point_panel_set)(const float *x, size_t d, const float *const *pan, size_t m,
+				float *out);
 	/* the same against panels of binary16 values (vf_half_to_float()
 	 * of each, which is exact): lane j adds fmaf(x[k], c[k], acc) for
 	 * k = 0..d-1 in order, as the scalar panel_dots does */
@@ -121,6 +125,11 @@ typedef struct vf_kernels {
 	 * exactly. */
 	void (*point_panels_i8)(const uint8_t *xu, size_t d4, const int8_t *panels,
 				size_t npanels, int32_t *out);
+	/* The same for npts points, d4 bytes each, one after the other (each
+	 * centroid's bytes read once for four points): point p's sums at
+	 * out[VF_PANEL * (npanels * p + i) + j]. */
+	void (*points_panels_i8)(const uint8_t *xu, size_t npts, size_t d4,
+				 const int8_t *panels, size_t npanels, int32_t *out);
 	/* Probe-score bounds from those sums (vf_cindex_probe_bounds()), for
 	 * j < npanels * VF_PANEL, in this order of operations:
 	 * a = (float)(raw[j] - 64 sum[j]) * (t * scale[j]),
@@ -129,6 +138,12 @@ typedef struct vf_kernels {
 	 * lo = (norms[j] - 2 (a + e)) - r, hi = (norms[j] - 2 (a - e)) + r;
 	 * without: lo = (0 - a) - e, hi = (0 - a) + e.  lmin[p], hmin[p]: the
 	 * smallest lo and hi of panel p. */
+	/* Assignment's first look (vf_nearest_bounded()), for j < npanels *
+	 * VF_PANEL, in this order of operations: s = norms[j] -
+	 * ((float)(raw[j] - 64 sum[j]) * scale[j]) * t2; smin[p]: the smallest s
+	 * of panel p. */
+	void (*q8_scores)(const int32_t *raw, const int32_t *sum, const float *scale,
+			  const float *norms, size_t npanels, float t2, float *smin);
 	void (*q8_bounds)(const int32_t *raw, const int32_t *sum, const float *scale,
 			  const float *norm, const float *err, const float *norms, size_t npanels,
 			  const float par[4], float *lo, float *hi, float *lmin, float *hmin);
@@ -193,6 +208,12 @@ void vf_encode_codes_avx2(const float *x, const float *ax, uint32_t n, float t, 
 			  double sums[5][4]);
 void vf_point_panels_i8_avx2(const uint8_t *xu, size_t d4, const int8_t *panels,
 			     size_t npanels, int32_t *out);
+void vf_point_panel_set_avx2(const float *x, size_t d, const float *const *pan, size_t m,
+			     float *out);
+void vf_points_panels_i8_avx2(const uint8_t *xu, size_t npts, size_t d4,
+			      const int8_t *panels, size_t npanels, int32_t *out);
+void vf_q8_scores_avx2(const int32_t *raw, const int32_t *sum, const float *scale,
+		       const float *norms, size_t npanels, float t2, float *smin);
 void vf_q8_bounds_avx2(const int32_t *raw, const int32_t *sum, const float *scale,
 		       const float *norm, const float *err, const float *norms, size_t npanels,
 		       const float par[4], float *lo, float *hi, float *lmin, float *hmin);

@@ -115,45 +115,62 @@ static void panel_dots1_avx2(const float *pts, size_t npts, size_t d,
 	}
 }
 
+/* One point against 4 panels at p0..p3, from panels of floats or (half)
+ * of binary16 values widened exactly as they are loaded (F16C): each lane
+ * adds its products in dimension order either way; the first m stored. */
+static inline __attribute__((always_inline)) void
+four_panels(const float *x, size_t d, const char *p0, const char *p1, const char *p2,
+	    const char *p3, int half, size_t m, float *out)
+{
+#define LD(p, o)                                                                       \
+	(half ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((p) + 2 * (o)))) \
+	      : _mm256_loadu_ps((const float *)((p) + 4 * (o))))
+	__m256 a0 = _mm256_setzero_ps(), b0 = a0, a1 = a0, b1 = a0, a2 = a0, b2 = a0, a3 = a0,
+	       b3 = a0;
+	for (size_t k = 0; k < d; k++) {
+		__m256 v = _mm256_broadcast_ss(x + k);
+		size_t o = k * VF_PANEL;
+		a0 = _mm256_fmadd_ps(v, LD(p0, o), a0);
+		b0 = _mm256_fmadd_ps(v, LD(p0, o + 8), b0);
+		a1 = _mm256_fmadd_ps(v, LD(p1, o), a1);
+		b1 = _mm256_fmadd_ps(v, LD(p1, o + 8), b1);
+		a2 = _mm256_fmadd_ps(v, LD(p2, o), a2);
+		b2 = _mm256_fmadd_ps(v, LD(p2, o + 8), b2);
+		a3 = _mm256_fmadd_ps(v, LD(p3, o), a3);
+		b3 = _mm256_fmadd_ps(v, LD(p3, o + 8), b3);
+	}
+#undef LD
+	const __m256 a[4] = {a0, a1, a2, a3}, b[4] = {b0, b1, b2, b3};
+	for (size_t j = 0; j < m; j++) {
+		_mm256_storeu_ps(out + j * VF_PANEL, a[j]);
+		_mm256_storeu_ps(out + j * VF_PANEL + 8, b[j]);
+	}
+}
+
 /* One point against 4 panels (64 centroids) per step; in the last step,
  * 1-3 panels side by side too (one after another, each would be two
  * chains of d dependent FMAs): the missing ones repeat the last, and their
- * sums are not stored.  From panels of floats or (half) of binary16 values
- * widened exactly as they are loaded (F16C): each lane adds its products
- * in dimension order either way. */
+ * sums are not stored. */
 static inline __attribute__((always_inline)) void
 point_panels_any(const float *x, size_t d, const void *panels, int half, size_t npanels,
 		 float *out)
 {
 	size_t ps = d * VF_PANEL * (half ? 2 : 4); /* bytes a panel */
-#define LD(p, o)                                                                       \
-	(half ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((p) + 2 * (o)))) \
-	      : _mm256_loadu_ps((const float *)((p) + 4 * (o))))
 	for (size_t i = 0; i < npanels; i += 4) {
 		size_t m = npanels - i < 4 ? npanels - i : 4;
 		const char *p0 = (const char *)panels + i * ps, *p1 = p0 + (m > 1 ? 1 : 0) * ps,
 			   *p2 = p0 + (m > 2 ? 2 : m - 1) * ps, *p3 = p0 + (m - 1) * ps;
-		__m256 a0 = _mm256_setzero_ps(), b0 = a0, a1 = a0, b1 = a0, a2 = a0,
-		       b2 = a0, a3 = a0, b3 = a0;
-		for (size_t k = 0; k < d; k++) {
-			__m256 v = _mm256_broadcast_ss(x + k);
-			size_t o = k * VF_PANEL;
-			a0 = _mm256_fmadd_ps(v, LD(p0, o), a0);
-			b0 = _mm256_fmadd_ps(v, LD(p0, o + 8), b0);
-			a1 = _mm256_fmadd_ps(v, LD(p1, o), a1);
-			b1 = _mm256_fmadd_ps(v, LD(p1, o + 8), b1);
-			a2 = _mm256_fmadd_ps(v, LD(p2, o), a2);
-			b2 = _mm256_fmadd_ps(v, LD(p2, o + 8), b2);
-			a3 = _mm256_fmadd_ps(v, LD(p3, o), a3);
-			b3 = _mm256_fmadd_ps(v, LD(p3, o + 8), b3);
-		}
-#undef LD
-		const __m256 a[4] = {a0, a1, a2, a3}, b[4] = {b0, b1, b2, b3};
-		for (size_t j = 0; j < m; j++) {
-			_mm256_storeu_ps(out + (i + j) * VF_PANEL, a[j]);
-			_mm256_storeu_ps(out + (i + j) * VF_PANEL + 8, b[j]);
-		}
+		four_panels(x, d, p0, p1, p2, p3, half, m, out + i * VF_PANEL);
 	}
+}
+
+/* The same four side by side from m <= 4 pointers (the missing ones
+ * repeat the last, and are not stored). */
+void vf_point_panel_set_avx2(const float *x, size_t d, const float *const *pan, size_t m,
+			     float *out)
+{
+	four_panels(x, d, (const char *)pan[0], (const char *)pan[m > 1 ? 1 : 0],
+		    (const char *)pan[m > 2 ? 2 : m - 1], (const char *)pan[m - 1], 0, m, out);
 }
 
 static void point_panels_avx2(const float *x, size_t d, const float *panels,
@@ -192,12 +209,75 @@ void vf_point_panels_i8_avx2(const uint8_t *xu, size_t d4, const int8_t *panels,
 	}
 }
 
+/* Four points at once: each load of a centroid's bytes serves four. */
+void vf_points_panels_i8_avx2(const uint8_t *xu, size_t npts, size_t d4,
+			      const int8_t *panels, size_t npanels, int32_t *out)
+{
+	const __m256i ones = _mm256_set1_epi16(1);
+	const size_t os = npanels * VF_PANEL, full = npts / 4 * 4; /* a point's sums */
+	for (size_t i = 0; i < npanels; i++) { /* a panel stays in L1 for all the points */
+		for (size_t p = 0; p < full; p += 4) {
+			const uint8_t *x0 = xu + p * d4, *x1 = x0 + d4, *x2 = x1 + d4, *x3 = x2 + d4;
+			const int8_t *pan = panels + i * d4 * VF_PANEL;
+			__m256i a0 = _mm256_setzero_si256(), b0 = a0, a1 = a0, b1 = a0, a2 = a0,
+				b2 = a0, a3 = a0, b3 = a0;
+			for (size_t g = 0; g < d4; g += 4, pan += 4 * VF_PANEL) {
+				__m256i c0 = _mm256_loadu_si256((const __m256i *)pan);
+				__m256i c1 = _mm256_loadu_si256((const __m256i *)(pan + 32));
+				int32_t w;
+#define VF_I8_STEP(xp, a, b)                                                              \
+	memcpy(&w, (xp) + g, 4);                                                          \
+	a = _mm256_add_epi32(                                                             \
+		a, _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi32(w), c0), ones)); \
+	b = _mm256_add_epi32(                                                             \
+		b, _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi32(w), c1), ones))
+				VF_I8_STEP(x0, a0, b0);
+				VF_I8_STEP(x1, a1, b1);
+				VF_I8_STEP(x2, a2, b2);
+				VF_I8_STEP(x3, a3, b3);
+#undef VF_I8_STEP
+			}
+			int32_t *o = out + p * os + i * VF_PANEL;
+			_mm256_storeu_si256((__m256i *)o, a0);
+			_mm256_storeu_si256((__m256i *)(o + 8), b0);
+			_mm256_storeu_si256((__m256i *)(o + os), a1);
+			_mm256_storeu_si256((__m256i *)(o + os + 8), b1);
+			_mm256_storeu_si256((__m256i *)(o + 2 * os), a2);
+			_mm256_storeu_si256((__m256i *)(o + 2 * os + 8), b2);
+			_mm256_storeu_si256((__m256i *)(o + 3 * os), a3);
+			_mm256_storeu_si256((__m256i *)(o + 3 * os + 8), b3);
+		}
+	}
+	for (size_t p = full; p < npts; p++)
+		vf_point_panels_i8_avx2(xu + p * d4, d4, panels, npanels, out + p * os);
+}
+
 static inline float hmin8(__m256 v)
 {
 	__m128 m = _mm_min_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
 	m = _mm_min_ps(m, _mm_movehl_ps(m, m));
 	m = _mm_min_ss(m, _mm_shuffle_ps(m, m, 1));
 	return _mm_cvtss_f32(m);
+}
+
+/* Eight clusters a vector, in the scalar kernel's order of operations (a
+ * NaN only from a NaN in the tables) */
+void vf_q8_scores_avx2(const int32_t *raw, const int32_t *sum, const float *scale,
+		       const float *norms, size_t npanels, float t2, float *smin)
+{
+	const __m256 tv = _mm256_set1_ps(t2);
+	for (size_t p = 0; p < npanels; p++) {
+		__m256 m = _mm256_set1_ps(INFINITY);
+		for (size_t j = p * VF_PANEL; j < (p + 1) * VF_PANEL; j += 8) {
+			__m256i ri = _mm256_sub_epi32(_mm256_loadu_si256((const __m256i *)(raw + j)),
+						      _mm256_slli_epi32(_mm256_loadu_si256((const __m256i *)(sum + j)), 6));
+			__m256 a = _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(ri),
+							       _mm256_loadu_ps(scale + j)),
+						 tv);
+			m = _mm256_min_ps(_mm256_sub_ps(_mm256_loadu_ps(norms + j), a), m);
+		}
+		smin[p] = hmin8(m);
+	}
 }
 
 /* Eight clusters a vector, in the scalar kernel's order of operations (no
@@ -698,10 +778,11 @@ static void best_rest_avx2(const float *score, uint32_t from, uint32_t n, uint32
 
 const vf_kernels vf_kernels_avx2 = {
 	"avx2", l2sq_avx2, dot_avx2, panel_dots_avx2, point_panels_avx2,
+	vf_point_panel_set_avx2,
 	point_panels_half_avx2, lut4_avx2,
 	groups4_avx2, sign_gather_avx2,
 	pass1_avx2, code_dot_avx2, vf_levels_scan_avx2, vf_encode_residual_avx2,
 	vf_encode_codes_avx2, rotate_rounds_avx2, panel_min_avx2,
-	best_rest_avx2, vf_point_panels_i8_avx2, vf_q8_bounds_avx2, vf_sum_maxabs_avx2,
+	best_rest_avx2, vf_point_panels_i8_avx2, vf_points_panels_i8_avx2, vf_q8_scores_avx2, vf_q8_bounds_avx2, vf_sum_maxabs_avx2,
 	vf_quant16_avx2,
 };

@@ -635,9 +635,11 @@ static void best_rest_avx512(const float *score, uint32_t from, uint32_t n, uint
 
 const vf_kernels vf_kernels_avx512 = {
 	"avx512", l2sq_avx512, dot_avx512, panel_dots_avx512, point_panels_avx512,
+	vf_point_panel_set_avx2,
 	point_panels_half_avx512, lut4_avx512, groups4_avx512, sign_gather_avx512, pass1_avx512,
 	code_dot_avx512, vf_levels_scan_avx2, vf_encode_residual_avx2, vf_encode_codes_avx2,
 	rotate_rounds_avx512, panel_min_avx512,
-	best_rest_avx512, vf_point_panels_i8_avx2, vf_q8_bounds_avx2, vf_sum_maxabs_avx2,
+	best_rest_avx512, vf_point_panels_i8_avx2, vf_points_panels_i8_avx2,
+	vf_q8_scores_avx2, vf_q8_bounds_avx2, vf_sum_maxabs_avx2,
 	vf_quant16_avx2,
 };

@@ -70,10 +70,19 @@ void vf_cindex_free(vf_cindex *ci)
 	ci->q8_sum = NULL;
 }
 
-/* The 8-bit copy of the binary16 panels (see vf_cindex): each centroid
- * scaled so its largest coordinate is 127, rounded; its scale, the norm
- * of the rounded centroid and of what the rounding lost (in double,
- * rounded up), and the sum of its bytes. */
+/* Coordinate d of centroid j as probing scores it: binary16 when there is
+ * a copy in binary16, else float. */
+static double probe_coord(const vf_cindex *ci, size_t j, uint32_t d)
+{
+	size_t at = j / VF_PANEL * ci->dim * VF_PANEL + j % VF_PANEL + (size_t)d * VF_PANEL;
+	return ci->half ? (double)vf_half_to_float(ci->half[at]) * ci->half_unscale
+			: (double)ci->panels[at];
+}
+
+/* The 8-bit copy of the centroids probing scores (see vf_cindex): each
+ * centroid scaled so its largest coordinate is 127, rounded; its scale,
+ * the norm of the rounded centroid and of what the rounding lost (in
+ * double, rounded up), and the sum of its bytes. */
 static int add_q8(vf_cindex *ci)
 {
 	size_t np = ci->npanels, nc = np * VF_PANEL, d4 = (ci->dim + 3) / 4 * 4;
@@ -90,25 +99,32 @@ static int add_q8(vf_cindex *ci)
 	ci->q8_err = f + 2 * nc;
 	ci->q8_sum = (int32_t *)(f + 3 * nc);
 	ci->d4 = (uint32_t)d4;
+	ci->q8_nmax = ci->q8_emax = ci->q8_n2max = 0;
 	for (size_t j = 0; j < nc; j++) {
-		const uint16_t *h = ci->half + j / VF_PANEL * ci->dim * VF_PANEL + j % VF_PANEL;
 		int8_t *o = q + j / VF_PANEL * d4 * VF_PANEL + j % VF_PANEL * 4;
 		double mx = 0;
 		for (uint32_t d = 0; d < ci->dim; d++) {
-			double c = fabs((double)vf_half_to_float(h[(size_t)d * VF_PANEL]));
+			double c = fabs(probe_coord(ci, j, d));
 			mx = c > mx && c <= DBL_MAX ? c : mx;
 		}
-		float sc = mx > 0 ? (float)(mx / 127 * ci->half_unscale) : 1.0f;
+		/* (the binary16 unscale is a power of two: (mx / 127) * unscale
+		 * of the binary16 values is mx / 127 of the unscaled ones) */
+		float sc = mx > 0 ? (float)(mx / 127) : 1.0f;
 		double n2 = 0, e2 = 0;
 		int32_t sum = 0;
 		for (uint32_t d = 0; d < ci->dim; d++) {
-			double c = (double)vf_half_to_float(h[(size_t)d * VF_PANEL]) * ci->half_unscale;
+			double c = probe_coord(ci, j, d);
 			double r = nearbyint(c / sc);
 			r = r > 127 ? 127 : r < -127 ? -127 : r;
 			o[(size_t)d / 4 * VF_PANEL * 4 + d % 4] = (int8_t)r;
 			sum += (int32_t)r;
 			n2 += r * sc * r * sc;
 			e2 += (c - r * sc) * (c - r * sc);
+		}
+		if (j < ci->k) {
+			ci->q8_nmax = fmaxf(ci->q8_nmax, (float)(sqrt(n2) * (1 + 1e-6)));
+			ci->q8_emax = fmaxf(ci->q8_emax, (float)(sqrt(e2) * (1 + 1e-6)));
+			ci->q8_n2max = fmaxf(ci->q8_n2max, fabsf(ci->norms[j]));
 		}
 		ci->q8_scale[j] = sc;
 		ci->q8_norm[j] = (float)(sqrt(n2) * (1 + 1e-6));
@@ -162,6 +178,24 @@ int vf_cindex_add_half(vf_cindex *ci)
 	return ci->npanels >= VF_Q8_MIN_PANELS ? add_q8(ci) : 0;
 }
 
+int vf_cindex_assign_init(vf_cindex *ai, const vf_cindex *ci)
+{
+	*ai = *ci; /* the float panels and norms, borrowed */
+	ai->half = NULL;
+	ai->half_unscale = 1;
+	ai->q8 = NULL;
+	ai->q8_scale = ai->q8_norm = ai->q8_err = NULL;
+	ai->q8_sum = NULL;
+	return ai->npanels >= VF_ASSIGN_MIN_PANELS ? add_q8(ai) : 0;
+}
+
+void vf_cindex_assign_free(vf_cindex *ai)
+{
+	free(ai->q8);
+	free(ai->q8_scale);
+	memset(ai, 0, sizeof *ai);
+}
+
 int vf_cindex_probe_panels(const vf_cindex *ci, const float *x, size_t p0, size_t p1,
 			   float *dots)
 {
@@ -182,36 +216,49 @@ int vf_cindex_probe_panels(const vf_cindex *ci, const float *x, size_t p0, size_
  * within 2^-24 of a partial sum no larger than |x| |c~|) and of this one
  * are covered by (d + 16) 2^-22 (|x| + |x - x^|) (norm + err); that of
  * |c|^2 - 2 dot by 2^-22 (||c|^2| + 2 (|dot| + e)) (the q8_bounds kernel). */
-int vf_cindex_probe_bounds(const vf_cindex *ci, const float *x, int neg, int32_t *raw,
-			   float *lo, float *hi, float *lmin, float *hmin)
+/* x for the first look: its bytes xu (d4 of them) and the bounds'
+ * parameters par (see vf_kernels.q8_bounds); 0, or -1 as
+ * vf_cindex_probe_bounds() says. */
+static int q8_query(const vf_cindex *ci, const float *x, uint8_t *xu, float par[4])
 {
-	if (!ci->q8)
-		return -1;
-	uint8_t xu[VECFS_DIM_MAX];
-	if (ci->d4 > sizeof xu)
-		return -1;
 	float mx = 0;
 	for (uint32_t d = 0; d < ci->dim; d++)
 		mx = fabsf(x[d]) > mx ? fabsf(x[d]) : mx;
 	if (!(mx >= VF_Q8_TINY) || !(mx <= 1e30f))
 		return -1;
 	float t = mx / 63, inv = 63 / mx;
-	double dx2 = 0, x2 = 0;
+	/* eight lanes of sums, and v * inv (at most 63.0...) rounded to the
+	 * nearest integer, ties to even, as nearbyintf() does, by adding and
+	 * taking away 1.5 * 2^23: a loop the compiler can vectorise */
+	double dx2l[8] = {0}, x2l[8] = {0};
 	for (uint32_t d = 0; d < ci->d4; d++) {
 		float v = d < ci->dim ? x[d] : 0;
-		float r = nearbyintf(v * inv);
+		float r = (v * inv + 0x1.8p23f) - 0x1.8p23f;
 		r = r > 63 ? 63 : r < -63 ? -63 : r;
 		xu[d] = (uint8_t)(int)(r + 64);
 		double e = (double)v - (double)r * t;
-		dx2 += e * e;
-		x2 += (double)v * v;
+		dx2l[d % 8] += e * e;
+		x2l[d % 8] += (double)v * v;
 	}
-	const vf_kernels *kn = vf_kernels_get();
-	kn->point_panels_i8(xu, ci->d4, ci->q8, ci->npanels, raw);
+	double dx2 = 0, x2 = 0;
+	for (int l = 0; l < 8; l++) {
+		dx2 += dx2l[l];
+		x2 += x2l[l];
+	}
 	float xn = (float)(sqrt(x2) * (1 + 1e-6)), dxn = (float)(sqrt(dx2) * (1 + 1e-6));
 	/* (no NaN: the factors are finite, so an overflow gives -inf lo and
 	 * +inf hi, the widest bounds) */
-	const float par[4] = {t, xn, dxn, (float)((ci->dim + 16) * 0x1p-22) * (xn + dxn)};
+	par[0] = t;
+	par[1] = xn;
+	par[2] = dxn;
+	par[3] = (float)((ci->dim + 16) * 0x1p-22) * (xn + dxn);
+	return 0;
+}
+
+/* The bounds from the sums raw of x's bytes against the 8-bit copy. */
+static void q8_finish(const vf_cindex *ci, const vf_kernels *kn, const int32_t *raw, int neg,
+		      const float par[4], float *lo, float *hi, float *lmin, float *hmin)
+{
 	kn->q8_bounds(raw, ci->q8_sum, ci->q8_scale, ci->q8_norm, ci->q8_err,
 		      neg ? NULL : ci->norms, ci->npanels, par, lo, hi, lmin, hmin);
 	/* the padding: never a cluster */
@@ -225,6 +272,28 @@ int vf_cindex_probe_bounds(const vf_cindex *ci, const float *x, int neg, int32_t
 	}
 	lmin[ci->npanels - 1] = lm;
 	hmin[ci->npanels - 1] = hm;
+}
+
+/* x in 7 bits a coordinate (|x8| <= 63, stored as x8 + 64), x ~= t x8.
+ * With c~ the binary16 centroid, c^ = s q8 its 8-bit copy and x^ = t x8:
+ * <x, c~> - <x^, c^> = <x, c~ - c^> + <x - x^, c^>, at most |x| err + |x - x^|
+ * norm; the float rounding of the binary16 dot (d fused multiply-adds, each
+ * within 2^-24 of a partial sum no larger than |x| |c~|) and of this one
+ * are covered by (d + 16) 2^-22 (|x| + |x - x^|) (norm + err); that of
+ * |c|^2 - 2 dot by 2^-22 (||c|^2| + 2 (|dot| + e)) (the q8_bounds kernel).
+ * (Without a binary16 copy, c~ is the float centroid.) */
+int vf_cindex_probe_bounds(const vf_cindex *ci, const float *x, int neg, int32_t *raw,
+			   float *lo, float *hi, float *lmin, float *hmin)
+{
+	if (!ci->q8)
+		return -1;
+	uint8_t xu[VECFS_DIM_MAX];
+	float par[4];
+	if (ci->d4 > sizeof xu || q8_query(ci, x, xu, par))
+		return -1;
+	const vf_kernels *kn = vf_kernels_get();
+	kn->point_panels_i8(xu, ci->d4, ci->q8, ci->npanels, raw);
+	q8_finish(ci, kn, raw, neg, par, lo, hi, lmin, hmin);
 	return 0;
 }
 
@@ -340,6 +409,103 @@ void vf_nearest(const vf_cindex *ci, const float *pts, size_t n, uint32_t *out,
 	for (int t = 0; t < threads; t++)
 		jobs[t] = (nearest_job){ci, pts, n * t / threads, n * (t + 1) / threads, out, dist};
 	vf_parallel(nearest_run, jobs, sizeof *jobs, threads);
+}
+
+/* The nearest centroid of x as vf_nearest() finds it, from the first look
+ * at it (raw: the sums of x's bytes, par: its parameters).  With a_j =
+ * <x^, c^_j> (t scale_j (raw_j - 64 sum_j)), the float dot D_j is within
+ * e_j = |x| err_j + |x - x^| norm_j + slack (norm_j + err_j) of it (see
+ * vf_cindex_probe_bounds()), at most E with the largest err and norm; the
+ * float score S_j = |c_j|^2 - 2 D_j within 2^-24 (N2 + 2 (A + E)) of its
+ * exact value (N2 the largest |c_j|^2, A = (|x| + |x - x^|) the largest
+ * norm, at least |a_j|), and the first look's score s_j = |c_j|^2 - 2 a_j,
+ * in float, within 2^-24 (N2 + 9 A) of its exact value: so |S_j - s_j| <=
+ * W = 2 E + 2^-20 (N2 + 4 A + 4 E), rounding of W included.  The nearest
+ * has S at most min s + W, so s at most min s + 2 W: the panels whose
+ * smallest s is above that hold neither it nor a centroid that ties with
+ * it, and only the others are scored, with the same kernels in the same
+ * order.  A score too large for float32 and the point is scored against
+ * every panel, as vf_nearest() does. */
+static uint32_t nearest_bounded1(const vf_cindex *ci, const vf_kernels *kn, const float *x,
+				 const int32_t *raw, const float par[4], float *smin)
+{
+	float dots[PN * VF_PANEL], best[VF_PANEL], bd;
+	uint32_t arg[VF_PANEL], out;
+	kn->q8_scores(raw, ci->q8_sum, ci->q8_scale, ci->norms, ci->npanels, 2 * par[0], smin);
+	float lo = INFINITY;
+	for (uint32_t p = 0; p < ci->npanels; p++)
+		lo = smin[p] < lo ? smin[p] : lo;
+	float e = (par[1] * ci->q8_emax + par[2] * ci->q8_nmax) + par[3] * (ci->q8_nmax + ci->q8_emax);
+	float a = (par[1] + par[2]) * ci->q8_nmax;
+	float w = 2 * e + 0x1p-20f * (ci->q8_n2max + 4 * (a + e));
+	float h = lo + (2 * w * (1 + 0x1p-18f) + 0x1p-18f * fabsf(lo));
+	if (!(fabsf(lo) < FLT_MAX) || !(fabsf(h) < FLT_MAX))
+		goto all;
+	for (uint32_t l = 0; l < VF_PANEL; l++) {
+		best[l] = FLT_MAX;
+		arg[l] = 0;
+	}
+	/* the panels that can hold it, in order, PN at a time side by side
+	 * (one panel alone would be two chains of dim dependent FMAs) */
+	for (uint32_t p = 0; p < ci->npanels;) {
+		const float *pan[PN];
+		uint32_t at[PN], m = 0;
+		for (; p < ci->npanels && m < PN; p++)
+			if (!(smin[p] > h)) {
+				at[m] = p;
+				pan[m++] = ci->panels + (size_t)p * ci->dim * VF_PANEL;
+			}
+		if (!m)
+			break;
+		kn->point_panel_set(x, ci->dim, pan, m, dots);
+		for (uint32_t i = 0; i < m; i++)
+			kn->panel_min(dots + i * VF_PANEL, 1, ci->norms + (size_t)at[i] * VF_PANEL,
+				      at[i] * VF_PANEL, best, arg);
+	}
+	uint32_t bj = 0;
+	for (uint32_t l = 1; l < VF_PANEL; l++)
+		if (best[l] < best[bj] || (best[l] == best[bj] && arg[l] < arg[bj]))
+			bj = l;
+	if (fabsf(best[bj]) < FLT_MAX)
+		return arg[bj];
+all:
+	vf_nearest(ci, x, 1, &out, &bd, 1);
+	return out;
+}
+
+#define TP 16 /* points a first look: the 8-bit panels read once for all */
+
+void vf_nearest_bounded(const vf_cindex *ci, const float *pts, size_t n, uint32_t *out)
+{
+	size_t nc = (size_t)ci->npanels * VF_PANEL, tp = n < TP ? n : TP;
+	void *room = ci->q8 && n ? vf_malloc(nc * tp * sizeof(int32_t) + sizeof(float) * ci->npanels +
+					     tp * (size_t)ci->d4)
+				 : NULL;
+	if (!room) {
+		vf_nearest(ci, pts, n, out, NULL, 1);
+		return;
+	}
+	int32_t *raw = room;
+	float *smin = (float *)(raw + tp * nc);
+	uint8_t *xu = (uint8_t *)(smin + ci->npanels);
+	const vf_kernels *kn = vf_kernels_get();
+	float par[TP][4];
+	for (size_t p0 = 0; p0 < n; p0 += TP) {
+		size_t np = n - p0 < TP ? n - p0 : TP, m = 0;
+		size_t at[TP]; /* the points with bytes, in xu's order */
+		for (size_t i = 0; i < np; i++) {
+			const float *x = pts + (p0 + i) * ci->dim;
+			if (q8_query(ci, x, xu + m * ci->d4, par[m]) == 0)
+				at[m++] = p0 + i;
+			else
+				vf_nearest(ci, x, 1, out + p0 + i, NULL, 1);
+		}
+		kn->points_panels_i8(xu, m, ci->d4, ci->q8, ci->npanels, raw);
+		for (size_t i = 0; i < m; i++)
+			out[at[i]] = nearest_bounded1(ci, kn, pts + at[i] * ci->dim, raw + i * nc,
+						      par[i], smin);
+	}
+	free(room);
 }
 
 static float sqdist(const float *a, const float *b, uint32_t d)

@@ -25,9 +25,13 @@ typedef struct vf_cindex {
 	uint32_t d4;
 	float *q8_scale, *q8_norm, *q8_err; /* |its bytes * scale|, |c_j - that| */
 	int32_t *q8_sum;                    /* the sum of its bytes */
+	/* over the k centroids: the largest q8_norm, q8_err and |c_j|^2 */
+	float q8_nmax, q8_emax, q8_n2max;
 } vf_cindex;
 
 #define VF_Q8_MIN_PANELS 64
+/* From this many panels on, assigning rows takes the first look too. */
+#define VF_ASSIGN_MIN_PANELS 8
 
 int vf_cindex_init(vf_cindex *ci, const float *centroids, uint32_t k, uint32_t dim);
 void vf_cindex_free(vf_cindex *ci);
@@ -57,6 +61,18 @@ int vf_cindex_probe_bounds(const vf_cindex *ci, const float *x, int neg, int32_t
 /* Index of the nearest centroid (l2) of each of n points; threads >= 1. */
 void vf_nearest(const vf_cindex *ci, const float *pts, size_t n, uint32_t *out,
 		float *dist, int threads);
+/* ai for assigning points by ci's centroids: ci's float panels and norms
+ * (borrowed: ci outlives ai) and, from VF_ASSIGN_MIN_PANELS panels on,
+ * their 8-bit copy; 0 or -ENOMEM.  vf_cindex_assign_free() frees what is
+ * ai's own. */
+int vf_cindex_assign_init(vf_cindex *ai, const vf_cindex *ci);
+void vf_cindex_assign_free(vf_cindex *ai);
+/* vf_nearest()'s answer for each of n points, ties included, on one
+ * thread, from a first look at the 8-bit copy of ci, an index made by
+ * vf_cindex_assign_init(): only the panels that can hold the nearest
+ * centroid are scored in float.  Without the 8-bit copy (or memory for
+ * the look) it is vf_nearest(). */
+void vf_nearest_bounded(const vf_cindex *ci, const float *pts, size_t n, uint32_t *out);
 
 /* Progress/abort hook: return non-zero to stop. */
 typedef int (*vf_tick_fn)(void *arg, int pct);

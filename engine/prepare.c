@@ -81,7 +81,7 @@ static void prep_piece(const vf_gen *g, vf_encoder *enc, const vecfs_row *rows, 
 			memset(p->x + i * dim, 0, sizeof(float) * dim);
 		p->pc[i].code.planes = NULL;
 	}
-	vf_nearest(&g->ci, p->x + from * dim, to - from, p->near + from, NULL, 1);
+	vf_nearest_bounded(&g->ai, p->x + from * dim, to - from, p->near + from);
 	for (size_t i = from; i < to; i++) {
 		uint32_t c = p->near[i];
 		if (p->bad[i] || c >= g->meta.nlist)

@@ -807,6 +807,23 @@ static void check_panels(const vf_kernels *kn, const vf_kernels *ref, rng *r)
 					print_message("%s d %zu rows %zu: %zu values differ between %s and %s\n",
 						      what, d, np, n, kn->name, ref->name);
 			}
+			/* point_panel_set: panels in any order, 1 to 4 of
+			 * them, the dots of point_panels bit for bit */
+			for (size_t m = 1; m <= 4 && m <= np; m++) {
+				const float *set[4];
+				for (size_t i = 0; i < m; i++)
+					set[i] = panels + (np - 1 - i * 2 % np) * d * VF_PANEL;
+				kn->point_panels(pts, d, panels, np, out2);
+				kn->point_panel_set(pts, d, set, m, out);
+				for (size_t i = 0; i < m; i++) {
+					size_t at = (size_t)(set[i] - panels) / (d * VF_PANEL);
+					size_t n = float_diffs(out + i * VF_PANEL, out2 + at * VF_PANEL,
+							       VF_PANEL);
+					if (n && bad_bits++ < 5)
+						print_message("point_panel_set d %zu panel %zu of %zu: %zu values differ (%s)\n",
+							      d, i, m, n, kn->name);
+				}
+			}
 			/* binary16 panels: the dots of point_panels with the
 			 * rounded values, bit for bit (each lane adds in
 			 * dimension order either way) */
@@ -1400,6 +1417,27 @@ static void check_panels_i8(const vf_kernels *kn, rng *r)
 								      (long long)want);
 					}
 			}
+	/* points_panels_i8: each point's sums as point_panels_i8 gives them,
+	 * 1 to 9 points (whole groups of four and the rest) */
+	{
+		enum { NPT = 9, D4 = 28, NPAN = 3 };
+		static uint8_t xs[NPT * D4];
+		static int8_t pn[NPAN * D4 * VF_PANEL];
+		int32_t all[NPT * NPAN * VF_PANEL], one[NPAN * VF_PANEL];
+		for (size_t i = 0; i < sizeof xs; i++)
+			xs[i] = (uint8_t)(rng_next(r) % 128);
+		for (size_t i = 0; i < sizeof pn; i++)
+			pn[i] = (int8_t)(rng_next(r) % 255 - 127);
+		for (size_t npt = 1; npt <= NPT; npt++) {
+			kn->points_panels_i8(xs, npt, D4, pn, NPAN, all);
+			for (size_t p = 0; p < npt; p++) {
+				kn->point_panels_i8(xs + p * D4, D4, pn, NPAN, one);
+				if (memcmp(one, all + p * NPAN * VF_PANEL, sizeof one) && bad++ < 5)
+					print_message("%s points_panels_i8 point %zu of %zu differs\n",
+						      kn->name, p, npt);
+			}
+		}
+	}
 	/* q8_bounds bit for bit against the scalar kernel, with and without
 	 * norms */
 	enum { NP = 5, NC = NP * VF_PANEL };
@@ -1428,6 +1466,23 @@ static void check_panels_i8(const vf_kernels *kn, rng *r)
 			for (size_t i = p * VF_PANEL; i < (p + 1) * VF_PANEL; i++)
 				if (lo[1][i] < lm[1][p] || hi[1][i] < hm[1][p] || lo[1][i] > hi[1][i])
 					bad++;
+	}
+	/* q8_scores bit for bit against the scalar kernel, and each panel's
+	 * smallest score the smallest of its own */
+	float sm[2][NP];
+	vf_kernels_scalar.q8_scores(raw, sum, sc, n2, NP, 0.026f, sm[0]);
+	kn->q8_scores(raw, sum, sc, n2, NP, 0.026f, sm[1]);
+	if (memcmp(sm[0], sm[1], sizeof sm[0])) {
+		print_message("%s q8_scores differs from scalar\n", kn->name);
+		bad++;
+	}
+	for (size_t p = 0; p < NP; p++) {
+		float m = INFINITY;
+		for (size_t i = p * VF_PANEL; i < (p + 1) * VF_PANEL; i++) {
+			float v = n2[i] - ((float)(raw[i] - sum[i] * 64) * sc[i]) * 0.026f;
+			m = v < m ? v : m;
+		}
+		bad += m != sm[1][p];
 	}
 	assert_int_equal(bad, 0);
 }
@@ -1875,6 +1930,107 @@ static void test_nearest_brute_force(void **state)
 
 /* Exact ties go to the first centroid, as a scan in centroid order finds:
  * duplicates in the same lane of another panel, and in another lane. */
+/* Centroids and points of one kind for test_nearest_bounded_same(). */
+static void bounded_case(rng *r, int kind, uint32_t k, uint32_t d, size_t n, float *cent,
+			 float *pts)
+{
+	static const float scales[] = {1e-14f, 1e-6f, 1e12f, 1e17f, 1e30f};
+	for (size_t i = 0; i < (size_t)k * d; i++)
+		cent[i] = kind == 1 || kind == 2 ? (float)(rng_next(r) % 5) /* a coarse grid */
+						 : (float)rng_gauss(r);
+	if (kind == 2) /* duplicates: centroid j repeats an earlier one */
+		for (uint32_t j = 1; j < k; j++)
+			if (rng_next(r) % 3 == 0)
+				memcpy(cent + (size_t)j * d, cent + (size_t)(rng_next(r) % j) * d,
+				       sizeof(float) * d);
+	for (size_t i = 0; i < n; i++) {
+		float *x = pts + i * d;
+		const float *c = cent + (size_t)(rng_next(r) % k) * d;
+		const float *c2 = cent + (size_t)(rng_next(r) % k) * d;
+		for (uint32_t j = 0; j < d; j++)
+			switch (i % 4) {
+			case 0: /* near a centroid */
+				x[j] = c[j] + (kind == 1 || kind == 2 ? 0 : 0.05f * (float)rng_gauss(r));
+				break;
+			case 1: /* halfway between two: ties on the grid */
+				x[j] = (c[j] + c2[j]) / 2;
+				break;
+			case 2: /* anywhere */
+				x[j] = kind == 1 || kind == 2 ? (float)(rng_next(r) % 9) / 2
+							      : 2 * (float)rng_gauss(r);
+				break;
+			default: /* far out, or zero */
+				x[j] = i % 8 == 3 ? 0 : 30 * c[j];
+			}
+	}
+	if (kind >= 3) { /* extreme magnitudes: everything scaled, or one huge centroid */
+		float s = scales[(kind - 3) % 5];
+		for (size_t i = 0; i < (size_t)k * d; i++)
+			cent[i] *= s;
+		for (size_t i = 0; i < n * d; i++)
+			pts[i] *= s;
+	}
+	if (kind == 8) {
+		for (uint32_t j = 0; j < d; j++)
+			cent[(size_t)(k / 2) * d + j] = 3e18f;
+		for (uint32_t j = 0; j < d; j++)
+			pts[j] = 1e19f; /* a point past float32's squares */
+	}
+}
+
+/* The first look's assignment (vf_nearest_bounded()) gives every point the
+ * centroid the exhaustive scan gives it, ties included (the first one),
+ * with the kernel table the library picks (the kernels' bit for bit
+ * checks cover the others): random centroids, a coarse grid (exact ties,
+ * points halfway between two centroids), duplicate centroids, tiny, huge
+ * and overflowing magnitudes, zero points. */
+static void test_nearest_bounded_same(void **state)
+{
+	(void)state;
+	static const uint32_t ks[] = {VF_PANEL * VF_ASSIGN_MIN_PANELS, 130, 1009};
+	static const uint32_t ds[] = {1, 3, 24, 128};
+	const char *kname = vf_kernels_get()->name;
+	const size_t N = 600;
+	rng r = {.s = 41};
+	size_t bad = 0, looked = 0;
+	{
+		for (int kind = 0; kind < 9; kind++)
+			for (size_t ki = 0; ki < sizeof ks / sizeof *ks; ki++)
+				for (size_t di = 0; di < sizeof ds / sizeof *ds; di++) {
+					uint32_t k = ks[ki], d = ds[di];
+					if (k == 1009 && d == 128 && kind % 3)
+						continue; /* the largest case for some kinds */
+					float *cent = malloc(sizeof(float) * k * d);
+					float *pts = malloc(sizeof(float) * N * d);
+					uint32_t *want = malloc(N * sizeof *want), *got = malloc(N * sizeof *got);
+					assert_non_null(cent);
+					assert_non_null(pts);
+					assert_non_null(want);
+					assert_non_null(got);
+					bounded_case(&r, kind, k, d, N, cent, pts);
+					vf_cindex ci, ai; /* as a generation has them */
+					assert_int_equal(vf_cindex_init(&ci, cent, k, d), 0);
+					assert_int_equal(vf_cindex_add_half(&ci), 0);
+					assert_int_equal(vf_cindex_assign_init(&ai, &ci), 0);
+					looked += ai.q8 != NULL;
+					vf_nearest(&ci, pts, N, want, NULL, 1);
+					vf_nearest_bounded(&ai, pts, N, got);
+					for (size_t i = 0; i < N; i++)
+						if (want[i] != got[i] && bad++ < 10)
+							print_message("%s kind %d k %u d %u point %zu: %u, the scan %u\n",
+								      kname, kind, k, d, i, got[i], want[i]);
+					vf_cindex_assign_free(&ai);
+					vf_cindex_free(&ci);
+					free(cent);
+					free(pts);
+					free(want);
+					free(got);
+				}
+	}
+	assert_int_equal(bad, 0);
+	assert_true(looked > 0);
+}
+
 static void test_nearest_ties_first(void **state)
 {
 	(void)state;
@@ -1951,6 +2107,7 @@ int main(void)
 		cmocka_unit_test(test_kernels_agree),
 		cmocka_unit_test(test_kernels_named),
 		cmocka_unit_test(test_parallel_on_every_cpu),
+		cmocka_unit_test(test_nearest_bounded_same),
 		cmocka_unit_test(test_kmeans_recovers_blobs),
 		cmocka_unit_test(test_kmeans_small_n),
 		cmocka_unit_test(test_nearest_brute_force),
