@@ -8,6 +8,7 @@
 #include <zstd.h>
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <limits.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -865,9 +866,13 @@ int vf_write_all(int fd, const void *buf, size_t len)
 
 void vf_store_prefetch(const void *p, size_t len)
 {
-	static long page;
-	if (!page)
+	/* read and set by every search thread: the same value either way */
+	static _Atomic long page_size;
+	long page = atomic_load_explicit(&page_size, memory_order_relaxed);
+	if (!page) {
 		page = sysconf(_SC_PAGESIZE) > 0 ? sysconf(_SC_PAGESIZE) : 4096;
+		atomic_store_explicit(&page_size, page, memory_order_relaxed);
+	}
 	uintptr_t a = (uintptr_t)p & ~(uintptr_t)(page - 1);
 	/* (a range past the file reads nothing; one outside the map fails) */
 	madvise((void *)a, (uintptr_t)p + len - a, MADV_WILLNEED);
