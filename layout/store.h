@@ -66,6 +66,7 @@ typedef struct vf_store {
 	struct vf_hint *hints;    /* record locations, see vf_hint_get */
 	uint64_t hint_mask;       /* slots - 1 */
 	uint64_t hint_want;       /* slots wanted when the table could not grow */
+	uint64_t hint_max;        /* slots at most (vf_hint_init()) */
 	uint64_t hint_base;       /* hints keep the transaction they were seen in
 				   * as 1 + its distance from this one */
 	uint64_t records_txn;     /* the last write transaction that wrote (or
@@ -128,7 +129,10 @@ int vf_write(vf_store *s, vf_write_fn fn, void *arg);
  * ends: it may be read in place like a value from vf_get().
  *
  * The table has four slots for each of `records` ids (16 bytes a slot,
- * 4096 to 4M slots: 64 KB to 64 MB), two-way and lock-free; call get and
+ * 4096 to 4M slots: 64 KB to 64 MB), fewer when the store's file and the
+ * largest table would not both fit in the memory the process may hold
+ * (the machine's, or its memory cgroup's limit): then at most 1/32 of that
+ * memory, the rest left to the page cache.  Two-way and lock-free; call get and
  * put from inside a read or write transaction.  vf_hint_reserve() makes a
  * larger table, empty, once `records` fill more than half of it: call it
  * after a write, holding no transaction.  It never waits: while any
