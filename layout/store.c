@@ -495,7 +495,8 @@ static uint64_t hint_max_slots(vf_store *s)
 	if (mdb_env_info(s->env, &info) == 0 && mdb_env_stat(s->env, &st) == 0)
 		file = (uint64_t)(info.me_last_pgno + 1) * st.ms_psize;
 	uint64_t full = (uint64_t)HINT_MAX_SLOTS * sizeof(vf_hint);
-	if (limit == UINT64_MAX || file + full <= limit)
+	s->hint_lean = !(limit == UINT64_MAX || file + full <= limit);
+	if (!s->hint_lean)
 		return HINT_MAX_SLOTS;
 	uint64_t slots = 4096;
 	while (2 * slots * sizeof(vf_hint) <= limit / HINT_SHARE && slots < HINT_MAX_SLOTS)
@@ -552,6 +553,11 @@ int vf_hint_reserve(vf_store *s, uint64_t records)
 	int rc = hint_swap_locked(s, slots);
 	pthread_rwlock_unlock(&s->resize);
 	return rc;
+}
+
+int vf_hint_fill_wanted(const vf_store *s)
+{
+	return s->hints && !s->hint_lean;
 }
 
 void vf_hint_view_of(const vf_store *s, vf_txn *txn, vf_hint_view *out)

@@ -67,6 +67,8 @@ typedef struct vf_store {
 	uint64_t hint_mask;       /* slots - 1 */
 	uint64_t hint_want;       /* slots wanted when the table could not grow */
 	uint64_t hint_max;        /* slots at most (vf_hint_init()) */
+	int hint_lean;            /* the store does not fit in memory: a small
+				   * table, not filled ahead */
 	uint64_t hint_base;       /* hints keep the transaction they were seen in
 				   * as 1 + its distance from this one */
 	uint64_t records_txn;     /* the last write transaction that wrote (or
@@ -140,6 +142,12 @@ int vf_write(vf_store *s, vf_write_fn fn, void *arg);
  * next growth of the map (which has to wait for them anyway). */
 int vf_hint_init(vf_store *s, uint64_t records);
 int vf_hint_reserve(vf_store *s, uint64_t records);
+/* Is the table worth filling ahead with a walk of every record?  Not when
+ * the store does not fit in memory: the walk reads the whole store through
+ * a page cache that cannot hold it, pushing out the pages searches read,
+ * for places most of which the small table cannot keep.  Its hints then
+ * come from the lookups searches make. */
+int vf_hint_fill_wanted(const vf_store *s);
 /* Which hints lie inside the snapshot of read transaction txn. */
 typedef struct vf_hint_view {
 	uint64_t lo, hi; /* seen in a transaction lo..hi (none if lo > hi) */

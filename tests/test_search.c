@@ -1087,7 +1087,8 @@ static void test_prefetch_same_results(void **state)
 
 /* The location-hint table yields to the page cache when the store does
  * not fit in the memory the process may hold (layout/store.h): a table of
- * at most 1/32 of it, and searches answer as with the full one. */
+ * at most 1/32 of it, not filled ahead at open, and searches answer as
+ * with the full one. */
 static void test_location_hints_sized_to_memory(void **state)
 {
 	fixture *f = *state;
@@ -1110,6 +1111,8 @@ static void test_location_hints_sized_to_memory(void **state)
 	v = fx_open(f, NULL);
 	unsetenv("VECFS_MEMORY_LIMIT");
 	assert_int_equal(v->store->hint_mask + 1, 8192); /* 128 KiB: 4 MiB / 32 */
+	/* nor filled ahead: that walk would read the whole store */
+	assert_false(v->hint_started);
 	vecfs_results *b = search_opts(v, q, NQ, D, &o);
 	results_same(a, b);
 	vecfs_results_free(b);
@@ -1118,6 +1121,7 @@ static void test_location_hints_sized_to_memory(void **state)
 	v = fx_open(f, NULL);
 	unsetenv("VECFS_MEMORY_LIMIT");
 	assert_int_equal(v->store->hint_mask + 1, full);
+	assert_true(v->hint_started);
 	vecfs_results_free(a);
 	free(q);
 	ds_free(&ds);
