@@ -101,7 +101,7 @@ static void hint_start(vecfs *v)
 		return;
 	/* tests that damage the file: a cursor walk into a damaged page is
 	 * one of LMDB's assertions (an abort), a point lookup an error */
-	if (getenv("VECFS_NO_HINT_FILL"))
+	if (getenv("VECFS_NO_HINT_FILL") || !vf_hint_fill_wanted(v->store))
 		return;
 	if (cnt.live && vf_thread_start(&v->hint_thread, hint_fill, v) == 0)
 		v->hint_started = 1;

@@ -422,18 +422,93 @@ static uint64_t hint_slot(const vf_store *s, uint64_t id, uint32_t *check)
 }
 
 /* Slots for `records` ids: four each (a two-way table at most a quarter
- * full), a power of two, at least 4096 and at most HINT_MAX_SLOTS. */
-static uint64_t hint_slots(uint64_t records)
+ * full), a power of two, at least 4096 and at most s->hint_max. */
+static uint64_t hint_slots(const vf_store *s, uint64_t records)
 {
 	uint64_t slots = 4096;
-	while (slots < 4 * records && slots < HINT_MAX_SLOTS)
+	while (slots < 4 * records && slots < s->hint_max)
+		slots *= 2;
+	return slots;
+}
+
+/* A number in the file at path (its first line), or 0: none, unreadable
+ * or "max". */
+static uint64_t read_number(const char *path)
+{
+	FILE *f = fopen(path, "re");
+	unsigned long long n = 0;
+	if (!f)
+		return 0;
+	if (fscanf(f, "%llu", &n) != 1)
+		n = 0;
+	fclose(f);
+	return n;
+}
+
+/* The memory this process may hold: the machine's, or less when its
+ * memory cgroup's limit (v2 memory.max, v1 memory.limit_in_bytes) is
+ * smaller; VECFS_MEMORY_LIMIT (bytes) in place of both. */
+static uint64_t memory_limit(void)
+{
+	const char *e = getenv("VECFS_MEMORY_LIMIT");
+	if (e && *e)
+		return strtoull(e, NULL, 10);
+	long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+	uint64_t limit = pages > 0 && psz > 0 ? (uint64_t)pages * (uint64_t)psz : UINT64_MAX;
+	FILE *f = fopen("/proc/self/cgroup", "re");
+	char line[4096], path[4200];
+	while (f && fgets(line, sizeof line, f)) {
+		/* "0::/path" (v2) or "N:...memory...:/path" (v1) */
+		char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+		if (!c2)
+			continue;
+		*c2 = 0;
+		char *cg = c2 + 1;
+		cg[strcspn(cg, "\n")] = 0;
+		if (c2 == c1 + 1)
+			snprintf(path, sizeof path, "/sys/fs/cgroup%s/memory.max", cg);
+		else if (strstr(c1 + 1, "memory"))
+			snprintf(path, sizeof path, "/sys/fs/cgroup/memory%s/memory.limit_in_bytes",
+				 cg);
+		else
+			continue;
+		uint64_t n = read_number(path);
+		if (n && n < limit)
+			limit = n;
+	}
+	if (f)
+		fclose(f);
+	return limit;
+}
+
+/* The table's largest size: HINT_MAX_SLOTS, unless the store's file and
+ * such a table would not both fit in the memory the process may hold;
+ * then at most 1/HINT_SHARE of that memory, which is better left to the
+ * page cache (the pages of the store that searches read): a hint only
+ * saves a tree descent, and a lookup without one still finds the
+ * record. */
+#define HINT_SHARE 32
+static uint64_t hint_max_slots(vf_store *s)
+{
+	MDB_envinfo info;
+	MDB_stat st;
+	uint64_t limit = memory_limit(), file = 0;
+	if (mdb_env_info(s->env, &info) == 0 && mdb_env_stat(s->env, &st) == 0)
+		file = (uint64_t)(info.me_last_pgno + 1) * st.ms_psize;
+	uint64_t full = (uint64_t)HINT_MAX_SLOTS * sizeof(vf_hint);
+	s->hint_lean = !(limit == UINT64_MAX || file + full <= limit);
+	if (!s->hint_lean)
+		return HINT_MAX_SLOTS;
+	uint64_t slots = 4096;
+	while (2 * slots * sizeof(vf_hint) <= limit / HINT_SHARE && slots < HINT_MAX_SLOTS)
 		slots *= 2;
 	return slots;
 }
 
 int vf_hint_init(vf_store *s, uint64_t records)
 {
-	uint64_t slots = hint_slots(records);
+	s->hint_max = hint_max_slots(s);
+	uint64_t slots = hint_slots(s, records);
 	s->hint_base = vf_store_version(s);
 	s->hints = vf_calloc(slots, sizeof(vf_hint));
 	if (!s->hints)
@@ -464,9 +539,9 @@ int vf_hint_reserve(vf_store *s, uint64_t records)
 	/* more than half full, and room to grow; never from a thread inside a
 	 * transaction */
 	if (!__atomic_load_n(&s->hints, __ATOMIC_RELAXED) || 2 * records <= have ||
-	    have >= HINT_MAX_SLOTS || reads_held(s) > 0)
+	    have >= s->hint_max || reads_held(s) > 0)
 		return 0;
-	uint64_t slots = hint_slots(records);
+	uint64_t slots = hint_slots(s, records);
 	if (pthread_rwlock_trywrlock(&s->resize) != 0) {
 		/* transactions run (a query, a build): not now */
 		uint64_t w = __atomic_load_n(&s->hint_want, __ATOMIC_RELAXED);
@@ -479,6 +554,11 @@ int vf_hint_reserve(vf_store *s, uint64_t records)
 	int rc = hint_swap_locked(s, slots);
 	pthread_rwlock_unlock(&s->resize);
 	return rc;
+}
+
+int vf_hint_fill_wanted(const vf_store *s)
+{
+	return s->hints && !s->hint_lean;
 }
 
 void vf_hint_view_of(const vf_store *s, vf_txn *txn, vf_hint_view *out)

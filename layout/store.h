@@ -66,6 +66,9 @@ typedef struct vf_store {
 	struct vf_hint *hints;    /* record locations, see vf_hint_get */
 	uint64_t hint_mask;       /* slots - 1 */
 	uint64_t hint_want;       /* slots wanted when the table could not grow */
+	uint64_t hint_max;        /* slots at most (vf_hint_init()) */
+	int hint_lean;            /* the store does not fit in memory: a small
+				   * table, not filled ahead */
 	uint64_t hint_base;       /* hints keep the transaction they were seen in
 				   * as 1 + its distance from this one */
 	uint64_t records_txn;     /* the last write transaction that wrote (or
@@ -128,7 +131,10 @@ int vf_write(vf_store *s, vf_write_fn fn, void *arg);
  * ends: it may be read in place like a value from vf_get().
  *
  * The table has four slots for each of `records` ids (16 bytes a slot,
- * 4096 to 4M slots: 64 KB to 64 MB), two-way and lock-free; call get and
+ * 4096 to 4M slots: 64 KB to 64 MB), fewer when the store's file and the
+ * largest table would not both fit in the memory the process may hold
+ * (the machine's, or its memory cgroup's limit): then at most 1/32 of that
+ * memory, the rest left to the page cache.  Two-way and lock-free; call get and
  * put from inside a read or write transaction.  vf_hint_reserve() makes a
  * larger table, empty, once `records` fill more than half of it: call it
  * after a write, holding no transaction.  It never waits: while any
@@ -136,6 +142,12 @@ int vf_write(vf_store *s, vf_write_fn fn, void *arg);
  * next growth of the map (which has to wait for them anyway). */
 int vf_hint_init(vf_store *s, uint64_t records);
 int vf_hint_reserve(vf_store *s, uint64_t records);
+/* Is the table worth filling ahead with a walk of every record?  Not when
+ * the store does not fit in memory: the walk reads the whole store through
+ * a page cache that cannot hold it, pushing out the pages searches read,
+ * for places most of which the small table cannot keep.  Its hints then
+ * come from the lookups searches make. */
+int vf_hint_fill_wanted(const vf_store *s);
 /* Which hints lie inside the snapshot of read transaction txn. */
 typedef struct vf_hint_view {
 	uint64_t lo, hi; /* seen in a transaction lo..hi (none if lo > hi) */

@@ -1085,6 +1085,49 @@ static void test_prefetch_same_results(void **state)
 	fx_close(f);
 }
 
+/* The location-hint table yields to the page cache when the store does
+ * not fit in the memory the process may hold (layout/store.h): a table of
+ * at most 1/32 of it, not filled ahead at open, and searches answer as
+ * with the full one. */
+static void test_location_hints_sized_to_memory(void **state)
+{
+	fixture *f = *state;
+	const uint32_t D = 16;
+	const size_t N = 30000, NQ = 20;
+	dataset ds;
+	vecfs *v = built_store(f, &ds, 17, N, D, 40);
+	fx_close(f);
+	v = fx_open(f, NULL); /* a table sized at open for the records there */
+	uint64_t full = v->store->hint_mask + 1;
+	assert_true(full >= 4 * N); /* four slots a record */
+	float *q = malloc(NQ * D * sizeof(float));
+	assert_non_null(q);
+	for (size_t i = 0; i < NQ; i++)
+		ds_fresh(&ds, q + i * D);
+	vecfs_query_opts o = {.k = 10};
+	vecfs_results *a = search_opts(v, q, NQ, D, &o);
+	fx_close(f);
+	setenv("VECFS_MEMORY_LIMIT", "4194304", 1); /* 4 MiB: the store does not fit */
+	v = fx_open(f, NULL);
+	unsetenv("VECFS_MEMORY_LIMIT");
+	assert_int_equal(v->store->hint_mask + 1, 8192); /* 128 KiB: 4 MiB / 32 */
+	/* nor filled ahead: that walk would read the whole store */
+	assert_false(v->hint_started);
+	vecfs_results *b = search_opts(v, q, NQ, D, &o);
+	results_same(a, b);
+	vecfs_results_free(b);
+	fx_close(f);
+	setenv("VECFS_MEMORY_LIMIT", "1099511627776", 1); /* 1 TiB: it does */
+	v = fx_open(f, NULL);
+	unsetenv("VECFS_MEMORY_LIMIT");
+	assert_int_equal(v->store->hint_mask + 1, full);
+	assert_true(v->hint_started);
+	vecfs_results_free(a);
+	free(q);
+	ds_free(&ds);
+	fx_close(f);
+}
+
 static void test_location_hints_filled_at_open(void **state)
 {
 	fixture *f = *state;
@@ -2182,6 +2225,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_prefetch_same_results, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_search_follows_meta, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_probe_first_look, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_location_hints_sized_to_memory, fx_setup, fx_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
