@@ -130,10 +130,12 @@ void vecfs_results_free(vecfs_results *r)
 
 static void query_free(query *q)
 {
-	free(q->q); /* (with its results and bounds: one room) */
+	free(q->q);
 	vf_qstate_free(&q->qs);
 	vf_cstate_free(&q->cs);
+	free(q->ub.v);
 	free(q->cands);
+	free(q->top.v);
 	free(q->probe);
 	free(q->pdist);
 	for (keep_chunk *c = q->keep, *n; c; c = n) {
@@ -316,15 +318,11 @@ static int search_run(search *s, const float *queries, size_t nq, size_t first,
 	s->planes = room + at[7];
 	for (size_t i = 0; i < nq; i++) {
 		query *q = &s->qs[i];
-		/* the query, its results and its upper bounds in one room */
-		size_t qb = (sizeof(float) * dim + 63) & ~(size_t)63;
-		size_t hb = (sizeof(hit) * s->k + 63) & ~(size_t)63;
-		uint8_t *qroom = vf_malloc(qb + hb + (s->g ? sizeof(float) * s->k : 0));
-		if (!qroom)
-			return -ENOMEM;
-		q->q = (float *)qroom;
+		q->q = vf_malloc(sizeof(float) * dim);
 		q->top.k = s->k;
-		q->top.v = (hit *)(qroom + qb);
+		q->top.v = vf_malloc(sizeof(hit) * s->k);
+		if (!q->q || !q->top.v)
+			return -ENOMEM;
 		if (vf_to_index_space(s->metric, queries + i * dim, q->q, dim)) {
 			vf_seterr(err, errlen, "query %zu is a zero vector under the cosine metric",
 				  first + i + 1);
@@ -333,7 +331,7 @@ static int search_run(search *s, const float *queries, size_t nq, size_t first,
 		if (!s->g)
 			continue;
 		q->ub.k = s->k;
-		q->ub.v = (float *)(qroom + qb + hb);
+		q->ub.v = vf_malloc(sizeof(float) * s->k);
 		/* an nprobe past the clusters there are probes them all */
 		size_t np = s->nprobe < s->gm.nlist ? s->nprobe : s->gm.nlist;
 		q->probe = vf_malloc(sizeof(uint32_t) * (2 * (size_t)np + 1));
