@@ -498,6 +498,10 @@ int vf_rerank(search *s, query *q)
 		if (i0 + m > ahead) { /* read this step's records, or a few ahead */
 			size_t r = m > RERANK_AHEAD ? m : RERANK_AHEAD;
 			r = r < n - i0 ? r : n - i0;
+			/* not those that cannot enter the top k already (the
+			 * bounds rise with i, the top k's only falls) */
+			while (r > m && !hheap_admits(&q->top, CAND(i0 + r - 1)->lo))
+				r--;
 			prefetch_records(s, CAND(i0 + r - 1), r); /* (they lie backwards) */
 			ahead = i0 + r;
 		}

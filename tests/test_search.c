@@ -1510,6 +1510,25 @@ static void test_bad_input_rejected(void **state)
 	o.exact = 0;
 	assert_int_equal(vecfs_search(v, nanv, 1, D, &o, &r, err, sizeof err),
 			 -EINVAL);
+	assert_string_equal(err, "query 1: value 4 is not finite");
+	/* in a batch: the first value not finite is named, by query and
+	 * value, wherever it lies (past the first eight values, or after
+	 * them in the batch's tail) */
+	float batch[5 * D];
+	for (size_t i = 0; i < 5; i++)
+		memcpy(batch + i * D, good, sizeof good);
+	batch[4 * D + 6] = -INFINITY;
+	assert_int_equal(vecfs_search(v, batch, 5, D, &o, &r, err, sizeof err), -EINVAL);
+	assert_string_equal(err, "query 5: value 7 is not finite");
+	batch[2 * D + 1] = NAN;
+	assert_int_equal(vecfs_search(v, batch, 5, D, &o, &r, err, sizeof err), -EINVAL);
+	assert_string_equal(err, "query 3: value 2 is not finite");
+	batch[2 * D + 1] = 1.0f;
+	batch[4 * D + 6] = 1.0f;
+	batch[D - 1] = 3e38f; /* large, finite */
+	assert_int_equal(vecfs_search(v, batch, 5, D, &o, &r, err, sizeof err), 0);
+	vecfs_results_free(r);
+	r = NULL;
 	/* the good batch then goes in whole */
 	assert_int_equal(vecfs_put(v, rows, 6, D, NULL, err, sizeof err), 0);
 	assert_int_equal(stats(v).records, 3 + 6);
