@@ -91,6 +91,8 @@ struct vecfs {
 	uint64_t pages_read;        /* major faults of the searches counted */
 	uint64_t prefetch_until;    /* searches plan their reads until then
 				     * (engine/prefetch.c) */
+	uint32_t prefetch_calm;     /* searches in a row since then that waited
+				     * for no page */
 	int prefetch_mode;          /* 0: as prefetch.c decides; 1: always; -1:
 				     * never (tests) */
 	uint32_t lat[VF_LAT_RING];

@@ -34,10 +34,20 @@ int vf_prefetch_wanted(vecfs *v)
 
 void vf_prefetch_note(vecfs *v, uint64_t pages)
 {
-	if (pages)
+	if (pages) {
+		__atomic_store_n(&v->prefetch_calm, 0, __ATOMIC_RELAXED);
 		__atomic_store_n(&v->prefetch_until, coarse_ns() + VF_PREFETCH_HOLD_NS,
 				 __ATOMIC_RELAXED);
-	else if (__atomic_load_n(&v->prefetch_until, __ATOMIC_RELAXED) == 0)
+		return;
+	}
+	uint64_t until = __atomic_load_n(&v->prefetch_until, __ATOMIC_RELAXED);
+	if (until == 0)
+		__atomic_store_n(&v->prefetch_until, 1, __ATOMIC_RELAXED);
+	else if (until > 1 && __atomic_add_fetch(&v->prefetch_calm, 1, __ATOMIC_RELAXED) >=
+				      VF_PREFETCH_CALM)
+		/* the store is in memory again: a few faults (pages another
+		 * program pushed out) do not leave every query paying for
+		 * the plans for the rest of the hold */
 		__atomic_store_n(&v->prefetch_until, 1, __ATOMIC_RELAXED);
 }
 

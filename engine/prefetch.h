@@ -15,10 +15,13 @@
  * thread waited for.) */
 
 /* Whether a search now plans its reads: while the store's searches
- * wait for pages (one did in the last VF_PREFETCH_HOLD_NS), and before
- * the first search of an open; never once they have stopped waiting, so
- * a store in memory pays nothing.  v->prefetch_mode forces it (tests). */
+ * wait for pages (one did in the last VF_PREFETCH_HOLD_NS, and
+ * VF_PREFETCH_CALM searches in a row have not all waited for none), and
+ * before the first search of an open; never once they have stopped
+ * waiting, so a store in memory pays nothing.  v->prefetch_mode forces it
+ * (tests). */
 #define VF_PREFETCH_HOLD_NS 2000000000ull
+#define VF_PREFETCH_CALM 64
 int vf_prefetch_wanted(vecfs *v);
 /* A search's threads waited for `pages` pages (vf_thread_major_faults()). */
 void vf_prefetch_note(vecfs *v, uint64_t pages);

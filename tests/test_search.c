@@ -27,6 +27,7 @@
 
 #include "internal.h"
 #include "search_internal.h"
+#include "prefetch.h"
 #include "keys.h"
 #include "testutil.h"
 #include "vecfs.h"
@@ -1038,6 +1039,32 @@ static void test_pages_read_counted(void **state)
 	free(q);
 	ds_free(&ds);
 	fx_close(f);
+}
+
+/* Planning reads turns itself on when a search waits for pages and off
+ * again once searches stop waiting: at the end of the hold, or after
+ * VF_PREFETCH_CALM searches in a row that waited for none (a few faults
+ * while the store is in memory must not tax every query for the hold). */
+static void test_prefetch_calms_down(void **state)
+{
+	fixture *f = *state;
+	vecfs *v = f->v = fx_open(f, NULL);
+	v->prefetch_mode = 0;
+	assert_true(vf_prefetch_wanted(v)); /* before the first search */
+	vf_prefetch_note(v, 0);
+	assert_false(vf_prefetch_wanted(v)); /* the first did not wait */
+	vf_prefetch_note(v, 5);
+	assert_true(vf_prefetch_wanted(v));
+	for (int i = 0; i < VF_PREFETCH_CALM - 1; i++) {
+		vf_prefetch_note(v, 0);
+		assert_true(vf_prefetch_wanted(v));
+	}
+	vf_prefetch_note(v, 1); /* a wait starts the count again */
+	for (int i = 0; i < VF_PREFETCH_CALM - 1; i++)
+		vf_prefetch_note(v, 0);
+	assert_true(vf_prefetch_wanted(v));
+	vf_prefetch_note(v, 0);
+	assert_false(vf_prefetch_wanted(v));
 }
 
 /* Planning a search's reads ahead changes nothing it finds, with the reads
@@ -2242,6 +2269,7 @@ int main(void)
 						fx_teardown),
 		cmocka_unit_test_setup_teardown(test_pages_read_counted, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_prefetch_same_results, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_prefetch_calms_down, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_search_follows_meta, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_probe_first_look, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_location_hints_sized_to_memory, fx_setup, fx_teardown),
