@@ -261,7 +261,7 @@ int qs_in_write(qsession *q, const char *buf, size_t len, uint64_t off)
 int qs_in_write_run(qsession *q, const char *buf, size_t len, int *ran)
 {
 	*ran = 0;
-	int rc = in_write(q, buf, len, 0, 0);
+	int rc = in_write(q, buf, len, 0, 1);
 	if (rc == -EINVAL || rc == -EFBIG || rc == -ENOSPC || rc == -ENOMEM) {
 		int r2;
 		qs_in_flush(q, &r2); /* clears the results the input replaced */
