@@ -346,6 +346,16 @@ static int config_check_lines(handle *h)
 	return 0;
 }
 
+/* After a run of the session's query (ran): its out pushed to the readers;
+ * rc, the run's errno, or else the push's. */
+static int results_out(fs_daemon *dm, node *session, int rc, int ran)
+{
+	if (!ran)
+		return rc;
+	int prc = push_out(dm, session);
+	return rc ? rc : prc;
+}
+
 /* Whether a write of `in` runs the query itself (one round trip a
  * query): a synchronous write (the descriptor opened with O_DSYNC or
  * O_SYNC, or pwritev2() with RWF_DSYNC) at offset 0 that the kernel did not
@@ -623,12 +633,7 @@ static int query_in_write(handle *h, const char *buf, size_t size, off_t off, st
 		int ran;
 		rc = qs_in_write_run(n->session->qs, buf, size, &ran);
 		node_changed(n->session);
-		if (ran) {
-			int prc = push_out(dm, n->session);
-			if (!rc)
-				rc = prc;
-		}
-		return rc;
+		return results_out(dm, n->session, rc, ran);
 	}
 	rc = qs_in_write(n->session->qs, buf, size, (uint64_t)off);
 	node_changed(n->session);
@@ -647,12 +652,7 @@ static int query_in_finish(handle *h, pid_t pid)
 		rc = qs_in_flush_empty(n->session->qs, &ran);
 	else
 		rc = qs_in_flush(n->session->qs, &ran);
-	if (ran) {
-		int prc = push_out(dm, n->session);
-		if (!rc)
-			rc = prc;
-	}
-	return rc;
+	return results_out(dm, n->session, rc, ran);
 }
 
 static int query_in_truncate(fs_daemon *dm, node *n, handle *h, off_t size)

@@ -262,13 +262,12 @@ int qs_in_write_run(qsession *q, const char *buf, size_t len, int *ran)
 {
 	*ran = 0;
 	int rc = in_write(q, buf, len, 0, 1);
-	if (rc == -EINVAL || rc == -EFBIG || rc == -ENOSPC || rc == -ENOMEM) {
-		int r2;
-		qs_in_flush(q, &r2); /* clears the results the input replaced */
-		*ran = r2;
-		return rc;
-	}
-	return rc ? rc : qs_in_flush(q, ran);
+	if (rc == -ENOENT)
+		return rc; /* the session was removed: nothing to run */
+	/* as the close would: a refused input clears the results it replaced,
+	 * and the write's own errno is the one returned */
+	int frc = qs_in_flush(q, ran);
+	return rc ? rc : frc;
 }
 
 /* ---------------------------------------------------------------- parsing in */
