@@ -173,7 +173,7 @@ uint64_t vecfs_snapshot(vecfs *v)
 }
 
 static int search_run(search *s, const float *queries, size_t nq, size_t first,
-		      uint32_t dim, const vecfs_query_opts *opts, char *err, size_t errlen);
+		      const vf_probe_policy *pol, char *err, size_t errlen);
 static void search_free(search *s);
 
 /* The config, counters and active generation (and that generation's meta)
@@ -211,16 +211,15 @@ static int snap_meta(vecfs *v, vf_txn *txn, vf_snap_meta *out)
  * search widens further if it must): its results and counts replace the
  * first ones, its work adds to theirs. */
 static int widen(search *s, size_t i, const float *qv, size_t first,
-		 const vecfs_query_opts *o, uint32_t nprobe, char *err, size_t errlen)
+		 const vf_probe_policy *pol, uint32_t nprobe, char *err, size_t errlen)
 {
-	vecfs_query_opts wo = *o;
-	wo.k = s->k;
-	wo.refine = s->refine;
-	wo.nprobe = nprobe < s->gm.nlist ? nprobe : s->gm.nlist;
-	wo.recall = 0;
+	vf_probe_policy wp = *pol;
+	wp.nprobe = nprobe < pol->gm.nlist ? nprobe : pol->gm.nlist;
+	wp.target = 0;
+	wp.rule = (vf_stop_rule){INFINITY, 0, 0, 0};
 	search w = {.v = s->v, .txn = s->txn, .active = s->active, .fset = s->fset,
 		    .prefetch = s->prefetch};
-	int rc = search_run(&w, qv, 1, first, s->dim, &wo, err, errlen);
+	int rc = search_run(&w, qv, 1, first, &wp, err, errlen);
 	if (rc == 0) {
 		query t = s->qs[i];
 		s->qs[i] = w.qs[0];
@@ -231,14 +230,79 @@ static int widen(search *s, size_t i, const float *qv, size_t first,
 	return rc;
 }
 
+/* The policy of a call of dim-dimensional queries with options o (a filter's
+ * matches fset, or NULL) on the snapshot of txn: the snapshot's meta, the
+ * generation searched (none when o asks for an exact scan or there is
+ * none), k, refine, and how many clusters to probe: the query's nprobe
+ * wins, then its recall target, then the config's nprobe, which may be 0:
+ * chosen to reach recall_target; a selective filter probes more
+ * (filtered.c).  0 or -errno (-EINVAL with err set for a bad option).  The
+ * caller ends it with probe_policy_end(). */
+static int probe_policy_resolve(vecfs *v, vf_txn *txn, const vecfs_query_opts *o,
+				const vf_fset *fset, uint32_t dim, vf_probe_policy *pol,
+				char *err, size_t errlen)
+{
+	int rc;
+	memset(pol, 0, sizeof *pol);
+	pol->rule = (vf_stop_rule){INFINITY, 0, 0, 0};
+	if ((rc = snap_meta(v, txn, &pol->sm)))
+		return rc;
+	const vecfs_config *sc = &pol->sm.sc;
+	uint64_t live = pol->sm.cnt.live;
+	if (sc->dim == 0 || dim != sc->dim) {
+		vf_seterr(err, errlen, sc->dim ? "query has dimension %u, the store has dim %u"
+					       : "query has dimension %u, the store has no data yet (dim %u)",
+			  dim, sc->dim);
+		return -EINVAL;
+	}
+	pol->metric = (vecfs_metric)sc->metric;
+	pol->dim = dim;
+	pol->k = o->k ? o->k : sc->k;
+	pol->nprobe = o->nprobe                       ? o->nprobe
+		      : o->recall > 0 || o->auto_nprobe ? 0
+							: vf_fset_nprobe(fset, live, sc->nprobe);
+	pol->refine = o->refine ? o->refine : sc->refine;
+	if (pol->k > 100000 || pol->refine > 1000) {
+		vf_seterr(err, errlen, "k must be at most 100000 and refine at most 1000");
+		return -EINVAL;
+	}
+	if (o->recall < 0 || o->recall > 1 || o->recall != o->recall) {
+		vf_seterr(err, errlen, "recall must be a number in (0, 1]");
+		return -EINVAL;
+	}
+	pol->active = o->exact ? 0 : pol->sm.active;
+	if (!pol->active)
+		return 0;
+	if ((rc = vf_gen_get(v, txn, pol->active, &pol->g)))
+		return rc;
+	if (pol->sm.gm_ok && pol->sm.active == pol->active)
+		pol->gm = pol->sm.gm;
+	else if ((rc = vf_load_genmeta(txn, v->store, pol->active, &pol->gm)))
+		return rc;
+	if (pol->nprobe == 0 && pol->g->cal) {
+		pol->target = o->recall > 0 ? o->recall : sc->recall_target;
+		vf_calib_rule(pol->g->cal, pol->gm.nlist, pol->k, pol->target, &pol->rule);
+		pol->nprobe = vf_fset_nprobe(fset, live, pol->rule.cap);
+	} else if (pol->nprobe == 0) {
+		pol->nprobe = VF_NPROBE_UNCALIBRATED;
+	}
+	return 0;
+}
+
+static void probe_policy_end(vecfs *v, vf_probe_policy *pol)
+{
+	vf_gen_put(v, pol->g);
+	pol->g = NULL;
+}
+
 /* One search over queries[0..nq) (the batch's from `first` on) on the open
  * snapshot s->txn, up to the results that collect() takes from s. */
 static int search_run(search *s, const float *queries, size_t nq, size_t first,
-		      uint32_t dim, const vecfs_query_opts *opts, char *err, size_t errlen)
+		      const vf_probe_policy *pol, char *err, size_t errlen)
 {
-	vecfs_query_opts o = *opts;
 	vecfs *v = s->v;
-	vf_snap_meta sm;
+	const uint32_t dim = pol->dim;
+	const vf_stop_rule rule = pol->rule;
 	int rc;
 
 	s->kn = vf_kernels_get();
@@ -246,52 +310,17 @@ static int search_run(search *s, const float *queries, size_t nq, size_t first,
 	s->txnid = vf_txn_id(s->txn);
 	s->epoch = v->store->map_epoch;
 	vf_hint_view_of(v->store, s->txn, &s->hints);
-	if ((rc = snap_meta(v, s->txn, &sm)))
-		return rc;
-	const vecfs_config sc = sm.sc;
-	const vf_counters cnt = sm.cnt;
-	if (sc.dim == 0 || dim != sc.dim) {
-		vf_seterr(err, errlen, sc.dim ? "query has dimension %u, the store has dim %u"
-					      : "query has dimension %u, the store has no data yet (dim %u)",
-			  dim, sc.dim);
-		return -EINVAL;
-	}
-	s->metric = (vecfs_metric)sc.metric;
+	s->metric = pol->metric;
 	s->dim = dim;
-	s->k = o.k ? o.k : sc.k;
-	/* an nprobe of the query's wins; then its recall target; then the
-	 * config's nprobe, which may be 0: chosen to reach recall_target
-	 * (a selective filter probes more: filtered.c) */
-	s->nprobe = o.nprobe                       ? o.nprobe
-		    : o.recall > 0 || o.auto_nprobe ? 0
-						    : vf_fset_nprobe(s->fset, cnt.live, sc.nprobe);
-	s->refine = o.refine ? o.refine : sc.refine;
-	if (s->k > 100000 || s->refine > 1000) {
-		vf_seterr(err, errlen, "k must be at most 100000 and refine at most 1000");
-		return -EINVAL;
-	}
-	if (o.recall < 0 || o.recall > 1 || o.recall != o.recall) {
-		vf_seterr(err, errlen, "recall must be a number in (0, 1]");
-		return -EINVAL;
-	}
+	s->k = pol->k;
+	s->nprobe = pol->nprobe;
+	s->refine = pol->refine;
+	s->target = pol->target;
+	s->tau = pol->target > 0 ? pol->rule.tau : 0;
 	s->nq = nq;
-	uint64_t active = s->active;
-	vf_stop_rule rule = {INFINITY, 0, 0, 0};
-	if (active) {
-		if ((rc = vf_gen_get(v, s->txn, active, &s->g)))
-			return rc;
-		if (sm.gm_ok && sm.active == active)
-			s->gm = sm.gm;
-		else if ((rc = vf_load_genmeta(s->txn, v->store, active, &s->gm)))
-			return rc;
-		if (s->nprobe == 0 && s->g->cal) {
-			s->target = o.recall > 0 ? o.recall : sc.recall_target;
-			vf_calib_rule(s->g->cal, s->gm.nlist, s->k, s->target, &rule);
-			s->nprobe = vf_fset_nprobe(s->fset, cnt.live, rule.cap);
-			s->tau = rule.tau;
-		} else if (s->nprobe == 0) {
-			s->nprobe = VF_NPROBE_UNCALIBRATED;
-		}
+	if (s->active) {
+		s->g = pol->g; /* the call's reference */
+		s->gm = pol->gm;
 	}
 	s->qs = vf_calloc(nq, sizeof(query));
 	/* the scan's arrays in one room, each on a line of its own */
@@ -350,7 +379,7 @@ static int search_run(search *s, const float *queries, size_t nq, size_t first,
 	if (!s->g)
 		return vf_scan_exact(s);
 	vf_dirty_init(&s->dirty);
-	if ((rc = vf_dirty_load(s->txn, v->store, s->gm.synced_seq, cnt.seq, &s->dirty)) ||
+	if ((rc = vf_dirty_load(s->txn, v->store, s->gm.synced_seq, pol->sm.cnt.seq, &s->dirty)) ||
 	    (rc = vf_scan_uncovered(s)) || (rc = vf_scan_ivf(s, 0)) ||
 	    (rc = vf_prefetch_reranks(s)))
 		return rc;
@@ -390,11 +419,11 @@ static int search_run(search *s, const float *queries, size_t nq, size_t first,
 
 	/* min(k, live records) results: a query whose probed clusters held
 	 * fewer live postings probes again, more clusters */
-	uint64_t live = s->fset ? s->fset->n : cnt.live; /* (a filter: its matches) */
+	uint64_t live = s->fset ? s->fset->n : pol->sm.cnt.live; /* (a filter: its matches) */
 	uint64_t want = live < s->k ? live : s->k;
 	for (size_t i = 0; i < nq && rc == 0; i++)
 		if (s->qs[i].top.n < want && (s->nprobe < s->gm.nlist || s->qs[i].np < s->nprobe))
-			rc = widen(s, i, queries + i * dim, first + i, &o,
+			rc = widen(s, i, queries + i * dim, first + i, pol,
 				   s->nprobe > s->gm.nlist / 4 ? s->gm.nlist : s->nprobe * 4, err, errlen);
 	return rc;
 }
@@ -409,7 +438,6 @@ static void search_free(search *s)
 	vf_tombs_free(&s->tombs);
 	free(s->scratch);
 	free(s->copies);
-	vf_gen_put(s->v, s->g);
 }
 
 /* A batch of queries is searched in parts, on every CPU.  With an index,
@@ -429,7 +457,7 @@ typedef struct cpu_job {
 	const float *queries; /* the batch */
 	size_t nq, per;       /* queries in all; in a part */
 	uint32_t dim;
-	const vecfs_query_opts *opts;
+	const vf_probe_policy *pol;
 	int rc;
 	uint64_t pages;       /* major faults while it searched */
 	char err[256];
@@ -442,8 +470,8 @@ static void *cpu_run(void *arg)
 	for (size_t p = 0; p < j->nparts && j->rc == 0; p++) {
 		size_t from = (j->first + p) * j->per;
 		size_t n = j->nq - from < j->per ? j->nq - from : j->per;
-		j->rc = search_run(&j->parts[p], j->queries + from * j->dim, n, from, j->dim,
-				   j->opts, j->err, sizeof j->err);
+		j->rc = search_run(&j->parts[p], j->queries + from * j->dim, n, from, j->pol,
+				   j->err, sizeof j->err);
 	}
 	j->pages = vf_thread_major_faults() - faults;
 	if (j->rc == 0 && j->nparts)
@@ -538,13 +566,14 @@ int vf_search_threads(vecfs *v, const float *queries, size_t nq, uint32_t dim,
 	}
 	if (n > VF_PARALLEL_MAX)
 		n = VF_PARALLEL_MAX;
-	vf_snap_meta sm;
-	if ((rc = snap_meta(v, txn[0], &sm))) {
+	vf_probe_policy pol;
+	if ((rc = probe_policy_resolve(v, txn[0], &o, fset, dim, &pol, err, errlen))) {
+		probe_policy_end(v, &pol);
 		vf_fset_put(v, fset);
 		vf_read_end(v->store, txn[0]);
 		return rc;
 	}
-	uint64_t active = o.exact ? 0 : sm.active;
+	uint64_t active = pol.active;
 	int exact = !active;
 	if (exact) {
 		if ((size_t)n > nq / PART_EXACT)
@@ -559,6 +588,7 @@ int vf_search_threads(vecfs *v, const float *queries, size_t nq, uint32_t dim,
 	nparts = (nq + per - 1) / per;
 	parts = vf_calloc(nparts, sizeof *parts);
 	if (!parts) {
+		probe_policy_end(v, &pol);
 		vf_fset_put(v, fset);
 		vf_read_end(v->store, txn[0]);
 		for (int t = 1; t < n; t++)
@@ -567,7 +597,7 @@ int vf_search_threads(vecfs *v, const float *queries, size_t nq, uint32_t dim,
 	}
 	for (int t = 0; t < n; t++) { /* (the jobs a search runs: jobs[0..n)) */
 		size_t p0 = nparts * (size_t)t / (size_t)n, p1 = nparts * (size_t)(t + 1) / (size_t)n;
-		jobs[t] = (cpu_job){parts + p0, p1 - p0, p0, queries, nq, per, dim, &o, 0, 0, ""};
+		jobs[t] = (cpu_job){parts + p0, p1 - p0, p0, queries, nq, per, dim, &pol, 0, 0, ""};
 		for (size_t p = p0; p < p1; p++) {
 			parts[p].v = v;
 			parts[p].txn = txn[t]; /* the snapshot of txn[0] (open_more) */
@@ -587,10 +617,10 @@ int vf_search_threads(vecfs *v, const float *queries, size_t nq, uint32_t dim,
 		(*out)->explain.micros = (uint64_t)us;
 		for (int t = 0; t < n; t++)
 			(*out)->explain.pages_read += jobs[t].pages;
-		(*out)->explain.k = parts[0].k;
-		(*out)->explain.nprobe = parts[0].target > 0 ? 0 : parts[0].nprobe;
-		(*out)->explain.recall_target = parts[0].target;
-		(*out)->explain.refine = parts[0].refine;
+		(*out)->explain.k = pol.k;
+		(*out)->explain.nprobe = pol.target > 0 ? 0 : pol.nprobe;
+		(*out)->explain.recall_target = pol.target;
+		(*out)->explain.refine = pol.refine;
 		(*out)->explain.filter_passed = fset ? fset->n : 0;
 		(*out)->explain.filter_tested = tested;
 		(*out)->snapshot = vf_txn_id(txn[0]);
@@ -602,6 +632,7 @@ int vf_search_threads(vecfs *v, const float *queries, size_t nq, uint32_t dim,
 	for (size_t p = 0; p < nparts; p++)
 		search_free(&parts[p]);
 	free(parts);
+	probe_policy_end(v, &pol);
 	vf_fset_put(v, fset);
 	for (int t = 0; t < n; t++)
 		vf_read_end(v->store, txn[t]);

@@ -12,6 +12,7 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "calibrate.h"
 #include "changes.h"
 #include "filtered.h"
 #include "topk.h"
@@ -113,6 +114,24 @@ typedef struct query {
 	keep_chunk *keep;  /* results' bytes copied out of hinted records */
 	vecfs_explain ex;
 } query;
+
+/* How one call searches: its options resolved and checked once, from the
+ * snapshot it reads, for every part of the call (vf_probe_policy_resolve()
+ * in search.c).  A part that widens its probing searches again under a
+ * copy with nprobe raised and no recall target. */
+typedef struct vf_probe_policy {
+	vf_snap_meta sm;     /* the snapshot's config, counters, generation */
+	uint64_t active;     /* the generation searched (0: an exact scan) */
+	vf_gen *g;           /* its routing state: one reference, the call's */
+	vf_genmeta gm;       /* its meta */
+	vecfs_metric metric;
+	uint32_t dim, k, refine;
+	uint32_t nprobe;     /* clusters probed at most */
+	float target;        /* the recall target the probing aims at; 0:
+			      * nprobe clusters for every query */
+	vf_stop_rule rule;   /* the target's rule (calibrate.h): tau, the
+			      * second look's gamma, the scale's max_norm */
+} vf_probe_policy;
 
 struct entry;
 typedef struct search {
