@@ -13,10 +13,12 @@ BASEFLAGS := -std=c11 -D_GNU_SOURCE -ffp-contract=off -fno-strict-aliasing -pthr
 	$(WARN)
 # Layers: the public header (engine/include/vecfs.h) is the only one that
 # fs/ and tools/ see; engine/ sees layout/'s headers; layout/ sees its own.
-# engine/'s sources are in engine/ and its folders (engine/*/*.c).
+# engine/'s sources are in engine/ and its folders (engine/*/*.c): a file
+# includes its own folder's headers by name, engine/'s (handle.h) and another
+# folder's one header by path ("gen/gen.h"); tests/ name any engine header by
+# its path.  No folder is on the path itself (math/math.h would hide <math.h>).
 PUBLIC_INC := -Iengine/include
-ENGINE_DIRS := $(patsubst %/,%,$(sort $(dir $(wildcard engine/*/*.c))))
-ENGINE_INC := -Iengine $(ENGINE_DIRS:%=-I%) -Ilayout $(PUBLIC_INC)
+ENGINE_INC := -Iengine -Ilayout $(PUBLIC_INC)
 $(BUILD)/obj/layout/%.o: BASEFLAGS += -Ilayout
 $(BUILD)/obj/engine/%.o: BASEFLAGS += $(ENGINE_INC)
 $(BUILD)/obj/fs/%.o:     BASEFLAGS += $(PUBLIC_INC)

@@ -1,9 +1,10 @@
 /*
- * engine/blocks.c - posting blocks shared by compaction, rebalance and
+ * engine/gen/blocks.c - posting blocks shared by compaction, rebalance and
  * salvage: codes in id order, a block opened with every column checked,
  * a posting of it as a code, codes packed into a cluster's blocks.
  */
-#include "internal.h"
+#include "handle.h"
+#include "gen.h"
 #include "io.h"
 
 #include <errno.h>

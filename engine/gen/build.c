@@ -1,5 +1,5 @@
 /*
- * engine/build.c - building a generation from a snapshot: sample, train
+ * engine/gen/build.c - building a generation from a snapshot: sample, train
  * k-means, assign and encode every record (all cores), sort by cluster,
  * pack posting blocks, publish.  The blocks are written in several
  * transactions while the generation is `building` (invisible to queries);
@@ -8,7 +8,8 @@
  * `ready` and (optionally) flips `active`, atomically.
  */
 #include "attrs.h"
-#include "internal.h"
+#include "handle.h"
+#include "gen.h"
 #include "io.h"
 
 #include <errno.h>
@@ -19,7 +20,7 @@
 
 #include "assign.h"
 #include "calibrate.h"
-#include "parallel.h"
+#include "math/math.h"
 #include "keys.h"
 #include "record.h"
 

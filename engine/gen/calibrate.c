@@ -1,5 +1,5 @@
 /*
- * engine/calibrate.c - the probing rule's thresholds (calibrate.h),
+ * engine/gen/calibrate.c - the probing rule's thresholds (calibrate.h),
  * measured when a generation is built.
  *
  * Sample queries are records spread evenly over the snapshot.  Their 100
@@ -19,10 +19,7 @@
 #include <string.h>
 
 #include "io.h"
-#include "kernels.h"
-#include "kmeans.h"
-#include "parallel.h"
-#include "topk.h"
+#include "math/math.h"
 
 static const float targets[VF_CAL_NT] = {0.80f,  0.85f, 0.90f,  0.93f,  0.95f, 0.97f,
 					 0.98f,  0.99f, 0.995f, 0.998f, 0.999f, 0.9995f};

@@ -1,5 +1,5 @@
 /*
- * engine/calibrate.h - how many clusters a query must probe to reach a
+ * engine/gen/calibrate.h - how many clusters a query must probe to reach a
  * recall target: measured at build time on sample queries drawn from the
  * data (their exact neighbours found by brute force), stored with the
  * generation, and applied per query as a stopping rule.
@@ -32,7 +32,7 @@
 
 #include <stdint.h>
 
-#include "internal.h"
+#include "gen.h"
 
 #define VF_CAL_NK 3  /* k = 1, 10, 100 */
 #define VF_CAL_NT 12 /* recall targets */

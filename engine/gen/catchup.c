@@ -1,10 +1,10 @@
 /*
- * engine/catchup.c - bringing a generation up to date with the changes
+ * engine/gen/catchup.c - bringing a generation up to date with the changes
  * written after its snapshot: tombstones for stale postings, delta postings
  * for new versions.
  */
 #include "io.h"
-#include "write.h"
+#include "prepare.h"
 
 #include <errno.h>
 #include <stdlib.h>

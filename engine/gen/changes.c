@@ -1,5 +1,5 @@
 /*
- * engine/changes.c - the dirty set read from the change log, and the
+ * engine/gen/changes.c - the dirty set read from the change log, and the
  * tombstones of a cluster.
  */
 #include "changes.h"

@@ -1,5 +1,5 @@
 /*
- * engine/changes.h - the dirty set read from the change log (whose entries,
+ * engine/gen/changes.h - the dirty set read from the change log (whose entries,
  * one per committed put or delete keyed by sequence number, are in
  * layout/meta.h): the records changed after a generation's synced_seq,
  * whose postings in that generation cannot be trusted without checking;

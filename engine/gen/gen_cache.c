@@ -1,11 +1,13 @@
 /*
- * engine/gen_cache.c - the in-memory cache of generations: routing state
+ * engine/gen/gen_cache.c - the in-memory cache of generations: routing state
  * (centroids, rotation, cluster index) loaded once and shared by reference,
  * and made from a new generation's centroids (vf_gen_routing).
  */
-#include "internal.h"
+#include "handle.h"
+#include "gen.h"
 #include "io.h"
 #include "calibrate.h"
+#include "math/math.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,10 +1,11 @@
 /*
- * engine/generations.c - the generations of a store: listing, information,
+ * engine/gen/generations.c - the generations of a store: listing, information,
  * activation, removal (and the retirement of old ones), centroids and
  * per-cluster counts.
  */
 #include "attrs.h"
-#include "internal.h"
+#include "handle.h"
+#include "gen.h"
 #include "calibrate.h"
 #include "io.h"
 

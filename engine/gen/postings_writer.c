@@ -1,9 +1,9 @@
 /*
- * engine/postings_writer.c - delta postings and tombstones written into a
+ * engine/gen/postings_writer.c - delta postings and tombstones written into a
  * live generation for changed records.
  */
 #include "io.h"
-#include "write.h"
+#include "prepare.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -11,6 +11,7 @@
 
 #include "changes.h"
 #include "keys.h"
+#include "math/math.h"
 
 int vf_pw_init(vf_posting_writer *w, vecfs *v, vf_gen *g)
 {

@@ -1,10 +1,10 @@
 /*
- * engine/prepare.c - the rows of a write prepared before they are written:
+ * engine/gen/prepare.c - the rows of a write prepared before they are written:
  * their nearest centroids and RaBitQ codes, found on every CPU.
  */
 #include "io.h"
-#include "write.h"
-#include "parallel.h"
+#include "prepare.h"
+#include "math/math.h"
 
 #include <errno.h>
 #include <stdatomic.h>

@@ -1,11 +1,12 @@
 /*
- * engine/publish.c - the life of a generation being made (a build or a
+ * engine/gen/publish.c - the life of a generation being made (a build or a
  * rebalance): its progress and cancellation, its registration, its
  * publication (catching up with the writes made meanwhile, then `ready`
  * and, when asked, `active` in one transaction) or its abandonment.
  */
 #include "attrs.h"
-#include "internal.h"
+#include "handle.h"
+#include "gen.h"
 #include "io.h"
 
 #include <errno.h>

@@ -1,7 +1,7 @@
 /*
- * engine/backup.c - a consistent copy of the store to a file descriptor.
+ * engine/maint/backup.c - a consistent copy of the store to a file descriptor.
  */
-#include "internal.h"
+#include "handle.h"
 
 int vecfs_backup(vecfs *v, int fd)
 {

@@ -1,9 +1,10 @@
 /*
- * engine/compact.c - compaction: folds a cluster's delta postings into
+ * engine/maint/compact.c - compaction: folds a cluster's delta postings into
  * packed posting blocks and drops the postings that tombstones or newer
  * versions made dead, in steps that let writes in between.
  */
-#include "internal.h"
+#include "handle.h"
+#include "maint.h"
 #include "io.h"
 
 #include <errno.h>
@@ -11,7 +12,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "changes.h"
+#include "gen/gen.h"
 #include "keys.h"
 
 /* The live postings of one cluster, copied out of the store (the values

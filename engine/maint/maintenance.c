@@ -1,9 +1,10 @@
 /*
- * engine/maintenance.c - the background worker that compacts when delta
+ * engine/maint/maintenance.c - the background worker that compacts when delta
  * postings pile up (and rebalances when clusters grew lopsided).
  */
-#include "internal.h"
-#include "parallel.h"
+#include "handle.h"
+#include "maint.h"
+#include "math/math.h"
 
 #include <errno.h>
 #include <stdio.h>

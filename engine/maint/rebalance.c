@@ -1,19 +1,20 @@
 /*
- * engine/rebalance.c - rebalancing: splits overgrown clusters and merges
+ * engine/maint/rebalance.c - rebalancing: splits overgrown clusters and merges
  * tiny ones into a new generation that copies the posting blocks of the
  * clusters it leaves alone.
  */
-#include "internal.h"
-#include "calibrate.h"
+#include "handle.h"
+#include "maint.h"
+#include "gen/gen.h"
 #include "io.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "changes.h"
 #include "keys.h"
 #include "record.h"
+#include "math/math.h"
 
 /*
  * A local rebalance works from a snapshot of the compacted active

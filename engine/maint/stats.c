@@ -1,14 +1,16 @@
 /*
- * engine/stats.c - the store's statistics: counters, sizes, the active
+ * engine/maint/stats.c - the store's statistics: counters, sizes, the active
  * generation's shape and the latency of recent queries.
  */
-#include "internal.h"
+#include "handle.h"
+#include "maint.h"
 #include "io.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#include "changes.h"
+#include "gen/gen.h"
+#include "query/query.h"
 
 /* Live records whose current version is newer than the generation's packed
  * blocks: they sit in delta postings or are scanned exactly. */

@@ -1,16 +1,17 @@
 /*
- * engine/verify.c - checking a store: every record, key, posting block,
+ * engine/maint/verify.c - checking a store: every record, key, posting block,
  * delta posting and assignment against each other and their checksums.
  */
-#include "internal.h"
+#include "handle.h"
+#include "maint.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "changes.h"
+#include "gen/gen.h"
 #include "keys.h"
-#include "payload_index.h"
+#include "query/query.h"
 #include "record.h"
 
 typedef struct verify_state {

@@ -1,5 +1,5 @@
 /*
- * engine/kernels.c - scalar kernels (their run-time dispatch:
+ * engine/math/kernels.c - scalar kernels (their run-time dispatch:
  * kernels_select.c).  The scalar code mirrors the SIMD lane structure so
  * results are identical.
  */

@@ -1,5 +1,5 @@
 /*
- * engine/kernels.h - the hot numeric loops, with a scalar, an AVX2 and an
+ * engine/math/kernels.h - the hot numeric loops, with a scalar, an AVX2 and an
  * AVX-512 implementation chosen at run time.  All give bit-identical
  * results: the scalar code performs the same operations (fused
  * multiply-adds, integer sums) in the same order as the SIMD lanes.

@@ -1,5 +1,5 @@
 /*
- * engine/kernels_avx2.c - AVX2 + FMA kernels (compiled with -mavx2 -mfma).
+ * engine/math/kernels_avx2.c - AVX2 + FMA kernels (compiled with -mavx2 -mfma).
  * Lane structure and operation order match kernels.c exactly.
  */
 #include "kernels.h"

@@ -1,5 +1,5 @@
 /*
- * engine/kernels_avx512.c - AVX-512 (F, BW, VL, DQ) kernels.  A 16-float
+ * engine/math/kernels_avx512.c - AVX-512 (F, BW, VL, DQ) kernels.  A 16-float
  * vector holds the two 8-lane accumulators of the AVX2 kernels side by side
  * or one panel of VF_PANEL centroids, so every lane performs the scalar
  * kernel's operations in its order.  The levels scan keeps its AVX2

@@ -1,5 +1,5 @@
 /*
- * engine/kernels_select.c - the kernels' run-time dispatch: the best set
+ * engine/math/kernels_select.c - the kernels' run-time dispatch: the best set
  * the CPU runs (scalar, AVX2, AVX-512), or the one VECFS_KERNEL names.
  */
 #include "kernels.h"

@@ -1,5 +1,5 @@
 /*
- * engine/kmeans.c - k-means (k-means++ seeding, Lloyd iterations on all
+ * engine/math/kmeans.c - k-means (k-means++ seeding, Lloyd iterations on all
  * cores, empty-cluster repair) and nearest-centroid search; how many
  * clusters and how large a training sample suit a store.
  */

@@ -1,5 +1,5 @@
 /*
- * engine/kmeans.h - k-means for IVF training and nearest-centroid search.
+ * engine/math/kmeans.h - k-means for IVF training and nearest-centroid search.
  */
 #ifndef VF_KMEANS_H
 #define VF_KMEANS_H

@@ -1,5 +1,5 @@
 /*
- * engine/parallel.c - running one function over a few jobs on every CPU.
+ * engine/math/parallel.c - running one function over a few jobs on every CPU.
  */
 #include "parallel.h"
 

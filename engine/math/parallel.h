@@ -1,5 +1,5 @@
 /*
- * engine/parallel.h - running one function over a few jobs on every CPU.
+ * engine/math/parallel.h - running one function over a few jobs on every CPU.
  */
 #ifndef VF_PARALLEL_H
 #define VF_PARALLEL_H

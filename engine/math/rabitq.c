@@ -1,5 +1,5 @@
 /*
- * engine/rabitq.c - RaBitQ encoding (extended multi-bit codes) and the
+ * engine/math/rabitq.c - RaBitQ encoding (extended multi-bit codes) and the
  * query-side tables.
  */
 #include "io.h"

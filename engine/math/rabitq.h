@@ -1,5 +1,5 @@
 /*
- * engine/rabitq.h - RaBitQ codes and estimators.
+ * engine/math/rabitq.h - RaBitQ codes and estimators.
  *
  * A vector v in cluster c is stored as x = R (v - c) (R: the rotation),
  * quantized to B bits per dimension: u_i in [0, 2^B), reconstructing

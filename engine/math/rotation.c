@@ -1,5 +1,5 @@
 /*
- * engine/rotation.c - randomized Hadamard rotation.
+ * engine/math/rotation.c - randomized Hadamard rotation.
  */
 #include "io.h"
 #include "rotation.h"

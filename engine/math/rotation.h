@@ -1,5 +1,5 @@
 /*
- * engine/rotation.h - a random orthogonal rotation in O(D log D).  The input
+ * engine/math/rotation.h - a random orthogonal rotation in O(D log D).  The input
  * is zero-padded to pdim (a multiple of 64, at least 64), then VF_ROT_ROUNDS
  * times: flip signs by a seeded random diagonal, apply the normalized fast
  * Walsh-Hadamard transform.  When pdim is not a power of two the transform

@@ -1,5 +1,5 @@
 /*
- * engine/topk.h - a bounded max-heap of the k smallest items by a float
+ * engine/math/topk.h - a bounded max-heap of the k smallest items by a float
  * or double key, so that the k-th best so far is at the top (+inf until
  * there are k): one definition for the bounds and exact results of a search and the
  * nearest neighbours of calibration's sample queries.

@@ -1,5 +1,5 @@
 /*
- * engine/filter.c - payload filters.  Compiling: the text is checked as
+ * engine/query/filter.c - payload filters.  Compiling: the text is checked as
  * JSON by a loop with a bit stack (no recursion, any depth), its size,
  * depth and value count against the limits, then parsed into values and
  * compiled into a tree of logical and field nodes.  Matching: the tree is

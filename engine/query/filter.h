@@ -1,5 +1,5 @@
 /*
- * engine/filter.h - payload filters: the JSON text of a query's filter
+ * engine/query/filter.h - payload filters: the JSON text of a query's filter
  * compiled into a bounded tree, evaluated against a record's payload
  * (its JSON bytes as stored).
  */

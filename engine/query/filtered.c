@@ -1,5 +1,5 @@
 /*
- * engine/filtered.c - filtered search.  Before the search, the records
+ * engine/query/filtered.c - filtered search.  Before the search, the records
  * that match the filter are found: those the payload index gives, each
  * tested, when it narrows the filter to a small share of the records; else
  * one pass over the snapshot's records evaluates the filter on each
@@ -20,7 +20,7 @@
 #include "io.h"
 #include "keys.h"
 #include "meta.h"
-#include "parallel.h"
+#include "math/math.h"
 #include "payload_index.h"
 #include "record.h"
 #include "search_internal.h"

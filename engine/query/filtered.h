@@ -1,12 +1,12 @@
 /*
- * engine/filtered.h - a filtered search's set: the records of the
+ * engine/query/filtered.h - a filtered search's set: the records of the
  * search's snapshot whose payloads match its filter, by record id.
  */
 #ifndef VF_FILTERED_H
 #define VF_FILTERED_H
 
 #include "filter.h"
-#include "internal.h"
+#include "handle.h"
 
 /* Sets this small are scored record by record, exactly, in every mode. */
 #define VF_FSET_EXACT 1024

@@ -1,5 +1,5 @@
 /*
- * engine/payload_index.c - the payload index and its planner.
+ * engine/query/payload_index.c - the payload index and its planner.
  *
  * Keys of the `payloads` family (layout/store.h), no values:
  *   path | 0 | type | value | id      one term of one record's payload

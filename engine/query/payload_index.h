@@ -1,5 +1,5 @@
 /*
- * engine/payload_index.h - the index of records' payloads: the terms of
+ * engine/query/payload_index.h - the index of records' payloads: the terms of
  * each payload (filter.h) as keys of the store's `payloads` family,
  * written in the transaction that writes the record, and the planner that
  * turns a filter into the few records that can match it.

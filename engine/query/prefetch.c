@@ -1,5 +1,5 @@
 /*
- * engine/prefetch.c - the reads of a search planned ahead (prefetch.h).
+ * engine/query/prefetch.c - the reads of a search planned ahead (prefetch.h).
  * A query reads its clusters' posting blocks, then a few dozen records at
  * random places of the store; when those are not in memory, each page
  * fault waits for one read, one after another.  Asked for together

@@ -1,5 +1,5 @@
 /*
- * engine/prefetch.h - the reads of a search planned ahead: the pages a
+ * engine/query/prefetch.h - the reads of a search planned ahead: the pages a
  * query is about to read from the store (its clusters' posting blocks,
  * the records its re-rank will read) are asked of the disk together,
  * before it reads them one by one (prefetch.c).

@@ -1,5 +1,5 @@
 /*
- * engine/probe.c - probing: each query's nprobe nearest centroids, the
+ * engine/query/probe.c - probing: each query's nprobe nearest centroids, the
  * probed clusters' postings located (and remembered for the snapshot) and
  * prefetched, then scored cluster by cluster for the queries that probe
  * each one.
@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "keys.h"
+#include "math/math.h"
 
 typedef struct cluster_work {
 	uint32_t cluster;

@@ -1,5 +1,5 @@
 /*
- * engine/sampler.c - the recall the live workload gets: a share of the
+ * engine/query/sampler.c - the recall the live workload gets: a share of the
  * served ANN queries is run again exactly, in the background, on the
  * snapshot the query read (a sample whose snapshot is gone by then is
  * dropped), and its recall@k kept over a window of the latest samples.
@@ -24,8 +24,9 @@
  * one line goes to the notice callback (errors), again only after the
  * estimate has come back up.
  */
-#include "internal.h"
-#include "parallel.h"
+#include "handle.h"
+#include "query.h"
+#include "math/math.h"
 #include "io.h"
 
 #include <errno.h>

@@ -1,5 +1,5 @@
 /*
- * engine/score.c - scoring: posting blocks in two passes (the sign planes by
+ * engine/query/score.c - scoring: posting blocks in two passes (the sign planes by
  * 4-bit table look-ups, then all bit planes for the survivors), delta
  * postings, records the generation does not cover, and the exact re-rank
  * of the candidates on their records' vectors.
@@ -12,6 +12,8 @@
 
 #include "keys.h"
 #include "record.h"
+#include "gen/gen.h"
+#include "math/math.h"
 
 static int cand_push(query *q, cand c)
 {

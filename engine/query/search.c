@@ -1,5 +1,5 @@
 /*
- * engine/search.c - queries: one read transaction (one snapshot) and one
+ * engine/query/search.c - queries: one read transaction (one snapshot) and one
  * generation per call, split over the CPUs in parts, widened when too few
  * results came back, and the parts' results collected.  The phases:
  *   probe   the nprobe nearest centroids of each query (probe.c);
@@ -15,9 +15,10 @@
  * read, one checksum check, one tombstone load).
  */
 #include "io.h"
+#include "query.h"
 #include "search_internal.h"
-#include "parallel.h"
-#include "calibrate.h"
+#include "math/math.h"
+#include "gen/gen.h"
 #include "prefetch.h"
 
 #include <errno.h>

@@ -1,5 +1,5 @@
 /*
- * engine/search_internal.h - what a search's files share: the small heaps
+ * engine/query/search_internal.h - what a search's files share: the small heaps
  * of results and bounds, one query's and one search's state, the exact
  * distance, and the phases each file runs (probe.c: probing and locating
  * clusters; score.c: scoring postings and records; search.c: the driver).
@@ -7,14 +7,14 @@
 #ifndef VF_SEARCH_INTERNAL_H
 #define VF_SEARCH_INTERNAL_H
 
-#include "internal.h"
+#include "handle.h"
 
 #include <math.h>
 #include <stdlib.h>
 
-#include "changes.h"
 #include "filtered.h"
-#include "topk.h"
+#include "gen/gen.h"
+#include "math/math.h"
 
 /* ------------------------------------------------------------ small heaps */
 

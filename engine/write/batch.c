@@ -1,5 +1,5 @@
 /*
- * engine/batch.c - large writes: rows staged in the store (spooled from
+ * engine/write/batch.c - large writes: rows staged in the store (spooled from
  * memory) and committed in chunks, or dropped.
  */
 #include "io.h"
@@ -11,6 +11,8 @@
 
 #include "keys.h"
 #include "record.h"
+#include "gen/gen.h"
+#include "maint/maint.h"
 
 struct vecfs_batch {
 	vecfs *v;

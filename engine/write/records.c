@@ -1,7 +1,7 @@
 /*
- * engine/records.c - reading records: one by key, and the keys in order.
+ * engine/write/records.c - reading records: one by key, and the keys in order.
  */
-#include "internal.h"
+#include "handle.h"
 
 #include <errno.h>
 #include <string.h>

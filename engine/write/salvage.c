@@ -1,5 +1,5 @@
 /*
- * engine/salvage.c - repairing a store whose values fail their checksums:
+ * engine/write/salvage.c - repairing a store whose values fail their checksums:
  * damaged records are removed as deletes are (their keys reported lost),
  * key entries are re-made from intact records, a generation with a
  * damaged posting value is dropped (its rows are scanned exactly until the
@@ -7,18 +7,19 @@
  * again from the records.
  */
 #include "attrs.h"
-#include "internal.h"
-#include "io.h"
+#include "handle.h"
 #include "write.h"
+#include "io.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "changes.h"
+#include "gen/gen.h"
 #include "keys.h"
-#include "payload_index.h"
+#include "query/query.h"
 #include "record.h"
+#include "maint/maint.h"
 
 /* One key entry to remove: its bytes, and whether its record is lost. */
 typedef struct bad_key {

@@ -1,5 +1,5 @@
 /*
- * engine/write.c - puts and deletes: one LMDB transaction per write, with
+ * engine/write/write.c - puts and deletes: one LMDB transaction per write, with
  * delta postings and tombstones in the active generation so new rows are
  * searchable at once and stale postings are never returned.
  */
@@ -12,10 +12,10 @@
 #include <string.h>
 
 #include "attrs.h"
-#include "changes.h"
-#include "filtered.h"
-#include "payload_index.h"
+#include "gen/gen.h"
+#include "query/query.h"
 #include "record.h"
+#include "maint/maint.h"
 
 static int key_ok(const char *k, size_t len)
 {
