@@ -13,12 +13,17 @@ BASEFLAGS := -std=c11 -D_GNU_SOURCE -ffp-contract=off -fno-strict-aliasing -pthr
 	$(WARN)
 # Layers: the public header (engine/include/vecfs.h) is the only one that
 # fs/ and tools/ see; engine/ sees layout/'s headers; layout/ sees its own.
+# engine/'s sources are in engine/ and its folders (engine/*/*.c): a file
+# includes its own folder's headers by name, engine/'s (handle.h) and another
+# folder's one header by path ("gen/gen.h"); tests/ name any engine header by
+# its path.  No folder is on the path itself (math/math.h would hide <math.h>).
 PUBLIC_INC := -Iengine/include
+ENGINE_INC := -Iengine -Ilayout $(PUBLIC_INC)
 $(BUILD)/obj/layout/%.o: BASEFLAGS += -Ilayout
-$(BUILD)/obj/engine/%.o: BASEFLAGS += -Iengine -Ilayout $(PUBLIC_INC)
+$(BUILD)/obj/engine/%.o: BASEFLAGS += $(ENGINE_INC)
 $(BUILD)/obj/fs/%.o:     BASEFLAGS += $(PUBLIC_INC)
 $(BUILD)/obj/tools/%.o:  BASEFLAGS += $(PUBLIC_INC)
-$(BUILD)/obj/tests/%.o:  BASEFLAGS += -Iengine -Ilayout $(PUBLIC_INC)
+$(BUILD)/obj/tests/%.o:  BASEFLAGS += $(ENGINE_INC)
 FUSE_CFLAGS = $(shell pkg-config --cflags fuse3 2>/dev/null)
 FUSE_LIBS   = $(shell pkg-config --libs fuse3 2>/dev/null || echo -lfuse3)
 LIBS    := -llmdb -lxxhash -lzstd -lm -pthread
@@ -26,7 +31,7 @@ SIMD_AVX2 := -mavx2 -mfma -mf16c -mpopcnt
 SIMD_AVX512 := $(SIMD_AVX2) -mavx512f -mavx512bw -mavx512vl -mavx512dq
 
 LAYOUT_SRC := $(wildcard layout/*.c)
-ENGINE_SRC := $(wildcard engine/*.c)
+ENGINE_SRC := $(wildcard engine/*.c engine/*/*.c)
 LIB_SRC    := $(LAYOUT_SRC) $(ENGINE_SRC)
 LIB_OBJ    := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 FS_SRC     := $(wildcard fs/*.c)

@@ -5,7 +5,7 @@
 #ifndef VF_ATTRS_H
 #define VF_ATTRS_H
 
-#include "internal.h"
+#include "handle.h"
 #include "record.h"
 
 enum { VF_TIME_CREATED, VF_TIME_CONFIG, VF_TIME_RECORDS, VF_TIME_GENS, VF_TIME_KINDS };

@@ -3,7 +3,7 @@
  * the stored form, get and set.
  */
 #include "attrs.h"
-#include "internal.h"
+#include "handle.h"
 
 #include <errno.h>
 #include <math.h>

@@ -4,8 +4,8 @@
  * background threads started and stopped with the handle.
  */
 #include "attrs.h"
-#include "internal.h"
-#include "parallel.h"
+#include "handle.h"
+#include "math/math.h"
 #include "io.h"
 
 #include <errno.h>
@@ -13,9 +13,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "filtered.h"
+#include "query/query.h"
 #include "keys.h"
-#include "payload_index.h"
+#include "gen/gen.h"
+#include "maint/maint.h"
 
 /* A build that did not finish (crash) leaves a `building` generation: mark
  * it failed and free its keys.  A store made before the payload index

@@ -5,7 +5,7 @@
  * whose comment says "with mu held" needs; an assertion, so compiled out
  * with NDEBUG.  A trylock that succeeds means no thread held it (one held
  * by another thread passes: the check catches a lock not taken).  The
- * engine's twin is VF_ASSERT_HELD (engine/internal.h): fs/ sees no engine
+ * engine's twin is VF_ASSERT_HELD (engine/handle.h): fs/ sees no engine
  * header.
  */
 #include <assert.h>

@@ -12,9 +12,9 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include "kernels.h"
-#include "rabitq.h"
-#include "rotation.h"
+#include "math/kernels.h"
+#include "math/rabitq.h"
+#include "math/rotation.h"
 
 static double now(void)
 {

@@ -13,11 +13,20 @@
 #  f. the codecs (CODECS below: numbers, settings and query options, UTF-8)
 #     refer to no symbol of the project but one another's: no store, no
 #     LMDB, no FUSE, nothing of the engine around them.
+#  g. engine/'s folders (engine/*/, engine/include/ aside) keep their
+#     headers to themselves: an engine source or header includes
+#     (#include "...") headers of its own folder, engine/'s own (handle.h),
+#     another folder's one header by its path (gen/gen.h for gen/), layout/'s
+#     headers and vecfs.h; nothing else;
+#  h. no cycle among engine/'s folders: rule e's references, each object
+#     standing for its folder (a file directly in engine/ for itself): when
+#     a folder refers to another's symbols, that one does not refer back,
+#     directly or through others.
 # tests/ see every layer (they are none): their objects and sources are not
 # checked.
 # Each offence is printed as `RULE OBJECT SYMBOL` (for c and d: the source and
-# the header; for e, each reference on a cycle, followed by the object that
-# defines the symbol), OBJECT relative to BUILD/obj or to the project root.  A pair
+# the header; for e and h, each reference on a cycle, followed by the object
+# that defines the symbol), OBJECT relative to BUILD/obj or to the project root.  A pair
 # listed in ALLOW (`OBJECT SYMBOL` a line, # comments) is printed as allowed
 # and not counted.  The last line is `layers: N passed, N failed`, one count
 # per rule; exit status 1 if a rule failed.
@@ -99,29 +108,39 @@ done
 
 # e. no cycle among engine/'s objects.  A reference of object A to B's
 # symbol is on a cycle when B reaches A through the references (a pair in
-# ALLOW is left out of them).
-while read -r o s d; do
-	offence e "$o" "$s" "$d"
-done < <({
+# ALLOW is left out of them).  h: the same, with A and B the objects'
+# folders (engine/gen for engine/gen/build.o; engine/open.o for itself).
+engine_refs=$({
 	objs engine | xargs -r nm -A --defined-only -g 2>/dev/null |
 		awk -v p="$OBJ/" 'NF == 3 { o = $1; sub(/:.*$/, "", o); sub("^" p, "", o); print "D", o, $3 }'
 	for k in "${!allowed[@]}"; do echo "A $k"; done
 	undefined engine | sed 's/^/U /'
-} | awk '
+})
+cycles() { # by_folder (0 or 1): `OBJECT SYMBOL DEFINER` of each reference on a cycle
+	printf '%s\n' "$engine_refs" | awk -v by_folder="$1" '
+	function node(o) {
+		if (by_folder && split(o, part, "/") > 2)
+			return part[1] "/" part[2]
+		return o
+	}
 	$1 == "D" { def[$3] = $2; next }
 	$1 == "A" { skip[$2 " " $3] = 1; next }
-	($3 in def) && def[$3] != $2 && !(($2 " " $3) in skip) {
-		a = $2; b = def[$3]
-		node[a] = node[b] = 1
+	($3 in def) && node(def[$3]) != node($2) && !(($2 " " $3) in skip) {
+		a = node($2); b = node(def[$3])
+		nodes[a] = nodes[b] = 1
 		reach[a, b] = 1
-		ref[++n] = a " " $3 " " b
+		ref[++n] = $2 " " $3 " " def[$3]
 		from[n] = a; to[n] = b
 	}
 	END {
-		for (k in node) for (i in node) if ((i, k) in reach)
-			for (j in node) if ((k, j) in reach) reach[i, j] = 1
+		for (k in nodes) for (i in nodes) if ((i, k) in reach)
+			for (j in nodes) if ((k, j) in reach) reach[i, j] = 1
 		for (r = 1; r <= n; r++) if ((to[r], from[r]) in reach) print ref[r]
-	}' | sort -u)
+	}' | sort -u
+}
+while read -r o s d; do
+	offence e "$o" "$s" "$d"
+done < <(cycles 0)
 
 # f. the codecs depend on nothing else of the project
 CODECS="number settings utf8"
@@ -139,11 +158,32 @@ done < <({
 	$1 == "D" { def[$3] = $2; next }
 	($2 in codec) && ($3 in def) && !(def[$3] in codec) { print $2, $3, def[$3] }')
 
+# g. engine/'s folders: their own headers, engine/'s, another folder's one
+# header, layout/'s and vecfs.h
+for f in engine/*.[ch] engine/*/*.[ch]; do
+	[[ -f $f && $f != engine/include/* ]] || continue
+	dir=${f%/*}
+	for h in $(sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1/p' "$f"); do
+		if [[ $h == */* ]]; then
+			g=${h%%/*}
+			[[ $h == "$g/$g.h" && engine/$g != "$dir" && -f engine/$h && $g != include ]] && continue
+		elif [[ $h == vecfs.h || -f $dir/$h || -f engine/$h || -f layout/$h ]]; then
+			continue
+		fi
+		offence g "$f" "\"$h\""
+	done
+done
+
+# h. no cycle among engine/'s folders
+while read -r o s d; do
+	offence h "$o" "$s" "$d"
+done < <(cycles 1)
+
 pass=0 fail=0
-for r in a b c d e f; do
+for r in a b c d e f g h; do
 	n=${count[$r]:-0}
 	if [[ $n -eq 0 ]]; then pass=$((pass + 1)); else fail=$((fail + 1)); fi
 done
-echo "layers: offences a=${count[a]:-0} b=${count[b]:-0} c=${count[c]:-0} d=${count[d]:-0} e=${count[e]:-0} f=${count[f]:-0}, allowed $nallowed"
+echo "layers: offences a=${count[a]:-0} b=${count[b]:-0} c=${count[c]:-0} d=${count[d]:-0} e=${count[e]:-0} f=${count[f]:-0} g=${count[g]:-0} h=${count[h]:-0}, allowed $nallowed"
 echo "layers: $pass passed, $fail failed"
 [[ $fail -eq 0 ]]

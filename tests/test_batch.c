@@ -16,9 +16,9 @@
 
 #include <cmocka.h>
 
-#include "rotation.h" /* vf_padded_dim() */
+#include "math/rotation.h" /* vf_padded_dim() */
 #include "testutil.h"
-#include "write.h" /* VF_NEAR_CHUNK */
+#include "gen/gen.h" /* VF_NEAR_CHUNK */
 #include "vecfs.h"
 
 #define D 64

@@ -32,7 +32,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "handle.h"
 #include "io.h"
 #include "testutil.h"
 

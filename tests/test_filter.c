@@ -21,8 +21,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "filter.h"
-#include "filtered.h"
+#include "query/filter.h"
+#include "query/filtered.h"
 #include "io.h"
 #include "testutil.h"
 #include "vecfs.h"

@@ -22,7 +22,7 @@
 
 #include <cmocka.h>
 
-#include "internal.h" /* vf_compact_steps */
+#include "maint/maint.h" /* vf_compact_steps */
 #include "testutil.h"
 #include "vecfs.h"
 

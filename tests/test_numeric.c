@@ -16,9 +16,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
-#include "kernels.h"
-#include "kmeans.h"
+#include "gen/gen.h"
+#include "math/kernels.h"
+#include "math/kmeans.h"
 #include "testutil.h"
 #include "vecfs.h"
 

@@ -17,10 +17,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "filter.h"
-#include "filtered.h"
-#include "internal.h"
-#include "payload_index.h"
+#include "query/filter.h"
+#include "query/filtered.h"
+#include "handle.h"
+#include "query/payload_index.h"
 #include "record.h"
 #include "testutil.h"
 

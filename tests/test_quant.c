@@ -23,11 +23,11 @@
 #include <unistd.h>
 
 #include "block.h"
-#include "kernels.h"
-#include "kmeans.h"
-#include "parallel.h"
-#include "rabitq.h"
-#include "rotation.h"
+#include "math/kernels.h"
+#include "math/kmeans.h"
+#include "math/parallel.h"
+#include "math/rabitq.h"
+#include "math/rotation.h"
 #include <xxhash.h>
 #include "testutil.h"
 

@@ -18,7 +18,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "internal.h"
+#include "handle.h"
 #include "testutil.h"
 #include "vecfs.h"
 

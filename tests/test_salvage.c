@@ -21,11 +21,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "handle.h"
 #include "keys.h"
 #include "record.h"
 #include "testutil.h"
-#include "write.h"
+#include "maint/maint.h"
+#include "write/write.h"
 
 #define N 300
 #define D 16

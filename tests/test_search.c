@@ -25,9 +25,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "internal.h"
-#include "search_internal.h"
-#include "prefetch.h"
+#include "handle.h"
+#include "query/query.h"
+#include "query/search_internal.h"
+#include "query/prefetch.h"
 #include "keys.h"
 #include "testutil.h"
 #include "vecfs.h"

@@ -47,4 +47,4 @@ $(BUILD)/fuzz/query $(BUILD)/fuzz/config: $(BUILD)/fuzz/%: tests/fuzz/fuzz_%.c \
 $(BUILD)/fuzz/block $(BUILD)/fuzz/record $(BUILD)/fuzz/filter $(BUILD)/fuzz/options: $(BUILD)/fuzz/%: tests/fuzz/fuzz_%.c \
 		tests/fuzz/fuzz_read.h $(BUILD)/libvecfs.a
 	@mkdir -p $(dir $@)
-	$(FUZZ_LINK) -Iengine -Ilayout -Iengine/include -o $@ $< $(BUILD)/libvecfs.a $(LIBS)
+	$(FUZZ_LINK) $(ENGINE_INC) -o $@ $< $(BUILD)/libvecfs.a $(LIBS)

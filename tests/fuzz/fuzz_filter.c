@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "filter.h"
+#include "query/filter.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -1,9 +1,0 @@
-/*
- * engine/backup.c - a consistent copy of the store to a file descriptor.
- */
-#include "internal.h"
-
-int vecfs_backup(vecfs *v, int fd)
-{
-	return vf_store_backup(v->store, fd);
-}
