@@ -26,7 +26,7 @@ SIMD_AVX2 := -mavx2 -mfma -mf16c -mpopcnt
 SIMD_AVX512 := $(SIMD_AVX2) -mavx512f -mavx512bw -mavx512vl -mavx512dq
 
 LAYOUT_SRC := $(wildcard layout/*.c)
-ENGINE_SRC := $(wildcard engine/*.c)
+ENGINE_SRC := $(wildcard engine/*.c engine/codec/*.c)
 LIB_SRC    := $(LAYOUT_SRC) $(ENGINE_SRC)
 LIB_OBJ    := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 FS_SRC     := $(wildcard fs/*.c)
