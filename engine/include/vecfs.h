@@ -369,6 +369,18 @@ typedef struct vecfs_query_opts {
  * filter= runs to the end of the line) of n bytes at s into o, over what o
  * holds: 0, or -EINVAL with why (the option and the values it takes). */
 int vecfs_query_opts_parse(const char *s, size_t n, vecfs_query_opts *o, char *why, size_t wl);
+/* One line of a query's text input (a mount's query/ID/in): blank or a
+ * `#` comment: 0; options (a '=' in it): parsed into o (its filter may
+ * point into s), 1; a vector (numbers separated by spaces, tabs or commas,
+ * optionally in [ ]): its *dim numbers in vec (VECFS_DIM_MAX floats), 2.
+ * -EINVAL (a number that is not one, or not finite, too many of them, a
+ * '[' not closed) or -ENOMEM, with why. */
+int vecfs_query_line_parse(const char *s, size_t n, vecfs_query_opts *o, float *vec,
+			   uint32_t *dim, char *why, size_t wl);
+/* Binary query input: 1 when the whole of buf[0..len) is .fvecs rows of
+ * one dimension (*dim, *rows; their vectors copied to out, rows x dim
+ * floats, when out is not NULL), else 0. */
+int vecfs_fvecs_rows(const void *buf, size_t len, uint32_t *dim, size_t *rows, float *out);
 /* The names of the options, ", " between them (for error messages). */
 const char *vecfs_query_opt_names(void);
 
