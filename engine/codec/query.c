@@ -10,6 +10,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "text.h"
+
 static uint32_t le32(const unsigned char *p)
 {
 	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
@@ -35,25 +37,10 @@ int vecfs_fvecs_rows(const void *buf, size_t len, uint32_t *dim, size_t *rows, f
 	return 1;
 }
 
-static int is_blank(char c)
-{
-	return c == ' ' || c == '\t' || c == '\r';
-}
-
-static void trim(const char **s, size_t *n)
-{
-	while (*n && is_blank(**s)) {
-		(*s)++;
-		(*n)--;
-	}
-	while (*n && is_blank((*s)[*n - 1]))
-		(*n)--;
-}
-
 int vecfs_query_line_parse(const char *s, size_t n, vecfs_query_opts *o, float *vec,
 			   uint32_t *dim, char *why, size_t wl)
 {
-	trim(&s, &n);
+	vf_text_trim(&s, &n);
 	if (n == 0 || s[0] == '#')
 		return 0;
 	if (memchr(s, '=', n)) {
@@ -64,13 +51,13 @@ int vecfs_query_line_parse(const char *s, size_t n, vecfs_query_opts *o, float *
 	if (bracket) {
 		s++;
 		n--;
-		trim(&s, &n);
+		vf_text_trim(&s, &n);
 		if (!n || s[n - 1] != ']') {
 			snprintf(why, wl, "'[' without a closing ']'");
 			return -EINVAL;
 		}
 		n--;
-		trim(&s, &n);
+		vf_text_trim(&s, &n);
 	}
 	uint32_t cnt = 0;
 	size_t p = 0;

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "json.h"
+#include "text.h"
 
 #define LINE_KEEP ((size_t)64 << 10) /* a line buffer larger is freed after its line */
 #define JSON_DEPTH 256                /* nesting of a JSON line's values */
@@ -186,25 +187,6 @@ static int put(vecfs_rows *r, const vecfs_parsed_row *row)
 
 /* ---------------------------------------------------------------- delimited text */
 
-static int is_blank(char c)
-{
-	return c == ' ' || c == '\t' || c == '\r';
-}
-
-static void trim(const char **s, size_t *n)
-{
-	const char *p = *s;
-	size_t len = *n;
-	while (len && is_blank(*p)) {
-		p++;
-		len--;
-	}
-	while (len && is_blank(p[len - 1]))
-		len--;
-	*s = p;
-	*n = len;
-}
-
 /* The separator of a line (or of what follows its quoted key): .csv a
  * comma, else a tab; .tsv a tab, else a comma; .txt a comma; else 0, blanks. */
 static char line_sep(vecfs_rows_format fmt, const char *s, size_t n)
@@ -253,15 +235,15 @@ static int header_like(const vecfs_rows *r, const char *s, size_t n, char sep)
 		return 0;
 	size_t pos = 0;
 	while (pos < n) {
-		while (pos < n && (sep ? s[pos] == sep : is_blank(s[pos])))
+		while (pos < n && (sep ? s[pos] == sep : vf_text_blank(s[pos])))
 			pos++;
 		size_t st = pos;
-		while (pos < n && (sep ? s[pos] != sep : !is_blank(s[pos])))
+		while (pos < n && (sep ? s[pos] != sep : !vf_text_blank(s[pos])))
 			pos++;
 		const char *f = s + st;
 		size_t fl = pos - st;
 		float v;
-		trim(&f, &fl);
+		vf_text_trim(&f, &fl);
 		if (fl && vecfs_parse_float(f, fl, &v) == 0)
 			return 0;
 	}
@@ -285,7 +267,7 @@ static int delim_line(vecfs_rows *r, const char *s, size_t n)
 	if (quoted) {
 		/* after the closing quote: blanks, then the separator */
 		size_t q = pos;
-		while (pos < n && is_blank(s[pos]) && s[pos] != sep)
+		while (pos < n && vf_text_blank(s[pos]) && s[pos] != sep)
 			pos++;
 		if (pos == n)
 			return fail(r, -EINVAL, where, "a key and no numbers (expected KEY then the vector)");
@@ -306,17 +288,17 @@ static int delim_line(vecfs_rows *r, const char *s, size_t n)
 			f = s + pos;
 			fl = end - pos;
 			pos = end + 1;
-			trim(&f, &fl);
+			vf_text_trim(&f, &fl);
 			field++;
 			if (fl == 0)
 				return fail(r, -EINVAL, where, "field %u is empty", field);
 		} else {
-			while (pos < n && is_blank(s[pos]))
+			while (pos < n && vf_text_blank(s[pos]))
 				pos++;
 			if (pos >= n)
 				break;
 			size_t st = pos;
-			while (pos < n && !is_blank(s[pos]))
+			while (pos < n && !vf_text_blank(s[pos]))
 				pos++;
 			f = s + st;
 			fl = pos - st;
@@ -360,7 +342,7 @@ static int keys_line(vecfs_rows *r, const char *s, size_t n)
 	if (n && s[n - 1] == '\r')
 		n--;
 	size_t b = 0;
-	while (b < n && is_blank(s[b]))
+	while (b < n && vf_text_blank(s[b]))
 		b++;
 	if (b == n)
 		return 0;
@@ -382,7 +364,7 @@ static int keys_line(vecfs_rows *r, const char *s, size_t n)
 		int rc = quoted_key(r, s, n, &row.keylen, &end);
 		if (rc)
 			return rc;
-		while (end < n && is_blank(s[end]))
+		while (end < n && vf_text_blank(s[end]))
 			end++;
 		if (end < n)
 			return fail(r, -EINVAL, where, "text after the closing quote of the key");
@@ -583,7 +565,7 @@ static int text_line(vecfs_rows *r, const char *s, size_t n)
 	}
 	if (r->fmt == VECFS_ROWS_KEYS)
 		return keys_line(r, s, n);
-	trim(&s, &n);
+	vf_text_trim(&s, &n);
 	if (n == 0)
 		return 0;
 	if (r->fmt == VECFS_ROWS_JSONL)
