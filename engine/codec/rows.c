@@ -724,6 +724,14 @@ static int npy_feed_header(vecfs_rows *r, const uint8_t **pp, size_t *np)
 			rc = fail(r, -EINVAL, 0, "not an .npy file (no \\x93NUMPY magic)");
 			break;
 		}
+		/* the version as soon as its byte is in: what follows it is
+		 * read by it (whatever the pieces, the same answer) */
+		if (r->npy_stage == 0 && r->llen >= 7 && (uint8_t)r->line[6] != 1 &&
+		    (uint8_t)r->line[6] != 2 && (uint8_t)r->line[6] != 3) {
+			rc = fail(r, -EINVAL, 0, ".npy format version %u is not supported",
+				  (unsigned)(uint8_t)r->line[6]);
+			break;
+		}
 		if (r->llen < want)
 			continue;
 		if (r->npy_stage == 0) {
@@ -733,14 +741,11 @@ static int npy_feed_header(vecfs_rows *r, const uint8_t **pp, size_t *np)
 			if (major == 1) {
 				hl = (size_t)h[8] | (size_t)h[9] << 8;
 				r->npy_hlen = 10 + hl;
-			} else if (major == 2 || major == 3) {
+			} else { /* 2 or 3 */
 				if (r->llen < 12)
 					continue;
 				hl = rd_le32(h + 8);
 				r->npy_hlen = 12 + hl;
-			} else {
-				rc = fail(r, -EINVAL, 0, ".npy format version %u is not supported", major);
-				break;
 			}
 			if (hl > VECFS_ROWS_NPY_HEADER_MAX) {
 				rc = fail(r, -EINVAL, 0, ".npy header of %zu bytes is too long", hl);
