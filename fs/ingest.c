@@ -1,11 +1,12 @@
 /*
- * fs/ingest.c - files written into ingest/: incremental parsers for
- * .csv/.tsv/.txt, .jsonl/.ndjson, .fvecs, .bvecs and .npy.
+ * fs/ingest.c - files written into ingest/ (.csv/.tsv/.txt, .jsonl/.ndjson,
+ * .fvecs, .bvecs, .npy) and `delete`.
  *
  * Bytes arrive in write() pieces split anywhere, each at the end of what
- * was written before.  Each row is parsed and checked
- * (vecfs_row_check_config) as soon as it is complete, so a malformed row
- * fails the write() that completes it.  Good rows wait in a temporary file
+ * was written before, and go to the library's parser of the format
+ * (vecfs_rows_*).  Each row it completes is checked
+ * (vecfs_row_check_config) at once, so a malformed row fails the write()
+ * that completes it.  Good rows wait in a temporary file
  * and are handed to vecfs_put as one batch at the close of a process that
  * wrote (told by the FUSE lock owner of its writes and of its FLUSH), which
  * commits them atomically.  A staged file (NAME.EXT.part) never commits at
@@ -27,16 +28,16 @@
 
 #include "daemon.h"
 #include "errors.h"
-#include "number.h"
 #include "sbuf.h"
 
-/* F_DELETE: the root's `delete` file, keys a line, read as text */
-enum { F_CSV, F_TSV, F_TXT, F_DELETE, F_JSONL, F_FVECS, F_BVECS, F_NPY };
+/* the parsers' formats; F_DELETE: the root's `delete` file, keys a line */
+enum {
+	F_DELETE = VECFS_ROWS_KEYS,
+	F_JSONL = VECFS_ROWS_JSONL,
+	F_NPY = VECFS_ROWS_NPY,
+};
 
 #define SPOOL_BUF ((size_t)256 << 10)
-#define LINE_MAX_BYTES ((size_t)4 << 20)
-#define NPY_HEADER_MAX ((size_t)1 << 20)
-#define LINE_KEEP ((size_t)64 << 10) /* a line buffer larger is freed after its line */
 #define OWNERS_MAX 64  /* writers told apart; past it any close is a writer's */
 
 struct ingest {
@@ -65,22 +66,11 @@ struct ingest {
 	size_t nowners;    /* OWNERS_MAX + 1: more than were told apart */
 	uint64_t opener;   /* pid of the process that made the file */
 	size_t charged;    /* bytes of the budget held */
-	size_t line_charged; /* of which the capacity of line and npy_hdr */
-	/* text formats */
-	sbuf line;
-	uint64_t lineno;   /* lines completed */
-	sbuf key;          /* decoded JSON key */
+	vecfs_rows *rows;  /* the format's parser */
+	int over;          /* the parser's memory passed the budget */
 	sbuf filter;       /* delete: the text of its filter= line */
+	size_t filter_charged; /* of the budget, by filter */
 	uint64_t filter_line; /* delete: that line's number; 0: none */
-	/* binary formats */
-	uint8_t *row;
-	size_t rowlen, rowneed;
-	uint64_t rowno;    /* rows completed */
-	int npy_stage;     /* 0: magic and length, 1: header, 2: data */
-	int npy_f8;        /* '<f8': float64 values, converted to float32 */
-	size_t npy_hlen;
-	uint64_t npy_rows;
-	sbuf npy_hdr;
 	/* spool */
 	int fd;            /* the spool file; -1 until the first row */
 	char *wbuf;
@@ -88,25 +78,11 @@ struct ingest {
 	uint64_t fsize;    /* bytes in the file (without wbuf) */
 	size_t n;          /* rows spooled */
 	uint64_t committed; /* rows committed by earlier flushes */
-	float *tmp;        /* VECFS_DIM_MAX floats */
 };
 
 int ingest_format_of(const char *name)
 {
-	static const struct {
-		const char *ext;
-		int fmt;
-	} ends[] = {
-		{".csv", F_CSV},     {".tsv", F_TSV},     {".txt", F_TXT},     {".jsonl", F_JSONL},
-		{".ndjson", F_JSONL}, {".fvecs", F_FVECS}, {".bvecs", F_BVECS}, {".npy", F_NPY},
-	};
-	size_t n = strlen(name);
-	for (size_t i = 0; i < sizeof ends / sizeof ends[0]; i++) {
-		size_t e = strlen(ends[i].ext);
-		if (n > e && !strcmp(name + n - e, ends[i].ext))
-			return ends[i].fmt;
-	}
-	return -1;
+	return vecfs_rows_format_of(name);
 }
 
 /* Count n bytes more against the daemon's ingest budget: 0, or -ENOMEM. */
@@ -159,6 +135,9 @@ ingest *ingest_new_delete(fs_daemon *dm, uint64_t opener)
 	return ingest_new(dm, "delete", F_DELETE, opener);
 }
 
+static int rows_row(void *arg, const vecfs_parsed_row *r);
+static int rows_mem(void *arg, int64_t delta);
+
 ingest *ingest_new(fs_daemon *dm, const char *name, int format, uint64_t opener)
 {
 	ingest *in = calloc(1, sizeof *in);
@@ -171,73 +150,31 @@ ingest *ingest_new(fs_daemon *dm, const char *name, int format, uint64_t opener)
 		free(in);
 		return NULL;
 	}
+	in->rows = vecfs_rows_new(format, rows_row, rows_mem, in);
+	if (!in->rows) {
+		free(in->path);
+		free(in->name);
+		free(in);
+		return NULL;
+	}
 	pthread_mutex_init(&in->mu, NULL);
 	in->fd = -1;
 	in->fmt = format;
-	in->rowneed = format == F_NPY ? 0 : 4;
 	in->staged = in->defer = ingest_is_staged(name);
 	in->opener = opener;
 	return in;
 }
 
 static void spool_clear(ingest *in);
-static void line_drop(ingest *in);
-
-/* The binary row buffer: the longest row of the format (.npy: float64). */
-static size_t row_size(const ingest *in)
-{
-	if (in->fmt == F_NPY)
-		return (size_t)8 * VECFS_DIM_MAX;
-	if (in->fmt == F_FVECS || in->fmt == F_BVECS)
-		return 4 + (size_t)4 * VECFS_DIM_MAX;
-	return 0;
-}
-
-static size_t scratch_size(const ingest *in)
-{
-	return sizeof(float) * (VECFS_DIM_MAX + 1) + row_size(in);
-}
-
-/* The row scratch buffers, made at the first write after the file was
- * made or settled: 0, or -ENOMEM (past the budget: *over set). */
-static int scratch_get(ingest *in, int *over)
-{
-	*over = 0;
-	if (in->tmp)
-		return 0;
-	if (budget_take(in, scratch_size(in))) {
-		*over = 1;
-		return -ENOMEM;
-	}
-	in->tmp = malloc(sizeof(float) * (VECFS_DIM_MAX + 1));
-	if (row_size(in))
-		in->row = malloc(row_size(in));
-	if (!in->tmp || (row_size(in) && !in->row)) {
-		free(in->tmp);
-		free(in->row);
-		in->tmp = NULL;
-		in->row = NULL;
-		budget_give(in, scratch_size(in));
-		return -ENOMEM;
-	}
-	return 0;
-}
+static void filter_drop(ingest *in);
 
 /* Give back every buffer of a file that committed, failed or was
  * removed: a done file that the kernel still remembers costs nothing. */
 static void settle(ingest *in)
 {
 	spool_clear(in);
-	line_drop(in);
-	sb_free(&in->key);
-	sb_free(&in->filter);
-	in->filter_line = 0;
-	if (in->tmp)
-		budget_give(in, scratch_size(in));
-	free(in->tmp);
-	free(in->row);
-	in->tmp = NULL;
-	in->row = NULL;
+	vecfs_rows_release(in->rows);
+	filter_drop(in);
 }
 
 void ingest_free(ingest *in)
@@ -245,6 +182,7 @@ void ingest_free(ingest *in)
 	if (!in)
 		return;
 	settle(in);
+	vecfs_rows_free(in->rows);
 	free(in->why);
 	free(in->name);
 	free(in->path);
@@ -495,8 +433,8 @@ static int bad_key(ingest *in, uint64_t where, const char *key, size_t klen)
 
 /* Check a complete row and add it to the spool. */
 /* numeric_key: the row's key reads as a number (a row of numbers only). */
-static int add_row(ingest *in, uint64_t where, const char *key, size_t klen, uint32_t dim,
-		   const char *payload, size_t plen, int numeric_key)
+static int add_row(ingest *in, uint64_t where, const char *key, size_t klen, const float *vec,
+		   uint32_t dim, const char *payload, size_t plen, int numeric_key)
 {
 	char why[300] = "";
 	if (in->dim == 0) {
@@ -505,6 +443,7 @@ static int add_row(ingest *in, uint64_t where, const char *key, size_t klen, uin
 			return fail_at(in, rc, where, "cannot read the configuration: %s", strerror(-rc));
 		in->dim = in->cfg.dim ? in->cfg.dim : dim;
 		in->dim_from_store = in->cfg.dim != 0;
+		vecfs_rows_expect_dim(in->rows, in->dim, in->dim_from_store);
 	}
 	if (dim != in->dim)
 		return fail_at(in, -EINVAL, where, "%u numbers, expected %u (%s)%s", dim, in->dim,
@@ -513,7 +452,7 @@ static int add_row(ingest *in, uint64_t where, const char *key, size_t klen, uin
 	in->numeric_keys = (in->n == 0 || in->numeric_keys) && numeric_key;
 	if (key && !vecfs_key_valid(key, klen))
 		return bad_key(in, where, key, klen);
-	vecfs_row r = {key, klen, in->tmp, payload, plen};
+	vecfs_row r = {key, klen, vec, payload, plen};
 	int rc = vecfs_row_check_config(&in->cfg, &r, dim, why, sizeof why);
 	if (rc)
 		return fail_at(in, rc, where, "%s", why[0] ? why : strerror(-rc));
@@ -526,7 +465,7 @@ static int add_row(ingest *in, uint64_t where, const char *key, size_t klen, uin
 	if ((rc = spool_put(in, &h, sizeof h)) || (rc = spool_put(in, key, klen)) ||
 	    (rc = spool_put(in, payload, plen)) ||
 	    (rc = spool_put(in, zeros, ((head + 3) & ~(size_t)3) - head)) ||
-	    (rc = spool_put(in, in->tmp, sizeof(float) * dim)) ||
+	    (rc = spool_put(in, vec, sizeof(float) * dim)) ||
 	    (rc = spool_put(in, zeros, total - ((head + 3) & ~(size_t)3) - sizeof(float) * dim)))
 		return fail_at(in, rc == -ENOSPC || rc == -EDQUOT ? -ENOSPC : rc, where,
 			       "cannot spool the row: %s", strerror(-rc));
@@ -620,608 +559,40 @@ static int spool_commit(ingest *in)
 	return 0;
 }
 
-/* ---------------------------------------------------------------- delimited text */
-
-static int is_blank(char c)
-{
-	return c == ' ' || c == '\t' || c == '\r';
-}
-
-/* The separator of a line (or of what follows its quoted key): .csv a
- * comma, else a tab; .tsv a tab, else a comma; .txt a comma; else 0, blanks. */
-static char line_sep(int fmt, const char *s, size_t n)
-{
-	if (fmt == F_TSV)
-		return memchr(s, '\t', n) ? '\t' : memchr(s, ',', n) ? ',' : 0;
-	return memchr(s, ',', n) ? ',' : fmt == F_CSV && memchr(s, '\t', n) ? '\t' : 0;
-}
-
-/* A key double-quoted as in RFC 4180 at s[0] ("" inside is one quote),
- * decoded into in->key; *end: just past the closing quote. */
-static int quoted_key(ingest *in, const char *s, size_t n, size_t *end)
-{
-	uint64_t where = in->lineno;
-	size_t i = 1;
-	sb_reset(&in->key);
-	for (;;) {
-		const char *q = memchr(s + i, '"', n - i);
-		if (!q)
-			return fail_at(in, -EINVAL, where, "the quoted key has no closing quote");
-		size_t at = (size_t)(q - s);
-		sb_add(&in->key, s + i, at - i);
-		if (at + 1 < n && s[at + 1] == '"') {
-			sb_add(&in->key, "\"", 1);
-			i = at + 2;
-			continue;
-		}
-		*end = at + 1;
-		break;
-	}
-	if (in->key.oom)
-		return fail_at(in, -ENOMEM, where, "out of memory");
-	if (in->key.len == 0)
-		return fail_at(in, -EINVAL, where, "the quoted key \"\" is empty");
-	return 0;
-}
-
-/* The file's first row, whose first value is not a number: a header
- * (`id,x,y,z`) when no value after it (s[0..n), what follows the field,
- * fields split by sep, or blanks) is a number either. */
-static int header_like(const ingest *in, const char *s, size_t n, char sep)
-{
-	if (in->n || in->committed)
-		return 0;
-	size_t pos = 0;
-	while (pos < n) {
-		while (pos < n && (sep ? s[pos] == sep : is_blank(s[pos])))
-			pos++;
-		size_t st = pos;
-		while (pos < n && (sep ? s[pos] != sep : !is_blank(s[pos])))
-			pos++;
-		const char *f = s + st;
-		size_t fl = pos - st;
-		float v;
-		trim(&f, &fl);
-		if (fl && parse_float(f, fl, &v) == 0)
-			return 0;
-	}
-	return 1;
-}
-
-static int delim_line(ingest *in, const char *s, size_t n)
-{
-	uint64_t where = in->lineno;
-	const char *key = NULL;
-	size_t klen = 0;
-	size_t pos = 0;
-	int quoted = s[0] == '"';
-	if (quoted) {
-		int rc = quoted_key(in, s, n, &pos);
-		if (rc)
-			return rc;
-		key = in->key.p;
-		klen = in->key.len;
-	}
-	char sep = line_sep(in->fmt, s + pos, n - pos);
-	if (quoted) {
-		/* after the closing quote: blanks, then the separator */
-		size_t q = pos;
-		while (pos < n && is_blank(s[pos]) && s[pos] != sep)
-			pos++;
-		if (pos == n)
-			return fail_at(in, -EINVAL, where, "a key and no numbers (expected KEY then the vector)");
-		if (sep ? s[pos] != sep : pos == q)
-			return fail_at(in, -EINVAL, where, "text after the closing quote of the key (expected %s)",
-				       sep == ',' ? "a comma" : sep ? "a tab" : "a blank");
-		if (sep)
-			pos++;
-	}
-	uint32_t cnt = 0;
-	unsigned field = quoted;
-	while (pos <= n) {
-		const char *f;
-		size_t fl;
-		if (sep) {
-			const char *e = memchr(s + pos, sep, n - pos);
-			size_t end = e ? (size_t)(e - s) : n;
-			f = s + pos;
-			fl = end - pos;
-			pos = end + 1;
-			trim(&f, &fl);
-			field++;
-			if (fl == 0)
-				return fail_at(in, -EINVAL, where, "field %u is empty", field);
-		} else {
-			while (pos < n && is_blank(s[pos]))
-				pos++;
-			if (pos >= n)
-				break;
-			size_t st = pos;
-			while (pos < n && !is_blank(s[pos]))
-				pos++;
-			f = s + st;
-			fl = pos - st;
-			field++;
-		}
-		if (!key) {
-			key = f;
-			klen = fl;
-			continue;
-		}
-		if (cnt >= VECFS_DIM_MAX)
-			return fail_at(in, -EINVAL, where, "more than %d numbers", VECFS_DIM_MAX);
-		int rc = parse_float(f, fl, &in->tmp[cnt]);
-		if (rc == -ENOMEM)
-			return fail_at(in, -ENOMEM, where, "out of memory");
-		if (rc == -ERANGE)
-			return fail_at(in, -EINVAL, where, "value %u '%.*s' overflows float32", cnt + 1,
-				       (int)(fl > 40 ? 40 : fl), f);
-		if (rc)
-			return fail_at(in, -EINVAL, where, "value %u '%.*s' is not a number%s", cnt + 1,
-				       (int)(fl > 40 ? 40 : fl), f,
-				       cnt == 0 && header_like(in, s + (pos < n ? pos : n), n - (pos < n ? pos : n), sep)
-					       ? " (a header? remove it or start it with #)" : "");
-		cnt++;
-	}
-	if (cnt == 0)
-		return fail_at(in, -EINVAL, where, "a key and no numbers (expected KEY then the vector)");
-	float k;
-	int numeric = !quoted && klen <= 64 && parse_float(key, klen, &k) == 0;
-	return add_row(in, where, key, klen, cnt, NULL, 0, numeric);
-}
-
-/* ---------------------------------------------------------------- JSON lines */
-
-typedef struct jp {
-	const char *p, *e;
-	char err[160];
-	int deep;  /* nested past the limit: a limit, not a malformed line */
-} jp;
-
-static void jws(jp *j)
-{
-	while (j->p < j->e && (*j->p == ' ' || *j->p == '\t' || *j->p == '\r' || *j->p == '\n'))
-		j->p++;
-}
-
-/* After a member or element: 1 when a ',' follows (another one comes), 0
- * when `close` ends the object or array, -1 when neither does. */
-static int jnext(jp *j, char close)
-{
-	jws(j);
-	if (j->p < j->e && (*j->p == ',' || *j->p == close))
-		return *j->p++ == ',';
-	return -1;
-}
-
-static int jfail(jp *j, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int jfail(jp *j, const char *fmt, ...)
-{
-	if (!j->err[0]) {
-		va_list ap;
-		va_start(ap, fmt);
-		vsnprintf(j->err, sizeof j->err, fmt, ap);
-		va_end(ap);
-	}
-	return -EINVAL;
-}
-
-static int hexval(char c)
-{
-	return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
-	       : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
-}
-
-static int jhex4(jp *j, unsigned *out)
-{
-	if (j->e - j->p < 4)
-		return jfail(j, "truncated \\u escape");
-	unsigned v = 0;
-	for (int i = 0; i < 4; i++) {
-		int h = hexval(j->p[i]);
-		if (h < 0)
-			return jfail(j, "bad \\u escape");
-		v = v * 16 + (unsigned)h;
-	}
-	j->p += 4;
-	*out = v;
-	return 0;
-}
-
-static void put_utf8(sbuf *b, unsigned cp)
-{
-	char u[4];
-	size_t n;
-	if (cp < 0x80) {
-		u[0] = (char)cp;
-		n = 1;
-	} else if (cp < 0x800) {
-		u[0] = (char)(0xC0 | (cp >> 6));
-		u[1] = (char)(0x80 | (cp & 0x3F));
-		n = 2;
-	} else if (cp < 0x10000) {
-		u[0] = (char)(0xE0 | (cp >> 12));
-		u[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
-		u[2] = (char)(0x80 | (cp & 0x3F));
-		n = 3;
-	} else {
-		u[0] = (char)(0xF0 | (cp >> 18));
-		u[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
-		u[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
-		u[3] = (char)(0x80 | (cp & 0x3F));
-		n = 4;
-	}
-	sb_add(b, u, n);
-}
-
-/* A string at j->p (which is '"'); decoded into out when not NULL. */
-static int jstring(jp *j, sbuf *out)
-{
-	j->p++;
-	while (j->p < j->e) {
-		const char *run = j->p;
-		while (j->p < j->e && *j->p != '"' && *j->p != '\\' && (unsigned char)*j->p >= 0x20)
-			j->p++;
-		/* a payload goes into out.json as it is: its strings must be
-		 * UTF-8 too, not only the key */
-		if (!vecfs_utf8_valid(run, (size_t)(j->p - run)))
-			return jfail(j, "a string is not valid UTF-8");
-		if (out)
-			sb_add(out, run, (size_t)(j->p - run));
-		if (j->p >= j->e)
-			break;
-		char c = *j->p++;
-		if (c == '"')
-			return 0;
-		if (c != '\\')
-			return jfail(j, "control character in a string");
-		if (j->p >= j->e)
-			break;
-		c = *j->p++;
-		unsigned cp;
-		switch (c) {
-		case '"': cp = '"'; break;
-		case '\\': cp = '\\'; break;
-		case '/': cp = '/'; break;
-		case 'b': cp = '\b'; break;
-		case 'f': cp = '\f'; break;
-		case 'n': cp = '\n'; break;
-		case 'r': cp = '\r'; break;
-		case 't': cp = '\t'; break;
-		case 'u':
-			if (jhex4(j, &cp))
-				return -EINVAL;
-			if (cp >= 0xD800 && cp < 0xDC00) {
-				unsigned lo;
-				if (j->e - j->p < 6 || j->p[0] != '\\' || j->p[1] != 'u')
-					return jfail(j, "unpaired surrogate in \\u escape");
-				j->p += 2;
-				if (jhex4(j, &lo))
-					return -EINVAL;
-				if (lo < 0xDC00 || lo > 0xDFFF)
-					return jfail(j, "unpaired surrogate in \\u escape");
-				cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-			} else if (cp >= 0xDC00 && cp <= 0xDFFF) {
-				return jfail(j, "unpaired surrogate in \\u escape");
-			}
-			break;
-		default:
-			return jfail(j, "bad escape '\\%c'", c);
-		}
-		if (out)
-			put_utf8(out, cp);
-	}
-	return jfail(j, "unterminated string");
-}
-
-/* A number: validates JSON grammar, returns the span. */
-static int jnumber(jp *j, const char **s, size_t *n)
-{
-	const char *st = j->p, *p = j->p, *e = j->e;
-	if (p < e && *p == '-')
-		p++;
-	if (p < e && *p == '0')
-		p++;
-	else if (p < e && *p >= '1' && *p <= '9')
-		while (p < e && *p >= '0' && *p <= '9')
-			p++;
-	else
-		return jfail(j, "expected a number");
-	if (p < e && *p == '.') {
-		p++;
-		if (!(p < e && *p >= '0' && *p <= '9'))
-			return jfail(j, "bad number");
-		while (p < e && *p >= '0' && *p <= '9')
-			p++;
-	}
-	if (p < e && (*p == 'e' || *p == 'E')) {
-		p++;
-		if (p < e && (*p == '+' || *p == '-'))
-			p++;
-		if (!(p < e && *p >= '0' && *p <= '9'))
-			return jfail(j, "bad number");
-		while (p < e && *p >= '0' && *p <= '9')
-			p++;
-	}
-	*s = st;
-	*n = (size_t)(p - st);
-	j->p = p;
-	return 0;
-}
-
-static int jlit(jp *j, const char *lit)
-{
-	size_t n = strlen(lit);
-	if ((size_t)(j->e - j->p) < n || memcmp(j->p, lit, n))
-		return jfail(j, "unexpected character '%c'", *j->p);
-	j->p += n;
-	return 0;
-}
-
-/* Any value (skipped, only validated). */
-static int jvalue(jp *j, int depth)
-{
-	const char *s;
-	size_t n;
-	if (depth > 256) {
-		j->deep = 1;
-		return jfail(j, "nested too deeply (more than 256 levels)");
-	}
-	jws(j);
-	if (j->p >= j->e)
-		return jfail(j, "unexpected end of line");
-	switch (*j->p) {
-	case '"':
-		return jstring(j, NULL);
-	case '{':
-		j->p++;
-		jws(j);
-		if (j->p < j->e && *j->p == '}') {
-			j->p++;
-			return 0;
-		}
-		for (;;) {
-			jws(j);
-			if (j->p >= j->e || *j->p != '"')
-				return jfail(j, "expected a member name");
-			if (jstring(j, NULL))
-				return -EINVAL;
-			jws(j);
-			if (j->p >= j->e || *j->p != ':')
-				return jfail(j, "expected ':'");
-			j->p++;
-			if (jvalue(j, depth + 1))
-				return -EINVAL;
-			int more = jnext(j, '}');
-			if (more < 0)
-				return jfail(j, "expected ',' or '}'");
-			if (!more)
-				return 0;
-		}
-	case '[':
-		j->p++;
-		jws(j);
-		if (j->p < j->e && *j->p == ']') {
-			j->p++;
-			return 0;
-		}
-		for (;;) {
-			if (jvalue(j, depth + 1))
-				return -EINVAL;
-			int more = jnext(j, ']');
-			if (more < 0)
-				return jfail(j, "expected ',' or ']'");
-			if (!more)
-				return 0;
-		}
-	case 't':
-		return jlit(j, "true");
-	case 'f':
-		return jlit(j, "false");
-	case 'n':
-		return jlit(j, "null");
-	default:
-		return jnumber(j, &s, &n);
-	}
-}
-
-static int json_line(ingest *in, const char *s, size_t n)
-{
-	uint64_t where = in->lineno;
-	jp j = {s, s + n, "", 0};
-	sbuf name;
-	int have_key = 0, have_vec = 0, have_pay = 0;
-	uint32_t cnt = 0;
-	const char *payload = NULL;
-	size_t plen = 0;
-	int rc = 0;
-	sb_init(&name);
-	sb_reset(&in->key);
-	jws(&j);
-	if (j.p >= j.e || *j.p != '{') {
-		rc = jfail(&j, "expected a JSON object");
-		goto out;
-	}
-	j.p++;
-	jws(&j);
-	if (j.p < j.e && *j.p == '}') {
-		j.p++;
-		goto done;
-	}
-	for (;;) {
-		jws(&j);
-		if (j.p >= j.e || *j.p != '"') {
-			rc = jfail(&j, "expected a member name");
-			goto out;
-		}
-		sb_reset(&name);
-		if ((rc = jstring(&j, &name)))
-			goto out;
-		jws(&j);
-		if (j.p >= j.e || *j.p != ':') {
-			rc = jfail(&j, "expected ':'");
-			goto out;
-		}
-		j.p++;
-		jws(&j);
-		/* a member given twice: which one is meant is not known (JSON
-		 * readers differ), so the line is refused */
-		int *seen = name.len == 3 && !memcmp(name.p, "key", 3) ? &have_key :
-			    name.len == 6 && !memcmp(name.p, "vector", 6) ? &have_vec :
-			    name.len == 7 && !memcmp(name.p, "payload", 7) ? &have_pay : NULL;
-		if (seen && *seen) {
-			rc = jfail(&j, "\"%.*s\" given twice", (int)name.len, name.p);
-			goto out;
-		}
-		if (name.len == 3 && !memcmp(name.p, "key", 3)) {
-			if (j.p >= j.e || *j.p != '"') {
-				rc = jfail(&j, "\"key\" is not a string");
-				goto out;
-			}
-			sb_reset(&in->key);
-			if ((rc = jstring(&j, &in->key)))
-				goto out;
-			have_key = 1;
-		} else if (name.len == 6 && !memcmp(name.p, "vector", 6)) {
-			if (j.p >= j.e || *j.p != '[') {
-				rc = jfail(&j, "\"vector\" is not an array");
-				goto out;
-			}
-			j.p++;
-			cnt = 0;
-			jws(&j);
-			if (j.p < j.e && *j.p == ']') {
-				j.p++;
-			} else {
-				for (;;) {
-					const char *ns;
-					size_t nl;
-					jws(&j);
-					if (j.p < j.e && (*j.p == '-' || (*j.p >= '0' && *j.p <= '9'))) {
-						if ((rc = jnumber(&j, &ns, &nl)))
-							goto out;
-					} else {
-						rc = jfail(&j, "element %u of \"vector\" is not a number", cnt + 1);
-						goto out;
-					}
-					if (cnt >= VECFS_DIM_MAX) {
-						rc = jfail(&j, "more than %d numbers in \"vector\"", VECFS_DIM_MAX);
-						goto out;
-					}
-					int fr = parse_float(ns, nl, &in->tmp[cnt]);
-					if (fr == -ENOMEM) {
-						rc = fail_at(in, -ENOMEM, where, "out of memory");
-						goto out;
-					}
-					if (fr == -ERANGE) {
-						rc = jfail(&j, "element %u of \"vector\" (%.*s) overflows float32",
-							   cnt + 1, (int)(nl > 40 ? 40 : nl), ns);
-						goto out;
-					}
-					if (fr) {
-						rc = jfail(&j, "element %u of \"vector\" is not a number", cnt + 1);
-						goto out;
-					}
-					cnt++;
-					int more = jnext(&j, ']');
-					if (more < 0) {
-						rc = jfail(&j, "expected ',' or ']' in \"vector\"");
-						goto out;
-					}
-					if (!more)
-						break;
-				}
-			}
-			have_vec = 1;
-		} else if (name.len == 7 && !memcmp(name.p, "payload", 7)) {
-			const char *st = j.p;
-			if ((rc = jvalue(&j, 0)))
-				goto out;
-			payload = st;
-			plen = (size_t)(j.p - st);
-			have_pay = 1;
-		} else {
-			if ((rc = jvalue(&j, 0)))
-				goto out;
-		}
-		int more = jnext(&j, '}');
-		if (more < 0) {
-			rc = jfail(&j, "expected ',' or '}'");
-			goto out;
-		}
-		if (!more)
-			break;
-	}
-done:
-	jws(&j);
-	if (j.p != j.e) {
-		rc = jfail(&j, "text after the object");
-		goto out;
-	}
-	if (!have_key) {
-		rc = jfail(&j, "no \"key\"");
-		goto out;
-	}
-	if (!have_vec || cnt == 0) {
-		rc = jfail(&j, "no \"vector\" (or an empty one)");
-		goto out;
-	}
-out:
-	sb_free(&name);
-	if (rc) {
-		if (j.deep)
-			return fail_at(in, -E2BIG, where, "%s", j.err);
-		if (!strncmp(j.err, "no \"", 4) || strstr(j.err, "\"vector\"") || strstr(j.err, "\"key\"") ||
-		    strstr(j.err, " given twice"))
-			return fail_at(in, -EINVAL, where, "%s", j.err);
-		if (j.p >= j.e)
-			return fail_at(in, -EINVAL, where, "malformed JSON: %s at the end of the line", j.err);
-		return fail_at(in, -EINVAL, where, "malformed JSON: %s at column %zu", j.err,
-			       (size_t)(j.p - s) + 1);
-	}
-	if (in->key.oom)
-		return fail_at(in, -ENOMEM, where, "out of memory");
-	return add_row(in, where, in->key.p ? in->key.p : "", in->key.len, cnt, payload, plen, 0);
-}
-
 /* ---------------------------------------------------------------- delete */
 
-static int buf_add(ingest *in, sbuf *b, const void *p, size_t n, uint64_t where);
-
-/* A line of `delete`: a key (the whole line, or double-quoted as in a
- * .csv file), or the one filter= line; blank lines are skipped.  Keys are
- * spooled as rows without vectors. */
-static int delete_line(ingest *in, const char *s, size_t n)
+/* The filter= line of `delete`: its text, counted against the budget. */
+static int delete_filter(ingest *in, const char *s, size_t n, uint64_t where)
 {
-	uint64_t where = in->lineno;
-	if (n && s[n - 1] == '\r')
-		n--;
-	size_t b = 0;
-	while (b < n && is_blank(s[b]))
-		b++;
-	if (b == n)
-		return 0;
-	if (n >= 7 && !memcmp(s, "filter=", 7)) {
-		if (in->filter_line)
-			return fail_at(in, -EINVAL, where, "a second filter= line (line %llu has one): at most one",
-				       (unsigned long long)in->filter_line);
-		in->filter_line = where;
-		return buf_add(in, &in->filter, s + 7, n - 7, where);
+	sbuf *b = &in->filter;
+	/* the capacity sb_reserve() will give it */
+	size_t cap = b->cap ? b->cap : 256;
+	while (cap < b->len + n + 1)
+		cap *= 2;
+	if (cap > b->cap) {
+		char why[160];
+		if (budget_take(in, cap - b->cap))
+			return fail_at(in, -ENOMEM, where, "%s", budget_why(in, why, sizeof why));
+		in->filter_charged += cap - b->cap;
 	}
-	const char *key = s;
-	size_t klen = n;
-	if (s[0] == '"') {
-		size_t end;
-		int rc = quoted_key(in, s, n, &end);
-		if (rc)
-			return rc;
-		while (end < n && is_blank(s[end]))
-			end++;
-		if (end < n)
-			return fail_at(in, -EINVAL, where, "text after the closing quote of the key");
-		key = in->key.p;
-		klen = in->key.len;
-	}
+	sb_add(b, s, n);
+	if (b->oom)
+		return fail_at(in, -ENOMEM, where, "out of memory");
+	in->filter_line = where;
+	return 0;
+}
+
+static void filter_drop(ingest *in)
+{
+	sb_free(&in->filter);
+	budget_give(in, in->filter_charged);
+	in->filter_charged = 0;
+	in->filter_line = 0;
+}
+
+/* A key of `delete`, spooled as a row without a vector. */
+static int delete_key(ingest *in, uint64_t where, const char *key, size_t klen)
+{
 	if (!vecfs_key_valid(key, klen))
 		return bad_key(in, where, key, klen);
 	int rc = spool_start(in, where);
@@ -1277,338 +648,58 @@ static int delete_commit(ingest *in)
 	atomic_store(&in->dm->last_delete, deleted);
 	in->committed += deleted;
 	spool_clear(in);
-	sb_free(&in->filter);
-	in->filter_line = 0;
+	filter_drop(in);
 	return 0;
 }
 
-/* ---------------------------------------------------------------- text lines */
+/* ---------------------------------------------------------------- the parser */
 
-static int delete_line(ingest *in, const char *s, size_t n);
-
-static int text_line(ingest *in, const char *s, size_t n)
+/* A row the parser completed: checked and spooled (delete: a key, or its
+ * filter). */
+static int rows_row(void *arg, const vecfs_parsed_row *r)
 {
-	/* a UTF-8 byte order mark opens the text, not its first key */
-	if (++in->lineno == 1 && n >= 3 && !memcmp(s, "\xEF\xBB\xBF", 3)) {
-		s += 3;
-		n -= 3;
-	}
+	ingest *in = arg;
 	if (in->fmt == F_DELETE)
-		return delete_line(in, s, n);
-	const char *t = s;
-	size_t tn = n;
-	trim(&t, &tn);
-	if (tn == 0)
+		return r->filter ? delete_filter(in, r->payload, r->payload_len, r->where)
+				 : delete_key(in, r->where, r->key, r->keylen);
+	return add_row(in, r->where, r->key, r->keylen, r->vec, r->dim, r->payload, r->payload_len,
+		       r->numeric_key);
+}
+
+/* The parser's buffers count against the daemon's ingest budget. */
+static int rows_mem(void *arg, int64_t delta)
+{
+	ingest *in = arg;
+	if (delta < 0) {
+		budget_give(in, (size_t)-delta);
 		return 0;
-	if (in->fmt == F_JSONL)
-		return json_line(in, t, tn);
-	if (t[0] == '#')
-		return 0;
-	return delim_line(in, t, tn);
-}
-
-/* Add n bytes to a buffer of the file (the partial line, the .npy header),
- * counting its growth against the budget. */
-static int buf_add(ingest *in, sbuf *b, const void *p, size_t n, uint64_t where)
-{
-	/* the capacity sb_reserve() will give it */
-	size_t cap = b->cap ? b->cap : 256;
-	while (cap < b->len + n + 1)
-		cap *= 2;
-	if (cap > b->cap) {
-		char why[160];
-		if (budget_take(in, cap - b->cap))
-			return fail_at(in, -ENOMEM, where, "%s", budget_why(in, why, sizeof why));
-		in->line_charged += cap - b->cap;
 	}
-	sb_add(b, p, n);
-	if (b->oom)
-		return fail_at(in, -ENOMEM, where, "out of memory");
-	return 0;
-}
-
-/* Free the buffers buf_add() grew (a line done, the file dead). */
-static void line_drop(ingest *in)
-{
-	sb_free(&in->line);
-	sb_free(&in->npy_hdr);
-	budget_give(in, in->line_charged);
-	in->line_charged = 0;
-}
-
-static int text_feed(ingest *in, const char *p, size_t n)
-{
-	while (n) {
-		const char *nl = memchr(p, '\n', n);
-		size_t take = nl ? (size_t)(nl - p) : n;
-		if (in->line.len + take > LINE_MAX_BYTES)
-			return fail_at(in, -EINVAL, in->lineno + 1, "longer than %zu bytes",
-				       LINE_MAX_BYTES);
-		if (!nl)
-			return buf_add(in, &in->line, p, take, in->lineno + 1);
-		int rc;
-		if (in->line.len) {
-			if ((rc = buf_add(in, &in->line, p, take, in->lineno + 1)))
-				return rc;
-			rc = text_line(in, in->line.p, in->line.len);
-			if (in->line_charged > LINE_KEEP)
-				line_drop(in);
-			else
-				sb_reset(&in->line);
-		} else {
-			rc = text_line(in, p, take);
-		}
-		if (rc)
-			return rc;
-		p += take + 1;
-		n -= take + 1;
+	if (budget_take(in, (size_t)delta)) {
+		in->over = 1;
+		return -ENOMEM;
 	}
 	return 0;
 }
 
-/* ---------------------------------------------------------------- binary rows */
-
-static uint32_t rd_le32(const uint8_t *p)
+/* The parser failed with rc: the file fails with its reason (a row it
+ * handed over has failed the file already). */
+static int rows_failed(ingest *in, int rc)
 {
-	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+	uint64_t where;
+	char why[160];
+	const char *reason = vecfs_rows_error(in->rows, &where);
+	if (in->failed)
+		return rc;
+	if (in->over)
+		return fail_at(in, -ENOMEM, where, "%s", budget_why(in, why, sizeof why));
+	return fail_at(in, rc, where, "%s", reason ? reason : strerror(-rc));
 }
 
-static float rd_lef32(const uint8_t *p)
+static int feed(ingest *in, const char *buf, size_t len)
 {
-	uint32_t u = rd_le32(p);
-	float f;
-	memcpy(&f, &u, 4);
-	return f;
-}
-
-static double rd_lef64(const uint8_t *p)
-{
-	uint64_t u = (uint64_t)rd_le32(p) | (uint64_t)rd_le32(p + 4) << 32;
-	double d;
-	memcpy(&d, &u, 8);
-	return d;
-}
-
-static int npy_dict(ingest *in, char *buf);
-
-/* Parse the python-literal header dict of an .npy file. */
-static int npy_header(ingest *in, const char *h, size_t n)
-{
-	char *buf = strndup(h, n);
-	if (!buf)
-		return fail_at(in, -ENOMEM, 0, "out of memory");
-	int rc = npy_dict(in, buf);
-	free(buf);
-	return rc;
-}
-
-/* The header dict, NUL-terminated. */
-static int npy_dict(ingest *in, char *buf)
-{
-	char *d = strstr(buf, "'descr'");
-	char *fo = strstr(buf, "'fortran_order'");
-	char *sh = strstr(buf, "'shape'");
-	if (!d || !fo || !sh || buf[0] != '{')
-		return fail_at(in, -EINVAL, 0, "not an .npy header (no descr, fortran_order and shape)");
-	/* a key given twice: which one numpy would take is not ours to guess */
-	const char *twice = strstr(d + 1, "'descr'") ? "descr" :
-			    strstr(fo + 1, "'fortran_order'") ? "fortran_order" :
-			    strstr(sh + 1, "'shape'") ? "shape" : NULL;
-	if (twice)
-		return fail_at(in, -EINVAL, 0, "'%s' given twice in the .npy header", twice);
-	d = strchr(d + 7, ':');
-	if (!d)
-		return fail_at(in, -EINVAL, 0, "bad .npy header");
-	d++;
-	while (*d == ' ')
-		d++;
-	in->npy_f8 = !strncmp(d, "'<f8'", 5) || !strncmp(d, "\"<f8\"", 5);
-	if (!in->npy_f8 && strncmp(d, "'<f4'", 5) && strncmp(d, "\"<f4\"", 5)) {
-		char *e = strchr(d, ',');
-		int l = e ? (int)(e - d) : 10;
-		return fail_at(in, -EINVAL, 0,
-			       "dtype %.*s: expected little-endian float32 ('<f4') or float64 ('<f8')", l, d);
-	}
-	fo = strchr(fo + 15, ':');
-	if (!fo)
-		return fail_at(in, -EINVAL, 0, "bad .npy header");
-	fo++;
-	while (*fo == ' ')
-		fo++;
-	if (!strncmp(fo, "True", 4))
-		return fail_at(in, -EINVAL, 0, "fortran_order is True: expected a C-order array");
-	if (strncmp(fo, "False", 5))
-		return fail_at(in, -EINVAL, 0, "bad fortran_order in the .npy header");
-	sh = strchr(sh + 7, '(');
-	if (!sh)
-		return fail_at(in, -EINVAL, 0, "bad shape in the .npy header");
-	sh++;
-	uint64_t dims[3];
-	int nd = 0;
-	for (;;) {
-		while (*sh == ' ')
-			sh++;
-		if (*sh == ')')
-			break;
-		char *e;
-		if (*sh < '0' || *sh > '9')
-			return fail_at(in, -EINVAL, 0, "bad shape in the .npy header");
-		errno = 0;
-		unsigned long long v = strtoull(sh, &e, 10);
-		if (errno == ERANGE)
-			return fail_at(in, -EINVAL, 0, "shape value %.24s... is too large", sh);
-		if (nd < 3)
-			dims[nd] = v;
-		nd++;
-		sh = e;
-		while (*sh == ' ' || *sh == 'L')
-			sh++;
-		if (*sh == ',')
-			sh++;
-		else if (*sh != ')')
-			return fail_at(in, -EINVAL, 0, "bad shape in the .npy header");
-	}
-	if (nd != 2)
-		return fail_at(in, -EINVAL, 0, "shape has %d dimensions: expected a 2-D array (rows, dim)", nd);
-	if (dims[1] == 0 || dims[1] > VECFS_DIM_MAX)
-		return fail_at(in, -EINVAL, 0, "dimension %llu is out of range 1..%d",
-			       (unsigned long long)dims[1], VECFS_DIM_MAX);
-	in->npy_rows = dims[0];
-	in->rowneed = (size_t)dims[1] * (in->npy_f8 ? 8 : 4);
-	in->npy_stage = 2;
-	return 0;
-}
-
-static int npy_feed_header(ingest *in, const uint8_t **pp, size_t *np)
-{
-	const uint8_t *p = *pp;
-	size_t n = *np;
-	while (n && in->npy_stage < 2) {
-		size_t want = in->npy_stage == 0 ? 10 : in->npy_hlen;
-		if (in->npy_stage == 0 && in->npy_hdr.len >= 8 && (unsigned char)in->npy_hdr.p[6] >= 2)
-			want = 12;
-		size_t take = want > in->npy_hdr.len ? want - in->npy_hdr.len : 0;
-		if (take > n)
-			take = n;
-		int rc = buf_add(in, &in->npy_hdr, p, take, 0);
-		if (rc) {
-			*pp = p;
-			*np = n;
-			return rc;
-		}
-		p += take;
-		n -= take;
-		if (in->npy_hdr.len >= 6 && memcmp(in->npy_hdr.p, "\x93NUMPY", 6)) {
-			*pp = p;
-			*np = n;
-			return fail_at(in, -EINVAL, 0, "not an .npy file (no \\x93NUMPY magic)");
-		}
-		if (in->npy_hdr.len < want)
-			continue;
-		if (in->npy_stage == 0) {
-			const uint8_t *h = (const uint8_t *)in->npy_hdr.p;
-			unsigned major = h[6];
-			size_t hl;
-			if (major == 1) {
-				hl = (size_t)h[8] | (size_t)h[9] << 8;
-				in->npy_hlen = 10 + hl;
-			} else if (major == 2 || major == 3) {
-				if (in->npy_hdr.len < 12)
-					continue;
-				hl = rd_le32(h + 8);
-				in->npy_hlen = 12 + hl;
-			} else {
-				*pp = p;
-				*np = n;
-				return fail_at(in, -EINVAL, 0, ".npy format version %u is not supported", major);
-			}
-			if (hl > NPY_HEADER_MAX) {
-				*pp = p;
-				*np = n;
-				return fail_at(in, -EINVAL, 0, ".npy header of %zu bytes is too long", hl);
-			}
-			in->npy_stage = 1;
-		} else {
-			size_t off = (unsigned char)in->npy_hdr.p[6] == 1 ? 10 : 12;
-			int hrc = npy_header(in, in->npy_hdr.p + off, in->npy_hdr.len - off);
-			if (hrc == 0)
-				line_drop(in);
-			*pp = p;
-			*np = n;
-			return hrc;
-		}
-	}
-	*pp = p;
-	*np = n;
-	return 0;
-}
-
-static int bin_row_done(ingest *in)
-{
-	uint64_t where = ++in->rowno;
-	uint32_t dim;
-	if (in->fmt == F_NPY) {
-		dim = (uint32_t)(in->rowneed / (in->npy_f8 ? 8 : 4));
-		if (where > in->npy_rows)
-			return fail_at(in, -EINVAL, where, "data beyond the %llu rows the header declares",
-				       (unsigned long long)in->npy_rows);
-		for (uint32_t i = 0; i < dim && !in->npy_f8; i++)
-			in->tmp[i] = rd_lef32(in->row + 4 * i);
-		for (uint32_t i = 0; i < dim && in->npy_f8; i++) {
-			double v = rd_lef64(in->row + 8 * i);
-			in->tmp[i] = (float)v;
-			/* NaN and ±Inf pass on to the row check, which names them */
-			if (isfinite(v) && isinf(in->tmp[i]))
-				return fail_at(in, -EINVAL, where, "value %u (%g) overflows float32", i + 1, v);
-		}
-	} else if (in->fmt == F_FVECS) {
-		dim = rd_le32(in->row);
-		for (uint32_t i = 0; i < dim; i++)
-			in->tmp[i] = rd_lef32(in->row + 4 + 4 * i);
-	} else {
-		dim = rd_le32(in->row);
-		for (uint32_t i = 0; i < dim; i++)
-			in->tmp[i] = (float)in->row[4 + i];
-	}
-	return add_row(in, where, NULL, 0, dim, NULL, 0, 0);
-}
-
-static int bin_feed(ingest *in, const uint8_t *p, size_t n)
-{
-	int rc;
-	if (in->fmt == F_NPY && in->npy_stage < 2) {
-		if ((rc = npy_feed_header(in, &p, &n)))
-			return rc;
-	}
-	while (n) {
-		size_t take = in->rowneed - in->rowlen;
-		if (take > n)
-			take = n;
-		memcpy(in->row + in->rowlen, p, take);
-		in->rowlen += take;
-		p += take;
-		n -= take;
-		if (in->rowlen < in->rowneed)
-			break;
-		if (in->fmt != F_NPY && in->rowneed == 4) {
-			int32_t d = (int32_t)rd_le32(in->row);
-			if (d <= 0 || d > VECFS_DIM_MAX)
-				return fail_at(in, -EINVAL, in->rowno + 1, "dimension %d is out of range 1..%d",
-					       d, VECFS_DIM_MAX);
-			if (in->dim && (uint32_t)d != in->dim)
-				return fail_at(in, -EINVAL, in->rowno + 1, "dimension %d, expected %u (%s)", d,
-					       in->dim,
-					       in->dim_from_store ? "the store's dim" : "the dimension of the file's first row");
-			in->rowneed = 4 + (size_t)d * (in->fmt == F_FVECS ? 4 : 1);
-			continue;
-		}
-		if ((rc = bin_row_done(in)))
-			return rc;
-		in->rowlen = 0;
-		if (in->fmt != F_NPY)
-			in->rowneed = 4;
-	}
-	return 0;
+	in->over = 0;
+	int rc = vecfs_rows_feed(in->rows, buf, len);
+	return rc ? rows_failed(in, rc) : 0;
 }
 
 /* ---------------------------------------------------------------- interface */
@@ -1655,16 +746,8 @@ int ingest_write(ingest *in, const char *buf, size_t len, uint64_t off, uint64_t
 		in->written += len;
 		in->dirty = 1;
 		owner_add(in, owner);
-		int over;
-		char why[160];
-		if (in->failed)
-			; /* a staged file that failed: its rename tells */
-		else if ((rc = scratch_get(in, &over)))
-			rc = fail_at(in, rc, 0, "%s", over ? budget_why(in, why, sizeof why) : "out of memory");
-		else if (in->fmt <= F_JSONL)
-			rc = text_feed(in, buf, len);
-		else
-			rc = bin_feed(in, (const uint8_t *)buf, len);
+		if (!in->failed) /* a staged file that failed: its rename tells */
+			rc = feed(in, buf, len);
 		if (in->failed && !in->done)
 			rc = 0; /* failed, and waits for its rename */
 	}
@@ -1676,31 +759,9 @@ int ingest_write(ingest *in, const char *buf, size_t len, uint64_t off, uint64_t
  * a partial binary row is a truncated one. */
 static int finish(ingest *in)
 {
-	int rc;
-	if (in->fmt <= F_JSONL) {
-		if (in->line.len) {
-			rc = text_line(in, in->line.p, in->line.len);
-			sb_reset(&in->line);
-			return rc;
-		}
-		return 0;
-	}
-	if (in->fmt == F_NPY) {
-		if (in->npy_stage < 2)
-			return fail_at(in, -EINVAL, 0, "truncated .npy header (%zu bytes)", in->npy_hdr.len);
-		if (in->rowlen)
-			return fail_at(in, -EINVAL, in->rowno + 1, "truncated: %zu of %zu bytes", in->rowlen,
-				       in->rowneed);
-		if (in->rowno < in->npy_rows)
-			return fail_at(in, -EINVAL, in->rowno + 1,
-				       "truncated: the header declares %llu rows, the file holds %llu",
-				       (unsigned long long)in->npy_rows, (unsigned long long)in->rowno);
-		return 0;
-	}
-	if (in->rowlen)
-		return fail_at(in, -EINVAL, in->rowno + 1, "truncated: %zu of %zu bytes", in->rowlen,
-			       in->rowneed);
-	return 0;
+	in->over = 0;
+	int rc = vecfs_rows_end(in->rows);
+	return rc ? rows_failed(in, rc) : 0;
 }
 
 int ingest_commit(ingest *in)
@@ -1840,12 +901,7 @@ void ingest_truncate(ingest *in)
 		in->defer = 1;
 		in->dim = 0;
 		in->dim_from_store = 0;
-		in->lineno = in->rowno = 0;
-		in->rowlen = 0;
-		in->rowneed = in->fmt == F_NPY ? 0 : 4;
-		in->npy_stage = 0;
-		in->npy_hlen = 0;
-		in->npy_rows = 0;
+		vecfs_rows_reset(in->rows);
 		in->nowners = 0;
 	}
 	pthread_mutex_unlock(&in->mu);

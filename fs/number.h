@@ -1,6 +1,6 @@
 /*
  * fs/number.h - numbers as users write them: the library's parsers
- * (engine/number.c) under short names, and trimming.
+ * (engine/codec/number.c) under short names, and trimming.
  */
 #ifndef VECFS_FS_NUMBER_H
 #define VECFS_FS_NUMBER_H

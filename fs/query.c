@@ -22,7 +22,6 @@
 #include "errors.h"
 #include "fuse_compat.h"
 #include "held.h"
-#include "number.h"
 #include "sbuf.h"
 
 #define IN_MAX ((size_t)256 << 20)
@@ -301,94 +300,36 @@ static uint32_t le32(const unsigned char *p)
 /* Binary fvecs rows: every row header holds the same plausible dimension. */
 static int parse_fvecs(const char *buf, size_t len, qinput *qi)
 {
-	const unsigned char *p = (const unsigned char *)buf;
-	if (len < 8)
+	uint32_t d;
+	size_t rows;
+	if (!vecfs_fvecs_rows(buf, len, &d, &rows, NULL))
 		return 0;
-	uint32_t d = le32(p);
-	if (d == 0 || d > VECFS_DIM_MAX || len % (4 + 4 * (size_t)d))
-		return 0;
-	size_t rows = len / (4 + 4 * (size_t)d);
-	for (size_t r = 0; r < rows; r++)
-		if (le32(p + r * (4 + 4 * (size_t)d)) != d)
-			return 0;
 	qi->vecs = malloc(rows * d * sizeof(float));
 	if (!qi->vecs)
 		return -ENOMEM;
-	for (size_t r = 0; r < rows; r++)
-		memcpy(qi->vecs + r * d, p + r * (4 + 4 * (size_t)d) + 4, 4 * (size_t)d);
+	vecfs_fvecs_rows(buf, len, &d, &rows, qi->vecs);
 	qi->nq = qi->cap = rows;
 	qi->dim = d;
 	return 1;
-}
-
-static int parse_options(const char *s, size_t n, qinput *qi, char *why, size_t wl)
-{
-	const char *filter = qi->o.filter;
-	int rc = vecfs_query_opts_parse(s, n, &qi->o, why, wl);
-	if (rc == 0 && qi->o.filter != filter) /* it points into the line: kept */
-		rc = set_filter(qi, qi->o.filter, qi->o.filter_len, why, wl);
-	return rc;
 }
 
 /* One line of text input: blank, comment, options or a vector. */
 static int parse_line(const char *s, size_t n, qinput *qi, float *tmp, char *why,
 		      size_t wl)
 {
-	trim(&s, &n);
-	if (n == 0 || s[0] == '#')
-		return 0;
-	if (memchr(s, '=', n))
-		return parse_options(s, n, qi, why, wl);
-	int bracket = s[0] == '[';
-	if (bracket) {
-		s++;
-		n--;
-		trim(&s, &n);
-		if (!n || s[n - 1] != ']') {
-			snprintf(why, wl, "'[' without a closing ']'");
-			return -EINVAL;
-		}
-		n--;
-		trim(&s, &n);
-	}
+	const char *filter = qi->o.filter;
 	uint32_t cnt = 0;
-	size_t p = 0;
-	while (p < n) {
-		while (p < n && (s[p] == ' ' || s[p] == '\t' || s[p] == ','))
-			p++;
-		if (p >= n)
-			break;
-		size_t st = p;
-		while (p < n && s[p] != ' ' && s[p] != '\t' && s[p] != ',')
-			p++;
-		if (cnt >= VECFS_DIM_MAX) {
-			snprintf(why, wl, "more than %d numbers", VECFS_DIM_MAX);
-			return -EINVAL;
-		}
-		int fr = parse_float(s + st, p - st, &tmp[cnt]);
-		if (fr == -ENOMEM) {
-			snprintf(why, wl, "out of memory");
-			return -ENOMEM;
-		}
-		if (fr || !isfinite(tmp[cnt])) {
-			snprintf(why, wl, "'%.*s' is not a %s", (int)(p - st > 40 ? 40 : p - st), s + st,
-				 fr == -ERANGE ? "float32 (overflow)" : fr ? "number" : "finite number");
-			return -EINVAL;
-		}
-		cnt++;
-	}
-	if (cnt == 0 && bracket) {
-		snprintf(why, wl, "no numbers in '[ ]'");
-		return -EINVAL;
-	}
-	if (cnt == 0)
-		return 0;
+	int rc = vecfs_query_line_parse(s, n, &qi->o, tmp, &cnt, why, wl);
+	if (rc == 1 && qi->o.filter != filter) /* it points into the line: kept */
+		return set_filter(qi, qi->o.filter, qi->o.filter_len, why, wl);
+	if (rc != 2)
+		return rc < 0 ? rc : 0;
 	if (qi->nq && cnt != qi->dim) {
 		snprintf(why, wl, "%u numbers, the vectors before have %u", cnt, qi->dim);
 		return -EINVAL;
 	}
 	qi->dim = cnt;
-	int rc = add_vec(qi, tmp, cnt);
+	rc = add_vec(qi, tmp, cnt);
 	if (rc)
 		snprintf(why, wl, "out of memory");
 	return rc;

@@ -10,7 +10,8 @@
 #     defines, that one does not refer back, directly or through others (a
 #     call that must go upward goes through a function pointer set by the
 #     upper file, as vecfs.on_search and search.scan_cluster do);
-#  f. the codecs (CODECS below: numbers, settings and query options, UTF-8)
+#  f. the codecs (every object of engine/codec/: numbers, settings and
+#     query options, UTF-8, JSON, rows of the ingest formats, query input)
 #     refer to no symbol of the project but one another's: no store, no
 #     LMDB, no FUSE, nothing of the engine around them.
 #  g. engine/'s folders (engine/*/, engine/include/ aside) keep their
@@ -143,8 +144,7 @@ while read -r o s d; do
 done < <(cycles 0)
 
 # f. the codecs depend on nothing else of the project
-CODECS="number settings utf8"
-codec_objs=$(for c in $CODECS; do echo "engine/$c.o"; done)
+codec_objs=$(objs engine/codec | sed "s#^$OBJ/##")
 projdefs=$(for d in engine layout fs; do objs "$d"; done | xargs -r nm -A --defined-only -g 2>/dev/null |
 	awk -v p="$OBJ/" 'NF == 3 { o = $1; sub(/:.*$/, "", o); sub("^" p, "", o); print o, $3 }')
 while read -r o s d; do

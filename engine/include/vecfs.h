@@ -178,6 +178,83 @@ int vecfs_row_check(vecfs *v, const vecfs_row *row, uint32_t dim, char *err,
 int vecfs_row_check_config(const vecfs_config *c, const vecfs_row *row, uint32_t dim,
 			   char *err, size_t errlen);
 
+/* ---------------------------------------------------------------- codecs: files of rows
+ *
+ * The ingest formats, parsed incrementally: bytes are fed in pieces split
+ * anywhere, and each row is handed to a callback as soon as it is
+ * complete.  No I/O, no store: what the rows become is the caller's.  A
+ * text line longer than VECFS_ROWS_LINE_MAX fails; memory is asked of the
+ * caller (mem) before it grows, so a caller can count it against a budget.
+ *   CSV, TSV, TXT  a line a row: the key (or "key" double-quoted, "" a
+ *                  quote inside), then the numbers; .csv commas (else
+ *                  tabs), .tsv tabs (else commas), .txt commas (else
+ *                  blanks); blank and # lines skipped
+ *   KEYS           a key a line (whole, or double-quoted), and at most
+ *                  one filter= line (`delete`)
+ *   JSONL          {"key": "...", "vector": [...], "payload": any}
+ *   FVECS, BVECS   int32 dim, then dim float32 (bytes); no keys
+ *   NPY            a C-order 2-D '<f4' or '<f8' array (.npy 1.0-3.0)
+ * Lines (text) and rows (binary) are numbered from 1; a UTF-8 byte order
+ * mark opens a text's first line. */
+typedef enum {
+	VECFS_ROWS_CSV, VECFS_ROWS_TSV, VECFS_ROWS_TXT, VECFS_ROWS_KEYS, VECFS_ROWS_JSONL,
+	VECFS_ROWS_FVECS, VECFS_ROWS_BVECS, VECFS_ROWS_NPY
+} vecfs_rows_format;
+#define VECFS_ROWS_LINE_MAX ((size_t)4 << 20)       /* bytes of a text line */
+#define VECFS_ROWS_NPY_HEADER_MAX ((size_t)1 << 20) /* bytes of an .npy header */
+
+/* The format a file name's extension names (.csv .tsv .txt .jsonl .ndjson
+ * .fvecs .bvecs .npy), or -1. */
+int vecfs_rows_format_of(const char *name);
+
+typedef struct vecfs_parsed_row {
+	uint64_t where;          /* its line (text) or row (binary) number */
+	const char *key;         /* decoded; NULL: none (binary formats) */
+	size_t keylen;
+	const float *vec;        /* dim floats (KEYS: NULL, 0) */
+	uint32_t dim;
+	const char *payload;     /* JSONL: the "payload" value's text; KEYS: a
+				  * filter= line's filter */
+	size_t payload_len;
+	int numeric_key;         /* delimited text: an unquoted key that reads
+				  * as a number */
+	int filter;              /* KEYS: the filter= line */
+} vecfs_parsed_row;
+
+/* A complete row: 0 to go on, else a negative errno that stops the feed
+ * (and is returned by it). */
+typedef int (*vecfs_rows_fn)(void *arg, const vecfs_parsed_row *row);
+/* delta > 0: bytes the parser is about to allocate, 0 to allow, non-zero
+ * to refuse (the feed then fails with -ENOMEM); delta < 0: bytes freed. */
+typedef int (*vecfs_rows_mem_fn)(void *arg, int64_t delta);
+
+typedef struct vecfs_rows vecfs_rows;
+/* mem may be NULL (no limit but the line's). */
+vecfs_rows *vecfs_rows_new(vecfs_rows_format fmt, vecfs_rows_fn emit, vecfs_rows_mem_fn mem,
+			   void *arg);
+/* The next len bytes: 0, the callback's failure, or -EINVAL (a bad row,
+ * header or line; -E2BIG: JSON nested too deeply), -ENOMEM: then
+ * vecfs_rows_error() says why.  After a failure the parser is dead. */
+int vecfs_rows_feed(vecfs_rows *r, const void *buf, size_t len);
+/* The end of what was fed so far: a last line without its newline is a
+ * row, a partial binary row or header is truncated (-EINVAL). */
+int vecfs_rows_end(vecfs_rows *r);
+/* Why the parser failed (NULL: it did not, or its callback did), and the
+ * line or row number it is about in *where (0: the file as a whole). */
+const char *vecfs_rows_error(const vecfs_rows *r, uint64_t *where);
+/* Binary rows of another dimension than dim fail at their header, "(the
+ * store's dim)" or "(the dimension of the file's first row)" said. */
+void vecfs_rows_expect_dim(vecfs_rows *r, uint32_t dim, int from_store);
+/* Rows handed to the callback so far. */
+uint64_t vecfs_rows_count(const vecfs_rows *r);
+/* Free the buffers between rows (at a line's or row's end), keeping the
+ * place: the next feed goes on where this one ended (KEYS: a filter= line
+ * may come again, as after a commit). */
+void vecfs_rows_release(vecfs_rows *r);
+/* From the start again: nothing fed. */
+void vecfs_rows_reset(vecfs_rows *r);
+void vecfs_rows_free(vecfs_rows *r);
+
 /* Commit `n` rows atomically and durably (upsert; within a batch the last row
  * for a key wins).  If the dimension is unset it is fixed to `dim`.  With an
  * active generation each row becomes a delta posting in its nearest cluster
@@ -292,6 +369,18 @@ typedef struct vecfs_query_opts {
  * filter= runs to the end of the line) of n bytes at s into o, over what o
  * holds: 0, or -EINVAL with why (the option and the values it takes). */
 int vecfs_query_opts_parse(const char *s, size_t n, vecfs_query_opts *o, char *why, size_t wl);
+/* One line of a query's text input (a mount's query/ID/in): blank or a
+ * `#` comment: 0; options (a '=' in it): parsed into o (its filter may
+ * point into s), 1; a vector (numbers separated by spaces, tabs or commas,
+ * optionally in [ ]): its *dim numbers in vec (VECFS_DIM_MAX floats), 2.
+ * -EINVAL (a number that is not one, or not finite, too many of them, a
+ * '[' not closed) or -ENOMEM, with why. */
+int vecfs_query_line_parse(const char *s, size_t n, vecfs_query_opts *o, float *vec,
+			   uint32_t *dim, char *why, size_t wl);
+/* Binary query input: 1 when the whole of buf[0..len) is .fvecs rows of
+ * one dimension (*dim, *rows; their vectors copied to out, rows x dim
+ * floats, when out is not NULL), else 0. */
+int vecfs_fvecs_rows(const void *buf, size_t len, uint32_t *dim, size_t *rows, float *out);
 /* The names of the options, ", " between them (for error messages). */
 const char *vecfs_query_opt_names(void);
 

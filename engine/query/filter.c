@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "codec/codec.h"
 #include "io.h"
 #include "vecfs.h"
 
@@ -69,98 +70,8 @@ static int fail(char *err, size_t errlen, int rc, const char *fmt, ...)
 
 /* ------------------------------------------------------------ JSON tokens */
 
-static size_t ws(const char *p, size_t n, size_t i)
-{
-	while (i < n && (p[i] == ' ' || p[i] == '\t' || p[i] == '\n' || p[i] == '\r'))
-		i++;
-	return i;
-}
-
-static int hex4(const char *p, size_t n, size_t i, unsigned *cp)
-{
-	if (n < 4 || i > n - 4)
-		return -1;
-	*cp = 0;
-	for (int k = 0; k < 4; k++) {
-		char c = p[i + k];
-		unsigned d = c >= '0' && c <= '9' ? (unsigned)(c - '0')
-			   : c >= 'a' && c <= 'f' ? (unsigned)(c - 'a' + 10)
-			   : c >= 'A' && c <= 'F' ? (unsigned)(c - 'A' + 10) : 16;
-		if (d == 16)
-			return -1;
-		*cp = *cp << 4 | d;
-	}
-	return 0;
-}
-
-/* The next decoded bytes of the string whose body continues at p[*i]:
- * how many went to u (1-4), 0 at the closing quote (*i then past it), -1
- * when it is not a JSON string. */
-static int str_next(const char *p, size_t n, size_t *i, unsigned char u[4])
-{
-	if (*i >= n)
-		return -1;
-	unsigned char c = (unsigned char)p[*i];
-	if (c == '"') {
-		(*i)++;
-		return 0;
-	}
-	if (c < 0x20)
-		return -1;
-	if (c != '\\') {
-		u[0] = c;
-		(*i)++;
-		return 1;
-	}
-	if (*i + 1 >= n)
-		return -1;
-	c = (unsigned char)p[*i + 1];
-	*i += 2;
-	unsigned cp, lo;
-	switch (c) {
-	case '"': case '\\': case '/': u[0] = c; return 1;
-	case 'b': u[0] = '\b'; return 1;
-	case 'f': u[0] = '\f'; return 1;
-	case 'n': u[0] = '\n'; return 1;
-	case 'r': u[0] = '\r'; return 1;
-	case 't': u[0] = '\t'; return 1;
-	case 'u':
-		if (hex4(p, n, *i, &cp))
-			return -1;
-		*i += 4;
-		if (cp >= 0xD800 && cp < 0xDC00) {
-			if (*i + 6 > n || p[*i] != '\\' || p[*i + 1] != 'u' ||
-			    hex4(p, n, *i + 2, &lo) || lo < 0xDC00 || lo > 0xDFFF)
-				return -1;
-			*i += 6;
-			cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-		} else if (cp >= 0xDC00 && cp <= 0xDFFF) {
-			return -1;
-		}
-		if (cp < 0x80) {
-			u[0] = (unsigned char)cp;
-			return 1;
-		}
-		if (cp < 0x800) {
-			u[0] = (unsigned char)(0xC0 | cp >> 6);
-			u[1] = (unsigned char)(0x80 | (cp & 0x3F));
-			return 2;
-		}
-		if (cp < 0x10000) {
-			u[0] = (unsigned char)(0xE0 | cp >> 12);
-			u[1] = (unsigned char)(0x80 | (cp >> 6 & 0x3F));
-			u[2] = (unsigned char)(0x80 | (cp & 0x3F));
-			return 3;
-		}
-		u[0] = (unsigned char)(0xF0 | cp >> 18);
-		u[1] = (unsigned char)(0x80 | (cp >> 12 & 0x3F));
-		u[2] = (unsigned char)(0x80 | (cp >> 6 & 0x3F));
-		u[3] = (unsigned char)(0x80 | (cp & 0x3F));
-		return 4;
-	default:
-		return -1;
-	}
-}
+#define ws vf_json_ws
+#define str_next vf_json_str_next
 
 /* The string at p[*i] (its opening quote) compared by bytes with s[0..sl):
  * 0 and *cmp (<0, 0, >0), *i past the string; -1 when it is not one. */
@@ -196,32 +107,7 @@ static int str_cmp(const char *p, size_t n, size_t *i, const char *s, size_t sl,
 /* The end of the number at p[i], or 0 when there is none. */
 static size_t num_end(const char *p, size_t n, size_t i)
 {
-	size_t s = i;
-	if (i < n && p[i] == '-')
-		i++;
-	if (i < n && p[i] == '0')
-		i++;
-	else if (i < n && p[i] >= '1' && p[i] <= '9')
-		while (i < n && p[i] >= '0' && p[i] <= '9')
-			i++;
-	else
-		return 0;
-	if (i < n && p[i] == '.') {
-		if (++i >= n || p[i] < '0' || p[i] > '9')
-			return 0;
-		while (i < n && p[i] >= '0' && p[i] <= '9')
-			i++;
-	}
-	if (i < n && (p[i] == 'e' || p[i] == 'E')) {
-		i++;
-		if (i < n && (p[i] == '+' || p[i] == '-'))
-			i++;
-		if (i >= n || p[i] < '0' || p[i] > '9')
-			return 0;
-		while (i < n && p[i] >= '0' && p[i] <= '9')
-			i++;
-	}
-	return i > s ? i : 0;
+	return vf_json_number(p, n, i, NULL, 0);
 }
 
 /* The value of the number p[a..b): 0, or -1 without memory for a long one. */
@@ -303,85 +189,6 @@ static size_t skip_value(const char *p, size_t n, size_t i)
 	return 0;
 }
 
-/* Past the member name at p[i] and its ':' (and white space), or 0. */
-static size_t member_name(const char *p, size_t n, size_t i)
-{
-	size_t e = i < n && p[i] == '"' ? scalar_end(p, n, i) : 0;
-	if (!e)
-		return 0;
-	i = ws(p, n, e);
-	return i < n && p[i] == ':' ? ws(p, n, i + 1) : 0;
-}
-
-/* Check text[0..n) as one JSON value: 0 with its depth and count of
- * values, -EINVAL when it is not JSON, -ENOMEM. */
-static int json_check(const char *p, size_t n, uint32_t *maxdepth, uint32_t *values,
-		      size_t *bad)
-{
-	uint8_t *obj = vf_calloc(n / 8 + 1, 1); /* 1 bit a level: an object? */
-	size_t depth = 0, i = ws(p, n, 0);
-	uint32_t md = 0, nv = 0;
-	if (!obj)
-		return -ENOMEM;
-	int rc = -EINVAL;
-	for (;;) {
-		/* a value at p[i] */
-		nv += nv < UINT32_MAX;
-		if (i < n && (p[i] == '{' || p[i] == '[')) {
-			int o = p[i] == '{';
-			if (o)
-				obj[depth / 8] |= (uint8_t)(1u << depth % 8);
-			else
-				obj[depth / 8] &= (uint8_t)~(1u << depth % 8);
-			depth++;
-			md = depth > md ? (uint32_t)(depth < UINT32_MAX ? depth : UINT32_MAX) : md;
-			i = ws(p, n, i + 1);
-			if (i < n && p[i] == (o ? '}' : ']')) {
-				depth--;
-				i++;
-			} else if (o) {
-				if (!(i = member_name(p, n, i)))
-					goto out;
-				continue;
-			} else {
-				continue;
-			}
-		} else {
-			size_t e = scalar_end(p, n, i);
-			if (!e)
-				goto out;
-			i = e;
-		}
-		/* after a value: a separator, or the ends of containers */
-		for (;;) {
-			i = ws(p, n, i);
-			if (depth == 0) {
-				if (i == n)
-					rc = 0;
-				goto out;
-			}
-			int o = obj[(depth - 1) / 8] >> (depth - 1) % 8 & 1;
-			if (i < n && p[i] == (o ? '}' : ']')) {
-				depth--;
-				i++;
-				continue;
-			}
-			if (i >= n || p[i] != ',')
-				goto out;
-			i = ws(p, n, i + 1);
-			if (o && !(i = member_name(p, n, i)))
-				goto out;
-			break;
-		}
-	}
-out:
-	free(obj);
-	*maxdepth = md;
-	*values = nv;
-	*bad = i;
-	return rc;
-}
-
 /* ------------------------------------------------------------ parsing */
 
 /* The string at p[*i] decoded into the pool. */
@@ -400,7 +207,7 @@ static void str_decode(vf_filter *f, const char *p, size_t n, size_t *i, const c
 	*sl = (uint32_t)(f->pool + f->npool - d);
 }
 
-/* The value at p[*i] of a text json_check() passed, as f->v[returned]
+/* The value at p[*i] of a text vf_json_value() passed, as f->v[returned]
  * (depth: bounded by the check). */
 static uint32_t parse(vf_filter *f, const char *p, size_t n, size_t *i)
 {
@@ -616,7 +423,6 @@ void vf_filter_free(vf_filter *f)
 int vf_filter_compile(const char *text, size_t len, vf_filter **out, char *err, size_t errlen)
 {
 	uint32_t depth, nv;
-	size_t bad;
 	*out = NULL;
 	if (len > VF_FILTER_MAX_BYTES)
 		return fail(err, errlen, -E2BIG, "%zu bytes, more than %d", len, VF_FILTER_MAX_BYTES);
@@ -624,11 +430,17 @@ int vf_filter_compile(const char *text, size_t len, vf_filter **out, char *err, 
 	 * match nothing a payload (JSON, so UTF-8) can hold */
 	if (!vecfs_utf8_valid(text, len))
 		return fail(err, errlen, -EINVAL, "not valid UTF-8");
-	int rc = json_check(text, len, &depth, &nv, &bad);
-	if (rc == -ENOMEM)
-		return fail(err, errlen, rc, "out of memory");
+	/* one JSON value, checked at any depth: a bit a level */
+	uint8_t *stack = vf_calloc(len / 8 + 1, 1);
+	if (!stack)
+		return fail(err, errlen, -ENOMEM, "out of memory");
+	size_t bad = 0;
+	int rc = vf_json_value(text, len, &bad, len, stack, &depth, &nv, NULL, 0);
+	free(stack);
+	if (rc == 0 && (bad = ws(text, len, bad)) != len)
+		rc = -EINVAL;
 	if (rc)
-		return fail(err, errlen, rc, "not JSON at byte %zu", bad + 1);
+		return fail(err, errlen, -EINVAL, "not JSON at byte %zu", bad + 1);
 	if (depth > VF_FILTER_MAX_DEPTH)
 		return fail(err, errlen, -E2BIG, "nested %u deep, more than %d", depth,
 			    VF_FILTER_MAX_DEPTH);

@@ -9,7 +9,8 @@ FUZZ_SECONDS ?= 60
 FUZZ_SAN     := -fsanitize=address,undefined -fno-sanitize-recover=undefined
 FUZZ_CFLAGS  := -O1 -g -fno-omit-frame-pointer $(FUZZ_SAN)
 FUZZ_FORMATS := csv tsv txt jsonl fvecs bvecs npy
-FUZZ_TARGETS := $(FUZZ_FORMATS:%=ingest_%) query config block record filter options
+FUZZ_TARGETS := $(FUZZ_FORMATS:%=ingest_%) query config block record filter options rows json \
+	query_input
 FUZZ_BINS    := $(FUZZ_TARGETS:%=$(FUZZ_BUILD)/fuzz/%)
 
 .PHONY: fuzz fuzz-build fuzz-bins fuzz-crashes fuzz-clean
@@ -44,7 +45,8 @@ $(BUILD)/fuzz/query $(BUILD)/fuzz/config: $(BUILD)/fuzz/%: tests/fuzz/fuzz_%.c \
 	$(FUZZ_LINK) $(FUZZ_FS_INC) -o $@ $< tests/fuzz/fuzz_common.c $(FUZZ_LIBS) \
 		$(FUSE_LIBS) $(LIBS)
 
-$(BUILD)/fuzz/block $(BUILD)/fuzz/record $(BUILD)/fuzz/filter $(BUILD)/fuzz/options: $(BUILD)/fuzz/%: tests/fuzz/fuzz_%.c \
+$(BUILD)/fuzz/block $(BUILD)/fuzz/record $(BUILD)/fuzz/filter $(BUILD)/fuzz/options \
+		$(BUILD)/fuzz/rows $(BUILD)/fuzz/json $(BUILD)/fuzz/query_input: $(BUILD)/fuzz/%: tests/fuzz/fuzz_%.c \
 		tests/fuzz/fuzz_read.h $(BUILD)/libvecfs.a
 	@mkdir -p $(dir $@)
 	$(FUZZ_LINK) $(ENGINE_INC) -o $@ $< $(BUILD)/libvecfs.a $(LIBS)

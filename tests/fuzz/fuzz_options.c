@@ -1,6 +1,6 @@
 /*
  * tests/fuzz/fuzz_options.c - the library's line codecs of settings and
- * query options (engine/settings.c): the input is a query's options line
+ * query options (engine/codec/settings.c): the input is a query's options line
  * (vecfs_query_opts_parse) and, split at its first '=', a setting's name
  * and value (vecfs_setting_parse).  Parsing gives 0 or EINVAL with a
  * reason; what parses renders, and the rendering parses back to the same

@@ -1,5 +1,5 @@
 /*
- * engine/number.c - numbers as users write and read them, in the C
+ * engine/codec/number.c - numbers as users write and read them, in the C
  * locale: float32 printed so that it reads back to the same float, "%.9g"
  * (vecfs_format_float) and a fixed-width "%.8e" (vecfs_format_float_e),
  * without printf; decimal integers and floats parsed (vecfs_parse_uint,

@@ -1,5 +1,5 @@
 /*
- * engine/settings.c - the settings and a query's options by name: the
+ * engine/codec/settings.c - the settings and a query's options by name: the
  * rows of VECFS_SETTINGS and VECFS_QUERY_OPTIONS (vecfs.h) as tables,
  * their defaults, bounds, parsing and rendering.  No I/O, no state.
  */

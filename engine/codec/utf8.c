@@ -1,5 +1,5 @@
 /*
- * engine/utf8.c - strict UTF-8 (keys, payload text, filter operands).
+ * engine/codec/utf8.c - strict UTF-8 (keys, payload text, filter operands).
  */
 #include <stddef.h>
 

@@ -1,0 +1,59 @@
+/*
+ * tests/fuzz/fuzz_query_input.c - a query's input grammar
+ * (engine/codec/query.c): the input as .fvecs rows (vecfs_fvecs_rows) and
+ * as text, each line through vecfs_query_line_parse: a vector's numbers
+ * are finite and within bounds, options are within theirs, a refusal
+ * says why.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "vecfs.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	const char *buf = (const char *)data;
+	uint32_t dim = 0;
+	size_t rows = 0;
+	if (vecfs_fvecs_rows(buf, size, &dim, &rows, NULL)) {
+		if (dim == 0 || dim > VECFS_DIM_MAX || rows * (4 + 4 * (size_t)dim) != size)
+			abort();
+		float *v = malloc(rows * dim * sizeof(float));
+		if (v && vecfs_fvecs_rows(buf, size, &dim, &rows, v) != 1)
+			abort();
+		free(v);
+	}
+	static float vec[VECFS_DIM_MAX];
+	vecfs_query_opts o;
+	memset(&o, 0, sizeof o);
+	for (size_t pos = 0; pos < size;) {
+		const char *s = buf + pos, *nl = memchr(s, '\n', size - pos);
+		size_t n = nl ? (size_t)(nl - s) : size - pos;
+		pos += n + (nl != NULL);
+		char why[256] = "";
+		uint32_t cnt = 0;
+		int rc = vecfs_query_line_parse(s, n, &o, vec, &cnt, why, sizeof why);
+		if (rc < 0 && (rc != -EINVAL || !why[0]))
+			abort();
+		if (rc == 2) {
+			if (cnt == 0 || cnt > VECFS_DIM_MAX)
+				abort();
+			for (uint32_t i = 0; i < cnt; i++)
+				if (!isfinite(vec[i]))
+					abort();
+		}
+		if (o.k > VECFS_K_MAX || o.refine > VECFS_REFINE_MAX)
+			abort();
+		if (o.filter && rc == 1 && (o.filter < s || o.filter + o.filter_len > s + n))
+			abort();
+		o.filter = NULL; /* it pointed into this line */
+		o.filter_len = 0;
+	}
+	return 0;
+}

@@ -1,0 +1,493 @@
+/*
+ * test_codecs.c - the library's pure codecs (engine/codec/): the parsers
+ * of the ingest formats (vecfs_rows_*) give the same rows whatever the
+ * write pieces, at every split offset; their bounds and reasons; the JSON
+ * scanner; a query's input grammar.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "codec/json.h"
+#include "testutil.h"
+#include "vecfs.h"
+
+/* ------------------------------------------------------------ rows as text */
+
+typedef struct got {
+	char *s;         /* every row, rendered */
+	size_t len, cap;
+	int64_t mem;     /* bytes the parser holds */
+	int64_t mem_max; /* refuse past it (0: never) */
+	int stop_at;     /* fail the callback at this row (0: never) */
+	int rows;
+} got;
+
+static void addf(got *g, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	int n = vsnprintf(NULL, 0, fmt, ap);
+	va_end(ap);
+	if (g->len + (size_t)n + 1 > g->cap) {
+		g->cap = (g->len + (size_t)n + 1) * 2;
+		g->s = realloc(g->s, g->cap);
+		assert_non_null(g->s);
+	}
+	va_start(ap, fmt);
+	vsnprintf(g->s + g->len, (size_t)n + 1, fmt, ap);
+	va_end(ap);
+	g->len += (size_t)n;
+}
+
+static int on_row(void *arg, const vecfs_parsed_row *r)
+{
+	got *g = arg;
+	if (g->stop_at && ++g->rows == g->stop_at)
+		return -ECANCELED;
+	addf(g, "%llu|", (unsigned long long)r->where);
+	if (r->key)
+		addf(g, "k=%.*s|", (int)r->keylen, r->key);
+	for (uint32_t i = 0; i < r->dim; i++)
+		addf(g, "%.9g,", r->vec[i]);
+	if (r->payload)
+		addf(g, "|p=%.*s", (int)r->payload_len, r->payload);
+	addf(g, "|n%d f%d\n", r->numeric_key, r->filter);
+	return 0;
+}
+
+static int on_mem(void *arg, int64_t delta)
+{
+	got *g = arg;
+	if (delta > 0 && g->mem_max && g->mem + delta > g->mem_max)
+		return -1;
+	g->mem += delta;
+	return 0;
+}
+
+/* The rows of data fed in pieces of the sizes cuts gives (0-terminated;
+ * none: one feed), then ended; the parser's answer and reason appended. */
+static char *parse_cut(vecfs_rows_format fmt, const void *data, size_t len, const size_t *cuts)
+{
+	got g = {0};
+	vecfs_rows *r = vecfs_rows_new(fmt, on_row, on_mem, &g);
+	assert_non_null(r);
+	const char *p = data;
+	int rc = 0;
+	size_t off = 0;
+	for (size_t c = 0; cuts && cuts[c] && rc == 0; c++) {
+		size_t n = cuts[c] < len - off ? cuts[c] : len - off;
+		rc = vecfs_rows_feed(r, p + off, n);
+		off += n;
+	}
+	if (rc == 0)
+		rc = vecfs_rows_feed(r, p + off, len - off);
+	if (rc == 0)
+		rc = vecfs_rows_end(r);
+	uint64_t where;
+	const char *why = vecfs_rows_error(r, &where);
+	addf(&g, "rc=%d at %llu: %s\n", rc, (unsigned long long)where, why ? why : "-");
+	vecfs_rows_free(r);
+	assert_int_equal(g.mem, 0); /* all it asked for, given back */
+	return g.s;
+}
+
+/* Whole, split in two at every offset, and a byte at a time: the same. */
+static char *same_any_split(vecfs_rows_format fmt, const void *data, size_t len)
+{
+	char *whole = parse_cut(fmt, data, len, NULL);
+	for (size_t k = 1; k < len; k++) {
+		size_t cuts[] = {k, 0};
+		char *s = parse_cut(fmt, data, len, cuts);
+		if (strcmp(s, whole))
+			fail_msg("split at %zu of %zu:\n%s\nwhole:\n%s", k, len, s, whole);
+		free(s);
+	}
+	size_t *ones = malloc((len + 1) * sizeof *ones);
+	assert_non_null(ones);
+	for (size_t k = 0; k < len; k++)
+		ones[k] = 1;
+	ones[len] = 0;
+	char *s = parse_cut(fmt, data, len, ones);
+	assert_string_equal(s, whole);
+	free(s);
+	free(ones);
+	return whole;
+}
+
+static void test_text_rows_any_split(void **state)
+{
+	(void)state;
+	const char csv[] = "\xEF\xBB\xBF# a comment\n"
+			   "a,1,2,3\r\n"
+			   "\n"
+			   "\"q,\"\"k\"\"\" , 4,5,6\n"
+			   "7,\t1e3 ,-0.5,2\n"
+			   "last,0,0,1";
+	char *s = same_any_split(VECFS_ROWS_CSV, csv, sizeof csv - 1);
+	assert_string_equal(s, "2|k=a|1,2,3,|n0 f0\n"
+			       "4|k=q,\"k\"|4,5,6,|n0 f0\n"
+			       "5|k=7|1000,-0.5,2,|n1 f0\n"
+			       "6|k=last|0,0,1,|n0 f0\n"
+			       "rc=0 at 0: -\n");
+	free(s);
+	const char txt[] = "x 1 2\n\"a b\"  3 4\n";
+	s = same_any_split(VECFS_ROWS_TXT, txt, sizeof txt - 1);
+	assert_string_equal(s, "1|k=x|1,2,|n0 f0\n2|k=a b|3,4,|n0 f0\nrc=0 at 0: -\n");
+	free(s);
+	const char tsv[] = "k1\t1,5\t2\n";
+	s = same_any_split(VECFS_ROWS_TSV, tsv, sizeof tsv - 1);
+	assert_string_equal(s, "rc=-22 at 1: value 1 '1,5' is not a number\n");
+	free(s);
+}
+
+static void test_jsonl_rows_any_split(void **state)
+{
+	(void)state;
+	const char jl[] = "{\"key\": \"a\\u00e9\\ud83d\\ude00\", \"vector\": [1, -2.5e1],"
+			  " \"payload\": {\"t\": [true, null, \"x\\n\"]}}\n"
+			  "  {\"vector\":[3,4],\"other\":{\"deep\":[[[]]]},\"\\u006bey\":\"b\"}  \n";
+	char *s = same_any_split(VECFS_ROWS_JSONL, jl, sizeof jl - 1);
+	assert_string_equal(s, "1|k=a\xC3\xA9\xF0\x9F\x98\x80|1,-25,"
+			       "|p={\"t\": [true, null, \"x\\n\"]}|n0 f0\n"
+			       "2|k=b|3,4,|n0 f0\n"
+			       "rc=0 at 0: -\n");
+	free(s);
+}
+
+static void test_keys_rows_any_split(void **state)
+{
+	(void)state;
+	const char keys[] = "a\r\n  \n\"b\"\"c\"\nfilter={\"x\": 1}\nd e\n";
+	char *s = same_any_split(VECFS_ROWS_KEYS, keys, sizeof keys - 1);
+	assert_string_equal(s, "1|k=a||n0 f0\n3|k=b\"c||n0 f0\n4||p={\"x\": 1}|n0 f1\n"
+			       "5|k=d e||n0 f0\nrc=0 at 0: -\n");
+	free(s);
+	const char two[] = "filter={}\nfilter={}\n";
+	s = parse_cut(VECFS_ROWS_KEYS, two, sizeof two - 1, NULL);
+	assert_non_null(strstr(s, "rc=-22 at 2: a second filter= line (line 1 has one)"));
+	free(s);
+}
+
+static void put_le32(uint8_t *p, uint32_t v)
+{
+	p[0] = (uint8_t)v;
+	p[1] = (uint8_t)(v >> 8);
+	p[2] = (uint8_t)(v >> 16);
+	p[3] = (uint8_t)(v >> 24);
+}
+
+static void test_binary_rows_any_split(void **state)
+{
+	(void)state;
+	uint8_t fv[2 * (4 + 12)], bv[2 * (4 + 3)];
+	for (int r = 0; r < 2; r++) {
+		put_le32(fv + r * 16, 3);
+		put_le32(bv + r * 7, 3);
+		for (int i = 0; i < 3; i++) {
+			float f = (float)(r * 10 + i) + 0.5f;
+			memcpy(fv + r * 16 + 4 + 4 * i, &f, 4);
+			bv[r * 7 + 4 + i] = (uint8_t)(200 + r * 10 + i);
+		}
+	}
+	char *s = same_any_split(VECFS_ROWS_FVECS, fv, sizeof fv);
+	assert_string_equal(s, "1|0.5,1.5,2.5,|n0 f0\n2|10.5,11.5,12.5,|n0 f0\nrc=0 at 0: -\n");
+	free(s);
+	s = same_any_split(VECFS_ROWS_BVECS, bv, sizeof bv);
+	assert_string_equal(s, "1|200,201,202,|n0 f0\n2|210,211,212,|n0 f0\nrc=0 at 0: -\n");
+	free(s);
+	/* a truncated last row is told at the end */
+	s = parse_cut(VECFS_ROWS_FVECS, fv, sizeof fv - 1, NULL);
+	assert_non_null(strstr(s, "rc=-22 at 2: truncated: 15 of 16 bytes"));
+	free(s);
+}
+
+/* An .npy v1.0 file of rows x dim values of the dtype descr (8: f8). */
+static size_t npy_make(uint8_t *out, const char *descr, int rows, int dim)
+{
+	char dict[128];
+	int dl = snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': (%d, %d), }",
+			  descr, rows, dim);
+	size_t hl = (size_t)dl + 1;
+	while ((10 + hl) % 64)
+		hl++;
+	memcpy(out, "\x93NUMPY\x01\x00", 8);
+	out[8] = (uint8_t)hl;
+	out[9] = (uint8_t)(hl >> 8);
+	memcpy(out + 10, dict, (size_t)dl);
+	memset(out + 10 + dl, ' ', hl - (size_t)dl - 1);
+	out[10 + hl - 1] = '\n';
+	size_t o = 10 + hl;
+	for (int i = 0; i < rows * dim; i++) {
+		if (descr[2] == '8') {
+			double d = i * 0.25;
+			memcpy(out + o, &d, 8);
+			o += 8;
+		} else {
+			float f = (float)i * 0.25f;
+			memcpy(out + o, &f, 4);
+			o += 4;
+		}
+	}
+	return o;
+}
+
+static void test_npy_rows_any_split(void **state)
+{
+	(void)state;
+	uint8_t buf[512];
+	size_t n = npy_make(buf, "<f4", 2, 2);
+	char *s = same_any_split(VECFS_ROWS_NPY, buf, n);
+	assert_string_equal(s, "1|0,0.25,|n0 f0\n2|0.5,0.75,|n0 f0\nrc=0 at 0: -\n");
+	free(s);
+	n = npy_make(buf, "<f8", 2, 2);
+	s = same_any_split(VECFS_ROWS_NPY, buf, n);
+	assert_string_equal(s, "1|0,0.25,|n0 f0\n2|0.5,0.75,|n0 f0\nrc=0 at 0: -\n");
+	free(s);
+	/* fewer rows than the header declares */
+	s = parse_cut(VECFS_ROWS_NPY, buf, n - 16, NULL);
+	assert_non_null(strstr(s, "truncated: the header declares 2 rows, the file holds 1"));
+	free(s);
+	/* a version it does not read is told whatever the pieces (it was
+	 * "truncated" when the bytes after the version came apart) */
+	s = same_any_split(VECFS_ROWS_NPY, "\x93NUMPY\x8dor\"\x87", 11);
+	assert_string_equal(s, "rc=-22 at 0: .npy format version 141 is not supported\n");
+	free(s);
+	n = npy_make(buf, ">f4", 1, 2);
+	s = parse_cut(VECFS_ROWS_NPY, buf, n, NULL);
+	assert_non_null(strstr(s, "rc=-22 at 0: dtype '>f4': expected little-endian"));
+	free(s);
+}
+
+/* Bad rows: the line or row, and why. */
+static void test_rows_reasons(void **state)
+{
+	(void)state;
+	static const struct {
+		vecfs_rows_format fmt;
+		const char *in, *want;
+	} cases[] = {
+		{VECFS_ROWS_CSV, "id,x,y\n", "rc=-22 at 1: value 1 'x' is not a number (a header? remove it"},
+		{VECFS_ROWS_CSV, "a,1,,2\n", "rc=-22 at 1: field 3 is empty"},
+		{VECFS_ROWS_CSV, "a,1e99\n", "rc=-22 at 1: value 1 '1e99' overflows float32"},
+		{VECFS_ROWS_CSV, "\"ab,1\n", "rc=-22 at 1: the quoted key has no closing quote"},
+		{VECFS_ROWS_CSV, "\"\",1\n", "rc=-22 at 1: the quoted key \"\" is empty"},
+		{VECFS_ROWS_JSONL, "{\"key\":\"a\",\"vector\":[1],\"key\":\"b\"}", "rc=-22 at 1: \"key\" given twice"},
+		{VECFS_ROWS_JSONL, "{\"key\":\"a\"}", "rc=-22 at 1: no \"vector\" (or an empty one)"},
+		{VECFS_ROWS_JSONL, "{\"key\":\"a\\ud800\",\"vector\":[1]}",
+		 "rc=-22 at 1: malformed JSON: unpaired surrogate in \\u escape at column 16"},
+		{VECFS_ROWS_JSONL, "{\"key\":\"\xC3\x28\",\"vector\":[1]}",
+		 "rc=-22 at 1: malformed JSON: a string is not valid UTF-8 at column 11"},
+		{VECFS_ROWS_JSONL, "{\"key\":\"a\",\"vector\":[1],\"p\":tru}",
+		 "rc=-22 at 1: malformed JSON: unexpected character 't' at column 29"},
+		{VECFS_ROWS_JSONL, "{\"key\":\"a\",\"vector\":[1.]}",
+		 "rc=-22 at 1: malformed JSON: bad number at column 22"},
+		{VECFS_ROWS_JSONL, "{\"key\":\"a\",\"vector\":[1], \"x\": \"\\q\"}",
+		 "rc=-22 at 1: malformed JSON: bad escape '\\q' at column 34"},
+		{VECFS_ROWS_JSONL, "{\"key\":\"a\",\"vector\":[1], \"x\": [1",
+		 "rc=-22 at 1: malformed JSON: expected ',' or ']' at the end of the line"},
+		{VECFS_ROWS_FVECS, "\x00\x00\x00\x00", "rc=-22 at 1: dimension 0 is out of range 1..16384"},
+		{VECFS_ROWS_NPY, "\x93NUMPZ", "rc=-22 at 0: not an .npy file (no \\x93NUMPY magic)"},
+		{VECFS_ROWS_NPY, "\x93NUM", "rc=-22 at 0: truncated .npy header (4 bytes)"},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		size_t len = cases[i].fmt == VECFS_ROWS_FVECS ? 4 : strlen(cases[i].in);
+		char *s = parse_cut(cases[i].fmt, cases[i].in, len, NULL);
+		if (!strstr(s, cases[i].want))
+			fail_msg("case %zu: %s\nwanted: %s", i, s, cases[i].want);
+		free(s);
+	}
+}
+
+/* JSON nested past 256 levels is a limit (E2BIG), not a malformed line. */
+static void test_jsonl_depth(void **state)
+{
+	(void)state;
+	char buf[1200];
+	for (int deep = 256; deep <= 258; deep++) {
+		int o = snprintf(buf, sizeof buf, "{\"key\":\"a\",\"vector\":[1],\"payload\":");
+		for (int i = 0; i < deep; i++)
+			buf[o++] = '[';
+		for (int i = 0; i < deep; i++)
+			buf[o++] = ']';
+		memcpy(buf + o, "}\n", 3);
+		char *s = parse_cut(VECFS_ROWS_JSONL, buf, strlen(buf), NULL);
+		if (deep <= 257 && !strstr(s, "rc=0"))
+			fail_msg("%d: %s", deep, s);
+		if (deep <= 257)
+			assert_non_null(strstr(s, "rc=0"));
+		else
+			assert_non_null(strstr(s, "rc=-7 at 1: nested too deeply (more than 256 levels)"));
+		free(s);
+	}
+}
+
+/* A line longer than the limit fails when its bytes pass it; a parser's
+ * memory is asked for, and a refusal fails the feed. */
+static void test_rows_bounds(void **state)
+{
+	(void)state;
+	size_t len = VECFS_ROWS_LINE_MAX + 10;
+	char *big = malloc(len);
+	assert_non_null(big);
+	memset(big, '1', len);
+	size_t cuts[] = {4096, 0};
+	char *s = parse_cut(VECFS_ROWS_CSV, big, len, cuts);
+	assert_non_null(strstr(s, "rc=-22 at 1: longer than 4194304 bytes"));
+	free(s);
+	free(big);
+
+	got g = {0};
+	g.mem_max = 100;
+	vecfs_rows *r = vecfs_rows_new(VECFS_ROWS_CSV, on_row, on_mem, &g);
+	assert_int_equal(vecfs_rows_feed(r, "a,1\n", 4), -ENOMEM);
+	assert_int_equal(g.mem, 0);
+	vecfs_rows_free(r);
+
+	/* the callback's failure stops the feed, without a reason of the parser's */
+	got h = {0};
+	h.stop_at = 2;
+	r = vecfs_rows_new(VECFS_ROWS_CSV, on_row, on_mem, &h);
+	assert_int_equal(vecfs_rows_feed(r, "a,1\nb,2\nc,3\n", 12), -ECANCELED);
+	assert_null(vecfs_rows_error(r, NULL));
+	assert_int_equal(vecfs_rows_count(r), 1);
+	/* the place is kept across release; reset starts again */
+	vecfs_rows_reset(r);
+	h.stop_at = 0;
+	assert_int_equal(vecfs_rows_feed(r, "x,1\n", 4), 0);
+	vecfs_rows_release(r);
+	assert_int_equal(h.mem, 0);
+	assert_int_equal(vecfs_rows_feed(r, "y,2\n", 4), 0);
+	assert_int_equal(vecfs_rows_count(r), 2);
+	vecfs_rows_free(r);
+	assert_non_null(strstr(h.s, "1|k=x|1,|n0 f0\n2|k=y|2,|n0 f0\n"));
+	free(h.s);
+	free(g.s);
+
+	assert_int_equal(vecfs_rows_format_of("a.ndjson"), VECFS_ROWS_JSONL);
+	assert_int_equal(vecfs_rows_format_of("a.npy"), VECFS_ROWS_NPY);
+	assert_int_equal(vecfs_rows_format_of(".csv"), -1);
+}
+
+/* ------------------------------------------------------------ JSON scanner */
+
+static void test_json_scanner(void **state)
+{
+	(void)state;
+	char out[64], why[160];
+	size_t i = 0, ol = 0;
+	const char s1[] = "\"a\\\"\\u00e9\\ud83d\\ude00\\n\"x";
+	assert_int_equal(vf_json_string(s1, sizeof s1 - 1, &i, out, &ol, why, sizeof why), 0);
+	assert_int_equal(i, sizeof s1 - 2);
+	assert_int_equal(ol, 9);
+	assert_memory_equal(out, "a\"\xC3\xA9\xF0\x9F\x98\x80\n", 9);
+	static const struct {
+		const char *s, *why;
+	} bad[] = {
+		{"\"\\udc00\"", "unpaired surrogate"}, {"\"\\ud800\\u0041\"", "unpaired surrogate"},
+		{"\"\\u12zz\"", "bad \\u escape"},        {"\"\\u12", "truncated \\u escape"},
+		{"\"\xED\xA0\x80\"", "not valid UTF-8"}, {"\"a\tb\"", "control character"},
+		{"\"abc", "unterminated string"},        {"\"\\", "unterminated string"},
+	};
+	for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+		i = 0;
+		why[0] = 0;
+		assert_int_equal(vf_json_string(bad[k].s, strlen(bad[k].s), &i, NULL, NULL, why, sizeof why),
+				 -EINVAL);
+		if (!strstr(why, bad[k].why))
+			fail_msg("%s: %s", bad[k].s, why);
+	}
+	assert_int_equal(vf_json_number("-0.5e+3,", 8, 0, NULL, 0), 7);
+	assert_int_equal(vf_json_number("01", 2, 0, NULL, 0), 1);
+	assert_int_equal(vf_json_number("1.e", 3, 0, why, sizeof why), 0);
+	assert_string_equal(why, "bad number");
+	uint8_t stack[4];
+	uint32_t depth, nv;
+	const char v[] = " {\"a\": [1, {\"b\": null}], \"c\": \"d\"} ,";
+	i = 0;
+	assert_int_equal(vf_json_value(v, sizeof v - 1, &i, 16, stack, &depth, &nv, why, sizeof why), 0);
+	assert_int_equal(i, sizeof v - 3);
+	assert_int_equal(depth, 3);
+	assert_int_equal(nv, 6);
+	i = 0;
+	assert_int_equal(vf_json_value("[[[1]]]", 7, &i, 2, stack, NULL, NULL, why, sizeof why), -E2BIG);
+	i = 0;
+	assert_int_equal(vf_json_value("[[1]]", 5, &i, 2, stack, NULL, NULL, why, sizeof why), 0);
+	static const char *const notjson[] = {"{\"a\" 1}", "{1:2}", "[1,]", "[1 2]", "nul", "", "{\"a\":1,}"};
+	for (size_t k = 0; k < sizeof notjson / sizeof notjson[0]; k++) {
+		i = 0;
+		assert_int_equal(vf_json_value(notjson[k], strlen(notjson[k]), &i, 16, stack, NULL, NULL,
+					       why, sizeof why), -EINVAL);
+	}
+}
+
+/* ------------------------------------------------------------ query input */
+
+static void test_query_lines(void **state)
+{
+	(void)state;
+	vecfs_query_opts o;
+	float v[VECFS_DIM_MAX];
+	uint32_t dim = 0;
+	char why[200];
+	memset(&o, 0, sizeof o);
+	assert_int_equal(vecfs_query_line_parse("  # x", 5, &o, v, &dim, why, sizeof why), 0);
+	assert_int_equal(vecfs_query_line_parse(" , \t", 4, &o, v, &dim, why, sizeof why), 0);
+	assert_int_equal(vecfs_query_line_parse("k=7", 3, &o, v, &dim, why, sizeof why), 1);
+	assert_int_equal(o.k, 7);
+	assert_int_equal(vecfs_query_line_parse("[1, 2\t3 ]\r", 10, &o, v, &dim, why, sizeof why), 2);
+	assert_int_equal(dim, 3);
+	assert_true(v[0] == 1 && v[1] == 2 && v[2] == 3);
+	assert_int_equal(vecfs_query_line_parse("[1 2", 4, &o, v, &dim, why, sizeof why), -EINVAL);
+	assert_string_equal(why, "'[' without a closing ']'");
+	assert_int_equal(vecfs_query_line_parse("[ ]", 3, &o, v, &dim, why, sizeof why), -EINVAL);
+	assert_int_equal(vecfs_query_line_parse("1 nan", 5, &o, v, &dim, why, sizeof why), -EINVAL);
+	assert_string_equal(why, "'nan' is not a finite number");
+	assert_int_equal(vecfs_query_line_parse("1 x", 3, &o, v, &dim, why, sizeof why), -EINVAL);
+	assert_string_equal(why, "'x' is not a number");
+
+	uint8_t fv[2 * 12];
+	for (int r = 0; r < 2; r++) {
+		put_le32(fv + 12 * r, 2);
+		float a = (float)r, b = (float)r + 0.5f;
+		memcpy(fv + 12 * r + 4, &a, 4);
+		memcpy(fv + 12 * r + 8, &b, 4);
+	}
+	size_t rows;
+	float out[4];
+	assert_int_equal(vecfs_fvecs_rows(fv, sizeof fv, &dim, &rows, out), 1);
+	assert_int_equal(dim, 2);
+	assert_int_equal(rows, 2);
+	assert_true(out[3] == 1.5f);
+	assert_int_equal(vecfs_fvecs_rows(fv, sizeof fv - 1, &dim, &rows, NULL), 0);
+	put_le32(fv + 12, 3);
+	assert_int_equal(vecfs_fvecs_rows(fv, sizeof fv, &dim, &rows, NULL), 0);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_text_rows_any_split),
+		cmocka_unit_test(test_jsonl_rows_any_split),
+		cmocka_unit_test(test_keys_rows_any_split),
+		cmocka_unit_test(test_binary_rows_any_split),
+		cmocka_unit_test(test_npy_rows_any_split),
+		cmocka_unit_test(test_rows_reasons),
+		cmocka_unit_test(test_jsonl_depth),
+		cmocka_unit_test(test_rows_bounds),
+		cmocka_unit_test(test_json_scanner),
+		cmocka_unit_test(test_query_lines),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
