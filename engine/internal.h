@@ -113,9 +113,9 @@ struct vecfs {
 	int threads;
 	size_t pending_bytes;       /* delta postings a write keeps before it
 				     * writes them in key order (32 MiB) */
-	size_t spool_bytes;         /* rows a batch keeps in memory before it
-				     * stages them (32 MiB); the tests set
-				     * both smaller */
+	size_t spool_bytes;         /* a batch's write buffer
+				     * (VECFS_BATCH_BUF); the tests set both
+				     * smaller */
 	uint64_t sync_step;         /* changes a compaction step brings into a
 				     * generation that lacks them, at first
 				     * (COMPACT_SYNC; VECFS_SYNC_STEP: tests
@@ -129,7 +129,6 @@ struct vecfs {
 				     * start (write.c) */
 	uint32_t gen_flags;         /* VF_GEN_* of the generations it builds (the
 				     * tests build the older kind with 0) */
-	uint64_t next_batch;        /* staging ids, guarded by stat_mu */
 	vecfs_lost_fn lost_fn;      /* damaged records skipped (vecfs_set_lost_fn) */
 	void *lost_arg;
 	vecfs_notice_fn notice_fn;  /* what the owner should hear (vecfs_set_notice_fn) */

@@ -1,7 +1,8 @@
 /*
  * tests/test_batch.c - large atomic writes (vecfs_batch_*): rows spooled
- * into the store stay invisible until the commit, which applies all of
- * them in order; an aborted or failed batch leaves nothing behind.
+ * into a temporary file next to the store stay invisible until the
+ * commit, which applies all of them in order; an aborted or failed batch
+ * leaves nothing behind.
  */
 #include <errno.h>
 #include <limits.h>
@@ -22,10 +23,11 @@
 #include "vecfs.h"
 
 #define D 64
-/* enough rows (2.9 MB) to pass a batch's in-memory bound, set to SPOOL
- * (spool_bytes, 32 MiB by default), twice, and to span three chunks */
+/* enough rows (2.9 MB) to fill a batch's write buffer, set to SPOOL
+ * (spool_bytes, VECFS_BATCH_BUF by default), many times over, and to
+ * span three chunks */
 #define NBIG 10000
-#define SPOOL (1u << 20)
+#define SPOOL (64u << 10)
 
 static float *rows_of(size_t n, uint64_t seed)
 {
@@ -48,7 +50,7 @@ static void add_rows(vecfs_batch *b, const float *x, size_t n, const char *prefi
 			row.keylen = strlen(key);
 		}
 		size_t bad = 99;
-		int rc = vecfs_batch_add(b, &row, 1, &bad, err, sizeof err);
+		int rc = vecfs_batch_add(b, &row, NULL, 1, &bad, err, sizeof err);
 		if (rc)
 			print_message("add %zu: %d %s\n", i, rc, err);
 		assert_int_equal(rc, 0);
@@ -62,11 +64,11 @@ static void test_small_batch_assigns_keys(void **state)
 	char err[256] = "";
 	float *x = rows_of(5, 1);
 	vecfs_batch *b;
-	assert_int_equal(vecfs_batch_begin(v, D, &b), 0);
+	assert_int_equal(vecfs_batch_begin(v, D, 0, &b), 0);
 	add_rows(b, x, 5, NULL);
 	assert_int_equal(vecfs_batch_rows(b), 5);
 	assert_int_equal(stats(v).records, 0); /* nothing before the commit */
-	assert_int_equal(vecfs_batch_commit(b, err, sizeof err), 0);
+	assert_int_equal(vecfs_batch_commit(b, NULL, err, sizeof err), 0);
 	assert_int_equal(stats(v).records, 5);
 	for (int i = 0; i < 5; i++) {
 		char key[16];
@@ -89,15 +91,15 @@ static void test_large_batch_is_atomic(void **state)
 	set_config(v, D, VECFS_L2);
 	float *x = rows_of(NBIG, 2), *y = rows_of(1, 3);
 	vecfs_batch *b;
-	assert_int_equal(vecfs_batch_begin(v, D, &b), 0);
+	assert_int_equal(vecfs_batch_begin(v, D, 0, &b), 0);
 	add_rows(b, x, NBIG, "k");
 	/* the same key again after the spooled rows: the later row wins */
 	vecfs_row again = {"k7", 2, y, NULL, 0};
-	assert_int_equal(vecfs_batch_add(b, &again, 1, NULL, err, sizeof err), 0);
+	assert_int_equal(vecfs_batch_add(b, &again, NULL, 1, NULL, err, sizeof err), 0);
 	/* spooled rows are invisible: no record, no search hit */
 	assert_int_equal(stats(v).records, 0);
 	assert_int_equal(vecfs_get(v, "k0", 2, NULL, 0, &(uint32_t){0}, NULL, 0, NULL), -ENOENT);
-	assert_int_equal(vecfs_batch_commit(b, err, sizeof err), 0);
+	assert_int_equal(vecfs_batch_commit(b, NULL, err, sizeof err), 0);
 	assert_int_equal(stats(v).records, NBIG);
 	float got[D];
 	uint32_t dim;
@@ -123,14 +125,14 @@ static void test_abort_and_bad_rows_leave_nothing(void **state)
 	set_config(v, D, VECFS_L2);
 	float *x = rows_of(NBIG, 4);
 	vecfs_batch *b;
-	assert_int_equal(vecfs_batch_begin(v, D, &b), 0);
+	assert_int_equal(vecfs_batch_begin(v, D, 0, &b), 0);
 	add_rows(b, x, NBIG, "a");
 	/* a bad row is refused with its index; the batch stays usable */
 	float bad[D] = {0};
 	bad[3] = NAN;
 	vecfs_row rows[2] = {{"ok", 2, x, NULL, 0}, {"nan", 3, bad, NULL, 0}};
 	size_t at = 99;
-	assert_int_equal(vecfs_batch_add(b, rows, 2, &at, err, sizeof err), -EINVAL);
+	assert_int_equal(vecfs_batch_add(b, rows, NULL, 2, &at, err, sizeof err), -EINVAL);
 	assert_int_equal(at, 1);
 	assert_non_null(strstr(err, "NaN"));
 	uint64_t before = stats(v).store_bytes;
@@ -143,9 +145,9 @@ static void test_abort_and_bad_rows_leave_nothing(void **state)
 	fx_close(f);
 	v = fx_open(f, NULL);
 	assert_int_equal(stats(v).records, 0);
-	assert_int_equal(vecfs_batch_begin(v, D, &b), 0);
+	assert_int_equal(vecfs_batch_begin(v, D, 0, &b), 0);
 	add_rows(b, x, 3, NULL);
-	assert_int_equal(vecfs_batch_commit(b, err, sizeof err), 0);
+	assert_int_equal(vecfs_batch_commit(b, NULL, err, sizeof err), 0);
 	assert_int_equal(stats(v).records, 3);
 	assert_int_equal(vecfs_get(v, "0", 1, NULL, 0, &(uint32_t){0}, NULL, 0, NULL), 0);
 	free(x);
@@ -169,9 +171,9 @@ static void test_batch_with_active_generation(void **state)
 	float *x;
 	vecfs *v = built_store(*state, 3000, 5, &x);
 	vecfs_batch *b;
-	assert_int_equal(vecfs_batch_begin(v, D, &b), 0);
+	assert_int_equal(vecfs_batch_begin(v, D, 0, &b), 0);
 	add_rows(b, x + 2000 * D, 1000, "n");
-	assert_int_equal(vecfs_batch_commit(b, err, sizeof err), 0);
+	assert_int_equal(vecfs_batch_commit(b, NULL, err, sizeof err), 0);
 	/* the new rows are delta postings: an ANN query finds them at once */
 	vecfs_results *r = search1(v, x + 2500 * D, D, 1, 0);
 	assert_int_equal(r->count[0], 1);
@@ -198,11 +200,11 @@ static void test_large_batch_into_generation(void **state)
 	put_range(v, x, 0, 2000, D, "k");
 	build(v, 1);
 	vecfs_batch *b;
-	assert_int_equal(vecfs_batch_begin(v, D, &b), 0);
+	assert_int_equal(vecfs_batch_begin(v, D, 0, &b), 0);
 	add_rows(b, x, NBIG, "n");
 	vecfs_row again = {"n7", 2, y, NULL, 0};
-	assert_int_equal(vecfs_batch_add(b, &again, 1, NULL, err, sizeof err), 0);
-	assert_int_equal(vecfs_batch_commit(b, err, sizeof err), 0);
+	assert_int_equal(vecfs_batch_add(b, &again, NULL, 1, NULL, err, sizeof err), 0);
+	assert_int_equal(vecfs_batch_commit(b, NULL, err, sizeof err), 0);
 	assert_int_equal(stats(v).records, 2000 + NBIG);
 	vecfs_query_opts o = {.k = 2, .nprobe = 1, .refine = 0, .exact = 0};
 	size_t checked = 0;
@@ -251,14 +253,14 @@ static void test_same_key_again_in_one_batch(void **state)
 	enum { VERSIONS = 5 };
 	float ver[VERSIONS][D];
 	vecfs_batch *b;
-	assert_int_equal(vecfs_batch_begin(v, D, &b), 0);
+	assert_int_equal(vecfs_batch_begin(v, D, 0, &b), 0);
 	for (int j = 0; j < VERSIONS; j++) {
 		memcpy(ver[j], x + 7 * D, sizeof ver[j]);
 		ver[j][0] += 0.001f * (float)(j + 1);
 		vecfs_row row = {"k7", 2, ver[j], NULL, 0};
-		assert_int_equal(vecfs_batch_add(b, &row, 1, NULL, err, sizeof err), 0);
+		assert_int_equal(vecfs_batch_add(b, &row, NULL, 1, NULL, err, sizeof err), 0);
 	}
-	assert_int_equal(vecfs_batch_commit(b, err, sizeof err), 0);
+	assert_int_equal(vecfs_batch_commit(b, NULL, err, sizeof err), 0);
 	assert_int_equal(stats(v).records, 2000);
 	vecfs_query_opts o = {.k = 8, .nprobe = 1000, .refine = 0, .exact = 0};
 	for (int j = 0; j <= VERSIONS; j++) {
@@ -478,14 +480,14 @@ static void test_dimension_mismatch(void **state)
 	char err[256] = "";
 	set_config(v, D, VECFS_L2);
 	vecfs_batch *b;
-	assert_int_equal(vecfs_batch_begin(v, D + 1, &b), 0);
+	assert_int_equal(vecfs_batch_begin(v, D + 1, 0, &b), 0);
 	float x[D + 1] = {1};
 	vecfs_row row = {"x", 1, x, NULL, 0};
 	size_t at = 9;
-	assert_int_equal(vecfs_batch_add(b, &row, 1, &at, err, sizeof err), -EINVAL);
+	assert_int_equal(vecfs_batch_add(b, &row, NULL, 1, &at, err, sizeof err), -EINVAL);
 	assert_int_equal(at, 0);
 	vecfs_batch_abort(b);
-	assert_int_equal(vecfs_batch_begin(v, 0, &b), -EINVAL);
+	assert_int_equal(vecfs_batch_begin(v, 0, 0, &b), -EINVAL);
 }
 
 int main(void)
