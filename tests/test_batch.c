@@ -13,12 +13,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
 #include "rotation.h" /* vf_padded_dim() */
 #include "testutil.h"
+#include "store.h"
 #include "write.h" /* VF_NEAR_CHUNK */
 #include "vecfs.h"
 
@@ -490,6 +493,208 @@ static void test_dimension_mismatch(void **state)
 	assert_int_equal(vecfs_batch_begin(v, 0, 0, &b), -EINVAL);
 }
 
+/* Three rows in the staging table (batch 1), as earlier versions staged
+ * the rows of a large write. */
+static int stage_rows(vf_txn *txn, void *arg)
+{
+	vecfs *v = *(vecfs **)arg;
+	for (uint64_t i = 0; i < 3; i++) {
+		uint8_t k[16] = {0}, d[8] = {1, 2, 3, 4, 5, 6, 7, (uint8_t)i};
+		k[7] = 1;
+		k[15] = (uint8_t)i;
+		int rc = vf_put(txn, v->store->staging, k, 16, d, 8, 0);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+static size_t count_staged(vecfs *v)
+{
+	vf_txn *txn;
+	vf_cursor *cur;
+	vf_val k, d;
+	size_t n = 0;
+	assert_int_equal(vf_read_begin(v->store, &txn), 0);
+	assert_int_equal(vf_cursor_open(txn, v->store->staging, &cur), 0);
+	for (int rc = vf_cursor_get(cur, &k, &d, VF_FIRST); rc == 0;
+	     rc = vf_cursor_get(cur, &k, &d, VF_NEXT))
+		n++;
+	vf_cursor_close(cur);
+	vf_read_end(v->store, txn);
+	return n;
+}
+/* Tags name the rows of a failed commit: a key given twice in a
+ * VECFS_BATCH_UNIQUE batch fails it (nothing committed) with both rows'
+ * tags and the key; the same rows in a plain batch commit, the later row
+ * winning.  A row the store refuses only at the commit (its dimension,
+ * fixed meanwhile by another write) is named by its tag too. */
+static void test_unique_and_tags(void **state)
+{
+	fixture *f = *state;
+	vecfs *v = fx_open(f, NULL);
+	v->spool_bytes = 64; /* a buffer flushed every row or two */
+	char err[256] = "";
+	set_config(v, D, VECFS_L2);
+	float *x = rows_of(4, 11);
+	vecfs_row rows[4] = {{"a", 1, x, NULL, 0},
+			     {"bb", 2, x + D, "{\"g\":1}", 7},
+			     {"c", 1, x + 2 * D, NULL, 0},
+			     {"bb", 2, x + 3 * D, NULL, 0}};
+	uint64_t tags[4] = {10, 20, 30, 40};
+	vecfs_batch *b;
+	vecfs_batch_result res;
+	assert_int_equal(vecfs_batch_begin(v, D, VECFS_BATCH_UNIQUE, &b), 0);
+	assert_int_equal(vecfs_batch_add(b, rows, tags, 4, NULL, err, sizeof err), 0);
+	assert_int_equal(vecfs_batch_rows(b), 4);
+	assert_int_equal(vecfs_batch_commit(b, &res, err, sizeof err), -EINVAL);
+	assert_int_equal(res.first, 20);
+	assert_int_equal(res.row, 40);
+	assert_int_equal(res.keylen, 2);
+	assert_string_equal(res.key, "bb");
+	assert_non_null(strstr(err, "key 'bb' given twice, rows 20 and 40"));
+	assert_int_equal(stats(v).records, 0);
+
+	assert_int_equal(vecfs_batch_begin(v, D, 0, &b), 0);
+	assert_int_equal(vecfs_batch_add(b, rows, tags, 4, NULL, err, sizeof err), 0);
+	assert_int_equal(vecfs_batch_commit(b, &res, err, sizeof err), 0);
+	assert_int_equal(res.row, 0);
+	assert_int_equal(stats(v).records, 3);
+	float got[D];
+	uint32_t dim;
+	size_t plen = 99;
+	assert_int_equal(vecfs_get(v, "bb", 2, got, D, &dim, NULL, 0, &plen), 0);
+	assert_memory_equal(got, x + 3 * D, sizeof got);
+	assert_int_equal(plen, 0);
+	char pay[16];
+	assert_int_equal(vecfs_get(v, "a", 1, got, D, &dim, pay, sizeof pay, &plen), 0);
+	assert_memory_equal(got, x, sizeof got);
+
+	/* a store without a dimension yet, fixed between the adds and the
+	 * commit by another write: the first row of the batch is named */
+	fx_close(f);
+	vecfs *w = fx_open(f, "b");
+	assert_int_equal(vecfs_batch_begin(w, D, 0, &b), 0);
+	assert_int_equal(vecfs_batch_add(b, rows, tags, 3, NULL, err, sizeof err), 0);
+	assert_int_equal(put_one(w, "other", x, D - 1), 0);
+	assert_int_equal(vecfs_batch_commit(b, &res, err, sizeof err), -EINVAL);
+	assert_int_equal(res.row, 10);
+	assert_int_equal(stats(w).records, 1);
+	free(x);
+}
+
+/* A delete batch: keys (one missing) and a filter, deleted in one commit;
+ * bad keys refused as they are added; a delete batch of a filter alone. */
+static void test_delete_batch(void **state)
+{
+	fixture *f = *state;
+	vecfs *v = fx_open(f, NULL);
+	v->spool_bytes = 32;
+	char err[256] = "", key[32];
+	set_config(v, D, VECFS_L2);
+	float *x = rows_of(20, 12);
+	for (int i = 0; i < 20; i++) {
+		snprintf(key, sizeof key, "k%d", i);
+		const char *pay = i % 5 == 0 ? "{\"g\":1}" : "{\"g\":2}";
+		vecfs_row r = {key, strlen(key), x + i * D, pay, 7};
+		assert_int_equal(vecfs_put(v, &r, 1, D, NULL, err, sizeof err), 0);
+	}
+	vecfs_batch *b;
+	vecfs_batch_result res;
+	assert_int_equal(vecfs_batch_begin(v, D, VECFS_BATCH_DELETE, &b), -EINVAL);
+	assert_int_equal(vecfs_batch_begin(v, 0, 0, &b), -EINVAL);
+	assert_int_equal(vecfs_batch_begin(v, 0, VECFS_BATCH_DELETE, &b), 0);
+	vecfs_row keys[4] = {{"k1", 2, NULL, NULL, 0},
+			     {"k2", 2, NULL, NULL, 0},
+			     {"nope", 4, NULL, NULL, 0},
+			     {"k5", 2, NULL, NULL, 0}};
+	assert_int_equal(vecfs_batch_add(b, keys, NULL, 4, NULL, err, sizeof err), 0);
+	vecfs_row bad = {"a/b", 3, NULL, NULL, 0};
+	size_t at = 9;
+	assert_int_equal(vecfs_batch_add(b, &bad, NULL, 1, &at, err, sizeof err), -EINVAL);
+	assert_int_equal(at, 0);
+	assert_int_equal(vecfs_batch_rows(b), 4);
+	assert_int_equal(vecfs_batch_filter(b, "{\"g\":1}", 7), 0);
+	assert_int_equal(stats(v).records, 20); /* nothing before the commit */
+	assert_int_equal(vecfs_batch_commit(b, &res, err, sizeof err), 0);
+	/* k1, k2, and k0 k5 k10 k15 of the filter (k5 once) */
+	assert_int_equal(res.deleted, 6);
+	assert_int_equal(stats(v).records, 14);
+	assert_int_equal(vecfs_get(v, "k5", 2, NULL, 0, &(uint32_t){0}, NULL, 0, NULL), -ENOENT);
+	assert_int_equal(vecfs_get(v, "k3", 2, NULL, 0, &(uint32_t){0}, NULL, 0, NULL), 0);
+	/* a bad filter fails the commit, nothing deleted */
+	assert_int_equal(vecfs_batch_begin(v, 0, VECFS_BATCH_DELETE, &b), 0);
+	assert_int_equal(vecfs_batch_add(b, keys + 3, NULL, 1, NULL, err, sizeof err), 0);
+	assert_int_equal(vecfs_batch_add(b, (vecfs_row[]){{"k3", 2, NULL, NULL, 0}}, NULL, 1, NULL,
+					 err, sizeof err), 0);
+	assert_int_equal(vecfs_batch_filter(b, "{\"g\":", 5), 0);
+	assert_int_equal(vecfs_batch_commit(b, &res, err, sizeof err), -EINVAL);
+	assert_int_equal(stats(v).records, 14);
+	/* a filter alone */
+	assert_int_equal(vecfs_batch_begin(v, 0, VECFS_BATCH_DELETE, &b), 0);
+	assert_int_equal(vecfs_batch_filter(b, "{\"g\":2}", 7), 0);
+	assert_int_equal(vecfs_batch_commit(b, &res, err, sizeof err), 0);
+	assert_int_equal(res.deleted, 14);
+	assert_int_equal(stats(v).records, 0);
+	/* a filter is for delete batches only */
+	assert_int_equal(vecfs_batch_begin(v, D, 0, &b), 0);
+	assert_int_equal(vecfs_batch_filter(b, "{}", 2), -EINVAL);
+	vecfs_batch_abort(b);
+	free(x);
+}
+
+static size_t names_in(const char *dir)
+{
+	DIR *d = opendir(dir);
+	size_t n = 0;
+	assert_non_null(d);
+	for (struct dirent *e; (e = readdir(d));)
+		n++;
+	closedir(d);
+	return n;
+}
+
+/* The spool has no name in the store's directory while a batch runs (it
+ * is unlinked); what a crash can leave (a spool file of the name it is
+ * made under, rows staged in the staging table by earlier versions) is
+ * removed when the store is next opened for writing, and a read-only open
+ * leaves it alone. */
+static void test_leftovers_removed_at_open(void **state)
+{
+	fixture *f = *state;
+	vecfs *v = fx_open(f, NULL);
+	char err[256] = "", path[256];
+	set_config(v, D, VECFS_L2);
+	float *x = rows_of(NBIG, 13);
+	size_t before = names_in(f->dir);
+	vecfs_batch *b;
+	assert_int_equal(vecfs_batch_begin(v, D, 0, &b), 0);
+	add_rows(b, x, NBIG, "s");
+	assert_int_equal(names_in(f->dir), before);
+	vecfs_batch_abort(b);
+	assert_int_equal(names_in(f->dir), before);
+	/* rows in the staging table, as a crash in a batch of an earlier
+	 * version left them */
+	assert_int_equal(vf_write(v->store, stage_rows, &v), 0);
+	assert_int_equal(count_staged(v), 3);
+	fx_close(f);
+	snprintf(path, sizeof path, "%s/.vecfs-spool.AbC123", f->dir);
+	FILE *fp = fopen(path, "w");
+	assert_non_null(fp);
+	fputs("rows", fp);
+	fclose(fp);
+	vecfs *r;
+	assert_int_equal(vecfs_open_readonly(f->dir, &r, err, sizeof err), 0);
+	assert_int_equal(count_staged(r), 3);
+	vecfs_close(r);
+	assert_int_equal(access(path, F_OK), 0);
+	v = fx_open(f, NULL);
+	assert_int_equal(access(path, F_OK), -1);
+	assert_int_equal(count_staged(v), 0);
+	assert_int_equal(stats(v).records, 0);
+	free(x);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -508,6 +713,9 @@ int main(void)
 		cmocka_unit_test(test_preparer_rooms_bounded),
 		cmocka_unit_test_setup_teardown(test_rows_together_high_dimension, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_dimension_mismatch, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_unique_and_tags, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_delete_batch, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_leftovers_removed_at_open, fx_setup, fx_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
