@@ -224,7 +224,8 @@ int vecfs_batch_filter(vecfs_batch *b, const char *filter, size_t len)
 	char *f = vf_malloc(len + 1);
 	if (!f)
 		return -ENOMEM;
-	memcpy(f, filter, len);
+	if (len)
+		memcpy(f, filter, len);
 	f[len] = 0;
 	free(b->filter);
 	b->filter = f;
