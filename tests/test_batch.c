@@ -14,6 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <dirent.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -695,6 +697,46 @@ static void test_leftovers_removed_at_open(void **state)
 	free(x);
 }
 
+/* A write of the spool that fails (here past RLIMIT_FSIZE: EFBIG) fails
+ * the add that made it, every later add and the commit, which commits
+ * nothing; the store takes the next batch. */
+static void test_spool_write_failure(void **state)
+{
+	fixture *f = *state;
+	vecfs *v = fx_open(f, NULL);
+	v->spool_bytes = 4096;
+	char err[256] = "";
+	set_config(v, D, VECFS_L2);
+	float *x = rows_of(NBIG, 14);
+	struct rlimit old, low;
+	assert_int_equal(getrlimit(RLIMIT_FSIZE, &old), 0);
+	void (*was)(int) = signal(SIGXFSZ, SIG_IGN);
+	vecfs_batch *b;
+	assert_int_equal(vecfs_batch_begin(v, D, 0, &b), 0);
+	low = (struct rlimit){(rlim_t)1 << 20, old.rlim_max};
+	assert_int_equal(setrlimit(RLIMIT_FSIZE, &low), 0);
+	int rc = 0;
+	size_t i;
+	for (i = 0; i < NBIG && rc == 0; i++) {
+		vecfs_row row = {NULL, 0, x + i * D, NULL, 0};
+		rc = vecfs_batch_add(b, &row, NULL, 1, NULL, err, sizeof err);
+	}
+	assert_int_equal(setrlimit(RLIMIT_FSIZE, &old), 0);
+	signal(SIGXFSZ, was);
+	assert_int_equal(rc, -EFBIG);
+	assert_true(i < NBIG);
+	assert_non_null(strstr(err, "cannot spool the row"));
+	vecfs_row row = {"late", 4, x, NULL, 0};
+	assert_int_equal(vecfs_batch_add(b, &row, NULL, 1, NULL, err, sizeof err), -EFBIG);
+	assert_int_equal(vecfs_batch_commit(b, NULL, err, sizeof err), -EFBIG);
+	assert_int_equal(stats(v).records, 0);
+	assert_int_equal(vecfs_batch_begin(v, D, 0, &b), 0);
+	add_rows(b, x, 3, "ok");
+	assert_int_equal(vecfs_batch_commit(b, NULL, err, sizeof err), 0);
+	assert_int_equal(stats(v).records, 3);
+	free(x);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -716,6 +758,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_unique_and_tags, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_delete_batch, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_leftovers_removed_at_open, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_spool_write_failure, fx_setup, fx_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
