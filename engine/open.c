@@ -17,6 +17,7 @@
 #include "keys.h"
 #include "gen/gen.h"
 #include "maint/maint.h"
+#include "write/write.h"
 
 /* A build that did not finish (crash) leaves a `building` generation: mark
  * it failed and free its keys.  A store made before the payload index
@@ -121,6 +122,8 @@ static int open_store(const char *dir, int readonly, vecfs **out, char *err, siz
 		free(v);
 		return rc;
 	}
+	if (!readonly)
+		vf_batch_sweep(dir); /* spool files a crash left behind */
 	v->vcache = vf_calloc(1, sizeof *v->vcache);
 	if (!v->vcache) {
 		vf_store_close(v->store);
@@ -133,7 +136,7 @@ static int open_store(const char *dir, int readonly, vecfs **out, char *err, siz
 	long nc = sysconf(_SC_NPROCESSORS_ONLN);
 	v->threads = nc < 1 ? 1 : nc > 16 ? 16 : (int)nc;
 	v->pending_bytes = (size_t)32 << 20;
-	v->spool_bytes = (size_t)32 << 20;
+	v->spool_bytes = VECFS_BATCH_BUF;
 	v->gen_flags = VF_GEN_QUERY_TABLE;
 	const char *ss = getenv("VECFS_SYNC_STEP");
 	v->sync_step = ss ? strtoull(ss, NULL, 0) : 0;

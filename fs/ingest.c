@@ -4,10 +4,10 @@
  *
  * Bytes arrive in write() pieces split anywhere, each at the end of what
  * was written before, and go to the library's parser of the format
- * (vecfs_rows_*).  Each row it completes is checked
- * (vecfs_row_check_config) at once, so a malformed row fails the write()
- * that completes it.  Good rows wait in a temporary file
- * and are handed to vecfs_put as one batch at the close of a process that
+ * (vecfs_rows_*).  Each row it completes is checked at once, so a
+ * malformed row fails the write() that completes it.  Good rows wait in a
+ * batch of the library (vecfs_batch_*, spooled to a temporary file)
+ * committed at the close of a process that
  * wrote (told by the FUSE lock owner of its writes and of its FLUSH), which
  * commits them atomically.  A staged file (NAME.EXT.part) never commits at
  * a close: its errors wait, silent, for the rename that commits it.  The
@@ -23,7 +23,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include "daemon.h"
@@ -37,7 +36,6 @@ enum {
 	F_NPY = VECFS_ROWS_NPY,
 };
 
-#define SPOOL_BUF ((size_t)256 << 10)
 #define OWNERS_MAX 64  /* writers told apart; past it any close is a writer's */
 
 struct ingest {
@@ -72,10 +70,9 @@ struct ingest {
 	size_t filter_charged; /* of the budget, by filter */
 	uint64_t filter_line; /* delete: that line's number; 0: none */
 	/* spool */
-	int fd;            /* the spool file; -1 until the first row */
-	char *wbuf;
-	size_t wlen;
-	uint64_t fsize;    /* bytes in the file (without wbuf) */
+	vecfs_batch *batch; /* the rows (delete: keys) since the last commit;
+			     * NULL until the first row */
+	int batch_charged; /* its write buffer counts against the budget */
 	size_t n;          /* rows spooled */
 	uint64_t committed; /* rows committed by earlier flushes */
 };
@@ -158,7 +155,6 @@ ingest *ingest_new(fs_daemon *dm, const char *name, int format, uint64_t opener)
 		return NULL;
 	}
 	pthread_mutex_init(&in->mu, NULL);
-	in->fd = -1;
 	in->fmt = format;
 	in->staged = in->defer = ingest_is_staged(name);
 	in->opener = opener;
@@ -240,129 +236,69 @@ static int fail_at(ingest *in, int rc, uint64_t where, const char *fmt, ...)
 
 /* ---------------------------------------------------------------- spool */
 
-/* Rows wait in an unlinked temporary file next to the store: a record per
- * row (header, key, payload, vector), written through a small buffer.  At
- * commit the file is mapped (shared, so its pages stay page cache, not the
- * daemon's memory) and the row array vecfs_put takes is built in the mapping
- * behind the records. */
-typedef struct rec_hdr {
-	uint64_t where;
-	uint32_t klen, plen;
-	uint32_t haskey, pad;
-} rec_hdr;
-
-static size_t rec_size(size_t klen, size_t plen, uint32_t dim)
-{
-	size_t s = sizeof(rec_hdr) + klen + plen;
-	s = (s + 3) & ~(size_t)3;
-	s += sizeof(float) * dim;
-	return (s + 7) & ~(size_t)7;
-}
-
-/* An unlinked temporary file in dir; -errno on failure. */
-static int tmpfile_in(const char *dir)
-{
-	int fd = -1;
-#ifdef O_TMPFILE
-	fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
-	if (fd >= 0)
-		return fd;
-#endif
-	char path[4096];
-	snprintf(path, sizeof path, "%s/.vecfs-spool.XXXXXX", dir);
-	fd = mkostemp(path, O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	unlink(path);
-	return fd;
-}
-
-static int spool_open(ingest *in)
-{
-	/* next to the store (its disk has room for the rows), else TMPDIR */
-	int fd = tmpfile_in(in->dm->store_dir);
-	if (fd < 0) {
-		const char *td = getenv("TMPDIR");
-		int fd2 = tmpfile_in(td && td[0] ? td : "/tmp");
-		if (fd2 < 0)
-			return fd;
-		fd = fd2;
-	}
-	in->wbuf = malloc(SPOOL_BUF);
-	if (!in->wbuf) {
-		close(fd);
-		return -ENOMEM;
-	}
-	in->fd = fd;
-	return 0;
-}
-
-static int spool_flush(ingest *in)
-{
-	size_t off = 0;
-	while (off < in->wlen) {
-		ssize_t w = pwrite(in->fd, in->wbuf + off, in->wlen - off,
-				   (off_t)(in->fsize + off));
-		if (w < 0) {
-			if (errno == EINTR)
-				continue;
-			return -errno;
-		}
-		off += (size_t)w;
-	}
-	in->fsize += in->wlen;
-	in->wlen = 0;
-	return 0;
-}
-
-static int spool_put(ingest *in, const void *p, size_t n)
-{
-	while (n) {
-		if (in->wlen == SPOOL_BUF) {
-			int rc = spool_flush(in);
-			if (rc)
-				return rc;
-		}
-		size_t take = SPOOL_BUF - in->wlen;
-		if (take > n)
-			take = n;
-		memcpy(in->wbuf + in->wlen, p, take);
-		in->wlen += take;
-		p = (const char *)p + take;
-		n -= take;
-	}
-	return 0;
-}
+/* Rows wait in a batch of the library, handed over one by one as they are
+ * parsed: vecfs_batch_* spools them to an unlinked temporary file next to
+ * the store through a write buffer of VECFS_BATCH_BUF bytes, which counts
+ * against the budget from the first row until the commit or the end of the
+ * file.  Each row is tagged with its line (or row) in the file, so that a
+ * commit that fails names it. */
 
 static void spool_clear(ingest *in)
 {
-	if (in->fd >= 0)
-		close(in->fd);
-	in->fd = -1;
-	if (in->wbuf)
-		budget_give(in, SPOOL_BUF);
-	free(in->wbuf);
-	in->wbuf = NULL;
-	in->wlen = 0;
-	in->fsize = 0;
+	vecfs_batch_abort(in->batch);
+	in->batch = NULL;
+	if (in->batch_charged)
+		budget_give(in, VECFS_BATCH_BUF);
+	in->batch_charged = 0;
 	in->n = 0;
 }
 
-/* The spool file, made at the first row: 0, or a failure logged. */
-static int spool_start(ingest *in, uint64_t where)
+/* The batch, begun at the first row (charge: its buffer counts): 0, or a
+ * failure logged. */
+static int spool_begin(ingest *in, uint64_t where, int charge)
 {
 	char why[160];
 	int rc;
-	if (in->fd >= 0)
+	if (in->batch)
 		return 0;
-	/* the write buffer counts from here until spool_clear() */
-	if (budget_take(in, SPOOL_BUF))
+	if (charge && budget_take(in, VECFS_BATCH_BUF))
 		return fail_at(in, -ENOMEM, where, "%s", budget_why(in, why, sizeof why));
-	if ((rc = spool_open(in))) {
-		budget_give(in, SPOOL_BUF);
-		return fail_at(in, rc, where, "cannot create the spool file in %s: %s", in->dm->store_dir,
-			       strerror(-rc));
+	in->batch_charged = charge;
+	/* delimited text gives each key once: a key twice is a mistake (rows
+	 * with no key column would collapse into a few records) */
+	unsigned flags = in->fmt == F_DELETE ? VECFS_BATCH_DELETE
+			 : in->fmt < F_JSONL ? VECFS_BATCH_UNIQUE : 0;
+	if ((rc = vecfs_batch_begin(in->dm->store, in->fmt == F_DELETE ? 0 : in->dim, flags,
+				    &in->batch))) {
+		in->batch = NULL;
+		spool_clear(in);
+		return fail_at(in, rc, where, "cannot begin the batch: %s", strerror(-rc));
 	}
+	return 0;
+}
+
+/* The library numbers rows within the batch ("row N: why"): the errors
+ * line names the file's own line or row instead. */
+static const char *row_why(const char *why)
+{
+	if (!strncmp(why, "row ", 4)) {
+		const char *c = strchr(why, ':');
+		if (c)
+			return c[1] == ' ' ? c + 2 : c + 1;
+	}
+	return why;
+}
+
+/* Hand one row (or key) to the batch: 0, or a failure logged. */
+static int spool_row(ingest *in, uint64_t where, const vecfs_row *r)
+{
+	char err[300] = "";
+	int rc = spool_begin(in, where, 1);
+	if (rc)
+		return rc;
+	if ((rc = vecfs_batch_add(in->batch, r, &where, 1, NULL, err, sizeof err)))
+		return fail_at(in, rc, where, "%s", err[0] ? row_why(err) : strerror(-rc));
+	in->n++;
 	return 0;
 }
 
@@ -431,12 +367,12 @@ static int bad_key(ingest *in, uint64_t where, const char *key, size_t klen)
 		       key_shown(key, klen, shown, sizeof shown), key_fault(key, klen, fault, sizeof fault));
 }
 
-/* Check a complete row and add it to the spool. */
+/* Check a complete row and add it to the spool (vecfs_batch_add() checks
+ * it against the store's configuration). */
 /* numeric_key: the row's key reads as a number (a row of numbers only). */
 static int add_row(ingest *in, uint64_t where, const char *key, size_t klen, const float *vec,
 		   uint32_t dim, const char *payload, size_t plen, int numeric_key)
 {
-	char why[300] = "";
 	if (in->dim == 0) {
 		int rc = vecfs_config_get(in->dm->store, &in->cfg);
 		if (rc)
@@ -453,108 +389,41 @@ static int add_row(ingest *in, uint64_t where, const char *key, size_t klen, con
 	if (key && !vecfs_key_valid(key, klen))
 		return bad_key(in, where, key, klen);
 	vecfs_row r = {key, klen, vec, payload, plen};
-	int rc = vecfs_row_check_config(&in->cfg, &r, dim, why, sizeof why);
-	if (rc)
-		return fail_at(in, rc, where, "%s", why[0] ? why : strerror(-rc));
-	if ((rc = spool_start(in, where)))
-		return rc;
-	static const char zeros[8];
-	rec_hdr h = {where, (uint32_t)klen, (uint32_t)plen, key != NULL, 0};
-	size_t head = sizeof h + klen + plen;
-	size_t total = rec_size(klen, plen, dim);
-	if ((rc = spool_put(in, &h, sizeof h)) || (rc = spool_put(in, key, klen)) ||
-	    (rc = spool_put(in, payload, plen)) ||
-	    (rc = spool_put(in, zeros, ((head + 3) & ~(size_t)3) - head)) ||
-	    (rc = spool_put(in, vec, sizeof(float) * dim)) ||
-	    (rc = spool_put(in, zeros, total - ((head + 3) & ~(size_t)3) - sizeof(float) * dim)))
-		return fail_at(in, rc == -ENOSPC || rc == -EDQUOT ? -ENOSPC : rc, where,
-			       "cannot spool the row: %s", strerror(-rc));
-	in->n++;
-	return 0;
+	return spool_row(in, where, &r);
 }
 
-/* Map the spool and hand its rows to vecfs_put.  The row array's pages are
- * allocated (posix_fallocate) before the mapping stores into them: on a
- * full disk the commit fails with ENOSPC instead of a SIGBUS. */
+/* Commit the batch: 0, or a failure logged (naming the row that failed
+ * it by its line or row in the file). */
 static int spool_commit(ingest *in)
 {
 	char err[512] = "";
-	size_t bad = (size_t)-1;
-	int rc = spool_flush(in);
-	if (rc)
-		return fail_at(in, rc, 0, "cannot spool: %s", strerror(-rc));
-	size_t rows_off = (size_t)in->fsize;
-	size_t total = rows_off + in->n * sizeof(vecfs_row);
-	if (total > rows_off && (rc = posix_fallocate(in->fd, (off_t)rows_off, (off_t)(total - rows_off))) != 0) {
-		rc = rc == EDQUOT ? -ENOSPC : -rc;
-		return fail_at(in, rc, 0, "cannot spool the rows: %s", strerror(-rc));
-	}
-	char *map = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, in->fd, 0);
-	if (map == MAP_FAILED) {
-		rc = -errno;
-		return fail_at(in, rc, 0, "cannot map the spool: %s", strerror(-rc));
-	}
-	vecfs_row *rows = (vecfs_row *)(void *)(map + rows_off);
-	size_t off = 0;
-	/* binary rows have neither key nor payload: all the same size, so
-	 * their headers need no reading (a cache miss a row) */
-	size_t stride = rec_size(0, 0, in->dim), vec_at = (sizeof(rec_hdr) + 3) & ~(size_t)3;
-	for (size_t i = 0; in->fmt > F_JSONL && i < in->n; i++, off += stride)
-		rows[i] = (vecfs_row){NULL, 0, (const float *)(const void *)(map + off + vec_at), NULL, 0};
-	for (size_t i = 0; in->fmt <= F_JSONL && i < in->n; i++) {
-		rec_hdr h;
-		memcpy(&h, map + off, sizeof h);
-		const char *k = map + off + sizeof h;
-		size_t head = sizeof h + h.klen + h.plen;
-		rows[i].key = h.haskey ? k : NULL;
-		rows[i].keylen = h.klen;
-		rows[i].payload = h.plen ? k + h.klen : NULL;
-		rows[i].payload_len = h.plen;
-		rows[i].vec = (const float *)(const void *)(map + off + ((head + 3) & ~(size_t)3));
-		off += rec_size(h.klen, h.plen, in->dim);
-	}
-	/* delimited text gives each key once: a key twice is a mistake (rows
-	 * with no key column would collapse into a few records) */
-	size_t first = (size_t)-1;
-	if (in->fmt < F_JSONL)
-		rc = vecfs_put_unique(in->dm->store, rows, in->n, in->dim, &bad, &first, err, sizeof err);
-	else
-		rc = vecfs_put(in->dm->store, rows, in->n, in->dim, &bad, err, sizeof err);
-	uint64_t where = 0, where_first = 0;
-	if (rc && bad < in->n) {
-		off = 0;
-		for (size_t i = 0; i <= bad; i++) {
-			rec_hdr h;
-			memcpy(&h, map + off, sizeof h);
-			if (i == first)
-				where_first = h.where;
-			if (i == bad)
-				where = h.where;
-			off += rec_size(h.klen, h.plen, in->dim);
-		}
-	}
-	if (rc == -EINVAL && where_first)
+	vecfs_batch_result res;
+	vecfs_batch *b = in->batch;
+	in->batch = NULL;
+	int rc = vecfs_batch_commit(b, &res, err, sizeof err);
+	if (rc == -EINVAL && res.first)
 		/* name the key's lines in the file, not its rows in the batch */
 		snprintf(err, sizeof err,
 			 "key '%.*s' given twice, on lines %llu and %llu (a key may be given once in a "
 			 ".csv, .tsv or .txt file%s)",
-			 (int)rows[bad].keylen, rows[bad].key, (unsigned long long)where_first,
-			 (unsigned long long)where,
+			 (int)res.keylen, res.key, (unsigned long long)res.first,
+			 (unsigned long long)res.row,
 			 in->numeric_keys ? "; these rows look like numbers only, with no key column: keyless "
 					    "vectors go in a .npy or .fvecs file, which gets assigned keys"
 					  : "");
-	munmap(map, total);
 	if (rc) {
 		const char *why = err[0] ? err : strerror(-rc);
-		/* the library numbers rows within the batch: name the file's own */
-		if (bad < in->n && !strncmp(why, "row ", 4)) {
-			const char *c = strchr(why, ':');
-			if (c)
-				why = c[1] == ' ' ? c + 2 : c + 1;
-		}
-		return fail_at(in, rc, where, "%s", why);
+		if (in->fmt == F_DELETE) /* a bad filter: its line */
+			return fail_at(in, rc, rc == -EINVAL || rc == -E2BIG ? in->filter_line : 0,
+				       "%s", why);
+		return fail_at(in, rc, res.row, "%s", res.row ? row_why(why) : why);
 	}
-	in->committed += in->n;
+	if (in->fmt == F_DELETE) {
+		atomic_store(&in->dm->last_delete, res.deleted);
+		in->committed += res.deleted;
+	} else {
+		in->committed += in->n;
+	}
 	spool_clear(in);
 	return 0;
 }
@@ -595,59 +464,21 @@ static int delete_key(ingest *in, uint64_t where, const char *key, size_t klen)
 {
 	if (!vecfs_key_valid(key, klen))
 		return bad_key(in, where, key, klen);
-	int rc = spool_start(in, where);
-	if (rc)
-		return rc;
-	static const char zeros[8];
-	rec_hdr h = {where, (uint32_t)klen, 0, 1, 0};
-	if ((rc = spool_put(in, &h, sizeof h)) || (rc = spool_put(in, key, klen)) ||
-	    (rc = spool_put(in, zeros, rec_size(klen, 0, 0) - sizeof h - klen)))
-		return fail_at(in, rc == -ENOSPC || rc == -EDQUOT ? -ENOSPC : rc, where,
-			       "cannot spool the key: %s", strerror(-rc));
-	in->n++;
-	return 0;
+	vecfs_row r = {key, klen, NULL, NULL, 0};
+	return spool_row(in, where, &r);
 }
 
 /* Delete the spooled keys and what the filter matches, in one commit. */
 static int delete_commit(ingest *in)
 {
-	char err[512] = "";
-	int rc = in->fd >= 0 ? spool_flush(in) : 0;
+	/* a filter alone: a batch without rows, so without a buffer */
+	int rc = spool_begin(in, 0, 0);
 	if (rc)
-		return fail_at(in, rc, 0, "cannot spool: %s", strerror(-rc));
-	size_t keys_off = (size_t)in->fsize;
-	size_t total = keys_off + in->n * sizeof(vecfs_key);
-	char *map = NULL;
-	if (in->n) {
-		if ((rc = posix_fallocate(in->fd, (off_t)keys_off, (off_t)(total - keys_off))) != 0) {
-			rc = rc == EDQUOT ? -ENOSPC : -rc;
-			return fail_at(in, rc, 0, "cannot spool the keys: %s", strerror(-rc));
-		}
-		map = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, in->fd, 0);
-		if (map == MAP_FAILED) {
-			rc = -errno;
-			return fail_at(in, rc, 0, "cannot map the spool: %s", strerror(-rc));
-		}
-	}
-	vecfs_key *keys = in->n ? (vecfs_key *)(void *)(map + keys_off) : NULL;
-	size_t off = 0;
-	for (size_t i = 0; i < in->n; i++) {
-		rec_hdr h;
-		memcpy(&h, map + off, sizeof h);
-		keys[i] = (vecfs_key){map + off + sizeof h, h.klen};
-		off += rec_size(h.klen, 0, 0);
-	}
-	uint64_t deleted = 0;
-	rc = vecfs_delete_many(in->dm->store, keys, in->n, in->filter_line ? in->filter.p : NULL,
-			       in->filter.len, &deleted, err, sizeof err);
-	if (map)
-		munmap(map, total);
-	if (rc)
-		return fail_at(in, rc, rc == -EINVAL || rc == -E2BIG ? in->filter_line : 0, "%s",
-			       err[0] ? err : strerror(-rc));
-	atomic_store(&in->dm->last_delete, deleted);
-	in->committed += deleted;
-	spool_clear(in);
+		return rc;
+	if (in->filter_line && (rc = vecfs_batch_filter(in->batch, in->filter.p, in->filter.len)))
+		return fail_at(in, rc, in->filter_line, "%s", strerror(-rc));
+	if ((rc = spool_commit(in)))
+		return rc;
 	filter_drop(in);
 	return 0;
 }

@@ -15,8 +15,9 @@
  *   postings  gen u64 | cluster u32 | kind u8 | sub u64 -> manifest,
  *             tombstones, posting blocks, delta postings (one cluster is
  *             one contiguous key range)
- *   staging   batch u64 | row u64 -> rows of a large write not yet
- *             committed (cleared at open: never visible as records)
+ *   staging   batch u64 | row u64 -> rows of large writes that stores
+ *             made by earlier versions staged here (no longer written;
+ *             emptied at every write open: never visible as records)
  *   payloads  path | 0 | type u8 | value | id u64 -> nothing: the terms of
  *             records' payloads (engine/payload_index.c); 0xff | id u64:
  *             a record whose payload is not all indexed

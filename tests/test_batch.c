@@ -1,7 +1,8 @@
 /*
  * tests/test_batch.c - large atomic writes (vecfs_batch_*): rows spooled
- * into the store stay invisible until the commit, which applies all of
- * them in order; an aborted or failed batch leaves nothing behind.
+ * into a temporary file next to the store stay invisible until the
+ * commit, which applies all of them in order; an aborted or failed batch
+ * leaves nothing behind.
  */
 #include <errno.h>
 #include <limits.h>
@@ -12,20 +13,26 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
 #include "math/rotation.h" /* vf_padded_dim() */
 #include "testutil.h"
+#include "store.h"
 #include "gen/gen.h" /* VF_NEAR_CHUNK */
 #include "vecfs.h"
 
 #define D 64
-/* enough rows (2.9 MB) to pass a batch's in-memory bound, set to SPOOL
- * (spool_bytes, 32 MiB by default), twice, and to span three chunks */
+/* enough rows (2.9 MB) to fill a batch's write buffer, set to SPOOL
+ * (spool_bytes, VECFS_BATCH_BUF by default), many times over, and to
+ * span three chunks */
 #define NBIG 10000
-#define SPOOL (1u << 20)
+#define SPOOL (64u << 10)
 
 static float *rows_of(size_t n, uint64_t seed)
 {
@@ -48,7 +55,7 @@ static void add_rows(vecfs_batch *b, const float *x, size_t n, const char *prefi
 			row.keylen = strlen(key);
 		}
 		size_t bad = 99;
-		int rc = vecfs_batch_add(b, &row, 1, &bad, err, sizeof err);
+		int rc = vecfs_batch_add(b, &row, NULL, 1, &bad, err, sizeof err);
 		if (rc)
 			print_message("add %zu: %d %s\n", i, rc, err);
 		assert_int_equal(rc, 0);
@@ -62,11 +69,11 @@ static void test_small_batch_assigns_keys(void **state)
 	char err[256] = "";
 	float *x = rows_of(5, 1);
 	vecfs_batch *b;
-	assert_int_equal(vecfs_batch_begin(v, D, &b), 0);
+	assert_int_equal(vecfs_batch_begin(v, D, 0, &b), 0);
 	add_rows(b, x, 5, NULL);
 	assert_int_equal(vecfs_batch_rows(b), 5);
 	assert_int_equal(stats(v).records, 0); /* nothing before the commit */
-	assert_int_equal(vecfs_batch_commit(b, err, sizeof err), 0);
+	assert_int_equal(vecfs_batch_commit(b, NULL, err, sizeof err), 0);
 	assert_int_equal(stats(v).records, 5);
 	for (int i = 0; i < 5; i++) {
 		char key[16];
@@ -89,15 +96,15 @@ static void test_large_batch_is_atomic(void **state)
 	set_config(v, D, VECFS_L2);
 	float *x = rows_of(NBIG, 2), *y = rows_of(1, 3);
 	vecfs_batch *b;
-	assert_int_equal(vecfs_batch_begin(v, D, &b), 0);
+	assert_int_equal(vecfs_batch_begin(v, D, 0, &b), 0);
 	add_rows(b, x, NBIG, "k");
 	/* the same key again after the spooled rows: the later row wins */
 	vecfs_row again = {"k7", 2, y, NULL, 0};
-	assert_int_equal(vecfs_batch_add(b, &again, 1, NULL, err, sizeof err), 0);
+	assert_int_equal(vecfs_batch_add(b, &again, NULL, 1, NULL, err, sizeof err), 0);
 	/* spooled rows are invisible: no record, no search hit */
 	assert_int_equal(stats(v).records, 0);
 	assert_int_equal(vecfs_get(v, "k0", 2, NULL, 0, &(uint32_t){0}, NULL, 0, NULL), -ENOENT);
-	assert_int_equal(vecfs_batch_commit(b, err, sizeof err), 0);
+	assert_int_equal(vecfs_batch_commit(b, NULL, err, sizeof err), 0);
 	assert_int_equal(stats(v).records, NBIG);
 	float got[D];
 	uint32_t dim;
@@ -123,14 +130,14 @@ static void test_abort_and_bad_rows_leave_nothing(void **state)
 	set_config(v, D, VECFS_L2);
 	float *x = rows_of(NBIG, 4);
 	vecfs_batch *b;
-	assert_int_equal(vecfs_batch_begin(v, D, &b), 0);
+	assert_int_equal(vecfs_batch_begin(v, D, 0, &b), 0);
 	add_rows(b, x, NBIG, "a");
 	/* a bad row is refused with its index; the batch stays usable */
 	float bad[D] = {0};
 	bad[3] = NAN;
 	vecfs_row rows[2] = {{"ok", 2, x, NULL, 0}, {"nan", 3, bad, NULL, 0}};
 	size_t at = 99;
-	assert_int_equal(vecfs_batch_add(b, rows, 2, &at, err, sizeof err), -EINVAL);
+	assert_int_equal(vecfs_batch_add(b, rows, NULL, 2, &at, err, sizeof err), -EINVAL);
 	assert_int_equal(at, 1);
 	assert_non_null(strstr(err, "NaN"));
 	uint64_t before = stats(v).store_bytes;
@@ -143,9 +150,9 @@ static void test_abort_and_bad_rows_leave_nothing(void **state)
 	fx_close(f);
 	v = fx_open(f, NULL);
 	assert_int_equal(stats(v).records, 0);
-	assert_int_equal(vecfs_batch_begin(v, D, &b), 0);
+	assert_int_equal(vecfs_batch_begin(v, D, 0, &b), 0);
 	add_rows(b, x, 3, NULL);
-	assert_int_equal(vecfs_batch_commit(b, err, sizeof err), 0);
+	assert_int_equal(vecfs_batch_commit(b, NULL, err, sizeof err), 0);
 	assert_int_equal(stats(v).records, 3);
 	assert_int_equal(vecfs_get(v, "0", 1, NULL, 0, &(uint32_t){0}, NULL, 0, NULL), 0);
 	free(x);
@@ -169,9 +176,9 @@ static void test_batch_with_active_generation(void **state)
 	float *x;
 	vecfs *v = built_store(*state, 3000, 5, &x);
 	vecfs_batch *b;
-	assert_int_equal(vecfs_batch_begin(v, D, &b), 0);
+	assert_int_equal(vecfs_batch_begin(v, D, 0, &b), 0);
 	add_rows(b, x + 2000 * D, 1000, "n");
-	assert_int_equal(vecfs_batch_commit(b, err, sizeof err), 0);
+	assert_int_equal(vecfs_batch_commit(b, NULL, err, sizeof err), 0);
 	/* the new rows are delta postings: an ANN query finds them at once */
 	vecfs_results *r = search1(v, x + 2500 * D, D, 1, 0);
 	assert_int_equal(r->count[0], 1);
@@ -198,11 +205,11 @@ static void test_large_batch_into_generation(void **state)
 	put_range(v, x, 0, 2000, D, "k");
 	build(v, 1);
 	vecfs_batch *b;
-	assert_int_equal(vecfs_batch_begin(v, D, &b), 0);
+	assert_int_equal(vecfs_batch_begin(v, D, 0, &b), 0);
 	add_rows(b, x, NBIG, "n");
 	vecfs_row again = {"n7", 2, y, NULL, 0};
-	assert_int_equal(vecfs_batch_add(b, &again, 1, NULL, err, sizeof err), 0);
-	assert_int_equal(vecfs_batch_commit(b, err, sizeof err), 0);
+	assert_int_equal(vecfs_batch_add(b, &again, NULL, 1, NULL, err, sizeof err), 0);
+	assert_int_equal(vecfs_batch_commit(b, NULL, err, sizeof err), 0);
 	assert_int_equal(stats(v).records, 2000 + NBIG);
 	vecfs_query_opts o = {.k = 2, .nprobe = 1, .refine = 0, .exact = 0};
 	size_t checked = 0;
@@ -251,14 +258,14 @@ static void test_same_key_again_in_one_batch(void **state)
 	enum { VERSIONS = 5 };
 	float ver[VERSIONS][D];
 	vecfs_batch *b;
-	assert_int_equal(vecfs_batch_begin(v, D, &b), 0);
+	assert_int_equal(vecfs_batch_begin(v, D, 0, &b), 0);
 	for (int j = 0; j < VERSIONS; j++) {
 		memcpy(ver[j], x + 7 * D, sizeof ver[j]);
 		ver[j][0] += 0.001f * (float)(j + 1);
 		vecfs_row row = {"k7", 2, ver[j], NULL, 0};
-		assert_int_equal(vecfs_batch_add(b, &row, 1, NULL, err, sizeof err), 0);
+		assert_int_equal(vecfs_batch_add(b, &row, NULL, 1, NULL, err, sizeof err), 0);
 	}
-	assert_int_equal(vecfs_batch_commit(b, err, sizeof err), 0);
+	assert_int_equal(vecfs_batch_commit(b, NULL, err, sizeof err), 0);
 	assert_int_equal(stats(v).records, 2000);
 	vecfs_query_opts o = {.k = 8, .nprobe = 1000, .refine = 0, .exact = 0};
 	for (int j = 0; j <= VERSIONS; j++) {
@@ -478,14 +485,256 @@ static void test_dimension_mismatch(void **state)
 	char err[256] = "";
 	set_config(v, D, VECFS_L2);
 	vecfs_batch *b;
-	assert_int_equal(vecfs_batch_begin(v, D + 1, &b), 0);
+	assert_int_equal(vecfs_batch_begin(v, D + 1, 0, &b), 0);
 	float x[D + 1] = {1};
 	vecfs_row row = {"x", 1, x, NULL, 0};
 	size_t at = 9;
-	assert_int_equal(vecfs_batch_add(b, &row, 1, &at, err, sizeof err), -EINVAL);
+	assert_int_equal(vecfs_batch_add(b, &row, NULL, 1, &at, err, sizeof err), -EINVAL);
 	assert_int_equal(at, 0);
 	vecfs_batch_abort(b);
-	assert_int_equal(vecfs_batch_begin(v, 0, &b), -EINVAL);
+	assert_int_equal(vecfs_batch_begin(v, 0, 0, &b), -EINVAL);
+}
+
+/* Three rows in the staging table (batch 1), as earlier versions staged
+ * the rows of a large write. */
+static int stage_rows(vf_txn *txn, void *arg)
+{
+	vecfs *v = *(vecfs **)arg;
+	for (uint64_t i = 0; i < 3; i++) {
+		uint8_t k[16] = {0}, d[8] = {1, 2, 3, 4, 5, 6, 7, (uint8_t)i};
+		k[7] = 1;
+		k[15] = (uint8_t)i;
+		int rc = vf_put(txn, v->store->staging, k, 16, d, 8, 0);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+static size_t count_staged(vecfs *v)
+{
+	vf_txn *txn;
+	vf_cursor *cur;
+	vf_val k, d;
+	size_t n = 0;
+	assert_int_equal(vf_read_begin(v->store, &txn), 0);
+	assert_int_equal(vf_cursor_open(txn, v->store->staging, &cur), 0);
+	for (int rc = vf_cursor_get(cur, &k, &d, VF_FIRST); rc == 0;
+	     rc = vf_cursor_get(cur, &k, &d, VF_NEXT))
+		n++;
+	vf_cursor_close(cur);
+	vf_read_end(v->store, txn);
+	return n;
+}
+/* Tags name the rows of a failed commit: a key given twice in a
+ * VECFS_BATCH_UNIQUE batch fails it (nothing committed) with both rows'
+ * tags and the key; the same rows in a plain batch commit, the later row
+ * winning.  A row the store refuses only at the commit (its dimension,
+ * fixed meanwhile by another write) is named by its tag too. */
+static void test_unique_and_tags(void **state)
+{
+	fixture *f = *state;
+	vecfs *v = fx_open(f, NULL);
+	v->spool_bytes = 64; /* a buffer flushed every row or two */
+	char err[256] = "";
+	set_config(v, D, VECFS_L2);
+	float *x = rows_of(4, 11);
+	vecfs_row rows[4] = {{"a", 1, x, NULL, 0},
+			     {"bb", 2, x + D, "{\"g\":1}", 7},
+			     {"c", 1, x + 2 * D, NULL, 0},
+			     {"bb", 2, x + 3 * D, NULL, 0}};
+	uint64_t tags[4] = {10, 20, 30, 40};
+	vecfs_batch *b;
+	vecfs_batch_result res;
+	assert_int_equal(vecfs_batch_begin(v, D, VECFS_BATCH_UNIQUE, &b), 0);
+	assert_int_equal(vecfs_batch_add(b, rows, tags, 4, NULL, err, sizeof err), 0);
+	assert_int_equal(vecfs_batch_rows(b), 4);
+	assert_int_equal(vecfs_batch_commit(b, &res, err, sizeof err), -EINVAL);
+	assert_int_equal(res.first, 20);
+	assert_int_equal(res.row, 40);
+	assert_int_equal(res.keylen, 2);
+	assert_string_equal(res.key, "bb");
+	assert_non_null(strstr(err, "key 'bb' given twice, rows 20 and 40"));
+	assert_int_equal(stats(v).records, 0);
+
+	assert_int_equal(vecfs_batch_begin(v, D, 0, &b), 0);
+	assert_int_equal(vecfs_batch_add(b, rows, tags, 4, NULL, err, sizeof err), 0);
+	assert_int_equal(vecfs_batch_commit(b, &res, err, sizeof err), 0);
+	assert_int_equal(res.row, 0);
+	assert_int_equal(stats(v).records, 3);
+	float got[D];
+	uint32_t dim;
+	size_t plen = 99;
+	assert_int_equal(vecfs_get(v, "bb", 2, got, D, &dim, NULL, 0, &plen), 0);
+	assert_memory_equal(got, x + 3 * D, sizeof got);
+	assert_int_equal(plen, 0);
+	char pay[16];
+	assert_int_equal(vecfs_get(v, "a", 1, got, D, &dim, pay, sizeof pay, &plen), 0);
+	assert_memory_equal(got, x, sizeof got);
+
+	/* a store without a dimension yet, fixed between the adds and the
+	 * commit by another write: the first row of the batch is named */
+	fx_close(f);
+	vecfs *w = fx_open(f, "b");
+	assert_int_equal(vecfs_batch_begin(w, D, 0, &b), 0);
+	assert_int_equal(vecfs_batch_add(b, rows, tags, 3, NULL, err, sizeof err), 0);
+	assert_int_equal(put_one(w, "other", x, D - 1), 0);
+	assert_int_equal(vecfs_batch_commit(b, &res, err, sizeof err), -EINVAL);
+	assert_int_equal(res.row, 10);
+	assert_int_equal(stats(w).records, 1);
+	free(x);
+}
+
+/* A delete batch: keys (one missing) and a filter, deleted in one commit;
+ * bad keys refused as they are added; a delete batch of a filter alone. */
+static void test_delete_batch(void **state)
+{
+	fixture *f = *state;
+	vecfs *v = fx_open(f, NULL);
+	v->spool_bytes = 32;
+	char err[256] = "", key[32];
+	set_config(v, D, VECFS_L2);
+	float *x = rows_of(20, 12);
+	for (int i = 0; i < 20; i++) {
+		snprintf(key, sizeof key, "k%d", i);
+		const char *pay = i % 5 == 0 ? "{\"g\":1}" : "{\"g\":2}";
+		vecfs_row r = {key, strlen(key), x + i * D, pay, 7};
+		assert_int_equal(vecfs_put(v, &r, 1, D, NULL, err, sizeof err), 0);
+	}
+	vecfs_batch *b;
+	vecfs_batch_result res;
+	assert_int_equal(vecfs_batch_begin(v, D, VECFS_BATCH_DELETE, &b), -EINVAL);
+	assert_int_equal(vecfs_batch_begin(v, 0, 0, &b), -EINVAL);
+	assert_int_equal(vecfs_batch_begin(v, 0, VECFS_BATCH_DELETE, &b), 0);
+	vecfs_row keys[4] = {{"k1", 2, NULL, NULL, 0},
+			     {"k2", 2, NULL, NULL, 0},
+			     {"nope", 4, NULL, NULL, 0},
+			     {"k5", 2, NULL, NULL, 0}};
+	assert_int_equal(vecfs_batch_add(b, keys, NULL, 4, NULL, err, sizeof err), 0);
+	vecfs_row bad = {"a/b", 3, NULL, NULL, 0};
+	size_t at = 9;
+	assert_int_equal(vecfs_batch_add(b, &bad, NULL, 1, &at, err, sizeof err), -EINVAL);
+	assert_int_equal(at, 0);
+	assert_int_equal(vecfs_batch_rows(b), 4);
+	assert_int_equal(vecfs_batch_filter(b, "{\"g\":1}", 7), 0);
+	assert_int_equal(stats(v).records, 20); /* nothing before the commit */
+	assert_int_equal(vecfs_batch_commit(b, &res, err, sizeof err), 0);
+	/* k1, k2, and k0 k5 k10 k15 of the filter (k5 once) */
+	assert_int_equal(res.deleted, 6);
+	assert_int_equal(stats(v).records, 14);
+	assert_int_equal(vecfs_get(v, "k5", 2, NULL, 0, &(uint32_t){0}, NULL, 0, NULL), -ENOENT);
+	assert_int_equal(vecfs_get(v, "k3", 2, NULL, 0, &(uint32_t){0}, NULL, 0, NULL), 0);
+	/* a bad filter fails the commit, nothing deleted */
+	assert_int_equal(vecfs_batch_begin(v, 0, VECFS_BATCH_DELETE, &b), 0);
+	assert_int_equal(vecfs_batch_add(b, keys + 3, NULL, 1, NULL, err, sizeof err), 0);
+	assert_int_equal(vecfs_batch_add(b, (vecfs_row[]){{"k3", 2, NULL, NULL, 0}}, NULL, 1, NULL,
+					 err, sizeof err), 0);
+	assert_int_equal(vecfs_batch_filter(b, "{\"g\":", 5), 0);
+	assert_int_equal(vecfs_batch_commit(b, &res, err, sizeof err), -EINVAL);
+	assert_int_equal(stats(v).records, 14);
+	/* a filter alone */
+	assert_int_equal(vecfs_batch_begin(v, 0, VECFS_BATCH_DELETE, &b), 0);
+	assert_int_equal(vecfs_batch_filter(b, "{\"g\":2}", 7), 0);
+	assert_int_equal(vecfs_batch_commit(b, &res, err, sizeof err), 0);
+	assert_int_equal(res.deleted, 14);
+	assert_int_equal(stats(v).records, 0);
+	/* a filter is for delete batches only */
+	assert_int_equal(vecfs_batch_begin(v, D, 0, &b), 0);
+	assert_int_equal(vecfs_batch_filter(b, "{}", 2), -EINVAL);
+	vecfs_batch_abort(b);
+	free(x);
+}
+
+static size_t names_in(const char *dir)
+{
+	DIR *d = opendir(dir);
+	size_t n = 0;
+	assert_non_null(d);
+	for (struct dirent *e; (e = readdir(d));)
+		n++;
+	closedir(d);
+	return n;
+}
+
+/* The spool has no name in the store's directory while a batch runs (it
+ * is unlinked); what a crash can leave (a spool file of the name it is
+ * made under, rows staged in the staging table by earlier versions) is
+ * removed when the store is next opened for writing, and a read-only open
+ * leaves it alone. */
+static void test_leftovers_removed_at_open(void **state)
+{
+	fixture *f = *state;
+	vecfs *v = fx_open(f, NULL);
+	char err[256] = "", path[256];
+	set_config(v, D, VECFS_L2);
+	float *x = rows_of(NBIG, 13);
+	size_t before = names_in(f->dir);
+	vecfs_batch *b;
+	assert_int_equal(vecfs_batch_begin(v, D, 0, &b), 0);
+	add_rows(b, x, NBIG, "s");
+	assert_int_equal(names_in(f->dir), before);
+	vecfs_batch_abort(b);
+	assert_int_equal(names_in(f->dir), before);
+	/* rows in the staging table, as a crash in a batch of an earlier
+	 * version left them */
+	assert_int_equal(vf_write(v->store, stage_rows, &v), 0);
+	assert_int_equal(count_staged(v), 3);
+	fx_close(f);
+	snprintf(path, sizeof path, "%s/.vecfs-spool.AbC123", f->dir);
+	FILE *fp = fopen(path, "w");
+	assert_non_null(fp);
+	fputs("rows", fp);
+	fclose(fp);
+	vecfs *r;
+	assert_int_equal(vecfs_open_readonly(f->dir, &r, err, sizeof err), 0);
+	assert_int_equal(count_staged(r), 3);
+	vecfs_close(r);
+	assert_int_equal(access(path, F_OK), 0);
+	v = fx_open(f, NULL);
+	assert_int_equal(access(path, F_OK), -1);
+	assert_int_equal(count_staged(v), 0);
+	assert_int_equal(stats(v).records, 0);
+	free(x);
+}
+
+/* A write of the spool that fails (here past RLIMIT_FSIZE: EFBIG) fails
+ * the add that made it, every later add and the commit, which commits
+ * nothing; the store takes the next batch. */
+static void test_spool_write_failure(void **state)
+{
+	fixture *f = *state;
+	vecfs *v = fx_open(f, NULL);
+	v->spool_bytes = 4096;
+	char err[256] = "";
+	set_config(v, D, VECFS_L2);
+	float *x = rows_of(NBIG, 14);
+	struct rlimit old, low;
+	assert_int_equal(getrlimit(RLIMIT_FSIZE, &old), 0);
+	void (*was)(int) = signal(SIGXFSZ, SIG_IGN);
+	vecfs_batch *b;
+	assert_int_equal(vecfs_batch_begin(v, D, 0, &b), 0);
+	low = (struct rlimit){(rlim_t)1 << 20, old.rlim_max};
+	assert_int_equal(setrlimit(RLIMIT_FSIZE, &low), 0);
+	int rc = 0;
+	size_t i;
+	for (i = 0; i < NBIG && rc == 0; i++) {
+		vecfs_row row = {NULL, 0, x + i * D, NULL, 0};
+		rc = vecfs_batch_add(b, &row, NULL, 1, NULL, err, sizeof err);
+	}
+	assert_int_equal(setrlimit(RLIMIT_FSIZE, &old), 0);
+	signal(SIGXFSZ, was);
+	assert_int_equal(rc, -EFBIG);
+	assert_true(i < NBIG);
+	assert_non_null(strstr(err, "cannot spool the row"));
+	vecfs_row row = {"late", 4, x, NULL, 0};
+	assert_int_equal(vecfs_batch_add(b, &row, NULL, 1, NULL, err, sizeof err), -EFBIG);
+	assert_int_equal(vecfs_batch_commit(b, NULL, err, sizeof err), -EFBIG);
+	assert_int_equal(stats(v).records, 0);
+	assert_int_equal(vecfs_batch_begin(v, D, 0, &b), 0);
+	add_rows(b, x, 3, "ok");
+	assert_int_equal(vecfs_batch_commit(b, NULL, err, sizeof err), 0);
+	assert_int_equal(stats(v).records, 3);
+	free(x);
 }
 
 int main(void)
@@ -506,6 +755,10 @@ int main(void)
 		cmocka_unit_test(test_preparer_rooms_bounded),
 		cmocka_unit_test_setup_teardown(test_rows_together_high_dimension, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_dimension_mismatch, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_unique_and_tags, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_delete_batch, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_leftovers_removed_at_open, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_spool_write_failure, fx_setup, fx_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

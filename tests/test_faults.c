@@ -403,19 +403,19 @@ static int run_batch(floop *l)
 	vecfs_batch *b;
 	vecfs_row rows[64];
 	char keys[64][32], err[256];
-	int rc = vecfs_batch_begin(l->f->v, m->d, &b);
+	int rc = vecfs_batch_begin(l->f->v, m->d, 0, &b);
 	if (rc)
 		return rc;
 	for (size_t i = 0; i < m->npend; i++)
 		row_of(m, i, &rows[i], keys[i]);
 	for (size_t i = 0; i < m->npend; i += 8) {
 		size_t c = m->npend - i < 8 ? m->npend - i : 8;
-		if ((rc = vecfs_batch_add(b, rows + i, c, NULL, err, sizeof err))) {
+		if ((rc = vecfs_batch_add(b, rows + i, NULL, c, NULL, err, sizeof err))) {
 			vecfs_batch_abort(b);
 			return rc;
 		}
 	}
-	return vecfs_batch_commit(b, err, sizeof err);
+	return vecfs_batch_commit(b, NULL, err, sizeof err);
 }
 
 static int run_del(floop *l)

@@ -3219,6 +3219,91 @@ static void test_rules(void **state)
 	model_free(&t.md);
 }
 
+/* The rows of a file wait in one batch of the library (vecfs_batch_*):
+ * its write buffer (VECFS_BATCH_BUF) counts against the budget from the
+ * first row until the commit; a budget too small for it fails the file at
+ * its first row, naming it; the `delete` file hands its keys to a batch of
+ * deletes, committed with its filter= line in one commit (a filter alone
+ * takes no buffer), and a bad filter fails it at that line, nothing
+ * deleted. */
+static void test_batch_spool(void **state)
+{
+	fixture *f = *state;
+	run t;
+	fx_open(f, NULL);
+	run_init(&t, f, 2, VECFS_L2, 0x5eed000d);
+	vecfs *v = t.dm->store;
+	int csv = ingest_format_of("b.csv");
+	assert_int_equal(atomic_load(&t.dm->ingest_used), 0);
+	ingest *in = ingest_new(t.dm, "b.csv", csv, 10);
+	assert_int_equal(wr(in, "a,1,2\nb,", 8), 0);
+	size_t held = atomic_load(&t.dm->ingest_used);
+	assert_true(held >= VECFS_BATCH_BUF);
+	for (int i = 0; i < 5000; i++) {
+		char line[32];
+		int n = snprintf(line, sizeof line, "%d,%d\nr%d,", i, i, i);
+		assert_int_equal(wr(in, line, (size_t)n), 0);
+	}
+	assert_int_equal(wr(in, "7,8\n", 4), 0);
+	assert_int_equal(atomic_load(&t.dm->ingest_used), held); /* bounded */
+	assert_int_equal(stats(v).records, 0);
+	assert_int_equal(ingest_close(in, 1, 10), 0);
+	assert_int_equal(stats(v).records, 5002);
+	assert_int_equal(atomic_load(&t.dm->ingest_used), 0);
+	ingest_free(in);
+
+	/* a budget without room for the batch's buffer */
+	t.dm->ingest_max = VECFS_BATCH_BUF;
+	in = ingest_new(t.dm, "small.csv", csv, 10);
+	unsigned e0 = err_count;
+	assert_int_equal(wr(in, "s0,1,2\n", 7), -ENOMEM);
+	assert_int_equal(err_count, e0 + 1);
+	assert_non_null(strstr(err_last, "ingest/small.csv: line 1: "));
+	assert_non_null(strstr(err_last, "ingest_buffer_mb"));
+	assert_int_equal(ingest_close(in, 1, 10), -ENOMEM);
+	ingest_free(in);
+	assert_false(has_key(v, "s0"));
+	assert_int_equal(atomic_load(&t.dm->ingest_used), 0);
+
+	/* the delete file: a filter alone needs no buffer */
+	in = ingest_new_delete(t.dm, 10);
+	const char *d1 = "filter={\"nope\":1}\n";
+	assert_int_equal(wr(in, d1, strlen(d1)), 0);
+	assert_int_equal(ingest_close(in, 1, 10), 0);
+	assert_int_equal(atomic_load(&t.dm->last_delete), 0);
+	ingest_free(in);
+	t.dm->ingest_max = (size_t)64 << 20;
+	/* keys (one quoted, one missing) and a filter, in one commit */
+	vecfs_row pr = {"p", 1, (const float[]){1, 2}, "{\"g\":1}", 7};
+	char err[256];
+	assert_int_equal(vecfs_put(v, &pr, 1, 2, NULL, err, sizeof err), 0);
+	in = ingest_new_delete(t.dm, 10);
+	const char *d2 = "a\n\"r7\"\nmissing\n\nfilter={\"g\":1}\nb\n";
+	assert_int_equal(wr(in, d2, strlen(d2)), 0);
+	assert_int_equal(stats(v).records, 5003);
+	assert_int_equal(ingest_close(in, 1, 10), 0);
+	assert_int_equal(atomic_load(&t.dm->last_delete), 4);
+	assert_int_equal(stats(v).records, 4999);
+	assert_false(has_key(v, "a"));
+	assert_false(has_key(v, "p"));
+	assert_true(has_key(v, "r8"));
+	assert_int_equal(atomic_load(&t.dm->ingest_used), 0);
+	ingest_free(in);
+	/* a bad filter: its line named, nothing deleted */
+	in = ingest_new_delete(t.dm, 10);
+	const char *d3 = "r1\nr2\nfilter={\"g\":\n";
+	assert_int_equal(wr(in, d3, strlen(d3)), 0);
+	e0 = err_count;
+	assert_int_equal(ingest_close(in, 1, 10), -EINVAL);
+	assert_int_equal(err_count, e0 + 1);
+	assert_non_null(strstr(err_last, "delete: line 3: "));
+	assert_true(has_key(v, "r1"));
+	assert_int_equal(stats(v).records, 4999);
+	assert_int_equal(atomic_load(&t.dm->ingest_used), 0);
+	ingest_free(in);
+	model_free(&t.md);
+}
+
 /* Out of descriptors when the first row needs the spool file: the write
  * fails with EMFILE and an errors line, and so does the close, nothing
  * committed; the next file goes through. */
@@ -3322,6 +3407,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_quoted_keys, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_npy_float64, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_members_twice, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_batch_spool, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_out_of_descriptors, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_fuzz, fx_setup, fx_teardown),
 	};

@@ -563,15 +563,15 @@ static void w_batch(rec *R, vecfs *v, size_t fresh, size_t over)
 	size_t n = R->nch - o->first;
 	vecfs_batch *b;
 	char err[256] = "";
-	assert_int_equal(vecfs_batch_begin(v, D, &b), 0);
+	assert_int_equal(vecfs_batch_begin(v, D, 0, &b), 0);
 	for (size_t i = 0; i < n; i++) {
 		change *c = &R->ch[o->first + i];
 		char key[32];
 		key_name(c->key, key);
 		vecfs_row row = {.key = key, .keylen = strlen(key), .vec = c->vec};
-		assert_int_equal(vecfs_batch_add(b, &row, 1, NULL, err, sizeof err), 0);
+		assert_int_equal(vecfs_batch_add(b, &row, NULL, 1, NULL, err, sizeof err), 0);
 	}
-	int rc = vecfs_batch_commit(b, err, sizeof err);
+	int rc = vecfs_batch_commit(b, NULL, err, sizeof err);
 	if (rc)
 		print_message("batch: %s\n", err);
 	assert_int_equal(rc, 0);

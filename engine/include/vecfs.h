@@ -270,19 +270,44 @@ int vecfs_put_unique(vecfs *v, const vecfs_row *rows, size_t n, uint32_t dim,
 		     size_t *bad_row, size_t *first_row, char *err, size_t errlen);
 
 /* A large write, committed atomically: rows are validated as they are
- * added and spooled into the store in bounded pieces (memory stays bounded
- * whatever the size); nothing is visible until vecfs_batch_commit, which
- * commits all rows (in order: a later row for a key wins) in one durable
- * transaction.  A batch not committed leaves nothing behind. */
+ * added and spooled, encoded, into an unlinked temporary file in the
+ * store's directory (else in $TMPDIR, else /tmp) through a write buffer of
+ * VECFS_BATCH_BUF bytes, made at the first row: that buffer is all the
+ * memory a batch holds, whatever its size.  Nothing is visible until
+ * vecfs_batch_commit, which maps the file and commits all rows as
+ * vecfs_put does (a later row for a key wins; VECFS_BATCH_UNIQUE: as
+ * vecfs_put_unique), in one durable transaction.  A batch not committed
+ * leaves nothing behind; a spool file left by a crash is removed when the
+ * store is next opened for writing.  A batch of VECFS_BATCH_DELETE holds
+ * keys (rows without vectors, dim 0) and commits as vecfs_delete_many. */
 typedef struct vecfs_batch vecfs_batch;
-int vecfs_batch_begin(vecfs *v, uint32_t dim, vecfs_batch **out);
-/* -EINVAL with a reason (and *bad_row, the index within this call) for a bad
- * row; the rows before it in this call are kept, the batch stays usable. */
-int vecfs_batch_add(vecfs_batch *b, const vecfs_row *rows, size_t n,
+#define VECFS_BATCH_BUF ((size_t)256 << 10)
+#define VECFS_BATCH_UNIQUE 1u /* a key given in two rows fails the commit */
+#define VECFS_BATCH_DELETE 2u /* rows are keys to delete */
+int vecfs_batch_begin(vecfs *v, uint32_t dim, unsigned flags, vecfs_batch **out);
+/* Each row is checked (vecfs_row_check; a delete batch: its key) and
+ * spooled with a tag: tags[i], or (tags NULL) its number in the batch,
+ * from 1; a failed commit names its row by that tag.  -EINVAL with a
+ * reason (and *bad_row, the index within this call) for a bad row: the
+ * rows before it in this call are kept, the batch stays usable.  A failed
+ * write of the spool (-ENOSPC for a full disk or quota) fails this call
+ * and every later one, and the commit. */
+int vecfs_batch_add(vecfs_batch *b, const vecfs_row *rows, const uint64_t *tags, size_t n,
 		    size_t *bad_row, char *err, size_t errlen);
 uint64_t vecfs_batch_rows(const vecfs_batch *b);
-/* Commits and frees the batch (also on failure). */
-int vecfs_batch_commit(vecfs_batch *b, char *err, size_t errlen);
+/* A delete batch: also delete what this filter (a search's) matches. */
+int vecfs_batch_filter(vecfs_batch *b, const char *filter, size_t len);
+/* What a commit did, or where it failed: `row`, the tag of the row that
+ * failed it (0: no row did); a key given twice in a VECFS_BATCH_UNIQUE
+ * batch: `first`, the tag of its first row, and the key. */
+typedef struct vecfs_batch_result {
+	uint64_t row, first;
+	char key[VECFS_KEY_MAX + 1];
+	size_t keylen;
+	uint64_t deleted; /* a delete batch: records deleted */
+} vecfs_batch_result;
+/* Commits and frees the batch (also on failure); res may be NULL. */
+int vecfs_batch_commit(vecfs_batch *b, vecfs_batch_result *res, char *err, size_t errlen);
 void vecfs_batch_abort(vecfs_batch *b);
 
 /* Delete one record durably.  -ENOENT if missing. */

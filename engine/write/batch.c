@@ -1,97 +1,185 @@
 /*
- * engine/write/batch.c - large writes: rows staged in the store (spooled from
- * memory) and committed in chunks, or dropped.
+ * engine/write/batch.c - large writes: rows spooled, encoded, into an unlinked
+ * temporary file next to the store, then committed at once by vecfs_put
+ * (or vecfs_delete_many) over the mapped file, or dropped.
  */
 #include "io.h"
 #include "write.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
-#include "keys.h"
-#include "record.h"
-#include "gen/gen.h"
-#include "maint/maint.h"
+#define SPOOL_PREFIX ".vecfs-spool."
 
 struct vecfs_batch {
 	vecfs *v;
-	uint64_t id;
 	uint32_t dim;
+	unsigned flags;
 	vecfs_config cfg;
-	uint64_t rows;       /* added so far */
-	uint64_t spooled;    /* of which in the staging area */
-	/* rows in memory, encoded like staged rows */
-	uint8_t *buf;
-	size_t len, cap;
-	size_t nbuf;
+	int fd;             /* the spool file; -1 until the first row */
+	int fail_rc;        /* a failed write of the spool: every later call fails */
+	int keyed;          /* some row has a key or a payload */
+	char *wbuf;         /* the write buffer, of the handle's spool_bytes */
+	size_t wlen;
+	uint64_t fsize;     /* bytes in the file (without wbuf) */
+	uint64_t rows;
+	char *filter;
+	size_t filter_len;
+	int has_filter;
 };
 
-/* A staged row: a record value whose seq says whether the key was given
- * (1) or is to be assigned at commit (0). */
-static int batch_append(vecfs_batch *b, const vecfs_row *r)
+/* A spooled row: this header, its key, its payload, zeros to a multiple of
+ * 4, its vector, zeros to a multiple of 8.  At commit the row array
+ * vecfs_put takes is built in the mapped file behind the records. */
+typedef struct rec_hdr {
+	uint64_t tag;
+	uint32_t klen, plen;
+	uint32_t haskey, pad;
+} rec_hdr;
+
+static size_t rec_size(size_t klen, size_t plen, uint32_t dim)
 {
-	size_t klen = r->key ? r->keylen : 0;
-	size_t need = vf_record_size(b->dim, klen, r->payload_len);
-	if (vf_bytes_reserve(&b->buf, &b->cap, b->len + need + 4))
+	size_t s = sizeof(rec_hdr) + klen + plen;
+	s = (s + 3) & ~(size_t)3;
+	s += sizeof(float) * dim;
+	return (s + 7) & ~(size_t)7;
+}
+
+/* An unlinked temporary file in dir; -errno on failure. */
+static int tmpfile_in(const char *dir)
+{
+	int fd = -1;
+#ifdef O_TMPFILE
+	fd = vf_io_ops.open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+	if (fd >= 0)
+		return fd;
+#endif
+	char path[4200];
+	snprintf(path, sizeof path, "%s/" SPOOL_PREFIX "XXXXXX", dir);
+	fd = mkostemp(path, O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	unlink(path);
+	return fd;
+}
+
+void vf_batch_sweep(const char *dir)
+{
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	if (!d)
+		return;
+	while ((e = readdir(d)))
+		if (!strncmp(e->d_name, SPOOL_PREFIX, sizeof SPOOL_PREFIX - 1))
+			unlinkat(dirfd(d), e->d_name, 0);
+	closedir(d);
+}
+
+static int io_rc(int rc)
+{
+	return rc == -EDQUOT ? -ENOSPC : rc;
+}
+
+/* The spool file and its buffer, made at the first row: next to the store
+ * (its disk has room for the rows), else in TMPDIR. */
+static int spool_start(vecfs_batch *b)
+{
+	if (b->fd >= 0)
+		return 0;
+	int fd = tmpfile_in(b->v->store->dir);
+	if (fd < 0) {
+		const char *td = getenv("TMPDIR");
+		int fd2 = tmpfile_in(td && td[0] ? td : "/tmp");
+		if (fd2 < 0)
+			return io_rc(fd);
+		fd = fd2;
+	}
+	b->wbuf = vf_malloc(b->v->spool_bytes);
+	if (!b->wbuf) {
+		close(fd);
 		return -ENOMEM;
-	uint32_t n32 = (uint32_t)need;
-	memcpy(b->buf + b->len, &n32, 4);
-	vf_record_encode(b->buf + b->len + 4, r->key ? 1 : 0, b->dim, r->vec, r->key, klen,
-			 r->payload, r->payload_len);
-	b->len += need + 4;
-	b->nbuf++;
+	}
+	b->fd = fd;
 	return 0;
 }
 
-static int spool_fn(vf_txn *txn, void *arg)
+static int spool_flush(vecfs_batch *b)
 {
-	vecfs_batch *b = arg;
-	uint64_t row = b->spooled;
-	for (size_t off = 0; off < b->len; row++) {
-		uint32_t n32;
-		uint8_t k[16];
-		memcpy(&n32, b->buf + off, 4);
-		vf_be64(k, b->id);
-		vf_be64(k + 8, row);
-		int rc = vf_put(txn, b->v->store->staging, k, 16, b->buf + off + 4, n32, VF_APPEND);
-		if (rc)
-			return rc;
-		off += 4 + n32;
+	size_t off = 0;
+	while (off < b->wlen) {
+		ssize_t w = pwrite(b->fd, b->wbuf + off, b->wlen - off, (off_t)(b->fsize + off));
+		if (w < 0) {
+			if (errno == EINTR)
+				continue;
+			return io_rc(-errno);
+		}
+		off += (size_t)w;
+	}
+	b->fsize += b->wlen;
+	b->wlen = 0;
+	return 0;
+}
+
+static int spool_put(vecfs_batch *b, const void *p, size_t n)
+{
+	while (n) {
+		if (b->wlen == b->v->spool_bytes) {
+			int rc = spool_flush(b);
+			if (rc)
+				return rc;
+		}
+		size_t take = b->v->spool_bytes - b->wlen;
+		if (take > n)
+			take = n;
+		memcpy(b->wbuf + b->wlen, p, take);
+		b->wlen += take;
+		p = (const char *)p + take;
+		n -= take;
 	}
 	return 0;
 }
 
-static int batch_spool(vecfs_batch *b)
+static int spool_row(vecfs_batch *b, const vecfs_row *r, uint64_t tag)
 {
-	int rc = vf_write(b->v->store, spool_fn, b);
-	if (rc == 0) {
-		b->spooled += b->nbuf;
-		b->len = 0;
-		b->nbuf = 0;
-	}
-	return rc;
+	static const char zeros[8];
+	size_t klen = r->key ? r->keylen : 0, plen = r->payload_len;
+	size_t vbytes = sizeof(float) * b->dim;
+	rec_hdr h = {tag, (uint32_t)klen, (uint32_t)plen, r->key != NULL, 0};
+	size_t head = sizeof h + klen + plen, at = (head + 3) & ~(size_t)3;
+	size_t total = rec_size(klen, plen, b->dim);
+	int rc;
+	if ((rc = spool_start(b)) || (rc = spool_put(b, &h, sizeof h)) ||
+	    (rc = spool_put(b, r->key, klen)) || (rc = spool_put(b, r->payload, plen)) ||
+	    (rc = spool_put(b, zeros, at - head)) || (rc = spool_put(b, r->vec, vbytes)) ||
+	    (rc = spool_put(b, zeros, total - at - vbytes)))
+		return rc;
+	b->keyed |= klen || plen;
+	return 0;
 }
 
-int vecfs_batch_begin(vecfs *v, uint32_t dim, vecfs_batch **out)
+int vecfs_batch_begin(vecfs *v, uint32_t dim, unsigned flags, vecfs_batch **out)
 {
+	int del = (flags & VECFS_BATCH_DELETE) != 0;
+	if (del ? dim != 0 : dim == 0 || dim > VECFS_DIM_MAX)
+		return -EINVAL;
 	vecfs_batch *b = vf_calloc(1, sizeof *b);
 	int rc;
 	if (!b)
 		return -ENOMEM;
-	if (dim == 0 || dim > VECFS_DIM_MAX) {
-		free(b);
-		return -EINVAL;
-	}
 	if ((rc = vecfs_config_get(v, &b->cfg))) {
 		free(b);
 		return rc;
 	}
 	b->v = v;
 	b->dim = dim;
-	pthread_mutex_lock(&v->stat_mu);
-	b->id = ++v->next_batch;
-	pthread_mutex_unlock(&v->stat_mu);
+	b->flags = flags;
+	b->fd = -1;
 	*out = b;
 	return 0;
 }
@@ -101,184 +189,190 @@ uint64_t vecfs_batch_rows(const vecfs_batch *b)
 	return b->rows;
 }
 
-int vecfs_batch_add(vecfs_batch *b, const vecfs_row *rows, size_t n, size_t *bad_row,
-		    char *err, size_t errlen)
+int vecfs_batch_add(vecfs_batch *b, const vecfs_row *rows, const uint64_t *tags, size_t n,
+		    size_t *bad_row, char *err, size_t errlen)
 {
 	int rc;
+	if (b->fail_rc)
+		return b->fail_rc;
 	for (size_t i = 0; i < n; i++) {
-		if ((rc = vf_row_check_at(&b->cfg, rows, i, b->dim, b->rows + 1, bad_row, err,
-					  errlen)) ||
-		    (rc = batch_append(b, &rows[i])))
+		if (b->flags & VECFS_BATCH_DELETE) {
+			if (!rows[i].key || !vecfs_key_valid(rows[i].key, rows[i].keylen)) {
+				if (bad_row)
+					*bad_row = i;
+				vf_seterr(err, errlen, "row %llu: not a key",
+					  (unsigned long long)b->rows + 1);
+				return -EINVAL;
+			}
+		} else if ((rc = vf_row_check_at(&b->cfg, rows, i, b->dim, b->rows + 1, bad_row,
+						 err, errlen))) {
 			return rc;
+		}
+		if ((rc = spool_row(b, &rows[i], tags ? tags[i] : b->rows + 1))) {
+			vf_seterr(err, errlen, "cannot spool the row: %s", strerror(-rc));
+			return b->fail_rc = rc;
+		}
 		b->rows++;
-		if (b->len >= b->v->spool_bytes && (rc = batch_spool(b)))
-			return rc;
 	}
 	return 0;
 }
 
-static int drop_staged_fn(vf_txn *txn, void *arg)
+int vecfs_batch_filter(vecfs_batch *b, const char *filter, size_t len)
 {
-	vecfs_batch *b = arg;
-	uint8_t k0[8];
-	vf_be64(k0, b->id);
-	return vf_drop_prefix(txn, b->v->store->staging, k0, 8);
-}
-
-typedef struct commit_job {
-	vecfs_batch *b;
-	char *err;
-	size_t errlen;
-	int maint_due;
-	uint64_t live;
-} commit_job;
-
-/* Staged rows are committed a chunk at a time: a chunk is prepared
- * (vf_prepare(): nearest centroids and codes on every CPU), then its rows are
- * put in order.  A chunk holds at most VF_NEAR_CHUNK rows and about
- * COMMIT_CHUNK_BYTES of records. */
-#define COMMIT_CHUNK_BYTES (8u << 20)
-
-/* Copies of staged values (u32 length, record), as b->buf holds them: the
- * values a cursor returns do not outlive the writes that follow. */
-typedef struct staged_chunk {
-	uint8_t *buf;
-	size_t len, cap, n;
-} staged_chunk;
-
-static int chunk_add(staged_chunk *k, const void *data, size_t len)
-{
-	if (len > UINT32_MAX)
-		return -EIO;
-	if (vf_bytes_reserve(&k->buf, &k->cap, k->len + len + 4))
+	if (!(b->flags & VECFS_BATCH_DELETE))
+		return -EINVAL;
+	char *f = vf_malloc(len + 1);
+	if (!f)
 		return -ENOMEM;
-	uint32_t n32 = (uint32_t)len;
-	memcpy(k->buf + k->len, &n32, 4);
-	memcpy(k->buf + k->len + 4, data, len);
-	k->len += len + 4;
-	k->n++;
+	if (len)
+		memcpy(f, filter, len);
+	f[len] = 0;
+	free(b->filter);
+	b->filter = f;
+	b->filter_len = len;
+	b->has_filter = 1;
 	return 0;
 }
 
-/* Does a chunk of n records in `bytes` bytes take no more? */
-static int chunk_full(size_t n, size_t bytes)
+/* The rows (or keys) of the mapped spool, in an array of `each` bytes an
+ * entry behind the records, at map + b->fsize. */
+static void index_rows(const vecfs_batch *b, char *map)
 {
-	return n >= VF_NEAR_CHUNK || bytes >= COMMIT_CHUNK_BYTES;
-}
-
-/* Put the n staged records of buf[0..len) (u32 length, record) in order. */
-static int put_records(vf_put_ctx *c, const uint8_t *buf, size_t len, size_t n)
-{
-	vecfs_row *rows = vf_malloc(sizeof *rows * (n ? n : 1));
-	/* staged vectors may be unaligned: rows take aligned copies */
-	float *vecs = vf_malloc(sizeof(float) * c->dim * (n ? n : 1));
-	size_t i = 0;
-	int rc = rows && vecs ? 0 : -ENOMEM;
-	for (size_t off = 0; rc == 0 && off < len && i < n; i++) {
-		uint32_t n32;
-		vf_record r;
-		memcpy(&n32, buf + off, 4);
-		if (n32 > len - off - 4 || vf_record_decode(buf + off + 4, n32, &r) ||
-		    r.dim != c->dim) {
-			rc = -EIO;
-			break;
+	size_t off = 0;
+	if (b->flags & VECFS_BATCH_DELETE) {
+		vecfs_key *keys = (vecfs_key *)(void *)(map + b->fsize);
+		for (uint64_t i = 0; i < b->rows; i++) {
+			rec_hdr h;
+			memcpy(&h, map + off, sizeof h);
+			keys[i] = (vecfs_key){map + off + sizeof h, h.klen};
+			off += rec_size(h.klen, 0, 0);
 		}
-		memcpy(vecs + i * c->dim, r.vec, sizeof(float) * c->dim);
-		rows[i] = (vecfs_row){r.seq ? r.key : NULL, r.keylen, vecs + i * c->dim,
-				      r.payload, r.plen};
-		off += 4 + n32;
+		return;
 	}
-	if (rc == 0 && i != n)
-		rc = -EIO;
-	vf_prepared pre = {0};
-	if (rc == 0 && c->g && n > 1 && (rc = vf_prepare(c->v, c->g, rows, n, NULL, &pre)) == 0)
-		c->pre = &pre;
-	for (i = 0; rc == 0 && i < n; i++)
-		rc = vf_put_row(c, &rows[i]);
-	c->pre = NULL;
-	vf_prepared_free(&pre);
-	free(vecs);
-	free(rows);
-	return rc;
+	vecfs_row *rows = (vecfs_row *)(void *)(map + b->fsize);
+	if (!b->keyed) {
+		/* rows with neither key nor payload are all the same size:
+		 * their headers need no reading (a cache miss a row) */
+		size_t stride = rec_size(0, 0, b->dim), vec_at = (sizeof(rec_hdr) + 3) & ~(size_t)3;
+		for (uint64_t i = 0; i < b->rows; i++, off += stride)
+			rows[i] = (vecfs_row){NULL, 0, (const float *)(const void *)(map + off + vec_at),
+					      NULL, 0};
+		return;
+	}
+	for (uint64_t i = 0; i < b->rows; i++) {
+		rec_hdr h;
+		memcpy(&h, map + off, sizeof h);
+		const char *k = map + off + sizeof h;
+		size_t head = sizeof h + h.klen + h.plen;
+		rows[i] = (vecfs_row){h.haskey ? k : NULL, h.klen,
+				      (const float *)(const void *)(map + off + ((head + 3) & ~(size_t)3)),
+				      h.plen ? k + h.klen : NULL, h.plen};
+		off += rec_size(h.klen, h.plen, b->dim);
+	}
 }
 
-static int put_chunk(vf_put_ctx *c, staged_chunk *k)
+/* The tags of rows bad and first (each (size_t)-1 for none). */
+static void tags_of(const vecfs_batch *b, const char *map, size_t bad, size_t first,
+		    vecfs_batch_result *res)
 {
-	int rc = put_records(c, k->buf, k->len, k->n);
-	k->len = k->n = 0;
-	return rc;
+	size_t off = 0;
+	for (size_t i = 0; i < b->rows && (i <= bad || i <= first); i++) {
+		rec_hdr h;
+		memcpy(&h, map + off, sizeof h);
+		if (i == bad)
+			res->row = h.tag;
+		if (i == first)
+			res->first = h.tag;
+		off += rec_size(h.klen, h.plen, b->dim);
+	}
 }
 
-/* All rows, staged ones first (in order), then the ones in memory, in one
- * transaction; the staging area is emptied in the same transaction. */
-static int commit_fn(vf_txn *txn, void *arg)
+static void batch_free(vecfs_batch *b)
 {
-	commit_job *j = arg;
-	vecfs_batch *b = j->b;
-	vf_put_ctx c;
-	staged_chunk k = {0};
-	int rc = vf_put_begin(&c, b->v, txn, b->dim, j->err, j->errlen);
-	c.maint_due = &j->maint_due;
-	c.live = &j->live;
-	if (rc == 0 && b->spooled) {
-		vf_cursor *cur;
-		uint8_t k0[8];
-		vf_be64(k0, b->id);
-		vf_val key, d;
-		if ((rc = vf_cursor_open(txn, b->v->store->staging, &cur)) == 0) {
-			for (rc = vf_cursor_prefix(cur, k0, 8, &key, &d, VF_SEEK); rc == 0;
-			     rc = vf_cursor_prefix(cur, k0, 8, &key, &d, VF_NEXT))
-				if ((rc = chunk_add(&k, d.data, d.len)) ||
-				    (chunk_full(k.n, k.len) && (rc = put_chunk(&c, &k))))
-					break;
-			vf_cursor_close(cur);
-			if (rc == -ENOENT)
-				rc = 0;
-		}
-		if (rc == 0 && k.n)
-			rc = put_chunk(&c, &k);
-		if (rc == 0)
-			rc = drop_staged_fn(txn, b);
-	}
-	free(k.buf);
-	/* the rows in memory, a chunk at a time */
-	for (size_t off = 0; rc == 0 && off < b->len;) {
-		size_t end = off, n = 0;
-		while (end < b->len && !chunk_full(n, end - off)) {
-			uint32_t n32;
-			memcpy(&n32, b->buf + end, 4);
-			end += 4 + n32;
-			n++;
-		}
-		rc = put_records(&c, b->buf + off, end - off, n);
-		off = end;
-	}
-	return vf_put_end(&c, rc);
-}
-
-int vecfs_batch_commit(vecfs_batch *b, char *err, size_t errlen)
-{
-	commit_job j = {b, err, errlen, 0, 0};
-	int rc = b->rows ? vf_write(b->v->store, commit_fn, &j) : 0;
-	vecfs *v = b->v;
-	if (rc && b->spooled)
-		vf_write(v->store, drop_staged_fn, b);
-	free(b->buf);
+	if (b->fd >= 0)
+		close(b->fd);
+	free(b->wbuf);
+	free(b->filter);
 	free(b);
-	if (rc == 0) {
-		vf_hint_reserve(v->store, j.live);
-		vf_maybe_auto_build(v);
-		vf_maint_kick(v, j.maint_due);
+}
+
+/* Map the spool and commit its rows.  The row array's pages are allocated
+ * (posix_fallocate) before the mapping stores into them: on a full disk
+ * the commit fails with ENOSPC instead of a SIGBUS.  The mapping is
+ * shared: its pages stay page cache, not the process's own memory. */
+static int batch_commit(vecfs_batch *b, vecfs_batch_result *res, char *err, size_t errlen)
+{
+	int del = (b->flags & VECFS_BATCH_DELETE) != 0;
+	int rc;
+	if (b->fail_rc) {
+		vf_seterr(err, errlen, "cannot spool the rows: %s", strerror(-b->fail_rc));
+		return b->fail_rc;
 	}
+	if (b->rows == 0 && !(del && b->has_filter))
+		return 0;
+	char *map = NULL;
+	size_t total = 0;
+	if (b->rows) {
+		if ((rc = spool_flush(b))) {
+			vf_seterr(err, errlen, "cannot spool the rows: %s", strerror(-rc));
+			return rc;
+		}
+		size_t each = del ? sizeof(vecfs_key) : sizeof(vecfs_row);
+		total = (size_t)b->fsize + (size_t)b->rows * each;
+		if ((rc = posix_fallocate(b->fd, (off_t)b->fsize, (off_t)(total - b->fsize))) != 0) {
+			rc = io_rc(-rc);
+			vf_seterr(err, errlen, "cannot spool the rows: %s", strerror(-rc));
+			return rc;
+		}
+		map = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, b->fd, 0);
+		if (map == MAP_FAILED) {
+			rc = -errno;
+			vf_seterr(err, errlen, "cannot map the spooled rows: %s", strerror(-rc));
+			return rc;
+		}
+		index_rows(b, map);
+	}
+	size_t bad = (size_t)-1, first = (size_t)-1;
+	if (del) {
+		rc = vecfs_delete_many(b->v, map ? (const vecfs_key *)(const void *)(map + b->fsize) : NULL,
+				       b->rows, b->has_filter ? b->filter : NULL, b->filter_len,
+				       &res->deleted, err, errlen);
+	} else {
+		const vecfs_row *rows = (const vecfs_row *)(const void *)(map + b->fsize);
+		if (b->flags & VECFS_BATCH_UNIQUE)
+			rc = vecfs_put_unique(b->v, rows, b->rows, b->dim, &bad, &first, err, errlen);
+		else
+			rc = vecfs_put(b->v, rows, b->rows, b->dim, &bad, err, errlen);
+		if (rc && bad < b->rows) {
+			tags_of(b, map, bad, first, res);
+			if (first < b->rows) {
+				res->keylen = rows[bad].keylen;
+				memcpy(res->key, rows[bad].key, res->keylen);
+				res->key[res->keylen] = 0;
+				vf_seterr(err, errlen, "key '%.*s' given twice, rows %llu and %llu",
+					  (int)res->keylen, res->key, (unsigned long long)res->first,
+					  (unsigned long long)res->row);
+			}
+		}
+	}
+	if (map)
+		munmap(map, total);
+	return rc;
+}
+
+int vecfs_batch_commit(vecfs_batch *b, vecfs_batch_result *res, char *err, size_t errlen)
+{
+	vecfs_batch_result own;
+	if (!res)
+		res = &own;
+	memset(res, 0, sizeof *res);
+	int rc = batch_commit(b, res, err, errlen);
+	batch_free(b);
 	return rc;
 }
 
 void vecfs_batch_abort(vecfs_batch *b)
 {
-	if (!b)
-		return;
-	if (b->spooled)
-		vf_write(b->v->store, drop_staged_fn, b);
-	free(b->buf);
-	free(b);
+	if (b)
+		batch_free(b);
 }

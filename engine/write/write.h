@@ -30,6 +30,11 @@ typedef struct vf_put_ctx {
 	int64_t export_delta;     /* how the export's length moves */
 } vf_put_ctx;
 
+/* Remove the spool files of batches (batch.c) that a crash left in the
+ * store's directory dir; they are unlinked when made, so only a crash
+ * between their making and their unlinking leaves one. */
+void vf_batch_sweep(const char *dir);
+
 /* Is the row acceptable for a store configured as cfg? 0 or -EINVAL with
  * the reason in err. */
 int vf_row_check(const vecfs_config *cfg, const vecfs_row *row, uint32_t dim,
