@@ -79,6 +79,9 @@ struct kind_dir_ops {
 		       unsigned flags);
 };
 
+/* The handler `op` of directory p's row, or NULL. */
+#define DIR_OP(p, op) (kind_of(p)->dops ? kind_of(p)->dops->op : NULL)
+
 /* Refuse `verb` (the command's name, or "") of name in directory p
  * (dm->tree.mu held, released here): an errors line "VERB PATH: why",
  * PATH naming the entry as p's path and name (in the root: root and

@@ -831,8 +831,7 @@ void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
 	if (!p)
 		return;
 	int err = 0;
-	node *(*make)(fuse_req_t, node *, const char *, int, int *) =
-		kind_of(p)->dops ? kind_of(p)->dops->create : NULL;
+	node *(*make)(fuse_req_t, node *, const char *, int, int *) = DIR_OP(p, create);
 	node *n = make ? make(req, p, name, fi->flags, &err) : create_refused(req, p, name, &err);
 	if (!n) {
 		fuse_reply_err(req, err);

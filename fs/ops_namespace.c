@@ -25,9 +25,6 @@
 #define RENAME_EXCHANGE (1 << 1)
 #endif
 
-/* The handler `op` of directory p's row, or NULL. */
-#define DIR_OP(p, op) (kind_of(p)->dops ? kind_of(p)->dops->op : NULL)
-
 void op_readlink(fuse_req_t req, fuse_ino_t ino)
 {
 	fs_daemon *dm = fuse_req_userdata(req);
