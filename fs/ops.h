@@ -61,7 +61,7 @@ int ingest_busy(fs_daemon *dm, const char *name);
  * with dm->tree.mu held and p the directory (its node), releases the lock
  * and answers req, but create, which returns what op_create() opens.  A
  * NULL member, or a row without any, refuses the operation as op_*()
- * say: EPERM and an errors line (rmdir: ENOTDIR, without). */
+ * say: EPERM and an errors line (rmdir: ENOTDIR and no line). */
 struct kind_dir_ops {
 	/* create(2) of name with open flags `flags`: the node to open, with
 	 * dm->tree.mu still held; or NULL with it released, the errno in *err
