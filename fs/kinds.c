@@ -471,6 +471,22 @@ static int size_tmplink(fs_daemon *dm, node *n, const vecfs_attrs *sa, uint64_t 
 	return 0;
 }
 
+static int readlink_active(fs_daemon *dm, node *n, char **target)
+{
+	uint64_t a = vecfs_active(dm->store);
+	if (!a)
+		return -ENOENT;
+	return asprintf(target, "%llu", (unsigned long long)a) < 0 ? -ENOMEM : 0;
+}
+
+static int readlink_tmplink(fs_daemon *dm, node *n, char **target)
+{
+	pthread_mutex_lock(&dm->tree.mu);
+	*target = strdup(n->target);
+	pthread_mutex_unlock(&dm->tree.mu);
+	return *target ? 0 : -ENOMEM;
+}
+
 /* A generation's directory is there while the generation is. */
 static int size_gen(fs_daemon *dm, node *n, const vecfs_attrs *sa, uint64_t *size)
 {
@@ -551,11 +567,13 @@ KIND(ACTIVE) = {
 	.name = "active", .parent = K_GENS, .mode = LNK_MODE,
 	.flags = KF_STORE_ATTRS,
 	.size = size_active, .time = time_gens,
+	.readlink = readlink_active,
 };
 KIND(TMPLINK) = {
 	.parent = K_GENS, .mode = LNK_MODE,
 	.flags = KF_LINKED,
 	.size = size_tmplink,
+	.readlink = readlink_tmplink,
 };
 KIND(GEN) = {
 	.parent = K_GENS, .mode = DIR_MODE(0555),
@@ -608,7 +626,7 @@ int kinds_check(void)
 		const fs_kind *r = kinds[k];
 		int fixed = k == K_ROOT || (r->name && r->parent <= FIXED_MAX);
 		if (fixed != (k <= FIXED_MAX) || (S_ISDIR(r->mode) && !r->list && k != K_RECORDS) ||
-		    (r->dops && !S_ISDIR(r->mode)))
+		    (r->dops && !S_ISDIR(r->mode)) || (S_ISLNK(r->mode) != !!r->readlink))
 			return k;
 	}
 	return 0;

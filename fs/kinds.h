@@ -3,7 +3,8 @@
  * kinds.c (struct fs_kind): its name where fixed, its directory, its mode,
  * what it does (KF_ flags) and the functions that give its content, size
  * and time, find names in it and list it (a directory), handle its
- * opens and make, remove and rename names in it (a directory).  The
+ * opens, make, remove and rename names in it (a directory) and give its
+ * target (a symlink).  The
  * operations look a node's row up (kind_of()) instead of testing kinds.
  */
 #ifndef VECFS_FS_KINDS_H
@@ -101,6 +102,8 @@ typedef struct fs_kind {
 	 * rename (NULL: each refused, with EPERM and an errors line; rmdir
 	 * with ENOTDIR). */
 	const kind_dir_ops *dops;
+	/* A symlink's target, malloc()ed into *target: 0 or -errno. */
+	int (*readlink)(fs_daemon *dm, struct node *n, char **target);
 } fs_kind;
 
 /* The row of a kind (K_NONE's for a kind out of range). */
@@ -112,8 +115,8 @@ int entry_kind(int dirkind, const char *name);
 
 /* 0 when the rows fit the tree: the fixed entries (a fixed name in a
  * fixed directory) are the kinds up to FIXED_MAX, every directory but
- * records/ has a list, and only directories have directory operations;
- * else the first kind that does not. */
+ * records/ has a list, only directories have directory operations and
+ * every symlink has a readlink; else the first kind that does not. */
 int kinds_check(void);
 
 #endif

@@ -2,8 +2,8 @@
  * fs/ops_namespace.c - FUSE mknod, mkdir, rmdir, unlink, symlink, rename
  * and readlink, and the directory operations of each kind (kind_dir_ops,
  * ops.h): query sessions, deletes, generations and the `active` link.
- * Each operation calls the handler of its directory's row; a directory
- * without one refuses it as below.
+ * Each operation calls the handler of its directory's row (readlink: of
+ * the link's); a directory without one refuses it as below.
  */
 #include "ops.h"
 
@@ -28,26 +28,14 @@
 void op_readlink(fuse_req_t req, fuse_ino_t ino)
 {
 	fs_daemon *dm = fuse_req_userdata(req);
-	char t[32];
-	pthread_mutex_lock(&dm->tree.mu);
-	node *n = get_node(dm, ino);
-	char *target = n && n->kind == K_TMPLINK ? strdup(n->target) : NULL;
-	pthread_mutex_unlock(&dm->tree.mu);
-	if (n && n->kind == K_ACTIVE) {
-		uint64_t a = vecfs_active(dm->store);
-		if (!a) {
-			fuse_reply_err(req, ENOENT);
-			return;
-		}
-		snprintf(t, sizeof t, "%llu", (unsigned long long)a);
-		fuse_reply_readlink(req, t);
-		return;
-	}
-	if (!target) {
-		fuse_reply_err(req, n && n->kind == K_TMPLINK ? ENOMEM : EINVAL);
-		return;
-	}
-	fuse_reply_readlink(req, target);
+	node *n = get_locked(dm, ino);
+	int (*target_of)(fs_daemon *, node *, char **) = n ? kind_of(n)->readlink : NULL;
+	char *target = NULL;
+	int rc = target_of ? target_of(dm, n, &target) : -EINVAL;
+	if (rc)
+		fuse_reply_err(req, -rc);
+	else
+		fuse_reply_readlink(req, target);
 	free(target);
 }
 

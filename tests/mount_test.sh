@@ -928,8 +928,9 @@ fi
 
 # ---------------------------------------------------------------- what each directory allows
 # Every operation that makes, removes or renames a name (mknod, create,
-# mkdir, symlink, rename in the directory and into ingest/, unlink, rmdir)
-# on an entry of each directory: the errno, and the errors line written.
+# mkdir, symlink, rename in the directory and into ingest/, unlink, rmdir),
+# and readlink, on an entry of each directory: the errno (readlink: the
+# target), and the errors line written.
 cat >"$TMP/dirops.py" <<'EOF'
 import errno, os, re, sys
 M = sys.argv[1]
@@ -939,11 +940,12 @@ def errs():
         return f.read().splitlines()
 seen = len(errs())
 for d, names in (("", ["README", "nosuch"]), ("ingest/", ["bad.zzz"]), ("records/", ["ka"]),
-                 ("query/", ["qb"]), ("query/qa/", ["out"]), ("generations/", [G, "active"]),
+                 ("query/", ["qb"]), ("query/qa/", ["out"]), ("generations/", [G, "active", G + "_l"]),
                  ("generations/" + G + "/", ["meta"])):
     for n in names:
         p = M + "/" + d + n
-        for op, fn in (("mknod", lambda: os.mknod(p + "_n")),
+        for op, fn in (("readlink", lambda: os.readlink(p)),
+                       ("mknod", lambda: os.mknod(p + "_n")),
                        ("create", lambda: os.close(os.open(p + "_c", os.O_CREAT | os.O_WRONLY, 0o600))),
                        ("mkdir", lambda: os.mkdir(p + "_d")),
                        ("symlink", lambda: os.symlink("7", p + "_l")),
@@ -952,8 +954,7 @@ for d, names in (("", ["README", "nosuch"]), ("ingest/", ["bad.zzz"]), ("records
                        ("unlink", lambda: os.unlink(p)),
                        ("rmdir", lambda: os.rmdir(p))):
             try:
-                fn()
-                out = "ok"
+                out = fn() or "ok"
             except OSError as e:
                 out = errno.errorcode.get(e.errno, str(e.errno))
             lines = errs()
@@ -962,6 +963,7 @@ for d, names in (("", ["README", "nosuch"]), ("ingest/", ["bad.zzz"]), ("records
             print(re.sub(r"(?<![0-9a-z])%s(?![0-9])" % G, "GEN", f"{op} {d}{n}: {out} {new}".rstrip()))
 EOF
 cat >"$TMP/dirops.want" <<'EOF'
+readlink README: EINVAL
 mknod README: EPERM mknod /README_n: no file or node can be made here
 create README: EPERM README_c: files cannot be created here (write into ingest/)
 mkdir README: EPERM mkdir /README_d: directories can only be made in query/
@@ -970,6 +972,7 @@ rename README: EPERM mv //README //README_r: only symlinks in generations/ can b
 rename-to-ingest README: EXDEV mv //README ingest/README_x: only symlinks in generations/ can be renamed (onto active)
 unlink README: EPERM rm README: cannot be removed
 rmdir README: ENOTDIR
+readlink nosuch: ENOENT
 mknod nosuch: EPERM mknod /nosuch_n: no file or node can be made here
 create nosuch: EPERM nosuch_c: files cannot be created here (write into ingest/)
 mkdir nosuch: EPERM mkdir /nosuch_d: directories can only be made in query/
@@ -978,6 +981,7 @@ rename nosuch: ENOENT
 rename-to-ingest nosuch: ENOENT
 unlink nosuch: ENOENT
 rmdir nosuch: ENOENT
+readlink ingest/bad.zzz: ENOENT
 mknod ingest/bad.zzz: EPERM mknod ingest/bad.zzz_n: files are made here by opening them for writing (cp, >, open)
 create ingest/bad.zzz: EINVAL ingest/bad.zzz_c: unknown file type: the name must end in .csv, .tsv, .txt, .jsonl, .ndjson, .fvecs, .bvecs or .npy (then .part for a staged file)
 mkdir ingest/bad.zzz: EPERM mkdir ingest/bad.zzz_d: directories can only be made in query/
@@ -986,6 +990,7 @@ rename ingest/bad.zzz: ENOENT
 rename-to-ingest ingest/bad.zzz: ENOENT
 unlink ingest/bad.zzz: ENOENT
 rmdir ingest/bad.zzz: ENOENT
+readlink records/ka: EINVAL
 mknod records/ka: EPERM mknod records/ka_n: no file or node can be made here
 create records/ka: EPERM records/ka_c: records are made by writing files into ingest/
 mkdir records/ka: EPERM mkdir records/ka_d: directories can only be made in query/
@@ -994,6 +999,7 @@ rename records/ka: EPERM mv records/ka records/ka_r: only symlinks in generation
 rename-to-ingest records/ka: EXDEV mv records/ka ingest/ka_x: only symlinks in generations/ can be renamed (onto active)
 unlink records/ka: ok
 rmdir records/ka: ENOENT
+readlink query/qb: ENOENT
 mknod query/qb: EPERM mknod query/qb_n: no file or node can be made here
 create query/qb: EPERM query/qb_c: make a session with mkdir query/ID
 mkdir query/qb: ok
@@ -1002,6 +1008,7 @@ rename query/qb: ENOENT
 rename-to-ingest query/qb: ENOENT
 unlink query/qb: ENOENT
 rmdir query/qb: ENOENT
+readlink query/qa/out: EINVAL
 mknod query/qa/out: EPERM mknod query/qa/out_n: no file or node can be made here
 create query/qa/out: EPERM query/qa/out_c: a session holds only in, out, out.json and stats
 mkdir query/qa/out: EPERM mkdir query/qa/out_d: directories can only be made in query/
@@ -1010,6 +1017,7 @@ rename query/qa/out: EPERM mv query/qa/out query/qa/out_r: only symlinks in gene
 rename-to-ingest query/qa/out: EXDEV mv query/qa/out ingest/out_x: only symlinks in generations/ can be renamed (onto active)
 unlink query/qa/out: ok
 rmdir query/qa/out: ENOTDIR
+readlink generations/GEN: EINVAL
 mknod generations/GEN: EPERM mknod generations/GEN_n: no file or node can be made here
 create generations/GEN: EACCES generations/GEN_c: generations are read-only
 mkdir generations/GEN: EACCES mkdir generations/GEN_d: generations are made by writing `build` to ctl
@@ -1018,6 +1026,7 @@ rename generations/GEN: EPERM mv generations/GEN: generations and active cannot 
 rename-to-ingest generations/GEN: EXDEV mv generations/GEN ingest/GEN_x: only symlinks in generations/ can be renamed (onto active)
 unlink generations/GEN: EISDIR
 rmdir generations/GEN: EBUSY rmdir generations/GEN: it is the active generation, or still building
+readlink generations/active: GEN
 mknod generations/active: EPERM mknod generations/active_n: no file or node can be made here
 create generations/active: EACCES generations/active_c: generations are read-only
 mkdir generations/active: EACCES mkdir generations/active_d: generations are made by writing `build` to ctl
@@ -1026,6 +1035,16 @@ rename generations/active: EPERM mv generations/active: generations and active c
 rename-to-ingest generations/active: EXDEV mv generations/active ingest/active_x: only symlinks in generations/ can be renamed (onto active)
 unlink generations/active: EPERM rm generations/active: active cannot be removed; flip it with `ln -sfn GEN generations/active`
 rmdir generations/active: ENOTDIR
+readlink generations/GEN_l: 7
+mknod generations/GEN_l: EPERM mknod generations/GEN_l_n: no file or node can be made here
+create generations/GEN_l: EACCES generations/GEN_l_c: generations are read-only
+mkdir generations/GEN_l: EACCES mkdir generations/GEN_l_d: generations are made by writing `build` to ctl
+symlink generations/GEN_l: ok
+rename generations/GEN_l: ok
+rename-to-ingest generations/GEN_l: ENOENT
+unlink generations/GEN_l: ENOENT
+rmdir generations/GEN_l: ENOENT
+readlink generations/GEN/meta: EINVAL
 mknod generations/GEN/meta: EPERM mknod generations/GEN/meta_n: no file or node can be made here
 create generations/GEN/meta: EACCES generations/GEN/meta_c: generations are read-only
 mkdir generations/GEN/meta: EACCES mkdir generations/GEN/meta_d: generations are made by writing `build` to ctl
