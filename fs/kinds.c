@@ -188,6 +188,7 @@ KIND(ROOT) = {
 	.name = "", .parent = K_NONE, .mode = DIR_MODE(0755),
 	.flags = KF_STORE_ATTRS | KF_ATTRS_KEPT | KF_ENTRY_KEPT,
 	.time = time_created, .list = list_fixed,
+	.dops = &root_dir_ops,
 };
 KIND(README) = {
 	.name = "README", .parent = K_ROOT, .mode = REG_MODE(0444),
@@ -249,6 +250,7 @@ KIND(INGEST) = {
 	.flags = KF_ATTRS_KEPT | KF_ENTRY_KEPT,
 	.list = list_linked,
 	.lookup = lookup_linked,
+	.dops = &ingest_dir_ops,
 };
 KIND(INGEST_FILE) = {
 	.parent = K_INGEST, .mode = REG_MODE(0200),
@@ -314,6 +316,7 @@ KIND(RECORDS) = {
 	.flags = KF_STORE_ATTRS | KF_ATTRS_KEPT | KF_ENTRY_KEPT,
 	.time = time_records,
 	.lookup = lookup_record,
+	.dops = &records_dir_ops,
 };
 KIND(RECORD) = {
 	.parent = K_RECORDS, .mode = REG_MODE(0400),
@@ -366,11 +369,13 @@ KIND(QUERY) = {
 	.flags = KF_ATTRS_KEPT | KF_ENTRY_KEPT,
 	.list = list_linked,
 	.lookup = lookup_linked,
+	.dops = &query_dir_ops,
 };
 KIND(SESSION) = {
 	.parent = K_QUERY, .mode = DIR_MODE(0700),
 	.flags = KF_ATTRS_KEPT | KF_ENTRY_KEPT | KF_LINKED,
 	.list = list_fixed,
+	.dops = &session_dir_ops,
 };
 KIND(QIN) = {
 	.name = "in", .parent = K_SESSION, .mode = REG_MODE(0600),
@@ -466,6 +471,22 @@ static int size_tmplink(fs_daemon *dm, node *n, const vecfs_attrs *sa, uint64_t 
 	return 0;
 }
 
+static int readlink_active(fs_daemon *dm, node *n, char **target)
+{
+	uint64_t a = vecfs_active(dm->store);
+	if (!a)
+		return -ENOENT;
+	return asprintf(target, "%llu", (unsigned long long)a) < 0 ? -ENOMEM : 0;
+}
+
+static int readlink_tmplink(fs_daemon *dm, node *n, char **target)
+{
+	pthread_mutex_lock(&dm->tree.mu);
+	*target = strdup(n->target);
+	pthread_mutex_unlock(&dm->tree.mu);
+	return *target ? 0 : -ENOMEM;
+}
+
 /* A generation's directory is there while the generation is. */
 static int size_gen(fs_daemon *dm, node *n, const vecfs_attrs *sa, uint64_t *size)
 {
@@ -540,20 +561,24 @@ KIND(GENS) = {
 	.flags = KF_STORE_ATTRS | KF_ATTRS_KEPT | KF_ENTRY_KEPT,
 	.time = time_gens, .list = list_gens,
 	.lookup = lookup_gens,
+	.dops = &gens_dir_ops,
 };
 KIND(ACTIVE) = {
 	.name = "active", .parent = K_GENS, .mode = LNK_MODE,
 	.flags = KF_STORE_ATTRS,
 	.size = size_active, .time = time_gens,
+	.readlink = readlink_active,
 };
 KIND(TMPLINK) = {
 	.parent = K_GENS, .mode = LNK_MODE,
 	.flags = KF_LINKED,
 	.size = size_tmplink,
+	.readlink = readlink_tmplink,
 };
 KIND(GEN) = {
 	.parent = K_GENS, .mode = DIR_MODE(0555),
 	.size = size_gen, .time = time_gen, .list = list_gen,
+	.dops = &gen_dir_ops,
 };
 KIND(GMETA) = {
 	.name = "meta", .parent = K_GEN, .mode = REG_MODE(0444),
@@ -600,7 +625,8 @@ int kinds_check(void)
 	for (int k = K_NONE + 1; k < K_COUNT; k++) {
 		const fs_kind *r = kinds[k];
 		int fixed = k == K_ROOT || (r->name && r->parent <= FIXED_MAX);
-		if (fixed != (k <= FIXED_MAX) || (S_ISDIR(r->mode) && !r->list && k != K_RECORDS))
+		if (fixed != (k <= FIXED_MAX) || (S_ISDIR(r->mode) && !r->list && k != K_RECORDS) ||
+		    (r->dops && !S_ISDIR(r->mode)) || (S_ISLNK(r->mode) != !!r->readlink))
 			return k;
 	}
 	return 0;

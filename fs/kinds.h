@@ -2,9 +2,10 @@
  * fs/kinds.h - the kinds of file under the mount.  Each kind is one row of
  * kinds.c (struct fs_kind): its name where fixed, its directory, its mode,
  * what it does (KF_ flags) and the functions that give its content, size
- * and time, find names in it and list it (a directory) and handle its
- * opens.  The operations look a node's row up (kind_of()) instead of
- * testing kinds.
+ * and time, find names in it and list it (a directory), handle its
+ * opens, make, remove and rename names in it (a directory) and give its
+ * target (a symlink).  The
+ * operations look a node's row up (kind_of()) instead of testing kinds.
  */
 #ifndef VECFS_FS_KINDS_H
 #define VECFS_FS_KINDS_H
@@ -61,6 +62,12 @@ typedef struct kind_file_ops kind_file_ops;
 extern const kind_file_ops config_file_ops, ctl_file_ops, errors_file_ops, backup_file_ops,
 	export_file_ops, delete_file_ops, ingest_file_ops, query_in_file_ops, results_file_ops;
 
+/* What a directory does when a name in it is made, removed or renamed,
+ * where ops_namespace.c defines it (struct in ops.h). */
+typedef struct kind_dir_ops kind_dir_ops;
+extern const kind_dir_ops root_dir_ops, ingest_dir_ops, records_dir_ops, query_dir_ops,
+	session_dir_ops, gens_dir_ops, gen_dir_ops;
+
 typedef struct fs_kind {
 	const char *name; /* where fixed; NULL: each node's own */
 	int parent;       /* the kind of its directory (K_NONE: the root's) */
@@ -91,6 +98,12 @@ typedef struct fs_kind {
 	 * own (NULL: a readable file is rendered at the open, and none of the
 	 * rest is its own). */
 	const kind_file_ops *fops;
+	/* A directory's create, mknod, mkdir, rmdir, unlink, symlink and
+	 * rename (NULL: each refused, with EPERM and an errors line; rmdir
+	 * with ENOTDIR). */
+	const kind_dir_ops *dops;
+	/* A symlink's target, malloc()ed into *target: 0 or -errno. */
+	int (*readlink)(fs_daemon *dm, struct node *n, char **target);
 } fs_kind;
 
 /* The row of a kind (K_NONE's for a kind out of range). */
@@ -101,8 +114,9 @@ const fs_kind *kind_row(int kind);
 int entry_kind(int dirkind, const char *name);
 
 /* 0 when the rows fit the tree: the fixed entries (a fixed name in a
- * fixed directory) are the kinds up to FIXED_MAX, and every directory but
- * records/ has a list; else the first kind that does not. */
+ * fixed directory) are the kinds up to FIXED_MAX, every directory but
+ * records/ has a list, only directories have directory operations and
+ * every symlink has a readlink; else the first kind that does not. */
 int kinds_check(void);
 
 #endif

@@ -3,7 +3,8 @@
  *   ops.c            init, statfs and the table of operations
  *   ops_lookup.c     lookup, forget, getattr (entries and attributes)
  *   ops_file.c       create, open, read, write, flush, release, fsync, setattr
- *   ops_namespace.c  mkdir, rmdir, unlink, symlink, rename, readlink
+ *   ops_namespace.c  mknod, mkdir, rmdir, unlink, symlink, rename, readlink;
+ *                    the directory operations of each kind (kind_dir_ops)
  *   ops_dir.c        opendir, readdir, releasedir, fsyncdir
  *   ops_xattr.c      getxattr, listxattr, setxattr, removexattr
  */
@@ -50,8 +51,43 @@ void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
 void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi);
 void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
 		struct fuse_file_info *fi);
+/* A second writer of ingest file `name`: -EBUSY, with an errors line. */
+int ingest_busy(fs_daemon *dm, const char *name);
 
 /* ---------------------------------------------------------------- ops_namespace.c */
+
+/* What a directory does of its own when a name in it is made, removed or
+ * renamed: a directory's row names them (kinds.h, .dops).  Each is called
+ * with dm->tree.mu held and p the directory (its node), releases the lock
+ * and answers req, but create, which returns what op_create() opens.  A
+ * NULL member, or a row without any, refuses the operation as op_*()
+ * say: EPERM and an errors line (rmdir: ENOTDIR and no line). */
+struct kind_dir_ops {
+	/* create(2) of name with open flags `flags`: the node to open, with
+	 * dm->tree.mu still held; or NULL with it released, the errno in *err
+	 * and its errors line written. */
+	node *(*create)(fuse_req_t req, node *p, const char *name, int flags, int *err);
+	void (*mknod)(fuse_req_t req, node *p, const char *name);
+	void (*mkdir)(fuse_req_t req, node *p, const char *name);
+	void (*rmdir)(fuse_req_t req, node *p, const char *name);
+	void (*unlink)(fuse_req_t req, node *p, const char *name);
+	/* ln -s link p/name */
+	void (*symlink)(fuse_req_t req, node *p, const char *link, const char *name);
+	/* mv p/name np/newname, np a directory of p's kind (a directory of a
+	 * fixed kind: p itself); flags: RENAME_NOREPLACE, or 0. */
+	void (*rename)(fuse_req_t req, node *p, const char *name, node *np, const char *newname,
+		       unsigned flags);
+};
+
+/* The handler `op` of directory p's row, or NULL. */
+#define DIR_OP(p, op) (kind_of(p)->dops ? kind_of(p)->dops->op : NULL)
+
+/* Refuse `verb` (the command's name, or "") of name in directory p
+ * (dm->tree.mu held, released here): an errors line "VERB PATH: why",
+ * PATH naming the entry as p's path and name (in the root: root and
+ * name); returns err. */
+int dir_refuse(fuse_req_t req, node *p, const char *verb, const char *root, const char *name, int err,
+	       const char *why);
 
 void op_readlink(fuse_req_t req, fuse_ino_t ino);
 void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode);

@@ -258,8 +258,7 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
  * kinds.c): config, ctl, errors, backup, export.jsonl, delete, the files of
  * ingest/, a session's in and its results. */
 
-/* A second writer of an ingest file: -EBUSY, with an errors line. */
-static int ingest_busy(fs_daemon *dm, const char *name)
+int ingest_busy(fs_daemon *dm, const char *name)
 {
 	errlog(&dm->errors, "ingest/%s: is being written; another writer may open it once it is "
 	       "closed (several writers share a NAME.part file)", name);
@@ -812,6 +811,16 @@ static void undo_create(fs_daemon *dm, node *n)
 	pthread_mutex_unlock(&dm->tree.mu);
 }
 
+/* A create in a directory whose row makes no files (dm->tree.mu held,
+ * released here): NULL, *err EPERM (ENOTDIR: p is not a directory). */
+static node *create_refused(fuse_req_t req, node *p, const char *name, int *err)
+{
+	*err = dir_refuse(req, p, "", "", name, S_ISDIR(kind_of(p)->mode) ? EPERM : ENOTDIR,
+			  "files cannot be created here (write into ingest/)");
+	return NULL;
+}
+
+/* Made by the directory's create (kind_dir_ops), then opened. */
 void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
 		      struct fuse_file_info *fi)
 {
@@ -821,73 +830,11 @@ void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
 	node *p = lock_parent(req, parent);
 	if (!p)
 		return;
-	node *n = NULL;
-	if (p->kind == K_INGEST) {
-		int fmt = ingest_format_staged(name);
-		if (fmt < 0) {
-			pthread_mutex_unlock(&dm->tree.mu);
-			errlog(&dm->errors, "ingest/%s: unknown file type: the name must end in .csv, .tsv, .txt, .jsonl, .ndjson, .fvecs, .bvecs or .npy (then .part for a staged file)",
-			       name);
-			fuse_reply_err(req, EINVAL);
-			return;
-		}
-		n = find_name(dm, parent, name);
-		if (n && (fi->flags & O_EXCL)) {
-			pthread_mutex_unlock(&dm->tree.mu);
-			fuse_reply_err(req, EEXIST);
-			return;
-		}
-		if (n && ingest_done(n->ing)) {
-			unlink_name(dm, n); /* committed, and about to leave */
-			n = NULL;
-		}
-		if (n && !ingest_is_staged(name)) {
-			pthread_mutex_unlock(&dm->tree.mu);
-			fuse_reply_err(req, -ingest_busy(dm, name));
-			return;
-		}
-		if (!n) {
-			n = new_node(dm, K_INGEST_FILE, parent, name);
-			if (n && !(n->ing = ingest_new(dm, name, fmt, (uint64_t)fuse_req_ctx(req)->pid))) {
-				maybe_free(dm, n);
-				n = NULL;
-			}
-			if (!n) {
-				pthread_mutex_unlock(&dm->tree.mu);
-				fuse_reply_err(req, ENOMEM);
-				return;
-			}
-			link_name(dm, n);
-		}
-	} else if (p->kind == K_SESSION && !strcmp(name, "in")) {
-		int err;
-		n = child_locked(dm, p, name, &err);
-		if (!n) {
-			pthread_mutex_unlock(&dm->tree.mu);
-			fuse_reply_err(req, err);
-			return;
-		}
-	} else {
-		char path[600];
-		kind_path(dm, p, path, sizeof path);
-		pthread_mutex_unlock(&dm->tree.mu);
-		if (p->kind == K_GEN || p->kind == K_GENS) {
-			errlog(&dm->errors, "%s/%s: generations are read-only", path, name);
-			fuse_reply_err(req, EACCES);
-		} else if (p->kind == K_RECORDS) {
-			errlog(&dm->errors, "records/%s: records are made by writing files into ingest/", name);
-			fuse_reply_err(req, EPERM);
-		} else if (p->kind == K_QUERY) {
-			errlog(&dm->errors, "query/%s: make a session with mkdir query/ID", name);
-			fuse_reply_err(req, EPERM);
-		} else if (p->kind == K_SESSION) {
-			errlog(&dm->errors, "%s/%s: a session holds only in, out, out.json and stats", path, name);
-			fuse_reply_err(req, EPERM);
-		} else {
-			errlog(&dm->errors, "%s%s: files cannot be created here (write into ingest/)",
-			       p->kind == K_ROOT ? "" : path, name);
-			fuse_reply_err(req, p->kind == K_ROOT ? EPERM : ENOTDIR);
-		}
+	int err = 0;
+	node *(*make)(fuse_req_t, node *, const char *, int, int *) = DIR_OP(p, create);
+	node *n = make ? make(req, p, name, fi->flags, &err) : create_refused(req, p, name, &err);
+	if (!n) {
+		fuse_reply_err(req, err);
 		return;
 	}
 	n->nlookup++;

@@ -1,10 +1,14 @@
 /*
- * fs/ops_namespace.c - FUSE mkdir, rmdir, unlink, symlink, rename and
- * readlink: query sessions, deletes, generations and the `active` link.
+ * fs/ops_namespace.c - FUSE mknod, mkdir, rmdir, unlink, symlink, rename
+ * and readlink, and the directory operations of each kind (kind_dir_ops,
+ * ops.h): query sessions, deletes, generations and the `active` link.
+ * Each operation calls the handler of its directory's row (readlink: of
+ * the link's); a directory without one refuses it as below.
  */
 #include "ops.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,28 +28,336 @@
 void op_readlink(fuse_req_t req, fuse_ino_t ino)
 {
 	fs_daemon *dm = fuse_req_userdata(req);
-	char t[32];
-	pthread_mutex_lock(&dm->tree.mu);
-	node *n = get_node(dm, ino);
-	char *target = n && n->kind == K_TMPLINK ? strdup(n->target) : NULL;
-	pthread_mutex_unlock(&dm->tree.mu);
-	if (n && n->kind == K_ACTIVE) {
-		uint64_t a = vecfs_active(dm->store);
-		if (!a) {
-			fuse_reply_err(req, ENOENT);
-			return;
-		}
-		snprintf(t, sizeof t, "%llu", (unsigned long long)a);
-		fuse_reply_readlink(req, t);
-		return;
-	}
-	if (!target) {
-		fuse_reply_err(req, n && n->kind == K_TMPLINK ? ENOMEM : EINVAL);
-		return;
-	}
-	fuse_reply_readlink(req, target);
+	node *n = get_locked(dm, ino);
+	int (*target_of)(fs_daemon *, node *, char **) = n ? kind_of(n)->readlink : NULL;
+	char *target = NULL;
+	int rc = target_of ? target_of(dm, n, &target) : -EINVAL;
+	if (rc)
+		fuse_reply_err(req, -rc);
+	else
+		fuse_reply_readlink(req, target);
 	free(target);
 }
+
+int dir_refuse(fuse_req_t req, node *p, const char *verb, const char *root, const char *name, int err,
+	       const char *why)
+{
+	fs_daemon *dm = fuse_req_userdata(req);
+	char path[600];
+	int in_root = p->ino == K_ROOT;
+	if (!in_root)
+		kind_path(dm, p, path, sizeof path);
+	pthread_mutex_unlock(&dm->tree.mu);
+	errlog(&dm->errors, "%s%s%s%s%s: %s", verb, *verb ? " " : "", in_root ? root : path, in_root ? "" : "/",
+	       name, why);
+	return err;
+}
+
+/* mknod(2): no special files anywhere, and no files either: a directory
+ * that takes files makes them at their open for writing. */
+void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev)
+{
+	(void)mode;
+	(void)rdev;
+	node *p = lock_parent(req, parent);
+	if (!p)
+		return;
+	void (*f)(fuse_req_t, node *, const char *) = DIR_OP(p, mknod);
+	if (f) {
+		f(req, p, name);
+		return;
+	}
+	fuse_reply_err(req, dir_refuse(req, p, "mknod", "/", name, EPERM, "no file or node can be made here"));
+}
+
+void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
+{
+	(void)mode;
+	node *p = lock_parent(req, parent);
+	if (!p)
+		return;
+	void (*f)(fuse_req_t, node *, const char *) = DIR_OP(p, mkdir);
+	if (f) {
+		f(req, p, name);
+		return;
+	}
+	fuse_reply_err(req, dir_refuse(req, p, "mkdir", "/", name, EPERM, "directories can only be made in query/"));
+}
+
+/* A directory whose entries are not directories answers ENOTDIR. */
+void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	fs_daemon *dm = fuse_req_userdata(req);
+	node *p = lock_parent(req, parent);
+	if (!p)
+		return;
+	void (*f)(fuse_req_t, node *, const char *) = DIR_OP(p, rmdir);
+	if (f) {
+		f(req, p, name);
+		return;
+	}
+	int dir = S_ISDIR(kind_of(p)->mode);
+	pthread_mutex_unlock(&dm->tree.mu);
+	fuse_reply_err(req, dir ? ENOTDIR : ENOENT);
+}
+
+/* rm of what cannot be removed (dm->tree.mu held, released here). */
+static void unlink_refused(fuse_req_t req, node *p, const char *name)
+{
+	fuse_reply_err(req, dir_refuse(req, p, "rm", "", name, EPERM, "cannot be removed"));
+}
+
+void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	node *p = lock_parent(req, parent);
+	if (!p)
+		return;
+	void (*f)(fuse_req_t, node *, const char *) = DIR_OP(p, unlink);
+	if (f)
+		f(req, p, name);
+	else
+		unlink_refused(req, p, name);
+}
+
+void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char *name)
+{
+	fs_daemon *dm = fuse_req_userdata(req);
+	pthread_mutex_lock(&dm->tree.mu);
+	node *p = get_node(dm, parent);
+	void (*f)(fuse_req_t, node *, const char *, const char *) = p ? DIR_OP(p, symlink) : NULL;
+	if (f) {
+		f(req, p, link, name);
+		return;
+	}
+	pthread_mutex_unlock(&dm->tree.mu);
+	errlog(&dm->errors, "ln -s %s %s: symlinks can only be made in generations/", link, name);
+	fuse_reply_err(req, p ? EPERM : ENOENT);
+}
+
+void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
+		      const char *newname, unsigned int flags)
+{
+	fs_daemon *dm = fuse_req_userdata(req);
+	if (flags & ~(unsigned)(RENAME_NOREPLACE | RENAME_EXCHANGE) || (flags & RENAME_EXCHANGE)) {
+		fuse_reply_err(req, EINVAL);
+		return;
+	}
+	pthread_mutex_lock(&dm->tree.mu);
+	node *p = get_node(dm, parent), *np = get_node(dm, newparent);
+	if (!p || !np) {
+		pthread_mutex_unlock(&dm->tree.mu);
+		fuse_reply_err(req, ENOENT);
+		return;
+	}
+	void (*f)(fuse_req_t, node *, const char *, node *, const char *, unsigned) =
+		p->kind == np->kind ? DIR_OP(p, rename) : NULL;
+	if (f) {
+		f(req, p, name, np, newname, flags);
+		return;
+	}
+	char a[600], b[600];
+	kind_path(dm, p, a, sizeof a);
+	kind_path(dm, np, b, sizeof b);
+	pthread_mutex_unlock(&dm->tree.mu);
+	errlog(&dm->errors, "mv %s/%s %s/%s: only symlinks in generations/ can be renamed (onto active)", a, name,
+	       b, newname);
+	fuse_reply_err(req, parent != newparent ? EXDEV : EPERM);
+}
+
+/* ---------------------------------------------------------------- the directory operations of each kind
+ *
+ * Each called with dm->tree.mu held and p the directory, and each releases
+ * it (kind_dir_ops, ops.h); named in the rows of kinds.c. */
+
+/* ---------------------------------------------------------------- the root */
+
+static void rmdir_root(fuse_req_t req, node *p, const char *name)
+{
+	fs_daemon *dm = fuse_req_userdata(req);
+	if (entry_kind(p->kind, name)) {
+		fuse_reply_err(req, dir_refuse(req, p, "rmdir", "", name, EPERM, "part of the fixed tree"));
+		return;
+	}
+	pthread_mutex_unlock(&dm->tree.mu);
+	fuse_reply_err(req, ENOENT);
+}
+
+/* Its fixed entries cannot be removed; there is nothing else. */
+static void unlink_root(fuse_req_t req, node *p, const char *name)
+{
+	fs_daemon *dm = fuse_req_userdata(req);
+	if (entry_kind(p->kind, name)) {
+		unlink_refused(req, p, name);
+		return;
+	}
+	pthread_mutex_unlock(&dm->tree.mu);
+	fuse_reply_err(req, ENOENT);
+}
+
+const kind_dir_ops root_dir_ops = {
+	.rmdir = rmdir_root,
+	.unlink = unlink_root,
+};
+
+/* ---------------------------------------------------------------- ingest/ */
+
+/* The files of ingest/ are made by opening them for writing (a mknod'ed
+ * one would have no writer to commit it). */
+static void mknod_ingest(fuse_req_t req, node *p, const char *name)
+{
+	fuse_reply_err(req, dir_refuse(req, p, "mknod", "/", name, EPERM,
+				       "files are made here by opening them for writing (cp, >, open)"));
+}
+
+/* An ingest file: made by its first writer, joined by the next writers of a
+ * staged NAME.part. */
+static node *create_ingest(fuse_req_t req, node *p, const char *name, int flags, int *err)
+{
+	fs_daemon *dm = fuse_req_userdata(req);
+	int fmt = ingest_format_staged(name);
+	if (fmt < 0) {
+		pthread_mutex_unlock(&dm->tree.mu);
+		errlog(&dm->errors, "ingest/%s: unknown file type: the name must end in .csv, .tsv, .txt, .jsonl, .ndjson, .fvecs, .bvecs or .npy (then .part for a staged file)",
+		       name);
+		*err = EINVAL;
+		return NULL;
+	}
+	node *n = find_name(dm, p->ino, name);
+	if (n && (flags & O_EXCL)) {
+		pthread_mutex_unlock(&dm->tree.mu);
+		*err = EEXIST;
+		return NULL;
+	}
+	if (n && ingest_done(n->ing)) {
+		unlink_name(dm, n); /* committed, and about to leave */
+		n = NULL;
+	}
+	if (n && !ingest_is_staged(name)) {
+		pthread_mutex_unlock(&dm->tree.mu);
+		*err = -ingest_busy(dm, name);
+		return NULL;
+	}
+	if (!n) {
+		n = new_node(dm, K_INGEST_FILE, p->ino, name);
+		if (n && !(n->ing = ingest_new(dm, name, fmt, (uint64_t)fuse_req_ctx(req)->pid))) {
+			maybe_free(dm, n);
+			n = NULL;
+		}
+		if (!n) {
+			pthread_mutex_unlock(&dm->tree.mu);
+			*err = ENOMEM;
+			return NULL;
+		}
+		link_name(dm, n);
+	}
+	return n;
+}
+
+/* rm ingest/NAME cancels it. */
+static void unlink_ingest(fuse_req_t req, node *p, const char *name)
+{
+	fs_daemon *dm = fuse_req_userdata(req);
+	node *n = find_name(dm, p->ino, name);
+	if (!n) {
+		pthread_mutex_unlock(&dm->tree.mu);
+		fuse_reply_err(req, ENOENT);
+		return;
+	}
+	unlink_name(dm, n);
+	n->opens++; /* keep it while cancelling outside the lock */
+	pthread_mutex_unlock(&dm->tree.mu);
+	ingest_cancel(n->ing);
+	unpin(dm, n);
+	fuse_reply_err(req, 0);
+}
+
+/* mv ingest/NAME.part ingest/NAME: commits the staged file; the file
+ * leaves ingest/ whatever the outcome, but for a bad one renamed with flags
+ * (RENAME_NOREPLACE), and by the plain rename after that: coreutils mv
+ * renames so, then looks at the source to report the failure (see
+ * ingest_rename()). */
+static void rename_ingest(fuse_req_t req, node *p, const char *name, node *np, const char *newname,
+			  unsigned flags)
+{
+	fs_daemon *dm = fuse_req_userdata(req);
+	node *src = find_name(dm, p->ino, name);
+	size_t len = strlen(newname);
+	(void)np; /* ingest/ itself */
+	if (!src) {
+		pthread_mutex_unlock(&dm->tree.mu);
+		fuse_reply_err(req, ENOENT);
+		return;
+	}
+	if (!ingest_staged(src->ing) || strlen(name) != len + 5 || strncmp(name, newname, len)) {
+		pthread_mutex_unlock(&dm->tree.mu);
+		errlog(&dm->errors, "mv ingest/%s ingest/%s: in ingest/ only a staged NAME.part is renamed, "
+		       "to NAME, which commits it", name, newname);
+		fuse_reply_err(req, EINVAL);
+		return;
+	}
+	if (find_name(dm, p->ino, newname)) {
+		pthread_mutex_unlock(&dm->tree.mu);
+		errlog(&dm->errors, "mv ingest/%s ingest/%s: ingest/%s is being written; the staged file "
+		       "stays as it was", name, newname, newname);
+		fuse_reply_err(req, EBUSY);
+		return;
+	}
+	src->opens++; /* kept while it commits outside the lock */
+	pthread_mutex_unlock(&dm->tree.mu);
+	fc_request_long(dm->fuse);
+	int rc = ingest_rename(src->ing, flags != 0);
+	pthread_mutex_lock(&dm->tree.mu);
+	src->opens--;
+	if (src->linked && ingest_done(src->ing))
+		unlink_name(dm, src);
+	maybe_free(dm, src);
+	pthread_mutex_unlock(&dm->tree.mu);
+	fuse_reply_err(req, -rc);
+}
+
+const kind_dir_ops ingest_dir_ops = {
+	.create = create_ingest,
+	.mknod = mknod_ingest,
+	.unlink = unlink_ingest,
+	.rename = rename_ingest,
+};
+
+/* ---------------------------------------------------------------- records/ */
+
+static node *create_records(fuse_req_t req, node *p, const char *name, int flags, int *err)
+{
+	(void)flags;
+	*err = dir_refuse(req, p, "", "", name, EPERM, "records are made by writing files into ingest/");
+	return NULL;
+}
+
+/* rm records/KEY deletes the record. */
+static void unlink_record(fuse_req_t req, node *p, const char *name)
+{
+	fs_daemon *dm = fuse_req_userdata(req);
+	fuse_ino_t dir = p->ino;
+	pthread_mutex_unlock(&dm->tree.mu);
+	int rc = vecfs_delete(dm->store, name, strlen(name));
+	if (rc && rc != -ENOENT)
+		errlog_err(&dm->errors, rc, "rm records/%s: %s", name, strerror(-rc));
+	if (rc == 0) {
+		pthread_mutex_lock(&dm->tree.mu);
+		node *n = find_name(dm, dir, name);
+		if (n) {
+			unlink_name(dm, n);
+			maybe_free(dm, n);
+		}
+		pthread_mutex_unlock(&dm->tree.mu);
+	}
+	fuse_reply_err(req, -rc);
+}
+
+const kind_dir_ops records_dir_ops = {
+	.create = create_records,
+	.unlink = unlink_record,
+};
+
+/* ---------------------------------------------------------------- query/ */
 
 static int valid_session_id(const char *id)
 {
@@ -61,58 +373,24 @@ static int valid_session_id(const char *id)
 	return 1;
 }
 
-/* mknod(2): no special files anywhere, and the files of ingest/ are made
- * by opening them for writing (a mknod'ed one would have no writer to
- * commit it). */
-void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev)
+static node *create_query(fuse_req_t req, node *p, const char *name, int flags, int *err)
 {
-	fs_daemon *dm = fuse_req_userdata(req);
-	(void)mode;
-	(void)rdev;
-	node *p = lock_parent(req, parent);
-	if (!p)
-		return;
-	char path[600];
-	kind_path(dm, p, path, sizeof path);
-	int kind = p->kind;
-	pthread_mutex_unlock(&dm->tree.mu);
-	const char *sep = kind == K_ROOT ? "" : "/";
-	if (kind == K_INGEST)
-		errlog(&dm->errors, "mknod %s%s%s: files are made here by opening them for writing "
-		       "(cp, >, open)", path, sep, name);
-	else
-		errlog(&dm->errors, "mknod %s%s%s: no file or node can be made here", path, sep, name);
-	fuse_reply_err(req, EPERM);
+	(void)flags;
+	*err = dir_refuse(req, p, "", "", name, EPERM, "make a session with mkdir query/ID");
+	return NULL;
 }
 
-void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
+/* mkdir query/ID opens a session. */
+static void mkdir_session(fuse_req_t req, node *p, const char *name)
 {
 	fs_daemon *dm = fuse_req_userdata(req);
-	(void)mode;
-	node *p = lock_parent(req, parent);
-	if (!p)
-		return;
-	if (p->kind != K_QUERY) {
-		char path[600];
-		kind_path(dm, p, path, sizeof path);
-		pthread_mutex_unlock(&dm->tree.mu);
-		if (p->kind == K_GENS || p->kind == K_GEN) {
-			errlog(&dm->errors, "mkdir %s/%s: generations are made by writing `build` to ctl", path, name);
-			fuse_reply_err(req, EACCES);
-		} else {
-			errlog(&dm->errors, "mkdir %s%s%s: directories can only be made in query/", path,
-			       p->kind == K_ROOT ? "" : "/", name);
-			fuse_reply_err(req, EPERM);
-		}
-		return;
-	}
 	if (!valid_session_id(name)) {
 		pthread_mutex_unlock(&dm->tree.mu);
 		errlog(&dm->errors, "mkdir query/%s: a session id is 1-64 of A-Z a-z 0-9 . _ -", name);
 		fuse_reply_err(req, EINVAL);
 		return;
 	}
-	if (find_name(dm, parent, name)) {
+	if (find_name(dm, p->ino, name)) {
 		pthread_mutex_unlock(&dm->tree.mu);
 		fuse_reply_err(req, EEXIST);
 		return;
@@ -124,7 +402,7 @@ void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
 		fuse_reply_err(req, ENOSPC);
 		return;
 	}
-	node *n = new_node(dm, K_SESSION, parent, name);
+	node *n = new_node(dm, K_SESSION, p->ino, name);
 	if (n && (n->qs = qs_new(dm, name)) != NULL)
 		out_backing_open(dm, n);
 	if (!n || !n->qs) {
@@ -138,167 +416,152 @@ void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
 	answer_entry_locked(req, n);
 }
 
-void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
+/* rmdir query/ID ends the session, open files or not. */
+static void rmdir_session(fuse_req_t req, node *p, const char *name)
 {
 	fs_daemon *dm = fuse_req_userdata(req);
-	node *p = lock_parent(req, parent);
-	if (!p)
+	node *n = find_name(dm, p->ino, name);
+	if (!n) {
+		pthread_mutex_unlock(&dm->tree.mu);
+		fuse_reply_err(req, ENOENT);
 		return;
-	if (p->kind == K_QUERY) {
-		node *n = find_name(dm, parent, name);
-		if (!n) {
+	}
+	unlink_name(dm, n);
+	if (n->kind == K_SESSION) {
+		qs_end(n->qs);
+		out_backing_close(dm, n);
+	}
+	maybe_free(dm, n);
+	pthread_mutex_unlock(&dm->tree.mu);
+	fuse_reply_err(req, 0);
+}
+
+const kind_dir_ops query_dir_ops = {
+	.create = create_query,
+	.mkdir = mkdir_session,
+	.rmdir = rmdir_session,
+};
+
+/* query/ID/in: made by create as it is looked up; a session holds no
+ * other files. */
+static node *create_session_file(fuse_req_t req, node *p, const char *name, int flags, int *err)
+{
+	fs_daemon *dm = fuse_req_userdata(req);
+	(void)flags;
+	if (entry_kind(p->kind, name) == K_QIN) {
+		node *n = child_locked(dm, p, name, err);
+		if (!n)
 			pthread_mutex_unlock(&dm->tree.mu);
-			fuse_reply_err(req, ENOENT);
-			return;
+		return n;
+	}
+	*err = dir_refuse(req, p, "", "", name, EPERM, "a session holds only in, out, out.json and stats");
+	return NULL;
+}
+
+/* The files of a session stay; removing one clears the session, so that
+ * `rm -rf query/ID` ends it. */
+static void unlink_session_file(fuse_req_t req, node *p, const char *name)
+{
+	fs_daemon *dm = fuse_req_userdata(req);
+	if (!entry_kind(p->kind, name)) {
+		unlink_refused(req, p, name);
+		return;
+	}
+	qsession *q = p->qs;
+	p->opens++;
+	pthread_mutex_unlock(&dm->tree.mu);
+	qs_clear(q);
+	push_out(dm, p);
+	unpin(dm, p);
+	fuse_reply_err(req, 0);
+}
+
+const kind_dir_ops session_dir_ops = {
+	.create = create_session_file,
+	.unlink = unlink_session_file,
+};
+
+/* ---------------------------------------------------------------- generations/ */
+
+/* generations/ and each generation are made by the library (ctl build). */
+static node *create_gens(fuse_req_t req, node *p, const char *name, int flags, int *err)
+{
+	(void)flags;
+	*err = dir_refuse(req, p, "", "", name, EACCES, "generations are read-only");
+	return NULL;
+}
+
+static void mkdir_gens(fuse_req_t req, node *p, const char *name)
+{
+	fuse_reply_err(req, dir_refuse(req, p, "mkdir", "/", name, EACCES,
+				       "generations are made by writing `build` to ctl"));
+}
+
+/* rmdir generations/GEN removes the generation. */
+static void rmdir_gen(fuse_req_t req, node *p, const char *name)
+{
+	fs_daemon *dm = fuse_req_userdata(req);
+	fuse_ino_t dir = p->ino;
+	uint64_t gen;
+	node *n = find_name(dm, dir, name);
+	pthread_mutex_unlock(&dm->tree.mu);
+	if ((n && n->kind == K_TMPLINK) || !strcmp(name, "active")) {
+		fuse_reply_err(req, ENOTDIR);
+		return;
+	}
+	if (gen_parse_name(name, &gen)) {
+		fuse_reply_err(req, ENOENT);
+		return;
+	}
+	int rc = vecfs_gen_remove(dm->store, gen);
+	if (rc == -EBUSY)
+		errlog(&dm->errors, "rmdir generations/%s: it is the active generation, or still building", name);
+	else if (rc && rc != -ENOENT)
+		errlog_err(&dm->errors, rc, "rmdir generations/%s: %s", name, strerror(-rc));
+	if (rc == 0) {
+		pthread_mutex_lock(&dm->tree.mu);
+		n = find_name(dm, dir, name);
+		if (n && n->kind == K_GEN) {
+			unlink_name(dm, n);
+			maybe_free(dm, n);
 		}
+		pthread_mutex_unlock(&dm->tree.mu);
+	}
+	fuse_reply_err(req, -rc);
+}
+
+/* rm of a symlink made while flipping active; active and the generations
+ * are not removed so. */
+static void unlink_gens(fuse_req_t req, node *p, const char *name)
+{
+	fs_daemon *dm = fuse_req_userdata(req);
+	node *n = find_name(dm, p->ino, name);
+	if (n && n->kind == K_TMPLINK) {
 		unlink_name(dm, n);
-		if (n->kind == K_SESSION) { /* the session ends, open files or not */
-			qs_end(n->qs);
-			out_backing_close(dm, n);
-		}
 		maybe_free(dm, n);
 		pthread_mutex_unlock(&dm->tree.mu);
 		fuse_reply_err(req, 0);
 		return;
 	}
-	if (p->kind == K_GENS) {
-		uint64_t gen;
-		node *n = find_name(dm, parent, name);
-		pthread_mutex_unlock(&dm->tree.mu);
-		if ((n && n->kind == K_TMPLINK) || !strcmp(name, "active")) {
-			fuse_reply_err(req, ENOTDIR);
-			return;
-		}
-		if (gen_parse_name(name, &gen)) {
-			fuse_reply_err(req, ENOENT);
-			return;
-		}
-		int rc = vecfs_gen_remove(dm->store, gen);
-		if (rc == -EBUSY)
-			errlog(&dm->errors, "rmdir generations/%s: it is the active generation, or still building", name);
-		else if (rc && rc != -ENOENT)
-			errlog_err(&dm->errors, rc, "rmdir generations/%s: %s", name, strerror(-rc));
-		if (rc == 0) {
-			pthread_mutex_lock(&dm->tree.mu);
-			n = find_name(dm, parent, name);
-			if (n && n->kind == K_GEN) {
-				unlink_name(dm, n);
-				maybe_free(dm, n);
-			}
-			pthread_mutex_unlock(&dm->tree.mu);
-		}
-		fuse_reply_err(req, -rc);
-		return;
-	}
-	char path[600];
-	kind_path(dm, p, path, sizeof path);
 	pthread_mutex_unlock(&dm->tree.mu);
-	if (p->kind == K_ROOT && entry_kind(K_ROOT, name)) {
-		errlog(&dm->errors, "rmdir %s: part of the fixed tree", name);
+	if (!strcmp(name, "active")) {
+		errlog(&dm->errors, "rm generations/active: active cannot be removed; flip it with `ln -sfn GEN generations/active`");
 		fuse_reply_err(req, EPERM);
 		return;
 	}
-	fuse_reply_err(req, p->kind == K_RECORDS || p->kind == K_INGEST || p->kind == K_GEN ||
-				    p->kind == K_SESSION
-			    ? ENOTDIR
-			    : ENOENT);
-}
-
-void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
-{
-	fs_daemon *dm = fuse_req_userdata(req);
-	node *p = lock_parent(req, parent);
-	if (!p)
-		return;
-	int pk = p->kind;
-	char path[600];
-	kind_path(dm, p, path, sizeof path);
-	if (pk == K_RECORDS) {
-		pthread_mutex_unlock(&dm->tree.mu);
-		int rc = vecfs_delete(dm->store, name, strlen(name));
-		if (rc && rc != -ENOENT)
-			errlog_err(&dm->errors, rc, "rm records/%s: %s", name, strerror(-rc));
-		if (rc == 0) {
-			pthread_mutex_lock(&dm->tree.mu);
-			node *n = find_name(dm, parent, name);
-			if (n) {
-				unlink_name(dm, n);
-				maybe_free(dm, n);
-			}
-			pthread_mutex_unlock(&dm->tree.mu);
-		}
-		fuse_reply_err(req, -rc);
-		return;
-	}
-	if (pk == K_INGEST) {
-		node *n = find_name(dm, parent, name);
-		if (!n) {
-			pthread_mutex_unlock(&dm->tree.mu);
-			fuse_reply_err(req, ENOENT);
-			return;
-		}
-		unlink_name(dm, n);
-		n->opens++; /* keep it while cancelling outside the lock */
-		pthread_mutex_unlock(&dm->tree.mu);
-		ingest_cancel(n->ing);
-		unpin(dm, n);
-		fuse_reply_err(req, 0);
-		return;
-	}
-	if (pk == K_GENS) {
-		node *n = find_name(dm, parent, name);
-		if (n && n->kind == K_TMPLINK) {
-			unlink_name(dm, n);
-			maybe_free(dm, n);
-			pthread_mutex_unlock(&dm->tree.mu);
-			fuse_reply_err(req, 0);
-			return;
-		}
-		pthread_mutex_unlock(&dm->tree.mu);
-		if (!strcmp(name, "active")) {
-			errlog(&dm->errors, "rm generations/active: active cannot be removed; flip it with `ln -sfn GEN generations/active`");
-			fuse_reply_err(req, EPERM);
-			return;
-		}
-		uint64_t gen;
-		fuse_reply_err(req, !gen_parse_name(name, &gen) && gen_exists(dm->store, gen) ? EISDIR : ENOENT);
-		return;
-	}
-	if (pk == K_SESSION && entry_kind(K_SESSION, name)) {
-		/* the files of a session stay; removing one clears the session, so
-		 * that `rm -rf query/ID` ends it */
-		qsession *q = p->qs;
-		p->opens++;
-		pthread_mutex_unlock(&dm->tree.mu);
-		qs_clear(q);
-		push_out(dm, p);
-		unpin(dm, p);
-		fuse_reply_err(req, 0);
-		return;
-	}
-	pthread_mutex_unlock(&dm->tree.mu);
-	if (pk == K_ROOT && !entry_kind(K_ROOT, name)) {
-		fuse_reply_err(req, ENOENT);
-		return;
-	}
-	errlog(&dm->errors, "rm %s%s%s: cannot be removed", pk == K_ROOT ? "" : path, pk == K_ROOT ? "" : "/", name);
-	fuse_reply_err(req, EPERM);
+	uint64_t gen;
+	fuse_reply_err(req, !gen_parse_name(name, &gen) && gen_exists(dm->store, gen) ? EISDIR : ENOENT);
 }
 
 #define GEN_LINKS_MAX 256         /* symlinks made in generations/ at once */
 #define GEN_LINK_TARGET_MAX 1024  /* bytes of a symlink's target there */
 
-void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char *name)
+/* ln -s GEN generations/active activates GEN while none is active; any
+ * other name not a generation's makes a symlink to rename onto active. */
+static void symlink_gens(fuse_req_t req, node *p, const char *link, const char *name)
 {
 	fs_daemon *dm = fuse_req_userdata(req);
-	pthread_mutex_lock(&dm->tree.mu);
-	node *p = get_node(dm, parent);
-	if (!p || p->kind != K_GENS) {
-		pthread_mutex_unlock(&dm->tree.mu);
-		errlog(&dm->errors, "ln -s %s %s: symlinks can only be made in generations/", link, name);
-		fuse_reply_err(req, p ? EPERM : ENOENT);
-		return;
-	}
+	fuse_ino_t parent = p->ino;
 	uint64_t gen;
 	if (!strcmp(name, "active")) {
 		pthread_mutex_unlock(&dm->tree.mu);
@@ -361,77 +624,14 @@ void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char 
 	answer_entry_locked(req, n);
 }
 
-/* mv ingest/NAME.part ingest/NAME (dm->tree.mu held, released here):
- * commits the staged file; the file leaves ingest/ whatever the outcome,
- * but for a bad one renamed with flags (RENAME_NOREPLACE), and by the
- * plain rename after that: coreutils mv renames so, then looks at the
- * source to report the failure (see ingest_rename()). */
-static void rename_staged(fuse_req_t req, fs_daemon *dm, fuse_ino_t dir, const char *name,
-			  const char *newname, unsigned flags)
-{
-	node *src = find_name(dm, dir, name);
-	size_t len = strlen(newname);
-	if (!src) {
-		pthread_mutex_unlock(&dm->tree.mu);
-		fuse_reply_err(req, ENOENT);
-		return;
-	}
-	if (!ingest_staged(src->ing) || strlen(name) != len + 5 || strncmp(name, newname, len)) {
-		pthread_mutex_unlock(&dm->tree.mu);
-		errlog(&dm->errors, "mv ingest/%s ingest/%s: in ingest/ only a staged NAME.part is renamed, "
-		       "to NAME, which commits it", name, newname);
-		fuse_reply_err(req, EINVAL);
-		return;
-	}
-	if (find_name(dm, dir, newname)) {
-		pthread_mutex_unlock(&dm->tree.mu);
-		errlog(&dm->errors, "mv ingest/%s ingest/%s: ingest/%s is being written; the staged file "
-		       "stays as it was", name, newname, newname);
-		fuse_reply_err(req, EBUSY);
-		return;
-	}
-	src->opens++; /* kept while it commits outside the lock */
-	pthread_mutex_unlock(&dm->tree.mu);
-	fc_request_long(dm->fuse);
-	int rc = ingest_rename(src->ing, flags != 0);
-	pthread_mutex_lock(&dm->tree.mu);
-	src->opens--;
-	if (src->linked && ingest_done(src->ing))
-		unlink_name(dm, src);
-	maybe_free(dm, src);
-	pthread_mutex_unlock(&dm->tree.mu);
-	fuse_reply_err(req, -rc);
-}
-
-void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
-		      const char *newname, unsigned int flags)
+/* mv of a symlink made in generations/: onto active flips it to the
+ * link's target, else renames the link. */
+static void rename_gens(fuse_req_t req, node *p, const char *name, node *np, const char *newname,
+			unsigned flags)
 {
 	fs_daemon *dm = fuse_req_userdata(req);
-	if (flags & ~(unsigned)(RENAME_NOREPLACE | RENAME_EXCHANGE) || (flags & RENAME_EXCHANGE)) {
-		fuse_reply_err(req, EINVAL);
-		return;
-	}
-	pthread_mutex_lock(&dm->tree.mu);
-	node *p = get_node(dm, parent), *np = get_node(dm, newparent);
-	if (!p || !np) {
-		pthread_mutex_unlock(&dm->tree.mu);
-		fuse_reply_err(req, ENOENT);
-		return;
-	}
-	if (p->kind == K_INGEST && np->kind == K_INGEST) {
-		rename_staged(req, dm, parent, name, newname, flags);
-		return;
-	}
-	if (p->kind != K_GENS || np->kind != K_GENS) {
-		char a[600], b[600];
-		kind_path(dm, p, a, sizeof a);
-		kind_path(dm, np, b, sizeof b);
-		pthread_mutex_unlock(&dm->tree.mu);
-		errlog(&dm->errors, "mv %s/%s %s/%s: only symlinks in generations/ can be renamed (onto active)", a, name,
-		       b, newname);
-		fuse_reply_err(req, parent != newparent ? EXDEV : EPERM);
-		return;
-	}
+	fuse_ino_t parent = p->ino;
+	(void)np; /* generations/ itself */
 	node *src = find_name(dm, parent, name);
 	if (!src || src->kind != K_TMPLINK) {
 		pthread_mutex_unlock(&dm->tree.mu);
@@ -503,3 +703,18 @@ void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t n
 	pthread_mutex_unlock(&dm->tree.mu);
 	fuse_reply_err(req, 0);
 }
+
+const kind_dir_ops gens_dir_ops = {
+	.create = create_gens,
+	.mkdir = mkdir_gens,
+	.rmdir = rmdir_gen,
+	.unlink = unlink_gens,
+	.symlink = symlink_gens,
+	.rename = rename_gens,
+};
+
+/* generations/GEN/: read-only, its files fixed. */
+const kind_dir_ops gen_dir_ops = {
+	.create = create_gens,
+	.mkdir = mkdir_gens,
+};

@@ -926,6 +926,144 @@ if mnt "$S" "$M" -o fsname=vecfstest; then
 	check fusermount_unmount umnt "$M"
 fi
 
+# ---------------------------------------------------------------- what each directory allows
+# Every operation that makes, removes or renames a name (mknod, create,
+# mkdir, symlink, rename in the directory and into ingest/, unlink, rmdir),
+# and readlink, on an entry of each directory: the errno (readlink: the
+# target), and the errors line written.
+cat >"$TMP/dirops.py" <<'EOF'
+import errno, os, re, sys
+M = sys.argv[1]
+G = os.readlink(M + "/generations/active")
+def errs():
+    with open(M + "/errors") as f:
+        return f.read().splitlines()
+seen = len(errs())
+for d, names in (("", ["README", "nosuch"]), ("ingest/", ["bad.zzz"]), ("records/", ["ka"]),
+                 ("query/", ["qb"]), ("query/qa/", ["out"]), ("generations/", [G, "active", G + "_l"]),
+                 ("generations/" + G + "/", ["meta"])):
+    for n in names:
+        p = M + "/" + d + n
+        for op, fn in (("readlink", lambda: os.readlink(p)),
+                       ("mknod", lambda: os.mknod(p + "_n")),
+                       ("create", lambda: os.close(os.open(p + "_c", os.O_CREAT | os.O_WRONLY, 0o600))),
+                       ("mkdir", lambda: os.mkdir(p + "_d")),
+                       ("symlink", lambda: os.symlink("7", p + "_l")),
+                       ("rename", lambda: os.rename(p, p + "_r")),
+                       ("rename-to-ingest", lambda: os.rename(p, M + "/ingest/" + n + "_x")),
+                       ("unlink", lambda: os.unlink(p)),
+                       ("rmdir", lambda: os.rmdir(p))):
+            try:
+                out = fn() or "ok"
+            except OSError as e:
+                out = errno.errorcode.get(e.errno, str(e.errno))
+            lines = errs()
+            new = " // ".join(re.sub(r"^\S+\s+", "", l) for l in lines[seen:])
+            seen = len(lines)
+            print(re.sub(r"(?<![0-9a-z])%s(?![0-9])" % G, "GEN", f"{op} {d}{n}: {out} {new}".rstrip()))
+EOF
+cat >"$TMP/dirops.want" <<'EOF'
+readlink README: EINVAL
+mknod README: EPERM mknod /README_n: no file or node can be made here
+create README: EPERM README_c: files cannot be created here (write into ingest/)
+mkdir README: EPERM mkdir /README_d: directories can only be made in query/
+symlink README: EPERM ln -s 7 README_l: symlinks can only be made in generations/
+rename README: EPERM mv //README //README_r: only symlinks in generations/ can be renamed (onto active)
+rename-to-ingest README: EXDEV mv //README ingest/README_x: only symlinks in generations/ can be renamed (onto active)
+unlink README: EPERM rm README: cannot be removed
+rmdir README: ENOTDIR
+readlink nosuch: ENOENT
+mknod nosuch: EPERM mknod /nosuch_n: no file or node can be made here
+create nosuch: EPERM nosuch_c: files cannot be created here (write into ingest/)
+mkdir nosuch: EPERM mkdir /nosuch_d: directories can only be made in query/
+symlink nosuch: EPERM ln -s 7 nosuch_l: symlinks can only be made in generations/
+rename nosuch: ENOENT
+rename-to-ingest nosuch: ENOENT
+unlink nosuch: ENOENT
+rmdir nosuch: ENOENT
+readlink ingest/bad.zzz: ENOENT
+mknod ingest/bad.zzz: EPERM mknod ingest/bad.zzz_n: files are made here by opening them for writing (cp, >, open)
+create ingest/bad.zzz: EINVAL ingest/bad.zzz_c: unknown file type: the name must end in .csv, .tsv, .txt, .jsonl, .ndjson, .fvecs, .bvecs or .npy (then .part for a staged file)
+mkdir ingest/bad.zzz: EPERM mkdir ingest/bad.zzz_d: directories can only be made in query/
+symlink ingest/bad.zzz: EPERM ln -s 7 bad.zzz_l: symlinks can only be made in generations/
+rename ingest/bad.zzz: ENOENT
+rename-to-ingest ingest/bad.zzz: ENOENT
+unlink ingest/bad.zzz: ENOENT
+rmdir ingest/bad.zzz: ENOENT
+readlink records/ka: EINVAL
+mknod records/ka: EPERM mknod records/ka_n: no file or node can be made here
+create records/ka: EPERM records/ka_c: records are made by writing files into ingest/
+mkdir records/ka: EPERM mkdir records/ka_d: directories can only be made in query/
+symlink records/ka: EPERM ln -s 7 ka_l: symlinks can only be made in generations/
+rename records/ka: EPERM mv records/ka records/ka_r: only symlinks in generations/ can be renamed (onto active)
+rename-to-ingest records/ka: EXDEV mv records/ka ingest/ka_x: only symlinks in generations/ can be renamed (onto active)
+unlink records/ka: ok
+rmdir records/ka: ENOENT
+readlink query/qb: ENOENT
+mknod query/qb: EPERM mknod query/qb_n: no file or node can be made here
+create query/qb: EPERM query/qb_c: make a session with mkdir query/ID
+mkdir query/qb: ok
+symlink query/qb: EPERM ln -s 7 qb_l: symlinks can only be made in generations/
+rename query/qb: ENOENT
+rename-to-ingest query/qb: ENOENT
+unlink query/qb: ENOENT
+rmdir query/qb: ENOENT
+readlink query/qa/out: EINVAL
+mknod query/qa/out: EPERM mknod query/qa/out_n: no file or node can be made here
+create query/qa/out: EPERM query/qa/out_c: a session holds only in, out, out.json and stats
+mkdir query/qa/out: EPERM mkdir query/qa/out_d: directories can only be made in query/
+symlink query/qa/out: EPERM ln -s 7 out_l: symlinks can only be made in generations/
+rename query/qa/out: EPERM mv query/qa/out query/qa/out_r: only symlinks in generations/ can be renamed (onto active)
+rename-to-ingest query/qa/out: EXDEV mv query/qa/out ingest/out_x: only symlinks in generations/ can be renamed (onto active)
+unlink query/qa/out: ok
+rmdir query/qa/out: ENOTDIR
+readlink generations/GEN: EINVAL
+mknod generations/GEN: EPERM mknod generations/GEN_n: no file or node can be made here
+create generations/GEN: EACCES generations/GEN_c: generations are read-only
+mkdir generations/GEN: EACCES mkdir generations/GEN_d: generations are made by writing `build` to ctl
+symlink generations/GEN: ok
+rename generations/GEN: EPERM mv generations/GEN: generations and active cannot be renamed
+rename-to-ingest generations/GEN: EXDEV mv generations/GEN ingest/GEN_x: only symlinks in generations/ can be renamed (onto active)
+unlink generations/GEN: EISDIR
+rmdir generations/GEN: EBUSY rmdir generations/GEN: it is the active generation, or still building
+readlink generations/active: GEN
+mknod generations/active: EPERM mknod generations/active_n: no file or node can be made here
+create generations/active: EACCES generations/active_c: generations are read-only
+mkdir generations/active: EACCES mkdir generations/active_d: generations are made by writing `build` to ctl
+symlink generations/active: ok
+rename generations/active: EPERM mv generations/active: generations and active cannot be renamed
+rename-to-ingest generations/active: EXDEV mv generations/active ingest/active_x: only symlinks in generations/ can be renamed (onto active)
+unlink generations/active: EPERM rm generations/active: active cannot be removed; flip it with `ln -sfn GEN generations/active`
+rmdir generations/active: ENOTDIR
+readlink generations/GEN_l: 7
+mknod generations/GEN_l: EPERM mknod generations/GEN_l_n: no file or node can be made here
+create generations/GEN_l: EACCES generations/GEN_l_c: generations are read-only
+mkdir generations/GEN_l: EACCES mkdir generations/GEN_l_d: generations are made by writing `build` to ctl
+symlink generations/GEN_l: ok
+rename generations/GEN_l: ok
+rename-to-ingest generations/GEN_l: ENOENT
+unlink generations/GEN_l: ENOENT
+rmdir generations/GEN_l: ENOENT
+readlink generations/GEN/meta: EINVAL
+mknod generations/GEN/meta: EPERM mknod generations/GEN/meta_n: no file or node can be made here
+create generations/GEN/meta: EACCES generations/GEN/meta_c: generations are read-only
+mkdir generations/GEN/meta: EACCES mkdir generations/GEN/meta_d: generations are made by writing `build` to ctl
+symlink generations/GEN/meta: EPERM ln -s 7 meta_l: symlinks can only be made in generations/
+rename generations/GEN/meta: EPERM mv generations/GEN/meta generations/GEN/meta_r: only symlinks in generations/ can be renamed (onto active)
+rename-to-ingest generations/GEN/meta: EXDEV mv generations/GEN/meta ingest/meta_x: only symlinks in generations/ can be renamed (onto active)
+unlink generations/GEN/meta: EPERM rm generations/GEN/meta: cannot be removed
+rmdir generations/GEN/meta: ENOTDIR
+EOF
+if mnt "$TMP/dstore" "$M"; then
+	printf 'ka,1,2,3,4\nkb,2,3,4,5\nkc,5,5,5,5\nkd,1,1,1,1\n' >"$M/ingest/a.csv"
+	T sh -c "echo build > '$M/ctl'" && T mkdir "$M/query/qa" &&
+		T "$PY" "$TMP/dirops.py" "$M" >"$TMP/dirops.out" 2>&1
+	check directory_operations diff -u "$TMP/dirops.want" "$TMP/dirops.out"
+	umnt "$M"
+else
+	bad mount_dirops "$(tail -c 200 "$TMP/daemon.log")"
+fi
+
 
 # ================================================================ ingest/: who commits, appends, writers, staged files
 # A store of its own, with an ingest buffer budget of 8 MiB.  Each check of

@@ -181,3 +181,148 @@ int ds_key_row(const vecfs_hit *h, size_t max_digits, uint64_t *out)
 	*out = x;
 	return 0;
 }
+
+/* ---------------------------------------------------------------- tools that measure a store built from a data set */
+
+enum { DS_OPT_METRIC = 1000, DS_OPT_QUERIES, DS_OPT_STORE, DS_OPT_KEEP, DS_OPT_JSON, DS_OPT_HELP };
+
+static const struct tool_opt common_table[] = {
+	{ "--metric", 1, DS_OPT_METRIC }, { "--queries", 1, DS_OPT_QUERIES },
+	{ "--store", 1, DS_OPT_STORE },   { "--keep", 0, DS_OPT_KEEP },
+	{ "--json", 0, DS_OPT_JSON },     { "--help", 0, DS_OPT_HELP },
+	{ "-h", 0, DS_OPT_HELP },
+};
+
+/* Non-zero when the value is bad. */
+static int apply_common(void *ctx, const struct tool_opt *spec, const char *val)
+{
+	struct ds_opts *o = ctx;
+	uint64_t x = 0;
+	int bad;
+
+	if (spec->id == DS_OPT_METRIC) {
+		o->have_metric = 1;
+		return vecfs_metric_parse(val, &o->metric) != 0;
+	}
+	if (spec->id == DS_OPT_QUERIES) {
+		bad = tool_parse_uint(val, 1, SIZE_MAX, &x) != 0;
+		o->queries = (size_t)x;
+		return bad;
+	}
+	if (spec->id == DS_OPT_STORE) {
+		o->store = val;
+		return *val == '\0';
+	}
+	/* the flags */
+	*(spec->id == DS_OPT_KEEP ? &o->keep : spec->id == DS_OPT_JSON ? &o->json : &o->help) = 1;
+	return 0;
+}
+
+int ds_parse_args(int argc, char **argv, const struct tool_opt *table, size_t n,
+		  tool_apply_fn apply, void *ctx, struct ds_opts *common)
+{
+	const struct tool_opt_set sets[] = {
+		{ table, n, apply, ctx },
+		{ common_table, sizeof common_table / sizeof common_table[0], apply_common, common },
+	};
+
+	return tool_parse_sets(argc, argv, sets, 2, &common->dir, &common->help);
+}
+
+int ds_load(const struct ds_opts *o, struct ds_data *d)
+{
+	ds_name(o->dir, d->name, sizeof d->name);
+	ds_pick_metric(o->dir, o->have_metric, o->metric, &d->metric, &d->metric_from);
+	return ds_load_base_query(o->dir, o->queries, &d->base, &d->query);
+}
+
+void ds_data_free(struct ds_data *d)
+{
+	free(d->base.data);
+	free(d->query.data);
+	d->base.data = d->query.data = NULL;
+}
+
+int ds_store_create(struct ds_store *s, const char *path, uint32_t dim, vecfs_metric metric,
+		    vecfs_config *cfg)
+{
+	char err[256] = "";
+	int rc;
+
+	if ((rc = tool_store_dir(s->dir, sizeof s->dir, path, s->label, &s->is_temp)))
+		return rc;
+	if ((rc = vecfs_open(s->dir, &s->v, err, sizeof err)))
+		return tool_fail(rc, err, "vecfs_open %s", s->dir);
+	if ((rc = vecfs_config_get(s->v, cfg)))
+		return tool_fail(rc, NULL, "vecfs_config_get");
+	cfg->dim = dim;
+	cfg->metric = metric;
+	cfg->auto_build = 0;
+	return 0;
+}
+
+int ds_store_config(struct ds_store *s, vecfs_config *cfg)
+{
+	char err[256] = "";
+	int rc;
+
+	if ((rc = vecfs_config_set(s->v, cfg, err, sizeof err)))
+		return tool_fail(rc, err, "vecfs_config_set");
+	if ((rc = vecfs_config_get(s->v, cfg)))
+		return tool_fail(rc, NULL, "vecfs_config_get");
+	return 0;
+}
+
+int ds_store_build(struct ds_store *s)
+{
+	struct tool_progress p;
+	char err[256] = "";
+	uint64_t t0;
+	int rc;
+
+	tool_progress_init(&p, s->label ? s->label : "build", NULL);
+	t0 = tool_now_ns();
+	rc = vecfs_build(s->v, 1, &s->gen, tool_build_progress, &p, err, sizeof err);
+	s->build_s = tool_seconds_since(t0);
+	tool_progress_end(&p);
+	if (rc && tool_interrupted())
+		return tool_report_interrupt();
+	if (rc && s->label)
+		return tool_fail(rc, err, "vecfs_build (%s store)", s->label);
+	if (rc)
+		return tool_fail(rc, err, "vecfs_build");
+	return 0;
+}
+
+int ds_search(const struct ds_store *s, const struct ds_data *d, size_t qi,
+	      const vecfs_query_opts *qo, vecfs_results **r, uint64_t *ns)
+{
+	uint64_t t0 = tool_now_ns();
+	const float *q = (const float *)d->query.data + qi * d->query.dim;
+	char err[256] = "";
+	int rc = vecfs_search(s->v, q, 1, d->query.dim, qo, r, err, sizeof err);
+
+	if (ns)
+		*ns = tool_now_ns() - t0;
+	if (rc && s->label)
+		return tool_fail(rc, err, "vecfs_search (%s store, query %zu)", s->label, qi);
+	if (rc)
+		return tool_fail(rc, err, "vecfs_search (query %zu)", qi);
+	return 0;
+}
+
+void ds_store_close(struct ds_store *s, int keep)
+{
+	if (s->v)
+		vecfs_close(s->v);
+	s->v = NULL;
+	if (!s->is_temp)
+		return;
+	if (keep && s->label)
+		tool_say("kept %s store %s", s->label, s->dir);
+	else if (keep)
+		tool_say("kept store %s", s->dir);
+	else
+		tool_remove_tree(s->dir);
+	s->is_temp = 0;
+}

@@ -103,9 +103,18 @@ int tool_parse_args(int argc, char **argv, const struct tool_opt *table,
 		    size_t n, tool_apply_fn apply, void *ctx, const char **dir,
 		    const int *help)
 {
+	const struct tool_opt_set set = { table, n, apply, ctx };
+
+	return tool_parse_sets(argc, argv, &set, 1, dir, help);
+}
+
+int tool_parse_sets(int argc, char **argv, const struct tool_opt_set *sets, size_t nsets,
+		    const char **dir, const int *help)
+{
 	for (int i = 1; i < argc; i++) {
 		const char *arg = argv[i], *val = NULL, *eq;
-		const struct tool_opt *spec;
+		const struct tool_opt *spec = NULL;
+		const struct tool_opt_set *set;
 		size_t len;
 
 		if (arg[0] != '-' || arg[1] == '\0') {
@@ -116,7 +125,9 @@ int tool_parse_args(int argc, char **argv, const struct tool_opt *table,
 		}
 		eq = strchr(arg, '=');
 		len = eq ? (size_t)(eq - arg) : strlen(arg);
-		spec = find_opt(table, n, arg, len);
+		for (set = sets; set < sets + nsets; set++)
+			if ((spec = find_opt(set->table, set->n, arg, len)) != NULL)
+				break;
 		if (!spec)
 			return tool_usage_error("unknown option '%s'", arg);
 		if (spec->has_arg) {
@@ -129,7 +140,7 @@ int tool_parse_args(int argc, char **argv, const struct tool_opt *table,
 		} else if (eq) {
 			return tool_usage_error("%s takes no value", spec->name);
 		}
-		if (apply(ctx, spec, val)) {
+		if (set->apply(set->ctx, spec, val)) {
 			fprintf(stderr, "%s: bad value for %s: '%s'\n", prog_name,
 				spec->name, val);
 			return -EINVAL;
@@ -138,6 +149,41 @@ int tool_parse_args(int argc, char **argv, const struct tool_opt *table,
 	if (!*dir && !*help)
 		return tool_usage_error("%s", "missing dataset directory DIR");
 	return 0;
+}
+
+/* ---------------------------------------------------------------- main */
+
+int tool_main(int argc, char **argv, const struct tool_main *t, void *opt, const int *help)
+{
+	sigset_t sigs;
+	int vs, status;
+
+	tool_init(t->prog, NULL);
+	vs = tool_version(argc, argv);
+	if (vs >= 0)
+		return vs;
+	if (t->parse(argc, argv, opt))
+		return t->bad_usage;
+	if (*help) {
+		fputs(t->usage, stdout);
+		return 0;
+	}
+	tool_block_signals(&sigs);
+	status = t->run(opt);
+	if (tool_interrupted())
+		sigprocmask(SIG_UNBLOCK, &sigs, NULL); /* dies of the signal */
+	return status;
+}
+
+void tool_say(const char *fmt, ...)
+{
+	va_list ap;
+
+	fprintf(stderr, "%s: ", prog_name);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
 }
 
 /* ---------------------------------------------------------------- signals */

@@ -48,6 +48,34 @@ int tool_parse_args(int argc, char **argv, const struct tool_opt *table,
 		    size_t n, tool_apply_fn apply, void *ctx, const char **dir,
 		    const int *help);
 
+/* Options of several tables: each option is looked up in the tables in
+ * turn and handed to the apply of the table that has it. */
+struct tool_opt_set {
+	const struct tool_opt *table;
+	size_t n;
+	tool_apply_fn apply;
+	void *ctx;
+};
+int tool_parse_sets(int argc, char **argv, const struct tool_opt_set *sets, size_t nsets,
+		    const char **dir, const int *help);
+
+/* A tool's main(): its name (tool_init(prog)), --version, parse(argc,
+ * argv, opt) (non-zero: a bad command line, exit status bad_usage), *help
+ * (usage on stdout, 0), then run(opt) with SIGINT, SIGTERM and SIGHUP
+ * blocked and polled (tool_interrupted()): its exit status, but a tool
+ * interrupted dies of the signal once run returned. */
+struct tool_main {
+	const char *prog;
+	const char *usage;
+	int bad_usage;
+	int (*parse)(int argc, char **argv, void *opt);
+	int (*run)(void *opt);
+};
+int tool_main(int argc, char **argv, const struct tool_main *t, void *opt, const int *help);
+
+/* Print "<prog>: <fmt ...>" and a newline on stderr. */
+void tool_say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
 /* SIGINT, SIGTERM and SIGHUP are blocked and polled. */
 void tool_block_signals(sigset_t *set);
 int tool_interrupted(void);

@@ -163,22 +163,17 @@ static const uint32_t default_nprobe[] = { 4, 8, 16, 32, 64 };
 /* ---------------------------------------------------------------- options */
 
 struct options {
-	const char *dir;
-	const char *store;       /* NULL: temporary */
-	int have_metric;
-	vecfs_metric metric;
+	struct ds_opts ds;       /* DIR, --metric, --queries, --store, --keep, --json, --help */
 	uint32_t nprobe[MAX_NPROBE];
 	size_t n_nprobe;
 	float recall[MAX_NPROBE];  /* --recall: targets, nprobe chosen per query */
 	size_t n_recall;
 	uint32_t bits, refine, nlist; /* 0 = library default */
 	uint32_t k;
-	size_t queries;          /* 0 = all */
 	size_t exact_queries;    /* queries timed for the exact scan */
 	const char *reuse;       /* an existing store to query as it is */
 	size_t warmup;           /* untimed queries before each setting */
 	int have_warmup;
-	int json, keep, help;
 	int mount;               /* --mount */
 	int after_build;         /* --ingest-after-build */
 	const char *vecfs_bin;   /* --vecfs: the daemon; NULL = beside argv[0] */
@@ -194,27 +189,25 @@ struct options {
 };
 
 enum opt_id {
-	OPT_METRIC, OPT_NPROBE, OPT_BITS, OPT_REFINE, OPT_NLIST, OPT_K,
-	OPT_QUERIES, OPT_EXACTQ, OPT_REUSE, OPT_WARMUP, OPT_STORE, OPT_JSON, OPT_KEEP, OPT_HELP,
+	OPT_NPROBE, OPT_BITS, OPT_REFINE, OPT_NLIST, OPT_K,
+	OPT_EXACTQ, OPT_REUSE, OPT_WARMUP,
 	OPT_MOUNT, OPT_VECFS, OPT_AFTER_BUILD, OPT_ROUNDS, OPT_BATCH, OPT_FILES, OPT_RECALL, OPT_SERVED,
 	OPT_PLOT, OPT_PASSES, OPT_MEMCAP
 };
 
+/* Beside the options every data set tool takes (ds_parse_args()). */
 static const struct tool_opt opt_table[] = {
-	{ "--metric", 1, OPT_METRIC },   { "--nprobe", 1, OPT_NPROBE },
+	{ "--nprobe", 1, OPT_NPROBE },
 	{ "--recall", 1, OPT_RECALL },    { "--served", 1, OPT_SERVED },
 	{ "--plot", 1, OPT_PLOT },       { "--passes", 1, OPT_PASSES },
 	{ "--bits", 1, OPT_BITS },       { "--refine", 1, OPT_REFINE },
 	{ "--nlist", 1, OPT_NLIST },     { "--k", 1, OPT_K },
-	{ "--queries", 1, OPT_QUERIES }, { "--store", 1, OPT_STORE },
 	{ "--exact-queries", 1, OPT_EXACTQ }, { "--reuse", 1, OPT_REUSE },
 	{ "--warmup", 1, OPT_WARMUP },
-	{ "--json", 0, OPT_JSON },       { "--keep", 0, OPT_KEEP },
 	{ "--mount", 0, OPT_MOUNT },     { "--vecfs", 1, OPT_VECFS },
 	{ "--ingest-after-build", 0, OPT_AFTER_BUILD }, { "--rounds", 1, OPT_ROUNDS },
 	{ "--batch", 1, OPT_BATCH },     { "--ingest-files", 1, OPT_FILES },
 	{ "--memory-cap", 1, OPT_MEMCAP },
-	{ "--help", 0, OPT_HELP },       { "-h", 0, OPT_HELP },
 };
 
 static int parse_u32(const char *s, uint32_t min, uint32_t *out)
@@ -278,10 +271,6 @@ static int apply_opt(void *ctx, const struct tool_opt *spec, const char *val)
 	int bad = 0;
 
 	switch ((enum opt_id)spec->id) {
-	case OPT_METRIC:
-		bad = vecfs_metric_parse(val, &o->metric) != 0;
-		o->have_metric = 1;
-		break;
 	case OPT_NPROBE:
 		bad = parse_nprobe_list(val, o) != 0;
 		break;
@@ -304,10 +293,6 @@ static int apply_opt(void *ctx, const struct tool_opt *spec, const char *val)
 	case OPT_K:
 		bad = parse_u32(val, 1, &o->k) != 0;
 		break;
-	case OPT_QUERIES:
-		bad = tool_parse_uint(val, 1, SIZE_MAX, &q) != 0;
-		o->queries = (size_t)q;
-		break;
 	case OPT_WARMUP:
 		bad = tool_parse_uint(val, 0, SIZE_MAX, &q) != 0;
 		o->warmup = (size_t)q;
@@ -321,22 +306,9 @@ static int apply_opt(void *ctx, const struct tool_opt *spec, const char *val)
 		bad = tool_parse_uint(val, 1, SIZE_MAX, &q) != 0;
 		o->exact_queries = (size_t)q;
 		break;
-	case OPT_STORE:
-		bad = *val == '\0';
-		o->store = val;
-		break;
 	case OPT_PLOT:
 		o->plot = val;
 		return 0;
-	case OPT_JSON:
-		o->json = 1;
-		break;
-	case OPT_KEEP:
-		o->keep = 1;
-		break;
-	case OPT_HELP:
-		o->help = 1;
-		break;
 	case OPT_MOUNT:
 		o->mount = 1;
 		break;
@@ -384,9 +356,10 @@ static int apply_opt(void *ctx, const struct tool_opt *spec, const char *val)
 	return bad;
 }
 
-/* The defaults, then the command line (see tool_parse_args). */
-static int parse_args(int argc, char **argv, struct options *o)
+/* The defaults, then the command line (see ds_parse_args). */
+static int parse_args(int argc, char **argv, void *opt)
 {
+	struct options *o = opt;
 	int rc;
 
 	memset(o, 0, sizeof *o);
@@ -396,9 +369,8 @@ static int parse_args(int argc, char **argv, struct options *o)
 	memcpy(o->nprobe, default_nprobe, sizeof default_nprobe);
 	o->n_nprobe = sizeof default_nprobe / sizeof default_nprobe[0];
 
-	rc = tool_parse_args(argc, argv, opt_table,
-			     sizeof opt_table / sizeof opt_table[0], apply_opt,
-			     o, &o->dir, &o->help);
+	rc = ds_parse_args(argc, argv, opt_table, sizeof opt_table / sizeof opt_table[0], apply_opt,
+			   o, &o->ds);
 	if (rc)
 		return rc;
 	if (o->files && (!o->mount || !o->after_build))
@@ -415,7 +387,7 @@ static int parse_args(int argc, char **argv, struct options *o)
 	if (o->reuse && o->after_build)
 		return tool_usage_error("%s", "--reuse queries a kept store as it is; it does "
 				   "not take --ingest-after-build");
-	if (o->mount && (o->reuse || o->store))
+	if (o->mount && (o->reuse || o->ds.store))
 		return tool_usage_error("%s", "--mount makes its own store (--keep keeps it); "
 				   "it does not take --reuse or --store");
 	if (o->mount && (o->cap_mb || o->cap_pct))
@@ -448,18 +420,14 @@ struct measure {
 
 struct bench {
 	const struct options *opt;
-	char name[256];           /* dataset: last component of DIR */
-	vecfs_metric metric;
-	const char *metric_from;
-	struct ds_vecs base, query, gt;
+	struct ds_data ds;        /* name, metric, base and queries */
+	struct ds_vecs gt;
 	size_t nq;
-	vecfs *v;
-	char store[PATH_MAX];
-	int store_is_temp;
+	struct ds_store st;       /* the store, its generation, the times of
+				   * its first ingest and its build */
 	vecfs_config cfg;         /* as stored after setup */
-	uint64_t gen_id;
 	vecfs_gen_info gen;
-	double ingest_s, ingest_rate, build_s;
+	double ingest_rate;
 	size_t ingest_n;          /* rows of the first ingest */
 	double after_s, after_rate; /* --ingest-after-build: the second half */
 	uint64_t code_bytes, store_bytes;
@@ -475,6 +443,7 @@ struct bench {
 	uint64_t cap_bytes;
 };
 
+/* The data set and the first nq rows of DIR/gt.ivecs. */
 static int load_dataset(struct bench *b)
 {
 	const struct options *o = b->opt;
@@ -482,13 +451,10 @@ static int load_dataset(struct bench *b)
 	char detail[96];
 	int rc;
 
-	ds_name(o->dir, b->name, sizeof b->name);
-	ds_pick_metric(o->dir, o->have_metric, o->metric, &b->metric,
-		       &b->metric_from);
-	if ((rc = ds_load_base_query(o->dir, o->queries, &b->base, &b->query)))
+	if ((rc = ds_load(&o->ds, &b->ds)))
 		return rc;
-	b->nq = b->query.n;
-	if ((rc = ds_join_path(path, sizeof path, o->dir, "gt.ivecs")) ||
+	b->nq = b->ds.query.n;
+	if ((rc = ds_join_path(path, sizeof path, o->ds.dir, "gt.ivecs")) ||
 	    (rc = ds_load_vecs(path, b->nq, &b->gt)))
 		return rc;
 	if (b->gt.n < b->nq) {
@@ -499,35 +465,21 @@ static int load_dataset(struct bench *b)
 	return 0;
 }
 
-/* Create the store directory: --store PATH (must not exist) or mkdtemp. */
-static int make_store_dir(struct bench *b)
-{
-	return tool_store_dir(b->store, sizeof b->store, b->opt->store, NULL, &b->store_is_temp);
-}
-
+/* The store: --store PATH (must not exist) or a temporary one. */
 static int open_store(struct bench *b)
 {
 	const struct options *o = b->opt;
-	char err[ERRLEN] = "";
 	vecfs_config c;
 	int rc;
 
-	if ((rc = make_store_dir(b)))
+	if ((rc = ds_store_create(&b->st, o->ds.store, b->ds.base.dim, b->ds.metric, &c)))
 		return rc;
-	rc = vecfs_open(b->store, &b->v, err, sizeof err);
-	if (rc)
-		return tool_fail(rc, err, "vecfs_open %s", b->store);
-	if ((rc = vecfs_config_get(b->v, &c)))
-		return tool_fail(rc, NULL, "vecfs_config_get");
-	c.metric = b->metric;
-	c.dim = b->base.dim;
 	if (o->bits)
 		c.bits = o->bits;
 	if (o->refine)
 		c.refine = o->refine;
 	if (o->nlist)
 		c.nlist = o->nlist;
-	c.auto_build = 0; /* nothing builds in the background */
 	if (o->after_build) {
 		/* nor compacts nor rebalances: the rows written after the build
 		 * stay delta postings, as through the mount (a compaction would
@@ -535,11 +487,9 @@ static int open_store(struct bench *b)
 		c.compact_deltas = UINT32_MAX;
 		c.rebalance_ratio = 0;
 	}
-	rc = vecfs_config_set(b->v, &c, err, sizeof err);
-	if (rc)
-		return tool_fail(rc, err, "vecfs_config_set");
-	if ((rc = vecfs_config_get(b->v, &b->cfg)))
-		return tool_fail(rc, NULL, "vecfs_config_get");
+	if ((rc = ds_store_config(&b->st, &c)))
+		return rc;
+	b->cfg = c;
 	return 0;
 }
 
@@ -548,15 +498,15 @@ static int check_ingested(struct bench *b)
 {
 	vecfs_stats st;
 	char detail[128];
-	int rc = vecfs_stats_get(b->v, &st);
+	int rc = vecfs_stats_get(b->st.v, &st);
 
 	if (rc)
 		return tool_fail(rc, NULL, "vecfs_stats_get");
-	if (st.records != b->base.n || st.next_key != b->base.n) {
+	if (st.records != b->ds.base.n || st.next_key != b->ds.base.n) {
 		snprintf(detail, sizeof detail,
 			 "%llu records and key counter %llu after %zu rows",
 			 (unsigned long long)st.records,
-			 (unsigned long long)st.next_key, b->base.n);
+			 (unsigned long long)st.next_key, b->ds.base.n);
 		return tool_fail(-EPROTO, detail, "ingest");
 	}
 	return 0;
@@ -565,8 +515,8 @@ static int check_ingested(struct bench *b)
 /* vecfs_put of base rows [from, to), BATCH_ROWS a call; *secs: the time. */
 static int ingest_rows(struct bench *b, size_t from, size_t to, double *secs)
 {
-	const float *base = b->base.data;
-	const uint32_t dim = b->base.dim;
+	const float *base = b->ds.base.data;
+	const uint32_t dim = b->ds.base.dim;
 	struct tool_progress p;
 	vecfs_row *rows = calloc(BATCH_ROWS, sizeof *rows);
 	char err[ERRLEN] = "";
@@ -589,7 +539,7 @@ static int ingest_rows(struct bench *b, size_t from, size_t to, double *secs)
 		}
 		for (size_t j = 0; j < cnt; j++)
 			rows[j] = (vecfs_row){ .vec = base + (start + j) * dim };
-		rc = vecfs_put(b->v, rows, cnt, dim, &bad, err, sizeof err);
+		rc = vecfs_put(b->st.v, rows, cnt, dim, &bad, err, sizeof err);
 		if (rc) {
 			tool_progress_end(&p);
 			if (bad < cnt)
@@ -611,26 +561,26 @@ static int ingest_rows(struct bench *b, size_t from, size_t to, double *secs)
 /* The base, or with --ingest-after-build its first half. */
 static int ingest(struct bench *b)
 {
-	b->ingest_n = b->opt->after_build ? b->base.n / 2 : b->base.n;
-	int rc = ingest_rows(b, 0, b->ingest_n, &b->ingest_s);
+	b->ingest_n = b->opt->after_build ? b->ds.base.n / 2 : b->ds.base.n;
+	int rc = ingest_rows(b, 0, b->ingest_n, &b->st.load_s);
 	if (rc)
 		return rc;
-	b->ingest_rate = b->ingest_s > 0 ? (double)b->ingest_n / b->ingest_s : 0;
+	b->ingest_rate = b->st.load_s > 0 ? (double)b->ingest_n / b->st.load_s : 0;
 	return b->opt->after_build ? 0 : check_ingested(b);
 }
 
 /* --ingest-after-build: the second half, into the active generation. */
 static int ingest_after_build(struct bench *b)
 {
-	int rc = ingest_rows(b, b->ingest_n, b->base.n, &b->after_s);
+	int rc = ingest_rows(b, b->ingest_n, b->ds.base.n, &b->after_s);
 	if (rc)
 		return rc;
-	size_t n = b->base.n - b->ingest_n;
+	size_t n = b->ds.base.n - b->ingest_n;
 	vecfs_stats st;
 	b->after_rate = b->after_s > 0 ? (double)n / b->after_s : 0;
 	if ((rc = check_ingested(b)))
 		return rc;
-	if ((rc = vecfs_stats_get(b->v, &st)))
+	if ((rc = vecfs_stats_get(b->st.v, &st)))
 		return tool_fail(rc, NULL, "vecfs_stats_get");
 	b->store_bytes = st.store_bytes;
 	return 0;
@@ -640,36 +590,28 @@ static int ingest_after_build(struct bench *b)
  * bits planes plus the sign copy the first pass reads. */
 static int gen_load(struct bench *b)
 {
-	int rc = vecfs_gen_info_get(b->v, b->gen_id, &b->gen);
+	int rc = vecfs_gen_info_get(b->st.v, b->st.gen, &b->gen);
 
 	if (rc)
 		return tool_fail(rc, NULL, "vecfs_gen_info_get %llu",
-			    (unsigned long long)b->gen_id);
+			    (unsigned long long)b->st.gen);
 	b->code_bytes = (uint64_t)(b->gen.bits + 1) * b->gen.pdim / 8;
 	return 0;
 }
 
 static int build(struct bench *b)
 {
-	struct tool_progress p;
-	char err[ERRLEN] = "";
 	vecfs_stats st;
-	uint64_t t0;
 	int rc;
 
-	tool_progress_init(&p, "build", NULL);
-	t0 = tool_now_ns();
-	rc = vecfs_build(b->v, 1, &b->gen_id, tool_build_progress, &p, err, sizeof err);
-	b->build_s = (double)(tool_now_ns() - t0) / 1e9;
-	tool_progress_end(&p);
-	if (rc)
-		return tool_interrupted() ? tool_report_interrupt() : tool_fail(rc, err, "vecfs_build");
+	if ((rc = ds_store_build(&b->st)))
+		return rc;
 	if ((rc = gen_load(b)))
 		return rc;
-	if (b->gen.state != VECFS_GEN_READY || vecfs_active(b->v) != b->gen_id)
+	if (b->gen.state != VECFS_GEN_READY || vecfs_active(b->st.v) != b->st.gen)
 		return tool_fail(-EPROTO, "not ready and active after the build",
-			    "generation %llu", (unsigned long long)b->gen_id);
-	if ((rc = vecfs_stats_get(b->v, &st)))
+			    "generation %llu", (unsigned long long)b->st.gen);
+	if ((rc = vecfs_stats_get(b->st.v, &st)))
 		return tool_fail(rc, NULL, "vecfs_stats_get");
 	b->store_bytes = st.store_bytes;
 	return 0;
@@ -711,18 +653,6 @@ static int query_recall(struct bench *b, size_t qi, const vecfs_results *r,
 	return 0;
 }
 
-static int search_one(struct bench *b, size_t qi, const vecfs_query_opts *qo,
-		      vecfs_results **r)
-{
-	const float *q = (const float *)b->query.data + qi * b->query.dim;
-	char err[ERRLEN] = "";
-	int rc = vecfs_search(b->v, q, 1, b->query.dim, qo, r, err, sizeof err);
-
-	if (rc)
-		return tool_fail(rc, err, "vecfs_search (query %zu)", qi);
-	return 0;
-}
-
 static int warm_up(struct bench *b, const vecfs_query_opts *qo)
 {
 	size_t want = b->opt->have_warmup ? b->opt->warmup : b->nq;
@@ -730,7 +660,7 @@ static int warm_up(struct bench *b, const vecfs_query_opts *qo)
 
 	for (size_t i = 0; i < n; i++) {
 		vecfs_results *r;
-		int rc = search_one(b, i, qo, &r);
+		int rc = ds_search(&b->st, &b->ds, i, qo, &r, NULL);
 
 		if (rc)
 			return rc;
@@ -768,14 +698,11 @@ static int time_pass(struct bench *b, const vecfs_query_opts *qo, uint64_t *lat,
 	for (size_t i = 0; i < b->nq; i++) {
 		vecfs_results *r;
 		double recall = 0;
-		uint64_t t0;
 		int rc;
 
 		if ((i & 63) == 0 && tool_interrupted())
 			return tool_report_interrupt();
-		t0 = tool_now_ns();
-		rc = search_one(b, i, qo, &r);
-		lat[i] = tool_now_ns() - t0;
+		rc = ds_search(&b->st, &b->ds, i, qo, &r, &lat[i]);
 		if (rc)
 			return rc;
 		*total_ns += lat[i];
@@ -827,7 +754,7 @@ static int measure_setting(struct bench *b, const vecfs_query_opts *qo,
 	m->nprobe = qo->exact ? 0 : qo->nprobe;
 	m->target = qo->exact ? 0 : qo->recall;
 	vecfs_config cfg;
-	if (!qo->exact && !qo->nprobe && !qo->recall && vecfs_config_get(b->v, &cfg) == 0)
+	if (!qo->exact && !qo->nprobe && !qo->recall && vecfs_config_get(b->st.v, &cfg) == 0)
 		m->target = cfg.recall_target; /* the defaults */
 	m->clusters = (double)sum.clusters_probed / (double)b->nq;
 	m->recall = recall_sum / (double)b->nq;
@@ -849,20 +776,20 @@ static int measure_setting(struct bench *b, const vecfs_query_opts *qo,
 static int batch_pass(struct bench *b, const vecfs_query_opts *qo, double *qps,
 		      double *rec, double *pages)
 {
-	size_t per = b->opt->batch, dim = b->query.dim;
+	size_t per = b->opt->batch, dim = b->ds.query.dim;
 	uint64_t total_ns = 0, pages_read = 0;
 	double recall_sum = 0;
 
 	for (size_t from = 0; from < b->nq; from += per) {
 		size_t n = b->nq - from < per ? b->nq - from : per;
-		const float *q = (const float *)b->query.data + from * dim;
+		const float *q = (const float *)b->ds.query.data + from * dim;
 		char err[ERRLEN] = "";
 		vecfs_results *r;
 
 		if (tool_interrupted())
 			return tool_report_interrupt();
 		uint64_t t0 = tool_now_ns();
-		int rc = vecfs_search(b->v, q, n, b->query.dim, qo, &r, err, sizeof err);
+		int rc = vecfs_search(b->st.v, q, n, b->ds.query.dim, qo, &r, err, sizeof err);
 		total_ns += tool_now_ns() - t0;
 		if (rc)
 			return tool_fail(rc, err, "vecfs_search (queries %zu to %zu)", from,
@@ -903,27 +830,27 @@ static void print_header(const struct bench *b)
 {
 	const struct options *o = b->opt;
 
-	printf("dataset  %s (%s)\n", b->name, o->dir);
+	printf("dataset  %s (%s)\n", b->ds.name, o->ds.dir);
 	printf("vectors  N %zu, dim %u, metric %s (%s), queries %zu, k %u\n",
-	       b->base.n, b->base.dim, vecfs_metric_name(b->metric),
-	       b->metric_from, b->nq, o->k);
+	       b->ds.base.n, b->ds.base.dim, vecfs_metric_name(b->ds.metric),
+	       b->ds.metric_from, b->nq, o->k);
 	printf("timing   each setting: a warm-up pass, then the fastest of %u timed "
 	       "pass%s over the queries\n", o->passes, o->passes == 1 ? "" : "es");
 	printf("index    generation %llu: nlist %u, bits %u, refine %u, "
 	       "covers %llu, code %llu bytes/vector\n",
-	       (unsigned long long)b->gen_id, b->gen.nlist, b->gen.bits,
+	       (unsigned long long)b->st.gen, b->gen.nlist, b->gen.bits,
 	       o->refine ? o->refine : b->cfg.refine,
 	       (unsigned long long)b->gen.covered,
 	       (unsigned long long)b->code_bytes);
 	printf("kernel   %s\n", vecfs_kernel_name());
 	printf("ingest   %.0f rows/s (%zu rows in %.2f s)\n", b->ingest_rate,
-	       b->ingest_n, b->ingest_s);
-	printf("build    %.2f s\n", b->build_s);
+	       b->ingest_n, b->st.load_s);
+	printf("build    %.2f s\n", b->st.build_s);
 	if (b->after_rate > 0)
 		printf("ingest   %.0f rows/s after the build (%zu rows in %.2f s, into "
 		       "generation %llu: delta postings; no compaction, no rebalance)\n",
-		       b->after_rate, b->base.n - b->ingest_n, b->after_s,
-		       (unsigned long long)b->gen_id);
+		       b->after_rate, b->ds.base.n - b->ingest_n, b->after_s,
+		       (unsigned long long)b->st.gen);
 	printf("store    %.1f MB\n", (double)b->store_bytes / (1024.0 * 1024.0));
 	printf("\n%6s %9s %10s %9s %9s %8s %13s %13s %13s %10s %9s\n", "nprobe",
 	       "recall@10", "QPS", "p50_us", "p99_us", "xExact", "pass1_scored",
@@ -961,7 +888,7 @@ static void json_row(const struct bench *b, const struct measure *m)
 {
 	printf("{\"mode\":\"%s\",\"dataset\":",
 	       m->target > 0 ? "recall" : m->nprobe ? "ivf" : "exact");
-	tool_json_string(b->name);
+	tool_json_string(b->ds.name);
 	printf(",\"nprobe\":%u", m->nprobe);
 	if (m->target > 0)
 		tool_json_num("recall_target", m->target, 4);
@@ -970,11 +897,11 @@ static void json_row(const struct bench *b, const struct measure *m)
 	tool_json_num("qps", m->qps, 1);
 	tool_json_num("p50_us", m->p50_us, 1);
 	tool_json_num("p99_us", m->p99_us, 1);
-	tool_json_num("build_s", b->build_s, 3);
+	tool_json_num("build_s", b->st.build_s, 3);
 	printf(",\"code_bytes_per_vector\":%llu", (unsigned long long)b->code_bytes);
 	tool_json_num("exact_qps", b->exact_qps, 1);
 	printf(",\"n\":%zu,\"dim\":%u,\"metric\":\"%s\",\"queries\":%zu,\"k\":%u",
-	       b->base.n, b->base.dim, vecfs_metric_name(b->metric), b->nq,
+	       b->ds.base.n, b->ds.base.dim, vecfs_metric_name(b->ds.metric), b->nq,
 	       b->opt->k);
 	printf(",\"passes\":%u", b->opt->passes);
 	printf(",\"nlist\":%u,\"bits\":%u,\"refine\":%u,\"kernel\":",
@@ -1006,7 +933,7 @@ static void report(struct bench *b, const struct measure *m)
 		b->pts[b->npts].qps = m->qps;
 		b->npts++;
 	}
-	if (b->opt->json)
+	if (b->opt->ds.json)
 		json_row(b, m);
 	else
 		print_row(b, m);
@@ -1021,7 +948,7 @@ static int cap_start(struct bench *b)
 	const struct options *o = b->opt;
 	vecfs_stats st;
 	int rc;
-	if ((rc = vecfs_stats_get(b->v, &st)))
+	if ((rc = vecfs_stats_get(b->st.v, &st)))
 		return tool_fail(rc, NULL, "vecfs_stats_get");
 	b->store_bytes = st.store_bytes;
 	b->cap_bytes = o->cap_pct ? st.store_bytes / 100 * o->cap_pct : o->cap_mb << 20;
@@ -1038,12 +965,12 @@ static int cap_cold(struct bench *b)
 {
 	char err[ERRLEN] = "";
 	int rc;
-	vecfs_close(b->v);
-	b->v = NULL;
+	vecfs_close(b->st.v);
+	b->st.v = NULL;
 	if ((rc = memcap_drop_caches()))
 		return tool_fail(rc, NULL, "drop the page cache (/proc/sys/vm/drop_caches)");
-	if ((rc = vecfs_open(b->store, &b->v, err, sizeof err)))
-		return tool_fail(rc, err, "vecfs_open %s", b->store);
+	if ((rc = vecfs_open(b->st.dir, &b->st.v, err, sizeof err)))
+		return tool_fail(rc, err, "vecfs_open %s", b->st.dir);
 	return 0;
 }
 
@@ -1091,7 +1018,7 @@ static int cap_measure(struct bench *b, const vecfs_query_opts *qo, struct measu
 
 static void cap_header(const struct bench *b)
 {
-	printf("dataset  %s (%s), %zu queries, k %u\n", b->name, b->opt->dir, b->nq, b->opt->k);
+	printf("dataset  %s (%s), %zu queries, k %u\n", b->ds.name, b->opt->ds.dir, b->nq, b->opt->k);
 	printf("memory   capped at %.1f MB (%.0f%% of the store's %.1f MB): cgroup %s\n",
 	       (double)b->cap_bytes / 1048576.0,
 	       b->store_bytes ? 100.0 * (double)b->cap_bytes / (double)b->store_bytes : 0,
@@ -1123,7 +1050,7 @@ static void cap_row(const struct bench *b, const struct measure *m)
 static void cap_json(const struct bench *b, const struct measure *m)
 {
 	printf("{\"mode\":\"memory_cap\",\"dataset\":");
-	tool_json_string(b->name);
+	tool_json_string(b->ds.name);
 	printf(",\"nprobe\":%u,\"cap_bytes\":%llu,\"store_bytes\":%llu", m->nprobe,
 	       (unsigned long long)b->cap_bytes, (unsigned long long)b->store_bytes);
 	if (m->target > 0)
@@ -1156,7 +1083,7 @@ static int cap_measure_all(struct bench *b)
 	int rc;
 	if ((rc = cap_start(b)))
 		return rc;
-	if (!o->json)
+	if (!o->ds.json)
 		cap_header(b);
 	for (size_t i = 0; i < o->n_nprobe + o->n_recall; i++) {
 		vecfs_query_opts qo = { .k = o->k, .refine = o->refine };
@@ -1167,7 +1094,7 @@ static int cap_measure_all(struct bench *b)
 			qo.recall = o->recall[i - o->n_nprobe];
 		if ((rc = cap_measure(b, &qo, &m)))
 			return rc;
-		if (o->json)
+		if (o->ds.json)
 			cap_json(b, &m);
 		else
 			cap_row(b, &m);
@@ -1190,9 +1117,9 @@ static int measure_all(struct bench *b)
 		return tool_fail(-ENOMEM, NULL, "measure");
 	if (o->cap_mb || o->cap_pct)
 		return cap_measure_all(b);
-	if (!o->json)
+	if (!o->ds.json)
 		print_header(b);
-	if (!o->json && o->batch)
+	if (!o->ds.json && o->batch)
 		printf("%6s %9s %10s %9s   (--batch %zu: %zu queries a call)\n", "", "batch_rec",
 		       "batch_QPS", "xSingle", o->batch, o->batch);
 	size_t all = b->nq, ne = o->exact_queries ? o->exact_queries : 200;
@@ -1269,7 +1196,7 @@ static int draw_plot(const struct bench *b)
 	}
 	fprintf(g, "set terminal pngcairo noenhanced size 900,600\nset output ");
 	gp_string(g, b->opt->plot);
-	snprintf(title, sizeof title, "%s: recall@%u against QPS", b->name, b->opt->k);
+	snprintf(title, sizeof title, "%s: recall@%u against QPS", b->ds.name, b->opt->k);
 	fprintf(g, "\nset title ");
 	gp_string(g, title);
 	fputc('\n', g);
@@ -1297,14 +1224,14 @@ static int reuse_store(struct bench *b)
 	char err[ERRLEN] = "";
 	int rc;
 
-	snprintf(b->store, sizeof b->store, "%s", b->opt->reuse);
-	if ((rc = vecfs_open(b->store, &b->v, err, sizeof err)))
-		return tool_fail(rc, err, "vecfs_open %s", b->store);
-	if ((rc = vecfs_config_get(b->v, &b->cfg)))
+	snprintf(b->st.dir, sizeof b->st.dir, "%s", b->opt->reuse);
+	if ((rc = vecfs_open(b->st.dir, &b->st.v, err, sizeof err)))
+		return tool_fail(rc, err, "vecfs_open %s", b->st.dir);
+	if ((rc = vecfs_config_get(b->st.v, &b->cfg)))
 		return tool_fail(rc, NULL, "vecfs_config_get");
-	b->gen_id = vecfs_active(b->v);
-	if (!b->gen_id)
-		return tool_fail(-ENOENT, "no active generation", "--reuse %s", b->store);
+	b->st.gen = vecfs_active(b->st.v);
+	if (!b->st.gen)
+		return tool_fail(-ENOENT, "no active generation", "--reuse %s", b->st.dir);
 	if ((rc = gen_load(b)))
 		return rc;
 	return 0;
@@ -1321,13 +1248,13 @@ static int served_estimate(struct bench *b)
 	vecfs_stats st;
 	int rc;
 
-	vecfs_close(b->v);
-	if ((rc = vecfs_open(b->store, &b->v, err, sizeof err)))
-		return tool_fail(rc, err, "vecfs_open %s", b->store);
+	vecfs_close(b->st.v);
+	if ((rc = vecfs_open(b->st.dir, &b->st.v, err, sizeof err)))
+		return tool_fail(rc, err, "vecfs_open %s", b->st.dir);
 	for (size_t i = 0; i < n; i++) {
 		vecfs_results *r;
 		double rec;
-		if ((rc = vecfs_search(b->v, (const float *)b->query.data + i * b->query.dim, 1, b->query.dim, &qo,
+		if ((rc = vecfs_search(b->st.v, (const float *)b->ds.query.data + i * b->ds.query.dim, 1, b->ds.query.dim, &qo,
 				       &r, err, sizeof err)))
 			return tool_fail(rc, err, "vecfs_search");
 		rc = query_recall(b, i, r, &rec);
@@ -1339,7 +1266,7 @@ static int served_estimate(struct bench *b)
 	uint64_t last = 0;
 	double since = tool_now_ns() / 1e9;
 	for (;;) {
-		if ((rc = vecfs_stats_get(b->v, &st)))
+		if ((rc = vecfs_stats_get(b->st.v, &st)))
 			return tool_fail(rc, NULL, "vecfs_stats_get");
 		double now = tool_now_ns() / 1e9;
 		if (st.recall_samples != last) {
@@ -1385,17 +1312,9 @@ static int bench_run(struct bench *b)
 
 static void bench_free(struct bench *b)
 {
-	if (b->v)
-		vecfs_close(b->v);
 	memcap_remove(&b->cap, getpid());
-	if (b->store_is_temp) {
-		if (b->opt->keep)
-			fprintf(stderr, PROG ": kept store %s\n", b->store);
-		else
-			tool_remove_tree(b->store);
-	}
-	free(b->base.data);
-	free(b->query.data);
+	ds_store_close(&b->st, b->opt->ds.keep);
+	ds_data_free(&b->ds);
 	free(b->gt.data);
 	free(b->lat_ns);
 	free(b->hit_ids);
@@ -2193,7 +2112,7 @@ static int mnt_config(struct bench *b, struct mnt *m)
 	const struct options *o = b->opt;
 	char text[512], path[PATH_MAX];
 	int rc, n = snprintf(text, sizeof text, "auto_build = 0\ndim = %u\nmetric = %s\n",
-			     b->base.dim, vecfs_metric_name(b->metric));
+			     b->ds.base.dim, vecfs_metric_name(b->ds.metric));
 
 	if ((rc = mnt_path(m, "config", path)))
 		return rc;
@@ -2234,7 +2153,7 @@ static int mnt_check_records(struct mnt *m, uint64_t want)
 static int mnt_ingest(struct bench *b, struct mnt *m, int part, const char *name,
 		      size_t first, size_t n)
 {
-	const uint32_t dim = b->base.dim;
+	const uint32_t dim = b->ds.base.dim;
 	const size_t row_bytes = 4 + 4 * (size_t)dim;
 	const size_t per_write = MNT_WRITE / row_bytes ? MNT_WRITE / row_bytes : 1;
 	const int32_t d32 = (int32_t)dim;
@@ -2267,7 +2186,7 @@ static int mnt_ingest(struct bench *b, struct mnt *m, int part, const char *name
 			unsigned char *row = buf + j * row_bytes;
 
 			memcpy(row, &d32, 4);
-			memcpy(row + 4, (const float *)b->base.data +
+			memcpy(row + 4, (const float *)b->ds.base.data +
 			       (first + done + j) * dim, 4 * (size_t)dim);
 		}
 		if (tool_interrupted()) {
@@ -2433,7 +2352,7 @@ out:
 
 static int mnt_load(struct bench *b, struct mnt *m)
 {
-	size_t n = b->base.n, half = n / 2;
+	size_t n = b->ds.base.n, half = n / 2;
 	int rc;
 
 	if ((rc = mnt_config(b, m)))
@@ -2457,7 +2376,7 @@ static int mnt_load(struct bench *b, struct mnt *m)
 /* Every query vector as a text line: "%.9g" numbers, spaces, "\n". */
 static int mnt_prepare_queries(struct bench *b, struct mnt *m)
 {
-	const uint32_t dim = b->query.dim;
+	const uint32_t dim = b->ds.query.dim;
 	const size_t line_max = (size_t)dim * 17 + 1;
 	size_t pos = 0;
 
@@ -2467,7 +2386,7 @@ static int mnt_prepare_queries(struct bench *b, struct mnt *m)
 	if (!m->vtext || !m->voff || !m->req)
 		return tool_fail(-ENOMEM, NULL, "query texts");
 	for (size_t i = 0; i < b->nq; i++) {
-		const float *q = (const float *)b->query.data + i * dim;
+		const float *q = (const float *)b->ds.query.data + i * dim;
 
 		m->voff[i] = pos;
 		for (uint32_t j = 0; j < dim; j++)
@@ -2849,19 +2768,19 @@ static int lib_measure(struct bench *b, struct mnt *m)
 	vecfs_stats st;
 	int rc;
 
-	snprintf(b->store, sizeof b->store, "%s", m->store);
-	if ((rc = vecfs_open(b->store, &b->v, err, sizeof err)))
-		return tool_fail(rc, err, "vecfs_open %s", b->store);
-	if ((rc = vecfs_config_get(b->v, &b->cfg)))
+	snprintf(b->st.dir, sizeof b->st.dir, "%s", m->store);
+	if ((rc = vecfs_open(b->st.dir, &b->st.v, err, sizeof err)))
+		return tool_fail(rc, err, "vecfs_open %s", b->st.dir);
+	if ((rc = vecfs_config_get(b->st.v, &b->cfg)))
 		return tool_fail(rc, NULL, "vecfs_config_get");
-	b->gen_id = vecfs_active(b->v);
-	if (b->gen_id != m->gen_id)
+	b->st.gen = vecfs_active(b->st.v);
+	if (b->st.gen != m->gen_id)
 		return tool_fail(-EPROTO, "the active generation changed",
 			    "generation %llu, the mount built %llu",
-			    (unsigned long long)b->gen_id, (unsigned long long)m->gen_id);
+			    (unsigned long long)b->st.gen, (unsigned long long)m->gen_id);
 	if ((rc = gen_load(b)))
 		return rc;
-	if ((rc = vecfs_stats_get(b->v, &st)))
+	if ((rc = vecfs_stats_get(b->st.v, &st)))
 		return tool_fail(rc, NULL, "vecfs_stats_get");
 	b->store_bytes = st.store_bytes;
 	m->delta_postings = st.delta_postings;
@@ -2922,14 +2841,14 @@ static void mnt_print_header(const struct bench *b, const struct mnt *m)
 {
 	const struct options *o = b->opt;
 
-	printf("dataset  %s (%s)\n", b->name, o->dir);
+	printf("dataset  %s (%s)\n", b->ds.name, o->ds.dir);
 	printf("vectors  N %zu, dim %u, metric %s (%s), queries %zu, k %u\n",
-	       b->base.n, b->base.dim, vecfs_metric_name(b->metric),
-	       b->metric_from, b->nq, o->k);
+	       b->ds.base.n, b->ds.base.dim, vecfs_metric_name(b->ds.metric),
+	       b->ds.metric_from, b->nq, o->k);
 	printf("mount    %s on %s\n", m->vecfs, m->dir);
 	printf("index    generation %llu: nlist %u, bits %u, refine %u, "
 	       "covers %llu, code %llu bytes/vector\n",
-	       (unsigned long long)b->gen_id, b->gen.nlist, b->gen.bits,
+	       (unsigned long long)b->st.gen, b->gen.nlist, b->gen.bits,
 	       o->refine ? o->refine : b->cfg.refine,
 	       (unsigned long long)b->gen.covered,
 	       (unsigned long long)b->code_bytes);
@@ -3060,7 +2979,7 @@ static void mnt_json_row(const struct bench *b, const struct mnt *m, size_t i)
 	uint64_t rss, anon;
 
 	printf("{\"mode\":\"mount\",\"dataset\":");
-	tool_json_string(b->name);
+	tool_json_string(b->ds.name);
 	printf(",\"nprobe\":%u", fs->nprobe);
 	tool_json_num("recall_at_10", fs->recall, 4);
 	tool_json_num("qps", fs->qps, 1);
@@ -3123,7 +3042,7 @@ static void mnt_json_row(const struct bench *b, const struct mnt *m, size_t i)
 	else
 		printf(",\"compactions_during_mount_queries\":null");
 	printf(",\"n\":%zu,\"dim\":%u,\"metric\":\"%s\",\"queries\":%zu,\"k\":%u",
-	       b->base.n, b->base.dim, vecfs_metric_name(b->metric), b->nq,
+	       b->ds.base.n, b->ds.base.dim, vecfs_metric_name(b->ds.metric), b->nq,
 	       b->opt->k);
 	printf(",\"nlist\":%u,\"bits\":%u,\"refine\":%u,\"delta_postings\":%llu"
 	       ",\"kernel\":", b->gen.nlist, b->gen.bits,
@@ -3154,15 +3073,15 @@ static void print_rounds(const struct bench *b, const struct mnt *m)
 
 static void mnt_report(const struct bench *b, const struct mnt *m)
 {
-	if (!b->opt->json)
+	if (!b->opt->ds.json)
 		mnt_print_header(b, m);
 	for (size_t i = 0; i < b->opt->n_nprobe; i++) {
-		if (b->opt->json)
+		if (b->opt->ds.json)
 			mnt_json_row(b, m, i);
 		else
 			mnt_print_row(&m->fs[i], &m->held[i], &m->lib[i], b->opt->batch);
 	}
-	if (!b->opt->json && m->rounds_done > 1)
+	if (!b->opt->ds.json && m->rounds_done > 1)
 		print_rounds(b, m);
 	fflush(stdout);
 }
@@ -3194,9 +3113,9 @@ static int mount_run(struct bench *b, struct mnt *m)
 			rc = tool_report_interrupt();
 		if (!rc)
 			rc = lib_measure(b, m);
-		if (b->v) { /* the next round mounts the store again */
-			vecfs_close(b->v);
-			b->v = NULL;
+		if (b->st.v) { /* the next round mounts the store again */
+			vecfs_close(b->st.v);
+			b->st.v = NULL;
 		}
 		for (size_t i = 0; !rc && i < b->opt->n_nprobe; i++) {
 			m->qps_of[r][i][0] = m->fs[i].qps;
@@ -3212,36 +3131,29 @@ static int mount_run(struct bench *b, struct mnt *m)
 	return 0;
 }
 
-int main(int argc, char **argv)
+/* The run, --mount's or the library's alone: exit status 1 on an error. */
+static int bench_main(void *opt)
 {
-	struct options opt;
-	struct bench b = { 0 };
+	struct bench b = { .opt = opt };
 	struct mnt m = { .hin = -1, .hout = -1 };
-	sigset_t sigs;
 	int rc;
 
-	tool_init(PROG, NULL);
-	int vs = tool_version(argc, argv);
-	if (vs >= 0)
-		return vs;
-	if (parse_args(argc, argv, &opt))
-		return 1;
-	if (opt.help) {
-		fputs(usage_text, stdout);
-		return 0;
-	}
-	tool_block_signals(&sigs);
-	b.opt = &opt;
-	if (opt.mount) {
+	if (b.opt->mount) {
 		rc = mount_run(&b, &m);
 		mnt_stop(&m); /* done already unless it failed early */
 		bench_free(&b);
-		mnt_free(&m, opt.keep);
+		mnt_free(&m, b.opt->ds.keep);
 	} else {
 		rc = bench_run(&b);
 		bench_free(&b);
 	}
-	if (tool_interrupted())
-		sigprocmask(SIG_UNBLOCK, &sigs, NULL); /* dies of the signal */
 	return rc ? 1 : 0;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct tool_main tool = { PROG, usage_text, 1, parse_args, bench_main };
+	static struct options opt;
+
+	return tool_main(argc, argv, &tool, &opt, &opt.ds.help);
 }

@@ -25,6 +25,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -113,25 +114,16 @@ static const char usage_text[] =
 /* ---------------------------------------------------------------- options */
 
 struct options {
-	const char *dir;
-	const char *store;     /* NULL: temporary */
+	struct ds_opts ds;     /* DIR, --metric, --queries, --store, --keep, --json, --help */
 	unsigned rounds;
-	size_t queries;
 	uint64_t seed;
-	int have_metric;
-	vecfs_metric metric;
-	int keep, json, help;
 };
 
-enum opt_id { OPT_ROUNDS, OPT_METRIC, OPT_QUERIES, OPT_SEED, OPT_STORE,
-	      OPT_KEEP, OPT_JSON, OPT_HELP };
+enum opt_id { OPT_ROUNDS, OPT_SEED };
 
+/* Beside the options every data set tool takes (ds_parse_args()). */
 static const struct tool_opt opt_table[] = {
-	{ "--rounds", 1, OPT_ROUNDS }, { "--metric", 1, OPT_METRIC },
-	{ "--queries", 1, OPT_QUERIES }, { "--seed", 1, OPT_SEED },
-	{ "--store", 1, OPT_STORE },   { "--keep", 0, OPT_KEEP },
-	{ "--json", 0, OPT_JSON },     { "--help", 0, OPT_HELP },
-	{ "-h", 0, OPT_HELP },
+	{ "--rounds", 1, OPT_ROUNDS }, { "--seed", 1, OPT_SEED },
 };
 
 /* Non-zero when the value is bad. */
@@ -146,45 +138,25 @@ static int apply_opt(void *ctx, const struct tool_opt *spec, const char *val)
 		bad = tool_parse_uint(val, 1, 100000, &x) != 0;
 		o->rounds = (unsigned)x;
 		break;
-	case OPT_METRIC:
-		bad = vecfs_metric_parse(val, &o->metric) != 0;
-		o->have_metric = 1;
-		break;
-	case OPT_QUERIES:
-		bad = tool_parse_uint(val, 1, SIZE_MAX, &x) != 0;
-		o->queries = (size_t)x;
-		break;
 	case OPT_SEED:
 		bad = tool_parse_uint(val, 0, UINT64_MAX, &x) != 0;
 		o->seed = x;
-		break;
-	case OPT_STORE:
-		bad = *val == '\0';
-		o->store = val;
-		break;
-	case OPT_KEEP:
-		o->keep = 1;
-		break;
-	case OPT_JSON:
-		o->json = 1;
-		break;
-	case OPT_HELP:
-		o->help = 1;
 		break;
 	}
 	return bad;
 }
 
-/* The defaults, then the command line (see tool_parse_args). */
-static int parse_args(int argc, char **argv, struct options *o)
+/* The defaults, then the command line (see ds_parse_args). */
+static int parse_args(int argc, char **argv, void *opt)
 {
+	struct options *o = opt;
+
 	memset(o, 0, sizeof *o);
 	o->rounds = 5;
-	o->queries = 200;
+	o->ds.queries = 200;
 	o->seed = 1;
-	return tool_parse_args(argc, argv, opt_table,
-			       sizeof opt_table / sizeof opt_table[0], apply_opt,
-			       o, &o->dir, &o->help);
+	return ds_parse_args(argc, argv, opt_table, sizeof opt_table / sizeof opt_table[0], apply_opt,
+			     o, &o->ds);
 }
 
 /* ---------------------------------------------------------------- signals */
@@ -225,15 +197,6 @@ struct op {
 	uint8_t kind;
 };
 
-struct store {
-	const char *label;     /* "churned", "fresh" */
-	char dir[PATH_MAX];
-	int is_temp;
-	vecfs *v;
-	uint64_t gen;          /* the generation built here */
-	double load_s, build_s;
-};
-
 /* Search figures of one store at one point. */
 struct measure {
 	double recall, qps, p50_us;
@@ -264,10 +227,7 @@ struct round_report {
 
 struct churn {
 	const struct options *opt;
-	char name[256];
-	vecfs_metric metric;
-	const char *metric_from;
-	struct ds_vecs base, query;
+	struct ds_data ds;     /* name, metric, base and queries */
 	size_t n, nq;
 	uint32_t dim;
 	vecfs_config cfg;      /* as stored in the churned store */
@@ -293,13 +253,13 @@ struct churn {
 	unsigned round;        /* for messages */
 	unsigned bad_shown;
 
-	struct store churned, fresh;
+	struct ds_store churned, fresh; /* labelled "churned", "fresh" */
 	struct round_report *reports; /* rounds + 1 */
 };
 
 static const float *base_row(const struct churn *c, size_t i)
 {
-	return (const float *)c->base.data + i * c->dim;
+	return (const float *)c->ds.base.data + i * c->dim;
 }
 
 static float *cur_row(const struct churn *c, size_t key)
@@ -353,11 +313,11 @@ static int alloc_state(struct churn *c)
 	    !c->scratch || !c->ops || !c->qnorm || !c->gt_kth || !c->lat_ns ||
 	    !c->rows || !c->keys || !c->reports)
 		return tool_fail(-ENOMEM, NULL, "allocate the live set");
-	memcpy(c->cur, c->base.data, n * c->dim * sizeof *c->cur);
+	memcpy(c->cur, c->ds.base.data, n * c->dim * sizeof *c->cur);
 	for (size_t i = 0; i < n; i++)
 		c->norm[i] = norm_f(base_row(c, i), c->dim);
 	for (size_t q = 0; q < c->nq; q++)
-		c->qnorm[q] = norm_f((const float *)c->query.data + q * c->dim, c->dim);
+		c->qnorm[q] = norm_f((const float *)c->ds.query.data + q * c->dim, c->dim);
 	return 0;
 }
 
@@ -367,18 +327,15 @@ static int load_dataset(struct churn *c)
 	char detail[96];
 	int rc;
 
-	ds_name(o->dir, c->name, sizeof c->name);
-	ds_pick_metric(o->dir, o->have_metric, o->metric, &c->metric,
-		       &c->metric_from);
-	if ((rc = ds_load_base_query(o->dir, o->queries, &c->base, &c->query)))
+	if ((rc = ds_load(&o->ds, &c->ds)))
 		return rc;
-	if (c->base.n < 2 || c->base.n > UINT32_MAX) {
-		snprintf(detail, sizeof detail, "%zu base rows", c->base.n);
-		return tool_fail(-EINVAL, detail, "load %s/base.fvecs", o->dir);
+	if (c->ds.base.n < 2 || c->ds.base.n > UINT32_MAX) {
+		snprintf(detail, sizeof detail, "%zu base rows", c->ds.base.n);
+		return tool_fail(-EINVAL, detail, "load %s/base.fvecs", o->ds.dir);
 	}
-	c->n = c->base.n;
-	c->nq = c->query.n;
-	c->dim = c->base.dim;
+	c->n = c->ds.base.n;
+	c->nq = c->ds.query.n;
+	c->dim = c->ds.base.dim;
 	return alloc_state(c);
 }
 
@@ -464,13 +421,13 @@ struct gt_job {
 /* Distance of the k-th nearest live record of query q. */
 static float kth_nearest(const struct churn *c, size_t q, size_t k)
 {
-	const float *qv = (const float *)c->query.data + q * c->dim;
+	const float *qv = (const float *)c->ds.query.data + q * c->dim;
 	float best[TOP_K];
 	size_t cnt = 0;
 
 	for (size_t i = 0; i < c->nlive; i++) {
 		uint32_t key = c->live[i];
-		float d = dist_f(c->metric, qv, c->qnorm[q], cur_row(c, key),
+		float d = dist_f(c->ds.metric, qv, c->qnorm[q], cur_row(c, key),
 				 c->norm[key], c->dim);
 		size_t at;
 
@@ -522,30 +479,13 @@ static int compute_gt(struct churn *c)
 
 /* ---------------------------------------------------------------- stores */
 
-static int make_store_dir(struct store *s, const char *path)
+/* A new store: library defaults but no automatic build; *cfg: as
+ * stored. */
+static int open_store(struct churn *c, struct ds_store *s, const char *path, vecfs_config *cfg)
 {
-	return tool_store_dir(s->dir, sizeof s->dir, path, s->label, &s->is_temp);
-}
+	int rc = ds_store_create(s, path, c->dim, c->ds.metric, cfg);
 
-/* A new store: library defaults but no automatic build. */
-static int open_store(struct churn *c, struct store *s, const char *path)
-{
-	char err[ERRLEN] = "";
-	vecfs_config cfg;
-	int rc;
-
-	if ((rc = make_store_dir(s, path)))
-		return rc;
-	if ((rc = vecfs_open(s->dir, &s->v, err, sizeof err)))
-		return tool_fail(rc, err, "vecfs_open %s", s->dir);
-	if ((rc = vecfs_config_get(s->v, &cfg)))
-		return tool_fail(rc, NULL, "vecfs_config_get");
-	cfg.dim = c->dim;
-	cfg.metric = c->metric;
-	cfg.auto_build = 0;
-	if ((rc = vecfs_config_set(s->v, &cfg, err, sizeof err)))
-		return tool_fail(rc, err, "vecfs_config_set");
-	return 0;
+	return rc ? rc : ds_store_config(s, cfg);
 }
 
 static size_t format_key(char *buf, size_t cap, uint32_t key)
@@ -561,7 +501,7 @@ static vecfs_row key_row(struct churn *c, size_t slot, uint32_t key)
 			    .vec = cur_row(c, key) };
 }
 
-static int put_rows(struct churn *c, struct store *s, size_t n)
+static int put_rows(struct churn *c, struct ds_store *s, size_t n)
 {
 	char err[ERRLEN] = "";
 	size_t bad = SIZE_MAX;
@@ -576,7 +516,7 @@ static int put_rows(struct churn *c, struct store *s, size_t n)
 }
 
 /* Write keys[0..n) with their current vectors, INGEST_BATCH per put. */
-static int load_keys(struct churn *c, struct store *s, const uint32_t *keys,
+static int load_keys(struct churn *c, struct ds_store *s, const uint32_t *keys,
 		     size_t n)
 {
 	uint64_t t0 = tool_now_ns();
@@ -601,41 +541,20 @@ static int load_keys(struct churn *c, struct store *s, const uint32_t *keys,
 	return rc;
 }
 
-static int build_store(struct store *s)
+static int build_store(struct ds_store *s)
 {
-	char err[ERRLEN] = "";
-	struct tool_progress p;
-	tool_progress_init(&p, s->label, NULL);
-	uint64_t t0 = tool_now_ns();
-	int rc = vecfs_build(s->v, 1, &s->gen, tool_build_progress, &p, err, sizeof err);
+	int rc = ds_store_build(s);
 
-	tool_progress_end(&p);
-	s->build_s = tool_seconds_since(t0);
 	if (rc)
-		return tool_interrupted() ? tool_report_interrupt() :
-		       tool_fail(rc, err, "vecfs_build (%s store)", s->label);
+		return rc;
 	if (vecfs_active(s->v) != s->gen)
 		return tool_fail(-EPROTO, "not active after the build",
 			    "generation %llu", (unsigned long long)s->gen);
 	return 0;
 }
 
-static void close_store(struct store *s, int keep)
-{
-	if (s->v)
-		vecfs_close(s->v);
-	s->v = NULL;
-	if (!s->is_temp)
-		return;
-	if (keep)
-		fprintf(stderr, PROG ": kept %s store %s\n", s->label, s->dir);
-	else
-		tool_remove_tree(s->dir);
-	s->is_temp = 0;
-}
-
 /* Bytes of a compacted copy (vecfs_backup): the data without free pages. */
-static int compacted_bytes(struct store *s, uint64_t *out)
+static int compacted_bytes(struct ds_store *s, uint64_t *out)
 {
 	const char *tmp = getenv("TMPDIR");
 	char path[PATH_MAX];
@@ -700,7 +619,7 @@ static int stats_differ(const vecfs_stats *a, const vecfs_stats *b)
  * running (stats' maintenance flag: an idle compaction starts half a second
  * after the writes stop); give up
  * after IDLE_MAX_NS.  Fills h with the state then. */
-static int wait_idle(struct churn *c, struct store *s, struct health *h)
+static int wait_idle(struct churn *c, struct ds_store *s, struct health *h)
 {
 	uint64_t t0 = tool_now_ns(), quiet_since = t0;
 	vecfs_stats prev = { 0 };
@@ -736,7 +655,7 @@ static int wait_idle(struct churn *c, struct store *s, struct health *h)
 
 /* ---------------------------------------------------------------- searches */
 
-static void show_bad(struct churn *c, const struct store *s, size_t q,
+static void show_bad(struct churn *c, const struct ds_store *s, size_t q,
 		     const vecfs_hit *hit, const char *what, double exact)
 {
 	if (c->bad_shown++ >= MAX_BAD_SHOWN)
@@ -752,11 +671,11 @@ static void show_bad(struct churn *c, const struct store *s, size_t q,
 
 /* Check one hit against the live set and the keys seen before it in the
  * same result (appending its key there); 1 when it counts towards recall. */
-static int check_hit(struct churn *c, const struct store *s, size_t q,
+static int check_hit(struct churn *c, const struct ds_store *s, size_t q,
 		     const vecfs_hit *hit, uint32_t *seen, size_t *nseen,
 		     struct measure *m)
 {
-	const float *qv = (const float *)c->query.data + q * c->dim;
+	const float *qv = (const float *)c->ds.query.data + q * c->dim;
 	uint64_t key;
 	double exact, scale;
 
@@ -778,18 +697,18 @@ static int check_hit(struct churn *c, const struct store *s, size_t q,
 		}
 	}
 	seen[(*nseen)++] = (uint32_t)key;
-	exact = dist_d(c->metric, qv, cur_row(c, key), c->dim, &scale);
+	exact = dist_d(c->ds.metric, qv, cur_row(c, key), c->dim, &scale);
 	if (!distance_matches(hit->distance, exact, scale)) {
 		m->bad_stale++;
 		show_bad(c, s, q, hit, "has a superseded distance", exact);
 		return 0;
 	}
-	return dist_f(c->metric, qv, c->qnorm[q], cur_row(c, key), c->norm[key],
+	return dist_f(c->ds.metric, qv, c->qnorm[q], cur_row(c, key), c->norm[key],
 		      c->dim) <= c->gt_kth[q];
 }
 
 /* Check every hit of query q; its recall. */
-static double check_result(struct churn *c, const struct store *s, size_t q,
+static double check_result(struct churn *c, const struct ds_store *s, size_t q,
 			   const vecfs_results *r, struct measure *m)
 {
 	size_t cnt = r->nq ? r->count[0] : 0, found = 0, nseen = 0;
@@ -805,55 +724,54 @@ static double check_result(struct churn *c, const struct store *s, size_t q,
 	return (double)found / (double)c->gt_k;
 }
 
-static int search_one(struct churn *c, struct store *s, size_t q,
-		      vecfs_results **r)
-{
-	const vecfs_query_opts qo = { .k = TOP_K }; /* nprobe, refine: config */
-	char err[ERRLEN] = "";
-	const float *qv = (const float *)c->query.data + q * c->dim;
-	int rc = vecfs_search(s->v, qv, 1, c->dim, &qo, r, err, sizeof err);
-
-	if (rc)
-		return tool_fail(rc, err, "vecfs_search (%s store, query %zu)", s->label, q);
-	return 0;
-}
+/* The explain counters a measure keeps: as the JSON output names them
+ * (KEY_per_query), and where. */
+static const struct {
+	const char *key;
+	size_t off;
+} explain[] = {
+	{ "clusters_probed", offsetof(struct measure, probed) },
+	{ "pass1_scored", offsetof(struct measure, pass1) },
+	{ "pass2_scored", offsetof(struct measure, pass2) },
+	{ "delta_scanned", offsetof(struct measure, deltas) },
+	{ "stale_skipped", offsetof(struct measure, stale) },
+	{ "reranked", offsetof(struct measure, reranked) },
+	{ "uncovered_scanned", offsetof(struct measure, uncovered) },
+};
+#define N_EXPLAIN (sizeof explain / sizeof explain[0])
+#define EXPLAIN_AT(m, i) ((double *)((char *)(m) + explain[i].off))
 
 /* Explain counters, summed here, divided by the queries at the end. */
 static void add_explain(struct measure *m, const vecfs_explain *e)
 {
-	m->probed += (double)e->clusters_probed;
-	m->pass1 += (double)e->pass1_scored;
-	m->pass2 += (double)e->pass2_scored;
-	m->deltas += (double)e->delta_scanned;
-	m->stale += (double)e->stale_skipped;
-	m->reranked += (double)e->reranked;
-	m->uncovered += (double)e->uncovered_scanned;
+	const uint64_t v[N_EXPLAIN] = { e->clusters_probed, e->pass1_scored, e->pass2_scored,
+					e->delta_scanned, e->stale_skipped, e->reranked,
+					e->uncovered_scanned };
+
+	for (size_t i = 0; i < N_EXPLAIN; i++)
+		*EXPLAIN_AT(m, i) += (double)v[i];
 }
 
 static void per_query(struct measure *m, size_t nq)
 {
-	double *f[] = { &m->probed, &m->pass1, &m->pass2, &m->deltas, &m->stale,
-			&m->reranked, &m->uncovered };
-
-	for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
-		*f[i] /= (double)nq;
+	for (size_t i = 0; i < N_EXPLAIN; i++)
+		*EXPLAIN_AT(m, i) /= (double)nq;
 }
 
-/* One pass over the queries; latencies into lat, checked when m is set. */
-static int query_pass(struct churn *c, struct store *s, uint64_t *lat,
+/* One pass over the queries at the defaults (k TOP_K, nprobe and refine
+ * from the config); latencies into lat, checked when m is set. */
+static int query_pass(struct churn *c, struct ds_store *s, uint64_t *lat,
 		      struct measure *m, double *recall_sum)
 {
+	const vecfs_query_opts qo = { .k = TOP_K };
+
 	for (size_t q = 0; q < c->nq; q++) {
 		vecfs_results *r;
-		uint64_t t0;
 		int rc;
 
 		if ((q & 31) == 0 && tool_interrupted())
 			return tool_report_interrupt();
-		t0 = tool_now_ns();
-		rc = search_one(c, s, q, &r);
-		if (lat)
-			lat[q] = tool_now_ns() - t0;
+		rc = ds_search(s, &c->ds, q, &qo, &r, lat ? &lat[q] : NULL);
 		if (rc)
 			return rc;
 		if (m) {
@@ -867,7 +785,7 @@ static int query_pass(struct churn *c, struct store *s, uint64_t *lat,
 
 /* One untimed pass, then timed passes until TIMED_NS were spent in
  * vecfs_search (at most MAX_PASSES); the first timed pass is checked. */
-static int measure_store(struct churn *c, struct store *s, struct measure *m)
+static int measure_store(struct churn *c, struct ds_store *s, struct measure *m)
 {
 	uint64_t total = 0;
 	double recall_sum = 0;
@@ -1048,13 +966,13 @@ static void json_u64(const char *key, uint64_t x)
 	printf(",\"%s\":%llu", key, (unsigned long long)x);
 }
 
-static void print_header(const struct churn *c, const struct store *s)
+static void print_header(const struct churn *c, const struct ds_store *s)
 {
 	const vecfs_config *g = &c->cfg;
 
-	printf("dataset  %s (%s)\n", c->name, c->opt->dir);
+	printf("dataset  %s (%s)\n", c->ds.name, c->opt->ds.dir);
 	printf("vectors  N %zu, dim %u, metric %s (%s), queries %zu, k %d\n",
-	       c->n, c->dim, vecfs_metric_name(c->metric), c->metric_from, c->nq,
+	       c->n, c->dim, vecfs_metric_name(c->ds.metric), c->ds.metric_from, c->nq,
 	       TOP_K);
 	printf("churn    %u rounds, seed %llu: each writes its share of the last "
 	       "%zu rows, deletes\n         1/%d of the live keys and moves 1/%d, "
@@ -1103,13 +1021,12 @@ static void json_measure(const struct measure *m)
 	json_u64("bad_deleted", m->bad_deleted);
 	json_u64("bad_superseded", m->bad_stale);
 	json_u64("bad_other", m->bad_other);
-	tool_json_num("clusters_probed_per_query", m->probed, 1);
-	tool_json_num("pass1_scored_per_query", m->pass1, 1);
-	tool_json_num("pass2_scored_per_query", m->pass2, 1);
-	tool_json_num("delta_scanned_per_query", m->deltas, 1);
-	tool_json_num("stale_skipped_per_query", m->stale, 1);
-	tool_json_num("reranked_per_query", m->reranked, 1);
-	tool_json_num("uncovered_scanned_per_query", m->uncovered, 1);
+	for (size_t i = 0; i < N_EXPLAIN; i++) {
+		char key[64];
+
+		snprintf(key, sizeof key, "%s_per_query", explain[i].key);
+		tool_json_num(key, *(const double *)((const char *)m + explain[i].off), 1);
+	}
 }
 
 static void json_round(const struct churn *c, const struct round_report *rp)
@@ -1117,8 +1034,8 @@ static void json_round(const struct churn *c, const struct round_report *rp)
 	const vecfs_stats *st = &rp->h.st;
 
 	printf("{\"mode\":\"round\",\"dataset\":");
-	tool_json_string(c->name);
-	printf(",\"metric\":\"%s\",\"round\":%u", vecfs_metric_name(c->metric),
+	tool_json_string(c->ds.name);
+	printf(",\"metric\":\"%s\",\"round\":%u", vecfs_metric_name(c->ds.metric),
 	       rp->round);
 	json_u64("live", st->records);
 	json_u64("inserted", rp->inserted);
@@ -1142,7 +1059,7 @@ static void json_round(const struct churn *c, const struct round_report *rp)
 
 static void report_round(const struct churn *c, const struct round_report *rp)
 {
-	if (c->opt->json)
+	if (c->opt->ds.json)
 		json_round(c, rp);
 	else
 		print_round(rp);
@@ -1169,7 +1086,7 @@ struct final {
 	size_t ngens, gens_total;
 };
 
-static int list_generations(struct store *s, struct final *f)
+static int list_generations(struct ds_store *s, struct final *f)
 {
 	uint64_t ids[MAX_GENS];
 	int rc = vecfs_gen_list(s->v, ids, MAX_GENS, &f->gens_total);
@@ -1232,7 +1149,7 @@ static const char *gen_state_name(vecfs_gen_state s)
 static void print_final(const struct churn *c, const struct final *f)
 {
 	const struct round_report *last = &c->reports[c->opt->rounds];
-	const struct store *s = &c->fresh;
+	const struct ds_store *s = &c->fresh;
 
 	printf("\nfresh    %zu rows loaded in %.2f s, built in %.2f s (generation "
 	       "%llu, nlist %u)\n", c->nlive, s->load_s, s->build_s,
@@ -1290,9 +1207,9 @@ static void json_final(const struct churn *c, const struct final *f)
 	const struct round_report *last = &c->reports[c->opt->rounds];
 
 	printf("{\"mode\":\"final\",\"dataset\":");
-	tool_json_string(c->name);
+	tool_json_string(c->ds.name);
 	printf(",\"metric\":\"%s\",\"n\":%zu,\"dim\":%u,\"queries\":%zu,\"rounds\":%u",
-	       vecfs_metric_name(c->metric), c->n, c->dim, c->nq, c->opt->rounds);
+	       vecfs_metric_name(c->ds.metric), c->n, c->dim, c->nq, c->opt->rounds);
 	json_u64("seed", c->opt->seed);
 	json_u64("live", c->nlive);
 	tool_json_num("churned_recall_at_10", f->cm.recall, 4);
@@ -1346,7 +1263,7 @@ static void json_final(const struct churn *c, const struct final *f)
 /* ---------------------------------------------------------------- the run */
 
 /* Wait for maintenance, then search and check. */
-static int observe(struct churn *c, struct store *s, struct health *h,
+static int observe(struct churn *c, struct ds_store *s, struct health *h,
 		   struct measure *m)
 {
 	int rc;
@@ -1358,26 +1275,24 @@ static int observe(struct churn *c, struct store *s, struct health *h,
 
 static int start_churned(struct churn *c)
 {
-	struct store *s = &c->churned;
+	struct ds_store *s = &c->churned;
 	int rc;
 
-	if ((rc = open_store(c, s, c->opt->store)))
+	if ((rc = open_store(c, s, c->opt->ds.store, &c->cfg)))
 		return rc;
-	if ((rc = vecfs_config_get(s->v, &c->cfg)))
-		return tool_fail(rc, NULL, "vecfs_config_get");
 	for (size_t i = 0; i < c->n / 2; i++)
 		live_add(c, (uint32_t)i);
 	c->next_row = c->n / 2;
 	if ((rc = load_keys(c, s, c->live, c->nlive)) || (rc = build_store(s)))
 		return rc;
-	if (!c->opt->json)
+	if (!c->opt->ds.json)
 		print_header(c, s);
 	return 0;
 }
 
 static int run_rounds(struct churn *c)
 {
-	struct store *s = &c->churned;
+	struct ds_store *s = &c->churned;
 	int rc;
 
 	for (unsigned r = 0; r <= c->opt->rounds; r++) {
@@ -1403,12 +1318,13 @@ static int cmp_u32(const void *a, const void *b)
 /* The live set, in key order, into a new store; then search it. */
 static int run_fresh(struct churn *c, struct final *f)
 {
-	struct store *s = &c->fresh;
+	struct ds_store *s = &c->fresh;
+	vecfs_config cfg;
 	int rc;
 
 	memcpy(c->scratch, c->live, c->nlive * sizeof *c->scratch);
 	qsort(c->scratch, c->nlive, sizeof *c->scratch, cmp_u32);
-	if ((rc = open_store(c, s, NULL)) ||
+	if ((rc = open_store(c, s, NULL, &cfg)) ||
 	    (rc = load_keys(c, s, c->scratch, c->nlive)) || (rc = build_store(s)))
 		return rc;
 	return wait_idle(c, s, &f->h);
@@ -1451,7 +1367,7 @@ static int finish(struct churn *c, struct final *f)
 	    (rc = compacted_bytes(&c->fresh, &f->fresh_copy)))
 		return rc;
 	judge(c, f);
-	if (c->opt->json)
+	if (c->opt->ds.json)
 		json_final(c, f);
 	else
 		print_final(c, f);
@@ -1475,10 +1391,9 @@ static int churn_run(struct churn *c, struct final *f)
 
 static void churn_free(struct churn *c)
 {
-	close_store(&c->churned, c->opt->keep);
-	close_store(&c->fresh, c->opt->keep);
-	free(c->base.data);
-	free(c->query.data);
+	ds_store_close(&c->churned, c->opt->ds.keep);
+	ds_store_close(&c->fresh, c->opt->ds.keep);
+	ds_data_free(&c->ds);
 	free(c->cur);
 	free(c->norm);
 	free(c->state);
@@ -1494,33 +1409,27 @@ static void churn_free(struct churn *c)
 	free(c->reports);
 }
 
-int main(int argc, char **argv)
+/* Exit status 0 when every check passes, 1 when one fails, 2 on an error. */
+static int churn_main(void *opt)
 {
-	struct options opt;
 	static struct churn c;
 	static struct final f;
-	sigset_t sigs;
 	int rc;
 
-	tool_init(PROG, NULL);
-	int vs = tool_version(argc, argv);
-	if (vs >= 0)
-		return vs;
-	if (parse_args(argc, argv, &opt))
-		return 2;
-	if (opt.help) {
-		fputs(usage_text, stdout);
-		return 0;
-	}
-	tool_block_signals(&sigs);
-	c.opt = &opt;
+	c.opt = opt;
 	c.churned.label = "churned";
 	c.fresh.label = "fresh";
 	rc = churn_run(&c, &f);
 	churn_free(&c);
-	if (tool_interrupted())
-		sigprocmask(SIG_UNBLOCK, &sigs, NULL); /* dies of the signal */
 	if (rc)
 		return 2;
 	return all_pass(&f) ? 0 : 1;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct tool_main tool = { PROG, usage_text, 2, parse_args, churn_main };
+	static struct options opt;
+
+	return tool_main(argc, argv, &tool, &opt, &opt.ds.help);
 }
