@@ -76,7 +76,7 @@ typedef struct ahead {
 	_Atomic uint64_t taken; /* closes answered by a search ahead */
 } ahead;
 
-int ahead_init(fs_daemon *dm)
+int fs_ahead_init(fs_daemon *dm)
 {
 	ahead *a = calloc(1, sizeof *a);
 	if (!a)
@@ -146,7 +146,7 @@ static void *run(void *arg)
 	}
 }
 
-void ahead_submit(ahead *a, uint64_t serial, uint64_t ver, vecfs *v, const vecfs_query_opts *o,
+void fs_ahead_submit(ahead *a, uint64_t serial, uint64_t ver, vecfs *v, const vecfs_query_opts *o,
 		  float *vecs, size_t nq, uint32_t dim)
 {
 	uint64_t now = now_ns();
@@ -195,7 +195,7 @@ void ahead_submit(ahead *a, uint64_t serial, uint64_t ver, vecfs *v, const vecfs
 	pthread_mutex_unlock(&a->mu);
 }
 
-vecfs_results *ahead_take(ahead *a, uint64_t serial, uint64_t ver, vecfs *v)
+vecfs_results *fs_ahead_take(ahead *a, uint64_t serial, uint64_t ver, vecfs *v)
 {
 	if (atomic_load(&a->state) == IDLE)
 		return NULL;
@@ -237,12 +237,12 @@ vecfs_results *ahead_take(ahead *a, uint64_t serial, uint64_t ver, vecfs *v)
 	return r;
 }
 
-uint64_t ahead_taken(ahead *a)
+uint64_t fs_ahead_taken(ahead *a)
 {
 	return atomic_load(&a->taken);
 }
 
-void ahead_fini(fs_daemon *dm)
+void fs_ahead_fini(fs_daemon *dm)
 {
 	ahead *a = dm->ahead;
 	if (!a)

@@ -12,42 +12,42 @@
 #include "number.h"
 
 /* One line of config text into c: 0, or -EINVAL with an errors line. */
-int config_line(err_log *log, const char *s, size_t n, unsigned line, vecfs_config *c)
+int fs_config_line(err_log *log, const char *s, size_t n, unsigned line, vecfs_config *c)
 {
-	trim(&s, &n);
+	fs_trim(&s, &n);
 	if (n == 0 || s[0] == '#')
 		return 0;
 	const char *eq = memchr(s, '=', n);
 	if (!eq) {
-		errlog(log, "config: line %u: expected `key = value`, got '%.*s'", line, (int)(n > 80 ? 80 : n),
+		fs_errlog(log, "config: line %u: expected `key = value`, got '%.*s'", line, (int)(n > 80 ? 80 : n),
 		       s);
 		return -EINVAL;
 	}
 	const char *k = s, *v = eq + 1;
 	size_t kn = (size_t)(eq - s), vn = n - kn - 1;
-	trim(&k, &kn);
-	trim(&v, &vn);
+	fs_trim(&k, &kn);
+	fs_trim(&v, &vn);
 	const vecfs_setting *st = vecfs_setting_find(k, kn);
 	if (!st) {
-		errlog(log, "config: line %u: unknown key '%.*s' (keys: %s)", line, (int)(kn > 80 ? 80 : kn), k,
+		fs_errlog(log, "config: line %u: unknown key '%.*s' (keys: %s)", line, (int)(kn > 80 ? 80 : kn), k,
 		       vecfs_setting_names());
 		return -EINVAL;
 	}
 	if (vecfs_setting_parse(st, v, vn, c)) {
 		char values[64];
-		errlog(log, "config: line %u: bad value '%.*s' for %s (%s)", line, (int)(vn > 80 ? 80 : vn), v,
+		fs_errlog(log, "config: line %u: bad value '%.*s' for %s (%s)", line, (int)(vn > 80 ? 80 : vn), v,
 		       st->name, vecfs_setting_values(st, values, sizeof values));
 		return -EINVAL;
 	}
 	return 0;
 }
 
-int config_apply_text(vecfs *v, err_log *log, const char *text, size_t len)
+int fs_config_apply_text(vecfs *v, err_log *log, const char *text, size_t len)
 {
 	vecfs_config c;
 	int rc = vecfs_config_get(v, &c);
 	if (rc) {
-		errlog_err(log, rc, "config: cannot read the current settings: %s", strerror(-rc));
+		fs_errlog_err(log, rc, "config: cannot read the current settings: %s", strerror(-rc));
 		return rc;
 	}
 	size_t pos = 0;
@@ -58,7 +58,7 @@ int config_apply_text(vecfs *v, err_log *log, const char *text, size_t len)
 		size_t n = nl ? (size_t)(nl - s) : len - pos;
 		pos += n + (nl ? 1 : 0);
 		line++;
-		if ((rc = config_line(log, s, n, line, &c)))
+		if ((rc = fs_config_line(log, s, n, line, &c)))
 			return rc;
 	}
 	char err[256] = "";
@@ -67,9 +67,9 @@ int config_apply_text(vecfs *v, err_log *log, const char *text, size_t len)
 		if (!err[0])
 			snprintf(err, sizeof err, "%s", strerror(-rc));
 		if (!strncmp(err, "config:", 7))
-			errlog_err(log, rc, "%s", err);
+			fs_errlog_err(log, rc, "%s", err);
 		else
-			errlog_err(log, rc, "config: %s", err);
+			fs_errlog_err(log, rc, "config: %s", err);
 	}
 	return rc;
 }

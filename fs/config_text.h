@@ -10,8 +10,8 @@
 #include "vecfs.h"
 
 /* One `key = value` line into c (syntax only); -EINVAL with an errors line. */
-int config_line(err_log *log, const char *s, size_t n, unsigned line, vecfs_config *c);
+int fs_config_line(err_log *log, const char *s, size_t n, unsigned line, vecfs_config *c);
 /* Apply `key = value` lines to the configuration, all or nothing. */
-int config_apply_text(vecfs *v, err_log *log, const char *text, size_t len);
+int fs_config_apply_text(vecfs *v, err_log *log, const char *text, size_t len);
 
 #endif

@@ -19,39 +19,39 @@
 
 /* ---------------------------------------------------------------- build progress */
 
-void control_init(fs_daemon *dm)
+void fs_control_init(fs_daemon *dm)
 {
 	memset(&dm->build, 0, sizeof dm->build);
 	pthread_mutex_init(&dm->build.mu, NULL);
 }
 
-void control_fini(fs_daemon *dm)
+void fs_control_fini(fs_daemon *dm)
 {
 	pthread_mutex_destroy(&dm->build.mu);
 }
 
 static void salvage_lost(void *arg, const char *key, size_t keylen)
 {
-	errlog(&((fs_daemon *)arg)->errors, "salvage: lost record %.*s", (int)keylen, key);
+	fs_errlog(&((fs_daemon *)arg)->errors, "salvage: lost record %.*s", (int)keylen, key);
 }
 
 static void build_skipped(void *arg, const char *key, size_t keylen)
 {
-	errlog(&((fs_daemon *)arg)->errors,
+	fs_errlog(&((fs_daemon *)arg)->errors,
 	       "build: record %.*s fails its checksum: left out (ctl salvage removes it)",
 	       (int)keylen, key);
 }
 
 static void store_notice(void *arg, const char *line)
 {
-	errlog(&((fs_daemon *)arg)->errors, "%s", line);
+	fs_errlog(&((fs_daemon *)arg)->errors, "%s", line);
 }
 
-void control_store_opened(fs_daemon *dm)
+void fs_control_store_opened(fs_daemon *dm)
 {
-	int rc = errors_attach(&dm->errors, dm->store_dir);
+	int rc = fs_errors_attach(&dm->errors, dm->store_dir);
 	if (rc)
-		errlog_err(&dm->errors, rc, "errors: cannot keep the log in %s/errors: %s (it is kept in memory)",
+		fs_errlog_err(&dm->errors, rc, "errors: cannot keep the log in %s/errors: %s (it is kept in memory)",
 			   dm->store_dir, strerror(-rc));
 	vecfs_set_lost_fn(dm->store, build_skipped, dm);
 	vecfs_set_notice_fn(dm->store, store_notice, dm);
@@ -68,7 +68,7 @@ static int on_progress(void *arg, const char *phase, int pct)
 	return atomic_load(&dm->stopping); /* cancels the build when the daemon stops */
 }
 
-int build_progress(fs_daemon *dm, char *phase, size_t cap, int *pct)
+int fs_build_progress(fs_daemon *dm, char *phase, size_t cap, int *pct)
 {
 	build_state *b = &dm->build;
 	pthread_mutex_lock(&b->mu);
@@ -107,7 +107,7 @@ static int run_build(fs_daemon *dm, const char *what, int activate, int rebalanc
 			why += wl + 2;
 		else if (!strncmp(why, "build: ", 7))
 			why += 7;
-		errlog_err(&dm->errors, rc, "ctl: %s: %s", what, why);
+		fs_errlog_err(&dm->errors, rc, "ctl: %s: %s", what, why);
 	}
 	return rc;
 }
@@ -120,7 +120,7 @@ static int run_compact(fs_daemon *dm)
 		const char *why = err[0] ? err : strerror(-rc);
 		if (!strncmp(why, "compact: ", 9))
 			why += 9;
-		errlog_err(&dm->errors, rc, "ctl: compact: %s", why);
+		fs_errlog_err(&dm->errors, rc, "ctl: compact: %s", why);
 	}
 	return rc;
 }
@@ -130,9 +130,9 @@ static int run_verify(fs_daemon *dm)
 	char msg[512] = "";
 	int rc = vecfs_verify(dm->store, msg, sizeof msg);
 	if (msg[0])
-		errlog(&dm->errors, "%s", msg);
+		fs_errlog(&dm->errors, "%s", msg);
 	else if (rc)
-		errlog_err(&dm->errors, rc, "verify: failed: %s", strerror(-rc));
+		fs_errlog_err(&dm->errors, rc, "verify: failed: %s", strerror(-rc));
 	return rc;
 }
 
@@ -142,9 +142,9 @@ static int run_salvage(fs_daemon *dm)
 	char err[256] = "";
 	int rc = vecfs_salvage(dm->store, salvage_lost, dm, &si, err, sizeof err);
 	if (rc)
-		errlog_err(&dm->errors, rc, "%s", err);
+		fs_errlog_err(&dm->errors, rc, "%s", err);
 	else
-		errlog(&dm->errors, "salvage: %llu damaged record(s) removed, %llu key(s) lost, "
+		fs_errlog(&dm->errors, "salvage: %llu damaged record(s) removed, %llu key(s) lost, "
 		       "%llu key(s) restored, %llu generation(s) dropped, %llu record(s) "
 		       "posted again",
 		       (unsigned long long)si.records_dropped, (unsigned long long)si.keys_lost,
@@ -160,11 +160,11 @@ static int run_salvage(fs_daemon *dm)
 	    st.records == 0)
 		return rc;
 	if (c.auto_build == 0) {
-		errlog(&dm->errors, "salvage: no generation is active now (auto_build = 0): "
+		fs_errlog(&dm->errors, "salvage: no generation is active now (auto_build = 0): "
 		       "echo build > ctl makes one; meanwhile every query scans exactly");
 		return 0;
 	}
-	errlog(&dm->errors, "salvage: no generation is active now: building a new one");
+	fs_errlog(&dm->errors, "salvage: no generation is active now: building a new one");
 	return run_build(dm, "salvage", 1, 0);
 }
 
@@ -185,10 +185,10 @@ static const struct ctl_command {
 
 #define COMMAND_LIST "build, build stage, compact, rebalance, verify, salvage"
 
-int ctl_exec(fs_daemon *dm, const char *line, size_t n)
+int fs_ctl_exec(fs_daemon *dm, const char *line, size_t n)
 {
 	const char *s = line;
-	trim(&s, &n);
+	fs_trim(&s, &n);
 	if (n == 0 || s[0] == '#')
 		return 0;
 	/* collapse the words: "build   stage" == "build stage" */
@@ -202,7 +202,7 @@ int ctl_exec(fs_daemon *dm, const char *line, size_t n)
 	}
 	cmd[cl] = 0;
 	if (n >= sizeof cmd - 1) {
-		errlog(&dm->errors, "ctl: unknown command '%.60s...' (commands: " COMMAND_LIST ")", s);
+		fs_errlog(&dm->errors, "ctl: unknown command '%.60s...' (commands: " COMMAND_LIST ")", s);
 		return -EINVAL;
 	}
 	for (int i = 0; i < CTL_COMMANDS; i++) {
@@ -221,34 +221,34 @@ int ctl_exec(fs_daemon *dm, const char *line, size_t n)
 		pthread_mutex_unlock(&dm->build.mu);
 		return rc;
 	}
-	errlog(&dm->errors, "ctl: unknown command '%s' (commands: " COMMAND_LIST ")", cmd);
+	fs_errlog(&dm->errors, "ctl: unknown command '%s' (commands: " COMMAND_LIST ")", cmd);
 	return -EINVAL;
 }
 
-int ctl_render(fs_daemon *dm, sbuf *b)
+int fs_ctl_render(fs_daemon *dm, sbuf *b)
 {
 	char phase[32], when[32];
 	int pct;
-	sb_adds(b, "# commands, one a line: " COMMAND_LIST "\n");
-	int building = build_progress(dm, phase, sizeof phase, &pct);
+	fs_sb_adds(b, "# commands, one a line: " COMMAND_LIST "\n");
+	int building = fs_build_progress(dm, phase, sizeof phase, &pct);
 	pthread_mutex_lock(&dm->build.mu);
 	for (int i = 0; i < CTL_COMMANDS; i++) {
 		const ctl_last *l = &dm->build.last[i];
 		struct tm tm;
-		sb_printf(b, "%s: ", commands[i].name);
+		fs_sb_printf(b, "%s: ", commands[i].name);
 		if (l->running && commands[i].builds && building)
-			sb_printf(b, "running %d%% (%s)\n", pct, phase);
+			fs_sb_printf(b, "running %d%% (%s)\n", pct, phase);
 		else if (l->running)
-			sb_adds(b, "running\n");
+			fs_sb_adds(b, "running\n");
 		else if (!l->ran)
-			sb_adds(b, "not run since the mount\n");
+			fs_sb_adds(b, "not run since the mount\n");
 		else {
 			gmtime_r(&l->when, &tm);
 			strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
 			if (l->rc)
-				sb_printf(b, "failed %s: %s\n", when, strerror(-l->rc));
+				fs_sb_printf(b, "failed %s: %s\n", when, strerror(-l->rc));
 			else
-				sb_printf(b, "ok %s\n", when);
+				fs_sb_printf(b, "ok %s\n", when);
 		}
 	}
 	pthread_mutex_unlock(&dm->build.mu);
@@ -273,14 +273,14 @@ static int snapshot_open(fs_daemon *dm, const char *what, int (*fill)(vecfs *v, 
 		fd = mkstemp(path);
 		if (fd < 0) {
 			int e = errno;
-			errlog_err(&dm->errors, e, "%s: cannot create a temporary file: %s", what, strerror(e));
+			fs_errlog_err(&dm->errors, e, "%s: cannot create a temporary file: %s", what, strerror(e));
 			return -e;
 		}
 		unlink(path);
 	}
 	int rc = fill(dm->store, fd);
 	if (rc) {
-		errlog_err(&dm->errors, rc, "%s: %s", what, strerror(-rc));
+		fs_errlog_err(&dm->errors, rc, "%s: %s", what, strerror(-rc));
 		close(fd);
 		return rc;
 	}
@@ -292,7 +292,7 @@ static int snapshot_open(fs_daemon *dm, const char *what, int (*fill)(vecfs *v, 
 	return fd;
 }
 
-int backup_open(fs_daemon *dm)
+int fs_backup_open(fs_daemon *dm)
 {
 	return snapshot_open(dm, "backup", vecfs_backup);
 }
@@ -303,7 +303,7 @@ static int export_fill(vecfs *v, int fd)
 	return vecfs_export(v, fd, &bytes);
 }
 
-int export_open(fs_daemon *dm)
+int fs_export_open(fs_daemon *dm)
 {
 	return snapshot_open(dm, "export.jsonl", export_fill);
 }

@@ -32,20 +32,20 @@ typedef struct build_state {
 	ctl_last last[CTL_COMMANDS];
 } build_state;
 
-void control_init(fs_daemon *dm);
-void control_fini(fs_daemon *dm);
+void fs_control_init(fs_daemon *dm);
+void fs_control_fini(fs_daemon *dm);
 /* The store is open (dm->store): records that a build, automatic or not,
  * leaves out for failing their checksum get an errors line each. */
-void control_store_opened(fs_daemon *dm);
+void fs_control_store_opened(fs_daemon *dm);
 /* Run one ctl command line; 0 or -errno (with an errors line). */
-int ctl_exec(fs_daemon *dm, const char *line, size_t n);
+int fs_ctl_exec(fs_daemon *dm, const char *line, size_t n);
 /* What reading ctl shows: the commands, and how each one last ran. */
-int ctl_render(fs_daemon *dm, sbuf *b);
+int fs_ctl_render(fs_daemon *dm, sbuf *b);
 /* A file descriptor holding a fresh backup (export.jsonl), positioned at
  * 0; or -errno with an errors line. */
-int backup_open(fs_daemon *dm);
-int export_open(fs_daemon *dm);
+int fs_backup_open(fs_daemon *dm);
+int fs_export_open(fs_daemon *dm);
 /* Live progress of a build started through ctl: 1 if one is running. */
-int build_progress(fs_daemon *dm, char *phase, size_t cap, int *pct);
+int fs_build_progress(fs_daemon *dm, char *phase, size_t cap, int *pct);
 
 #endif

@@ -8,11 +8,11 @@
 #include <string.h>
 #include <time.h>
 
-int daemon_init(fs_daemon *dm, const char *store_dir, unsigned max_sessions,
+int fs_daemon_init(fs_daemon *dm, const char *store_dir, unsigned max_sessions,
 		size_t query_input_bytes)
 {
 	memset(dm, 0, sizeof *dm);
-	dm->fuse = fc_new();
+	dm->fuse = fs_fc_new();
 	if (!dm->fuse)
 		return -ENOMEM;
 	dm->store_dir = store_dir;
@@ -29,27 +29,27 @@ int daemon_init(fs_daemon *dm, const char *store_dir, unsigned max_sessions,
 	pthread_mutex_init(&dm->query_output.mu, NULL);
 	dm->reads.max = (size_t)READ_BUFFER_MB_DEFAULT << 20;
 	pthread_mutex_init(&dm->reads.mu, NULL);
-	errors_init(&dm->errors);
-	control_init(dm);
-	out_cache_init(dm);
-	if (tree_init(dm) != 0 || ahead_init(dm) != 0) {
-		daemon_fini(dm);
+	fs_errors_init(&dm->errors);
+	fs_control_init(dm);
+	fs_out_cache_init(dm);
+	if (fs_tree_init(dm) != 0 || fs_ahead_init(dm) != 0) {
+		fs_daemon_fini(dm);
 		return -ENOMEM;
 	}
 	return 0;
 }
 
-void daemon_fini(fs_daemon *dm)
+void fs_daemon_fini(fs_daemon *dm)
 {
-	ahead_fini(dm);
-	tree_destroy(dm);
-	out_cache_fini(dm);
-	control_fini(dm);
-	errors_fini(&dm->errors);
+	fs_ahead_fini(dm);
+	fs_tree_destroy(dm);
+	fs_out_cache_fini(dm);
+	fs_control_fini(dm);
+	fs_errors_fini(&dm->errors);
 	pthread_mutex_destroy(&dm->query_input.mu);
 	pthread_mutex_destroy(&dm->query_results.mu);
 	pthread_mutex_destroy(&dm->query_output.mu);
 	pthread_mutex_destroy(&dm->reads.mu);
-	fc_free(dm->fuse);
+	fs_fc_free(dm->fuse);
 	dm->fuse = NULL;
 }

@@ -71,7 +71,7 @@ struct fs_daemon {
 	qbudget reads;          /* bytes of the renderings open read handles
 				 * hold (-o read_buffer_mb); its mu also
 				 * guards the renderings (render.h) */
-	_Atomic uint64_t rendered; /* contents rendered (render_node()) */
+	_Atomic uint64_t rendered; /* contents rendered (fs_render_node()) */
 	char mount_dev[32];     /* the mount's device as /proc/PID/mountinfo
 				 * shows it (MAJ:MIN), set once mounted; ""
 				 * if not found */
@@ -79,9 +79,9 @@ struct fs_daemon {
 
 /* Everything but the store (dm->store stays NULL for the caller to set)
  * and the session: 0, or -ENOMEM (nothing to undo then). */
-int daemon_init(fs_daemon *dm, const char *store_dir, unsigned max_sessions,
+int fs_daemon_init(fs_daemon *dm, const char *store_dir, unsigned max_sessions,
 		size_t query_input_bytes);
-/* Undo daemon_init() once no request runs (before the store closes). */
-void daemon_fini(fs_daemon *dm);
+/* Undo fs_daemon_init() once no request runs (before the store closes). */
+void fs_daemon_fini(fs_daemon *dm);
 
 #endif

@@ -18,7 +18,7 @@
 #include "log.h"
 #include "sbuf.h"
 
-void errors_init(err_log *log)
+void fs_errors_init(err_log *log)
 {
 	memset(log, 0, sizeof *log);
 	pthread_mutex_init(&log->mu, NULL);
@@ -26,7 +26,7 @@ void errors_init(err_log *log)
 	log->fd = -1;
 }
 
-void errors_fini(err_log *log)
+void fs_errors_fini(err_log *log)
 {
 	if (log->fd >= 0)
 		close(log->fd);
@@ -107,7 +107,7 @@ static void drop_old(err_log *log)
 	file_rewrite(log);
 }
 
-int errors_attach(err_log *log, const char *dir)
+int fs_errors_attach(err_log *log, const char *dir)
 {
 	char *path = NULL;
 	if (asprintf(&path, "%s/errors", dir) < 0)
@@ -220,7 +220,7 @@ static void push_line(err_log *log, time_t now, const char *msg)
 		(void)w;
 	}
 	line[tl + ml] = 0; /* as one string for the log file, then a line again */
-	log_line(line);
+	fs_log_line(line);
 	line[tl + ml] = '\n';
 	drop_old(log);
 }
@@ -291,12 +291,12 @@ static void errlog_msg(err_log *log, int err, const char *fmt, va_list ap)
 	pthread_mutex_unlock(&log->mu);
 }
 
-void errlogv(err_log *log, const char *fmt, va_list ap)
+void fs_errlogv(err_log *log, const char *fmt, va_list ap)
 {
 	errlog_msg(log, 0, fmt, ap);
 }
 
-void errlog(err_log *log, const char *fmt, ...)
+void fs_errlog(err_log *log, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
@@ -304,7 +304,7 @@ void errlog(err_log *log, const char *fmt, ...)
 	va_end(ap);
 }
 
-void errlog_err(err_log *log, int err, const char *fmt, ...)
+void fs_errlog_err(err_log *log, int err, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
@@ -320,7 +320,7 @@ static void summarize_all(err_log *log)
 		summarize(log, &log->kinds[i], now);
 }
 
-char *errors_render(err_log *log, size_t *len)
+char *fs_errors_render(err_log *log, size_t *len)
 {
 	pthread_mutex_lock(&log->mu);
 	summarize_all(log);
@@ -334,7 +334,7 @@ char *errors_render(err_log *log, size_t *len)
 	return p;
 }
 
-size_t errors_read(err_log *log, uint64_t off, char *buf, size_t cap)
+size_t fs_errors_read(err_log *log, uint64_t off, char *buf, size_t cap)
 {
 	size_t n = 0;
 	pthread_mutex_lock(&log->mu);
@@ -347,7 +347,7 @@ size_t errors_read(err_log *log, uint64_t off, char *buf, size_t cap)
 	return n;
 }
 
-uint64_t errors_size(err_log *log, uint64_t *changed_ns)
+uint64_t fs_errors_size(err_log *log, uint64_t *changed_ns)
 {
 	pthread_mutex_lock(&log->mu);
 	summarize_all(log);
@@ -358,7 +358,7 @@ uint64_t errors_size(err_log *log, uint64_t *changed_ns)
 	return n;
 }
 
-size_t errors_count(err_log *log)
+size_t fs_errors_count(err_log *log)
 {
 	pthread_mutex_lock(&log->mu);
 	size_t n = log->messages;
@@ -366,7 +366,7 @@ size_t errors_count(err_log *log)
 	return n;
 }
 
-void errors_last(err_log *log, char *buf, size_t cap)
+void fs_errors_last(err_log *log, char *buf, size_t cap)
 {
 	pthread_mutex_lock(&log->mu);
 	snprintf(buf, cap, "%s", log->last);

@@ -4,7 +4,7 @@
  * Lines are appended, so a reader that holds its offset sees each new one
  * (`tail -f`); past ERR_KEEP lines the oldest are dropped down to the last
  * ERR_LINES at once, so the file shrinks from the front as after a log
- * rotation.  Attached to a store (errors_attach()), the lines are also in
+ * rotation.  Attached to a store (fs_errors_attach()), the lines are also in
  * the file STORE/errors, appended as they come and rewritten (a new file
  * renamed over it) when old lines drop: the log survives remounts.
  *
@@ -58,32 +58,32 @@ typedef struct err_log {
 	time_t (*clock)(time_t *); /* time(); tests may set another */
 } err_log;
 
-void errors_init(err_log *log);
-void errors_fini(err_log *log);
+void fs_errors_init(err_log *log);
+void fs_errors_fini(err_log *log);
 /* Keep the log in dir/errors: its lines so far are read (the last ERR_KEEP
  * of them), and the ones logged before this call are appended to them.
  * 0, or -errno (the log then stays in memory only). */
-int errors_attach(err_log *log, const char *dir);
+int fs_errors_attach(err_log *log, const char *dir);
 /* Append one line to `errors` (also written to stderr). */
-void errlog(err_log *log, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-void errlogv(err_log *log, const char *fmt, va_list ap);
+void fs_errlog(err_log *log, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void fs_errlogv(err_log *log, const char *fmt, va_list ap);
 /* The same for a failure that returns errno err (negative or positive):
  * failures of different errnos are never alike, and one of resources is
  * never held back. */
-void errlog_err(err_log *log, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+void fs_errlog_err(err_log *log, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* The lines, each ending in a newline (malloc'd; *len set); NULL without
  * memory.  Repeats held back so far are summed up first (as in the two
  * below). */
-char *errors_render(err_log *log, size_t *len);
+char *fs_errors_render(err_log *log, size_t *len);
 /* Up to cap bytes of the text from offset off into buf: how many. */
-size_t errors_read(err_log *log, uint64_t off, char *buf, size_t cap);
+size_t fs_errors_read(err_log *log, uint64_t off, char *buf, size_t cap);
 /* The text's length now, and when it last changed (ns since the epoch;
  * 0: never). */
-uint64_t errors_size(err_log *log, uint64_t *changed_ns);
+uint64_t fs_errors_size(err_log *log, uint64_t *changed_ns);
 /* Messages logged since the start, held back ones included. */
-size_t errors_count(err_log *log);
+size_t fs_errors_count(err_log *log);
 /* The latest message without its time stamp ("" when none; also one held
  * back), cut to cap. */
-void errors_last(err_log *log, char *buf, size_t cap);
+void fs_errors_last(err_log *log, char *buf, size_t cap);
 
 #endif

@@ -2,7 +2,7 @@
  * fs/fuse_compat.c - the daemon's FUSE session from start to end.
  *
  * Unless -f, the daemon forks before it opens the store, and the parent
- * waits until the child has mounted (fc_started()), so the command returns
+ * waits until the child has mounted (fs_fc_started()), so the command returns
  * once the mount is usable and fails with a message when it is not (a
  * second daemon on one STORE, a bad mountpoint).  SIGINT, SIGTERM and
  * SIGHUP are taken by a thread that ends the session and unmounts; other
@@ -25,36 +25,36 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-fuse_compat *fc_new(void)
+fuse_compat *fs_fc_new(void)
 {
 	fuse_compat *fc = calloc(1, sizeof *fc);
 	if (!fc)
 		return NULL;
-	if (loop_init(fc) != 0) {
+	if (fs_loop_init(fc) != 0) {
 		free(fc);
 		return NULL;
 	}
 	fc->status_fd = -1;
 	sigemptyset(&fc->sigs);
 	pthread_mutex_init(&fc->stop_mu, NULL);
-	pt_init(fc);
+	fs_pt_init(fc);
 	return fc;
 }
 
-void fc_free(fuse_compat *fc)
+void fs_fc_free(fuse_compat *fc)
 {
 	if (!fc)
 		return;
 	if (fc->se) /* made, never mounted */
 		fuse_session_destroy(fc->se);
-	loop_fini(fc);
+	fs_loop_fini(fc);
 	pthread_mutex_destroy(&fc->stop_mu);
 	free(fc);
 }
 
 /* ---------------------------------------------------------------- start */
 
-int fc_background(fuse_compat *fc, const fc_options *o)
+int fs_fc_background(fuse_compat *fc, const fc_options *o)
 {
 	if (!o->foreground) {
 		int pfd[2];
@@ -108,7 +108,7 @@ int fc_background(fuse_compat *fc, const fc_options *o)
 	return 0;
 }
 
-void fc_started(fuse_compat *fc, int status)
+void fs_fc_started(fuse_compat *fc, int status)
 {
 	if (fc->status_fd < 0)
 		return;
@@ -167,7 +167,7 @@ static void *signal_thread(void *arg)
 			continue;
 		pthread_mutex_lock(&fc->stop_mu);
 		if (!fc->loop_done && !fc->unmounted) {
-			log_msg("%s: unmounting %s", sig == SIGINT ? "SIGINT" : sig == SIGHUP ? "SIGHUP" : "SIGTERM",
+			fs_log_msg("%s: unmounting %s", sig == SIGINT ? "SIGINT" : sig == SIGHUP ? "SIGHUP" : "SIGTERM",
 				fc->mountpoint);
 			fc->on_stop(fc->userdata);
 			fuse_session_exit(fc->se);
@@ -187,13 +187,13 @@ static void *signal_thread(void *arg)
 
 /* ---------------------------------------------------------------- session */
 
-int fc_session_make(fuse_compat *fc, struct fuse_args *args, const struct fuse_lowlevel_ops *ops,
+int fs_fc_session_make(fuse_compat *fc, struct fuse_args *args, const struct fuse_lowlevel_ops *ops,
 		    void *userdata)
 {
 	fc->userdata = userdata;
 	fc->se = fuse_session_new(args, ops, sizeof *ops, userdata);
 	if (!fc->se) {
-		log_msg("cannot start the FUSE session (bad -o option?)");
+		fs_log_msg("cannot start the FUSE session (bad -o option?)");
 		return -EINVAL;
 	}
 	return 0;
@@ -206,14 +206,14 @@ static void why_no_mount(const char *mnt)
 	int fd = open("/dev/fuse", O_RDWR | O_CLOEXEC);
 	if (fd >= 0) {
 		close(fd);
-		log_msg("cannot mount on %s", mnt);
+		fs_log_msg("cannot mount on %s", mnt);
 		return;
 	}
-	log_msg("cannot mount on %s: /dev/fuse: %s (is the fuse module loaded, and may this user use it?)",
+	fs_log_msg("cannot mount on %s: /dev/fuse: %s (is the fuse module loaded, and may this user use it?)",
 		mnt, strerror(errno));
 }
 
-int fc_mount(fuse_compat *fc, const fc_options *o, void (*on_stop)(void *))
+int fs_fc_mount(fuse_compat *fc, const fc_options *o, void (*on_stop)(void *))
 {
 	fc->on_stop = on_stop;
 	fc->mountpoint = o->mountpoint;
@@ -221,12 +221,12 @@ int fc_mount(fuse_compat *fc, const fc_options *o, void (*on_stop)(void *))
 		why_no_mount(o->mountpoint);
 		goto out_session;
 	}
-	if (pt_install(fc, o->passthrough) != 0) {
-		log_msg("cannot set up the FUSE device's I/O");
+	if (fs_pt_install(fc, o->passthrough) != 0) {
+		fs_log_msg("cannot set up the FUSE device's I/O");
 		goto out_unmount;
 	}
 	if (pthread_create(&fc->sig_thread, NULL, signal_thread, fc) != 0) {
-		log_msg("cannot start the signal thread");
+		fs_log_msg("cannot start the signal thread");
 		goto out_unmount;
 	}
 	fc->sig_started = 1;
@@ -234,13 +234,13 @@ int fc_mount(fuse_compat *fc, const fc_options *o, void (*on_stop)(void *))
 out_unmount:
 	fuse_session_unmount(fc->se);
 out_session:
-	pt_detach(fc);
+	fs_pt_detach(fc);
 	fuse_session_destroy(fc->se);
 	fc->se = NULL;
 	return -1;
 }
 
-int fc_serve(fuse_compat *fc, const fc_options *o)
+int fs_fc_serve(fuse_compat *fc, const fc_options *o)
 {
 	int rc;
 	if (o->single) {
@@ -257,17 +257,17 @@ int fc_serve(fuse_compat *fc, const fc_options *o)
 		if (rc == -ETIMEDOUT) {
 			/* requests still run and use the store: no tidying up under
 			 * them; every committed write is already durable */
-			log_msg("requests still running a minute after the "
+			fs_log_msg("requests still running a minute after the "
 				"stop; exiting without them");
 			_exit(1);
 		}
 		if (rc)
-			log_msg("the session loop ended: %s", strerror(-rc));
+			fs_log_msg("the session loop ended: %s", strerror(-rc));
 	}
 	return rc == 0 ? 0 : 1;
 }
 
-void fc_unmount(fuse_compat *fc)
+void fs_fc_unmount(fuse_compat *fc)
 {
 	pthread_mutex_lock(&fc->stop_mu);
 	fc->loop_done = 1;
@@ -288,17 +288,17 @@ void fc_unmount(fuse_compat *fc)
 	}
 	if (need_unmount)
 		fuse_session_unmount(fc->se);
-	pt_detach(fc);
+	fs_pt_detach(fc);
 	fuse_session_destroy(fc->se);
 	fc->se = NULL;
 }
 
-struct fuse_session *fc_session(fuse_compat *fc)
+struct fuse_session *fs_fc_session(fuse_compat *fc)
 {
 	return fc->se;
 }
 
-const char *fc_mountpoint(fuse_compat *fc)
+const char *fs_fc_mountpoint(fuse_compat *fc)
 {
 	return fc->mountpoint ? fc->mountpoint : "";
 }

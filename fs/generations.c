@@ -25,14 +25,14 @@ static void recall_lines(vecfs *v, uint64_t gen, sbuf *b)
 	uint32_t nq;
 	if (vecfs_gen_recall_table(v, gen, 10, rows, 32, &n, &nq))
 		return;
-	sb_printf(b, "calibration_queries = %u\n", nq);
-	sb_adds(b, "nprobe_for_recall =");
+	fs_sb_printf(b, "calibration_queries = %u\n", nq);
+	fs_sb_adds(b, "nprobe_for_recall =");
 	for (size_t i = 0; i < n; i++)
-		sb_printf(b, " %g:%u", rows[i].target, rows[i].nprobe);
-	sb_adds(b, "\nclusters_for_recall =");
+		fs_sb_printf(b, " %g:%u", rows[i].target, rows[i].nprobe);
+	fs_sb_adds(b, "\nclusters_for_recall =");
 	for (size_t i = 0; i < n; i++)
-		sb_printf(b, " %g:%.1f", rows[i].target, rows[i].clusters);
-	sb_adds(b, "\n");
+		fs_sb_printf(b, " %g:%.1f", rows[i].target, rows[i].clusters);
+	fs_sb_adds(b, "\n");
 }
 
 static const char *state_name(vecfs_gen_state s)
@@ -45,17 +45,17 @@ static const char *state_name(vecfs_gen_state s)
 	return "unknown";
 }
 
-int gen_parse_name(const char *name, uint64_t *gen)
+int fs_gen_parse_name(const char *name, uint64_t *gen)
 {
 	size_t n = strlen(name);
 	if (n == 0 || n > 20 || (name[0] == '0'))
 		return -ENOENT;
-	if (parse_uint(name, n, UINT64_MAX, gen) || *gen == 0)
+	if (fs_parse_uint(name, n, UINT64_MAX, gen) || *gen == 0)
 		return -ENOENT;
 	return 0;
 }
 
-int gen_exists(vecfs *v, uint64_t gen)
+int fs_gen_exists(vecfs *v, uint64_t gen)
 {
 	vecfs_gen_info gi;
 	return vecfs_gen_info_get(v, gen, &gi) == 0;
@@ -66,16 +66,16 @@ static void progress_line(fs_daemon *dm, const vecfs_gen_info *gi, sbuf *b)
 	char phase[32];
 	int pct;
 	if (gi->state == VECFS_GEN_READY)
-		sb_adds(b, "done 100%\n");
+		fs_sb_adds(b, "done 100%\n");
 	else if (gi->state == VECFS_GEN_FAILED)
-		sb_printf(b, "failed %u%%\n", gi->phase_pct);
-	else if (build_progress(dm, phase, sizeof phase, &pct))
-		sb_printf(b, "%s %d%%\n", phase, pct);
+		fs_sb_printf(b, "failed %u%%\n", gi->phase_pct);
+	else if (fs_build_progress(dm, phase, sizeof phase, &pct))
+		fs_sb_printf(b, "%s %d%%\n", phase, pct);
 	else
-		sb_printf(b, "%s %u%%\n", gi->phase[0] ? gi->phase : "building", gi->phase_pct);
+		fs_sb_printf(b, "%s %u%%\n", gi->phase[0] ? gi->phase : "building", gi->phase_pct);
 }
 
-int gen_render(fs_daemon *dm, uint64_t gen, int which, sbuf *b)
+int fs_gen_render(fs_daemon *dm, uint64_t gen, int which, sbuf *b)
 {
 	vecfs *v = dm->store;
 	vecfs_gen_info gi;
@@ -84,27 +84,27 @@ int gen_render(fs_daemon *dm, uint64_t gen, int which, sbuf *b)
 		return rc;
 	switch (which) {
 	case GF_META:
-		sb_printf(b, "id = %llu\n", (unsigned long long)gi.id);
-		sb_printf(b, "state = %s\n", state_name(gi.state));
-		sb_printf(b, "created = %llu\n", (unsigned long long)gi.created);
-		sb_printf(b, "records = %llu\n", (unsigned long long)gi.covered);
-		sb_printf(b, "nlist = %u\n", gi.nlist);
-		sb_printf(b, "bits = %u\n", gi.bits);
-		sb_printf(b, "dim = %u\n", gi.dim);
-		sb_printf(b, "padded_dim = %u\n", gi.pdim);
-		sb_printf(b, "first_pass_table = %s\n", gi.query_table ? "query" : "cluster");
-		sb_printf(b, "metric = %s\n", vecfs_metric_name(gi.metric));
-		sb_printf(b, "rotation_seed = %llu\n", (unsigned long long)gi.seed);
-		sb_printf(b, "build_seconds = %.3f\n", gi.build_seconds);
+		fs_sb_printf(b, "id = %llu\n", (unsigned long long)gi.id);
+		fs_sb_printf(b, "state = %s\n", state_name(gi.state));
+		fs_sb_printf(b, "created = %llu\n", (unsigned long long)gi.created);
+		fs_sb_printf(b, "records = %llu\n", (unsigned long long)gi.covered);
+		fs_sb_printf(b, "nlist = %u\n", gi.nlist);
+		fs_sb_printf(b, "bits = %u\n", gi.bits);
+		fs_sb_printf(b, "dim = %u\n", gi.dim);
+		fs_sb_printf(b, "padded_dim = %u\n", gi.pdim);
+		fs_sb_printf(b, "first_pass_table = %s\n", gi.query_table ? "query" : "cluster");
+		fs_sb_printf(b, "metric = %s\n", vecfs_metric_name(gi.metric));
+		fs_sb_printf(b, "rotation_seed = %llu\n", (unsigned long long)gi.seed);
+		fs_sb_printf(b, "build_seconds = %.3f\n", gi.build_seconds);
 		if (gi.parent)
-			sb_printf(b, "parent = %llu\n", (unsigned long long)gi.parent);
+			fs_sb_printf(b, "parent = %llu\n", (unsigned long long)gi.parent);
 		else
-			sb_adds(b, "parent = none\n");
-		sb_printf(b, "delta_postings = %llu\n", (unsigned long long)gi.delta_postings);
-		sb_printf(b, "tombstones = %llu\n", (unsigned long long)gi.tombstones);
+			fs_sb_adds(b, "parent = none\n");
+		fs_sb_printf(b, "delta_postings = %llu\n", (unsigned long long)gi.delta_postings);
+		fs_sb_printf(b, "tombstones = %llu\n", (unsigned long long)gi.tombstones);
 		if (gi.state == VECFS_GEN_READY)
 			recall_lines(v, gen, b);
-		sb_adds(b, "progress = ");
+		fs_sb_adds(b, "progress = ");
 		progress_line(dm, &gi, b);
 		break;
 	case GF_PROGRESS:
@@ -117,14 +117,14 @@ int gen_render(fs_daemon *dm, uint64_t gen, int which, sbuf *b)
 			return 0;
 		if ((rc = vecfs_gen_centroids(v, gen, &c, &nl, &dim)))
 			return rc;
-		if (sb_reserve(b, (size_t)nl * (4 + 4 * (size_t)dim))) {
+		if (fs_sb_reserve(b, (size_t)nl * (4 + 4 * (size_t)dim))) {
 			free(c);
 			return -ENOMEM;
 		}
 		for (uint32_t i = 0; i < nl; i++) {
 			int32_t d = (int32_t)dim;
-			sb_add(b, &d, 4);
-			sb_add(b, c + (size_t)i * dim, 4 * (size_t)dim);
+			fs_sb_add(b, &d, 4);
+			fs_sb_add(b, c + (size_t)i * dim, 4 * (size_t)dim);
 		}
 		free(c);
 		break;
@@ -134,9 +134,9 @@ int gen_render(fs_daemon *dm, uint64_t gen, int which, sbuf *b)
 		uint32_t n = 0;
 		if ((rc = vecfs_gen_clusters(v, gen, &ci, &n)))
 			return rc;
-		sb_adds(b, "# cluster\tvectors\tposting_blocks\tdelta_postings\ttombstones\n");
+		fs_sb_adds(b, "# cluster\tvectors\tposting_blocks\tdelta_postings\ttombstones\n");
 		for (uint32_t i = 0; i < n; i++)
-			sb_printf(b, "%u\t%llu\t%u\t%llu\t%llu\n", ci[i].id,
+			fs_sb_printf(b, "%u\t%llu\t%u\t%llu\t%llu\n", ci[i].id,
 				  (unsigned long long)ci[i].vectors, ci[i].blocks,
 				  (unsigned long long)ci[i].deltas, (unsigned long long)ci[i].tombstones);
 		free(ci);
@@ -146,7 +146,7 @@ int gen_render(fs_daemon *dm, uint64_t gen, int which, sbuf *b)
 	return b->oom ? -ENOMEM : 0;
 }
 
-int64_t gen_file_size(fs_daemon *dm, uint64_t gen, int which)
+int64_t fs_gen_file_size(fs_daemon *dm, uint64_t gen, int which)
 {
 	vecfs *v = dm->store;
 	if (which == GF_CENTROIDS) {
@@ -159,14 +159,14 @@ int64_t gen_file_size(fs_daemon *dm, uint64_t gen, int which)
 		return (int64_t)gi.nlist * (4 + 4 * (int64_t)gi.dim);
 	}
 	sbuf b;
-	sb_init(&b);
-	int rc = gen_render(dm, gen, which, &b);
+	fs_sb_init(&b);
+	int rc = fs_gen_render(dm, gen, which, &b);
 	int64_t n = rc ? rc : (int64_t)b.len;
-	sb_free(&b);
+	fs_sb_free(&b);
 	return n;
 }
 
-int gen_parse_target(const char *target, uint64_t *gen)
+int fs_gen_parse_target(const char *target, uint64_t *gen)
 {
 	char buf[512];
 	snprintf(buf, sizeof buf, "%s", target);
@@ -175,19 +175,19 @@ int gen_parse_target(const char *target, uint64_t *gen)
 		buf[--n] = 0;
 	const char *base = strrchr(buf, '/');
 	base = base ? base + 1 : buf;
-	return gen_parse_name(base, gen);
+	return fs_gen_parse_name(base, gen);
 }
 
-int gen_activate_target(fs_daemon *dm, const char *target, const char *how)
+int fs_gen_activate_target(fs_daemon *dm, const char *target, const char *how)
 {
 	uint64_t gen;
 	char err[256] = "";
-	if (gen_parse_target(target, &gen)) {
-		errlog(&dm->errors, "generations/active: %s %s: no such generation", how, target);
+	if (fs_gen_parse_target(target, &gen)) {
+		fs_errlog(&dm->errors, "generations/active: %s %s: no such generation", how, target);
 		return -ENOENT;
 	}
 	int rc = vecfs_activate(dm->store, gen, err, sizeof err);
 	if (rc)
-		errlog_err(&dm->errors, rc, "generations/active: %s %s: %s", how, target, err[0] ? err : strerror(-rc));
+		fs_errlog_err(&dm->errors, rc, "generations/active: %s %s: %s", how, target, err[0] ? err : strerror(-rc));
 	return rc;
 }

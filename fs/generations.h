@@ -13,13 +13,13 @@ typedef struct fs_daemon fs_daemon;
 
 enum { GF_META, GF_CENTROIDS, GF_CLUSTERS, GF_PROGRESS };
 
-int gen_exists(vecfs *v, uint64_t gen);
-int gen_render(fs_daemon *dm, uint64_t gen, int which, sbuf *b);
-int64_t gen_file_size(fs_daemon *dm, uint64_t gen, int which);
+int fs_gen_exists(vecfs *v, uint64_t gen);
+int fs_gen_render(fs_daemon *dm, uint64_t gen, int which, sbuf *b);
+int64_t fs_gen_file_size(fs_daemon *dm, uint64_t gen, int which);
 /* Generation id named by a symlink target ("7", "./7", ".../generations/7"). */
-int gen_parse_target(const char *target, uint64_t *gen);
-int gen_parse_name(const char *name, uint64_t *gen);
+int fs_gen_parse_target(const char *target, uint64_t *gen);
+int fs_gen_parse_name(const char *name, uint64_t *gen);
 /* Make the generation named by a symlink target active (errors line on failure). */
-int gen_activate_target(fs_daemon *dm, const char *target, const char *how);
+int fs_gen_activate_target(fs_daemon *dm, const char *target, const char *how);
 
 #endif

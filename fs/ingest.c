@@ -77,7 +77,7 @@ struct ingest {
 	uint64_t committed; /* rows committed by earlier flushes */
 };
 
-int ingest_format_of(const char *name)
+int fs_ingest_format_of(const char *name)
 {
 	return vecfs_rows_format_of(name);
 }
@@ -108,34 +108,34 @@ static const char *budget_why(ingest *in, char *buf, size_t cap)
 	return buf;
 }
 
-int ingest_format_staged(const char *name)
+int fs_ingest_format_staged(const char *name)
 {
 	size_t n = strlen(name);
 	if (n <= 5 || strcmp(name + n - 5, ".part"))
-		return ingest_format_of(name);
+		return fs_ingest_format_of(name);
 	char *base = strndup(name, n - 5);
 	if (!base)
 		return -1;
-	int f = ingest_format_of(base);
+	int f = fs_ingest_format_of(base);
 	free(base);
 	return f;
 }
 
-int ingest_is_staged(const char *name)
+int fs_ingest_is_staged(const char *name)
 {
 	size_t n = strlen(name);
-	return n > 5 && !strcmp(name + n - 5, ".part") && ingest_format_staged(name) >= 0;
+	return n > 5 && !strcmp(name + n - 5, ".part") && fs_ingest_format_staged(name) >= 0;
 }
 
-ingest *ingest_new_delete(fs_daemon *dm, uint64_t opener)
+ingest *fs_ingest_new_delete(fs_daemon *dm, uint64_t opener)
 {
-	return ingest_new(dm, "delete", F_DELETE, opener);
+	return fs_ingest_new(dm, "delete", F_DELETE, opener);
 }
 
 static int rows_row(void *arg, const vecfs_parsed_row *r);
 static int rows_mem(void *arg, int64_t delta);
 
-ingest *ingest_new(fs_daemon *dm, const char *name, int format, uint64_t opener)
+ingest *fs_ingest_new(fs_daemon *dm, const char *name, int format, uint64_t opener)
 {
 	ingest *in = calloc(1, sizeof *in);
 	if (!in)
@@ -156,7 +156,7 @@ ingest *ingest_new(fs_daemon *dm, const char *name, int format, uint64_t opener)
 	}
 	pthread_mutex_init(&in->mu, NULL);
 	in->fmt = format;
-	in->staged = in->defer = ingest_is_staged(name);
+	in->staged = in->defer = fs_ingest_is_staged(name);
 	in->opener = opener;
 	return in;
 }
@@ -173,7 +173,7 @@ static void settle(ingest *in)
 	filter_drop(in);
 }
 
-void ingest_free(ingest *in)
+void fs_ingest_free(ingest *in)
 {
 	if (!in)
 		return;
@@ -224,7 +224,7 @@ static int fail_at(ingest *in, int rc, uint64_t where, const char *fmt, ...)
 		if (!in->why && asprintf(&in->why, "%s: %s%s; %s", in->path, at, why, tail) < 0)
 			in->why = NULL;
 	} else {
-		errlog_err(&in->dm->errors, rc, "%s: %s%s; %s", in->path, at, why, tail);
+		fs_errlog_err(&in->dm->errors, rc, "%s: %s%s; %s", in->path, at, why, tail);
 		in->done = 1;
 	}
 	if (!in->failed)
@@ -434,7 +434,7 @@ static int spool_commit(ingest *in)
 static int delete_filter(ingest *in, const char *s, size_t n, uint64_t where)
 {
 	sbuf *b = &in->filter;
-	/* the capacity sb_reserve() will give it */
+	/* the capacity fs_sb_reserve() will give it */
 	size_t cap = b->cap ? b->cap : 256;
 	while (cap < b->len + n + 1)
 		cap *= 2;
@@ -444,7 +444,7 @@ static int delete_filter(ingest *in, const char *s, size_t n, uint64_t where)
 			return fail_at(in, -ENOMEM, where, "%s", budget_why(in, why, sizeof why));
 		in->filter_charged += cap - b->cap;
 	}
-	sb_add(b, s, n);
+	fs_sb_add(b, s, n);
 	if (b->oom)
 		return fail_at(in, -ENOMEM, where, "out of memory");
 	in->filter_line = where;
@@ -453,7 +453,7 @@ static int delete_filter(ingest *in, const char *s, size_t n, uint64_t where)
 
 static void filter_drop(ingest *in)
 {
-	sb_free(&in->filter);
+	fs_sb_free(&in->filter);
 	budget_give(in, in->filter_charged);
 	in->filter_charged = 0;
 	in->filter_line = 0;
@@ -556,7 +556,7 @@ static int owner_wrote(const ingest *in, uint64_t owner)
 	return 0;
 }
 
-int ingest_write(ingest *in, const char *buf, size_t len, uint64_t off, uint64_t owner)
+int fs_ingest_write(ingest *in, const char *buf, size_t len, uint64_t off, uint64_t owner)
 {
 	int rc = 0;
 	pthread_mutex_lock(&in->mu);
@@ -595,7 +595,7 @@ static int finish(ingest *in)
 	return rc ? rows_failed(in, rc) : 0;
 }
 
-int ingest_commit(ingest *in)
+int fs_ingest_commit(ingest *in)
 {
 	int rc;
 	pthread_mutex_lock(&in->mu);
@@ -639,7 +639,7 @@ static int never_written(const ingest *in)
 	return !in->written && !in->committed && !in->failed && !in->cancelled && !in->done && !in->staged;
 }
 
-int ingest_close(ingest *in, uint64_t owner, uint64_t pid)
+int fs_ingest_close(ingest *in, uint64_t owner, uint64_t pid)
 {
 	pthread_mutex_lock(&in->mu);
 	if (in->staged || in->cancelled) {
@@ -656,10 +656,10 @@ int ingest_close(ingest *in, uint64_t owner, uint64_t pid)
 	}
 	int wrote = owner_wrote(in, owner);
 	pthread_mutex_unlock(&in->mu);
-	return wrote ? ingest_commit(in) : 0;
+	return wrote ? fs_ingest_commit(in) : 0;
 }
 
-void ingest_release(ingest *in)
+void fs_ingest_release(ingest *in)
 {
 	pthread_mutex_lock(&in->mu);
 	int pending = in->dirty && !in->staged;
@@ -667,16 +667,16 @@ void ingest_release(ingest *in)
 		empty_close(in);
 	pthread_mutex_unlock(&in->mu);
 	if (pending)
-		ingest_commit(in);
+		fs_ingest_commit(in);
 }
 
 /* A staged file that failed at its rename (in->mu held): its errors line,
  * given once.  A bad file stays after a rename with flags and after the
- * plain rename that comes next (see ingest_rename()); else it is done. */
+ * plain rename that comes next (see fs_ingest_rename()); else it is done. */
 static int rename_failed(ingest *in, int flags)
 {
 	if (!in->told) {
-		errlog_err(&in->dm->errors, in->fail_rc, "%s",
+		fs_errlog_err(&in->dm->errors, in->fail_rc, "%s",
 			   in->why ? in->why : "ingest: a staged file failed");
 		in->told = 1;
 	}
@@ -689,7 +689,7 @@ static int rename_failed(ingest *in, int flags)
 	return in->fail_rc;
 }
 
-int ingest_rename(ingest *in, int flags)
+int fs_ingest_rename(ingest *in, int flags)
 {
 	int rc = 0;
 	pthread_mutex_lock(&in->mu);
@@ -715,12 +715,12 @@ int ingest_rename(ingest *in, int flags)
 	return rc;
 }
 
-int ingest_staged(ingest *in)
+int fs_ingest_staged(ingest *in)
 {
 	return in->staged;
 }
 
-void ingest_truncate(ingest *in)
+void fs_ingest_truncate(ingest *in)
 {
 	pthread_mutex_lock(&in->mu);
 	if (in->staged && !in->done && in->written) {
@@ -738,7 +738,7 @@ void ingest_truncate(ingest *in)
 	pthread_mutex_unlock(&in->mu);
 }
 
-void ingest_cancel(ingest *in)
+void fs_ingest_cancel(ingest *in)
 {
 	pthread_mutex_lock(&in->mu);
 	in->cancelled = 1;
@@ -747,7 +747,7 @@ void ingest_cancel(ingest *in)
 	pthread_mutex_unlock(&in->mu);
 }
 
-uint64_t ingest_size(ingest *in)
+uint64_t fs_ingest_size(ingest *in)
 {
 	pthread_mutex_lock(&in->mu);
 	uint64_t s = in->written;
@@ -755,7 +755,7 @@ uint64_t ingest_size(ingest *in)
 	return s;
 }
 
-int ingest_done(ingest *in)
+int fs_ingest_done(ingest *in)
 {
 	pthread_mutex_lock(&in->mu);
 	int d = in->done;
@@ -763,7 +763,7 @@ int ingest_done(ingest *in)
 	return d;
 }
 
-int ingest_pending(ingest *in)
+int fs_ingest_pending(ingest *in)
 {
 	pthread_mutex_lock(&in->mu);
 	int d = in->dirty && !in->failed && !in->cancelled;

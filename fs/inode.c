@@ -84,7 +84,7 @@ static void tab_remove(node_hash_table *t, node *n)
 		}
 }
 
-node *get_node(fs_daemon *dm, fuse_ino_t ino)
+node *fs_get_node(fs_daemon *dm, fuse_ino_t ino)
 {
 	if (ino >= 1 && ino <= FIXED_MAX)
 		return &dm->tree.fixed[ino];
@@ -96,7 +96,7 @@ node *get_node(fs_daemon *dm, fuse_ino_t ino)
 	return NULL;
 }
 
-node *find_name(fs_daemon *dm, fuse_ino_t parent, const char *name)
+node *fs_find_name(fs_daemon *dm, fuse_ino_t parent, const char *name)
 {
 	size_t len = strlen(name);
 	if (!dm->tree.names.cap)
@@ -112,7 +112,7 @@ static int stateful(const node *n)
 	return (kind_of(n)->flags & KF_LINKED) != 0;
 }
 
-void node_changed(node *n)
+void fs_node_changed(node *n)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_REALTIME, &ts);
@@ -121,32 +121,32 @@ void node_changed(node *n)
 			      memory_order_relaxed);
 }
 
-void node_seen(node *n, uint64_t v)
+void fs_node_seen(node *n, uint64_t v)
 {
 	v |= 1;
 	uint64_t before = atomic_exchange_explicit(&n->seen, v, memory_order_relaxed);
 	if (before && before != v)
-		node_changed(n);
+		fs_node_changed(n);
 }
 
-uint64_t content_time(fs_daemon *dm, node *n, uint64_t version, uint64_t base)
+uint64_t fs_content_time(fs_daemon *dm, node *n, uint64_t version, uint64_t base)
 {
 	(void)dm;
 	if (version)
-		node_seen(n, version * 2 + 1);
+		fs_node_seen(n, version * 2 + 1);
 	uint64_t t = atomic_load_explicit(&n->mtime_ns, memory_order_relaxed);
 	return t > base ? t : base;
 }
 
-void link_name(fs_daemon *dm, node *n)
+void fs_link_name(fs_daemon *dm, node *n)
 {
 	if (n->linked || tab_insert(&dm->tree.names, n))
 		return;
 	n->linked = 1;
 	if (stateful(n))
-		node_changed(n); /* made now */
+		fs_node_changed(n); /* made now */
 	if (stateful(n) && n->parent <= FIXED_MAX)
-		node_changed(&dm->tree.fixed[n->parent]); /* ingest/, query/, generations/ */
+		fs_node_changed(&dm->tree.fixed[n->parent]); /* ingest/, query/, generations/ */
 	if (n->kind == K_SESSION)
 		dm->tree.sessions++;
 	if (stateful(n) && n->parent <= FIXED_MAX) {
@@ -158,7 +158,7 @@ void link_name(fs_daemon *dm, node *n)
 	}
 }
 
-void unlink_name(fs_daemon *dm, node *n)
+void fs_unlink_name(fs_daemon *dm, node *n)
 {
 	if (!n->linked)
 		return;
@@ -167,7 +167,7 @@ void unlink_name(fs_daemon *dm, node *n)
 	tab_remove(&dm->tree.names, n);
 	n->linked = 0;
 	if (stateful(n) && n->parent <= FIXED_MAX)
-		node_changed(&dm->tree.fixed[n->parent]);
+		fs_node_changed(&dm->tree.fixed[n->parent]);
 	if (stateful(n) && n->parent <= FIXED_MAX) {
 		if (n->sib_prev)
 			n->sib_prev->sib_next = n->sib_next;
@@ -179,7 +179,7 @@ void unlink_name(fs_daemon *dm, node *n)
 	}
 }
 
-node *new_node(fs_daemon *dm, int kind, fuse_ino_t parent, const char *name)
+node *fs_new_node(fs_daemon *dm, int kind, fuse_ino_t parent, const char *name)
 {
 	node *n = calloc(1, sizeof *n);
 	if (!n)
@@ -206,53 +206,53 @@ node *new_node(fs_daemon *dm, int kind, fuse_ino_t parent, const char *name)
 static void node_destroy(fs_daemon *dm, node *n)
 {
 	if (n->ing)
-		ingest_free(n->ing);
+		fs_ingest_free(n->ing);
 	if (n->qs)
-		qs_free(n->qs);
-	out_backing_close(dm, n);
+		fs_qs_free(n->qs);
+	fs_out_backing_close(dm, n);
 	free(n->target);
 	free(n->name);
 	free(n);
 }
 
-void maybe_free(fs_daemon *dm, node *n)
+void fs_maybe_free(fs_daemon *dm, node *n)
 {
 	if (!n || n->ino <= FIXED_MAX)
 		return;
 	if (n->nlookup || n->opens || n->kids || (n->linked && stateful(n)))
 		return;
-	unlink_name(dm, n);
+	fs_unlink_name(dm, n);
 	tab_remove(&dm->tree.inos, n);
 	node *sess = n->session;
 	node_destroy(dm, n);
 	if (sess) {
 		sess->kids--;
-		maybe_free(dm, sess);
+		fs_maybe_free(dm, sess);
 	}
 }
 
-node *pin(fs_daemon *dm, fuse_ino_t ino)
+node *fs_pin(fs_daemon *dm, fuse_ino_t ino)
 {
 	pthread_mutex_lock(&dm->tree.mu);
-	node *n = get_node(dm, ino);
+	node *n = fs_get_node(dm, ino);
 	if (n)
 		n->opens++;
 	pthread_mutex_unlock(&dm->tree.mu);
 	return n;
 }
 
-void unpin(fs_daemon *dm, node *n)
+void fs_unpin(fs_daemon *dm, node *n)
 {
 	pthread_mutex_lock(&dm->tree.mu);
 	n->opens--;
-	maybe_free(dm, n);
+	fs_maybe_free(dm, n);
 	pthread_mutex_unlock(&dm->tree.mu);
 }
 
-node *child_locked(fs_daemon *dm, node *p, const char *name, int *err)
+node *fs_child_locked(fs_daemon *dm, node *p, const char *name, int *err)
 {
 	const fs_kind *pk = kind_of(p);
-	int k = entry_kind(p->kind, name);
+	int k = fs_entry_kind(p->kind, name);
 	node *n;
 	*err = ENOENT;
 	if (!S_ISDIR(pk->mode)) {
@@ -264,21 +264,21 @@ node *child_locked(fs_daemon *dm, node *p, const char *name, int *err)
 	if (k <= FIXED_MAX)
 		return &dm->tree.fixed[k];
 	/* a fixed file of a session or a generation */
-	n = find_name(dm, p->ino, name);
-	if (!n && (n = new_node(dm, k, p->ino, name))) {
+	n = fs_find_name(dm, p->ino, name);
+	if (!n && (n = fs_new_node(dm, k, p->ino, name))) {
 		n->gen = p->gen;
 		if (p->kind == K_SESSION) {
 			n->session = p;
 			p->kids++;
 		}
-		link_name(dm, n);
+		fs_link_name(dm, n);
 	}
 	if (!n)
 		*err = ENOMEM;
 	return n;
 }
 
-fuse_ino_t listed_ino(const char *name, size_t len, fuse_ino_t parent)
+fuse_ino_t fs_listed_ino(const char *name, size_t len, fuse_ino_t parent)
 {
 	uint64_t h = 1469598103934665603ULL ^ parent;
 	for (size_t i = 0; i < len; i++)
@@ -286,9 +286,9 @@ fuse_ino_t listed_ino(const char *name, size_t len, fuse_ino_t parent)
 	return (fuse_ino_t)((h >> 2) | (1ULL << 62));
 }
 
-const char *kind_path(fs_daemon *dm, const node *n, char *buf, size_t cap)
+const char *fs_kind_path(fs_daemon *dm, const node *n, char *buf, size_t cap)
 {
-	const node *p = n->parent ? get_node(dm, n->parent) : NULL;
+	const node *p = n->parent ? fs_get_node(dm, n->parent) : NULL;
 	if (n->ino == K_ROOT)
 		snprintf(buf, cap, "/");
 	else if (n->ino <= FIXED_MAX)
@@ -306,7 +306,7 @@ const char *kind_path(fs_daemon *dm, const node *n, char *buf, size_t cap)
 
 /* ---------------------------------------------------------------- setup */
 
-int tree_init(fs_daemon *dm)
+int fs_tree_init(fs_daemon *dm)
 {
 	node_table *t = &dm->tree;
 	memset(t, 0, sizeof *t);
@@ -321,21 +321,21 @@ int tree_init(fs_daemon *dm)
 		memset(n, 0, sizeof *n);
 		n->ino = (fuse_ino_t)k;
 		n->kind = k;
-		n->name = (char *)kind_row(k)->name;
+		n->name = (char *)fs_kind_row(k)->name;
 		n->namelen = strlen(n->name);
-		n->parent = (fuse_ino_t)kind_row(k)->parent;
+		n->parent = (fuse_ino_t)fs_kind_row(k)->parent;
 	}
 	tab_grow(&t->inos);
 	tab_grow(&t->names);
-	int bad = kinds_check();
+	int bad = fs_kinds_check();
 	if (bad) {
-		log_msg("kind %d: its row in fs/kinds.c does not fit the tree", bad);
+		fs_log_msg("kind %d: its row in fs/kinds.c does not fit the tree", bad);
 		return -EINVAL;
 	}
 	return t->inos.cap && t->names.cap ? 0 : -ENOMEM;
 }
 
-void tree_destroy(fs_daemon *dm)
+void fs_tree_destroy(fs_daemon *dm)
 {
 	pthread_mutex_lock(&dm->tree.mu);
 	for (size_t i = 0; i < dm->tree.inos.cap; i++) {

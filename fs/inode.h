@@ -35,12 +35,12 @@ typedef struct node {
 	int out_fd;           /* K_SESSION: that backing file, while out_bid > 0 */
 	size_t out_len;       /* K_SESSION: its size (SIZE_MAX: not known) */
 	atomic_int out_attrs; /* K_SESSION: out's attributes were given to the
-			       * kernel since push_out() last dropped them */
+			       * kernel since fs_push_out() last dropped them */
 	struct node *session; /* session files: their session node */
 	char *target;         /* K_TMPLINK */
 	_Atomic uint64_t mtime_ns; /* its last change seen since the mount (0: none) */
 	_Atomic uint64_t seen; /* odd: the version or hash of its content when last
-			       * seen (node_seen()); 0: not seen yet */
+			       * seen (fs_node_seen()); 0: not seen yet */
 	/* readable files whose content has versions (render.c), under
 	 * dm->reads.mu: */
 	struct rendering *shared; /* the rendering of the version handles
@@ -73,38 +73,38 @@ typedef struct node_table {
 } node_table;
 
 /* With dm->tree.mu held. */
-node *get_node(fs_daemon *dm, fuse_ino_t ino);
-node *find_name(fs_daemon *dm, fuse_ino_t parent, const char *name);
+node *fs_get_node(fs_daemon *dm, fuse_ino_t ino);
+node *fs_find_name(fs_daemon *dm, fuse_ino_t parent, const char *name);
 /* Times of what the daemon sees change: n changed now; n's content has
  * version or hash v now (a change from the one seen before is a change
  * now); when n last changed, at least base (version, if not 0, is seen
  * first). */
-void node_changed(node *n);
-void node_seen(node *n, uint64_t v);
-uint64_t content_time(fs_daemon *dm, node *n, uint64_t version, uint64_t base);
-void link_name(fs_daemon *dm, node *n);
-void unlink_name(fs_daemon *dm, node *n);
-node *new_node(fs_daemon *dm, int kind, fuse_ino_t parent, const char *name);
+void fs_node_changed(node *n);
+void fs_node_seen(node *n, uint64_t v);
+uint64_t fs_content_time(fs_daemon *dm, node *n, uint64_t version, uint64_t base);
+void fs_link_name(fs_daemon *dm, node *n);
+void fs_unlink_name(fs_daemon *dm, node *n);
+node *fs_new_node(fs_daemon *dm, int kind, fuse_ino_t parent, const char *name);
 /* Free n once nothing refers to it any more. */
-void maybe_free(fs_daemon *dm, node *n);
+void fs_maybe_free(fs_daemon *dm, node *n);
 /* Find or make the child `name` of p.  NULL with *err set when there is
  * none. */
-node *child_locked(fs_daemon *dm, node *p, const char *name, int *err);
+node *fs_child_locked(fs_daemon *dm, node *p, const char *name, int *err);
 /* The inode number a listing gives entry `name` of directory parent
  * that has no node yet (never one of a node's). */
-fuse_ino_t listed_ino(const char *name, size_t len, fuse_ino_t parent);
+fuse_ino_t fs_listed_ino(const char *name, size_t len, fuse_ino_t parent);
 /* The path of n in the tree, for errors lines. */
-const char *kind_path(fs_daemon *dm, const node *n, char *buf, size_t cap);
+const char *fs_kind_path(fs_daemon *dm, const node *n, char *buf, size_t cap);
 
 /* Keep node ino while a request uses it outside dm->tree.mu (NULL: no
- * such node); unpin() lets it go (freed once nothing refers to it). */
-node *pin(fs_daemon *dm, fuse_ino_t ino);
-void unpin(fs_daemon *dm, node *n);
+ * such node); fs_unpin() lets it go (freed once nothing refers to it). */
+node *fs_pin(fs_daemon *dm, fuse_ino_t ino);
+void fs_unpin(fs_daemon *dm, node *n);
 
 /* The fixed nodes and empty tables: 0, -ENOMEM, or -EINVAL (with a
- * message) when the rows of kinds.c do not fit the tree (kinds_check()). */
-int tree_init(fs_daemon *dm);
+ * message) when the rows of kinds.c do not fit the tree (fs_kinds_check()). */
+int fs_tree_init(fs_daemon *dm);
 /* Free every node. */
-void tree_destroy(fs_daemon *dm);
+void fs_tree_destroy(fs_daemon *dm);
 
 #endif

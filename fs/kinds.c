@@ -39,7 +39,7 @@ static uint64_t time_created(fs_daemon *dm, node *n, const vecfs_attrs *sa)
 
 static uint64_t time_gens(fs_daemon *dm, node *n, const vecfs_attrs *sa)
 {
-	return content_time(dm, n, 0, sa->gens_ns);
+	return fs_content_time(dm, n, 0, sa->gens_ns);
 }
 
 static uint64_t time_records(fs_daemon *dm, node *n, const vecfs_attrs *sa)
@@ -55,15 +55,15 @@ static uint64_t version_snapshot(fs_daemon *dm, node *n)
 
 /* The fixed entries of a directory (the rows whose parent it is), in the
  * order of their kinds: the fixed nodes' own inodes, else an inode for the
- * listing (listed_ino()). */
+ * listing (fs_listed_ino()). */
 static int list_fixed(fs_daemon *dm, node *n, fs_dir_add add, void *d)
 {
 	int rc = 0;
 	for (int k = K_NONE + 1; k < K_COUNT; k++) {
-		const fs_kind *r = kind_row(k);
+		const fs_kind *r = fs_kind_row(k);
 		if (r->parent != n->kind || !r->name)
 			continue;
-		fuse_ino_t ino = k <= FIXED_MAX ? (fuse_ino_t)k : listed_ino(r->name, strlen(r->name), n->ino);
+		fuse_ino_t ino = k <= FIXED_MAX ? (fuse_ino_t)k : fs_listed_ino(r->name, strlen(r->name), n->ino);
 		rc |= add(d, r->name, ino, r->mode & S_IFMT);
 	}
 	return rc ? -ENOMEM : 0;
@@ -72,7 +72,7 @@ static int list_fixed(fs_daemon *dm, node *n, fs_dir_add add, void *d)
 /* A file linked in a directory (KF_LINKED), by its name. */
 static node *lookup_linked(fs_daemon *dm, node *p, const char *name, int *err)
 {
-	return find_name(dm, p->ino, name);
+	return fs_find_name(dm, p->ino, name);
 }
 
 /* The files linked in a directory (KF_LINKED). */
@@ -92,7 +92,7 @@ KIND(NONE) = {0};
 
 static int render_readme_file(fs_daemon *dm, node *n, sbuf *b)
 {
-	render_readme(b);
+	fs_render_readme(b);
 	return b->oom ? -ENOMEM : 0;
 }
 
@@ -104,7 +104,7 @@ static uint64_t version_readme(fs_daemon *dm, node *n)
 
 static int render_config_file(fs_daemon *dm, node *n, sbuf *b)
 {
-	return render_config(dm->store, b);
+	return fs_render_config(dm->store, b);
 }
 
 static uint64_t time_config(fs_daemon *dm, node *n, const vecfs_attrs *sa)
@@ -115,13 +115,13 @@ static uint64_t time_config(fs_daemon *dm, node *n, const vecfs_attrs *sa)
 static int render_stats_file(fs_daemon *dm, node *n, sbuf *b)
 {
 	fs_loop_stats ls;
-	int rc = render_stats(dm->store, b);
+	int rc = fs_render_stats(dm->store, b);
 	if (rc == 0) {
-		sb_printf(b, "last_delete = %llu\n", (unsigned long long)atomic_load(&dm->last_delete));
+		fs_sb_printf(b, "last_delete = %llu\n", (unsigned long long)atomic_load(&dm->last_delete));
 		rc = b->oom ? -ENOMEM : 0;
 	}
-	if (rc == 0 && fc_loop_counts(dm->fuse, &ls)) {
-		sb_printf(b, "queries_searched_ahead = %llu\n", (unsigned long long)ahead_taken(dm->ahead));
+	if (rc == 0 && fs_fc_loop_counts(dm->fuse, &ls)) {
+		fs_sb_printf(b, "queries_searched_ahead = %llu\n", (unsigned long long)fs_ahead_taken(dm->ahead));
 		rc = b->oom ? -ENOMEM : 0;
 	}
 	return rc;
@@ -130,17 +130,17 @@ static int render_stats_file(fs_daemon *dm, node *n, sbuf *b)
 static int render_errors(fs_daemon *dm, node *n, sbuf *b)
 {
 	size_t len;
-	char *p = errors_render(&dm->errors, &len);
+	char *p = fs_errors_render(&dm->errors, &len);
 	if (!p)
 		return -ENOMEM;
-	sb_add(b, p, len);
+	fs_sb_add(b, p, len);
 	free(p);
 	return b->oom ? -ENOMEM : 0;
 }
 
 static int size_errors(fs_daemon *dm, node *n, const vecfs_attrs *sa, uint64_t *size)
 {
-	*size = errors_size(&dm->errors, NULL);
+	*size = fs_errors_size(&dm->errors, NULL);
 	return 0;
 }
 
@@ -148,13 +148,13 @@ static int size_errors(fs_daemon *dm, node *n, const vecfs_attrs *sa, uint64_t *
 static uint64_t time_errors(fs_daemon *dm, node *n, const vecfs_attrs *sa)
 {
 	uint64_t t = 0;
-	errors_size(&dm->errors, &t);
+	fs_errors_size(&dm->errors, &t);
 	return t ? t : dm->mount_ns;
 }
 
 static int render_ctl(fs_daemon *dm, node *n, sbuf *b)
 {
-	return ctl_render(dm, b);
+	return fs_ctl_render(dm, b);
 }
 
 /* What an open now would stream. */
@@ -168,7 +168,7 @@ static int size_backup(fs_daemon *dm, node *n, const vecfs_attrs *sa, uint64_t *
 static uint64_t time_backup(fs_daemon *dm, node *n, const vecfs_attrs *sa)
 {
 	uint64_t m = sa->records_ns > sa->config_ns ? sa->records_ns : sa->config_ns;
-	return content_time(dm, n, vecfs_snapshot(dm->store), m > sa->gens_ns ? m : sa->gens_ns);
+	return fs_content_time(dm, n, vecfs_snapshot(dm->store), m > sa->gens_ns ? m : sa->gens_ns);
 }
 
 /* delete reads empty. */
@@ -188,7 +188,7 @@ KIND(ROOT) = {
 	.name = "", .parent = K_NONE, .mode = DIR_MODE(0755),
 	.flags = KF_STORE_ATTRS | KF_ATTRS_KEPT | KF_ENTRY_KEPT,
 	.time = time_created, .list = list_fixed,
-	.dops = &root_dir_ops,
+	.dops = &fs_root_dir_ops,
 };
 KIND(README) = {
 	.name = "README", .parent = K_ROOT, .mode = REG_MODE(0444),
@@ -199,7 +199,7 @@ KIND(CONFIG) = {
 	.name = "config", .parent = K_ROOT, .mode = REG_MODE(0644),
 	.flags = KF_READ | KF_WRITE | KF_STORE_ATTRS | KF_ENTRY_KEPT,
 	.render = render_config_file, .version = version_snapshot, .time = time_config,
-	.fops = &config_file_ops,
+	.fops = &fs_config_file_ops,
 };
 KIND(STATS) = {
 	.name = "stats", .parent = K_ROOT, .mode = REG_MODE(0444),
@@ -210,38 +210,38 @@ KIND(ERRORS) = {
 	.name = "errors", .parent = K_ROOT, .mode = REG_MODE(0400),
 	.flags = KF_READ | KF_ENTRY_KEPT,
 	.render = render_errors, .size = size_errors, .time = time_errors,
-	.fops = &errors_file_ops,
+	.fops = &fs_errors_file_ops,
 };
 KIND(CTL) = {
 	.name = "ctl", .parent = K_ROOT, .mode = REG_MODE(0600),
 	.flags = KF_READ | KF_WRITE | KF_ENTRY_KEPT,
 	.render = render_ctl,
-	.fops = &ctl_file_ops,
+	.fops = &fs_ctl_file_ops,
 };
 KIND(BACKUP) = {
 	.name = "backup", .parent = K_ROOT, .mode = REG_MODE(0400),
 	.flags = KF_READ | KF_STORE_ATTRS | KF_ENTRY_KEPT,
 	.size = size_backup, .time = time_backup,
-	.fops = &backup_file_ops,
+	.fops = &fs_backup_file_ops,
 };
 KIND(DELETE) = {
 	.name = "delete", .parent = K_ROOT, .mode = REG_MODE(0600),
 	.flags = KF_READ | KF_WRITE | KF_STORE_ATTRS | KF_ENTRY_KEPT,
 	.size = size_empty, .time = time_created,
-	.fops = &delete_file_ops,
+	.fops = &fs_delete_file_ops,
 };
 KIND(EXPORT) = {
 	.name = "export.jsonl", .parent = K_ROOT, .mode = REG_MODE(0400),
 	.flags = KF_READ | KF_STORE_ATTRS | KF_ENTRY_KEPT,
 	.size = size_export, .time = time_records,
-	.fops = &export_file_ops,
+	.fops = &fs_export_file_ops,
 };
 
 /* ---------------------------------------------------------------- ingest/ */
 
 static int size_ingest_file(fs_daemon *dm, node *n, const vecfs_attrs *sa, uint64_t *size)
 {
-	*size = ingest_size(n->ing);
+	*size = fs_ingest_size(n->ing);
 	return 0;
 }
 
@@ -250,13 +250,13 @@ KIND(INGEST) = {
 	.flags = KF_ATTRS_KEPT | KF_ENTRY_KEPT,
 	.list = list_linked,
 	.lookup = lookup_linked,
-	.dops = &ingest_dir_ops,
+	.dops = &fs_ingest_dir_ops,
 };
 KIND(INGEST_FILE) = {
 	.parent = K_INGEST, .mode = REG_MODE(0200),
 	.flags = KF_WRITE | KF_LINKED,
 	.size = size_ingest_file,
-	.fops = &ingest_file_ops,
+	.fops = &fs_ingest_file_ops,
 };
 
 /* ---------------------------------------------------------------- records/ */
@@ -270,14 +270,14 @@ static int render_record(fs_daemon *dm, node *n, sbuf *b)
 		return -ENOMEM;
 	int rc = vecfs_get(dm->store, n->name, n->namelen, vec, VECFS_DIM_MAX, &dim, NULL, 0, NULL);
 	if (rc == 0) {
-		sb_reserve(b, (size_t)dim * 16 + 1);
+		fs_sb_reserve(b, (size_t)dim * 16 + 1);
 		for (uint32_t i = 0; i < dim; i++) {
 			int len = vecfs_format_float(num, sizeof num, vec[i]);
 			if (i)
-				sb_add(b, " ", 1);
-			sb_add(b, num, (size_t)len);
+				fs_sb_add(b, " ", 1);
+			fs_sb_add(b, num, (size_t)len);
 		}
-		sb_add(b, "\n", 1);
+		fs_sb_add(b, "\n", 1);
 		if (b->oom)
 			rc = -ENOMEM;
 	}
@@ -289,7 +289,7 @@ static int render_record(fs_daemon *dm, node *n, sbuf *b)
  * with EIO, and rm (or ctl salvage) removes it. */
 static int size_record(fs_daemon *dm, node *n, const vecfs_attrs *sa, uint64_t *size)
 {
-	int rc = render_size(dm, n, size);
+	int rc = fs_render_size(dm, n, size);
 	return rc == -EIO ? 0 : rc;
 }
 
@@ -297,9 +297,9 @@ static int size_record(fs_daemon *dm, node *n, const vecfs_attrs *sa, uint64_t *
  * the store. */
 static node *lookup_record(fs_daemon *dm, node *p, const char *name, int *err)
 {
-	node *n = find_name(dm, p->ino, name);
-	if (!n && (n = new_node(dm, K_RECORD, p->ino, name)))
-		link_name(dm, n);
+	node *n = fs_find_name(dm, p->ino, name);
+	if (!n && (n = fs_new_node(dm, K_RECORD, p->ino, name)))
+		fs_link_name(dm, n);
 	if (!n)
 		*err = ENOMEM;
 	return n;
@@ -316,7 +316,7 @@ KIND(RECORDS) = {
 	.flags = KF_STORE_ATTRS | KF_ATTRS_KEPT | KF_ENTRY_KEPT,
 	.time = time_records,
 	.lookup = lookup_record,
-	.dops = &records_dir_ops,
+	.dops = &fs_records_dir_ops,
 };
 KIND(RECORD) = {
 	.parent = K_RECORDS, .mode = REG_MODE(0400),
@@ -330,13 +330,13 @@ KIND(RECORD) = {
 /* What was written (a read returns it), so that O_APPEND writes append. */
 static int size_qin(fs_daemon *dm, node *n, const vecfs_attrs *sa, uint64_t *size)
 {
-	*size = qs_in_size(n->session->qs);
+	*size = fs_qs_in_size(n->session->qs);
 	return 0;
 }
 
 static int render_qin(fs_daemon *dm, node *n, sbuf *b)
 {
-	return qs_in_render(n->session->qs, b);
+	return fs_qs_in_render(n->session->qs, b);
 }
 
 /* The session's results: which of them a file of the session shows. */
@@ -347,21 +347,21 @@ static int results_of(const node *n)
 
 static int render_results(fs_daemon *dm, node *n, sbuf *b)
 {
-	return qs_render_into(n->session->qs, results_of(n), b);
+	return fs_qs_render_into(n->session->qs, results_of(n), b);
 }
 
 static int size_results(fs_daemon *dm, node *n, const vecfs_attrs *sa, uint64_t *size)
 {
-	if (n->kind == K_QOUT) /* before the size: see push_out() */
+	if (n->kind == K_QOUT) /* before the size: see fs_push_out() */
 		atomic_store(&n->session->out_attrs, 1);
-	*size = qs_size(n->session->qs, results_of(n));
+	*size = fs_qs_size(n->session->qs, results_of(n));
 	return 0;
 }
 
 /* The session's last query. */
 static uint64_t time_session_file(fs_daemon *dm, node *n, const vecfs_attrs *sa)
 {
-	return content_time(dm, n->session, 0, dm->mount_ns);
+	return fs_content_time(dm, n->session, 0, dm->mount_ns);
 }
 
 KIND(QUERY) = {
@@ -369,37 +369,37 @@ KIND(QUERY) = {
 	.flags = KF_ATTRS_KEPT | KF_ENTRY_KEPT,
 	.list = list_linked,
 	.lookup = lookup_linked,
-	.dops = &query_dir_ops,
+	.dops = &fs_query_dir_ops,
 };
 KIND(SESSION) = {
 	.parent = K_QUERY, .mode = DIR_MODE(0700),
 	.flags = KF_ATTRS_KEPT | KF_ENTRY_KEPT | KF_LINKED,
 	.list = list_fixed,
-	.dops = &session_dir_ops,
+	.dops = &fs_session_dir_ops,
 };
 KIND(QIN) = {
 	.name = "in", .parent = K_SESSION, .mode = REG_MODE(0600),
 	.flags = KF_READ | KF_WRITE | KF_ENTRY_KEPT,
 	.render = render_qin, .size = size_qin, .time = time_session_file,
-	.fops = &query_in_file_ops,
+	.fops = &fs_query_in_file_ops,
 };
 KIND(QOUT) = {
 	.name = "out", .parent = K_SESSION, .mode = REG_MODE(0400),
 	.flags = KF_READ | KF_ENTRY_KEPT,
 	.render = render_results, .size = size_results, .time = time_session_file,
-	.fops = &results_file_ops,
+	.fops = &fs_results_file_ops,
 };
 KIND(QJSON) = {
 	.name = "out.json", .parent = K_SESSION, .mode = REG_MODE(0400),
 	.flags = KF_READ | KF_ENTRY_KEPT,
 	.render = render_results, .size = size_results, .time = time_session_file,
-	.fops = &results_file_ops,
+	.fops = &fs_results_file_ops,
 };
 KIND(QSTATS) = {
 	.name = "stats", .parent = K_SESSION, .mode = REG_MODE(0400),
 	.flags = KF_READ | KF_ENTRY_KEPT,
 	.render = render_results, .size = size_results, .time = time_session_file,
-	.fops = &results_file_ops,
+	.fops = &fs_results_file_ops,
 };
 
 /* ---------------------------------------------------------------- generations/ */
@@ -413,7 +413,7 @@ static int list_gens(fs_daemon *dm, node *n, fs_dir_add add, void *d)
 	char num[32];
 	int rc = 0;
 	if (vecfs_active(dm->store))
-		rc |= add(d, kind_row(K_ACTIVE)->name, K_ACTIVE, kind_row(K_ACTIVE)->mode & S_IFMT);
+		rc |= add(d, fs_kind_row(K_ACTIVE)->name, K_ACTIVE, fs_kind_row(K_ACTIVE)->mode & S_IFMT);
 	for (;;) {
 		free(ids);
 		ids = malloc(cap * sizeof *ids);
@@ -430,7 +430,7 @@ static int list_gens(fs_daemon *dm, node *n, fs_dir_add add, void *d)
 	}
 	for (size_t i = 0; i < total; i++) {
 		int l = snprintf(num, sizeof num, "%llu", (unsigned long long)ids[i]);
-		rc |= add(d, num, listed_ino(num, (size_t)l, n->ino), kind_row(K_GEN)->mode & S_IFMT);
+		rc |= add(d, num, fs_listed_ino(num, (size_t)l, n->ino), fs_kind_row(K_GEN)->mode & S_IFMT);
 	}
 	free(ids);
 	return list_linked(dm, n, add, d) || rc ? -ENOMEM : 0;
@@ -440,14 +440,14 @@ static int list_gens(fs_daemon *dm, node *n, fs_dir_add add, void *d)
 static node *lookup_gens(fs_daemon *dm, node *p, const char *name, int *err)
 {
 	uint64_t gen;
-	node *n = find_name(dm, p->ino, name);
+	node *n = fs_find_name(dm, p->ino, name);
 	if (n)
 		return n;
-	if (gen_parse_name(name, &gen))
+	if (fs_gen_parse_name(name, &gen))
 		return NULL;
-	if ((n = new_node(dm, K_GEN, p->ino, name))) {
+	if ((n = fs_new_node(dm, K_GEN, p->ino, name))) {
 		n->gen = gen;
-		link_name(dm, n);
+		fs_link_name(dm, n);
 	} else {
 		*err = ENOMEM;
 	}
@@ -491,12 +491,12 @@ static int readlink_tmplink(fs_daemon *dm, node *n, char **target)
 static int size_gen(fs_daemon *dm, node *n, const vecfs_attrs *sa, uint64_t *size)
 {
 	*size = 0;
-	return gen_exists(dm->store, n->gen) ? 0 : -ENOENT;
+	return fs_gen_exists(dm->store, n->gen) ? 0 : -ENOENT;
 }
 
 static int list_gen(fs_daemon *dm, node *n, fs_dir_add add, void *d)
 {
-	return gen_exists(dm->store, n->gen) ? list_fixed(dm, n, add, d) : -ENOENT;
+	return fs_gen_exists(dm->store, n->gen) ? list_fixed(dm, n, add, d) : -ENOENT;
 }
 
 /* When the generation was made (when the daemon mounted, if not known). */
@@ -514,17 +514,17 @@ static uint64_t time_gen(fs_daemon *dm, node *n, const vecfs_attrs *sa)
 /* meta, clusters, progress: what the daemon saw change since it was made. */
 static uint64_t time_gen_seen(fs_daemon *dm, node *n, const vecfs_attrs *sa)
 {
-	return content_time(dm, n, 0, gen_made(dm, n));
+	return fs_content_time(dm, n, 0, gen_made(dm, n));
 }
 
 static int render_gmeta(fs_daemon *dm, node *n, sbuf *b)
 {
-	return gen_render(dm, n->gen, GF_META, b);
+	return fs_gen_render(dm, n->gen, GF_META, b);
 }
 
 static int render_gcent(fs_daemon *dm, node *n, sbuf *b)
 {
-	return gen_render(dm, n->gen, GF_CENTROIDS, b);
+	return fs_gen_render(dm, n->gen, GF_CENTROIDS, b);
 }
 
 /* A ready generation's centroids never change. */
@@ -539,7 +539,7 @@ static uint64_t version_gcent(fs_daemon *dm, node *n)
 /* Known without rendering it. */
 static int size_gcent(fs_daemon *dm, node *n, const vecfs_attrs *sa, uint64_t *size)
 {
-	int64_t s = gen_file_size(dm, n->gen, GF_CENTROIDS);
+	int64_t s = fs_gen_file_size(dm, n->gen, GF_CENTROIDS);
 	if (s < 0)
 		return (int)s;
 	*size = (uint64_t)s;
@@ -548,12 +548,12 @@ static int size_gcent(fs_daemon *dm, node *n, const vecfs_attrs *sa, uint64_t *s
 
 static int render_gclust(fs_daemon *dm, node *n, sbuf *b)
 {
-	return gen_render(dm, n->gen, GF_CLUSTERS, b);
+	return fs_gen_render(dm, n->gen, GF_CLUSTERS, b);
 }
 
 static int render_gprog(fs_daemon *dm, node *n, sbuf *b)
 {
-	return gen_render(dm, n->gen, GF_PROGRESS, b);
+	return fs_gen_render(dm, n->gen, GF_PROGRESS, b);
 }
 
 KIND(GENS) = {
@@ -561,7 +561,7 @@ KIND(GENS) = {
 	.flags = KF_STORE_ATTRS | KF_ATTRS_KEPT | KF_ENTRY_KEPT,
 	.time = time_gens, .list = list_gens,
 	.lookup = lookup_gens,
-	.dops = &gens_dir_ops,
+	.dops = &fs_gens_dir_ops,
 };
 KIND(ACTIVE) = {
 	.name = "active", .parent = K_GENS, .mode = LNK_MODE,
@@ -578,7 +578,7 @@ KIND(TMPLINK) = {
 KIND(GEN) = {
 	.parent = K_GENS, .mode = DIR_MODE(0555),
 	.size = size_gen, .time = time_gen, .list = list_gen,
-	.dops = &gen_dir_ops,
+	.dops = &fs_gen_dir_ops,
 };
 KIND(GMETA) = {
 	.name = "meta", .parent = K_GEN, .mode = REG_MODE(0444),
@@ -607,12 +607,12 @@ KIND(GPROG) = {
 static const fs_kind *const kinds[] = {[K_NONE] = &kind_NONE, FS_KINDS(KIND_ROW)};
 _Static_assert(NELEM(kinds) == K_COUNT, "a row for every kind");
 
-const fs_kind *kind_row(int kind)
+const fs_kind *fs_kind_row(int kind)
 {
 	return kinds[kind > K_NONE && kind < K_COUNT ? kind : K_NONE];
 }
 
-int entry_kind(int dirkind, const char *name)
+int fs_entry_kind(int dirkind, const char *name)
 {
 	for (int k = K_NONE + 1; k < K_COUNT; k++)
 		if (kinds[k]->parent == dirkind && kinds[k]->name && !strcmp(kinds[k]->name, name))
@@ -620,7 +620,7 @@ int entry_kind(int dirkind, const char *name)
 	return 0;
 }
 
-int kinds_check(void)
+int fs_kinds_check(void)
 {
 	for (int k = K_NONE + 1; k < K_COUNT; k++) {
 		const fs_kind *r = kinds[k];

@@ -59,14 +59,14 @@ typedef int (*fs_dir_add)(void *d, const char *name, fuse_ino_t ino, mode_t type
 /* The handling of opens a kind has of its own, where ops_file.c defines
  * it. */
 typedef struct kind_file_ops kind_file_ops;
-extern const kind_file_ops config_file_ops, ctl_file_ops, errors_file_ops, backup_file_ops,
-	export_file_ops, delete_file_ops, ingest_file_ops, query_in_file_ops, results_file_ops;
+extern const kind_file_ops fs_config_file_ops, fs_ctl_file_ops, fs_errors_file_ops, fs_backup_file_ops,
+	fs_export_file_ops, fs_delete_file_ops, fs_ingest_file_ops, fs_query_in_file_ops, fs_results_file_ops;
 
 /* What a directory does when a name in it is made, removed or renamed,
  * where ops_namespace.c defines it (struct in ops.h). */
 typedef struct kind_dir_ops kind_dir_ops;
-extern const kind_dir_ops root_dir_ops, ingest_dir_ops, records_dir_ops, query_dir_ops,
-	session_dir_ops, gens_dir_ops, gen_dir_ops;
+extern const kind_dir_ops fs_root_dir_ops, fs_ingest_dir_ops, fs_records_dir_ops, fs_query_dir_ops,
+	fs_session_dir_ops, fs_gens_dir_ops, fs_gen_dir_ops;
 
 typedef struct fs_kind {
 	const char *name; /* where fixed; NULL: each node's own */
@@ -82,10 +82,10 @@ typedef struct fs_kind {
 	uint64_t (*version)(fs_daemon *dm, struct node *n);
 	/* Its size (sa: the store's attributes, with KF_STORE_ATTRS): 0, or
 	 * -errno (-ENOENT: not there now).  NULL: a directory's 0, else the
-	 * exact size of what it renders (render_size()). */
+	 * exact size of what it renders (fs_render_size()). */
 	int (*size)(fs_daemon *dm, struct node *n, const vecfs_attrs *sa, uint64_t *size);
 	/* When it last changed, in ns (sa as for size).  NULL: the last change
-	 * the daemon saw since the mount (content_time()). */
+	 * the daemon saw since the mount (fs_content_time()). */
 	uint64_t (*time)(fs_daemon *dm, struct node *n, const vecfs_attrs *sa);
 	/* A directory's entry `name` that is not one of its fixed entries
 	 * (dm->tree.mu held): the node, or NULL with *err set (ENOENT: none).
@@ -107,16 +107,16 @@ typedef struct fs_kind {
 } fs_kind;
 
 /* The row of a kind (K_NONE's for a kind out of range). */
-const fs_kind *kind_row(int kind);
-#define kind_of(n) kind_row((n)->kind)
+const fs_kind *fs_kind_row(int kind);
+#define kind_of(n) fs_kind_row((n)->kind)
 
 /* The kind of the fixed entry `name` of a directory of kind dirkind, or 0. */
-int entry_kind(int dirkind, const char *name);
+int fs_entry_kind(int dirkind, const char *name);
 
 /* 0 when the rows fit the tree: the fixed entries (a fixed name in a
  * fixed directory) are the kinds up to FIXED_MAX, every directory but
  * records/ has a list, only directories have directory operations and
  * every symlink has a readlink; else the first kind that does not. */
-int kinds_check(void);
+int fs_kinds_check(void);
 
 #endif

@@ -49,7 +49,7 @@ static void vlog(const char *prefix, const char *fmt, va_list ap)
 	append(msg);
 }
 
-void log_msg(const char *fmt, ...)
+void fs_log_msg(const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
@@ -57,7 +57,7 @@ void log_msg(const char *fmt, ...)
 	va_end(ap);
 }
 
-void log_line(const char *line)
+void fs_log_line(const char *line)
 {
 	fprintf(stderr, "vecfs: %s\n", line);
 	if (log_fd < 0)
@@ -82,7 +82,7 @@ static void fuse_message(enum fuse_log_level level, const char *fmt, va_list ap)
 	vlog("", fmt, ap);
 }
 
-int log_open(const char *path)
+int fs_log_open(const char *path)
 {
 	int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY, 0600);
 	if (fd < 0)

@@ -13,14 +13,14 @@
 #define VECFS_FS_LOG_H
 
 /* Open FILE for appending (created 0640 if missing) and route libfuse's
- * messages through log_msg(): 0 or -errno.  Call before threads start. */
-int log_open(const char *path);
+ * messages through fs_log_msg(): 0 or -errno.  Call before threads start. */
+int fs_log_open(const char *path);
 
 /* `vecfs: MESSAGE` on stderr, `TIME vecfs: MESSAGE` in the log file. */
-void log_msg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void fs_log_msg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* An `errors` line, already `TIME MESSAGE`: `vecfs: LINE` on stderr,
  * LINE in the log file. */
-void log_line(const char *line);
+void fs_log_line(const char *line);
 
 #endif

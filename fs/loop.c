@@ -183,7 +183,7 @@ static void need_listener(loop *l, worker *w)
 }
 
 /* With l->mu held: w begins a request; `quick`: one that calls
- * fc_request_long() if it turns out not to be. */
+ * fs_fc_request_long() if it turns out not to be. */
 static void begin_request(loop *l, worker *w, int quick)
 {
 	w->busy = 1;
@@ -193,7 +193,7 @@ static void begin_request(loop *l, worker *w, int quick)
 		need_listener(l, w);
 }
 
-/* Requests that call fc_request_long() when they have work to do: a release,
+/* Requests that call fs_fc_request_long() when they have work to do: a release,
  * which comes right after the close() that flushed the file, and the
  * caller's next request with it; a standby for it would take that next
  * request on another CPU. */
@@ -217,7 +217,7 @@ static worker *busy_self(loop *l)
 	return NULL;
 }
 
-void fc_request_long(fuse_compat *fc)
+void fs_fc_request_long(fuse_compat *fc)
 {
 	loop *l = fc->loop;
 	pthread_mutex_lock(&l->mu);
@@ -464,7 +464,7 @@ static int start_worker(loop *l, int cpu, int extra)
 	return 0;
 }
 
-int fc_loop_counts(fuse_compat *fc, fs_loop_stats *st)
+int fs_fc_loop_counts(fuse_compat *fc, fs_loop_stats *st)
 {
 	loop *l = fc->loop;
 	pthread_mutex_lock(&l->mu);
@@ -521,7 +521,7 @@ static int wait_workers_locked(loop *l)
 	return 0;
 }
 
-int loop_init(fuse_compat *fc)
+int fs_loop_init(fuse_compat *fc)
 {
 	loop *l = calloc(1, sizeof *l);
 	if (!l)
@@ -534,7 +534,7 @@ int loop_init(fuse_compat *fc)
 	return 0;
 }
 
-void loop_fini(fuse_compat *fc)
+void fs_loop_fini(fuse_compat *fc)
 {
 	loop *l = fc->loop;
 	if (!l)

@@ -198,7 +198,7 @@ static char *absolute(const char *store)
 	} else {
 		char cwd[PATH_MAX];
 		if (!getcwd(cwd, sizeof cwd)) {
-			log_msg("getcwd: %s", strerror(errno));
+			fs_log_msg("getcwd: %s", strerror(errno));
 			return NULL;
 		}
 		p = malloc(strlen(cwd) + strlen(store) + 2);
@@ -206,7 +206,7 @@ static char *absolute(const char *store)
 			sprintf(p, "%s/%s", cwd, store);
 	}
 	if (!p)
-		log_msg("out of memory");
+		fs_log_msg("out of memory");
 	return p;
 }
 
@@ -258,14 +258,14 @@ static int check_mountpoint(const char *mnt)
 	/* statfs always asks the filesystem (a stat may be answered from the
 	 * kernel's cache of the root's attributes) */
 	if (statfs(mnt, &sf) != 0 && errno == ENOTCONN) {
-		log_msg("the mount point is stale: run fusermount3 -u %s", mnt);
+		fs_log_msg("the mount point is stale: run fusermount3 -u %s", mnt);
 		return 1;
 	}
 	if (!realpath(mnt, real))
 		return 0; /* libfuse reports a missing mountpoint */
 	if (!mountinfo_find(real, dev, sizeof dev, type, sizeof type))
 		return 0;
-	log_msg("%s is already a mount point (%s): unmount it first (fusermount3 -u %s)",
+	fs_log_msg("%s is already a mount point (%s): unmount it first (fusermount3 -u %s)",
 		mnt, type, mnt);
 	return 1;
 }
@@ -282,7 +282,7 @@ static void raise_fd_limit(void)
 }
 
 /* What every mount gets: default_permissions (the kernel enforces the
- * modes getattr shows, see node_attr()), and unless given, fsname=STORE
+ * modes getattr shows, see fs_node_attr()), and unless given, fsname=STORE
  * (the source mount and df show) and subtype=vecfs (the type fuse.vecfs,
  * whatever the program's name).  0 or -1. */
 static int mount_options(struct fuse_args *args, const struct options *o, const char *store)
@@ -327,14 +327,14 @@ static void notify_ready(void)
 		sa.sun_path[0] = 0;
 	int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
 	if (fd < 0) {
-		log_msg("NOTIFY_SOCKET: %s", strerror(errno));
+		fs_log_msg("NOTIFY_SOCKET: %s", strerror(errno));
 		goto out;
 	}
 	char msg[64];
 	int len = snprintf(msg, sizeof msg, "READY=1\nMAINPID=%ld\n", (long)getpid());
 	socklen_t alen = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n + (path[0] == '/'));
 	if (sendto(fd, msg, (size_t)len, MSG_NOSIGNAL, (struct sockaddr *)&sa, alen) != len)
-		log_msg("NOTIFY_SOCKET %s: %s", path, strerror(errno));
+		fs_log_msg("NOTIFY_SOCKET %s: %s", path, strerror(errno));
 	close(fd);
 out:
 	unsetenv("NOTIFY_SOCKET");
@@ -362,7 +362,7 @@ static int parse_args(struct fuse_args *args, struct options *o, struct fuse_cmd
 	if (co->show_help || co->show_version || !o->store || !co->mountpoint || o->extra)
 		return early_exit(co, o, prog);
 	if (o->log) {
-		int rc = log_open(o->log);
+		int rc = fs_log_open(o->log);
 		if (rc) {
 			fprintf(stderr, "vecfs: cannot open the log file %s: %s\n", o->log, strerror(-rc));
 			return EXIT_USAGE;
@@ -416,7 +416,7 @@ int main(int argc, char *argv[])
 	if (!(store_abs = absolute(o.store)))
 		goto out;
 	if (mount_options(&args, &o, store_abs) != 0) {
-		log_msg("out of memory");
+		fs_log_msg("out of memory");
 		goto out;
 	}
 	fc_options fo = {
@@ -424,9 +424,9 @@ int main(int argc, char *argv[])
 		.clone_fd = co.clone_fd, .max_threads = co.max_threads,
 		.max_idle = co.max_idle_threads, .passthrough = !o.no_passthrough,
 	};
-	if (daemon_init(&dm, store_abs, o.max_sessions ? o.max_sessions : SESSIONS_DEFAULT,
+	if (fs_daemon_init(&dm, store_abs, o.max_sessions ? o.max_sessions : SESSIONS_DEFAULT,
 			(size_t)(o.query_input_mb ? o.query_input_mb : QUERY_INPUT_MB_DEFAULT) << 20)) {
-		log_msg("out of memory");
+		fs_log_msg("out of memory");
 		goto out;
 	}
 	if (o.ingest_buffer_mb)
@@ -437,26 +437,26 @@ int main(int argc, char *argv[])
 		dm.query_output.max = (size_t)o.query_output_mb << 20;
 	if (o.read_buffer_mb)
 		dm.reads.max = (size_t)o.read_buffer_mb << 20;
-	int rc = fc_background(dm.fuse, &fo);
+	int rc = fs_fc_background(dm.fuse, &fo);
 	if (rc) {
-		log_msg("cannot start in the background: %s", strerror(-rc));
+		fs_log_msg("cannot start in the background: %s", strerror(-rc));
 		goto out_daemon;
 	}
 	raise_fd_limit();
 	/* the options are checked (libfuse's too) before STORE is made */
-	if (fc_session_make(dm.fuse, &args, &fs_ops, &dm) != 0) {
+	if (fs_fc_session_make(dm.fuse, &args, &fs_ops, &dm) != 0) {
 		ret = EXIT_USAGE;
-		fc_started(dm.fuse, ret);
+		fs_fc_started(dm.fuse, ret);
 		goto out_daemon;
 	}
 	if ((rc = vecfs_open(store_abs, &dm.store, err, sizeof err)) != 0) {
-		log_msg("cannot open store %s: %s", store_abs, err[0] ? err : strerror(-rc));
+		fs_log_msg("cannot open store %s: %s", store_abs, err[0] ? err : strerror(-rc));
 		ret = rc == -EBUSY ? EXIT_BUSY : EXIT_STORE;
-		fc_started(dm.fuse, ret);
+		fs_fc_started(dm.fuse, ret);
 		goto out_daemon;
 	}
-	control_store_opened(&dm);
-	rc = fc_mount(dm.fuse, &fo, on_stop);
+	fs_control_store_opened(&dm);
+	rc = fs_fc_mount(dm.fuse, &fo, on_stop);
 	if (rc == 0) {
 		char type[64];
 		/* the writers of a query's in are known by their descriptors'
@@ -464,23 +464,23 @@ int main(int argc, char *argv[])
 		if (!mountinfo_find(co.mountpoint, dm.mount_dev, sizeof dm.mount_dev, type,
 				    sizeof type))
 			dm.mount_dev[0] = 0;
-		out_cache_set_session(&dm, fc_session(dm.fuse), !fo.single, fo.passthrough);
-		fc_started(dm.fuse, EXIT_OK);
+		fs_out_cache_set_session(&dm, fs_fc_session(dm.fuse), !fo.single, fo.passthrough);
+		fs_fc_started(dm.fuse, EXIT_OK);
 		notify_ready();
-		log_msg("serving %s on %s (pid %ld)", store_abs, co.mountpoint, (long)getpid());
-		ret = fc_serve(dm.fuse, &fo) ? EXIT_MOUNT : EXIT_OK;
+		fs_log_msg("serving %s on %s (pid %ld)", store_abs, co.mountpoint, (long)getpid());
+		ret = fs_fc_serve(dm.fuse, &fo) ? EXIT_MOUNT : EXIT_OK;
 		atomic_store(&dm.stopping, 1);
-		fc_unmount(dm.fuse);
-		log_msg("unmounted %s; exiting with status %d", co.mountpoint, ret);
+		fs_fc_unmount(dm.fuse);
+		fs_log_msg("unmounted %s; exiting with status %d", co.mountpoint, ret);
 	} else {
 		ret = EXIT_MOUNT;
 	}
-	fc_started(dm.fuse, ret);
-	daemon_fini(&dm);
+	fs_fc_started(dm.fuse, ret);
+	fs_daemon_fini(&dm);
 	vecfs_close(dm.store);
 	goto out;
 out_daemon:
-	daemon_fini(&dm);
+	fs_daemon_fini(&dm);
 out:
 	fuse_opt_free_args(&args);
 	free(co.mountpoint);

@@ -10,18 +10,18 @@
 
 #include "vecfs.h"
 
-static inline int parse_uint(const char *s, size_t n, uint64_t max, uint64_t *out)
+static inline int fs_parse_uint(const char *s, size_t n, uint64_t max, uint64_t *out)
 {
 	return vecfs_parse_uint(s, n, max, out);
 }
 
-static inline int parse_float(const char *s, size_t n, float *out)
+static inline int fs_parse_float(const char *s, size_t n, float *out)
 {
 	return vecfs_parse_float(s, n, out);
 }
 
 /* Trim blanks (space, tab, CR) on both sides. */
-static inline void trim(const char **s, size_t *n)
+static inline void fs_trim(const char **s, size_t *n)
 {
 	const char *p = *s;
 	size_t len = *n;

@@ -29,39 +29,39 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 	if (conn->capable & FUSE_CAP_ATOMIC_O_TRUNC)
 		conn->want |= FUSE_CAP_ATOMIC_O_TRUNC;
 	conn->want &= ~(unsigned)FUSE_CAP_CACHE_SYMLINKS;
-	out_cache_negotiate(dm, conn);
-	fc_init_conn(dm->fuse, conn);
+	fs_out_cache_negotiate(dm, conn);
+	fs_fc_init_conn(dm->fuse, conn);
 	dm->max_write = conn->max_write;
 }
 
 const struct fuse_lowlevel_ops fs_ops = {
 	.init = op_init,
-	.lookup = op_lookup,
-	.forget = op_forget,
-	.forget_multi = op_forget_multi,
-	.getattr = op_getattr,
-	.setattr = op_setattr,
-	.readlink = op_readlink,
-	.mkdir = op_mkdir,
-	.mknod = op_mknod,
-	.unlink = op_unlink,
-	.rmdir = op_rmdir,
-	.symlink = op_symlink,
-	.rename = op_rename,
-	.open = op_open,
-	.read = op_read,
-	.write = op_write,
-	.flush = op_flush,
-	.release = op_release,
-	.fsync = op_fsync,
-	.opendir = op_opendir,
-	.readdir = op_readdir,
-	.releasedir = op_releasedir,
-	.fsyncdir = op_fsyncdir,
+	.lookup = fs_op_lookup,
+	.forget = fs_op_forget,
+	.forget_multi = fs_op_forget_multi,
+	.getattr = fs_op_getattr,
+	.setattr = fs_op_setattr,
+	.readlink = fs_op_readlink,
+	.mkdir = fs_op_mkdir,
+	.mknod = fs_op_mknod,
+	.unlink = fs_op_unlink,
+	.rmdir = fs_op_rmdir,
+	.symlink = fs_op_symlink,
+	.rename = fs_op_rename,
+	.open = fs_op_open,
+	.read = fs_op_read,
+	.write = fs_op_write,
+	.flush = fs_op_flush,
+	.release = fs_op_release,
+	.fsync = fs_op_fsync,
+	.opendir = fs_op_opendir,
+	.readdir = fs_op_readdir,
+	.releasedir = fs_op_releasedir,
+	.fsyncdir = fs_op_fsyncdir,
 	.statfs = op_statfs,
-	.create = op_create,
-	.getxattr = op_getxattr,
-	.listxattr = op_listxattr,
-	.setxattr = op_setxattr,
-	.removexattr = op_removexattr,
+	.create = fs_op_create,
+	.getxattr = fs_op_getxattr,
+	.listxattr = fs_op_listxattr,
+	.setxattr = fs_op_setxattr,
+	.removexattr = fs_op_removexattr,
 };

@@ -21,45 +21,45 @@ extern const struct fuse_lowlevel_ops fs_ops;
 /* ---------------------------------------------------------------- ops_lookup.c */
 
 /* The attributes of n, computed now. */
-int node_attr(fs_daemon *dm, node *n, struct stat *st);
+int fs_node_attr(fs_daemon *dm, node *n, struct stat *st);
 /* How long the kernel may keep n's attributes. */
-double attr_timeout(fs_daemon *dm, const node *n);
+double fs_attr_timeout(fs_daemon *dm, const node *n);
 /* Take a lookup reference on n (dm->tree.mu held, and released) and answer
  * with its attributes. */
-void answer_entry_locked(fuse_req_t req, node *n);
+void fs_answer_entry_locked(fuse_req_t req, node *n);
 /* Take dm->tree.mu and find directory node `parent`: NULL (unlocked, ENOENT
  * answered) when there is none. */
-node *lock_parent(fuse_req_t req, fuse_ino_t parent);
+node *fs_lock_parent(fuse_req_t req, fuse_ino_t parent);
 /* Node ino, looked up under dm->tree.mu. */
-node *get_locked(fs_daemon *dm, fuse_ino_t ino);
+node *fs_get_locked(fs_daemon *dm, fuse_ino_t ino);
 
-void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name);
-void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup);
-void op_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_data *forgets);
-void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
+void fs_op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name);
+void fs_op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup);
+void fs_op_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_data *forgets);
+void fs_op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
 
 /* ---------------------------------------------------------------- ops_file.c */
 
-void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
+void fs_op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
 	       struct fuse_file_info *fi);
-void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
-void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi);
-void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
+void fs_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
+void fs_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi);
+void fs_op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
 	      struct fuse_file_info *fi);
-void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
-void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
-void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi);
-void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
+void fs_op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
+void fs_op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
+void fs_op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi);
+void fs_op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
 		struct fuse_file_info *fi);
 /* A second writer of ingest file `name`: -EBUSY, with an errors line. */
-int ingest_busy(fs_daemon *dm, const char *name);
+int fs_ingest_busy(fs_daemon *dm, const char *name);
 
 /* ---------------------------------------------------------------- ops_namespace.c */
 
 /* What a directory does of its own when a name in it is made, removed or
  * renamed: a directory's row names them (kinds.h, .dops).  Each is called
  * with dm->tree.mu held and p the directory (its node), releases the lock
- * and answers req, but create, which returns what op_create() opens.  A
+ * and answers req, but create, which returns what fs_op_create() opens.  A
  * NULL member, or a row without any, refuses the operation as op_*()
  * say: EPERM and an errors line (rmdir: ENOTDIR and no line). */
 struct kind_dir_ops {
@@ -86,31 +86,31 @@ struct kind_dir_ops {
  * (dm->tree.mu held, released here): an errors line "VERB PATH: why",
  * PATH naming the entry as p's path and name (in the root: root and
  * name); returns err. */
-int dir_refuse(fuse_req_t req, node *p, const char *verb, const char *root, const char *name, int err,
+int fs_dir_refuse(fuse_req_t req, node *p, const char *verb, const char *root, const char *name, int err,
 	       const char *why);
 
-void op_readlink(fuse_req_t req, fuse_ino_t ino);
-void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode);
-void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev);
-void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name);
-void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name);
-void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char *name);
-void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
+void fs_op_readlink(fuse_req_t req, fuse_ino_t ino);
+void fs_op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode);
+void fs_op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev);
+void fs_op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name);
+void fs_op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name);
+void fs_op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char *name);
+void fs_op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
 	       const char *newname, unsigned int flags);
 
 /* ---------------------------------------------------------------- ops_dir.c */
 
-void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
-void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi);
-void op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
-void op_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi);
+void fs_op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
+void fs_op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi);
+void fs_op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
+void fs_op_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi);
 
 /* ---------------------------------------------------------------- ops_xattr.c */
 
-void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size);
-void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size);
-void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value, size_t size,
+void fs_op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size);
+void fs_op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size);
+void fs_op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value, size_t size,
 		 int flags);
-void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name);
+void fs_op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name);
 
 #endif

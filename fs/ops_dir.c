@@ -80,10 +80,10 @@ static void dirh_free(dirh *d)
 	free(d);
 }
 
-void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+void fs_op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	fs_daemon *dm = fuse_req_userdata(req);
-	node *n = pin(dm, ino);
+	node *n = fs_pin(dm, ino);
 	if (!n) {
 		fuse_reply_err(req, ENOENT);
 		return;
@@ -103,14 +103,14 @@ void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	}
 	if (rc) {
 		dirh_free(d);
-		unpin(dm, n);
+		fs_unpin(dm, n);
 		fuse_reply_err(req, -rc);
 		return;
 	}
 	fi->fh = (uintptr_t)d;
 	if (fuse_reply_open(req, fi) != 0) {
 		dirh_free(d);
-		unpin(dm, n);
+		fs_unpin(dm, n);
 	}
 }
 
@@ -148,7 +148,7 @@ static int rec_cb(void *arg, const char *key, size_t klen)
 		return 0;
 	memcpy(name, key, klen);
 	name[klen] = 0;
-	if (!add_entry(c, name, listed_ino(key, klen, c->parent), S_IFREG, c->off + 1))
+	if (!add_entry(c, name, fs_listed_ino(key, klen, c->parent), S_IFREG, c->off + 1))
 		return 1;
 	c->off++;
 	dirh *d = c->d;
@@ -228,7 +228,7 @@ static void readdir_records(fuse_req_t req, dirh *d, rd_ctx *c, uint64_t off)
 	}
 }
 
-void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+void fs_op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		       struct fuse_file_info *fi)
 {
 	(void)ino;
@@ -257,18 +257,18 @@ void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	free(c.buf);
 }
 
-void op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+void fs_op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	fs_daemon *dm = fuse_req_userdata(req);
 	(void)ino;
 	dirh *d = (dirh *)(uintptr_t)fi->fh;
 	node *n = d->n;
 	dirh_free(d);
-	unpin(dm, n);
+	fs_unpin(dm, n);
 	fuse_reply_err(req, 0);
 }
 
-void op_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
+void fs_op_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
 {
 	(void)ino;
 	(void)datasync;

@@ -34,12 +34,12 @@
 
 static int readable(int kind)
 {
-	return (kind_row(kind)->flags & KF_READ) != 0;
+	return (fs_kind_row(kind)->flags & KF_READ) != 0;
 }
 
 static int writable(int kind)
 {
-	return (kind_row(kind)->flags & KF_WRITE) != 0;
+	return (fs_kind_row(kind)->flags & KF_WRITE) != 0;
 }
 
 typedef struct handle {
@@ -99,9 +99,9 @@ struct kind_file_ops {
 static int rerender(handle *h)
 {
 	rendering *r;
-	int rc = rendering_get(h->dm, h->n, &r);
+	int rc = fs_rendering_get(h->dm, h->n, &r);
 	if (rc == 0) {
-		rendering_put(h->dm, h->r);
+		fs_rendering_put(h->dm, h->r);
 		h->r = r;
 	}
 	return rc;
@@ -115,7 +115,7 @@ static handle *handle_of(struct fuse_file_info *fi)
 /* Forget what was written to a config or ctl handle (h->wmu held). */
 static void wbuf_reset(handle *h)
 {
-	sb_reset(&h->wbuf);
+	fs_sb_reset(&h->wbuf);
 	h->checked = 0;
 	h->lines = 0;
 	h->bad = 0;
@@ -127,9 +127,9 @@ static void handle_free(handle *h)
 		return;
 	if (h->fd >= 0)
 		close(h->fd);
-	ingest_free(h->del);
-	rendering_put(h->dm, h->r);
-	sb_free(&h->wbuf);
+	fs_ingest_free(h->del);
+	fs_rendering_put(h->dm, h->r);
+	fs_sb_free(&h->wbuf);
 	pthread_mutex_destroy(&h->wmu);
 	pthread_mutex_destroy(&h->mu);
 	free(h);
@@ -147,9 +147,9 @@ static int open_node(fuse_req_t req, node *n, struct fuse_file_info *fi, int cre
 		return -EISDIR;
 	if (acc != O_RDONLY && !writable(n->kind)) {
 		pthread_mutex_lock(&dm->tree.mu);
-		kind_path(dm, n, path, sizeof path);
+		fs_kind_path(dm, n, path, sizeof path);
 		pthread_mutex_unlock(&dm->tree.mu);
-		errlog(&dm->errors, "%s: cannot be written (read-only)", path);
+		fs_errlog(&dm->errors, "%s: cannot be written (read-only)", path);
 		return -EACCES;
 	}
 	if (acc == O_RDONLY && !readable(n->kind))
@@ -180,8 +180,8 @@ static int open_node(fuse_req_t req, node *n, struct fuse_file_info *fi, int cre
 		handle_free(h);
 		return rc;
 	}
-	fi->direct_io = !out_cached(dm, n) && !out_passthrough(n);
-	fi->keep_cache = out_cached(dm, n);
+	fi->direct_io = !fs_out_cached(dm, n) && !fs_out_passthrough(n);
+	fi->keep_cache = fs_out_cached(dm, n);
 	/* nothing happens when a reader closes: spare it the FLUSH round trip */
 	fi->noflush = acc == O_RDONLY;
 	fi->fh = (uintptr_t)h;
@@ -189,41 +189,41 @@ static int open_node(fuse_req_t req, node *n, struct fuse_file_info *fi, int cre
 	return 0;
 }
 
-void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+void fs_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	fs_daemon *dm = fuse_req_userdata(req);
 	handle *h;
-	node *n = pin(dm, ino);
+	node *n = fs_pin(dm, ino);
 	if (!n) {
 		fuse_reply_err(req, ENOENT);
 		return;
 	}
 	int rc = open_node(req, n, fi, 0, &h);
 	if (rc) {
-		unpin(dm, n);
+		fs_unpin(dm, n);
 		fuse_reply_err(req, -rc);
 		return;
 	}
 	/* one reading of the backing file: rmdir may release it meanwhile */
 	pthread_mutex_lock(&dm->tree.mu);
-	int bid = out_passthrough(n) ? n->session->out_bid : 0;
+	int bid = fs_out_passthrough(n) ? n->session->out_bid : 0;
 	pthread_mutex_unlock(&dm->tree.mu);
 	if (bid > 0)
 		fi->direct_io = fi->keep_cache = 0;
-	if ((bid > 0 ? fc_reply_open_backing(req, fi, bid) : fuse_reply_open(req, fi)) != 0) {
+	if ((bid > 0 ? fs_fc_reply_open_backing(req, fi, bid) : fuse_reply_open(req, fi)) != 0) {
 		handle_free(h);
-		unpin(dm, n);
+		fs_unpin(dm, n);
 	}
 }
 
 /* A READ of a cached out fills part of the kernel's copy, whose other
- * pages push_out() stored: it must see the content of now, at any offset. */
+ * pages fs_push_out() stored: it must see the content of now, at any offset. */
 static int read_fills_cache(const handle *h)
 {
-	return out_cached(h->dm, h->n);
+	return fs_out_cached(h->dm, h->n);
 }
 
-void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+void fs_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		    struct fuse_file_info *fi)
 {
 	(void)ino;
@@ -258,9 +258,9 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
  * kinds.c): config, ctl, errors, backup, export.jsonl, delete, the files of
  * ingest/, a session's in and its results. */
 
-int ingest_busy(fs_daemon *dm, const char *name)
+int fs_ingest_busy(fs_daemon *dm, const char *name)
 {
-	errlog(&dm->errors, "ingest/%s: is being written; another writer may open it once it is "
+	fs_errlog(&dm->errors, "ingest/%s: is being written; another writer may open it once it is "
 	       "closed (several writers share a NAME.part file)", name);
 	return -EBUSY;
 }
@@ -268,12 +268,12 @@ int ingest_busy(fs_daemon *dm, const char *name)
 /* Remove an ingest file from ingest/ once it committed or failed. */
 static void ingest_leave(fs_daemon *dm, node *n)
 {
-	if (!ingest_done(n->ing))
+	if (!fs_ingest_done(n->ing))
 		return;
 	pthread_mutex_lock(&dm->tree.mu);
 	if (n->linked)
-		unlink_name(dm, n);
-	maybe_free(dm, n);
+		fs_unlink_name(dm, n);
+	fs_maybe_free(dm, n);
 	pthread_mutex_unlock(&dm->tree.mu);
 }
 
@@ -309,12 +309,12 @@ static int ctl_run_lines(handle *h, int all)
 		const char *nl = memchr(s, '\n', take - pos);
 		size_t n = nl ? (size_t)(nl - s) : take - pos;
 		pos += n + (nl ? 1 : 0);
-		rc = ctl_exec(dm, s, n);
+		rc = fs_ctl_exec(dm, s, n);
 	}
 	free(lines);
 	if (rc) {
 		pthread_mutex_lock(&h->wmu);
-		sb_reset(&h->wbuf);
+		fs_sb_reset(&h->wbuf);
 		pthread_mutex_unlock(&h->wmu);
 	}
 	return rc;
@@ -337,7 +337,7 @@ static int config_check_lines(handle *h)
 			break;
 		h->checked += (size_t)(nl - s) + 1;
 		h->lines++;
-		if (config_line(&dm->errors, s, (size_t)(nl - s), h->lines, &scratch)) {
+		if (fs_config_line(&dm->errors, s, (size_t)(nl - s), h->lines, &scratch)) {
 			h->bad = 1;
 			return -EINVAL;
 		}
@@ -351,7 +351,7 @@ static int results_out(fs_daemon *dm, node *session, int rc, int ran)
 {
 	if (!ran)
 		return rc;
-	int prc = push_out(dm, session);
+	int prc = fs_push_out(dm, session);
 	return rc ? rc : prc;
 }
 
@@ -372,11 +372,11 @@ static int ingest_flush(handle *h, uint64_t owner, pid_t pid)
 	fs_daemon *dm = h->dm;
 	node *n = h->n;
 	int rc = 0;
-	fc_request_long(dm->fuse); /* a commit */
+	fs_fc_request_long(dm->fuse); /* a commit */
 	if (pid)
-		rc = ingest_close(n->ing, owner, (uint64_t)pid);
+		rc = fs_ingest_close(n->ing, owner, (uint64_t)pid);
 	else
-		ingest_release(n->ing);
+		fs_ingest_release(n->ing);
 	ingest_leave(dm, n);
 	return rc;
 }
@@ -387,7 +387,7 @@ static int ingest_flush(handle *h, uint64_t owner, pid_t pid)
  * before anything is written. */
 static int caller_holds_in(fs_daemon *dm, node *n, pid_t pid)
 {
-	return proc_holds_file(pid, dm->mount_dev, n->ino);
+	return fs_proc_holds_file(pid, dm->mount_dev, n->ino);
 }
 
 /* config and ctl: a write adds to h->wbuf (h->wmu held): 0, or -EFBIG
@@ -395,10 +395,10 @@ static int caller_holds_in(fs_daemon *dm, node *n, pid_t pid)
 static int wbuf_add(handle *h, const char *buf, size_t size)
 {
 	if (h->wbuf.len + size > ((size_t)1 << 20)) {
-		errlog(&h->dm->errors, "%s: more than 1 MiB written at once", h->n->name);
+		fs_errlog(&h->dm->errors, "%s: more than 1 MiB written at once", h->n->name);
 		return -EFBIG;
 	}
-	sb_add(&h->wbuf, buf, size);
+	fs_sb_add(&h->wbuf, buf, size);
 	if (h->wbuf.oom) {
 		h->wbuf.oom = 0;
 		return -ENOMEM;
@@ -437,23 +437,23 @@ static int config_finish(handle *h, pid_t pid)
 	pthread_mutex_lock(&h->wmu);
 	int dirty = h->wdirty, bad = h->bad;
 	size_t len = 0;
-	char *text = dirty && !bad ? sb_take(&h->wbuf, &len) : NULL;
+	char *text = dirty && !bad ? fs_sb_take(&h->wbuf, &len) : NULL;
 	h->wdirty = 0;
 	if (dirty)
 		wbuf_reset(h);
 	pthread_mutex_unlock(&h->wmu);
 	if (dirty) {
-		fc_request_long(dm->fuse);
+		fs_fc_request_long(dm->fuse);
 		if (bad)
 			rc = -EINVAL; /* already in errors: nothing is applied */
 		else
-			rc = config_apply_text(dm->store, &dm->errors, text ? text : "", len);
+			rc = fs_config_apply_text(dm->store, &dm->errors, text ? text : "", len);
 	}
 	free(text);
 	return rc;
 }
 
-const kind_file_ops config_file_ops = {
+const kind_file_ops fs_config_file_ops = {
 	.write = config_write, .finish = config_finish, .truncate = wbuf_truncate,
 };
 
@@ -473,11 +473,11 @@ static int ctl_finish(handle *h, pid_t pid)
 	pthread_mutex_unlock(&h->wmu);
 	if (!dirty)
 		return 0;
-	fc_request_long(h->dm->fuse);
+	fs_fc_request_long(h->dm->fuse);
 	return ctl_run_lines(h, 1);
 }
 
-const kind_file_ops ctl_file_ops = {
+const kind_file_ops fs_ctl_file_ops = {
 	.write = ctl_write, .finish = ctl_finish, .truncate = wbuf_truncate,
 };
 
@@ -490,10 +490,10 @@ static int open_nothing(handle *h)
 /* What the log holds now at that offset. */
 static ssize_t errors_file_read(handle *h, char *buf, size_t size, off_t off)
 {
-	return off < 0 ? 0 : (ssize_t)errors_read(&h->dm->errors, (uint64_t)off, buf, size);
+	return off < 0 ? 0 : (ssize_t)fs_errors_read(&h->dm->errors, (uint64_t)off, buf, size);
 }
 
-const kind_file_ops errors_file_ops = {.open_read = open_nothing, .read = errors_file_read};
+const kind_file_ops fs_errors_file_ops = {.open_read = open_nothing, .read = errors_file_read};
 
 /* backup and export.jsonl: a stream the open starts (h->fd). */
 static ssize_t stream_read(handle *h, char *buf, size_t size, off_t off)
@@ -504,46 +504,46 @@ static ssize_t stream_read(handle *h, char *buf, size_t size, off_t off)
 
 static int backup_open_read(handle *h)
 {
-	h->fd = backup_open(h->dm);
+	h->fd = fs_backup_open(h->dm);
 	return h->fd < 0 ? h->fd : 0;
 }
 
 static int export_open_read(handle *h)
 {
-	h->fd = export_open(h->dm);
+	h->fd = fs_export_open(h->dm);
 	return h->fd < 0 ? h->fd : 0;
 }
 
-const kind_file_ops backup_file_ops = {.open_read = backup_open_read, .read = stream_read};
-const kind_file_ops export_file_ops = {.open_read = export_open_read, .read = stream_read};
+const kind_file_ops fs_backup_file_ops = {.open_read = backup_open_read, .read = stream_read};
+const kind_file_ops fs_export_file_ops = {.open_read = export_open_read, .read = stream_read};
 
 /* delete: opened for writing, what it is given (h->del) is deleted at the
  * close, at once. */
 static int delete_open(handle *h, fuse_req_t req, struct fuse_file_info *fi, int created)
 {
 	if ((fi->flags & O_ACCMODE) != O_RDONLY &&
-	    !(h->del = ingest_new_delete(h->dm, (uint64_t)fuse_req_ctx(req)->pid)))
+	    !(h->del = fs_ingest_new_delete(h->dm, (uint64_t)fuse_req_ctx(req)->pid)))
 		return -ENOMEM;
 	return 0;
 }
 
 static int delete_write(handle *h, const char *buf, size_t size, off_t off, struct fuse_file_info *fi)
 {
-	return ingest_write(h->del, buf, size, (uint64_t)off, fi->lock_owner);
+	return fs_ingest_write(h->del, buf, size, (uint64_t)off, fi->lock_owner);
 }
 
 static int delete_flush(handle *h, uint64_t owner, pid_t pid)
 {
 	if (!h->del)
 		return 0;
-	fc_request_long(h->dm->fuse); /* a commit */
-	return ingest_close(h->del, owner, (uint64_t)pid);
+	fs_fc_request_long(h->dm->fuse); /* a commit */
+	return fs_ingest_close(h->del, owner, (uint64_t)pid);
 }
 
 static int delete_finish(handle *h, pid_t pid)
 {
 	if (h->del)
-		ingest_release(h->del);
+		fs_ingest_release(h->del);
 	return 0;
 }
 
@@ -553,7 +553,7 @@ static int truncate_nothing(fs_daemon *dm, node *n, handle *h, off_t size)
 	return 0;
 }
 
-const kind_file_ops delete_file_ops = {
+const kind_file_ops fs_delete_file_ops = {
 	.open = delete_open, .write = delete_write, .flush = delete_flush, .finish = delete_finish,
 	.truncate = truncate_nothing,
 };
@@ -563,13 +563,13 @@ static int ingest_file_open(handle *h, fuse_req_t req, struct fuse_file_info *fi
 {
 	node *n = h->n;
 	if (fi->flags & O_TRUNC)
-		ingest_truncate(n->ing); /* a staged file starts over */
+		fs_ingest_truncate(n->ing); /* a staged file starts over */
 	if (created)
 		return 0;
-	if (ingest_done(n->ing)) /* reopened after it left ingest/ (through a descriptor path) */
+	if (fs_ingest_done(n->ing)) /* reopened after it left ingest/ (through a descriptor path) */
 		return -ENOENT;
-	if (!ingest_staged(n->ing)) /* only its creator writes a file of ingest/ */
-		return ingest_busy(h->dm, n->name);
+	if (!fs_ingest_staged(n->ing)) /* only its creator writes a file of ingest/ */
+		return fs_ingest_busy(h->dm, n->name);
 	return 0;
 }
 
@@ -578,8 +578,8 @@ static int ingest_file_write(handle *h, const char *buf, size_t size, off_t off,
 	node *n = h->n;
 	/* the lock owner of a write is the writer's: with direct_io the
 	 * kernel sends it (FUSE_WRITE_LOCKOWNER) */
-	int rc = ingest_write(n->ing, buf, size, (uint64_t)off, fi->lock_owner);
-	node_changed(n);
+	int rc = fs_ingest_write(n->ing, buf, size, (uint64_t)off, fi->lock_owner);
+	fs_node_changed(n);
 	if (rc)
 		ingest_leave(h->dm, n);
 	return rc;
@@ -592,10 +592,10 @@ static int ingest_file_finish(handle *h, pid_t pid)
 
 static int ingest_file_truncate(fs_daemon *dm, node *n, handle *h, off_t size)
 {
-	if (size == 0 && ingest_staged(n->ing)) {
-		ingest_truncate(n->ing); /* starts over */
-	} else if ((uint64_t)size != ingest_size(n->ing)) {
-		errlog(&dm->errors, "ingest/%s: cannot truncate a file being ingested", n->name);
+	if (size == 0 && fs_ingest_staged(n->ing)) {
+		fs_ingest_truncate(n->ing); /* starts over */
+	} else if ((uint64_t)size != fs_ingest_size(n->ing)) {
+		fs_errlog(&dm->errors, "ingest/%s: cannot truncate a file being ingested", n->name);
 		return -EINVAL;
 	}
 	return 0;
@@ -605,11 +605,11 @@ static int ingest_file_truncate(fs_daemon *dm, node *n, handle *h, off_t size)
  * create failed). */
 static void ingest_file_closed(fs_daemon *dm, node *n, int undo)
 {
-	if (undo ? !(ingest_staged(n->ing) && ingest_size(n->ing)) : n->linked && !ingest_staged(n->ing))
-		unlink_name(dm, n);
+	if (undo ? !(fs_ingest_staged(n->ing) && fs_ingest_size(n->ing)) : n->linked && !fs_ingest_staged(n->ing))
+		fs_unlink_name(dm, n);
 }
 
-const kind_file_ops ingest_file_ops = {
+const kind_file_ops fs_ingest_file_ops = {
 	.open = ingest_file_open, .write = ingest_file_write, .flush = ingest_flush,
 	.finish = ingest_file_finish, .truncate = ingest_file_truncate, .closed = ingest_file_closed,
 };
@@ -618,7 +618,7 @@ const kind_file_ops ingest_file_ops = {
 static int query_in_open(handle *h, fuse_req_t req, struct fuse_file_info *fi, int created)
 {
 	if (fi->flags & O_TRUNC)
-		qs_in_truncate(h->n->session->qs);
+		fs_qs_in_truncate(h->n->session->qs);
 	return 0;
 }
 
@@ -630,12 +630,12 @@ static int query_in_write(handle *h, const char *buf, size_t size, off_t off, st
 	atomic_store_explicit(&h->wrote, 1, memory_order_relaxed);
 	if (sync_run(dm, fi, size, off)) {
 		int ran;
-		rc = qs_in_write_run(n->session->qs, buf, size, &ran);
-		node_changed(n->session);
+		rc = fs_qs_in_write_run(n->session->qs, buf, size, &ran);
+		fs_node_changed(n->session);
 		return results_out(dm, n->session, rc, ran);
 	}
-	rc = qs_in_write(n->session->qs, buf, size, (uint64_t)off);
-	node_changed(n->session);
+	rc = fs_qs_in_write(n->session->qs, buf, size, (uint64_t)off);
+	fs_node_changed(n->session);
 	return rc;
 }
 
@@ -648,29 +648,29 @@ static int query_in_finish(handle *h, pid_t pid)
 		return 0; /* it read what in holds */
 	if (!atomic_load_explicit(&h->wrote, memory_order_relaxed) && pid > 0 &&
 	    !caller_holds_in(dm, n, pid))
-		rc = qs_in_flush_empty(n->session->qs, &ran);
+		rc = fs_qs_in_flush_empty(n->session->qs, &ran);
 	else
-		rc = qs_in_flush(n->session->qs, &ran);
+		rc = fs_qs_in_flush(n->session->qs, &ran);
 	return results_out(dm, n->session, rc, ran);
 }
 
 static int query_in_truncate(fs_daemon *dm, node *n, handle *h, off_t size)
 {
 	if (size == 0)
-		qs_in_truncate(n->session->qs);
+		fs_qs_in_truncate(n->session->qs);
 	return 0;
 }
 
-const kind_file_ops query_in_file_ops = {
+const kind_file_ops fs_query_in_file_ops = {
 	.open = query_in_open, .write = query_in_write, .finish = query_in_finish,
 	.truncate = query_in_truncate,
 };
 
 /* A session's results (out, out.json, stats): they cannot fail, and are
  * rendered by the first read. */
-const kind_file_ops results_file_ops = {.open_read = open_nothing};
+const kind_file_ops fs_results_file_ops = {.open_read = open_nothing};
 
-void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
+void fs_op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
 		     struct fuse_file_info *fi)
 {
 	(void)ino;
@@ -690,7 +690,7 @@ static int flush_handle(handle *h, pid_t pid)
 	return f && f->finish ? f->finish(h, pid) : 0;
 }
 
-void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+void fs_op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	(void)ino;
 	handle *h = handle_of(fi);
@@ -699,7 +699,7 @@ void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	fuse_reply_err(req, -(f && f->flush ? f->flush(h, fi->lock_owner, pid) : flush_handle(h, pid)));
 }
 
-void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+void fs_op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	fs_daemon *dm = fuse_req_userdata(req);
 	(void)ino;
@@ -715,12 +715,12 @@ void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	n->opens--;
 	if (n->opens == 0 && f && f->closed)
 		f->closed(dm, n, 0);
-	maybe_free(dm, n);
+	fs_maybe_free(dm, n);
 	pthread_mutex_unlock(&dm->tree.mu);
 	fuse_reply_err(req, 0);
 }
 
-void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
+void fs_op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
 {
 	(void)ino;
 	(void)datasync;
@@ -735,20 +735,20 @@ static int fixed_attrs_refused(fs_daemon *dm, node *n, const struct stat *attr, 
 {
 	struct stat st;
 	char path[600];
-	if (node_attr(dm, n, &st))
-		return 0; /* the caller's node_attr() reports it */
+	if (fs_node_attr(dm, n, &st))
+		return 0; /* the caller's fs_node_attr() reports it */
 	int mode = (to_set & FUSE_SET_ATTR_MODE) && (attr->st_mode & 07777) != (st.st_mode & 07777);
 	int owner = ((to_set & FUSE_SET_ATTR_UID) && attr->st_uid != st.st_uid) ||
 		    ((to_set & FUSE_SET_ATTR_GID) && attr->st_gid != st.st_gid);
 	if (!mode && !owner)
 		return 0;
 	pthread_mutex_lock(&dm->tree.mu);
-	kind_path(dm, n, path, sizeof path);
+	fs_kind_path(dm, n, path, sizeof path);
 	pthread_mutex_unlock(&dm->tree.mu);
 	if (mode)
-		errlog(&dm->errors, "chmod %s: modes are fixed (%o)", path, (unsigned)(st.st_mode & 07777));
+		fs_errlog(&dm->errors, "chmod %s: modes are fixed (%o)", path, (unsigned)(st.st_mode & 07777));
 	else
-		errlog(&dm->errors, "chown %s: owners are fixed (%u:%u)", path, (unsigned)st.st_uid,
+		fs_errlog(&dm->errors, "chown %s: owners are fixed (%u:%u)", path, (unsigned)st.st_uid,
 		       (unsigned)st.st_gid);
 	return 1;
 }
@@ -759,18 +759,18 @@ static int truncate_refused(fs_daemon *dm, node *n)
 {
 	char path[600];
 	pthread_mutex_lock(&dm->tree.mu);
-	kind_path(dm, n, path, sizeof path);
+	fs_kind_path(dm, n, path, sizeof path);
 	pthread_mutex_unlock(&dm->tree.mu);
-	errlog(&dm->errors, "%s: cannot be truncated (read-only)", path);
+	fs_errlog(&dm->errors, "%s: cannot be truncated (read-only)", path);
 	return -EACCES;
 }
 
-void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
+void fs_op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
 		       struct fuse_file_info *fi)
 {
 	fs_daemon *dm = fuse_req_userdata(req);
 	struct stat st;
-	node *n = get_locked(dm, ino);
+	node *n = fs_get_locked(dm, ino);
 	if (!n) {
 		fuse_reply_err(req, ENOENT);
 		return;
@@ -790,7 +790,7 @@ void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
 		}
 	}
 	/* times are fixed too: accepted and ignored (touch) */
-	int rc = node_attr(dm, n, &st);
+	int rc = fs_node_attr(dm, n, &st);
 	if (rc)
 		fuse_reply_err(req, -rc);
 	else
@@ -807,7 +807,7 @@ static void undo_create(fs_daemon *dm, node *n)
 	n->opens--;
 	if (n->opens == 0 && f && f->closed)
 		f->closed(dm, n, 1);
-	maybe_free(dm, n);
+	fs_maybe_free(dm, n);
 	pthread_mutex_unlock(&dm->tree.mu);
 }
 
@@ -815,19 +815,19 @@ static void undo_create(fs_daemon *dm, node *n)
  * released here): NULL, *err EPERM (ENOTDIR: p is not a directory). */
 static node *create_refused(fuse_req_t req, node *p, const char *name, int *err)
 {
-	*err = dir_refuse(req, p, "", "", name, S_ISDIR(kind_of(p)->mode) ? EPERM : ENOTDIR,
+	*err = fs_dir_refuse(req, p, "", "", name, S_ISDIR(kind_of(p)->mode) ? EPERM : ENOTDIR,
 			  "files cannot be created here (write into ingest/)");
 	return NULL;
 }
 
 /* Made by the directory's create (kind_dir_ops), then opened. */
-void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
+void fs_op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
 		      struct fuse_file_info *fi)
 {
 	fs_daemon *dm = fuse_req_userdata(req);
 	(void)mode;
 	handle *h;
-	node *p = lock_parent(req, parent);
+	node *p = fs_lock_parent(req, parent);
 	if (!p)
 		return;
 	int err = 0;
@@ -843,7 +843,7 @@ void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
 	struct stat st;
 	int rc = open_node(req, n, fi, 1, &h);
 	if (rc == 0) {
-		rc = node_attr(dm, n, &st);
+		rc = fs_node_attr(dm, n, &st);
 		if (rc)
 			handle_free(h);
 	}

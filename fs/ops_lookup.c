@@ -29,7 +29,7 @@ static int node_mode_size(fs_daemon *dm, node *n, struct stat *st, const vecfs_a
 	else if (!S_ISDIR(k->mode))
 		/* the exact size (kept for each version of the content that has
 		 * them: see render.h) */
-		rc = render_size(dm, n, &size);
+		rc = fs_render_size(dm, n, &size);
 	st->st_size = (off_t)size;
 	return rc;
 }
@@ -45,10 +45,10 @@ static struct timespec ts_of(uint64_t ns)
 static uint64_t node_time(fs_daemon *dm, node *n, const vecfs_attrs *sa)
 {
 	const fs_kind *k = kind_of(n);
-	return k->time ? k->time(dm, n, sa) : content_time(dm, n, 0, dm->mount_ns);
+	return k->time ? k->time(dm, n, sa) : fs_content_time(dm, n, 0, dm->mount_ns);
 }
 
-int node_attr(fs_daemon *dm, node *n, struct stat *st)
+int fs_node_attr(fs_daemon *dm, node *n, struct stat *st)
 {
 	vecfs_attrs sa, *sp = kind_of(n)->flags & KF_STORE_ATTRS ? &sa : NULL;
 	memset(st, 0, sizeof *st);
@@ -68,15 +68,15 @@ int node_attr(fs_daemon *dm, node *n, struct stat *st)
 }
 
 /* Attributes are computed afresh on every stat (0), but for a session's
- * out, whose every change push_out() announces, and for the directories
+ * out, whose every change fs_push_out() announces, and for the directories
  * whose attributes never change: the kernel checks the modes
  * (default_permissions) of every directory on a path and of the file it
  * opens, and would ask for fresh attributes at each check. */
-double attr_timeout(fs_daemon *dm, const node *n)
+double fs_attr_timeout(fs_daemon *dm, const node *n)
 {
 	if (kind_of(n)->flags & KF_ATTRS_KEPT)
 		return 60.0;
-	return out_cached(dm, n) || out_passthrough(n) ? 60.0 : 0;
+	return fs_out_cached(dm, n) || fs_out_passthrough(n) ? 60.0 : 0;
 }
 
 static void reply_entry(fuse_req_t req, node *n, const struct stat *st)
@@ -86,7 +86,7 @@ static void reply_entry(fuse_req_t req, node *n, const struct stat *st)
 	memset(&e, 0, sizeof e);
 	e.ino = n->ino;
 	e.attr = *st;
-	e.attr_timeout = attr_timeout(dm, n);
+	e.attr_timeout = fs_attr_timeout(dm, n);
 	/* the fixed names never go away; a query session and its files go only
 	 * by rmdir (which drops the kernel's entry); everything else may at any
 	 * time */
@@ -95,23 +95,23 @@ static void reply_entry(fuse_req_t req, node *n, const struct stat *st)
 		pthread_mutex_lock(&dm->tree.mu);
 		if (n->nlookup)
 			n->nlookup--;
-		maybe_free(dm, n);
+		fs_maybe_free(dm, n);
 		pthread_mutex_unlock(&dm->tree.mu);
 	}
 }
 
 /* Drop the reference again when the attributes cannot be had. */
-void answer_entry_locked(fuse_req_t req, node *n)
+void fs_answer_entry_locked(fuse_req_t req, node *n)
 {
 	fs_daemon *dm = fuse_req_userdata(req);
 	struct stat st;
 	n->nlookup++;
 	pthread_mutex_unlock(&dm->tree.mu);
-	int rc = node_attr(dm, n, &st);
+	int rc = fs_node_attr(dm, n, &st);
 	if (rc) {
 		pthread_mutex_lock(&dm->tree.mu);
 		n->nlookup--;
-		maybe_free(dm, n);
+		fs_maybe_free(dm, n);
 		pthread_mutex_unlock(&dm->tree.mu);
 		fuse_reply_err(req, -rc);
 		return;
@@ -121,31 +121,31 @@ void answer_entry_locked(fuse_req_t req, node *n)
 
 /* ---------------------------------------------------------------- lookup */
 
-void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
+void fs_op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
 	fs_daemon *dm = fuse_req_userdata(req);
 	int err;
 	pthread_mutex_lock(&dm->tree.mu);
-	node *p = get_node(dm, parent);
-	node *n = p ? child_locked(dm, p, name, &err) : (err = ENOENT, NULL);
+	node *p = fs_get_node(dm, parent);
+	node *n = p ? fs_child_locked(dm, p, name, &err) : (err = ENOENT, NULL);
 	if (!n) {
 		pthread_mutex_unlock(&dm->tree.mu);
 		fuse_reply_err(req, err);
 		return;
 	}
-	answer_entry_locked(req, n);
+	fs_answer_entry_locked(req, n);
 }
 
 static void forget_one(fs_daemon *dm, fuse_ino_t ino, uint64_t nlookup)
 {
-	node *n = get_node(dm, ino);
+	node *n = fs_get_node(dm, ino);
 	if (!n || ino <= FIXED_MAX)
 		return;
 	n->nlookup = n->nlookup > nlookup ? n->nlookup - nlookup : 0;
-	maybe_free(dm, n);
+	fs_maybe_free(dm, n);
 }
 
-void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
+void fs_op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
 {
 	fs_daemon *dm = fuse_req_userdata(req);
 	pthread_mutex_lock(&dm->tree.mu);
@@ -154,7 +154,7 @@ void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
 	fuse_reply_none(req);
 }
 
-void op_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_data *forgets)
+void fs_op_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_data *forgets)
 {
 	fs_daemon *dm = fuse_req_userdata(req);
 	pthread_mutex_lock(&dm->tree.mu);
@@ -164,11 +164,11 @@ void op_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_data *forg
 	fuse_reply_none(req);
 }
 
-node *lock_parent(fuse_req_t req, fuse_ino_t parent)
+node *fs_lock_parent(fuse_req_t req, fuse_ino_t parent)
 {
 	fs_daemon *dm = fuse_req_userdata(req);
 	pthread_mutex_lock(&dm->tree.mu);
-	node *p = get_node(dm, parent);
+	node *p = fs_get_node(dm, parent);
 	if (!p) {
 		pthread_mutex_unlock(&dm->tree.mu);
 		fuse_reply_err(req, ENOENT);
@@ -176,27 +176,27 @@ node *lock_parent(fuse_req_t req, fuse_ino_t parent)
 	return p;
 }
 
-node *get_locked(fs_daemon *dm, fuse_ino_t ino)
+node *fs_get_locked(fs_daemon *dm, fuse_ino_t ino)
 {
 	pthread_mutex_lock(&dm->tree.mu);
-	node *n = get_node(dm, ino);
+	node *n = fs_get_node(dm, ino);
 	pthread_mutex_unlock(&dm->tree.mu);
 	return n;
 }
 
-void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+void fs_op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	fs_daemon *dm = fuse_req_userdata(req);
 	(void)fi;
 	struct stat st;
-	node *n = get_locked(dm, ino);
+	node *n = fs_get_locked(dm, ino);
 	if (!n) {
 		fuse_reply_err(req, ENOENT);
 		return;
 	}
-	int rc = node_attr(dm, n, &st);
+	int rc = fs_node_attr(dm, n, &st);
 	if (rc)
 		fuse_reply_err(req, -rc);
 	else
-		fuse_reply_attr(req, &st, attr_timeout(dm, n));
+		fuse_reply_attr(req, &st, fs_attr_timeout(dm, n));
 }

@@ -25,10 +25,10 @@
 #define RENAME_EXCHANGE (1 << 1)
 #endif
 
-void op_readlink(fuse_req_t req, fuse_ino_t ino)
+void fs_op_readlink(fuse_req_t req, fuse_ino_t ino)
 {
 	fs_daemon *dm = fuse_req_userdata(req);
-	node *n = get_locked(dm, ino);
+	node *n = fs_get_locked(dm, ino);
 	int (*target_of)(fs_daemon *, node *, char **) = n ? kind_of(n)->readlink : NULL;
 	char *target = NULL;
 	int rc = target_of ? target_of(dm, n, &target) : -EINVAL;
@@ -39,27 +39,27 @@ void op_readlink(fuse_req_t req, fuse_ino_t ino)
 	free(target);
 }
 
-int dir_refuse(fuse_req_t req, node *p, const char *verb, const char *root, const char *name, int err,
+int fs_dir_refuse(fuse_req_t req, node *p, const char *verb, const char *root, const char *name, int err,
 	       const char *why)
 {
 	fs_daemon *dm = fuse_req_userdata(req);
 	char path[600];
 	int in_root = p->ino == K_ROOT;
 	if (!in_root)
-		kind_path(dm, p, path, sizeof path);
+		fs_kind_path(dm, p, path, sizeof path);
 	pthread_mutex_unlock(&dm->tree.mu);
-	errlog(&dm->errors, "%s%s%s%s%s: %s", verb, *verb ? " " : "", in_root ? root : path, in_root ? "" : "/",
+	fs_errlog(&dm->errors, "%s%s%s%s%s: %s", verb, *verb ? " " : "", in_root ? root : path, in_root ? "" : "/",
 	       name, why);
 	return err;
 }
 
 /* mknod(2): no special files anywhere, and no files either: a directory
  * that takes files makes them at their open for writing. */
-void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev)
+void fs_op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev)
 {
 	(void)mode;
 	(void)rdev;
-	node *p = lock_parent(req, parent);
+	node *p = fs_lock_parent(req, parent);
 	if (!p)
 		return;
 	void (*f)(fuse_req_t, node *, const char *) = DIR_OP(p, mknod);
@@ -67,13 +67,13 @@ void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, 
 		f(req, p, name);
 		return;
 	}
-	fuse_reply_err(req, dir_refuse(req, p, "mknod", "/", name, EPERM, "no file or node can be made here"));
+	fuse_reply_err(req, fs_dir_refuse(req, p, "mknod", "/", name, EPERM, "no file or node can be made here"));
 }
 
-void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
+void fs_op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
 {
 	(void)mode;
-	node *p = lock_parent(req, parent);
+	node *p = fs_lock_parent(req, parent);
 	if (!p)
 		return;
 	void (*f)(fuse_req_t, node *, const char *) = DIR_OP(p, mkdir);
@@ -81,14 +81,14 @@ void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
 		f(req, p, name);
 		return;
 	}
-	fuse_reply_err(req, dir_refuse(req, p, "mkdir", "/", name, EPERM, "directories can only be made in query/"));
+	fuse_reply_err(req, fs_dir_refuse(req, p, "mkdir", "/", name, EPERM, "directories can only be made in query/"));
 }
 
 /* A directory whose entries are not directories answers ENOTDIR. */
-void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
+void fs_op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
 	fs_daemon *dm = fuse_req_userdata(req);
-	node *p = lock_parent(req, parent);
+	node *p = fs_lock_parent(req, parent);
 	if (!p)
 		return;
 	void (*f)(fuse_req_t, node *, const char *) = DIR_OP(p, rmdir);
@@ -104,12 +104,12 @@ void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
 /* rm of what cannot be removed (dm->tree.mu held, released here). */
 static void unlink_refused(fuse_req_t req, node *p, const char *name)
 {
-	fuse_reply_err(req, dir_refuse(req, p, "rm", "", name, EPERM, "cannot be removed"));
+	fuse_reply_err(req, fs_dir_refuse(req, p, "rm", "", name, EPERM, "cannot be removed"));
 }
 
-void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
+void fs_op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
-	node *p = lock_parent(req, parent);
+	node *p = fs_lock_parent(req, parent);
 	if (!p)
 		return;
 	void (*f)(fuse_req_t, node *, const char *) = DIR_OP(p, unlink);
@@ -119,22 +119,22 @@ void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 		unlink_refused(req, p, name);
 }
 
-void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char *name)
+void fs_op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char *name)
 {
 	fs_daemon *dm = fuse_req_userdata(req);
 	pthread_mutex_lock(&dm->tree.mu);
-	node *p = get_node(dm, parent);
+	node *p = fs_get_node(dm, parent);
 	void (*f)(fuse_req_t, node *, const char *, const char *) = p ? DIR_OP(p, symlink) : NULL;
 	if (f) {
 		f(req, p, link, name);
 		return;
 	}
 	pthread_mutex_unlock(&dm->tree.mu);
-	errlog(&dm->errors, "ln -s %s %s: symlinks can only be made in generations/", link, name);
+	fs_errlog(&dm->errors, "ln -s %s %s: symlinks can only be made in generations/", link, name);
 	fuse_reply_err(req, p ? EPERM : ENOENT);
 }
 
-void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
+void fs_op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
 		      const char *newname, unsigned int flags)
 {
 	fs_daemon *dm = fuse_req_userdata(req);
@@ -143,7 +143,7 @@ void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t n
 		return;
 	}
 	pthread_mutex_lock(&dm->tree.mu);
-	node *p = get_node(dm, parent), *np = get_node(dm, newparent);
+	node *p = fs_get_node(dm, parent), *np = fs_get_node(dm, newparent);
 	if (!p || !np) {
 		pthread_mutex_unlock(&dm->tree.mu);
 		fuse_reply_err(req, ENOENT);
@@ -156,10 +156,10 @@ void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t n
 		return;
 	}
 	char a[600], b[600];
-	kind_path(dm, p, a, sizeof a);
-	kind_path(dm, np, b, sizeof b);
+	fs_kind_path(dm, p, a, sizeof a);
+	fs_kind_path(dm, np, b, sizeof b);
 	pthread_mutex_unlock(&dm->tree.mu);
-	errlog(&dm->errors, "mv %s/%s %s/%s: only symlinks in generations/ can be renamed (onto active)", a, name,
+	fs_errlog(&dm->errors, "mv %s/%s %s/%s: only symlinks in generations/ can be renamed (onto active)", a, name,
 	       b, newname);
 	fuse_reply_err(req, parent != newparent ? EXDEV : EPERM);
 }
@@ -174,8 +174,8 @@ void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t n
 static void rmdir_root(fuse_req_t req, node *p, const char *name)
 {
 	fs_daemon *dm = fuse_req_userdata(req);
-	if (entry_kind(p->kind, name)) {
-		fuse_reply_err(req, dir_refuse(req, p, "rmdir", "", name, EPERM, "part of the fixed tree"));
+	if (fs_entry_kind(p->kind, name)) {
+		fuse_reply_err(req, fs_dir_refuse(req, p, "rmdir", "", name, EPERM, "part of the fixed tree"));
 		return;
 	}
 	pthread_mutex_unlock(&dm->tree.mu);
@@ -186,7 +186,7 @@ static void rmdir_root(fuse_req_t req, node *p, const char *name)
 static void unlink_root(fuse_req_t req, node *p, const char *name)
 {
 	fs_daemon *dm = fuse_req_userdata(req);
-	if (entry_kind(p->kind, name)) {
+	if (fs_entry_kind(p->kind, name)) {
 		unlink_refused(req, p, name);
 		return;
 	}
@@ -194,7 +194,7 @@ static void unlink_root(fuse_req_t req, node *p, const char *name)
 	fuse_reply_err(req, ENOENT);
 }
 
-const kind_dir_ops root_dir_ops = {
+const kind_dir_ops fs_root_dir_ops = {
 	.rmdir = rmdir_root,
 	.unlink = unlink_root,
 };
@@ -205,7 +205,7 @@ const kind_dir_ops root_dir_ops = {
  * one would have no writer to commit it). */
 static void mknod_ingest(fuse_req_t req, node *p, const char *name)
 {
-	fuse_reply_err(req, dir_refuse(req, p, "mknod", "/", name, EPERM,
+	fuse_reply_err(req, fs_dir_refuse(req, p, "mknod", "/", name, EPERM,
 				       "files are made here by opening them for writing (cp, >, open)"));
 }
 
@@ -214,33 +214,33 @@ static void mknod_ingest(fuse_req_t req, node *p, const char *name)
 static node *create_ingest(fuse_req_t req, node *p, const char *name, int flags, int *err)
 {
 	fs_daemon *dm = fuse_req_userdata(req);
-	int fmt = ingest_format_staged(name);
+	int fmt = fs_ingest_format_staged(name);
 	if (fmt < 0) {
 		pthread_mutex_unlock(&dm->tree.mu);
-		errlog(&dm->errors, "ingest/%s: unknown file type: the name must end in .csv, .tsv, .txt, .jsonl, .ndjson, .fvecs, .bvecs or .npy (then .part for a staged file)",
+		fs_errlog(&dm->errors, "ingest/%s: unknown file type: the name must end in .csv, .tsv, .txt, .jsonl, .ndjson, .fvecs, .bvecs or .npy (then .part for a staged file)",
 		       name);
 		*err = EINVAL;
 		return NULL;
 	}
-	node *n = find_name(dm, p->ino, name);
+	node *n = fs_find_name(dm, p->ino, name);
 	if (n && (flags & O_EXCL)) {
 		pthread_mutex_unlock(&dm->tree.mu);
 		*err = EEXIST;
 		return NULL;
 	}
-	if (n && ingest_done(n->ing)) {
-		unlink_name(dm, n); /* committed, and about to leave */
+	if (n && fs_ingest_done(n->ing)) {
+		fs_unlink_name(dm, n); /* committed, and about to leave */
 		n = NULL;
 	}
-	if (n && !ingest_is_staged(name)) {
+	if (n && !fs_ingest_is_staged(name)) {
 		pthread_mutex_unlock(&dm->tree.mu);
-		*err = -ingest_busy(dm, name);
+		*err = -fs_ingest_busy(dm, name);
 		return NULL;
 	}
 	if (!n) {
-		n = new_node(dm, K_INGEST_FILE, p->ino, name);
-		if (n && !(n->ing = ingest_new(dm, name, fmt, (uint64_t)fuse_req_ctx(req)->pid))) {
-			maybe_free(dm, n);
+		n = fs_new_node(dm, K_INGEST_FILE, p->ino, name);
+		if (n && !(n->ing = fs_ingest_new(dm, name, fmt, (uint64_t)fuse_req_ctx(req)->pid))) {
+			fs_maybe_free(dm, n);
 			n = NULL;
 		}
 		if (!n) {
@@ -248,7 +248,7 @@ static node *create_ingest(fuse_req_t req, node *p, const char *name, int flags,
 			*err = ENOMEM;
 			return NULL;
 		}
-		link_name(dm, n);
+		fs_link_name(dm, n);
 	}
 	return n;
 }
@@ -257,17 +257,17 @@ static node *create_ingest(fuse_req_t req, node *p, const char *name, int flags,
 static void unlink_ingest(fuse_req_t req, node *p, const char *name)
 {
 	fs_daemon *dm = fuse_req_userdata(req);
-	node *n = find_name(dm, p->ino, name);
+	node *n = fs_find_name(dm, p->ino, name);
 	if (!n) {
 		pthread_mutex_unlock(&dm->tree.mu);
 		fuse_reply_err(req, ENOENT);
 		return;
 	}
-	unlink_name(dm, n);
+	fs_unlink_name(dm, n);
 	n->opens++; /* keep it while cancelling outside the lock */
 	pthread_mutex_unlock(&dm->tree.mu);
-	ingest_cancel(n->ing);
-	unpin(dm, n);
+	fs_ingest_cancel(n->ing);
+	fs_unpin(dm, n);
 	fuse_reply_err(req, 0);
 }
 
@@ -275,12 +275,12 @@ static void unlink_ingest(fuse_req_t req, node *p, const char *name)
  * leaves ingest/ whatever the outcome, but for a bad one renamed with flags
  * (RENAME_NOREPLACE), and by the plain rename after that: coreutils mv
  * renames so, then looks at the source to report the failure (see
- * ingest_rename()). */
+ * fs_ingest_rename()). */
 static void rename_ingest(fuse_req_t req, node *p, const char *name, node *np, const char *newname,
 			  unsigned flags)
 {
 	fs_daemon *dm = fuse_req_userdata(req);
-	node *src = find_name(dm, p->ino, name);
+	node *src = fs_find_name(dm, p->ino, name);
 	size_t len = strlen(newname);
 	(void)np; /* ingest/ itself */
 	if (!src) {
@@ -288,34 +288,34 @@ static void rename_ingest(fuse_req_t req, node *p, const char *name, node *np, c
 		fuse_reply_err(req, ENOENT);
 		return;
 	}
-	if (!ingest_staged(src->ing) || strlen(name) != len + 5 || strncmp(name, newname, len)) {
+	if (!fs_ingest_staged(src->ing) || strlen(name) != len + 5 || strncmp(name, newname, len)) {
 		pthread_mutex_unlock(&dm->tree.mu);
-		errlog(&dm->errors, "mv ingest/%s ingest/%s: in ingest/ only a staged NAME.part is renamed, "
+		fs_errlog(&dm->errors, "mv ingest/%s ingest/%s: in ingest/ only a staged NAME.part is renamed, "
 		       "to NAME, which commits it", name, newname);
 		fuse_reply_err(req, EINVAL);
 		return;
 	}
-	if (find_name(dm, p->ino, newname)) {
+	if (fs_find_name(dm, p->ino, newname)) {
 		pthread_mutex_unlock(&dm->tree.mu);
-		errlog(&dm->errors, "mv ingest/%s ingest/%s: ingest/%s is being written; the staged file "
+		fs_errlog(&dm->errors, "mv ingest/%s ingest/%s: ingest/%s is being written; the staged file "
 		       "stays as it was", name, newname, newname);
 		fuse_reply_err(req, EBUSY);
 		return;
 	}
 	src->opens++; /* kept while it commits outside the lock */
 	pthread_mutex_unlock(&dm->tree.mu);
-	fc_request_long(dm->fuse);
-	int rc = ingest_rename(src->ing, flags != 0);
+	fs_fc_request_long(dm->fuse);
+	int rc = fs_ingest_rename(src->ing, flags != 0);
 	pthread_mutex_lock(&dm->tree.mu);
 	src->opens--;
-	if (src->linked && ingest_done(src->ing))
-		unlink_name(dm, src);
-	maybe_free(dm, src);
+	if (src->linked && fs_ingest_done(src->ing))
+		fs_unlink_name(dm, src);
+	fs_maybe_free(dm, src);
 	pthread_mutex_unlock(&dm->tree.mu);
 	fuse_reply_err(req, -rc);
 }
 
-const kind_dir_ops ingest_dir_ops = {
+const kind_dir_ops fs_ingest_dir_ops = {
 	.create = create_ingest,
 	.mknod = mknod_ingest,
 	.unlink = unlink_ingest,
@@ -327,7 +327,7 @@ const kind_dir_ops ingest_dir_ops = {
 static node *create_records(fuse_req_t req, node *p, const char *name, int flags, int *err)
 {
 	(void)flags;
-	*err = dir_refuse(req, p, "", "", name, EPERM, "records are made by writing files into ingest/");
+	*err = fs_dir_refuse(req, p, "", "", name, EPERM, "records are made by writing files into ingest/");
 	return NULL;
 }
 
@@ -339,20 +339,20 @@ static void unlink_record(fuse_req_t req, node *p, const char *name)
 	pthread_mutex_unlock(&dm->tree.mu);
 	int rc = vecfs_delete(dm->store, name, strlen(name));
 	if (rc && rc != -ENOENT)
-		errlog_err(&dm->errors, rc, "rm records/%s: %s", name, strerror(-rc));
+		fs_errlog_err(&dm->errors, rc, "rm records/%s: %s", name, strerror(-rc));
 	if (rc == 0) {
 		pthread_mutex_lock(&dm->tree.mu);
-		node *n = find_name(dm, dir, name);
+		node *n = fs_find_name(dm, dir, name);
 		if (n) {
-			unlink_name(dm, n);
-			maybe_free(dm, n);
+			fs_unlink_name(dm, n);
+			fs_maybe_free(dm, n);
 		}
 		pthread_mutex_unlock(&dm->tree.mu);
 	}
 	fuse_reply_err(req, -rc);
 }
 
-const kind_dir_ops records_dir_ops = {
+const kind_dir_ops fs_records_dir_ops = {
 	.create = create_records,
 	.unlink = unlink_record,
 };
@@ -376,7 +376,7 @@ static int valid_session_id(const char *id)
 static node *create_query(fuse_req_t req, node *p, const char *name, int flags, int *err)
 {
 	(void)flags;
-	*err = dir_refuse(req, p, "", "", name, EPERM, "make a session with mkdir query/ID");
+	*err = fs_dir_refuse(req, p, "", "", name, EPERM, "make a session with mkdir query/ID");
 	return NULL;
 }
 
@@ -386,57 +386,57 @@ static void mkdir_session(fuse_req_t req, node *p, const char *name)
 	fs_daemon *dm = fuse_req_userdata(req);
 	if (!valid_session_id(name)) {
 		pthread_mutex_unlock(&dm->tree.mu);
-		errlog(&dm->errors, "mkdir query/%s: a session id is 1-64 of A-Z a-z 0-9 . _ -", name);
+		fs_errlog(&dm->errors, "mkdir query/%s: a session id is 1-64 of A-Z a-z 0-9 . _ -", name);
 		fuse_reply_err(req, EINVAL);
 		return;
 	}
-	if (find_name(dm, p->ino, name)) {
+	if (fs_find_name(dm, p->ino, name)) {
 		pthread_mutex_unlock(&dm->tree.mu);
 		fuse_reply_err(req, EEXIST);
 		return;
 	}
 	if (dm->tree.sessions >= dm->max_sessions) {
 		pthread_mutex_unlock(&dm->tree.mu);
-		errlog(&dm->errors, "mkdir query/%s: %u query sessions are open, the most there may be "
+		fs_errlog(&dm->errors, "mkdir query/%s: %u query sessions are open, the most there may be "
 		       "(-o max_sessions); rmdir some", name, dm->max_sessions);
 		fuse_reply_err(req, ENOSPC);
 		return;
 	}
-	node *n = new_node(dm, K_SESSION, p->ino, name);
-	if (n && (n->qs = qs_new(dm, name)) != NULL)
-		out_backing_open(dm, n);
+	node *n = fs_new_node(dm, K_SESSION, p->ino, name);
+	if (n && (n->qs = fs_qs_new(dm, name)) != NULL)
+		fs_out_backing_open(dm, n);
 	if (!n || !n->qs) {
 		if (n)
-			maybe_free(dm, n);
+			fs_maybe_free(dm, n);
 		pthread_mutex_unlock(&dm->tree.mu);
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
-	link_name(dm, n);
-	answer_entry_locked(req, n);
+	fs_link_name(dm, n);
+	fs_answer_entry_locked(req, n);
 }
 
 /* rmdir query/ID ends the session, open files or not. */
 static void rmdir_session(fuse_req_t req, node *p, const char *name)
 {
 	fs_daemon *dm = fuse_req_userdata(req);
-	node *n = find_name(dm, p->ino, name);
+	node *n = fs_find_name(dm, p->ino, name);
 	if (!n) {
 		pthread_mutex_unlock(&dm->tree.mu);
 		fuse_reply_err(req, ENOENT);
 		return;
 	}
-	unlink_name(dm, n);
+	fs_unlink_name(dm, n);
 	if (n->kind == K_SESSION) {
-		qs_end(n->qs);
-		out_backing_close(dm, n);
+		fs_qs_end(n->qs);
+		fs_out_backing_close(dm, n);
 	}
-	maybe_free(dm, n);
+	fs_maybe_free(dm, n);
 	pthread_mutex_unlock(&dm->tree.mu);
 	fuse_reply_err(req, 0);
 }
 
-const kind_dir_ops query_dir_ops = {
+const kind_dir_ops fs_query_dir_ops = {
 	.create = create_query,
 	.mkdir = mkdir_session,
 	.rmdir = rmdir_session,
@@ -448,13 +448,13 @@ static node *create_session_file(fuse_req_t req, node *p, const char *name, int 
 {
 	fs_daemon *dm = fuse_req_userdata(req);
 	(void)flags;
-	if (entry_kind(p->kind, name) == K_QIN) {
-		node *n = child_locked(dm, p, name, err);
+	if (fs_entry_kind(p->kind, name) == K_QIN) {
+		node *n = fs_child_locked(dm, p, name, err);
 		if (!n)
 			pthread_mutex_unlock(&dm->tree.mu);
 		return n;
 	}
-	*err = dir_refuse(req, p, "", "", name, EPERM, "a session holds only in, out, out.json and stats");
+	*err = fs_dir_refuse(req, p, "", "", name, EPERM, "a session holds only in, out, out.json and stats");
 	return NULL;
 }
 
@@ -463,20 +463,20 @@ static node *create_session_file(fuse_req_t req, node *p, const char *name, int 
 static void unlink_session_file(fuse_req_t req, node *p, const char *name)
 {
 	fs_daemon *dm = fuse_req_userdata(req);
-	if (!entry_kind(p->kind, name)) {
+	if (!fs_entry_kind(p->kind, name)) {
 		unlink_refused(req, p, name);
 		return;
 	}
 	qsession *q = p->qs;
 	p->opens++;
 	pthread_mutex_unlock(&dm->tree.mu);
-	qs_clear(q);
-	push_out(dm, p);
-	unpin(dm, p);
+	fs_qs_clear(q);
+	fs_push_out(dm, p);
+	fs_unpin(dm, p);
 	fuse_reply_err(req, 0);
 }
 
-const kind_dir_ops session_dir_ops = {
+const kind_dir_ops fs_session_dir_ops = {
 	.create = create_session_file,
 	.unlink = unlink_session_file,
 };
@@ -487,13 +487,13 @@ const kind_dir_ops session_dir_ops = {
 static node *create_gens(fuse_req_t req, node *p, const char *name, int flags, int *err)
 {
 	(void)flags;
-	*err = dir_refuse(req, p, "", "", name, EACCES, "generations are read-only");
+	*err = fs_dir_refuse(req, p, "", "", name, EACCES, "generations are read-only");
 	return NULL;
 }
 
 static void mkdir_gens(fuse_req_t req, node *p, const char *name)
 {
-	fuse_reply_err(req, dir_refuse(req, p, "mkdir", "/", name, EACCES,
+	fuse_reply_err(req, fs_dir_refuse(req, p, "mkdir", "/", name, EACCES,
 				       "generations are made by writing `build` to ctl"));
 }
 
@@ -503,27 +503,27 @@ static void rmdir_gen(fuse_req_t req, node *p, const char *name)
 	fs_daemon *dm = fuse_req_userdata(req);
 	fuse_ino_t dir = p->ino;
 	uint64_t gen;
-	node *n = find_name(dm, dir, name);
+	node *n = fs_find_name(dm, dir, name);
 	pthread_mutex_unlock(&dm->tree.mu);
 	if ((n && n->kind == K_TMPLINK) || !strcmp(name, "active")) {
 		fuse_reply_err(req, ENOTDIR);
 		return;
 	}
-	if (gen_parse_name(name, &gen)) {
+	if (fs_gen_parse_name(name, &gen)) {
 		fuse_reply_err(req, ENOENT);
 		return;
 	}
 	int rc = vecfs_gen_remove(dm->store, gen);
 	if (rc == -EBUSY)
-		errlog(&dm->errors, "rmdir generations/%s: it is the active generation, or still building", name);
+		fs_errlog(&dm->errors, "rmdir generations/%s: it is the active generation, or still building", name);
 	else if (rc && rc != -ENOENT)
-		errlog_err(&dm->errors, rc, "rmdir generations/%s: %s", name, strerror(-rc));
+		fs_errlog_err(&dm->errors, rc, "rmdir generations/%s: %s", name, strerror(-rc));
 	if (rc == 0) {
 		pthread_mutex_lock(&dm->tree.mu);
-		n = find_name(dm, dir, name);
+		n = fs_find_name(dm, dir, name);
 		if (n && n->kind == K_GEN) {
-			unlink_name(dm, n);
-			maybe_free(dm, n);
+			fs_unlink_name(dm, n);
+			fs_maybe_free(dm, n);
 		}
 		pthread_mutex_unlock(&dm->tree.mu);
 	}
@@ -535,22 +535,22 @@ static void rmdir_gen(fuse_req_t req, node *p, const char *name)
 static void unlink_gens(fuse_req_t req, node *p, const char *name)
 {
 	fs_daemon *dm = fuse_req_userdata(req);
-	node *n = find_name(dm, p->ino, name);
+	node *n = fs_find_name(dm, p->ino, name);
 	if (n && n->kind == K_TMPLINK) {
-		unlink_name(dm, n);
-		maybe_free(dm, n);
+		fs_unlink_name(dm, n);
+		fs_maybe_free(dm, n);
 		pthread_mutex_unlock(&dm->tree.mu);
 		fuse_reply_err(req, 0);
 		return;
 	}
 	pthread_mutex_unlock(&dm->tree.mu);
 	if (!strcmp(name, "active")) {
-		errlog(&dm->errors, "rm generations/active: active cannot be removed; flip it with `ln -sfn GEN generations/active`");
+		fs_errlog(&dm->errors, "rm generations/active: active cannot be removed; flip it with `ln -sfn GEN generations/active`");
 		fuse_reply_err(req, EPERM);
 		return;
 	}
 	uint64_t gen;
-	fuse_reply_err(req, !gen_parse_name(name, &gen) && gen_exists(dm->store, gen) ? EISDIR : ENOENT);
+	fuse_reply_err(req, !fs_gen_parse_name(name, &gen) && fs_gen_exists(dm->store, gen) ? EISDIR : ENOENT);
 }
 
 #define GEN_LINKS_MAX 256         /* symlinks made in generations/ at once */
@@ -569,27 +569,27 @@ static void symlink_gens(fuse_req_t req, node *p, const char *link, const char *
 			fuse_reply_err(req, EEXIST);
 			return;
 		}
-		int rc = gen_activate_target(dm, link, "cannot point to");
+		int rc = fs_gen_activate_target(dm, link, "cannot point to");
 		if (rc) {
 			fuse_reply_err(req, -rc);
 			return;
 		}
 		pthread_mutex_lock(&dm->tree.mu);
-		answer_entry_locked(req, &dm->tree.fixed[K_ACTIVE]);
+		fs_answer_entry_locked(req, &dm->tree.fixed[K_ACTIVE]);
 		return;
 	}
-	if (find_name(dm, parent, name)) {
+	if (fs_find_name(dm, parent, name)) {
 		pthread_mutex_unlock(&dm->tree.mu);
 		fuse_reply_err(req, EEXIST);
 		return;
 	}
-	if (!gen_parse_name(name, &gen)) {
+	if (!fs_gen_parse_name(name, &gen)) {
 		pthread_mutex_unlock(&dm->tree.mu);
-		if (gen_exists(dm->store, gen)) {
+		if (fs_gen_exists(dm->store, gen)) {
 			fuse_reply_err(req, EEXIST);
 			return;
 		}
-		errlog(&dm->errors, "ln -s %s generations/%s: numeric names are reserved for generations", link, name);
+		fs_errlog(&dm->errors, "ln -s %s generations/%s: numeric names are reserved for generations", link, name);
 		fuse_reply_err(req, EPERM);
 		return;
 	}
@@ -602,17 +602,17 @@ static void symlink_gens(fuse_req_t req, node *p, const char *link, const char *
 	if (tlen > GEN_LINK_TARGET_MAX || waiting >= GEN_LINKS_MAX) {
 		pthread_mutex_unlock(&dm->tree.mu);
 		if (tlen > GEN_LINK_TARGET_MAX)
-			errlog(&dm->errors, "ln -s %.40s... generations/%s: the target is %zu bytes, more than %d",
+			fs_errlog(&dm->errors, "ln -s %.40s... generations/%s: the target is %zu bytes, more than %d",
 			       link, name, tlen, GEN_LINK_TARGET_MAX);
 		else
-			errlog(&dm->errors, "ln -s %.40s generations/%s: %u symlinks wait in generations/ "
+			fs_errlog(&dm->errors, "ln -s %.40s generations/%s: %u symlinks wait in generations/ "
 			       "(rename one onto active or remove some)", link, name, waiting);
 		fuse_reply_err(req, tlen > GEN_LINK_TARGET_MAX ? ENAMETOOLONG : ENOSPC);
 		return;
 	}
-	node *n = new_node(dm, K_TMPLINK, parent, name);
+	node *n = fs_new_node(dm, K_TMPLINK, parent, name);
 	if (n && !(n->target = strdup(link))) {
-		maybe_free(dm, n);
+		fs_maybe_free(dm, n);
 		n = NULL;
 	}
 	if (!n) {
@@ -620,8 +620,8 @@ static void symlink_gens(fuse_req_t req, node *p, const char *link, const char *
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
-	link_name(dm, n);
-	answer_entry_locked(req, n);
+	fs_link_name(dm, n);
+	fs_answer_entry_locked(req, n);
 }
 
 /* mv of a symlink made in generations/: onto active flips it to the
@@ -632,13 +632,13 @@ static void rename_gens(fuse_req_t req, node *p, const char *name, node *np, con
 	fs_daemon *dm = fuse_req_userdata(req);
 	fuse_ino_t parent = p->ino;
 	(void)np; /* generations/ itself */
-	node *src = find_name(dm, parent, name);
+	node *src = fs_find_name(dm, parent, name);
 	if (!src || src->kind != K_TMPLINK) {
 		pthread_mutex_unlock(&dm->tree.mu);
 		uint64_t gen;
-		int exists = !strcmp(name, "active") || (!gen_parse_name(name, &gen) && gen_exists(dm->store, gen));
+		int exists = !strcmp(name, "active") || (!fs_gen_parse_name(name, &gen) && fs_gen_exists(dm->store, gen));
 		if (exists)
-			errlog(&dm->errors, "mv generations/%s: generations and active cannot be renamed", name);
+			fs_errlog(&dm->errors, "mv generations/%s: generations and active cannot be renamed", name);
 		fuse_reply_err(req, exists ? EPERM : ENOENT);
 		return;
 	}
@@ -647,7 +647,7 @@ static void rename_gens(fuse_req_t req, node *p, const char *name, node *np, con
 		src->opens++;
 		pthread_mutex_unlock(&dm->tree.mu);
 		if (!target) {
-			unpin(dm, src);
+			fs_unpin(dm, src);
 			fuse_reply_err(req, ENOMEM);
 			return;
 		}
@@ -655,26 +655,26 @@ static void rename_gens(fuse_req_t req, node *p, const char *name, node *np, con
 		if ((flags & RENAME_NOREPLACE) && vecfs_active(dm->store))
 			rc = -EEXIST;
 		else
-			rc = gen_activate_target(dm, target, "cannot point to");
+			rc = fs_gen_activate_target(dm, target, "cannot point to");
 		free(target);
 		pthread_mutex_lock(&dm->tree.mu);
 		src->opens--;
 		if (rc == 0)
-			unlink_name(dm, src);
-		maybe_free(dm, src);
+			fs_unlink_name(dm, src);
+		fs_maybe_free(dm, src);
 		pthread_mutex_unlock(&dm->tree.mu);
 		fuse_reply_err(req, -rc);
 		return;
 	}
 	uint64_t gen;
-	if (!gen_parse_name(newname, &gen)) {
+	if (!fs_gen_parse_name(newname, &gen)) {
 		pthread_mutex_unlock(&dm->tree.mu);
-		errlog(&dm->errors, "mv generations/%s generations/%s: numeric names are reserved for generations", name,
+		fs_errlog(&dm->errors, "mv generations/%s generations/%s: numeric names are reserved for generations", name,
 		       newname);
 		fuse_reply_err(req, EPERM);
 		return;
 	}
-	node *dst = find_name(dm, parent, newname);
+	node *dst = fs_find_name(dm, parent, newname);
 	if (dst == src) {
 		pthread_mutex_unlock(&dm->tree.mu);
 		fuse_reply_err(req, 0);
@@ -686,8 +686,8 @@ static void rename_gens(fuse_req_t req, node *p, const char *name, node *np, con
 			fuse_reply_err(req, EEXIST);
 			return;
 		}
-		unlink_name(dm, dst);
-		maybe_free(dm, dst);
+		fs_unlink_name(dm, dst);
+		fs_maybe_free(dm, dst);
 	}
 	char *nn = strdup(newname);
 	if (!nn) {
@@ -695,16 +695,16 @@ static void rename_gens(fuse_req_t req, node *p, const char *name, node *np, con
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
-	unlink_name(dm, src);
+	fs_unlink_name(dm, src);
 	free(src->name);
 	src->name = nn;
 	src->namelen = strlen(nn);
-	link_name(dm, src);
+	fs_link_name(dm, src);
 	pthread_mutex_unlock(&dm->tree.mu);
 	fuse_reply_err(req, 0);
 }
 
-const kind_dir_ops gens_dir_ops = {
+const kind_dir_ops fs_gens_dir_ops = {
 	.create = create_gens,
 	.mkdir = mkdir_gens,
 	.rmdir = rmdir_gen,
@@ -714,7 +714,7 @@ const kind_dir_ops gens_dir_ops = {
 };
 
 /* generations/GEN/: read-only, its files fixed. */
-const kind_dir_ops gen_dir_ops = {
+const kind_dir_ops fs_gen_dir_ops = {
 	.create = create_gens,
 	.mkdir = mkdir_gens,
 };

@@ -25,12 +25,12 @@ static long record_payload(fs_daemon *dm, const node *n, char *buf, size_t cap)
 	int rc = vecfs_get(dm->store, n->name, n->namelen, NULL, 0, &dim, buf, cap, &plen);
 	if (rc) {
 		if (rc != -ENOENT)
-			errlog_err(&dm->errors, rc, "records/%s: user.payload: %s", n->name,
+			fs_errlog_err(&dm->errors, rc, "records/%s: user.payload: %s", n->name,
 				   rc == -EIO ? RECORD_DAMAGED : strerror(-rc));
 		return rc;
 	}
 	if (cap && plen > cap) { /* larger than any payload: damaged */
-		errlog_err(&dm->errors, -EIO, "records/%s: user.payload: %s", n->name, RECORD_DAMAGED);
+		fs_errlog_err(&dm->errors, -EIO, "records/%s: user.payload: %s", n->name, RECORD_DAMAGED);
 		return -EIO;
 	}
 	return (long)plen;
@@ -48,23 +48,23 @@ static void reply_sized(fuse_req_t req, const char *p, size_t len, size_t size)
 		fuse_reply_buf(req, p, len);
 }
 
-void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
+void fs_op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
 {
 	fs_daemon *dm = fuse_req_userdata(req);
-	node *n = get_locked(dm, ino);
+	node *n = fs_get_locked(dm, ino);
 	if (!n) {
 		fuse_reply_err(req, ENOENT);
 		return;
 	}
 	if (n->kind == K_STATS && !strcmp(name, WORKERS_XATTR)) {
 		sbuf b;
-		sb_init(&b);
-		int rc = render_workers(dm, &b);
+		fs_sb_init(&b);
+		int rc = fs_render_workers(dm, &b);
 		if (rc)
 			fuse_reply_err(req, -rc);
 		else
 			reply_sized(req, b.p, b.len, size);
-		sb_free(&b);
+		fs_sb_free(&b);
 		return;
 	}
 	if (n->kind != K_RECORD || strcmp(name, PAYLOAD_XATTR)) {
@@ -87,10 +87,10 @@ void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
 	free(buf);
 }
 
-void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
+void fs_op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 {
 	fs_daemon *dm = fuse_req_userdata(req);
-	node *n = get_locked(dm, ino);
+	node *n = fs_get_locked(dm, ino);
 	if (!n) {
 		fuse_reply_err(req, ENOENT);
 		return;
@@ -106,7 +106,7 @@ void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 
 /* No attribute can be set or removed: payloads come from ingest/ (see
  * fs/DESIGN.md for why ENOTSUP). */
-void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value, size_t size,
+void fs_op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value, size_t size,
 		 int flags)
 {
 	(void)ino;
@@ -117,7 +117,7 @@ void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *v
 	fuse_reply_err(req, ENOTSUP);
 }
 
-void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
+void fs_op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 {
 	(void)ino;
 	(void)name;

@@ -4,7 +4,7 @@
  * With FUSE passthrough (passthrough.c) each session has a memory file
  * that the kernel reads in the daemon's place; the results are written
  * into it before the close() that ran the query returns.  Otherwise out is
- * stored in the kernel's page cache (push_out()).  Either way a reader of
+ * stored in the kernel's page cache (fs_push_out()).  Either way a reader of
  * out needs at most one attribute round trip after a query.
  */
 #include "out_cache.h"
@@ -23,18 +23,18 @@
 #include "held.h"
 #include "inode.h"
 
-void out_cache_init(fs_daemon *dm)
+void fs_out_cache_init(fs_daemon *dm)
 {
 	memset(&dm->out, 0, sizeof dm->out);
 	pthread_mutex_init(&dm->out.push_mu, NULL);
 }
 
-void out_cache_fini(fs_daemon *dm)
+void fs_out_cache_fini(fs_daemon *dm)
 {
 	pthread_mutex_destroy(&dm->out.push_mu);
 }
 
-void out_cache_set_session(fs_daemon *dm, struct fuse_session *se, int cache_out,
+void fs_out_cache_set_session(fs_daemon *dm, struct fuse_session *se, int cache_out,
 			   int passthrough)
 {
 	out_cache *oc = &dm->out;
@@ -51,10 +51,10 @@ void out_cache_set_session(fs_daemon *dm, struct fuse_session *se, int cache_out
 	}
 }
 
-void out_cache_negotiate(fs_daemon *dm, struct fuse_conn_info *conn)
+void fs_out_cache_negotiate(fs_daemon *dm, struct fuse_conn_info *conn)
 {
 	out_cache *oc = &dm->out;
-	/* only out is cached, and push_out() says when it changes */
+	/* only out is cached, and fs_push_out() says when it changes */
 	oc->cached = oc->cache_wanted && (conn->capable & FUSE_CAP_EXPLICIT_INVAL_DATA);
 	if (oc->cached) {
 		conn->want |= FUSE_CAP_EXPLICIT_INVAL_DATA;
@@ -63,27 +63,27 @@ void out_cache_negotiate(fs_daemon *dm, struct fuse_conn_info *conn)
 }
 
 /* out is served from a file of the daemon's (passthrough) */
-int out_passthrough(const node *n)
+int fs_out_passthrough(const node *n)
 {
 	return n->kind == K_QOUT && n->session && n->session->out_bid > 0;
 }
 
 /* out is served from the kernel's page cache */
-int out_cached(fs_daemon *dm, const node *n)
+int fs_out_cached(fs_daemon *dm, const node *n)
 {
-	return dm->out.cached && n->kind == K_QOUT && !out_passthrough(n);
+	return dm->out.cached && n->kind == K_QOUT && !fs_out_passthrough(n);
 }
 
 /* Give a new session a backing file for out when passthrough works; else
  * its out is served as the other computed files are. */
-void out_backing_open(fs_daemon *dm, node *session)
+void fs_out_backing_open(fs_daemon *dm, node *session)
 {
-	if (!dm->out.passthrough || dm->out.files >= dm->out.files_max || !fc_backing_usable(dm->fuse))
+	if (!dm->out.passthrough || dm->out.files >= dm->out.files_max || !fs_fc_backing_usable(dm->fuse))
 		return;
 	int fd = memfd_create("vecfs-out", MFD_CLOEXEC);
 	if (fd < 0)
 		return;
-	int id = fc_backing_open(dm->fuse, fd);
+	int id = fs_fc_backing_open(dm->fuse, fd);
 	if (id > 0) {
 		session->out_fd = fd;
 		session->out_bid = id;
@@ -96,7 +96,7 @@ void out_backing_open(fs_daemon *dm, node *session)
 
 /* With dm->tree.mu held: the session no longer needs its backing file (its
  * readers, if any, keep the kernel's own reference to it). */
-void out_backing_close(fs_daemon *dm, node *session)
+void fs_out_backing_close(fs_daemon *dm, node *session)
 {
 	if (session->out_bid <= 0)
 		return;
@@ -104,7 +104,7 @@ void out_backing_close(fs_daemon *dm, node *session)
 	if (ftruncate(session->out_fd, 0) != 0) {
 		/* the memory goes with the last reference anyway */
 	}
-	fc_backing_close(dm->fuse, session->out_bid);
+	fs_fc_backing_close(dm->fuse, session->out_bid);
 	close(session->out_fd);
 	session->out_bid = 0;
 	session->out_fd = -1;
@@ -120,7 +120,7 @@ static int push_out_backing(fs_daemon *dm, node *session)
 	size_t len = 0;
 	int rc = 0;
 	/* with dm->out.push_mu held (the last push writes the latest out) */
-	char *p = qs_render(session->qs, QS_OUT, &len);
+	char *p = fs_qs_render(session->qs, QS_OUT, &len);
 	if (!p) {
 		rc = -ENOMEM;
 		len = 0;
@@ -146,8 +146,8 @@ static int push_out_backing(fs_daemon *dm, node *session)
 	free(p);
 	if (rc) {
 		/* out reads empty: so must stat, out.json and stats */
-		qs_clear(session->qs);
-		errlog_err(&dm->errors, rc, "query/%s/out: cannot store the results: %s", session->name, strerror(-rc));
+		fs_qs_clear(session->qs);
+		fs_errlog_err(&dm->errors, rc, "query/%s/out: cannot store the results: %s", session->name, strerror(-rc));
 	}
 	return rc;
 }
@@ -157,7 +157,7 @@ static void push_out_cache(fs_daemon *dm, node *session, fuse_ino_t ino)
 {
 	FS_ASSERT_HELD(&dm->out.push_mu);
 	size_t len = 0;
-	char *p = qs_render(session->qs, QS_OUT, &len);
+	char *p = fs_qs_render(session->qs, QS_OUT, &len);
 	fuse_lowlevel_notify_inval_inode(dm->out.se, ino, 0, 0);
 	if (p && len) {
 		struct fuse_bufvec bv = FUSE_BUFVEC_INIT(len);
@@ -177,12 +177,12 @@ static void push_out_cache(fs_daemon *dm, node *session, fuse_ino_t ino)
  * nothing cached: the notifications then fail, harmlessly.  A passed
  * through out has its own file instead; only its attributes are dropped
  * (a stat then asks for the new size, a read does not need it). */
-int push_out(fs_daemon *dm, node *session)
+int fs_push_out(fs_daemon *dm, node *session)
 {
-	node_changed(session); /* its files changed: a query ran */
+	fs_node_changed(session); /* its files changed: a query ran */
 	int rc = 0, passed;
 	pthread_mutex_lock(&dm->tree.mu);
-	node *o = find_name(dm, session->ino, "out");
+	node *o = fs_find_name(dm, session->ino, "out");
 	fuse_ino_t ino = o ? o->ino : 0;
 	pthread_mutex_unlock(&dm->tree.mu);
 	pthread_mutex_lock(&dm->out.push_mu); /* the last push stores the latest out */

@@ -14,11 +14,11 @@
  * the session's I/O goes through the two functions below (libfuse's custom
  * I/O): the read one notes whether the kernel's INIT offers passthrough,
  * the write one adds the request to the INIT reply;
- * fc_reply_open_backing() writes the OPEN reply with the backing file.  A
+ * fs_fc_reply_open_backing() writes the OPEN reply with the backing file.  A
  * libfuse that knows FUSE_CAP_PASSTHROUGH does both itself.  The ABI
  * numbers are the kernel's (include/uapi/linux/fuse.h).  On a kernel
  * without it, or without CAP_SYS_ADMIN (which registering a backing file
- * needs), fc_backing_open() fails and out is served as before.
+ * needs), fs_fc_backing_open() fails and out is served as before.
  *
  * Being the one writer of replies, pt_writev() also tells the session loop
  * when a reply goes out (fs_loop_replied()).
@@ -131,13 +131,13 @@ static ssize_t pt_writev(int fd, struct iovec *iov, int count, void *userdata)
 	return writev(fd, iov, count);
 }
 
-void pt_init(fuse_compat *fc)
+void fs_pt_init(fuse_compat *fc)
 {
 	memset(&fc->pt, 0, sizeof fc->pt);
 	fc->pt.dev_fd = -1;
 }
 
-int pt_install(fuse_compat *fc, int passthrough)
+int fs_pt_install(fuse_compat *fc, int passthrough)
 {
 #if FC_OWN_PASSTHROUGH
 	static const struct fuse_custom_io io = {.read = pt_read, .writev = pt_writev};
@@ -151,15 +151,15 @@ int pt_install(fuse_compat *fc, int passthrough)
 	return 0;
 }
 
-int fc_backing_usable(fuse_compat *fc)
+int fs_fc_backing_usable(fuse_compat *fc)
 {
 	pt_state *pt = &fc->pt;
 	return pt->wanted && pt->dev_fd >= 0 && atomic_load(&pt->asked) && !atomic_load(&pt->refused);
 }
 
-int fc_backing_open(fuse_compat *fc, int fd)
+int fs_fc_backing_open(fuse_compat *fc, int fd)
 {
-	if (!fc_backing_usable(fc))
+	if (!fs_fc_backing_usable(fc))
 		return -EOPNOTSUPP;
 	struct pt_backing_map map = {.fd = fd};
 	int id = ioctl(fc->pt.dev_fd, PT_IOC_BACKING_OPEN, &map);
@@ -172,19 +172,19 @@ int fc_backing_open(fuse_compat *fc, int fd)
 	return rc;
 }
 
-void fc_backing_close(fuse_compat *fc, int id)
+void fs_fc_backing_close(fuse_compat *fc, int id)
 {
 	uint32_t v = (uint32_t)id;
 	if (id > 0 && fc->pt.dev_fd >= 0)
 		ioctl(fc->pt.dev_fd, PT_IOC_BACKING_CLOSE, &v);
 }
 
-void pt_detach(fuse_compat *fc)
+void fs_pt_detach(fuse_compat *fc)
 {
 	fc->pt.dev_fd = -1;
 }
 
-void fc_init_conn(fuse_compat *fc, struct fuse_conn_info *conn)
+void fs_fc_init_conn(fuse_compat *fc, struct fuse_conn_info *conn)
 {
 #if FC_OWN_PASSTHROUGH
 	(void)fc;
@@ -199,7 +199,7 @@ void fc_init_conn(fuse_compat *fc, struct fuse_conn_info *conn)
 #endif
 }
 
-int fc_reply_open_backing(fuse_req_t req, const struct fuse_file_info *fi, int backing_id)
+int fs_fc_reply_open_backing(fuse_req_t req, const struct fuse_file_info *fi, int backing_id)
 {
 #if FC_OWN_PASSTHROUGH
 	struct pt_open_out o = {

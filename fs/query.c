@@ -81,7 +81,7 @@ struct qsession {
 	int ended;     /* the session was removed (rmdir): no more input */
 	qinput acc;    /* text: options and vectors of the lines checked */
 	/* the last query's results: out is rendered when the query runs (it is
-	 * written where readers read it, see push_out() in out_cache.c), out.json
+	 * written where readers read it, see fs_push_out() in out_cache.c), out.json
 	 * and stats when first read */
 	vecfs_results *r;
 	int exact;     /* how the last query ran */
@@ -97,7 +97,7 @@ struct qsession {
 	uint64_t serial, ver;
 };
 
-qsession *qs_new(fs_daemon *dm, const char *id)
+qsession *fs_qs_new(fs_daemon *dm, const char *id)
 {
 	qsession *q = calloc(1, sizeof *q);
 	if (!q)
@@ -130,7 +130,7 @@ static void clear_results(qsession *q)
 	q->results_held = 0;
 }
 
-void qs_free(qsession *q)
+void fs_qs_free(qsession *q)
 {
 	if (!q)
 		return;
@@ -164,7 +164,7 @@ static void reset_input(qsession *q)
 {
 	q->ver++;
 	budget_give(q->budget, q->in.len);
-	sb_free(&q->in);
+	fs_sb_free(&q->in);
 	q->checked = 0;
 	q->lines = 0;
 	q->kind = 0;
@@ -173,7 +173,7 @@ static void reset_input(qsession *q)
 	memset(&q->acc, 0, sizeof q->acc);
 }
 
-void qs_in_truncate(qsession *q)
+void fs_qs_in_truncate(qsession *q)
 {
 	pthread_mutex_lock(&q->mu);
 	reset_input(q);
@@ -191,12 +191,12 @@ static void forget(qsession *q, int ended)
 	pthread_mutex_unlock(&q->mu);
 }
 
-void qs_end(qsession *q)
+void fs_qs_end(qsession *q)
 {
 	forget(q, 1);
 }
 
-void qs_clear(qsession *q)
+void fs_qs_clear(qsession *q)
 {
 	forget(q, 0);
 }
@@ -217,24 +217,24 @@ static int in_write(qsession *q, const char *buf, size_t len, uint64_t off, int 
 	int first = q->in.len == 0 && !q->bad; /* the input's first write */
 	q->ver++;
 	if (q->ended) {
-		errlog(&q->dm->errors, "query/%s/in: the session was removed (rmdir)", q->id);
+		fs_errlog(&q->dm->errors, "query/%s/in: the session was removed (rmdir)", q->id);
 		rc = -ENOENT;
 	} else if (q->bad) {
 		rc = -EINVAL;
 	} else if (q->in.len + len > IN_MAX) {
-		errlog(&q->dm->errors, "query/%s/in: more than %zu MiB of query input", q->id, IN_MAX >> 20);
+		fs_errlog(&q->dm->errors, "query/%s/in: more than %zu MiB of query input", q->id, IN_MAX >> 20);
 		rc = -EFBIG;
 	} else if (budget_take(q->budget, len)) {
-		errlog(&q->dm->errors, "query/%s/in: the query input of all sessions together is at its "
+		fs_errlog(&q->dm->errors, "query/%s/in: the query input of all sessions together is at its "
 		       "bound (%zu MiB, -o query_input_mb); remove other sessions or "
 		       "truncate their in", q->id, q->budget->max >> 20);
 		rc = -ENOSPC;
 	} else {
-		sb_add(&q->in, buf, len);
+		fs_sb_add(&q->in, buf, len);
 		if (q->in.oom) {
 			budget_give(q->budget, len); /* not added */
 			reset_input(q);
-			errlog_err(&q->dm->errors, -ENOMEM, "query/%s/in: out of memory", q->id);
+			fs_errlog_err(&q->dm->errors, -ENOMEM, "query/%s/in: out of memory", q->id);
 			rc = -ENOMEM;
 		}
 		q->dirty = 1;
@@ -252,12 +252,12 @@ static int in_write(qsession *q, const char *buf, size_t len, uint64_t off, int 
 	return rc;
 }
 
-int qs_in_write(qsession *q, const char *buf, size_t len, uint64_t off)
+int fs_qs_in_write(qsession *q, const char *buf, size_t len, uint64_t off)
 {
 	return in_write(q, buf, len, off, 1);
 }
 
-int qs_in_write_run(qsession *q, const char *buf, size_t len, int *ran)
+int fs_qs_in_write_run(qsession *q, const char *buf, size_t len, int *ran)
 {
 	*ran = 0;
 	int rc = in_write(q, buf, len, 0, 1);
@@ -265,7 +265,7 @@ int qs_in_write_run(qsession *q, const char *buf, size_t len, int *ran)
 		return rc; /* the session was removed: nothing to run */
 	/* as the close would: a refused input clears the results it replaced,
 	 * and the write's own errno is the one returned */
-	int frc = qs_in_flush(q, ran);
+	int frc = fs_qs_in_flush(q, ran);
 	return rc ? rc : frc;
 }
 
@@ -408,7 +408,7 @@ static int check_lines(qsession *q)
 	free(tmp);
 	if (rc) {
 		q->bad = 1;
-		errlog(&q->dm->errors, "query/%s/in: line %u: %s", q->id, q->lines, why);
+		fs_errlog(&q->dm->errors, "query/%s/in: line %u: %s", q->id, q->lines, why);
 	}
 	return rc;
 }
@@ -422,14 +422,14 @@ static void render_out(sbuf *out, const vecfs_results *r, size_t room)
 	char num[40];
 	for (size_t i = 0; i < r->nq && out->len <= room; i++) {
 		if (i)
-			sb_add(out, "\n", 1);
+			fs_sb_add(out, "\n", 1);
 		for (size_t j = 0; j < r->count[i] && out->len <= room; j++) {
 			const vecfs_hit *h = &r->hits[i][j];
 			int nn = vecfs_format_float(num, sizeof num, h->distance);
-			sb_add(out, h->key, h->keylen);
-			sb_add(out, "\t", 1);
-			sb_add(out, num, (size_t)nn);
-			sb_add(out, "\n", 1);
+			fs_sb_add(out, h->key, h->keylen);
+			fs_sb_add(out, "\t", 1);
+			fs_sb_add(out, num, (size_t)nn);
+			fs_sb_add(out, "\n", 1);
 		}
 	}
 }
@@ -438,11 +438,11 @@ static void render_json(sbuf *js, const vecfs_results *r, size_t room)
 {
 	char num[40];
 	if (r->generation)
-		sb_printf(js, "{\"generation\": %llu, \"results\": [", (unsigned long long)r->generation);
+		fs_sb_printf(js, "{\"generation\": %llu, \"results\": [", (unsigned long long)r->generation);
 	else
-		sb_adds(js, "{\"generation\": null, \"results\": [");
+		fs_sb_adds(js, "{\"generation\": null, \"results\": [");
 	for (size_t i = 0; i < r->nq && js->len <= room; i++) {
-		sb_adds(js, i ? ", [" : "[");
+		fs_sb_adds(js, i ? ", [" : "[");
 		for (size_t j = 0; j < r->count[i] && js->len <= room; j++) {
 			const vecfs_hit *h = &r->hits[i][j];
 			/* JSON has no infinity: a distance that overflowed float32
@@ -450,20 +450,20 @@ static void render_json(sbuf *js, const vecfs_results *r, size_t room)
 			int nn = isinf(h->distance)
 				 ? snprintf(num, sizeof num, "%s", h->distance > 0 ? "1e999" : "-1e999")
 				 : vecfs_format_float(num, sizeof num, h->distance);
-			sb_adds(js, j ? ", {\"key\": " : "{\"key\": ");
-			sb_json_string(js, h->key, h->keylen);
-			sb_adds(js, ", \"distance\": ");
-			sb_add(js, num, (size_t)nn);
-			sb_adds(js, ", \"payload\": ");
+			fs_sb_adds(js, j ? ", {\"key\": " : "{\"key\": ");
+			fs_sb_json_string(js, h->key, h->keylen);
+			fs_sb_adds(js, ", \"distance\": ");
+			fs_sb_add(js, num, (size_t)nn);
+			fs_sb_adds(js, ", \"payload\": ");
 			if (h->payload && h->payload_len)
-				sb_add(js, h->payload, h->payload_len);
+				fs_sb_add(js, h->payload, h->payload_len);
 			else
-				sb_adds(js, "null");
-			sb_adds(js, "}");
+				fs_sb_adds(js, "null");
+			fs_sb_adds(js, "}");
 		}
-		sb_adds(js, "]");
+		fs_sb_adds(js, "]");
 	}
-	sb_adds(js, "]}\n");
+	fs_sb_adds(js, "]}\n");
 }
 
 static void render_session_stats(sbuf *st, const qsession *q)
@@ -471,33 +471,33 @@ static void render_session_stats(sbuf *st, const qsession *q)
 	const vecfs_results *r = q->r;
 	const vecfs_explain *e = &r->explain;
 	if (r->generation)
-		sb_printf(st, "generation = %llu\n", (unsigned long long)r->generation);
+		fs_sb_printf(st, "generation = %llu\n", (unsigned long long)r->generation);
 	else
-		sb_adds(st, "generation = none\n");
-	sb_printf(st, "mode = %s\n", q->exact ? "exact" : "ann");
-	sb_printf(st, "queries = %zu\n", r->nq);
-	sb_printf(st, "dim = %u\n", q->dim);
-	sb_printf(st, "k = %u\n", e->k);
-	sb_printf(st, "nprobe = %u\n", e->nprobe);
+		fs_sb_adds(st, "generation = none\n");
+	fs_sb_printf(st, "mode = %s\n", q->exact ? "exact" : "ann");
+	fs_sb_printf(st, "queries = %zu\n", r->nq);
+	fs_sb_printf(st, "dim = %u\n", q->dim);
+	fs_sb_printf(st, "k = %u\n", e->k);
+	fs_sb_printf(st, "nprobe = %u\n", e->nprobe);
 	if (e->recall_target > 0)
-		sb_printf(st, "recall_target = %.6g\n", (double)e->recall_target);
-	sb_printf(st, "refine = %u\n", e->refine);
-	sb_printf(st, "clusters_probed = %llu\n", (unsigned long long)e->clusters_probed);
-	sb_printf(st, "pass1_scored = %llu\n", (unsigned long long)e->pass1_scored);
-	sb_printf(st, "pass1_pruned = %llu\n", (unsigned long long)e->pass1_pruned);
-	sb_printf(st, "pass2_scored = %llu\n", (unsigned long long)e->pass2_scored);
-	sb_printf(st, "pass2_pruned = %llu\n", (unsigned long long)e->pass2_pruned);
-	sb_printf(st, "reranked = %llu\n", (unsigned long long)e->reranked);
-	sb_printf(st, "delta_scanned = %llu\n", (unsigned long long)e->delta_scanned);
-	sb_printf(st, "unindexed_scanned = %llu\n", (unsigned long long)e->uncovered_scanned);
-	sb_printf(st, "stale_skipped = %llu\n", (unsigned long long)e->stale_skipped);
-	sb_printf(st, "pages_read = %llu\n", (unsigned long long)e->pages_read);
+		fs_sb_printf(st, "recall_target = %.6g\n", (double)e->recall_target);
+	fs_sb_printf(st, "refine = %u\n", e->refine);
+	fs_sb_printf(st, "clusters_probed = %llu\n", (unsigned long long)e->clusters_probed);
+	fs_sb_printf(st, "pass1_scored = %llu\n", (unsigned long long)e->pass1_scored);
+	fs_sb_printf(st, "pass1_pruned = %llu\n", (unsigned long long)e->pass1_pruned);
+	fs_sb_printf(st, "pass2_scored = %llu\n", (unsigned long long)e->pass2_scored);
+	fs_sb_printf(st, "pass2_pruned = %llu\n", (unsigned long long)e->pass2_pruned);
+	fs_sb_printf(st, "reranked = %llu\n", (unsigned long long)e->reranked);
+	fs_sb_printf(st, "delta_scanned = %llu\n", (unsigned long long)e->delta_scanned);
+	fs_sb_printf(st, "unindexed_scanned = %llu\n", (unsigned long long)e->uncovered_scanned);
+	fs_sb_printf(st, "stale_skipped = %llu\n", (unsigned long long)e->stale_skipped);
+	fs_sb_printf(st, "pages_read = %llu\n", (unsigned long long)e->pages_read);
 	if (q->filtered) {
-		sb_printf(st, "filter_passed = %llu\n", (unsigned long long)e->filter_passed);
-		sb_printf(st, "filter_tested = %llu\n", (unsigned long long)e->filter_tested);
+		fs_sb_printf(st, "filter_passed = %llu\n", (unsigned long long)e->filter_passed);
+		fs_sb_printf(st, "filter_tested = %llu\n", (unsigned long long)e->filter_tested);
 	}
-	sb_printf(st, "search_us = %llu\n", (unsigned long long)e->micros);
-	sb_printf(st, "total_us = %llu\n", (unsigned long long)(q->secs * 1e6));
+	fs_sb_printf(st, "search_us = %llu\n", (unsigned long long)e->micros);
+	fs_sb_printf(st, "total_us = %llu\n", (unsigned long long)(q->secs * 1e6));
 }
 
 /* Render one of the session's files unless it is already: with q->mu held.
@@ -513,7 +513,7 @@ static int ensure_rendered(qsession *q, int which)
 	size_t room = ob->max > ob->used ? ob->max - ob->used : 0;
 	pthread_mutex_unlock(&ob->mu);
 	sbuf b;
-	sb_init(&b);
+	fs_sb_init(&b);
 	if (which == QS_OUT)
 		render_out(&b, q->r, room);
 	else if (which == QS_JSON)
@@ -522,10 +522,10 @@ static int ensure_rendered(qsession *q, int which)
 		render_session_stats(&b, q);
 	int rc = b.oom ? -ENOMEM : b.len > room || budget_take(ob, b.len) ? -E2BIG : 0;
 	if (rc) {
-		sb_free(&b);
+		fs_sb_free(&b);
 		return rc;
 	}
-	q->res[which] = sb_take(&b, &q->reslen[which]);
+	q->res[which] = fs_sb_take(&b, &q->reslen[which]);
 	return 0;
 }
 
@@ -632,7 +632,7 @@ static void search_ahead(qsession *q)
 		qinput_free(&qi);
 		return;
 	}
-	ahead_submit(q->dm->ahead, q->serial, q->ver, q->v, &qi.o, qi.vecs, qi.nq, qi.dim);
+	fs_ahead_submit(q->dm->ahead, q->serial, q->ver, q->v, &qi.o, qi.vecs, qi.nq, qi.dim);
 	free(qi.vline); /* the vectors are the search's from here on, their lines not */
 }
 
@@ -656,7 +656,7 @@ static double now_s(void)
 	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-int qs_in_flush(qsession *q, int *ran)
+int fs_qs_in_flush(qsession *q, int *ran)
 {
 	qinput qi;
 	char why[300] = "";
@@ -668,7 +668,7 @@ int qs_in_flush(qsession *q, int *ran)
 		pthread_mutex_unlock(&q->mu);
 		return 0;
 	}
-	fc_request_long(q->dm->fuse); /* the query runs */
+	fs_fc_request_long(q->dm->fuse); /* the query runs */
 	q->dirty = 0;
 	if (q->bad) {
 		/* the reason went to errors when the write failed */
@@ -700,15 +700,15 @@ int qs_in_flush(qsession *q, int *ran)
 	if (rc) {
 		clear_results(q);
 		if (line)
-			errlog_err(&q->dm->errors, rc, "query/%s/in: line %u: %s", q->id, line, why[0] ? why : strerror(-rc));
+			fs_errlog_err(&q->dm->errors, rc, "query/%s/in: line %u: %s", q->id, line, why[0] ? why : strerror(-rc));
 		else
-			errlog_err(&q->dm->errors, rc, "query/%s/in: %s", q->id, why[0] ? why : strerror(-rc));
+			fs_errlog_err(&q->dm->errors, rc, "query/%s/in: %s", q->id, why[0] ? why : strerror(-rc));
 		qinput_free(&qi);
 		pthread_mutex_unlock(&q->mu);
 		return rc;
 	}
 	/* searched ahead at the write, if that still holds */
-	vecfs_results *r = ahead_take(q->dm->ahead, q->serial, q->ver, q->v);
+	vecfs_results *r = fs_ahead_take(q->dm->ahead, q->serial, q->ver, q->v);
 	if (!r)
 		rc = vecfs_search(q->v, qi.vecs, qi.nq, qi.dim, &qi.o, &r, why, sizeof why);
 	clear_results(q);
@@ -716,9 +716,9 @@ int qs_in_flush(qsession *q, int *ran)
 		budget_give(&q->dm->query_results, held);
 		unsigned at = failed_line(&qi, why);
 		if (at)
-			errlog_err(&q->dm->errors, rc, "query/%s/in: line %u: %s", q->id, at, why);
+			fs_errlog_err(&q->dm->errors, rc, "query/%s/in: line %u: %s", q->id, at, why);
 		else
-			errlog_err(&q->dm->errors, rc, "query/%s/in: %s%s", q->id, why[0] ? why : strerror(-rc),
+			fs_errlog_err(&q->dm->errors, rc, "query/%s/in: %s%s", q->id, why[0] ? why : strerror(-rc),
 				   rc == -EIO ? " (echo verify > ctl names it; echo salvage > ctl removes it)" : "");
 	} else {
 		q->r = r;
@@ -731,11 +731,11 @@ int qs_in_flush(qsession *q, int *ran)
 		if (rc) {
 			clear_results(q);
 			if (rc == -E2BIG)
-				errlog(&q->dm->errors, "query/%s/in: the results' text is past the room left for "
+				fs_errlog(&q->dm->errors, "query/%s/in: the results' text is past the room left for "
 				       "rendered results (%zu MiB for all sessions, -o query_output_mb)",
 				       q->id, q->dm->query_output.max >> 20);
 			else
-				errlog_err(&q->dm->errors, rc, "query/%s/in: out of memory formatting the results", q->id);
+				fs_errlog_err(&q->dm->errors, rc, "query/%s/in: out of memory formatting the results", q->id);
 		}
 	}
 	qinput_free(&qi);
@@ -743,50 +743,50 @@ int qs_in_flush(qsession *q, int *ran)
 	return rc;
 }
 
-int qs_in_flush_empty(qsession *q, int *ran)
+int fs_qs_in_flush_empty(qsession *q, int *ran)
 {
 	pthread_mutex_lock(&q->mu);
 	if (q->in.len == 0 && !q->ended)
 		q->dirty = 1;
 	pthread_mutex_unlock(&q->mu);
-	return qs_in_flush(q, ran);
+	return fs_qs_in_flush(q, ran);
 }
 
-int qs_render_into(qsession *q, int which, sbuf *b)
+int fs_qs_render_into(qsession *q, int which, sbuf *b)
 {
 	static const char *const names[] = {"out", "out.json", "stats"};
 	pthread_mutex_lock(&q->mu);
 	int rc = ensure_rendered(q, which);
 	if (rc == 0 && q->reslen[which])
-		sb_add(b, q->res[which], q->reslen[which]);
+		fs_sb_add(b, q->res[which], q->reslen[which]);
 	if (rc == -E2BIG)
-		errlog(&q->dm->errors, "query/%s/%s: past the room left for rendered results (%zu MiB "
+		fs_errlog(&q->dm->errors, "query/%s/%s: past the room left for rendered results (%zu MiB "
 		       "for all sessions, -o query_output_mb): remove other sessions", q->id,
 		       names[which], q->dm->query_output.max >> 20);
 	pthread_mutex_unlock(&q->mu);
 	return rc ? rc : b->oom ? -ENOMEM : 0;
 }
 
-char *qs_render(qsession *q, int which, size_t *len)
+char *fs_qs_render(qsession *q, int which, size_t *len)
 {
 	sbuf b;
-	sb_init(&b);
-	if (qs_render_into(q, which, &b)) {
-		sb_free(&b);
+	fs_sb_init(&b);
+	if (fs_qs_render_into(q, which, &b)) {
+		fs_sb_free(&b);
 		return NULL;
 	}
-	return sb_take(&b, len);
+	return fs_sb_take(&b, len);
 }
 
-int qs_in_render(qsession *q, sbuf *b)
+int fs_qs_in_render(qsession *q, sbuf *b)
 {
 	pthread_mutex_lock(&q->mu);
-	sb_add(b, q->in.p ? q->in.p : "", q->in.len);
+	fs_sb_add(b, q->in.p ? q->in.p : "", q->in.len);
 	pthread_mutex_unlock(&q->mu);
 	return b->oom ? -ENOMEM : 0;
 }
 
-size_t qs_in_size(qsession *q)
+size_t fs_qs_in_size(qsession *q)
 {
 	pthread_mutex_lock(&q->mu);
 	size_t n = q->in.len;
@@ -794,7 +794,7 @@ size_t qs_in_size(qsession *q)
 	return n;
 }
 
-size_t qs_size(qsession *q, int which)
+size_t fs_qs_size(qsession *q, int which)
 {
 	pthread_mutex_lock(&q->mu);
 	ensure_rendered(q, which);
@@ -825,7 +825,7 @@ static int mount_id_dev(pid_t pid, unsigned long mnt_id, char *dev, size_t len)
 	return found;
 }
 
-int proc_holds_file(pid_t pid, const char *dev, uint64_t ino)
+int fs_proc_holds_file(pid_t pid, const char *dev, uint64_t ino)
 {
 	char dir[64];
 	snprintf(dir, sizeof dir, "/proc/%d/fdinfo", (int)pid);

@@ -28,38 +28,38 @@ enum { QS_OUT, QS_JSON, QS_STATS };
  * by what /proc says of its descriptors (fdinfo: the mount id and the
  * inode), so any path to the file counts: a bind mount's, a container's.
  * Reading /proc asks nothing of the mount. */
-int proc_holds_file(pid_t pid, const char *dev, uint64_t ino);
+int fs_proc_holds_file(pid_t pid, const char *dev, uint64_t ino);
 
 /* A session of dm's store; its input counts against dm->query_input. */
-qsession *qs_new(fs_daemon *dm, const char *id);
-void qs_free(qsession *q);
-void qs_in_truncate(qsession *q);
+qsession *fs_qs_new(fs_daemon *dm, const char *id);
+void fs_qs_free(qsession *q);
+void fs_qs_in_truncate(qsession *q);
 /* Forget the input and the results (rm of a session's files). */
-void qs_clear(qsession *q);
+void fs_qs_clear(qsession *q);
 /* The session was removed: forget input and results, refuse more input. */
-void qs_end(qsession *q);
+void fs_qs_end(qsession *q);
 /* A write at offset 0 replaces the input; others append to it. */
-int qs_in_write(qsession *q, const char *buf, size_t len, uint64_t off);
+int fs_qs_in_write(qsession *q, const char *buf, size_t len, uint64_t off);
 /* A whole input written at offset 0 and run at once (a synchronous write:
  * see ops_file.c): the input's errno, as its close would return it; *ran
- * as for qs_in_flush(). */
-int qs_in_write_run(qsession *q, const char *buf, size_t len, int *ran);
-size_t qs_in_size(qsession *q);
+ * as for fs_qs_in_flush(). */
+int fs_qs_in_write_run(qsession *q, const char *buf, size_t len, int *ran);
+size_t fs_qs_in_size(qsession *q);
 /* What in holds, as a read of it returns it. */
-int qs_in_render(qsession *q, sbuf *b);
+int fs_qs_in_render(qsession *q, sbuf *b);
 /* Run the query when `in` was written since the last run; *ran says
  * whether it did (and so replaced or cleared the results). */
-int qs_in_flush(qsession *q, int *ran);
+int fs_qs_in_flush(qsession *q, int *ran);
 /* The close of a descriptor of `in` that wrote nothing, and the last one
  * its process holds: an input left empty (by O_TRUNC or a truncate) runs,
  * and fails as one with no query vector. */
-int qs_in_flush_empty(qsession *q, int *ran);
+int fs_qs_in_flush_empty(qsession *q, int *ran);
 /* A snapshot of out / out.json / stats (malloc'd; *len set). */
-char *qs_render(qsession *q, int which, size_t *len);
+char *fs_qs_render(qsession *q, int which, size_t *len);
 /* The same, appended to b: 0, -ENOMEM, or -E2BIG (with an errors line)
  * when the rendered file would pass dm's query_output. */
 struct sbuf;
-int qs_render_into(qsession *q, int which, struct sbuf *b);
-size_t qs_size(qsession *q, int which);
+int fs_qs_render_into(qsession *q, int which, struct sbuf *b);
+size_t fs_qs_size(qsession *q, int which);
 
 #endif

@@ -22,9 +22,9 @@
 
 /* ---------------------------------------------------------------- README */
 
-void render_readme(sbuf *b)
+void fs_render_readme(sbuf *b)
 {
-	sb_adds(b,
+	fs_sb_adds(b,
 		"vecfs " VECFS_VERSION " - a vector-search index used through plain files.\n"
 		"\n"
 		"  ingest/          create NAME.csv|.tsv|.txt|.jsonl|.ndjson|.fvecs|.bvecs|.npy here,\n"
@@ -48,7 +48,7 @@ void render_readme(sbuf *b)
 
 /* ---------------------------------------------------------------- config */
 
-int render_config(vecfs *v, sbuf *b)
+int fs_render_config(vecfs *v, sbuf *b)
 {
 	vecfs_config c;
 	int rc = vecfs_config_get(v, &c);
@@ -59,72 +59,72 @@ int render_config(vecfs *v, sbuf *b)
 	for (size_t i = 0; i < n; i++) {
 		char value[32];
 		vecfs_setting_format(&rows[i], &c, value, sizeof value);
-		sb_printf(b, "%s = %s\n", rows[i].name, value);
+		fs_sb_printf(b, "%s = %s\n", rows[i].name, value);
 	}
 	return b->oom ? -ENOMEM : 0;
 }
 
 /* ---------------------------------------------------------------- stats */
 
-int render_stats(vecfs *v, sbuf *b)
+int fs_render_stats(vecfs *v, sbuf *b)
 {
 	vecfs_stats s;
 	int rc = vecfs_stats_get(v, &s);
 	if (rc)
 		return rc;
-	sb_printf(b, "dim = %u\n", s.dim);
-	sb_printf(b, "metric = %s\n", vecfs_metric_name(s.metric));
-	sb_printf(b, "records = %llu\n", (unsigned long long)s.records);
-	sb_printf(b, "deleted = %llu\n", (unsigned long long)s.deleted);
-	sb_printf(b, "generations = %llu\n", (unsigned long long)s.generations);
+	fs_sb_printf(b, "dim = %u\n", s.dim);
+	fs_sb_printf(b, "metric = %s\n", vecfs_metric_name(s.metric));
+	fs_sb_printf(b, "records = %llu\n", (unsigned long long)s.records);
+	fs_sb_printf(b, "deleted = %llu\n", (unsigned long long)s.deleted);
+	fs_sb_printf(b, "generations = %llu\n", (unsigned long long)s.generations);
 	if (s.active)
-		sb_printf(b, "active = %llu\n", (unsigned long long)s.active);
+		fs_sb_printf(b, "active = %llu\n", (unsigned long long)s.active);
 	else
-		sb_adds(b, "active = none\n");
-	sb_printf(b, "unindexed = %llu\n", (unsigned long long)s.unindexed);
-	sb_printf(b, "delta_postings = %llu\n", (unsigned long long)s.delta_postings);
-	sb_printf(b, "store_bytes = %llu\n", (unsigned long long)s.store_bytes);
-	sb_printf(b, "ingest_rows = %llu\n", (unsigned long long)s.ingest_rows);
-	sb_printf(b, "queries = %llu\n", (unsigned long long)s.queries);
-	sb_printf(b, "p50_us = %llu\n", (unsigned long long)s.p50_us);
-	sb_printf(b, "p99_us = %llu\n", (unsigned long long)s.p99_us);
-	sb_printf(b, "pages_read = %llu\n", (unsigned long long)s.pages_read);
+		fs_sb_adds(b, "active = none\n");
+	fs_sb_printf(b, "unindexed = %llu\n", (unsigned long long)s.unindexed);
+	fs_sb_printf(b, "delta_postings = %llu\n", (unsigned long long)s.delta_postings);
+	fs_sb_printf(b, "store_bytes = %llu\n", (unsigned long long)s.store_bytes);
+	fs_sb_printf(b, "ingest_rows = %llu\n", (unsigned long long)s.ingest_rows);
+	fs_sb_printf(b, "queries = %llu\n", (unsigned long long)s.queries);
+	fs_sb_printf(b, "p50_us = %llu\n", (unsigned long long)s.p50_us);
+	fs_sb_printf(b, "p99_us = %llu\n", (unsigned long long)s.p99_us);
+	fs_sb_printf(b, "pages_read = %llu\n", (unsigned long long)s.pages_read);
 	if (s.recall_estimate < 0) {
-		sb_adds(b, "recall_estimate = none\n");
-		sb_printf(b, "recall_samples = %llu\n", (unsigned long long)s.recall_samples);
-		sb_adds(b, "recall_interval = none\n");
+		fs_sb_adds(b, "recall_estimate = none\n");
+		fs_sb_printf(b, "recall_samples = %llu\n", (unsigned long long)s.recall_samples);
+		fs_sb_adds(b, "recall_interval = none\n");
 	} else {
-		sb_printf(b, "recall_estimate = %.4f\n", s.recall_estimate);
-		sb_printf(b, "recall_samples = %llu\n", (unsigned long long)s.recall_samples);
-		sb_printf(b, "recall_interval = %.4f %.4f\n", s.recall_low, s.recall_high);
+		fs_sb_printf(b, "recall_estimate = %.4f\n", s.recall_estimate);
+		fs_sb_printf(b, "recall_samples = %llu\n", (unsigned long long)s.recall_samples);
+		fs_sb_printf(b, "recall_interval = %.4f %.4f\n", s.recall_low, s.recall_high);
 	}
-	sb_printf(b, "next_key = %llu\n", (unsigned long long)s.next_key);
-	sb_printf(b, "compactions = %llu\n", (unsigned long long)s.compactions);
-	sb_printf(b, "rebalances = %llu\n", (unsigned long long)s.rebalances);
-	sb_printf(b, "cluster_imbalance = %.3f\n", s.cluster_imbalance);
-	sb_printf(b, "maintenance = %s\n", s.maintenance ? "running" : "idle");
-	sb_printf(b, "kernels = %s\n", vecfs_kernel_name());
+	fs_sb_printf(b, "next_key = %llu\n", (unsigned long long)s.next_key);
+	fs_sb_printf(b, "compactions = %llu\n", (unsigned long long)s.compactions);
+	fs_sb_printf(b, "rebalances = %llu\n", (unsigned long long)s.rebalances);
+	fs_sb_printf(b, "cluster_imbalance = %.3f\n", s.cluster_imbalance);
+	fs_sb_printf(b, "maintenance = %s\n", s.maintenance ? "running" : "idle");
+	fs_sb_printf(b, "kernels = %s\n", vecfs_kernel_name());
 	return b->oom ? -ENOMEM : 0;
 }
 
 /* The session loop's workers: gauges that reading them moves (the worker
  * answering is busy; a tool's parallel reads start more), so not in
  * `stats`, whose content changes only with what it counts. */
-int render_workers(fs_daemon *dm, sbuf *b)
+int fs_render_workers(fs_daemon *dm, sbuf *b)
 {
 	fs_loop_stats ls;
-	if (!fc_loop_counts(dm->fuse, &ls))
+	if (!fs_fc_loop_counts(dm->fuse, &ls))
 		return -ENODATA;
-	sb_printf(b, "workers = %u\n", ls.workers);
-	sb_printf(b, "workers_started = %llu\n", (unsigned long long)ls.extra_started);
-	sb_printf(b, "workers_listening = %u\n", ls.listening);
-	sb_printf(b, "workers_listening_cpus = %s\n", ls.listening_cpus);
+	fs_sb_printf(b, "workers = %u\n", ls.workers);
+	fs_sb_printf(b, "workers_started = %llu\n", (unsigned long long)ls.extra_started);
+	fs_sb_printf(b, "workers_listening = %u\n", ls.listening);
+	fs_sb_printf(b, "workers_listening_cpus = %s\n", ls.listening_cpus);
 	return b->oom ? -ENOMEM : 0;
 }
 
 /* ---------------------------------------------------------------- the tree's files */
 
-int render_node(fs_daemon *dm, node *n, sbuf *b)
+int fs_render_node(fs_daemon *dm, node *n, sbuf *b)
 {
 	int (*render)(fs_daemon *, node *, sbuf *) = kind_of(n)->render;
 	atomic_fetch_add_explicit(&dm->rendered, 1, memory_order_relaxed);
@@ -157,9 +157,9 @@ static int room_refused(fs_daemon *dm, node *n, size_t len)
 {
 	char path[600];
 	pthread_mutex_lock(&dm->tree.mu);
-	kind_path(dm, n, path, sizeof path);
+	fs_kind_path(dm, n, path, sizeof path);
 	pthread_mutex_unlock(&dm->tree.mu);
-	errlog_err(&dm->errors, -ENOMEM,
+	fs_errlog_err(&dm->errors, -ENOMEM,
 		   "%s: cannot be read now: its %zu bytes would pass the room for the contents of "
 		   "files open for reading (%zu MiB for all of them, -o read_buffer_mb); close some",
 		   path, len, dm->reads.max >> 20);
@@ -174,7 +174,7 @@ static void rendering_free(rendering *r)
 	}
 }
 
-int rendering_get(fs_daemon *dm, node *n, rendering **out)
+int fs_rendering_get(fs_daemon *dm, node *n, rendering **out)
 {
 	uint64_t v = content_version(dm, n);
 	pthread_mutex_lock(&dm->reads.mu);
@@ -189,18 +189,18 @@ int rendering_get(fs_daemon *dm, node *n, rendering **out)
 	if (full) /* refused before it is rendered */
 		return room_refused(dm, n, known);
 	sbuf b;
-	sb_init(&b);
-	int rc = render_node(dm, n, &b);
+	fs_sb_init(&b);
+	int rc = fs_render_node(dm, n, &b);
 	if (rc == 0)
-		node_seen(n, XXH3_64bits(b.p, b.len));
+		fs_node_seen(n, XXH3_64bits(b.p, b.len));
 	if (rc == 0 && !(r = calloc(1, sizeof *r)))
 		rc = -ENOMEM;
-	if (rc == 0 && !(r->data = sb_take(&b, &r->len)))
+	if (rc == 0 && !(r->data = fs_sb_take(&b, &r->len)))
 		rc = -ENOMEM;
-	sb_free(&b);
+	fs_sb_free(&b);
 	if (rc == -EIO && n->kind == K_RECORD)
 		/* stat passes over it (ls -l shows it); a read tells */
-		errlog_err(&dm->errors, rc, "records/%s: %s", n->name, RECORD_DAMAGED);
+		fs_errlog_err(&dm->errors, rc, "records/%s: %s", n->name, RECORD_DAMAGED);
 	if (rc) {
 		rendering_free(r);
 		return rc;
@@ -237,7 +237,7 @@ int rendering_get(fs_daemon *dm, node *n, rendering **out)
 	return 0;
 }
 
-void rendering_put(fs_daemon *dm, rendering *r)
+void fs_rendering_put(fs_daemon *dm, rendering *r)
 {
 	if (!r)
 		return;
@@ -253,7 +253,7 @@ void rendering_put(fs_daemon *dm, rendering *r)
 		rendering_free(r);
 }
 
-int render_size(fs_daemon *dm, node *n, uint64_t *size)
+int fs_render_size(fs_daemon *dm, node *n, uint64_t *size)
 {
 	uint64_t v = content_version(dm, n);
 	int known = 0;
@@ -268,12 +268,12 @@ int render_size(fs_daemon *dm, node *n, uint64_t *size)
 	if (known)
 		return 0;
 	sbuf b;
-	sb_init(&b);
-	int rc = render_node(dm, n, &b);
+	fs_sb_init(&b);
+	int rc = fs_render_node(dm, n, &b);
 	*size = b.len;
 	if (rc == 0)
-		node_seen(n, XXH3_64bits(b.p, b.len));
-	sb_free(&b);
+		fs_node_seen(n, XXH3_64bits(b.p, b.len));
+	fs_sb_free(&b);
 	if (rc == 0 && v && content_version(dm, n) == v) {
 		pthread_mutex_lock(&dm->reads.mu);
 		n->size_version = v;

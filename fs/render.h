@@ -10,11 +10,11 @@
 typedef struct fs_daemon fs_daemon;
 struct node;
 
-void render_readme(sbuf *b);
-int render_config(vecfs *v, sbuf *b);
-int render_stats(vecfs *v, sbuf *b);
+void fs_render_readme(sbuf *b);
+int fs_render_config(vecfs *v, sbuf *b);
+int fs_render_stats(vecfs *v, sbuf *b);
 /* The whole content of the readable file n. */
-int render_node(fs_daemon *dm, struct node *n, sbuf *b);
+int fs_render_node(fs_daemon *dm, struct node *n, sbuf *b);
 
 /*
  * What an open read handle reads: one rendering of the file's content.
@@ -44,14 +44,14 @@ typedef struct rendering {
 
 /* A rendering of n as it is now for one more handle: 0, or -errno (a
  * damaged record's EIO with an errors line). */
-int rendering_get(fs_daemon *dm, struct node *n, rendering **out);
+int fs_rendering_get(fs_daemon *dm, struct node *n, rendering **out);
 /* A handle lets r go. */
-void rendering_put(fs_daemon *dm, rendering *r);
+void fs_rendering_put(fs_daemon *dm, rendering *r);
 /* The size of n's content now, rendered only when the size of its
  * version is not known yet: 0, or the -errno of rendering it. */
-int render_size(fs_daemon *dm, struct node *n, uint64_t *size);
+int fs_render_size(fs_daemon *dm, struct node *n, uint64_t *size);
 
 /* The `user.workers` attribute of stats: the workers listening now. */
-int render_workers(fs_daemon *dm, sbuf *b);
+int fs_render_workers(fs_daemon *dm, sbuf *b);
 
 #endif

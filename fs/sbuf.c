@@ -12,18 +12,18 @@
 
 /* ---------------------------------------------------------------- sbuf */
 
-void sb_init(sbuf *b)
+void fs_sb_init(sbuf *b)
 {
 	memset(b, 0, sizeof *b);
 }
 
-void sb_free(sbuf *b)
+void fs_sb_free(sbuf *b)
 {
 	free(b->p);
-	sb_init(b);
+	fs_sb_init(b);
 }
 
-void sb_reset(sbuf *b)
+void fs_sb_reset(sbuf *b)
 {
 	b->len = 0;
 	b->oom = 0;
@@ -31,7 +31,7 @@ void sb_reset(sbuf *b)
 		b->p[0] = 0;
 }
 
-int sb_reserve(sbuf *b, size_t extra)
+int fs_sb_reserve(sbuf *b, size_t extra)
 {
 	if (b->oom)
 		return -ENOMEM;
@@ -55,21 +55,21 @@ int sb_reserve(sbuf *b, size_t extra)
 	return 0;
 }
 
-void sb_add(sbuf *b, const void *data, size_t n)
+void fs_sb_add(sbuf *b, const void *data, size_t n)
 {
-	if (sb_reserve(b, n))
+	if (fs_sb_reserve(b, n))
 		return;
 	memcpy(b->p + b->len, data, n);
 	b->len += n;
 	b->p[b->len] = 0;
 }
 
-void sb_adds(sbuf *b, const char *s)
+void fs_sb_adds(sbuf *b, const char *s)
 {
-	sb_add(b, s, strlen(s));
+	fs_sb_add(b, s, strlen(s));
 }
 
-void sb_printf(sbuf *b, const char *fmt, ...)
+void fs_sb_printf(sbuf *b, const char *fmt, ...)
 {
 	va_list ap;
 	char small[256];
@@ -79,10 +79,10 @@ void sb_printf(sbuf *b, const char *fmt, ...)
 	if (n < 0)
 		return;
 	if ((size_t)n < sizeof small) {
-		sb_add(b, small, (size_t)n);
+		fs_sb_add(b, small, (size_t)n);
 		return;
 	}
-	if (sb_reserve(b, (size_t)n))
+	if (fs_sb_reserve(b, (size_t)n))
 		return;
 	va_start(ap, fmt);
 	vsnprintf(b->p + b->len, (size_t)n + 1, fmt, ap);
@@ -90,12 +90,12 @@ void sb_printf(sbuf *b, const char *fmt, ...)
 	b->len += (size_t)n;
 }
 
-char *sb_take(sbuf *b, size_t *len)
+char *fs_sb_take(sbuf *b, size_t *len)
 {
 	char *p = b->p;
 	if (b->oom) {
 		free(p);
-		sb_init(b);
+		fs_sb_init(b);
 		*len = 0;
 		return NULL;
 	}
@@ -105,30 +105,30 @@ char *sb_take(sbuf *b, size_t *len)
 	} else {
 		*len = b->len;
 	}
-	sb_init(b);
+	fs_sb_init(b);
 	return p;
 }
 
 /* ---------------------------------------------------------------- JSON */
 
-void sb_json_string(sbuf *b, const char *s, size_t n)
+void fs_sb_json_string(sbuf *b, const char *s, size_t n)
 {
 	static const char hex[] = "0123456789abcdef";
-	sb_add(b, "\"", 1);
+	fs_sb_add(b, "\"", 1);
 	size_t run = 0;
 	for (size_t i = 0; i < n; i++) {
 		unsigned char c = (unsigned char)s[i];
 		if (c >= 0x20 && c != '"' && c != '\\')
 			continue;
-		sb_add(b, s + run, i - run);
+		fs_sb_add(b, s + run, i - run);
 		run = i + 1;
 		char esc[8];
 		switch (c) {
-		case '"': sb_add(b, "\\\"", 2); break;
-		case '\\': sb_add(b, "\\\\", 2); break;
-		case '\n': sb_add(b, "\\n", 2); break;
-		case '\r': sb_add(b, "\\r", 2); break;
-		case '\t': sb_add(b, "\\t", 2); break;
+		case '"': fs_sb_add(b, "\\\"", 2); break;
+		case '\\': fs_sb_add(b, "\\\\", 2); break;
+		case '\n': fs_sb_add(b, "\\n", 2); break;
+		case '\r': fs_sb_add(b, "\\r", 2); break;
+		case '\t': fs_sb_add(b, "\\t", 2); break;
 		default:
 			esc[0] = '\\';
 			esc[1] = 'u';
@@ -136,9 +136,9 @@ void sb_json_string(sbuf *b, const char *s, size_t n)
 			esc[3] = '0';
 			esc[4] = hex[c >> 4];
 			esc[5] = hex[c & 15];
-			sb_add(b, esc, 6);
+			fs_sb_add(b, esc, 6);
 		}
 	}
-	sb_add(b, s + run, n - run);
-	sb_add(b, "\"", 1);
+	fs_sb_add(b, s + run, n - run);
+	fs_sb_add(b, "\"", 1);
 }

@@ -13,17 +13,17 @@ typedef struct sbuf {
 	int oom;
 } sbuf;
 
-void sb_init(sbuf *b);
-void sb_free(sbuf *b);
-void sb_reset(sbuf *b);
-int sb_reserve(sbuf *b, size_t extra);
-void sb_add(sbuf *b, const void *data, size_t n);
-void sb_adds(sbuf *b, const char *s);
-void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void fs_sb_init(sbuf *b);
+void fs_sb_free(sbuf *b);
+void fs_sb_reset(sbuf *b);
+int fs_sb_reserve(sbuf *b, size_t extra);
+void fs_sb_add(sbuf *b, const void *data, size_t n);
+void fs_sb_adds(sbuf *b, const char *s);
+void fs_sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Hand the contents over (NUL-terminated) and leave the buffer empty. */
-char *sb_take(sbuf *b, size_t *len);
+char *fs_sb_take(sbuf *b, size_t *len);
 
 /* Append a JSON string literal. */
-void sb_json_string(sbuf *b, const char *s, size_t n);
+void fs_sb_json_string(sbuf *b, const char *s, size_t n);
 
 #endif

@@ -22,7 +22,11 @@
 #  h. no cycle among engine/'s folders: rule e's references, each object
 #     standing for its folder (a file directly in engine/ for itself): when
 #     a folder refers to another's symbols, that one does not refer back,
-#     directly or through others.
+#     directly or through others;
+#  i. every symbol an object of engine/ or layout/ defines for others
+#     (global) is named vf_* or vecfs_*, and every one of fs/ fs_* (main
+#     aside): a name says its layer, and none can clash with a program's
+#     or a library's.
 # tests/ see every layer (they are none): their objects and sources are not
 # checked.
 # Each offence is printed as `RULE OBJECT SYMBOL` (for c and d: the source and
@@ -179,11 +183,21 @@ while read -r o s d; do
 	offence h "$o" "$s" "$d"
 done < <(cycles 1)
 
+# i. the layers' prefixes on every external symbol
+while read -r o s; do
+	offence i "$o" "$s"
+done < <({
+	for d in engine layout; do objs "$d"; done | xargs -r nm -A --defined-only -g 2>/dev/null |
+		awk 'NF == 3 && $3 !~ /^(vf_|vecfs_)/ { print $1, $3 }'
+	objs fs | xargs -r nm -A --defined-only -g 2>/dev/null |
+		awk 'NF == 3 && $3 !~ /^fs_/ && $3 != "main" { print $1, $3 }'
+} | awk -v p="$OBJ/" '{ o = $1; sub(/:.*$/, "", o); sub("^" p, "", o); print o, $2 }')
+
 pass=0 fail=0
-for r in a b c d e f g h; do
+for r in a b c d e f g h i; do
 	n=${count[$r]:-0}
 	if [[ $n -eq 0 ]]; then pass=$((pass + 1)); else fail=$((fail + 1)); fi
 done
-echo "layers: offences a=${count[a]:-0} b=${count[b]:-0} c=${count[c]:-0} d=${count[d]:-0} e=${count[e]:-0} f=${count[f]:-0} g=${count[g]:-0} h=${count[h]:-0}, allowed $nallowed"
+echo "layers: offences a=${count[a]:-0} b=${count[b]:-0} c=${count[c]:-0} d=${count[d]:-0} e=${count[e]:-0} f=${count[f]:-0} g=${count[g]:-0} h=${count[h]:-0} i=${count[i]:-0}, allowed $nallowed"
 echo "layers: $pass passed, $fail failed"
 [[ $fail -eq 0 ]]

@@ -57,8 +57,8 @@ static int dmn_up;
 static fs_daemon *daemon_for(fixture *f, vecfs *v)
 {
 	if (dmn_up)
-		daemon_fini(&dmn);
-	assert_int_equal(daemon_init(&dmn, f->dir, SESSIONS_DEFAULT,
+		fs_daemon_fini(&dmn);
+	assert_int_equal(fs_daemon_init(&dmn, f->dir, SESSIONS_DEFAULT,
 				     (size_t)QUERY_INPUT_MB_DEFAULT << 20), 0);
 	dmn.store = v;
 	dmn_up = 1;
@@ -69,7 +69,7 @@ static fs_daemon *daemon_for(fixture *f, vecfs *v)
  * that a rejection leaves one line naming the file). */
 static unsigned errors_now(void)
 {
-	return dmn_up ? (unsigned)errors_count(&dmn.errors) : 0;
+	return dmn_up ? (unsigned)fs_errors_count(&dmn.errors) : 0;
 }
 
 static const char *last_error(void)
@@ -77,7 +77,7 @@ static const char *last_error(void)
 	static char last[1100];
 	last[0] = 0;
 	if (dmn_up)
-		errors_last(&dmn.errors, last, sizeof last);
+		fs_errors_last(&dmn.errors, last, sizeof last);
 	return last;
 }
 #define err_count errors_now()
@@ -86,7 +86,7 @@ static const char *last_error(void)
 /* A write at the end of the file, by lock owner 1. */
 static int wr(ingest *in, const char *p, size_t n)
 {
-	return ingest_write(in, p, n, ingest_size(in), 1);
+	return fs_ingest_write(in, p, n, fs_ingest_size(in), 1);
 }
 
 /* ------------------------------------------------------------ bytes */
@@ -2188,9 +2188,9 @@ npy_ops:
  * else the first error. */
 static int feed(fs_daemon *dm, const char *name, const uint8_t *p, size_t n, rng *r)
 {
-	int fmt = ingest_format_of(name);
+	int fmt = fs_ingest_format_of(name);
 	assert_true(fmt >= 0);
-	ingest *in = ingest_new(dm, name, fmt, 1);
+	ingest *in = fs_ingest_new(dm, name, fmt, 1);
 	assert_non_null(in);
 	int policy = (int)rnd(r, 6);
 	if (policy == 0 && n > 4096)
@@ -2216,29 +2216,29 @@ static int feed(fs_daemon *dm, const char *name, const uint8_t *p, size_t n, rng
 		if (rc)
 			break;
 	}
-	assert_int_equal(ingest_size(in), off);
+	assert_int_equal(fs_ingest_size(in), off);
 	if (rc) {
 		/* the file is dead: it has left ingest/, more writes and the close
 		 * fail with the errno of its failure */
-		assert_true(ingest_done(in));
-		assert_false(ingest_pending(in));
+		assert_true(fs_ingest_done(in));
+		assert_false(fs_ingest_pending(in));
 		if (rnd(r, 2))
 			assert_int_equal(wr(in, "1", 1), rc);
-		assert_int_equal(ingest_commit(in), rc);
+		assert_int_equal(fs_ingest_commit(in), rc);
 	} else {
-		rc = ingest_commit(in);
+		rc = fs_ingest_commit(in);
 		if (rc == 0) {
 			/* a second close with nothing written commits nothing */
-			assert_false(ingest_pending(in));
-			assert_int_equal(ingest_commit(in), 0);
+			assert_false(fs_ingest_pending(in));
+			assert_int_equal(fs_ingest_commit(in), 0);
 			if (n)
-				assert_true(ingest_done(in));
+				assert_true(fs_ingest_done(in));
 		} else {
-			assert_true(ingest_done(in));
-			assert_int_equal(ingest_commit(in), rc);
+			assert_true(fs_ingest_done(in));
+			assert_int_equal(fs_ingest_commit(in), rc);
 		}
 	}
-	ingest_free(in);
+	fs_ingest_free(in);
 	return rc;
 }
 
@@ -2414,22 +2414,22 @@ static void run_file(run *t, const char *name, int kind, const uint8_t *p, size_
 static void test_format_names(void **state)
 {
 	(void)state;
-	int csv = ingest_format_of("a.csv"), tsv = ingest_format_of("a.tsv"), txt = ingest_format_of("a.txt");
-	int jsonl = ingest_format_of("a.jsonl"), fvecs = ingest_format_of("x.fvecs");
-	int bvecs = ingest_format_of("x.bvecs"), npy = ingest_format_of("x.npy");
+	int csv = fs_ingest_format_of("a.csv"), tsv = fs_ingest_format_of("a.tsv"), txt = fs_ingest_format_of("a.txt");
+	int jsonl = fs_ingest_format_of("a.jsonl"), fvecs = fs_ingest_format_of("x.fvecs");
+	int bvecs = fs_ingest_format_of("x.bvecs"), npy = fs_ingest_format_of("x.npy");
 	int all[] = {csv, tsv, txt, jsonl, fvecs, bvecs, npy};
 	for (int i = 0; i < 7; i++) {
 		assert_true(all[i] >= 0);
 		for (int j = 0; j < i; j++)
 			assert_int_not_equal(all[i], all[j]);
 	}
-	assert_int_equal(ingest_format_of("a.ndjson"), jsonl);
-	assert_int_equal(ingest_format_of("fruit.more.csv"), csv);
-	assert_int_equal(ingest_format_of("x.npy.npy"), npy);
+	assert_int_equal(fs_ingest_format_of("a.ndjson"), jsonl);
+	assert_int_equal(fs_ingest_format_of("fruit.more.csv"), csv);
+	assert_int_equal(fs_ingest_format_of("x.npy.npy"), npy);
 	static const char *const bad[] = {".csv", "a.CSV", "a.csv.tmp", "a.json", "a.fvec", "a.ivecs",
 					  "npy", "a.npz", "a", "", "a.csv ", ".npy", "a.tsv~"};
 	for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
-		assert_int_equal(ingest_format_of(bad[i]), -1);
+		assert_int_equal(fs_ingest_format_of(bad[i]), -1);
 }
 
 /* Valid files of every format, fed in pieces of every size: each commits
@@ -2637,22 +2637,22 @@ static void test_file_states(void **state)
 	fx_open(f, NULL);
 	run_init(&t, f, 2, VECFS_L2, 0x5eed0004);
 	vecfs *v = t.dm->store;
-	int csv = ingest_format_of("s.csv");
+	int csv = fs_ingest_format_of("s.csv");
 
-	ingest *in = ingest_new(t.dm, "s.csv", csv, 1);
+	ingest *in = fs_ingest_new(t.dm, "s.csv", csv, 1);
 	assert_non_null(in);
-	assert_int_equal(ingest_commit(in), 0); /* nothing written */
-	assert_false(ingest_done(in));
+	assert_int_equal(fs_ingest_commit(in), 0); /* nothing written */
+	assert_false(fs_ingest_done(in));
 	assert_int_equal(wr(in, "a,1,2\nb,3", 9), 0);
-	assert_true(ingest_pending(in));
+	assert_true(fs_ingest_pending(in));
 	assert_int_equal(wr(in, ",4\n", 3), 0);
 	assert_int_equal(stats(v).records, 0); /* nothing before the close */
-	assert_int_equal(ingest_commit(in), 0);
+	assert_int_equal(fs_ingest_commit(in), 0);
 	assert_int_equal(stats(v).records, 2);
-	assert_int_equal(ingest_commit(in), 0);
+	assert_int_equal(fs_ingest_commit(in), 0);
 	/* written again through a descriptor still open: the next close commits that */
 	assert_int_equal(wr(in, "c,5,6\n", 6), 0);
-	assert_int_equal(ingest_commit(in), 0);
+	assert_int_equal(fs_ingest_commit(in), 0);
 	assert_int_equal(stats(v).records, 3);
 	/* and a bad row after a commit leaves the committed rows alone */
 	unsigned e0 = err_count;
@@ -2660,34 +2660,34 @@ static void test_file_states(void **state)
 	assert_int_equal(err_count, e0 + 1);
 	assert_non_null(strstr(err_last, "committed 3 rows"));
 	assert_int_equal(wr(in, "f,1,1\n", 6), -EINVAL);
-	assert_int_equal(ingest_commit(in), -EINVAL);
+	assert_int_equal(fs_ingest_commit(in), -EINVAL);
 	assert_int_equal(stats(v).records, 3);
 	assert_int_equal(vecfs_get(v, "d", 1, got_vec, VECFS_DIM_MAX, &(uint32_t){0}, NULL, 0, NULL), -ENOENT);
-	ingest_free(in);
+	fs_ingest_free(in);
 
 	/* unlinked while open: nothing is committed, writes are swallowed */
-	in = ingest_new(t.dm, "gone.fvecs", ingest_format_of("gone.fvecs"), 1);
+	in = fs_ingest_new(t.dm, "gone.fvecs", fs_ingest_format_of("gone.fvecs"), 1);
 	assert_non_null(in);
 	uint8_t row[12];
 	put_le32(row, 2);
 	put_le32(row + 4, f2u(1.0f));
 	put_le32(row + 8, f2u(2.0f));
 	assert_int_equal(wr(in, (const char *)row, 12), 0);
-	ingest_cancel(in);
-	assert_true(ingest_done(in));
+	fs_ingest_cancel(in);
+	assert_true(fs_ingest_done(in));
 	assert_int_equal(wr(in, (const char *)row, 12), 0);
-	assert_int_equal(ingest_commit(in), 0);
+	assert_int_equal(fs_ingest_commit(in), 0);
 	assert_int_equal(stats(v).records, 3);
 	assert_int_equal(stats(v).next_key, 0);
-	ingest_free(in);
+	fs_ingest_free(in);
 
 	/* freed without a close: nothing committed, nothing leaked */
-	in = ingest_new(t.dm, "dropped.npy", ingest_format_of("dropped.npy"), 1);
+	in = fs_ingest_new(t.dm, "dropped.npy", fs_ingest_format_of("dropped.npy"), 1);
 	assert_non_null(in);
 	bytes b = {0};
 	gen_npy(&t.r, 2, 5, 0, &b);
 	assert_int_equal(wr(in, (const char *)b.p, b.n), 0);
-	ingest_free(in);
+	fs_ingest_free(in);
 	by_free(&b);
 	assert_int_equal(stats(v).records, 3);
 	model_free(&t.md);
@@ -3026,131 +3026,131 @@ static void test_rules(void **state)
 	fx_open(f, NULL);
 	run_init(&t, f, 3, VECFS_L2, 0x5eed0007);
 	vecfs *v = t.dm->store;
-	int csv = ingest_format_of("a.csv"), npy = ingest_format_of("a.npy");
+	int csv = fs_ingest_format_of("a.csv"), npy = fs_ingest_format_of("a.npy");
 	unsigned e0;
 
 	/* a close by an owner that did not write commits nothing */
-	ingest *in = ingest_new(t.dm, "o.csv", csv, 10);
-	assert_int_equal(ingest_write(in, "o1,1,", 5, 0, 1), 0);
-	assert_int_equal(ingest_close(in, 2, 11), 0);
-	assert_false(ingest_done(in));
-	assert_int_equal(ingest_write(in, "2,3\n", 4, 5, 1), 0);
-	assert_int_equal(ingest_write(in, "o2,1,2,3\n", 9, 9, 3), 0);
-	assert_int_equal(ingest_close(in, 2, 11), 0);
+	ingest *in = fs_ingest_new(t.dm, "o.csv", csv, 10);
+	assert_int_equal(fs_ingest_write(in, "o1,1,", 5, 0, 1), 0);
+	assert_int_equal(fs_ingest_close(in, 2, 11), 0);
+	assert_false(fs_ingest_done(in));
+	assert_int_equal(fs_ingest_write(in, "2,3\n", 4, 5, 1), 0);
+	assert_int_equal(fs_ingest_write(in, "o2,1,2,3\n", 9, 9, 3), 0);
+	assert_int_equal(fs_ingest_close(in, 2, 11), 0);
 	assert_false(has_key(v, "o1"));
-	assert_int_equal(ingest_close(in, 3, 12), 0); /* another writer */
-	assert_true(ingest_done(in));
+	assert_int_equal(fs_ingest_close(in, 3, 12), 0); /* another writer */
+	assert_true(fs_ingest_done(in));
 	assert_true(has_key(v, "o1") && has_key(v, "o2"));
 	/* the owners start over at a commit: a new file of the same name */
-	assert_int_equal(ingest_write(in, "o3,1,2,3\n", 9, 18, 1), 0);
-	assert_int_equal(ingest_close(in, 3, 12), 0);
+	assert_int_equal(fs_ingest_write(in, "o3,1,2,3\n", 9, 18, 1), 0);
+	assert_int_equal(fs_ingest_close(in, 3, 12), 0);
 	assert_false(has_key(v, "o3"));
-	assert_int_equal(ingest_close(in, 1, 10), 0);
+	assert_int_equal(fs_ingest_close(in, 1, 10), 0);
 	assert_true(has_key(v, "o3"));
-	ingest_free(in);
+	fs_ingest_free(in);
 
 	/* writes append */
-	in = ingest_new(t.dm, "off.csv", csv, 10);
-	assert_int_equal(ingest_write(in, "w1,1,2,3\n", 9, 0, 1), 0);
+	in = fs_ingest_new(t.dm, "off.csv", csv, 10);
+	assert_int_equal(fs_ingest_write(in, "w1,1,2,3\n", 9, 0, 1), 0);
 	e0 = err_count;
-	assert_int_equal(ingest_write(in, "w2,1,2,3\n", 9, 0, 1), -EINVAL);
+	assert_int_equal(fs_ingest_write(in, "w2,1,2,3\n", 9, 0, 1), -EINVAL);
 	assert_int_equal(err_count, e0 + 1);
 	assert_non_null(strstr(err_last, "ingest/off.csv: a write at offset 0, but the file holds 9 bytes"));
-	assert_true(ingest_done(in));
-	assert_int_equal(ingest_close(in, 1, 10), -EINVAL);
+	assert_true(fs_ingest_done(in));
+	assert_int_equal(fs_ingest_close(in, 1, 10), -EINVAL);
 	assert_false(has_key(v, "w1"));
-	ingest_free(in);
+	fs_ingest_free(in);
 
 	/* closed with nothing ever written, by the process that made it */
-	in = ingest_new(t.dm, "e.csv", csv, 10);
-	assert_int_equal(ingest_close(in, 5, 11), 0); /* another process */
-	assert_false(ingest_done(in));
-	assert_int_equal(ingest_close(in, 5, 10), 0);
-	assert_false(ingest_done(in));
-	ingest_release(in);
-	assert_true(ingest_done(in));
-	ingest_free(in);
-	in = ingest_new(t.dm, "e.npy", npy, 10);
+	in = fs_ingest_new(t.dm, "e.csv", csv, 10);
+	assert_int_equal(fs_ingest_close(in, 5, 11), 0); /* another process */
+	assert_false(fs_ingest_done(in));
+	assert_int_equal(fs_ingest_close(in, 5, 10), 0);
+	assert_false(fs_ingest_done(in));
+	fs_ingest_release(in);
+	assert_true(fs_ingest_done(in));
+	fs_ingest_free(in);
+	in = fs_ingest_new(t.dm, "e.npy", npy, 10);
 	e0 = err_count;
 	/* the creator's close: EINVAL, but the file stays (a shell closing
 	 * the descriptor it dup'ed for a redirection); the last close ends it */
-	assert_int_equal(ingest_close(in, 5, 10), -EINVAL);
+	assert_int_equal(fs_ingest_close(in, 5, 10), -EINVAL);
 	assert_int_equal(err_count, e0);
-	assert_false(ingest_done(in));
-	ingest_release(in);
+	assert_false(fs_ingest_done(in));
+	fs_ingest_release(in);
 	assert_int_equal(err_count, e0 + 1);
 	assert_non_null(strstr(err_last, "ingest/e.npy: empty"));
-	assert_true(ingest_done(in));
-	ingest_free(in);
+	assert_true(fs_ingest_done(in));
+	fs_ingest_free(in);
 
 	/* staged: no close commits; a bad row waits, silent, for the rename */
-	assert_int_equal(ingest_format_staged("a.csv.part"), csv);
-	assert_int_equal(ingest_format_staged("a.part"), -1);
-	assert_int_equal(ingest_format_staged("a.csv.part.part"), -1);
-	assert_int_equal(ingest_format_staged(".part"), -1);
-	in = ingest_new(t.dm, "s.csv.part", ingest_format_staged("s.csv.part"), 10);
+	assert_int_equal(fs_ingest_format_staged("a.csv.part"), csv);
+	assert_int_equal(fs_ingest_format_staged("a.part"), -1);
+	assert_int_equal(fs_ingest_format_staged("a.csv.part.part"), -1);
+	assert_int_equal(fs_ingest_format_staged(".part"), -1);
+	in = fs_ingest_new(t.dm, "s.csv.part", fs_ingest_format_staged("s.csv.part"), 10);
 	e0 = err_count;
-	assert_int_equal(ingest_write(in, "s1,1,2,3\ns2,1,x,3\n", 18, 0, 1), 0);
-	assert_int_equal(ingest_write(in, "s3,1,2,3\n", 9, 18, 2), 0);
-	assert_int_equal(ingest_close(in, 1, 10), 0);
-	ingest_release(in);
+	assert_int_equal(fs_ingest_write(in, "s1,1,2,3\ns2,1,x,3\n", 18, 0, 1), 0);
+	assert_int_equal(fs_ingest_write(in, "s3,1,2,3\n", 9, 18, 2), 0);
+	assert_int_equal(fs_ingest_close(in, 1, 10), 0);
+	fs_ingest_release(in);
 	assert_int_equal(err_count, e0);
-	assert_false(ingest_done(in));
-	assert_int_equal(ingest_rename(in, 0), -EINVAL);
+	assert_false(fs_ingest_done(in));
+	assert_int_equal(fs_ingest_rename(in, 0), -EINVAL);
 	assert_int_equal(err_count, e0 + 1);
 	assert_non_null(strstr(err_last, "ingest/s.csv.part: line 2: "));
-	assert_true(ingest_done(in));
+	assert_true(fs_ingest_done(in));
 	assert_false(has_key(v, "s1"));
-	ingest_free(in);
+	fs_ingest_free(in);
 	/* renamed with flags (RENAME_NOREPLACE), then without, as coreutils mv
 	 * does after an EINVAL: EINVAL both times, one errors line; the file
 	 * stays after both, and a further plain rename takes it away; a bad
 	 * last line found only at the rename, and a key twice, alike */
 	static const char *const kept[] = {"k1,1,2,3\nk2,1,x,3\n", "k1,1,2,3\nk2,1,2", "k1,1,2,3\nk1,1,2,3\n"};
 	for (size_t i = 0; i < sizeof kept / sizeof kept[0]; i++) {
-		in = ingest_new(t.dm, "k.csv.part", csv, 10);
+		in = fs_ingest_new(t.dm, "k.csv.part", csv, 10);
 		e0 = err_count;
-		assert_int_equal(ingest_write(in, kept[i], strlen(kept[i]), 0, 1), 0);
-		assert_int_equal(ingest_rename(in, 1), -EINVAL);
+		assert_int_equal(fs_ingest_write(in, kept[i], strlen(kept[i]), 0, 1), 0);
+		assert_int_equal(fs_ingest_rename(in, 1), -EINVAL);
 		assert_int_equal(err_count, e0 + 1);
 		assert_non_null(strstr(err_last, "ingest/k.csv.part: line 2: "));
-		assert_false(ingest_done(in));
-		assert_int_equal(ingest_rename(in, 1), -EINVAL);
-		assert_false(ingest_done(in));
-		assert_int_equal(ingest_rename(in, 0), -EINVAL);
-		assert_false(ingest_done(in));
-		assert_int_equal(ingest_rename(in, 0), -EINVAL);
-		assert_true(ingest_done(in));
+		assert_false(fs_ingest_done(in));
+		assert_int_equal(fs_ingest_rename(in, 1), -EINVAL);
+		assert_false(fs_ingest_done(in));
+		assert_int_equal(fs_ingest_rename(in, 0), -EINVAL);
+		assert_false(fs_ingest_done(in));
+		assert_int_equal(fs_ingest_rename(in, 0), -EINVAL);
+		assert_true(fs_ingest_done(in));
 		assert_int_equal(err_count, e0 + 1);
 		assert_false(has_key(v, "k1"));
-		ingest_free(in);
+		fs_ingest_free(in);
 	}
-	in = ingest_new(t.dm, "g.csv.part", csv, 10);
-	assert_int_equal(ingest_write(in, "g1,1,2,3\ng2,1,2", 15, 0, 1), 0);
-	assert_int_equal(ingest_close(in, 1, 10), 0);
-	assert_int_equal(ingest_write(in, ",3\n", 3, 15, 2), 0);
-	ingest_release(in);
+	in = fs_ingest_new(t.dm, "g.csv.part", csv, 10);
+	assert_int_equal(fs_ingest_write(in, "g1,1,2,3\ng2,1,2", 15, 0, 1), 0);
+	assert_int_equal(fs_ingest_close(in, 1, 10), 0);
+	assert_int_equal(fs_ingest_write(in, ",3\n", 3, 15, 2), 0);
+	fs_ingest_release(in);
 	assert_false(has_key(v, "g1"));
-	assert_int_equal(ingest_rename(in, 1), 0);
+	assert_int_equal(fs_ingest_rename(in, 1), 0);
 	assert_true(has_key(v, "g1") && has_key(v, "g2"));
-	ingest_free(in);
+	fs_ingest_free(in);
 	/* truncated (opened with O_TRUNC): a staged file starts over */
-	in = ingest_new(t.dm, "z.csv.part", csv, 10);
-	assert_int_equal(ingest_write(in, "z1,1,2,3\nz2,x\n", 14, 0, 1), 0);
-	ingest_truncate(in);
-	assert_int_equal(ingest_size(in), 0);
-	assert_int_equal(ingest_write(in, "z3,1,2,3\n", 9, 0, 1), 0);
-	assert_int_equal(ingest_rename(in, 0), 0);
+	in = fs_ingest_new(t.dm, "z.csv.part", csv, 10);
+	assert_int_equal(fs_ingest_write(in, "z1,1,2,3\nz2,x\n", 14, 0, 1), 0);
+	fs_ingest_truncate(in);
+	assert_int_equal(fs_ingest_size(in), 0);
+	assert_int_equal(fs_ingest_write(in, "z3,1,2,3\n", 9, 0, 1), 0);
+	assert_int_equal(fs_ingest_rename(in, 0), 0);
 	assert_true(has_key(v, "z3"));
 	assert_false(has_key(v, "z1"));
-	ingest_free(in);
+	fs_ingest_free(in);
 
 	/* a byte order mark opens the text: not part of the first key */
-	in = ingest_new(t.dm, "bom.csv", csv, 10);
-	assert_int_equal(ingest_write(in, "\xEF\xBB\xBF" "bom,1,2,3\n", 13, 0, 1), 0);
-	assert_int_equal(ingest_close(in, 1, 10), 0);
+	in = fs_ingest_new(t.dm, "bom.csv", csv, 10);
+	assert_int_equal(fs_ingest_write(in, "\xEF\xBB\xBF" "bom,1,2,3\n", 13, 0, 1), 0);
+	assert_int_equal(fs_ingest_close(in, 1, 10), 0);
 	assert_true(has_key(v, "bom"));
-	ingest_free(in);
+	fs_ingest_free(in);
 
 	/* an .npy header of 6000 bytes is read whole */
 	bytes b = {0};
@@ -3189,31 +3189,31 @@ static void test_rules(void **state)
 	/* the budget: the buffers of all open files together */
 	assert_int_equal(atomic_load(&t.dm->ingest_used), 0);
 	t.dm->ingest_max = (size_t)3 << 20; /* a partial line of 1200 KiB holds 2 MiB */
-	ingest *a = ingest_new(t.dm, "a.txt", ingest_format_of("a.txt"), 10);
-	ingest *c = ingest_new(t.dm, "c.txt", ingest_format_of("c.txt"), 10);
+	ingest *a = fs_ingest_new(t.dm, "a.txt", fs_ingest_format_of("a.txt"), 10);
+	ingest *c = fs_ingest_new(t.dm, "c.txt", fs_ingest_format_of("c.txt"), 10);
 	char *big = malloc(1200 << 10);
 	assert_non_null(big);
 	memset(big, ' ', 1200 << 10);
 	big[0] = 'a';
-	assert_int_equal(ingest_write(a, big, 1200 << 10, 0, 1), 0);
+	assert_int_equal(fs_ingest_write(a, big, 1200 << 10, 0, 1), 0);
 	big[0] = 'c';
 	e0 = err_count;
-	assert_int_equal(ingest_write(c, big, 1200 << 10, 0, 1), -ENOMEM);
+	assert_int_equal(fs_ingest_write(c, big, 1200 << 10, 0, 1), -ENOMEM);
 	assert_int_equal(err_count, e0 + 1);
 	assert_non_null(strstr(err_last, "ingest_buffer_mb"));
 	/* a failed file says why at every later call: the first failure's errno */
-	assert_int_equal(ingest_write(c, "x", 1, 1200 << 10, 1), -ENOMEM);
-	assert_int_equal(ingest_close(c, 1, 10), -ENOMEM);
+	assert_int_equal(fs_ingest_write(c, "x", 1, 1200 << 10, 1), -ENOMEM);
+	assert_int_equal(fs_ingest_close(c, 1, 10), -ENOMEM);
 	assert_int_equal(err_count, e0 + 1);
-	ingest_free(c);
-	ingest_cancel(a); /* what it held is free again */
-	c = ingest_new(t.dm, "c.txt", ingest_format_of("c.txt"), 10);
-	assert_int_equal(ingest_write(c, big, 1200 << 10, 0, 1), 0);
-	assert_int_equal(ingest_write(c, " 1 2 3\n", 7, 1200 << 10, 1), 0);
-	assert_int_equal(ingest_close(c, 1, 10), 0);
+	fs_ingest_free(c);
+	fs_ingest_cancel(a); /* what it held is free again */
+	c = fs_ingest_new(t.dm, "c.txt", fs_ingest_format_of("c.txt"), 10);
+	assert_int_equal(fs_ingest_write(c, big, 1200 << 10, 0, 1), 0);
+	assert_int_equal(fs_ingest_write(c, " 1 2 3\n", 7, 1200 << 10, 1), 0);
+	assert_int_equal(fs_ingest_close(c, 1, 10), 0);
 	assert_true(has_key(v, "c"));
-	ingest_free(c);
-	ingest_free(a);
+	fs_ingest_free(c);
+	fs_ingest_free(a);
 	assert_int_equal(atomic_load(&t.dm->ingest_used), 0);
 	free(big);
 	model_free(&t.md);
@@ -3233,9 +3233,9 @@ static void test_batch_spool(void **state)
 	fx_open(f, NULL);
 	run_init(&t, f, 2, VECFS_L2, 0x5eed000d);
 	vecfs *v = t.dm->store;
-	int csv = ingest_format_of("b.csv");
+	int csv = fs_ingest_format_of("b.csv");
 	assert_int_equal(atomic_load(&t.dm->ingest_used), 0);
-	ingest *in = ingest_new(t.dm, "b.csv", csv, 10);
+	ingest *in = fs_ingest_new(t.dm, "b.csv", csv, 10);
 	assert_int_equal(wr(in, "a,1,2\nb,", 8), 0);
 	size_t held = atomic_load(&t.dm->ingest_used);
 	assert_true(held >= VECFS_BATCH_BUF);
@@ -3247,60 +3247,60 @@ static void test_batch_spool(void **state)
 	assert_int_equal(wr(in, "7,8\n", 4), 0);
 	assert_int_equal(atomic_load(&t.dm->ingest_used), held); /* bounded */
 	assert_int_equal(stats(v).records, 0);
-	assert_int_equal(ingest_close(in, 1, 10), 0);
+	assert_int_equal(fs_ingest_close(in, 1, 10), 0);
 	assert_int_equal(stats(v).records, 5002);
 	assert_int_equal(atomic_load(&t.dm->ingest_used), 0);
-	ingest_free(in);
+	fs_ingest_free(in);
 
 	/* a budget without room for the batch's buffer */
 	t.dm->ingest_max = VECFS_BATCH_BUF;
-	in = ingest_new(t.dm, "small.csv", csv, 10);
+	in = fs_ingest_new(t.dm, "small.csv", csv, 10);
 	unsigned e0 = err_count;
 	assert_int_equal(wr(in, "s0,1,2\n", 7), -ENOMEM);
 	assert_int_equal(err_count, e0 + 1);
 	assert_non_null(strstr(err_last, "ingest/small.csv: line 1: "));
 	assert_non_null(strstr(err_last, "ingest_buffer_mb"));
-	assert_int_equal(ingest_close(in, 1, 10), -ENOMEM);
-	ingest_free(in);
+	assert_int_equal(fs_ingest_close(in, 1, 10), -ENOMEM);
+	fs_ingest_free(in);
 	assert_false(has_key(v, "s0"));
 	assert_int_equal(atomic_load(&t.dm->ingest_used), 0);
 
 	/* the delete file: a filter alone needs no buffer */
-	in = ingest_new_delete(t.dm, 10);
+	in = fs_ingest_new_delete(t.dm, 10);
 	const char *d1 = "filter={\"nope\":1}\n";
 	assert_int_equal(wr(in, d1, strlen(d1)), 0);
-	assert_int_equal(ingest_close(in, 1, 10), 0);
+	assert_int_equal(fs_ingest_close(in, 1, 10), 0);
 	assert_int_equal(atomic_load(&t.dm->last_delete), 0);
-	ingest_free(in);
+	fs_ingest_free(in);
 	t.dm->ingest_max = (size_t)64 << 20;
 	/* keys (one quoted, one missing) and a filter, in one commit */
 	vecfs_row pr = {"p", 1, (const float[]){1, 2}, "{\"g\":1}", 7};
 	char err[256];
 	assert_int_equal(vecfs_put(v, &pr, 1, 2, NULL, err, sizeof err), 0);
-	in = ingest_new_delete(t.dm, 10);
+	in = fs_ingest_new_delete(t.dm, 10);
 	const char *d2 = "a\n\"r7\"\nmissing\n\nfilter={\"g\":1}\nb\n";
 	assert_int_equal(wr(in, d2, strlen(d2)), 0);
 	assert_int_equal(stats(v).records, 5003);
-	assert_int_equal(ingest_close(in, 1, 10), 0);
+	assert_int_equal(fs_ingest_close(in, 1, 10), 0);
 	assert_int_equal(atomic_load(&t.dm->last_delete), 4);
 	assert_int_equal(stats(v).records, 4999);
 	assert_false(has_key(v, "a"));
 	assert_false(has_key(v, "p"));
 	assert_true(has_key(v, "r8"));
 	assert_int_equal(atomic_load(&t.dm->ingest_used), 0);
-	ingest_free(in);
+	fs_ingest_free(in);
 	/* a bad filter: its line named, nothing deleted */
-	in = ingest_new_delete(t.dm, 10);
+	in = fs_ingest_new_delete(t.dm, 10);
 	const char *d3 = "r1\nr2\nfilter={\"g\":\n";
 	assert_int_equal(wr(in, d3, strlen(d3)), 0);
 	e0 = err_count;
-	assert_int_equal(ingest_close(in, 1, 10), -EINVAL);
+	assert_int_equal(fs_ingest_close(in, 1, 10), -EINVAL);
 	assert_int_equal(err_count, e0 + 1);
 	assert_non_null(strstr(err_last, "delete: line 3: "));
 	assert_true(has_key(v, "r1"));
 	assert_int_equal(stats(v).records, 4999);
 	assert_int_equal(atomic_load(&t.dm->ingest_used), 0);
-	ingest_free(in);
+	fs_ingest_free(in);
 	model_free(&t.md);
 }
 
@@ -3325,12 +3325,12 @@ static void test_out_of_descriptors(void **state)
 	bytes b = {0};
 	for (int i = 0; i < 20000; i++)
 		by_printf(&b, "m%d,1,2,3\n", i + 1);
-	ingest *in = ingest_new(t.dm, "m.csv", ingest_format_of("m.csv"), 10);
+	ingest *in = fs_ingest_new(t.dm, "m.csv", fs_ingest_format_of("m.csv"), 10);
 	unsigned e0 = err_count;
-	int wrc = ingest_write(in, (const char *)b.p, b.n, 0, 1);
-	int crc = ingest_close(in, 1, 10);
+	int wrc = fs_ingest_write(in, (const char *)b.p, b.n, 0, 1);
+	int crc = fs_ingest_close(in, 1, 10);
 	by_free(&b);
-	ingest_free(in);
+	fs_ingest_free(in);
 	while (nfd > 0)
 		close(fds[--nfd]);
 	assert_int_equal(setrlimit(RLIMIT_NOFILE, &old), 0);

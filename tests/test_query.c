@@ -61,10 +61,10 @@ static fs_daemon *errs_of;
 static const char *last_error(void)
 {
 	static char last[1100];
-	errors_last(&errs_of->errors, last, sizeof last);
+	fs_errors_last(&errs_of->errors, last, sizeof last);
 	return last;
 }
-#define nerr ((unsigned)errors_count(&errs_of->errors))
+#define nerr ((unsigned)fs_errors_count(&errs_of->errors))
 #define lasterr last_error()
 
 /* ------------------------------------------------------------ a byte string */
@@ -212,7 +212,7 @@ static void world_make(world *w, fixture *f, int with_gen)
 	assert_int_equal(rc, 0);
 	if (with_gen)
 		w->gen = build(w->v, 1);
-	assert_int_equal(daemon_init(&w->dm, f->dir, SESSIONS_DEFAULT, (size_t)1 << 40), 0);
+	assert_int_equal(fs_daemon_init(&w->dm, f->dir, SESSIONS_DEFAULT, (size_t)1 << 40), 0);
 	w->dm.store = w->v;
 	errs_of = &w->dm;
 }
@@ -222,7 +222,7 @@ static void world_free(world *w)
 	assert_int_equal(w->dm.query_input.used, 0);
 	assert_int_equal(w->dm.query_results.used, 0);
 	assert_int_equal(w->dm.query_output.used, 0);
-	daemon_fini(&w->dm); /* before the store closes: a search ahead may use it */
+	fs_daemon_fini(&w->dm); /* before the store closes: a search ahead may use it */
 	ds_free(&w->ds);
 }
 
@@ -832,7 +832,7 @@ static void feed(qsession *q, rng *r, const char *p, size_t n, const char *junk,
 	size_t off = 0;
 	for (size_t at = 0; at < jn;) {
 		size_t c = 1 + pick(r, jn - at);
-		qs_in_write(q, junk + at, c, off); /* may fail: the restart forgets that */
+		fs_qs_in_write(q, junk + at, c, off); /* may fail: the restart forgets that */
 		at += c;
 		off += c;
 	}
@@ -849,7 +849,7 @@ static void feed(qsession *q, rng *r, const char *p, size_t n, const char *junk,
 			: left;
 		if (c > left)
 			c = left;
-		int rc = qs_in_write(q, p + off, c, off);
+		int rc = fs_qs_in_write(q, p + off, c, off);
 		if (rc && !f->wrc) {
 			f->wrc = rc;
 			f->kept = off + c;
@@ -865,12 +865,12 @@ static void feed(qsession *q, rng *r, const char *p, size_t n, const char *junk,
 		f->kept = n;
 	/* the query runs at the close: until then out is what it was */
 	size_t cn = 0;
-	char *cur = qs_render(q, QS_OUT, &cn);
+	char *cur = fs_qs_render(q, QS_OUT, &cn);
 	assert_non_null(cur);
 	if (cn != prevn || memcmp(cur, prev, cn))
 		fail_msg("out changed before the close of in");
 	free(cur);
-	f->frc = qs_in_flush(q, &f->ran);
+	f->frc = fs_qs_in_flush(q, &f->ran);
 }
 
 /* ------------------------------------------------------------ one case */
@@ -915,14 +915,14 @@ static void check_results(runner *t, const qref *R, const char *p, size_t n, con
 	if (src)
 		BAD("accepted, but the reference's search fails: %d %s", src, why);
 	size_t on = 0, jn = 0, sn = 0;
-	char *out = qs_render(t->q, QS_OUT, &on), *js = qs_render(t->q, QS_JSON, &jn);
-	char *st = qs_render(t->q, QS_STATS, &sn);
+	char *out = fs_qs_render(t->q, QS_OUT, &on), *js = fs_qs_render(t->q, QS_JSON, &jn);
+	char *st = fs_qs_render(t->q, QS_STATS, &sn);
 	assert_non_null(out);
 	assert_non_null(js);
 	assert_non_null(st);
-	assert_int_equal(qs_size(t->q, QS_OUT), on);
-	assert_int_equal(qs_size(t->q, QS_JSON), jn);
-	assert_int_equal(qs_size(t->q, QS_STATS), sn);
+	assert_int_equal(fs_qs_size(t->q, QS_OUT), on);
+	assert_int_equal(fs_qs_size(t->q, QS_JSON), jn);
+	assert_int_equal(fs_qs_size(t->q, QS_STATS), sn);
 	if (out_differs(out, on, er, why, sizeof why))
 		BAD("out: %s\nout was:\n%.*s", why, (int)(on < 2000 ? on : 2000), out);
 	const char *jw = json_differs(js, jn, er);
@@ -967,16 +967,16 @@ static int run_in(runner *t, const char *p, size_t n, const char *junk, size_t j
 	if (must_accept && ref.verdict != ACCEPT)
 		BAD("a generated input is not valid to the reference");
 	size_t prev_len = 0;
-	char *prev = qs_render(t->q, QS_OUT, &prev_len);
+	char *prev = fs_qs_render(t->q, QS_OUT, &prev_len);
 	assert_non_null(prev);
 	feed(t->q, &t->r, p, n, junk, jn, &f, prev, prev_len);
 	t->cases++;
 	t->open += ref.verdict == EITHER;
 	if (!f.ran)
 		BAD("the close after a write did not run anything");
-	assert_int_equal(t->w->dm.query_input.used, qs_in_size(t->q));
-	if (qs_in_size(t->q) != f.kept)
-		BAD("in holds %zu bytes, %zu were taken", qs_in_size(t->q), f.kept);
+	assert_int_equal(t->w->dm.query_input.used, fs_qs_in_size(t->q));
+	if (fs_qs_in_size(t->q) != f.kept)
+		BAD("in holds %zu bytes, %zu were taken", fs_qs_in_size(t->q), f.kept);
 	int rc = f.wrc ? f.wrc : f.frc;
 	if (f.wrc && f.frc != -EINVAL)
 		BAD("a write failed, but the close did not fail with EINVAL");
@@ -1004,8 +1004,8 @@ static int run_in(runner *t, const char *p, size_t n, const char *junk, size_t j
 		if (!ln && ref.line_known && ref.line)
 			BAD("the errors line names no line; the reference rejects line %u", ref.line);
 		size_t l1 = 1, l2 = 1;
-		char *o = qs_render(t->q, QS_OUT, &l1), *j = qs_render(t->q, QS_JSON, &l2);
-		if (!o || !j || l1 || l2 || qs_size(t->q, QS_STATS))
+		char *o = fs_qs_render(t->q, QS_OUT, &l1), *j = fs_qs_render(t->q, QS_JSON, &l2);
+		if (!o || !j || l1 || l2 || fs_qs_size(t->q, QS_STATS))
 			BAD("rejected, but results are left to read");
 		free(o);
 		free(j);
@@ -1013,7 +1013,7 @@ static int run_in(runner *t, const char *p, size_t n, const char *junk, size_t j
 	}
 	/* a second close with nothing written runs nothing */
 	int ran = 1;
-	assert_int_equal(qs_in_flush(t->q, &ran), 0);
+	assert_int_equal(fs_qs_in_flush(t->q, &ran), 0);
 	assert_int_equal(ran, 0);
 	free(prev);
 	free(ref.v);
@@ -1342,13 +1342,13 @@ static void runner_init(runner *t, world *w, const char *id, uint64_t seed)
 	t->w = w;
 	t->id = id;
 	t->r.s = seed;
-	t->q = qs_new(&w->dm, id);
+	t->q = fs_qs_new(&w->dm, id);
 	assert_non_null(t->q);
 }
 
 static void runner_free(runner *t)
 {
-	qs_free(t->q);
+	fs_qs_free(t->q);
 	t->q = NULL;
 }
 
@@ -1401,7 +1401,7 @@ static void test_examples(void **state)
 	runner *t = bench_runner(state, 0x51);
 	world *w = t->w;
 	size_t n = 0;
-	char *o = qs_render(t->q, QS_OUT, &n);
+	char *o = fs_qs_render(t->q, QS_OUT, &n);
 	assert_int_equal(n, 0); /* before any input, out reads empty */
 	free(o);
 	static const char *const good[] = {
@@ -1499,7 +1499,7 @@ static void test_options_take_effect(void **state)
 			s_cat(&s, "\n");
 			assert_int_equal(run_in(t, s.p, s.n, NULL, 0, 1), 1);
 			size_t sn = 0, on = 0;
-			char *st = qs_render(t->q, QS_STATS, &sn), *out = qs_render(t->q, QS_OUT, &on);
+			char *st = fs_qs_render(t->q, QS_STATS, &sn), *out = fs_qs_render(t->q, QS_OUT, &on);
 			if (m == 0) {
 				/* the brute-force top k */
 				size_t idx[16];
@@ -1561,7 +1561,7 @@ static void test_pieces(void **state)
 			}
 			assert_int_equal(run_in(t, s.p, s.n, junk.p, junk.n, 1), 1);
 			size_t on = 0;
-			char *out = qs_render(t->q, QS_OUT, &on);
+			char *out = fs_qs_render(t->q, QS_OUT, &on);
 			if (!first) {
 				first = out;
 				fn = on;
@@ -1628,15 +1628,15 @@ static void test_bounds(void **state)
 	char *huge = malloc(IN_BOUND);
 	assert_non_null(huge);
 	e0 = nerr;
-	assert_int_equal(qs_in_write(a->q, one, ol, 0), 0);
-	assert_int_equal(qs_in_write(a->q, huge, IN_BOUND - ol + 1, ol), -EFBIG);
+	assert_int_equal(fs_qs_in_write(a->q, one, ol, 0), 0);
+	assert_int_equal(fs_qs_in_write(a->q, huge, IN_BOUND - ol + 1, ol), -EFBIG);
 	assert_int_equal(nerr, e0 + 1);
 	assert_non_null(strstr(lasterr, "query/q1/in: more than 256 MiB"));
-	assert_int_equal(qs_in_size(a->q), ol);
-	assert_int_equal(qs_in_write(a->q, "1 2 3 4 5 6\n", 12, ol), -EINVAL);
-	assert_int_equal(qs_in_flush(a->q, &ran), -EINVAL);
+	assert_int_equal(fs_qs_in_size(a->q), ol);
+	assert_int_equal(fs_qs_in_write(a->q, "1 2 3 4 5 6\n", 12, ol), -EINVAL);
+	assert_int_equal(fs_qs_in_flush(a->q, &ran), -EINVAL);
 	assert_int_equal(nerr, e0 + 1);
-	assert_int_equal(qs_size(a->q, QS_OUT), 0);
+	assert_int_equal(fs_qs_size(a->q, QS_OUT), 0);
 	free(huge);
 	run_z(a, one, 1); /* and a write at offset 0 starts over */
 
@@ -1649,42 +1649,42 @@ static void test_bounds(void **state)
 	run_in(a, s.p, s.n, NULL, 0, 1); /* q1 holds 3000-odd bytes */
 	assert_int_equal(w->dm.query_input.used, s.n);
 	e0 = nerr;
-	assert_int_equal(qs_in_write(b->q, one, ol, 0), 0);
-	assert_int_equal(qs_in_write(b->q, s.p, 2000, ol), -ENOSPC);
+	assert_int_equal(fs_qs_in_write(b->q, one, ol, 0), 0);
+	assert_int_equal(fs_qs_in_write(b->q, s.p, 2000, ol), -ENOSPC);
 	assert_int_equal(nerr, e0 + 1);
 	assert_non_null(strstr(lasterr, "query/q2/in: the query input of all sessions together is at its bound"));
-	assert_int_equal(qs_in_flush(b->q, &ran), -EINVAL);
+	assert_int_equal(fs_qs_in_flush(b->q, &ran), -EINVAL);
 	assert_int_equal(ran, 1);
 	assert_int_equal(nerr, e0 + 1);
-	assert_int_equal(qs_size(b->q, QS_OUT), 0);
+	assert_int_equal(fs_qs_size(b->q, QS_OUT), 0);
 	assert_int_equal(w->dm.query_input.used, s.n + ol);
 	/* a refused first write: nothing is held, a write at offset 0 starts over */
-	assert_int_equal(qs_in_write(b->q, s.p, 2000, 0), -ENOSPC);
+	assert_int_equal(fs_qs_in_write(b->q, s.p, 2000, 0), -ENOSPC);
 	assert_int_equal(w->dm.query_input.used, s.n);
-	assert_int_equal(qs_in_flush(b->q, &ran), -EINVAL);
-	assert_int_equal(qs_in_write(b->q, one, ol, 0), 0);
-	assert_int_equal(qs_in_flush(b->q, &ran), 0);
-	assert_true(qs_size(b->q, QS_OUT) > 0);
+	assert_int_equal(fs_qs_in_flush(b->q, &ran), -EINVAL);
+	assert_int_equal(fs_qs_in_write(b->q, one, ol, 0), 0);
+	assert_int_equal(fs_qs_in_flush(b->q, &ran), 0);
+	assert_true(fs_qs_size(b->q, QS_OUT) > 0);
 	/* and without a close between */
-	assert_int_equal(qs_in_write(b->q, s.p, 2000, 0), -ENOSPC);
-	assert_int_equal(qs_in_write(b->q, one, ol, 0), 0);
-	assert_int_equal(qs_in_flush(b->q, &ran), 0);
-	assert_true(qs_size(b->q, QS_OUT) > 0);
+	assert_int_equal(fs_qs_in_write(b->q, s.p, 2000, 0), -ENOSPC);
+	assert_int_equal(fs_qs_in_write(b->q, one, ol, 0), 0);
+	assert_int_equal(fs_qs_in_flush(b->q, &ran), 0);
+	assert_true(fs_qs_size(b->q, QS_OUT) > 0);
 	/* q1's input given back (truncated, cleared, ended) makes room */
-	qs_in_truncate(a->q);
+	fs_qs_in_truncate(a->q);
 	assert_int_equal(w->dm.query_input.used, ol);
-	assert_int_equal(qs_in_write(b->q, s.p, s.n, 0), 0);
-	assert_int_equal(qs_in_flush(b->q, &ran), 0);
-	qs_clear(b->q);
-	assert_int_equal(qs_size(b->q, QS_OUT), 0);
+	assert_int_equal(fs_qs_in_write(b->q, s.p, s.n, 0), 0);
+	assert_int_equal(fs_qs_in_flush(b->q, &ran), 0);
+	fs_qs_clear(b->q);
+	assert_int_equal(fs_qs_size(b->q, QS_OUT), 0);
 	assert_int_equal(w->dm.query_input.used, 0);
 	/* a removed session refuses input */
-	qs_end(a->q);
+	fs_qs_end(a->q);
 	e0 = nerr;
-	assert_int_equal(qs_in_write(a->q, one, ol, 0), -ENOENT);
+	assert_int_equal(fs_qs_in_write(a->q, one, ol, 0), -ENOENT);
 	assert_int_equal(nerr, e0 + 1);
 	assert_non_null(strstr(lasterr, "query/q1/in: the session was removed"));
-	assert_int_equal(qs_in_flush(a->q, &ran), 0);
+	assert_int_equal(fs_qs_in_flush(a->q, &ran), 0);
 	assert_int_equal(w->dm.query_input.used, 0);
 	s_drop(&s);
 	runner_free(b);
@@ -1709,60 +1709,60 @@ static void test_result_bounds(void **state)
 	/* 20 x 100 is past the bound */
 	run_z(a, "k=2 mode=exact\n1 2 3 4 5 6\n", 1);
 	e0 = nerr;
-	assert_int_equal(qs_in_write(a->q, s.p, s.n, 0), 0);
-	assert_int_equal(qs_in_flush(a->q, &ran), -E2BIG);
+	assert_int_equal(fs_qs_in_write(a->q, s.p, s.n, 0), 0);
+	assert_int_equal(fs_qs_in_flush(a->q, &ran), -E2BIG);
 	assert_int_equal(nerr, e0 + 1);
 	assert_non_null(strstr(lasterr, "query/q1/in: 20 query vectors x k=100 = 2000 results, more than the bound of 1500"));
-	assert_int_equal(qs_size(a->q, QS_OUT), 0);
+	assert_int_equal(fs_qs_size(a->q, QS_OUT), 0);
 	assert_int_equal(w->dm.query_results.used, 0);
 	/* 10 x 100 fits, and is held while its results are */
 	const char *ten = strchr(s.p, '\n') + 1 + 10 * 12;
-	assert_int_equal(qs_in_write(a->q, s.p, (size_t)(ten - s.p), 0), 0);
-	assert_int_equal(qs_in_flush(a->q, &ran), 0);
-	assert_true(qs_size(a->q, QS_OUT) > 0);
+	assert_int_equal(fs_qs_in_write(a->q, s.p, (size_t)(ten - s.p), 0), 0);
+	assert_int_equal(fs_qs_in_flush(a->q, &ran), 0);
+	assert_true(fs_qs_size(a->q, QS_OUT) > 0);
 	assert_int_equal(w->dm.query_results.used, 1000);
 	/* then another session's 10 x 100 does not */
 	e0 = nerr;
-	assert_int_equal(qs_in_write(b->q, s.p, (size_t)(ten - s.p), 0), 0);
-	assert_int_equal(qs_in_flush(b->q, &ran), -E2BIG);
+	assert_int_equal(fs_qs_in_write(b->q, s.p, (size_t)(ten - s.p), 0), 0);
+	assert_int_equal(fs_qs_in_flush(b->q, &ran), -E2BIG);
 	assert_int_equal(nerr, e0 + 1);
 	assert_non_null(strstr(lasterr, "query/q2/in: the results of all sessions together are at their bound"));
 	/* until the first one's results go */
-	qs_clear(a->q);
+	fs_qs_clear(a->q);
 	assert_int_equal(w->dm.query_results.used, 0);
-	assert_int_equal(qs_in_write(b->q, s.p, (size_t)(ten - s.p), 0), 0);
-	assert_int_equal(qs_in_flush(b->q, &ran), 0);
+	assert_int_equal(fs_qs_in_write(b->q, s.p, (size_t)(ten - s.p), 0), 0);
+	assert_int_equal(fs_qs_in_flush(b->q, &ran), 0);
 	assert_int_equal(w->dm.query_results.used, 1000);
-	size_t outlen = qs_size(b->q, QS_OUT);
+	size_t outlen = fs_qs_size(b->q, QS_OUT);
 	assert_int_equal(w->dm.query_output.used, outlen);
-	qs_clear(b->q);
+	fs_qs_clear(b->q);
 	assert_int_equal(w->dm.query_output.used, 0);
 	/* rendered text: out past the room fails the close; out.json past it
 	 * fails its rendering, with an errors line */
 	w->dm.query_output.max = outlen / 2;
 	e0 = nerr;
-	assert_int_equal(qs_in_write(b->q, s.p, (size_t)(ten - s.p), 0), 0);
-	assert_int_equal(qs_in_flush(b->q, &ran), -E2BIG);
+	assert_int_equal(fs_qs_in_write(b->q, s.p, (size_t)(ten - s.p), 0), 0);
+	assert_int_equal(fs_qs_in_flush(b->q, &ran), -E2BIG);
 	assert_int_equal(nerr, e0 + 1);
 	assert_non_null(strstr(lasterr, "query/q2/in: the results' text is past the room left"));
 	assert_int_equal(w->dm.query_results.used, 0);
 	assert_int_equal(w->dm.query_output.used, 0);
 	w->dm.query_output.max = outlen + 10;
-	assert_int_equal(qs_in_write(b->q, s.p, (size_t)(ten - s.p), 0), 0);
-	assert_int_equal(qs_in_flush(b->q, &ran), 0);
+	assert_int_equal(fs_qs_in_write(b->q, s.p, (size_t)(ten - s.p), 0), 0);
+	assert_int_equal(fs_qs_in_flush(b->q, &ran), 0);
 	sbuf js;
-	sb_init(&js);
+	fs_sb_init(&js);
 	e0 = nerr;
-	assert_int_equal(qs_render_into(b->q, QS_JSON, &js), -E2BIG);
+	assert_int_equal(fs_qs_render_into(b->q, QS_JSON, &js), -E2BIG);
 	assert_int_equal(nerr, e0 + 1);
 	assert_non_null(strstr(lasterr, "query/q2/out.json: past the room left"));
-	sb_free(&js);
+	fs_sb_free(&js);
 	assert_int_equal(w->dm.query_output.used, outlen);
 	w->dm.query_results.max = QUERY_RESULTS_DEFAULT;
 	w->dm.query_output.max = (size_t)QUERY_OUTPUT_MB_DEFAULT << 20;
 	s_drop(&s);
 	runner_free(b);
-	qs_clear(a->q);
+	fs_qs_clear(a->q);
 	assert_int_equal(w->dm.query_results.used, 0);
 	assert_int_equal(w->dm.query_output.used, 0);
 }
@@ -1771,7 +1771,7 @@ static void test_result_bounds(void **state)
 static void first_hit(qsession *q, char *key, size_t cap, float *dist)
 {
 	size_t n = 0;
-	char *out = qs_render(q, QS_OUT, &n);
+	char *out = fs_qs_render(q, QS_OUT, &n);
 	assert_non_null(out);
 	char *tab = memchr(out, '\t', n);
 	assert_non_null(tab);
@@ -1782,10 +1782,10 @@ static void first_hit(qsession *q, char *key, size_t cap, float *dist)
 
 static void write_flush(qsession *q, const char *in, size_t len, uint64_t off, int flush)
 {
-	assert_int_equal(qs_in_write(q, in, len, off), 0);
+	assert_int_equal(fs_qs_in_write(q, in, len, off), 0);
 	if (flush) {
 		int ran = 0;
-		assert_int_equal(qs_in_flush(q, &ran), 0);
+		assert_int_equal(fs_qs_in_flush(q, &ran), 0);
 		assert_true(ran);
 	}
 }
@@ -1814,12 +1814,12 @@ static void test_search_ahead(void **state)
 	}
 	len += (size_t)snprintf(in + len, sizeof in - len, "\n");
 	len2 += (size_t)snprintf(in2 + len2, sizeof in2 - len2, "\n");
-	uint64_t queries0 = stats(w->v).queries, ahead0 = ahead_taken(w->dm.ahead);
+	uint64_t queries0 = stats(w->v).queries, ahead0 = fs_ahead_taken(w->dm.ahead);
 	float d;
 
 	/* one write, then the close: answered ahead, as the library answers */
 	write_flush(q, in, len, 0, 1);
-	assert_int_equal(ahead_taken(w->dm.ahead), ahead0 + 1);
+	assert_int_equal(fs_ahead_taken(w->dm.ahead), ahead0 + 1);
 	vecfs_results *r = search_opts(w->v, far, 1, QD, &(vecfs_query_opts){.k = 3, .exact = 1});
 	first_hit(q, key, sizeof key, &d);
 	assert_string_equal(key, r->hits[0][0].key);
@@ -1833,11 +1833,11 @@ static void test_search_ahead(void **state)
 	nanosleep(&settle, NULL);
 	assert_int_equal(put_one(w->v, "near", far, QD), 0);
 	int ran = 0;
-	assert_int_equal(qs_in_flush(q, &ran), 0);
+	assert_int_equal(fs_qs_in_flush(q, &ran), 0);
 	first_hit(q, key, sizeof key, &d);
 	assert_string_equal(key, "near");
 	assert_true(d == 0);
-	assert_int_equal(ahead_taken(w->dm.ahead), ahead0 + 1);
+	assert_int_equal(fs_ahead_taken(w->dm.ahead), ahead0 + 1);
 	assert_int_equal(stats(w->v).queries, queries0 + 3);
 
 	/* the input rewritten before the close: the close answers the second */
@@ -1858,7 +1858,7 @@ static void test_search_ahead(void **state)
 	write_flush(q, big.p, big.n, 0, 0);
 	write_flush(q, in2, len2, 0, 1);
 	size_t n = 0;
-	char *out = qs_render(q, QS_OUT, &n);
+	char *out = fs_qs_render(q, QS_OUT, &n);
 	assert_non_null(out);
 	assert_null(memmem(out, n, "\n\n", 2)); /* the results of one query */
 	free(out);
@@ -1869,12 +1869,12 @@ static void test_search_ahead(void **state)
 	s_drop(&big);
 
 	/* written in two writes: searched at the close only */
-	uint64_t a = ahead_taken(w->dm.ahead);
+	uint64_t a = fs_ahead_taken(w->dm.ahead);
 	write_flush(q, in, 20, 0, 0);
 	write_flush(q, in + 20, len - 20, 20, 1);
 	first_hit(q, key, sizeof key, &d);
 	assert_string_equal(key, "near");
-	assert_int_equal(ahead_taken(w->dm.ahead), a);
+	assert_int_equal(fs_ahead_taken(w->dm.ahead), a);
 }
 
 /* Several sessions write and close at once (threads, as clients would):
@@ -1901,7 +1901,7 @@ static void *many_run(void *arg)
 		}
 		len += snprintf(in + len, sizeof in - (size_t)len, "\n");
 		int ran = 0;
-		if (qs_in_write(m->q, in, (size_t)len, 0) || qs_in_flush(m->q, &ran) || !ran) {
+		if (fs_qs_in_write(m->q, in, (size_t)len, 0) || fs_qs_in_flush(m->q, &ran) || !ran) {
 			m->bad = 1;
 			break;
 		}
@@ -1916,7 +1916,7 @@ static void *many_run(void *arg)
 		vecfs_results_free(r);
 		float d;
 		size_t n = 0;
-		char *out = qs_render(m->q, QS_OUT, &n);
+		char *out = fs_qs_render(m->q, QS_OUT, &n);
 		char *tab = out ? memchr(out, '\t', n) : NULL;
 		if (!tab) {
 			free(out);
@@ -1944,7 +1944,7 @@ static void test_search_ahead_many(void **state)
 	for (int i = 0; i < N; i++) {
 		char id[16];
 		snprintf(id, sizeof id, "m%d", i);
-		m[i] = (many){w, qs_new(&w->dm, id), i, 0};
+		m[i] = (many){w, fs_qs_new(&w->dm, id), i, 0};
 		assert_non_null(m[i].q);
 		assert_int_equal(pthread_create(&th[i], NULL, many_run, &m[i]), 0);
 	}
@@ -1955,9 +1955,9 @@ static void test_search_ahead_many(void **state)
 		if (m[i].bad)
 			print_message("session %d: failure %d\n", i, m[i].bad);
 		assert_int_equal(m[i].bad, 0);
-		qs_free(m[i].q);
+		fs_qs_free(m[i].q);
 	}
-	print_message("%llu of %d closes answered ahead\n", (unsigned long long)ahead_taken(w->dm.ahead),
+	print_message("%llu of %d closes answered ahead\n", (unsigned long long)fs_ahead_taken(w->dm.ahead),
 		      N * 1500);
 }
 
@@ -1975,7 +1975,7 @@ static time_t fake_clock(time_t *t)
 static size_t lines_with(err_log *log, const char *s, size_t *lines)
 {
 	size_t len, n = 0;
-	char *p = errors_render(log, &len);
+	char *p = fs_errors_render(log, &len);
 	assert_non_null(p);
 	*lines = 0;
 	for (char *l = p, *nl; (nl = strchr(l, '\n')); l = nl + 1) {
@@ -1994,21 +1994,21 @@ static void test_errors_lines(void **state)
 {
 	(void)state;
 	err_log log;
-	errors_init(&log);
+	fs_errors_init(&log);
 	log.clock = fake_clock;
-	errlog(&log, "query/%s: bad", "a\nforged line\x1b[2J");
+	fs_errlog(&log, "query/%s: bad", "a\nforged line\x1b[2J");
 	size_t len, lines;
-	char *p = errors_render(&log, &len);
+	char *p = fs_errors_render(&log, &len);
 	assert_non_null(p);
 	assert_string_equal(p, "2026-12-03T22:41:07Z query/a\\nforged line\\x1b[2J: bad\n");
 	free(p);
-	errlog(&log, "keep me %d", 1);
+	fs_errlog(&log, "keep me %d", 1);
 	for (int i = 0; i < 10000; i++)
-		errlog(&log, "query/%s: mkdir failed", "bad 9");
-	errlog(&log, "keep me %d", 2);
-	assert_int_equal(errors_count(&log), 10003);
+		fs_errlog(&log, "query/%s: mkdir failed", "bad 9");
+	fs_errlog(&log, "keep me %d", 2);
+	assert_int_equal(fs_errors_count(&log), 10003);
 	char last[200];
-	errors_last(&log, last, sizeof last);
+	fs_errors_last(&log, last, sizeof last);
 	assert_string_equal(last, "keep me 2");
 	assert_int_equal(lines_with(&log, "keep me", &lines), 2);
 	assert_int_equal(lines_with(&log, "mkdir failed", &lines), ERR_BURST + 1);
@@ -2016,11 +2016,11 @@ static void test_errors_lines(void **state)
 	assert_int_equal(lines, ERR_BURST + 4);
 	/* a new window shows the message again */
 	fake_now += ERR_WINDOW_S;
-	errlog(&log, "query/%s: mkdir failed", "bad 9");
-	errlog(&log, "query/%s: mkdir failed", "x");
+	fs_errlog(&log, "query/%s: mkdir failed", "bad 9");
+	fs_errlog(&log, "query/%s: mkdir failed", "x");
 	assert_int_equal(lines_with(&log, "query/bad 9: mkdir failed", &lines), ERR_BURST + 2);
 	assert_int_equal(lines_with(&log, "query/x: mkdir failed", &lines), 1);
-	errors_fini(&log);
+	fs_errors_fini(&log);
 }
 
 /* errors is a log: lines are appended at stable offsets, past ERR_KEEP the
@@ -2031,7 +2031,7 @@ static void test_errors_log(void **state)
 	fixture *f = *state;
 	err_log log;
 	char buf[256], path[128], head[64];
-	errors_init(&log);
+	fs_errors_init(&log);
 	log.clock = fake_clock;
 	/* the lines go to stderr as well: not thousands of them here */
 	fflush(stderr);
@@ -2039,27 +2039,27 @@ static void test_errors_log(void **state)
 	assert_true(saved >= 0 && null >= 0);
 	dup2(null, 2);
 	close(null);
-	errlog(&log, "before the store: %d", 0);
-	assert_int_equal(errors_attach(&log, f->dir), 0);
+	fs_errlog(&log, "before the store: %d", 0);
+	assert_int_equal(fs_errors_attach(&log, f->dir), 0);
 	for (int i = 1; i < ERR_KEEP - 1; i++)
-		errlog(&log, "line %05d", i);
-	uint64_t size = errors_size(&log, NULL);
+		fs_errlog(&log, "line %05d", i);
+	uint64_t size = fs_errors_size(&log, NULL);
 	assert_int_equal(log.lines, ERR_KEEP - 1);
 	/* a reader at the end sees what is appended there */
-	errlog(&log, "line %05d", ERR_KEEP - 1);
-	size_t n = errors_read(&log, size, buf, sizeof buf - 1);
+	fs_errlog(&log, "line %05d", ERR_KEEP - 1);
+	size_t n = fs_errors_read(&log, size, buf, sizeof buf - 1);
 	buf[n] = 0;
 	assert_true(n > 20 && !strcmp(buf + 20, " line 01999\n"));
 	/* one more: the oldest drop at once, down to ERR_LINES */
-	errlog(&log, "line %05d", ERR_KEEP);
+	fs_errlog(&log, "line %05d", ERR_KEEP);
 	dup2(saved, 2);
 	close(saved);
 	assert_int_equal(log.lines, ERR_LINES);
-	assert_true(errors_size(&log, NULL) < size);
-	n = errors_read(&log, 0, head, sizeof head - 1);
+	assert_true(fs_errors_size(&log, NULL) < size);
+	n = fs_errors_read(&log, 0, head, sizeof head - 1);
 	head[n] = 0;
 	assert_true(n > 20 && !strncmp(head + 20, " line 01001\n", 12));
-	errors_fini(&log);
+	fs_errors_fini(&log);
 	/* the file holds the same text; a line cut short at its end (a crash
 	 * in the middle of a write) is left out when it is read back */
 	snprintf(path, sizeof path, "%s/errors", f->dir);
@@ -2067,20 +2067,20 @@ static void test_errors_log(void **state)
 	assert_non_null(fp);
 	fputs("2026-12-03T22:41:07Z cut sh", fp);
 	fclose(fp);
-	errors_init(&log);
+	fs_errors_init(&log);
 	log.clock = fake_clock;
-	assert_int_equal(errors_attach(&log, f->dir), 0);
+	assert_int_equal(fs_errors_attach(&log, f->dir), 0);
 	assert_int_equal(log.lines, ERR_LINES);
 	size_t len;
-	char *p = errors_render(&log, &len);
+	char *p = fs_errors_render(&log, &len);
 	assert_non_null(p);
 	assert_true(strstr(p, "line 02000\n") != NULL && strstr(p, "line 01001\n") != NULL);
 	assert_null(strstr(p, "cut sh"));
 	assert_null(strstr(p, "before the store"));
 	free(p);
-	errlog(&log, "after the remount");
+	fs_errlog(&log, "after the remount");
 	assert_int_equal(lines_with(&log, "after the remount", &len), 1);
-	errors_fini(&log);
+	fs_errors_fini(&log);
 	struct stat st;
 	assert_int_equal(stat(path, &st), 0);
 	assert_int_equal(st.st_mode & 0777, 0600);
@@ -2095,11 +2095,11 @@ static void test_errors_distinct(void **state)
 	err_log log;
 	size_t lines;
 	char name[32];
-	errors_init(&log);
+	fs_errors_init(&log);
 	log.clock = fake_clock;
 	/* one format, fourteen files: fourteen lines, none summed up */
 	for (int i = 1; i <= 14; i++)
-		errlog_err(&log, -EINVAL, "ingest/%s: %s%s; %s", (snprintf(name, sizeof name, "bad%d.csv", i), name),
+		fs_errlog_err(&log, -EINVAL, "ingest/%s: %s%s; %s", (snprintf(name, sizeof name, "bad%d.csv", i), name),
 			   "line 2: ", "bad number", "nothing of the file was committed");
 	assert_int_equal(lines_with(&log, "bad number", &lines), 14);
 	assert_int_equal(lines_with(&log, "more like it", &lines), 0);
@@ -2107,23 +2107,23 @@ static void test_errors_distinct(void **state)
 		snprintf(name, sizeof name, "ingest/bad%d.csv: ", i);
 		assert_int_equal(lines_with(&log, name, &lines), 1);
 	}
-	errors_fini(&log);
+	fs_errors_fini(&log);
 
 	/* one file, the same bad row again and again, with a commit that ran
 	 * out of room among them: each ENOSPC has its line */
-	errors_init(&log);
+	fs_errors_init(&log);
 	log.clock = fake_clock;
 	for (int i = 0; i < 60; i++) {
-		errlog_err(&log, -EINVAL, "ingest/%s: %s%s; %s", "a.csv", "line 2: ", "bad number",
+		fs_errlog_err(&log, -EINVAL, "ingest/%s: %s%s; %s", "a.csv", "line 2: ", "bad number",
 			   "nothing of the file was committed");
 		if (i % 3 == 2)
-			errlog_err(&log, -ENOSPC, "ingest/%s: %s%s; %s", "a.csv", "", "No space left on device",
+			fs_errlog_err(&log, -ENOSPC, "ingest/%s: %s%s; %s", "a.csv", "", "No space left on device",
 				   "nothing of the file was committed");
 		if (i % 5 == 4)
-			errlog_err(&log, ENOMEM, "ingest/%s: %s%s; %s", "a.csv", "", "out of memory",
+			fs_errlog_err(&log, ENOMEM, "ingest/%s: %s%s; %s", "a.csv", "", "out of memory",
 				   "nothing of the file was committed");
 		if (i % 10 == 9)
-			errlog_err(&log, -EIO, "records/%s: %s", "k", "Input/output error");
+			fs_errlog_err(&log, -EIO, "records/%s: %s", "k", "Input/output error");
 	}
 	assert_int_equal(lines_with(&log, "No space left on device", &lines), 20);
 	assert_int_equal(lines_with(&log, "out of memory", &lines), 12);
@@ -2132,16 +2132,16 @@ static void test_errors_distinct(void **state)
 	assert_int_equal(lines_with(&log, "bad number", &lines), ERR_BURST + 1);
 	assert_int_equal(lines_with(&log, "ingest/a.csv: line 2: bad number; nothing of the file was committed"
 				    " ... and 50 more like it", &lines), 1);
-	errors_fini(&log);
+	fs_errors_fini(&log);
 
 	/* alike means the same message: another line number is another line */
-	errors_init(&log);
+	fs_errors_init(&log);
 	log.clock = fake_clock;
 	for (int i = 0; i < 40; i++)
-		errlog(&log, "query/%s/in: line %d: %s", "s", 1 + i % 20, "expected 4 numbers");
+		fs_errlog(&log, "query/%s/in: line %d: %s", "s", 1 + i % 20, "expected 4 numbers");
 	assert_int_equal(lines_with(&log, "expected 4 numbers", &lines), 40);
 	assert_int_equal(lines_with(&log, "more like it", &lines), 0);
-	errors_fini(&log);
+	fs_errors_fini(&log);
 }
 
 /* descriptors of one version of a file share one rendering, freed with
@@ -2159,10 +2159,10 @@ static void test_shared_renderings(void **state)
 	int e;
 	snprintf(gname, sizeof gname, "%llu", (unsigned long long)w.gen);
 	pthread_mutex_lock(&dm->tree.mu);
-	node *g = child_locked(dm, get_node(dm, K_GENS), gname, &e);
+	node *g = fs_child_locked(dm, fs_get_node(dm, K_GENS), gname, &e);
 	assert_non_null(g);
 	g->nlookup++;
-	node *cl = child_locked(dm, g, "clusters", &e), *ce = child_locked(dm, g, "centroids.fvecs", &e);
+	node *cl = fs_child_locked(dm, g, "clusters", &e), *ce = fs_child_locked(dm, g, "centroids.fvecs", &e);
 	assert_non_null(cl);
 	assert_non_null(ce);
 	cl->nlookup++;
@@ -2171,12 +2171,12 @@ static void test_shared_renderings(void **state)
 
 	struct stat st;
 	uint64_t r0 = dm->rendered;
-	assert_int_equal(node_attr(dm, cl, &st), 0);
-	assert_int_equal(node_attr(dm, cl, &st), 0);
+	assert_int_equal(fs_node_attr(dm, cl, &st), 0);
+	assert_int_equal(fs_node_attr(dm, cl, &st), 0);
 	assert_int_equal(dm->rendered, r0 + 1);
 	rendering *a, *b, *c;
-	assert_int_equal(rendering_get(dm, cl, &a), 0);
-	assert_int_equal(rendering_get(dm, cl, &b), 0);
+	assert_int_equal(fs_rendering_get(dm, cl, &a), 0);
+	assert_int_equal(fs_rendering_get(dm, cl, &b), 0);
 	assert_ptr_equal(a, b);
 	assert_int_equal(dm->rendered, r0 + 2);
 	assert_int_equal(a->len, (size_t)st.st_size);
@@ -2185,41 +2185,41 @@ static void test_shared_renderings(void **state)
 	vecfs_row row = {"another", 7, w.ds.x, NULL, 0};
 	size_t bad = 0;
 	assert_int_equal(vecfs_put(w.v, &row, 1, QD, &bad, err, sizeof err), 0);
-	assert_int_equal(rendering_get(dm, cl, &c), 0);
+	assert_int_equal(fs_rendering_get(dm, cl, &c), 0);
 	assert_ptr_not_equal(a, c);
 	assert_int_equal(dm->rendered, r0 + 3);
-	assert_int_equal(node_attr(dm, cl, &st), 0);
+	assert_int_equal(fs_node_attr(dm, cl, &st), 0);
 	assert_int_equal(dm->rendered, r0 + 3);
 	assert_int_equal(dm->reads.used, a->len + c->len);
-	rendering_put(dm, a);
-	rendering_put(dm, b);
+	fs_rendering_put(dm, a);
+	fs_rendering_put(dm, b);
 	assert_int_equal(dm->reads.used, c->len);
-	rendering_put(dm, c);
+	fs_rendering_put(dm, c);
 	assert_int_equal(dm->reads.used, 0);
 	assert_null(cl->shared);
 	/* centroids.fvecs: its size without rendering it, one rendering for
 	 * every version of the store */
-	assert_int_equal(node_attr(dm, ce, &st), 0);
+	assert_int_equal(fs_node_attr(dm, ce, &st), 0);
 	assert_int_equal(dm->rendered, r0 + 3);
-	assert_int_equal(rendering_get(dm, ce, &a), 0);
+	assert_int_equal(fs_rendering_get(dm, ce, &a), 0);
 	assert_int_equal(a->len, (size_t)st.st_size);
 	assert_int_equal(vecfs_put(w.v, &row, 1, QD, &bad, err, sizeof err), 0);
-	assert_int_equal(rendering_get(dm, ce, &b), 0);
+	assert_int_equal(fs_rendering_get(dm, ce, &b), 0);
 	assert_ptr_equal(a, b);
 	/* the budget: the shared rendering counts once; another file's is
 	 * refused */
 	dm->reads.max = a->len + 1;
-	size_t n0 = errors_count(&dm->errors);
-	assert_int_equal(rendering_get(dm, cl, &c), -ENOMEM);
-	assert_int_equal(errors_count(&dm->errors), n0 + 1);
+	size_t n0 = fs_errors_count(&dm->errors);
+	assert_int_equal(fs_rendering_get(dm, cl, &c), -ENOMEM);
+	assert_int_equal(fs_errors_count(&dm->errors), n0 + 1);
 	char last[300];
-	errors_last(&dm->errors, last, sizeof last);
+	fs_errors_last(&dm->errors, last, sizeof last);
 	snprintf(err, sizeof err, "generations/%s/clusters: cannot be read now", gname);
 	assert_non_null(strstr(last, err));
-	rendering_put(dm, a);
-	rendering_put(dm, b);
-	assert_int_equal(rendering_get(dm, cl, &c), 0);
-	rendering_put(dm, c);
+	fs_rendering_put(dm, a);
+	fs_rendering_put(dm, b);
+	assert_int_equal(fs_rendering_get(dm, cl, &c), 0);
+	fs_rendering_put(dm, c);
 	assert_int_equal(dm->reads.used, 0);
 	world_free(&w);
 }
@@ -2240,29 +2240,29 @@ static void test_write_run(void **state)
 		len += (size_t)snprintf(in + len, sizeof in - len, j ? " %g" : "%g", (double)far[j]);
 	}
 	len += (size_t)snprintf(in + len, sizeof in - len, "\n");
-	uint64_t queries0 = stats(w->v).queries, ahead0 = ahead_taken(w->dm.ahead);
+	uint64_t queries0 = stats(w->v).queries, ahead0 = fs_ahead_taken(w->dm.ahead);
 	int ran = 0;
 	float d;
 
-	assert_int_equal(qs_in_write_run(q, in, len, &ran), 0);
+	assert_int_equal(fs_qs_in_write_run(q, in, len, &ran), 0);
 	assert_true(ran);
 	vecfs_results *r = search_opts(w->v, far, 1, QD, &(vecfs_query_opts){.k = 3, .exact = 1});
 	first_hit(q, key, sizeof key, &d);
 	assert_string_equal(key, r->hits[0][0].key);
 	assert_true(d == r->hits[0][0].distance);
 	vecfs_results_free(r);
-	assert_int_equal(qs_in_flush(q, &ran), 0); /* the close: nothing new */
+	assert_int_equal(fs_qs_in_flush(q, &ran), 0); /* the close: nothing new */
 	assert_false(ran);
 	assert_int_equal(stats(w->v).queries, queries0 + 2); /* this one and the check */
-	assert_true(ahead_taken(w->dm.ahead) <= ahead0 + 1);
+	assert_true(fs_ahead_taken(w->dm.ahead) <= ahead0 + 1);
 
-	assert_int_equal(qs_in_write_run(q, "k=x\n1 2\n", 8, &ran), -EINVAL);
+	assert_int_equal(fs_qs_in_write_run(q, "k=x\n1 2\n", 8, &ran), -EINVAL);
 	assert_true(ran);
 	size_t n = 1;
-	char *out = qs_render(q, QS_OUT, &n);
+	char *out = fs_qs_render(q, QS_OUT, &n);
 	assert_int_equal(n, 0);
 	free(out);
-	assert_int_equal(qs_in_flush(q, &ran), 0);
+	assert_int_equal(fs_qs_in_flush(q, &ran), 0);
 	assert_false(ran);
 	assert_int_equal(stats(w->v).queries, queries0 + 2);
 }

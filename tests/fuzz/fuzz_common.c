@@ -62,7 +62,7 @@ static void store_remove(void)
 
 static void at_exit(void)
 {
-	daemon_fini(&dm);
+	fs_daemon_fini(&dm);
 	store_remove();
 }
 
@@ -77,7 +77,7 @@ fs_daemon *fz_daemon(uint32_t dim)
 		abort();
 	}
 	store_dim = dim;
-	if (daemon_init(&dm, dir, SESSIONS_DEFAULT, (size_t)QUERY_INPUT_MB_DEFAULT << 20)) {
+	if (fs_daemon_init(&dm, dir, SESSIONS_DEFAULT, (size_t)QUERY_INPUT_MB_DEFAULT << 20)) {
 		fprintf(stderr, "fuzz: daemon_init failed\n");
 		abort();
 	}

@@ -33,12 +33,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	for (size_t pos = 0; pos < size;) {
 		const char *nl = memchr(text + pos, '\n', size - pos);
 		size_t n = nl ? (size_t)(nl - text - pos) : size - pos;
-		config_line(&dm->errors, text + pos, n, ++line, &c);
+		fs_config_line(&dm->errors, text + pos, n, ++line, &c);
 		pos += n + (nl ? 1 : 0);
 	}
 	if (vecfs_config_get(dm->store, &before))
 		abort();
-	int rc = config_apply_text(dm->store, &dm->errors, text, size);
+	int rc = fs_config_apply_text(dm->store, &dm->errors, text, size);
 	if (vecfs_config_get(dm->store, &after))
 		abort();
 	if (rc && !same(&before, &after))

@@ -20,10 +20,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	fs_daemon *dm = fz_daemon(0);
-	int fmt = ingest_format_of(INGEST_NAME);
+	int fmt = fs_ingest_format_of(INGEST_NAME);
 	if (fmt < 0)
 		abort();
-	ingest *in = ingest_new(dm, INGEST_NAME, fmt, 1);
+	ingest *in = fs_ingest_new(dm, INGEST_NAME, fmt, 1);
 	if (!in)
 		abort();
 	fz_split sp;
@@ -32,23 +32,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	size_t n, written = 0;
 	int rc = 0;
 	while ((p = fz_split_next(&sp, &n))) {
-		rc = ingest_write(in, (const char *)p, n, ingest_size(in), 1); /* appends, one writer */
+		rc = fs_ingest_write(in, (const char *)p, n, fs_ingest_size(in), 1); /* appends, one writer */
 		written += n;
 		if (rc)
 			break;
 	}
 	/* the file's size is what was written; a failed file is dead */
-	if (ingest_size(in) != written)
+	if (fs_ingest_size(in) != written)
 		abort();
 	if (rc) {
-		if (!ingest_done(in) || ingest_pending(in) || ingest_commit(in) >= 0)
+		if (!fs_ingest_done(in) || fs_ingest_pending(in) || fs_ingest_commit(in) >= 0)
 			abort();
 	} else {
-		rc = ingest_commit(in);
-		if (rc == 0 && (ingest_pending(in) || ingest_commit(in) != 0))
+		rc = fs_ingest_commit(in);
+		if (rc == 0 && (fs_ingest_pending(in) || fs_ingest_commit(in) != 0))
 			abort();
 	}
-	ingest_free(in);
+	fs_ingest_free(in);
 	fz_store_reset_if_used();
 	return 0;
 }

@@ -43,7 +43,7 @@ static fs_daemon *world(void)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	fs_daemon *dm = world();
-	qsession *q = qs_new(dm, "1");
+	qsession *q = fs_qs_new(dm, "1");
 	if (!q)
 		abort();
 	fz_split sp;
@@ -52,23 +52,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	size_t n;
 	uint64_t off = 0;
 	while ((p = fz_split_next(&sp, &n))) {
-		if (qs_in_write(q, (const char *)p, n, off))
+		if (fs_qs_in_write(q, (const char *)p, n, off))
 			break;
 		off += n;
 	}
 	int ran;
-	if (qs_in_flush(q, &ran) == 0) {
+	if (fs_qs_in_flush(q, &ran) == 0) {
 		for (int w = QS_OUT; w <= QS_STATS; w++) {
 			size_t len;
-			free(qs_render(q, w, &len));
+			free(fs_qs_render(q, w, &len));
 		}
 	}
 	/* the same bytes as one synchronous write, run at once */
-	if (qs_in_write_run(q, (const char *)data, size, &ran) == 0) {
+	if (fs_qs_in_write_run(q, (const char *)data, size, &ran) == 0) {
 		size_t len;
-		free(qs_render(q, QS_OUT, &len));
+		free(fs_qs_render(q, QS_OUT, &len));
 	}
-	qs_free(q);
+	fs_qs_free(q);
 	if (dm->query_input.used != 0)
 		abort(); /* the session's input was given back */
 	return 0;
