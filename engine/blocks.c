@@ -32,10 +32,6 @@ int vf_block_code(const vf_block *b, uint32_t i, vf_code *code, uint8_t *planes)
 	code->rb = vf_block_f2(b, 0, i);
 	code->eb = vf_block_f2(b, 1, i);
 	code->cdot = vf_block_f2(b, 2, i);
-	code->has_top2 = b->col[VF_COL_TOP2] != NULL;
-	code->add2 = code->has_top2 ? vf_block_t2(b, 0, i) : 0;
-	code->r2 = code->has_top2 ? vf_block_t2(b, 1, i) : 0;
-	code->e2 = code->has_top2 ? vf_block_t2(b, 2, i) : 0;
 	vf_block_planes(b, i, planes);
 	code->planes = planes;
 	if (!(code->key = vf_block_key(b, i, &code->keylen)))

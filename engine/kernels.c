@@ -255,19 +255,6 @@ float vf_half_to_float(uint16_t h)
 	return f;
 }
 
-/* pass1's estimates and bounds of slot v from its look-up sum acc. */
-static inline int pass1_slot(uint32_t acc, int v, const uint8_t *add, const uint8_t *r1,
-			     const uint8_t *e1, const vf_pass1 *p, float *lo, float *hi)
-{
-	float s1 = (float)acc * p->a + p->b;
-	float r = ldf(r1, v);
-	float est = (ldf(add, v) + p->qc) + r * s1;
-	float bound = fabsf(r) * p->qerr + ldf(e1, v) * p->nq;
-	lo[v] = est - bound;
-	hi[v] = est + bound;
-	return !(lo[v] > p->thresh); /* a NaN bound prunes nothing */
-}
-
 static uint32_t pass1_scalar(const uint8_t *codes, const uint8_t *lut,
 			     uint32_t groups, const uint8_t *add, const uint8_t *r1,
 			     const uint8_t *e1, const vf_pass1 *p, float *lo, float *hi)
@@ -280,30 +267,14 @@ static uint32_t pass1_scalar(const uint8_t *codes, const uint8_t *lut,
 			uint8_t nib = (codes[g * 16 + (v & 15)] >> shift) & 15;
 			acc += lut[g * 16 + nib];
 		}
-		mask |= (uint32_t)pass1_slot(acc, v, add, r1, e1, p, lo, hi) << v;
-	}
-	return mask;
-}
-
-/* The TOP2 column's nibble of plane pl (0, 1), group g, slot v (block.h). */
-static inline uint8_t top2_nibble(const uint8_t *codes, uint32_t g, int v, int pl)
-{
-	int s = v % 16;
-	uint8_t byte = codes[(size_t)(g / 2) * 64 + 32 * (v / 16) + 16 * (g & 1) + 2 * (s % 8) + pl];
-	return (byte >> (s >= 8 ? 4 : 0)) & 15;
-}
-
-static uint32_t pass1x2_scalar(const uint8_t *codes, const uint8_t *lut, uint32_t groups,
-			       const uint8_t *add, const uint8_t *r, const uint8_t *e,
-			       const vf_pass1 *p, float *lo, float *hi)
-{
-	uint32_t mask = 0;
-	for (int v = 0; v < 32; v++) {
-		uint32_t acc = 0;
-		for (uint32_t g = 0; g < groups; g++)
-			acc += 2u * lut[g * 16 + top2_nibble(codes, g, v, 0)] +
-			       lut[g * 16 + top2_nibble(codes, g, v, 1)];
-		mask |= (uint32_t)pass1_slot(acc, v, add, r, e, p, lo, hi) << v;
+		float s1 = (float)acc * p->a + p->b;
+		float r = ldf(r1, v);
+		float est = (ldf(add, v) + p->qc) + r * s1;
+		float bound = fabsf(r) * p->qerr + ldf(e1, v) * p->nq;
+		lo[v] = est - bound;
+		hi[v] = est + bound;
+		if (!(lo[v] > p->thresh)) /* a NaN bound prunes nothing */
+			mask |= 1u << v;
 	}
 	return mask;
 }
@@ -546,6 +517,5 @@ const vf_kernels vf_kernels_scalar = {
 	code_dot_scalar, levels_scan_scalar, encode_residual_scalar, encode_codes_scalar,
 	rotate_rounds_scalar, panel_min_scalar, best_rest_scalar, point_panels_i8_scalar,
 	points_panels_i8_scalar, q8_scores_scalar, q8_bounds_scalar, sum_maxabs_scalar, quant16_scalar,
-	pass1x2_scalar,
 };
 

@@ -154,14 +154,6 @@ typedef struct vf_kernels {
 	 * [-qm, qm]. */
 	void (*sum_maxabs)(const float *x, uint32_t n, float *sum, float *maxabs);
 	void (*quant16)(const float *rq, uint32_t n, float scf, float qm, int16_t *q16);
-	/* pass1 over a 2-bit code a slot, the top two bits of each code as a
-	 * block's TOP2 column packs them (layout/block.h; groups a multiple
-	 * of 2): a slot's look-up sum is twice the entries of its sign
-	 * nibbles plus those of its plane-1 nibbles (an integer, exact),
-	 * then as pass1 with add, r, e the top-2 factors. */
-	uint32_t (*pass1x2)(const uint8_t *codes, const uint8_t *lut, uint32_t groups,
-			    const uint8_t *add, const uint8_t *r, const uint8_t *e,
-			    const vf_pass1 *p, float *lo, float *hi);
 } vf_kernels;
 
 /* Put (sc, c) in place i of the ascending pd[0..i] (pc alongside), moving
@@ -227,9 +219,6 @@ void vf_q8_bounds_avx2(const int32_t *raw, const int32_t *sum, const float *scal
 		       const float par[4], float *lo, float *hi, float *lmin, float *hmin);
 void vf_sum_maxabs_avx2(const float *x, uint32_t n, float *sum, float *maxabs);
 void vf_quant16_avx2(const float *rq, uint32_t n, float scf, float qm, int16_t *q16);
-uint32_t vf_pass1x2_avx2(const uint8_t *codes, const uint8_t *lut, uint32_t groups,
-			 const uint8_t *add, const uint8_t *r, const uint8_t *e, const vf_pass1 *p,
-			 float *lo, float *hi);
 #endif
 
 /* The exact distances of float32 arrays, in double: the squared L2

@@ -370,34 +370,6 @@ static void panel_dots_avx2(const float *pts, size_t npts, size_t d,
 				 out + i * npts * VF_PANEL);
 }
 
-/* pass1's estimates, bounds and mask from the look-up sums of slots 8q..8q+7
- * in tot[q] (u32, below 2^24, so converted exactly). */
-static inline __attribute__((always_inline)) uint32_t
-pass1_finish(const __m256i tot[4], const uint8_t *add, const uint8_t *r1, const uint8_t *e1,
-	     const vf_pass1 *p, float *lo, float *hi)
-{
-	const __m256 va = _mm256_set1_ps(p->a), vb = _mm256_set1_ps(p->b);
-	const __m256 vqc = _mm256_set1_ps(p->qc), vqe = _mm256_set1_ps(p->qerr);
-	const __m256 vnq = _mm256_set1_ps(p->nq), vth = _mm256_set1_ps(p->thresh);
-	const __m256 absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
-	uint32_t mask = 0;
-	for (int q = 0; q < 4; q++) {
-		/* totals are < 2^24, so the conversion is exact */
-		__m256 s1 = _mm256_add_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(tot[q]), va), vb);
-		__m256 r = _mm256_loadu_ps((const float *)(r1 + 32 * q));
-		__m256 u = _mm256_add_ps(_mm256_loadu_ps((const float *)(add + 32 * q)), vqc);
-		__m256 est = _mm256_add_ps(u, _mm256_mul_ps(r, s1));
-		__m256 bound = _mm256_add_ps(_mm256_mul_ps(_mm256_and_ps(r, absm), vqe),
-					     _mm256_mul_ps(_mm256_loadu_ps((const float *)(e1 + 32 * q)), vnq));
-		__m256 l = _mm256_sub_ps(est, bound);
-		_mm256_storeu_ps(lo + 8 * q, l);
-		_mm256_storeu_ps(hi + 8 * q, _mm256_add_ps(est, bound));
-		/* not greater (a NaN bound prunes nothing), as in the scalar kernel */
-		mask |= (uint32_t)_mm256_movemask_ps(_mm256_cmp_ps(l, vth, _CMP_NGT_UQ)) << (8 * q);
-	}
-	return mask;
-}
-
 static uint32_t pass1_avx2(const uint8_t *codes, const uint8_t *lut,
 			   uint32_t groups, const uint8_t *add, const uint8_t *r1,
 			   const uint8_t *e1, const vf_pass1 *p, float *lo, float *hi)
@@ -442,45 +414,27 @@ static uint32_t pass1_avx2(const uint8_t *codes, const uint8_t *lut,
 		FOLD(_mm256_unpackhi_epi16(eh, oh), t3);
 #undef FOLD
 	}
+	const __m256 va = _mm256_set1_ps(p->a), vb = _mm256_set1_ps(p->b);
+	const __m256 vqc = _mm256_set1_ps(p->qc), vqe = _mm256_set1_ps(p->qerr);
+	const __m256 vnq = _mm256_set1_ps(p->nq), vth = _mm256_set1_ps(p->thresh);
+	const __m256 absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
 	__m256i tot[4] = {t0, t1, t2, t3};
-	return pass1_finish(tot, add, r1, e1, p, lo, hi);
-}
-
-/* The same over the TOP2 column's 2-bit codes (block.h): a half's 32
- * bytes give, once looked up, each slot's sign and plane-1 entries side by
- * side, so one multiply-add of the pair by (2, 1) is a slot's step, as a
- * 16-bit word (at most 765: 64 steps stay below 2^16). */
-uint32_t vf_pass1x2_avx2(const uint8_t *codes, const uint8_t *lut, uint32_t groups,
-			 const uint8_t *add, const uint8_t *r, const uint8_t *e, const vf_pass1 *p,
-			 float *lo, float *hi)
-{
-	const __m256i m4 = _mm256_set1_epi8(0x0F), z = _mm256_setzero_si256();
-	const __m256i w21 = _mm256_set1_epi16(0x0102); /* bytes 2, 1 */
-	__m256i tot[4] = {z, z, z, z}; /* u32 totals of slots 0-7, 8-15, 16-23, 24-31 */
-	uint32_t g = 0;
-	while (g < groups) {
-		uint32_t end = g + 128 < groups ? g + 128 : groups; /* u16 headroom */
-		__m256i a[4] = {z, z, z, z};
-		for (; g < end; g += 2) {
-			__m256i l = _mm256_loadu_si256((const __m256i *)(lut + g * 16));
-			for (int h = 0; h < 2; h++) {
-				__m256i c = _mm256_loadu_si256((const __m256i *)(codes + g * 32 + 32 * h));
-				__m256i rl = _mm256_shuffle_epi8(l, _mm256_and_si256(c, m4));
-				__m256i rh = _mm256_shuffle_epi8(
-					l, _mm256_and_si256(_mm256_srli_epi16(c, 4), m4));
-				a[2 * h] = _mm256_add_epi16(a[2 * h], _mm256_maddubs_epi16(rl, w21));
-				a[2 * h + 1] = _mm256_add_epi16(a[2 * h + 1], _mm256_maddubs_epi16(rh, w21));
-			}
-		}
-		/* the two 128-bit lanes (groups 2p and 2p+1) widened, then
-		 * added (both near 2^16 at most) */
-		for (int k = 0; k < 4; k++) {
-			__m256i l0 = _mm256_cvtepu16_epi32(_mm256_castsi256_si128(a[k]));
-			__m256i l1 = _mm256_cvtepu16_epi32(_mm256_extracti128_si256(a[k], 1));
-			tot[k] = _mm256_add_epi32(tot[k], _mm256_add_epi32(l0, l1));
-		}
+	uint32_t mask = 0;
+	for (int q = 0; q < 4; q++) {
+		/* totals are < 2^24, so the conversion is exact */
+		__m256 s1 = _mm256_add_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(tot[q]), va), vb);
+		__m256 r = _mm256_loadu_ps((const float *)(r1 + 32 * q));
+		__m256 u = _mm256_add_ps(_mm256_loadu_ps((const float *)(add + 32 * q)), vqc);
+		__m256 est = _mm256_add_ps(u, _mm256_mul_ps(r, s1));
+		__m256 bound = _mm256_add_ps(_mm256_mul_ps(_mm256_and_ps(r, absm), vqe),
+					     _mm256_mul_ps(_mm256_loadu_ps((const float *)(e1 + 32 * q)), vnq));
+		__m256 l = _mm256_sub_ps(est, bound);
+		_mm256_storeu_ps(lo + 8 * q, l);
+		_mm256_storeu_ps(hi + 8 * q, _mm256_add_ps(est, bound));
+		/* not greater (a NaN bound prunes nothing), as in the scalar kernel */
+		mask |= (uint32_t)_mm256_movemask_ps(_mm256_cmp_ps(l, vth, _CMP_NGT_UQ)) << (8 * q);
 	}
-	return pass1_finish(tot, add, r, e, p, lo, hi);
+	return mask;
 }
 
 static void lut4_avx2(const float *qr, uint32_t groups, const float *base, float inv,
@@ -839,5 +793,5 @@ const vf_kernels vf_kernels_avx2 = {
 	pass1_avx2, code_dot_avx2, vf_levels_scan_avx2, vf_encode_residual_avx2,
 	vf_encode_codes_avx2, rotate_rounds_avx2, panel_min_avx2,
 	best_rest_avx2, vf_point_panels_i8_avx2, vf_points_panels_i8_avx2, vf_q8_scores_avx2, vf_q8_bounds_avx2, vf_sum_maxabs_avx2,
-	vf_quant16_avx2, vf_pass1x2_avx2,
+	vf_quant16_avx2,
 };

@@ -22,7 +22,7 @@ int vf_pw_init(vf_posting_writer *w, vecfs *v, vf_gen *g)
 	if (rc)
 		return rc;
 	w->planes = vf_malloc((size_t)g->meta.bits * g->meta.pdim / 8);
-	w->buf = vf_malloc(vf_delta_size(g->meta.pdim, g->meta.bits, VECFS_KEY_MAX, 1));
+	w->buf = vf_malloc(vf_delta_size(g->meta.pdim, g->meta.bits, VECFS_KEY_MAX));
 	w->tmp = vf_malloc(sizeof(float) * g->meta.dim);
 	w->mf = vf_malloc(sizeof(vf_manifest) * g->meta.nlist);
 	w->mf_state = vf_calloc(g->meta.nlist, 1);
@@ -210,8 +210,7 @@ int vf_pw_apply(vf_posting_writer *w, vf_txn *txn, uint64_t id, uint64_t seq,
 		code.has_payload = has_payload;
 		vf_delta_write(w->buf, &code, g->meta.dim, g->meta.pdim, g->meta.bits);
 		if ((rc = keep(w, txn, c, VF_PK_DELTA, seq, w->buf,
-			       vf_delta_size(g->meta.pdim, g->meta.bits, keylen,
-					     code.has_top2 && g->meta.bits >= 2))) ||
+			       vf_delta_size(g->meta.pdim, g->meta.bits, keylen))) ||
 		    (rc = bump_manifest(w, txn, c, 1, 0)))
 			return rc;
 	}

@@ -82,33 +82,6 @@ static inline double sum4(const double s[4])
 	return (s[0] + s[1]) + (s[2] + s[3]);
 }
 
-/* The first pass's factors of the code's top two bits, t_i = u_i >> (bits
- * - 2) (the sign bit and plane 1), y_i = t_i - 3/2: as r1 and e1 are of
- * y_i = s_i - 1/2; with a table a query, add2 gives up r2 times the
- * code's share sum_i t_i (R (c - mu))_i as add does r1 times its sign
- * plane's (pass 2 is unaffected: it reads add, rb, cdot). */
-static void top2_factors(const vf_encoder *e, const float *x, const uint8_t *u,
-			 const float *rc, double coef, double norm2, double xn, vf_code *out)
-{
-	uint32_t n = e->rot->pdim, sh = e->bits - 2;
-	double yx = 0, yy = 0, tc = 0;
-	for (uint32_t i = 0; i < n; i++) {
-		double y = (double)(u[i] >> sh) - 1.5;
-		yx += y * x[i];
-		yy += y * y;
-		if (e->rmu)
-			tc += (double)(u[i] >> sh) * ((double)rc[i] - e->rmu[i]);
-	}
-	if (!(yx > 0))
-		return; /* (r2 = e2 = 0, as r1 and e1 of a zero vector) */
-	double a = yx / (sqrt(yy) * xn);
-	if (a > 1)
-		a = 1;
-	out->r2 = (float)(-coef * norm2 / yx);
-	out->e2 = (float)(coef * xn * VF_EPS0 * sqrt(1 - a * a) / (a * sqrt((double)n - 1)));
-	out->add2 = (float)((double)out->add - (double)out->r2 * tc);
-}
-
 void vf_encode(vf_encoder *e, const float *v, const float *c, const float *rc,
 	       uint8_t *planes, vf_code *out)
 {
@@ -148,15 +121,10 @@ void vf_encode(vf_encoder *e, const float *v, const float *c, const float *rc,
 	out->planes = planes;
 	out->add = e->dot ? (float)-cr : (float)norm2;
 	out->cdot = (float)cdot;
-	out->has_top2 = bits >= 2;
-	out->add2 = out->add;
-	out->r2 = out->e2 = 0;
 	if (xn == 0 || sum_abs == 0) {
 		out->r1 = out->e1 = out->rb = out->eb = 0;
 		return;
 	}
-	if (bits >= 2)
-		top2_factors(e, x, u, rc, coef, norm2, xn, out);
 	double a1 = sum_abs / (sqrt((double)n) * xn);
 	double ab = yx / (sqrt(yy) * xn);
 	if (a1 > 1)

@@ -87,9 +87,8 @@ static int accept(search *s, query *q, float est, float bound, const vf_block *b
 
 #define PASS2_LAG 4 /* batches between a survivor's prefetch and its pass 2 */
 
-/* A block's columns verified: those pass 1 reads (F1, or TOP2 where the
- * block has it: either marks both), those pass 2 reads. */
-#define CHECKED_SCAN (1u << VF_COL_SIGN | 1u << VF_COL_F1 | 1u << VF_COL_TOP2)
+/* A block's columns verified: those pass 1 reads, those pass 2 reads. */
+#define CHECKED_SCAN (1u << VF_COL_SIGN | 1u << VF_COL_F1)
 #define CHECKED_PASS2 (1u << VF_COL_PASS2 | 1u << VF_COL_IDS)
 
 /* Pass 2 for survivors s->surv[k0..k1) of block b (their PASS2 records were
@@ -133,10 +132,6 @@ static inline void prefetch_pass2(const vf_block *b, uint32_t i)
 	const uint8_t *rec = vf_block_pass2_at(b, i);
 	for (size_t o = 0; o < b->stride; o += 64)
 		__builtin_prefetch(rec + o);
-	/* and its add, which pass 2 reads from F1: not read by a first pass
-	 * on the top two bits */
-	if (b->col[VF_COL_TOP2])
-		__builtin_prefetch(vf_block_f1_batch(b, i / VF_BATCH) + 4 * (i % VF_BATCH));
 }
 
 /* Score one posting block for one query.  Pass 1 runs batch by batch; the
@@ -158,19 +153,11 @@ static int scan_block(search *s, query *q, const vf_block *b, uint8_t *checked)
 	for (uint32_t bt = 0; bt < b->nbatch; bt++) {
 		if (bt + PF_BATCHES < b->nbatch)
 			prefetch_batch(b, bt + PF_BATCHES);
-		const uint8_t *t2 = vf_block_top2_batch(b, bt);
-		uint32_t mask;
-		if (t2) { /* the codes' top two bits */
-			const uint8_t *f = t2 + vf_top2_planes(b->pdim);
-			q->p1t.thresh = fheap_top(&q->ub);
-			mask = s->kn->pass1x2(t2, q->cs.lut, groups, f, f + 128, f + 256, &q->p1t,
-					      lo, hi);
-		} else {
-			const uint8_t *f1 = vf_block_f1_batch(b, bt);
-			q->p1.thresh = fheap_top(&q->ub);
-			mask = s->kn->pass1(b->col[VF_COL_SIGN] + (size_t)bt * groups * 16,
-					    q->cs.lut, groups, f1, f1 + 128, f1 + 256, &q->p1, lo, hi);
-		}
+		const uint8_t *f1 = vf_block_f1_batch(b, bt);
+		q->p1.thresh = fheap_top(&q->ub);
+		uint32_t mask = s->kn->pass1(b->col[VF_COL_SIGN] + (size_t)bt * groups * 16,
+					     q->cs.lut, groups, f1, f1 + 128, f1 + 256,
+					     &q->p1, lo, hi);
 		uint32_t in = b->n - bt * 32 < 32 ? b->n - bt * 32 : 32;
 		if (in < 32)
 			mask &= (1u << in) - 1;
@@ -241,13 +228,6 @@ int vf_scan_cluster(search *s, uint32_t c, entry *ents, size_t nents,
 			      qc, sqrtf(nq2));
 		q->p1 = q->cs.p1;
 		q->p1.nq *= VF_PASS1_EPS / VF_EPS0;
-		/* the top two bits, t_i = 2 s_i + b_i: twice the sign plane's
-		 * look-ups and once plane 1's, each against the same table, so
-		 * the constant term and the rounding error triple (y_i = t_i -
-		 * 3/2 against s_i - 1/2) */
-		q->p1t = q->p1;
-		q->p1t.b *= 3;
-		q->p1t.qerr *= 3;
 		q->ex.clusters_probed++;
 	}
 	/* each query has its own constants for the cluster (and, in a
@@ -269,9 +249,8 @@ int vf_scan_cluster(search *s, uint32_t c, entry *ents, size_t nents,
 			 * known good at this place (the vcache remembers them
 			 * beyond it, at the cost of a look-up) */
 			if (!(e->checked & CHECKED_SCAN)) {
-				int f = b.col[VF_COL_TOP2] ? VF_COL_TOP2 : VF_COL_F1;
 				if ((rc = vf_block_check(s->v->vcache, &b, VF_COL_SIGN)) ||
-				    (rc = vf_block_check(s->v->vcache, &b, f)))
+				    (rc = vf_block_check(s->v->vcache, &b, VF_COL_F1)))
 					break;
 				e->checked |= CHECKED_SCAN;
 			}

@@ -95,8 +95,6 @@ typedef struct query {
 	vf_pass1 p1;       /* the first pass's constants for the cluster being
 			    * scanned: cs.p1, its error bound narrowed to
 			    * VF_PASS1_EPS (score.c) */
-	vf_pass1 p1t;      /* the same for the top two bits of a block's
-			    * codes (a block with VF_COL_TOP2) */
 	fheap ub;          /* k smallest upper bounds: the pruning threshold */
 	cand *cands;
 	size_t nc, capc;
@@ -188,12 +186,6 @@ static inline int stale(const search *s, uint64_t id, uint64_t seq)
 
 static inline void prefetch_batch(const vf_block *b, uint32_t bt)
 {
-	const uint8_t *t = vf_block_top2_batch(b, bt);
-	if (t) { /* all the first pass reads of it */
-		for (size_t o = 0, e = vf_top2_batch_bytes(b->pdim); o < e; o += 64)
-			__builtin_prefetch(t + o);
-		return;
-	}
 	size_t sz = (size_t)(b->pdim / 4) * 16;
 	const uint8_t *c = b->col[VF_COL_SIGN] + (size_t)bt * sz;
 	for (size_t o = 0; o < sz; o += 64)
@@ -205,8 +197,7 @@ static inline void prefetch_batch(const vf_block *b, uint32_t bt)
 
 /* One entry of a cluster's key range, located before scanning. */
 #define VF_CHECKED_ALL                                                     \
-	(1u << VF_COL_SIGN | 1u << VF_COL_F1 | 1u << VF_COL_PASS2 | 1u << VF_COL_IDS |    \
-	 1u << VF_COL_TOP2)
+	(1u << VF_COL_SIGN | 1u << VF_COL_F1 | 1u << VF_COL_PASS2 | 1u << VF_COL_IDS)
 typedef struct entry {
 	uint8_t kind;
 	uint8_t checked; /* a block's columns verified in this snapshot:

@@ -7,10 +7,8 @@
 #include <math.h>
 #include <string.h>
 
-#define BLOCK_MAGIC 0x36425656u  /* "VVB6": with the TOP2 column */
-#define BLOCK_MAGIC5 0x35425656u /* "VVB5": without it */
-#define DELTA_MAGIC 0x34445656u  /* "VVD4": with the top-2 factors */
-#define DELTA_MAGIC3 0x33445656u /* "VVD3": without them */
+#define BLOCK_MAGIC 0x35425656u /* "VVB5" */
+#define DELTA_MAGIC 0x33445656u /* "VVD3" */
 #define ALIGN 64
 
 typedef struct block_hdr {
@@ -19,31 +17,6 @@ typedef struct block_hdr {
 	struct { uint32_t off, len; uint64_t sum; } col[VF_NCOL];
 	uint64_t hdr_sum; /* over everything above */
 } block_hdr;
-
-/* Columns a header lists: all, or all but TOP2 (the last) in a "VVB5"
- * header, which is the same up to its shorter column table; hdr_sum
- * follows the table. */
-static int hdr_cols(uint32_t magic)
-{
-	return magic == BLOCK_MAGIC ? VF_NCOL : VF_NCOL - 1;
-}
-
-static size_t hdr_bytes(int ncol)
-{
-	return offsetof(block_hdr, col) + (size_t)ncol * sizeof(((block_hdr *)0)->col[0]);
-}
-
-/* Whether a block of codes[0..n) gets the TOP2 column: all have the
- * factors. */
-static int with_top2(const vf_code *codes, uint32_t n, uint32_t bits)
-{
-	if (bits < 2)
-		return 0;
-	for (uint32_t i = 0; i < n; i++)
-		if (!codes[i].has_top2)
-			return 0;
-	return 1;
-}
 
 /* A block is larger than a page, so LMDB keeps it on overflow pages,
  * VF_BLOCK_LEAD bytes (the page header) after a page boundary.  Column
@@ -57,11 +30,10 @@ static size_t up(size_t x)
 }
 
 /* Column lengths; the key column's is given (offsets + bytes). */
-static void col_lens(uint32_t n, uint32_t pdim, uint32_t bits, uint32_t keys, int top2,
+static void col_lens(uint32_t n, uint32_t pdim, uint32_t bits, uint32_t keys,
 		     uint32_t len[VF_NCOL])
 {
 	uint32_t nb = (n + VF_BATCH - 1) / VF_BATCH;
-	len[VF_COL_TOP2] = top2 ? nb * (uint32_t)vf_top2_batch_bytes(pdim) : 0;
 	len[VF_COL_SIGN] = nb * (pdim / 4) * 16;
 	len[VF_COL_F1] = 3 * nb * VF_BATCH * 4;
 	len[VF_COL_PASS2] = n * vf_pass2_stride(pdim, bits);
@@ -80,50 +52,29 @@ static uint32_t keys_len(const vf_code *codes, uint32_t n)
 size_t vf_block_size(const vf_code *codes, uint32_t n, uint32_t pdim, uint32_t bits)
 {
 	uint32_t len[VF_NCOL];
-	int top2 = with_top2(codes, n, bits), ncol = top2 ? VF_NCOL : VF_NCOL - 1;
-	size_t off = up(hdr_bytes(ncol) + 8);
-	col_lens(n, pdim, bits, keys_len(codes, n), top2, len);
-	for (int c = 0; c < ncol; c++)
+	size_t off = up(sizeof(block_hdr));
+	col_lens(n, pdim, bits, keys_len(codes, n), len);
+	for (int c = 0; c < VF_NCOL; c++)
 		off = up(off + len[c]);
 	return off;
 }
 
-/* Nibble g of a plane: its bits of dimensions 4g..4g+3. */
-static inline uint8_t nibble(const uint8_t *plane, uint32_t g)
+/* Pack sign planes (plane 0 of each code) for 4-bit look-ups. */
+static void pack_signs(uint8_t *dst, const vf_code *codes, uint32_t n, uint32_t pdim,
+		       uint32_t bits)
 {
-	return (plane[g / 2] >> (4 * (g & 1))) & 15;
-}
-
-/* The TOP2 column's planes (block.h), batch b at dst + b *
- * vf_top2_batch_bytes() (zeroed already). */
-static void pack_top2(uint8_t *dst, const vf_code *codes, uint32_t n, uint32_t pdim)
-{
-	uint32_t groups = pdim / 4;
-	for (uint32_t i = 0; i < n; i++) {
-		uint32_t j = i % VF_BATCH, half = j / 16, s = j % 16;
-		uint8_t *batch = dst + (size_t)(i / VF_BATCH) * vf_top2_batch_bytes(pdim);
-		for (uint32_t p = 0; p < 2; p++) {
-			const uint8_t *plane = codes[i].planes + (size_t)p * (pdim / 8);
-			for (uint32_t g = 0; g < groups; g++) {
-				uint8_t *row = batch + (size_t)(g / 2) * 64 + 32 * half + 16 * (g & 1);
-				row[2 * (s % 8) + p] |= (uint8_t)(nibble(plane, g) << (s >= 8 ? 4 : 0));
-			}
-		}
-	}
-}
-
-/* Pack the sign planes (plane 0 of each code) for 4-bit look-ups. */
-static void pack_signs(uint8_t *dst, const vf_code *codes, uint32_t n, uint32_t pdim)
-{
-	uint32_t groups = pdim / 4;
+	uint32_t groups = pdim / 4, nb = (n + VF_BATCH - 1) / VF_BATCH;
+	memset(dst, 0, (size_t)nb * groups * 16);
 	for (uint32_t i = 0; i < n; i++) {
 		const uint8_t *sign = codes[i].planes;
 		uint32_t b = i / VF_BATCH, j = i % VF_BATCH;
 		uint8_t *batch = dst + (size_t)b * groups * 16;
 		for (uint32_t g = 0; g < groups; g++) {
-			batch[g * 16 + (j & 15)] |= (uint8_t)(nibble(sign, g) << (j >= 16 ? 4 : 0));
+			uint8_t nib = (sign[g / 2] >> (4 * (g & 1))) & 15;
+			batch[g * 16 + (j & 15)] |= (uint8_t)(nib << (j >= 16 ? 4 : 0));
 		}
 	}
+	(void)bits;
 }
 
 void vf_block_write(uint8_t *buf, const vf_code *codes, uint32_t n, uint32_t dim,
@@ -131,28 +82,24 @@ void vf_block_write(uint8_t *buf, const vf_code *codes, uint32_t n, uint32_t dim
 {
 	block_hdr h;
 	uint32_t len[VF_NCOL];
-	int top2 = with_top2(codes, n, bits), ncol = top2 ? VF_NCOL : VF_NCOL - 1;
-	size_t off = up(hdr_bytes(ncol) + 8), total = vf_block_size(codes, n, pdim, bits);
+	size_t off = up(sizeof h), total = vf_block_size(codes, n, pdim, bits);
 	uint32_t nb = (n + VF_BATCH - 1) / VF_BATCH, np = nb * VF_BATCH;
 
 	memset(buf, 0, total);
 	memset(&h, 0, sizeof h);
-	h.magic = top2 ? BLOCK_MAGIC : BLOCK_MAGIC5;
+	h.magic = BLOCK_MAGIC;
 	h.n = n;
 	h.nbatch = nb;
 	h.pdim = pdim;
 	h.bits = bits;
 	h.dim = dim;
-	col_lens(n, pdim, bits, keys_len(codes, n), top2, len);
-	for (int c = 0; c < ncol; c++) {
+	col_lens(n, pdim, bits, keys_len(codes, n), len);
+	for (int c = 0; c < VF_NCOL; c++) {
 		h.col[c].off = (uint32_t)off;
 		h.col[c].len = len[c];
 		off = up(off + len[c]);
 	}
-	size_t planes = vf_top2_planes(pdim), t2stride = vf_top2_batch_bytes(pdim);
-	pack_signs(buf + h.col[VF_COL_SIGN].off, codes, n, pdim);
-	if (top2)
-		pack_top2(buf + h.col[VF_COL_TOP2].off, codes, n, pdim);
+	pack_signs(buf + h.col[VF_COL_SIGN].off, codes, n, pdim, bits);
 	uint8_t *pass2 = buf + h.col[VF_COL_PASS2].off;
 	size_t stride = vf_pass2_stride(pdim, bits), pb1 = pdim / 8;
 	float *f1 = (float *)(buf + h.col[VF_COL_F1].off);
@@ -167,13 +114,6 @@ void vf_block_write(uint8_t *buf, const vf_code *codes, uint32_t n, uint32_t dim
 	memcpy(keys + 4 * n, &koff, 4);
 	for (uint32_t i = 0; i < np; i++) {
 		float *fb = f1 + (size_t)(i / VF_BATCH) * VF_BATCH * 3 + i % VF_BATCH;
-		float t[3] = {INFINITY, 0, 0}; /* padding never survives */
-		if (i < n)
-			t[0] = codes[i].add2, t[1] = codes[i].r2, t[2] = codes[i].e2;
-		for (int w = 0; top2 && w < 3; w++)
-			memcpy(buf + h.col[VF_COL_TOP2].off + (i / VF_BATCH) * t2stride + planes +
-				       4 * ((size_t)w * VF_BATCH + i % VF_BATCH),
-			       &t[w], 4);
 		if (i < n) {
 			const vf_code *c = &codes[i];
 			uint8_t *rec = pass2 + i * stride;
@@ -192,11 +132,10 @@ void vf_block_write(uint8_t *buf, const vf_code *codes, uint32_t n, uint32_t dim
 			fb[2 * VF_BATCH] = 0;
 		}
 	}
-	for (int c = 0; c < ncol; c++)
+	for (int c = 0; c < VF_NCOL; c++)
 		h.col[c].sum = vf_checksum(buf + h.col[c].off, h.col[c].len);
-	h.hdr_sum = vf_checksum(&h, hdr_bytes(ncol));
-	memcpy(buf, &h, hdr_bytes(ncol));
-	memcpy(buf + hdr_bytes(ncol), &h.hdr_sum, 8);
+	h.hdr_sum = vf_checksum(&h, offsetof(block_hdr, hdr_sum));
+	memcpy(buf, &h, sizeof h);
 }
 
 int vf_block_open(const void *p, size_t len, vf_block *out)
@@ -204,18 +143,11 @@ int vf_block_open(const void *p, size_t len, vf_block *out)
 	block_hdr h;
 	uint32_t want[VF_NCOL];
 	uint32_t klen;
-	memset(&h, 0, sizeof h);
-	if (len < 4)
+	if (len < sizeof h)
 		return -EIO;
-	memcpy(&h.magic, p, 4);
-	if (h.magic != BLOCK_MAGIC && h.magic != BLOCK_MAGIC5)
-		return -EIO;
-	int ncol = hdr_cols(h.magic);
-	if (len < hdr_bytes(ncol) + 8)
-		return -EIO;
-	memcpy(&h, p, hdr_bytes(ncol));
-	memcpy(&h.hdr_sum, (const uint8_t *)p + hdr_bytes(ncol), 8);
-	if (h.hdr_sum != vf_checksum(&h, hdr_bytes(ncol)))
+	memcpy(&h, p, sizeof h);
+	if (h.magic != BLOCK_MAGIC ||
+	    h.hdr_sum != vf_checksum(&h, offsetof(block_hdr, hdr_sum)))
 		return -EIO;
 	if (h.n == 0 || h.n > VF_BLOCK_MAX || h.pdim % 64 || h.bits < 1 || h.bits > 8 ||
 	    h.nbatch != (h.n + VF_BATCH - 1) / VF_BATCH || h.dim == 0 || h.dim > h.pdim)
@@ -226,13 +158,9 @@ int vf_block_open(const void *p, size_t len, vf_block *out)
 	/* the columns a header describes must fit the value, counted in 64
 	 * bits: a huge pdim would wrap their lengths in 32 */
 	if (len > UINT32_MAX || (uint64_t)h.nbatch * (h.pdim / 4) * 16 > len ||
-	    (uint64_t)h.n * vf_pass2_stride(h.pdim, h.bits) > len ||
-	    (ncol == VF_NCOL &&
-	     (uint64_t)h.nbatch * vf_top2_batch_bytes(h.pdim) > len))
+	    (uint64_t)h.n * vf_pass2_stride(h.pdim, h.bits) > len)
 		return -EIO;
-	if (ncol == VF_NCOL && h.bits < 2)
-		return -EIO;
-	col_lens(h.n, h.pdim, h.bits, klen, ncol == VF_NCOL, want);
+	col_lens(h.n, h.pdim, h.bits, klen, want);
 	out->base = p;
 	out->len = len;
 	out->n = h.n;
@@ -242,12 +170,6 @@ int vf_block_open(const void *p, size_t len, vf_block *out)
 	out->dim = h.dim;
 	out->stride = vf_pass2_stride(h.pdim, h.bits);
 	for (int c = 0; c < VF_NCOL; c++) {
-		if (c >= ncol) { /* (h zeroed: an absent column) */
-			out->col[c] = NULL;
-			out->col_len[c] = 0;
-			out->col_sum[c] = 0;
-			continue;
-		}
 		if (h.col[c].len != want[c] || (size_t)h.col[c].off + h.col[c].len > len)
 			return -EIO;
 		out->col[c] = (const uint8_t *)p + h.col[c].off;
@@ -259,8 +181,6 @@ int vf_block_open(const void *p, size_t len, vf_block *out)
 
 int vf_block_check(vf_vcache *cache, const vf_block *b, int col)
 {
-	if (!b->col[col])
-		return 0;
 	return vf_verify(cache, b->col[col], b->col_len[col], b->col_sum[col]);
 }
 
@@ -268,9 +188,6 @@ void vf_block_prefetch_checks(const vf_vcache *cache, const vf_block *b)
 {
 	for (int c = VF_COL_SIGN; c <= VF_COL_IDS; c++) /* those a scan checks */
 		vf_verify_prefetch(cache, b->col[c], b->col_len[c], b->col_sum[c]);
-	if (b->col[VF_COL_TOP2])
-		vf_verify_prefetch(cache, b->col[VF_COL_TOP2], b->col_len[VF_COL_TOP2],
-				   b->col_sum[VF_COL_TOP2]);
 }
 
 uint64_t vf_block_id(const vf_block *b, uint32_t i)
@@ -342,37 +259,23 @@ float vf_block_f2(const vf_block *b, int which, uint32_t i)
 	return vf_ldf(vf_block_f2_at(b, i), (size_t)which);
 }
 
-float vf_block_t2(const vf_block *b, int which, uint32_t i)
-{
-	const uint8_t *t = vf_block_top2_batch(b, i / VF_BATCH) + vf_top2_planes(b->pdim);
-	return vf_ldf(t, (size_t)which * VF_BATCH + i % VF_BATCH);
-}
-
 /* delta: magic u32 | pdim u16 | bits u16 | id u64 | seq u64 (payload flag) |
- * 6 floats | dim u32 | keylen u32 | ("VVD4" only: add2, r2, e2) | planes |
- * key | xxh3 u64 of all before it.  The vector itself is the record's. */
+ * 6 floats | dim u32 | keylen u32 | planes | key | xxh3 u64 of all before
+ * it.  The vector itself is the record's. */
 #define DELTA_HDR 56
-#define DELTA_HDR4 68
 
-static size_t delta_hdr(int top2)
+size_t vf_delta_size(uint32_t pdim, uint32_t bits, uint32_t keylen)
 {
-	return top2 ? DELTA_HDR4 : DELTA_HDR;
-}
-
-size_t vf_delta_size(uint32_t pdim, uint32_t bits, uint32_t keylen, int top2)
-{
-	return delta_hdr(top2) + (size_t)bits * (pdim / 8) + keylen + 8;
+	return DELTA_HDR + (size_t)bits * (pdim / 8) + keylen + 8;
 }
 
 void vf_delta_write(uint8_t *buf, const vf_code *c, uint32_t dim, uint32_t pdim,
 		    uint32_t bits)
 {
-	int top2 = c->has_top2 && bits >= 2;
-	uint32_t magic = top2 ? DELTA_MAGIC : DELTA_MAGIC3;
+	uint32_t magic = DELTA_MAGIC;
 	uint16_t pd = (uint16_t)pdim, bt = (uint16_t)bits;
 	float f[6] = {c->add, c->r1, c->e1, c->rb, c->eb, c->cdot};
-	float t[3] = {c->add2, c->r2, c->e2};
-	size_t pb = (size_t)bits * (pdim / 8), body, hl = delta_hdr(top2);
+	size_t pb = (size_t)bits * (pdim / 8), body;
 	uint64_t sq = c->seq | (c->has_payload ? VF_SEQ_PAYLOAD : 0);
 	memcpy(buf, &magic, 4);
 	memcpy(buf + 4, &pd, 2);
@@ -382,11 +285,9 @@ void vf_delta_write(uint8_t *buf, const vf_code *c, uint32_t dim, uint32_t pdim,
 	memcpy(buf + 24, f, 24);
 	memcpy(buf + 48, &dim, 4);
 	memcpy(buf + 52, &c->keylen, 4);
-	if (top2)
-		memcpy(buf + DELTA_HDR, t, 12);
-	memcpy(buf + hl, c->planes, pb);
-	memcpy(buf + hl + pb, c->key, c->keylen);
-	body = hl + pb + c->keylen;
+	memcpy(buf + DELTA_HDR, c->planes, pb);
+	memcpy(buf + DELTA_HDR + pb, c->key, c->keylen);
+	body = DELTA_HDR + pb + c->keylen;
 	uint64_t sum = vf_checksum(buf, body);
 	memcpy(buf + body, &sum, 8);
 }
@@ -413,10 +314,8 @@ int vf_delta_open_cached(vf_vcache *cache, const void *p, size_t len, uint32_t d
 	memcpy(&bt, b + 6, 2);
 	memcpy(&d, b + 48, 4);
 	memcpy(&kl, b + 52, 4);
-	int top2 = magic == DELTA_MAGIC;
-	size_t hl = delta_hdr(top2);
-	if ((!top2 && magic != DELTA_MAGIC3) || (top2 && bits < 2) || pd != pdim ||
-	    bt != bits || d != dim || len != vf_delta_size(pdim, bits, kl, top2))
+	if (magic != DELTA_MAGIC || pd != pdim || bt != bits || d != dim ||
+	    len != vf_delta_size(pdim, bits, kl))
 		return -EIO;
 	memcpy(&sum, b + len - 8, 8);
 	if (vf_verify(cache, b, len - 8, sum))
@@ -432,16 +331,8 @@ int vf_delta_open_cached(vf_vcache *cache, const void *p, size_t len, uint32_t d
 	out->rb = f[3];
 	out->eb = f[4];
 	out->cdot = f[5];
-	out->has_top2 = top2;
-	out->add2 = out->r2 = out->e2 = 0;
-	if (top2) {
-		memcpy(f, b + DELTA_HDR, 12);
-		out->add2 = f[0];
-		out->r2 = f[1];
-		out->e2 = f[2];
-	}
-	out->planes = b + hl;
-	out->key = (const char *)b + hl + pb;
+	out->planes = b + DELTA_HDR;
+	out->key = (const char *)b + DELTA_HDR + pb;
 	out->keylen = kl;
 	return 0;
 }

@@ -20,19 +20,6 @@
  *           bit set when the record has a payload).
  *   KEYS    (n+1) u32 offsets, then the record keys (for maintenance and
  *           verify; queries take keys from the records they re-rank).
- *   TOP2    per batch: the codes' top two bits (plane 0, the sign, and plane
- *           1), 32 bytes a group, then their factors add2[32], r2[32],
- *           e2[32] (padding: add2 = +inf), so that the first pass reads a
- *           2-bit code of each vector from this column alone.  The planes
- *           of groups 2p and 2p+1 take 64 bytes at 64p: slots 0-15 at +0,
- *           16-31 at +32 (a half); in a half, group 2p+L at +16L, whose
- *           byte k holds in its low nibble plane (k & 1) of slot k >> 1 of
- *           the half, in its high nibble that of slot 8 + (k >> 1) (a
- *           nibble of a plane: its 4 bits of the group's dimensions).
- *           Only in blocks whose codes all carry those factors (bits >= 2,
- *           encoded by a version that computes them); a block without it
- *           (the older format, "VVB5") has col[VF_COL_TOP2] NULL and is
- *           scanned on its sign planes alone.
  * Full-precision vectors are not copied here: re-rank reads them from the
  * records (one copy of every vector in the store, checksummed there).
  * A delta posting holds one vector's code (all of the above) in a value of
@@ -52,7 +39,7 @@
 			   * the page header; columns are aligned from there */
 
 enum { VF_COL_SIGN, VF_COL_F1, VF_COL_PASS2, VF_COL_IDS, VF_COL_KEYS,
-       VF_COL_TOP2, VF_NCOL };
+       VF_NCOL };
 
 #define VF_SEQ_PAYLOAD (1ULL << 63) /* in a stored seq: the record has a payload */
 
@@ -62,11 +49,6 @@ typedef struct vf_code {
 	int has_payload;
 	float add, r1, e1;   /* first pass */
 	float rb, eb, cdot;  /* second pass */
-	/* the first pass on the top two bits (t_i = u_i >> (bits - 2),
-	 * y_i = t_i - 3/2), as add, r1, e1 are on the sign bit; only when
-	 * has_top2 */
-	int has_top2;
-	float add2, r2, e2;
 	const uint8_t *planes; /* bits * pdim/8 bytes */
 	const char *key;
 	uint32_t keylen;
@@ -98,8 +80,7 @@ void vf_block_write(uint8_t *buf, const vf_code *codes, uint32_t n, uint32_t dim
 		    uint32_t pdim, uint32_t bits);
 /* Parse and check the header: -EIO when malformed or its checksum fails. */
 int vf_block_open(const void *p, size_t len, vf_block *out);
-/* Check one column's checksum (cached): 0 or -EIO (0 for a column the
- * block does not have). */
+/* Check one column's checksum (cached): 0 or -EIO. */
 int vf_block_check(vf_vcache *cache, const vf_block *b, int col);
 /* vf_verify_prefetch() of the columns a scan checks (sign, F1, pass 2,
  * ids): for a block scanned next. */
@@ -147,27 +128,9 @@ static inline const uint8_t *vf_block_f2_at(const vf_block *b, uint32_t i)
 	return vf_block_pass2_at(b, i) + (size_t)(b->bits - 1) * vf_plane_bytes(b->pdim);
 }
 float vf_block_f2(const vf_block *b, int which, uint32_t i);
-/* Bytes of a batch of the TOP2 column: its planes (vf_top2_planes()),
- * then the three factors. */
-static inline size_t vf_top2_planes(uint32_t pdim) { return (size_t)(pdim / 4) * 32; }
-static inline size_t vf_top2_batch_bytes(uint32_t pdim)
-{
-	return vf_top2_planes(pdim) + VF_BATCH * 12;
-}
-/* The TOP2 column's batch bt (its planes, then add2 at
- * +vf_top2_planes(), r2 128 bytes after, e2 256 after), or NULL when the
- * block has none. */
-static inline const uint8_t *vf_block_top2_batch(const vf_block *b, uint32_t bt)
-{
-	if (!b->col[VF_COL_TOP2])
-		return NULL;
-	return b->col[VF_COL_TOP2] + (size_t)bt * vf_top2_batch_bytes(b->pdim);
-}
-/* which: 0 add2, 1 r2, 2 e2 of vector i (the block has TOP2). */
-float vf_block_t2(const vf_block *b, int which, uint32_t i);
 
-/* Delta postings: with the top-2 factors when top2 (the code's has_top2). */
-size_t vf_delta_size(uint32_t pdim, uint32_t bits, uint32_t keylen, int top2);
+/* Delta postings. */
+size_t vf_delta_size(uint32_t pdim, uint32_t bits, uint32_t keylen);
 void vf_delta_write(uint8_t *buf, const vf_code *c, uint32_t dim, uint32_t pdim,
 		    uint32_t bits);
 /* Where a delta posting stores its record id (u64). */

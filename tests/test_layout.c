@@ -83,10 +83,6 @@ static void codes_make(codeset *cs, rng *r, uint32_t n, uint32_t dim,
 		c->rb = rnd_factor(r);
 		c->eb = rnd_factor(r);
 		c->cdot = rnd_factor(r);
-		c->has_top2 = bits >= 2;
-		c->add2 = rnd_factor(r);
-		c->r2 = rnd_factor(r);
-		c->e2 = rnd_factor(r);
 		c->planes = cs->planes + i * pb;
 		c->key = cs->keys + (size_t)i * VF_TEST_KEYMAX;
 		c->keylen = rng_next(r) % 16 == 0 ? VF_TEST_KEYMAX
@@ -117,53 +113,6 @@ static int same_float(float a, float b)
 	return memcmp(&a, &b, sizeof a) == 0;
 }
 
-/* The TOP2 column: per batch, groups 2p and 2p+1 in 64 bytes at 64p, slots
- * 0-15 at +0 and 16-31 at +32, group 2p+L at +16L, byte k: plane (k & 1)'s
- * nibble of slot k >> 1 low, of slot 8 + (k >> 1) high; then add2, r2, e2
- * a batch (padding: add2 = +inf). */
-static void check_top2(const vf_block *b, const codeset *cs)
-{
-	uint32_t n = cs->n, pdim = cs->pdim, groups = pdim / 4;
-	for (uint32_t i = 0; i < ((n + VF_BATCH - 1) / VF_BATCH) * VF_BATCH; i++) {
-		uint32_t j = i % VF_BATCH, s = j % 16;
-		const uint8_t *t = vf_block_top2_batch(b, i / VF_BATCH);
-		const uint8_t *f = t + vf_top2_planes(pdim);
-		assert_true(t >= b->col[VF_COL_TOP2] &&
-			    f + 3 * VF_BATCH * 4 <= b->col[VF_COL_TOP2] + b->col_len[VF_COL_TOP2]);
-		if (i >= n) {
-			float add2 = vf_ldf(f, j);
-			assert_true(isinf(add2) && add2 > 0);
-			continue;
-		}
-		const vf_code *c = &cs->c[i];
-		const float want[3] = { c->add2, c->r2, c->e2 };
-		for (int w = 0; w < 3; w++)
-			if (!same_float(vf_block_t2(b, w, i), want[w]) ||
-			    !same_float(vf_ldf(f, (size_t)w * VF_BATCH + j), want[w])) {
-				print_message("n %u pdim %u: vector %u top-2 factor %d differs\n", n,
-					      pdim, i, w);
-				fail();
-			}
-		for (uint32_t pl = 0; pl < 2; pl++)
-			for (uint32_t g = 0; g < groups; g++) {
-				uint8_t byte = t[(g / 2) * 64 + 32 * (j / 16) + 16 * (g & 1) +
-						 2 * (s % 8) + pl];
-				uint8_t got = s < 8 ? byte & 15 : byte >> 4, want4 = 0;
-				const uint8_t *plane = c->planes + pl * (pdim / 8);
-				for (uint32_t k = 0; k < 4; k++) {
-					uint32_t dim = 4 * g + k;
-					want4 |= (uint8_t)(((plane[dim / 8] >> (dim % 8)) & 1) << k);
-				}
-				if (got != want4) {
-					print_message("n %u pdim %u: top-2 nibble of vector %u plane %u "
-						      "group %u is %x, want %x\n", n, pdim, i, pl, g,
-						      got, want4);
-					fail();
-				}
-			}
-	}
-}
-
 /* Every column of b holds what the codes say. */
 static void check_block(const vf_block *b, const codeset *cs)
 {
@@ -179,21 +128,12 @@ static void check_block(const vf_block *b, const codeset *cs)
 	/* the two columns whose shape the scan kernels rely on */
 	assert_int_equal(b->col_len[VF_COL_SIGN], nb * groups * 16);
 	assert_int_equal(b->col_len[VF_COL_PASS2], n * vf_pass2_stride(pdim, bits));
-	/* the top two bits' column where every code has its factors */
-	int top2 = bits >= 2;
-	for (uint32_t i = 0; i < n; i++)
-		top2 &= cs->c[i].has_top2;
-	assert_int_equal(b->col[VF_COL_TOP2] != NULL, top2);
-	assert_int_equal(b->col_len[VF_COL_TOP2], top2 ? nb * vf_top2_batch_bytes(pdim) : 0);
-	assert_int_equal(vf_block_check(NULL, b, VF_COL_TOP2), 0);
 	for (int c = 0; c < VF_NCOL; c++) {
-		if (!b->col[c])
-			continue;
 		/* inside the value, and no two columns overlap */
 		assert_true(b->col[c] >= b->base);
 		assert_true((size_t)(b->col[c] - b->base) + b->col_len[c] <= b->len);
 		for (int o = 0; o < c; o++)
-			assert_true(!b->col[o] || b->col[o] + b->col_len[o] <= b->col[c] ||
+			assert_true(b->col[o] + b->col_len[o] <= b->col[c] ||
 				    b->col[c] + b->col_len[c] <= b->col[o]);
 		assert_int_equal(vf_block_check(NULL, b, c), 0);
 	}
@@ -286,8 +226,6 @@ static void check_block(const vf_block *b, const codeset *cs)
 			}
 		}
 	}
-	if (top2)
-		check_top2(b, cs);
 }
 
 /* ------------------------------------------------------------ 1. blocks */
@@ -338,24 +276,6 @@ static void test_block_roundtrip(void **state)
 				codes_free(&cs);
 				combos++;
 			}
-	/* codes of which one lacks the top-2 factors (a posting of an older
-	 * block or delta): a block in the older format, without TOP2 */
-	for (size_t a = 0; a < sizeof ns / sizeof *ns; a++) {
-		codeset cs;
-		codes_make(&cs, &r, ns[a], 100, 128, 4);
-		cs.c[ns[a] / 2].has_top2 = 0;
-		size_t len;
-		uint8_t *buf = block_make(&cs, &len);
-		vf_block b;
-		assert_int_equal(vf_block_open(buf, len, &b), 0);
-		assert_memory_equal(buf, "VVB5", 4); /* as an older version wrote it */
-		assert_null(b.col[VF_COL_TOP2]);
-		assert_null(vf_block_top2_batch(&b, 0));
-		check_block(&b, &cs);
-		free(buf);
-		codes_free(&cs);
-		combos++;
-	}
 	/* and the largest block */
 	codeset cs;
 	codes_make(&cs, &r, VF_BLOCK_MAX, 10, 64, 2);
@@ -381,7 +301,6 @@ static void test_block_bad_lengths(void **state)
 	vf_block b;
 	assert_int_equal(vf_block_open(buf, len, &b), 0);
 	size_t end = 0;
-	assert_non_null(b.col[VF_COL_TOP2]);
 	for (int c = 0; c < VF_NCOL; c++) {
 		size_t e = (size_t)(b.col[c] - buf) + b.col_len[c];
 		if (e > end)
@@ -399,15 +318,14 @@ static void test_block_bad_lengths(void **state)
 /* A header whose own checksum holds but whose pdim is so large that the
  * sign column's length wraps to 0 in 32 bits (2 batches x 2^29/4 x 16 =
  * 2^32): opening it must fail, not hand out columns past the value.  The
- * header is laid out here as layout/block.c writes it for codes of one
- * bit (no TOP2 column). */
+ * header is laid out here as layout/block.c writes it. */
 static void test_block_huge_pdim(void **state)
 {
 	(void)state;
 	struct {
 		uint32_t magic;
 		uint32_t n, nbatch, pdim, bits, dim;
-		struct { uint32_t off, len; uint64_t sum; } col[VF_NCOL - 1];
+		struct { uint32_t off, len; uint64_t sum; } col[VF_NCOL];
 		uint64_t hdr_sum;
 	} h;
 	rng r = { .s = 13 };
@@ -449,7 +367,6 @@ static void check_flips(uint32_t n, uint32_t pdim, uint32_t bits, uint64_t seed)
 	vf_vcache *cache = calloc(1, sizeof *cache);
 	assert_non_null(cache);
 	/* the original's columns verified (and remembered) first */
-	int ncol = b.col[VF_COL_TOP2] ? VF_NCOL : VF_NCOL - 1;
 	for (int c = 0; c < VF_NCOL; c++) {
 		assert_int_equal(vf_block_check(cache, &b, c), 0);
 		assert_int_equal(vf_block_check(cache, &b, c), 0);
@@ -459,7 +376,7 @@ static void check_flips(uint32_t n, uint32_t pdim, uint32_t bits, uint64_t seed)
 	 * or alignment padding after the header, zero and ignored (the block
 	 * reads the same) */
 	size_t hdr = len;
-	for (int c = 0; c < ncol; c++)
+	for (int c = 0; c < VF_NCOL; c++)
 		if ((size_t)(b.col[c] - buf) < hdr)
 			hdr = (size_t)(b.col[c] - buf);
 	assert_true(hdr > 0);
@@ -490,7 +407,7 @@ static void check_flips(uint32_t n, uint32_t pdim, uint32_t bits, uint64_t seed)
 		      n, pdim, bits, first_pad, hdr * 8 - first_pad);
 	assert_int_equal(missed, 0);
 	/* at least an offset, a length and a checksum per column */
-	assert_true(first_pad >= (size_t)ncol * 16 * 8);
+	assert_true(first_pad >= (size_t)VF_NCOL * 16 * 8);
 	assert_int_equal(vf_block_open(buf, len, &b), 0);
 
 	/* each column: bits at both ends and spread over it, in a copy at
@@ -499,7 +416,7 @@ static void check_flips(uint32_t n, uint32_t pdim, uint32_t bits, uint64_t seed)
 	assert_non_null(copy);
 	uint8_t *cp = copy + 8;
 	memcpy(cp, buf, len);
-	for (int c = 0; c < ncol; c++) {
+	for (int c = 0; c < VF_NCOL; c++) {
 		size_t off = (size_t)(b.col[c] - buf), nbits = (size_t)b.col_len[c] * 8;
 		size_t picks[40];
 		size_t np = 0;
@@ -563,15 +480,14 @@ static void test_block_flips_detected(void **state)
 }
 
 static void check_delta(uint32_t dim, uint32_t pdim, uint32_t bits, uint32_t keylen,
-			int has_payload, int top2, rng *r)
+			int has_payload, rng *r)
 {
 	codeset cs;
 	codes_make(&cs, r, 1, dim, pdim, bits);
 	vf_code *w = &cs.c[0];
 	w->keylen = keylen;
 	w->has_payload = has_payload;
-	w->has_top2 = top2 && bits >= 2;
-	size_t len = vf_delta_size(pdim, bits, keylen, w->has_top2);
+	size_t len = vf_delta_size(pdim, bits, keylen);
 	size_t pb = (size_t)bits * vf_plane_bytes(pdim);
 	assert_true(len >= pb + keylen + 6 * 4 + 16);
 	uint8_t *buf = malloc(len + 1);
@@ -587,10 +503,6 @@ static void check_delta(uint32_t dim, uint32_t pdim, uint32_t bits, uint32_t key
 	assert_true(same_float(got.add, w->add) && same_float(got.r1, w->r1) &&
 		    same_float(got.e1, w->e1) && same_float(got.rb, w->rb) &&
 		    same_float(got.eb, w->eb) && same_float(got.cdot, w->cdot));
-	assert_int_equal(got.has_top2, w->has_top2);
-	if (w->has_top2)
-		assert_true(same_float(got.add2, w->add2) && same_float(got.r2, w->r2) &&
-			    same_float(got.e2, w->e2));
 	assert_non_null(got.planes);
 	assert_memory_equal(got.planes, w->planes, pb);
 	assert_int_equal(got.keylen, keylen);
@@ -608,15 +520,12 @@ static void check_delta(uint32_t dim, uint32_t pdim, uint32_t bits, uint32_t key
 	assert_int_equal(vf_delta_open(p, 0, dim, pdim, bits, &got), -EIO);
 	assert_int_equal(vf_delta_open(p, 20, dim, pdim, bits, &got), -EIO);
 	if (bits > 1)
-		assert_int_equal(vf_delta_open(p, vf_delta_size(pdim, bits - 1, keylen,
-								w->has_top2),
+		assert_int_equal(vf_delta_open(p, vf_delta_size(pdim, bits - 1, keylen),
 						dim, pdim, bits - 1, &got), -EIO);
-	assert_int_equal(vf_delta_open(p, vf_delta_size(pdim * 2, bits, keylen, w->has_top2), dim,
+	assert_int_equal(vf_delta_open(p, vf_delta_size(pdim * 2, bits, keylen), dim,
 					pdim * 2, bits, &got), -EIO);
-	assert_int_equal(vf_delta_open(p, vf_delta_size(pdim, bits, keylen, w->has_top2),
+	assert_int_equal(vf_delta_open(p, vf_delta_size(pdim, bits, keylen),
 					dim - 1, pdim, bits, &got), -EIO);
-	assert_int_equal(vf_delta_open(p, vf_delta_size(pdim, bits, keylen, !w->has_top2), dim,
-					pdim, bits, &got), -EIO);
 
 	/* every single flipped bit */
 	size_t missed = 0;
@@ -643,9 +552,8 @@ static void test_delta_roundtrip_and_flips(void **state)
 	for (size_t p = 0; p < 3; p++)
 		for (size_t q = 0; q < 3; q++) {
 			uint32_t dim = q == 1 ? pdims[p] : pdims[p] / 2 + 5;
-			for (int top2 = 0; top2 < 2; top2++) /* the older format too */
-				check_delta(dim, pdims[p], bitss[q], keylens[(p + q) % 3],
-					    (int)(q & 1), top2, &r);
+			check_delta(dim, pdims[p], bitss[q], keylens[(p + q) % 3], (int)(q & 1),
+				    &r);
 		}
 }
 
@@ -1074,11 +982,11 @@ static void test_block_columns_aligned(void **state)
 		assert_int_equal(vf_block_open(v.data, v.len, &b), 0);
 		check_block(&b, &cs[i]);
 		for (int c = 0; c < VF_NCOL; c++)
-			if (b.col[c] && (uintptr_t)b.col[c] % 64)
+			if ((uintptr_t)b.col[c] % 64)
 				print_message("block %d column %d at %lu mod 64\n", i, c,
 					      (unsigned long)((uintptr_t)b.col[c] % 64));
 		for (int c = 0; c < VF_NCOL; c++)
-			assert_int_equal((uintptr_t)b.col[c] % 64, 0); /* (NULL: absent) */
+			assert_int_equal((uintptr_t)b.col[c] % 64, 0);
 	}
 	vf_read_end(s, txn);
 	for (int i = 0; i < 3; i++) {

@@ -258,9 +258,6 @@ typedef struct est_stats {
 	double mean_rel1;    /* first pass (exact S1): mean (est1 - true) / true */
 	double cover1;       /* share with first-pass lo <= true */
 	double cover1hi;     /* share with first-pass hi >= true */
-	double mean_rel_t2;  /* first pass on the top two bits (bits >= 2, exact
-			      * sums): mean (est - true) / true */
-	double cover_t2;     /* share with its lo <= true (1 without) */
 	size_t lut_bad;      /* first-pass lo off by more than the LUT error */
 	size_t mask_bad;     /* mask bits disagreeing with lo <= thresh */
 	size_t kernel_diff;  /* first-pass results differing between kernels */
@@ -382,8 +379,6 @@ static void run_estimator(int dot, int qtable, uint32_t D, uint32_t bits, uint64
 	double s_rel = 0, s_norm = 0, s_rel1 = 0;
 	double sx = 0, sy = 0, sxx = 0, sxy = 0;
 	size_t in2 = 0, in1 = 0, in1hi = 0, n = 0, lut_bad = 0, mask_bad = 0, kdiff = 0;
-	size_t in_t2 = 0, n_t2 = 0;
-	double s_rel_t2 = 0;
 	for (size_t qi = 0; qi < E_NQ; qi++) {
 		const float *q = qs + qi * D;
 		double nq2 = l2_d(q, c, D), qcd = dot_d(q, c, D);
@@ -500,52 +495,6 @@ static void run_estimator(int dot, int qtable, uint32_t D, uint32_t bits, uint64
 				if (hi[j] >= truth[p])
 					in1hi++;
 			}
-			/* the same on the codes' top two bits (the TOP2 column):
-			 * twice the sign plane's look-ups and once plane 1's,
-			 * against y_i = t_i - 3/2 */
-			const uint8_t *t2 = vf_block_top2_batch(&b, bt);
-			assert_int_equal(t2 != NULL, bits >= 2);
-			if (t2) {
-				const uint8_t *f = t2 + vf_top2_planes(pdim);
-				vf_pass1 pt = cst.p1;
-				pt.b *= 3;
-				pt.qerr *= 3;
-				float lt[VF_BATCH], ht[VF_BATCH];
-				uint32_t mt = kns[0]->pass1x2(t2, cst.lut, groups, f, f + 128, f + 256,
-							      &pt, lt, ht);
-				assert_int_equal(mt, 0xFFFFFFFFu);
-				for (int kk = 1; kns[kk]; kk++) {
-					uint32_t m2 = kns[kk]->pass1x2(t2, cst.lut, groups, f, f + 128,
-								       f + 256, &pt, lo2, hi2);
-					if (m2 != mt || memcmp(lt, lo2, sizeof lt) != 0 ||
-					    memcmp(ht, hi2, sizeof ht) != 0)
-						kdiff++;
-				}
-				for (uint32_t j = 0; j < VF_BATCH && bt * VF_BATCH + j < E_NP; j++) {
-					uint32_t p = bt * VF_BATCH + j;
-					const vf_code *cd = &codes[p];
-					const uint8_t *pl1 = cd->planes + vf_plane_bytes(pdim);
-					double st2 = -1.5 * (double)cst.qr_sum;
-					for (uint32_t i = 0; i < pdim; i++) {
-						int t = 2 * ((cd->planes[i / 8] >> (i % 8)) & 1) +
-							((pl1[i / 8] >> (i % 8)) & 1);
-						double v = (double)qst.rq[i] - (qtable ? rmu[i] : rc[i]);
-						st2 += t * v;
-					}
-					double base = (double)cd->add2 + pt.qc;
-					double est = base + (double)cd->r2 * st2;
-					double bnd = fabs((double)cd->r2) * pt.qerr + (double)cd->e2 * pt.nq;
-					double slack = fabs((double)cd->r2) * pt.qerr +
-						       2e-6 * (fabs(base) + fabs(cd->r2 * st2) + bnd) + 1e-6;
-					if ((fabs(lt[j] - (est - bnd)) > slack ||
-					     fabs(ht[j] - (est + bnd)) > slack) && lut_bad++ < 5)
-						print_message("bits %u: vector %u: top-2 lo/hi %.6g %.6g, exact sums give %.6g %.6g (allowed %.3g)\n",
-							      bits, p, lt[j], ht[j], est - bnd, est + bnd, slack);
-					s_rel_t2 += (est - truth[p]) / truth[p];
-					in_t2 += lt[j] <= truth[p];
-					n_t2++;
-				}
-			}
 			/* mask: bit set iff lo <= thresh; padding never passes a
 			 * finite threshold */
 			float th[3] = { lo[(bt * 7) % VF_BATCH], -INFINITY, FLT_MAX };
@@ -579,8 +528,6 @@ static void run_estimator(int dot, int qtable, uint32_t D, uint32_t bits, uint64
 	st->cover2 = (double)in2 / n;
 	st->cover1 = (double)in1 / n;
 	st->cover1hi = (double)in1hi / n;
-	st->mean_rel_t2 = n_t2 ? s_rel_t2 / n_t2 : 0;
-	st->cover_t2 = n_t2 ? (double)in_t2 / n_t2 : 1;
 	st->lut_bad = lut_bad;
 	st->q16_share /= n;
 	st->mask_bad = mask_bad;
@@ -631,13 +578,13 @@ static const est_stats *estimator_runs(int dot)
 		memset(s, 0, sizeof *s);
 		run_estimator(dot, est_runs[t].qtable, dim, bits,
 			      100 + bits + 50 * (uint64_t)dot + dim, kns, s);
-		print_message("%s%s dim %u bits %u: %zu pairs, mean rel err %+.5f (pass 1 %+.5f, top 2 bits %+.5f), "
+		print_message("%s%s dim %u bits %u: %zu pairs, mean rel err %+.5f (pass 1 %+.5f), "
 			      "mean err/(|v-c||q-c|) %+.5f, err slope %+.4f, "
-			      "within bound %.4f (16-bit query's share %.4f), pass-1 lo <= true %.4f (true <= hi %.4f, top 2 bits lo <= true %.4f)\n",
+			      "within bound %.4f (16-bit query's share %.4f), pass-1 lo <= true %.4f (true <= hi %.4f)\n",
 			      dot ? "dot" : "l2", est_runs[t].qtable ? " (query table)" : "", dim,
 			      bits, s->pairs, s->mean_rel,
-			      s->mean_rel1, s->mean_rel_t2, s->mean_norm, s->slope, s->cover2, s->q16_share, s->cover1,
-			      s->cover1hi, s->cover_t2);
+			      s->mean_rel1, s->mean_norm, s->slope, s->cover2, s->q16_share, s->cover1,
+			      s->cover1hi);
 	}
 	est_done[dot] = 1;
 	return est_cache[dot];
@@ -655,7 +602,6 @@ static void check_unbiased(int dot)
 		 * error) */
 		assert_true(fabs(s->mean_rel) < 0.01);
 		assert_true(fabs(s->mean_rel1) < 0.01);
-		assert_true(fabs(s->mean_rel_t2) < 0.01);
 		assert_true(fabs(s->mean_norm) < 0.01);
 		assert_true(fabs(s->slope) < 0.05);
 		assert_int_equal(s->lut_bad, 0);
@@ -680,12 +626,11 @@ static void check_bounds(int dot)
 	size_t bad = 0;
 	for (size_t t = 0; t < N_EST_RUNS; t++) {
 		const est_stats *s = &st[t];
-		if (s->cover2 < 0.99 || s->cover1 < 0.99 || s->cover_t2 < 0.99) {
+		if (s->cover2 < 0.99 || s->cover1 < 0.99) {
 			print_message("%s dim %u bits %u: %.2f%% within the second-pass bound, "
-				      "%.2f%% at or above the first-pass lower bound, %.2f%% on the "
-				      "top two bits (want >= 99%%)\n",
+				      "%.2f%% at or above the first-pass lower bound (want >= 99%%)\n",
 				      dot ? "dot" : "l2", est_runs[t].dim, est_runs[t].bits, 100 * s->cover2,
-				      100 * s->cover1, 100 * s->cover_t2);
+				      100 * s->cover1);
 			bad++;
 		}
 	}
@@ -949,65 +894,6 @@ static void test_half_conversion(void **state)
 				      vf_float_to_half(f), want);
 	}
 	assert_int_equal(bad, 0);
-}
-
-/* pass1x2's look-up sums against exact integer ones over the TOP2 layout
- * (layout/block.h), the largest sums included (every entry 255: the
- * kernels' 16-bit partial sums must not wrap), and against `ref`, bit for
- * bit, with factors that turn the sum into lo = hi = sum. */
-static void check_pass1x2(const vf_kernels *kn, const vf_kernels *ref, rng *r)
-{
-	static const uint32_t gs[] = { 2, 16, 126, 128, 130, 256, 258, 1024 };
-	for (size_t gi = 0; gi < sizeof gs / sizeof *gs; gi++) {
-		uint32_t groups = gs[gi];
-		for (int t = 0; t < 3; t++) {
-			uint8_t *codes = malloc((size_t)groups * 32);
-			uint8_t *lut = malloc((size_t)groups * 16);
-			assert_non_null(codes);
-			assert_non_null(lut);
-			for (size_t i = 0; i < (size_t)groups * 32; i++)
-				codes[i] = t == 0 ? 0xFF : (uint8_t)rng_next(r);
-			for (size_t i = 0; i < (size_t)groups * 16; i++)
-				lut[i] = t == 0 ? 0xFF : (uint8_t)rng_next(r);
-			float f[3][VF_BATCH], lo[VF_BATCH], hi[VF_BATCH], lo2[VF_BATCH], hi2[VF_BATCH];
-			for (int j = 0; j < VF_BATCH; j++) {
-				f[0][j] = 0;
-				f[1][j] = 1;
-				f[2][j] = 0;
-			}
-			vf_pass1 p = { 1, 0, 0, 0, 0, INFINITY };
-			uint32_t m = kn->pass1x2(codes, lut, groups, (const uint8_t *)f[0],
-						 (const uint8_t *)f[1], (const uint8_t *)f[2], &p, lo, hi);
-			assert_int_equal(m, 0xFFFFFFFFu);
-			for (int v = 0; v < VF_BATCH; v++) {
-				uint64_t want = 0;
-				int s = v % 16;
-				for (uint32_t g = 0; g < groups; g++)
-					for (int pl = 0; pl < 2; pl++) {
-						uint8_t byte = codes[(size_t)(g / 2) * 64 + 32 * (v / 16) +
-								     16 * (g & 1) + 2 * (s % 8) + pl];
-						uint8_t nib = (byte >> (s >= 8 ? 4 : 0)) & 15;
-						want += (pl ? 1u : 2u) * lut[g * 16 + nib];
-					}
-				if (lo[v] != (float)want || hi[v] != (float)want) {
-					print_message("%s pass1x2 groups %u case %d slot %d: %.9g, want %llu\n",
-						      kn->name, groups, t, v, lo[v],
-						      (unsigned long long)want);
-					fail();
-				}
-			}
-			if (ref) {
-				uint32_t mr = ref->pass1x2(codes, lut, groups, (const uint8_t *)f[0],
-							   (const uint8_t *)f[1], (const uint8_t *)f[2],
-							   &p, lo2, hi2);
-				assert_int_equal(mr, m);
-				assert_memory_equal(lo, lo2, sizeof lo);
-				assert_memory_equal(hi, hi2, sizeof hi);
-			}
-			free(codes);
-			free(lut);
-		}
-	}
 }
 
 /* pass1 against an exact integer look-up sum, and against `ref`. */
@@ -1762,7 +1648,6 @@ static void test_kernels_agree(void **state)
 		check_l2_dot(kn, ref, &r);
 		check_panels(kn, ref, &r);
 		check_pass1(kn, ref, &r);
-		check_pass1x2(kn, ref, &r);
 		check_lut4(kn, ref, &r);
 		check_groups4(kn, ref, &r);
 		check_sign_gather(kn, &r);
