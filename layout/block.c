@@ -138,7 +138,7 @@ void vf_block_write(uint8_t *buf, const vf_code *codes, uint32_t n, uint32_t dim
 	memcpy(buf, &h, sizeof h);
 }
 
-int vf_block_open(const void *p, size_t len, vf_block *out)
+static int block_open(const void *p, size_t len, int sum, vf_block *out)
 {
 	block_hdr h;
 	uint32_t want[VF_NCOL];
@@ -147,7 +147,7 @@ int vf_block_open(const void *p, size_t len, vf_block *out)
 		return -EIO;
 	memcpy(&h, p, sizeof h);
 	if (h.magic != BLOCK_MAGIC ||
-	    h.hdr_sum != vf_checksum(&h, offsetof(block_hdr, hdr_sum)))
+	    (sum && h.hdr_sum != vf_checksum(&h, offsetof(block_hdr, hdr_sum))))
 		return -EIO;
 	if (h.n == 0 || h.n > VF_BLOCK_MAX || h.pdim % 64 || h.bits < 1 || h.bits > 8 ||
 	    h.nbatch != (h.n + VF_BATCH - 1) / VF_BATCH || h.dim == 0 || h.dim > h.pdim)
@@ -177,6 +177,16 @@ int vf_block_open(const void *p, size_t len, vf_block *out)
 		out->col_sum[c] = h.col[c].sum;
 	}
 	return 0;
+}
+
+int vf_block_open(const void *p, size_t len, vf_block *out)
+{
+	return block_open(p, len, 1, out);
+}
+
+int vf_block_open_known(const void *p, size_t len, vf_block *out)
+{
+	return block_open(p, len, 0, out);
 }
 
 int vf_block_check(vf_vcache *cache, const vf_block *b, int col)

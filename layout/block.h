@@ -80,6 +80,10 @@ void vf_block_write(uint8_t *buf, const vf_code *codes, uint32_t n, uint32_t dim
 		    uint32_t pdim, uint32_t bits);
 /* Parse and check the header: -EIO when malformed or its checksum fails. */
 int vf_block_open(const void *p, size_t len, vf_block *out);
+/* The same for a value whose header vf_block_open() accepted before at
+ * this place in the same snapshot (the bytes cannot have changed): only
+ * its checksum is not computed again. */
+int vf_block_open_known(const void *p, size_t len, vf_block *out);
 /* Check one column's checksum (cached): 0 or -EIO. */
 int vf_block_check(vf_vcache *cache, const vf_block *b, int col);
 /* vf_verify_prefetch() of the columns a scan checks (sign, F1, pass 2,

@@ -423,7 +423,9 @@ typedef struct vecfs_explain {
 	uint64_t pages_read;       /* pages of the store the search waited to read
 				      from disk: the major page faults of the
 				      threads that searched, while they did
-				      (pages read ahead of time are not in it) */
+				      (pages read ahead of time are not in it;
+				      a thread's faults between two searches
+				      count in the second) */
 	uint64_t filter_passed;    /* live records that matched the filter */
 	uint64_t filter_tested;    /* payloads tested to find them: those the
 				      payload index gave, or every live record;

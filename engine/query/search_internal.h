@@ -220,7 +220,7 @@ typedef struct entry {
 	uint8_t kind;
 	uint8_t checked; /* a block's columns verified in this snapshot:
 			  * 1 << VF_COL_* (VF_CHECKED_ALL: those a scan
-			  * checks) */
+			  * checks); any: its header too */
 	uint64_t sub;
 	const uint8_t *data;
 	size_t len;
