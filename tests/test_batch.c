@@ -645,6 +645,40 @@ static void test_delete_batch(void **state)
 	free(x);
 }
 
+/* A delete batch takes a row's key only: rows that also carry a payload
+ * (a caller's put rows handed over as they are) delete their keys, each
+ * of them, and nothing else. */
+static void test_delete_batch_rows_with_payload(void **state)
+{
+	fixture *f = *state;
+	vecfs *v = fx_open(f, NULL);
+	v->spool_bytes = 32;
+	char err[256] = "", key[32];
+	set_config(v, D, VECFS_L2);
+	float *x = rows_of(6, 13);
+	for (int i = 0; i < 6; i++) {
+		snprintf(key, sizeof key, "k%d", i);
+		vecfs_row r = {key, strlen(key), x + i * D, "{\"g\":1}", 7};
+		assert_int_equal(vecfs_put(v, &r, 1, D, NULL, err, sizeof err), 0);
+	}
+	vecfs_batch *b;
+	vecfs_batch_result res;
+	assert_int_equal(vecfs_batch_begin(v, 0, VECFS_BATCH_DELETE, &b), 0);
+	vecfs_row keys[3] = {{"k1", 2, x + D, "{\"g\":1}", 7},
+			     {"k2", 2, NULL, "{\"a\":[1,2,3]}", 13},
+			     {"k4", 2, NULL, NULL, 0}};
+	assert_int_equal(vecfs_batch_add(b, keys, NULL, 3, NULL, err, sizeof err), 0);
+	assert_int_equal(vecfs_batch_commit(b, &res, err, sizeof err), 0);
+	assert_int_equal(res.deleted, 3);
+	assert_int_equal(stats(v).records, 3);
+	for (int i = 0; i < 6; i++) {
+		snprintf(key, sizeof key, "k%d", i);
+		assert_int_equal(vecfs_get(v, key, strlen(key), NULL, 0, &(uint32_t){0}, NULL, 0, NULL),
+				 i == 1 || i == 2 || i == 4 ? -ENOENT : 0);
+	}
+	free(x);
+}
+
 static size_t names_in(const char *dir)
 {
 	DIR *d = opendir(dir);
@@ -757,6 +791,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_dimension_mismatch, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_unique_and_tags, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_delete_batch, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_delete_batch_rows_with_payload, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_leftovers_removed_at_open, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_spool_write_failure, fx_setup, fx_teardown),
 	};

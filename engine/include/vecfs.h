@@ -279,7 +279,8 @@ int vecfs_put_unique(vecfs *v, const vecfs_row *rows, size_t n, uint32_t dim,
  * vecfs_put_unique), in one durable transaction.  A batch not committed
  * leaves nothing behind; a spool file left by a crash is removed when the
  * store is next opened for writing.  A batch of VECFS_BATCH_DELETE holds
- * keys (rows without vectors, dim 0) and commits as vecfs_delete_many. */
+ * keys (dim 0: of each row only its key is read) and commits as
+ * vecfs_delete_many. */
 typedef struct vecfs_batch vecfs_batch;
 #define VECFS_BATCH_BUF ((size_t)256 << 10)
 #define VECFS_BATCH_UNIQUE 1u /* a key given in two rows fails the commit */

@@ -148,7 +148,9 @@ static int spool_put(vecfs_batch *b, const void *p, size_t n)
 static int spool_row(vecfs_batch *b, const vecfs_row *r, uint64_t tag)
 {
 	static const char zeros[8];
-	size_t klen = r->key ? r->keylen : 0, plen = r->payload_len;
+	/* a delete batch keeps a row's key only (index_rows() reads keys) */
+	size_t klen = r->key ? r->keylen : 0;
+	size_t plen = b->flags & VECFS_BATCH_DELETE ? 0 : r->payload_len;
 	size_t vbytes = sizeof(float) * b->dim;
 	rec_hdr h = {tag, (uint32_t)klen, (uint32_t)plen, r->key != NULL, 0};
 	size_t head = sizeof h + klen + plen, at = (head + 3) & ~(size_t)3;
