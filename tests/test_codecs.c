@@ -14,6 +14,7 @@
 #include <cmocka.h>
 
 #include <errno.h>
+#include <malloc.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -380,6 +381,54 @@ static void test_rows_bounds(void **state)
 	assert_int_equal(vecfs_rows_format_of(".csv"), -1);
 }
 
+/* Bytes of the heap in use. */
+static size_t heap_used(void)
+{
+	struct mallinfo2 mi = mallinfo2();
+	return mi.uordblks + mi.hblkhd;
+}
+
+/* What the parser holds is what it asked of mem: a short key on a long
+ * line (a JSON line padded with blanks, a quoted key before a long run of
+ * numbers) takes a buffer of the key's size, counted. */
+static void test_rows_memory_counted(void **state)
+{
+	(void)state;
+	size_t pad = (size_t)2 << 20;
+	static const struct {
+		vecfs_rows_format fmt;
+		const char *head, *tail;
+	} lines[] = {
+		{VECFS_ROWS_JSONL, "{\"key\": \"k\", \"vector\": [1, 2]", "}\n"},
+		{VECFS_ROWS_CSV, "\"k\",1,", "2\n"},
+		{VECFS_ROWS_KEYS, "\"k\"", "\n"},
+	};
+	for (size_t t = 0; t < sizeof lines / sizeof lines[0]; t++) {
+		size_t hl = strlen(lines[t].head), tl = strlen(lines[t].tail);
+		char *line = malloc(hl + pad + tl);
+		assert_non_null(line);
+		memcpy(line, lines[t].head, hl);
+		memset(line + hl, ' ', pad);
+		memcpy(line + hl + pad, lines[t].tail, tl);
+		got g = {0};
+		vecfs_rows *r = vecfs_rows_new(lines[t].fmt, on_row, on_mem, &g);
+		assert_non_null(r);
+		size_t before = heap_used();
+		assert_int_equal(vecfs_rows_feed(r, line, hl + pad + tl), 0);
+		size_t held = heap_used() - before;
+		free(line);
+		assert_non_null(strstr(g.s, "k=k|"));
+		/* the rendered rows (g.s) are the test's own */
+		held = held > g.cap ? held - g.cap : 0;
+		if (held > (size_t)g.mem + 4096)
+			fail_msg("format %d: the parser holds %zu bytes, counted %lld", (int)lines[t].fmt,
+				 held, (long long)g.mem);
+		vecfs_rows_free(r);
+		assert_int_equal(g.mem, 0);
+		free(g.s);
+	}
+}
+
 /* ------------------------------------------------------------ JSON scanner */
 
 static void test_json_scanner(void **state)
@@ -486,6 +535,7 @@ int main(void)
 		cmocka_unit_test(test_rows_reasons),
 		cmocka_unit_test(test_jsonl_depth),
 		cmocka_unit_test(test_rows_bounds),
+		cmocka_unit_test(test_rows_memory_counted),
 		cmocka_unit_test(test_json_scanner),
 		cmocka_unit_test(test_query_lines),
 	};

@@ -158,12 +158,17 @@ static void line_drop(vecfs_rows *r)
 	r->llen = r->lcap = 0;
 }
 
-/* A buffer for a key decoded from n bytes of text. */
+/* A buffer for a key of at most n bytes, its growth asked for. */
 static char *key_buf(vecfs_rows *r, size_t n, uint64_t where)
 {
 	if (n + 1 > r->kcap) {
+		if (charge(r, (int64_t)(n + 1 - r->kcap))) {
+			fail(r, -ENOMEM, where, "out of memory");
+			return NULL;
+		}
 		char *k = realloc(r->key, n + 1);
 		if (!k) {
+			charge(r, -(int64_t)(n + 1 - r->kcap));
 			fail(r, -ENOMEM, where, "out of memory");
 			return NULL;
 		}
@@ -201,25 +206,28 @@ static char line_sep(vecfs_rows_format fmt, const char *s, size_t n)
 static int quoted_key(vecfs_rows *r, const char *s, size_t n, size_t *klen, size_t *end)
 {
 	uint64_t where = r->lineno;
-	size_t i = 1, o = 0;
-	char *k = key_buf(r, n, where);
-	if (!k)
-		return -ENOMEM;
+	size_t i = 1, close;
 	for (;;) {
 		const char *q = memchr(s + i, '"', n - i);
 		if (!q)
 			return fail(r, -EINVAL, where, "the quoted key has no closing quote");
-		size_t at = (size_t)(q - s);
-		memcpy(k + o, s + i, at - i);
-		o += at - i;
-		if (at + 1 < n && s[at + 1] == '"') {
-			k[o++] = '"';
-			i = at + 2;
+		close = (size_t)(q - s);
+		if (close + 1 < n && s[close + 1] == '"') {
+			i = close + 2;
 			continue;
 		}
-		*end = at + 1;
 		break;
 	}
+	/* between the quotes, a quote is always doubled */
+	char *k = key_buf(r, close - 1, where);
+	if (!k)
+		return -ENOMEM;
+	size_t o = 0;
+	for (i = 1; i < close; i++) {
+		k[o++] = s[i];
+		i += s[i] == '"';
+	}
+	*end = close + 1;
 	if (o == 0)
 		return fail(r, -EINVAL, where, "the quoted key \"\" is empty");
 	*klen = o;
@@ -491,11 +499,16 @@ static int json_members(vecfs_rows *r, jl *j, size_t *klen, uint32_t *cnt, const
 			if (is_key) {
 				if (j->i >= j->n || j->p[j->i] != '"')
 					return jfail(j, "\"key\" is not a string");
-				char *k = key_buf(r, j->n - j->i, j->i);
+				/* decoded, the key is no longer than its text */
+				size_t e = j->i;
+				if (vf_json_string(j->p, j->n, &e, NULL, NULL, j->err, sizeof j->err)) {
+					j->i = e;
+					return -EINVAL;
+				}
+				char *k = key_buf(r, e - j->i - 2, r->lineno);
 				if (!k)
 					return -ENOMEM;
-				if (vf_json_string(j->p, j->n, &j->i, k, klen, j->err, sizeof j->err))
-					return -EINVAL;
+				vf_json_string(j->p, j->n, &j->i, k, klen, NULL, 0);
 				have_key = 1;
 			} else if (is_vec) {
 				int rc = jvector(r, j, cnt);
@@ -918,6 +931,7 @@ void vecfs_rows_release(vecfs_rows *r)
 	line_drop(r);
 	r->filter_line = 0; /* a commit took it */
 	free(r->key);
+	charge(r, -(int64_t)r->kcap);
 	r->key = NULL;
 	r->kcap = 0;
 	if (r->scratch)
