@@ -62,8 +62,9 @@ struct vecfs {
 				     * (engine/prefetch.c) */
 	uint32_t prefetch_calm;     /* searches in a row since then that waited
 				     * for no page */
-	int prefetch_mode;          /* 0: as prefetch.c decides; 1: always; -1:
-				     * never (tests) */
+	atomic_int prefetch_mode;   /* 0: as prefetch.c decides; 1: always; -1:
+				     * never (tests, which set it while the
+				     * sampler's thread searches) */
 	uint32_t lat[VF_LAT_RING];
 	uint64_t nlat;
 	pthread_t auto_thread;

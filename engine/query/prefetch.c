@@ -26,8 +26,9 @@ static uint64_t coarse_ns(void)
  * searches plan their reads (1: none since the last fault's hold). */
 int vf_prefetch_wanted(vecfs *v)
 {
-	if (v->prefetch_mode)
-		return v->prefetch_mode > 0;
+	int mode = atomic_load_explicit(&v->prefetch_mode, memory_order_relaxed);
+	if (mode)
+		return mode > 0;
 	uint64_t until = __atomic_load_n(&v->prefetch_until, __ATOMIC_RELAXED);
 	return until == 0 || coarse_ns() < until;
 }
