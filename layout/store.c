@@ -561,6 +561,11 @@ int vf_hint_fill_wanted(const vf_store *s)
 	return s->hints && !s->hint_lean;
 }
 
+int vf_store_exceeds_memory(const vf_store *s)
+{
+	return s->hint_lean;
+}
+
 void vf_hint_view_of(const vf_store *s, vf_txn *txn, vf_hint_view *out)
 {
 	out->hi = mdb_txn_id(txn);

@@ -149,6 +149,11 @@ int vf_hint_reserve(vf_store *s, uint64_t records);
  * for places most of which the small table cannot keep.  Its hints then
  * come from the lookups searches make. */
 int vf_hint_fill_wanted(const vf_store *s);
+/* 1 when the store's file does not fit in the memory the process may hold
+ * (the machine's, its memory cgroup's limit, or VECFS_MEMORY_LIMIT), as
+ * seen when it was opened: what reads every page of it would push out the
+ * pages that searches need. */
+int vf_store_exceeds_memory(const vf_store *s);
 /* Which hints lie inside the snapshot of read transaction txn. */
 typedef struct vf_hint_view {
 	uint64_t lo, hi; /* seen in a transaction lo..hi (none if lo > hi) */

@@ -279,6 +279,44 @@ static vecfs_stats wait_samples(vecfs *v, uint64_t want)
 	return st;
 }
 
+/* A store larger than the memory the process may hold is not sampled: an
+ * exact re-run reads every record, which would push the pages searches read
+ * out of the page cache.  The same store and queries with room are. */
+static void test_no_samples_past_memory(void **state)
+{
+	fixture *f = *state;
+	dataset ds;
+	blob_store(f, &ds, VECFS_L2);
+	fx_close(f);
+	enum { Q = 400 };
+	float *q = malloc(sizeof(float) * Q * D);
+	assert_non_null(q);
+	fresh_queries(&ds, q, Q, 1);
+	vecfs_query_opts ann = {.k = 10};
+	for (int room = 0; room < 2; room++) {
+		if (!room)
+			setenv("VECFS_MEMORY_LIMIT", "4194304", 1); /* 4 MiB */
+		vecfs *v = fx_open(f, NULL);
+		unsetenv("VECFS_MEMORY_LIMIT");
+		for (size_t i = 0; i < Q; i++)
+			vecfs_results_free(search_opts(v, q + i * D, 1, D, &ann));
+		vecfs_stats st;
+		if (room) {
+			st = wait_samples(v, 1);
+			assert_true(st.recall_samples >= 1);
+		} else {
+			struct timespec ts = {1, 0}; /* what a sampler would have done by now */
+			nanosleep(&ts, NULL);
+			st = stats(v);
+			assert_int_equal(st.recall_samples, 0);
+			assert_true(st.recall_estimate < 0);
+		}
+		fx_close(f);
+	}
+	free(q);
+	ds_free(&ds);
+}
+
 static void test_recall_estimate(void **state)
 {
 	dataset ds;
@@ -350,6 +388,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_recall_table, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_old_config, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_recall_estimate, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_no_samples_past_memory, fx_setup, fx_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

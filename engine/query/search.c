@@ -298,8 +298,8 @@ static void probe_policy_end(vecfs *v, vf_probe_policy *pol)
 
 /* One search over queries[0..nq) (the batch's from `first` on) on the open
  * snapshot s->txn, up to the results that collect() takes from s. */
-static int search_run(search *s, const float *queries, size_t nq, size_t first,
-		      const vf_probe_policy *pol, char *err, size_t errlen)
+static int search_scan(search *s, const float *queries, size_t nq, size_t first,
+		       const vf_probe_policy *pol, char *err, size_t errlen)
 {
 	vecfs *v = s->v;
 	const uint32_t dim = pol->dim;
@@ -426,6 +426,38 @@ static int search_run(search *s, const float *queries, size_t nq, size_t first,
 		if (s->qs[i].top.n < want && (s->nprobe < s->gm.nlist || s->qs[i].np < s->nprobe))
 			rc = widen(s, i, queries + i * dim, first + i, pol,
 				   s->nprobe > s->gm.nlist / 4 ? s->gm.nlist : s->nprobe * 4, err, errlen);
+	return rc;
+}
+
+/* What only the scan of s needed, freed once it is done: its arrays and each
+ * query's tables, candidates and probe lists (a batch's parts all wait for
+ * collect(), which reads their results and kept bytes only: a part's scan
+ * room is then given back before the next part takes its own, instead of a
+ * thousand queries holding theirs at once). */
+static void search_shed(search *s)
+{
+	free(s->scratch);
+	s->scratch = NULL;
+	for (size_t i = 0; s->qs && i < s->nq; i++) {
+		query *q = &s->qs[i];
+		vf_qstate_free(&q->qs);
+		vf_cstate_free(&q->cs);
+		free(q->cands);
+		free(q->probe);
+		free(q->pdist);
+		free(q->ub.v);
+		q->cands = NULL;
+		q->probe = NULL;
+		q->pdist = NULL;
+		q->ub.v = NULL;
+	}
+}
+
+static int search_run(search *s, const float *queries, size_t nq, size_t first,
+		      const vf_probe_policy *pol, char *err, size_t errlen)
+{
+	int rc = search_scan(s, queries, nq, first, pol, err, errlen);
+	search_shed(s);
 	return rc;
 }
 
