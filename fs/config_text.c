@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "errors.h"
-#include "number.h"
+#include "text.h"
 
 /* One line of config text into c: 0, or -EINVAL with an errors line. */
 int fs_config_line(err_log *log, const char *s, size_t n, unsigned line, vecfs_config *c)

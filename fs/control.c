@@ -15,7 +15,7 @@
 
 #include "daemon.h"
 #include "errors.h"
-#include "number.h"
+#include "text.h"
 
 /* ---------------------------------------------------------------- build progress */
 

@@ -13,7 +13,6 @@
 #include "control.h"
 #include "daemon.h"
 #include "errors.h"
-#include "number.h"
 
 /* The recall calibration of a ready generation, for k = 10: the fixed
  * nprobe each target needed on its sample queries, and the clusters the
@@ -50,7 +49,7 @@ int fs_gen_parse_name(const char *name, uint64_t *gen)
 	size_t n = strlen(name);
 	if (n == 0 || n > 20 || (name[0] == '0'))
 		return -ENOENT;
-	if (fs_parse_uint(name, n, UINT64_MAX, gen) || *gen == 0)
+	if (vecfs_parse_uint(name, n, UINT64_MAX, gen) || *gen == 0)
 		return -ENOENT;
 	return 0;
 }

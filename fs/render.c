@@ -18,7 +18,6 @@
 #include "fuse_compat.h"
 #include "generations.h"
 #include "inode.h"
-#include "number.h"
 
 /* ---------------------------------------------------------------- README */
 

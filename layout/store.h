@@ -149,10 +149,10 @@ int vf_hint_reserve(vf_store *s, uint64_t records);
  * for places most of which the small table cannot keep.  Its hints then
  * come from the lookups searches make. */
 int vf_hint_fill_wanted(const vf_store *s);
-/* 1 when the store's file does not fit in the memory the process may hold
- * (the machine's, its memory cgroup's limit, or VECFS_MEMORY_LIMIT), as
- * seen when it was opened: what reads every page of it would push out the
- * pages that searches need. */
+/* 1 when the store's file and a full record-location table do not both fit
+ * in the memory the process may hold (the machine's, its memory cgroup's
+ * limit, or VECFS_MEMORY_LIMIT), as seen when it was opened (hint_lean):
+ * what reads every page of it would push out the pages searches need. */
 int vf_store_exceeds_memory(const vf_store *s);
 /* Which hints lie inside the snapshot of read transaction txn. */
 typedef struct vf_hint_view {

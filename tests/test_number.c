@@ -1,7 +1,8 @@
 /*
- * test_number.c - the filesystem's number parsing and formatting
- * (fs/number.c): fs_parse_float() must give exactly what strtof() gives, for
- * every token, on its fast path and off it.
+ * test_number.c - number parsing and formatting as users write and read
+ * numbers (engine/codec/number.c): vecfs_parse_float() must give exactly
+ * what strtof() gives, for every token, on its fast path and off it; and
+ * the daemon's trimming of blanks (fs/text.h).
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -19,7 +20,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../fs/number.h"
+#include "../fs/text.h"
+#include "vecfs.h"
 #include "testutil.h"
 
 /* strtof's answer for a whole token: 0, -EINVAL or -ERANGE, and the value */
@@ -52,11 +54,11 @@ static uint32_t bits_of(float f)
 	return b;
 }
 
-/* fs_parse_float(s) == strtof(s), bit for bit; returns 1 when they differ */
+/* vecfs_parse_float(s) == strtof(s), bit for bit; returns 1 when they differ */
 static int differs(const char *s)
 {
 	float a = 12345.0f, b = 12345.0f;
-	int ra = fs_parse_float(s, strlen(s), &a);
+	int ra = vecfs_parse_float(s, strlen(s), &a);
 	int rb = reference(s, &b);
 	if (ra != rb || (ra == 0 && bits_of(a) != bits_of(b) && !(isnan(a) && isnan(b)))) {
 		print_error("'%s': parse_float %d %a, strtof %d %a\n", s, ra, (double)a, rb,
@@ -166,15 +168,15 @@ static void test_parse_uint(void **state)
 {
 	(void)state;
 	uint64_t v = 0;
-	assert_int_equal(fs_parse_uint("42", 2, 100, &v), 0);
+	assert_int_equal(vecfs_parse_uint("42", 2, 100, &v), 0);
 	assert_int_equal(v, 42);
-	assert_int_equal(fs_parse_uint("101", 3, 100, &v), -ERANGE);
-	assert_int_equal(fs_parse_uint("18446744073709551615", 20, UINT64_MAX, &v), 0);
+	assert_int_equal(vecfs_parse_uint("101", 3, 100, &v), -ERANGE);
+	assert_int_equal(vecfs_parse_uint("18446744073709551615", 20, UINT64_MAX, &v), 0);
 	assert_true(v == UINT64_MAX);
-	assert_int_equal(fs_parse_uint("18446744073709551616", 20, UINT64_MAX, &v), -ERANGE);
-	assert_int_equal(fs_parse_uint("-1", 2, 100, &v), -EINVAL);
-	assert_int_equal(fs_parse_uint("", 0, 100, &v), -EINVAL);
-	assert_int_equal(fs_parse_uint("1a", 2, 100, &v), -EINVAL);
+	assert_int_equal(vecfs_parse_uint("18446744073709551616", 20, UINT64_MAX, &v), -ERANGE);
+	assert_int_equal(vecfs_parse_uint("-1", 2, 100, &v), -EINVAL);
+	assert_int_equal(vecfs_parse_uint("", 0, 100, &v), -EINVAL);
+	assert_int_equal(vecfs_parse_uint("1a", 2, 100, &v), -EINVAL);
 }
 
 /* every float printed by fmt_float reads back to itself */
@@ -191,7 +193,7 @@ static void test_fmt_float_round_trip(void **state)
 			continue;
 		int n = vecfs_format_float(s, sizeof s, f);
 		assert_true(n > 0 && (size_t)n < sizeof s);
-		assert_int_equal(fs_parse_float(s, (size_t)n, &g), 0);
+		assert_int_equal(vecfs_parse_float(s, (size_t)n, &g), 0);
 		assert_int_equal(bits_of(g), bits_of(f));
 	}
 }
@@ -261,7 +263,7 @@ static void expect_e_as_printf(float f)
 	if (n != VECFS_FLOAT_E_LEN + (signbit(f) ? 1 : 0))
 		fail_msg("vecfs_format_float_e(%a) = \"%s\": %d bytes", (double)f, got, n);
 	float g = 0;
-	assert_int_equal(fs_parse_float(got, (size_t)n, &g), 0);
+	assert_int_equal(vecfs_parse_float(got, (size_t)n, &g), 0);
 	assert_int_equal(bits_of(g), bits_of(f));
 }
 
@@ -311,10 +313,10 @@ static void test_parse_float_long_tokens(void **state)
 		s[len - 1] = '5';
 		s[len] = 0;
 		float f = 0, want = strtof(s, NULL);
-		assert_int_equal(fs_parse_float(s, len, &f), 0);
+		assert_int_equal(vecfs_parse_float(s, len, &f), 0);
 		assert_int_equal(bits_of(f), bits_of(want));
 		s[len / 2] = 'x';
-		assert_int_equal(fs_parse_float(s, len, &f), -EINVAL);
+		assert_int_equal(vecfs_parse_float(s, len, &f), -EINVAL);
 		free(s);
 	}
 }
