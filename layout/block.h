@@ -84,6 +84,12 @@ int vf_block_open(const void *p, size_t len, vf_block *out);
  * this place in the same snapshot (the bytes cannot have changed): only
  * its checksum is not computed again. */
 int vf_block_open_known(const void *p, size_t len, vf_block *out);
+/* The bytes from the start of the value through the last column a scan
+ * reads (ids): all but the keys, which only maintenance and verify read. */
+static inline size_t vf_block_scan_bytes(const vf_block *b)
+{
+	return (size_t)(b->col[VF_COL_KEYS] - b->base);
+}
 /* Check one column's checksum (cached): 0 or -EIO. */
 int vf_block_check(vf_vcache *cache, const vf_block *b, int col);
 /* vf_verify_prefetch() of the columns a scan checks (sign, F1, pass 2,

@@ -1,8 +1,9 @@
 /*
  * layout/io.h - the one seam through which the library allocates memory,
- * opens its own files and starts the writeback of LMDB's: a table of
- * functions, the real calls by default, that a test replaces to fail the
- * Nth call (ENOMEM, EIO, ENOSPC).  LMDB's own file I/O does not pass here
+ * opens its own files, starts the writeback of LMDB's and asks for pages of
+ * the map ahead: a table of functions, the real calls by default, that a
+ * test replaces to fail the Nth call (ENOMEM, EIO, ENOSPC) or to see what
+ * was asked.  LMDB's own file I/O does not pass here
  * (it is inside liblmdb).
  */
 #ifndef VF_IO_H
@@ -19,6 +20,9 @@ typedef struct vf_io {
 	/* start writing back the file's dirty pages, waiting for none
 	 * (sync_file_range(SYNC_FILE_RANGE_WRITE) of all of it): 0 or -errno */
 	int (*sync_range)(int fd);
+	/* ask for the pages of addr..+len of the map to be read, waiting for
+	 * none (madvise(MADV_WILLNEED); addr page-aligned) */
+	void (*willneed)(void *addr, size_t len);
 } vf_io;
 
 /* The table in use (the real calls unless replaced).  The library's threads

@@ -959,8 +959,7 @@ void vf_store_prefetch(const void *p, size_t len)
 		atomic_store_explicit(&page_size, page, memory_order_relaxed);
 	}
 	uintptr_t a = (uintptr_t)p & ~(uintptr_t)(page - 1);
-	/* (a range past the file reads nothing; one outside the map fails) */
-	madvise((void *)a, (uintptr_t)p + len - a, MADV_WILLNEED);
+	vf_io_ops.willneed((void *)a, (uintptr_t)p + len - a);
 }
 
 /* A value this large is read whole, at once (centroids, assignment

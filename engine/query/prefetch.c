@@ -56,9 +56,23 @@ void vf_prefetch_entries(const search *s, const entry *ents, size_t n)
 {
 	if (!s->prefetch)
 		return;
+	/* a block's header first, all of them together; then, each header
+	 * read, the columns a scan reads, not the keys after them: ~9% of a
+	 * block of the 1M set, and what made its warm pages overflow a
+	 * memory cap of a quarter of the store (3-4x fewer QPS) */
 	for (size_t i = 0; i < n; i++)
-		if (ents[i].kind == VF_PK_BLOCK || ents[i].kind == VF_PK_DELTA)
+		if (ents[i].kind == VF_PK_BLOCK)
+			vf_store_prefetch(ents[i].data, 1);
+		else if (ents[i].kind == VF_PK_DELTA)
 			vf_store_prefetch(ents[i].data, ents[i].len);
+	for (size_t i = 0; i < n; i++) {
+		vf_block b;
+		if (ents[i].kind == VF_PK_BLOCK)
+			vf_store_prefetch(ents[i].data,
+					  vf_block_open_known(ents[i].data, ents[i].len, &b)
+						  ? ents[i].len /* (the scan reports it) */
+						  : vf_block_scan_bytes(&b));
+	}
 }
 
 /* The m-th smallest of a[0..n) (m < n); a is reordered. */
