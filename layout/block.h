@@ -84,11 +84,18 @@ int vf_block_open(const void *p, size_t len, vf_block *out);
  * this place in the same snapshot (the bytes cannot have changed): only
  * its checksum is not computed again. */
 int vf_block_open_known(const void *p, size_t len, vf_block *out);
-/* The bytes from the start of the value through the last column a scan
- * reads (ids): all but the keys, which only maintenance and verify read. */
+/* The bytes from the start of the value through the end of the last of
+ * the columns a scan reads (sign, F1, pass 2, ids): all but the keys,
+ * which only maintenance and verify read (vf_block_open() keeps every
+ * column inside the value). */
 static inline size_t vf_block_scan_bytes(const vf_block *b)
 {
-	return (size_t)(b->col[VF_COL_KEYS] - b->base);
+	size_t end = 0;
+	for (int c = VF_COL_SIGN; c <= VF_COL_IDS; c++) {
+		size_t e = (size_t)(b->col[c] - b->base) + b->col_len[c];
+		end = e > end ? e : end;
+	}
+	return end;
 }
 /* Check one column's checksum (cached): 0 or -EIO. */
 int vf_block_check(vf_vcache *cache, const vf_block *b, int col);

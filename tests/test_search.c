@@ -1159,6 +1159,7 @@ static void test_prefetch_skips_block_keys(void **state)
 	for (size_t i = 0; i < NQ; i++)
 		ds_fresh(&ds, q + i * D);
 	v->prefetch_mode = 1;
+	v->on_search = NULL; /* no recall sampler reading ahead beside the searches */
 	memset(&asked, 0, sizeof asked);
 	vf_io_ops.willneed = record_willneed;
 	vecfs_results *r = search_opts(v, q, NQ, D, &(vecfs_query_opts){.k = 10});
