@@ -69,9 +69,7 @@ void vf_prefetch_entries(const search *s, const entry *ents, size_t n)
 		vf_block b;
 		if (ents[i].kind == VF_PK_BLOCK)
 			vf_store_prefetch(ents[i].data,
-					  (ents[i].checked ? vf_block_open_known
-							   : vf_block_open)(ents[i].data,
-									    ents[i].len, &b)
+					  vf_entry_block_open(&ents[i], &b)
 						  ? ents[i].len /* (the scan reports it) */
 						  : vf_block_scan_bytes(&b));
 	}

@@ -163,9 +163,7 @@ static void prefetch_cluster(const search *s, const entry *ents, size_t n)
 {
 	for (size_t i = 0; i < n; i++) {
 		vf_block b;
-		if (ents[i].kind != VF_PK_BLOCK ||
-		    (ents[i].checked ? vf_block_open_known(ents[i].data, ents[i].len, &b)
-				     : vf_block_open(ents[i].data, ents[i].len, &b)))
+		if (ents[i].kind != VF_PK_BLOCK || vf_entry_block_open(&ents[i], &b))
 			continue;
 		if (ents[i].checked != VF_CHECKED_ALL) /* (else not needed) */
 			vf_block_prefetch_checks(s->v->vcache, &b);

@@ -245,10 +245,7 @@ int vf_scan_cluster(search *s, uint32_t c, entry *ents, size_t nents,
 			rc = vf_tombs_add(&s->tombs, e->sub, ks);
 		} else if (e->kind == VF_PK_BLOCK) {
 			vf_block b;
-			/* a column checked means the header was, in this
-			 * snapshot */
-			if ((rc = e->checked ? vf_block_open_known(e->data, e->len, &b)
-					     : vf_block_open(e->data, e->len, &b)))
+			if ((rc = vf_entry_block_open(e, &b)))
 				break;
 			/* verified once in this snapshot, the columns are
 			 * known good at this place (the vcache remembers them

@@ -226,6 +226,15 @@ typedef struct entry {
 	size_t len;
 } entry;
 
+/* Open the located block e: its header's checksum is computed only while
+ * nothing of it was checked in this snapshot (a column checked means the
+ * header was). */
+static inline int vf_entry_block_open(const entry *e, vf_block *b)
+{
+	return e->checked ? vf_block_open_known(e->data, e->len, b)
+			  : vf_block_open(e->data, e->len, b);
+}
+
 /* Score the located entries of cluster c for the queries qids[0..nqc) that
  * probe it (score.c); the columns it verifies are marked in `checked`. */
 int vf_scan_cluster(search *s, uint32_t c, entry *ents, size_t nents,
