@@ -90,7 +90,6 @@ $(BUILD)/vecfs-filterbench: $(BUILD)/obj/tools/vecfs_filterbench.o $(TOOL_OBJ) $
 	$(CC) $(CFLAGS) -o $@ $^ $(LIBS)
 
 $(BUILD)/vecfs-inspect: $(BUILD)/obj/tools/vecfs_inspect.o $(BUILD)/obj/tools/toolutil.o \
-		$(BUILD)/obj/tools/query_input.o \
 		$(BUILD)/libvecfs.a
 	$(CC) $(CFLAGS) -o $@ $^ $(LIBS)
 

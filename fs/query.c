@@ -26,44 +26,6 @@
 
 #define IN_MAX ((size_t)256 << 20)
 
-typedef struct qinput {
-	vecfs_query_opts o;
-	float *vecs;
-	size_t nq, cap;
-	uint32_t dim;
-	char *filter;  /* the text of a filter= line (o.filter points here) */
-	/* text input: the line being parsed, the line of each vector and of
-	 * the filter, so that a failure found when the query runs names it */
-	unsigned line, filter_line;
-	unsigned *vline; /* cap entries; NULL for binary rows */
-} qinput;
-
-static void qinput_free(qinput *qi)
-{
-	free(qi->vecs);
-	free(qi->filter);
-	free(qi->vline);
-}
-
-/* A filter= line: the rest of the line, the filter's JSON text (checked
- * when the query runs). */
-static int set_filter(qinput *qi, const char *s, size_t n, char *why, size_t wl)
-{
-	char *f = malloc(n + 1);
-	if (!f) {
-		snprintf(why, wl, "out of memory");
-		return -ENOMEM;
-	}
-	memcpy(f, s, n);
-	f[n] = 0;
-	free(qi->filter);
-	qi->filter = f;
-	qi->filter_line = qi->line;
-	qi->o.filter = f;
-	qi->o.filter_len = n;
-	return 0;
-}
-
 struct qsession {
 	pthread_mutex_t mu;
 	fs_daemon *dm;
@@ -74,12 +36,11 @@ struct qsession {
 	int dirty;
 	/* write-time checks of text input: lines checked so far */
 	size_t checked;
-	unsigned lines;
 	int kind;      /* 0 unknown, 1 text, 2 binary */
 	int bad;       /* a line failed its check, or a write was refused: the
 			* next close fails */
 	int ended;     /* the session was removed (rmdir): no more input */
-	qinput acc;    /* text: options and vectors of the lines checked */
+	vecfs_query_input acc; /* text: options and vectors of the lines checked */
 	/* the last query's results: out is rendered when the query runs (it is
 	 * written where readers read it, see fs_push_out() in out_cache.c), out.json
 	 * and stats when first read */
@@ -166,11 +127,9 @@ static void reset_input(qsession *q)
 	budget_give(q->budget, q->in.len);
 	fs_sb_free(&q->in);
 	q->checked = 0;
-	q->lines = 0;
 	q->kind = 0;
 	q->bad = 0;
-	qinput_free(&q->acc);
-	memset(&q->acc, 0, sizeof q->acc);
+	vecfs_query_input_free(&q->acc);
 }
 
 void fs_qs_in_truncate(qsession *q)
@@ -272,109 +231,17 @@ int fs_qs_in_write_run(qsession *q, const char *buf, size_t len, int *ran)
 /* ---------------------------------------------------------------- parsing in */
 
 
-static int add_vec(qinput *qi, const float *v, uint32_t dim)
-{
-	if (qi->nq == qi->cap) {
-		size_t nc = qi->cap ? qi->cap * 2 : 16;
-		float *nv = realloc(qi->vecs, nc * dim * sizeof(float));
-		if (!nv)
-			return -ENOMEM;
-		qi->vecs = nv;
-		unsigned *nl = realloc(qi->vline, nc * sizeof(unsigned));
-		if (!nl)
-			return -ENOMEM;
-		qi->vline = nl;
-		qi->cap = nc;
-	}
-	memcpy(qi->vecs + qi->nq * dim, v, dim * sizeof(float));
-	qi->vline[qi->nq] = qi->line;
-	qi->nq++;
-	return 0;
-}
-
 static uint32_t le32(const unsigned char *p)
 {
 	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
-/* Binary fvecs rows: every row header holds the same plausible dimension. */
-static int parse_fvecs(const char *buf, size_t len, qinput *qi)
+/* The store's dimension, which the first vector of text input must have
+ * (0: none yet). */
+static uint32_t store_dim(const qsession *q)
 {
-	uint32_t d;
-	size_t rows;
-	if (!vecfs_fvecs_rows(buf, len, &d, &rows, NULL))
-		return 0;
-	qi->vecs = malloc(rows * d * sizeof(float));
-	if (!qi->vecs)
-		return -ENOMEM;
-	vecfs_fvecs_rows(buf, len, &d, &rows, qi->vecs);
-	qi->nq = qi->cap = rows;
-	qi->dim = d;
-	return 1;
-}
-
-/* One line of text input: blank, comment, options or a vector. */
-static int parse_line(const char *s, size_t n, qinput *qi, float *tmp, char *why,
-		      size_t wl)
-{
-	const char *filter = qi->o.filter;
-	uint32_t cnt = 0;
-	int rc = vecfs_query_line_parse(s, n, &qi->o, tmp, &cnt, why, wl);
-	if (rc == 1 && qi->o.filter != filter) /* it points into the line: kept */
-		return set_filter(qi, qi->o.filter, qi->o.filter_len, why, wl);
-	if (rc != 2)
-		return rc < 0 ? rc : 0;
-	if (qi->nq && cnt != qi->dim) {
-		snprintf(why, wl, "%u numbers, the vectors before have %u", cnt, qi->dim);
-		return -EINVAL;
-	}
-	qi->dim = cnt;
-	rc = add_vec(qi, tmp, cnt);
-	if (rc)
-		snprintf(why, wl, "out of memory");
-	return rc;
-}
-
-/* One line of text input into qi, as parse_line(); the line that gives the
- * first vector must also have the store's dimension (the ones after it,
- * the first one's): -EINVAL otherwise. */
-static int parse_store_line(qsession *q, const char *s, size_t n, unsigned line, qinput *qi,
-			    float *tmp, char *why, size_t wl)
-{
-	size_t before = qi->nq;
-	qi->line = line;
-	int rc = parse_line(s, n, qi, tmp, why, wl);
 	vecfs_config c;
-	if (rc == 0 && qi->nq > before && before == 0 && vecfs_config_get(q->v, &c) == 0 &&
-	    c.dim && qi->dim != c.dim) {
-		snprintf(why, wl, "%u numbers, the store has dim %u", qi->dim, c.dim);
-		return -EINVAL;
-	}
-	return rc;
-}
-
-static int parse_text(qsession *q, const char *buf, size_t len, qinput *qi, unsigned *line_out,
-		      char *why, size_t wl)
-{
-	float *tmp = malloc(sizeof(float) * (VECFS_DIM_MAX + 1));
-	size_t pos = 0;
-	unsigned line = 0;
-	int rc = 0;
-	if (!tmp)
-		return -ENOMEM;
-	while (pos < len && rc == 0) {
-		const char *s = buf + pos;
-		const char *nl = memchr(s, '\n', len - pos);
-		size_t n = nl ? (size_t)(nl - s) : len - pos;
-		pos += n + (nl ? 1 : 0);
-		line++;
-		*line_out = line;
-		rc = parse_store_line(q, s, n, line, qi, tmp, why, wl);
-	}
-	free(tmp);
-	if (rc == 0)
-		*line_out = 0;
-	return rc;
+	return vecfs_config_get(q->v, &c) == 0 ? c.dim : 0;
 }
 
 /* Parse the text lines completed since the last write into q->acc, so that
@@ -391,24 +258,17 @@ static int check_lines(qsession *q)
 	}
 	if (q->kind != 1)
 		return 0;
-	float *tmp = malloc(sizeof(float) * (VECFS_DIM_MAX + 1));
-	if (!tmp)
-		return -ENOMEM;
-	int rc = 0;
-	while (rc == 0 && q->checked < q->in.len) {
-		const char *s = q->in.p + q->checked;
-		const char *nl = memchr(s, '\n', q->in.len - q->checked);
-		if (!nl)
-			break;
-		size_t n = (size_t)(nl - s);
-		q->checked += n + 1;
-		q->lines++;
-		rc = parse_store_line(q, s, n, q->lines, &q->acc, tmp, why, sizeof why);
-	}
-	free(tmp);
+	const char *s = q->in.p + q->checked;
+	const char *nl = memrchr(s, '\n', q->in.len - q->checked);
+	if (!nl)
+		return 0;
+	size_t n = (size_t)(nl - s) + 1;
+	q->checked += n;
+	q->acc.want_dim = store_dim(q);
+	int rc = vecfs_query_input_text(&q->acc, s, n, why, sizeof why);
 	if (rc) {
 		q->bad = 1;
-		fs_errlog(&q->dm->errors, "query/%s/in: line %u: %s", q->id, q->lines, why);
+		fs_errlog(&q->dm->errors, "query/%s/in: line %u: %s", q->id, q->acc.lines, why);
 	}
 	return rc;
 }
@@ -530,10 +390,10 @@ static int ensure_rendered(qsession *q, int which)
 }
 
 /* Results a query asks for: its vectors times its k (or config's). */
-static size_t results_asked(qsession *q, const qinput *qi, uint32_t *k)
+static size_t results_asked(qsession *q, const vecfs_query_input *qi, uint32_t *k)
 {
 	vecfs_config c;
-	*k = qi->o.k;
+	*k = qi->opts.k;
 	if (!*k && vecfs_config_get(q->v, &c) == 0)
 		*k = c.k;
 	return qi->nq * (size_t)*k;
@@ -541,7 +401,7 @@ static size_t results_asked(qsession *q, const qinput *qi, uint32_t *k)
 
 /* Count the results qi asks for against dm's query_results (q->mu held,
  * q's own results cleared): 0, or -E2BIG with the reason in why. */
-static int results_take(qsession *q, const qinput *qi, size_t *held, char *why, size_t wl)
+static int results_take(qsession *q, const vecfs_query_input *qi, size_t *held, char *why, size_t wl)
 {
 	FS_ASSERT_HELD(&q->mu);
 	qbudget *rb = &q->dm->query_results;
@@ -562,38 +422,18 @@ static int results_take(qsession *q, const qinput *qi, size_t *held, char *why, 
 }
 
 /* Text input at close: the lines check_lines() parsed, and the last line
- * if no newline ended it, as a query input of its own (qi->vecs is new). */
-static int text_tail(qsession *q, qinput *qi, unsigned *line, char *why, size_t wl)
+ * if no newline ended it, as a query input of its own. */
+static int text_tail(qsession *q, vecfs_query_input *qi, unsigned *line, char *why, size_t wl)
 {
-	*qi = q->acc;
-	qi->vecs = NULL;
-	qi->vline = NULL;
-	qi->cap = 0;
-	qi->nq = 0;
-	qi->filter = NULL;
-	if (q->acc.filter && set_filter(qi, q->acc.filter, q->acc.o.filter_len, why, wl))
+	if (vecfs_query_input_copy(qi, &q->acc)) {
+		snprintf(why, wl, "out of memory");
 		return -ENOMEM;
-	qi->filter_line = q->acc.filter_line;
-	if (q->acc.nq) {
-		qi->vecs = malloc(q->acc.nq * q->acc.dim * sizeof(float));
-		qi->vline = malloc(q->acc.nq * sizeof(unsigned));
-		if (!qi->vecs || !qi->vline)
-			return -ENOMEM;
-		memcpy(qi->vecs, q->acc.vecs, q->acc.nq * q->acc.dim * sizeof(float));
-		memcpy(qi->vline, q->acc.vline, q->acc.nq * sizeof(unsigned));
-		qi->nq = qi->cap = q->acc.nq;
 	}
 	if (q->checked >= q->in.len)
 		return 0;
-	float *tmp = malloc(sizeof(float) * (VECFS_DIM_MAX + 1));
-	if (!tmp)
-		return -ENOMEM;
-	*line = q->lines + 1;
-	int rc = parse_store_line(q, q->in.p + q->checked, q->in.len - q->checked, *line, qi, tmp,
-				  why, wl);
-	free(tmp);
-	if (rc == 0)
-		*line = 0;
+	qi->want_dim = store_dim(q);
+	int rc = vecfs_query_input_text(qi, q->in.p + q->checked, q->in.len - q->checked, why, wl);
+	*line = rc ? qi->lines : 0;
 	return rc;
 }
 
@@ -609,7 +449,7 @@ static int text_tail(qsession *q, qinput *qi, unsigned *line, char *why, size_t 
 static void search_ahead(qsession *q)
 {
 	FS_ASSERT_HELD(&q->mu);
-	qinput qi;
+	vecfs_query_input qi;
 	memset(&qi, 0, sizeof qi);
 	if (q->kind == 1) {
 		unsigned line;
@@ -617,36 +457,25 @@ static void search_ahead(qsession *q)
 		/* every line checked: text_tail() only copies what they gave */
 		if (q->checked != q->in.len || q->acc.nq == 0 || q->acc.nq > AHEAD_MAX_QUERIES ||
 		    text_tail(q, &qi, &line, why, sizeof why)) {
-			qinput_free(&qi);
+			vecfs_query_input_free(&qi);
 			return;
 		}
-	} else if (parse_fvecs(q->in.p, q->in.len, &qi) != 1 || qi.nq > AHEAD_MAX_QUERIES) {
-		qinput_free(&qi);
+	} else if (vecfs_query_input_fvecs(&qi, q->in.p, q->in.len) != 1 ||
+		   qi.nq > AHEAD_MAX_QUERIES) {
+		vecfs_query_input_free(&qi);
 		return;
 	}
-	if (qi.o.k && qi.nq * (size_t)qi.o.k > q->dm->query_results.max) {
-		qinput_free(&qi); /* refused at the close */
+	if ((qi.opts.k && qi.nq * (size_t)qi.opts.k > q->dm->query_results.max) ||
+	    qi.filter) {
+		/* refused at the close; or filtered, searched at the close where
+		 * the filter's text stays */
+		vecfs_query_input_free(&qi);
 		return;
 	}
-	if (qi.filter) { /* searched at the close, where the text stays */
-		qinput_free(&qi);
-		return;
-	}
-	fs_ahead_submit(q->dm->ahead, q->serial, q->ver, q->v, &qi.o, qi.vecs, qi.nq, qi.dim);
-	free(qi.vline); /* the vectors are the search's from here on, their lines not */
-}
-
-/* The line of text input that a failure of the search is about: the
- * filter= line for the filter's, a vector's for "query N ..."; 0 when
- * none is known (binary rows say "query N" themselves). */
-static unsigned failed_line(const qinput *qi, const char *why)
-{
-	size_t n;
-	if (!strncmp(why, "filter", 6))
-		return qi->filter_line;
-	if (qi->vline && sscanf(why, "query %zu", &n) == 1 && n >= 1 && n <= qi->nq)
-		return qi->vline[n - 1];
-	return 0;
+	/* the vectors are the search's from here on */
+	fs_ahead_submit(q->dm->ahead, q->serial, q->ver, q->v, &qi.opts, qi.vecs, qi.nq, qi.dim);
+	qi.vecs = NULL;
+	vecfs_query_input_free(&qi);
 }
 
 static double now_s(void)
@@ -658,7 +487,7 @@ static double now_s(void)
 
 int fs_qs_in_flush(qsession *q, int *ran)
 {
-	qinput qi;
+	vecfs_query_input qi;
 	char why[300] = "";
 	unsigned line = 0;
 	int rc;
@@ -681,12 +510,8 @@ int fs_qs_in_flush(qsession *q, int *ran)
 	if (q->kind == 1) {
 		rc = text_tail(q, &qi, &line, why, sizeof why);
 	} else {
-		rc = parse_fvecs(q->in.p, q->in.len, &qi);
-		if (rc == 0)
-			rc = parse_text(q, q->in.p ? q->in.p : "", q->in.len, &qi, &line, why,
-					sizeof why);
-		else if (rc > 0)
-			rc = 0;
+		qi.want_dim = store_dim(q);
+		rc = vecfs_query_input_parse(&qi, q->in.p, q->in.len, &line, why, sizeof why);
 	}
 	if (rc == 0 && qi.nq == 0) {
 		snprintf(why, sizeof why, q->in.len ? "no query vector" : "no query vector (empty)");
@@ -703,18 +528,18 @@ int fs_qs_in_flush(qsession *q, int *ran)
 			fs_errlog_err(&q->dm->errors, rc, "query/%s/in: line %u: %s", q->id, line, why[0] ? why : strerror(-rc));
 		else
 			fs_errlog_err(&q->dm->errors, rc, "query/%s/in: %s", q->id, why[0] ? why : strerror(-rc));
-		qinput_free(&qi);
+		vecfs_query_input_free(&qi);
 		pthread_mutex_unlock(&q->mu);
 		return rc;
 	}
 	/* searched ahead at the write, if that still holds */
 	vecfs_results *r = fs_ahead_take(q->dm->ahead, q->serial, q->ver, q->v);
 	if (!r)
-		rc = vecfs_search(q->v, qi.vecs, qi.nq, qi.dim, &qi.o, &r, why, sizeof why);
+		rc = vecfs_search(q->v, qi.vecs, qi.nq, qi.dim, &qi.opts, &r, why, sizeof why);
 	clear_results(q);
 	if (rc) {
 		budget_give(&q->dm->query_results, held);
-		unsigned at = failed_line(&qi, why);
+		unsigned at = vecfs_query_input_line_of(&qi, why);
 		if (at)
 			fs_errlog_err(&q->dm->errors, rc, "query/%s/in: line %u: %s", q->id, at, why);
 		else
@@ -723,8 +548,8 @@ int fs_qs_in_flush(qsession *q, int *ran)
 	} else {
 		q->r = r;
 		q->results_held = held;
-		q->exact = qi.o.exact;
-		q->filtered = qi.o.filter != NULL;
+		q->exact = qi.opts.exact;
+		q->filtered = qi.opts.filter != NULL;
 		q->dim = qi.dim;
 		q->secs = now_s() - t0;
 		rc = ensure_rendered(q, QS_OUT);
@@ -738,7 +563,7 @@ int fs_qs_in_flush(qsession *q, int *ran)
 				fs_errlog_err(&q->dm->errors, rc, "query/%s/in: out of memory formatting the results", q->id);
 		}
 	}
-	qinput_free(&qi);
+	vecfs_query_input_free(&qi);
 	pthread_mutex_unlock(&q->mu);
 	return rc;
 }

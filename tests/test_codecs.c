@@ -483,6 +483,17 @@ static void test_json_scanner(void **state)
 
 /* ------------------------------------------------------------ query input */
 
+/* rows .fvecs rows of two numbers: row r is (r, r + 0.5). */
+static void fvecs_pairs(uint8_t *fv, int rows)
+{
+	for (int r = 0; r < rows; r++) {
+		put_le32(fv + 12 * r, 2);
+		float a = (float)r, b = (float)r + 0.5f;
+		memcpy(fv + 12 * r + 4, &a, 4);
+		memcpy(fv + 12 * r + 8, &b, 4);
+	}
+}
+
 static void test_query_lines(void **state)
 {
 	(void)state;
@@ -507,12 +518,7 @@ static void test_query_lines(void **state)
 	assert_string_equal(why, "'x' is not a number");
 
 	uint8_t fv[2 * 12];
-	for (int r = 0; r < 2; r++) {
-		put_le32(fv + 12 * r, 2);
-		float a = (float)r, b = (float)r + 0.5f;
-		memcpy(fv + 12 * r + 4, &a, 4);
-		memcpy(fv + 12 * r + 8, &b, 4);
-	}
+	fvecs_pairs(fv, 2);
 	size_t rows;
 	float out[4];
 	assert_int_equal(vecfs_fvecs_rows(fv, sizeof fv, &dim, &rows, out), 1);
@@ -522,6 +528,87 @@ static void test_query_lines(void **state)
 	assert_int_equal(vecfs_fvecs_rows(fv, sizeof fv - 1, &dim, &rows, NULL), 0);
 	put_le32(fv + 12, 3);
 	assert_int_equal(vecfs_fvecs_rows(fv, sizeof fv, &dim, &rows, NULL), 0);
+}
+
+/* A whole input gathered as query/ID/in takes it: lines counted across
+ * pieces, each vector's line and the filter's kept (a failure found when
+ * the query runs names them), the store's dimension asked of the first
+ * vector, a copy its own, binary rows in place of text. */
+static void test_query_input(void **state)
+{
+	(void)state;
+	vecfs_query_input qi, cp;
+	char why[200] = "";
+	unsigned line = 9;
+	memset(&qi, 0, sizeof qi);
+	const char *a = "# two queries\nk=3\n1 2\n";
+	assert_int_equal(vecfs_query_input_text(&qi, a, strlen(a), why, sizeof why), 0);
+	const char *b = "filter={\"a\":1}\n\n3,4";
+	assert_int_equal(vecfs_query_input_text(&qi, b, strlen(b), why, sizeof why), 0);
+	assert_int_equal(qi.lines, 6);
+	assert_int_equal(qi.nq, 2);
+	assert_int_equal(qi.dim, 2);
+	assert_int_equal(qi.opts.k, 3);
+	assert_int_equal(qi.vline[0], 3);
+	assert_int_equal(qi.vline[1], 6);
+	assert_int_equal(qi.filter_line, 4);
+	assert_string_equal(qi.filter, "{\"a\":1}");
+	assert_ptr_equal(qi.opts.filter, qi.filter);
+	assert_int_equal(vecfs_query_input_line_of(&qi, "query 2: no such thing"), 6);
+	assert_int_equal(vecfs_query_input_line_of(&qi, "filter: bad"), 4);
+	assert_int_equal(vecfs_query_input_line_of(&qi, "query 3: past the end"), 0);
+
+	assert_int_equal(vecfs_query_input_copy(&cp, &qi), 0);
+	vecfs_query_input_free(&qi); /* the copy holds its own memory */
+	assert_int_equal(cp.nq, 2);
+	assert_true(cp.vecs[0] == 1 && cp.vecs[1] == 2 && cp.vecs[2] == 3 && cp.vecs[3] == 4);
+	assert_int_equal(cp.vline[1], 6);
+	assert_string_equal(cp.filter, "{\"a\":1}");
+	assert_ptr_equal(cp.opts.filter, cp.filter);
+	/* a vector of another length fails on its own line; what came before stays */
+	assert_int_equal(vecfs_query_input_text(&cp, "5 6 7\n", 6, why, sizeof why), -EINVAL);
+	assert_string_equal(why, "3 numbers, the vectors before have 2");
+	assert_int_equal(cp.lines, 7);
+	assert_int_equal(cp.nq, 2);
+	vecfs_query_input_free(&cp);
+	assert_null(cp.vecs);
+
+	/* the first vector must have the store's dimension */
+	memset(&qi, 0, sizeof qi);
+	qi.want_dim = 3;
+	assert_int_equal(vecfs_query_input_parse(&qi, "k=1\n1 2\n", 8, &line, why, sizeof why), -EINVAL);
+	assert_string_equal(why, "2 numbers, the store has dim 3");
+	assert_int_equal(line, 2);
+	vecfs_query_input_free(&qi);
+	memset(&qi, 0, sizeof qi);
+	assert_int_equal(vecfs_query_input_parse(&qi, "# none\n", 7, &line, why, sizeof why), -EINVAL);
+	assert_string_equal(why, "no query vector");
+	assert_int_equal(line, 0);
+	vecfs_query_input_free(&qi);
+	memset(&qi, 0, sizeof qi);
+	assert_int_equal(vecfs_query_input_parse(&qi, "", 0, &line, why, sizeof why), -EINVAL);
+	assert_string_equal(why, "no query vector (empty)");
+	vecfs_query_input_free(&qi);
+
+	/* binary rows: no lines, "query N" names the row itself */
+	uint8_t fv[3 * 12];
+	fvecs_pairs(fv, 3);
+	memset(&qi, 0, sizeof qi);
+	assert_int_equal(vecfs_query_input_parse(&qi, fv, sizeof fv, &line, why, sizeof why), 0);
+	assert_int_equal(qi.nq, 3);
+	assert_int_equal(qi.dim, 2);
+	assert_null(qi.vline);
+	assert_true(qi.vecs[4] == 2 && qi.vecs[5] == 2.5f);
+	assert_int_equal(vecfs_query_input_line_of(&qi, "query 2: x"), 0);
+	/* text after binary rows is refused, not written past them */
+	assert_int_equal(vecfs_query_input_text(&qi, "1 2\n", 4, why, sizeof why), -EINVAL);
+	assert_string_equal(why, "text after binary rows");
+	assert_int_equal(vecfs_query_input_copy(&cp, &qi), 0);
+	assert_null(cp.vline);
+	assert_int_equal(cp.nq, 3);
+	vecfs_query_input_free(&cp);
+	assert_int_equal(vecfs_query_input_fvecs(&qi, "1 2\n", 4), 0); /* not rows */
+	vecfs_query_input_free(&qi);
 }
 
 int main(void)
@@ -538,6 +625,7 @@ int main(void)
 		cmocka_unit_test(test_rows_memory_counted),
 		cmocka_unit_test(test_json_scanner),
 		cmocka_unit_test(test_query_lines),
+		cmocka_unit_test(test_query_input),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -30,8 +30,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "query_input.h"
 #include "toolutil.h"
+
+#define QUERY_INPUT_MAX ((size_t)256 << 20) /* as one query/ID/in of a mount */
 #include "vecfs.h"
 
 #define PROG "vecfs-inspect"
@@ -280,23 +281,24 @@ static int search(vecfs *v, const char *path)
 {
 	char *buf, why[256], err[ERRLEN] = "";
 	size_t len;
-	query_input qi;
+	vecfs_query_input qi = {0};
+	unsigned line;
 	if (read_input(path, &buf, &len))
 		return 2;
-	int rc = query_input_parse(buf, len, &qi, why, sizeof why);
+	int rc = vecfs_query_input_parse(&qi, buf, len, &line, why, sizeof why);
 	free(buf);
 	if (rc) {
-		if (qi.line)
-			fprintf(stderr, PROG ": %s: line %u: %s\n", path, qi.line, why[0] ? why : strerror(-rc));
+		if (line)
+			fprintf(stderr, PROG ": %s: line %u: %s\n", path, line, why[0] ? why : strerror(-rc));
 		else
 			fprintf(stderr, PROG ": %s: %s\n", path, why[0] ? why : strerror(-rc));
-		query_input_free(&qi);
+		vecfs_query_input_free(&qi);
 		return 2;
 	}
 	vecfs_results *r = NULL;
 	qi.opts.uncounted = 1;
 	rc = vecfs_search(v, qi.vecs, qi.nq, qi.dim, &qi.opts, &r, err, sizeof err);
-	query_input_free(&qi);
+	vecfs_query_input_free(&qi);
 	if (rc) {
 		fprintf(stderr, PROG ": search: %s\n", err[0] ? err : strerror(-rc));
 		return 2;

@@ -1,13 +1,15 @@
 /*
  * engine/codec/query.c - a query's input as query/ID/in takes it: text
  * lines (options, vectors, blanks and comments), or binary .fvecs rows of
- * one dimension.  No I/O, no state.
+ * one dimension; and the accumulator of a whole input
+ * (vecfs_query_input).  No I/O, no state but the caller's.
  */
 #include "vecfs.h"
 
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "text.h"
@@ -93,4 +95,183 @@ int vecfs_query_line_parse(const char *s, size_t n, vecfs_query_opts *o, float *
 		return 0; /* separators only */
 	*dim = cnt;
 	return 2;
+}
+
+/* A filter= line's text, kept (o.filter pointed into the line). */
+static int keep_filter(vecfs_query_input *qi, char *why, size_t wl)
+{
+	char *f = malloc(qi->opts.filter_len + 1);
+	if (!f) {
+		snprintf(why, wl, "out of memory");
+		return -ENOMEM;
+	}
+	memcpy(f, qi->opts.filter, qi->opts.filter_len);
+	f[qi->opts.filter_len] = 0;
+	free(qi->filter);
+	qi->filter = f;
+	qi->opts.filter = f;
+	qi->filter_line = qi->lines;
+	return 0;
+}
+
+/* Room for one more vector of dim numbers (and its line). */
+static int reserve_one(vecfs_query_input *qi, uint32_t dim)
+{
+	if (qi->nq < qi->cap)
+		return 0;
+	size_t nc = qi->cap ? qi->cap * 2 : 16;
+	float *nv = realloc(qi->vecs, nc * dim * sizeof(float));
+	if (!nv)
+		return -ENOMEM;
+	qi->vecs = nv;
+	unsigned *nl = realloc(qi->vline, nc * sizeof(unsigned));
+	if (!nl)
+		return -ENOMEM;
+	qi->vline = nl;
+	qi->cap = nc;
+	return 0;
+}
+
+/* One line (qi->lines already counts it), its numbers parsed into tmp. */
+static int take_line(vecfs_query_input *qi, const char *s, size_t n, float *tmp, char *why,
+		     size_t wl)
+{
+	const char *filter = qi->opts.filter;
+	uint32_t cnt = 0;
+	int rc = vecfs_query_line_parse(s, n, &qi->opts, tmp, &cnt, why, wl);
+	if (rc == 1 && qi->opts.filter != filter) /* it points into the line */
+		return keep_filter(qi, why, wl);
+	if (rc != 2)
+		return rc < 0 ? rc : 0;
+	if (qi->nq && cnt != qi->dim) {
+		snprintf(why, wl, "%u numbers, the vectors before have %u", cnt, qi->dim);
+		return -EINVAL;
+	}
+	if (!qi->nq && qi->want_dim && cnt != qi->want_dim) {
+		snprintf(why, wl, "%u numbers, the store has dim %u", cnt, qi->want_dim);
+		return -EINVAL;
+	}
+	if (qi->nq && !qi->vline) { /* after binary rows: text starts over */
+		snprintf(why, wl, "text after binary rows");
+		return -EINVAL;
+	}
+	if (reserve_one(qi, cnt)) {
+		snprintf(why, wl, "out of memory");
+		return -ENOMEM;
+	}
+	qi->dim = cnt;
+	memcpy(qi->vecs + qi->nq * cnt, tmp, cnt * sizeof(float));
+	qi->vline[qi->nq++] = qi->lines;
+	return 0;
+}
+
+int vecfs_query_input_text(vecfs_query_input *qi, const char *buf, size_t len, char *why,
+			   size_t wl)
+{
+	if (len == 0)
+		return 0;
+	float *tmp = malloc(sizeof(float) * VECFS_DIM_MAX);
+	if (!tmp) {
+		snprintf(why, wl, "out of memory");
+		return -ENOMEM;
+	}
+	int rc = 0;
+	for (size_t pos = 0; rc == 0 && pos < len;) {
+		const char *s = buf + pos, *nl = memchr(s, '\n', len - pos);
+		size_t n = nl ? (size_t)(nl - s) : len - pos;
+		pos += n + (nl != NULL);
+		qi->lines++;
+		rc = take_line(qi, s, n, tmp, why, wl);
+	}
+	free(tmp);
+	return rc;
+}
+
+int vecfs_query_input_fvecs(vecfs_query_input *qi, const void *buf, size_t len)
+{
+	uint32_t d;
+	size_t rows;
+	if (!vecfs_fvecs_rows(buf, len, &d, &rows, NULL))
+		return 0;
+	float *v = malloc(rows * d * sizeof(float));
+	if (!v)
+		return -ENOMEM;
+	vecfs_fvecs_rows(buf, len, &d, &rows, v);
+	free(qi->vecs);
+	free(qi->vline);
+	qi->vecs = v;
+	qi->vline = NULL;
+	qi->nq = qi->cap = rows;
+	qi->dim = d;
+	return 1;
+}
+
+int vecfs_query_input_parse(vecfs_query_input *qi, const void *buf, size_t len, unsigned *line,
+			    char *why, size_t wl)
+{
+	why[0] = 0;
+	*line = 0;
+	int rc = vecfs_query_input_fvecs(qi, buf, len);
+	if (rc < 0) {
+		snprintf(why, wl, "out of memory");
+		return rc;
+	}
+	if (rc == 0 && (rc = vecfs_query_input_text(qi, buf, len, why, wl))) {
+		*line = qi->lines;
+		return rc;
+	}
+	if (qi->nq == 0) {
+		snprintf(why, wl, len ? "no query vector" : "no query vector (empty)");
+		return -EINVAL;
+	}
+	return 0;
+}
+
+int vecfs_query_input_copy(vecfs_query_input *dst, const vecfs_query_input *src)
+{
+	*dst = *src;
+	dst->vecs = NULL;
+	dst->vline = NULL;
+	dst->filter = NULL;
+	dst->opts.filter = NULL;
+	dst->cap = 0;
+	if (src->filter) { /* its text may hold NULs: it has a length */
+		if (!(dst->filter = malloc(src->opts.filter_len + 1)))
+			goto oom;
+		memcpy(dst->filter, src->filter, src->opts.filter_len + 1);
+		dst->opts.filter = dst->filter;
+	}
+	if (src->nq) {
+		if (!(dst->vecs = malloc(src->nq * src->dim * sizeof(float))))
+			goto oom;
+		memcpy(dst->vecs, src->vecs, src->nq * src->dim * sizeof(float));
+		if (src->vline) {
+			if (!(dst->vline = malloc(src->nq * sizeof(unsigned))))
+				goto oom;
+			memcpy(dst->vline, src->vline, src->nq * sizeof(unsigned));
+		}
+		dst->cap = src->nq;
+	}
+	return 0;
+oom:
+	vecfs_query_input_free(dst);
+	return -ENOMEM;
+}
+
+unsigned vecfs_query_input_line_of(const vecfs_query_input *qi, const char *why)
+{
+	size_t n;
+	if (!strncmp(why, "filter", 6))
+		return qi->filter_line;
+	if (qi->vline && sscanf(why, "query %zu", &n) == 1 && n >= 1 && n <= qi->nq)
+		return qi->vline[n - 1];
+	return 0;
+}
+
+void vecfs_query_input_free(vecfs_query_input *qi)
+{
+	free(qi->vecs);
+	free(qi->vline);
+	free(qi->filter);
+	memset(qi, 0, sizeof *qi);
 }

@@ -410,6 +410,48 @@ int vecfs_fvecs_rows(const void *buf, size_t len, uint32_t *dim, size_t *rows, f
 /* The names of the options, ", " between them (for error messages). */
 const char *vecfs_query_opt_names(void);
 
+/* A query's whole input as query/ID/in takes it, gathered line by line
+ * (text) or at once (binary rows): its options, its vectors and, of text,
+ * the line each came from, so that a failure found later names its line.
+ * Zero it to start; vecfs_query_input_free() ends it. */
+typedef struct vecfs_query_input {
+	vecfs_query_opts opts; /* the option lines' (opts.filter: `filter`) */
+	float *vecs;           /* nq x dim */
+	size_t nq;
+	uint32_t dim;
+	uint32_t want_dim;     /* set by the caller, 0: any; else the first
+				* vector must have this many numbers */
+	unsigned lines;        /* text lines taken; after a failure, its line */
+	unsigned filter_line;  /* the line of the filter taken (0: none) */
+	unsigned *vline;       /* the line of each vector; NULL for binary rows */
+	char *filter;          /* the filter's text, NUL-terminated */
+	size_t cap;            /* vectors vecs (and vline) have room for */
+} vecfs_query_input;
+
+/* Each line of buf[0..len) (the last may lack its newline) taken in turn,
+ * as vecfs_query_line_parse() reads it, after what qi holds: 0, or
+ * -EINVAL (or -ENOMEM) with why, qi->lines then naming the line (qi keeps
+ * what the lines before it gave). */
+int vecfs_query_input_text(vecfs_query_input *qi, const char *buf, size_t len, char *why,
+			   size_t wl);
+/* Binary input: 1 when the whole of buf[0..len) is .fvecs rows of one
+ * dimension (then they are qi's vectors, in place of any), 0 when it is
+ * not, -ENOMEM. */
+int vecfs_query_input_fvecs(vecfs_query_input *qi, const void *buf, size_t len);
+/* A whole input into a zeroed qi (but for want_dim): binary rows, else
+ * text; at least one vector (-EINVAL "no query vector" otherwise).  0, or
+ * -errno with why and *line the line of text at fault (0: none). */
+int vecfs_query_input_parse(vecfs_query_input *qi, const void *buf, size_t len, unsigned *line,
+			    char *why, size_t wl);
+/* *dst (uninitialised) a copy of src, its own memory: 0 or -ENOMEM (dst
+ * then holds nothing to free). */
+int vecfs_query_input_copy(vecfs_query_input *dst, const vecfs_query_input *src);
+/* The line of text input a search's failure (why) is about: the filter's
+ * line for the filter's, a vector's for "query N ..."; 0 when none is
+ * known (binary rows: "query N" names the row itself). */
+unsigned vecfs_query_input_line_of(const vecfs_query_input *qi, const char *why);
+void vecfs_query_input_free(vecfs_query_input *qi);
+
 typedef struct vecfs_explain {
 	uint64_t generation;       /* 0 = none (exact scan) */
 	uint64_t clusters_probed;

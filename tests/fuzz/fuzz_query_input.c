@@ -3,7 +3,8 @@
  * (engine/codec/query.c): the input as .fvecs rows (vecfs_fvecs_rows) and
  * as text, each line through vecfs_query_line_parse: a vector's numbers
  * are finite and within bounds, options are within theirs, a refusal
- * says why.
+ * says why; and the whole input gathered (vecfs_query_input_parse), its
+ * copy equal to it, every vector's line one of the input's.
  */
 #include <errno.h>
 #include <math.h>
@@ -55,5 +56,35 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		o.filter = NULL; /* it pointed into this line */
 		o.filter_len = 0;
 	}
+
+	vecfs_query_input qi, cp;
+	memset(&qi, 0, sizeof qi);
+	char why[256] = "";
+	unsigned line = 0;
+	int rc = vecfs_query_input_parse(&qi, buf, size, &line, why, sizeof why);
+	if (rc < 0 && (!why[0] || (rc != -EINVAL && rc != -ENOMEM)))
+		abort();
+	if (rc == 0) {
+		if (qi.nq == 0 || qi.dim == 0 || qi.dim > VECFS_DIM_MAX || line)
+			abort();
+		for (size_t i = 0; qi.vline && i < qi.nq; i++)
+			if (qi.vline[i] == 0 || qi.vline[i] > qi.lines || (i && qi.vline[i] <= qi.vline[i - 1]))
+				abort();
+		if (qi.filter && (qi.opts.filter != qi.filter || qi.filter[qi.opts.filter_len] ||
+				  !qi.filter_line || qi.filter_line > qi.lines))
+			abort();
+		if (vecfs_query_input_copy(&cp, &qi) == 0) {
+			if (cp.nq != qi.nq || cp.dim != qi.dim || cp.lines != qi.lines ||
+			    memcmp(cp.vecs, qi.vecs, qi.nq * qi.dim * sizeof(float)) ||
+			    (qi.vline && memcmp(cp.vline, qi.vline, qi.nq * sizeof(unsigned))) ||
+			    (qi.filter && (cp.opts.filter != cp.filter || cp.opts.filter_len != qi.opts.filter_len ||
+					   memcmp(cp.filter, qi.filter, qi.opts.filter_len + 1))))
+				abort();
+			vecfs_query_input_free(&cp);
+		}
+	} else if (rc == -EINVAL && line > qi.lines) {
+		abort();
+	}
+	vecfs_query_input_free(&qi);
 	return 0;
 }
