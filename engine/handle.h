@@ -127,23 +127,6 @@ static inline void vf_seterr(char *err, size_t len, const char *fmt, ...)
 	va_end(ap);
 }
 
-/* Room for `need` bytes in a buffer that doubles as it grows (from 64 KiB):
- * 0, or -ENOMEM (the buffer stays as it was). */
-static inline int vf_bytes_reserve(uint8_t **buf, size_t *cap, size_t need)
-{
-	if (need <= *cap)
-		return 0;
-	size_t nc = *cap ? *cap * 2 : 1 << 16;
-	while (nc < need)
-		nc *= 2;
-	uint8_t *nb = vf_realloc(*buf, nc);
-	if (!nb)
-		return -ENOMEM;
-	*buf = nb;
-	*cap = nc;
-	return 0;
-}
-
 /* The stored configuration, the defaults for what the store does not
  * hold (config.c). */
 int vf_load_config(vf_txn *txn, vf_store *s, vecfs_config *c);

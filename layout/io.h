@@ -9,7 +9,9 @@
 #ifndef VF_IO_H
 #define VF_IO_H
 
+#include <errno.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 typedef struct vf_io {
@@ -42,6 +44,42 @@ static inline void *vf_calloc(size_t n, size_t size)
 static inline void *vf_realloc(void *p, size_t n)
 {
 	return vf_io_ops.realloc(p, n);
+}
+
+/* Room for one element more after the first n of the array *(T **)pp of
+ * `size`-byte elements, which has room for *cap: doubled (from `first`)
+ * when full.  0, or -ENOMEM (the array stays as it was).  VF_GROW() names
+ * the array itself. */
+static inline int vf_grow(void *pp, size_t *cap, size_t n, size_t size, size_t first)
+{
+	if (n < *cap)
+		return 0;
+	void **p = pp;
+	size_t nc = *cap ? *cap * 2 : first;
+	void *np = vf_realloc(*p, nc * size);
+	if (!np)
+		return -ENOMEM;
+	*p = np;
+	*cap = nc;
+	return 0;
+}
+#define VF_GROW(arr, n, cap, first) vf_grow(&(arr), &(cap), (n), sizeof *(arr), (first))
+
+/* Room for `need` bytes in a buffer that doubles as it grows (from 64 KiB):
+ * 0, or -ENOMEM (the buffer stays as it was). */
+static inline int vf_bytes_reserve(uint8_t **buf, size_t *cap, size_t need)
+{
+	if (need <= *cap)
+		return 0;
+	size_t nc = *cap ? *cap * 2 : 1 << 16;
+	while (nc < need)
+		nc *= 2;
+	uint8_t *nb = vf_realloc(*buf, nc);
+	if (!nb)
+		return -ENOMEM;
+	*buf = nb;
+	*cap = nc;
+	return 0;
 }
 
 #endif

@@ -26,14 +26,8 @@ typedef struct fold {
 static int fold_add(fold *f, const vf_code *c, size_t pbytes)
 {
 	size_t need = pbytes + c->keylen;
-	if (f->n == f->cap) {
-		size_t nc = f->cap ? f->cap * 2 : 256;
-		vf_code *n = vf_realloc(f->codes, nc * sizeof *n);
-		if (!n)
-			return -ENOMEM;
-		f->codes = n;
-		f->cap = nc;
-	}
+	if (VF_GROW(f->codes, f->n, f->cap, 256))
+		return -ENOMEM;
 	if (vf_bytes_reserve(&f->data, &f->dcap, f->len + need))
 		return -ENOMEM;
 	vf_code *o = &f->codes[f->n++];

@@ -99,14 +99,8 @@ static vf_fset_cache *cache_of(vecfs *v)
 
 static int ids_push(vf_fset *s, size_t *cap, uint64_t id)
 {
-	if (s->n == *cap) {
-		size_t nc = *cap ? *cap * 2 : 1024;
-		uint64_t *n = vf_realloc(s->ids, nc * sizeof *n);
-		if (!n)
-			return -ENOMEM;
-		s->ids = n;
-		*cap = nc;
-	}
+	if (VF_GROW(s->ids, s->n, *cap, 1024))
+		return -ENOMEM;
 	s->ids[s->n++] = id;
 	return 0;
 }

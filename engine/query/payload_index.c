@@ -106,22 +106,8 @@ static int upkeep_key(upkeep *u, uint8_t *k, size_t n)
 	vf_pidx_batch *b = u->b;
 	if (!b)
 		return apply(u->txn, u->s, k, n, u->del);
-	if (b->used + n > b->cap) {
-		size_t nc = b->cap ? b->cap * 2 : 65536;
-		uint8_t *na = vf_realloc(b->arena, nc);
-		if (!na)
-			return -ENOMEM;
-		b->arena = na;
-		b->cap = nc;
-	}
-	if (b->n == b->capn) {
-		size_t nc = b->capn ? b->capn * 2 : 2048;
-		struct vf_pidx_op *o = vf_realloc(b->ops, nc * sizeof *o);
-		if (!o)
-			return -ENOMEM;
-		b->ops = o;
-		b->capn = nc;
-	}
+	if (vf_bytes_reserve(&b->arena, &b->cap, b->used + n) || VF_GROW(b->ops, b->n, b->capn, 2048))
+		return -ENOMEM;
 	memcpy(b->arena + b->used, k, n);
 	b->ops[b->n] = (struct vf_pidx_op){(uint32_t)b->used, (uint16_t)n, (uint8_t)u->del,
 					  (uint32_t)b->n};
@@ -274,14 +260,8 @@ static int idv_push(idv *a, uint64_t id, size_t budget)
 {
 	if (a->n >= budget)
 		return PLAN_ALL;
-	if (a->n == a->cap) {
-		size_t nc = a->cap ? a->cap * 2 : 256;
-		uint64_t *n = vf_realloc(a->v, nc * sizeof *n);
-		if (!n)
-			return -ENOMEM;
-		a->v = n;
-		a->cap = nc;
-	}
+	if (VF_GROW(a->v, a->n, a->cap, 256))
+		return -ENOMEM;
 	a->v[a->n++] = id;
 	return 0;
 }

@@ -17,14 +17,8 @@
 
 static int cand_push(query *q, cand c)
 {
-	if (q->nc == q->capc) {
-		size_t nc = q->capc ? q->capc * 2 : 256;
-		cand *n = vf_realloc(q->cands, nc * sizeof *n);
-		if (!n)
-			return -ENOMEM;
-		q->cands = n;
-		q->capc = nc;
-	}
+	if (VF_GROW(q->cands, q->nc, q->capc, 256))
+		return -ENOMEM;
 	q->cands[q->nc++] = c;
 	return 0;
 }

@@ -43,19 +43,6 @@ typedef struct salvage_job {
 	size_t errlen;
 } salvage_job;
 
-static int grow(void **p, size_t *cap, size_t n, size_t size)
-{
-	if (n < *cap)
-		return 0;
-	size_t nc = *cap ? *cap * 2 : 256;
-	void *np = vf_realloc(*p, nc * size);
-	if (!np)
-		return -ENOMEM;
-	*p = np;
-	*cap = nc;
-	return 0;
-}
-
 /* Does every posting value of generation m pass its checksums? */
 static int gen_damaged(vf_txn *txn, vf_store *s, const vf_genmeta *m, int *bad)
 {
@@ -156,7 +143,7 @@ static int find_bad_keys(vf_txn *txn, salvage_job *j)
 		}
 		if (ok)
 			continue;
-		if ((rc = grow((void **)&j->bad, &j->capbad, j->nbad, sizeof *j->bad)) ||
+		if ((rc = VF_GROW(j->bad, j->nbad, j->capbad, 256)) ||
 		    (rc = vf_bytes_reserve(&j->keybuf, &j->keycap, j->keylen + k.len)))
 			break;
 		j->bad[j->nbad++] = (bad_key){(uint32_t)j->keylen, (uint32_t)k.len, lost};
@@ -182,7 +169,7 @@ static int walk_records(vf_txn *txn, salvage_job *j)
 		uint64_t id = vf_rd_be64(k.data), kid;
 		vf_record r;
 		if (vf_record_decode(d.data, d.len, &r)) {
-			if ((rc = grow((void **)&j->ids, &j->capids, j->nids, sizeof *j->ids)))
+			if ((rc = VF_GROW(j->ids, j->nids, j->capids, 256)))
 				break;
 			j->ids[j->nids++] = id;
 			continue;

@@ -502,14 +502,8 @@ typedef struct del_many_job {
 
 static int id_add(uint64_t **ids, size_t *n, size_t *cap, uint64_t id)
 {
-	if (*n == *cap) {
-		size_t c = *cap ? *cap * 2 : 1024;
-		uint64_t *p = realloc(*ids, c * sizeof *p);
-		if (!p)
-			return -ENOMEM;
-		*ids = p;
-		*cap = c;
-	}
+	if (VF_GROW(*ids, *n, *cap, 1024))
+		return -ENOMEM;
 	(*ids)[(*n)++] = id;
 	return 0;
 }
