@@ -65,6 +65,10 @@ $(BUILD)/obj/%_avx512.o: %_avx512.c $(DEPS_OK)
 	@mkdir -p $(dir $@)
 	$(CC) $(BASEFLAGS) $(CFLAGS) $(SIMD_AVX512) -MMD -MP -c $< -o $@
 
+$(BUILD)/obj/%_vnni.o: %_vnni.c $(DEPS_OK)
+	@mkdir -p $(dir $@)
+	$(CC) $(BASEFLAGS) $(CFLAGS) $(SIMD_AVX512) -mavx512vnni -MMD -MP -c $< -o $@
+
 $(BUILD)/obj/fs/%.o: fs/%.c $(DEPS_OK)
 	@mkdir -p $(dir $@)
 	$(CC) $(BASEFLAGS) $(CFLAGS) $(FUSE_CFLAGS) -MMD -MP -c $< -o $@
@@ -234,7 +238,7 @@ bench: all
 
 # The encoder's time a row with each kernel table this CPU has.
 bench-kernels: $(BUILD)/tests/bench_kernels
-	@for k in scalar avx2 avx512; do VECFS_KERNEL=$$k $(BUILD)/tests/bench_kernels; done
+	@for k in scalar avx2 avx512 avx512vnni; do VECFS_KERNEL=$$k $(BUILD)/tests/bench_kernels; done
 
 clean:
 	rm -rf build build-asan build-tsan build-fuzz

@@ -25,13 +25,13 @@
 /* ------------------------------------------------------------ kernels */
 
 /* The tables this CPU has, NULL-terminated. */
-static const vf_kernels *tables[4];
+static const vf_kernels *tables[5];
 
 static const vf_kernels *const *all_tables(void)
 {
-	static const char *const names[] = {"scalar", "avx2", "avx512"};
+	static const char *const names[] = {"scalar", "avx2", "avx512", "avx512vnni"};
 	int n = 0;
-	for (int i = 0; i < 3; i++)
+	for (size_t i = 0; i < sizeof names / sizeof *names; i++)
 		if (vf_kernels_named(names[i]))
 			tables[n++] = vf_kernels_named(names[i]);
 	tables[n] = NULL;

@@ -35,11 +35,11 @@
 
 /* The SIMD kernel tables this CPU has, NULL-terminated after the scalar
  * one: kernel_tables[0] is the scalar table. */
-static const vf_kernels *kernel_tables[4];
+static const vf_kernels *kernel_tables[5];
 
 static const vf_kernels *const *all_kernels(void)
 {
-	static const char *const names[] = { "avx2", "avx512" };
+	static const char *const names[] = { "avx2", "avx512", "avx512vnni" };
 	if (!kernel_tables[0]) {
 		size_t n = 0;
 		kernel_tables[n++] = &vf_kernels_scalar;
@@ -1671,6 +1671,8 @@ static void test_kernels_named(void **state)
 	assert_null(vf_kernels_named("sse9"));
 	const char *force = getenv("VECFS_KERNEL");
 	const vf_kernels *best = force ? vf_kernels_named(force) : NULL;
+	if (!best)
+		best = vf_kernels_named("avx512vnni");
 	if (!best)
 		best = vf_kernels_named("avx512");
 	if (!best)

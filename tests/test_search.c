@@ -574,7 +574,7 @@ static void test_kth_smallest(void **state)
 	static const uint32_t ns[] = {1, 9, 10, 17, 64, 65, 158, 1000, 4096};
 	static const uint32_t ks[] = {1, 2, 10, 16, VF_KTH_SORTED_MAX - 1, VF_KTH_SORTED_MAX,
 				      VF_KTH_SORTED_MAX + 1, 300};
-	static const char *const names[] = {"scalar", "avx2", "avx512"};
+	static const char *const names[] = {"scalar", "avx2", "avx512", "avx512vnni"};
 	rng r = {91, 0, 0};
 	float *v = malloc(sizeof(float) * 4096), *ref = malloc(sizeof(float) * 4096);
 	float *buf = malloc(sizeof(float) * 300);

@@ -198,6 +198,8 @@ extern const vf_kernels vf_kernels_scalar;
 #if defined(__x86_64__)
 extern const vf_kernels vf_kernels_avx2;
 extern const vf_kernels vf_kernels_avx512; /* needs AVX-512 F, BW, VL, DQ */
+/* the AVX-512 table with the 8-bit centroid kernels on AVX-512 VNNI */
+const vf_kernels *vf_kernels_avx512vnni(void);
 /* shared by the AVX2 and AVX-512 tables */
 void vf_levels_scan_avx2(const float *ax, uint32_t n, float t, float kmax, float *num,
 			 float *den);

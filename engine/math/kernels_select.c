@@ -1,6 +1,7 @@
 /*
  * engine/math/kernels_select.c - the kernels' run-time dispatch: the best set
- * the CPU runs (scalar, AVX2, AVX-512), or the one VECFS_KERNEL names.
+ * the CPU runs (scalar, AVX2, AVX-512, AVX-512 with VNNI), or the one
+ * VECFS_KERNEL names.
  */
 #include "kernels.h"
 
@@ -32,13 +33,13 @@ const vf_kernels *vf_kernels_named(const char *name)
 	int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c();
 	if (strcmp(name, "avx2") == 0)
 		return avx2 ? &vf_kernels_avx2 : NULL;
+	int avx512 = avx2 && __builtin_cpu_supports("avx512f") &&
+		     __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+		     __builtin_cpu_supports("avx512dq");
 	if (strcmp(name, "avx512") == 0)
-		return avx2 && __builtin_cpu_supports("avx512f") &&
-				       __builtin_cpu_supports("avx512bw") &&
-				       __builtin_cpu_supports("avx512vl") &&
-				       __builtin_cpu_supports("avx512dq")
-			       ? &vf_kernels_avx512
-			       : NULL;
+		return avx512 ? &vf_kernels_avx512 : NULL;
+	if (strcmp(name, "avx512vnni") == 0)
+		return avx512 && __builtin_cpu_supports("avx512vnni") ? vf_kernels_avx512vnni() : NULL;
 #endif
 	return NULL;
 }
@@ -50,7 +51,7 @@ const vf_kernels *vf_kernels_get(void)
 	if (k)
 		return k;
 	const char *force = getenv("VECFS_KERNEL");
-	static const char *const best[] = { "avx512", "avx2", "scalar" };
+	static const char *const best[] = { "avx512vnni", "avx512", "avx2", "scalar" };
 	k = force ? vf_kernels_named(force) : NULL;
 	for (size_t i = 0; !k; i++)
 		k = vf_kernels_named(best[i]);
