@@ -219,7 +219,9 @@ int fs_qs_in_write(qsession *q, const char *buf, size_t len, uint64_t off)
 int fs_qs_in_write_run(qsession *q, const char *buf, size_t len, int *ran)
 {
 	*ran = 0;
-	int rc = in_write(q, buf, len, 0, 1);
+	/* searched here, on the worker: nothing is left to overlap with it
+	 * (see "One round trip a query" in DESIGN.md) */
+	int rc = in_write(q, buf, len, 0, 0);
 	if (rc == -ENOENT)
 		return rc; /* the session was removed: nothing to run */
 	/* as the close would: a refused input clears the results it replaced,

@@ -439,6 +439,26 @@ os.unlink(m + '/records/ahead-near')
 PY
 }
 check search_ahead_sees_ingest ahead_ok
+# a synchronous write runs its query on the worker that took it: nothing is
+# handed to the thread that searches ahead (DESIGN.md, one round trip a query)
+sync_inline_ok() {
+	local before after
+	before=$(stat_kv queries_searched_ahead) || return 1
+	T "$PY" - "$M/query/q1" 40 <<'PY' || return 1
+import os, sys
+d, n = sys.argv[1], int(sys.argv[2])
+fi = os.open(d + "/in", os.O_WRONLY | os.O_DSYNC)
+fo = os.open(d + "/out", os.O_RDONLY)
+for q in range(n):
+    os.pwrite(fi, b"k=2 mode=exact\n%d 2 3 4\n" % (q % 9), 0)
+    assert os.pread(fo, 4096, 0).count(b"\n") == 2
+os.close(fi)
+os.close(fo)
+PY
+	after=$(stat_kv queries_searched_ahead) || return 1
+	((after == before)) || { echo "$((after - before)) of 40 synchronous writes searched ahead" >&2; return 1; }
+}
+check sync_write_searched_on_worker sync_inline_ok
 # a daemon with one CPU to run on searches nothing ahead: nothing to overlap
 ahead_one_cpu_ok() {
 	local s1=$TMP/store1cpu m1=$TMP/mnt1cpu n
