@@ -499,7 +499,6 @@ int fs_qs_in_flush(qsession *q, int *ran)
 		pthread_mutex_unlock(&q->mu);
 		return 0;
 	}
-	fs_fc_request_long(q->dm->fuse); /* the query runs */
 	q->dirty = 0;
 	if (q->bad) {
 		/* the reason went to errors when the write failed */
@@ -536,6 +535,11 @@ int fs_qs_in_flush(qsession *q, int *ran)
 	}
 	/* searched ahead at the write, if that still holds */
 	vecfs_results *r = fs_ahead_take(q->dm->ahead, q->serial, q->ver, q->v);
+	/* one query through the index answers in microseconds: a standby
+	 * worker would cost more than another client could wait for it (the
+	 * session loop, loop.c); a batch, a filter or an exact scan may not */
+	if (!r && (qi.nq > 1 || qi.opts.exact || qi.opts.filter))
+		fs_fc_request_long(q->dm->fuse);
 	if (!r)
 		rc = vecfs_search(q->v, qi.vecs, qi.nq, qi.dim, &qi.opts, &r, why, sizeof why);
 	clear_results(q);
