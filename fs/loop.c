@@ -20,13 +20,12 @@
  *  - while a worker handles a request that may take long and no other
  *    waiting worker listens, it makes one listen ("standby"), so that
  *    another client is not left waiting; the standby stops at the next
- *    reply of another worker.  A request that only reads attributes,
- *    names or a directory's next entries (quick_request()) makes none:
- *    answered from memory in microseconds, it would pay more for the
- *    standby's two epoll_ctl() calls than another client could wait for
- *    it (measured on a 2-CPU virtual machine: a GETATTR round trip 15 us
- *    without, 20-24 us with); so does a handler until it finds it has
- *    long work to do (fs_fc_request_long(): a commit, a batch query);
+ *    reply of another worker.  A synchronous write of in that runs one
+ *    query through the index makes none (quick_request()): it answers in
+ *    microseconds, and the standby's two epoll_ctl() calls would cost it
+ *    more than another client could wait for it (on a 2-CPU virtual
+ *    machine they cost a request 5-6 us); its handler asks for one when
+ *    the query may be long (fs_fc_request_long());
  *  - every ROUND_REPLIES replies, a round: a pinned worker that read no
  *    request since the last round stops listening, and one that does not
  *    listen becomes a standby, to find out whether a client now runs on its
@@ -202,23 +201,20 @@ static void begin_request(loop *l, worker *w, int quick)
 
 #define QUICK_WRITE (64u << 10)
 
-/* Requests that make no standby, and call fs_fc_request_long() when they
- * have long work to do: a release, which comes right after the close()
- * that flushed the file, and the caller's next request with it (a standby
- * for it would take that next request on another CPU); the requests that
- * only read attributes, names, links or a listing's next entries, which
- * are answered from memory; and a write of at most QUICK_WRITE bytes (a
- * piece of an ingest file is copied and its lines checked; a synchronous
- * write of in runs its query, and says when that may be long). */
+/* Requests that make no standby, and whose handlers call
+ * fs_fc_request_long() before any long work or any wait on a lock that
+ * long work may hold: a release, which comes right after the close() that
+ * flushed the file, and the caller's next request with it (a standby for
+ * it would take that next request on another CPU); and a write of at most
+ * QUICK_WRITE bytes: a synchronous write of in runs one query through the
+ * index in microseconds, and every other write handler asks for a standby
+ * first (ops_file.c). */
 static int quick_request(const struct fuse_buf *buf)
 {
 	if ((buf->flags & FUSE_BUF_IS_FD) || buf->size < sizeof(struct fuse_in_header))
 		return 0;
 	switch (((const struct fuse_in_header *)buf->mem)->opcode) {
 	case FUSE_RELEASE: case FUSE_RELEASEDIR: case FUSE_FORGET: case FUSE_BATCH_FORGET:
-	case FUSE_GETATTR: case FUSE_LOOKUP: case FUSE_GETXATTR: case FUSE_LISTXATTR:
-	case FUSE_STATFS: case FUSE_ACCESS: case FUSE_READLINK: case FUSE_OPENDIR:
-	case FUSE_READDIR: case FUSE_READDIRPLUS:
 		return 1;
 	case FUSE_WRITE:
 		return buf->size <= QUICK_WRITE;

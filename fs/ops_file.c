@@ -421,6 +421,7 @@ static int wbuf_truncate(fs_daemon *dm, node *n, handle *h, off_t size)
 
 static int config_write(handle *h, const char *buf, size_t size, off_t off, struct fuse_file_info *fi)
 {
+	fs_fc_request_long(h->dm->fuse); /* a standby, as for every write but in's */
 	pthread_mutex_lock(&h->wmu);
 	int rc = wbuf_add(h, buf, size);
 	if (rc == 0)
@@ -459,6 +460,7 @@ const kind_file_ops fs_config_file_ops = {
 
 static int ctl_write(handle *h, const char *buf, size_t size, off_t off, struct fuse_file_info *fi)
 {
+	fs_fc_request_long(h->dm->fuse); /* a complete line runs its command */
 	pthread_mutex_lock(&h->wmu);
 	int rc = wbuf_add(h, buf, size);
 	pthread_mutex_unlock(&h->wmu);
@@ -529,6 +531,7 @@ static int delete_open(handle *h, fuse_req_t req, struct fuse_file_info *fi, int
 
 static int delete_write(handle *h, const char *buf, size_t size, off_t off, struct fuse_file_info *fi)
 {
+	fs_fc_request_long(h->dm->fuse); /* may wait for a commit of the file */
 	return fs_ingest_write(h->del, buf, size, (uint64_t)off, fi->lock_owner);
 }
 
@@ -576,6 +579,7 @@ static int ingest_file_open(handle *h, fuse_req_t req, struct fuse_file_info *fi
 static int ingest_file_write(handle *h, const char *buf, size_t size, off_t off, struct fuse_file_info *fi)
 {
 	node *n = h->n;
+	fs_fc_request_long(h->dm->fuse); /* may wait for a commit of the file */
 	/* the lock owner of a write is the writer's: with direct_io the
 	 * kernel sends it (FUSE_WRITE_LOCKOWNER) */
 	int rc = fs_ingest_write(n->ing, buf, size, (uint64_t)off, fi->lock_owner);
@@ -628,7 +632,10 @@ static int query_in_write(handle *h, const char *buf, size_t size, off_t off, st
 	node *n = h->n;
 	int rc;
 	atomic_store_explicit(&h->wrote, 1, memory_order_relaxed);
-	if (sync_run(dm, fi, size, off)) {
+	int sync = sync_run(dm, fi, size, off);
+	if (!sync)
+		fs_fc_request_long(dm->fuse); /* a standby, as for every write but a query's */
+	if (sync) {
 		int ran;
 		rc = fs_qs_in_write_run(n->session->qs, buf, size, &ran);
 		fs_node_changed(n->session);

@@ -164,10 +164,21 @@ static int check_lines(qsession *q);
 
 static void search_ahead(qsession *q);
 
+/* q->mu: a synchronous write of in, which makes no standby worker (the
+ * session loop, loop.c), asks for one when the session is busy, another
+ * query of it maybe running long. */
+static void lock_session(qsession *q)
+{
+	if (pthread_mutex_trylock(&q->mu) != 0) {
+		fs_fc_request_long(q->dm->fuse);
+		pthread_mutex_lock(&q->mu);
+	}
+}
+
 static int in_write(qsession *q, const char *buf, size_t len, uint64_t off, int go_ahead)
 {
 	int rc = 0;
-	pthread_mutex_lock(&q->mu);
+	lock_session(q);
 	/* a write at offset 0 starts the input over: a descriptor held open
 	 * for a loop of queries pwrite()s each one there (also after a refused
 	 * first write, which left nothing but `bad`) */
@@ -493,7 +504,7 @@ int fs_qs_in_flush(qsession *q, int *ran)
 	char why[300] = "";
 	unsigned line = 0;
 	int rc;
-	pthread_mutex_lock(&q->mu);
+	lock_session(q);
 	*ran = q->dirty;
 	if (!q->dirty) {
 		pthread_mutex_unlock(&q->mu);
@@ -537,8 +548,9 @@ int fs_qs_in_flush(qsession *q, int *ran)
 	vecfs_results *r = fs_ahead_take(q->dm->ahead, q->serial, q->ver, q->v);
 	/* one query through the index answers in microseconds: a standby
 	 * worker would cost more than another client could wait for it (the
-	 * session loop, loop.c); a batch, a filter or an exact scan may not */
-	if (!r && (qi.nq > 1 || qi.opts.exact || qi.opts.filter))
+	 * session loop, loop.c); a batch, a filter or an exact scan may not,
+	 * nor a query of a store with no active generation (scanned exactly) */
+	if (!r && (qi.nq > 1 || qi.opts.exact || qi.opts.filter || !vecfs_active(q->v)))
 		fs_fc_request_long(q->dm->fuse);
 	if (!r)
 		rc = vecfs_search(q->v, qi.vecs, qi.nq, qi.dim, &qi.opts, &r, why, sizeof why);

@@ -473,56 +473,67 @@ ahead_one_cpu_ok() {
 	[[ $n == 0 ]] || { echo "$n searched ahead on one CPU" >&2; return 1; }
 }
 check search_ahead_not_on_one_cpu ahead_one_cpu_ok
-# a query that runs long (here a synchronous write of an exact batch, short
-# enough to make no standby at its start) makes another worker listen: a
-# client on the other CPU is answered while it runs, not after it
+# long work done in a write that is too short to make a standby at its start
+# (a synchronous write of an exact batch of queries; `build` written to ctl)
+# makes another worker listen: a client on the other CPU is answered while
+# it runs, not after it
 standby_ok() {
 	local s=$TMP/storesb m=$TMP/mntsb
 	(($(nproc) >= 2)) || return 0
 	mkdir -p "$m"
 	MOUNTS+=("$m")
-	T "$VECFS" "$s" "$m" >>"$TMP/daemon.log" 2>&1 </dev/null || return 1
-	gen "$TMP/sb.fvecs" 40000 4 11
+	# two CPUs: the batch's parts run on every CPU the daemon may use
+	T taskset -c 0,1 "$VECFS" "$s" "$m" >>"$TMP/daemon.log" 2>&1 </dev/null || return 1
+	gen "$TMP/sb.fvecs" 100000 4 11
 	T cp "$TMP/sb.fvecs" "$m/ingest/sb.fvecs" || return 1
-	T mkdir -p "$m/query/long" || return 1
+	T mkdir -p "$m/query/long" "$m/query/other" || return 1
 	T "$PY" - "$m" <<'PY' || return 1
 import os, subprocess, sys, threading, time
 m = sys.argv[1]
-body = b"k=1 mode=exact\n" + b"1 0 1 0\n" * 7500   # < 64 KiB
-assert len(body) < 65536
-# the other client, on CPU 1, started before in is opened (a child that
-# closed an inherited in would wait for the query: its close is a FLUSH)
+# the other client, on CPU 1, started before any file is opened (a child
+# that closed an inherited in would wait for the query: its close is a FLUSH)
 other = subprocess.Popen(["taskset", "-c", "1", sys.executable, "-c",
-    "import os, sys, time\nsys.stdin.readline()\nt = time.monotonic()\n"
-    "os.stat(sys.argv[1])\nprint(time.monotonic() - t, flush=True)", m + "/README"],
+    "import os, sys, time\nfor _ in sys.stdin:\n    t = time.monotonic()\n"
+    "    os.stat(sys.argv[1])\n    print(time.monotonic() - t, flush=True)",
+    m + "/query/other/in"],  # (attributes the kernel does not keep: each stat asks)
     stdin=subprocess.PIPE, stdout=subprocess.PIPE)
 os.sched_setaffinity(0, {0})
-for _ in range(64):  # a client of CPU 0 only: the other worker stops listening
-    os.stat(m + "/stats")
+
+def check(what, work):
+    for _ in range(64):  # a client of CPU 0 only: the other worker stops listening
+        os.stat(m + "/stats")
+    done = []
+    def run():
+        t = time.monotonic()
+        work()
+        done.append(time.monotonic() - t)
+    th = threading.Thread(target=run)
+    th.start()
+    time.sleep(0.03)
+    other.stdin.write(b"go\n")
+    other.stdin.flush()
+    wait = float(other.stdout.readline())
+    th.join()
+    q = done[0]
+    print("%s %.3f s, the other client %.3f s" % (what, q, wait), file=sys.stderr)
+    # the work must outlast the other client's request by far for this to tell
+    assert q > 0.15, "%s took %.3f s: too short to tell" % (what, q)
+    assert wait < q / 2, "the other client waited %.3f s of the %.3f s of %s" % (wait, q, what)
+
+body = b"k=1 mode=exact\n" + b"1 0 1 0\n" * 2500
+assert len(body) < 65536
 fi = os.open(m + "/query/long/in", os.O_WRONLY | os.O_DSYNC)
-done = []
-def run():
-    t = time.monotonic()
-    os.pwrite(fi, body, 0)
-    done.append(time.monotonic() - t)
-th = threading.Thread(target=run)
-th.start()
-time.sleep(0.03)
-other.stdin.write(b"go\n")
-other.stdin.flush()
-wait = float(other.stdout.readline())
-th.join()
-other.wait()
+check("an exact batch", lambda: os.pwrite(fi, body, 0))
 os.close(fi)
-q = done[0]
-print("query %.3f s, other client %.3f s" % (q, wait), file=sys.stderr)
-# the query must outlast the other client's request by far for this to tell
-assert q > 0.15, "the query took %.3f s: too short to tell" % q
-assert wait < q / 2, "the other client waited %.3f s of the query's %.3f s" % (wait, q)
+fc = os.open(m + "/ctl", os.O_WRONLY)
+check("a build", lambda: os.write(fc, b"build\n"))
+os.close(fc)
+other.stdin.close()
+other.wait()
 PY
 	T fusermount3 -u "$m"
 }
-check long_query_other_client_answered standby_ok
+check long_work_other_client_answered standby_ok
 # out is served from the page cache: a shorter, then a longer result, each
 # read whole by a new reader, with an honest size
 sizes_ok() {
