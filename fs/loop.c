@@ -207,8 +207,8 @@ static void begin_request(loop *l, worker *w, int quick)
  * flushed the file, and the caller's next request with it (a standby for
  * it would take that next request on another CPU); and a write of at most
  * QUICK_WRITE bytes: a synchronous write of in runs one query through the
- * index in microseconds, and every other write handler asks for a standby
- * first (ops_file.c). */
+ * index in microseconds, and fs_op_write() asks for a standby before every
+ * other write (kind_file_ops' write_quick in ops_file.c). */
 static int quick_request(const struct fuse_buf *buf)
 {
 	if ((buf->flags & FUSE_BUF_IS_FD) || buf->size < sizeof(struct fuse_in_header))

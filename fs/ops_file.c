@@ -79,6 +79,10 @@ struct kind_file_ops {
 	int (*open)(handle *h, fuse_req_t req, struct fuse_file_info *fi, int created);
 	/* A write (NULL: EBADF): 0 or -errno. */
 	int (*write)(handle *h, const char *buf, size_t size, off_t off, struct fuse_file_info *fi);
+	/* 1: write itself asks for a standby worker when it has long work to
+	 * do (fs_fc_request_long()); 0: fs_op_write() asks before it.  A short
+	 * write makes none at its start (quick_request() in loop.c). */
+	int write_quick;
 	/* A close (FLUSH) by lock owner `owner` of process pid (NULL: finish). */
 	int (*flush)(handle *h, uint64_t owner, pid_t pid);
 	/* What a close of the handle runs (pid 0: its last, RELEASE). */
@@ -421,7 +425,6 @@ static int wbuf_truncate(fs_daemon *dm, node *n, handle *h, off_t size)
 
 static int config_write(handle *h, const char *buf, size_t size, off_t off, struct fuse_file_info *fi)
 {
-	fs_fc_request_long(h->dm->fuse); /* a standby, as for every write but in's */
 	pthread_mutex_lock(&h->wmu);
 	int rc = wbuf_add(h, buf, size);
 	if (rc == 0)
@@ -460,7 +463,6 @@ const kind_file_ops fs_config_file_ops = {
 
 static int ctl_write(handle *h, const char *buf, size_t size, off_t off, struct fuse_file_info *fi)
 {
-	fs_fc_request_long(h->dm->fuse); /* a complete line runs its command */
 	pthread_mutex_lock(&h->wmu);
 	int rc = wbuf_add(h, buf, size);
 	pthread_mutex_unlock(&h->wmu);
@@ -531,7 +533,6 @@ static int delete_open(handle *h, fuse_req_t req, struct fuse_file_info *fi, int
 
 static int delete_write(handle *h, const char *buf, size_t size, off_t off, struct fuse_file_info *fi)
 {
-	fs_fc_request_long(h->dm->fuse); /* may wait for a commit of the file */
 	return fs_ingest_write(h->del, buf, size, (uint64_t)off, fi->lock_owner);
 }
 
@@ -579,7 +580,6 @@ static int ingest_file_open(handle *h, fuse_req_t req, struct fuse_file_info *fi
 static int ingest_file_write(handle *h, const char *buf, size_t size, off_t off, struct fuse_file_info *fi)
 {
 	node *n = h->n;
-	fs_fc_request_long(h->dm->fuse); /* may wait for a commit of the file */
 	/* the lock owner of a write is the writer's: with direct_io the
 	 * kernel sends it (FUSE_WRITE_LOCKOWNER) */
 	int rc = fs_ingest_write(n->ing, buf, size, (uint64_t)off, fi->lock_owner);
@@ -632,15 +632,13 @@ static int query_in_write(handle *h, const char *buf, size_t size, off_t off, st
 	node *n = h->n;
 	int rc;
 	atomic_store_explicit(&h->wrote, 1, memory_order_relaxed);
-	int sync = sync_run(dm, fi, size, off);
-	if (!sync)
-		fs_fc_request_long(dm->fuse); /* a standby, as for every write but a query's */
-	if (sync) {
+	if (sync_run(dm, fi, size, off)) {
 		int ran;
 		rc = fs_qs_in_write_run(n->session->qs, buf, size, &ran);
 		fs_node_changed(n->session);
 		return results_out(dm, n->session, rc, ran);
 	}
+	fs_fc_request_long(dm->fuse); /* a plain write: a standby, as other files' writes */
 	rc = fs_qs_in_write(n->session->qs, buf, size, (uint64_t)off);
 	fs_node_changed(n->session);
 	return rc;
@@ -669,7 +667,7 @@ static int query_in_truncate(fs_daemon *dm, node *n, handle *h, off_t size)
 }
 
 const kind_file_ops fs_query_in_file_ops = {
-	.open = query_in_open, .write = query_in_write, .finish = query_in_finish,
+	.open = query_in_open, .write = query_in_write, .write_quick = 1, .finish = query_in_finish,
 	.truncate = query_in_truncate,
 };
 
@@ -683,6 +681,8 @@ void fs_op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, o
 	(void)ino;
 	handle *h = handle_of(fi);
 	const kind_file_ops *f = kind_of(h->n)->fops;
+	if (f && f->write && !f->write_quick)
+		fs_fc_request_long(h->dm->fuse); /* its work may be long, or wait on long work */
 	int rc = f && f->write ? f->write(h, buf, size, off, fi) : -EBADF;
 	if (rc)
 		fuse_reply_err(req, -rc);
