@@ -249,12 +249,14 @@ static uint32_t le32(const unsigned char *p)
 	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
-/* The store's dimension, which the first vector of text input must have
- * (0: none yet). */
-static uint32_t store_dim(const qsession *q)
+/* Before text is added to qi: the store's dimension, which its first
+ * vector must have (0: none yet), asked of the store only while qi holds
+ * no vector. */
+static void want_store_dim(const qsession *q, vecfs_query_input *qi)
 {
 	vecfs_config c;
-	return vecfs_config_get(q->v, &c) == 0 ? c.dim : 0;
+	if (!qi->nq)
+		qi->want_dim = vecfs_config_get(q->v, &c) == 0 ? c.dim : 0;
 }
 
 /* Parse the text lines completed since the last write into q->acc, so that
@@ -277,7 +279,7 @@ static int check_lines(qsession *q)
 		return 0;
 	size_t n = (size_t)(nl - s) + 1;
 	q->checked += n;
-	q->acc.want_dim = store_dim(q);
+	want_store_dim(q, &q->acc);
 	int rc = vecfs_query_input_text(&q->acc, s, n, why, sizeof why);
 	if (rc) {
 		q->bad = 1;
@@ -444,7 +446,7 @@ static int text_tail(qsession *q, vecfs_query_input *qi, unsigned *line, char *w
 	}
 	if (q->checked >= q->in.len)
 		return 0;
-	qi->want_dim = store_dim(q);
+	want_store_dim(q, qi);
 	int rc = vecfs_query_input_text(qi, q->in.p + q->checked, q->in.len - q->checked, why, wl);
 	*line = rc ? qi->lines : 0;
 	return rc;
@@ -522,7 +524,7 @@ int fs_qs_in_flush(qsession *q, int *ran)
 	if (q->kind == 1) {
 		rc = text_tail(q, &qi, &line, why, sizeof why);
 	} else {
-		qi.want_dim = store_dim(q);
+		want_store_dim(q, &qi);
 		rc = vecfs_query_input_parse(&qi, q->in.p, q->in.len, &line, why, sizeof why);
 	}
 	if (rc == 0 && qi.nq == 0) {
