@@ -496,29 +496,48 @@ typedef struct cpu_job {
 	char err[256];
 } cpu_job;
 
-/* The calling thread's major faults when its last search ended: the next
- * search on it counts from there, so that a search costs one
- * getrusage() and not two (a system call, 2-5% of a query held in
- * memory).  Faults the thread takes between two searches are counted in
- * the second; a thread's first search reads its count first. */
+/* The calling thread's major faults when it last counted them: a search
+ * counts from there, so that it costs one getrusage() and not two (a
+ * system call of about a microsecond, 5-9% of a query of a small set
+ * held in memory), and a search that ends within FAULT_LOOK_NS of its
+ * start makes none: a page it waited to read from disk takes longer than
+ * that, so such a search read nothing, or its few pages (one that another
+ * reader had nearly brought in) are counted with the next search that
+ * looks.  Faults the thread takes between two searches are counted in the
+ * next one that looks; a thread's first search reads its count first. */
+#define FAULT_LOOK_NS 50000
 static _Thread_local struct {
 	uint64_t faults;
 	int known;
 } thread_seen;
 
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 static void *cpu_run(void *arg)
 {
 	cpu_job *j = arg;
-	uint64_t faults = thread_seen.known ? thread_seen.faults : vf_thread_major_faults();
+	if (!thread_seen.known) {
+		thread_seen.faults = vf_thread_major_faults();
+		thread_seen.known = 1;
+	}
+	uint64_t t0 = mono_ns();
 	for (size_t p = 0; p < j->nparts && j->rc == 0; p++) {
 		size_t from = (j->first + p) * j->per;
 		size_t n = j->nq - from < j->per ? j->nq - from : j->per;
 		j->rc = search_run(&j->parts[p], j->queries + from * j->dim, n, from, j->pol,
 				   j->err, sizeof j->err);
 	}
-	thread_seen.faults = vf_thread_major_faults();
-	thread_seen.known = 1;
-	j->pages = thread_seen.faults - faults;
+	j->pages = 0;
+	if (mono_ns() - t0 >= FAULT_LOOK_NS) {
+		uint64_t f = vf_thread_major_faults();
+		j->pages = f - thread_seen.faults;
+		thread_seen.faults = f;
+	}
 	if (j->rc == 0 && j->nparts)
 		vf_prefetch_note(j->parts[0].v, j->pages);
 	return NULL;
