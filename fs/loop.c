@@ -208,7 +208,8 @@ static void begin_request(loop *l, worker *w, int quick)
  * it would take that next request on another CPU); and a write of at most
  * QUICK_WRITE bytes: a synchronous write of in runs one query through the
  * index in microseconds, and fs_op_write() asks for a standby before every
- * other write (kind_file_ops' write_quick in ops_file.c). */
+ * other write (kind_file_ops' write_quick in ops_file.c); and an ioctl,
+ * whose only handler, the query call of in, asks as that write does. */
 static int quick_request(const struct fuse_buf *buf)
 {
 	if ((buf->flags & FUSE_BUF_IS_FD) || buf->size < sizeof(struct fuse_in_header))
@@ -218,6 +219,8 @@ static int quick_request(const struct fuse_buf *buf)
 		return 1;
 	case FUSE_WRITE:
 		return buf->size <= QUICK_WRITE;
+	case FUSE_IOCTL: /* the query call (fs_qs_call() asks when long) */
+		return 1;
 	default:
 		return 0;
 	}

@@ -52,6 +52,7 @@ const struct fuse_lowlevel_ops fs_ops = {
 	.read = fs_op_read,
 	.write = fs_op_write,
 	.flush = fs_op_flush,
+	.ioctl = fs_op_ioctl,
 	.release = fs_op_release,
 	.fsync = fs_op_fsync,
 	.opendir = fs_op_opendir,

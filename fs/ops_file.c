@@ -14,6 +14,7 @@
  */
 #include "ops.h"
 
+#include <endian.h>
 #include <errno.h>
 #include <dirent.h>
 #include <fcntl.h>
@@ -83,6 +84,10 @@ struct kind_file_ops {
 	 * do (fs_fc_request_long()); 0: fs_op_write() asks before it.  A short
 	 * write makes none at its start (quick_request() in loop.c). */
 	int write_quick;
+	/* The query call (VECFS_IOC_QUERY, vecfs.h; NULL: ENOTTY): the
+	 * call's size bytes in buf answered into out, at most size bytes: 0
+	 * or -errno. */
+	int (*call)(handle *h, const char *buf, size_t size, sbuf *out);
 	/* A close (FLUSH) by lock owner `owner` of process pid (NULL: finish). */
 	int (*flush)(handle *h, uint64_t owner, pid_t pid);
 	/* What a close of the handle runs (pid 0: its last, RELEASE). */
@@ -666,9 +671,22 @@ static int query_in_truncate(fs_daemon *dm, node *n, handle *h, off_t size)
 	return 0;
 }
 
+static int query_in_call(handle *h, const char *buf, size_t size, sbuf *out)
+{
+	uint32_t n;
+	memcpy(&n, buf, 4);
+	n = le32toh(n);
+	if (n > size - 4) {
+		fs_errlog(&h->dm->errors, "query/%s/in (call): the length %u is past the call's %zu "
+			  "bytes of input", h->n->session->name, n, size - 4);
+		return -EINVAL;
+	}
+	return fs_qs_call(h->n->session->qs, buf + 4, n, out, size);
+}
+
 const kind_file_ops fs_query_in_file_ops = {
-	.open = query_in_open, .write = query_in_write, .write_quick = 1, .finish = query_in_finish,
-	.truncate = query_in_truncate,
+	.open = query_in_open, .write = query_in_write, .write_quick = 1, .call = query_in_call,
+	.finish = query_in_finish, .truncate = query_in_truncate,
 };
 
 /* A session's results (out, out.json, stats): they cannot fail, and are
@@ -688,6 +706,34 @@ void fs_op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, o
 		fuse_reply_err(req, -rc);
 	else
 		fuse_reply_write(req, size);
+}
+
+/* An ioctl: the query call of a kind that has it (a restricted ioctl:
+ * the kernel brought the buffer its number sizes, in and out), else
+ * ENOTTY, as for any other number. */
+void fs_op_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
+		 struct fuse_file_info *fi, unsigned flags, const void *in_buf, size_t in_bufsz,
+		 size_t out_bufsz)
+{
+	(void)ino;
+	(void)arg;
+	(void)flags;
+	handle *h = handle_of(fi);
+	const kind_file_ops *f = kind_of(h->n)->fops;
+	size_t size = cmd >> 16 & 0x3fff;
+	if (!f || !f->call || cmd != VECFS_IOC_QUERY(size) || size < VECFS_CALL_MIN ||
+	    in_bufsz != size || out_bufsz != size) {
+		fuse_reply_err(req, ENOTTY);
+		return;
+	}
+	sbuf out;
+	fs_sb_init(&out);
+	int rc = f->call(h, in_buf, size, &out);
+	if (rc)
+		fuse_reply_err(req, -rc);
+	else
+		fuse_reply_ioctl(req, (int)out.len, out.p, out.len);
+	fs_sb_free(&out);
 }
 
 /* What a close of h runs (pid 0: its last, RELEASE). */

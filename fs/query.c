@@ -404,24 +404,28 @@ static int ensure_rendered(qsession *q, int which)
 	return 0;
 }
 
-/* Results a query asks for: its vectors times its k (or config's). */
-static size_t results_asked(qsession *q, const vecfs_query_input *qi, uint32_t *k)
+/* Results a query asks for: its vectors times its k (or config's: cfg, or
+ * NULL to read it). */
+static size_t results_asked(qsession *q, const vecfs_query_input *qi, const vecfs_config *cfg,
+			    uint32_t *k)
 {
 	vecfs_config c;
 	*k = qi->opts.k;
-	if (!*k && vecfs_config_get(q->v, &c) == 0)
+	if (!*k && cfg)
+		*k = cfg->k;
+	else if (!*k && vecfs_config_get(q->v, &c) == 0)
 		*k = c.k;
 	return qi->nq * (size_t)*k;
 }
 
-/* Count the results qi asks for against dm's query_results (q->mu held,
- * q's own results cleared): 0, or -E2BIG with the reason in why. */
-static int results_take(qsession *q, const vecfs_query_input *qi, size_t *held, char *why, size_t wl)
+/* Count the results qi asks for against dm's query_results: 0, or
+ * -E2BIG with the reason in why. */
+static int results_reserve(qsession *q, const vecfs_query_input *qi, const vecfs_config *cfg,
+			   size_t *held, char *why, size_t wl)
 {
-	FS_ASSERT_HELD(&q->mu);
 	qbudget *rb = &q->dm->query_results;
 	uint32_t k;
-	size_t want = results_asked(q, qi, &k);
+	size_t want = results_asked(q, qi, cfg, &k);
 	if (want > rb->max) {
 		snprintf(why, wl, "%zu query vectors x k=%u = %zu results, more than the bound of %zu "
 			 "(-o query_results): ask for fewer vectors or a smaller k", qi->nq, k, want, rb->max);
@@ -434,6 +438,13 @@ static int results_take(qsession *q, const vecfs_query_input *qi, size_t *held, 
 	}
 	*held = want;
 	return 0;
+}
+
+/* The same for the input of q's in (q->mu held, q's own results cleared). */
+static int results_take(qsession *q, const vecfs_query_input *qi, size_t *held, char *why, size_t wl)
+{
+	FS_ASSERT_HELD(&q->mu);
+	return results_reserve(q, qi, NULL, held, why, wl);
 }
 
 /* Text input at close: the lines check_lines() parsed, and the last line
@@ -595,6 +606,62 @@ int fs_qs_in_flush_empty(qsession *q, int *ran)
 		q->dirty = 1;
 	pthread_mutex_unlock(&q->mu);
 	return fs_qs_in_flush(q, ran);
+}
+
+int fs_qs_call(qsession *q, const char *in, size_t len, sbuf *out, size_t room)
+{
+	vecfs_query_input qi;
+	vecfs_results *r = NULL;
+	char why[300] = "";
+	unsigned line = 0;
+	size_t held = 0;
+	pthread_mutex_lock(&q->mu);
+	int ended = q->ended;
+	pthread_mutex_unlock(&q->mu);
+	if (ended) {
+		fs_errlog(&q->dm->errors, "query/%s/in: the session was removed (rmdir)", q->id);
+		return -ENOENT;
+	}
+	/* the config read once: the dimension the input must have, the k
+	 * its results count with when it sets none */
+	vecfs_config c;
+	int have = vecfs_config_get(q->v, &c) == 0;
+	memset(&qi, 0, sizeof qi);
+	qi.want_dim = have ? c.dim : 0;
+	int rc = vecfs_query_input_parse(&qi, in, len, &line, why, sizeof why);
+	if (rc == 0)
+		rc = results_reserve(q, &qi, have ? &c : NULL, &held, why, sizeof why);
+	if (rc == 0) {
+		/* as a synchronous write of in: a batch, a filter or an exact
+		 * scan may take long (fs_qs_in_flush()) */
+		if (qi.nq > 1 || qi.opts.exact || qi.opts.filter || !vecfs_active(q->v))
+			fs_fc_request_long(q->dm->fuse);
+		rc = vecfs_search(q->v, qi.vecs, qi.nq, qi.dim, &qi.opts, &r, why, sizeof why);
+		if (rc && !line)
+			line = vecfs_query_input_line_of(&qi, why);
+	}
+	if (rc == 0) {
+		/* room for all of it at once (render_out() stops past room) */
+		if (fs_sb_reserve(out, room + 128) == 0)
+			render_out(out, r, room);
+		if (out->oom) {
+			rc = -ENOMEM;
+			snprintf(why, sizeof why, "out of memory formatting the results");
+		} else if (out->len > room) {
+			rc = -ERANGE; /* the caller's to size: no errors line (as getxattr's) */
+		}
+	}
+	if (rc && rc != -ERANGE) {
+		if (line)
+			fs_errlog_err(&q->dm->errors, rc, "query/%s/in (call): line %u: %s", q->id, line, why);
+		else
+			fs_errlog_err(&q->dm->errors, rc, "query/%s/in (call): %s", q->id,
+				      why[0] ? why : strerror(-rc));
+	}
+	vecfs_results_free(r);
+	budget_give(&q->dm->query_results, held);
+	vecfs_query_input_free(&qi);
+	return rc;
 }
 
 int fs_qs_render_into(qsession *q, int which, sbuf *b)

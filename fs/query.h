@@ -54,6 +54,11 @@ int fs_qs_in_flush(qsession *q, int *ran);
  * its process holds: an input left empty (by O_TRUNC or a truncate) runs,
  * and fails as one with no query vector. */
 int fs_qs_in_flush_empty(qsession *q, int *ran);
+/* One whole input in[0..len) run at once and its results, as out would
+ * show them, appended to `out` (the ioctl of in): 0, or -errno with an
+ * errors line (but -ERANGE, none: they are longer than room bytes).  Nothing of the
+ * session changes; calls may run at once, also beside its in and out. */
+int fs_qs_call(qsession *q, const char *in, size_t len, sbuf *out, size_t room);
 /* A snapshot of out / out.json / stats (malloc'd; *len set). */
 char *fs_qs_render(qsession *q, int which, size_t *len);
 /* The same, appended to b: 0, -ENOMEM, or -E2BIG (with an errors line)

@@ -354,6 +354,95 @@ os.close(p); os.close(o)
 " "$1"
 }
 check query_sync_write sync_ok "$M/query/q1"
+# the query call, one system call a query: an ioctl() of in (any of its
+# descriptors) runs a whole input and returns out's text in its buffer
+# (VECFS_IOC_QUERY in vecfs.h); a bad input fails with EINVAL and one errors
+# line, results past the buffer with ERANGE and none, other numbers and
+# other files with ENOTTY; the session's out stays as it was; threads may
+# call at once on one descriptor
+call_ok() { # SESSION
+	T "$PY" - "$1" "$M" <<'PY'
+import errno, fcntl, os, struct, sys, threading
+d, m = sys.argv[1], sys.argv[2]
+def cmd(size, nr=1, dirn=3):
+    return (dirn << 30) | (size << 16) | (ord('v') << 8) | nr
+def call(fd, req, size=4096, c=None):
+    buf = bytearray(size)
+    struct.pack_into('<I', buf, 0, len(req))
+    buf[4:4 + len(req)] = req
+    n = fcntl.ioctl(fd, c if c is not None else cmd(size), buf, True)
+    return bytes(buf[:n])
+def errs():
+    return open(m + '/errors').read().splitlines()
+def fails(err, f, *a):
+    try:
+        f(*a)
+    except OSError as e:
+        assert e.errno == err, (e, a)
+        return
+    raise SystemExit('no error %d: %r' % (err, a))
+i = os.open(d + '/in', os.O_WRONLY | os.O_TRUNC | os.O_DSYNC)
+o = os.open(d + '/out', os.O_RDONLY)
+r = os.open(d + '/in', os.O_RDONLY)              # any descriptor of in takes it
+os.pwrite(i, b'k=2 mode=exact\n9 10 11 12\n', 0)
+before = os.pread(o, 65536, 0)
+for fd in (i, r):
+    got = call(fd, b'k=1 mode=exact\n1 2 3 4\n')
+    assert got.split(b'\t')[0] == b'k1' and got.count(b'\n') == 1, got
+assert os.pread(o, 65536, 0) == before           # the session's out as it was
+# what the write path gives: text, binary rows, a batch, at the defaults
+for req in (b'k=3 mode=exact\n1 2 3 4\n', b'k=2\n1 2 3 4\n9 10 11 12\n',
+            struct.pack('<i4f', 4, 1, 2, 3, 4), b'5 5 5 5'):
+    os.pwrite(i, req, 0)
+    assert call(r, req) == os.pread(o, 65536, 0), req
+# a bad input: EINVAL and one errors line naming its line
+e0 = len(errs())
+fails(errno.EINVAL, call, r, b'k=1\nk=x\n1 2 3 4\n')
+assert len(errs()) == e0 + 1 and 'query/q1/in (call): line 2:' in errs()[-1], errs()[-1]
+fails(errno.EINVAL, call, r, b'1 2 3\n')         # the store's dimension is 4
+fails(errno.EINVAL, call, r, b'')                # no query vector
+# a length past the call's buffer
+buf = bytearray(64)
+struct.pack_into('<I', buf, 0, 61)
+fails(errno.EINVAL, fcntl.ioctl, r, cmd(64), buf, True)
+# results longer than the buffer: ERANGE, and no errors line
+e1 = len(errs())
+fails(errno.ERANGE, call, r, b'k=4\n1 2 3 4\n', 16)
+assert len(errs()) == e1, errs()[e1:]
+# other numbers, other files
+for c in (cmd(64, nr=2), cmd(64, dirn=1), cmd(64, dirn=2), cmd(4)):
+    fails(errno.ENOTTY, call, r, b'1 2 3 4\n', 64, c)
+for f in (d + '/out', m + '/config', m + '/stats'):
+    fd = os.open(f, os.O_RDONLY)
+    fails(errno.ENOTTY, call, fd, b'1 2 3 4\n')
+    os.close(fd)
+# calls of many threads on one descriptor at once
+reqs = [b'k=2 mode=exact\n%s\n' % v for v in (b'1 2 3 4', b'9 10 11 12', b'5 5 5 5', b'2 2 2 2')]
+wants = []
+for req in reqs:
+    os.pwrite(i, req, 0)
+    wants.append(os.pread(o, 65536, 0))
+bad = []
+def worker(t):
+    for q in range(50):
+        v = (t * 50 + q) % 4
+        got = call(r, reqs[v])
+        if got != wants[v]:
+            bad.append((wants[v], got))
+ts = [threading.Thread(target=worker, args=(t,)) for t in range(4)]
+for t in ts: t.start()
+for t in ts: t.join()
+assert not bad, bad[:3]
+# a removed session
+os.mkdir(m + '/query/callgone')
+g = os.open(m + '/query/callgone/in', os.O_RDONLY)
+os.rmdir(m + '/query/callgone')
+fails(errno.ENOENT, call, g, b'1 2 3 4\n')
+os.close(g)
+os.close(i); os.close(o); os.close(r)
+PY
+}
+check query_call call_ok "$M/query/q1"
 # one client's queries, one after another, as a shell script makes them,
 # need no worker beyond those there are: a worker counts as waiting once its
 # reply is out, so the next request of the client it woke does not look like

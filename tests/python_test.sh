@@ -55,16 +55,20 @@ if "$PY" -c 'import numpy' 2>/dev/null; then
 	tour
 fi
 
-# the README's loop over queries with the standard library alone: one
-# synchronous write of in a query, out read at offset 0
-loop() {
-	readme_py loop || return
-	check loop_found test -s "$TMP/loop.py" -a -s "$TMP/loop.want"
-	MNT="$TMP/mnt-loop" timeout 60 "$PY" "$TMP/loop.py" >"$TMP/loop.got" 2>&1
-	check loop_output cmp "$TMP/loop.want" "$TMP/loop.got"
-	T fusermount3 -u "$TMP/mnt-loop"
+# a README program with the standard library alone, run on a fresh mount
+# and its output compared with the one the README shows
+readme_run() {
+	readme_py "$1" || return
+	check "$1_found" test -s "$TMP/$1.py" -a -s "$TMP/$1.want"
+	MNT="$TMP/mnt-$1" timeout 60 "$PY" "$TMP/$1.py" >"$TMP/$1.got" 2>&1
+	check "$1_output" cmp "$TMP/$1.want" "$TMP/$1.got"
+	T fusermount3 -u "$TMP/mnt-$1"
 }
-loop
+# the loop over queries: one synchronous write of in a query, out read at
+# offset 0
+readme_run loop
+# the query call: one ioctl() of in a query, the same results
+readme_run call
 
 # the README's install line, in a fresh virtual environment (its own
 # site-packages only) with no index: the module is built with the standard

@@ -205,6 +205,23 @@ def session_stats():
     return out
 
 
+# a search is the query call (an ioctl of in) when it fits: it leaves the
+# session's in, out and stats as they were, so what the module asked for is
+# read here from the stats of the write path, which sends the same request
+def session_in():
+    out = []
+    for s in os.listdir(MNT + "/query"):
+        if s.startswith("py-"):
+            with open("%s/query/%s/in" % (MNT, s), "rb") as f:
+                out.append(f.read())
+    return out
+
+
+before = session_in()
+k, d = ix.search(rows[10], k=3)
+check("search_is_the_call", list(k[:1]) == ["10"] and len(k) == 3 and session_in() == before,
+      repr((k, before, session_in())))
+ix._no_call = True
 k, d = ix.search(rows[10], k=4, recall=0.9)
 ss = session_stats()
 check("recall_option", k[0] == "10" and len(ss) == 1 and ss[0].get("recall_target") == 0.9 and
@@ -214,6 +231,7 @@ ss = session_stats()
 check("nprobe_option", k[0] == "10" and ss[0]["nprobe"] == 2 and ss[0]["refine"] == 20, repr(ss))
 k, d = ix.search(rows[10], k=4, exact=True)
 check("exact_option", session_stats()[0]["mode"] == "exact")
+ix._no_call = False
 check("options_text", vecfs._options(3, {"colour": "red"}, 0.9, None, True, None) ==
       'k=3 recall=0.9 mode=exact\nfilter={"colour": "red"}\n')
 k, d = ix.search([1.0] * DIM, k=3, filter={"colour": "red"})

@@ -957,6 +957,62 @@ static void check_results(runner *t, const qref *R, const char *p, size_t n, con
 /* Feed one input to the runner's session and check the outcome against the
  * reference.  must_accept: the input was made valid.  Returns 1 if it ran,
  * 0 if it was refused. */
+/* The line an errors line names after `after` (0: none). */
+static unsigned line_named(const char *e, const char *after)
+{
+	const char *a = strstr(e, after);
+	if (!a)
+		return UINT_MAX; /* not this session's line at all */
+	a += strlen(after);
+	return strncmp(a, "line ", 5) == 0 ? (unsigned)strtoul(a + 5, NULL, 10) : 0;
+}
+
+/* The query call (fs_qs_call(), an ioctl of in) of the whole input that
+ * the write path just ran with result rc: the same errno, or the same
+ * bytes of out; one errors line naming the same line when it fails, none
+ * when it succeeds; out as the write path left it; and ERANGE, with no
+ * errors line, when the results are one byte longer than its room. */
+static void check_call(runner *t, const char *p, size_t n, int rc, const qref *R, const fed *F)
+{
+	char wline[1100], want[96], cwant[96];
+	snprintf(wline, sizeof wline, "%s", lasterr);
+	snprintf(want, sizeof want, "query/%s/in: ", t->id);
+	snprintf(cwant, sizeof cwant, "query/%s/in (call): ", t->id);
+	unsigned e0 = nerr;
+	size_t ol = 0, ol2 = 0;
+	char *o = fs_qs_render(t->q, QS_OUT, &ol);
+	assert_non_null(o);
+	sbuf b;
+	fs_sb_init(&b);
+	int crc = fs_qs_call(t->q, p, n, &b, 1u << 20);
+	if (crc != rc)
+		BAD("the query call returned %d, the write path %d", crc, rc);
+	if (crc == 0 && (b.len != ol || memcmp(b.p, o, ol)))
+		BAD("the query call's results are not out's (%zu bytes, out %zu)", b.len, ol);
+	if (nerr != e0 + (crc != 0))
+		BAD("the query call made %u errors lines", nerr - e0);
+	if (crc && line_named(lasterr, cwant) != line_named(wline, want))
+		BAD("the query call's errors line names line %u, the write path's %u",
+		    line_named(lasterr, cwant), line_named(wline, want));
+	char *o2 = fs_qs_render(t->q, QS_OUT, &ol2);
+	assert_non_null(o2);
+	if (ol2 != ol || memcmp(o, o2, ol))
+		BAD("the query call changed out");
+	if (crc == 0 && ol > 0) {
+		sbuf c;
+		fs_sb_init(&c);
+		unsigned e1 = nerr;
+		int r2 = fs_qs_call(t->q, p, n, &c, ol - 1);
+		if (r2 != -ERANGE || nerr != e1)
+			BAD("results one byte past the query call's room: %d, %u errors lines", r2,
+			    nerr - e1);
+		fs_sb_free(&c);
+	}
+	fs_sb_free(&b);
+	free(o);
+	free(o2);
+}
+
 static int run_in(runner *t, const char *p, size_t n, const char *junk, size_t jn, int must_accept)
 {
 	qref ref;
@@ -1011,6 +1067,7 @@ static int run_in(runner *t, const char *p, size_t n, const char *junk, size_t j
 		free(j);
 		t->rejected++;
 	}
+	check_call(t, p, n, rc, R, F);
 	/* a second close with nothing written runs nothing */
 	int ran = 1;
 	assert_int_equal(fs_qs_in_flush(t->q, &ran), 0);

@@ -720,6 +720,19 @@ int vecfs_record_time(vecfs *v, const char *key, size_t keylen, uint64_t *ns);
 /* Which scan kernels are in use ("avx2", "scalar"); for reports. */
 const char *vecfs_kernel_name(void);
 
+/* ---------------------------------------------------------------- the mount's query call */
+/* The ioctl() of a mount's query/ID/in that runs one input and answers in
+ * the caller's buffer, one system call a query (README, "One system call a
+ * query"): `size` bytes (VECFS_CALL_MIN..VECFS_CALL_MAX) hold, going in, a
+ * 4-byte little-endian length n and then n bytes of input as `in` takes
+ * it; coming back, the results as `out` shows them, from the buffer's
+ * start.  ioctl() returns their length, or -1 with errno (ERANGE: they do
+ * not fit in size bytes).  Nothing else of the session changes. */
+#define VECFS_CALL_MIN 8
+#define VECFS_CALL_MAX 16383 /* the most an ioctl number can say */
+#define VECFS_IOC_QUERY(size) \
+	((unsigned)(3u << 30 | (unsigned)(size) << 16 | (unsigned)'v' << 8 | 1u))
+
 #ifdef __cplusplus
 }
 #endif

@@ -7,6 +7,7 @@ installed.
 """
 
 import errno
+import fcntl
 import itertools
 import json
 import math
@@ -19,6 +20,14 @@ from array import array
 # The longest input a synchronous write of `in` runs at once on any kernel
 # (the smallest WRITE a FUSE kernel sends whole): longer ones run at a close.
 _SYNC_MAX = 128 * 1024
+# The query call: one ioctl() of `in` runs a whole input and returns out's
+# text in the same buffer of at most _CALL_MAX bytes (vecfs.h's
+# VECFS_IOC_QUERY; the mount's README, "One system call a query").
+_CALL_MAX = 16383
+
+
+def _call_cmd(size):
+    return (3 << 30) | (size << 16) | (ord("v") << 8) | 1
 
 try:
     import numpy as np
@@ -178,9 +187,10 @@ class _Writer:
 
 class _Session:
     """A query session, query/NAME, with its `in` and `out` held open: a
-    query is a write at offset 0 of `in` and the close of a duplicate of
-    that descriptor (which runs it), then `out` read from offset 0.  Used
-    by one thread at a time (the Index's pool)."""
+    query is the query call (one ioctl() of `in`) when it fits 16 KiB, else
+    a write at offset 0 of `in` (synchronous: it runs the query; a long
+    input runs at the close of a duplicate of the descriptor), then `out`
+    read from offset 0.  Used by one thread at a time (the Index's pool)."""
 
     def __init__(self, index, name):
         self.ix = index
@@ -218,7 +228,33 @@ class _Session:
         except OSError:
             pass
 
-    def _run(self, req):
+    def _call(self, req, nres):
+        """The query call, when the request and about nres results fit its
+        buffer: out's text, or None (then in is written and out read)."""
+        size = max(len(req) + 4, 64 * nres + 256)
+        if size > _CALL_MAX or self.ix._no_call:
+            return None
+        while True:
+            buf = bytearray(size)
+            struct.pack_into("<I", buf, 0, len(req))
+            buf[4:4 + len(req)] = req
+            try:
+                n = fcntl.ioctl(self.fi, _call_cmd(size), buf, True)
+            except OSError as e:
+                if e.errno == errno.ERANGE and size < _CALL_MAX:
+                    size = _CALL_MAX                  # longer keys than guessed
+                    continue
+                if e.errno == errno.ENOTTY:           # a daemon without it
+                    self.ix._no_call = True
+                elif e.errno != errno.ERANGE:
+                    raise
+                return None
+            return bytes(buf[:n])
+
+    def _run(self, req, nres):
+        text = self._call(req, nres)
+        if text is not None:
+            return text
         # in is synchronous (O_DSYNC): one write of a whole input shorter
         # than _SYNC_MAX at offset 0 runs it; a longer one runs at a close
         off = os.pwrite(self.fi, req, 0)
@@ -236,21 +272,23 @@ class _Session:
                 return b"".join(chunks) if len(chunks) > 1 else b
             size = 1 << 20
 
-    def query(self, opts, rows):
-        """One `in`: (keys, distances), a list a query."""
+    def query(self, opts, rows, k=None):
+        """One input: (keys, distances), a list a query (k: results a query,
+        None: config's, guessed as 100 to size the query call)."""
         if len(rows) == 0:
             return [], []
         req = (opts + "".join(_text_rows(rows))).encode()
+        nres = len(rows) * (k or 100)
         try:
             try:
-                text = self._run(req)
+                text = self._run(req, nres)
             except FileNotFoundError:         # the session was removed: a new one
                 self.close_fds()
                 self.name = "%s-q%d" % (self.ix._tag, next(self.ix._sessions))
                 self.path = os.path.join(self.ix.root, "query", self.name)
                 self.seen = []
                 self.open()
-                text = self._run(req)
+                text = self._run(req, nres)
         except VecfsError:
             raise
         except OSError as e:
@@ -344,6 +382,7 @@ class Index:
         self.stage_bytes = STAGE_BYTES
         self._names = itertools.count()
         self._sessions = itertools.count()     # session names
+        self._no_call = False                  # the daemon has no query call (ENOTTY)
         self._lock = threading.Lock()          # the session pool
         self._deleting = threading.Lock()      # deletes, one at a time
         self._assign = threading.Lock()        # adds with assigned keys, one at a time
@@ -546,7 +585,7 @@ class Index:
         sess = self._take()
         try:
             for i in range(0, len(rows), per):
-                ks, ds = sess.query(opts, rows[i:i + per])
+                ks, ds = sess.query(opts, rows[i:i + per], k)
                 keys += ks
                 dists += ds
         finally:
