@@ -26,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
@@ -149,6 +150,10 @@ static const char usage_text[] =
 	"mean time of each.  getattr_us is the mean of an fstat() loop on in (one\n"
 	"GETATTR round trip each), measured before each setting; held_added_rt\n"
 	"is the latency held descriptors add to the library's over getattr_us.\n"
+	"Then again through the query call (call_*), one system call a query:\n"
+	"an ioctl() of in (VECFS_IOC_QUERY) carries the request in and the\n"
+	"results out; call_getattr_us is the fstat() loop measured after it and\n"
+	"call_added_rt the latency the call adds to the library's over it.\n"
 	"ingest_rows_per_s is the first (or only) ingest file, into a\n"
 	"store without a generation; ingest_after_build_rows_per_s the second file\n"
 	"of --ingest-after-build.  The daemon's peak VmRSS and RssAnon are sampled\n"
@@ -1383,10 +1388,13 @@ struct mnt {
 	uint64_t compactions[2];                  /* before and after them */
 	struct measure fs[MAX_NPROBE], lib[MAX_NPROBE];
 	struct measure held[MAX_NPROBE];          /* descriptors held open */
-	double qps_of[MAX_ROUNDS][MAX_NPROBE][3]; /* per round: fs, held, lib */
+	struct measure call[MAX_NPROBE];          /* the query call (an ioctl) */
+	double qps_of[MAX_ROUNDS][MAX_NPROBE][4]; /* per round: fs, held, lib, call */
 	unsigned rounds_done;
 	/* query traffic */
 	int hin, hout;           /* held descriptors of in and out; -1: none */
+	int hcall;               /* in, held for the query call; -1: none */
+	char *cbuf;              /* the query call's buffer, VECFS_CALL_MAX bytes */
 	int timing;              /* add each step's time of a held query to step_ns */
 	uint64_t step_ns[2];     /* pwrite in (runs the query), pread out */
 	char *vtext;             /* every query vector as one text line */
@@ -2031,7 +2039,9 @@ static void mnt_close_held(struct mnt *m)
 		close(m->hin);
 	if (m->hout >= 0)
 		close(m->hout);
-	m->hin = m->hout = -1;
+	if (m->hcall >= 0)
+		close(m->hcall);
+	m->hin = m->hout = m->hcall = -1;
 }
 
 /* Unmount (fusermount3 -u, else -uz) and wait for the daemon to exit.
@@ -2070,6 +2080,7 @@ static void mnt_free(struct mnt *m, int keep)
 	free(m->voff);
 	free(m->req);
 	free(m->out);
+	free(m->cbuf);
 	if (m->sync_made) {
 		pthread_cond_destroy(&m->cv);
 		pthread_mutex_destroy(&m->mu);
@@ -2525,6 +2536,48 @@ static int mnt_query_held(struct bench *b, struct mnt *m, size_t qi, size_t optl
 	return parse_out(b, m->out, outlen, qi, cnt);
 }
 
+/* One query as one system call: the query call, an ioctl() of in
+ * (VECFS_IOC_QUERY) whose buffer holds the request going in and out's
+ * text coming back.  Its size: room for the request and for k results of
+ * about 64 bytes (keys here are row numbers), the whole VECFS_CALL_MAX
+ * again when they did not fit (ERANGE). */
+static int mnt_query_call(struct bench *b, struct mnt *m, size_t qi, size_t optlen,
+			  uint64_t *ns, size_t *cnt)
+{
+	size_t vlen = m->voff[qi + 1] - m->voff[qi], len = optlen + vlen;
+	size_t size = 4 + len > 64 * (size_t)b->opt->k + 256 ? 4 + len : 64 * (size_t)b->opt->k + 256;
+	uint32_t n = (uint32_t)len;
+	char what[64];
+	int r;
+
+	if (4 + len > VECFS_CALL_MAX)
+		return fail_mnt(m, -E2BIG, "query: the input is longer than the query call takes");
+	if (m->hcall < 0 && (m->hcall = open(m->qin, O_RDONLY | O_CLOEXEC)) < 0)
+		return fail_mnt(m, -errno, "open in (the query call)");
+	if (!m->cbuf && !(m->cbuf = malloc(VECFS_CALL_MAX)))
+		return fail_mnt(m, -ENOMEM, "the query call's buffer");
+	if (size > VECFS_CALL_MAX)
+		size = VECFS_CALL_MAX;
+	uint64_t t0 = tool_now_ns();
+	for (;;) {
+		memcpy(m->cbuf, &n, 4); /* (little-endian: x86) */
+		memcpy(m->cbuf + 4, m->req, optlen);
+		memcpy(m->cbuf + 4 + optlen, m->vtext + m->voff[qi], vlen);
+		r = ioctl(m->hcall, VECFS_IOC_QUERY(size), m->cbuf);
+		if (r >= 0 || errno != ERANGE || size == VECFS_CALL_MAX)
+			break;
+		size = VECFS_CALL_MAX;
+	}
+	*ns = tool_now_ns() - t0;
+	if (r < 0) {
+		snprintf(what, sizeof what, "query %zu: the query call (ioctl of in)", qi);
+		return fail_mnt(m, -errno, what);
+	}
+	if (r == 0)
+		return fail_mnt(m, -EPROTO, "query: the query call returned no results");
+	return parse_out(b, m->cbuf, (size_t)r, qi, cnt);
+}
+
 /* The session's stats must say the query ran as asked. */
 static int mnt_check_query_stats(const struct mnt *m, uint32_t nprobe, uint32_t k)
 {
@@ -2663,11 +2716,14 @@ static int mnt_measure_batch(struct bench *b, struct mnt *m, const char *opts,
 }
 
 /* Warm up, then time every query once at this nprobe through the mount. */
-static int mnt_measure(struct bench *b, struct mnt *m, uint32_t nprobe, int held,
+enum { WAY_PLAIN, WAY_HELD, WAY_CALL };
+
+static int mnt_measure(struct bench *b, struct mnt *m, uint32_t nprobe, int way,
 		       struct measure *out)
 {
 	int (*query)(struct bench *, struct mnt *, size_t, size_t, uint64_t *, size_t *) =
-		held ? mnt_query_held : mnt_query;
+		way == WAY_CALL ? mnt_query_call : way == WAY_HELD ? mnt_query_held : mnt_query;
+	int held = way == WAY_HELD;
 	const struct options *o = b->opt;
 	size_t want = o->have_warmup ? o->warmup : b->nq;
 	size_t nwarm = b->nq < want ? b->nq : want, cnt;
@@ -2683,7 +2739,8 @@ static int mnt_measure(struct bench *b, struct mnt *m, uint32_t nprobe, int held
 		optlen += snprintf(m->req + optlen, 128 - (size_t)optlen, " refine=%u",
 				   o->refine);
 	m->req[optlen++] = '\n';
-	tool_progress_init(&p, held ? "mount queries, held" : "mount queries", "queries");
+	tool_progress_init(&p, way == WAY_CALL ? "mount queries, call" : held ? "mount queries, held"
+						  : "mount queries", "queries");
 	snprintf(phase, sizeof phase, "nprobe %u warm-up", nprobe);
 	for (size_t i = 0; i < nwarm; i++) {
 		if ((i & 63) == 0 && tool_interrupted()) {
@@ -2715,7 +2772,8 @@ static int mnt_measure(struct bench *b, struct mnt *m, uint32_t nprobe, int held
 	}
 	tool_progress_end(&p);
 	m->timing = 0;
-	if ((rc = mnt_check_query_stats(m, nprobe, o->k)))
+	/* (the query call leaves the session's files as they were) */
+	if (way != WAY_CALL && (rc = mnt_check_query_stats(m, nprobe, o->k)))
 		return rc;
 	qsort(b->lat_ns, b->nq, sizeof *b->lat_ns, tool_cmp_u64);
 	*out = (struct measure){ .nprobe = nprobe };
@@ -2726,10 +2784,10 @@ static int mnt_measure(struct bench *b, struct mnt *m, uint32_t nprobe, int held
 	if (held) {
 		out->write_us = (double)m->step_ns[0] / 1e3 / (double)b->nq;
 		out->read_us = (double)m->step_ns[1] / 1e3 / (double)b->nq;
-		if ((rc = getattr_floor(m, b->nq, &out->getattr_us)))
-			return rc;
 	}
-	if (!held && o->batch)
+	if (way != WAY_PLAIN && (rc = getattr_floor(m, b->nq, &out->getattr_us)))
+		return rc;
+	if (way == WAY_PLAIN && o->batch)
 		return mnt_measure_batch(b, m, m->req, (size_t)optlen, out);
 	return 0;
 }
@@ -2749,9 +2807,11 @@ static int mnt_queries(struct bench *b, struct mnt *m)
 	m->have_compactions = kv_get(path, "compactions", &m->compactions[0]) == 0;
 	rc = m->vtext ? 0 : mnt_prepare_queries(b, m);
 	for (size_t i = 0; !rc && i < b->opt->n_nprobe; i++) {
-		rc = mnt_measure(b, m, b->opt->nprobe[i], 0, &m->fs[i]);
+		rc = mnt_measure(b, m, b->opt->nprobe[i], WAY_PLAIN, &m->fs[i]);
 		if (!rc)
-			rc = mnt_measure(b, m, b->opt->nprobe[i], 1, &m->held[i]);
+			rc = mnt_measure(b, m, b->opt->nprobe[i], WAY_HELD, &m->held[i]);
+		if (!rc)
+			rc = mnt_measure(b, m, b->opt->nprobe[i], WAY_CALL, &m->call[i]);
 	}
 	mnt_close_held(m);
 	if (!rc && m->have_compactions)
@@ -2910,7 +2970,7 @@ static double qps_ratio(const struct measure *a, const struct measure *b)
 }
 
 static void mnt_print_row(const struct measure *fs, const struct measure *held,
-			  const struct measure *lib, size_t batch)
+			  const struct measure *call, const struct measure *lib, size_t batch)
 {
 	printf("%6u | %9.4f %10.1f %9.1f %9.1f | %9.4f %7.1f %8.1f %9.3f | %9.4f %10.1f %9.1f |\n",
 	       fs->nprobe, fs->recall, fs->qps, fs->p50_us, fs->p99_us, held->recall,
@@ -2923,6 +2983,11 @@ static void mnt_print_row(const struct measure *fs, const struct measure *held,
 	       "a GETATTR round trip %.1f:\n%6s   held adds %.2f round trips to the "
 	       "library's latency\n", "", held->write_us, held->read_us, held->getattr_us, "",
 	       added_us(held, lib) / held->getattr_us);
+	printf("%6s   the query call: recall@10 %.4f, QPS %.1f, p50 %.1f us, ratio %.3f (adds "
+	       "%.1f us);\n%6s   a GETATTR round trip %.1f: it adds %.2f round trips to the "
+	       "library's latency\n", "", call->recall, call->qps, call->p50_us,
+	       qps_ratio(call, lib), added_us(call, lib), "", call->getattr_us,
+	       added_us(call, lib) / call->getattr_us);
 	if (batch)
 		printf("%6s   %zu queries an input: recall@10 %.4f, QPS %.1f through the "
 		       "mount, %.1f the library's\n%6s   (%zu to a vecfs_search): ratio %.3f\n",
@@ -2939,7 +3004,7 @@ static void json_kb(const char *key, int sampled, uint64_t kb)
 }
 
 /* Over the rounds, setting i: the median of the rounds' ratios of way w
- * (0: open/close, 1: held) to the library, and the pooled ratio (the
+ * (0: open/close, 1: held, 3: the query call) to the library, and the pooled ratio (the
  * library's time for all queries of all rounds over the mount's). */
 static void round_ratios(const struct mnt *m, size_t i, int w, double *median,
 			 double *pooled)
@@ -2974,6 +3039,7 @@ static void round_ratios(const struct mnt *m, size_t i, int w, double *median,
 static void mnt_json_row(const struct bench *b, const struct mnt *m, size_t i)
 {
 	const struct measure *fs = &m->fs[i], *held = &m->held[i], *lib = &m->lib[i];
+	const struct measure *call = &m->call[i];
 	double med, pooled;
 	int sampled;
 	uint64_t rss, anon;
@@ -2993,6 +3059,12 @@ static void mnt_json_row(const struct bench *b, const struct mnt *m, size_t i)
 	tool_json_num("held_read_us", held->read_us, 1);
 	tool_json_num("getattr_us", held->getattr_us, 1);
 	tool_json_num("held_added_rt", added_us(held, lib) / held->getattr_us, 3);
+	tool_json_num("call_recall_at_10", call->recall, 4);
+	tool_json_num("call_qps", call->qps, 1);
+	tool_json_num("call_p50_us", call->p50_us, 1);
+	tool_json_num("call_ratio", qps_ratio(call, lib), 4);
+	tool_json_num("call_getattr_us", call->getattr_us, 1);
+	tool_json_num("call_added_rt", added_us(call, lib) / call->getattr_us, 3);
 	if (b->opt->batch) {
 		printf(",\"batch\":%zu", b->opt->batch);
 		tool_json_num("batch_recall_at_10", fs->batch_recall, 4);
@@ -3008,6 +3080,9 @@ static void mnt_json_row(const struct bench *b, const struct mnt *m, size_t i)
 	round_ratios(m, i, 1, &med, &pooled);
 	tool_json_num("held_ratio_median", med, 4);
 	tool_json_num("held_ratio_pooled", pooled, 4);
+	round_ratios(m, i, 3, &med, &pooled);
+	tool_json_num("call_ratio_median", med, 4);
+	tool_json_num("call_ratio_pooled", pooled, 4);
 	tool_json_num("p50_us", fs->p50_us, 1);
 	tool_json_num("p99_us", fs->p99_us, 1);
 	tool_json_num("library_recall_at_10", lib->recall, 4);
@@ -3058,11 +3133,12 @@ static void print_rounds(const struct bench *b, const struct mnt *m)
 	       "the mount\n         (mounted again), then the library; ratios to the "
 	       "library, round by round:\n", m->rounds_done);
 	for (size_t i = 0; i < b->opt->n_nprobe; i++) {
-		for (int w = 1; w >= 0; w--) {
+		for (int row = 0; row < 3; row++) {
+			int w = row == 0 ? 3 : row == 1 ? 1 : 0;
 			double med, pooled;
 
 			round_ratios(m, i, w, &med, &pooled);
-			printf("%6u   %-10s", b->opt->nprobe[i], w ? "held" : "open/close");
+			printf("%6u   %-10s", b->opt->nprobe[i], w == 3 ? "call" : w ? "held" : "open/close");
 			for (unsigned k = 0; k < m->rounds_done; k++)
 				printf(" %.3f", m->qps_of[k][i][2] > 0 ?
 				       m->qps_of[k][i][w] / m->qps_of[k][i][2] : NAN);
@@ -3079,7 +3155,7 @@ static void mnt_report(const struct bench *b, const struct mnt *m)
 		if (b->opt->ds.json)
 			mnt_json_row(b, m, i);
 		else
-			mnt_print_row(&m->fs[i], &m->held[i], &m->lib[i], b->opt->batch);
+			mnt_print_row(&m->fs[i], &m->held[i], &m->call[i], &m->lib[i], b->opt->batch);
 	}
 	if (!b->opt->ds.json && m->rounds_done > 1)
 		print_rounds(b, m);
@@ -3121,6 +3197,7 @@ static int mount_run(struct bench *b, struct mnt *m)
 			m->qps_of[r][i][0] = m->fs[i].qps;
 			m->qps_of[r][i][1] = m->held[i].qps;
 			m->qps_of[r][i][2] = m->lib[i].qps;
+			m->qps_of[r][i][3] = m->call[i].qps;
 		}
 		if (!rc)
 			m->rounds_done = r + 1;
@@ -3135,7 +3212,7 @@ static int mount_run(struct bench *b, struct mnt *m)
 static int bench_main(void *opt)
 {
 	struct bench b = { .opt = opt };
-	struct mnt m = { .hin = -1, .hout = -1 };
+	struct mnt m = { .hin = -1, .hout = -1, .hcall = -1 };
 	int rc;
 
 	if (b.opt->mount) {
