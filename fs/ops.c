@@ -29,6 +29,8 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 	if (conn->capable & FUSE_CAP_ATOMIC_O_TRUNC)
 		conn->want |= FUSE_CAP_ATOMIC_O_TRUNC;
 	conn->want &= ~(unsigned)FUSE_CAP_CACHE_SYMLINKS;
+	/* no directory has an ioctl: the kernel answers ENOTTY itself */
+	conn->want &= ~(unsigned)FUSE_CAP_IOCTL_DIR;
 	fs_out_cache_negotiate(dm, conn);
 	fs_fc_init_conn(dm->fuse, conn);
 	dm->max_write = conn->max_write;

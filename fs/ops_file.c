@@ -717,7 +717,12 @@ void fs_op_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
 {
 	(void)ino;
 	(void)arg;
-	(void)flags;
+	/* a directory's descriptor holds no handle (ops_dir.c): none has an
+	 * ioctl (nor is one asked for: op_init() clears FUSE_CAP_IOCTL_DIR) */
+	if (flags & FUSE_IOCTL_DIR) {
+		fuse_reply_err(req, ENOTTY);
+		return;
+	}
 	handle *h = handle_of(fi);
 	const kind_file_ops *f = kind_of(h->n)->fops;
 	size_t size = cmd >> 16 & 0x3fff;

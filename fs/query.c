@@ -615,7 +615,7 @@ int fs_qs_call(qsession *q, const char *in, size_t len, sbuf *out, size_t room)
 	char why[300] = "";
 	unsigned line = 0;
 	size_t held = 0;
-	pthread_mutex_lock(&q->mu);
+	lock_session(q); /* (a query of the session's in may hold it long) */
 	int ended = q->ended;
 	pthread_mutex_unlock(&q->mu);
 	if (ended) {
@@ -655,8 +655,9 @@ int fs_qs_call(qsession *q, const char *in, size_t len, sbuf *out, size_t room)
 		if (line)
 			fs_errlog_err(&q->dm->errors, rc, "query/%s/in (call): line %u: %s", q->id, line, why);
 		else
-			fs_errlog_err(&q->dm->errors, rc, "query/%s/in (call): %s", q->id,
-				      why[0] ? why : strerror(-rc));
+			fs_errlog_err(&q->dm->errors, rc, "query/%s/in (call): %s%s", q->id,
+				      why[0] ? why : strerror(-rc),
+				      rc == -EIO ? " (echo verify > ctl names it; echo salvage > ctl removes it)" : "");
 	}
 	vecfs_results_free(r);
 	budget_give(&q->dm->query_results, held);

@@ -415,7 +415,15 @@ for c in (cmd(64, nr=2), cmd(64, dirn=1), cmd(64, dirn=2), cmd(4)):
 for f in (d + '/out', m + '/config', m + '/stats'):
     fd = os.open(f, os.O_RDONLY)
     fails(errno.ENOTTY, call, fd, b'1 2 3 4\n')
+    fails(errno.ENOTTY, fcntl.ioctl, fd, 0x80086601, bytearray(8), True)   # lsattr's
     os.close(fd)
+# nor on a directory (which holds no file handle), and the daemon serves on
+for f in (m, m + '/query', d, m + '/generations'):
+    fd = os.open(f, os.O_RDONLY | os.O_DIRECTORY)
+    fails(errno.ENOTTY, call, fd, b'1 2 3 4\n')
+    fails(errno.ENOTTY, fcntl.ioctl, fd, 0x80086601, bytearray(8), True)
+    os.close(fd)
+os.stat(m + '/stats')
 # calls of many threads on one descriptor at once
 reqs = [b'k=2 mode=exact\n%s\n' % v for v in (b'1 2 3 4', b'9 10 11 12', b'5 5 5 5', b'2 2 2 2')]
 wants = []
@@ -577,7 +585,7 @@ standby_ok() {
 	T cp "$TMP/sb.fvecs" "$m/ingest/sb.fvecs" || return 1
 	T mkdir -p "$m/query/long" "$m/query/other" || return 1
 	T "$PY" - "$m" <<'PY' || return 1
-import os, subprocess, sys, threading, time
+import fcntl, os, struct, subprocess, sys, threading, time
 m = sys.argv[1]
 # the other client, on CPU 1, started before any file is opened (a child
 # that closed an inherited in would wait for the query: its close is a FLUSH)
@@ -617,6 +625,23 @@ os.close(fi)
 fc = os.open(m + "/ctl", os.O_WRONLY)
 check("a build", lambda: os.write(fc, b"build\n"))
 os.close(fc)
+# a query call that waits for the session while its in runs an exact batch
+# (a buffer of 1024 bytes: Python's ioctl() lets other threads run then)
+fi = os.open(m + "/query/long/in", os.O_WRONLY | os.O_DSYNC)
+fr = os.open(m + "/query/long/in", os.O_RDONLY)
+def batch_then_call():
+    a = threading.Thread(target=lambda: os.pwrite(fi, body, 0))
+    a.start()
+    time.sleep(0.01)
+    req = b"k=1 mode=exact\n1 0 1 0\n"
+    buf = bytearray(1024)
+    struct.pack_into("<I", buf, 0, len(req))
+    buf[4:4 + len(req)] = req
+    assert fcntl.ioctl(fr, 3 << 30 | 1024 << 16 | ord("v") << 8 | 1, buf, True) > 0
+    a.join()
+check("a query call waiting on an exact batch", batch_then_call)
+os.close(fi)
+os.close(fr)
 other.stdin.close()
 other.wait()
 PY
