@@ -11,9 +11,12 @@ import io
 import math
 import os
 import random
+import signal
 import struct
+import subprocess
 import sys
 import threading
+import time
 
 MNT = sys.argv[1]
 NO_NUMPY = "--no-numpy" in sys.argv
@@ -260,6 +263,39 @@ for t in ths:
 for t in ths:
     t.join()
 check("threads", len(res) == 4 and all(res.values()) and 1 <= len(session_stats()) <= 4, repr(res))
+
+# a search lets the interpreter's other threads run while it waits for the
+# daemon: with the daemon stopped for half a second, a search (the query
+# call) waits in its thread while this one sleeps 50 ms and wakes on time
+def daemon_pid():
+    me = os.path.realpath(MNT).encode()
+    for p in os.listdir("/proc"):
+        try:
+            with open("/proc/%s/cmdline" % p, "rb") as f:
+                args = f.read().split(b"\0")
+        except OSError:
+            continue
+        if len(args) >= 2 and os.path.basename(args[0]) == b"vecfs" and \
+                os.path.realpath(args[-2]) == me:
+            return int(p)
+    return None
+
+
+pid = daemon_pid()
+woke = None
+if pid:
+    # (started first: the child's closing of our descriptors of the mount
+    # would wait for the stopped daemon)
+    subprocess.Popen(["sh", "-c", "sleep 0.5; kill -CONT %d" % pid])
+    os.kill(pid, signal.SIGSTOP)
+    th = threading.Thread(target=lambda: ix.search(rows[1], k=60))
+    th.start()
+    t0 = time.monotonic()
+    time.sleep(0.05)
+    woke = time.monotonic() - t0
+    th.join()
+check("search_lets_threads_run", woke is not None and woke < 0.3,
+      "no daemon found" if pid is None else "a sleep of 50 ms took %.3f s" % woke)
 
 for sess in os.listdir(MNT + "/query"):        # sessions removed under the Index
     if sess.startswith("py-"):

@@ -234,22 +234,19 @@ class _Session:
         size = max(len(req) + 4, 64 * nres + 256)
         if size > _CALL_MAX or self.ix._no_call:
             return None
-        while True:
-            buf = bytearray(size)
-            struct.pack_into("<I", buf, 0, len(req))
-            buf[4:4 + len(req)] = req
-            try:
-                n = fcntl.ioctl(self.fi, _call_cmd(size), buf, True)
-            except OSError as e:
-                if e.errno == errno.ERANGE and size < _CALL_MAX:
-                    size = _CALL_MAX                  # longer keys than guessed
-                    continue
-                if e.errno == errno.ENOTTY:           # a daemon without it
-                    self.ix._no_call = True
-                elif e.errno != errno.ERANGE:
-                    raise
-                return None
-            return bytes(buf[:n])
+        buf = bytearray(size)
+        struct.pack_into("<I", buf, 0, len(req))
+        buf[4:4 + len(req)] = req
+        try:
+            # (other threads run meanwhile: ioctl() releases the interpreter)
+            n = fcntl.ioctl(self.fi, _call_cmd(size), buf, True)
+        except OSError as e:
+            if e.errno in (errno.ENOTTY, errno.ENOSYS):    # a daemon without it
+                self.ix._no_call = True
+            elif e.errno != errno.ERANGE:                   # ERANGE: longer keys than guessed
+                raise
+            return None
+        return bytes(buf[:n])
 
     def _run(self, req, nres):
         text = self._call(req, nres)
