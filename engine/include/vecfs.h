@@ -467,8 +467,10 @@ typedef struct vecfs_explain {
 				      from disk: the major page faults of the
 				      threads that searched, while they did
 				      (pages read ahead of time are not in it;
-				      a thread's faults between two searches
-				      count in the second) */
+				      a search under 50 us does not count,
+				      and a thread's faults since it last
+				      counted go to its next search that
+				      does: an approximate count) */
 	uint64_t filter_passed;    /* live records that matched the filter */
 	uint64_t filter_tested;    /* payloads tested to find them: those the
 				      payload index gave, or every live record;
