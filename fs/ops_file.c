@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include "config_text.h"
@@ -725,7 +726,7 @@ void fs_op_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
 	}
 	handle *h = handle_of(fi);
 	const kind_file_ops *f = kind_of(h->n)->fops;
-	size_t size = cmd >> 16 & 0x3fff;
+	size_t size = _IOC_SIZE(cmd);
 	if (!f || !f->call || cmd != VECFS_IOC_QUERY(size) || size < VECFS_CALL_MIN ||
 	    in_bufsz != size || out_bufsz != size) {
 		fuse_reply_err(req, ENOTTY);

@@ -504,6 +504,30 @@ static void search_ahead(qsession *q)
 	vecfs_query_input_free(&qi);
 }
 
+/* One errors line for an input of q that failed with rc (what: "in", or
+ * "in (call)"): the line of text it names (0: none), why (else the
+ * errno's text), and for EIO how to find and remove the damage. */
+static void log_input_failure(const qsession *q, const char *what, int rc, unsigned line,
+			      const char *why)
+{
+	const char *text = why[0] ? why : strerror(-rc);
+	if (line)
+		fs_errlog_err(&q->dm->errors, rc, "query/%s/%s: line %u: %s", q->id, what, line, text);
+	else
+		fs_errlog_err(&q->dm->errors, rc, "query/%s/%s: %s%s", q->id, what, text,
+			      rc == -EIO ? " (echo verify > ctl names it; echo salvage > ctl removes it)"
+					 : "");
+}
+
+/* One query through the index answers in microseconds: a standby worker
+ * would cost more than another client could wait for it (the session
+ * loop, loop.c); a batch, a filter or an exact scan may not, nor a query
+ * of a store with no active generation (scanned exactly). */
+static int may_run_long(const qsession *q, const vecfs_query_input *qi)
+{
+	return qi->nq > 1 || qi->opts.exact || qi->opts.filter || !vecfs_active(q->v);
+}
+
 static double now_s(void)
 {
 	struct timespec ts;
@@ -549,33 +573,21 @@ int fs_qs_in_flush(qsession *q, int *ran)
 	}
 	if (rc) {
 		clear_results(q);
-		if (line)
-			fs_errlog_err(&q->dm->errors, rc, "query/%s/in: line %u: %s", q->id, line, why[0] ? why : strerror(-rc));
-		else
-			fs_errlog_err(&q->dm->errors, rc, "query/%s/in: %s", q->id, why[0] ? why : strerror(-rc));
+		log_input_failure(q, "in", rc, line, why);
 		vecfs_query_input_free(&qi);
 		pthread_mutex_unlock(&q->mu);
 		return rc;
 	}
 	/* searched ahead at the write, if that still holds */
 	vecfs_results *r = fs_ahead_take(q->dm->ahead, q->serial, q->ver, q->v);
-	/* one query through the index answers in microseconds: a standby
-	 * worker would cost more than another client could wait for it (the
-	 * session loop, loop.c); a batch, a filter or an exact scan may not,
-	 * nor a query of a store with no active generation (scanned exactly) */
-	if (!r && (qi.nq > 1 || qi.opts.exact || qi.opts.filter || !vecfs_active(q->v)))
+	if (!r && may_run_long(q, &qi))
 		fs_fc_request_long(q->dm->fuse);
 	if (!r)
 		rc = vecfs_search(q->v, qi.vecs, qi.nq, qi.dim, &qi.opts, &r, why, sizeof why);
 	clear_results(q);
 	if (rc) {
 		budget_give(&q->dm->query_results, held);
-		unsigned at = vecfs_query_input_line_of(&qi, why);
-		if (at)
-			fs_errlog_err(&q->dm->errors, rc, "query/%s/in: line %u: %s", q->id, at, why);
-		else
-			fs_errlog_err(&q->dm->errors, rc, "query/%s/in: %s%s", q->id, why[0] ? why : strerror(-rc),
-				   rc == -EIO ? " (echo verify > ctl names it; echo salvage > ctl removes it)" : "");
+		log_input_failure(q, "in", rc, vecfs_query_input_line_of(&qi, why), why);
 	} else {
 		q->r = r;
 		q->results_held = held;
@@ -632,9 +644,7 @@ int fs_qs_call(qsession *q, const char *in, size_t len, sbuf *out, size_t room)
 	if (rc == 0)
 		rc = results_reserve(q, &qi, have ? &c : NULL, &held, why, sizeof why);
 	if (rc == 0) {
-		/* as a synchronous write of in: a batch, a filter or an exact
-		 * scan may take long (fs_qs_in_flush()) */
-		if (qi.nq > 1 || qi.opts.exact || qi.opts.filter || !vecfs_active(q->v))
+		if (may_run_long(q, &qi))
 			fs_fc_request_long(q->dm->fuse);
 		rc = vecfs_search(q->v, qi.vecs, qi.nq, qi.dim, &qi.opts, &r, why, sizeof why);
 		if (rc && !line)
@@ -651,14 +661,8 @@ int fs_qs_call(qsession *q, const char *in, size_t len, sbuf *out, size_t room)
 			rc = -ERANGE; /* the caller's to size: no errors line (as getxattr's) */
 		}
 	}
-	if (rc && rc != -ERANGE) {
-		if (line)
-			fs_errlog_err(&q->dm->errors, rc, "query/%s/in (call): line %u: %s", q->id, line, why);
-		else
-			fs_errlog_err(&q->dm->errors, rc, "query/%s/in (call): %s%s", q->id,
-				      why[0] ? why : strerror(-rc),
-				      rc == -EIO ? " (echo verify > ctl names it; echo salvage > ctl removes it)" : "");
-	}
+	if (rc && rc != -ERANGE)
+		log_input_failure(q, "in (call)", rc, line, why);
 	vecfs_results_free(r);
 	budget_give(&q->dm->query_results, held);
 	vecfs_query_input_free(&qi);
