@@ -199,31 +199,27 @@ check("build_stats", st["active"] == 1 and st["records"] == 1004 and st["metric"
       st["recall_estimate"] is None and isinstance(st["cluster_imbalance"], float), repr(st))
 
 
-def session_stats():
+def session_files(name):
+    """The bytes of file `name` of each of the module's sessions."""
     out = []
     for s in os.listdir(MNT + "/query"):
         if s.startswith("py-"):
-            with open("%s/query/%s/stats" % (MNT, s)) as f:
-                out.append(vecfs._parse_kv(f.read()))
+            with open("%s/query/%s/%s" % (MNT, s, name), "rb") as f:
+                out.append(f.read())
     return out
+
+
+def session_stats():
+    return [vecfs._parse_kv(b.decode()) for b in session_files("stats")]
 
 
 # a search is the query call (an ioctl of in) when it fits: it leaves the
 # session's in, out and stats as they were, so what the module asked for is
 # read here from the stats of the write path, which sends the same request
-def session_in():
-    out = []
-    for s in os.listdir(MNT + "/query"):
-        if s.startswith("py-"):
-            with open("%s/query/%s/in" % (MNT, s), "rb") as f:
-                out.append(f.read())
-    return out
-
-
-before = session_in()
+before = session_files("in")
 k, d = ix.search(rows[10], k=3)
-check("search_is_the_call", list(k[:1]) == ["10"] and len(k) == 3 and session_in() == before,
-      repr((k, before, session_in())))
+check("search_is_the_call", list(k[:1]) == ["10"] and len(k) == 3 and
+      session_files("in") == before, repr((k, before, session_files("in"))))
 ix._no_call = True
 k, d = ix.search(rows[10], k=4, recall=0.9)
 ss = session_stats()

@@ -2538,13 +2538,14 @@ static int mnt_query_held(struct bench *b, struct mnt *m, size_t qi, size_t optl
 	return parse_out(b, m->out, outlen, qi, cnt);
 }
 
+#define CALL_SKIP 1 /* the query call does not take these queries: not measured */
+
 /* One query as one system call: the query call, an ioctl() of in
  * (VECFS_IOC_QUERY) whose buffer holds the request going in and out's
  * text coming back.  Its size: room for the request and for k results of
  * about 64 bytes (keys here are row numbers), the whole VECFS_CALL_MAX
- * again when they did not fit (ERANGE). */
-#define CALL_SKIP 1 /* the query call does not take these queries: not measured */
-
+ * again when they did not fit (ERANGE); CALL_SKIP when even that is too
+ * short. */
 static int mnt_query_call(struct bench *b, struct mnt *m, size_t qi, size_t optlen,
 			  uint64_t *ns, size_t *cnt)
 {
@@ -2721,7 +2722,6 @@ static int mnt_measure_batch(struct bench *b, struct mnt *m, const char *opts,
 	return 0;
 }
 
-/* Warm up, then time every query once at this nprobe through the mount. */
 enum { WAY_PLAIN, WAY_HELD, WAY_CALL };
 
 /* rc of a query: CALL_SKIP leaves the query call's figures NaN (0), any
@@ -2737,6 +2737,8 @@ static int call_skipped(uint32_t nprobe, int rc, struct measure *out)
 	return 0;
 }
 
+/* Warm up, then time every query once at this nprobe through the mount,
+ * one way (WAY_). */
 static int mnt_measure(struct bench *b, struct mnt *m, uint32_t nprobe, int way,
 		       struct measure *out)
 {
