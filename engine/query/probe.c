@@ -513,6 +513,29 @@ static int cmp_pair(const void *a, const void *b)
 	return x->rank < y->rank ? -1 : x->rank > y->rank;
 }
 
+/* Counting sort of a[0..n) (each of size sz) by key(a[i]) < nkey, stable,
+ * into out; cnt: room for nkey + 1 counts. */
+#define COUNT_SORT(a, n, out, cnt, nkey, key)                                   \
+	do {                                                                    \
+		memset((cnt), 0, sizeof(uint32_t) * ((size_t)(nkey) + 1));        \
+		for (size_t i_ = 0; i_ < (n); i_++)                             \
+			(cnt)[(a)[i_].key + 1]++;                                 \
+		for (size_t k_ = 1; k_ <= (size_t)(nkey); k_++)                 \
+			(cnt)[k_] += (cnt)[k_ - 1];                               \
+		for (size_t i_ = 0; i_ < (n); i_++)                             \
+			(out)[(cnt)[(a)[i_].key]++] = (a)[i_];                    \
+	} while (0)
+
+/* The (cluster, query) pairs of a batch grouped by cluster, each cluster's
+ * by rank, ties in query order (as made: by query): two stable counting
+ * passes, by rank, then by cluster, through tmp (room for m pairs) and
+ * cnt (room for nkey + 1 counts, nkey past every rank and cluster). */
+static void pairs_sort(pair *p, size_t m, pair *tmp, uint32_t *cnt, uint32_t nkey)
+{
+	COUNT_SORT(p, m, tmp, cnt, nkey, rank);
+	COUNT_SORT(tmp, m, p, cnt, nkey, cluster);
+}
+
 int vf_scan_ivf(search *s, int again)
 {
 	float *dots = probe_room(s);
@@ -552,11 +575,20 @@ int vf_scan_ivf(search *s, int again)
 		/* group (cluster, query) pairs by cluster; visit clusters in order
 		 * of their best rank so every query meets its nearest clusters
 		 * early */
+		uint32_t nkey = s->g->meta.nlist;
 		m = 0;
-		for (size_t i = 0; i < s->nq; i++)
+		for (size_t i = 0; i < s->nq; i++) {
+			nkey = s->qs[i].np > nkey ? s->qs[i].np : nkey;
 			for (uint32_t r = s->qs[i].from; r < s->qs[i].np; r++)
 				pairs[m++] = (pair){s->qs[i].probe[r], r, (uint32_t)i};
-		qsort(pairs, m, sizeof *pairs, cmp_pair);
+		}
+		/* (room for the pairs, then for the clusters' work) */
+		pair *tmp = vf_malloc(sizeof(cluster_work) * (m ? m : 1));
+		uint32_t *cnt = vf_malloc(sizeof(uint32_t) * ((size_t)nkey + 1));
+		if (tmp && cnt)
+			pairs_sort(pairs, m, tmp, cnt, nkey);
+		else
+			qsort(pairs, m, sizeof *pairs, cmp_pair);
 		for (size_t i = 0; i < m;) {
 			size_t j = i;
 			while (j < m && pairs[j].cluster == pairs[i].cluster) {
@@ -567,7 +599,17 @@ int vf_scan_ivf(search *s, int again)
 						    (uint32_t)(j - i)};
 			i = j;
 		}
-		qsort(work, nw, sizeof *work, cmp_probe);
+		/* made in cluster order: a stable sort by rank orders them as
+		 * cmp_probe() does */
+		cluster_work *wtmp = tmp && cnt ? (cluster_work *)(void *)tmp : NULL;
+		if (wtmp) {
+			COUNT_SORT(work, nw, wtmp, cnt, nkey, rank);
+			memcpy(work, wtmp, sizeof *work * nw);
+		} else {
+			qsort(work, nw, sizeof *work, cmp_probe);
+		}
+		free(tmp);
+		free(cnt);
 	}
 	/* locate a window of clusters ahead (in key order, so the cursor moves
 	 * forward through the tree), then score them nearest first */
