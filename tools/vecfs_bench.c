@@ -124,7 +124,9 @@ static const char usage_text[] =
 	"                          batch QPS over one query a call; with --mount\n"
 	"                          also B queries an input through the mount\n"
 	"                          (one pwritev(), the close of a dup(), out\n"
-	"                          read to the end), beside the library's\n"
+	"                          read to the end), beside the library's;\n"
+	"                          each round keeps the fastest of 3 passes of\n"
+	"                          each\n"
 	"  --memory-cap MB|P%      library alone: search with this process in a\n"
 	"                          memory cgroup capped at MB MiB, or at P percent\n"
 	"                          of the store's size (cgroup v1, root), the page\n"
@@ -831,6 +833,30 @@ static int measure_batch(struct bench *b, const vecfs_query_opts *qo, struct mea
 	return batch_pass(b, qo, &m->batch_qps, &m->batch_recall, &m->batch_pages);
 }
 
+/* With --mount, each round times the batches this many times each way
+ * (through the mount, the library) and keeps the fastest pass: one pass of
+ * sift-128's 10,000 queries lasts a fifth of a second, and a slow moment of
+ * the machine moved a single pass's ratio by a quarter. */
+#define MNT_BATCH_PASSES 3
+
+/* The library's batches in a --mount round: the fastest of MNT_BATCH_PASSES. */
+static int measure_batch_best(struct bench *b, const vecfs_query_opts *qo, struct measure *m)
+{
+	struct measure t = *m;
+	int rc;
+
+	for (int p = 0; p < MNT_BATCH_PASSES; p++) {
+		if ((rc = measure_batch(b, qo, &t)))
+			return rc;
+		if (p == 0 || t.batch_qps > m->batch_qps) {
+			m->batch_qps = t.batch_qps;
+			m->batch_recall = t.batch_recall;
+			m->batch_pages = t.batch_pages;
+		}
+	}
+	return 0;
+}
+
 /* ---------------------------------------------------------------- output */
 
 static void print_header(const struct bench *b)
@@ -1353,6 +1379,9 @@ static void bench_free(struct bench *b)
 /* sampled phases: each ingest file, the build */
 enum { PH_NONE = -1, PH_INGEST = 0, PH_INGEST2 = 1, PH_BUILD = 2, PH_COUNT = 3 };
 
+/* What a round's QPS figures are of (struct mnt's qps_of). */
+enum { Q_FS, Q_HELD, Q_LIB, Q_CALL, Q_BATCH, Q_LIB_BATCH };
+
 struct mnt {
 	char tmp[PATH_MAX];      /* holds store/ and mnt/ */
 	char store[PATH_MAX];
@@ -1391,7 +1420,9 @@ struct mnt {
 	struct measure fs[MAX_NPROBE], lib[MAX_NPROBE];
 	struct measure held[MAX_NPROBE];          /* descriptors held open */
 	struct measure call[MAX_NPROBE];          /* the query call (an ioctl) */
-	double qps_of[MAX_ROUNDS][MAX_NPROBE][4]; /* per round: fs, held, lib, call */
+	double qps_of[MAX_ROUNDS][MAX_NPROBE][6]; /* per round (Q_): fs, held, lib, call,
+						   * and with --batch the mount's and
+						   * the library's batches */
 	unsigned rounds_done;
 	/* query traffic */
 	int hin, hout;           /* held descriptors of in and out; -1: none */
@@ -2656,9 +2687,10 @@ static int parse_out_batch(struct bench *b, const char *text, size_t len, size_t
 
 /* --batch through the mount: the queries opt->batch to an input, written
  * with one pwritev() at offset 0 of a held in (plain: the close of a dup()
- * runs it), out read to the end; QPS over the time of all of that. */
-static int mnt_measure_batch(struct bench *b, struct mnt *m, const char *opts,
-			     size_t optlen, struct measure *out)
+ * runs it), out read to the end; QPS over the time of all of that, one
+ * pass over the queries. */
+static int mnt_batch_pass(struct bench *b, struct mnt *m, const char *opts,
+			  size_t optlen, struct measure *out)
 {
 	size_t per = b->opt->batch, outlen = 0;
 	uint64_t total_ns = 0;
@@ -2719,6 +2751,24 @@ static int mnt_measure_batch(struct bench *b, struct mnt *m, const char *opts,
 		return rc;
 	out->batch_recall = recall_sum / (double)b->nq;
 	out->batch_qps = total_ns ? (double)b->nq * 1e9 / (double)total_ns : 0;
+	return 0;
+}
+
+/* The fastest of MNT_BATCH_PASSES passes of mnt_batch_pass(). */
+static int mnt_measure_batch(struct bench *b, struct mnt *m, const char *opts,
+			     size_t optlen, struct measure *out)
+{
+	struct measure t = *out;
+	int rc;
+
+	for (int p = 0; p < MNT_BATCH_PASSES; p++) {
+		if ((rc = mnt_batch_pass(b, m, opts, optlen, &t)))
+			return rc;
+		if (p == 0 || t.batch_qps > out->batch_qps) {
+			out->batch_qps = t.batch_qps;
+			out->batch_recall = t.batch_recall;
+		}
+	}
 	return 0;
 }
 
@@ -2875,7 +2925,7 @@ static int lib_measure(struct bench *b, struct mnt *m)
 		fprintf(stderr, "library queries: nprobe %u\n", o->nprobe[i]);
 		if ((rc = measure_setting(b, &qo, &m->lib[i])))
 			return rc;
-		if (o->batch && (rc = measure_batch(b, &qo, &m->lib[i])))
+		if (o->batch && (rc = measure_batch_best(b, &qo, &m->lib[i])))
 			return rc;
 	}
 	return 0;
@@ -3025,21 +3075,23 @@ static void json_kb(const char *key, int sampled, uint64_t kb)
 }
 
 /* Over the rounds, setting i: the median of the rounds' ratios of way w
- * (0: open/close, 1: held, 3: the query call) to the library, and the pooled ratio (the
- * library's time for all queries of all rounds over the mount's). */
+ * (a Q_ index) to the library's QPS (Q_LIB; Q_LIB_BATCH for Q_BATCH), and
+ * the pooled ratio (the library's time for all queries of all rounds over
+ * the mount's). */
 static void round_ratios(const struct mnt *m, size_t i, int w, double *median,
 			 double *pooled)
 {
 	double r[MAX_ROUNDS], t_lib = 0, t_fs = 0;
+	int l = w == Q_BATCH ? Q_LIB_BATCH : Q_LIB;
 	unsigned n = 0;
 
 	for (unsigned k = 0; k < m->rounds_done; k++) {
 		const double *q = m->qps_of[k][i];
 
-		if (!(q[2] > 0) || !(q[w] > 0))
+		if (!(q[l] > 0) || !(q[w] > 0))
 			continue; /* no figure: not in the median */
-		r[n++] = q[w] / q[2];
-		t_lib += 1 / q[2];
+		r[n++] = q[w] / q[l];
+		t_lib += 1 / q[l];
 		t_fs += 1 / q[w];
 	}
 	if (n == 0) {
@@ -3095,15 +3147,20 @@ static void mnt_json_row(const struct bench *b, const struct mnt *m, size_t i)
 							   : NAN, 4);
 	}
 	printf(",\"rounds\":%u", m->rounds_done);
-	round_ratios(m, i, 0, &med, &pooled);
+	round_ratios(m, i, Q_FS, &med, &pooled);
 	tool_json_num("ratio_median", med, 4);
 	tool_json_num("ratio_pooled", pooled, 4);
-	round_ratios(m, i, 1, &med, &pooled);
+	round_ratios(m, i, Q_HELD, &med, &pooled);
 	tool_json_num("held_ratio_median", med, 4);
 	tool_json_num("held_ratio_pooled", pooled, 4);
-	round_ratios(m, i, 3, &med, &pooled);
+	round_ratios(m, i, Q_CALL, &med, &pooled);
 	tool_json_num("call_ratio_median", med, 4);
 	tool_json_num("call_ratio_pooled", pooled, 4);
+	if (b->opt->batch) {
+		round_ratios(m, i, Q_BATCH, &med, &pooled);
+		tool_json_num("batch_ratio_median", med, 4);
+		tool_json_num("batch_ratio_pooled", pooled, 4);
+	}
 	tool_json_num("p50_us", fs->p50_us, 1);
 	tool_json_num("p99_us", fs->p99_us, 1);
 	tool_json_num("library_recall_at_10", lib->recall, 4);
@@ -3154,15 +3211,18 @@ static void print_rounds(const struct bench *b, const struct mnt *m)
 	       "the mount\n         (mounted again), then the library; ratios to the "
 	       "library, round by round:\n", m->rounds_done);
 	for (size_t i = 0; i < b->opt->n_nprobe; i++) {
-		for (int row = 0; row < 3; row++) {
-			int w = row == 0 ? 3 : row == 1 ? 1 : 0;
+		static const int ways[] = { Q_CALL, Q_HELD, Q_FS, Q_BATCH };
+		static const char *const names[] = { "call", "held", "open/close", "batches" };
+
+		for (int row = 0; row < 3 + !!b->opt->batch; row++) {
+			int w = ways[row], l = w == Q_BATCH ? Q_LIB_BATCH : Q_LIB;
 			double med, pooled;
 
 			round_ratios(m, i, w, &med, &pooled);
-			printf("%6u   %-10s", b->opt->nprobe[i], w == 3 ? "call" : w ? "held" : "open/close");
+			printf("%6u   %-10s", b->opt->nprobe[i], names[row]);
 			for (unsigned k = 0; k < m->rounds_done; k++)
-				printf(" %.3f", m->qps_of[k][i][2] > 0 ?
-				       m->qps_of[k][i][w] / m->qps_of[k][i][2] : NAN);
+				printf(" %.3f", m->qps_of[k][i][l] > 0 ?
+				       m->qps_of[k][i][w] / m->qps_of[k][i][l] : NAN);
 			printf("; median %.3f, pooled %.3f\n", med, pooled);
 		}
 	}
@@ -3215,10 +3275,12 @@ static int mount_run(struct bench *b, struct mnt *m)
 			b->st.v = NULL;
 		}
 		for (size_t i = 0; !rc && i < b->opt->n_nprobe; i++) {
-			m->qps_of[r][i][0] = m->fs[i].qps;
-			m->qps_of[r][i][1] = m->held[i].qps;
-			m->qps_of[r][i][2] = m->lib[i].qps;
-			m->qps_of[r][i][3] = m->call[i].qps;
+			m->qps_of[r][i][Q_FS] = m->fs[i].qps;
+			m->qps_of[r][i][Q_HELD] = m->held[i].qps;
+			m->qps_of[r][i][Q_LIB] = m->lib[i].qps;
+			m->qps_of[r][i][Q_CALL] = m->call[i].qps;
+			m->qps_of[r][i][Q_BATCH] = m->fs[i].batch_qps;
+			m->qps_of[r][i][Q_LIB_BATCH] = m->lib[i].batch_qps;
 		}
 		if (!rc)
 			m->rounds_done = r + 1;
