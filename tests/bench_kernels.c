@@ -1,6 +1,8 @@
 /*
  * tests/bench_kernels.c - time of the encoder a row (vf_encode: residual,
- * rotation, the scan for a scale, codes and bit planes), with the kernel
+ * rotation, the scan for a scale, codes and bit planes), and of a row's
+ * bytes for the nearest centroid's 8-bit first look (max_abs and
+ * q8_point, as kmeans.c's q8_query() calls them), with the kernel
  * table VECFS_KERNEL names (else the best this CPU has).  Not a test: `make
  * bench-kernels` runs it once a table.  The check value is the same for
  * every table (they agree bit for bit), so a change that alters codes shows.
@@ -72,6 +74,39 @@ static int run(uint32_t dim, uint32_t bits, int with_mu, long rows)
 	return 0;
 }
 
+/* A row's bytes for the 8-bit first look, as q8_query() makes them. */
+static int run_q8(uint32_t dim, long rows)
+{
+	const vf_kernels *kn = vf_kernels_get();
+	uint32_t d4 = (dim + 3) & ~3u;
+	float *v = malloc(sizeof(float) * dim * DISTINCT);
+	uint8_t *xu = malloc(d4);
+	if (!v || !xu)
+		return 1;
+	uint64_t s = 1;
+	for (size_t i = 0; i < (size_t)dim * DISTINCT; i++)
+		v[i] = (float)(vf_splitmix(&s) % 2001) / 10.0f - 100.0f;
+	double check = 0, best = 1e9;
+	for (int round = 0; round < 3; round++) {
+		double t0 = now();
+		for (long i = 0; i < rows; i++) {
+			const float *x = v + (size_t)(i % DISTINCT) * dim;
+			float mx = kn->max_abs(x, dim);
+			double dx2, x2;
+			kn->q8_point(x, dim, d4, mx / 63, 63 / mx, xu, &dx2, &x2);
+			if (round == 0)
+				check += dx2 + x2 + xu[i % d4];
+		}
+		double us = (now() - t0) / (double)rows * 1e6;
+		best = us < best ? us : best;
+	}
+	printf("%-7s dim %4u first look's bytes  %7.3f us a row  (check %.9g)\n", kn->name, dim,
+	       best, check);
+	free(v);
+	free(xu);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	long rows = argc > 1 ? atol(argv[1]) : 100000;
@@ -81,5 +116,7 @@ int main(int argc, char **argv)
 		for (size_t b = 0; b < 3; b++)
 			rc |= run(dims[d], bitss[b], 1, dims[d] > 256 ? rows / 4 : rows);
 	rc |= run(128, 4, 0, rows);
+	for (size_t d = 0; d < 2; d++)
+		rc |= run_q8(dims[d], rows);
 	return rc;
 }

@@ -1383,6 +1383,61 @@ static void check_quant16(const vf_kernels *kn, rng *r)
 	assert_int_equal(bad, 0);
 }
 
+/* max_abs and q8_point bit for bit against the scalar kernels: every
+ * dimension up to 40 and some larger (d4 the next multiple of 4, its
+ * padding read as 0), values of mixed scales and signs, -0, ties of the
+ * rounding (v * inv halfway between two integers); max_abs also passes
+ * over a NaN. */
+static void check_q8_point(const vf_kernels *kn, rng *r)
+{
+	enum { N = 1000 };
+	static const uint32_t big[] = {100, 127, 128, 129, 784, 999, 1000};
+	static float x[N];
+	uint8_t xu[2][N];
+	size_t bad = 0;
+	for (int round = 0; round < 4; round++) {
+		for (size_t i = 0; i < N; i++) {
+			float u = (float)(rng_next(r) % 2000001) / 1e6f - 1;
+			x[i] = round == 0 ? u : round == 1 ? u * 1e-3f * (float)(1 + i % 7)
+				: round == 2 ? (float)((int)(u * 126)) * 0.5f : (i % 5 ? -0.0f : u * 3e4f);
+		}
+		for (uint32_t k = 0; k < 40 + sizeof big / sizeof *big; k++) {
+			uint32_t dim = k < 40 ? k + 1 : big[k - 40], d4 = (dim + 3) & ~3u;
+			float m0 = vf_kernels_scalar.max_abs(x, dim), m1 = kn->max_abs(x, dim);
+			if (memcmp(&m0, &m1, 4)) {
+				if (bad++ < 5)
+					print_message("%s max_abs differs from scalar (dim %u, round %d)\n",
+						      kn->name, dim, round);
+				continue;
+			}
+			if (!(m0 > 0))
+				continue;
+			float t = m0 / 63, inv = 63 / m0;
+			double a0, b0, a1, b1;
+			memset(xu, 0xee, sizeof xu);
+			vf_kernels_scalar.q8_point(x, dim, d4, t, inv, xu[0], &a0, &b0);
+			kn->q8_point(x, dim, d4, t, inv, xu[1], &a1, &b1);
+			if (memcmp(&a0, &a1, 8) || memcmp(&b0, &b1, 8) || memcmp(xu[0], xu[1], N)) {
+				if (bad++ < 5)
+					print_message("%s q8_point differs from scalar (dim %u, round %d)\n",
+						      kn->name, dim, round);
+			}
+		}
+	}
+	float y[19];
+	for (int i = 0; i < 19; i++)
+		y[i] = (float)(i - 8); /* |y| largest at the end: 10, then 9 */
+	for (int at = 0; at < 19; at++) {
+		float keep = y[at];
+		y[at] = NAN;
+		float m0 = vf_kernels_scalar.max_abs(y, 19), m1 = kn->max_abs(y, 19);
+		if (m1 != m0 || m0 != (at == 18 ? 9.0f : 10.0f))
+			bad++;
+		y[at] = keep;
+	}
+	assert_int_equal(bad, 0);
+}
+
 /* point_panels_i8 against a plain sum, exactly: random bytes, and the
  * extremes (127 against -127 and 127 in every coordinate), over 4 to
  * 1,024 coordinates and 1 to 3 panels. */
@@ -1659,6 +1714,7 @@ static void test_kernels_agree(void **state)
 		check_best_rest(kn, &r);
 		check_panels_i8(kn, &r);
 		check_quant16(kn, &r);
+		check_q8_point(kn, &r);
 	}
 }
 

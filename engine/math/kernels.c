@@ -199,6 +199,23 @@ static void sum_maxabs_scalar(const float *x, uint32_t n, float *sum, float *max
 	*maxabs = m;
 }
 
+static float max_abs_scalar(const float *x, uint32_t n)
+{
+	float m = 0;
+	for (uint32_t i = 0; i < n; i++)
+		m = fabsf(x[i]) > m ? fabsf(x[i]) : m;
+	return m;
+}
+
+static void q8_point_scalar(const float *x, uint32_t dim, uint32_t d4, float t, float inv,
+			    uint8_t *xu, double *dx2, double *x2)
+{
+	double dx2l[8] = {0}, x2l[8] = {0};
+	for (uint32_t i = 0; i < d4; i++)
+		vf_q8_point_step(x, dim, i, t, inv, xu, dx2l, x2l);
+	vf_q8_point_sums(dx2l, x2l, dx2, x2);
+}
+
 static void quant16_scalar(const float *rq, uint32_t n, float scf, float qm, int16_t *q16)
 {
 	for (uint32_t i = 0; i < n; i++) {
@@ -517,5 +534,6 @@ const vf_kernels vf_kernels_scalar = {
 	code_dot_scalar, levels_scan_scalar, encode_residual_scalar, encode_codes_scalar,
 	rotate_rounds_scalar, panel_min_scalar, best_rest_scalar, point_panels_i8_scalar,
 	points_panels_i8_scalar, q8_scores_scalar, q8_bounds_scalar, sum_maxabs_scalar, quant16_scalar,
+	max_abs_scalar, q8_point_scalar,
 };
 

@@ -154,6 +154,17 @@ typedef struct vf_kernels {
 	 * [-qm, qm]. */
 	void (*sum_maxabs)(const float *x, uint32_t n, float *sum, float *maxabs);
 	void (*quant16)(const float *rq, uint32_t n, float scf, float qm, int16_t *q16);
+	/* The largest |x_i| of x[0..n), +0 at least (a NaN is passed over). */
+	float (*max_abs)(const float *x, uint32_t n);
+	/* The 8-bit first look's bytes of a point (kmeans.c's q8_query()):
+	 * over d4 (a multiple of 4, at least dim) values v_i = x_i for i <
+	 * dim, else 0: r_i = (v_i * inv + 1.5 * 2^23) - 1.5 * 2^23 in float,
+	 * clamped to [-63, 63], xu[i] = r_i + 64; in double, e_i = v_i - r_i *
+	 * t; lane i % 8 of *dx2 adds e_i * e_i and of *x2 adds v_i * v_i, in
+	 * order of i (a multiply, then an add), the lanes then added in
+	 * order. */
+	void (*q8_point)(const float *x, uint32_t dim, uint32_t d4, float t, float inv,
+			 uint8_t *xu, double *dx2, double *x2);
 } vf_kernels;
 
 /* Put (sc, c) in place i of the ascending pd[0..i] (pc alongside), moving
@@ -221,7 +232,38 @@ void vf_q8_bounds_avx2(const int32_t *raw, const int32_t *sum, const float *scal
 		       const float par[4], float *lo, float *hi, float *lmin, float *hmin);
 void vf_sum_maxabs_avx2(const float *x, uint32_t n, float *sum, float *maxabs);
 void vf_quant16_avx2(const float *rq, uint32_t n, float scf, float qm, int16_t *q16);
+float vf_max_abs_avx2(const float *x, uint32_t n);
+void vf_q8_point_avx2(const float *x, uint32_t dim, uint32_t d4, float t, float inv,
+		      uint8_t *xu, double *dx2, double *x2);
 #endif
+
+/* The scalar q8_point's step for coordinate i (lane i % 8 of dx2l, x2l),
+ * which the SIMD kernels take for the coordinates past their last whole
+ * vector. */
+static inline void vf_q8_point_step(const float *x, uint32_t dim, uint32_t i, float t,
+				    float inv, uint8_t *xu, double *dx2l, double *x2l)
+{
+	float v = i < dim ? x[i] : 0;
+	float r = (v * inv + 0x1.8p23f) - 0x1.8p23f;
+	r = r > 63 ? 63 : r < -63 ? -63 : r;
+	xu[i] = (uint8_t)(int)(r + 64);
+	double e = (double)v - (double)r * t;
+	dx2l[i % 8] += e * e;
+	x2l[i % 8] += (double)v * v;
+}
+
+/* The lanes of q8_point's sums added in order. */
+static inline void vf_q8_point_sums(const double *dx2l, const double *x2l, double *dx2,
+				    double *x2)
+{
+	double a = 0, b = 0;
+	for (int l = 0; l < 8; l++) {
+		a += dx2l[l];
+		b += x2l[l];
+	}
+	*dx2 = a;
+	*x2 = b;
+}
 
 /* The exact distances of float32 arrays, in double: the squared L2
  * distance, the dot product, and the cosine distance in index units,

@@ -785,6 +785,56 @@ static void best_rest_avx2(const float *score, uint32_t from, uint32_t n, uint32
 		vf_best_offer(score, c, np, pd, pc);
 }
 
+float vf_max_abs_avx2(const float *x, uint32_t n)
+{
+	const __m256 mag = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+	__m256 m = _mm256_setzero_ps();
+	uint32_t i = 0;
+	for (; i + 8 <= n; i += 8) /* (a NaN: max_ps gives its second operand) */
+		m = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(x + i), mag), m);
+	float l[8], r = 0;
+	_mm256_storeu_ps(l, m);
+	for (int k = 0; k < 8; k++)
+		r = l[k] > r ? l[k] : r;
+	for (; i < n; i++)
+		r = fabsf(x[i]) > r ? fabsf(x[i]) : r;
+	return r;
+}
+
+void vf_q8_point_avx2(const float *x, uint32_t dim, uint32_t d4, float t, float inv,
+		      uint8_t *xu, double *dx2, double *x2)
+{
+	const __m256 vinv = _mm256_set1_ps(inv), big = _mm256_set1_ps(0x1.8p23f),
+		     lo = _mm256_set1_ps(-63), hi = _mm256_set1_ps(63), off = _mm256_set1_ps(64);
+	const __m256d td = _mm256_set1_pd((double)t);
+	__m256d e0 = _mm256_setzero_pd(), e1 = e0, s0 = e0, s1 = e0;
+	uint32_t i = 0;
+	for (; i + 8 <= dim; i += 8) {
+		__m256 v = _mm256_loadu_ps(x + i);
+		__m256 r = _mm256_sub_ps(_mm256_add_ps(_mm256_mul_ps(v, vinv), big), big);
+		r = _mm256_min_ps(_mm256_max_ps(r, lo), hi);
+		__m256i b = _mm256_cvttps_epi32(_mm256_add_ps(r, off));
+		__m128i w = _mm_packs_epi32(_mm256_castsi256_si128(b), _mm256_extracti128_si256(b, 1));
+		_mm_storel_epi64((__m128i *)(void *)(xu + i), _mm_packus_epi16(w, w));
+		__m256d v0 = _mm256_cvtps_pd(_mm256_castps256_ps128(v));
+		__m256d v1 = _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1));
+		__m256d d0 = _mm256_sub_pd(v0, _mm256_mul_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(r)), td));
+		__m256d d1 = _mm256_sub_pd(v1, _mm256_mul_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(r, 1)), td));
+		e0 = _mm256_add_pd(e0, _mm256_mul_pd(d0, d0));
+		e1 = _mm256_add_pd(e1, _mm256_mul_pd(d1, d1));
+		s0 = _mm256_add_pd(s0, _mm256_mul_pd(v0, v0));
+		s1 = _mm256_add_pd(s1, _mm256_mul_pd(v1, v1));
+	}
+	double dx2l[8], x2l[8];
+	_mm256_storeu_pd(dx2l, e0);
+	_mm256_storeu_pd(dx2l + 4, e1);
+	_mm256_storeu_pd(x2l, s0);
+	_mm256_storeu_pd(x2l + 4, s1);
+	for (; i < d4; i++) /* (i % 8 continues the lanes: i is a multiple of 8 here) */
+		vf_q8_point_step(x, dim, i, t, inv, xu, dx2l, x2l);
+	vf_q8_point_sums(dx2l, x2l, dx2, x2);
+}
+
 const vf_kernels vf_kernels_avx2 = {
 	"avx2", l2sq_avx2, dot_avx2, panel_dots_avx2, point_panels_avx2,
 	vf_point_panel_set_avx2,
@@ -793,5 +843,5 @@ const vf_kernels vf_kernels_avx2 = {
 	pass1_avx2, code_dot_avx2, vf_levels_scan_avx2, vf_encode_residual_avx2,
 	vf_encode_codes_avx2, rotate_rounds_avx2, panel_min_avx2,
 	best_rest_avx2, vf_point_panels_i8_avx2, vf_points_panels_i8_avx2, vf_q8_scores_avx2, vf_q8_bounds_avx2, vf_sum_maxabs_avx2,
-	vf_quant16_avx2,
+	vf_quant16_avx2, vf_max_abs_avx2, vf_q8_point_avx2,
 };

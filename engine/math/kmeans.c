@@ -221,30 +221,16 @@ int vf_cindex_probe_panels(const vf_cindex *ci, const float *x, size_t p0, size_
  * vf_cindex_probe_bounds() says. */
 static int q8_query(const vf_cindex *ci, const float *x, uint8_t *xu, float par[4])
 {
-	float mx = 0;
-	for (uint32_t d = 0; d < ci->dim; d++)
-		mx = fabsf(x[d]) > mx ? fabsf(x[d]) : mx;
+	const vf_kernels *kn = vf_kernels_get();
+	float mx = kn->max_abs(x, ci->dim);
 	if (!(mx >= VF_Q8_TINY) || !(mx <= 1e30f))
 		return -1;
 	float t = mx / 63, inv = 63 / mx;
-	/* eight lanes of sums, and v * inv (at most 63.0...) rounded to the
-	 * nearest integer, ties to even, as nearbyintf() does, by adding and
-	 * taking away 1.5 * 2^23: a loop the compiler can vectorise */
-	double dx2l[8] = {0}, x2l[8] = {0};
-	for (uint32_t d = 0; d < ci->d4; d++) {
-		float v = d < ci->dim ? x[d] : 0;
-		float r = (v * inv + 0x1.8p23f) - 0x1.8p23f;
-		r = r > 63 ? 63 : r < -63 ? -63 : r;
-		xu[d] = (uint8_t)(int)(r + 64);
-		double e = (double)v - (double)r * t;
-		dx2l[d % 8] += e * e;
-		x2l[d % 8] += (double)v * v;
-	}
-	double dx2 = 0, x2 = 0;
-	for (int l = 0; l < 8; l++) {
-		dx2 += dx2l[l];
-		x2 += x2l[l];
-	}
+	/* v * inv (at most 63.0...) rounded to the nearest integer, ties to
+	 * even, as nearbyintf() does, by adding and taking away 1.5 * 2^23;
+	 * the sums in eight lanes of double */
+	double dx2, x2;
+	kn->q8_point(x, ci->dim, ci->d4, t, inv, xu, &dx2, &x2);
 	float xn = (float)(sqrt(x2) * (1 + 1e-6)), dxn = (float)(sqrt(dx2) * (1 + 1e-6));
 	/* (no NaN: the factors are finite, so an overflow gives -inf lo and
 	 * +inf hi, the widest bounds) */
