@@ -22,6 +22,7 @@
 #include "prefetch.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -497,14 +498,17 @@ static void search_free(search *s)
  * (measured on sift-128: 17k QPS in parts of 4-8 on one CPU, 12-14k one
  * query at a time, 9k for a batch of 1000 in one part).  Without (exact
  * scans), a part reads every record: one part a CPU, at least PART_EXACT
- * queries each.  Each CPU's parts run on a read transaction of its own,
- * all of them on one snapshot. */
+ * queries each.  Each CPU takes the next part not yet taken, and runs it
+ * on a read transaction of its own, all of them on one snapshot. */
 #define PART_ANN 8
 #define PART_EXACT 16
 
 typedef struct cpu_job {
-	search *parts;        /* this CPU's, in batch order */
-	size_t nparts, first; /* how many; the index of the first in the batch's */
+	search *parts;        /* the batch's, all of them */
+	size_t nparts;        /* how many */
+	_Atomic size_t *next; /* the first part no job has taken yet */
+	_Atomic int *failed;  /* set by a job that failed: the others stop */
+	vf_txn *txn;          /* this CPU's read transaction */
 	const float *queries; /* the batch */
 	size_t nq, per;       /* queries in all; in a part */
 	uint32_t dim;
@@ -544,11 +548,22 @@ static void *cpu_run(void *arg)
 		thread_seen.known = 1;
 	}
 	uint64_t t0 = mono_ns();
-	for (size_t p = 0; p < j->nparts && j->rc == 0; p++) {
-		size_t from = (j->first + p) * j->per;
+	/* the parts in batch order, each taken by the first CPU free for it
+	 * (fixed shares left one CPU idle while the other, slowed by another
+	 * program, still had parts to search) */
+	for (;;) {
+		size_t p = atomic_fetch_add(j->next, 1);
+		if (p >= j->nparts || atomic_load(j->failed))
+			break;
+		size_t from = p * j->per;
 		size_t n = j->nq - from < j->per ? j->nq - from : j->per;
+		j->parts[p].txn = j->txn;
 		j->rc = search_run(&j->parts[p], j->queries + from * j->dim, n, from, j->pol,
 				   j->err, sizeof j->err);
+		if (j->rc) {
+			atomic_store(j->failed, 1);
+			break;
+		}
 	}
 	j->pages = 0;
 	if (mono_ns() - t0 >= FAULT_LOOK_NS) {
@@ -677,17 +692,19 @@ int vf_search_threads(vecfs *v, const float *queries, size_t nq, uint32_t dim,
 			vf_read_end(v->store, txn[t]);
 		return -ENOMEM;
 	}
-	for (int t = 0; t < n; t++) { /* (the jobs a search runs: jobs[0..n)) */
-		size_t p0 = nparts * (size_t)t / (size_t)n, p1 = nparts * (size_t)(t + 1) / (size_t)n;
-		jobs[t] = (cpu_job){parts + p0, p1 - p0, p0, queries, nq, per, dim, &pol, 0, 0, ""};
-		for (size_t p = p0; p < p1; p++) {
-			parts[p].v = v;
-			parts[p].txn = txn[t]; /* the snapshot of txn[0] (open_more) */
-			parts[p].active = active;
-			parts[p].fset = fset;
-			parts[p].prefetch = vf_prefetch_wanted(v);
-		}
+	_Atomic size_t next = 0;
+	_Atomic int failed = 0;
+	for (size_t p = 0; p < nparts; p++) {
+		parts[p].v = v;
+		parts[p].active = active;
+		parts[p].fset = fset;
+		parts[p].prefetch = vf_prefetch_wanted(v);
 	}
+	/* (the jobs a search runs: jobs[0..n), each on the snapshot of txn[0]:
+	 * open_more()) */
+	for (int t = 0; t < n; t++)
+		jobs[t] = (cpu_job){parts, nparts, &next, &failed, txn[t], queries, nq, per, dim,
+				    &pol, 0, 0, ""};
 	vf_parallel(cpu_run, jobs, sizeof *jobs, n);
 	for (int t = 0; t < n && rc == 0; t++)
 		if ((rc = jobs[t].rc) && jobs[t].err[0])
