@@ -23,6 +23,18 @@ pthread_attr_t *vf_thread_attr(pthread_attr_t *attr)
 	return attr;
 }
 
+pthread_attr_t *vf_thread_attr_away(pthread_attr_t *attr)
+{
+	if (!have_start_cpus || pthread_attr_init(attr) != 0)
+		return NULL;
+	cpu_set_t cpus = start_cpus;
+	int here = sched_getcpu();
+	if (here >= 0 && here < CPU_SETSIZE && CPU_ISSET(here, &cpus) && CPU_COUNT(&cpus) > 1)
+		CPU_CLR(here, &cpus);
+	pthread_attr_setaffinity_np(attr, sizeof cpus, &cpus);
+	return attr;
+}
+
 int vf_thread_start(pthread_t *t, void *(*fn)(void *), void *arg)
 {
 	pthread_attr_t attr, *ap = vf_thread_attr(&attr);

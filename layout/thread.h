@@ -15,5 +15,11 @@ int vf_thread_start(pthread_t *t, void *(*fn)(void *), void *arg);
 /* attr initialized and set to the program's CPUs, or NULL when they are
  * unknown (or attr cannot be made); pthread_attr_destroy() it after use. */
 pthread_attr_t *vf_thread_attr(pthread_attr_t *attr);
+/* The same, less the CPU the calling thread runs on when the program has
+ * others: for a helper of a thread that keeps working beside it (a
+ * helper the kernel put on its starter's CPU, as it did beside a pinned
+ * worker of the daemon, took turns with it there while another CPU
+ * idled). */
+pthread_attr_t *vf_thread_attr_away(pthread_attr_t *attr);
 
 #endif
