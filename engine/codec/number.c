@@ -30,12 +30,16 @@
 
 typedef unsigned __int128 u128;
 
+/* 10^n for 0 <= n <= 38 (10^38 < 2^127). */
 static u128 pow10_u128(int n)
 {
-	u128 p = 1;
-	while (n-- > 0)
-		p *= 10;
-	return p;
+	static const uint64_t p[20] = {
+		1ull, 10ull, 100ull, 1000ull, 10000ull, 100000ull, 1000000ull, 10000000ull,
+		100000000ull, 1000000000ull, 10000000000ull, 100000000000ull, 1000000000000ull,
+		10000000000000ull, 100000000000000ull, 1000000000000000ull, 10000000000000000ull,
+		100000000000000000ull, 1000000000000000000ull, 10000000000000000000ull,
+	};
+	return n < 20 ? (u128)p[n] : (u128)p[19] * p[n - 19];
 }
 
 /* q = num / den rounded half to even. */
@@ -43,6 +47,15 @@ static uint64_t div_round_even(u128 num, u128 den)
 {
 	u128 q = num / den, r = num - q * den;
 	if (r > den - r || (r == den - r && (q & 1)))
+		q++;
+	return (uint64_t)q;
+}
+
+/* The same for den = 2^s (0 < s < 128): a shift, not a division. */
+static uint64_t shift_round_even(u128 num, int s)
+{
+	u128 q = num >> s, r = num & (((u128)1 << s) - 1), half = (u128)1 << (s - 1);
+	if (r > half || (r == half && (q & 1)))
 		q++;
 	return (uint64_t)q;
 }
@@ -57,23 +70,40 @@ static uint64_t nine_digits(uint32_t m, int e, int x)
 		u128 v = (u128)m << e;
 		d = x >= 8 ? div_round_even(v, pow10_u128(x - 8)) : (uint64_t)(v * pow10_u128(8 - x));
 	} else {
-		d = div_round_even((u128)m * pow10_u128(8 - x), (u128)1 << -e);
+		d = shift_round_even((u128)m * pow10_u128(8 - x), -e);
 	}
 	return d;
 }
 
 /* The nine significant digits D of a normal float of magnitude a >= 1e-22
- * (bits: its bits) and its decimal exponent *x: |f| ~ D * 10^(*x - 8). */
+ * (bits: its bits) and its decimal exponent *x: |f| ~ D * 10^(*x - 8).
+ * The exponent is guessed from the binary one (floor(E log10 2), then one
+ * up where a reaches the next power of ten), and set right by the digits
+ * when the guess was one off (powers of ten below 1 are not exact
+ * doubles). */
 static uint64_t nine_digits_of(uint32_t bits, double a, int *x)
 {
+	static const double p10[] = { /* 10^-22 .. 10^39 */
+		1e-22, 1e-21, 1e-20, 1e-19, 1e-18, 1e-17, 1e-16, 1e-15, 1e-14, 1e-13, 1e-12,
+		1e-11, 1e-10, 1e-9,  1e-8,  1e-7,  1e-6,  1e-5,  1e-4,  1e-3,  1e-2,  1e-1,
+		1e0,   1e1,   1e2,   1e3,   1e4,   1e5,   1e6,   1e7,   1e8,   1e9,   1e10,
+		1e11,  1e12,  1e13,  1e14,  1e15,  1e16,  1e17,  1e18,  1e19,  1e20,  1e21,
+		1e22,  1e23,  1e24,  1e25,  1e26,  1e27,  1e28,  1e29,  1e30,  1e31,  1e32,
+		1e33,  1e34,  1e35,  1e36,  1e37,  1e38,  1e39,
+	};
 	uint32_t m = (bits & 0x7fffff) | 0x800000;
 	int e = (int)((bits >> 23) & 0xff) - 150;
-	*x = (int)floor(log10(a));
+	int g = ((e + 23) * 1233) >> 12; /* floor(E log10 2), |E| < 128 */
+	if (g < -22)
+		g = -22;
+	if (g + 1 <= 39 && a >= p10[g + 1 + 22])
+		g++;
+	*x = g;
 	uint64_t d = nine_digits(m, e, *x);
-	if (d < 100000000u) { /* log10 rounded up across a power of ten */
+	if (d < 100000000u) { /* the guess one too high */
 		(*x)--;
 		d = nine_digits(m, e, *x);
-	} else if (d >= 1000000000u) { /* rounded to ten digits */
+	} else if (d >= 1000000000u) { /* one too low, or rounded to ten digits */
 		(*x)++;
 		d = nine_digits(m, e, *x);
 	}
