@@ -2110,14 +2110,21 @@ static void test_nearest_ties_first(void **state)
 	free(cent);
 }
 
-/* vf_parallel() runs its jobs on every CPU of the process, and
- * vf_thread_start() its thread, also when the caller is pinned to one (the
- * daemon's workers are): each job records how many CPUs its thread may use. */
+/* vf_parallel() runs its helper jobs on every CPU of the process but the
+ * caller's, and vf_thread_start() its thread on every CPU, also when the
+ * caller is pinned to one (the daemon's workers are): each job records
+ * how many CPUs its thread may use, and whether the caller's is one. */
+typedef struct cpus_seen {
+	int n, has;  /* CPUs it may use; whether cpu is one */
+	int cpu;     /* the caller's */
+} cpus_seen;
+
 static void *count_cpus(void *arg)
 {
-	int *n = arg;
+	cpus_seen *c = arg;
 	cpu_set_t set;
-	*n = pthread_getaffinity_np(pthread_self(), sizeof set, &set) == 0 ? CPU_COUNT(&set) : -1;
+	c->n = pthread_getaffinity_np(pthread_self(), sizeof set, &set) == 0 ? CPU_COUNT(&set) : -1;
+	c->has = c->n > 0 && CPU_ISSET(c->cpu, &set);
 	return NULL;
 }
 
@@ -2132,24 +2139,31 @@ static void test_parallel_on_every_cpu(void **state)
 	}
 	assert_int_equal(pthread_getaffinity_np(pthread_self(), sizeof keep, &keep), 0);
 	CPU_ZERO(&one);
+	int cpu = -1;
 	for (int c = 0; c < CPU_SETSIZE; c++)
 		if (CPU_ISSET(c, &all)) {
 			CPU_SET(c, &one);
+			cpu = c;
 			break;
 		}
 	assert_int_equal(pthread_setaffinity_np(pthread_self(), sizeof one, &one), 0);
-	int n[4] = {0}, started = 0;
-	vf_parallel(count_cpus, n, sizeof n[0], 4);
+	cpus_seen seen[4], started = {0, 0, cpu};
+	for (int t = 0; t < 4; t++)
+		seen[t] = (cpus_seen){0, 0, cpu};
+	vf_parallel(count_cpus, seen, sizeof seen[0], 4);
 	/* a thread of its own (a write's preparation of the next rows, a
 	 * build, the recall sampler): the program's CPUs, not the caller's */
 	pthread_t th;
 	if (vf_thread_start(&th, count_cpus, &started) == 0)
 		pthread_join(th, NULL);
 	assert_int_equal(pthread_setaffinity_np(pthread_self(), sizeof keep, &keep), 0);
-	assert_int_equal(n[0], 1); /* the caller's own job, where the caller is */
-	for (int t = 1; t < 4; t++)
-		assert_int_equal(n[t], CPU_COUNT(&all));
-	assert_int_equal(started, CPU_COUNT(&all));
+	assert_int_equal(seen[0].n, 1); /* the caller's own job, where the caller is */
+	for (int t = 1; t < 4; t++) { /* the helpers: everywhere else */
+		assert_int_equal(seen[t].n, CPU_COUNT(&all) - 1);
+		assert_false(seen[t].has);
+	}
+	assert_int_equal(started.n, CPU_COUNT(&all));
+	assert_true(started.has);
 }
 
 int main(void)
