@@ -35,11 +35,23 @@ pthread_attr_t *vf_thread_attr_away(pthread_attr_t *attr)
 	return attr;
 }
 
-int vf_thread_start(pthread_t *t, void *(*fn)(void *), void *arg)
+/* pthread_create() with attributes ap (NULL: the defaults), destroyed after. */
+static int start_with(pthread_attr_t *ap, pthread_t *t, void *(*fn)(void *), void *arg)
 {
-	pthread_attr_t attr, *ap = vf_thread_attr(&attr);
 	int rc = pthread_create(t, ap, fn, arg);
 	if (ap)
 		pthread_attr_destroy(ap);
 	return rc;
+}
+
+int vf_thread_start(pthread_t *t, void *(*fn)(void *), void *arg)
+{
+	pthread_attr_t attr;
+	return start_with(vf_thread_attr(&attr), t, fn, arg);
+}
+
+int vf_thread_start_away(pthread_t *t, void *(*fn)(void *), void *arg)
+{
+	pthread_attr_t attr;
+	return start_with(vf_thread_attr_away(&attr), t, fn, arg);
 }

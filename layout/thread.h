@@ -12,6 +12,10 @@
 /* pthread_create() of such a thread.  Returns 0 or pthread_create()'s
  * error. */
 int vf_thread_start(pthread_t *t, void *(*fn)(void *), void *arg);
+/* The same, on the program's CPUs but the one the caller runs on when it
+ * has others (vf_thread_attr_away()): for a thread that works beside its
+ * starter. */
+int vf_thread_start_away(pthread_t *t, void *(*fn)(void *), void *arg);
 /* attr initialized and set to the program's CPUs, or NULL when they are
  * unknown (or attr cannot be made); pthread_attr_destroy() it after use. */
 pthread_attr_t *vf_thread_attr(pthread_attr_t *attr);

@@ -2156,7 +2156,14 @@ static void test_parallel_on_every_cpu(void **state)
 	pthread_t th;
 	if (vf_thread_start(&th, count_cpus, &started) == 0)
 		pthread_join(th, NULL);
+	/* one that works beside its starter (a write's preparing threads):
+	 * everywhere but the starter's CPU */
+	cpus_seen away = {0, 0, cpu};
+	if (vf_thread_start_away(&th, count_cpus, &away) == 0)
+		pthread_join(th, NULL);
 	assert_int_equal(pthread_setaffinity_np(pthread_self(), sizeof keep, &keep), 0);
+	assert_int_equal(away.n, CPU_COUNT(&all) - 1);
+	assert_false(away.has);
 	assert_int_equal(seen[0].n, 1); /* the caller's own job, where the caller is */
 	for (int t = 1; t < 4; t++) { /* the helpers: everywhere else */
 		assert_int_equal(seen[t].n, CPU_COUNT(&all) - 1);

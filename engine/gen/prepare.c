@@ -334,7 +334,8 @@ int vf_preparer_start(vf_preparer **out, vecfs *v, const vf_gen *g, const vecfs_
 		if (!wk)
 			break;
 		*wk = (prep_worker){pp, &pp->enc[t + 1]};
-		if (vf_thread_start(&pp->th[pp->nthreads], preparer_run, wk)) {
+		/* off the writer's CPU: it works on as they prepare */
+		if (vf_thread_start_away(&pp->th[pp->nthreads], preparer_run, wk)) {
 			free(wk);
 			break; /* fewer threads: the writer prepares the rest */
 		}
