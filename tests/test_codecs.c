@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "codec/json.h"
+#include "codec/number.h"
 #include "testutil.h"
 #include "vecfs.h"
 
@@ -611,9 +612,80 @@ static void test_query_input(void **state)
 	vecfs_query_input_free(&qi);
 }
 
+/* The one-pass readers of a number (codec/number.h) give what strtof()
+ * gives the token, and its length, wherever they take it: random
+ * [-]D[.F] tokens (leading zeros, 1-8 digits a side), followed by a
+ * separator, a letter or an exponent, then bytes no number takes, in
+ * room of 18 bytes
+ * or more (less: vf_decimal_fast() declines). */
+static void test_decimal_readers(void **state)
+{
+	(void)state;
+	uint64_t r = 5;
+	static const char *const after[] = {" ", ",", "\t", "x", "e5", "E-3", ""};
+	size_t fast = 0, tried = 0;
+	for (int i = 0; i < 300000; i++) {
+		char tok[40], buf[64];
+		size_t t = 0;
+		r = r * 6364136223846793005ull + 1442695040888963407ull;
+		uint64_t x = r >> 11;
+		if (x & 1)
+			tok[t++] = '-';
+		int k1 = 1 + (int)((x >> 1) % 8), k2 = (int)((x >> 4) % 9);
+		for (int d = 0; d < k1; d++) {
+			r = r * 6364136223846793005ull + 1442695040888963407ull;
+			tok[t++] = (char)('0' + (d == 0 && (x >> 8) % 3 == 0 ? 0 : (r >> 33) % 10));
+		}
+		if (k2) {
+			tok[t++] = '.';
+			for (int d = 0; d < k2 - 1; d++) {
+				r = r * 6364136223846793005ull + 1442695040888963407ull;
+				tok[t++] = (char)('0' + (r >> 33) % 10);
+			}
+		}
+		tok[t] = 0;
+		const char *aft = after[(x >> 12) % 7];
+		int len = snprintf(buf, sizeof buf, "%s%s||||||||||||||||||", tok, aft);
+		size_t n = (x >> 15) % 4 == 0 ? t + strlen(aft) : (size_t)len;
+		/* what the token reads as, to where a number cannot go on */
+		size_t end = t + (aft[0] == 'e' || aft[0] == 'E' ? strlen(aft) : 0);
+		char want_tok[64];
+		memcpy(want_tok, buf, end);
+		want_tok[end] = 0;
+		float want = strtof(want_tok, NULL), val;
+		size_t used = 0;
+		tried++;
+		if (vf_decimal_fast(buf, n, &val, &used) == 0) {
+			fast++;
+			if (used != end || memcmp(&val, &want, 4)) {
+				fail_msg("vf_decimal_fast(\"%.*s\") = %a, %zu bytes; strtof: %a, %zu",
+					 (int)n, buf, (double)val, used, (double)want, end);
+			}
+		} else if (n >= 18 && end == t && k1 <= 7 && k2 != 1 && k2 <= 8 && aft[0] != 'e' &&
+			   aft[0] != 'E' && aft[0]) {
+			/* only a halfway double may be declined */
+			double d = strtod(want_tok, NULL);
+			uint64_t bits;
+			memcpy(&bits, &d, 8);
+			assert_true((bits & ((1ull << 29) - 1)) == 1ull << 28);
+		}
+		if (vf_decimal_prefix(buf, n, &val, &used) == 0 &&
+		    (used != end || memcmp(&val, &want, 4)))
+			fail_msg("vf_decimal_prefix(\"%.*s\") = %a, %zu bytes; strtof: %a, %zu", (int)n,
+				 buf, (double)val, used, (double)want, end);
+	}
+	assert_true(fast > tried / 3);
+	float f;
+	size_t u;
+	assert_int_equal(vf_decimal_fast("12 34 56 78 90 12", 17, &f, &u), 1); /* 17 bytes */
+	assert_int_equal(vf_decimal_fast("12 34 56 78 90 123", 18, &f, &u), 0);
+	assert_true(f == 12.0f && u == 2);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_decimal_readers),
 		cmocka_unit_test(test_text_rows_any_split),
 		cmocka_unit_test(test_jsonl_rows_any_split),
 		cmocka_unit_test(test_keys_rows_any_split),

@@ -11,6 +11,7 @@
  * parsed in about a fifth of the time strtof() alone takes.
  */
 #include "vecfs.h"
+#include "number.h"
 
 #include <errno.h>
 #include <math.h>
@@ -251,8 +252,10 @@ static int is_digit(char c)
  * the double lies exactly halfway between two floats (it may have been
  * rounded onto that point): then strtof decides.  M <= 2^53 and |E| <= 22
  * keep the result far from float overflow and subnormals.
- * Returns 0 with *out set, or 1: not handled here. */
-static int parse_plain_decimal(const char *s, size_t n, float *out)
+ * Read from the start of s[0..n), up to the first byte that cannot go on
+ * the number: returns 0 with *out set and *used its length, or 1: not
+ * handled here. */
+int vf_decimal_prefix(const char *s, size_t n, float *out, size_t *used)
 {
 	static const double pow10[23] = {
 		1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
@@ -295,8 +298,7 @@ static int parse_plain_decimal(const char *s, size_t n, float *out)
 				x = x * 10 + (*p - '0');
 		e10 += eneg ? -x : x;
 	}
-	if (p != end)
-		return 1;
+	*used = (size_t)(p - s);
 	if (m == 0) {
 		*out = neg ? -0.0f : 0.0f;
 		return 0;
@@ -320,8 +322,12 @@ int vecfs_parse_float(const char *s, size_t n, float *out)
 	int rc = 0;
 	if (n == 0)
 		return -EINVAL;
-	if (parse_plain_decimal(s, n, out) == 0)
+	size_t used;
+	float f0;
+	if (vf_decimal_prefix(s, n, &f0, &used) == 0 && used == n) {
+		*out = f0;
 		return 0;
+	}
 	/* strtof also skips leading blanks: they are not part of a token here */
 	if (s[0] == ' ' || s[0] == '\t' || s[0] == '\n' || s[0] == '\r' || s[0] == '\f' ||
 	    s[0] == '\v')

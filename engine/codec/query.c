@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "number.h"
 #include "text.h"
 
 static uint32_t le32(const unsigned char *p)
@@ -68,7 +69,18 @@ int vecfs_query_line_parse(const char *s, size_t n, vecfs_query_opts *o, float *
 			p++;
 		if (p >= n)
 			break;
-		size_t st = p;
+		size_t st = p, used;
+		/* the usual number read in one pass, when a separator or the
+		 * line's end follows it; else the token's end first */
+		if (cnt < VECFS_DIM_MAX &&
+		    (vf_decimal_fast(s + st, n - st, &vec[cnt], &used) == 0 ||
+		     vf_decimal_prefix(s + st, n - st, &vec[cnt], &used) == 0) &&
+		    (st + used == n || s[st + used] == ' ' || s[st + used] == '\t' ||
+		     s[st + used] == ',')) {
+			p = st + used;
+			cnt++;
+			continue;
+		}
 		while (p < n && s[p] != ' ' && s[p] != '\t' && s[p] != ',')
 			p++;
 		if (cnt >= VECFS_DIM_MAX) {

@@ -1,0 +1,97 @@
+/*
+ * engine/codec/number.h - the plain decimal the text codecs' tokenizers
+ * read a number with in one pass (number.c).
+ */
+#ifndef VECFS_CODEC_NUMBER_H
+#define VECFS_CODEC_NUMBER_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+/* A plain decimal, [+-]digits[.digits][(e|E)[+-]digits], at the start of
+ * s[0..n), read up to the first byte that cannot go on it: 0 with *out
+ * the float vecfs_parse_float() gives that token and *used its length,
+ * or 1: not one it reads (vecfs_parse_float() decides). */
+int vf_decimal_prefix(const char *s, size_t n, float *out, size_t *used);
+/* Eight bytes at p, the first in the lowest. */
+static inline uint64_t vf_load8(const char *p)
+{
+	uint64_t v;
+	memcpy(&v, p, 8);
+	return v;
+}
+
+/* How many of the eight bytes of v, from the first, are digits: a byte
+ * not in '0'..'9' has its top bit set in b + 0x46 (from ':' up) or b -
+ * 0x30 (below '0'); the carries and borrows of the whole word only reach
+ * bytes above the first such byte. */
+static inline int vf_digit_run(uint64_t v)
+{
+	uint64_t nd = ((v + 0x4646464646464646ull) | (v - 0x3030303030303030ull)) &
+		      0x8080808080808080ull;
+	return nd ? __builtin_ctzll(nd) >> 3 : 8;
+}
+
+/* The value of the first k (1..8) digits of v: moved to the top of the
+ * word (zeros before them), then paired, paired again and again. */
+static inline uint64_t vf_digits_value(uint64_t v, int k)
+{
+	v = (v << (8 * (8 - k))) & 0x0f0f0f0f0f0f0f0full;
+	v = v * 10 + (v >> 8);
+	return (((v & 0x000000ff000000ffull) * (100 + (1000000ull << 32))) +
+		(((v >> 16) & 0x000000ff000000ffull) * (1 + (10000ull << 32)))) >> 32;
+}
+
+/* The most common numbers of text input, [-]D[.F] with at most 7 digits
+ * in D and in F, read without a branch a digit: the same value and
+ * length as vf_decimal_prefix() (the same digits M, the same exponent,
+ * the same arithmetic), or 1 for anything else, or with fewer than 18
+ * bytes in s[0..n) (each look reads eight). */
+static inline int vf_decimal_fast(const char *s, size_t n, float *out, size_t *used)
+{
+	static const double p10[8] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7};
+	static const uint64_t i10[8] = {1, 10, 100, 1000, 10000, 100000, 1000000, 10000000};
+	if (n < 18)
+		return 1;
+	const char *p = s;
+	int neg = *p == '-';
+	p += neg;
+	uint64_t w = vf_load8(p);
+	int k1 = vf_digit_run(w);
+	if (k1 == 0 || k1 == 8)
+		return 1;
+	uint64_t m = vf_digits_value(w, k1);
+	int k2 = 0;
+	p += k1;
+	if (*p == '.') {
+		w = vf_load8(p + 1);
+		k2 = vf_digit_run(w);
+		if (k2 == 0 || k2 == 8)
+			return 1;
+		m = m * i10[k2] + vf_digits_value(w, k2);
+		p += 1 + k2;
+	}
+	if (*p == 'e' || *p == 'E')
+		return 1;
+	*used = (size_t)(p - s);
+	if (m == 0) {
+		*out = neg ? -0.0f : 0.0f;
+		return 0;
+	}
+	if (k2 == 0) { /* below 2^24: the float is the number itself */
+		float f = (float)m;
+		*out = neg ? -f : f;
+		return 0;
+	}
+	double d = (double)m / p10[k2]; /* (m < 2^53: exact) */
+	uint64_t bits;
+	memcpy(&bits, &d, sizeof bits);
+	if ((bits & ((UINT64_C(1) << 29) - 1)) == UINT64_C(1) << 28)
+		return 1; /* halfway between two floats: strtof decides */
+	float f = (float)d;
+	*out = neg ? -f : f;
+	return 0;
+}
+
+#endif
