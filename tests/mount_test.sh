@@ -981,7 +981,20 @@ for r in rows:
     assert r['batch'] == 7 and r['batch_qps'] > 0 and r['library_batch_qps'] > 0, r
     assert r['batch_recall_at_10'] == r['recall_at_10'] == r['held_recall_at_10'], r
     assert r['getattr_us'] > 0 and r['held_added_rt'] == r['held_added_rt'], r
+    assert r['batch_fvecs_qps'] is None, r  # an nprobe an .fvecs input cannot ask for
 " "$TMP/mbatch.json" || return 1
+	# at the defaults the batches go as .fvecs rows too (no option line):
+	# the same results as the text's
+	TMPDIR=$TMP T "$BENCH" "$TMP/bset" --mount --nprobe 0 --batch 7 --rounds 2 --json \
+		>"$TMP/fbatch.json" 2>"$TMP/fbatch.err" || { tail -3 "$TMP/fbatch.err" >&2; return 1; }
+	"$PY" -c "
+import json, sys
+rows = [r for r in map(json.loads, open(sys.argv[1])) if r['mode'] == 'mount']
+assert len(rows) == 1, rows
+r = rows[0]
+assert r['batch_fvecs_qps'] > 0 and r['batch_fvecs_ratio_pooled'] > 0, r
+assert r['batch_fvecs_recall_at_10'] == r['batch_recall_at_10'] == r['recall_at_10'], r
+" "$TMP/fbatch.json" || return 1
 	# --passes: the fastest of P timed passes, with that pass's recall and
 	# counters (the same queries find the same hits in every pass)
 	TMPDIR=$TMP T "$BENCH" "$TMP/bset" --nprobe 4,8 --passes 3 --json \

@@ -125,8 +125,9 @@ static const char usage_text[] =
 	"                          also B queries an input through the mount\n"
 	"                          (one pwritev(), the close of a dup(), out\n"
 	"                          read to the end), beside the library's;\n"
-	"                          each round keeps the fastest of 3 passes of\n"
-	"                          each\n"
+	"                          at the defaults also as .fvecs rows (no option\n"
+	"                          line); each round keeps the fastest of 3\n"
+	"                          passes of each\n"
 	"  --memory-cap MB|P%      library alone: search with this process in a\n"
 	"                          memory cgroup capped at MB MiB, or at P percent\n"
 	"                          of the store's size (cgroup v1, root), the page\n"
@@ -420,6 +421,8 @@ struct measure {
 	double write_us, read_us; /* held descriptors: mean of each step */
 	double getattr_us;        /* held: one GETATTR round trip, the floor */
 	double batch_qps, batch_recall;     /* --batch: calls of that many queries */
+	double bin_qps, bin_recall;         /* --mount --batch: the same as .fvecs rows
+					     * (NaN when not measured) */
 	double pages;                       /* pages_read per query */
 	/* --memory-cap: the first pass after the page cache was dropped */
 	double cold_qps, cold_recall, cold_pages;
@@ -1380,7 +1383,7 @@ static void bench_free(struct bench *b)
 enum { PH_NONE = -1, PH_INGEST = 0, PH_INGEST2 = 1, PH_BUILD = 2, PH_COUNT = 3 };
 
 /* What a round's QPS figures are of (struct mnt's qps_of). */
-enum { Q_FS, Q_HELD, Q_LIB, Q_CALL, Q_BATCH, Q_LIB_BATCH };
+enum { Q_FS, Q_HELD, Q_LIB, Q_CALL, Q_BATCH, Q_LIB_BATCH, Q_BATCH_BIN };
 
 struct mnt {
 	char tmp[PATH_MAX];      /* holds store/ and mnt/ */
@@ -1420,9 +1423,10 @@ struct mnt {
 	struct measure fs[MAX_NPROBE], lib[MAX_NPROBE];
 	struct measure held[MAX_NPROBE];          /* descriptors held open */
 	struct measure call[MAX_NPROBE];          /* the query call (an ioctl) */
-	double qps_of[MAX_ROUNDS][MAX_NPROBE][6]; /* per round (Q_): fs, held, lib, call,
+	double qps_of[MAX_ROUNDS][MAX_NPROBE][7]; /* per round (Q_): fs, held, lib, call,
 						   * and with --batch the mount's and
-						   * the library's batches */
+						   * the library's batches, and the
+						   * mount's in .fvecs rows */
 	unsigned rounds_done;
 	/* query traffic */
 	int hin, hout;           /* held descriptors of in and out; -1: none */
@@ -1431,6 +1435,7 @@ struct mnt {
 	int timing;              /* add each step's time of a held query to step_ns */
 	uint64_t step_ns[2];     /* pwrite in (runs the query), pread out */
 	char *vtext;             /* every query vector as one text line */
+	char *bin;               /* --batch: a batch's queries as .fvecs rows */
 	size_t *voff;            /* nq + 1 offsets into vtext */
 	char *req;               /* one write of query/b/in */
 	char *out;               /* one read of query/b/out */
@@ -2110,6 +2115,7 @@ static int mnt_stop(struct mnt *m)
 static void mnt_free(struct mnt *m, int keep)
 {
 	free(m->vtext);
+	free(m->bin);
 	free(m->voff);
 	free(m->req);
 	free(m->out);
@@ -2685,23 +2691,45 @@ static int parse_out_batch(struct bench *b, const char *text, size_t len, size_t
 	return 0;
 }
 
+/* Queries from .. from + n - 1 as .fvecs rows into m->bin; their length. */
+static size_t bin_rows(const struct bench *b, struct mnt *m, size_t from, size_t n)
+{
+	uint32_t dim = b->ds.query.dim;
+	size_t row = 4 + sizeof(float) * dim;
+	for (size_t i = 0; i < n; i++) {
+		memcpy(m->bin + i * row, &dim, 4);
+		memcpy(m->bin + i * row + 4, (const float *)b->ds.query.data + (from + i) * dim,
+		       sizeof(float) * dim);
+	}
+	return n * row;
+}
+
 /* --batch through the mount: the queries opt->batch to an input, written
  * with one pwritev() at offset 0 of a held in (plain: the close of a dup()
  * runs it), out read to the end; QPS over the time of all of that, one
- * pass over the queries. */
+ * pass over the queries.  bin: the input is .fvecs rows (no option line:
+ * the config's settings), else text lines after opts. */
 static int mnt_batch_pass(struct bench *b, struct mnt *m, const char *opts,
-			  size_t optlen, struct measure *out)
+			  size_t optlen, int bin, struct measure *out)
 {
 	size_t per = b->opt->batch, outlen = 0;
 	uint64_t total_ns = 0;
 	double recall_sum = 0;
 	int fd, rc = 0;
 
+	if (bin) {
+		optlen = 0;
+		if (!m->bin && !(m->bin = malloc(per * (4 + sizeof(float) * b->ds.query.dim))))
+			return fail_mnt(m, -ENOMEM, "the batches' .fvecs rows");
+	}
+
 	if ((fd = open(m->qin, O_WRONLY | O_TRUNC | O_CLOEXEC)) < 0)
 		return fail_mnt(m, -errno, "open in (batches)");
 	for (size_t from = 0; from < b->nq && rc == 0; from += per) {
 		size_t n = b->nq - from < per ? b->nq - from : per, done = 0;
-		size_t vlen = m->voff[from + n] - m->voff[from], len = optlen + vlen;
+		size_t vlen = bin ? bin_rows(b, m, from, n) : m->voff[from + n] - m->voff[from];
+		const char *vsrc = bin ? m->bin : m->vtext + m->voff[from];
+		size_t len = optlen + vlen;
 		char what[64];
 
 		if (tool_interrupted()) {
@@ -2713,7 +2741,7 @@ static int mnt_batch_pass(struct bench *b, struct mnt *m, const char *opts,
 			struct iovec iov[2] = {
 				{ (char *)opts + (done < optlen ? done : optlen),
 				  done < optlen ? optlen - done : 0 },
-				{ m->vtext + m->voff[from] + (done > optlen ? done - optlen : 0),
+				{ (char *)vsrc + (done > optlen ? done - optlen : 0),
 				  vlen - (done > optlen ? done - optlen : 0) },
 			};
 			ssize_t w = pwritev(fd, iov, 2, (off_t)done);
@@ -2754,22 +2782,38 @@ static int mnt_batch_pass(struct bench *b, struct mnt *m, const char *opts,
 	return 0;
 }
 
-/* The fastest of MNT_BATCH_PASSES passes of mnt_batch_pass(). */
+/* The fastest of MNT_BATCH_PASSES passes of mnt_batch_pass() in text, and
+ * with bin, as many in .fvecs rows, alternated (bin_qps, bin_recall). */
 static int mnt_measure_batch(struct bench *b, struct mnt *m, const char *opts,
-			     size_t optlen, struct measure *out)
+			     size_t optlen, int bin, struct measure *out)
 {
 	struct measure t = *out;
 	int rc;
 
-	for (int p = 0; p < MNT_BATCH_PASSES; p++) {
-		if ((rc = mnt_batch_pass(b, m, opts, optlen, &t)))
-			return rc;
-		if (p == 0 || t.batch_qps > out->batch_qps) {
-			out->batch_qps = t.batch_qps;
-			out->batch_recall = t.batch_recall;
+	out->bin_qps = out->bin_recall = NAN;
+	for (int p = 0; p < MNT_BATCH_PASSES; p++)
+		for (int w = 0; w <= bin; w++) {
+			if ((rc = mnt_batch_pass(b, m, opts, optlen, w, &t)))
+				return rc;
+			double *q = w ? &out->bin_qps : &out->batch_qps;
+			double *r = w ? &out->bin_recall : &out->batch_recall;
+			if (p == 0 || t.batch_qps > *q) {
+				*q = t.batch_qps;
+				*r = t.batch_recall;
+			}
 		}
-	}
 	return 0;
+}
+
+/* Whether the mount's session, given .fvecs rows and so no option line,
+ * searches as asked: at the defaults (nprobe 0, no refine) with the k the
+ * config has. */
+static int bin_batches_alike(struct mnt *m, uint32_t nprobe, const struct options *o)
+{
+	char path[PATH_MAX];
+	uint64_t k = 0;
+	return nprobe == 0 && !o->refine && mnt_path(m, "config", path) == 0 &&
+	       kv_get(path, "k", &k) == 0 && k == o->k;
 }
 
 enum { WAY_PLAIN, WAY_HELD, WAY_CALL };
@@ -2859,7 +2903,8 @@ static int mnt_measure(struct bench *b, struct mnt *m, uint32_t nprobe, int way,
 	if (way != WAY_PLAIN && (rc = getattr_floor(m, b->nq, &out->getattr_us)))
 		return rc;
 	if (way == WAY_PLAIN && o->batch)
-		return mnt_measure_batch(b, m, m->req, (size_t)optlen, out);
+		return mnt_measure_batch(b, m, m->req, (size_t)optlen,
+					 bin_batches_alike(m, nprobe, o), out);
 	return 0;
 }
 
@@ -3064,6 +3109,10 @@ static void mnt_print_row(const struct measure *fs, const struct measure *held,
 		       "mount, %.1f the library's\n%6s   (%zu to a vecfs_search): ratio %.3f\n",
 		       "", batch, fs->batch_recall, fs->batch_qps, lib->batch_qps, "", batch,
 		       lib->batch_qps > 0 ? fs->batch_qps / lib->batch_qps : NAN);
+	if (batch && fs->bin_qps > 0)
+		printf("%6s   the same as .fvecs rows: recall@10 %.4f, QPS %.1f, ratio %.3f\n",
+		       "", fs->bin_recall, fs->bin_qps,
+		       lib->batch_qps > 0 ? fs->bin_qps / lib->batch_qps : NAN);
 }
 
 static void json_kb(const char *key, int sampled, uint64_t kb)
@@ -3082,7 +3131,7 @@ static void round_ratios(const struct mnt *m, size_t i, int w, double *median,
 			 double *pooled)
 {
 	double r[MAX_ROUNDS], t_lib = 0, t_fs = 0;
-	int l = w == Q_BATCH ? Q_LIB_BATCH : Q_LIB;
+	int l = w == Q_BATCH || w == Q_BATCH_BIN ? Q_LIB_BATCH : Q_LIB;
 	unsigned n = 0;
 
 	for (unsigned k = 0; k < m->rounds_done; k++) {
@@ -3145,6 +3194,10 @@ static void mnt_json_row(const struct bench *b, const struct mnt *m, size_t i)
 		tool_json_num("library_batch_qps", lib->batch_qps, 1);
 		tool_json_num("batch_ratio", lib->batch_qps > 0 ? fs->batch_qps / lib->batch_qps
 							   : NAN, 4);
+		tool_json_num("batch_fvecs_recall_at_10", fs->bin_recall, 4);
+		tool_json_num("batch_fvecs_qps", fs->bin_qps, 1);
+		tool_json_num("batch_fvecs_ratio", lib->batch_qps > 0 ? fs->bin_qps / lib->batch_qps
+								 : NAN, 4);
 	}
 	printf(",\"rounds\":%u", m->rounds_done);
 	round_ratios(m, i, Q_FS, &med, &pooled);
@@ -3160,6 +3213,9 @@ static void mnt_json_row(const struct bench *b, const struct mnt *m, size_t i)
 		round_ratios(m, i, Q_BATCH, &med, &pooled);
 		tool_json_num("batch_ratio_median", med, 4);
 		tool_json_num("batch_ratio_pooled", pooled, 4);
+		round_ratios(m, i, Q_BATCH_BIN, &med, &pooled);
+		tool_json_num("batch_fvecs_ratio_median", med, 4);
+		tool_json_num("batch_fvecs_ratio_pooled", pooled, 4);
 	}
 	tool_json_num("p50_us", fs->p50_us, 1);
 	tool_json_num("p99_us", fs->p99_us, 1);
@@ -3211,11 +3267,14 @@ static void print_rounds(const struct bench *b, const struct mnt *m)
 	       "the mount\n         (mounted again), then the library; ratios to the "
 	       "library, round by round:\n", m->rounds_done);
 	for (size_t i = 0; i < b->opt->n_nprobe; i++) {
-		static const int ways[] = { Q_CALL, Q_HELD, Q_FS, Q_BATCH };
-		static const char *const names[] = { "call", "held", "open/close", "batches" };
+		static const int ways[] = { Q_CALL, Q_HELD, Q_FS, Q_BATCH, Q_BATCH_BIN };
+		static const char *const names[] = { "call", "held", "open/close", "batches",
+						     "batches, .fvecs" };
 
-		for (int row = 0; row < 3 + !!b->opt->batch; row++) {
-			int w = ways[row], l = w == Q_BATCH ? Q_LIB_BATCH : Q_LIB;
+		for (int row = 0; row < 3 + 2 * !!b->opt->batch; row++) {
+			int w = ways[row], l = w == Q_BATCH || w == Q_BATCH_BIN ? Q_LIB_BATCH : Q_LIB;
+			if (w == Q_BATCH_BIN && !(m->qps_of[m->rounds_done - 1][i][w] > 0))
+				continue; /* not measured at this setting */
 			double med, pooled;
 
 			round_ratios(m, i, w, &med, &pooled);
@@ -3281,6 +3340,7 @@ static int mount_run(struct bench *b, struct mnt *m)
 			m->qps_of[r][i][Q_CALL] = m->call[i].qps;
 			m->qps_of[r][i][Q_BATCH] = m->fs[i].batch_qps;
 			m->qps_of[r][i][Q_LIB_BATCH] = m->lib[i].batch_qps;
+			m->qps_of[r][i][Q_BATCH_BIN] = m->fs[i].bin_qps;
 		}
 		if (!rc)
 			m->rounds_done = r + 1;
