@@ -838,17 +838,19 @@ static int measure_batch(struct bench *b, const vecfs_query_opts *qo, struct mea
 
 /* With --mount, each round times the batches this many times each way
  * (through the mount, the library) and keeps the fastest pass: one pass of
- * sift-128's 10,000 queries lasts a fifth of a second, and a slow moment of
- * the machine moved a single pass's ratio by a quarter. */
+ * sift-128's 1,000 queries lasts a hundredth of a second, and a slow moment
+ * of the machine moved a single pass's ratio by a quarter. */
 #define MNT_BATCH_PASSES 3
 
-/* The library's batches in a --mount round: the fastest of MNT_BATCH_PASSES. */
-static int measure_batch_best(struct bench *b, const vecfs_query_opts *qo, struct measure *m)
+/* The library's batches: the fastest of `passes` passes, with that pass's
+ * recall and pages read. */
+static int measure_batch_fastest(struct bench *b, const vecfs_query_opts *qo, unsigned passes,
+				 struct measure *m)
 {
 	struct measure t = *m;
 	int rc;
 
-	for (int p = 0; p < MNT_BATCH_PASSES; p++) {
+	for (unsigned p = 0; p < passes; p++) {
 		if ((rc = measure_batch(b, qo, &t)))
 			return rc;
 		if (p == 0 || t.batch_qps > m->batch_qps) {
@@ -1037,16 +1039,8 @@ static int cap_measure(struct bench *b, const vecfs_query_opts *qo, struct measu
 		    (rc = batch_pass(b, qo, &m->batch_cold_qps, &m->batch_cold_recall,
 				     &m->batch_cold_pages)))
 			return rc;
-		for (unsigned p = 0; p < o->passes; p++) {
-			double q, r, pg;
-			if ((rc = batch_pass(b, qo, &q, &r, &pg)))
-				return rc;
-			if (q > m->batch_qps) {
-				m->batch_qps = q;
-				m->batch_recall = r;
-				m->batch_pages = pg;
-			}
-		}
+		if ((rc = measure_batch_fastest(b, qo, o->passes, m)))
+			return rc;
 	}
 	m->peak = memcap_peak(&b->cap);
 	return 0;
@@ -2970,7 +2964,7 @@ static int lib_measure(struct bench *b, struct mnt *m)
 		fprintf(stderr, "library queries: nprobe %u\n", o->nprobe[i]);
 		if ((rc = measure_setting(b, &qo, &m->lib[i])))
 			return rc;
-		if (o->batch && (rc = measure_batch_best(b, &qo, &m->lib[i])))
+		if (o->batch && (rc = measure_batch_fastest(b, &qo, MNT_BATCH_PASSES, &m->lib[i])))
 			return rc;
 	}
 	return 0;
@@ -3124,7 +3118,7 @@ static void json_kb(const char *key, int sampled, uint64_t kb)
 }
 
 /* Over the rounds, setting i: the median of the rounds' ratios of way w
- * (a Q_ index) to the library's QPS (Q_LIB; Q_LIB_BATCH for Q_BATCH), and
+ * (a Q_ index) to the library's QPS (Q_LIB; Q_LIB_BATCH for the batches), and
  * the pooled ratio (the library's time for all queries of all rounds over
  * the mount's). */
 static void round_ratios(const struct mnt *m, size_t i, int w, double *median,
@@ -3158,11 +3152,23 @@ static void round_ratios(const struct mnt *m, size_t i, int w, double *median,
 	*pooled = t_lib / t_fs;
 }
 
+/* round_ratios() of way w as JSON: PREFIXratio_median, PREFIXratio_pooled. */
+static void json_round_ratios(const struct mnt *m, size_t i, int w, const char *prefix)
+{
+	char key[48];
+	double med, pooled;
+
+	round_ratios(m, i, w, &med, &pooled);
+	snprintf(key, sizeof key, "%sratio_median", prefix);
+	tool_json_num(key, med, 4);
+	snprintf(key, sizeof key, "%sratio_pooled", prefix);
+	tool_json_num(key, pooled, 4);
+}
+
 static void mnt_json_row(const struct bench *b, const struct mnt *m, size_t i)
 {
 	const struct measure *fs = &m->fs[i], *held = &m->held[i], *lib = &m->lib[i];
 	const struct measure *call = &m->call[i];
-	double med, pooled;
 	int sampled;
 	uint64_t rss, anon;
 
@@ -3200,22 +3206,12 @@ static void mnt_json_row(const struct bench *b, const struct mnt *m, size_t i)
 								 : NAN, 4);
 	}
 	printf(",\"rounds\":%u", m->rounds_done);
-	round_ratios(m, i, Q_FS, &med, &pooled);
-	tool_json_num("ratio_median", med, 4);
-	tool_json_num("ratio_pooled", pooled, 4);
-	round_ratios(m, i, Q_HELD, &med, &pooled);
-	tool_json_num("held_ratio_median", med, 4);
-	tool_json_num("held_ratio_pooled", pooled, 4);
-	round_ratios(m, i, Q_CALL, &med, &pooled);
-	tool_json_num("call_ratio_median", med, 4);
-	tool_json_num("call_ratio_pooled", pooled, 4);
+	json_round_ratios(m, i, Q_FS, "");
+	json_round_ratios(m, i, Q_HELD, "held_");
+	json_round_ratios(m, i, Q_CALL, "call_");
 	if (b->opt->batch) {
-		round_ratios(m, i, Q_BATCH, &med, &pooled);
-		tool_json_num("batch_ratio_median", med, 4);
-		tool_json_num("batch_ratio_pooled", pooled, 4);
-		round_ratios(m, i, Q_BATCH_BIN, &med, &pooled);
-		tool_json_num("batch_fvecs_ratio_median", med, 4);
-		tool_json_num("batch_fvecs_ratio_pooled", pooled, 4);
+		json_round_ratios(m, i, Q_BATCH, "batch_");
+		json_round_ratios(m, i, Q_BATCH_BIN, "batch_fvecs_");
 	}
 	tool_json_num("p50_us", fs->p50_us, 1);
 	tool_json_num("p99_us", fs->p99_us, 1);
