@@ -246,21 +246,12 @@ static int is_digit(char c)
 }
 
 /* [+-]digits[.digits][(e|E)[+-]digits] with at most 19 significant digits
- * M and a power of ten 10^E, |E| <= 22: M and 10^|E| are exact doubles, so
- * M * 10^E (or M / 10^-E) is the correctly rounded double of the number.
- * Rounding that double to float gives the float nearest the number unless
- * the double lies exactly halfway between two floats (it may have been
- * rounded onto that point): then strtof decides.  M <= 2^53 and |E| <= 22
- * keep the result far from float overflow and subnormals.
+ * M and its power of ten, rounded by vf_decimal_value() (number.h).
  * Read from the start of s[0..n), up to the first byte that cannot go on
  * the number: returns 0 with *out set and *used its length, or 1: not
  * handled here. */
 int vf_decimal_prefix(const char *s, size_t n, float *out, size_t *used)
 {
-	static const double pow10[23] = {
-		1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
-		1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22,
-	};
 	const char *p = s, *end = s + n;
 	uint64_t m = 0;
 	int neg = 0, sig = 0, digits = 0, e10 = 0;
@@ -299,21 +290,7 @@ int vf_decimal_prefix(const char *s, size_t n, float *out, size_t *used)
 		e10 += eneg ? -x : x;
 	}
 	*used = (size_t)(p - s);
-	if (m == 0) {
-		*out = neg ? -0.0f : 0.0f;
-		return 0;
-	}
-	if (m > (UINT64_C(1) << 53) || e10 < -22 || e10 > 22)
-		return 1;
-	double d = e10 < 0 ? (double)m / pow10[-e10] : (double)m * pow10[e10];
-	uint64_t bits;
-	memcpy(&bits, &d, sizeof bits);
-	/* a double has 29 more fraction bits than a float: halfway is 1000...0 */
-	if ((bits & ((UINT64_C(1) << 29) - 1)) == UINT64_C(1) << 28)
-		return 1;
-	float f = (float)d;
-	*out = neg ? -f : f;
-	return 0;
+	return vf_decimal_value(m, e10, neg, out);
 }
 
 int vecfs_parse_float(const char *s, size_t n, float *out)

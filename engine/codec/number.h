@@ -43,14 +43,47 @@ static inline uint64_t vf_digits_value(uint64_t v, int k)
 		(((v >> 16) & 0x000000ff000000ffull) * (1 + (10000ull << 32)))) >> 32;
 }
 
+/* The float nearest (-1)^neg M 10^E, as both readers round it: 0 with
+ * *out, or 1 when it is not theirs to decide.  M <= 2^53 and |E| <= 22:
+ * M and 10^|E| are exact doubles, so M * 10^E (or M / 10^-E) is the
+ * correctly rounded double of the number, far from float overflow and
+ * subnormals; rounding that double to float gives the float nearest the
+ * number unless the double lies exactly halfway between two floats (it
+ * may have been rounded onto that point): then strtof decides.  An
+ * integer below 2^24 is its own float. */
+static inline int vf_decimal_value(uint64_t m, int e10, int neg, float *out)
+{
+	static const double pow10[23] = {
+		1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
+		1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22,
+	};
+	float f;
+	if (m == 0) {
+		f = 0.0f;
+	} else if (e10 == 0 && m < (UINT64_C(1) << 24)) {
+		f = (float)m;
+	} else {
+		if (m > (UINT64_C(1) << 53) || e10 < -22 || e10 > 22)
+			return 1;
+		double d = e10 < 0 ? (double)m / pow10[-e10] : (double)m * pow10[e10];
+		uint64_t bits;
+		memcpy(&bits, &d, sizeof bits);
+		/* a double has 29 more fraction bits than a float: halfway is 1000...0 */
+		if ((bits & ((UINT64_C(1) << 29) - 1)) == UINT64_C(1) << 28)
+			return 1;
+		f = (float)d;
+	}
+	*out = neg ? -f : f;
+	return 0;
+}
+
 /* The most common numbers of text input, [-]D[.F] with at most 7 digits
  * in D and in F, read without a branch a digit: the same value and
- * length as vf_decimal_prefix() (the same digits M, the same exponent,
- * the same arithmetic), or 1 for anything else, or with fewer than 18
+ * length as vf_decimal_prefix() (the same digits M and exponent, rounded
+ * by the same vf_decimal_value()), or 1 for anything else, or with fewer than 18
  * bytes in s[0..n) (each look reads eight). */
 static inline int vf_decimal_fast(const char *s, size_t n, float *out, size_t *used)
 {
-	static const double p10[8] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7};
 	static const uint64_t i10[8] = {1, 10, 100, 1000, 10000, 100000, 1000000, 10000000};
 	if (n < 18)
 		return 1;
@@ -75,23 +108,7 @@ static inline int vf_decimal_fast(const char *s, size_t n, float *out, size_t *u
 	if (*p == 'e' || *p == 'E')
 		return 1;
 	*used = (size_t)(p - s);
-	if (m == 0) {
-		*out = neg ? -0.0f : 0.0f;
-		return 0;
-	}
-	if (k2 == 0) { /* below 2^24: the float is the number itself */
-		float f = (float)m;
-		*out = neg ? -f : f;
-		return 0;
-	}
-	double d = (double)m / p10[k2]; /* (m < 2^53: exact) */
-	uint64_t bits;
-	memcpy(&bits, &d, sizeof bits);
-	if ((bits & ((UINT64_C(1) << 29) - 1)) == UINT64_C(1) << 28)
-		return 1; /* halfway between two floats: strtof decides */
-	float f = (float)d;
-	*out = neg ? -f : f;
-	return 0;
+	return vf_decimal_value(m, -k2, neg, out);
 }
 
 #endif
