@@ -15,24 +15,29 @@ __attribute__((constructor)) static void note_start_cpus(void)
 	have_start_cpus = sched_getaffinity(0, sizeof start_cpus, &start_cpus) == 0;
 }
 
+/* attr initialized and set to run on cpus, or NULL. */
+static pthread_attr_t *attr_on(pthread_attr_t *attr, const cpu_set_t *cpus)
+{
+	if (pthread_attr_init(attr) != 0)
+		return NULL;
+	pthread_attr_setaffinity_np(attr, sizeof *cpus, cpus);
+	return attr;
+}
+
 pthread_attr_t *vf_thread_attr(pthread_attr_t *attr)
 {
-	if (!have_start_cpus || pthread_attr_init(attr) != 0)
-		return NULL;
-	pthread_attr_setaffinity_np(attr, sizeof start_cpus, &start_cpus);
-	return attr;
+	return have_start_cpus ? attr_on(attr, &start_cpus) : NULL;
 }
 
 pthread_attr_t *vf_thread_attr_away(pthread_attr_t *attr)
 {
-	if (!have_start_cpus || pthread_attr_init(attr) != 0)
+	if (!have_start_cpus)
 		return NULL;
 	cpu_set_t cpus = start_cpus;
 	int here = sched_getcpu();
 	if (here >= 0 && here < CPU_SETSIZE && CPU_ISSET(here, &cpus) && CPU_COUNT(&cpus) > 1)
 		CPU_CLR(here, &cpus);
-	pthread_attr_setaffinity_np(attr, sizeof cpus, &cpus);
-	return attr;
+	return attr_on(attr, &cpus);
 }
 
 /* pthread_create() with attributes ap (NULL: the defaults), destroyed after. */

@@ -513,7 +513,7 @@ static int cmp_pair(const void *a, const void *b)
 	return x->rank < y->rank ? -1 : x->rank > y->rank;
 }
 
-/* Counting sort of a[0..n) (each of size sz) by key(a[i]) < nkey, stable,
+/* Counting sort of a[0..n) by the field key of each (below nkey), stable,
  * into out; cnt: room for nkey + 1 counts. */
 #define COUNT_SORT(a, n, out, cnt, nkey, key)                                   \
 	do {                                                                    \
