@@ -1,7 +1,8 @@
 /*
  * tests/bench_kernels.c - time of the encoder a row (vf_encode: residual,
- * rotation, the scan for a scale, codes and bit planes), and of a row's
- * bytes for the nearest centroid's 8-bit first look (max_abs and
+ * rotation, the scan for a scale, codes and bit planes), of the rotation
+ * alone (every query and every row written takes one: vf_rotate), and of
+ * a row's bytes for the nearest centroid's 8-bit first look (max_abs and
  * q8_point, as kmeans.c's q8_query() calls them), with the kernel
  * table VECFS_KERNEL names (else the best this CPU has).  Not a test: `make
  * bench-kernels` runs it once a table.  The check value is the same for
@@ -74,18 +75,25 @@ static int run(uint32_t dim, uint32_t bits, int with_mu, long rows)
 	return 0;
 }
 
+/* DISTINCT rows of dim values in [-100, 100], tenths (NULL: no memory). */
+static float *centred_rows(uint32_t dim)
+{
+	float *v = malloc(sizeof(float) * dim * DISTINCT);
+	uint64_t s = 1;
+	for (size_t i = 0; v && i < (size_t)dim * DISTINCT; i++)
+		v[i] = (float)(vf_splitmix(&s) % 2001) / 10.0f - 100.0f;
+	return v;
+}
+
 /* A row's bytes for the 8-bit first look, as q8_query() makes them. */
 static int run_q8(uint32_t dim, long rows)
 {
 	const vf_kernels *kn = vf_kernels_get();
 	uint32_t d4 = (dim + 3) & ~3u;
-	float *v = malloc(sizeof(float) * dim * DISTINCT);
+	float *v = centred_rows(dim);
 	uint8_t *xu = malloc(d4);
 	if (!v || !xu)
 		return 1;
-	uint64_t s = 1;
-	for (size_t i = 0; i < (size_t)dim * DISTINCT; i++)
-		v[i] = (float)(vf_splitmix(&s) % 2001) / 10.0f - 100.0f;
 	double check = 0, best = 1e9;
 	for (int round = 0; round < 3; round++) {
 		double t0 = now();
@@ -107,6 +115,35 @@ static int run_q8(uint32_t dim, long rows)
 	return 0;
 }
 
+/* The rotation of a vector, in one transform (128, 1,024) or two windows
+ * a round (784 in 832, 960, 1,536). */
+static int run_rotate(uint32_t dim, long rows)
+{
+	vf_rotation rot;
+	if (vf_rotation_init(&rot, dim, vf_padded_dim(dim), 7))
+		return 1;
+	float *v = centred_rows(dim), *out = malloc(sizeof(float) * rot.pdim);
+	if (!v || !out)
+		return 1;
+	double check = 0, best = 1e9;
+	for (int round = 0; round < 3; round++) {
+		double t0 = now();
+		for (long i = 0; i < rows; i++) {
+			vf_rotate(&rot, v + (size_t)(i % DISTINCT) * dim, out);
+			if (round == 0)
+				check += out[i % rot.pdim];
+		}
+		double us = (now() - t0) / (double)rows * 1e6;
+		best = us < best ? us : best;
+	}
+	printf("%-7s dim %4u rotation in %4u     %7.3f us a row  (check %.9g)\n",
+	       vf_kernels_get()->name, dim, rot.pdim, best, check);
+	vf_rotation_free(&rot);
+	free(v);
+	free(out);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	long rows = argc > 1 ? atol(argv[1]) : 100000;
@@ -118,5 +155,8 @@ int main(int argc, char **argv)
 	rc |= run(128, 4, 0, rows);
 	for (size_t d = 0; d < 2; d++)
 		rc |= run_q8(dims[d], rows);
+	static const uint32_t rdims[] = {128, 784, 960, 1024, 1536};
+	for (size_t d = 0; d < sizeof rdims / sizeof *rdims; d++)
+		rc |= run_rotate(rdims[d], rows);
 	return rc;
 }

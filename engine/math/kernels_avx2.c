@@ -681,17 +681,46 @@ void vf_encode_codes_avx2(const float *x, const float *ax, uint32_t n, float t, 
 		encode_codes4(x, ax, n, vt, vk, half, rc, NULL, u, sums, 0);
 }
 
-/* Butterflies of distance h < 8 inside one vector: `swap` brings each
- * element's partner to its place, `hi` marks the lanes that take a - b
- * (a: the lower partner, b: the upper one). */
-static inline __m256 butterfly_in(__m256 v, __m256 swapped, int hi)
+/* The three stages inside one vector (h = 1, 2, 4) of 8 values after their
+ * signs: each lane is its partner plus or minus itself in one rounding
+ * (partner + v where the lane takes a + b, partner - v where it takes a - b,
+ * the partner being the lower one there), the same floats as an add and a
+ * subtract. */
+static inline __m256 fwht8(__m256 v)
 {
-	__m256 sum = _mm256_add_ps(v, swapped), diff = _mm256_sub_ps(swapped, v);
-	switch (hi) { /* _mm256_blend_ps needs a constant */
-	case 0xAA: return _mm256_blend_ps(sum, diff, 0xAA);
-	case 0xCC: return _mm256_blend_ps(sum, diff, 0xCC);
-	default: return _mm256_blend_ps(sum, diff, 0xF0);
-	}
+	const __m256 s1 = _mm256_setr_ps(1, -1, 1, -1, 1, -1, 1, -1);
+	const __m256 s2 = _mm256_setr_ps(1, 1, -1, -1, 1, 1, -1, -1);
+	const __m256 s4 = _mm256_setr_ps(1, 1, 1, 1, -1, -1, -1, -1);
+	v = _mm256_fmadd_ps(v, s1, _mm256_permute_ps(v, 0xB1));
+	v = _mm256_fmadd_ps(v, s2, _mm256_permute_ps(v, 0x4E));
+	return _mm256_fmadd_ps(v, s4, _mm256_permute2f128_ps(v, v, 1));
+}
+
+/* 8 * R values of x (R <= 8, a power of two, constant where inlined) in
+ * registers: signs, every stage up to 4 R, stored scaled when `last`; the
+ * stages in the scalar kernel's order on the same pairs. */
+static inline __attribute__((always_inline)) void fwht_regs(float *x, const float *sg, uint32_t R,
+							    int last, __m256 vs)
+{
+	__m256 v[8];
+#pragma GCC unroll 8
+	for (uint32_t r = 0; r < 8; r++)
+		if (r < R)
+			v[r] = fwht8(_mm256_mul_ps(_mm256_loadu_ps(x + 8 * r),
+						   _mm256_loadu_ps(sg + 8 * r)));
+#pragma GCC unroll 3
+	for (uint32_t hr = 1; hr < 8; hr *= 2)
+#pragma GCC unroll 8
+		for (uint32_t j = 0; j < 8; j++)
+			if (hr < R && j < R && !(j & hr)) {
+				__m256 a = v[j], b = v[j + hr];
+				v[j] = _mm256_add_ps(a, b);
+				v[j + hr] = _mm256_sub_ps(a, b);
+			}
+#pragma GCC unroll 8
+	for (uint32_t r = 0; r < 8; r++)
+		if (r < R)
+			_mm256_storeu_ps(x + 8 * r, last ? _mm256_mul_ps(v[r], vs) : v[r]);
 }
 
 static void rotate_rounds_avx2(float *x, uint32_t n, const float *signs, int rounds,
@@ -700,17 +729,18 @@ static void rotate_rounds_avx2(float *x, uint32_t n, const float *signs, int rou
 	__m256 vs = _mm256_set1_ps(scale);
 	for (int k = 0; k < rounds; k++) {
 		const float *sg = signs + (size_t)k * n;
-		for (uint32_t i = 0; i < n; i += 8) {
-			__m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(sg + i));
-			v = butterfly_in(v, _mm256_permute_ps(v, 0xB1), 0xAA);     /* h = 1 */
-			v = butterfly_in(v, _mm256_permute_ps(v, 0x4E), 0xCC);     /* h = 2 */
-			v = butterfly_in(v, _mm256_permute2f128_ps(v, v, 1), 0xF0); /* h = 4 */
-			_mm256_storeu_ps(x + i, v);
+		switch (n) { /* up to 64 values: the whole transform in registers */
+		case 8: fwht_regs(x, sg, 1, 1, vs); continue;
+		case 16: fwht_regs(x, sg, 2, 1, vs); continue;
+		case 32: fwht_regs(x, sg, 4, 1, vs); continue;
+		case 64: fwht_regs(x, sg, 8, 1, vs); continue;
 		}
-		/* the stages h and 2h in one pass over x (each value from the
-		 * same two as stage by stage), the last one scaled as it is
-		 * stored: half the passes */
-		uint32_t h = 8;
+		/* blocks of 64 in registers, then the stages between them two
+		 * at a time in memory (each value from the same two as stage by
+		 * stage), the last one scaled as it is stored: half the passes */
+		for (uint32_t i = 0; i < n; i += 64)
+			fwht_regs(x + i, sg + i, 8, 0, vs);
+		uint32_t h = 64;
 		for (; 4 * h <= n; h *= 4) {
 			int last = 4 * h == n;
 			for (uint32_t i = 0; i < n; i += 4 * h)
@@ -740,8 +770,6 @@ static void rotate_rounds_avx2(float *x, uint32_t n, const float *signs, int rou
 				_mm256_storeu_ps(x + j, _mm256_mul_ps(_mm256_add_ps(a, b), vs));
 				_mm256_storeu_ps(x + j + h, _mm256_mul_ps(_mm256_sub_ps(a, b), vs));
 			}
-		else if (h == 8) /* n = 8: no stage past the first pass */
-			_mm256_storeu_ps(x, _mm256_mul_ps(_mm256_loadu_ps(x), vs));
 	}
 }
 

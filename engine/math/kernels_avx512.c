@@ -486,43 +486,115 @@ static inline __m512 butterfly16(__m512 v, __m512 sw, __mmask16 hi)
 	return _mm512_mask_sub_ps(_mm512_add_ps(v, sw), hi, sw, v);
 }
 
+/* The four stages inside one vector (h = 1, 2, 4, 8) of 16 values after
+ * their signs. */
+static inline __m512 fwht16(__m512 v)
+{
+	/* the partner plus or minus v in one rounding: sw + v in the lanes
+	 * that take a + b, sw - v in those that take a - b (the lower partner
+	 * sw there), as butterfly16() gives them */
+	const __m512 s1 = _mm512_setr_ps(1, -1, 1, -1, 1, -1, 1, -1, 1, -1, 1, -1, 1, -1, 1, -1);
+	const __m512 s2 = _mm512_setr_ps(1, 1, -1, -1, 1, 1, -1, -1, 1, 1, -1, -1, 1, 1, -1, -1);
+	const __m512 s4 = _mm512_setr_ps(1, 1, 1, 1, -1, -1, -1, -1, 1, 1, 1, 1, -1, -1, -1, -1);
+	const __m512 s8 = _mm512_setr_ps(1, 1, 1, 1, 1, 1, 1, 1, -1, -1, -1, -1, -1, -1, -1, -1);
+	v = _mm512_fmadd_ps(v, s1, _mm512_permute_ps(v, 0xB1));        /* h = 1 */
+	v = _mm512_fmadd_ps(v, s2, _mm512_permute_ps(v, 0x4E));        /* h = 2 */
+	v = _mm512_fmadd_ps(v, s4, _mm512_shuffle_f32x4(v, v, 0xB1));  /* h = 4 */
+	return _mm512_fmadd_ps(v, s8, _mm512_shuffle_f32x4(v, v, 0x4E)); /* h = 8 */
+}
+
+/* 16 * R values of x (R <= 16, a power of two, constant where inlined) in
+ * registers: signs, every stage up to 8 R (the stages between vectors pair
+ * register j with j + h / 16), stored scaled when `last`.  The stages run
+ * in the scalar kernel's order on the same pairs, so every value is the
+ * same float. */
+static inline __attribute__((always_inline)) void fwht_regs(float *x, const float *sg, uint32_t R,
+							    int last, __m512 vs)
+{
+	__m512 v[16];
+#pragma GCC unroll 16
+	for (uint32_t r = 0; r < 16; r++)
+		if (r < R)
+			v[r] = fwht16(_mm512_mul_ps(_mm512_loadu_ps(x + 16 * r),
+						    _mm512_loadu_ps(sg + 16 * r)));
+#pragma GCC unroll 4
+	for (uint32_t hr = 1; hr < 16; hr *= 2)
+#pragma GCC unroll 16
+		for (uint32_t j = 0; j < 16; j++)
+			if (hr < R && j < R && !(j & hr)) {
+				__m512 a = v[j], b = v[j + hr];
+				v[j] = _mm512_add_ps(a, b);
+				v[j + hr] = _mm512_sub_ps(a, b);
+			}
+#pragma GCC unroll 16
+	for (uint32_t r = 0; r < 16; r++)
+		if (r < R)
+			_mm512_storeu_ps(x + 16 * r, last ? _mm512_mul_ps(v[r], vs) : v[r]);
+}
+
 static void rotate_rounds_avx512(float *x, uint32_t n, const float *signs, int rounds,
 				 float scale)
 {
-	const __m512i p1 = _mm512_setr_epi32(1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14);
-	const __m512i p2 = _mm512_setr_epi32(2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13);
-	const __m512i p4 = _mm512_setr_epi32(4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11);
-	const __m512i p8 = _mm512_setr_epi32(8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7);
 	__m512 vs = _mm512_set1_ps(scale);
 	for (int k = 0; k < rounds; k++) {
 		const float *sg = signs + (size_t)k * n;
-		uint32_t i = 0;
-		for (; i + 16 <= n; i += 16) {
-			__m512 v = _mm512_mul_ps(_mm512_loadu_ps(x + i), _mm512_loadu_ps(sg + i));
+		switch (n) { /* up to 256 values: the whole transform in registers */
+		case 8: {
+			const __m512i p1 = _mm512_setr_epi32(1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13,
+							     12, 15, 14);
+			const __m512i p2 = _mm512_setr_epi32(2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14,
+							     15, 12, 13);
+			const __m512i p4 = _mm512_setr_epi32(4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8,
+							     9, 10, 11);
+			__m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(0xFF, x),
+						 _mm512_maskz_loadu_ps(0xFF, sg));
 			v = butterfly16(v, _mm512_permutexvar_ps(p1, v), 0xAAAA);
 			v = butterfly16(v, _mm512_permutexvar_ps(p2, v), 0xCCCC);
 			v = butterfly16(v, _mm512_permutexvar_ps(p4, v), 0xF0F0);
-			v = butterfly16(v, _mm512_permutexvar_ps(p8, v), 0xFF00);
-			_mm512_storeu_ps(x + i, v);
+			_mm512_mask_storeu_ps(x, 0xFF, _mm512_mul_ps(v, vs));
+			continue;
 		}
-		if (i < n) { /* n = 8: the lower half only */
-			__m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(0xFF, x), _mm512_maskz_loadu_ps(0xFF, sg));
-			v = butterfly16(v, _mm512_permutexvar_ps(p1, v), 0xAAAA);
-			v = butterfly16(v, _mm512_permutexvar_ps(p2, v), 0xCCCC);
-			v = butterfly16(v, _mm512_permutexvar_ps(p4, v), 0xF0F0);
-			_mm512_mask_storeu_ps(x, 0xFF, v);
+		case 16: fwht_regs(x, sg, 1, 1, vs); continue;
+		case 32: fwht_regs(x, sg, 2, 1, vs); continue;
+		case 64: fwht_regs(x, sg, 4, 1, vs); continue;
+		case 128: fwht_regs(x, sg, 8, 1, vs); continue;
+		case 256: fwht_regs(x, sg, 16, 1, vs); continue;
 		}
-		for (uint32_t h = 16; h < n; h *= 2)
-			for (uint32_t b = 0; b < n; b += 2 * h)
-				for (uint32_t j = b; j < b + h; j += 16) {
-					__m512 lo = _mm512_loadu_ps(x + j), up = _mm512_loadu_ps(x + j + h);
-					_mm512_storeu_ps(x + j, _mm512_add_ps(lo, up));
-					_mm512_storeu_ps(x + j + h, _mm512_sub_ps(lo, up));
+		/* blocks of 256 in registers, then the stages between them
+		 * two at a time in memory (each value from the same two as stage
+		 * by stage), the last one scaled as it is stored */
+		for (uint32_t i = 0; i < n; i += 256)
+			fwht_regs(x + i, sg + i, 16, 0, vs);
+		uint32_t h = 256;
+		for (; 4 * h <= n; h *= 4) {
+			int last = 4 * h == n;
+			for (uint32_t i = 0; i < n; i += 4 * h)
+				for (uint32_t j = i; j < i + h; j += 16) {
+					__m512 a = _mm512_loadu_ps(x + j), b = _mm512_loadu_ps(x + j + h);
+					__m512 c = _mm512_loadu_ps(x + j + 2 * h);
+					__m512 d = _mm512_loadu_ps(x + j + 3 * h);
+					__m512 ab = _mm512_add_ps(a, b), amb = _mm512_sub_ps(a, b);
+					__m512 cd = _mm512_add_ps(c, d), cmd = _mm512_sub_ps(c, d);
+					__m512 y0 = _mm512_add_ps(ab, cd), y1 = _mm512_add_ps(amb, cmd);
+					__m512 y2 = _mm512_sub_ps(ab, cd), y3 = _mm512_sub_ps(amb, cmd);
+					if (last) {
+						y0 = _mm512_mul_ps(y0, vs);
+						y1 = _mm512_mul_ps(y1, vs);
+						y2 = _mm512_mul_ps(y2, vs);
+						y3 = _mm512_mul_ps(y3, vs);
+					}
+					_mm512_storeu_ps(x + j, y0);
+					_mm512_storeu_ps(x + j + h, y1);
+					_mm512_storeu_ps(x + j + 2 * h, y2);
+					_mm512_storeu_ps(x + j + 3 * h, y3);
 				}
-		for (i = 0; i + 16 <= n; i += 16)
-			_mm512_storeu_ps(x + i, _mm512_mul_ps(_mm512_loadu_ps(x + i), vs));
-		if (i < n)
-			_mm512_mask_storeu_ps(x, 0xFF, _mm512_mul_ps(_mm512_maskz_loadu_ps(0xFF, x), vs));
+		}
+		if (h < n) /* one stage left, scaled */
+			for (uint32_t j = 0; j < h; j += 16) {
+				__m512 a = _mm512_loadu_ps(x + j), b = _mm512_loadu_ps(x + j + h);
+				_mm512_storeu_ps(x + j, _mm512_mul_ps(_mm512_add_ps(a, b), vs));
+				_mm512_storeu_ps(x + j + h, _mm512_mul_ps(_mm512_sub_ps(a, b), vs));
+			}
 	}
 }
 

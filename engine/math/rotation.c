@@ -37,6 +37,16 @@ int vf_rotation_init(vf_rotation *r, uint32_t dim, uint32_t pdim, uint64_t seed)
 	uint64_t s = seed ^ 0x726f746174696f6eULL;
 	for (size_t i = 0; i < VF_ROT_ROUNDS * per; i++)
 		r->signs[i] = (vf_splitmix(&s) >> 63) ? -1.0f : 1.0f;
+	/* two windows: the round's signs over the coordinates past the
+	 * first window are applied with the second window's own (a product
+	 * of signs is exact, so every value is the same float as applying
+	 * them one after the other) */
+	uint32_t m = r->win, n = pdim;
+	for (int k = 0; m != n && k < VF_ROT_ROUNDS; k++) {
+		float *sg = r->signs + (size_t)k * per;
+		for (uint32_t i = m; i < n; i++)
+			sg[n + (i - (n - m))] *= sg[i];
+	}
 	return 0;
 }
 
@@ -57,13 +67,13 @@ void vf_rotate(const vf_rotation *r, const float *in, float *out)
 		return;
 	}
 	/* a round: signs over all n (the first window's with its transform),
-	 * the first m transformed, then the last m with signs of their own */
+	 * the first m transformed, then the last m with signs of their own
+	 * (those past the first window carry the round's first signs too:
+	 * vf_rotation_init()) */
 	const float *sg = r->signs;
 	float scale = 1.0f / sqrtf((float)m);
 	for (int k = 0; k < VF_ROT_ROUNDS; k++, sg += n + m) {
 		kn->rotate_rounds(out, m, sg, 1, scale);
-		for (uint32_t i = m; i < n; i++)
-			out[i] *= sg[i];
 		kn->rotate_rounds(out + (n - m), m, sg + n, 1, scale);
 	}
 }

@@ -22,7 +22,10 @@ typedef struct vf_rotation {
 	uint32_t win;   /* the transform's length: pdim, or the largest power
 			 * of two below it (two windows a round) */
 	uint64_t seed;
-	float *signs;   /* +1/-1: VF_ROT_ROUNDS * pdim, or * (pdim + win) */
+	float *signs;   /* +1/-1: VF_ROT_ROUNDS * pdim, or * (pdim + win): a
+			 * round's pdim, then the second window's win, which
+			 * over the coordinates past the first window hold
+			 * the product of both */
 } vf_rotation;
 
 /* The padded dimension of new generations: the smallest multiple of 64 at
