@@ -772,7 +772,7 @@ static size_t panel_ref_diffs(const char *what, const vf_kernels *kn, const floa
 static void check_panels(const vf_kernels *kn, const vf_kernels *ref, rng *r)
 {
 	static const size_t ds[] = { 1, 2, 3, 8, 15, 16, 17, 100 };
-	static const size_t nps[] = { 1, 2, 3, 4, 5, 7, 8, 9, 64, 65 };
+	static const size_t nps[] = { 1, 2, 3, 4, 5, 6, 7, 8, 9, 14, 64, 65 };
 	size_t bad_ref = 0, bad_bits = 0;
 	for (size_t di = 0; di < sizeof ds / sizeof *ds; di++) {
 		size_t d = ds[di];

@@ -115,42 +115,56 @@ static void panel_dots1_avx2(const float *pts, size_t npts, size_t d,
 	}
 }
 
-/* One point against 4 panels at p0..p3, from panels of floats or (half)
- * of binary16 values widened exactly as they are loaded (F16C): each lane
- * adds its products in dimension order either way; the first m stored. */
+/* One point against the M <= 4 panels at p[0..M) side by side (M constant
+ * where inlined), from panels of floats or (half) of binary16 values
+ * widened exactly as they are loaded (F16C): each lane adds its products in
+ * dimension order either way. */
 static inline __attribute__((always_inline)) void
-four_panels(const float *x, size_t d, const char *p0, const char *p1, const char *p2,
-	    const char *p3, int half, size_t m, float *out)
+panels_side_by_side(const float *x, size_t d, const char *const *p, int half, size_t M,
+		    float *out)
 {
 #define LD(p, o)                                                                       \
 	(half ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((p) + 2 * (o)))) \
 	      : _mm256_loadu_ps((const float *)((p) + 4 * (o))))
-	__m256 a0 = _mm256_setzero_ps(), b0 = a0, a1 = a0, b1 = a0, a2 = a0, b2 = a0, a3 = a0,
-	       b3 = a0;
+	__m256 a[4], b[4];
+#pragma GCC unroll 4
+	for (size_t j = 0; j < 4; j++)
+		a[j] = b[j] = _mm256_setzero_ps();
 	for (size_t k = 0; k < d; k++) {
 		__m256 v = _mm256_broadcast_ss(x + k);
 		size_t o = k * VF_PANEL;
-		a0 = _mm256_fmadd_ps(v, LD(p0, o), a0);
-		b0 = _mm256_fmadd_ps(v, LD(p0, o + 8), b0);
-		a1 = _mm256_fmadd_ps(v, LD(p1, o), a1);
-		b1 = _mm256_fmadd_ps(v, LD(p1, o + 8), b1);
-		a2 = _mm256_fmadd_ps(v, LD(p2, o), a2);
-		b2 = _mm256_fmadd_ps(v, LD(p2, o + 8), b2);
-		a3 = _mm256_fmadd_ps(v, LD(p3, o), a3);
-		b3 = _mm256_fmadd_ps(v, LD(p3, o + 8), b3);
+#pragma GCC unroll 4
+		for (size_t j = 0; j < 4; j++)
+			if (j < M) {
+				a[j] = _mm256_fmadd_ps(v, LD(p[j], o), a[j]);
+				b[j] = _mm256_fmadd_ps(v, LD(p[j], o + 8), b[j]);
+			}
 	}
 #undef LD
-	const __m256 a[4] = {a0, a1, a2, a3}, b[4] = {b0, b1, b2, b3};
-	for (size_t j = 0; j < m; j++) {
-		_mm256_storeu_ps(out + j * VF_PANEL, a[j]);
-		_mm256_storeu_ps(out + j * VF_PANEL + 8, b[j]);
+#pragma GCC unroll 4
+	for (size_t j = 0; j < 4; j++)
+		if (j < M) {
+			_mm256_storeu_ps(out + j * VF_PANEL, a[j]);
+			_mm256_storeu_ps(out + j * VF_PANEL + 8, b[j]);
+		}
+}
+
+/* One point against the m <= 4 panels at p[0..m) (the chains of fewer
+ * panels are as many FMAs, in fewer loads). */
+static inline __attribute__((always_inline)) void
+four_panels(const float *x, size_t d, const char *const *p, int half, size_t m, float *out)
+{
+	switch (m) {
+	case 1: panels_side_by_side(x, d, p, half, 1, out); break;
+	case 2: panels_side_by_side(x, d, p, half, 2, out); break;
+	case 3: panels_side_by_side(x, d, p, half, 3, out); break;
+	default: panels_side_by_side(x, d, p, half, 4, out); break;
 	}
 }
 
 /* One point against 4 panels (64 centroids) per step; in the last step,
- * 1-3 panels side by side too (one after another, each would be two
- * chains of d dependent FMAs): the missing ones repeat the last, and their
- * sums are not stored. */
+ * the 1-3 left side by side too (one after another, each would be two
+ * chains of d dependent FMAs). */
 static inline __attribute__((always_inline)) void
 point_panels_any(const float *x, size_t d, const void *panels, int half, size_t npanels,
 		 float *out)
@@ -158,19 +172,21 @@ point_panels_any(const float *x, size_t d, const void *panels, int half, size_t 
 	size_t ps = d * VF_PANEL * (half ? 2 : 4); /* bytes a panel */
 	for (size_t i = 0; i < npanels; i += 4) {
 		size_t m = npanels - i < 4 ? npanels - i : 4;
-		const char *p0 = (const char *)panels + i * ps, *p1 = p0 + (m > 1 ? 1 : 0) * ps,
-			   *p2 = p0 + (m > 2 ? 2 : m - 1) * ps, *p3 = p0 + (m - 1) * ps;
-		four_panels(x, d, p0, p1, p2, p3, half, m, out + i * VF_PANEL);
+		const char *p[4];
+		for (size_t j = 0; j < m; j++)
+			p[j] = (const char *)panels + (i + j) * ps;
+		four_panels(x, d, p, half, m, out + i * VF_PANEL);
 	}
 }
 
-/* The same four side by side from m <= 4 pointers (the missing ones
- * repeat the last, and are not stored). */
+/* The same side by side from m <= 4 pointers. */
 void vf_point_panel_set_avx2(const float *x, size_t d, const float *const *pan, size_t m,
 			     float *out)
 {
-	four_panels(x, d, (const char *)pan[0], (const char *)pan[m > 1 ? 1 : 0],
-		    (const char *)pan[m > 2 ? 2 : m - 1], (const char *)pan[m - 1], 0, m, out);
+	const char *p[4];
+	for (size_t j = 0; j < m && j < 4; j++)
+		p[j] = (const char *)pan[j];
+	four_panels(x, d, p, 0, m, out);
 }
 
 static void point_panels_avx2(const float *x, size_t d, const float *panels,

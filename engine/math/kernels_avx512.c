@@ -100,42 +100,58 @@ static void panel_dots1_avx512(const float *pts, size_t npts, size_t d,
 	}
 }
 
-/* One point against 8 panels per step (the last step repeats its last
- * panel for the missing ones and stores only its own), from panels of
- * floats or (half) of binary16 values widened exactly as they are loaded:
- * each lane adds its products in dimension order either way. */
+/* One point against M <= 8 panels side by side (M constant where inlined),
+ * from panels of floats or (half) of binary16 values widened exactly as
+ * they are loaded: each lane adds its products in dimension order either
+ * way. */
+static inline __attribute__((always_inline)) void
+panels_side_by_side(const float *x, size_t d, const char *const *p, int half, size_t M,
+		    float *out)
+{
+#define LD(p, o)                                                                          \
+	(half ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((p) + 2 * (o)))) \
+	      : _mm512_loadu_ps((const float *)((p) + 4 * (o))))
+	__m512 a[8];
+#pragma GCC unroll 8
+	for (size_t j = 0; j < 8; j++)
+		a[j] = _mm512_setzero_ps();
+	for (size_t k = 0, o = 0; k < d; k++, o += VF_PANEL) {
+		__m512 v = _mm512_set1_ps(x[k]);
+#pragma GCC unroll 8
+		for (size_t j = 0; j < 8; j++)
+			if (j < M)
+				a[j] = _mm512_fmadd_ps(v, LD(p[j], o), a[j]);
+	}
+#undef LD
+#pragma GCC unroll 8
+	for (size_t j = 0; j < 8; j++)
+		if (j < M)
+			_mm512_storeu_ps(out + j * VF_PANEL, a[j]);
+}
+
+/* One point against 8 panels per step, then the 1-7 left side by side
+ * (the chains of fewer panels are as many FMAs, in fewer loads). */
 static inline __attribute__((always_inline)) void
 point_panels_any(const float *x, size_t d, const void *panels, int half, size_t npanels,
 		 float *out)
 {
 	size_t ps = d * VF_PANEL * (half ? 2 : 4); /* bytes a panel */
-#define LD(p, o)                                                                          \
-	(half ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((p) + 2 * (o)))) \
-	      : _mm512_loadu_ps((const float *)((p) + 4 * (o))))
 	for (size_t i = 0; i < npanels; i += 8) {
 		size_t m = npanels - i < 8 ? npanels - i : 8;
 		const char *p[8];
 		for (size_t j = 0; j < 8; j++)
 			p[j] = (const char *)panels + (i + (j < m ? j : m - 1)) * ps;
-		const char *p0 = p[0], *p1 = p[1], *p2 = p[2], *p3 = p[3], *p4 = p[4],
-			   *p5 = p[5], *p6 = p[6], *p7 = p[7];
-		__m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0,
-		       a6 = a0, a7 = a0;
-		for (size_t k = 0, o = 0; k < d; k++, o += VF_PANEL) {
-			__m512 v = _mm512_set1_ps(x[k]);
-			a0 = _mm512_fmadd_ps(v, LD(p0, o), a0);
-			a1 = _mm512_fmadd_ps(v, LD(p1, o), a1);
-			a2 = _mm512_fmadd_ps(v, LD(p2, o), a2);
-			a3 = _mm512_fmadd_ps(v, LD(p3, o), a3);
-			a4 = _mm512_fmadd_ps(v, LD(p4, o), a4);
-			a5 = _mm512_fmadd_ps(v, LD(p5, o), a5);
-			a6 = _mm512_fmadd_ps(v, LD(p6, o), a6);
-			a7 = _mm512_fmadd_ps(v, LD(p7, o), a7);
+		float *o = out + i * VF_PANEL;
+		switch (m) {
+		case 1: panels_side_by_side(x, d, p, half, 1, o); break;
+		case 2: panels_side_by_side(x, d, p, half, 2, o); break;
+		case 3: panels_side_by_side(x, d, p, half, 3, o); break;
+		case 4: panels_side_by_side(x, d, p, half, 4, o); break;
+		case 5: panels_side_by_side(x, d, p, half, 5, o); break;
+		case 6: panels_side_by_side(x, d, p, half, 6, o); break;
+		case 7: panels_side_by_side(x, d, p, half, 7, o); break;
+		default: panels_side_by_side(x, d, p, half, 8, o); break;
 		}
-#undef LD
-		const __m512 a[8] = {a0, a1, a2, a3, a4, a5, a6, a7};
-		for (size_t j = 0; j < m; j++)
-			_mm512_storeu_ps(out + (i + j) * VF_PANEL, a[j]);
 	}
 }
 
