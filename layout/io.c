@@ -1,6 +1,6 @@
 /*
- * layout/io.c - the allocation, file-open, writeback and read-ahead table,
- * set to the real calls.
+ * layout/io.c - the allocation, file-open, writeback, read-ahead and
+ * page-fault table, set to the real calls.
  */
 #include "io.h"
 
@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 
 static int real_open(const char *path, int flags, mode_t mode)
 {
@@ -25,6 +26,12 @@ static void real_willneed(void *addr, size_t len)
 	madvise(addr, len, MADV_WILLNEED);
 }
 
+static uint64_t real_major_faults(void)
+{
+	struct rusage ru;
+	return getrusage(RUSAGE_THREAD, &ru) == 0 ? (uint64_t)ru.ru_majflt : 0;
+}
+
 static const vf_io real_io = {
 	.malloc = malloc,
 	.calloc = calloc,
@@ -32,6 +39,7 @@ static const vf_io real_io = {
 	.open = real_open,
 	.sync_range = real_sync_range,
 	.willneed = real_willneed,
+	.major_faults = real_major_faults,
 };
 
 vf_io vf_io_ops = {
@@ -41,6 +49,7 @@ vf_io vf_io_ops = {
 	.open = real_open,
 	.sync_range = real_sync_range,
 	.willneed = real_willneed,
+	.major_faults = real_major_faults,
 };
 
 void vf_io_reset(void)

@@ -1,7 +1,7 @@
 /*
  * layout/io.h - the one seam through which the library allocates memory,
- * opens its own files, starts the writeback of LMDB's and asks for pages of
- * the map ahead: a table of functions, the real calls by default, that a
+ * opens its own files, starts the writeback of LMDB's, asks for pages of
+ * the map ahead and counts the page faults it waited for: a table of functions, the real calls by default, that a
  * test replaces to fail the Nth call (ENOMEM, EIO, ENOSPC) or to see what
  * was asked.  LMDB's own file I/O does not pass here
  * (it is inside liblmdb).
@@ -25,6 +25,10 @@ typedef struct vf_io {
 	/* ask for the pages of addr..+len of the map to be read, waiting for
 	 * none (madvise(MADV_WILLNEED); addr page-aligned) */
 	void (*willneed)(void *addr, size_t len);
+	/* the calling thread's major page faults so far
+	 * (getrusage(RUSAGE_THREAD)): how a search or a walk knows it waited
+	 * for the disk */
+	uint64_t (*major_faults)(void);
 } vf_io;
 
 /* The table in use (the real calls unless replaced).  The library's threads

@@ -17,7 +17,6 @@
 #include <time.h>
 #include <sys/file.h>
 #include <sys/mman.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -1017,8 +1016,7 @@ void vf_cursor_close(vf_cursor *cur)
 
 uint64_t vf_thread_major_faults(void)
 {
-	struct rusage ru;
-	return getrusage(RUSAGE_THREAD, &ru) == 0 ? (uint64_t)ru.ru_majflt : 0;
+	return vf_io_ops.major_faults();
 }
 
 /* A walk (many steps forward in a row on one thread: a scan of every
@@ -1035,16 +1033,23 @@ uint64_t vf_thread_major_faults(void)
 
 static void walk_ahead(int op, const void *at)
 {
-	static __thread unsigned steps;
+	static __thread unsigned steps, looked; /* steps in a row; at the last look */
 	static __thread uintptr_t look, from, to; /* last look; read ahead: [from, to) */
 	static __thread uint64_t faults;
 	uintptr_t a = (uintptr_t)at;
 	if (op != VF_NEXT) {
-		steps = 0;
+		steps = looked = 0;
 		return;
 	}
-	if (++steps < WALK_STEPS || (steps > WALK_STEPS && a >= look && a < look + WALK_LOOK))
+	/* a look when the walk has left the bytes of the last one, and at
+	 * most every WALK_STEPS steps: a write transaction's values lie on
+	 * pages of its own, anywhere in memory, and a look at each of their
+	 * jumps cost an ingest a getrusage() every four rows */
+	if (++steps < WALK_STEPS ||
+	    (steps > WALK_STEPS &&
+	     ((a >= look && a < look + WALK_LOOK) || steps - looked < WALK_STEPS)))
 		return;
+	looked = steps;
 	uint64_t f = vf_thread_major_faults();
 	int waited = steps > WALK_STEPS && f != faults;
 	faults = f;

@@ -1526,6 +1526,91 @@ static void test_records_add(void **state)
 	vf_store_close(s);
 }
 
+/* A walk that waits for pages (a cursor stepping forward, VF_NEXT) asks
+ * for the map ahead of itself; it looks at its faults at most every 64
+ * steps, whether its values lie in the map in file order or on a write
+ * transaction's own pages, anywhere in memory (a look at each of their
+ * jumps cost an ingest one getrusage() every four rows).  The faults and
+ * the read-ahead go through io.h's table: here every look "waited". */
+#define WALK_ROWS 6000
+static size_t walk_looks, walk_asked;
+static uint64_t walk_faults(void)
+{
+	return ++walk_looks; /* more than at the last look: it waited */
+}
+static void walk_willneed(void *addr, size_t len)
+{
+	(void)addr;
+	(void)len;
+	walk_asked++;
+}
+
+/* Steps of a walk of the records family in txn (VF_FIRST, then VF_NEXT). */
+static size_t walk_records(vf_txn *txn, vf_store *s)
+{
+	vf_cursor *cur;
+	vf_val k, d;
+	size_t steps = 0;
+	assert_int_equal(vf_cursor_open(txn, s->records, &cur), 0);
+	for (int rc = vf_cursor_get(cur, &k, &d, VF_FIRST); rc == 0;
+	     rc = vf_cursor_get(cur, &k, &d, VF_NEXT))
+		steps++;
+	vf_cursor_close(cur);
+	return steps;
+}
+
+static int walk_write(vf_txn *txn, void *arg)
+{
+	vf_store *s = arg;
+	uint8_t val[400];
+	for (uint64_t id = 1; id <= WALK_ROWS; id++) {
+		memset(val, (int)id, sizeof val);
+		int rc = vf_records_add(txn, s, id, val, sizeof val);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+/* Rewrite every other record (its pages become the transaction's own, in
+ * memory), then walk them all inside the write. */
+static int walk_in_write(vf_txn *txn, void *arg)
+{
+	vf_store *s = arg;
+	uint8_t val[400] = {7};
+	for (uint64_t id = 1; id <= WALK_ROWS; id += 2) {
+		int rc = vf_records_put(txn, s, id, val, sizeof val);
+		if (rc)
+			return rc;
+	}
+	walk_looks = 0;
+	assert_int_equal(walk_records(txn, s), WALK_ROWS);
+	assert_true(walk_looks <= WALK_ROWS / 64 + 1);
+	return 0;
+}
+
+static void test_walk_reads_ahead(void **state)
+{
+	fixture *f = *state;
+	char err[256] = "";
+	vf_store *s = NULL;
+	assert_int_equal(vf_store_open(f->dir, 0, &s, err, sizeof err), 0);
+	assert_int_equal(vf_write(s, walk_write, s), 0);
+	vf_io_ops.major_faults = walk_faults;
+	vf_io_ops.willneed = walk_willneed;
+	vf_txn *txn;
+	assert_int_equal(vf_read_begin(s, &txn), 0);
+	walk_looks = walk_asked = 0;
+	assert_int_equal(walk_records(txn, s), WALK_ROWS);
+	vf_read_end(s, txn);
+	/* 2.4 MB of values: read ahead more than once, looked at rarely */
+	assert_true(walk_asked >= 2);
+	assert_true(walk_looks >= 2 && walk_looks <= WALK_ROWS / 64 + 1);
+	assert_int_equal(vf_write(s, walk_in_write, s), 0);
+	vf_io_reset();
+	vf_store_close(s);
+}
+
 /* A location hint is stable (inside a reader's snapshot, readable in
  * place) when it was seen in a read transaction and no write of the
  * records family began between that one and the reader's; never when seen
@@ -1717,6 +1802,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_assignment_map, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_writeback_ahead, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_records_add, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_walk_reads_ahead, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_hint_stable, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_hint_put_races_get, fx_setup, fx_teardown),
 	};
