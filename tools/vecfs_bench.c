@@ -1377,7 +1377,13 @@ static void bench_free(struct bench *b)
 enum { PH_NONE = -1, PH_INGEST = 0, PH_INGEST2 = 1, PH_BUILD = 2, PH_COUNT = 3 };
 
 /* What a round's QPS figures are of (struct mnt's qps_of). */
-enum { Q_FS, Q_HELD, Q_LIB, Q_CALL, Q_BATCH, Q_LIB_BATCH, Q_BATCH_BIN };
+enum { Q_FS, Q_HELD, Q_LIB, Q_CALL, Q_BATCH, Q_LIB_BATCH, Q_BATCH_BIN, Q_COUNT };
+
+/* The library's figure a way of the mount is compared with. */
+static int lib_way(int w)
+{
+	return w == Q_BATCH || w == Q_BATCH_BIN ? Q_LIB_BATCH : Q_LIB;
+}
 
 struct mnt {
 	char tmp[PATH_MAX];      /* holds store/ and mnt/ */
@@ -1417,7 +1423,7 @@ struct mnt {
 	struct measure fs[MAX_NPROBE], lib[MAX_NPROBE];
 	struct measure held[MAX_NPROBE];          /* descriptors held open */
 	struct measure call[MAX_NPROBE];          /* the query call (an ioctl) */
-	double qps_of[MAX_ROUNDS][MAX_NPROBE][7]; /* per round (Q_): fs, held, lib, call,
+	double qps_of[MAX_ROUNDS][MAX_NPROBE][Q_COUNT]; /* per round (Q_): fs, held, lib, call,
 						   * and with --batch the mount's and
 						   * the library's batches, and the
 						   * mount's in .fvecs rows */
@@ -3125,7 +3131,7 @@ static void round_ratios(const struct mnt *m, size_t i, int w, double *median,
 			 double *pooled)
 {
 	double r[MAX_ROUNDS], t_lib = 0, t_fs = 0;
-	int l = w == Q_BATCH || w == Q_BATCH_BIN ? Q_LIB_BATCH : Q_LIB;
+	int l = lib_way(w);
 	unsigned n = 0;
 
 	for (unsigned k = 0; k < m->rounds_done; k++) {
@@ -3268,7 +3274,7 @@ static void print_rounds(const struct bench *b, const struct mnt *m)
 						     "batches, .fvecs" };
 
 		for (int row = 0; row < 3 + 2 * !!b->opt->batch; row++) {
-			int w = ways[row], l = w == Q_BATCH || w == Q_BATCH_BIN ? Q_LIB_BATCH : Q_LIB;
+			int w = ways[row], l = lib_way(w);
 			if (w == Q_BATCH_BIN && !(m->qps_of[m->rounds_done - 1][i][w] > 0))
 				continue; /* not measured at this setting */
 			double med, pooled;

@@ -139,8 +139,8 @@ point_panels_any(const float *x, size_t d, const void *panels, int half, size_t 
 	for (size_t i = 0; i < npanels; i += 8) {
 		size_t m = npanels - i < 8 ? npanels - i : 8;
 		const char *p[8];
-		for (size_t j = 0; j < 8; j++)
-			p[j] = (const char *)panels + (i + (j < m ? j : m - 1)) * ps;
+		for (size_t j = 0; j < m; j++)
+			p[j] = (const char *)panels + (i + j) * ps;
 		float *o = out + i * VF_PANEL;
 		switch (m) {
 		case 1: panels_side_by_side(x, d, p, half, 1, o); break;
@@ -494,21 +494,13 @@ static int32_t code_dot_avx512(const uint8_t *sign, const uint8_t *low, uint32_t
 	return _mm512_reduce_add_epi32(acc);
 }
 
-/* Butterflies of distance h < 16 inside one vector: `sw` is v with each
- * element's partner in its place; lanes in `hi` take a - b (a the lower
- * partner, b the upper one), the others a + b. */
-static inline __m512 butterfly16(__m512 v, __m512 sw, __mmask16 hi)
+/* The stages inside one vector of 16 values after their signs: h = 1, 2, 4
+ * and (all16) 8.  Each lane is its partner plus or minus itself in one
+ * rounding (partner + v where the lane takes a + b, partner - v where it
+ * takes a - b, the partner being the lower one there): the same floats as
+ * an add and a subtract. */
+static inline __m512 fwht16(__m512 v, int all16)
 {
-	return _mm512_mask_sub_ps(_mm512_add_ps(v, sw), hi, sw, v);
-}
-
-/* The four stages inside one vector (h = 1, 2, 4, 8) of 16 values after
- * their signs. */
-static inline __m512 fwht16(__m512 v)
-{
-	/* the partner plus or minus v in one rounding: sw + v in the lanes
-	 * that take a + b, sw - v in those that take a - b (the lower partner
-	 * sw there), as butterfly16() gives them */
 	const __m512 s1 = _mm512_setr_ps(1, -1, 1, -1, 1, -1, 1, -1, 1, -1, 1, -1, 1, -1, 1, -1);
 	const __m512 s2 = _mm512_setr_ps(1, 1, -1, -1, 1, 1, -1, -1, 1, 1, -1, -1, 1, 1, -1, -1);
 	const __m512 s4 = _mm512_setr_ps(1, 1, 1, 1, -1, -1, -1, -1, 1, 1, 1, 1, -1, -1, -1, -1);
@@ -516,7 +508,7 @@ static inline __m512 fwht16(__m512 v)
 	v = _mm512_fmadd_ps(v, s1, _mm512_permute_ps(v, 0xB1));        /* h = 1 */
 	v = _mm512_fmadd_ps(v, s2, _mm512_permute_ps(v, 0x4E));        /* h = 2 */
 	v = _mm512_fmadd_ps(v, s4, _mm512_shuffle_f32x4(v, v, 0xB1));  /* h = 4 */
-	return _mm512_fmadd_ps(v, s8, _mm512_shuffle_f32x4(v, v, 0x4E)); /* h = 8 */
+	return all16 ? _mm512_fmadd_ps(v, s8, _mm512_shuffle_f32x4(v, v, 0x4E)) : v; /* h = 8 */
 }
 
 /* 16 * R values of x (R <= 16, a power of two, constant where inlined) in
@@ -532,7 +524,7 @@ static inline __attribute__((always_inline)) void fwht_regs(float *x, const floa
 	for (uint32_t r = 0; r < 16; r++)
 		if (r < R)
 			v[r] = fwht16(_mm512_mul_ps(_mm512_loadu_ps(x + 16 * r),
-						    _mm512_loadu_ps(sg + 16 * r)));
+						    _mm512_loadu_ps(sg + 16 * r)), 1);
 #pragma GCC unroll 4
 	for (uint32_t hr = 1; hr < 16; hr *= 2)
 #pragma GCC unroll 16
@@ -555,19 +547,10 @@ static void rotate_rounds_avx512(float *x, uint32_t n, const float *signs, int r
 	for (int k = 0; k < rounds; k++) {
 		const float *sg = signs + (size_t)k * n;
 		switch (n) { /* up to 256 values: the whole transform in registers */
-		case 8: {
-			const __m512i p1 = _mm512_setr_epi32(1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13,
-							     12, 15, 14);
-			const __m512i p2 = _mm512_setr_epi32(2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14,
-							     15, 12, 13);
-			const __m512i p4 = _mm512_setr_epi32(4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8,
-							     9, 10, 11);
+		case 8: { /* the lower half of one vector */
 			__m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(0xFF, x),
 						 _mm512_maskz_loadu_ps(0xFF, sg));
-			v = butterfly16(v, _mm512_permutexvar_ps(p1, v), 0xAAAA);
-			v = butterfly16(v, _mm512_permutexvar_ps(p2, v), 0xCCCC);
-			v = butterfly16(v, _mm512_permutexvar_ps(p4, v), 0xF0F0);
-			_mm512_mask_storeu_ps(x, 0xFF, _mm512_mul_ps(v, vs));
+			_mm512_mask_storeu_ps(x, 0xFF, _mm512_mul_ps(fwht16(v, 0), vs));
 			continue;
 		}
 		case 16: fwht_regs(x, sg, 1, 1, vs); continue;
