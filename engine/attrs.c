@@ -85,8 +85,8 @@ size_t vf_export_line_len(const vf_record *r)
 	const uint8_t *v = r->vec;
 	/* each number VECFS_FLOAT_E_LEN bytes and its sign; commas between */
 	len += (size_t)r->dim * VECFS_FLOAT_E_LEN + (r->dim ? r->dim - 1 : 0);
-	for (uint32_t i = 0; i < r->dim; i++)
-		len += v[4 * i + 3] >> 7;
+	for (uint32_t i = 0; r->kind != VF_VEC_U8 && i < r->dim; i++)
+		len += v[4 * i + 3] >> 7; /* (bytes 0..255 have no sign) */
 	return len + (r->plen ? strlen(PAY) + r->plen + strlen(END_PAY) : strlen(END));
 }
 
@@ -99,7 +99,10 @@ size_t vf_export_line(char *out, const vf_record *r)
 	p += strlen(MID);
 	for (uint32_t i = 0; i < r->dim; i++) {
 		float f;
-		memcpy(&f, (const uint8_t *)r->vec + 4 * i, 4);
+		if (r->kind == VF_VEC_U8)
+			f = ((const uint8_t *)r->vec)[i];
+		else
+			memcpy(&f, (const uint8_t *)r->vec + 4 * i, 4);
 		if (i)
 			*p++ = ',';
 		p += vecfs_format_float_e(p, f);

@@ -17,47 +17,99 @@ static uint32_t record_sum(const uint8_t *p, size_t len)
 	return (uint32_t)(a ^ (b * 0x9E3779B97F4A7C15ULL >> 17));
 }
 
-size_t vf_record_size(uint32_t dim, size_t keylen, size_t plen)
+static size_t vec_bytes(uint32_t dim, int kind)
 {
-	return VF_RECORD_HDR + (size_t)dim * 4 + keylen + plen;
+	return (size_t)dim * (kind == VF_VEC_U8 ? 1 : 4);
 }
 
-void vf_record_encode(uint8_t *buf, uint64_t seq, uint32_t dim, const float *vec,
+int vf_record_kind(const float *vec, uint32_t dim)
+{
+	/* by the bits: an integer 0..255 is +0 or 2^e * m with e <= 7 and m's
+	 * bits below the point zero (so -0, NaN and fractions stay float32) */
+	for (uint32_t i = 0; i < dim; i++) {
+		uint32_t b;
+		memcpy(&b, &vec[i], 4);
+		if (b == 0)
+			continue;
+		uint32_t e = b >> 23; /* sign and biased exponent */
+		if (e < 127 || e > 134 || (b & ((1u << (23 - (e - 127))) - 1)))
+			return VF_VEC_F32;
+	}
+	return VF_VEC_U8;
+}
+
+size_t vf_record_size(uint32_t dim, int kind, size_t keylen, size_t plen)
+{
+	return VF_RECORD_HDR + vec_bytes(dim, kind) + keylen + plen;
+}
+
+void vf_record_encode(uint8_t *buf, uint64_t seq, uint32_t dim, int kind, const float *vec,
 		      const char *key, size_t keylen, const void *payload,
 		      size_t plen)
 {
-	uint16_t kl = (uint16_t)keylen, flags = 0;
+	uint16_t kl = (uint16_t)keylen, flags = kind == VF_VEC_U8 ? VF_VEC_U8 : 0;
 	uint32_t pl = (uint32_t)plen, sum;
+	size_t vb = vec_bytes(dim, flags);
 	memcpy(buf, &seq, 8);
 	memcpy(buf + 8, &dim, 4);
 	memcpy(buf + 12, &kl, 2);
 	memcpy(buf + 14, &flags, 2);
 	memcpy(buf + 16, &pl, 4);
-	memcpy(buf + VF_RECORD_HDR, vec, (size_t)dim * 4);
+	if (flags == VF_VEC_U8)
+		for (uint32_t i = 0; i < dim; i++)
+			buf[VF_RECORD_HDR + i] = (uint8_t)vec[i];
+	else
+		memcpy(buf + VF_RECORD_HDR, vec, vb);
 	if (keylen)
-		memcpy(buf + VF_RECORD_HDR + (size_t)dim * 4, key, keylen);
+		memcpy(buf + VF_RECORD_HDR + vb, key, keylen);
 	if (plen)
-		memcpy(buf + VF_RECORD_HDR + (size_t)dim * 4 + keylen, payload, plen);
-	sum = record_sum(buf, vf_record_size(dim, keylen, plen));
+		memcpy(buf + VF_RECORD_HDR + vb + keylen, payload, plen);
+	sum = record_sum(buf, vf_record_size(dim, flags, keylen, plen));
 	memcpy(buf + 20, &sum, 4);
+}
+
+void vf_record_floats(const vf_record *r, float *out)
+{
+	if (r->kind != VF_VEC_U8) {
+		memcpy(out, r->vec, sizeof(float) * r->dim);
+		return;
+	}
+	const uint8_t *restrict v = r->vec;
+	float *restrict o = out;
+	uint32_t i = 0, n = r->dim;
+	for (; i + 16 <= n; i += 16) /* (a fixed count: vectorized) */
+		for (uint32_t j = 0; j < 16; j++)
+			o[i + j] = (float)v[i + j];
+	for (; i < n; i++)
+		o[i] = (float)v[i];
+}
+
+const float *vf_record_vector(const vf_record *r, float *out)
+{
+	if (r->kind != VF_VEC_U8)
+		return r->vec;
+	vf_record_floats(r, out);
+	return out;
 }
 
 int vf_record_fields(const void *data, size_t len, vf_record *out)
 {
 	const uint8_t *p = data;
-	uint16_t kl;
+	uint16_t kl, flags;
 	if (len < VF_RECORD_HDR)
 		return -EIO;
 	memcpy(&out->seq, p, 8);
 	memcpy(&out->dim, p + 8, 4);
 	memcpy(&kl, p + 12, 2);
+	memcpy(&flags, p + 14, 2);
 	memcpy(&out->plen, p + 16, 4);
 	out->keylen = kl;
 	out->key = NULL;
-	if (vf_record_size(out->dim, kl, out->plen) != len)
+	out->kind = flags & VF_VEC_U8;
+	if (flags & ~VF_VEC_U8 || vf_record_size(out->dim, out->kind, kl, out->plen) != len)
 		return -EIO;
 	out->vec = p + VF_RECORD_HDR;
-	out->key = (const char *)p + VF_RECORD_HDR + (size_t)out->dim * 4;
+	out->key = (const char *)p + VF_RECORD_HDR + vec_bytes(out->dim, out->kind);
 	out->payload = out->key + kl;
 	return 0;
 }

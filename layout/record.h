@@ -5,9 +5,13 @@
  * keys (user key -> id).
  *
  *   off 0  seq u64 | 8 dim u32 | 12 keylen u16 | 14 flags u16 | 16 plen u32
- *   | 20 sum u32 | 24 dim float32 | key bytes | payload bytes
+ *   | 20 sum u32 | 24 the vector | key bytes | payload bytes
  * sum: a checksum (XXH3) of the rest of the value, checked on every decode:
  * the record is the one copy of its vector that re-rank reads.
+ * flags bit 0 (VF_VEC_U8): the vector is dim bytes, each number an integer
+ * 0..255 (what image and SIFT-like features often are), instead of dim
+ * float32: the same floats, a quarter of the bytes for re-rank to read.
+ * Other flags are not defined: a value with one is malformed (-EIO).
  */
 #ifndef VF_RECORD_H
 #define VF_RECORD_H
@@ -19,20 +23,35 @@
 
 #define VF_RECORD_HDR 24
 
+/* How a record holds its vector (the flags' bit 0). */
+enum { VF_VEC_F32 = 0, VF_VEC_U8 = 1 };
+
 typedef struct vf_record {
 	uint64_t seq;
 	uint32_t dim;
-	const void *vec;     /* dim float32, not necessarily aligned */
+	int kind;            /* VF_VEC_F32 or VF_VEC_U8 */
+	const void *vec;     /* dim float32 (not necessarily aligned) or dim
+			      * bytes, as kind says: vf_record_floats() */
 	const char *key;
 	uint32_t keylen;
 	const void *payload;
 	uint32_t plen;
 } vf_record;
 
-size_t vf_record_size(uint32_t dim, size_t keylen, size_t plen);
-void vf_record_encode(uint8_t *buf, uint64_t seq, uint32_t dim, const float *vec,
+/* The kind that holds vec[0..dim) in the fewest bytes and gives back the
+ * very same floats: VF_VEC_U8 when each is an integer from 0 to 255 (+0,
+ * not -0), else VF_VEC_F32. */
+int vf_record_kind(const float *vec, uint32_t dim);
+size_t vf_record_size(uint32_t dim, int kind, size_t keylen, size_t plen);
+/* kind: vf_record_kind(vec, dim), or VF_VEC_F32. */
+void vf_record_encode(uint8_t *buf, uint64_t seq, uint32_t dim, int kind, const float *vec,
 		      const char *key, size_t keylen, const void *payload,
 		      size_t plen);
+/* A record's vector (r->vec, r->kind, r->dim) as dim floats into out. */
+void vf_record_floats(const vf_record *r, float *out);
+/* The same as a pointer: r->vec itself when it holds float32, else out
+ * (dim floats of room) filled by vf_record_floats(). */
+const float *vf_record_vector(const vf_record *r, float *out);
 /* -EIO when the value is malformed or fails its checksum; on a checksum
  * failure of a value whose sizes agree, out->key and the rest point where
  * they would be (unchecked: what can be read of a damaged record), else

@@ -99,6 +99,7 @@ check csv_ingest test "$(put "$TMP/a.csv" "$M/ingest/a.csv" 3)" == OK
 check csv_count test "$(stat_kv records)" == 4
 check dim_fixed test "$(T cat "$M/config" | kv dim)" == 4
 check record_text test "$(T cat "$M/records/k4")" == "0.00100000005 -2.5 8 4"
+check record_bytes_text test "$(T cat "$M/records/k3")" == "9 10 11 12" # (held in bytes)
 check record_stat_size test "$(T stat -c %s "$M/records/k1")" == "$(T cat "$M/records/k1" | wc -c)"
 check ingest_empties_after_close test -z "$(T ls -A "$M/ingest")"
 printf 'g1,1,2,3,4\ng2,1,2,3\ng3,1,2,3,4\n' >"$TMP/bad.csv"

@@ -712,8 +712,8 @@ static void test_key_order(void **state)
 
 /* ------------------------------------------------------------ 4. records */
 
-static void check_record(uint64_t seq, uint32_t dim, size_t keylen, size_t plen,
-			 rng *r)
+static void check_record_as(uint64_t seq, uint32_t dim, size_t keylen, size_t plen,
+			    int bytes, rng *r)
 {
 	float *vec = malloc((dim ? dim : 1) * sizeof(float));
 	char *key = malloc(keylen + 1);
@@ -722,18 +722,20 @@ static void check_record(uint64_t seq, uint32_t dim, size_t keylen, size_t plen,
 	assert_non_null(key);
 	assert_non_null(pay);
 	for (uint32_t i = 0; i < dim; i++)
-		vec[i] = (float)rng_gauss(r);
+		vec[i] = bytes ? (float)(rng_next(r) % 256) : (float)rng_gauss(r);
 	for (size_t i = 0; i < keylen; i++)
 		key[i] = (char)('a' + rng_next(r) % 26);
 	for (size_t i = 0; i < plen; i++)
 		pay[i] = (uint8_t)rng_next(r);
 
-	size_t len = vf_record_size(dim, keylen, plen);
-	assert_int_equal(len, VF_RECORD_HDR + (size_t)dim * 4 + keylen + plen);
+	int kind = vf_record_kind(vec, dim);
+	assert_int_equal(kind, bytes || !dim ? VF_VEC_U8 : VF_VEC_F32);
+	size_t len = vf_record_size(dim, kind, keylen, plen);
+	assert_int_equal(len, VF_RECORD_HDR + (size_t)dim * (bytes ? 1 : 4) + keylen + plen);
 	uint8_t *buf = malloc(len + 1);
 	assert_non_null(buf);
 	uint8_t *p = buf + 1; /* values carry no alignment */
-	vf_record_encode(p, seq, dim, vec, key, keylen, plen ? pay : NULL, plen);
+	vf_record_encode(p, seq, dim, kind, vec, key, keylen, plen ? pay : NULL, plen);
 
 	vf_record rec;
 	memset(&rec, 0, sizeof rec);
@@ -742,15 +744,22 @@ static void check_record(uint64_t seq, uint32_t dim, size_t keylen, size_t plen,
 	assert_int_equal(rec.dim, dim);
 	assert_int_equal(rec.keylen, keylen);
 	assert_int_equal(rec.plen, plen);
-	if (dim)
-		assert_memory_equal(rec.vec, vec, (size_t)dim * 4);
+	assert_int_equal(rec.kind, kind);
+	if (dim) { /* the same floats, bit for bit, either way */
+		float *back = malloc(sizeof(float) * dim);
+		assert_non_null(back);
+		vf_record_floats(&rec, back);
+		assert_memory_equal(back, vec, (size_t)dim * 4);
+		assert_memory_equal(vf_record_vector(&rec, back), vec, (size_t)dim * 4);
+		free(back);
+	}
 	if (keylen)
 		assert_memory_equal(rec.key, key, keylen);
 	if (plen)
 		assert_memory_equal(rec.payload, pay, plen);
 	/* the decoded parts lie inside the value */
 	assert_true((const uint8_t *)rec.vec >= p &&
-		    (const uint8_t *)rec.vec + (size_t)dim * 4 <= p + len);
+		    (const uint8_t *)rec.vec + (size_t)dim * (bytes ? 1 : 4) <= p + len);
 	assert_true((const uint8_t *)rec.key >= p &&
 		    (const uint8_t *)rec.key + keylen <= p + len);
 	assert_true((const uint8_t *)rec.payload >= p &&
@@ -784,6 +793,58 @@ static void check_record(uint64_t seq, uint32_t dim, size_t keylen, size_t plen,
 	free(vec);
 	free(key);
 	free(pay);
+}
+
+static void check_record(uint64_t seq, uint32_t dim, size_t keylen, size_t plen, rng *r)
+{
+	check_record_as(seq, dim, keylen, plen, 0, r);
+	check_record_as(seq, dim, keylen, plen, 1, r);
+}
+
+/* Which vectors a record holds in bytes: exactly those whose numbers are
+ * all integers 0..255, every bit of each float given back. */
+static void test_record_kind(void **state)
+{
+	(void)state;
+	static const float in_bytes[] = {0.0f, 1.0f, 2.0f, 3.0f, 7.0f, 100.0f, 127.0f,
+					 128.0f, 200.0f, 254.0f, 255.0f};
+	for (size_t i = 0; i < sizeof in_bytes / sizeof *in_bytes; i++)
+		assert_int_equal(vf_record_kind(&in_bytes[i], 1), VF_VEC_U8);
+	assert_int_equal(vf_record_kind(in_bytes, sizeof in_bytes / sizeof *in_bytes),
+			 VF_VEC_U8);
+	float not[] = {-0.0f, -1.0f, 256.0f, 0.5f, 1.5f, 254.5f, 1e-45f, 1e-30f,
+		       65536.0f, 1e30f, 255.00002f, INFINITY, -INFINITY, NAN};
+	for (size_t i = 0; i < sizeof not / sizeof *not; i++) {
+		float v[3] = {1.0f, not[i], 2.0f};
+		if (vf_record_kind(v, 3) != VF_VEC_F32) {
+			print_message("%g held in a byte\n", (double)not[i]);
+			fail();
+		}
+	}
+	/* every float from 0 to 256 in steps of 1/8: bytes exactly for the
+	 * integers, and those give back the same bits */
+	for (int i = 0; i <= 256 * 8; i++) {
+		float f = (float)i / 8;
+		int want = i % 8 == 0 && i < 256 * 8 ? VF_VEC_U8 : VF_VEC_F32;
+		assert_int_equal(vf_record_kind(&f, 1), want);
+		if (want == VF_VEC_U8) {
+			uint8_t buf[VF_RECORD_HDR + 1];
+			vf_record rec;
+			float back;
+			vf_record_encode(buf, 1, 1, VF_VEC_U8, &f, NULL, 0, NULL, 0);
+			assert_int_equal(vf_record_decode(buf, sizeof buf, &rec), 0);
+			vf_record_floats(&rec, &back);
+			assert_memory_equal(&back, &f, 4);
+		}
+	}
+	/* a flag the format does not define is malformed */
+	float one = 1.0f;
+	uint8_t buf[VF_RECORD_HDR + 4];
+	vf_record rec;
+	vf_record_encode(buf, 1, 1, VF_VEC_F32, &one, NULL, 0, NULL, 0);
+	assert_int_equal(vf_record_decode(buf, sizeof buf, &rec), 0);
+	buf[14] |= 2;
+	assert_int_equal(vf_record_fields(buf, sizeof buf, &rec), -EIO);
 }
 
 static void test_record_codec(void **state)
@@ -1795,6 +1856,7 @@ int main(void)
 		cmocka_unit_test(test_delta_roundtrip_and_flips),
 		cmocka_unit_test(test_key_order),
 		cmocka_unit_test(test_record_codec),
+		cmocka_unit_test(test_record_kind),
 		cmocka_unit_test_setup_teardown(test_map_growth, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_map_address_limit, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_block_columns_aligned, fx_setup, fx_teardown),

@@ -1695,6 +1695,23 @@ static void check_encode(const vf_kernels *kn, rng *r)
 	assert_int_equal(bad, 0);
 }
 
+/* u8_floats: every byte value at every length up to 40 (the vector body
+ * and its tail), each the exact float. */
+static void check_u8_floats(const vf_kernels *kn)
+{
+	uint8_t x[296];
+	float out[297];
+	for (int i = 0; i < 296; i++)
+		x[i] = (uint8_t)(i * 7 + 3);
+	for (uint32_t n = 0; n <= 296; n += n < 40 ? 1 : 64) {
+		out[n] = -1;
+		kn->u8_floats(x, n, out);
+		for (uint32_t i = 0; i < n; i++)
+			assert_true(out[i] == (float)x[i]);
+		assert_true(out[n] == -1); /* nothing past n */
+	}
+}
+
 static void test_kernels_agree(void **state)
 {
 	(void)state;
@@ -1721,6 +1738,7 @@ static void test_kernels_agree(void **state)
 		check_panels_i8(kn, &r);
 		check_quant16(kn, &r);
 		check_q8_point(kn, &r);
+		check_u8_floats(kn);
 	}
 }
 

@@ -548,16 +548,16 @@ static int rewrite_fn(vf_txn *txn, void *arg)
 	int rc = vf_keys_get(txn, s, w->key, strlen(w->key), &id);
 	if (rc || (rc = vf_records_get(txn, s, id, &d)) || (rc = vf_record_decode(d.data, d.len, &r)))
 		return rc;
-	size_t len = vf_record_size(r.dim, r.keylen, r.plen);
+	size_t len = vf_record_size(r.dim, r.kind, r.keylen, r.plen);
 	uint8_t *buf = malloc(len);
 	float *vec = malloc(sizeof(float) * r.dim);
 	char *key = malloc(r.keylen);
 	if (!buf || !vec || !key) {
 		rc = -ENOMEM;
 	} else {
-		memcpy(vec, r.vec, sizeof(float) * r.dim);
+		vf_record_floats(&r, vec);
 		memcpy(key, r.key, r.keylen);
-		vf_record_encode(buf, w->seq, r.dim, vec, key, r.keylen, NULL, 0);
+		vf_record_encode(buf, w->seq, r.dim, r.kind, vec, key, r.keylen, NULL, 0);
 		rc = vf_records_put(txn, s, id, buf, len);
 	}
 	free(buf);

@@ -1115,6 +1115,77 @@ static void test_prefetch_same_results(void **state)
 	fx_close(f);
 }
 
+/* Vectors of whole numbers 0..255 are held in a byte a number: searched,
+ * read back and exported exactly as the same vectors held in float32.
+ * Store A holds them as they are; store B the same with coordinate 0
+ * (always 0) written as -0, which keeps each in float32 and gives every
+ * distance the same value. */
+static void test_byte_vectors_same_results(void **state)
+{
+	fixture *f = *state;
+	const vecfs_metric metrics[] = { VECFS_L2, VECFS_COSINE, VECFS_DOT };
+	const uint32_t D = 24;
+	const size_t N = 3000, NQ = 30;
+	float *x = malloc(sizeof(float) * N * D), *q = malloc(sizeof(float) * NQ * D);
+	float *back = malloc(sizeof(float) * D);
+	assert_non_null(x);
+	assert_non_null(q);
+	assert_non_null(back);
+	rng r = { .s = 77 };
+	for (size_t i = 0; i < N; i++) {
+		uint32_t c = (uint32_t)(rng_next(&r) % 8); /* 8 loose clusters */
+		x[i * D] = 0;
+		for (uint32_t j = 1; j < D; j++) {
+			long val = (long)(32 * ((c + j) % 8)) + (long)(rng_next(&r) % 40);
+			x[i * D + j] = (float)(val > 255 ? 255 : val);
+		}
+	}
+	for (size_t i = 0; i < NQ * D; i++)
+		q[i] = (float)(rng_unif(&r) * 255);
+	for (size_t mi = 0; mi < 3; mi++) {
+		vecfs_results *res[2][3];
+		for (int side = 0; side < 2; side++) {
+			char sub[32];
+			snprintf(sub, sizeof sub, "%s-%d", vecfs_metric_name(metrics[mi]), side);
+			vecfs *v = fx_open(f, sub);
+			set_config(v, D, metrics[mi]);
+			if (side)
+				for (size_t i = 0; i < N; i++)
+					x[i * D] = -0.0f;
+			put_range(v, x, 0, N, D, "k");
+			for (size_t i = 0; i < N; i++)
+				x[i * D] = 0;
+			/* each read back bit for bit */
+			for (size_t i = 0; i < N; i += 97) {
+				char key[32];
+				uint32_t dim = 0;
+				snprintf(key, sizeof key, "k%zu", i);
+				assert_int_equal(vecfs_get(v, key, strlen(key), back, D, &dim, NULL, 0,
+							   NULL), 0);
+				assert_int_equal(dim, D);
+				assert_int_equal(signbit(back[0]) != 0, side);
+				assert_memory_equal(back + 1, x + i * D + 1, sizeof(float) * (D - 1));
+			}
+			vecfs_query_opts o = {.k = 10, .exact = 1};
+			res[side][0] = search_opts(v, q, NQ, D, &o);
+			build(v, 1);
+			o.exact = 0;
+			o.nprobe = 3;
+			res[side][1] = search_opts(v, q, NQ, D, &o);
+			res[side][2] = search_opts(v, q, 1, D, &o);
+			fx_close(f);
+		}
+		for (int t = 0; t < 3; t++) {
+			results_same(res[0][t], res[1][t]);
+			vecfs_results_free(res[0][t]);
+			vecfs_results_free(res[1][t]);
+		}
+	}
+	free(x);
+	free(q);
+	free(back);
+}
+
 /* The ranges a search asked the disk for ahead (vf_io_ops.willneed). */
 static struct {
 	uintptr_t lo[8192], hi[8192];
@@ -2364,6 +2435,7 @@ int main(void)
 						fx_teardown),
 		cmocka_unit_test_setup_teardown(test_pages_read_counted, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_prefetch_same_results, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_byte_vectors_same_results, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_prefetch_calms_down, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_prefetch_skips_block_keys, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_search_follows_meta, fx_setup, fx_teardown),

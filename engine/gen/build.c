@@ -39,6 +39,7 @@ typedef struct build_ctx {
 	uint64_t n;
 	uint64_t *ids, *seqs;
 	const uint8_t **vecs;   /* into the read transaction's map */
+	uint8_t *kinds;         /* how each holds its numbers (VF_VEC_*) */
 	const char **keys;      /* likewise */
 	uint32_t *keylens;
 	uint8_t *has_payload;
@@ -62,7 +63,8 @@ static int calibrate_tick(void *arg, int pct)
 
 static void load_vec(const build_ctx *b, uint64_t i, float *out)
 {
-	memcpy(out, b->vecs[i], sizeof(float) * b->m.dim);
+	vf_record r = {.dim = b->m.dim, .kind = b->kinds[i], .vec = b->vecs[i]};
+	vf_record_floats(&r, out);
 	if (b->m.metric == VECFS_COSINE)
 		vf_to_index_space(VECFS_COSINE, out, out, b->m.dim);
 }
@@ -226,6 +228,7 @@ static int snapshot(build_ctx *b, vf_txn *txn, uint64_t *id_limit)
 		b->ids[i] = vf_rd_be64(k.data);
 		b->seqs[i] = r.seq;
 		b->vecs[i] = r.vec;
+		b->kinds[i] = (uint8_t)r.kind;
 		b->keys[i] = r.key;
 		b->keylens[i] = r.keylen;
 		b->has_payload[i] = r.plen > 0;
@@ -300,9 +303,10 @@ static int build_locked(build_ctx *b, int activate, uint64_t *gen_out)
 	b->keys = vf_malloc(sizeof(char *) * b->n);
 	b->keylens = vf_malloc(sizeof(uint32_t) * b->n);
 	b->has_payload = vf_malloc(b->n);
+	b->kinds = vf_malloc(b->n);
 	b->centroids = vf_malloc(sizeof(float) * b->m.nlist * b->m.dim);
 	if (!b->ids || !b->seqs || !b->vecs || !b->keys || !b->keylens || !b->has_payload ||
-	    !b->centroids)
+	    !b->kinds || !b->centroids)
 		goto out;
 	if ((rc = snapshot(b, txn, &id_limit)))
 		goto out;
@@ -445,6 +449,7 @@ out:
 	free(b->keys);
 	free(b->keylens);
 	free(b->has_payload);
+	free(b->kinds);
 	free(b->centroids);
 	free(b->assign);
 	free(b->planes);

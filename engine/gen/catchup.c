@@ -66,7 +66,7 @@ static int sync_take(sync_chunk *k, vf_txn *txn, vf_store *s, const vf_dirty_ent
 	if (vf_bytes_reserve((uint8_t **)&k->keys, &k->kcap, k->klen + r.keylen + 1))
 		return -ENOMEM;
 	size_t i = k->n++;
-	memcpy(k->vecs + i * dim, r.vec, sizeof(float) * dim);
+	vf_record_floats(&r, k->vecs + i * dim);
 	memcpy(k->keys + k->klen, r.key, r.keylen);
 	k->koff[i] = k->klen;
 	k->klen += r.keylen;

@@ -107,7 +107,7 @@ static const float *rb_vec(rebal *r, const vf_code *c, uint32_t o)
 	if (vf_records_get(r->txn, r->v->store, c->id, &d) == 0 &&
 	    vf_record_decode(d.data, d.len, &rec) == 0 && rec.dim == dim &&
 	    rec.seq == c->seq) {
-		memcpy(r->x, rec.vec, sizeof(float) * dim);
+		vf_record_floats(&rec, r->x);
 		if (r->pm.metric == VECFS_COSINE)
 			vf_to_index_space(VECFS_COSINE, r->x, r->x, dim);
 	} else {
@@ -826,6 +826,7 @@ static void rebal_free(rebal *r)
 
 typedef struct rb_cal {
 	const uint8_t **vecs;   /* records' vectors, in the snapshot's map */
+	uint8_t *kinds;         /* how each holds its numbers (VF_VEC_*) */
 	uint32_t dim;
 	vecfs_metric metric;
 } rb_cal;
@@ -833,7 +834,8 @@ typedef struct rb_cal {
 static void rb_cal_vec(const void *arg, uint64_t i, float *out)
 {
 	const rb_cal *c = arg;
-	memcpy(out, c->vecs[i], sizeof(float) * c->dim);
+	vf_record r = {.dim = c->dim, .kind = c->kinds[i], .vec = c->vecs[i]};
+	vf_record_floats(&r, out);
 	if (c->metric == VECFS_COSINE)
 		vf_to_index_space(VECFS_COSINE, out, out, c->dim);
 }
@@ -850,11 +852,11 @@ static int rb_calibrate(rebal *r)
 	uint64_t n = 0;
 	for (uint64_t id = 0; id < r->id_limit; id++)
 		n += r->idmap[id] != UINT32_MAX;
-	rb_cal c = {vf_malloc(sizeof(uint8_t *) * (n ? n : 1)), r->pm.dim,
+	rb_cal c = {vf_malloc(sizeof(uint8_t *) * (n ? n : 1)), vf_malloc(n ? n : 1), r->pm.dim,
 		    (vecfs_metric)r->pm.metric};
 	uint32_t *assign = vf_malloc(sizeof(uint32_t) * (n ? n : 1));
 	int rc = 0;
-	if (!c.vecs || !assign) {
+	if (!c.vecs || !c.kinds || !assign) {
 		rc = -ENOMEM;
 		goto out;
 	}
@@ -876,6 +878,7 @@ static int rb_calibrate(rebal *r)
 		if (vf_record_decode(d.data, d.len, &rec) || rec.dim != r->pm.dim)
 			continue;
 		c.vecs[n] = (const uint8_t *)rec.vec;
+		c.kinds[n] = (uint8_t)rec.kind;
 		assign[n++] = r->idmap[id];
 	}
 	if (rc == 0 && (rc = vf_calibrate(&r->g, c.metric, n, rb_cal_vec, &c, assign,
@@ -884,6 +887,7 @@ static int rb_calibrate(rebal *r)
 		r->g.cal = &r->cal;
 out:
 	free(c.vecs);
+	free(c.kinds);
 	free(assign);
 	return rc;
 }

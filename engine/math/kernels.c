@@ -207,6 +207,12 @@ static float max_abs_scalar(const float *x, uint32_t n)
 	return m;
 }
 
+static void u8_floats_scalar(const uint8_t *x, uint32_t n, float *out)
+{
+	for (uint32_t i = 0; i < n; i++)
+		out[i] = x[i];
+}
+
 static void q8_point_scalar(const float *x, uint32_t dim, uint32_t d4, float t, float inv,
 			    uint8_t *xu, double *dx2, double *x2)
 {
@@ -534,6 +540,6 @@ const vf_kernels vf_kernels_scalar = {
 	code_dot_scalar, levels_scan_scalar, encode_residual_scalar, encode_codes_scalar,
 	rotate_rounds_scalar, panel_min_scalar, best_rest_scalar, point_panels_i8_scalar,
 	points_panels_i8_scalar, q8_scores_scalar, q8_bounds_scalar, sum_maxabs_scalar, quant16_scalar,
-	max_abs_scalar, q8_point_scalar,
+	max_abs_scalar, q8_point_scalar, u8_floats_scalar,
 };
 

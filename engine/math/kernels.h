@@ -165,6 +165,9 @@ typedef struct vf_kernels {
 	 * order. */
 	void (*q8_point)(const float *x, uint32_t dim, uint32_t d4, float t, float inv,
 			 uint8_t *xu, double *dx2, double *x2);
+	/* out[i] = x[i] for i < n: a record's numbers held in bytes, as
+	 * floats (exact) */
+	void (*u8_floats)(const uint8_t *x, uint32_t n, float *out);
 } vf_kernels;
 
 /* Put (sc, c) in place i of the ascending pd[0..i] (pc alongside), moving
@@ -235,6 +238,7 @@ void vf_quant16_avx2(const float *rq, uint32_t n, float scf, float qm, int16_t *
 float vf_max_abs_avx2(const float *x, uint32_t n);
 void vf_q8_point_avx2(const float *x, uint32_t dim, uint32_t d4, float t, float inv,
 		      uint8_t *xu, double *dx2, double *x2);
+void vf_u8_floats_avx2(const uint8_t *x, uint32_t n, float *out);
 #endif
 
 /* The scalar q8_point's step for coordinate i (lane i % 8 of dx2l, x2l),

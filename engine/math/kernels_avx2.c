@@ -879,6 +879,16 @@ void vf_q8_point_avx2(const float *x, uint32_t dim, uint32_t d4, float t, float 
 	vf_q8_point_sums(dx2l, x2l, dx2, x2);
 }
 
+void vf_u8_floats_avx2(const uint8_t *x, uint32_t n, float *out)
+{
+	uint32_t i = 0;
+	for (; i + 8 <= n; i += 8)
+		_mm256_storeu_ps(out + i, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
+						  _mm_loadl_epi64((const __m128i *)(const void *)(x + i)))));
+	for (; i < n; i++)
+		out[i] = x[i];
+}
+
 const vf_kernels vf_kernels_avx2 = {
 	"avx2", l2sq_avx2, dot_avx2, panel_dots_avx2, point_panels_avx2,
 	vf_point_panel_set_avx2,
@@ -887,5 +897,5 @@ const vf_kernels vf_kernels_avx2 = {
 	pass1_avx2, code_dot_avx2, vf_levels_scan_avx2, vf_encode_residual_avx2,
 	vf_encode_codes_avx2, rotate_rounds_avx2, panel_min_avx2,
 	best_rest_avx2, vf_point_panels_i8_avx2, vf_points_panels_i8_avx2, vf_q8_scores_avx2, vf_q8_bounds_avx2, vf_sum_maxabs_avx2,
-	vf_quant16_avx2, vf_max_abs_avx2, vf_q8_point_avx2,
+	vf_quant16_avx2, vf_max_abs_avx2, vf_q8_point_avx2, vf_u8_floats_avx2,
 };

@@ -712,5 +712,5 @@ const vf_kernels vf_kernels_avx512 = {
 	rotate_rounds_avx512, panel_min_avx512,
 	best_rest_avx512, vf_point_panels_i8_avx2, vf_points_panels_i8_avx2,
 	vf_q8_scores_avx2, vf_q8_bounds_avx2, vf_sum_maxabs_avx2,
-	vf_quant16_avx2, vf_max_abs_avx2, vf_q8_point_avx2,
+	vf_quant16_avx2, vf_max_abs_avx2, vf_q8_point_avx2, vf_u8_floats_avx2,
 };

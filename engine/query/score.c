@@ -299,10 +299,11 @@ int vf_scan_uncovered(search *s)
 			continue;
 		if (rc)
 			return rc;
+		const float *vec = rec_floats(s, &r);
 		for (size_t qi = 0; qi < s->nq; qi++) {
 			query *q = &s->qs[qi];
 			q->ex.uncovered_scanned++;
-			hheap_push(&q->top, (hit){exact_dist(s, q, r.vec), e->ch.id, r.key, r.keylen,
+			hheap_push(&q->top, (hit){exact_dist(s, q, vec), e->ch.id, r.key, r.keylen,
 						  r.payload, r.plen});
 		}
 	}
@@ -359,7 +360,7 @@ static void cand_order(cand *a, size_t n, size_t *h, size_t upto)
  * hlen bytes), and only the copy is checked and used (*copied = 1).  Else
  * the record comes from the tree, in the snapshot (*copied = 0). */
 static int resolve(search *s, const cand *c, const void *hp, size_t hlen, int hstate,
-		   uint8_t *copy, const uint8_t **vec, hit *h, int *copied)
+		   uint8_t *copy, const uint8_t **vec, int *kind, hit *h, int *copied)
 {
 	uint64_t id, seq;
 	memcpy(&id, c->idp, 8);
@@ -395,6 +396,7 @@ found:
 	if (r.dim != s->dim)
 		return -EIO;
 	*vec = r.vec;
+	*kind = r.kind;
 	h->id = id;
 	h->key = r.key;
 	h->keylen = r.keylen;
@@ -488,6 +490,7 @@ int vf_rerank(search *s, query *q)
 	size_t ahead = 0; /* records read ahead up to here */
 	for (size_t i0 = 0, m; i0 < n; i0 += m) {
 		const uint8_t *vec[RERANK_STEP];
+		int kind[RERANK_STEP];
 		hit hs[RERANK_STEP];
 		m = q->top.n < q->top.k ? q->top.k - q->top.n : 1;
 		if (m > RERANK_STEP)
@@ -526,7 +529,7 @@ int vf_rerank(search *s, query *q)
 		}
 		for (size_t j = 0, off = 0; j < m; j++) {
 			int rc = resolve(s, CAND(i0 + j), hp[j], hlen[j], hstate[j], s->copies + off,
-					 &vec[j], &hs[j], &copied[j]);
+					 &vec[j], &kind[j], &hs[j], &copied[j]);
 			if (rc < 0)
 				return rc;
 			if (rc)
@@ -542,7 +545,8 @@ int vf_rerank(search *s, query *q)
 				continue;
 			}
 			q->ex.reranked++;
-			hs[j].d = exact_dist(s, q, vec[j]);
+			vf_record r = {.dim = s->dim, .kind = kind[j], .vec = vec[j]};
+			hs[j].d = exact_dist(s, q, rec_floats(s, &r));
 			if (!hheap_admits(&q->top, hs[j].d))
 				continue;
 			int rc = copied[j] ? keep_bytes(q, &hs[j]) : 0;
@@ -572,10 +576,11 @@ int vf_scan_exact(search *s)
 		uint64_t id = vf_rd_be64(k.data);
 		if (filtered_out(s, id))
 			continue;
+		const float *vec = rec_floats(s, &r);
 		for (size_t qi = 0; qi < s->nq; qi++) {
 			query *q = &s->qs[qi];
 			q->ex.uncovered_scanned++;
-			double dd = exact_dist(s, q, r.vec);
+			double dd = exact_dist(s, q, vec);
 			if (hheap_admits(&q->top, dd))
 				hheap_push(&q->top, (hit){dd, id, r.key, r.keylen, r.payload,
 							  r.plen});

@@ -345,12 +345,12 @@ static int search_scan(search *s, const float *queries, size_t nq, size_t first,
 	s->qs = vf_calloc(nq, sizeof(query));
 	/* the scan's arrays in one room, each on a line of its own */
 	size_t nk = s->k < VF_KTH_SORTED_MAX ? s->k : VF_KTH_SORTED_MAX;
-	size_t sz[8] = {sizeof(uint32_t) * VF_BLOCK_MAX, sizeof(float) * VF_BLOCK_MAX,
+	size_t sz[9] = {sizeof(uint32_t) * VF_BLOCK_MAX, sizeof(float) * VF_BLOCK_MAX,
 			sizeof(float) * VF_BLOCK_MAX, sizeof(uint32_t) * VF_BLOCK_MAX,
 			sizeof(float) * VF_BLOCK_MAX, sizeof(float) * s->k, sizeof(uint32_t) * nk,
-			s->g ? (size_t)s->gm.pdim / 8 : 1};
-	size_t at[8], total = 0;
-	for (int i = 0; i < 8; i++) {
+			s->g ? (size_t)s->gm.pdim / 8 : 1, sizeof(float) * dim};
+	size_t at[9], total = 0;
+	for (int i = 0; i < 9; i++) {
 		at[i] = total;
 		total += (sz[i] + 63) & ~(size_t)63;
 	}
@@ -365,6 +365,7 @@ static int search_scan(search *s, const float *queries, size_t nq, size_t first,
 	s->kbuf = (float *)(room + at[5]);
 	s->kidx = (uint32_t *)(room + at[6]);
 	s->planes = room + at[7];
+	s->floats = (float *)(room + at[8]);
 	for (size_t i = 0; i < nq; i++) {
 		query *q = &s->qs[i];
 		q->q = vf_malloc(sizeof(float) * dim);

@@ -15,6 +15,7 @@
 #include "filtered.h"
 #include "gen/gen.h"
 #include "math/math.h"
+#include "record.h"
 
 /* ------------------------------------------------------------ small heaps */
 
@@ -161,7 +162,9 @@ typedef struct search {
 	uint32_t *kidx;      /* min(k, VF_KTH_SORTED_MAX) positions */
 	uint8_t *planes;     /* one code's sign plane (pass 2 reads the others
 			      * in place) */
-	void *scratch;       /* the room of surv .. planes above */
+	float *floats;       /* dim floats: a record's vector held in bytes,
+			      * as floats (rec_floats()) */
+	void *scratch;       /* the room of surv .. floats above */
 	uint8_t *copies;     /* a re-rank step's records read through hints */
 	size_t copies_cap;
 	const vf_fset *fset; /* a filter's matching records, or NULL */
@@ -182,7 +185,7 @@ static inline int filtered_out(const search *s, uint64_t id)
  * in double: the float32 kernels where their result is sure to be
  * accurate, double precision where float32 would overflow or underflow
  * (kernels.h). */
-static inline double exact_dist(const search *s, const query *q, const void *vec)
+static inline double exact_dist(const search *s, const query *q, const float *vec)
 {
 	switch (s->metric) {
 	case VECFS_L2:
@@ -193,6 +196,16 @@ static inline double exact_dist(const search *s, const query *q, const void *vec
 		return vf_cosine_exact(s->kn, q->q, vec, s->dim);
 	}
 	return 0;
+}
+
+/* A record's vector as floats to give exact_dist(): in place, or decoded
+ * into s->floats (until the next call). */
+static inline const float *rec_floats(search *s, const vf_record *r)
+{
+	if (r->kind != VF_VEC_U8)
+		return r->vec;
+	s->kn->u8_floats(r->vec, r->dim, s->floats);
+	return s->floats;
 }
 
 static inline int stale(const search *s, uint64_t id, uint64_t seq)

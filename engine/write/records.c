@@ -34,8 +34,13 @@ int vecfs_get(vecfs *v, const char *key, size_t keylen, float *vec, uint32_t cap
 			rc = vf_record_decode(d.data, d.len, &r);
 		if (rc == 0) {
 			*dim = r.dim;
-			if (vec)
-				memcpy(vec, r.vec, sizeof(float) * (r.dim < cap ? r.dim : cap));
+			if (vec && r.dim <= cap) {
+				vf_record_floats(&r, vec);
+			} else if (vec) { /* (the first cap of them) */
+				vf_record part = r;
+				part.dim = (uint32_t)cap;
+				vf_record_floats(&part, vec);
+			}
 			if (plen)
 				*plen = r.plen;
 			if (payload && pcap)

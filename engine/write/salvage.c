@@ -271,7 +271,7 @@ static int repost(vf_posting_writer *w, vf_txn *txn, const vf_dirty *dirty, uint
 		return rc;
 	if (r.dim != w->g->meta.dim)
 		return -EIO;
-	memcpy(vec, r.vec, sizeof(float) * r.dim);
+	vf_record_floats(&r, vec);
 	return vf_pw_apply(w, txn, id, r.seq, vec, r.key, r.keylen, r.plen > 0, NULL, NULL);
 }
 

@@ -214,7 +214,8 @@ int vf_put_row(vf_put_ctx *c, const vecfs_row *r)
 		c->export_delta -= (int64_t)len; /* the version it replaces */
 	}
 	uint64_t seq = ++c->cnt.seq;
-	size_t need = vf_record_size(c->dim, klen, r->payload_len);
+	int kind = vf_record_kind(r->vec, c->dim);
+	size_t need = vf_record_size(c->dim, kind, klen, r->payload_len);
 	if (need > c->reccap) {
 		uint8_t *nr = vf_realloc(c->rec, need);
 		if (!nr)
@@ -222,7 +223,7 @@ int vf_put_row(vf_put_ctx *c, const vecfs_row *r)
 		c->rec = nr;
 		c->reccap = need;
 	}
-	vf_record_encode(c->rec, seq, c->dim, r->vec, key, klen, r->payload, r->payload_len);
+	vf_record_encode(c->rec, seq, c->dim, kind, r->vec, key, klen, r->payload, r->payload_len);
 	if (vf_export_len_of(c->rec, need, &len) == 0)
 		c->export_delta += (int64_t)len;
 	if ((rc = (fresh ? vf_records_add : vf_records_put)(c->txn, s, id, c->rec, need)) ||
