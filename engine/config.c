@@ -42,8 +42,13 @@ void vecfs_config_defaults(vecfs_config *c)
  *
  * Version 3: a head, then one 64-bit slot a setting, at the setting's
  * slot number (VECFS_SETTINGS); a slot the store does not have (a setting
- * newer than the store) reads as the default.  Version 1 and 2 stores hold
+ * newer than the store) reads as the default.  Version 4 is the same
+ * form, and says the store's records may hold their vectors in bytes
+ * (layout/record.h), so that a binary that knows only version 3 refuses
+ * the store (-EIO) instead of finding such records damaged (and its
+ * salvage removing them).  Version 1 and 2 stores hold
  * vf_stored_config_v2 (layout/meta.h) and are read as they are. */
+#define CONFIG_VERSION 4
 
 typedef struct stored_head {
 	uint32_t version;
@@ -108,7 +113,7 @@ int vf_config_save(vf_txn *txn, vf_store *s, const vecfs_config *c)
 	size_t n;
 	const vecfs_setting *rows = vecfs_settings(&n);
 	unsigned char buf[CONFIG_BYTES_MAX];
-	stored_head h = {3, 0, c->seed};
+	stored_head h = {CONFIG_VERSION, 0, c->seed};
 	uint64_t slots[SLOTS_MAX] = {0};
 	for (size_t i = 0; i < n; i++) {
 		if (rows[i].slot >= SLOTS_MAX)
@@ -166,7 +171,8 @@ int vf_load_config(vf_txn *txn, vf_store *s, vecfs_config *c)
 	if (len < sizeof h)
 		return -EIO;
 	memcpy(&h, buf, sizeof h);
-	if (h.version != 3 || h.nslots > SLOTS_MAX || len != sizeof h + h.nslots * sizeof(uint64_t))
+	if (h.version < 3 || h.version > CONFIG_VERSION || h.nslots > SLOTS_MAX ||
+	    len != sizeof h + h.nslots * sizeof(uint64_t))
 		return -EIO;
 	size_t n;
 	const vecfs_setting *rows = vecfs_settings(&n);
@@ -178,6 +184,22 @@ int vf_load_config(vf_txn *txn, vf_store *s, vecfs_config *c)
 		}
 	c->seed = h.seed;
 	return 0;
+}
+
+int vf_config_gate(vf_txn *txn, vf_store *s, const vecfs_config *c)
+{
+	unsigned char buf[CONFIG_BYTES_MAX];
+	size_t len = 0;
+	int rc = vf_load_config_bytes(txn, s, buf, sizeof buf, &len);
+	if (rc && rc != -ENOENT)
+		return rc;
+	stored_head h;
+	if (rc == 0 && len >= sizeof h && len != sizeof(vf_stored_config_v2)) {
+		memcpy(&h, buf, sizeof h);
+		if (h.version >= CONFIG_VERSION)
+			return 0;
+	}
+	return vf_config_save(txn, s, c);
 }
 
 int vecfs_config_get(vecfs *v, vecfs_config *out)

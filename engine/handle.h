@@ -130,8 +130,13 @@ static inline void vf_seterr(char *err, size_t len, const char *fmt, ...)
 /* The stored configuration, the defaults for what the store does not
  * hold (config.c). */
 int vf_load_config(vf_txn *txn, vf_store *s, vecfs_config *c);
-/* Store c as the configuration. */
+/* Store c as the configuration (the stored form's newest version). */
 int vf_config_save(vf_txn *txn, vf_store *s, const vecfs_config *c);
+/* Before a write: a store whose configuration is of a version before 4
+ * (or has none) gets it saved again as version 4 (c: what it holds), in
+ * the write's transaction, since the write may hold a vector in bytes,
+ * which a binary that reads version 3 at most would take for damage. */
+int vf_config_gate(vf_txn *txn, vf_store *s, const vecfs_config *c);
 /* index space: cosine vectors are normalized; returns 0 or -EINVAL for a
  * zero vector */
 int vf_to_index_space(vecfs_metric m, const float *in, float *out, uint32_t dim);

@@ -84,14 +84,6 @@ void vf_record_floats(const vf_record *r, float *out)
 		o[i] = (float)v[i];
 }
 
-const float *vf_record_vector(const vf_record *r, float *out)
-{
-	if (r->kind != VF_VEC_U8)
-		return r->vec;
-	vf_record_floats(r, out);
-	return out;
-}
-
 int vf_record_fields(const void *data, size_t len, vf_record *out)
 {
 	const uint8_t *p = data;

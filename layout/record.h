@@ -43,15 +43,14 @@ typedef struct vf_record {
  * not -0), else VF_VEC_F32. */
 int vf_record_kind(const float *vec, uint32_t dim);
 size_t vf_record_size(uint32_t dim, int kind, size_t keylen, size_t plen);
-/* kind: vf_record_kind(vec, dim), or VF_VEC_F32. */
+/* kind: vf_record_kind(vec, dim), or VF_VEC_F32 (VF_VEC_U8 for a vector
+ * it does not fit would lose its numbers). */
 void vf_record_encode(uint8_t *buf, uint64_t seq, uint32_t dim, int kind, const float *vec,
 		      const char *key, size_t keylen, const void *payload,
 		      size_t plen);
-/* A record's vector (r->vec, r->kind, r->dim) as dim floats into out. */
+/* A record's vector (r->vec, r->kind, r->dim) as r->dim floats into out
+ * (room for r->dim floats: a caller checks r->dim against the store's). */
 void vf_record_floats(const vf_record *r, float *out);
-/* The same as a pointer: r->vec itself when it holds float32, else out
- * (dim floats of room) filled by vf_record_floats(). */
-const float *vf_record_vector(const vf_record *r, float *out);
 /* -EIO when the value is malformed or fails its checksum; on a checksum
  * failure of a value whose sizes agree, out->key and the rest point where
  * they would be (unchecked: what can be read of a damaged record), else

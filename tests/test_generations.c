@@ -26,7 +26,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "handle.h"
 #include "keys.h"
+#include "record.h"
 #include "store.h"
 #include "testutil.h"
 #include "vecfs.h"
@@ -99,6 +101,76 @@ static vecfs_explain find_own_rows(vecfs *v, const dataset *ds, size_t n,
 	}
 	assert_int_equal(missed, 0);
 	return sum;
+}
+
+/* A record that a roll-back leaves to the exact scan of uncovered rows,
+ * rewritten (checksum and all) with more numbers than the store's dim: the
+ * search fails with EIO, and reads nothing past the record or writes
+ * nothing past its room for a vector held in bytes. */
+typedef struct widen {
+	vf_store *store;
+	const char *key;
+	uint32_t dim;
+} widen;
+
+static int widen_record(vf_txn *txn, void *arg)
+{
+	widen *w = arg;
+	uint64_t id;
+	vf_val d;
+	vf_record r;
+	int rc = vf_keys_get(txn, w->store, w->key, strlen(w->key), &id);
+	if (rc || (rc = vf_records_get(txn, w->store, id, &d)) ||
+	    (rc = vf_record_decode(d.data, d.len, &r)))
+		return rc;
+	float vec[64] = {0};
+	for (uint32_t i = 0; i < w->dim; i++)
+		vec[i] = (float)(i % 200);
+	size_t len = vf_record_size(w->dim, VF_VEC_U8, r.keylen, 0);
+	uint8_t *buf = malloc(len);
+	char key[64];
+	if (!buf || r.keylen >= sizeof key) {
+		free(buf);
+		return -ENOMEM;
+	}
+	memcpy(key, r.key, r.keylen);
+	vf_record_encode(buf, r.seq, w->dim, VF_VEC_U8, vec, key, r.keylen, NULL, 0);
+	rc = vf_records_put(txn, w->store, id, buf, len);
+	free(buf);
+	return rc;
+}
+
+static void test_uncovered_record_wrong_dim(void **state)
+{
+	fixture *f = *state;
+	const uint32_t D = 16;
+	const size_t N = 600;
+	vecfs *v = fx_open(f, NULL);
+	set_config(v, D, VECFS_L2);
+	float *x = malloc(sizeof(float) * N * D);
+	assert_non_null(x);
+	rng g = {.s = 17};
+	for (size_t i = 0; i < N * D; i++)
+		x[i] = (float)(rng_next(&g) % 256); /* whole numbers: held in bytes */
+	put_range(v, x, 0, N / 3, D, "w");
+	uint64_t ga = build(v, 1);
+	put_range(v, x, N / 3, N / 3, D, "w");
+	build(v, 1);
+	put_range(v, x, 2 * N / 3, N / 3, D, "w"); /* posted to the second only */
+	activate(v, ga); /* the last third: scanned exactly, uncovered */
+	vecfs_results *r = search1(v, x + (N - 1) * D, D, 5, 0);
+	assert_true(r->explain.uncovered_scanned > 0);
+	assert_string_equal(r->hits[0][0].key, "w599");
+	vecfs_results_free(r);
+	widen w = {v->store, "w599", D + 48};
+	assert_int_equal(vf_write(v->store, widen_record, &w), 0);
+	vecfs_results *out = NULL;
+	vecfs_query_opts o = {.k = 5};
+	char err[256];
+	assert_int_equal(vecfs_search(v, x, 1, D, &o, &out, err, sizeof err), -EIO);
+	vecfs_results_free(out);
+	free(x);
+	fx_close(f);
 }
 
 static void test_rollback_finds_uncovered_rows(void **state)
@@ -1025,6 +1097,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_rollback_finds_uncovered_rows, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_uncovered_record_wrong_dim, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_aborted_build_keeps_previous, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_activate_rules, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_centroids_and_clusters, fx_setup, fx_teardown),

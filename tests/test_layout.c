@@ -750,7 +750,6 @@ static void check_record_as(uint64_t seq, uint32_t dim, size_t keylen, size_t pl
 		assert_non_null(back);
 		vf_record_floats(&rec, back);
 		assert_memory_equal(back, vec, (size_t)dim * 4);
-		assert_memory_equal(vf_record_vector(&rec, back), vec, (size_t)dim * 4);
 		free(back);
 	}
 	if (keylen)

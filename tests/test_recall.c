@@ -253,6 +253,79 @@ static void test_old_config(void **state)
 	}
 }
 
+/* The stored configuration's version: a write makes it 4 (records may hold
+ * vectors in bytes) in a store of version 3 or 1, keeping its settings; a
+ * version past 4 is refused.  set_version() rewrites the stored head's
+ * version in place (the form of versions 3 and 4). */
+typedef struct cfg_version {
+	vf_store *store;
+	uint32_t set, got;
+} cfg_version;
+
+static int set_version(vf_txn *txn, void *arg)
+{
+	cfg_version *cv = arg;
+	unsigned char buf[1024];
+	size_t len = 0;
+	int rc = vf_load_config_bytes(txn, cv->store, buf, sizeof buf, &len);
+	if (rc)
+		return rc;
+	memcpy(&cv->got, buf, 4);
+	if (!cv->set)
+		return 0;
+	memcpy(buf, &cv->set, 4);
+	return vf_save_config(txn, cv->store, buf, len);
+}
+
+static uint32_t stored_version(vecfs *v)
+{
+	cfg_version cv = {v->store, 0, 0};
+	assert_int_equal(vf_write(v->store, set_version, &cv), 0);
+	return cv.got;
+}
+
+static void test_config_version(void **state)
+{
+	fixture *f = *state;
+	float vec[D];
+	for (int i = 0; i < D; i++)
+		vec[i] = (float)(i * 3); /* whole numbers: held in bytes */
+	/* a store of version 3 with a setting changed, then a write */
+	vecfs *v = fx_open(f, "v3");
+	set_config(v, D, VECFS_L2);
+	char err[256];
+	vecfs_config c;
+	assert_int_equal(vecfs_config_get(v, &c), 0);
+	c.nprobe = 7;
+	assert_int_equal(vecfs_config_set(v, &c, err, sizeof err), 0);
+	assert_int_equal(stored_version(v), 4);
+	cfg_version cv = {v->store, 3, 0};
+	assert_int_equal(vf_write(v->store, set_version, &cv), 0);
+	assert_int_equal(stored_version(v), 3);
+	assert_int_equal(vecfs_config_get(v, &c), 0); /* version 3 reads as before */
+	assert_int_equal(c.nprobe, 7);
+	assert_int_equal(put_one(v, "a", vec, D), 0);
+	assert_int_equal(stored_version(v), 4);
+	assert_int_equal(vecfs_config_get(v, &c), 0);
+	assert_int_equal(c.nprobe, 7);
+	assert_int_equal(c.dim, D);
+	/* a version this code does not know: refused */
+	cv.set = 5;
+	assert_int_equal(vf_write(v->store, set_version, &cv), 0);
+	assert_int_equal(vecfs_config_get(v, &c), -EIO);
+	fx_close(f);
+	/* a version-1 store: a write keeps its settings as read */
+	v = fx_open(f, "v1");
+	old_cfg oc = {v->store, 12};
+	assert_int_equal(vf_write(v->store, save_old, &oc), 0);
+	assert_int_equal(put_one(v, "b", vec, D), 0);
+	assert_int_equal(stored_version(v), 4);
+	assert_int_equal(vecfs_config_get(v, &c), 0);
+	assert_int_equal(c.nprobe, 12);
+	assert_true(c.recall_target == 0.95f);
+	fx_close(f);
+}
+
 /* The estimate of served queries' recall: none before an ANN query on a
  * generation, then near the true recall of the queries served, with an
  * interval around it; a recall below the target is reported once. */
@@ -387,6 +460,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_who_decides, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_recall_table, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_old_config, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_config_version, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_recall_estimate, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_no_samples_past_memory, fx_setup, fx_teardown),
 	};

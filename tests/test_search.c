@@ -1115,8 +1115,8 @@ static void test_prefetch_same_results(void **state)
 	fx_close(f);
 }
 
-/* Vectors of whole numbers 0..255 are held in a byte a number: searched,
- * read back and exported exactly as the same vectors held in float32.
+/* Vectors of whole numbers 0..255 are held in a byte a number: searched
+ * and read back exactly as the same vectors held in float32.
  * Store A holds them as they are; store B the same with coordinate 0
  * (always 0) written as -0, which keeps each in float32 and gives every
  * distance the same value. */

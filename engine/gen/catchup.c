@@ -58,6 +58,8 @@ static int sync_take(sync_chunk *k, vf_txn *txn, vf_store *s, const vf_dirty_ent
 		return 0; /* deleted by a change after the step's end */
 	if ((rc = vf_store_err(got)) || (rc = vf_record_decode(rv.data, rv.len, &r)))
 		return rc;
+	if (r.dim != dim)
+		return -EIO;
 	if (r.seq != e->seq) {
 		if (later && r.seq > e->seq)
 			return 0; /* replaced by a change after the step's end */

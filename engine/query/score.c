@@ -299,6 +299,8 @@ int vf_scan_uncovered(search *s)
 			continue;
 		if (rc)
 			return rc;
+		if (r.dim != s->dim)
+			return -EIO;
 		const float *vec = rec_floats(s, &r);
 		for (size_t qi = 0; qi < s->nq; qi++) {
 			query *q = &s->qs[qi];

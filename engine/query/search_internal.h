@@ -199,7 +199,8 @@ static inline double exact_dist(const search *s, const query *q, const float *ve
 }
 
 /* A record's vector as floats to give exact_dist(): in place, or decoded
- * into s->floats (until the next call). */
+ * into s->floats (until the next call; the caller has checked that r->dim
+ * is s->dim, the room s->floats has). */
 static inline const float *rec_floats(search *s, const vf_record *r)
 {
 	if (r->kind != VF_VEC_U8)

@@ -165,6 +165,8 @@ int vf_put_begin(vf_put_ctx *c, vecfs *v, vf_txn *txn, uint32_t dim, char *err,
 	} else if (sc.dim != dim) {
 		vf_seterr(err, errlen, "row 1: dimension %u, the store has dim %u", dim, sc.dim);
 		return -EINVAL;
+	} else if ((rc = vf_config_gate(txn, v->store, &sc))) {
+		return rc;
 	}
 	c->seq_before = c->cnt.seq;
 	return open_active(v, txn, &c->g, &c->gm, &c->w);
