@@ -48,7 +48,6 @@ void vecfs_config_defaults(vecfs_config *c)
  * the store (-EIO) instead of finding such records damaged (and its
  * salvage removing them).  Version 1 and 2 stores hold
  * vf_stored_config_v2 (layout/meta.h) and are read as they are. */
-#define CONFIG_VERSION 4
 
 typedef struct stored_head {
 	uint32_t version;
@@ -113,7 +112,7 @@ int vf_config_save(vf_txn *txn, vf_store *s, const vecfs_config *c)
 	size_t n;
 	const vecfs_setting *rows = vecfs_settings(&n);
 	unsigned char buf[CONFIG_BYTES_MAX];
-	stored_head h = {CONFIG_VERSION, 0, c->seed};
+	stored_head h = {VF_CONFIG_VERSION, 0, c->seed};
 	uint64_t slots[SLOTS_MAX] = {0};
 	for (size_t i = 0; i < n; i++) {
 		if (rows[i].slot >= SLOTS_MAX)
@@ -149,11 +148,12 @@ static void from_v2(const vf_stored_config_v2 *o, vecfs_config *c)
 		c->recall_target = (float)(o->recall_ppm / 1e6);
 }
 
-int vf_load_config(vf_txn *txn, vf_store *s, vecfs_config *c)
+int vf_load_config_version(vf_txn *txn, vf_store *s, vecfs_config *c, uint32_t *version)
 {
 	unsigned char buf[CONFIG_BYTES_MAX];
 	size_t len = 0;
 	vecfs_config_defaults(c);
+	*version = 0;
 	int rc = vf_load_config_bytes(txn, s, buf, sizeof buf, &len);
 	if (rc == -ENOENT)
 		return 0;
@@ -166,12 +166,13 @@ int vf_load_config(vf_txn *txn, vf_store *s, vecfs_config *c)
 		if (o.version > 2)
 			return -EIO;
 		from_v2(&o, c);
+		*version = o.version;
 		return 0;
 	}
 	if (len < sizeof h)
 		return -EIO;
 	memcpy(&h, buf, sizeof h);
-	if (h.version < 3 || h.version > CONFIG_VERSION || h.nslots > SLOTS_MAX ||
+	if (h.version < 3 || h.version > VF_CONFIG_VERSION || h.nslots > SLOTS_MAX ||
 	    len != sizeof h + h.nslots * sizeof(uint64_t))
 		return -EIO;
 	size_t n;
@@ -183,23 +184,14 @@ int vf_load_config(vf_txn *txn, vf_store *s, vecfs_config *c)
 			from_slot(&rows[i], x, c);
 		}
 	c->seed = h.seed;
+	*version = h.version;
 	return 0;
 }
 
-int vf_config_gate(vf_txn *txn, vf_store *s, const vecfs_config *c)
+int vf_load_config(vf_txn *txn, vf_store *s, vecfs_config *c)
 {
-	unsigned char buf[CONFIG_BYTES_MAX];
-	size_t len = 0;
-	int rc = vf_load_config_bytes(txn, s, buf, sizeof buf, &len);
-	if (rc && rc != -ENOENT)
-		return rc;
-	stored_head h;
-	if (rc == 0 && len >= sizeof h && len != sizeof(vf_stored_config_v2)) {
-		memcpy(&h, buf, sizeof h);
-		if (h.version >= CONFIG_VERSION)
-			return 0;
-	}
-	return vf_config_save(txn, s, c);
+	uint32_t version;
+	return vf_load_config_version(txn, s, c, &version);
 }
 
 int vecfs_config_get(vecfs *v, vecfs_config *out)

@@ -127,16 +127,16 @@ static inline void vf_seterr(char *err, size_t len, const char *fmt, ...)
 	va_end(ap);
 }
 
+/* The stored configuration's newest version: 4, the store's records may
+ * hold their vectors in bytes (config.c). */
+#define VF_CONFIG_VERSION 4
 /* The stored configuration, the defaults for what the store does not
  * hold (config.c). */
 int vf_load_config(vf_txn *txn, vf_store *s, vecfs_config *c);
-/* Store c as the configuration (the stored form's newest version). */
+/* The same, and the version it was stored in (0: none stored). */
+int vf_load_config_version(vf_txn *txn, vf_store *s, vecfs_config *c, uint32_t *version);
+/* Store c as the configuration (version VF_CONFIG_VERSION). */
 int vf_config_save(vf_txn *txn, vf_store *s, const vecfs_config *c);
-/* Before a write: a store whose configuration is of a version before 4
- * (or has none) gets it saved again as version 4 (c: what it holds), in
- * the write's transaction, since the write may hold a vector in bytes,
- * which a binary that reads version 3 at most would take for damage. */
-int vf_config_gate(vf_txn *txn, vf_store *s, const vecfs_config *c);
 /* index space: cosine vectors are normalized; returns 0 or -EINVAL for a
  * zero vector */
 int vf_to_index_space(vecfs_metric m, const float *in, float *out, uint32_t dim);

@@ -3,8 +3,8 @@
  * opens its own files, starts the writeback of LMDB's, asks for pages of
  * the map ahead and counts the page faults it waited for: a table of
  * functions, the real calls by default, that a test replaces to fail the
- * Nth call (ENOMEM, EIO, ENOSPC) or to see what was asked.  LMDB's own file I/O does not pass here
- * (it is inside liblmdb).
+ * Nth call (ENOMEM, EIO, ENOSPC) or to see what was asked.  LMDB's own
+ * file I/O does not pass here (it is inside liblmdb).
  */
 #ifndef VF_IO_H
 #define VF_IO_H

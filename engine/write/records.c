@@ -34,11 +34,9 @@ int vecfs_get(vecfs *v, const char *key, size_t keylen, float *vec, uint32_t cap
 			rc = vf_record_decode(d.data, d.len, &r);
 		if (rc == 0) {
 			*dim = r.dim;
-			if (vec && r.dim <= cap) {
-				vf_record_floats(&r, vec);
-			} else if (vec) { /* (the first cap of them) */
+			if (vec) { /* the first cap of them */
 				vf_record part = r;
-				part.dim = (uint32_t)cap;
+				part.dim = r.dim < cap ? r.dim : cap;
 				vf_record_floats(&part, vec);
 			}
 			if (plen)

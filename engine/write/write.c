@@ -148,12 +148,13 @@ int vf_put_begin(vf_put_ctx *c, vecfs *v, vf_txn *txn, uint32_t dim, char *err,
 		     size_t errlen)
 {
 	vecfs_config sc;
+	uint32_t version;
 	int rc;
 	memset(c, 0, sizeof *c);
 	c->v = v;
 	c->txn = txn;
 	c->dim = dim;
-	if ((rc = vf_load_config(txn, v->store, &sc)) ||
+	if ((rc = vf_load_config_version(txn, v->store, &sc, &version)) ||
 	    (rc = vf_load_counters(txn, v->store, &c->cnt)))
 		return rc;
 	c->compact_deltas = sc.compact_deltas;
@@ -165,7 +166,10 @@ int vf_put_begin(vf_put_ctx *c, vecfs *v, vf_txn *txn, uint32_t dim, char *err,
 	} else if (sc.dim != dim) {
 		vf_seterr(err, errlen, "row 1: dimension %u, the store has dim %u", dim, sc.dim);
 		return -EINVAL;
-	} else if ((rc = vf_config_gate(txn, v->store, &sc))) {
+	} else if (version < VF_CONFIG_VERSION && (rc = vf_config_save(txn, v->store, &sc))) {
+		/* the write may hold a vector in bytes, which a binary that
+		 * reads version 3 at most would take for damage: the store
+		 * says so first, in the write's own transaction */
 		return rc;
 	}
 	c->seq_before = c->cnt.seq;
