@@ -1712,6 +1712,38 @@ static void check_u8_floats(const vf_kernels *kn)
 	}
 }
 
+/* l2sq_u8: the very float l2sq() gives of the bytes' floats, at every
+ * length up to 40 and longer ones (each step and tail of every table),
+ * random bytes and queries of wide range; and vf_l2sq_exact_u8() what
+ * vf_l2sq_exact() gives, the double path too (a query so large that
+ * float32 overflows). */
+static void check_l2sq_u8(const vf_kernels *kn, rng *r)
+{
+	uint8_t x[800];
+	float xf[800], q[800];
+	for (uint32_t n = 0; n <= 800; n += n < 40 ? 1 : n < 200 ? 17 : 199) {
+		for (int t = 0; t < 4; t++) {
+			for (uint32_t i = 0; i < n; i++) {
+				x[i] = (uint8_t)(rng_next(r) >> 56);
+				xf[i] = x[i];
+				q[i] = (float)(rng_next(r) % 100000) / (t == 3 ? 1.0f : 197.0f) - 20.0f;
+			}
+			float a = kn->l2sq_u8(q, x, n), b = kn->l2sq(q, xf, n);
+			assert_memory_equal(&a, &b, sizeof a);
+			double da = vf_l2sq_exact_u8(kn, q, x, n), db = vf_l2sq_exact(kn, q, xf, n);
+			assert_memory_equal(&da, &db, sizeof da);
+		}
+	}
+	for (uint32_t i = 0; i < 64; i++) {
+		x[i] = (uint8_t)i;
+		xf[i] = x[i];
+		q[i] = 1e30f;
+	}
+	double da = vf_l2sq_exact_u8(kn, q, x, 64), db = vf_l2sq_exact(kn, q, xf, 64);
+	assert_true(isfinite(da) && da > 1e60);
+	assert_memory_equal(&da, &db, sizeof da);
+}
+
 static void test_kernels_agree(void **state)
 {
 	(void)state;
@@ -1739,6 +1771,7 @@ static void test_kernels_agree(void **state)
 		check_quant16(kn, &r);
 		check_q8_point(kn, &r);
 		check_u8_floats(kn);
+		check_l2sq_u8(kn, &r);
 	}
 }
 

@@ -28,33 +28,51 @@ static float hsum8(const float l[8])
 	return b0 + b1;
 }
 
-/* Two accumulators of 8 lanes over 16-float steps, then one 8-float step,
+/* Number i of y: floats, or (u8) bytes as floats */
+static inline float y_at(const void *y, size_t i, int u8)
+{
+	return u8 ? (float)((const uint8_t *)y)[i] : ldf(y, i);
+}
+
+/* Squared L2 distance of x and y, y floats or (u8) bytes: one sequence of
+ * steps for both, so the bytes give the very float their floats would.
+ * Two accumulators of 8 lanes over 16-float steps, then one 8-float step,
  * then a lane-wise tail. */
-static float l2sq_scalar(const void *a, const void *b, size_t d)
+static inline float l2sq_steps(const void *a, const void *b, size_t d, int u8)
 {
 	float acc0[8] = {0}, acc1[8] = {0};
 	size_t i = 0;
 	for (; i + 16 <= d; i += 16)
 		for (int l = 0; l < 8; l++) {
-			float x = ldf(a, i + l) - ldf(b, i + l);
-			float y = ldf(a, i + 8 + l) - ldf(b, i + 8 + l);
+			float x = ldf(a, i + l) - y_at(b, i + l, u8);
+			float y = ldf(a, i + 8 + l) - y_at(b, i + 8 + l, u8);
 			acc0[l] = fmaf(x, x, acc0[l]);
 			acc1[l] = fmaf(y, y, acc1[l]);
 		}
 	if (i + 8 <= d) {
 		for (int l = 0; l < 8; l++) {
-			float x = ldf(a, i + l) - ldf(b, i + l);
+			float x = ldf(a, i + l) - y_at(b, i + l, u8);
 			acc0[l] = fmaf(x, x, acc0[l]);
 		}
 		i += 8;
 	}
 	for (int l = 0; i + l < d; l++) {
-		float x = ldf(a, i + l) - ldf(b, i + l);
+		float x = ldf(a, i + l) - y_at(b, i + l, u8);
 		acc1[l] = fmaf(x, x, acc1[l]);
 	}
 	for (int l = 0; l < 8; l++)
 		acc0[l] += acc1[l];
 	return hsum8(acc0);
+}
+
+static float l2sq_scalar(const void *a, const void *b, size_t d)
+{
+	return l2sq_steps(a, b, d, 0);
+}
+
+static float l2sq_u8_scalar(const float *a, const uint8_t *b, size_t d)
+{
+	return l2sq_steps(a, b, d, 1);
 }
 
 static float dot_scalar(const void *a, const void *b, size_t d)
@@ -511,6 +529,19 @@ double vf_l2sq_exact(const vf_kernels *kn, const void *a, const void *b, size_t 
 	return float_ok(r) ? r : l2sq_double(a, b, d);
 }
 
+double vf_l2sq_exact_u8(const vf_kernels *kn, const float *a, const uint8_t *b, size_t d)
+{
+	float r = kn->l2sq_u8(a, b, d);
+	if (float_ok(r))
+		return r;
+	double sum = 0; /* l2sq_double() of the bytes' floats */
+	for (size_t i = 0; i < d; i++) {
+		double x = (double)a[i] - b[i];
+		sum += x * x;
+	}
+	return sum;
+}
+
 double vf_dot_exact(const vf_kernels *kn, const void *a, const void *b, size_t d)
 {
 	float r = kn->dot(a, b, d);
@@ -540,6 +571,6 @@ const vf_kernels vf_kernels_scalar = {
 	code_dot_scalar, levels_scan_scalar, encode_residual_scalar, encode_codes_scalar,
 	rotate_rounds_scalar, panel_min_scalar, best_rest_scalar, point_panels_i8_scalar,
 	points_panels_i8_scalar, q8_scores_scalar, q8_bounds_scalar, sum_maxabs_scalar, quant16_scalar,
-	max_abs_scalar, q8_point_scalar, u8_floats_scalar,
+	max_abs_scalar, q8_point_scalar, u8_floats_scalar, l2sq_u8_scalar,
 };
 

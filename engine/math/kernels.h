@@ -168,6 +168,10 @@ typedef struct vf_kernels {
 	/* out[i] = x[i] for i < n: a record's numbers held in bytes, as
 	 * floats (exact) */
 	void (*u8_floats)(const uint8_t *x, uint32_t n, float *out);
+	/* l2sq(a, y) of y[i] = b[i], a record's numbers held in bytes: the
+	 * same float as l2sq() of the floats u8_floats() gives (the same
+	 * operations in the same order), without writing them out */
+	float (*l2sq_u8)(const float *a, const uint8_t *b, size_t d);
 } vf_kernels;
 
 /* Put (sc, c) in place i of the ascending pd[0..i] (pc alongside), moving
@@ -239,6 +243,7 @@ float vf_max_abs_avx2(const float *x, uint32_t n);
 void vf_q8_point_avx2(const float *x, uint32_t dim, uint32_t d4, float t, float inv,
 		      uint8_t *xu, double *dx2, double *x2);
 void vf_u8_floats_avx2(const uint8_t *x, uint32_t n, float *out);
+float vf_l2sq_u8_avx2(const float *a, const uint8_t *b, size_t d);
 #endif
 
 /* The scalar q8_point's step for coordinate i (lane i % 8 of dx2l, x2l),
@@ -275,6 +280,9 @@ static inline void vf_q8_point_sums(const double *dx2l, const double *x2l, doubl
 double vf_l2sq_exact(const vf_kernels *kn, const void *a, const void *b, size_t d);
 double vf_dot_exact(const vf_kernels *kn, const void *a, const void *b, size_t d);
 double vf_cosine_exact(const vf_kernels *kn, const void *q, const void *x, size_t d);
+/* vf_l2sq_exact() of a and the floats of the bytes b[0..d): the same
+ * value, read from the bytes in place. */
+double vf_l2sq_exact_u8(const vf_kernels *kn, const float *a, const uint8_t *b, size_t d);
 
 /* The table named "scalar", "avx2" or "avx512", or NULL when this CPU
  * lacks it (or the name is unknown). */

@@ -25,27 +25,59 @@ static __m256 tail_load(const void *p, size_t n)
 	return _mm256_loadu_ps(t);
 }
 
-static float l2sq_avx2(const void *a, const void *b, size_t d)
+/* 8 numbers of y from i on: floats, or bytes (u8) as floats */
+static inline __attribute__((always_inline)) __m256 y_load8(const void *y, size_t i, int u8)
 {
-	const float *x = a, *y = b;
+	if (!u8)
+		return _mm256_loadu_ps((const float *)y + i);
+	const uint8_t *p = (const uint8_t *)y + i;
+	return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)p)));
+}
+
+/* The last n < 8 numbers of y from i on, the other lanes 0 */
+static inline __attribute__((always_inline)) __m256 y_tail(const void *y, size_t i, size_t n, int u8)
+{
+	if (!u8)
+		return tail_load((const float *)y + i, n);
+	float t[8] = {0};
+	for (size_t l = 0; l < n; l++)
+		t[l] = ((const uint8_t *)y)[i + l];
+	return _mm256_loadu_ps(t);
+}
+
+/* Squared L2 distance of x and y, y floats or (u8) bytes: one sequence of
+ * steps for both, so the bytes give the very float their floats would. */
+static inline __attribute__((always_inline)) float l2sq_steps_avx2(const float *x, const void *y,
+								   size_t d, int u8)
+{
 	__m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
 	size_t i = 0;
 	for (; i + 16 <= d; i += 16) {
-		__m256 d0 = _mm256_sub_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i));
-		__m256 d1 = _mm256_sub_ps(_mm256_loadu_ps(x + i + 8), _mm256_loadu_ps(y + i + 8));
+		__m256 d0 = _mm256_sub_ps(_mm256_loadu_ps(x + i), y_load8(y, i, u8));
+		__m256 d1 = _mm256_sub_ps(_mm256_loadu_ps(x + i + 8), y_load8(y, i + 8, u8));
 		acc0 = _mm256_fmadd_ps(d0, d0, acc0);
 		acc1 = _mm256_fmadd_ps(d1, d1, acc1);
 	}
 	if (i + 8 <= d) {
-		__m256 d0 = _mm256_sub_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i));
+		__m256 d0 = _mm256_sub_ps(_mm256_loadu_ps(x + i), y_load8(y, i, u8));
 		acc0 = _mm256_fmadd_ps(d0, d0, acc0);
 		i += 8;
 	}
 	if (i < d) {
-		__m256 d1 = _mm256_sub_ps(tail_load(x + i, d - i), tail_load(y + i, d - i));
+		__m256 d1 = _mm256_sub_ps(tail_load(x + i, d - i), y_tail(y, i, d - i, u8));
 		acc1 = _mm256_fmadd_ps(d1, d1, acc1);
 	}
 	return hsum8(_mm256_add_ps(acc0, acc1));
+}
+
+static float l2sq_avx2(const void *a, const void *b, size_t d)
+{
+	return l2sq_steps_avx2(a, b, d, 0);
+}
+
+float vf_l2sq_u8_avx2(const float *a, const uint8_t *b, size_t d)
+{
+	return l2sq_steps_avx2(a, b, d, 1);
 }
 
 static float dot_avx2(const void *a, const void *b, size_t d)
@@ -898,4 +930,5 @@ const vf_kernels vf_kernels_avx2 = {
 	vf_encode_codes_avx2, rotate_rounds_avx2, panel_min_avx2,
 	best_rest_avx2, vf_point_panels_i8_avx2, vf_points_panels_i8_avx2, vf_q8_scores_avx2, vf_q8_bounds_avx2, vf_sum_maxabs_avx2,
 	vf_quant16_avx2, vf_max_abs_avx2, vf_q8_point_avx2, vf_u8_floats_avx2,
+	vf_l2sq_u8_avx2,
 };

@@ -35,23 +35,45 @@ static inline __mmask16 tail_lanes(size_t r)
 	return r >= 8 ? m : (__mmask16)(m << 8);
 }
 
-/* One accumulator: lanes 0-7 are acc0 of the scalar kernel, 8-15 acc1. */
-static float l2sq_avx512(const void *a, const void *b, size_t d)
+/* One accumulator: lanes 0-7 are acc0 of the scalar kernel, 8-15 acc1.
+ * y floats or (u8) bytes: one sequence of steps for both, so the bytes
+ * give the very float their floats would. */
+static inline __attribute__((always_inline)) float l2sq_steps_avx512(const float *x, const void *y,
+								     size_t d, int u8)
 {
-	const float *x = a, *y = b;
 	__m512 acc = _mm512_setzero_ps();
 	size_t i = 0;
 	for (; i + 16 <= d; i += 16) {
-		__m512 t = _mm512_sub_ps(_mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i));
+		__m512 yv = u8 ? _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(
+					 (const __m128i *)(const void *)((const uint8_t *)y + i))))
+			       : _mm512_loadu_ps((const float *)y + i);
+		__m512 t = _mm512_sub_ps(_mm512_loadu_ps(x + i), yv);
 		acc = _mm512_fmadd_ps(t, t, acc);
 	}
 	if (i < d) {
+		float f[16] = {0};
+		const float *yt = (const float *)y + i;
+		if (u8) {
+			for (size_t l = 0; i + l < d; l++)
+				f[l] = ((const uint8_t *)y)[i + l];
+			yt = f;
+		}
 		__mmask16 m = tail_lanes(d - i);
 		__m512 t = _mm512_sub_ps(_mm512_maskz_expandloadu_ps(m, x + i),
-					 _mm512_maskz_expandloadu_ps(m, y + i));
+					 _mm512_maskz_expandloadu_ps(m, yt));
 		acc = _mm512_mask3_fmadd_ps(t, t, acc, m);
 	}
 	return hsum_pair(acc);
+}
+
+static float l2sq_avx512(const void *a, const void *b, size_t d)
+{
+	return l2sq_steps_avx512(a, b, d, 0);
+}
+
+static float l2sq_u8_avx512(const float *a, const uint8_t *b, size_t d)
+{
+	return l2sq_steps_avx512(a, b, d, 1);
 }
 
 static float dot_avx512(const void *a, const void *b, size_t d)
@@ -713,4 +735,5 @@ const vf_kernels vf_kernels_avx512 = {
 	best_rest_avx512, vf_point_panels_i8_avx2, vf_points_panels_i8_avx2,
 	vf_q8_scores_avx2, vf_q8_bounds_avx2, vf_sum_maxabs_avx2,
 	vf_quant16_avx2, vf_max_abs_avx2, vf_q8_point_avx2, vf_u8_floats_avx2,
+	l2sq_u8_avx512,
 };

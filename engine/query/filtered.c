@@ -365,10 +365,10 @@ int vf_scan_set(search *s)
 			return rc;
 		if (r.dim != s->dim)
 			return -EIO;
-		const float *vec = rec_floats(s, &r);
+		const float *vec = rec_vec(s, &r, s->nq);
 		for (size_t qi = 0; qi < s->nq; qi++) {
 			query *q = &s->qs[qi];
-			double dd = exact_dist(s, q, vec);
+			double dd = rec_dist(s, q, &r, vec);
 			q->ex.reranked++;
 			if (hheap_admits(&q->top, dd))
 				hheap_push(&q->top, (hit){dd, fs->ids[i], r.key, r.keylen, r.payload,

@@ -301,11 +301,11 @@ int vf_scan_uncovered(search *s)
 			return rc;
 		if (r.dim != s->dim)
 			return -EIO;
-		const float *vec = rec_floats(s, &r);
+		const float *vec = rec_vec(s, &r, s->nq);
 		for (size_t qi = 0; qi < s->nq; qi++) {
 			query *q = &s->qs[qi];
 			q->ex.uncovered_scanned++;
-			hheap_push(&q->top, (hit){exact_dist(s, q, vec), e->ch.id, r.key, r.keylen,
+			hheap_push(&q->top, (hit){rec_dist(s, q, &r, vec), e->ch.id, r.key, r.keylen,
 						  r.payload, r.plen});
 		}
 	}
@@ -548,7 +548,7 @@ int vf_rerank(search *s, query *q)
 			}
 			q->ex.reranked++;
 			vf_record r = {.dim = s->dim, .kind = kind[j], .vec = vec[j]};
-			hs[j].d = exact_dist(s, q, rec_floats(s, &r));
+			hs[j].d = rec_dist(s, q, &r, rec_vec(s, &r, 1));
 			if (!hheap_admits(&q->top, hs[j].d))
 				continue;
 			int rc = copied[j] ? keep_bytes(q, &hs[j]) : 0;
@@ -578,11 +578,11 @@ int vf_scan_exact(search *s)
 		uint64_t id = vf_rd_be64(k.data);
 		if (filtered_out(s, id))
 			continue;
-		const float *vec = rec_floats(s, &r);
+		const float *vec = rec_vec(s, &r, s->nq);
 		for (size_t qi = 0; qi < s->nq; qi++) {
 			query *q = &s->qs[qi];
 			q->ex.uncovered_scanned++;
-			double dd = exact_dist(s, q, vec);
+			double dd = rec_dist(s, q, &r, vec);
 			if (hheap_admits(&q->top, dd))
 				hheap_push(&q->top, (hit){dd, id, r.key, r.keylen, r.payload,
 							  r.plen});

@@ -209,6 +209,25 @@ static inline const float *rec_floats(search *s, const vf_record *r)
 	return s->floats;
 }
 
+/* Record r's vector for rec_dist() with n queries to score it against:
+ * NULL when its bytes are read in place (l2 and one query: the distance
+ * reads each byte once), else its floats (rec_floats(): decoded once for
+ * all n). */
+static inline const float *rec_vec(search *s, const vf_record *r, size_t n)
+{
+	if (r->kind == VF_VEC_U8 && s->metric == VECFS_L2 && n == 1)
+		return NULL;
+	return rec_floats(s, r);
+}
+
+/* exact_dist() of q and record r, vec what rec_vec() gave: the same
+ * value either way (vf_l2sq_exact_u8()). */
+static inline double rec_dist(const search *s, const query *q, const vf_record *r,
+			      const float *vec)
+{
+	return vec ? exact_dist(s, q, vec) : vf_l2sq_exact_u8(s->kn, q->q, r->vec, s->dim);
+}
+
 static inline int stale(const search *s, uint64_t id, uint64_t seq)
 {
 	return vf_posting_stale(&s->tombs, &s->dirty, id, seq);
