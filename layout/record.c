@@ -74,7 +74,7 @@ void vf_record_floats(const vf_record *r, float *out)
 		memcpy(out, r->vec, sizeof(float) * r->dim);
 		return;
 	}
-	/* (the search's hot paths use the u8_floats kernel instead) */
+	/* (the search's hot paths use the l2sq_u8 and u8_floats kernels instead) */
 	const uint8_t *v = r->vec;
 	for (uint32_t i = 0; i < r->dim; i++)
 		out[i] = v[i];

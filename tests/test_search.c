@@ -1143,7 +1143,7 @@ static void test_byte_vectors_same_results(void **state)
 	for (size_t i = 0; i < NQ * D; i++)
 		q[i] = (float)(rng_unif(&r) * 255);
 	for (size_t mi = 0; mi < 3; mi++) {
-		vecfs_results *res[2][3];
+		vecfs_results *res[2][5];
 		for (int side = 0; side < 2; side++) {
 			char sub[32];
 			snprintf(sub, sizeof sub, "%s-%d", vecfs_metric_name(metrics[mi]), side);
@@ -1168,14 +1168,31 @@ static void test_byte_vectors_same_results(void **state)
 			}
 			vecfs_query_opts o = {.k = 10, .exact = 1};
 			res[side][0] = search_opts(v, q, NQ, D, &o);
+			/* one query: under l2 its distances read the bytes in place */
+			res[side][3] = search_opts(v, q + D, 1, D, &o);
 			build(v, 1);
 			o.exact = 0;
 			o.nprobe = 3;
 			res[side][1] = search_opts(v, q, NQ, D, &o);
 			res[side][2] = search_opts(v, q, 1, D, &o);
+			/* rows the active generation does not cover (written after
+			 * a newer build, then the older one made active again),
+			 * scanned for one query */
+			uint64_t older = vecfs_active(v);
+			build(v, 1);
+			if (side)
+				for (size_t i = 0; i < 60; i++)
+					x[i * D] = -0.0f;
+			put_range(v, x, 0, 60, D, "u");
+			for (size_t i = 0; i < 60; i++)
+				x[i * D] = 0;
+			char err[256] = "";
+			assert_int_equal(vecfs_activate(v, older, err, sizeof err), 0);
+			res[side][4] = search_opts(v, q + 2 * D, 1, D, &o);
+			assert_true(res[side][4]->explain.uncovered_scanned > 0);
 			fx_close(f);
 		}
-		for (int t = 0; t < 3; t++) {
+		for (int t = 0; t < 5; t++) {
 			results_same(res[0][t], res[1][t]);
 			vecfs_results_free(res[0][t]);
 			vecfs_results_free(res[1][t]);

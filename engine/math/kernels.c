@@ -29,7 +29,7 @@ static float hsum8(const float l[8])
 }
 
 /* Number i of y: floats, or (u8) bytes as floats */
-static inline float y_at(const void *y, size_t i, int u8)
+static inline __attribute__((always_inline)) float y_at(const void *y, size_t i, int u8)
 {
 	return u8 ? (float)((const uint8_t *)y)[i] : ldf(y, i);
 }
@@ -38,7 +38,8 @@ static inline float y_at(const void *y, size_t i, int u8)
  * steps for both, so the bytes give the very float their floats would.
  * Two accumulators of 8 lanes over 16-float steps, then one 8-float step,
  * then a lane-wise tail. */
-static inline float l2sq_steps(const void *a, const void *b, size_t d, int u8)
+static inline __attribute__((always_inline)) float l2sq_steps(const void *a, const void *b,
+							      size_t d, int u8)
 {
 	float acc0[8] = {0}, acc1[8] = {0};
 	size_t i = 0;

@@ -243,7 +243,6 @@ float vf_max_abs_avx2(const float *x, uint32_t n);
 void vf_q8_point_avx2(const float *x, uint32_t dim, uint32_t d4, float t, float inv,
 		      uint8_t *xu, double *dx2, double *x2);
 void vf_u8_floats_avx2(const uint8_t *x, uint32_t n, float *out);
-float vf_l2sq_u8_avx2(const float *a, const uint8_t *b, size_t d);
 #endif
 
 /* The scalar q8_point's step for coordinate i (lane i % 8 of dx2l, x2l),

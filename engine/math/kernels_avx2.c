@@ -75,7 +75,7 @@ static float l2sq_avx2(const void *a, const void *b, size_t d)
 	return l2sq_steps_avx2(a, b, d, 0);
 }
 
-float vf_l2sq_u8_avx2(const float *a, const uint8_t *b, size_t d)
+static float l2sq_u8_avx2(const float *a, const uint8_t *b, size_t d)
 {
 	return l2sq_steps_avx2(a, b, d, 1);
 }
@@ -930,5 +930,5 @@ const vf_kernels vf_kernels_avx2 = {
 	vf_encode_codes_avx2, rotate_rounds_avx2, panel_min_avx2,
 	best_rest_avx2, vf_point_panels_i8_avx2, vf_points_panels_i8_avx2, vf_q8_scores_avx2, vf_q8_bounds_avx2, vf_sum_maxabs_avx2,
 	vf_quant16_avx2, vf_max_abs_avx2, vf_q8_point_avx2, vf_u8_floats_avx2,
-	vf_l2sq_u8_avx2,
+	l2sq_u8_avx2,
 };

@@ -52,12 +52,9 @@ static inline __attribute__((always_inline)) float l2sq_steps_avx512(const float
 	}
 	if (i < d) {
 		float f[16] = {0};
-		const float *yt = (const float *)y + i;
-		if (u8) {
-			for (size_t l = 0; i + l < d; l++)
-				f[l] = ((const uint8_t *)y)[i + l];
-			yt = f;
-		}
+		for (size_t l = 0; u8 && i + l < d; l++)
+			f[l] = ((const uint8_t *)y)[i + l];
+		const float *yt = u8 ? f : (const float *)y + i;
 		__mmask16 m = tail_lanes(d - i);
 		__m512 t = _mm512_sub_ps(_mm512_maskz_expandloadu_ps(m, x + i),
 					 _mm512_maskz_expandloadu_ps(m, yt));
