@@ -1120,6 +1120,17 @@ static void test_prefetch_same_results(void **state)
  * Store A holds them as they are; store B the same with coordinate 0
  * (always 0) written as -0, which keeps each in float32 and gives every
  * distance the same value. */
+/* Rows x[0..n) under keys PREFIX0.., with coordinate 0 written as -0 on
+ * side 1 (x as it was after). */
+static void put_side(vecfs *v, float *x, size_t n, uint32_t D, const char *prefix, int side)
+{
+	for (size_t i = 0; side && i < n; i++)
+		x[i * D] = -0.0f;
+	put_range(v, x, 0, n, D, prefix);
+	for (size_t i = 0; i < n; i++)
+		x[i * D] = 0;
+}
+
 static void test_byte_vectors_same_results(void **state)
 {
 	fixture *f = *state;
@@ -1149,12 +1160,7 @@ static void test_byte_vectors_same_results(void **state)
 			snprintf(sub, sizeof sub, "%s-%d", vecfs_metric_name(metrics[mi]), side);
 			vecfs *v = fx_open(f, sub);
 			set_config(v, D, metrics[mi]);
-			if (side)
-				for (size_t i = 0; i < N; i++)
-					x[i * D] = -0.0f;
-			put_range(v, x, 0, N, D, "k");
-			for (size_t i = 0; i < N; i++)
-				x[i * D] = 0;
+			put_side(v, x, N, D, "k", side);
 			/* each read back bit for bit */
 			for (size_t i = 0; i < N; i += 97) {
 				char key[32];
@@ -1180,12 +1186,7 @@ static void test_byte_vectors_same_results(void **state)
 			 * scanned for one query */
 			uint64_t older = vecfs_active(v);
 			build(v, 1);
-			if (side)
-				for (size_t i = 0; i < 60; i++)
-					x[i * D] = -0.0f;
-			put_range(v, x, 0, 60, D, "u");
-			for (size_t i = 0; i < 60; i++)
-				x[i * D] = 0;
+			put_side(v, x, 60, D, "u", side);
 			char err[256] = "";
 			assert_int_equal(vecfs_activate(v, older, err, sizeof err), 0);
 			res[side][4] = search_opts(v, q + 2 * D, 1, D, &o);

@@ -506,11 +506,12 @@ static inline int float_ok(float r)
 	return a >= VF_SAFE_LO && a <= FLT_MAX;
 }
 
-static double l2sq_double(const void *a, const void *b, size_t d)
+/* In double, b floats or (u8) bytes: the same value for both */
+static double l2sq_double(const void *a, const void *b, size_t d, int u8)
 {
 	double s = 0;
 	for (size_t i = 0; i < d; i++) {
-		double x = (double)ldf(a, i) - ldf(b, i);
+		double x = (double)ldf(a, i) - y_at(b, i, u8);
 		s += x * x;
 	}
 	return s;
@@ -527,20 +528,13 @@ static double dot_double(const void *a, const void *b, size_t d)
 double vf_l2sq_exact(const vf_kernels *kn, const void *a, const void *b, size_t d)
 {
 	float r = kn->l2sq(a, b, d);
-	return float_ok(r) ? r : l2sq_double(a, b, d);
+	return float_ok(r) ? r : l2sq_double(a, b, d, 0);
 }
 
 double vf_l2sq_exact_u8(const vf_kernels *kn, const float *a, const uint8_t *b, size_t d)
 {
 	float r = kn->l2sq_u8(a, b, d);
-	if (float_ok(r))
-		return r;
-	double sum = 0; /* l2sq_double() of the bytes' floats */
-	for (size_t i = 0; i < d; i++) {
-		double x = (double)a[i] - b[i];
-		sum += x * x;
-	}
-	return sum;
+	return float_ok(r) ? r : l2sq_double(a, b, d, 1);
 }
 
 double vf_dot_exact(const vf_kernels *kn, const void *a, const void *b, size_t d)
