@@ -614,24 +614,24 @@ static void test_query_input(void **state)
 
 /* The one-pass readers of a number (codec/number.h) give what strtof()
  * gives the token, and its length, wherever they take it: random
- * [-]D[.F] tokens (leading zeros, 1-8 digits a side), followed by a
- * separator, a letter or an exponent, then bytes no number takes, in
- * room of 18 bytes
- * or more (less: vf_decimal_fast() declines). */
+ * [-]D[.F] tokens (leading zeros, 1-8 digits in D, 0-16 in F), followed
+ * by a separator, a letter or an exponent, then bytes no number takes, in
+ * room of 18 bytes or more, or only the token's (vf_decimal_fast()
+ * declines when it lacks room for its looks). */
 static void test_decimal_readers(void **state)
 {
 	(void)state;
 	uint64_t r = 5;
 	static const char *const after[] = {" ", ",", "\t", "x", "e5", "E-3", ""};
-	size_t fast = 0, tried = 0;
+	size_t fast = 0, tried = 0, fast_long = 0;
 	for (int i = 0; i < 300000; i++) {
-		char tok[40], buf[64];
+		char tok[48], buf[80];
 		size_t t = 0;
 		r = r * 6364136223846793005ull + 1442695040888963407ull;
 		uint64_t x = r >> 11;
 		if (x & 1)
 			tok[t++] = '-';
-		int k1 = 1 + (int)((x >> 1) % 8), k2 = (int)((x >> 4) % 9);
+		int k1 = 1 + (int)((x >> 1) % 8), k2 = (int)((x >> 4) % 18);
 		for (int d = 0; d < k1; d++) {
 			r = r * 6364136223846793005ull + 1442695040888963407ull;
 			tok[t++] = (char)('0' + (d == 0 && (x >> 8) % 3 == 0 ? 0 : (r >> 33) % 10));
@@ -657,13 +657,16 @@ static void test_decimal_readers(void **state)
 		tried++;
 		if (vf_decimal_fast(buf, n, &val, &used) == 0) {
 			fast++;
+			fast_long += k2 > 9;
 			if (used != end || memcmp(&val, &want, 4)) {
 				fail_msg("vf_decimal_fast(\"%.*s\") = %a, %zu bytes; strtof: %a, %zu",
 					 (int)n, buf, (double)val, used, (double)want, end);
 			}
-		} else if (n >= 18 && end == t && k1 <= 7 && k2 != 1 && k2 <= 8 && aft[0] != 'e' &&
-			   aft[0] != 'E' && aft[0]) {
-			/* only a halfway double may be declined */
+		} else if (n >= 18 && end == t && k1 <= 7 && k2 != 1 && k2 <= 16 &&
+			   (k2 <= 8 || (k1 + k2 - 1 <= 15 && n >= (size_t)((x & 1) + k1 + 17))) &&
+			   aft[0] != 'e' && aft[0] != 'E' && aft[0]) {
+			/* only a halfway double may be declined (15 digits at most:
+			 * M below 2^53) */
 			double d = strtod(want_tok, NULL);
 			uint64_t bits;
 			memcpy(&bits, &d, 8);
@@ -675,8 +678,14 @@ static void test_decimal_readers(void **state)
 				 buf, (double)val, used, (double)want, end);
 	}
 	assert_true(fast > tried / 3);
+	assert_true(fast_long > tried / 10); /* F of 9 digits or more */
 	float f;
 	size_t u;
+	/* "%.9g" of a float below 1: 13 bytes, 10 in F */
+	assert_int_equal(vf_decimal_fast("-0.0535101593 1 2 3 4 5 6 7", 27, &f, &u), 0);
+	assert_true(f == -0.0535101593f && u == 13);
+	/* room for the first looks, not for its F's second: declined */
+	assert_int_equal(vf_decimal_fast("-0.0535101593 1 2 3", 18, &f, &u), 1);
 	assert_int_equal(vf_decimal_fast("12 34 56 78 90 12", 17, &f, &u), 1); /* 17 bytes */
 	assert_int_equal(vf_decimal_fast("12 34 56 78 90 123", 18, &f, &u), 0);
 	assert_true(f == 12.0f && u == 2);

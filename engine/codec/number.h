@@ -78,13 +78,16 @@ static inline int vf_decimal_value(uint64_t m, int e10, int neg, float *out)
 }
 
 /* The most common numbers of text input, [-]D[.F] with at most 7 digits
- * in D and in F, read without a branch a digit: the same value and
- * length as vf_decimal_prefix() (the same digits M and exponent, rounded
- * by the same vf_decimal_value()), or 1 for anything else, or with fewer than 18
- * bytes in s[0..n) (each look reads eight). */
+ * in D and at most 15 in F (19 in all: "%.9g" of a float below 1 has up
+ * to 13), read eight digits a step: the same value and length as
+ * vf_decimal_prefix() (the same digits M and exponent, rounded by the
+ * same vf_decimal_value()), or 1 for anything else, or with fewer than 18
+ * bytes in s[0..n) (each look reads eight; F past 7 digits wants room
+ * for a second look at F's ninth byte on). */
 static inline int vf_decimal_fast(const char *s, size_t n, float *out, size_t *used)
 {
-	static const uint64_t i10[8] = {1, 10, 100, 1000, 10000, 100000, 1000000, 10000000};
+	static const uint64_t i10[9] = {1,	 10,	  100,	    1000,     10000,
+					100000, 1000000, 10000000, 100000000};
 	if (n < 18)
 		return 1;
 	const char *p = s;
@@ -100,9 +103,21 @@ static inline int vf_decimal_fast(const char *s, size_t n, float *out, size_t *u
 	if (*p == '.') {
 		w = vf_load8(p + 1);
 		k2 = vf_digit_run(w);
-		if (k2 == 0 || k2 == 8)
+		if (k2 == 0)
 			return 1;
 		m = m * i10[k2] + vf_digits_value(w, k2);
+		if (k2 == 8) {
+			/* F's ninth byte on: its eight bytes must lie in s[0..n) */
+			if ((size_t)(p - s) + 17 > n)
+				return 1;
+			w = vf_load8(p + 9);
+			int k3 = vf_digit_run(w);
+			if (k3 == 8 || k1 + 8 + k3 > 19)
+				return 1;
+			if (k3)
+				m = m * i10[k3] + vf_digits_value(w, k3);
+			k2 += k3;
+		}
 		p += 1 + k2;
 	}
 	if (*p == 'e' || *p == 'E')
