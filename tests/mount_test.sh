@@ -954,6 +954,11 @@ for r in rows:
     assert r['rounds'] == 2 and r['recall_at_10'] > 0.5, r
     for k in ('ratio_median', 'ratio_pooled', 'held_ratio_median', 'held_ratio_pooled'):
         assert r[k] > 0, (k, r)
+    # the round trips added, over the rounds: figures (a round whose
+    # mount beat the library may make one negative)
+    for k in ('held_added_rt_median', 'held_added_rt_pooled', 'call_added_rt_median',
+              'call_added_rt_pooled'):
+        assert isinstance(r[k], float) and abs(r[k]) < 1e4, (k, r)
 " "$TMP/bench.json"
 }
 # vecfs-bench --batch: the same queries 7 to a call (the last call takes

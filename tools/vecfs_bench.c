@@ -117,7 +117,11 @@ static const char usage_text[] =
 	"                          and with the library, so that a machine's drift\n"
 	"                          in speed falls on both; prints each round's\n"
 	"                          ratios, their median and the pooled ratio (all\n"
-	"                          queries of all rounds).  Default 1, at most 20\n"
+	"                          queries of all rounds), and the round trips held\n"
+	"                          descriptors and the query call add, each round's\n"
+	"                          over its own GETATTR round trip, their median and\n"
+	"                          pooled (*_added_rt_median, *_added_rt_pooled).\n"
+	"                          Default 1, at most 20\n"
 	"  --batch B               also time the same queries B to a vecfs_search\n"
 	"                          call (one snapshot, searched in parts on every\n"
 	"                          CPU): batch_rec, batch_QPS and xSingle, the\n"
@@ -1427,6 +1431,9 @@ struct mnt {
 						   * and with --batch the mount's and
 						   * the library's batches, and the
 						   * mount's in .fvecs rows */
+	double rt_of[MAX_ROUNDS][MAX_NPROBE][2]; /* per round: the GETATTR round trip
+						  * measured after the held queries
+						  * [0] and after the calls [1] */
 	unsigned rounds_done;
 	/* query traffic */
 	int hin, hout;           /* held descriptors of in and out; -1: none */
@@ -3158,6 +3165,42 @@ static void round_ratios(const struct mnt *m, size_t i, int w, double *median,
 	*pooled = t_lib / t_fs;
 }
 
+/* Over the rounds, setting i: the round trips the way w (Q_HELD or
+ * Q_CALL) adds to the library's mean latency, each round over its own
+ * GETATTR round trip: their median, and pooled (the added time of all
+ * rounds over their round trips' sum). */
+static void round_added_rt(const struct mnt *m, size_t i, int w, double *median,
+			   double *pooled)
+{
+	double r[MAX_ROUNDS], added = 0, rt = 0;
+	unsigned n = 0;
+
+	for (unsigned k = 0; k < m->rounds_done; k++) {
+		const double *q = m->qps_of[k][i];
+		double g = m->rt_of[k][i][w == Q_CALL];
+
+		if (!(q[Q_LIB] > 0) || !(q[w] > 0) || !(g > 0))
+			continue;
+		double a = 1e6 / q[w] - 1e6 / q[Q_LIB];
+		r[n++] = a / g;
+		added += a;
+		rt += g;
+	}
+	if (n == 0) {
+		*median = *pooled = NAN;
+		return;
+	}
+	for (unsigned a = 1; a < n; a++)
+		for (unsigned c = a; c > 0 && r[c - 1] > r[c]; c--) {
+			double t = r[c];
+
+			r[c] = r[c - 1];
+			r[c - 1] = t;
+		}
+	*median = n % 2 ? r[n / 2] : (r[n / 2 - 1] + r[n / 2]) / 2;
+	*pooled = added / rt;
+}
+
 /* round_ratios() of way w as JSON: PREFIXratio_median, PREFIXratio_pooled. */
 static void json_round_ratios(const struct mnt *m, size_t i, int w, const char *prefix)
 {
@@ -3215,6 +3258,13 @@ static void mnt_json_row(const struct bench *b, const struct mnt *m, size_t i)
 	json_round_ratios(m, i, Q_FS, "");
 	json_round_ratios(m, i, Q_HELD, "held_");
 	json_round_ratios(m, i, Q_CALL, "call_");
+	double med, pooled;
+	round_added_rt(m, i, Q_HELD, &med, &pooled);
+	tool_json_num("held_added_rt_median", med, 3);
+	tool_json_num("held_added_rt_pooled", pooled, 3);
+	round_added_rt(m, i, Q_CALL, &med, &pooled);
+	tool_json_num("call_added_rt_median", med, 3);
+	tool_json_num("call_added_rt_pooled", pooled, 3);
 	if (b->opt->batch) {
 		json_round_ratios(m, i, Q_BATCH, "batch_");
 		json_round_ratios(m, i, Q_BATCH_BIN, "batch_fvecs_");
@@ -3285,6 +3335,16 @@ static void print_rounds(const struct bench *b, const struct mnt *m)
 				printf(" %.3f", m->qps_of[k][i][l] > 0 ?
 				       m->qps_of[k][i][w] / m->qps_of[k][i][l] : NAN);
 			printf("; median %.3f, pooled %.3f\n", med, pooled);
+			if (w != Q_CALL && w != Q_HELD)
+				continue;
+			round_added_rt(m, i, w, &med, &pooled);
+			printf("%6s   %-10s", "", "  adds RT");
+			for (unsigned k = 0; k < m->rounds_done; k++) {
+				const double *q = m->qps_of[k][i];
+				printf(" %.2f", (1e6 / q[w] - 1e6 / q[Q_LIB]) /
+						m->rt_of[k][i][w == Q_CALL]);
+			}
+			printf("; median %.2f, pooled %.2f\n", med, pooled);
 		}
 	}
 }
@@ -3343,6 +3403,8 @@ static int mount_run(struct bench *b, struct mnt *m)
 			m->qps_of[r][i][Q_BATCH] = m->fs[i].batch_qps;
 			m->qps_of[r][i][Q_LIB_BATCH] = m->lib[i].batch_qps;
 			m->qps_of[r][i][Q_BATCH_BIN] = m->fs[i].bin_qps;
+			m->rt_of[r][i][0] = m->held[i].getattr_us;
+			m->rt_of[r][i][1] = m->call[i].getattr_us;
 		}
 		if (!rc)
 			m->rounds_done = r + 1;
