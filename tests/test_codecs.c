@@ -614,16 +614,17 @@ static void test_query_input(void **state)
 
 /* The one-pass readers of a number (codec/number.h) give what strtof()
  * gives the token, and its length, wherever they take it: random
- * [-]D[.F] tokens (leading zeros, 1-8 digits in D, 0-16 in F), followed
- * by a separator, a letter or an exponent, then bytes no number takes, in
- * room of 18 bytes or more, or only the token's (vf_decimal_fast()
- * declines when it lacks room for its looks). */
+ * [-]D[.F] tokens (leading zeros, 1-8 digits in D, 0-16 in F: up to 24;
+ * the readers take 19 at most, so the 16 to 19 that print a double in
+ * full too), followed by a separator, a letter or an exponent, then bytes
+ * no number takes, in room of 18 bytes or more, or only the token's
+ * (vf_decimal_fast() declines when it lacks room for its looks). */
 static void test_decimal_readers(void **state)
 {
 	(void)state;
 	uint64_t r = 5;
 	static const char *const after[] = {" ", ",", "\t", "x", "e5", "E-3", ""};
-	size_t fast = 0, tried = 0, fast_long = 0;
+	size_t fast = 0, tried = 0, fast_long = 0, fast_wide = 0, declined_long = 0;
 	for (int i = 0; i < 300000; i++) {
 		char tok[48], buf[80];
 		size_t t = 0;
@@ -658,19 +659,27 @@ static void test_decimal_readers(void **state)
 		if (vf_decimal_fast(buf, n, &val, &used) == 0) {
 			fast++;
 			fast_long += k2 > 9;
+			fast_wide += k1 + k2 - 1 > 15; /* M past 2^53 */
 			if (used != end || memcmp(&val, &want, 4)) {
 				fail_msg("vf_decimal_fast(\"%.*s\") = %a, %zu bytes; strtof: %a, %zu",
 					 (int)n, buf, (double)val, used, (double)want, end);
 			}
 		} else if (n >= 18 && end == t && k1 <= 7 && k2 != 1 && k2 <= 16 &&
-			   (k2 <= 8 || (k1 + k2 - 1 <= 15 && n >= (size_t)((x & 1) + k1 + 17))) &&
+			   (k2 <= 8 || (k1 + k2 - 1 <= 19 && n >= (size_t)((x & 1) + k1 + 17))) &&
 			   aft[0] != 'e' && aft[0] != 'E' && aft[0]) {
-			/* only a halfway double may be declined (15 digits at most:
-			 * M below 2^53) */
+			/* only a double at a halfway point may be declined: exactly
+			 * there with 15 digits at most (M below 2^53), within two
+			 * units of its last place of it with more (strtod()'s is
+			 * within a half of the reader's and the number's) */
 			double d = strtod(want_tok, NULL);
-			uint64_t bits;
+			uint64_t bits, low, half = 1ull << 28;
 			memcpy(&bits, &d, 8);
-			assert_true((bits & ((1ull << 29) - 1)) == 1ull << 28);
+			low = bits & ((1ull << 29) - 1);
+			if (k1 + k2 - 1 <= 15)
+				assert_true(low == half);
+			else
+				assert_true(low + 4 >= half && low <= half + 4);
+			declined_long += k1 + k2 - 1 > 15;
 		}
 		if (vf_decimal_prefix(buf, n, &val, &used) == 0 &&
 		    (used != end || memcmp(&val, &want, 4)))
@@ -679,6 +688,8 @@ static void test_decimal_readers(void **state)
 	}
 	assert_true(fast > tried / 3);
 	assert_true(fast_long > tried / 10); /* F of 9 digits or more */
+	assert_true(fast_wide > tried / 50);  /* 16 to 19 digits */
+	assert_true(declined_long < tried / 1000);
 	float f;
 	size_t u;
 	/* "%.9g" of a float below 1: 13 bytes, 10 in F */
@@ -691,10 +702,51 @@ static void test_decimal_readers(void **state)
 	assert_true(f == 12.0f && u == 2);
 }
 
+/* Numbers of 19 digits next to a halfway point between two floats, where
+ * the double the readers compute from 19 digits (rounded twice) may fall
+ * on the other side of the point than the number: they read strtof()'s
+ * float or decline, never another.  Each token is the point itself
+ * printed with 15 decimals (19 digits for 1000-9999), or a little above
+ * or below it. */
+static void test_decimal_near_halfway(void **state)
+{
+	(void)state;
+	uint64_t r = 11;
+	size_t read = 0;
+	for (int i = 0; i < 200000; i++) {
+		r = r * 6364136223846793005ull + 1442695040888963407ull;
+		float f = 1000.0f + (float)((r >> 40) % 9000) + (float)((r >> 20) & 0xfffff) / 1048576.0f;
+		double h = ((double)f + (double)nextafterf(f, INFINITY)) / 2;
+		/* (a double's unit in the last place is 1e-13 to 9e-13 here) */
+		double off[] = {0, 1e-12, -1e-12, 3e-13, -3e-13, 4e-12, -4e-12};
+		h += off[(r >> 8) % 7];
+		char buf[64];
+		int len = snprintf(buf, sizeof buf, "%.15f 1 2 3 4 5 6 7 8", h);
+		size_t tl = (size_t)(strchr(buf, ' ') - buf);
+		char tok[40];
+		memcpy(tok, buf, tl);
+		tok[tl] = 0;
+		float want = strtof(tok, NULL), val;
+		size_t used;
+		if (vf_decimal_fast(buf, (size_t)len, &val, &used) == 0) {
+			read++;
+			if (used != tl || memcmp(&val, &want, 4))
+				fail_msg("vf_decimal_fast(\"%s\") = %a; strtof: %a", tok, (double)val,
+					 (double)want);
+		}
+		if (vf_decimal_prefix(buf, (size_t)len, &val, &used) == 0 &&
+		    (used != tl || memcmp(&val, &want, 4)))
+			fail_msg("vf_decimal_prefix(\"%s\") = %a; strtof: %a", tok, (double)val,
+				 (double)want);
+	}
+	assert_true(read > 200000 / 7); /* those a few units away are read */
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_decimal_readers),
+		cmocka_unit_test(test_decimal_near_halfway),
 		cmocka_unit_test(test_text_rows_any_split),
 		cmocka_unit_test(test_jsonl_rows_any_split),
 		cmocka_unit_test(test_keys_rows_any_split),

@@ -44,32 +44,39 @@ static inline uint64_t vf_digits_value(uint64_t v, int k)
 }
 
 /* The float nearest (-1)^neg M 10^E, as both readers round it: 0 with
- * *out, or 1 when it is not theirs to decide.  M <= 2^53 and |E| <= 22:
- * M and 10^|E| are exact doubles, so M * 10^E (or M / 10^-E) is the
- * correctly rounded double of the number, far from float overflow and
- * subnormals; rounding that double to float gives the float nearest the
- * number unless the double lies exactly halfway between two floats (it
- * may have been rounded onto that point): then strtof decides.  An
- * integer below 2^24 is its own float. */
+ * *out, or 1 when it is not theirs to decide.  |E| <= 22, so 10^|E| is an
+ * exact double.  M <= 2^53 is one too: M * 10^E (or M / 10^-E) is then the
+ * correctly rounded double of the number, and rounding it to float gives
+ * the float nearest the number unless the double lies exactly halfway
+ * between two floats (it may have been rounded onto that point).  A
+ * larger M (16 to 19 digits: what prints a double in full) is rounded
+ * once more, on its way to a double: the quotient is then within one unit
+ * of its last place of the number, so it rounds to the same float unless
+ * it lies within two such units of a halfway point.  strtof decides those,
+ * and anything from 3.4e38 on (the float range's end).  An integer below
+ * 2^24 is its own float. */
 static inline int vf_decimal_value(uint64_t m, int e10, int neg, float *out)
 {
 	static const double pow10[23] = {
 		1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
 		1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22,
 	};
+	const uint64_t half = UINT64_C(1) << 28; /* a double has 29 more fraction bits */
 	float f;
 	if (m == 0) {
 		f = 0.0f;
 	} else if (e10 == 0 && m < (UINT64_C(1) << 24)) {
 		f = (float)m;
 	} else {
-		if (m > (UINT64_C(1) << 53) || e10 < -22 || e10 > 22)
+		if (e10 < -22 || e10 > 22)
 			return 1;
 		double d = e10 < 0 ? (double)m / pow10[-e10] : (double)m * pow10[e10];
-		uint64_t bits;
+		uint64_t bits, low;
 		memcpy(&bits, &d, sizeof bits);
-		/* a double has 29 more fraction bits than a float: halfway is 1000...0 */
-		if ((bits & ((UINT64_C(1) << 29) - 1)) == UINT64_C(1) << 28)
+		low = bits & ((UINT64_C(1) << 29) - 1);
+		if (m <= (UINT64_C(1) << 53) ? low == half : low + 2 >= half && low <= half + 2)
+			return 1;
+		if (!(d < 3.4e38))
 			return 1;
 		f = (float)d;
 	}
