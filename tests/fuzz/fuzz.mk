@@ -10,7 +10,7 @@ FUZZ_SAN     := -fsanitize=address,undefined -fno-sanitize-recover=undefined
 FUZZ_CFLAGS  := -O1 -g -fno-omit-frame-pointer $(FUZZ_SAN)
 FUZZ_FORMATS := csv tsv txt jsonl fvecs bvecs npy
 FUZZ_TARGETS := $(FUZZ_FORMATS:%=ingest_%) query config block record filter options rows json \
-	query_input
+	query_input number
 FUZZ_BINS    := $(FUZZ_TARGETS:%=$(FUZZ_BUILD)/fuzz/%)
 
 .PHONY: fuzz fuzz-build fuzz-bins fuzz-crashes fuzz-clean
@@ -46,7 +46,8 @@ $(BUILD)/fuzz/query $(BUILD)/fuzz/config: $(BUILD)/fuzz/%: tests/fuzz/fuzz_%.c \
 		$(FUSE_LIBS) $(LIBS)
 
 $(BUILD)/fuzz/block $(BUILD)/fuzz/record $(BUILD)/fuzz/filter $(BUILD)/fuzz/options \
-		$(BUILD)/fuzz/rows $(BUILD)/fuzz/json $(BUILD)/fuzz/query_input: $(BUILD)/fuzz/%: tests/fuzz/fuzz_%.c \
+		$(BUILD)/fuzz/rows $(BUILD)/fuzz/json $(BUILD)/fuzz/query_input \
+		$(BUILD)/fuzz/number: $(BUILD)/fuzz/%: tests/fuzz/fuzz_%.c \
 		tests/fuzz/fuzz_read.h $(BUILD)/libvecfs.a
 	@mkdir -p $(dir $@)
 	$(FUZZ_LINK) $(ENGINE_INC) -o $@ $< $(BUILD)/libvecfs.a $(LIBS)
