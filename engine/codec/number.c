@@ -124,6 +124,29 @@ static char *put_digits(char *p, uint64_t v, int n)
 	return p + n;
 }
 
+/* The nine digits of d < 10^9: the first alone, the other eight as four
+ * pairs from a table, none waiting on the one before (put_digits() divides
+ * nine times in a row). */
+static void put_nine(char *p, uint32_t d)
+{
+	static const char pairs[201] = "00010203040506070809"
+				       "10111213141516171819"
+				       "20212223242526272829"
+				       "30313233343536373839"
+				       "40414243444546474849"
+				       "50515253545556575859"
+				       "60616263646566676869"
+				       "70717273747576777879"
+				       "80818283848586878889"
+				       "90919293949596979899";
+	uint32_t r = d % 100000000u, a = r / 10000u, b = r % 10000u;
+	p[0] = (char)('0' + d / 100000000u);
+	memcpy(p + 1, pairs + 2 * (a / 100u), 2);
+	memcpy(p + 3, pairs + 2 * (a % 100u), 2);
+	memcpy(p + 5, pairs + 2 * (b / 100u), 2);
+	memcpy(p + 7, pairs + 2 * (b % 100u), 2);
+}
+
 int vecfs_format_float(char *out, size_t cap, float f)
 {
 	uint32_t bits;
@@ -143,14 +166,12 @@ int vecfs_format_float(char *out, size_t cap, float f)
 			return snprintf(out, cap, "%.9g", (double)f);
 		int x;
 		uint64_t d = nine_digits_of(bits, a, &x);
+		char dig[9];
+		put_nine(dig, (uint32_t)d);
 		/* %g drops trailing zeros */
 		int nd = 9;
-		while (nd > 1 && d % 10 == 0) {
-			d /= 10;
+		while (nd > 1 && dig[nd - 1] == '0')
 			nd--;
-		}
-		char dig[9];
-		put_digits(dig, d, nd);
 		if (x < -4 || x >= 9) { /* d.ddde+XX */
 			*p++ = dig[0];
 			if (nd > 1) {
@@ -209,7 +230,7 @@ int vecfs_format_float_e(char *out, float f)
 	if (be)
 		d = nine_digits_of(bits, a, &x);
 	char dig[9];
-	put_digits(dig, d, 9);
+	put_nine(dig, (uint32_t)d);
 	*p++ = dig[0];
 	*p++ = '.';
 	memcpy(p, dig + 1, 8);
