@@ -832,6 +832,7 @@ int vf_write(vf_store *s, vf_write_fn fn, void *arg)
 			int g = vf_store_grow(s, 0);
 			if (g)
 				return g;
+			__atomic_add_fetch(&s->writes_redone, 1, __ATOMIC_RELAXED);
 			continue;
 		}
 		return rc;
@@ -839,11 +840,18 @@ int vf_write(vf_store *s, vf_write_fn fn, void *arg)
 	return -ENOSPC;
 }
 
+uint64_t vf_store_writes_redone(vf_store *s)
+{
+	return __atomic_load_n(&s->writes_redone, __ATOMIC_RELAXED);
+}
+
 int vf_store_reserve(vf_store *s, uint64_t bytes)
 {
 	uint64_t used = vf_store_bytes(s);
 	if (used + bytes <= s->mapsize)
 		return 0;
+	if (reads_held(s) > 0)
+		return -EDEADLK; /* growing would wait for this thread's own reads */
 	return vf_store_grow(s, (size_t)(used + bytes));
 }
 

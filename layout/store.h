@@ -78,6 +78,7 @@ typedef struct vf_store {
 	int lockfd;               /* -1 when read-only: no lock of ours */
 	int readonly;             /* vf_store_open_readonly(): every write is -EROFS */
 	int write_waiters;        /* vf_write() calls waiting for the writer lock */
+	uint64_t writes_redone;   /* vf_write() calls run again after the map grew */
 	struct ZSTD_CCtx_s *assign_cc; /* the writer's compressor of assignment
 					* chunks (assign.c), made at first use */
 	vf_writeback wb;          /* writeback ahead of a long commit */
@@ -181,9 +182,13 @@ void vf_records_writing(vf_store *s, vf_txn *txn);
 /* Grow the map (exclusive): used by vf_write; exposed for tests. */
 int vf_store_grow(vf_store *s, size_t min_size);
 
-/* Make sure `bytes` more fit in the map (grows it if not); call with no
- * transaction of this thread open. */
+/* Make sure `bytes` more fit in the map (grows it if not; -EDEADLK,
+ * nothing grown, from a thread that holds a read transaction of s).  A
+ * large write asks first: one that fills the map is run again from its
+ * start. */
 int vf_store_reserve(vf_store *s, uint64_t bytes);
+/* How many times vf_write() ran a write again because it filled the map. */
+uint64_t vf_store_writes_redone(vf_store *s);
 
 /* Bytes used by the data file. */
 uint64_t vf_store_bytes(vf_store *s);

@@ -1229,9 +1229,11 @@ static void test_map_growth(void **state)
 	}
 	print_message("%u values of %u KiB in %d transactions (%d runs), map 1 MiB -> %zu MiB\n",
 		      NVALS, VAL_SIZE >> 10, txns, pb.calls, s->mapsize >> 20);
-	/* the map had to grow, so some transactions were run again */
+	/* the map had to grow, so some transactions were run again, each
+	 * counted */
 	assert_true(s->mapsize >= (size_t)NVALS * VAL_SIZE);
 	assert_true(pb.calls > txns);
+	assert_int_equal(vf_store_writes_redone(s), (uint64_t)(pb.calls - txns));
 	assert_true(vf_store_bytes(s) >= (uint64_t)NVALS * VAL_SIZE);
 	assert_int_equal(read_values(s), 0);
 	free(pb.val);
@@ -1262,7 +1264,12 @@ static void test_map_growth(void **state)
 	assert_non_null(big.val);
 	assert_int_equal(vf_write(s, put_values, &big), -ENOSPC);
 	assert_int_equal(s->mapsize, (size_t)1 << 20);
+	/* nor can it ask for room ahead (that would wait for its own read) */
+	assert_int_equal(vf_store_reserve(s, (uint64_t)4 << 20), -EDEADLK);
+	assert_int_equal(s->mapsize, (size_t)1 << 20);
 	vf_read_end(s, rt);
+	assert_int_equal(vf_store_reserve(s, (uint64_t)4 << 20), 0);
+	assert_true(s->mapsize >= ((size_t)4 << 20));
 	assert_int_equal(vf_write(s, put_values, &big), 0);
 	assert_true(s->mapsize > ((size_t)1 << 20));
 	vf_store_close(s);
