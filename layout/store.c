@@ -730,7 +730,7 @@ int vf_store_grow(vf_store *s, size_t min_size)
 	/* double, or grow by less when the address space is limited (at
 	 * least by an eighth, or to min_size) */
 	size_t want = s->mapsize * 2;
-	while (want < min_size)
+	while (want < min_size && want <= SIZE_MAX / 4)
 		want *= 2;
 	size_t floor = s->mapsize + (s->mapsize / 8 > VF_MAP_STEP ? s->mapsize / 8 : VF_MAP_STEP);
 	if (floor < min_size)
@@ -739,7 +739,7 @@ int vf_store_grow(vf_store *s, size_t min_size)
 	if (want == 0)
 		rc = ENOMEM; /* the environment keeps its map */
 	else if ((rc = mdb_env_set_mapsize(s->env, want)) == 0)
-		s->mapsize = want;
+		__atomic_store_n(&s->mapsize, want, __ATOMIC_RELAXED); /* (vf_store_reserve() reads it unlocked) */
 	s->map_epoch++;
 	/* the map may have moved: no reader holds a hint now; the table takes
 	 * the size a write wanted for it meanwhile, else it is emptied */
@@ -848,8 +848,8 @@ uint64_t vf_store_writes_redone(vf_store *s)
 int vf_store_reserve(vf_store *s, uint64_t bytes)
 {
 	uint64_t used = vf_store_bytes(s);
-	if (used + bytes <= s->mapsize)
-		return 0;
+	if (bytes > VF_RESERVE_MAX || used + bytes <= __atomic_load_n(&s->mapsize, __ATOMIC_RELAXED))
+		return bytes > VF_RESERVE_MAX ? -ENOMEM : 0;
 	if (reads_held(s) > 0)
 		return -EDEADLK; /* growing would wait for this thread's own reads */
 	return vf_store_grow(s, (size_t)(used + bytes));

@@ -182,10 +182,12 @@ void vf_records_writing(vf_store *s, vf_txn *txn);
 /* Grow the map (exclusive): used by vf_write; exposed for tests. */
 int vf_store_grow(vf_store *s, size_t min_size);
 
-/* Make sure `bytes` more fit in the map (grows it if not; -EDEADLK,
- * nothing grown, from a thread that holds a read transaction of s).  A
- * large write asks first: one that fills the map is run again from its
- * start. */
+/* Make sure `bytes` more fit in the map (grows it if not).  Never from
+ * inside a vf_write() function (growth waits for every transaction to
+ * end); -EDEADLK, nothing grown, from a thread that holds a read
+ * transaction of s; -ENOMEM for more than VF_RESERVE_MAX.  A large write
+ * asks first: one that fills the map is run again from its start. */
+#define VF_RESERVE_MAX ((uint64_t)1 << 50)
 int vf_store_reserve(vf_store *s, uint64_t bytes);
 /* How many times vf_write() ran a write again because it filled the map. */
 uint64_t vf_store_writes_redone(vf_store *s);

@@ -490,7 +490,9 @@ static void test_rows_together_high_dimension(void **state)
 static void test_dimension_mismatch(void **state)
 {
 	fixture *f = *state;
+	setenv("VECFS_MAPSIZE", "1048576", 1); /* 1 MiB: any room asked for shows */
 	vecfs *v = fx_open(f, NULL);
+	unsetenv("VECFS_MAPSIZE");
 	char err[256] = "";
 	set_config(v, D, VECFS_L2);
 	vecfs_batch *b;
@@ -502,6 +504,21 @@ static void test_dimension_mismatch(void **state)
 	assert_int_equal(at, 0);
 	vecfs_batch_abort(b);
 	assert_int_equal(vecfs_batch_begin(v, 0, 0, &b), -EINVAL);
+	/* a put refused for its rows asks no room ahead of its checks: rows of
+	 * the largest dimension but not the store's, and a payload length far
+	 * past any payload's (both once grew the map, the second without end) */
+	size_t map = v->store->mapsize;
+	float *big = calloc(VECFS_DIM_MAX, sizeof(float));
+	assert_non_null(big);
+	vecfs_row wide[64];
+	for (int i = 0; i < 64; i++)
+		wide[i] = (vecfs_row){NULL, 0, big, NULL, 0};
+	assert_int_equal(vecfs_put(v, wide, 64, VECFS_DIM_MAX, NULL, err, sizeof err), -EINVAL);
+	assert_int_equal(v->store->mapsize, map);
+	vecfs_row huge = {"h", 1, x, "p", (size_t)1 << 62};
+	assert_int_equal(vecfs_put(v, &huge, 1, D, NULL, err, sizeof err), -EINVAL);
+	assert_true(v->store->mapsize < ((size_t)1 << 32));
+	free(big);
 }
 
 /* Three rows in the staging table (batch 1), as earlier versions staged

@@ -398,15 +398,21 @@ static int mark_superseded(const vecfs_row *rows, size_t n, int unique, uint8_t 
 	return rc;
 }
 
-/* More than the map space a put of rows[0..n) takes: each record (its
+/* The map space to ask for before a put of rows[0..n): each record (its
  * vector, key and payload) twice over, and 256 bytes for its posting, its
  * change, its key's entry and the trees' own (a 1M x 128 put into a
- * generation takes about 930 bytes a row; this asks 1,280). */
-static uint64_t put_bytes(const vecfs_row *rows, size_t n, uint32_t dim)
+ * generation takes about 930 bytes a row; this asks 1,280).  An estimate,
+ * made before the rows are checked: keys and payloads count up to their
+ * limits, and rows of another dimension than the store's ask nothing (the
+ * put will refuse them). */
+static uint64_t put_bytes(const vecfs_config *cfg, const vecfs_row *rows, size_t n, uint32_t dim)
 {
+	if (dim == 0 || dim > VECFS_DIM_MAX || (cfg->dim && dim != cfg->dim))
+		return 0;
 	uint64_t b = 0;
 	for (size_t i = 0; i < n; i++)
-		b += rows[i].keylen + rows[i].payload_len;
+		b += (rows[i].keylen < VECFS_KEY_MAX ? rows[i].keylen : VECFS_KEY_MAX) +
+		     (rows[i].payload_len < VECFS_PAYLOAD_MAX ? rows[i].payload_len : VECFS_PAYLOAD_MAX);
 	return 2 * (b + (uint64_t)n * 4 * dim) + (uint64_t)n * 256;
 }
 
@@ -436,7 +442,7 @@ static int put_rows(vecfs *v, const vecfs_row *rows, size_t n, uint32_t dim, int
 	 * from its first row once the map has grown (vf_write()), as often as
 	 * it fills it (a 1M-row file into an empty store: twice).  Only asked
 	 * for: without the room the put still runs, and fails as it would. */
-	(void)vf_store_reserve(v->store, put_bytes(rows, n, dim));
+	(void)vf_store_reserve(v->store, put_bytes(&cfg, rows, n, dim));
 	put_job j = {v, &cfg, rows, n, dim, skip, bad_row, err, errlen, 0, 0};
 	rc = vf_write(v->store, put_fn, &j);
 	free(skip);
