@@ -154,6 +154,80 @@ static void test_text_rows_any_split(void **state)
 	free(s);
 }
 
+/* Rows' numbers as strtof() reads them, bit for bit, in every text format:
+ * random floats printed "%.9g" and "%.17g", whole numbers and numbers
+ * with trailing garbage (refused), 24 to a row. */
+typedef struct want_rows {
+	const float *want;
+	size_t rows, dim;
+} want_rows;
+
+static int check_row(void *arg, const vecfs_parsed_row *r)
+{
+	want_rows *w = arg;
+	if (r->dim != w->dim)
+		fail_msg("row %llu: %u numbers", (unsigned long long)r->where, r->dim);
+	if (memcmp(r->vec, w->want + w->rows * w->dim, sizeof(float) * w->dim))
+		fail_msg("row %llu: not strtof()'s numbers", (unsigned long long)r->where);
+	w->rows++;
+	return 0;
+}
+
+static void test_rows_numbers_as_strtof(void **state)
+{
+	(void)state;
+	enum { ROWS = 400, DIM = 24 };
+	static const vecfs_rows_format fmts[] = {VECFS_ROWS_CSV, VECFS_ROWS_TSV, VECFS_ROWS_TXT,
+						 VECFS_ROWS_JSONL};
+	static const char *const forms[] = {"%.9g", "%.17g", "%.0f", "%.6f"};
+	uint64_t r = 7;
+	float *want = malloc(sizeof(float) * ROWS * DIM);
+	char *text = malloc((size_t)ROWS * DIM * 40 + ROWS * 64);
+	assert_non_null(want);
+	assert_non_null(text);
+	for (size_t f = 0; f < 4; f++) {
+		size_t pos = 0;
+		for (size_t i = 0; i < ROWS; i++) {
+			const char *sep = fmts[f] == VECFS_ROWS_CSV ? "," : fmts[f] == VECFS_ROWS_TSV ? "\t" : " ";
+			if (fmts[f] == VECFS_ROWS_JSONL)
+				pos += (size_t)sprintf(text + pos, "{\"key\": \"k%zu\", \"vector\": [", i);
+			else
+				pos += (size_t)sprintf(text + pos, "k%zu", i);
+			for (size_t j = 0; j < DIM; j++) {
+				r = r * 6364136223846793005ull + 1442695040888963407ull;
+				double x = ((double)(r >> 11) / 9007199254740992.0 - 0.5) *
+					   (j % 3 == 0 ? 2e4 : j % 3 == 1 ? 2.0 : 0.02);
+				char num[48];
+				snprintf(num, sizeof num, forms[(i + j) % 4], x);
+				want[i * DIM + j] = strtof(num, NULL);
+				pos += (size_t)sprintf(text + pos, "%s%s",
+						       fmts[f] == VECFS_ROWS_JSONL ? (j ? ", " : "") : sep, num);
+			}
+			pos += (size_t)sprintf(text + pos, fmts[f] == VECFS_ROWS_JSONL ? "]}\n" : "\n");
+		}
+		want_rows w = {want, 0, DIM};
+		vecfs_rows *p = vecfs_rows_new(fmts[f], check_row, NULL, &w);
+		assert_non_null(p);
+		assert_int_equal(vecfs_rows_feed(p, text, pos), 0);
+		assert_int_equal(vecfs_rows_end(p), 0);
+		assert_int_equal(w.rows, ROWS);
+		vecfs_rows_free(p);
+		/* a number with a byte after it that no number takes, far from the
+		 * line's end (where the one-pass reader looks): refused */
+		const char *bad = fmts[f] == VECFS_ROWS_JSONL ? "{\"vector\": [0.5x, 1, 2, 3, 4, 5, 6, 7, 8]}\n"
+				  : fmts[f] == VECFS_ROWS_CSV ? "k,0.5x,1,2,3,4,5,6,7,8,9\n"
+				  : fmts[f] == VECFS_ROWS_TSV ? "k\t0.5x\t1\t2\t3\t4\t5\t6\t7\t8\t9\n"
+							    : "k 0.5x 1 2 3 4 5 6 7 8 9\n";
+		w = (want_rows){want, 0, DIM};
+		p = vecfs_rows_new(fmts[f], check_row, NULL, &w);
+		assert_non_null(p);
+		assert_int_equal(vecfs_rows_feed(p, bad, strlen(bad)), -EINVAL);
+		vecfs_rows_free(p);
+	}
+	free(want);
+	free(text);
+}
+
 static void test_jsonl_rows_any_split(void **state)
 {
 	(void)state;
@@ -695,6 +769,22 @@ static void test_decimal_readers(void **state)
 	/* "%.9g" of a float below 1: 13 bytes, 10 in F */
 	assert_int_equal(vf_decimal_fast("-0.0535101593 1 2 3 4 5 6 7", 27, &f, &u), 0);
 	assert_true(f == -0.0535101593f && u == 13);
+	/* an exponent too long to count, after as many digits after the point:
+	 * strtof() decides (overflow), not the sum of the two */
+	{
+		size_t zn = 100000, tn = zn + 12;
+		char *t = malloc(tn + 1);
+		assert_non_null(t);
+		memcpy(t, "0.", 2);
+		memset(t + 2, '0', zn - 1);
+		memcpy(t + 1 + zn, "1e1000000", 9);
+		tn = 1 + zn + 9;
+		t[tn] = 0;
+		size_t u2;
+		assert_int_equal(vf_decimal_prefix(t, tn, &f, &u2), 1);
+		assert_int_equal(vecfs_parse_float(t, tn, &f), -ERANGE);
+		free(t);
+	}
 	/* room for the first looks, not for its F's second: declined */
 	assert_int_equal(vf_decimal_fast("-0.0535101593 1 2 3", 18, &f, &u), 1);
 	assert_int_equal(vf_decimal_fast("12 34 56 78 90 12", 17, &f, &u), 1); /* 17 bytes */
@@ -749,6 +839,7 @@ int main(void)
 		cmocka_unit_test(test_decimal_near_halfway),
 		cmocka_unit_test(test_text_rows_any_split),
 		cmocka_unit_test(test_jsonl_rows_any_split),
+		cmocka_unit_test(test_rows_numbers_as_strtof),
 		cmocka_unit_test(test_keys_rows_any_split),
 		cmocka_unit_test(test_binary_rows_any_split),
 		cmocka_unit_test(test_npy_rows_any_split),

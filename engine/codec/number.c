@@ -308,6 +308,9 @@ int vf_decimal_prefix(const char *s, size_t n, float *out, size_t *used)
 		for (; p < end && is_digit(*p); p++)
 			if (x < 100000)
 				x = x * 10 + (*p - '0');
+		if (x >= 100000)
+			return 1; /* stopped counting: strtof decides (a 4 MiB line may
+				   * hold 100,000 digits after the point) */
 		e10 += eneg ? -x : x;
 	}
 	*used = (size_t)(p - s);

@@ -9,6 +9,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "vecfs.h" /* vecfs_parse_float() */
+
 /* A plain decimal, [+-]digits[.digits][(e|E)[+-]digits], at the start of
  * s[0..n), read up to the first byte that cannot go on it: 0 with *out
  * the float vecfs_parse_float() gives that token and *used its length,
@@ -50,9 +52,9 @@ static inline uint64_t vf_digits_value(uint64_t v, int k)
  * the float nearest the number unless the double lies exactly halfway
  * between two floats (it may have been rounded onto that point).  A
  * larger M (16 to 19 digits: what prints a double in full) is rounded
- * once more, on its way to a double: the quotient is then within one unit
- * of its last place of the number, so it rounds to the same float unless
- * it lies within two such units of a halfway point.  strtof decides those,
+ * once more, on its way to a double: the quotient is then within one and
+ * a half units of its last place of the number, so it rounds to the same
+ * float unless it lies within two such units of a halfway point.  strtof decides those,
  * and anything from 3.4e38 on (the float range's end).  An integer below
  * 2^24 is its own float. */
 static inline int vf_decimal_value(uint64_t m, int e10, int neg, float *out)
@@ -131,6 +133,23 @@ static inline int vf_decimal_fast(const char *s, size_t n, float *out, size_t *u
 		return 1;
 	*used = (size_t)(p - s);
 	return vf_decimal_value(m, -k2, neg, out);
+}
+
+/* vecfs_parse_float() of the token s[0..n), which lies in `room` bytes
+ * that may be read from s (room >= n: the rest of its line): the one-pass
+ * reader first, which gives the same float when it takes the whole token,
+ * for tokens of up to 17 bytes ("%.9g" prints at most 15; longer ones,
+ * "%.17g"'s, have more digits after the point than it reads, and reading
+ * them twice cost more than it saved). */
+static inline int vf_parse_token(const char *s, size_t n, size_t room, float *out)
+{
+	size_t used;
+	float f;
+	if (n <= 17 && vf_decimal_fast(s, room, &f, &used) == 0 && used == n) {
+		*out = f;
+		return 0;
+	}
+	return vecfs_parse_float(s, n, out);
 }
 
 #endif

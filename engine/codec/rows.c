@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "json.h"
+#include "number.h"
 #include "text.h"
 
 #define LINE_KEEP ((size_t)64 << 10) /* a line buffer larger is freed after its line */
@@ -319,7 +320,7 @@ static int delim_line(vecfs_rows *r, const char *s, size_t n)
 		}
 		if (cnt >= VECFS_DIM_MAX)
 			return fail(r, -EINVAL, where, "more than %d numbers", VECFS_DIM_MAX);
-		int rc = vecfs_parse_float(f, fl, &r->vec[cnt]);
+		int rc = vf_parse_token(f, fl, (size_t)(s + n - f), &r->vec[cnt]);
 		if (rc == -ENOMEM)
 			return fail(r, -ENOMEM, where, "out of memory");
 		if (rc == -ERANGE)
@@ -443,7 +444,7 @@ static int jvector(vecfs_rows *r, jl *j, uint32_t *cnt)
 		j->i = e;
 		if (*cnt >= VECFS_DIM_MAX)
 			return jfail(j, "more than %d numbers in \"vector\"", VECFS_DIM_MAX);
-		int fr = vecfs_parse_float(j->p + st, e - st, &r->vec[*cnt]);
+		int fr = vf_parse_token(j->p + st, e - st, j->n - st, &r->vec[*cnt]);
 		if (fr == -ENOMEM)
 			return -ENOMEM;
 		if (fr == -ERANGE)

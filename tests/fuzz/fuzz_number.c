@@ -4,8 +4,8 @@
  * vf_decimal_fast() and vf_decimal_prefix() at the input's start, and
  * vecfs_parse_float() of the whole input, each against strtof() of the
  * same bytes: a reader that takes a token gives strtof()'s float of it,
- * bit for bit, and strtof() takes the same bytes; declining is always
- * allowed.  The input is the readers' room exactly, so a look past its end
+ * bit for bit, and stops where strtof() stops in the whole input;
+ * declining is always allowed.  The input is the readers' room exactly, so a look past its end
  * is the address sanitizer's to see.
  */
 #include <errno.h>
@@ -35,7 +35,9 @@ static float ref(const char *s, size_t n, size_t *took)
 	return f;
 }
 
-/* A reader's answer: 0 (the token s[0..used), its float f) or 1. */
+/* A reader's answer: 0 (the token s[0..used), its float f) or 1.  A token
+ * read is strtof()'s float of it, and where strtof() stops in all of
+ * s[0..n) too, unless a hexadecimal float goes on after its "0". */
 static void check(int rc, const char *s, size_t n, float f, size_t used)
 {
 	if (rc == 1)
@@ -45,6 +47,11 @@ static void check(int rc, const char *s, size_t n, float f, size_t used)
 	size_t took;
 	float want = ref(s, used, &took);
 	if (took != used || memcmp(&f, &want, sizeof f))
+		abort();
+	if (used < n && (s[used] == 'x' || s[used] == 'X'))
+		return;
+	(void)ref(s, n, &took);
+	if (took != used)
 		abort();
 }
 
