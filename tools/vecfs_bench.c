@@ -3130,6 +3130,20 @@ static void json_kb(const char *key, int sampled, uint64_t kb)
 		printf(",\"%s\":null", key);
 }
 
+/* The median of r[0..n) (n > 0; r is sorted: an insertion sort, a few
+ * values). */
+static double median_of(double *r, unsigned n)
+{
+	for (unsigned a = 1; a < n; a++)
+		for (unsigned c = a; c > 0 && r[c - 1] > r[c]; c--) {
+			double t = r[c];
+
+			r[c] = r[c - 1];
+			r[c - 1] = t;
+		}
+	return n % 2 ? r[n / 2] : (r[n / 2 - 1] + r[n / 2]) / 2;
+}
+
 /* Over the rounds, setting i: the median of the rounds' ratios of way w
  * (a Q_ index) to the library's QPS (Q_LIB; Q_LIB_BATCH for the batches), and
  * the pooled ratio (the library's time for all queries of all rounds over
@@ -3154,21 +3168,24 @@ static void round_ratios(const struct mnt *m, size_t i, int w, double *median,
 		*median = *pooled = NAN;
 		return;
 	}
-	for (unsigned a = 1; a < n; a++) /* insertion sort: a few values */
-		for (unsigned c = a; c > 0 && r[c - 1] > r[c]; c--) {
-			double t = r[c];
-
-			r[c] = r[c - 1];
-			r[c - 1] = t;
-		}
-	*median = n % 2 ? r[n / 2] : (r[n / 2 - 1] + r[n / 2]) / 2;
+	*median = median_of(r, n);
 	*pooled = t_lib / t_fs;
 }
 
-/* Over the rounds, setting i: the round trips the way w (Q_HELD or
- * Q_CALL) adds to the library's mean latency, each round over its own
- * GETATTR round trip: their median, and pooled (the added time of all
- * rounds over their round trips' sum). */
+/* Round k, setting i: the microseconds way w (Q_HELD or Q_CALL) adds to
+ * the library's mean latency (NaN without both figures), and in *rt the
+ * GETATTR round trip measured after it. */
+static double round_added_us(const struct mnt *m, unsigned k, size_t i, int w, double *rt)
+{
+	const double *q = m->qps_of[k][i];
+
+	*rt = m->rt_of[k][i][w == Q_CALL];
+	return q[Q_LIB] > 0 && q[w] > 0 ? 1e6 / q[w] - 1e6 / q[Q_LIB] : NAN;
+}
+
+/* Over the rounds, setting i: the round trips way w adds, each round's
+ * over its own round trip: their median, and pooled (the added time of
+ * all rounds over their round trips' sum). */
 static void round_added_rt(const struct mnt *m, size_t i, int w, double *median,
 			   double *pooled)
 {
@@ -3176,12 +3193,10 @@ static void round_added_rt(const struct mnt *m, size_t i, int w, double *median,
 	unsigned n = 0;
 
 	for (unsigned k = 0; k < m->rounds_done; k++) {
-		const double *q = m->qps_of[k][i];
-		double g = m->rt_of[k][i][w == Q_CALL];
+		double g, a = round_added_us(m, k, i, w, &g);
 
-		if (!(q[Q_LIB] > 0) || !(q[w] > 0) || !(g > 0))
+		if (!(a == a) || !(g > 0))
 			continue;
-		double a = 1e6 / q[w] - 1e6 / q[Q_LIB];
 		r[n++] = a / g;
 		added += a;
 		rt += g;
@@ -3190,14 +3205,7 @@ static void round_added_rt(const struct mnt *m, size_t i, int w, double *median,
 		*median = *pooled = NAN;
 		return;
 	}
-	for (unsigned a = 1; a < n; a++)
-		for (unsigned c = a; c > 0 && r[c - 1] > r[c]; c--) {
-			double t = r[c];
-
-			r[c] = r[c - 1];
-			r[c - 1] = t;
-		}
-	*median = n % 2 ? r[n / 2] : (r[n / 2 - 1] + r[n / 2]) / 2;
+	*median = median_of(r, n);
 	*pooled = added / rt;
 }
 
@@ -3340,9 +3348,8 @@ static void print_rounds(const struct bench *b, const struct mnt *m)
 			round_added_rt(m, i, w, &med, &pooled);
 			printf("%6s   %-10s", "", "  adds RT");
 			for (unsigned k = 0; k < m->rounds_done; k++) {
-				const double *q = m->qps_of[k][i];
-				printf(" %.2f", (1e6 / q[w] - 1e6 / q[Q_LIB]) /
-						m->rt_of[k][i][w == Q_CALL]);
+				double g, a = round_added_us(m, k, i, w, &g);
+				printf(" %.2f", a / g);
 			}
 			printf("; median %.2f, pooled %.2f\n", med, pooled);
 		}
