@@ -847,9 +847,11 @@ uint64_t vf_store_writes_redone(vf_store *s)
 
 int vf_store_reserve(vf_store *s, uint64_t bytes)
 {
+	if (bytes > VF_RESERVE_MAX)
+		return -ENOMEM;
 	uint64_t used = vf_store_bytes(s);
-	if (bytes > VF_RESERVE_MAX || used + bytes <= __atomic_load_n(&s->mapsize, __ATOMIC_RELAXED))
-		return bytes > VF_RESERVE_MAX ? -ENOMEM : 0;
+	if (used + bytes <= __atomic_load_n(&s->mapsize, __ATOMIC_RELAXED))
+		return 0;
 	if (reads_held(s) > 0)
 		return -EDEADLK; /* growing would wait for this thread's own reads */
 	return vf_store_grow(s, (size_t)(used + bytes));
