@@ -284,6 +284,50 @@ check query_bad_out_empty test "$(T cat "$M/query/q1/out" | wc -c)" == 0
 check query_bad_unterminated test "$(printf '1 2 3' | put - "$M/query/q1/in")" == "ERR EINVAL close"
 check query_unterminated_last test "$(printf 'k=1 mode=exact\n9 10 11 12\n1 2 3 4' | put - "$M/query/q1/in")" == OK
 check query_unterminated_out test "$(T cat "$M/query/q1/out" | cut -f1 | tr '\n' ' ')" == "k3  k1 "
+# a batch's lines that one write completes, parsed in pieces on the CPUs at
+# once: the same out as written line by line in small writes, and a bad line
+# (a word, another dimension) or an option line anywhere gives what it would
+big_in_ok() { # SESSION
+	T "$PY" -c "
+import errno, os, random, sys
+d = sys.argv[1]
+random.seed(7)
+lines = ['%d %d %d %d' % tuple(random.randint(0, 20) for _ in range(4)) for _ in range(30000)]
+def errs():
+    return open(d + '/../../errors').read().splitlines()
+def put(ls, one):
+    b = ('\\n'.join(ls) + '\\n').encode()
+    fd = os.open(d + '/in', os.O_WRONLY | os.O_TRUNC)
+    try:
+        if one:
+            assert os.write(fd, b) == len(b) # (one WRITE: it is less than max_write)
+        else:
+            for x in range(0, len(b), 4000):
+                assert os.write(fd, b[x:x + 4000]) == len(b[x:x + 4000])
+    except OSError as e:
+        try:
+            os.close(fd) # (fails too: the input is bad)
+        except OSError:
+            pass
+        return 'ERR ' + errno.errorcode[e.errno]
+    os.close(fd)
+    return open(d + '/out', 'rb').read()
+def same(ls):
+    a, b = put(ls, True), put(ls, False)
+    assert a == b, (a[:200], b[:200])
+    return a
+out = same(lines)
+assert len(out) > 200000 and out.count(b'\\n\\n') == len(lines) - 1, len(out)
+assert same(lines[:20000] + ['k=1'] + lines[20000:]).count(b'\\n') == 2 * len(lines) - 1
+for at, bad, why in ((25000, '1 2 x 4', \"'x' is not a number\"), (3, '1 2 x 4', \"'x' is not a number\"),
+                     (20000, '1 2 3', '3 numbers, the vectors before have 4')):
+    e0 = len(errs())
+    assert put(lines[:at - 1] + [bad] + lines[at - 1:], True) == 'ERR EINVAL'
+    assert errs()[e0:] and 'query/%s/in: line %d: %s' % (os.path.basename(d), at, why) in errs()[-1], errs()[e0:]
+print('OK')
+" "$1"
+}
+check query_big_in test "$(T mkdir -p "$M/query/big" && big_in_ok "$M/query/big")" == OK
 # a program looping over queries may hold in and out open: a write at offset
 # 0 starts in over, closing a dup() of in runs the query, out read again from
 # offset 0 shows the new results; O_APPEND appends to what in holds

@@ -686,6 +686,113 @@ static void test_query_input(void **state)
 	vecfs_query_input_free(&qi);
 }
 
+/* The input as a whole text, and as its head parsed into qi and its
+ * tail (from a newline) into an input of its own, joined: the same
+ * vectors, lines and outcome when vecfs_query_input_append() joins them
+ * (1), or when it declines (0) and the head's input takes the tail
+ * itself, as a caller then does. */
+static int joined_same(const char *text, uint32_t want_dim, size_t cut, int *joined)
+{
+	vecfs_query_input whole, head, tail;
+	char w1[200] = "", w2[200] = "", w3[8];
+	memset(&whole, 0, sizeof whole);
+	memset(&head, 0, sizeof head);
+	memset(&tail, 0, sizeof tail);
+	whole.want_dim = head.want_dim = want_dim;
+	size_t n = strlen(text);
+	int r1 = vecfs_query_input_text(&whole, text, n, w1, sizeof w1);
+	int r2 = vecfs_query_input_text(&head, text, cut, w2, sizeof w2);
+	*joined = -1;
+	if (r2 == 0 && vecfs_query_input_text(&tail, text + cut, n - cut, w3, sizeof w3) == 0) {
+		*joined = vecfs_query_input_append(&head, &tail);
+		assert_true(*joined >= 0);
+	}
+	if (r2 == 0 && *joined != 1)
+		r2 = vecfs_query_input_text(&head, text + cut, n - cut, w2, sizeof w2);
+	int same = r1 == r2 && whole.lines == head.lines && whole.nq == head.nq &&
+		   strcmp(w1, w2) == 0 && (r1 || whole.dim == head.dim) &&
+		   whole.opts.k == head.opts.k && whole.opt_lines == head.opt_lines &&
+		   (!whole.nq || (!memcmp(whole.vecs, head.vecs, whole.nq * whole.dim * sizeof(float)) &&
+				  !memcmp(whole.vline, head.vline, whole.nq * sizeof(unsigned))));
+	vecfs_query_input_free(&whole);
+	vecfs_query_input_free(&head);
+	vecfs_query_input_free(&tail);
+	return same;
+}
+
+/* Text parsed in pieces at once and joined in order (the daemon's `in`
+ * on several CPUs) gives what it gives parsed in one go, cut after every
+ * line: vectors after vectors are joined; a tail with an option line, a
+ * vector of another dimension than the head's or the store's, or after
+ * binary rows is not, and parsed again in order it fails on the line it
+ * would have. */
+static void test_query_input_append(void **state)
+{
+	(void)state;
+	static const struct {
+		const char *text;
+		uint32_t want_dim;
+		int joins; /* at every cut after the first line: 1 joined, 0 declined */
+	} cases[] = {
+		{"1 2\n3 4\n\n# c\n5,6\n[7 8]\n9 10", 0, 1},
+		{"1 2\n3 4\n5 6\n", 2, 1},
+		{"k=2\n1 2\n3 4\n5 6\n", 2, 1},
+		{"1 2\n3 4\nk=2\n5 6\n", 0, -1},          /* joined before the k=, not after */
+		{"1 2\n3 4\n5 6 7\n8 9\n", 0, -1},        /* fails on line 3 either way */
+		{"1 2 3\n4 5 6\n", 2, -1},                 /* the store's dim: line 1 */
+		{"# x\n\n4 5 6\n", 2, -1},                 /* ... line 3, after lines of none */
+		{"1 2\nfilter={\"a\":1}\n3 4\n", 0, -1},
+		{"1 2\n3 x\n5 6\n", 0, -1},
+	};
+	for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+		const char *t = cases[c].text;
+		int saw[2] = {0, 0};
+		for (size_t cut = 0; t[cut]; cut++) {
+			if (cut && t[cut - 1] != '\n')
+				continue;
+			int joined;
+			assert_true(joined_same(t, cases[c].want_dim, cut, &joined));
+			if (joined >= 0 && cut) /* (a cut at 0 leaves the head nothing) */
+				saw[joined] = 1;
+		}
+		if (cases[c].joins == 1)
+			assert_true(saw[1] && !saw[0]);
+	}
+	/* the declined cases, each cut: */
+	int joined;
+	assert_true(joined_same("1 2\n3 4\nk=2\n5 6\n", 0, 8, &joined));
+	assert_int_equal(joined, 0); /* the tail's option line */
+	assert_true(joined_same("1 2\n3 4\nk=2\n5 6\n", 0, 4, &joined));
+	assert_int_equal(joined, 0);
+	assert_true(joined_same("1 2\n3 4\n5 6 7\n8 9\n", 0, 8, &joined));
+	assert_int_equal(joined, -1); /* the tail fails on its own: 2 dims then 3 */
+	assert_true(joined_same("1 2\n3 4\n5 6 7\n8 9 1\n", 0, 8, &joined));
+	assert_int_equal(joined, 0); /* the tail's 3 numbers against the head's 2 */
+	assert_true(joined_same("# x\n\n4 5 6\n", 2, 5, &joined));
+	assert_int_equal(joined, 0); /* the store's dim, asked of the tail's first */
+	assert_true(joined_same("# x\n\n4 5\n", 2, 5, &joined));
+	assert_int_equal(joined, 1);
+
+	/* the head's binary rows: text after them is the head's to refuse */
+	uint8_t fv[2 * 12];
+	fvecs_pairs(fv, 2);
+	vecfs_query_input qi, tail;
+	char why[200];
+	memset(&qi, 0, sizeof qi);
+	memset(&tail, 0, sizeof tail);
+	assert_int_equal(vecfs_query_input_fvecs(&qi, fv, sizeof fv), 1);
+	assert_int_equal(vecfs_query_input_text(&tail, "1 2\n", 4, why, sizeof why), 0);
+	assert_int_equal(vecfs_query_input_append(&qi, &tail), 0);
+	assert_int_equal(qi.nq, 2);
+	vecfs_query_input_free(&tail);
+	assert_int_equal(vecfs_query_input_text(&tail, "# only\n\n", 8, why, sizeof why), 0);
+	assert_int_equal(vecfs_query_input_append(&qi, &tail), 1); /* no vector: lines only */
+	assert_int_equal(qi.lines, 2);
+	assert_int_equal(qi.nq, 2);
+	vecfs_query_input_free(&tail);
+	vecfs_query_input_free(&qi);
+}
+
 /* The one-pass readers of a number (codec/number.h) give what strtof()
  * gives the token, and its length, wherever they take it: random
  * [-]D[.F] tokens (leading zeros, 1-8 digits in D, 0-16 in F: up to 24;
@@ -850,6 +957,7 @@ int main(void)
 		cmocka_unit_test(test_json_scanner),
 		cmocka_unit_test(test_query_lines),
 		cmocka_unit_test(test_query_input),
+		cmocka_unit_test(test_query_input_append),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

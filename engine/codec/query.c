@@ -126,12 +126,10 @@ static int keep_filter(vecfs_query_input *qi, char *why, size_t wl)
 	return 0;
 }
 
-/* Room for one more vector of dim numbers (and its line). */
-static int reserve_one(vecfs_query_input *qi, uint32_t dim)
+/* Room for nc vectors of dim numbers and their lines: 0 or -ENOMEM (qi
+ * keeps what it held). */
+static int resize(vecfs_query_input *qi, size_t nc, uint32_t dim)
 {
-	if (qi->nq < qi->cap)
-		return 0;
-	size_t nc = qi->cap ? qi->cap * 2 : 16;
 	float *nv = realloc(qi->vecs, nc * dim * sizeof(float));
 	if (!nv)
 		return -ENOMEM;
@@ -144,6 +142,12 @@ static int reserve_one(vecfs_query_input *qi, uint32_t dim)
 	return 0;
 }
 
+/* Room for one more vector of dim numbers (and its line). */
+static int reserve_one(vecfs_query_input *qi, uint32_t dim)
+{
+	return qi->nq < qi->cap ? 0 : resize(qi, qi->cap ? qi->cap * 2 : 16, dim);
+}
+
 /* One line (qi->lines already counts it), its numbers parsed into tmp. */
 static int take_line(vecfs_query_input *qi, const char *s, size_t n, float *tmp, char *why,
 		     size_t wl)
@@ -151,6 +155,7 @@ static int take_line(vecfs_query_input *qi, const char *s, size_t n, float *tmp,
 	const char *filter = qi->opts.filter;
 	uint32_t cnt = 0;
 	int rc = vecfs_query_line_parse(s, n, &qi->opts, tmp, &cnt, why, wl);
+	qi->opt_lines += rc == 1;
 	if (rc == 1 && qi->opts.filter != filter) /* it points into the line */
 		return keep_filter(qi, why, wl);
 	if (rc != 2)
@@ -237,6 +242,27 @@ int vecfs_query_input_parse(vecfs_query_input *qi, const void *buf, size_t len, 
 		return -EINVAL;
 	}
 	return 0;
+}
+
+int vecfs_query_input_append(vecfs_query_input *dst, const vecfs_query_input *src)
+{
+	if (src->opt_lines)
+		return 0;
+	if (src->nq) {
+		uint32_t want = dst->nq ? dst->dim : dst->want_dim;
+		if ((dst->nq && !dst->vline) || (want && src->dim != want))
+			return 0;
+		size_t nq = dst->nq + src->nq;
+		if (nq > dst->cap && resize(dst, nq, src->dim))
+			return -ENOMEM;
+		memcpy(dst->vecs + dst->nq * src->dim, src->vecs, src->nq * src->dim * sizeof(float));
+		for (size_t i = 0; i < src->nq; i++)
+			dst->vline[dst->nq + i] = dst->lines + src->vline[i];
+		dst->dim = src->dim;
+		dst->nq = nq;
+	}
+	dst->lines += src->lines;
+	return 1;
 }
 
 int vecfs_query_input_copy(vecfs_query_input *dst, const vecfs_query_input *src)

@@ -426,6 +426,7 @@ typedef struct vecfs_query_input {
 	unsigned *vline;       /* the line of each vector; NULL for binary rows */
 	char *filter;          /* the filter's text, NUL-terminated */
 	size_t cap;            /* vectors vecs (and vline) have room for */
+	unsigned opt_lines;    /* option lines taken (filter= among them) */
 } vecfs_query_input;
 
 /* Each line of buf[0..len) (the last may lack its newline) taken in turn,
@@ -443,6 +444,15 @@ int vecfs_query_input_fvecs(vecfs_query_input *qi, const void *buf, size_t len);
  * -errno with why and *line the line of text at fault (0: none). */
 int vecfs_query_input_parse(vecfs_query_input *qi, const void *buf, size_t len, unsigned *line,
 			    char *why, size_t wl);
+/* The lines src took (from a zeroed input, want_dim 0), text that
+ * follows the lines dst took, taken as if dst had taken them itself:
+ * 1 when they were (dst holds src's vectors after its own, their lines
+ * counted on from dst's), 0 when dst must take that text itself for the
+ * same outcome (src took an option line, or its vectors are not of the
+ * dimension dst wants, or dst holds binary rows), -ENOMEM (dst as it
+ * was).  src is left as it was.  So text may be parsed in pieces at once
+ * and joined in order. */
+int vecfs_query_input_append(vecfs_query_input *dst, const vecfs_query_input *src);
 /* *dst (uninitialised) a copy of src, its own memory: 0 or -ENOMEM (dst
  * then holds nothing to free). */
 int vecfs_query_input_copy(vecfs_query_input *dst, const vecfs_query_input *src);

@@ -4,7 +4,10 @@
  * as text, each line through vecfs_query_line_parse: a vector's numbers
  * are finite and within bounds, options are within theirs, a refusal
  * says why; and the whole input gathered (vecfs_query_input_parse), its
- * copy equal to it, every vector's line one of the input's.
+ * copy equal to it, every vector's line one of the input's; and the text
+ * cut after a line near its middle, the two pieces parsed apart and joined
+ * (vecfs_query_input_append), or the tail taken in order where that
+ * declines, the same as the text parsed whole.
  */
 #include <errno.h>
 #include <math.h>
@@ -16,6 +19,35 @@
 #include "vecfs.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static void split_same(const char *buf, size_t size)
+{
+	const char *nl = size > 1 ? memchr(buf + size / 2, '\n', size - size / 2) : NULL;
+	if (!nl)
+		return;
+	size_t cut = (size_t)(nl - buf) + 1;
+	vecfs_query_input whole, head, tail;
+	char w1[256] = "", w2[256] = "", w3[8];
+	memset(&whole, 0, sizeof whole);
+	memset(&head, 0, sizeof head);
+	memset(&tail, 0, sizeof tail);
+	int r1 = vecfs_query_input_text(&whole, buf, size, w1, sizeof w1);
+	int r2 = vecfs_query_input_text(&head, buf, cut, w2, sizeof w2), j = 0;
+	if (r2 == 0 && vecfs_query_input_text(&tail, buf + cut, size - cut, w3, sizeof w3) == 0)
+		j = vecfs_query_input_append(&head, &tail);
+	if (r2 == 0 && j == 0)
+		r2 = vecfs_query_input_text(&head, buf + cut, size - cut, w2, sizeof w2);
+	if (r1 != -ENOMEM && r2 != -ENOMEM && j >= 0 &&
+	    (r1 != r2 || strcmp(w1, w2) || whole.lines != head.lines || whole.nq != head.nq ||
+	     whole.opts.k != head.opts.k ||
+	     (whole.nq && (whole.dim != head.dim ||
+			   memcmp(whole.vecs, head.vecs, whole.nq * whole.dim * sizeof(float)) ||
+			   memcmp(whole.vline, head.vline, whole.nq * sizeof(unsigned))))))
+		abort();
+	vecfs_query_input_free(&whole);
+	vecfs_query_input_free(&head);
+	vecfs_query_input_free(&tail);
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -56,6 +88,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		o.filter = NULL; /* it pointed into this line */
 		o.filter_len = 0;
 	}
+
+	split_same(buf, size);
 
 	vecfs_query_input qi, cp;
 	memset(&qi, 0, sizeof qi);
