@@ -65,10 +65,10 @@ static inline int vf_decimal_value(uint64_t m, int e10, int neg, float *out)
 	};
 	const uint64_t half = UINT64_C(1) << 28; /* a double has 29 more fraction bits */
 	float f;
-	if (m == 0) {
-		f = 0.0f;
-	} else if (e10 == 0 && m < (UINT64_C(1) << 24)) {
+	if (e10 == 0 && m < (UINT64_C(1) << 24)) { /* (0 too, without a branch of its own) */
 		f = (float)m;
+	} else if (m == 0) {
+		f = 0.0f;
 	} else {
 		if (e10 < -22 || e10 > 22)
 			return 1;
