@@ -736,16 +736,19 @@ int vf_store_grow(vf_store *s, size_t min_size)
 	if (floor < min_size)
 		floor = min_size;
 	want = map_fit(s->mapsize, map_round(want), map_round(floor));
-	if (want == 0)
-		rc = ENOMEM; /* the environment keeps its map */
+	int moved = want != 0; /* (a failed remap may have moved it too) */
+	if (!moved)
+		rc = ENOMEM; /* the environment keeps its map, and the hints hold */
 	else if ((rc = mdb_env_set_mapsize(s->env, want)) == 0)
 		__atomic_store_n(&s->mapsize, want, __ATOMIC_RELAXED); /* (vf_store_reserve() reads it unlocked) */
-	s->map_epoch++;
-	/* the map may have moved: no reader holds a hint now; the table takes
-	 * the size a write wanted for it meanwhile, else it is emptied */
+	if (moved)
+		s->map_epoch++;
+	/* no reader holds a hint now: the table takes the size a write wanted
+	 * for it meanwhile (a new one, empty), else it is emptied if the map
+	 * may have moved */
 	uint64_t slots_wanted = __atomic_load_n(&s->hint_want, __ATOMIC_RELAXED);
 	if (s->hints && (slots_wanted <= s->hint_mask + 1 ||
-			 hint_swap_locked(s, slots_wanted)))
+			 hint_swap_locked(s, slots_wanted)) && moved)
 		memset(s->hints, 0, (s->hint_mask + 1) * sizeof(vf_hint));
 	pthread_rwlock_unlock(&s->resize);
 	return vf_store_err(rc);

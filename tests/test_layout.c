@@ -1346,12 +1346,23 @@ static int map_limited_child(const char *dir)
 		return 8;
 	if (s->mapsize <= ((size_t)256 << 20) || s->mapsize > ((size_t)356 << 20))
 		return 9;
-	/* with no room at all it fails, and the store still serves */
+	/* with no room at all it fails, and the store still serves; the map
+	 * has not moved: the location hints and the map's epoch are kept */
+	static const char rec[] = "a record";
+	size_t len = 0;
+	vf_txn *txn;
+	if (vf_hint_init(s, 100) || vf_read_begin(s, &txn))
+		return 13;
+	vf_hint_put(s, txn, 7, rec, sizeof rec, 0);
+	vf_read_end(s, txn);
+	uint64_t epoch = s->map_epoch;
 	if (limit_as((size_t)8 << 20))
 		return 10;
 	size_t had = s->mapsize;
 	if (vf_store_grow(s, 0) != -ENOMEM || s->mapsize != had)
 		return 11;
+	if (s->map_epoch != epoch || vf_hint_get(s, NULL, 7, &len, NULL) != rec)
+		return 14;
 	pb.s = s;
 	if (vf_write(s, put_values, &pb) || read_values_n(s, 8))
 		return 12;
