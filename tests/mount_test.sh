@@ -286,7 +286,8 @@ check query_unterminated_last test "$(printf 'k=1 mode=exact\n9 10 11 12\n1 2 3 
 check query_unterminated_out test "$(T cat "$M/query/q1/out" | cut -f1 | tr '\n' ' ')" == "k3  k1 "
 # a batch's lines that one write completes, parsed in pieces on the CPUs at
 # once: the same out as written line by line in small writes, and a bad line
-# (a word, another dimension) or an option line anywhere gives what it would
+# (a word, another dimension) or an option line anywhere gives what it would;
+# its out the same as smaller batches' outs, an empty line between them
 big_in_ok() { # SESSION
 	T "$PY" -c "
 import errno, os, random, sys
@@ -318,6 +319,7 @@ def same(ls):
     return a
 out = same(lines)
 assert len(out) > 200000 and out.count(b'\\n\\n') == len(lines) - 1, len(out)
+assert out == b'\\n'.join(put(lines[x:x + 1000], True) for x in range(0, len(lines), 1000))
 assert same(lines[:20000] + ['k=1'] + lines[20000:]).count(b'\\n') == 2 * len(lines) - 1
 for at, bad, why in ((25000, '1 2 x 4', \"'x' is not a number\"), (3, '1 2 x 4', \"'x' is not a number\"),
                      (20000, '1 2 3', '3 numbers, the vectors before have 4')):
