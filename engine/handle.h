@@ -112,6 +112,8 @@ struct vecfs {
 			  const vecfs_results *r);
 	struct vf_fset_cache *_Atomic fset_cache; /* filters' matches by snapshot
 					   * (filtered.c), made at first use */
+	struct vf_pool *pool;       /* threads kept for a search's parts (NULL:
+				     * one CPU): math/parallel.h */
 };
 
 static inline void vf_seterr(char *err, size_t len, const char *fmt, ...)

@@ -135,6 +135,7 @@ static int open_store(const char *dir, int readonly, vecfs **out, char *err, siz
 	pthread_mutex_init(&v->stat_mu, NULL);
 	long nc = sysconf(_SC_NPROCESSORS_ONLN);
 	v->threads = nc < 1 ? 1 : nc > 16 ? 16 : (int)nc;
+	v->pool = vf_pool_new(); /* (none: threads started a search) */
 	v->pending_bytes = (size_t)32 << 20;
 	v->spool_bytes = VECFS_BATCH_BUF;
 	v->gen_flags = VF_GEN_QUERY_TABLE;
@@ -192,6 +193,7 @@ void vecfs_close(vecfs *v)
 		g->refs = 1;
 		vf_gen_put(v, g);
 	}
+	vf_pool_free(v->pool); /* (no search runs now) */
 	vf_store_close(v->store);
 	vf_fset_cache_free(v);
 	free(v->vcache);
@@ -199,6 +201,34 @@ void vecfs_close(vecfs *v)
 	pthread_mutex_destroy(&v->build_mu);
 	pthread_mutex_destroy(&v->stat_mu);
 	free(v);
+}
+
+int vecfs_cpus(const vecfs *v)
+{
+	return v->threads;
+}
+
+typedef struct user_job {
+	void (*fn)(void *);
+	void *arg;
+} user_job;
+
+static void *user_run(void *arg)
+{
+	user_job *j = arg;
+	j->fn(j->arg);
+	return NULL;
+}
+
+void vecfs_parallel(vecfs *v, void (*fn)(void *arg), void *args, size_t arg_size, int n)
+{
+	user_job jobs[VF_PARALLEL_MAX];
+	for (int at = 0; at < n; at += VF_PARALLEL_MAX) { /* (more: in rounds) */
+		int m = n - at < VF_PARALLEL_MAX ? n - at : VF_PARALLEL_MAX;
+		for (int i = 0; i < m; i++)
+			jobs[i] = (user_job){fn, (char *)args + (size_t)(at + i) * arg_size};
+		vf_parallel_on(v->pool, user_run, jobs, sizeof jobs[0], m);
+	}
 }
 
 void vecfs_set_notice_fn(vecfs *v, vecfs_notice_fn fn, void *arg)

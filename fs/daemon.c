@@ -36,15 +36,12 @@ int fs_daemon_init(fs_daemon *dm, const char *store_dir, unsigned max_sessions,
 		fs_daemon_fini(dm);
 		return -ENOMEM;
 	}
-	dm->helpers = fs_helpers_new(); /* (none: work stays on the worker) */
 	return 0;
 }
 
 void fs_daemon_fini(fs_daemon *dm)
 {
 	fs_ahead_fini(dm);
-	fs_helpers_free(dm->helpers);
-	dm->helpers = NULL;
 	fs_tree_destroy(dm);
 	fs_out_cache_fini(dm);
 	fs_control_fini(dm);

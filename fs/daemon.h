@@ -26,7 +26,6 @@
 #include <stdint.h>
 
 #include "ahead.h"
-#include "helper.h"
 #include "control.h"
 #include "errors.h"
 #include "fuse_compat.h"
@@ -64,8 +63,6 @@ struct fs_daemon {
 	out_cache out;          /* how sessions' out are served (out_cache.c) */
 	build_state build;      /* builds started through ctl (control.c) */
 	ahead *ahead;           /* searching ahead (ahead.c) */
-	fs_helpers *helpers;    /* threads kept for the other CPUs (helper.c);
-				 * NULL: one CPU */
 	size_t ingest_max;      /* bytes the buffers of open ingest files may
 				 * hold (-o ingest_buffer_mb) */
 	_Atomic size_t ingest_used; /* bytes they hold */

@@ -21,7 +21,6 @@
 #include "daemon.h"
 #include "errors.h"
 #include "fuse_compat.h"
-#include "helper.h"
 #include "held.h"
 #include "sbuf.h"
 
@@ -269,28 +268,28 @@ static void want_store_dim(const qsession *q, vecfs_query_input *qi)
 typedef struct piece {
 	const char *s;
 	size_t n;
-	vecfs_query_input qi; /* from zero */
+	vecfs_query_input *into; /* the first: the session's; the others: qi */
+	vecfs_query_input qi;    /* from zero */
 	int rc;
-	int ticket;  /* its helper's (-1: parsed by the worker) */
-	char why[8]; /* (a failed piece is parsed again in order) */
+	char why[300];
 } piece;
 
 static void parse_piece(void *arg)
 {
 	piece *p = arg;
-	p->rc = vecfs_query_input_text(&p->qi, p->s, p->n, p->why, sizeof p->why);
+	p->rc = vecfs_query_input_text(p->into, p->s, p->n, p->why, sizeof p->why);
 }
 
 /* vecfs_query_input_text(qi, s, n, ...), the same outcome, with long text
- * cut at newlines into pieces parsed on the other CPUs' helpers while this
- * worker parses the first, and joined in order
- * (vecfs_query_input_append()).  From the first piece that fails or cannot
- * be joined (an option line in it) on, the text is parsed again in order,
- * so that an error names the line it would have. */
-static int parse_text(fs_helpers *hs, vecfs_query_input *qi, const char *s, size_t n,
-		      char *why, size_t wl)
+ * cut at newlines into pieces parsed at once on the library's threads
+ * (vecfs_parallel(): the first on this worker, into qi) and joined in
+ * order (vecfs_query_input_append()).  From the first piece that fails or
+ * cannot be joined (an option line in it) on, the text is parsed again in
+ * order, so that an error names the line it would have. */
+static int parse_text(vecfs *v, vecfs_query_input *qi, const char *s, size_t n, char *why,
+		      size_t wl)
 {
-	size_t want = n / SPLIT_MIN, cpus = (size_t)fs_helpers_cpus(hs);
+	size_t want = n / SPLIT_MIN, cpus = (size_t)vecfs_cpus(v);
 	want = want < cpus ? want : cpus;
 	want = want < SPLIT_MAX ? want : SPLIT_MAX;
 	if (want < 2)
@@ -305,19 +304,16 @@ static int parse_text(fs_helpers *hs, vecfs_query_input *qi, const char *s, size
 			const char *nl = memchr(s + aim, '\n', n - aim);
 			to = nl ? (size_t)(nl - s) + 1 : n;
 		}
-		p[np++] = (piece){.s = s + from, .n = to - from, .ticket = -1};
+		p[np] = (piece){.s = s + from, .n = to - from};
+		p[np].into = np ? &p[np].qi : qi;
+		np++;
 		from = to;
 	}
-	for (size_t i = 1; i < np; i++)
-		if ((p[i].ticket = fs_helpers_start(hs, parse_piece, &p[i])) < 0)
-			break; /* (none idle on another CPU) */
-	int rc = vecfs_query_input_text(qi, p[0].s, p[0].n, why, wl);
-	for (size_t i = 1; i < np; i++)
-		if (p[i].ticket >= 0)
-			fs_helpers_wait(hs, p[i].ticket);
+	vecfs_parallel(v, parse_piece, p, sizeof p[0], (int)np);
+	int rc = p[0].rc;
+	if (rc)
+		snprintf(why, wl, "%s", p[0].why);
 	for (size_t i = 1; i < np && rc == 0; i++) {
-		if (p[i].ticket < 0) /* parsed here, in order */
-			parse_piece(&p[i]);
 		int j = p[i].rc == 0 ? vecfs_query_input_append(qi, &p[i].qi) : 0;
 		if (j < 0) {
 			snprintf(why, wl, "out of memory");
@@ -353,7 +349,7 @@ static int check_lines(qsession *q)
 	size_t n = (size_t)(nl - s) + 1;
 	q->checked += n;
 	want_store_dim(q, &q->acc);
-	int rc = parse_text(q->dm->helpers, &q->acc, s, n, why, sizeof why);
+	int rc = parse_text(q->v, &q->acc, s, n, why, sizeof why);
 	if (rc) {
 		q->bad = 1;
 		fs_errlog(&q->dm->errors, "query/%s/in: line %u: %s", q->id, q->acc.lines, why);

@@ -40,6 +40,25 @@ pthread_attr_t *vf_thread_attr_away(pthread_attr_t *attr)
 	return attr_on(attr, &cpus);
 }
 
+pthread_attr_t *vf_thread_attr_cpu(pthread_attr_t *attr, int cpu)
+{
+	cpu_set_t cpus;
+	CPU_ZERO(&cpus);
+	if (cpu < 0 || cpu >= CPU_SETSIZE)
+		return NULL;
+	CPU_SET(cpu, &cpus);
+	return attr_on(attr, &cpus);
+}
+
+int vf_thread_start_cpus(int *cpus, int max)
+{
+	int n = 0;
+	for (int c = 0; have_start_cpus && c < CPU_SETSIZE && n < max; c++)
+		if (CPU_ISSET(c, &start_cpus))
+			cpus[n++] = c;
+	return n;
+}
+
 /* pthread_create() with attributes ap (NULL: the defaults), destroyed after. */
 static int start_with(pthread_attr_t *ap, pthread_t *t, void *(*fn)(void *), void *arg)
 {

@@ -25,5 +25,10 @@ pthread_attr_t *vf_thread_attr(pthread_attr_t *attr);
  * worker of the daemon, took turns with it there while another CPU
  * idled). */
 pthread_attr_t *vf_thread_attr_away(pthread_attr_t *attr);
+/* attr initialized and set to CPU cpu alone, or NULL. */
+pthread_attr_t *vf_thread_attr_cpu(pthread_attr_t *attr, int cpu);
+/* The CPUs the program started with, in order, up to max of them: how
+ * many (0: unknown). */
+int vf_thread_start_cpus(int *cpus, int max);
 
 #endif

@@ -19,10 +19,13 @@
 #include <math.h>
 #include <time.h>
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "handle.h"
@@ -2421,6 +2424,101 @@ static void test_train_sample(void **state)
 	assert_int_equal(vf_train_sample(200000, 447, 16384, &it), 20000);
 }
 
+/* vecfs_parallel(): every argument taken once, with any count (more than
+ * 16 in rounds), from two threads at once (the handle's kept threads
+ * shared: one busy, the other call starts threads of its own), and in a
+ * child forked after the kept threads started (it has none of them); a
+ * caller pinned to one CPU has its second job run on another (a thread
+ * beside a pinned one once took turns with it on its CPU). */
+typedef struct pjob {
+	_Atomic int runs;
+	int cpu;
+} pjob;
+
+static void pjob_run(void *arg)
+{
+	pjob *j = arg;
+	j->cpu = sched_getcpu();
+	for (volatile int i = 0; i < 20000; i++)
+		;
+	atomic_fetch_add(&j->runs, 1);
+}
+
+typedef struct pcaller {
+	vecfs *v;
+	int bad;
+} pcaller;
+
+static void *pcaller_run(void *arg)
+{
+	pcaller *c = arg;
+	for (int it = 0; it < 300; it++) {
+		pjob jobs[5];
+		memset(jobs, 0, sizeof jobs);
+		vecfs_parallel(c->v, pjob_run, jobs, sizeof jobs[0], 1 + it % 5);
+		for (int i = 0; i < 1 + it % 5; i++)
+			c->bad += atomic_load(&jobs[i].runs) != 1;
+		for (int i = 1 + it % 5; i < 5; i++)
+			c->bad += atomic_load(&jobs[i].runs) != 0;
+	}
+	return NULL;
+}
+
+static void test_parallel(void **state)
+{
+	fixture *f = *state;
+	char err[256] = "";
+	assert_int_equal(vecfs_open(f->dir, &f->v, err, sizeof err), 0);
+	assert_true(vecfs_cpus(f->v) >= 1);
+	for (int n = 0; n <= 40; n++) {
+		pjob jobs[40];
+		memset(jobs, 0, sizeof jobs);
+		vecfs_parallel(f->v, pjob_run, jobs, sizeof jobs[0], n);
+		for (int i = 0; i < 40; i++)
+			assert_int_equal(atomic_load(&jobs[i].runs), i < n);
+	}
+	pcaller c[2] = {{f->v, 0}, {f->v, 0}};
+	pthread_t th;
+	assert_int_equal(pthread_create(&th, NULL, pcaller_run, &c[1]), 0);
+	pcaller_run(&c[0]);
+	pthread_join(th, NULL);
+	assert_int_equal(c[0].bad + c[1].bad, 0);
+
+	fflush(NULL);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		alarm(30); /* (a wait for a thread it does not have: killed) */
+		pjob jobs[3];
+		memset(jobs, 0, sizeof jobs);
+		vecfs_parallel(f->v, pjob_run, jobs, sizeof jobs[0], 3);
+		_exit(atomic_load(&jobs[0].runs) == 1 && atomic_load(&jobs[1].runs) == 1 &&
+		      atomic_load(&jobs[2].runs) == 1 ? 0 : 1);
+	}
+	int st = 0;
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+
+	cpu_set_t all, one;
+	assert_int_equal(sched_getaffinity(0, sizeof all, &all), 0);
+	if (CPU_COUNT(&all) >= 2 && vecfs_cpus(f->v) >= 2) {
+		int here = 0; /* the first of them, where the first kept thread is */
+		while (!CPU_ISSET(here, &all))
+			here++;
+		CPU_ZERO(&one);
+		CPU_SET(here, &one);
+		assert_int_equal(pthread_setaffinity_np(pthread_self(), sizeof one, &one), 0);
+		for (int it = 0; it < 20; it++) {
+			pjob jobs[2];
+			memset(jobs, 0, sizeof jobs);
+			vecfs_parallel(f->v, pjob_run, jobs, sizeof jobs[0], 2);
+			assert_int_equal(jobs[0].cpu, here);
+			assert_int_not_equal(jobs[1].cpu, here);
+		}
+		assert_int_equal(pthread_setaffinity_np(pthread_self(), sizeof all, &all), 0);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -2428,6 +2526,7 @@ int main(void)
 	cmocka_unit_test_setup_teardown(test_first_pass_tables, fx_setup, fx_teardown),
 			cmocka_unit_test_setup_teardown(test_recall_default_settings, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_min_k_live, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_parallel, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_min_k_few_clusters, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_overflowing_distances, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_delta_postings_found, fx_setup, fx_teardown),

@@ -66,6 +66,15 @@ int vecfs_open(const char *dir, vecfs **out, char *err, size_t errlen);
  * maintenance, nothing written; writes fail with -EROFS. */
 int vecfs_open_readonly(const char *dir, vecfs **out, char *err, size_t errlen);
 void vecfs_close(vecfs *v);
+/* The CPUs v's work may run on at once (1: the caller's alone). */
+int vecfs_cpus(const vecfs *v);
+/* Run fn on each of n arguments at once (args: n of arg_size bytes; more
+ * than 16 in rounds of 16): the first on the caller's thread, the others on threads v
+ * keeps one to a CPU, each taking work from callers on the other CPUs (or
+ * on threads started for the call, when none is free).  Returns when all
+ * are done.  For a program's own work beside the library's: the daemon
+ * parses a long query input in pieces this way. */
+void vecfs_parallel(vecfs *v, void (*fn)(void *arg), void *args, size_t arg_size, int n);
 
 /* ---------------------------------------------------------------- config */
 

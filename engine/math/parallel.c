@@ -1,17 +1,143 @@
 /*
- * engine/math/parallel.c - running one function over a few jobs on every CPU.
+ * engine/math/parallel.c - running one function over a few jobs on every
+ * CPU (parallel.h).
  */
 #include "parallel.h"
 
 #include <pthread.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <unistd.h>
 
-void vf_parallel(void *(*fn)(void *), void *jobs, size_t job_size, int n)
+#define POOL_MAX VF_PARALLEL_MAX
+
+enum { IDLE, QUEUED, RUNNING, DONE, STOP };
+
+typedef struct kept {
+	pthread_mutex_t mu;
+	pthread_cond_t cv; /* its state changed */
+	pthread_t th;
+	int cpu;
+	int started;       /* its thread runs (-1: could not start) */
+	int state;         /* IDLE .. STOP */
+	void *(*fn)(void *);
+	void *arg;
+} kept;
+
+struct vf_pool {
+	pid_t pid; /* the process that made it (a fork's child has no kept threads) */
+	int n;
+	kept k[POOL_MAX];
+};
+
+static void *kept_run(void *arg)
+{
+	kept *k = arg;
+	pthread_mutex_lock(&k->mu);
+	for (;;) {
+		while (k->state != QUEUED && k->state != STOP)
+			pthread_cond_wait(&k->cv, &k->mu);
+		if (k->state == STOP)
+			break;
+		k->state = RUNNING;
+		pthread_mutex_unlock(&k->mu);
+		k->fn(k->arg);
+		pthread_mutex_lock(&k->mu);
+		k->state = DONE;
+		pthread_cond_broadcast(&k->cv);
+	}
+	pthread_mutex_unlock(&k->mu);
+	return NULL;
+}
+
+vf_pool *vf_pool_new(void)
+{
+	int cpus[POOL_MAX];
+	int n = vf_thread_start_cpus(cpus, POOL_MAX);
+	if (n < 2)
+		return NULL;
+	vf_pool *p = calloc(1, sizeof *p);
+	if (!p)
+		return NULL;
+	p->pid = getpid();
+	p->n = n;
+	for (int i = 0; i < n; i++) {
+		p->k[i].cpu = cpus[i];
+		pthread_mutex_init(&p->k[i].mu, NULL);
+		pthread_cond_init(&p->k[i].cv, NULL);
+	}
+	return p;
+}
+
+void vf_pool_free(vf_pool *p)
+{
+	if (!p)
+		return;
+	for (int i = 0; i < p->n; i++) {
+		kept *k = &p->k[i];
+		pthread_mutex_lock(&k->mu);
+		k->state = STOP;
+		pthread_cond_broadcast(&k->cv);
+		pthread_mutex_unlock(&k->mu);
+		if (k->started > 0 && p->pid == getpid())
+			pthread_join(k->th, NULL);
+		pthread_cond_destroy(&k->cv);
+		pthread_mutex_destroy(&k->mu);
+	}
+	free(p);
+}
+
+/* Hand fn(arg) to an idle kept thread of p on another CPU than `here`
+ * (starting it if it has not run yet): its index, or -1. */
+static int pool_take(vf_pool *p, int here, void *(*fn)(void *), void *arg)
+{
+	for (int i = 0; i < p->n; i++) {
+		kept *k = &p->k[i];
+		if (k->cpu == here || pthread_mutex_trylock(&k->mu) != 0)
+			continue;
+		int ok = k->state == IDLE && k->started >= 0;
+		if (ok && !k->started) {
+			pthread_attr_t attr, *ap = vf_thread_attr_cpu(&attr, k->cpu);
+			k->started = pthread_create(&k->th, ap, kept_run, k) == 0 ? 1 : -1;
+			if (ap)
+				pthread_attr_destroy(ap);
+			ok = k->started > 0;
+		}
+		if (ok) {
+			k->fn = fn;
+			k->arg = arg;
+			k->state = QUEUED;
+			pthread_cond_broadcast(&k->cv);
+		}
+		pthread_mutex_unlock(&k->mu);
+		if (ok)
+			return i;
+	}
+	return -1;
+}
+
+static void pool_wait(vf_pool *p, int i)
+{
+	kept *k = &p->k[i];
+	pthread_mutex_lock(&k->mu);
+	while (k->state != DONE)
+		pthread_cond_wait(&k->cv, &k->mu);
+	k->state = IDLE;
+	pthread_mutex_unlock(&k->mu);
+}
+
+void vf_parallel_on(vf_pool *p, void *(*fn)(void *), void *jobs, size_t job_size, int n)
 {
 	pthread_t tid[VF_PARALLEL_MAX];
-	int started[VF_PARALLEL_MAX] = {0};
+	int started[VF_PARALLEL_MAX] = {0}, in_pool[VF_PARALLEL_MAX];
 	char *job = jobs;
 	if (n > VF_PARALLEL_MAX)
 		n = VF_PARALLEL_MAX;
+	if (n < 2 || (p && p->pid != getpid())) /* (a system call: not for one job) */
+		p = NULL;
+	int here = p ? sched_getcpu() : -1;
+	for (int t = 1; t < n; t++)
+		in_pool[t] = p ? pool_take(p, here, fn, job + (size_t)t * job_size) : -1;
 	/* on the program's CPUs but the caller's, which runs the first job: a
 	 * thread starts with the CPUs of the one that starts it, and a caller
 	 * may be pinned to one (the daemon's workers are), which would put
@@ -20,17 +146,29 @@ void vf_parallel(void *(*fn)(void *), void *jobs, size_t job_size, int n)
 	 * the two took turns while the other CPU idled (sift-128, 1,000
 	 * queries an input: the search 14-19 ms in the daemon, 10 ms in a
 	 * program) */
-	pthread_attr_t attr, *ap = n > 1 ? vf_thread_attr_away(&attr) : NULL;
-	for (int t = 1; t < n; t++)
+	pthread_attr_t attr, *ap = NULL;
+	for (int t = 1; t < n; t++) {
+		if (in_pool[t] >= 0)
+			continue;
+		if (!ap)
+			ap = vf_thread_attr_away(&attr);
 		started[t] = pthread_create(&tid[t], ap, fn, job + (size_t)t * job_size) == 0;
+	}
 	if (ap)
 		pthread_attr_destroy(ap);
 	if (n > 0)
 		fn(job);
 	for (int t = 1; t < n; t++) {
-		if (started[t])
+		if (in_pool[t] >= 0)
+			pool_wait(p, in_pool[t]);
+		else if (started[t])
 			pthread_join(tid[t], NULL);
 		else
 			fn(job + (size_t)t * job_size);
 	}
+}
+
+void vf_parallel(void *(*fn)(void *), void *jobs, size_t job_size, int n)
+{
+	vf_parallel_on(NULL, fn, jobs, job_size, n);
 }

@@ -215,7 +215,7 @@ static int fset_build(vecfs *v, vf_txn *txn, const vf_filter *f, vf_fset *s)
 			jobs[i].ncand = ncand * (size_t)(i + 1) / (size_t)n - ncand * (size_t)i / (size_t)n;
 		}
 	}
-	vf_parallel(pass_run, jobs, sizeof jobs[0], n);
+	vf_parallel_on(v->pool, pass_run, jobs, sizeof jobs[0], n);
 	free(cids);
 	rc = 0;
 	size_t total = 0;

@@ -706,7 +706,7 @@ int vf_search_threads(vecfs *v, const float *queries, size_t nq, uint32_t dim,
 	for (int t = 0; t < n; t++)
 		jobs[t] = (cpu_job){parts, nparts, &next, &failed, txn[t], queries, nq, per, dim,
 				    &pol, 0, 0, ""};
-	vf_parallel(cpu_run, jobs, sizeof *jobs, n);
+	vf_parallel_on(v->pool, cpu_run, jobs, sizeof *jobs, n);
 	for (int t = 0; t < n && rc == 0; t++)
 		if ((rc = jobs[t].rc) && jobs[t].err[0])
 			vf_seterr(err, errlen, "%s", jobs[t].err);
