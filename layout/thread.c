@@ -43,9 +43,9 @@ pthread_attr_t *vf_thread_attr_away(pthread_attr_t *attr)
 pthread_attr_t *vf_thread_attr_cpu(pthread_attr_t *attr, int cpu)
 {
 	cpu_set_t cpus;
-	CPU_ZERO(&cpus);
 	if (cpu < 0 || cpu >= CPU_SETSIZE)
 		return NULL;
+	CPU_ZERO(&cpus);
 	CPU_SET(cpu, &cpus);
 	return attr_on(attr, &cpus);
 }

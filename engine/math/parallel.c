@@ -135,9 +135,11 @@ void vf_parallel_on(vf_pool *p, void *(*fn)(void *), void *jobs, size_t job_size
 		n = VF_PARALLEL_MAX;
 	if (n < 2 || (p && p->pid != getpid())) /* (a system call: not for one job) */
 		p = NULL;
-	int here = p ? sched_getcpu() : -1;
-	for (int t = 1; t < n; t++)
+	int here = p ? sched_getcpu() : -1, unpooled = 0;
+	for (int t = 1; t < n; t++) {
 		in_pool[t] = p ? pool_take(p, here, fn, job + (size_t)t * job_size) : -1;
+		unpooled += in_pool[t] < 0;
+	}
 	/* on the program's CPUs but the caller's, which runs the first job: a
 	 * thread starts with the CPUs of the one that starts it, and a caller
 	 * may be pinned to one (the daemon's workers are), which would put
@@ -146,14 +148,10 @@ void vf_parallel_on(vf_pool *p, void *(*fn)(void *), void *jobs, size_t job_size
 	 * the two took turns while the other CPU idled (sift-128, 1,000
 	 * queries an input: the search 14-19 ms in the daemon, 10 ms in a
 	 * program) */
-	pthread_attr_t attr, *ap = NULL;
-	for (int t = 1; t < n; t++) {
-		if (in_pool[t] >= 0)
-			continue;
-		if (!ap)
-			ap = vf_thread_attr_away(&attr);
-		started[t] = pthread_create(&tid[t], ap, fn, job + (size_t)t * job_size) == 0;
-	}
+	pthread_attr_t attr, *ap = unpooled ? vf_thread_attr_away(&attr) : NULL;
+	for (int t = 1; t < n; t++)
+		if (in_pool[t] < 0)
+			started[t] = pthread_create(&tid[t], ap, fn, job + (size_t)t * job_size) == 0;
 	if (ap)
 		pthread_attr_destroy(ap);
 	if (n > 0)
