@@ -34,15 +34,39 @@ static inline __attribute__((always_inline)) float y_at(const void *y, size_t i,
 	return u8 ? (float)((const uint8_t *)y)[i] : ldf(y, i);
 }
 
+/* Eight accumulators of 8 lanes (w[j] takes numbers 8j..8j+7 of each
+ * 64-number step), folded into two: what the SIMD kernels' accumulators of
+ * 16 or 8 lanes hold, added in their order.  Four independent sums of 16
+ * lanes instead of one chain: a 784-number distance waited on each add. */
+static inline void fold8(float w[8][8], float acc0[8], float acc1[8])
+{
+	for (int l = 0; l < 8; l++) {
+		acc0[l] = (w[0][l] + w[4][l]) + (w[2][l] + w[6][l]);
+		acc1[l] = (w[1][l] + w[5][l]) + (w[3][l] + w[7][l]);
+	}
+}
+
 /* Squared L2 distance of x and y, y floats or (u8) bytes: one sequence of
  * steps for both, so the bytes give the very float their floats would.
- * Two accumulators of 8 lanes over 16-float steps, then one 8-float step,
- * then a lane-wise tail. */
+ * From 64 numbers on, eight accumulators of 8 lanes over 64-number steps
+ * (fold8()); then two over 16-number steps, one 8-number step and a
+ * lane-wise tail. */
 static inline __attribute__((always_inline)) float l2sq_steps(const void *a, const void *b,
 							      size_t d, int u8)
 {
 	float acc0[8] = {0}, acc1[8] = {0};
 	size_t i = 0;
+	if (d >= 64) {
+		float w[8][8] = {{0}};
+		for (; i + 64 <= d; i += 64)
+			for (int j = 0; j < 8; j++)
+				for (int l = 0; l < 8; l++) {
+					size_t o = i + 8 * (size_t)j + (size_t)l;
+					float x = ldf(a, o) - y_at(b, o, u8);
+					w[j][l] = fmaf(x, x, w[j][l]);
+				}
+		fold8(w, acc0, acc1);
+	}
 	for (; i + 16 <= d; i += 16)
 		for (int l = 0; l < 8; l++) {
 			float x = ldf(a, i + l) - y_at(b, i + l, u8);
@@ -80,6 +104,16 @@ static float dot_scalar(const void *a, const void *b, size_t d)
 {
 	float acc0[8] = {0}, acc1[8] = {0};
 	size_t i = 0;
+	if (d >= 64) { /* as l2sq_steps() */
+		float w[8][8] = {{0}};
+		for (; i + 64 <= d; i += 64)
+			for (int j = 0; j < 8; j++)
+				for (int l = 0; l < 8; l++) {
+					size_t o = i + 8 * (size_t)j + (size_t)l;
+					w[j][l] = fmaf(ldf(a, o), ldf(b, o), w[j][l]);
+				}
+		fold8(w, acc0, acc1);
+	}
 	for (; i + 16 <= d; i += 16)
 		for (int l = 0; l < 8; l++) {
 			acc0[l] = fmaf(ldf(a, i + l), ldf(b, i + l), acc0[l]);

@@ -52,6 +52,19 @@ static inline __attribute__((always_inline)) float l2sq_steps_avx2(const float *
 {
 	__m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
 	size_t i = 0;
+	if (d >= 64) { /* eight accumulators, folded as kernels.c's fold8() */
+		__m256 w[8];
+		for (int j = 0; j < 8; j++)
+			w[j] = _mm256_setzero_ps();
+		for (; i + 64 <= d; i += 64)
+			for (int j = 0; j < 8; j++) {
+				__m256 t = _mm256_sub_ps(_mm256_loadu_ps(x + i + 8 * j),
+							 y_load8(y, i + 8 * (size_t)j, u8));
+				w[j] = _mm256_fmadd_ps(t, t, w[j]);
+			}
+		acc0 = _mm256_add_ps(_mm256_add_ps(w[0], w[4]), _mm256_add_ps(w[2], w[6]));
+		acc1 = _mm256_add_ps(_mm256_add_ps(w[1], w[5]), _mm256_add_ps(w[3], w[7]));
+	}
 	for (; i + 16 <= d; i += 16) {
 		__m256 d0 = _mm256_sub_ps(_mm256_loadu_ps(x + i), y_load8(y, i, u8));
 		__m256 d1 = _mm256_sub_ps(_mm256_loadu_ps(x + i + 8), y_load8(y, i + 8, u8));
@@ -85,6 +98,17 @@ static float dot_avx2(const void *a, const void *b, size_t d)
 	const float *x = a, *y = b;
 	__m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
 	size_t i = 0;
+	if (d >= 64) { /* as l2sq_steps_avx2() */
+		__m256 w[8];
+		for (int j = 0; j < 8; j++)
+			w[j] = _mm256_setzero_ps();
+		for (; i + 64 <= d; i += 64)
+			for (int j = 0; j < 8; j++)
+				w[j] = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8 * j),
+						       _mm256_loadu_ps(y + i + 8 * j), w[j]);
+		acc0 = _mm256_add_ps(_mm256_add_ps(w[0], w[4]), _mm256_add_ps(w[2], w[6]));
+		acc1 = _mm256_add_ps(_mm256_add_ps(w[1], w[5]), _mm256_add_ps(w[3], w[7]));
+	}
 	for (; i + 16 <= d; i += 16) {
 		acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i), acc0);
 		acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8), _mm256_loadu_ps(y + i + 8), acc1);

@@ -35,7 +35,17 @@ static inline __mmask16 tail_lanes(size_t r)
 	return r >= 8 ? m : (__mmask16)(m << 8);
 }
 
-/* One accumulator: lanes 0-7 are acc0 of the scalar kernel, 8-15 acc1.
+/* 16 numbers of y from i on: floats, or bytes (u8) as floats */
+static inline __attribute__((always_inline)) __m512 y_load16(const void *y, size_t i, int u8)
+{
+	if (!u8)
+		return _mm512_loadu_ps((const float *)y + i);
+	return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(
+		_mm_loadu_si128((const __m128i *)(const void *)((const uint8_t *)y + i))));
+}
+
+/* One accumulator (four from 64 numbers on): lanes 0-7 are acc0 of the
+ * scalar kernel, 8-15 acc1.
  * y floats or (u8) bytes: one sequence of steps for both, so the bytes
  * give the very float their floats would. */
 static inline __attribute__((always_inline)) float l2sq_steps_avx512(const float *x, const void *y,
@@ -43,6 +53,21 @@ static inline __attribute__((always_inline)) float l2sq_steps_avx512(const float
 {
 	__m512 acc = _mm512_setzero_ps();
 	size_t i = 0;
+	if (d >= 64) { /* eight accumulators of 8 lanes in four, folded as
+			* kernels.c's fold8() */
+		__m512 w1 = acc, w2 = acc, w3 = acc;
+		for (; i + 64 <= d; i += 64) {
+			__m512 t0 = _mm512_sub_ps(_mm512_loadu_ps(x + i), y_load16(y, i, u8));
+			__m512 t1 = _mm512_sub_ps(_mm512_loadu_ps(x + i + 16), y_load16(y, i + 16, u8));
+			__m512 t2 = _mm512_sub_ps(_mm512_loadu_ps(x + i + 32), y_load16(y, i + 32, u8));
+			__m512 t3 = _mm512_sub_ps(_mm512_loadu_ps(x + i + 48), y_load16(y, i + 48, u8));
+			acc = _mm512_fmadd_ps(t0, t0, acc);
+			w1 = _mm512_fmadd_ps(t1, t1, w1);
+			w2 = _mm512_fmadd_ps(t2, t2, w2);
+			w3 = _mm512_fmadd_ps(t3, t3, w3);
+		}
+		acc = _mm512_add_ps(_mm512_add_ps(acc, w2), _mm512_add_ps(w1, w3));
+	}
 	for (; i + 16 <= d; i += 16) {
 		__m512 yv = u8 ? _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(
 					 (const __m128i *)(const void *)((const uint8_t *)y + i))))
@@ -78,6 +103,16 @@ static float dot_avx512(const void *a, const void *b, size_t d)
 	const float *x = a, *y = b;
 	__m512 acc = _mm512_setzero_ps();
 	size_t i = 0;
+	if (d >= 64) { /* as l2sq_steps_avx512() */
+		__m512 w1 = acc, w2 = acc, w3 = acc;
+		for (; i + 64 <= d; i += 64) {
+			acc = _mm512_fmadd_ps(_mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i), acc);
+			w1 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i + 16), _mm512_loadu_ps(y + i + 16), w1);
+			w2 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i + 32), _mm512_loadu_ps(y + i + 32), w2);
+			w3 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i + 48), _mm512_loadu_ps(y + i + 48), w3);
+		}
+		acc = _mm512_add_ps(_mm512_add_ps(acc, w2), _mm512_add_ps(w1, w3));
+	}
 	for (; i + 16 <= d; i += 16)
 		acc = _mm512_fmadd_ps(_mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i), acc);
 	if (i < d) {
