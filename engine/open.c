@@ -7,6 +7,7 @@
 #include "handle.h"
 #include "math/math.h"
 #include "io.h"
+#include "thread.h" /* vf_thread_start_cpus() */
 
 #include <errno.h>
 #include <stdlib.h>
@@ -133,7 +134,12 @@ static int open_store(const char *dir, int readonly, vecfs **out, char *err, siz
 	pthread_mutex_init(&v->gen_mu, NULL);
 	pthread_mutex_init(&v->build_mu, NULL);
 	pthread_mutex_init(&v->stat_mu, NULL);
-	long nc = sysconf(_SC_NPROCESSORS_ONLN);
+	/* the CPUs the program may run on (taskset, a container's cpuset),
+	 * not all the machine's */
+	int cpus[16];
+	long nc = vf_thread_start_cpus(cpus, 16);
+	if (nc < 1)
+		nc = sysconf(_SC_NPROCESSORS_ONLN);
 	v->threads = nc < 1 ? 1 : nc > 16 ? 16 : (int)nc;
 	v->pool = vf_pool_new(); /* (none: threads started a search) */
 	v->pending_bytes = (size_t)32 << 20;

@@ -2519,10 +2519,53 @@ static void test_parallel(void **state)
 		}
 		assert_int_equal(pthread_setaffinity_np(pthread_self(), sizeof all, &all), 0);
 	}
+
+	/* vecfs_cpus() counts the CPUs the program started on, not the
+	 * machine's: this program run again on one CPU (as under taskset or
+	 * in a container's cpuset) reports 1, and on all of them their count */
+	int want = CPU_COUNT(&all) < 16 ? CPU_COUNT(&all) : 16;
+	assert_int_equal(vecfs_cpus(f->v), want);
+	for (int pass = 0; pass < 2 && CPU_COUNT(&all) >= 2; pass++) {
+		fflush(NULL);
+		pid_t cp = fork();
+		assert_true(cp >= 0);
+		if (cp == 0) {
+			int first = 0;
+			while (!CPU_ISSET(first, &all))
+				first++;
+			CPU_ZERO(&one);
+			CPU_SET(first, &one);
+			if (pass == 0 && sched_setaffinity(0, sizeof one, &one) != 0)
+				_exit(100);
+			setenv("VF_TEST_CPUS_DIR", f->dir, 1);
+			execl("/proc/self/exe", "test_search", (char *)NULL);
+			_exit(101);
+		}
+		int cst = 0;
+		assert_int_equal(waitpid(cp, &cst, 0), cp);
+		assert_true(WIFEXITED(cst));
+		assert_int_equal(WEXITSTATUS(cst), pass == 0 ? 1 : want);
+	}
+}
+
+/* The child of test_parallel(): exits with vecfs_cpus() of the store at
+ * dir, opened read-only beside the parent's handle. */
+static int cpus_child(const char *dir)
+{
+	vecfs *v = NULL;
+	char err[256] = "";
+	if (vecfs_open_readonly(dir, &v, err, sizeof err) != 0)
+		return 102;
+	int n = vecfs_cpus(v);
+	vecfs_close(v);
+	return n;
 }
 
 int main(void)
 {
+	const char *cpus_dir = getenv("VF_TEST_CPUS_DIR");
+	if (cpus_dir)
+		return cpus_child(cpus_dir);
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_exact_equals_brute_force, fx_setup, fx_teardown),
 	cmocka_unit_test_setup_teardown(test_first_pass_tables, fx_setup, fx_teardown),

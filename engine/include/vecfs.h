@@ -66,7 +66,9 @@ int vecfs_open(const char *dir, vecfs **out, char *err, size_t errlen);
  * maintenance, nothing written; writes fail with -EROFS. */
 int vecfs_open_readonly(const char *dir, vecfs **out, char *err, size_t errlen);
 void vecfs_close(vecfs *v);
-/* The CPUs v's work may run on at once (1: the caller's alone). */
+/* The CPUs v's work may run on at once (1: the caller's alone): those the
+ * program started on (its affinity, as taskset or a container's cpuset
+ * sets it), at most 16. */
 int vecfs_cpus(const vecfs *v);
 /* Run fn on each of n arguments at once (args: n of arg_size bytes; more
  * than 16 in rounds of 16): the first on the caller's thread, the others on threads v
