@@ -791,6 +791,18 @@ static void test_query_input_append(void **state)
 	assert_int_equal(qi.nq, 2);
 	vecfs_query_input_free(&tail);
 	vecfs_query_input_free(&qi);
+
+	/* binary rows offered as the text that follows: declined, dst as it
+	 * was (they have no lines to count on) */
+	memset(&qi, 0, sizeof qi);
+	memset(&tail, 0, sizeof tail);
+	assert_int_equal(vecfs_query_input_text(&qi, "1 2\n", 4, why, sizeof why), 0);
+	assert_int_equal(vecfs_query_input_fvecs(&tail, fv, sizeof fv), 1);
+	assert_int_equal(vecfs_query_input_append(&qi, &tail), 0);
+	assert_int_equal(qi.nq, 1);
+	assert_int_equal(qi.lines, 1);
+	vecfs_query_input_free(&tail);
+	vecfs_query_input_free(&qi);
 }
 
 /* The one-pass readers of a number (codec/number.h) give what strtof()

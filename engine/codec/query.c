@@ -246,7 +246,7 @@ int vecfs_query_input_parse(vecfs_query_input *qi, const void *buf, size_t len, 
 
 int vecfs_query_input_append(vecfs_query_input *dst, const vecfs_query_input *src)
 {
-	if (src->opt_lines)
+	if (src->opt_lines || (src->nq && !src->vline)) /* (src's binary rows: not text) */
 		return 0;
 	if (src->nq) {
 		uint32_t want = dst->nq ? dst->dim : dst->want_dim;

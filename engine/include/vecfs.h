@@ -460,7 +460,7 @@ int vecfs_query_input_parse(vecfs_query_input *qi, const void *buf, size_t len, 
  * 1 when they were (dst holds src's vectors after its own, their lines
  * counted on from dst's), 0 when dst must take that text itself for the
  * same outcome (src took an option line, or its vectors are not of the
- * dimension dst wants, or dst holds binary rows), -ENOMEM (dst as it
+ * dimension dst wants, or dst or src holds binary rows), -ENOMEM (dst as it
  * was).  src is left as it was.  So text may be parsed in pieces at once
  * and joined in order. */
 int vecfs_query_input_append(vecfs_query_input *dst, const vecfs_query_input *src);
