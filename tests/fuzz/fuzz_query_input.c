@@ -5,9 +5,11 @@
  * are finite and within bounds, options are within theirs, a refusal
  * says why; and the whole input gathered (vecfs_query_input_parse), its
  * copy equal to it, every vector's line one of the input's; and the text
- * cut after a line near its middle, the two pieces parsed apart and joined
- * (vecfs_query_input_append), or the tail taken in order where that
- * declines, the same as the text parsed whole.
+ * cut after lines into 2-8 pieces as the daemon cuts it, the pieces parsed
+ * apart and joined (vecfs_query_input_append), or the rest taken in order
+ * where that declines, the same as the text parsed whole (vectors, lines,
+ * options, filter, error and its line), with and without a store's
+ * dimension.
  */
 #include <errno.h>
 #include <math.h>
@@ -20,33 +22,70 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static void split_same(const char *buf, size_t size)
+/* Whether two inputs took the same: vectors, their lines, options, filter. */
+static int same_input(const vecfs_query_input *a, const vecfs_query_input *b)
 {
-	const char *nl = size > 1 ? memchr(buf + size / 2, '\n', size - size / 2) : NULL;
-	if (!nl)
+	vecfs_query_opts oa = a->opts, ob = b->opts;
+	if ((a->filter == NULL) != (b->filter == NULL) || a->filter_line != b->filter_line ||
+	    oa.filter_len != ob.filter_len ||
+	    (a->filter && memcmp(a->filter, b->filter, oa.filter_len + 1)))
+		return 0;
+	oa.filter = ob.filter = NULL;
+	if (memcmp(&oa, &ob, sizeof oa) || a->lines != b->lines || a->nq != b->nq)
+		return 0;
+	return !a->nq || (a->dim == b->dim &&
+			  !memcmp(a->vecs, b->vecs, a->nq * a->dim * sizeof(float)) &&
+			  !memcmp(a->vline, b->vline, a->nq * sizeof(unsigned)));
+}
+
+/* The text cut after lines into 2-8 pieces as fs/query.c's parse_text()
+ * cuts it (at the first newline from each i * size / np on), from a
+ * store's dimension or none, the pieces parsed apart and joined in order
+ * (vecfs_query_input_append()), the rest taken in order from the first
+ * piece that fails or is declined: the same as the text parsed whole. */
+#define PIECES_MAX 8
+static void split_same(const char *buf, size_t size, uint32_t want_dim)
+{
+	size_t np = 2 + size % (PIECES_MAX - 1), at[PIECES_MAX + 1], n = 0;
+	at[n++] = 0;
+	while (n < np && at[n - 1] < size) {
+		size_t aim = n * (size / np);
+		aim = aim > at[n - 1] ? aim : at[n - 1];
+		const char *nl = aim < size ? memchr(buf + aim, '\n', size - aim) : NULL;
+		if (!nl || (size_t)(nl - buf) + 1 >= size)
+			break;
+		at[n++] = (size_t)(nl - buf) + 1;
+	}
+	if (n < 2)
 		return;
-	size_t cut = (size_t)(nl - buf) + 1;
-	vecfs_query_input whole, head, tail;
+	at[n] = size;
+	vecfs_query_input whole, head, piece[PIECES_MAX];
 	char w1[256] = "", w2[256] = "", w3[8];
 	memset(&whole, 0, sizeof whole);
 	memset(&head, 0, sizeof head);
-	memset(&tail, 0, sizeof tail);
+	memset(piece, 0, sizeof piece);
+	whole.want_dim = head.want_dim = want_dim;
 	int r1 = vecfs_query_input_text(&whole, buf, size, w1, sizeof w1);
-	int r2 = vecfs_query_input_text(&head, buf, cut, w2, sizeof w2), j = 0;
-	if (r2 == 0 && vecfs_query_input_text(&tail, buf + cut, size - cut, w3, sizeof w3) == 0)
-		j = vecfs_query_input_append(&head, &tail);
-	if (r2 == 0 && j == 0)
-		r2 = vecfs_query_input_text(&head, buf + cut, size - cut, w2, sizeof w2);
-	if (r1 != -ENOMEM && r2 != -ENOMEM && j >= 0 &&
-	    (r1 != r2 || strcmp(w1, w2) || whole.lines != head.lines || whole.nq != head.nq ||
-	     whole.opts.k != head.opts.k ||
-	     (whole.nq && (whole.dim != head.dim ||
-			   memcmp(whole.vecs, head.vecs, whole.nq * whole.dim * sizeof(float)) ||
-			   memcmp(whole.vline, head.vline, whole.nq * sizeof(unsigned))))))
+	int r2 = vecfs_query_input_text(&head, buf, at[1], w2, sizeof w2), pr[PIECES_MAX];
+	for (size_t i = 1; i < n; i++)
+		pr[i] = vecfs_query_input_text(&piece[i], buf + at[i], at[i + 1] - at[i], w3,
+					       sizeof w3);
+	for (size_t i = 1; i < n && r2 == 0; i++) {
+		int j = pr[i] == 0 ? vecfs_query_input_append(&head, &piece[i]) : 0;
+		if (j < 0) {
+			r2 = -ENOMEM;
+		} else if (j == 0) {
+			r2 = vecfs_query_input_text(&head, buf + at[i], size - at[i], w2, sizeof w2);
+			break;
+		}
+	}
+	if (r1 != -ENOMEM && r2 != -ENOMEM &&
+	    (r1 != r2 || strcmp(w1, w2) || !same_input(&whole, &head)))
 		abort();
 	vecfs_query_input_free(&whole);
 	vecfs_query_input_free(&head);
-	vecfs_query_input_free(&tail);
+	for (size_t i = 1; i < n; i++)
+		vecfs_query_input_free(&piece[i]);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -89,7 +128,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		o.filter_len = 0;
 	}
 
-	split_same(buf, size);
+	split_same(buf, size, 0);
+	if (size > 1) /* a store's dimension: 1-8, from the first byte */
+		split_same(buf + 1, size - 1, 1 + (uint8_t)buf[0] % 8);
 
 	vecfs_query_input qi, cp;
 	memset(&qi, 0, sizeof qi);
