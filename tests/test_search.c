@@ -20,6 +20,7 @@
 #include <time.h>
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,6 +30,7 @@
 #include <unistd.h>
 
 #include "handle.h"
+#include "math/parallel.h"
 #include "query/query.h"
 #include "query/search_internal.h"
 #include "query/prefetch.h"
@@ -2548,6 +2550,113 @@ static void test_parallel(void **state)
 	}
 }
 
+/* A pool's kept threads after fork(): a child has none of them.  Its
+ * vf_pool_free() leaves the copies of their mutexes and condition
+ * variables alone (glibc's pthread_cond_destroy() waits for the waiters
+ * the parent had, forever); and a process that has its pool's maker's pid
+ * without being it (pid 1 of a nested PID namespace here, or any process
+ * once that pid is free again) starts threads for the jobs like any
+ * child, not waiting for kept threads it does not have.  Not under TSan,
+ * which cannot start threads in a forked child. */
+#if !defined(__SANITIZE_THREAD__)
+static void *pool_job(void *arg)
+{
+	atomic_fetch_add((_Atomic int *)arg, 1);
+	return NULL;
+}
+
+/* every job of a vf_parallel_on() on p run once: 0 or 1 */
+static int pool_runs_all(vf_pool *p)
+{
+	_Atomic int runs[VF_PARALLEL_MAX];
+	for (int i = 0; i < VF_PARALLEL_MAX; i++)
+		atomic_init(&runs[i], 0);
+	vf_parallel_on(p, pool_job, runs, sizeof runs[0], VF_PARALLEL_MAX);
+	for (int i = 0; i < VF_PARALLEL_MAX; i++)
+		if (atomic_load(&runs[i]) != 1)
+			return 1;
+	return 0;
+}
+
+static void pool_timeout(int sig)
+{
+	(void)sig;
+	_exit(99); /* (a handler: pid 1 of a namespace ignores SIGALRM's default) */
+}
+
+/* fork(); the child runs fn(p) within 10 s and exits with what it returns:
+ * the child's exit status (99: it hung) */
+static int pool_in_child(vf_pool *p, int (*fn)(vf_pool *))
+{
+	fflush(NULL);
+	pid_t pid = fork();
+	if (pid == 0) {
+		signal(SIGALRM, pool_timeout);
+		alarm(10);
+		_exit(fn(p));
+	}
+	int st = 0;
+	if (pid < 0 || waitpid(pid, &st, 0) != pid || !WIFEXITED(st))
+		return -1;
+	return WEXITSTATUS(st);
+}
+
+static int pool_free_child(vf_pool *p)
+{
+	vf_pool_free(p);
+	return 0;
+}
+
+static int pool_reused_pid(vf_pool *p)
+{
+	/* this process is pid 1 of its namespace, as the pool's maker was of
+	 * its own: a child in a namespace of its own has that pid too */
+	(void)p;
+	vf_pool *q = vf_pool_new();
+	if (!q || pool_runs_all(q)) /* (kept threads started) */
+		return 2;
+	if (unshare(CLONE_NEWPID) != 0)
+		return 77;
+	int rc = pool_in_child(q, pool_runs_all);
+	vf_pool_free(q);
+	return rc;
+}
+
+#endif
+
+static void test_pool_fork(void **state)
+{
+	(void)state;
+#if defined(__SANITIZE_THREAD__)
+	skip();
+#else
+	vf_pool *p = vf_pool_new();
+	if (!p)
+		skip(); /* one CPU: no pool */
+	assert_int_equal(pool_runs_all(p), 0); /* a kept thread started and waits */
+	assert_int_equal(pool_in_child(p, pool_runs_all), 0);
+	assert_int_equal(pool_in_child(p, pool_free_child), 0);
+	assert_int_equal(pool_runs_all(p), 0);
+	vf_pool_free(p);
+
+	/* the maker pid 1 of a new PID namespace (root only) */
+	fflush(NULL);
+	pid_t h = fork();
+	assert_true(h >= 0);
+	if (h == 0) {
+		if (unshare(CLONE_NEWPID) != 0)
+			_exit(77);
+		_exit(pool_in_child(NULL, pool_reused_pid));
+	}
+	int st = 0;
+	assert_int_equal(waitpid(h, &st, 0), h);
+	assert_true(WIFEXITED(st));
+	if (WEXITSTATUS(st) == 77)
+		skip(); /* (no CAP_SYS_ADMIN) */
+	assert_int_equal(WEXITSTATUS(st), 0);
+#endif
+}
+
 /* The child of test_parallel(): exits with vecfs_cpus() of the store at
  * dir, opened read-only beside the parent's handle. */
 static int cpus_child(const char *dir)
@@ -2572,6 +2681,7 @@ int main(void)
 			cmocka_unit_test_setup_teardown(test_recall_default_settings, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_min_k_live, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_parallel, fx_setup, fx_teardown),
+		cmocka_unit_test(test_pool_fork),
 		cmocka_unit_test_setup_teardown(test_min_k_few_clusters, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_overflowing_distances, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_delta_postings_found, fx_setup, fx_teardown),

@@ -65,6 +65,8 @@ int vecfs_open(const char *dir, vecfs **out, char *err, size_t errlen);
  * mounted (each read is one consistent snapshot): no recovery, no
  * maintenance, nothing written; writes fail with -EROFS. */
 int vecfs_open_readonly(const char *dir, vecfs **out, char *err, size_t errlen);
+/* Not thread-safe: no other call on v may be running (a search, a
+ * vecfs_parallel() among them) or start. */
 void vecfs_close(vecfs *v);
 /* The CPUs v's work may run on at once (1: the caller's alone): those the
  * program started on (its affinity, as taskset or a container's cpuset
@@ -75,7 +77,9 @@ int vecfs_cpus(const vecfs *v);
  * keeps one to a CPU, each taking work from callers on the other CPUs (or
  * on threads started for the call, when none is free).  Returns when all
  * are done.  For a program's own work beside the library's: the daemon
- * parses a long query input in pieces this way. */
+ * parses a long query input in pieces this way.  "At once" is not promised
+ * (a thread that cannot start leaves its argument to the caller, after the
+ * first; more than 16 run in rounds): one fn must never wait for another. */
 void vecfs_parallel(vecfs *v, void (*fn)(void *arg), void *args, size_t arg_size, int n);
 
 /* ---------------------------------------------------------------- config */

@@ -6,8 +6,8 @@
 
 #include <pthread.h>
 #include <sched.h>
+#include <stdatomic.h>
 #include <stdlib.h>
-#include <unistd.h>
 
 #define POOL_MAX VF_PARALLEL_MAX
 
@@ -24,11 +24,38 @@ typedef struct kept {
 	void *arg;
 } kept;
 
+/* The fork()s between the process that first made a pool and this one,
+ * counted in each child (pthread_atfork()): a pool made before the last
+ * has no kept threads here.  Not the maker's pid: a descendant can have that pid (once the
+ * maker's is free again, or as pid 1 of a nested PID namespace when the
+ * maker was pid 1 of its own), and would wait for kept threads it does not
+ * have; and getpid() is a system call. */
+static _Atomic unsigned forks;
+static int forks_counted; /* the handler is in place (else no pool) */
+static pthread_once_t forks_once = PTHREAD_ONCE_INIT;
+
+static void fork_child(void)
+{
+	atomic_fetch_add_explicit(&forks, 1, memory_order_relaxed);
+}
+
+static void count_forks(void)
+{
+	forks_counted = pthread_atfork(NULL, NULL, fork_child) == 0;
+}
+
 struct vf_pool {
-	pid_t pid; /* the process that made it (a fork's child has no kept threads) */
+	unsigned forks; /* forks when it was made (a fork's child has no kept threads) */
 	int n;
 	kept k[POOL_MAX];
 };
+
+/* p was made in this process, not in one it was forked from */
+static int made_here(const vf_pool *p)
+{
+	/* (changed only in a child, before it returns from fork()) */
+	return p->forks == atomic_load_explicit(&forks, memory_order_relaxed);
+}
 
 static void *kept_run(void *arg)
 {
@@ -54,12 +81,13 @@ vf_pool *vf_pool_new(void)
 {
 	int cpus[POOL_MAX];
 	int n = vf_thread_start_cpus(cpus, POOL_MAX);
-	if (n < 2)
+	pthread_once(&forks_once, count_forks);
+	if (n < 2 || !forks_counted)
 		return NULL;
 	vf_pool *p = calloc(1, sizeof *p);
 	if (!p)
 		return NULL;
-	p->pid = getpid();
+	p->forks = atomic_load_explicit(&forks, memory_order_relaxed);
 	p->n = n;
 	for (int i = 0; i < n; i++) {
 		p->k[i].cpu = cpus[i];
@@ -73,13 +101,21 @@ void vf_pool_free(vf_pool *p)
 {
 	if (!p)
 		return;
+	if (!made_here(p)) {
+		/* a forked child: the kept threads are not here, and its
+		 * copies of their mutexes and condition variables may be held
+		 * or waited on by threads it does not have (glibc's
+		 * pthread_cond_destroy() waits for those waiters forever) */
+		free(p);
+		return;
+	}
 	for (int i = 0; i < p->n; i++) {
 		kept *k = &p->k[i];
 		pthread_mutex_lock(&k->mu);
 		k->state = STOP;
 		pthread_cond_broadcast(&k->cv);
 		pthread_mutex_unlock(&k->mu);
-		if (k->started > 0 && p->pid == getpid())
+		if (k->started > 0)
 			pthread_join(k->th, NULL);
 		pthread_cond_destroy(&k->cv);
 		pthread_mutex_destroy(&k->mu);
@@ -133,7 +169,7 @@ void vf_parallel_on(vf_pool *p, void *(*fn)(void *), void *jobs, size_t job_size
 	char *job = jobs;
 	if (n > VF_PARALLEL_MAX)
 		n = VF_PARALLEL_MAX;
-	if (n < 2 || (p && p->pid != getpid())) /* (a system call: not for one job) */
+	if (n < 2 || (p && !made_here(p)))
 		p = NULL;
 	int here = p ? sched_getcpu() : -1, unpooled = 0;
 	for (int t = 1; t < n; t++) {
