@@ -18,6 +18,7 @@
 #include <limits.h>
 #include <math.h>
 #include <time.h>
+#include <dirent.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -2478,6 +2479,25 @@ static void test_parallel(void **state)
 		vecfs_parallel(f->v, pjob_run, jobs, sizeof jobs[0], n);
 		for (int i = 0; i < 40; i++)
 			assert_int_equal(atomic_load(&jobs[i].runs), i < n);
+	}
+	/* the kept threads are named, so that tests and people can tell them
+	 * from the threads that come and go */
+	if (vecfs_cpus(f->v) >= 2) {
+		int named = 0;
+		DIR *d = opendir("/proc/self/task");
+		assert_non_null(d);
+		for (struct dirent *e; (e = readdir(d));) {
+			char path[300], comm[32] = "";
+			snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+			FILE *fp = fopen(path, "r");
+			if (!fp)
+				continue;
+			if (fgets(comm, sizeof comm, fp))
+				named += strncmp(comm, VF_KEPT_THREAD_NAME "\n", sizeof comm) == 0;
+			fclose(fp);
+		}
+		closedir(d);
+		assert_true(named >= 1);
 	}
 	pcaller c[2] = {{f->v, 0}, {f->v, 0}};
 	pthread_t th;

@@ -60,6 +60,9 @@ static int made_here(const vf_pool *p)
 static void *kept_run(void *arg)
 {
 	kept *k = arg;
+	/* named, so that a look at the process's threads (top -H, /proc)
+	 * tells the kept ones, which stay until the handle closes */
+	pthread_setname_np(pthread_self(), VF_KEPT_THREAD_NAME);
 	pthread_mutex_lock(&k->mu);
 	for (;;) {
 		while (k->state != QUEUED && k->state != STOP)

@@ -19,6 +19,8 @@
  * more than a batch of 16 queries takes to search; a kept thread is
  * woken in tens of microseconds. */
 typedef struct vf_pool vf_pool;
+/* The kept threads' name (/proc/PID/task/TID/comm) */
+#define VF_KEPT_THREAD_NAME "vecfs-kept"
 
 /* A pool, or NULL (out of memory, or one CPU: there is nothing to keep). */
 vf_pool *vf_pool_new(void);
