@@ -69,10 +69,7 @@ static inline __attribute__((always_inline)) float l2sq_steps_avx512(const float
 		acc = _mm512_add_ps(_mm512_add_ps(acc, w2), _mm512_add_ps(w1, w3));
 	}
 	for (; i + 16 <= d; i += 16) {
-		__m512 yv = u8 ? _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(
-					 (const __m128i *)(const void *)((const uint8_t *)y + i))))
-			       : _mm512_loadu_ps((const float *)y + i);
-		__m512 t = _mm512_sub_ps(_mm512_loadu_ps(x + i), yv);
+		__m512 t = _mm512_sub_ps(_mm512_loadu_ps(x + i), y_load16(y, i, u8));
 		acc = _mm512_fmadd_ps(t, t, acc);
 	}
 	if (i < d) {

@@ -26,10 +26,10 @@ typedef struct kept {
 
 /* The fork()s between the process that first made a pool and this one,
  * counted in each child (pthread_atfork()): a pool made before the last
- * has no kept threads here.  Not the maker's pid: a descendant can have that pid (once the
- * maker's is free again, or as pid 1 of a nested PID namespace when the
- * maker was pid 1 of its own), and would wait for kept threads it does not
- * have; and getpid() is a system call. */
+ * has no kept threads here.  Not the maker's pid: a descendant can have
+ * that pid (once the maker's is free again, or as pid 1 of a nested PID
+ * namespace when the maker was pid 1 of its own), and would wait for kept
+ * threads it does not have; and getpid() is a system call. */
 static _Atomic unsigned forks;
 static int forks_counted; /* the handler is in place (else no pool) */
 static pthread_once_t forks_once = PTHREAD_ONCE_INIT;
